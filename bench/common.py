@@ -1,0 +1,480 @@
+"""Shared plumbing for bench/run.py and bench/stream.py.
+
+Environment set-up (MLServer's own virtual env, wrk), free ports, CPU pinning, and a `Server`
+that starts one server process in its own process group pinned to one core, waits until it is
+ready, and always kills the whole group on the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import http.client
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+VENVS = BENCH / ".venvs"
+MLSERVER_VENV = VENVS / "mlserver"
+#: MLServer under test. httptools lets its uvicorn use the fast HTTP parser (as Podium's does);
+#: without it uvicorn falls back to h11 and MLServer would be measured with a handicap.
+MLSERVER_REQUIREMENTS = ("mlserver>=1.6,<2", "httptools>=0.6")
+
+SERVER_CPU = 0
+CLIENT_CPU = 1
+
+
+class BenchError(RuntimeError):
+    """A benchmark step failed; the message says which and why."""
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr so stdout holds only the report."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def repo_bin(name: str) -> Path:
+    """An executable of the repo's own virtual env (.venv), else next to this interpreter."""
+    for folder in (ROOT / ".venv" / "bin", Path(sys.executable).parent):
+        candidate = folder / name
+        if candidate.exists():
+            return candidate
+    return Path(name)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def _mlserver_python() -> Path:
+    return MLSERVER_VENV / "bin" / "python"
+
+
+def mlserver_ready() -> bool:
+    python = _mlserver_python()
+    if not python.exists():
+        return False
+    probe = subprocess.run(
+        [str(python), "-c", "import mlserver, httptools, uvloop"],
+        capture_output=True,
+        timeout=120,
+    )
+    return probe.returncode == 0
+
+
+def ensure_mlserver() -> Path:
+    """MLServer in its own virtual env; created and installed only when missing or broken.
+
+    Returns the `mlserver` executable. Raises BenchError when it cannot be installed.
+    """
+    if not mlserver_ready():
+        log(f"installing {' '.join(MLSERVER_REQUIREMENTS)} into {MLSERVER_VENV}")
+        VENVS.mkdir(parents=True, exist_ok=True)
+        if not _mlserver_python().exists():
+            _run_checked([sys.executable, "-m", "venv", str(MLSERVER_VENV)], timeout=300)
+        _run_checked(
+            [
+                str(_mlserver_python()),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                *MLSERVER_REQUIREMENTS,
+            ],
+            timeout=1200,
+        )
+        if not mlserver_ready():
+            raise BenchError(f"mlserver installed into {MLSERVER_VENV} but does not import")
+    return MLSERVER_VENV / "bin" / "mlserver"
+
+
+def mlserver_version() -> str:
+    out = subprocess.run(
+        [str(_mlserver_python()), "-c", "import mlserver; print(mlserver.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out.stdout.strip() or "?"
+
+
+def ensure_wrk() -> str | None:
+    """Path of wrk; installed with apt-get when missing and we are root. None if unavailable."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        log("wrk not found and cannot apt-get it (not root or no apt-get)")
+        return None
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for step in (["apt-get", "install", "-y", "wrk"], ["apt-get", "update"]):
+        log(f"running {' '.join(step)}")
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            subprocess.run(step, env=env, capture_output=True, timeout=600)
+        found = shutil.which("wrk")
+        if found:
+            return found
+    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+        subprocess.run(
+            ["apt-get", "install", "-y", "wrk"], env=env, capture_output=True, timeout=600
+        )
+    return shutil.which("wrk")
+
+
+def _run_checked(argv: Sequence[str], timeout: float) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BenchError(f"{shlex.join(argv)} failed: {exc}") from exc
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-2000:]
+        raise BenchError(f"{shlex.join(argv)} exited {done.returncode}:\n{tail}")
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def can_pin() -> bool:
+    return bool(shutil.which("taskset")) and len(os.sched_getaffinity(0)) >= 2
+
+
+def pinned(argv: Sequence[str], cpu: int) -> list[str]:
+    """argv prefixed with `taskset -c CPU` where pinning is possible."""
+    return ["taskset", "-c", str(cpu), *argv] if can_pin() else list(argv)
+
+
+def pin_self(cpu: int) -> None:
+    """Keep this orchestrating process (and its load generation) off the server's core."""
+    if can_pin():
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, {cpu})
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def machine_lines(command: str) -> list[str]:
+    """Date, machine and command lines for the head of a report."""
+    now = _dt.datetime.now().astimezone()
+    return [
+        f"- date: {now:%Y-%m-%d %H:%M %Z}",
+        f"- machine: `{platform.machine()}`, {cpu_model()}, {os.cpu_count()} logical CPUs, "
+        f"{platform.system()} {platform.release()}",
+        f"- python: {platform.python_version()}",
+        f"- pinning: servers on CPU {SERVER_CPU}, load generator on CPU {CLIENT_CPU}"
+        if can_pin()
+        else "- pinning: NOT pinned (taskset missing or fewer than 2 CPUs)",
+        f"- command: `{command}`",
+    ]
+
+
+def command_line() -> str:
+    try:
+        script = str(Path(sys.argv[0]).resolve().relative_to(ROOT))
+    except ValueError:
+        script = sys.argv[0]
+    return shlex.join(["python", script, *sys.argv[1:]])
+
+
+def tool_version(argv: Sequence[str]) -> str:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        text = (done.stdout or done.stderr).strip().splitlines()
+        if text:
+            return text[0].strip()
+    return "?"
+
+
+def package_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def http_get(port: int, path: str, timeout: float = 2.0) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        return resp.status, headers, resp.read()
+    finally:
+        conn.close()
+
+
+def http_post_json(
+    port: int, path: str, body: bytes, timeout: float = 10.0
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        return resp.status, headers, resp.read()
+    finally:
+        conn.close()
+
+
+@dataclass
+class Server:
+    """One server process: started pinned to SERVER_CPU in its own process group.
+
+    Use as a context manager: `with Server(...) as srv:` starts it and waits until
+    `GET ready_path` answers 200; leaving the block kills the whole process group.
+    """
+
+    name: str
+    argv: list[str]
+    port: int
+    cwd: Path = ROOT
+    env: dict[str, str] = field(default_factory=dict)
+    ready_path: str = "/v2/health/ready"
+    ready_timeout: float = 120.0
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    ready_headers: dict[str, str] = field(default_factory=dict)
+
+    def __enter__(self) -> Server:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        fd, name = tempfile.mkstemp(prefix=f"bench-{self.name}-", suffix=".log")
+        self.log_path = Path(name)
+        argv = pinned(self.argv, SERVER_CPU)
+        log(f"starting {self.name}: {shlex.join(argv)}")
+        with os.fdopen(fd, "wb") as out:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=self.cwd,
+                env={**os.environ, **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group: killed as one
+            )
+
+    def log_tail(self, chars: int = 3000) -> str:
+        if self.log_path is None:
+            return ""
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+    def wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                raise BenchError(
+                    f"{self.name} exited with {code} before it was ready:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                status, headers, _ = http_get(self.port, self.ready_path, timeout=1.0)
+                if status == 200:
+                    self.ready_headers = headers
+                    return
+            time.sleep(0.1)
+        raise BenchError(
+            f"{self.name} not ready after {self.ready_timeout:.0f}s:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            _kill_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log(f"{self.name} ignored SIGTERM; killing")
+        # Whatever it spawned goes too, even when the leader already exited.
+        _kill_group(proc, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if self.log_path is not None:
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+            self.log_path = None
+
+
+def _kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    # start_new_session=True makes the child's pid its process group id.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def podium_help() -> str:
+    """`podium serve --help`, or '' when the CLI does not work yet."""
+    podium = repo_bin("podium")
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        done = subprocess.run(
+            [str(podium), "serve", "--help"], capture_output=True, text=True, timeout=60
+        )
+        if done.returncode == 0:
+            return done.stdout
+    return ""
+
+
+#: Podium's other listeners, each given a free port where `serve` accepts the option, so a
+#: benchmark run never collides with anything else on the machine.
+_PODIUM_EXTRA_PORTS = (
+    "--grpc-port",
+    "--management-port",
+    "--metrics-port",
+    "--grpc-management-port",
+)
+
+
+def podium_argv(model_dir: Path, port: int, http_server: str | None) -> list[str]:
+    """The `podium serve` command line for one model directory."""
+    help_text = podium_help()
+    if not help_text:
+        raise BenchError("`podium serve --help` does not work (Podium's CLI not available)")
+    argv = [
+        str(repo_bin("podium")),
+        "serve",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        str(port),
+    ]
+    for option in _PODIUM_EXTRA_PORTS:
+        if re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", help_text):
+            argv += [option, str(free_port())]
+    if http_server:
+        argv += ["--http-server", http_server]
+    return argv
+
+
+def podium_http_server(requested: str | None, srv: Server) -> str | None:
+    """Which HTTP server Podium runs on: the one asked for, else read from its logs/headers."""
+    if requested:
+        return requested
+    server_header = srv.ready_headers.get("server", "").lower()
+    for name in ("granian", "uvicorn"):
+        if name in server_header:
+            return name
+    text = srv.log_tail(20000).lower()
+    found = [name for name in ("granian", "uvicorn") if name in text]
+    return found[0] if len(found) == 1 else None
+
+
+def mlserver_server(mlserver: Path, folder: Path, port: int) -> Server:
+    """MLServer serving `folder` (settings.json + model-settings.json) on REST `port`.
+
+    Ports come from environment variables because values in settings.json would override
+    them; gRPC gets a free port (MLServer cannot turn it off), metrics are disabled in
+    settings.json.
+    """
+    env = {
+        "MLSERVER_HOST": "127.0.0.1",
+        "MLSERVER_HTTP_PORT": str(port),
+        "MLSERVER_GRPC_PORT": str(free_port()),
+        "MLSERVER_METRICS_PORT": str(free_port()),
+        "PYTHONUNBUFFERED": "1",
+    }
+    return Server(
+        name="mlserver",
+        argv=[str(mlserver), "start", str(folder)],
+        port=port,
+        cwd=folder,
+        env=env,
+    )
+
+
+def hello_servers(http_servers: Iterator[str] | Sequence[str]) -> list[Server]:
+    """The raw ASGI hello app under each named HTTP server (granian, uvicorn)."""
+    out: list[Server] = []
+    for name in http_servers:
+        port = free_port()
+        if name == "granian":
+            argv = [
+                str(repo_bin("granian")),
+                "--interface",
+                "asgi",
+                "--workers",
+                "1",
+                "--loop",
+                "uvloop",
+                "--no-access-log",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "hello_app:app",
+            ]
+        elif name == "uvicorn":
+            argv = [
+                str(repo_bin("uvicorn")),
+                "--loop",
+                "uvloop",
+                "--http",
+                "httptools",
+                "--no-access-log",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "hello_app:app",
+            ]
+        else:
+            raise BenchError(f"unknown HTTP server {name!r}")
+        out.append(Server(name=f"hello-{name}", argv=argv, port=port, cwd=BENCH))
+    return out

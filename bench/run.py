@@ -1,0 +1,493 @@
+"""Podium's benchmark: OIP REST inference on an echo model, against MLServer and raw ASGI.
+
+    .venv/bin/python bench/run.py [--quick] [--repeat N] [--duration S] [--warmup S]
+                                  [--podium-http-server granian|uvicorn] [--loadgen auto|wrk|python]
+                                  [--only podium,mlserver,hello-granian,hello-uvicorn] [--json PATH]
+    .venv/bin/python bench/run.py --stream [stream.py options]   # the streaming benchmark
+
+One run sets up what it needs (MLServer in bench/.venvs/mlserver, wrk), then, --repeat times,
+starts each server in turn pinned to CPU 0, checks one response, loads it from CPU 1 with the
+same generator (64 keep-alive connections, a discarded warm-up, then --duration seconds) and
+stops it. It prints a markdown report of medians and ratios; see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from common import (
+    BENCH,
+    CLIENT_CPU,
+    ROOT,
+    BenchError,
+    Server,
+    command_line,
+    ensure_mlserver,
+    ensure_wrk,
+    free_port,
+    hello_servers,
+    http_get,
+    http_post_json,
+    log,
+    machine_lines,
+    median,
+    mlserver_server,
+    mlserver_version,
+    package_version,
+    pin_self,
+    pinned,
+    podium_argv,
+    podium_help,
+    podium_http_server,
+    tool_version,
+)
+
+INFER_BODY = (
+    b'{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
+)
+INFER_LUA = BENCH / "infer.lua"
+HTTP_SERVERS = ("granian", "uvicorn")
+
+
+# --------------------------------------------------------------------------- load generators
+
+
+@dataclass
+class LoadResult:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    non_2xx: int
+    socket_errors: int
+
+    @property
+    def errors(self) -> int:
+        return self.non_2xx + self.socket_errors
+
+
+_UNIT_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def _duration_ms(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text.strip())
+    if not match:
+        raise BenchError(f"cannot parse wrk latency {text!r}")
+    return float(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def parse_wrk(output: str) -> LoadResult:
+    """req/s, p50, p99, non-2xx and socket errors from `wrk --latency` output."""
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    p50 = re.search(r"^\s+50%\s+(\S+)", output, re.M)
+    p99 = re.search(r"^\s+99%\s+(\S+)", output, re.M)
+    total = re.search(r"(\d+) requests in", output)
+    if not (rps and p50 and p99 and total):
+        raise BenchError(f"unexpected wrk output:\n{output}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    sock = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
+    )
+    return LoadResult(
+        rps=float(rps.group(1)),
+        p50_ms=_duration_ms(p50.group(1)),
+        p99_ms=_duration_ms(p99.group(1)),
+        requests=int(total.group(1)),
+        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
+        socket_errors=sum(int(g) for g in sock.groups()) if sock else 0,
+    )
+
+
+class LoadGenerator:
+    """Runs one fixed-duration load on a URL from CLIENT_CPU; same for every server in a run."""
+
+    name = ""
+    description = ""
+
+    def run(self, url: str, post_json: bytes | None, duration: int, connections: int) -> LoadResult:
+        raise NotImplementedError
+
+
+class Wrk(LoadGenerator):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.name = "wrk"
+        self.description = tool_version([path, "--version"]).split(" Copyright")[0]
+
+    def run(self, url: str, post_json: bytes | None, duration: int, connections: int) -> LoadResult:
+        argv = [self.path, "-t1", f"-c{connections}", f"-d{duration}s", "--latency"]
+        if post_json is not None:
+            if post_json != INFER_BODY:
+                raise BenchError("infer.lua only sends the standard infer body")
+            argv += ["-s", str(INFER_LUA)]
+        argv.append(url)
+        out = _run_client(pinned(argv, CLIENT_CPU), duration)
+        return parse_wrk(out)
+
+
+class PyLoadgen(LoadGenerator):
+    def __init__(self) -> None:
+        self.name = "python"
+        self.description = "bench/loadgen.py (asyncio + uvloop, no wrk available)"
+
+    def run(self, url: str, post_json: bytes | None, duration: int, connections: int) -> LoadResult:
+        argv = [sys.executable, str(BENCH / "loadgen.py"), url, "-c", str(connections)]
+        argv += ["-d", str(duration), "--json"]
+        if post_json is not None:
+            argv += ["-m", "POST", "--body", post_json.decode(), "-H", "Content-Type: application/json"]
+        out = _run_client(pinned(argv, CLIENT_CPU), duration)
+        data = json.loads(out.strip().splitlines()[-1])
+        return LoadResult(
+            rps=data["rps"],
+            p50_ms=data["p50_ms"],
+            p99_ms=data["p99_ms"],
+            requests=data["requests"],
+            non_2xx=data["non_2xx"],
+            socket_errors=data["errors"],
+        )
+
+
+def _run_client(argv: list[str], duration: int) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"load generator did not finish: {shlex.join(argv)}") from exc
+    if done.returncode != 0:
+        raise BenchError(f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def pick_loadgen(choice: str) -> LoadGenerator:
+    if choice in ("auto", "wrk"):
+        path = ensure_wrk()
+        if path:
+            return Wrk(path)
+        if choice == "wrk":
+            raise BenchError("wrk requested but not available")
+        log("wrk not available: falling back to bench/loadgen.py for every server")
+    return PyLoadgen()
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    name: str
+    label: str
+    method: str
+    path: str
+    make_server: Callable[[], Server]
+    check: Callable[[int, bytes], str | None]
+    available: str | None = None  # None when usable, else why not
+    runs: list[LoadResult] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def post_json(self) -> bytes | None:
+        return INFER_BODY if self.method == "POST" else None
+
+
+def _flatten(value: object) -> list[object]:
+    if isinstance(value, list):
+        return [x for item in value for x in _flatten(item)]
+    return [value]
+
+
+def check_echo(status: int, body: bytes) -> str | None:
+    if status != 200:
+        return f"HTTP {status}: {body[:300]!r}"
+    try:
+        outputs = json.loads(body)["outputs"]
+        data = [float(x) for x in _flatten(outputs[0]["data"])]  # type: ignore[arg-type]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        return f"not an OIP response ({exc}): {body[:300]!r}"
+    if data != [1.0, 2.0, 3.0, 4.0]:
+        return f"echo returned {data}, expected [1, 2, 3, 4]"
+    return None
+
+
+def check_hello(status: int, body: bytes) -> str | None:
+    if status != 200 or body != b"hello":
+        return f"HTTP {status}: {body[:100]!r}"
+    return None
+
+
+def build_targets(args: argparse.Namespace) -> list[Target]:
+    wanted = set(args.only.split(",")) if args.only else None
+    targets: list[Target] = []
+
+    podium_dir = (ROOT / args.podium_model).resolve()
+    podium_name = args.podium_model_name or podium_dir.name
+    podium = Target(
+        name="podium",
+        label="Podium",
+        method="POST",
+        path=f"/v2/models/{podium_name}/infer",
+        make_server=lambda: _podium_server(podium_dir, args.podium_http_server),
+        check=check_echo,
+    )
+    if not podium_help():
+        podium.available = "`podium serve --help` fails: Podium's CLI is not available yet"
+    elif not podium_dir.is_dir():
+        podium.available = f"model directory {podium_dir} does not exist"
+    targets.append(podium)
+
+    ml_folder = BENCH / "mlserver_echo"
+    mlserver = Target(
+        name="mlserver",
+        label="MLServer",
+        method="POST",
+        path="/v2/models/echo/infer",
+        make_server=lambda: mlserver_server(args.mlserver_bin, ml_folder, free_port()),
+        check=check_echo,
+    )
+    if args.mlserver_bin is None:
+        mlserver.available = args.mlserver_error
+    targets.append(mlserver)
+
+    for http_server in HTTP_SERVERS:
+        targets.append(
+            Target(
+                name=f"hello-{http_server}",
+                label=f"raw ASGI hello on {http_server}",
+                method="GET",
+                path="/",
+                make_server=lambda s=http_server: hello_servers([s])[0],
+                check=check_hello,
+            )
+        )
+    if wanted is not None:
+        unknown = wanted - {t.name for t in targets}
+        if unknown:
+            raise BenchError(f"unknown --only names: {', '.join(sorted(unknown))}")
+        targets = [t for t in targets if t.name in wanted]
+    return targets
+
+
+def _podium_server(model_dir: Path, http_server: str | None) -> Server:
+    port = free_port()
+    return Server(name="podium", argv=podium_argv(model_dir, port, http_server), port=port)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def one_round(
+    targets: list[Target], gen: LoadGenerator, args: argparse.Namespace, round_no: int
+) -> None:
+    for target in targets:
+        if target.available is not None:
+            continue
+        tag = f"round {round_no}/{args.repeat} {target.name}"
+        try:
+            with target.make_server() as srv:
+                if target.name == "podium" and not target.note:
+                    detected = podium_http_server(args.podium_http_server, srv)
+                    target.note = detected or "?"
+                url = srv.url + target.path
+                if target.method == "POST":
+                    status, _, body = http_post_json(srv.port, target.path, INFER_BODY)
+                else:
+                    status, _, body = http_get(srv.port, target.path, timeout=10)
+                problem = target.check(status, body)
+                if problem:
+                    raise BenchError(f"wrong response from {url}: {problem}")
+                if args.warmup > 0:
+                    warm = gen.run(url, target.post_json, args.warmup, args.connections)
+                    log(f"{tag}: warm-up {warm.rps:,.0f} req/s (discarded)")
+                result = gen.run(url, target.post_json, args.duration, args.connections)
+        except BenchError as exc:
+            log(f"{tag}: FAILED: {exc}")
+            target.failures.append(f"round {round_no}: {str(exc).splitlines()[0]}")
+            continue
+        target.runs.append(result)
+        flag = f"  ERRORS: {result.non_2xx} non-2xx, {result.socket_errors} socket" * (
+            result.errors > 0
+        )
+        log(
+            f"{tag}: {result.rps:,.0f} req/s  p50 {result.p50_ms:.2f} ms  "
+            f"p99 {result.p99_ms:.2f} ms{flag}"
+        )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt_ms(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.2f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    if math.isnan(a) or math.isnan(b) or b == 0:
+        return "—"
+    return f"{a / b:.2f}×"
+
+
+def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) -> str:
+    by_name = {t.name: t for t in targets}
+    lines = ["## OIP REST infer: echo model, 64 connections", ""]
+    lines += machine_lines(command_line())
+    lines.append(
+        f"- load: {gen.description}, 1 thread, {args.connections} keep-alive connections, "
+        f"{args.warmup} s warm-up (discarded) then {args.duration} s, "
+        f"{args.repeat} round(s); figures are medians over rounds"
+    )
+    versions = [
+        f"podium {package_version('podium')}",
+        f"granian {package_version('granian')}",
+        f"uvicorn {package_version('uvicorn')}",
+    ]
+    if args.mlserver_bin is not None:
+        versions.append(f"mlserver {mlserver_version()} (uvicorn + uvloop + httptools)")
+    lines.append(f"- versions: {', '.join(versions)}")
+    lines.append("")
+    lines.append("| server | request | req/s | p50 ms | p99 ms | req/s min–max | rounds | errors |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
+    med: dict[str, tuple[float, float, float]] = {}
+    flagged: list[str] = []
+    for t in targets:
+        label = t.label
+        if t.name == "podium" and t.note:
+            label += f" (on {t.note})"
+        if t.available is not None:
+            lines.append(f"| {label} | {t.method} {t.path} | — | — | — | — | 0 | n/a: {t.available} |")
+            continue
+        rps = median([r.rps for r in t.runs])
+        p50 = median([r.p50_ms for r in t.runs])
+        p99 = median([r.p99_ms for r in t.runs])
+        med[t.name] = (rps, p50, p99)
+        errors = sum(r.errors for r in t.runs)
+        spread = (
+            f"{min(r.rps for r in t.runs):,.0f}–{max(r.rps for r in t.runs):,.0f}"
+            if t.runs
+            else "—"
+        )
+        err_text = "none"
+        if errors:
+            non2xx = sum(r.non_2xx for r in t.runs)
+            sock = sum(r.socket_errors for r in t.runs)
+            err_text = f"**FLAGGED** {non2xx} non-2xx, {sock} socket"
+            flagged.append(f"{t.name}: {err_text}")
+        if t.failures:
+            err_text += f"; {len(t.failures)} failed round(s)"
+            flagged += [f"{t.name}: {f}" for f in t.failures]
+        rps_text = "—" if math.isnan(rps) else f"{rps:,.0f}"
+        lines.append(
+            f"| {label} | {t.method} {t.path} | {rps_text} | {_fmt_ms(p50)} | {_fmt_ms(p99)} "
+            f"| {spread} | {len(t.runs)}/{args.repeat} | {err_text} |"
+        )
+
+    lines += ["", "| comparison | value |", "|---|---:|"]
+    nan3 = (math.nan, math.nan, math.nan)
+    pod = med.get("podium", nan3)
+    mls = med.get("mlserver", nan3)
+    same = by_name["podium"].note if "podium" in by_name else ""
+    lines.append(f"| Podium / MLServer, req/s | {_ratio(pod[0], mls[0])} |")
+    for http_server in HTTP_SERVERS:
+        hello = med.get(f"hello-{http_server}", nan3)
+        mark = " (Podium's HTTP server)" if same == http_server else ""
+        lines.append(
+            f"| Podium / raw hello on {http_server}{mark}, req/s | {_ratio(pod[0], hello[0])} |"
+        )
+    lines.append(f"| MLServer / raw hello on uvicorn (its HTTP server), req/s "
+                 f"| {_ratio(mls[0], med.get('hello-uvicorn', nan3)[0])} |")
+    lines.append(f"| p99: MLServer / Podium (above 1: Podium's tail is shorter) "
+                 f"| {_ratio(mls[2], pod[2])} |")
+    for http_server in HTTP_SERVERS:
+        hello = med.get(f"hello-{http_server}", nan3)
+        lines.append(f"| p99: Podium / raw hello on {http_server} | {_ratio(pod[2], hello[2])} |")
+    if flagged:
+        lines += ["", "**Flagged:**", *[f"- {f}" for f in flagged]]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench/run.py", description="Podium vs MLServer vs raw ASGI, OIP REST infer."
+    )
+    parser.add_argument("--quick", action="store_true", help="1 round, 3 s runs, 1 s warm-up")
+    parser.add_argument("--repeat", type=int, default=None, help="rounds (default 3)")
+    parser.add_argument("--duration", type=int, default=None, help="seconds per run (default 10)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up seconds (default 3)")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--podium-http-server", default=None, metavar="NAME")
+    parser.add_argument("--podium-model", default="examples/echo", help="model dir (from root)")
+    parser.add_argument("--podium-model-name", default=None, help="default: the dir's name")
+    parser.add_argument("--loadgen", choices=("auto", "wrk", "python"), default="auto")
+    parser.add_argument("--only", default=None, help="comma-separated subset of servers")
+    parser.add_argument("--json", type=Path, default=None, help="also write raw results here")
+    args = parser.parse_args(argv)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    args.duration = args.duration or (3 if args.quick else 10)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    if args.repeat < 1 or args.duration < 1 or args.connections < 1:
+        parser.error("--repeat, --duration and --connections must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--stream" in argv:
+        import stream
+
+        argv.remove("--stream")
+        return stream.main(argv)
+    args = parse_args(argv)
+    pin_self(CLIENT_CPU)
+
+    gen = pick_loadgen(args.loadgen)
+    log(f"load generator: {gen.description}")
+    args.mlserver_bin, args.mlserver_error = None, None
+    if args.only is None or "mlserver" in args.only.split(","):
+        try:
+            args.mlserver_bin = ensure_mlserver()
+        except BenchError as exc:
+            args.mlserver_error = f"MLServer could not be installed: {str(exc).splitlines()[0]}"
+            log(args.mlserver_error)
+    targets = build_targets(args)
+    for t in targets:
+        if t.available is not None:
+            log(f"{t.name}: skipped: {t.available}")
+
+    for round_no in range(1, args.repeat + 1):
+        one_round(targets, gen, args, round_no)
+
+    text = report(targets, gen, args)
+    print(text)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        raw = {
+            "command": command_line(),
+            "loadgen": gen.description,
+            "targets": {
+                t.name: {
+                    "available": t.available,
+                    "note": t.note,
+                    "runs": [asdict(r) for r in t.runs],
+                    "failures": t.failures,
+                }
+                for t in targets
+            },
+            "report": text,
+        }
+        args.json.write_text(json.dumps(raw, indent=2))
+    bad = any(t.failures or any(r.errors for r in t.runs) or t.available for t in targets)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Podium: a fast Python model inference server.
+
+Layers, from the top (imports only point down):
+
+    server/http, cli        front ends: wire formats in and out, nothing else
+    dataplane               the one entry every front end calls
+    runtime/registry        models × versions, default version
+    runtime/{direct,batcher} scheduling
+    model/*                 model contracts: adapt user code to ``types.ModelInstance``
+    types, codecs, errors, config   foundations
+
+Users import from here: ``from podium import InferenceRequest, InferenceResponse``.
+"""
+
+from .errors import (
+    InvalidInput,
+    ModelError,
+    NotFound,
+    PodiumError,
+    Unavailable,
+)
+from .types import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestInput,
+    RequestOutput,
+    ResponseOutput,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InferenceRequest",
+    "InferenceResponse",
+    "InvalidInput",
+    "ModelError",
+    "NotFound",
+    "PodiumError",
+    "RequestInput",
+    "RequestOutput",
+    "ResponseOutput",
+    "Unavailable",
+    "__version__",
+]

@@ -1,0 +1,160 @@
+"""The ``podium`` command: ``serve`` and ``check``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .config import ServerConfig, load_yaml
+from .errors import DefinitionError
+
+__all__ = ["main"]
+
+_PORTS = {
+    "http_port": "--http-port",
+    "management_port": "--management-port",
+    "metrics_port": "--metrics-port",
+    "grpc_port": "--grpc-port",
+    "grpc_management_port": "--grpc-management-port",
+}
+
+
+def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = load_yaml(config_file)
+        except DefinitionError as exc:
+            raise click.UsageError(exc.message) from None
+        data = {str(k).replace("-", "_"): v for k, v in data.items()}
+        unknown = sorted(set(data) - ServerConfig.keys())
+        if unknown:
+            allowed = ", ".join(sorted(k for k in ServerConfig.keys()))
+            raise click.UsageError(
+                f"{config_file}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})"
+            )
+        if "secrets_dir" in data and data["secrets_dir"] is not None:
+            data["secrets_dir"] = Path(data["secrets_dir"])
+        if "models" in data:
+            models = data["models"]
+            if isinstance(models, str):
+                models = [models]
+            if not isinstance(models, list):
+                raise click.UsageError(f"{config_file}: 'models' must be a list of paths")
+            base = config_file.parent
+            data["models"] = tuple(str(base / str(m)) for m in models)
+        values.update(data)
+    values.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return ServerConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@click.group()
+@click.version_option(package_name="podium")
+def main() -> None:
+    """Podium: serve Python models over OIP v2, TorchServe and Truss-style APIs."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML file with any of these settings (keys as the flags, '-' or '_'); flags win.",
+)
+@click.option("--host", default=None, help="Address for the inference listeners [0.0.0.0].")
+@click.option(
+    "--http-port", type=int, default=None, help="HTTP inference port; 0 picks one [8080]."
+)
+@click.option("--management-port", type=int, default=None, help="Management API port [8081].")
+@click.option("--metrics-port", type=int, default=None, help="Prometheus metrics port [8082].")
+@click.option("--grpc-port", type=int, default=None, help="gRPC inference port [7070].")
+@click.option("--grpc-management-port", type=int, default=None, help="gRPC management port [7071].")
+@click.option(
+    "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."
+)
+@click.option(
+    "--secrets-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of secret files (one file per secret).",
+)
+@click.option("--threads", type=int, default=None, help="Threads for sync model code [64].")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> None:
+    """Serve the models at PATHS (model files, model directories or model repositories)."""
+    config = _merge(config_file, flags)
+    all_paths = [*(Path(p) for p in config.models), *paths]
+    if not all_paths:
+        raise click.UsageError("no models given: pass model paths or set 'models' in --config")
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from .server._runner import Podium
+
+    podium = Podium(config, all_paths)
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await podium.start()
+        except DefinitionError as exc:
+            click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
+            for problem in exc.problems:
+                click.echo(f"  - {problem}", err=True)
+            await podium.stop()
+            return 1
+        except OSError as exc:
+            click.echo(f"podium: {exc.strerror or exc}", err=True)
+            await podium.stop()
+            return 1
+        await stop.wait()
+        logging.getLogger("podium").info("shutting down")
+        await podium.stop()
+        return 0
+
+    sys.exit(_run(run()))
+
+
+def _run(coro: Any) -> int:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional (not on Windows)
+        return asyncio.run(coro)  # type: ignore[no-any-return]
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)  # type: ignore[no-any-return]
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def check(paths: tuple[Path, ...]) -> None:
+    """Check the model definitions at PATHS without serving; exit 1 on any error."""
+    from .model.discovery import discover
+    from .runtime.loading import check_paths
+
+    problems = check_paths(list(paths))
+    if problems:
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
+        click.echo(f"{len(problems)} problem(s) found", err=True)
+        sys.exit(1)
+    count = 0
+    for path in paths:
+        for source in discover(path):
+            click.echo(f"ok: {source.label}")
+            count += 1
+    click.echo(f"{count} model(s) checked, no problems")

@@ -1,0 +1,211 @@
+"""Configuration values: a model's ``config.yaml`` and the server's settings.
+
+Both are plain frozen dataclasses, validated when built (``ValueError`` / ``DefinitionError`` with
+the key named), never with ``assert``. YAML is parsed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import DefinitionError, MissingSecret
+
+__all__ = ["MODEL_KEYS", "ModelConfig", "Secrets", "ServerConfig", "load_yaml"]
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """Parse a YAML mapping from ``path``; an empty file is an empty mapping."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise DefinitionError(f"{path}: invalid YAML: {exc}") from exc
+    except OSError as exc:
+        raise DefinitionError(f"{path}: cannot be read: {exc.strerror}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise DefinitionError(
+            f"{path}: must be a mapping of keys to values, not {type(data).__name__}"
+        )
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """A model's settings, from its ``config.yaml``. Defaults are the documented ones."""
+
+    name: str
+    version: str | None = None
+    model_class_name: str = "Model"
+    predict_concurrency: int = 1
+    batch_size: int = 1
+    max_batch_delay: float = 5.0  # milliseconds
+    max_queue_size: int = 1000
+    stream_buffer: int = 16
+    model_metadata: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], *, default_name: str, where: str) -> ModelConfig:
+        """Validate ``data`` (a parsed ``config.yaml``); every problem names the key and the file."""
+        problems: list[str] = []
+        unknown = sorted(set(data) - MODEL_KEYS)
+        for key in unknown:
+            allowed = ", ".join(sorted(MODEL_KEYS))
+            problems.append(f"{where}: unknown key '{key}' (allowed: {allowed})")
+        values: dict[str, Any] = {"name": default_name, "raw": dict(data)}
+
+        def positive_int(key: str, minimum: int) -> None:
+            if key in data:
+                value = data[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                    problems.append(
+                        f"{where}: '{key}' must be an integer >= {minimum}, got {value!r}"
+                    )
+                else:
+                    values[key] = value
+
+        if "name" in data:
+            if not isinstance(data["name"], str) or not data["name"].strip():
+                problems.append(f"{where}: 'name' must be a non-empty string, got {data['name']!r}")
+            elif "/" in data["name"]:
+                problems.append(f"{where}: 'name' must not contain '/', got {data['name']!r}")
+            else:
+                values["name"] = data["name"]
+        if "version" in data and data["version"] is not None:
+            version = data["version"]
+            if (
+                isinstance(version, bool)
+                or not isinstance(version, str | int)
+                or "/" in str(version)
+            ):
+                problems.append(f"{where}: 'version' must be a string or integer, got {version!r}")
+            else:
+                values["version"] = str(version)
+        if "model_class_name" in data:
+            if not isinstance(data["model_class_name"], str) or not data["model_class_name"]:
+                problems.append(f"{where}: 'model_class_name' must be a non-empty string")
+            else:
+                values["model_class_name"] = data["model_class_name"]
+        positive_int("predict_concurrency", 1)
+        positive_int("batch_size", 1)
+        positive_int("max_queue_size", 1)
+        positive_int("stream_buffer", 1)
+        if "max_batch_delay" in data:
+            delay = data["max_batch_delay"]
+            if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+                problems.append(
+                    f"{where}: 'max_batch_delay' must be a number of milliseconds >= 0, got {delay!r}"
+                )
+            else:
+                values["max_batch_delay"] = float(delay)
+        if "model_metadata" in data and data["model_metadata"] is not None:
+            if not isinstance(data["model_metadata"], dict):
+                problems.append(f"{where}: 'model_metadata' must be a mapping")
+            else:
+                values["model_metadata"] = data["model_metadata"]
+        if problems:
+            raise DefinitionError("; ".join(problems), problems)
+        return cls(**values)
+
+
+MODEL_KEYS = frozenset(f.name for f in dataclasses.fields(ModelConfig) if f.name not in {"raw"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The server's settings. The CLI merges defaults, ``--config FILE`` and flags, flags last."""
+
+    host: str = "0.0.0.0"
+    http_port: int = 8080
+    management_host: str = "127.0.0.1"
+    management_port: int = 8081
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 8082
+    grpc_port: int = 7070
+    grpc_management_port: int = 7071
+    max_request_size: int = 64 * 1024 * 1024
+    secrets_dir: Path | None = None
+    threads: int = 64
+    http_server: str = "uvicorn"
+    log_level: str = "info"
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in (
+            "http_port",
+            "management_port",
+            "metrics_port",
+            "grpc_port",
+            "grpc_management_port",
+        ):
+            port = getattr(self, name)
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be a port number 0-65535, got {port!r}"
+                )
+        if self.max_request_size < 1:
+            raise ValueError(f"max-request-size must be >= 1 byte, got {self.max_request_size}")
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.http_server not in {"uvicorn", "granian"}:
+            raise ValueError(
+                f"http-server must be 'uvicorn' or 'granian', got {self.http_server!r}"
+            )
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """The keys a ``--config`` YAML file may set (the flags' names with ``_``)."""
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+class Secrets(Mapping[str, str]):
+    """Read-only secrets: ``PODIUM_SECRET_<NAME>`` from the environment, else a file in ``directory``.
+
+    A missing secret raises :class:`podium.errors.MissingSecret` naming it. Values are read on
+    access, so rotating a mounted secret file needs no restart.
+    """
+
+    def __init__(
+        self, directory: Path | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self._directory = directory
+        self._environ = os.environ if environ is None else environ
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return "PODIUM_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+    def __getitem__(self, name: str) -> str:
+        value = self._environ.get(self.env_name(name))
+        if value is not None:
+            return value
+        if self._directory is not None and "/" not in name and name not in {".", ".."}:
+            path = self._directory / name
+            if path.is_file():
+                return path.read_text(encoding="utf-8").rstrip("\n")
+        where = f" or a file '{name}' in {self._directory}" if self._directory else ""
+        raise MissingSecret(
+            f"secret '{name}' is not set: expected environment variable {self.env_name(name)}{where}"
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        names = {
+            k[len("PODIUM_SECRET_") :].lower()
+            for k in self._environ
+            if k.startswith("PODIUM_SECRET_")
+        }
+        if self._directory is not None and self._directory.is_dir():
+            names.update(p.name for p in self._directory.iterdir() if p.is_file())
+        return iter(sorted(names))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

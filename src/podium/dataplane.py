@@ -1,0 +1,166 @@
+"""The data plane: the one entry every front end calls.
+
+A front end turns its wire format into a :class:`podium.types.Call`; the data plane finds the
+model version, turns the protocol's payload into what the model's first parameter asks for, runs
+it through the version's scheduler, and turns the result into the protocol's neutral form:
+an :class:`InferenceResponse` for OIP, the model's own value for Truss and TorchServe (the front
+end serialises it). The mapping is documented cell by cell in ``docs/protocols.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from . import __version__, codecs
+from .errors import InvalidInput, UnsupportedRepresentation
+from .runtime.registry import ModelState, ModelVersion, Registry
+from .types import Call, InferenceRequest, InferenceResponse, InputKind, WireProtocol
+
+__all__ = ["DataPlane"]
+
+EXTENSIONS = ["model_repository", "generate", "infer_stream"]
+
+
+class DataPlane:
+    """Inference, health and metadata over the registry, for every front end."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    # -- health and metadata -------------------------------------------------------------
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.registry.all_ready()
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Whether that version is ready; ``NotFound`` if it does not exist."""
+        return self.registry.get(name, version).state is ModelState.READY
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "podium", "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def model_metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
+        mv = self.registry.get(name, version)
+        meta = dict(mv.config.model_metadata)
+        out: dict[str, Any] = {
+            "name": mv.name,
+            "versions": [v.version for v in self.registry.versions(name) if v.version],
+            "platform": meta.pop("platform", "podium"),
+            "inputs": meta.pop("inputs", []),
+            "outputs": meta.pop("outputs", []),
+        }
+        if mv.version:
+            out["version"] = mv.version
+        state = {"state": mv.state.value}
+        if mv.reason:
+            state["reason"] = mv.reason
+        out["parameters"] = {**meta, **state}
+        return out
+
+    # -- inference -----------------------------------------------------------------------
+
+    async def infer(self, call: Call) -> Any:
+        """Run ``call`` to completion. A streaming model's items are gathered into one result."""
+        mv = self.registry.ready(call.model, call.version)
+        inputs, oip = await self._inputs(mv, call)
+        if mv.instance.streaming:
+            items = [item async for item in mv.scheduler.stream(inputs, call.request)]
+            return self._gather(mv, call, items, oip)
+        result = await mv.scheduler.infer(inputs, call.request)
+        if call.protocol is WireProtocol.OIP:
+            return self._oip_response(mv, result, oip)
+        return result
+
+    async def stream(self, call: Call) -> AsyncIterator[Any]:
+        """The items of ``call``; a non-streaming model yields its one result."""
+        mv = self.registry.ready(call.model, call.version)
+        inputs, oip = await self._inputs(mv, call)
+        items = mv.scheduler.stream(inputs, call.request)
+        try:
+            async for item in items:
+                if call.protocol is WireProtocol.OIP:
+                    yield self._oip_response(mv, item, oip)
+                else:
+                    yield item
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+
+    def needs_inputs(self, call: Call) -> bool:
+        """Whether the model addressed reads the inputs (else the body is never parsed).
+
+        Raises ``NotFound`` / ``ModelNotReady`` before anything is read.
+        """
+        return self.registry.ready(call.model, call.version).instance.needs_inputs
+
+    def is_streaming(self, call: Call) -> bool:
+        """Whether the model addressed streams (its ``predict`` is a generator)."""
+        return self.registry.ready(call.model, call.version).instance.streaming
+
+    # -- conversions -----------------------------------------------------------------------
+
+    async def _inputs(self, mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
+        inst = mv.instance
+        if not inst.needs_inputs:
+            return None, None
+        raw = await call.read()
+        kind = inst.input_kind
+        if call.protocol is WireProtocol.OIP:
+            request: InferenceRequest = raw
+            if kind is InputKind.OIP_REQUEST:
+                return request, request
+            decoded = codecs.decode_request(request)
+            if kind is InputKind.SCHEMA:
+                return inst.validate(codecs.inputs_as_json(decoded)), request
+            return decoded, request
+        if kind is InputKind.OIP_REQUEST:
+            try:
+                if isinstance(raw, bytes | str):
+                    return msgspec.json.decode(raw, type=InferenceRequest), None
+                return msgspec.convert(raw, InferenceRequest), None
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                raise InvalidInput(f"model '{mv.name}' takes an inference request: {exc}") from exc
+        if kind is InputKind.SCHEMA:
+            return inst.validate(raw), None
+        return raw, None
+
+    def _oip_response(
+        self, mv: ModelVersion, result: Any, request: InferenceRequest | None
+    ) -> InferenceResponse:
+        requested = request.outputs if request is not None else None
+        try:
+            outputs = codecs.encode_outputs(result, requested)
+        except UnsupportedRepresentation as exc:
+            raise UnsupportedRepresentation(
+                f"model '{mv.name}' returned a value the Open Inference Protocol cannot carry: "
+                f"{exc.message}"
+            ) from exc
+        response = InferenceResponse(
+            outputs=outputs,
+            model_name=mv.name,
+            model_version=mv.version,
+            id=request.id if request is not None else None,
+        )
+        if isinstance(result, InferenceResponse):
+            response.parameters = result.parameters
+            if result.id is not None and response.id is None:
+                response.id = result.id
+        return response
+
+    def _gather(
+        self, mv: ModelVersion, call: Call, items: list[Any], request: InferenceRequest | None
+    ) -> Any:
+        if call.protocol is WireProtocol.OIP:
+            parts = [self._oip_response(mv, item, request).outputs for item in items]
+            response = self._oip_response(mv, codecs.concat_outputs(parts), request)
+            return response
+        if items and all(isinstance(i, str) for i in items):
+            return "".join(items)
+        if items and all(isinstance(i, bytes) for i in items):
+            return b"".join(items)
+        return items

@@ -1,0 +1,207 @@
+"""Podium's errors: one hierarchy, one table of wire statuses.
+
+    PodiumError                      every error Podium raises on purpose
+    ├── InvalidInput                 the request is malformed (400 / INVALID_ARGUMENT)
+    │   ├── InvalidTensor            a tensor's datatype, shape or data is wrong
+    │   ├── ValidationFailed         the body failed the model's own schema (pydantic)
+    │   └── UnsupportedRepresentation  the value cannot be carried by this protocol
+    ├── NotFound                     unknown model, version or route (404 / NOT_FOUND)
+    ├── MethodNotAllowed             a known route called with the wrong method (405 / UNIMPLEMENTED)
+    ├── PayloadTooLarge              the body exceeds the configured limit (413 / RESOURCE_EXHAUSTED)
+    ├── Unavailable                  try again later (503 / UNAVAILABLE)
+    │   ├── ModelNotReady            the model is loading or failed to load
+    │   └── QueueFull                the model's queue is at max_queue_size
+    ├── Cancelled                    the client went away; nobody is waiting for the answer
+    ├── ModelError                   the user's code raised (500 / INTERNAL)
+    │   └── BadModelOutput           the user's code returned something the contract forbids
+    ├── WorkerDied                   the instance running the request broke (500 / INTERNAL)
+    ├── DefinitionError              a model class breaks the contract (found at load time)
+    └── MissingSecret                a model asked for a secret that is not configured (a KeyError)
+
+``Cancelled`` and ``WorkerDied`` are kept apart on purpose (after Trio's ``ClosedResourceError`` /
+``BrokenResourceError``): a request cancelled because its client left is not a failure of the
+server, while a dead worker is, and logs and clients must be able to tell which happened.
+
+Every error carries ``message`` (what happened, naming the thing and the rule) and ``code`` (a
+stable machine-readable name). ``STATUS`` is the single table from error class to HTTP status and
+gRPC status-code name; front ends look errors up with :func:`http_status` and :func:`grpc_code`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadModelOutput",
+    "Cancelled",
+    "DefinitionError",
+    "InvalidInput",
+    "InvalidTensor",
+    "MissingSecret",
+    "ModelError",
+    "MethodNotAllowed",
+    "ModelNotReady",
+    "NotFound",
+    "PayloadTooLarge",
+    "PodiumError",
+    "QueueFull",
+    "STATUS",
+    "Unavailable",
+    "UnsupportedRepresentation",
+    "ValidationFailed",
+    "WorkerDied",
+    "grpc_code",
+    "http_status",
+]
+
+
+class PodiumError(Exception):
+    """Base of every error Podium raises on purpose."""
+
+    code = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(PodiumError):
+    """The request is malformed: bad JSON, wrong fields, too deep, wrong types."""
+
+    code = "invalid_input"
+
+
+class InvalidTensor(InvalidInput):
+    """A tensor's datatype, shape or data does not agree with the protocol."""
+
+    code = "invalid_tensor"
+
+
+class ValidationFailed(InvalidInput):
+    """The inputs failed the model's own schema; ``details`` lists the failing locations."""
+
+    code = "validation_failed"
+
+    def __init__(self, message: str, details: list[dict[str, object]] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or []
+
+
+class UnsupportedRepresentation(InvalidInput):
+    """A value cannot be carried on the protocol the client used."""
+
+    code = "unsupported_representation"
+
+
+class NotFound(PodiumError):
+    """An unknown model, version or route."""
+
+    code = "not_found"
+
+
+class MethodNotAllowed(PodiumError):
+    """A known route called with a method it does not serve; ``allowed`` lists the right ones."""
+
+    code = "method_not_allowed"
+
+    def __init__(self, message: str, allowed: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.allowed = allowed
+
+
+class PayloadTooLarge(PodiumError):
+    """The request body is larger than the configured maximum."""
+
+    code = "payload_too_large"
+
+
+class Unavailable(PodiumError):
+    """The server cannot take this request now; the client may retry."""
+
+    code = "unavailable"
+
+
+class ModelNotReady(Unavailable):
+    """The model exists but is loading, or failed to load."""
+
+    code = "model_not_ready"
+
+
+class QueueFull(Unavailable):
+    """The model's queue holds ``max_queue_size`` requests already."""
+
+    code = "queue_full"
+
+
+class Cancelled(PodiumError):
+    """The client went away; the work was stopped on purpose. Not a server failure."""
+
+    code = "cancelled"
+
+
+class ModelError(PodiumError):
+    """The user's model code raised; the message includes the exception's text."""
+
+    code = "model_error"
+
+
+class BadModelOutput(ModelError):
+    """The user's model returned something the contract forbids (e.g. a batch of wrong length)."""
+
+    code = "bad_model_output"
+
+
+class WorkerDied(PodiumError):
+    """The instance that held the request broke (crashed process); distinct from ``Cancelled``."""
+
+    code = "worker_died"
+
+
+class DefinitionError(PodiumError):
+    """A model class or configuration breaks the contract; found when the model is loaded."""
+
+    code = "definition_error"
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+class MissingSecret(PodiumError, KeyError):
+    """A secret the model asked for is set neither in the environment nor in the secrets directory."""
+
+    code = "missing_secret"
+
+
+# The one table. Most specific classes first is not needed: lookup walks the MRO.
+STATUS: dict[type[PodiumError], tuple[int, str]] = {
+    PodiumError: (500, "INTERNAL"),
+    InvalidInput: (400, "INVALID_ARGUMENT"),
+    NotFound: (404, "NOT_FOUND"),
+    MethodNotAllowed: (405, "UNIMPLEMENTED"),
+    PayloadTooLarge: (413, "RESOURCE_EXHAUSTED"),
+    Unavailable: (503, "UNAVAILABLE"),
+    Cancelled: (499, "CANCELLED"),
+    ModelError: (500, "INTERNAL"),
+    WorkerDied: (500, "INTERNAL"),
+    DefinitionError: (500, "INTERNAL"),
+}
+
+
+def _lookup(exc: PodiumError) -> tuple[int, str]:
+    for cls in type(exc).__mro__:
+        found = STATUS.get(cls)  # type: ignore[call-overload]
+        if found is not None:
+            return found
+    return STATUS[PodiumError]
+
+
+def http_status(exc: PodiumError) -> int:
+    """The HTTP status for ``exc`` from the single table."""
+    return _lookup(exc)[0]
+
+
+def grpc_code(exc: PodiumError) -> str:
+    """The gRPC status-code name (``grpc.StatusCode`` member name) for ``exc``."""
+    return _lookup(exc)[1]

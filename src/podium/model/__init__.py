@@ -1,0 +1,5 @@
+"""Model contracts: adapt user code to :class:`podium.types.ModelInstance`.
+
+Imports nothing above ``podium.types`` / ``podium.errors`` / ``podium.config`` / ``podium.codecs``,
+and no web or gRPC library.
+"""

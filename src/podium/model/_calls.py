@@ -1,0 +1,90 @@
+"""Calling user code: sync code in a thread pool, async code on the loop, errors translated."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import AsyncGenerator, Callable, Iterator
+from concurrent.futures import Executor
+from typing import Any
+
+from ..errors import ModelError, PodiumError
+
+logger = logging.getLogger("podium.model")
+
+_DONE = object()
+
+
+def model_error(model: str, method: str, exc: BaseException) -> PodiumError:
+    """Translate an exception raised by user code; Podium's own errors pass through."""
+    if isinstance(exc, PodiumError):
+        return exc
+    logger.error("model '%s' %s raised", model, method, exc_info=exc)
+    return ModelError(f"model '{model}' {method} raised {type(exc).__name__}: {exc}")
+
+
+async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking ``fn(*args)`` in ``executor``; never on the event loop."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, functools.partial(fn, *args))
+
+
+async def iterate_sync(
+    gen: Iterator[Any], executor: Executor, model: str
+) -> AsyncGenerator[Any, None]:
+    """Drive a sync generator one item at a time in ``executor``.
+
+    When the consumer stops early (client left), the generator is closed (``GeneratorExit`` inside
+    it) in the pool, after the step it may be running finishes; the caller is not held up by it.
+    """
+    lock = threading.Lock()
+
+    def step() -> Any:
+        with lock:
+            try:
+                return next(gen)
+            except StopIteration:
+                return _DONE
+
+    def close() -> None:
+        with lock:
+            try:
+                gen.close()
+            except Exception:  # logged: nobody is waiting for it
+                logger.exception("model '%s' generator raised while closing", model)
+
+    loop = asyncio.get_running_loop()
+    finished = False
+    try:
+        while True:
+            try:
+                item = await loop.run_in_executor(executor, step)
+            except Exception as exc:
+                finished = True
+                raise model_error(model, "predict", exc) from exc
+            if item is _DONE:
+                finished = True
+                return
+            yield item
+    finally:
+        if not finished:
+            executor.submit(close)
+
+
+async def iterate_async(agen: Any, model: str) -> AsyncGenerator[Any, None]:
+    """Iterate an async generator, translating its errors and always closing it."""
+    try:
+        while True:
+            try:
+                item = await agen.__anext__()
+            except StopAsyncIteration:
+                return
+            except (asyncio.CancelledError, GeneratorExit):
+                raise
+            except Exception as exc:
+                raise model_error(model, "predict", exc) from exc
+            yield item
+    finally:
+        await agen.aclose()

@@ -1,0 +1,133 @@
+"""Finding models on disk and importing their code.
+
+A path given to ``podium serve`` is one of:
+
+- a ``.py`` file holding the model class (named after the file);
+- a model directory: ``model.py`` and an optional ``config.yaml`` (named after the directory);
+- a versioned model directory: ``config.yaml`` (optional, shared) and numbered subdirectories
+  ``1/``, ``2/``, ... each holding ``model.py`` and an optional ``config.yaml`` of its own;
+- a model repository: a directory whose subdirectories are any of the above.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig, load_yaml
+from ..errors import DefinitionError
+from .native import ModelSpec, inspect_class
+
+__all__ = ["ModelSource", "discover", "import_model"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """One model version found on disk, with its validated configuration."""
+
+    config: ModelConfig
+    file: Path  # the .py file holding the class
+    model_dir: Path  # where data/ lives
+
+    @property
+    def label(self) -> str:
+        version = f" version '{self.config.version}'" if self.config.version else ""
+        return f"model '{self.config.name}'{version} ({self.file})"
+
+
+def _is_version_dir(path: Path) -> bool:
+    return path.is_dir() and path.name.isdigit() and (path / "model.py").is_file()
+
+
+def _config_of(directory: Path) -> tuple[dict[str, Any], Path]:
+    path = directory / "config.yaml"
+    if not path.exists():
+        path = directory / "config.yml"
+    return (load_yaml(path) if path.exists() else {}), path
+
+
+def discover(path: Path) -> list[ModelSource]:
+    """The models under ``path``; raise ``DefinitionError`` listing every problem found."""
+    problems: list[str] = []
+    found: list[ModelSource] = []
+    _discover(path, found, problems, top=True)
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
+    return found
+
+
+def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top: bool) -> None:
+    try:
+        if not path.exists():
+            problems.append(f"{path}: no such file or directory")
+        elif path.is_file():
+            if path.suffix != ".py":
+                problems.append(f"{path}: a model file must be a .py file")
+            else:
+                found.append(_source(path, path.parent, {}, path.stem, path))
+        elif (path / "model.py").is_file():
+            data, cfg = _config_of(path)
+            found.append(_source(path / "model.py", path, data, path.name, cfg))
+        elif any(_is_version_dir(p) for p in path.iterdir()):
+            shared, cfg = _config_of(path)
+            for sub in sorted(p for p in path.iterdir() if _is_version_dir(p)):
+                own, own_cfg = _config_of(sub)
+                data = {**shared, **own, "version": own.get("version", sub.name)}
+                found.append(_source(sub / "model.py", sub, data, path.name, own_cfg))
+        elif top:
+            subdirs = sorted(
+                p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+            )
+            before = len(found) + len(problems)
+            for sub in subdirs:
+                _discover(sub, found, problems, top=False)
+            if len(found) + len(problems) == before:
+                problems.append(f"{path}: holds no model (no model.py, no model subdirectories)")
+        else:
+            pass  # a stray directory inside a repository is not a model
+    except DefinitionError as exc:
+        problems.extend(exc.problems)
+
+
+def _source(
+    file: Path, model_dir: Path, data: dict[str, Any], default_name: str, cfg: Path
+) -> ModelSource:
+    config = ModelConfig.from_mapping(data, default_name=default_name, where=str(cfg))
+    return ModelSource(config, file.resolve(), model_dir.resolve())
+
+
+def import_model(source: ModelSource) -> ModelSpec:
+    """Import the model's file and check its class; errors name the model, the file and the rule."""
+    file = source.file
+    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    module_name = f"podium_user_model_{digest}"
+    try:
+        spec = importlib.util.spec_from_file_location(module_name, file)
+        if spec is None or spec.loader is None:
+            raise DefinitionError(f"{source.label}: cannot be imported")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+    except DefinitionError:
+        raise
+    except Exception as exc:
+        raise DefinitionError(
+            f"{source.label}: importing the file raised {type(exc).__name__}: {exc}"
+        ) from exc
+    class_name = source.config.model_class_name
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise DefinitionError(f"{source.label}: the file defines no class '{class_name}'")
+    try:
+        return inspect_class(cls)
+    except DefinitionError as exc:
+        problems = [f"{source.label}: {p}" for p in exc.problems]
+        raise DefinitionError("; ".join(problems), problems) from None

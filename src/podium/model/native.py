@@ -1,0 +1,371 @@
+"""The native model contract (after Truss): a plain class with load/preprocess/predict/postprocess.
+
+``inspect_class`` checks every rule of the contract when the model is loaded and reports all
+problems at once, each naming the method and the rule. ``NativeModel`` wraps an instance as a
+:class:`podium.types.ModelInstance`.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import typing
+from collections.abc import AsyncGenerator, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from ..errors import DefinitionError, ValidationFailed
+from ..types import InferenceRequest, InputKind
+from ._calls import iterate_async, iterate_sync, model_error, run_sync
+
+__all__ = ["MethodSpec", "ModelSpec", "NativeModel", "inspect_class"]
+
+INIT_KWARGS = ("config", "data_dir", "secrets")
+
+
+class Flavor(enum.Enum):
+    SYNC = "sync"
+    ASYNC = "async"
+    GENERATOR = "generator"
+    ASYNC_GENERATOR = "async generator"
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec:
+    """How to call one of preprocess/predict/postprocess."""
+
+    name: str
+    flavor: Flavor
+    takes_inputs: bool
+    takes_request: bool
+    input_annotation: Any = None
+
+    @property
+    def streaming(self) -> bool:
+        return self.flavor in (Flavor.GENERATOR, Flavor.ASYNC_GENERATOR)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The checked shape of a model class."""
+
+    cls: type
+    preprocess: MethodSpec | None
+    predict: MethodSpec
+    postprocess: MethodSpec | None
+    has_load: bool
+    init_kwargs: tuple[str, ...]
+    init_takes_any: bool
+    input_kind: InputKind
+    input_schema: type | None
+
+    @property
+    def needs_inputs(self) -> bool:
+        first = self.preprocess or self.predict
+        return first.takes_inputs
+
+    @property
+    def needs_request(self) -> bool:
+        return any(m is not None and m.takes_request for m in self.methods())
+
+    def methods(self) -> tuple[MethodSpec | None, ...]:
+        return (self.preprocess, self.predict, self.postprocess)
+
+
+def _mro_has(annotation: Any, module: str, qualname: str) -> bool:
+    """True if ``annotation`` is a class deriving from ``module.qualname`` (without importing it)."""
+    if not isinstance(annotation, type):
+        return False
+    return any(c.__module__ == module and c.__qualname__ == qualname for c in annotation.__mro__)
+
+
+def is_request_annotation(annotation: Any) -> bool:
+    """A parameter asks for the raw request when annotated with a starlette ``Request`` subclass.
+
+    Checked by name so that this layer imports no web library; ``fastapi.Request`` qualifies.
+    """
+    return _mro_has(annotation, "starlette.requests", "Request")
+
+
+def is_schema_annotation(annotation: Any) -> bool:
+    """A pydantic ``BaseModel`` subclass (pydantic is optional and not imported here)."""
+    return _mro_has(annotation, "pydantic.main", "BaseModel")
+
+
+def _flavor(fn: Any) -> Flavor:
+    if inspect.isasyncgenfunction(fn):
+        return Flavor.ASYNC_GENERATOR
+    if inspect.isgeneratorfunction(fn):
+        return Flavor.GENERATOR
+    if inspect.iscoroutinefunction(fn):
+        return Flavor.ASYNC
+    return Flavor.SYNC
+
+
+def _hints(fn: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # unresolved string annotations: fall back to what is there
+        return dict(getattr(fn, "__annotations__", {}))
+
+
+def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
+    fn = getattr(cls, name, None)
+    if fn is None:
+        return None
+    where = f"{cls.__name__}.{name}"
+    if not callable(fn):
+        problems.append(f"{where} must be a method")
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        problems.append(f"{where}: its signature cannot be inspected")
+        return None
+    if (
+        params
+        and params[0].name in ("self", "cls")
+        and not isinstance(inspect.getattr_static(cls, name), staticmethod)
+    ):
+        params = params[1:]
+    hints = _hints(fn)
+    ok = True
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+            problems.append(
+                f"{where}: parameter '{p.name}' must be a plain positional parameter "
+                "(a method takes the inputs, the request, or both, in that order)"
+            )
+            ok = False
+    if len(params) > 2:
+        problems.append(
+            f"{where} takes {len(params)} parameters; a model method takes at most two: "
+            "the inputs, then the request"
+        )
+        ok = False
+    if not params:
+        problems.append(
+            f"{where} takes no parameters; it must take the inputs, the request, or both"
+        )
+        ok = False
+    if not ok:
+        return None
+    is_req = [is_request_annotation(hints.get(p.name)) for p in params]
+    takes_inputs, takes_request = True, False
+    if len(params) == 1:
+        if is_req[0]:
+            takes_inputs, takes_request = False, True
+    else:
+        if is_req[0]:
+            problems.append(
+                f"{where}: the request parameter '{params[0].name}' must come second, after the inputs"
+            )
+            return None
+        if not is_req[1]:
+            problems.append(
+                f"{where}: its second parameter '{params[1].name}' must be the request, annotated "
+                "with starlette.requests.Request (or a subclass such as fastapi.Request)"
+            )
+            return None
+        takes_request = True
+    flavor = _flavor(fn)
+    annotation = hints.get(params[0].name) if takes_inputs else None
+    return MethodSpec(name, flavor, takes_inputs, takes_request, annotation)
+
+
+def inspect_class(cls: Any) -> ModelSpec:
+    """Check ``cls`` against the native contract; raise one ``DefinitionError`` listing every problem."""
+    problems: list[str] = []
+    if not isinstance(cls, type):
+        raise DefinitionError(f"'{cls!r}' is not a class")
+    pre = _inspect_method(cls, "preprocess", problems)
+    predict = _inspect_method(cls, "predict", problems)
+    post = _inspect_method(cls, "postprocess", problems)
+    name = cls.__name__
+    if getattr(cls, "predict", None) is None:
+        problems.append(f"{name} has no predict method; predict is required")
+    for spec in (pre, post):
+        if spec is not None and spec.streaming:
+            problems.append(
+                f"{name}.{spec.name} is a {spec.flavor.value}; only predict may be a generator"
+            )
+    if pre is not None and predict is not None and not predict.takes_inputs:
+        problems.append(
+            f"{name}.preprocess cannot be combined with a predict that takes only the request: "
+            "the result of preprocess would be discarded"
+        )
+    if post is not None and not post.takes_inputs:
+        problems.append(
+            f"{name}.postprocess takes only the request; it must take the outputs of predict"
+        )
+    if post is not None and predict is not None and predict.streaming:
+        problems.append(
+            f"{name}.predict is a {predict.flavor.value} (streaming) and cannot be combined with "
+            "postprocess: each streamed item goes straight to the client"
+        )
+    load = getattr(cls, "load", None)
+    if load is not None and not callable(load):
+        problems.append(f"{name}.load must be a method")
+    elif load is not None and (
+        inspect.isgeneratorfunction(load) or inspect.isasyncgenfunction(load)
+    ):
+        problems.append(f"{name}.load must not be a generator")
+    init_kwargs, init_any = _inspect_init(cls, problems)
+    if problems or predict is None:
+        raise DefinitionError("; ".join(problems), problems)
+    first = pre or predict
+    annotation = first.input_annotation
+    if isinstance(annotation, type) and issubclass(annotation, InferenceRequest):
+        kind, schema = InputKind.OIP_REQUEST, None
+    elif is_schema_annotation(annotation):
+        kind, schema = InputKind.SCHEMA, annotation
+    else:
+        kind, schema = InputKind.DEFAULT, None
+    return ModelSpec(cls, pre, predict, post, load is not None, init_kwargs, init_any, kind, schema)
+
+
+def _inspect_init(cls: type, problems: list[str]) -> tuple[tuple[str, ...], bool]:
+    if cls.__init__ is object.__init__:
+        return (), False
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return (), False
+    names: list[str] = []
+    takes_any = False
+    for p in params:
+        if p.kind == p.VAR_KEYWORD:
+            takes_any = True
+        elif p.kind == p.VAR_POSITIONAL:
+            continue
+        elif p.name in INIT_KWARGS:
+            names.append(p.name)
+        elif p.default is p.empty:
+            problems.append(
+                f"{cls.__name__}.__init__ parameter '{p.name}' is not one Podium provides "
+                f"({', '.join(INIT_KWARGS)})"
+            )
+    return tuple(names), takes_any
+
+
+class NativeModel:
+    """A native model instance behind the :class:`podium.types.ModelInstance` interface."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        config: ModelConfig,
+        *,
+        model_dir: Path,
+        secrets: Mapping[str, str],
+        executor: Executor,
+    ) -> None:
+        self.spec = spec
+        self.name = config.name
+        self._executor = executor
+        available = {"config": config.raw, "data_dir": model_dir / "data", "secrets": secrets}
+        wanted = INIT_KWARGS if spec.init_takes_any else spec.init_kwargs
+        kwargs = {k: available[k] for k in wanted}
+        try:
+            self.obj = spec.cls(**kwargs)
+        except Exception as exc:
+            raise DefinitionError(
+                f"model '{self.name}': {spec.cls.__name__}.__init__ raised {type(exc).__name__}: {exc}"
+            ) from exc
+        self.needs_inputs = spec.needs_inputs
+        self.needs_request = spec.needs_request
+        self.input_kind = spec.input_kind
+        self.input_schema = spec.input_schema
+        self.streaming = spec.predict.streaming
+        self.has_preprocess = spec.preprocess is not None
+        self.has_postprocess = spec.postprocess is not None
+        self._pre = self._bind(spec.preprocess)
+        self._predict = self._bind(spec.predict)
+        self._post = self._bind(spec.postprocess)
+
+    def _bind(self, spec: MethodSpec | None) -> Any:
+        return None if spec is None else getattr(self.obj, spec.name)
+
+    @staticmethod
+    def _args(spec: MethodSpec, inputs: Any, request: Any) -> tuple[Any, ...]:
+        if spec.takes_inputs and spec.takes_request:
+            return (inputs, request)
+        return (inputs,) if spec.takes_inputs else (request,)
+
+    async def load(self) -> None:
+        """Run the model's ``load()``: async on the loop, sync in the thread pool."""
+        load = getattr(self.obj, "load", None)
+        if load is None:
+            return
+        if inspect.iscoroutinefunction(load):
+            await load()
+        else:
+            result = await run_sync(self._executor, load)
+            if inspect.isawaitable(result):
+                await result
+
+    async def _call(self, spec: MethodSpec, fn: Any, inputs: Any, request: Any) -> Any:
+        args = self._args(spec, inputs, request)
+        try:
+            if spec.flavor is Flavor.ASYNC:
+                return await fn(*args)
+            return await run_sync(self._executor, fn, *args)
+        except Exception as exc:
+            raise model_error(self.name, spec.name, exc) from exc
+
+    def validate(self, value: Any) -> Any:
+        """Validate JSON-like ``value`` into the model's pydantic schema (400 with locations)."""
+        schema: Any = self.input_schema
+        try:
+            if isinstance(value, bytes | str):
+                return schema.model_validate_json(value)
+            return schema.model_validate(value)
+        except Exception as exc:
+            errors = getattr(exc, "errors", None)
+            if errors is None:
+                raise
+            details = [
+                {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+                for e in errors()
+            ]
+            where = "; ".join(
+                f"{'.'.join(str(p) for p in d['loc']) or '(body)'}: {d['msg']}" for d in details
+            )
+            raise ValidationFailed(
+                f"model '{self.name}': input failed validation: {where}", details
+            ) from exc
+
+    async def preprocess(self, inputs: Any, request: Any) -> Any:
+        if self.spec.preprocess is None:
+            return inputs
+        return await self._call(self.spec.preprocess, self._pre, inputs, request)
+
+    async def predict(self, inputs: Any, request: Any) -> Any:
+        return await self._call(self.spec.predict, self._predict, inputs, request)
+
+    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        spec = self.spec.predict
+        args = self._args(spec, inputs, request)
+        if spec.flavor is Flavor.ASYNC_GENERATOR:
+            try:
+                agen = self._predict(*args)
+            except Exception as exc:
+                raise model_error(self.name, "predict", exc) from exc
+            return iterate_async(agen, self.name)
+        return self._sync_stream(args)
+
+    async def _sync_stream(self, args: tuple[Any, ...]) -> AsyncGenerator[Any, None]:
+        try:
+            gen = self._predict(*args)  # a generator function: creating it runs no user code
+        except Exception as exc:
+            raise model_error(self.name, "predict", exc) from exc
+        async for item in iterate_sync(gen, self._executor, self.name):
+            yield item
+
+    async def postprocess(self, outputs: Any, request: Any) -> Any:
+        if self.spec.postprocess is None:
+            return outputs
+        return await self._call(self.spec.postprocess, self._post, outputs, request)

@@ -1,0 +1,1 @@
+"""Registry, scheduling and execution. Imports no web or gRPC library."""

@@ -1,0 +1,172 @@
+"""Dynamic batching: requests queue per model and ``predict`` receives a list.
+
+A batch closes when it holds ``batch_size`` requests, or ``max_batch_delay`` after its first
+request arrived, whichever comes first. Each request runs its own ``preprocess`` before joining
+the queue and its own ``postprocess`` after its result comes back. The queue is bounded by
+``max_queue_size``; a full queue refuses at once (503). A request whose client left before its
+batch formed is dropped from the queue; a running batch whose clients have all left is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..errors import BadModelOutput, QueueFull
+from ..types import ModelInstance
+from ._scheduler import SlotGate
+
+__all__ = ["BatchScheduler"]
+
+logger = logging.getLogger("podium.batcher")
+
+
+class _Entry:
+    __slots__ = ("inputs", "request", "future")
+
+    def __init__(self, inputs: Any, request: Any, future: asyncio.Future[Any]) -> None:
+        self.inputs = inputs
+        self.request = request
+        self.future = future
+
+
+class BatchScheduler:
+    """Collects requests into batches for a model whose ``predict`` takes a list.
+
+    ``predict`` gets the list of (preprocessed) inputs, and, if it takes the request, the list of
+    the requests in the same order; it must return a list of the same length.
+    """
+
+    def __init__(
+        self,
+        instance: ModelInstance,
+        *,
+        model: str,
+        batch_size: int,
+        max_batch_delay_ms: float,
+        max_queue_size: int,
+        concurrency: int,
+    ) -> None:
+        self._instance = instance
+        self._model = model
+        self._batch_size = batch_size
+        self._delay = max_batch_delay_ms / 1000.0
+        self._max_queue = max_queue_size
+        self._queue: collections.deque[_Entry] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._gate = SlotGate(model, concurrency, max_waiting=1 << 30)
+        self._loop_task: asyncio.Task[None] | None = None
+        self._batches: set[asyncio.Task[None]] = set()
+        self.batches_run = 0
+
+    async def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._collect())
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._loop_task, *self._batches) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._loop_task = None
+
+    def statistics(self) -> dict[str, int]:
+        stats = self._gate.statistics()
+        stats["queued"] = len(self._queue)
+        stats["batches"] = self.batches_run
+        return stats
+
+    async def infer(self, inputs: Any, request: Any) -> Any:
+        inst = self._instance
+        if inst.has_preprocess:
+            inputs = await inst.preprocess(inputs, request)
+        if len(self._queue) >= self._max_queue:
+            raise QueueFull(
+                f"model '{self._model}' queue is full: {len(self._queue)} requests waiting "
+                f"(max_queue_size {self._max_queue})"
+            )
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Entry(inputs, request, future))
+        self._arrived.set()
+        outputs = await future
+        if inst.has_postprocess:
+            outputs = await inst.postprocess(outputs, request)
+        return outputs
+
+    async def stream(self, inputs: Any, request: Any) -> AsyncIterator[Any]:
+        yield await self.infer(inputs, request)
+
+    def _live(self) -> int:
+        while self._queue and self._queue[0].future.done():
+            self._queue.popleft()
+        return sum(1 for e in self._queue if not e.future.done())
+
+    async def _collect(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._live():
+                self._arrived.clear()
+                await self._arrived.wait()
+            deadline = loop.time() + self._delay
+            while self._live() < self._batch_size:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                except TimeoutError:
+                    break
+            await self._gate.acquire()
+            batch: list[_Entry] = []
+            while self._queue and len(batch) < self._batch_size:
+                entry = self._queue.popleft()
+                if not entry.future.done():
+                    batch.append(entry)
+            if not batch:
+                self._gate.release()
+                continue
+            task = loop.create_task(self._run(batch))
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+            def abandon(
+                _: asyncio.Future[Any], task: asyncio.Task[None] = task, batch: list[_Entry] = batch
+            ) -> None:
+                if all(e.future.cancelled() for e in batch):
+                    task.cancel()
+
+            for entry in batch:
+                entry.future.add_done_callback(abandon)
+
+    async def _run(self, batch: list[_Entry]) -> None:
+        inst = self._instance
+        try:
+            self.batches_run += 1
+            inputs = [e.inputs for e in batch]
+            requests = [e.request for e in batch]
+            try:
+                outputs = await inst.predict(inputs, requests)
+                if not isinstance(outputs, list | tuple):
+                    raise BadModelOutput(
+                        f"model '{self._model}' predict must return a list for a batch of "
+                        f"{len(batch)} requests, got {type(outputs).__name__}"
+                    )
+                if len(outputs) != len(batch):
+                    raise BadModelOutput(
+                        f"model '{self._model}' predict returned {len(outputs)} results for a "
+                        f"batch of {len(batch)} requests"
+                    )
+            except Exception as exc:
+                for e in batch:
+                    if not e.future.done():
+                        e.future.set_exception(exc)
+                return
+            for e, out in zip(batch, outputs, strict=True):
+                if not e.future.done():
+                    e.future.set_result(out)
+        finally:
+            self._gate.release()

@@ -1,0 +1,101 @@
+"""Turning model sources on disk into registered, scheduled model versions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from pathlib import Path
+
+from ..errors import DefinitionError
+from ..model.discovery import ModelSource, discover, import_model
+from ..model.native import NativeModel
+from ._scheduler import Scheduler
+from .batcher import BatchScheduler
+from .direct import DirectScheduler
+from .registry import ModelVersion, Registry
+
+__all__ = ["build_version", "check_paths", "register_paths"]
+
+
+def build_version(
+    source: ModelSource, *, secrets: Mapping[str, str], executor: Executor
+) -> ModelVersion:
+    """Import, check and instantiate one model version, with the scheduler its config asks for."""
+    spec = import_model(source)
+    config = source.config
+    if config.batch_size > 1 and spec.predict.streaming:
+        raise DefinitionError(
+            f"{source.label}: predict is a {spec.predict.flavor.value} and batch_size is "
+            f"{config.batch_size}; dynamic batching needs a predict that returns a list"
+        )
+    instance = NativeModel(
+        spec, config, model_dir=source.model_dir, secrets=secrets, executor=executor
+    )
+    scheduler: Scheduler
+    if config.batch_size > 1:
+        scheduler = BatchScheduler(
+            instance,
+            model=config.name,
+            batch_size=config.batch_size,
+            max_batch_delay_ms=config.max_batch_delay,
+            max_queue_size=config.max_queue_size,
+            concurrency=config.predict_concurrency,
+        )
+    else:
+        scheduler = DirectScheduler(
+            instance,
+            model=config.name,
+            concurrency=config.predict_concurrency,
+            max_queue_size=config.max_queue_size,
+            stream_buffer=config.stream_buffer,
+        )
+    return ModelVersion(config, instance, scheduler, source=str(source.file))
+
+
+def check_paths(paths: list[Path]) -> list[str]:
+    """Every definition problem in ``paths``, without instantiating or serving anything."""
+    problems: list[str] = []
+    sources: list[ModelSource] = []
+    for path in paths:
+        try:
+            sources.extend(discover(path))
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+    seen: dict[tuple[str, str | None], ModelSource] = {}
+    for source in sources:
+        key = (source.config.name, source.config.version)
+        if key in seen:
+            problems.append(f"{source.label}: defined twice (also in {seen[key].file})")
+        seen[key] = source
+        try:
+            spec = import_model(source)
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+            continue
+        if source.config.batch_size > 1 and spec.predict.streaming:
+            problems.append(
+                f"{source.label}: predict is a {spec.predict.flavor.value} and batch_size is "
+                f"{source.config.batch_size}; dynamic batching needs a predict that returns a list"
+            )
+    return problems
+
+
+def register_paths(
+    registry: Registry, paths: list[Path], *, secrets: Mapping[str, str], executor: Executor
+) -> None:
+    """Discover and instantiate every model under ``paths`` into ``registry``.
+
+    Raises one ``DefinitionError`` listing every model that cannot be loaded (import errors,
+    contract violations, ``__init__`` failures); ``load()`` runs later, per model.
+    """
+    problems = check_paths(paths)
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
+    for path in paths:
+        for source in discover(path):
+            try:
+                registry.add(build_version(source, secrets=secrets, executor=executor))
+            except DefinitionError as exc:
+                problems.extend(exc.problems)
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)

@@ -1,0 +1,152 @@
+"""The registry: models × versions, their state, and the default version of each model."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import ModelConfig
+from ..errors import ModelNotReady, NotFound, PodiumError
+from ..types import ModelInstance
+from ._scheduler import Scheduler
+
+__all__ = ["ModelState", "ModelVersion", "Registry", "version_key"]
+
+logger = logging.getLogger("podium.registry")
+
+
+class ModelState(enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+def version_key(version: str | None) -> tuple[Any, ...]:
+    """Numeric-aware ordering: "10" > "9", "1.10" > "1.9"; an unversioned model sorts lowest."""
+    if version is None:
+        return ((-1,),)
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-_]", version))
+
+
+@dataclass(slots=True, eq=False)
+class ModelVersion:
+    """One loaded version of a model: its instance, its scheduler and its state."""
+
+    config: ModelConfig
+    instance: ModelInstance
+    scheduler: Scheduler
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    source: str = ""
+    _loaded: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def version(self) -> str | None:
+        return self.config.version
+
+    @property
+    def label(self) -> str:
+        return f"model '{self.name}'" + (f" version '{self.version}'" if self.version else "")
+
+    async def load(self) -> None:
+        """Run the model's ``load()``; a failure marks this version FAILED with the reason."""
+        try:
+            await self.instance.load()
+            await self.scheduler.start()
+        except Exception as exc:  # the model stays registered, reported not ready
+            self.state = ModelState.FAILED
+            self.reason = f"load() raised {type(exc).__name__}: {exc}"
+            logger.error("%s failed to load: %s", self.label, self.reason, exc_info=exc)
+        else:
+            self.state = ModelState.READY
+            logger.info("%s is ready", self.label)
+        finally:
+            self._loaded.set()
+
+    def check_ready(self) -> None:
+        if self.state is ModelState.READY:
+            return
+        if self.state is ModelState.LOADING:
+            raise ModelNotReady(f"{self.label} is not ready: it is still loading")
+        raise ModelNotReady(f"{self.label} is not ready: {self.reason}")
+
+
+class Registry:
+    """All model versions, addressed by name and optional version."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, dict[str | None, ModelVersion]] = {}
+        self._defaults: dict[str, str | None] = {}
+
+    def add(self, mv: ModelVersion) -> None:
+        versions = self._models.setdefault(mv.name, {})
+        if mv.version in versions:
+            raise PodiumError(
+                f"{mv.label} is registered twice ({versions[mv.version].source}, {mv.source})"
+            )
+        versions[mv.version] = mv
+
+    def set_default(self, name: str, version: str) -> None:
+        """Make ``version`` the default for ``name`` (otherwise the highest version is)."""
+        self.get(name, version)
+        self._defaults[name] = version
+
+    def __iter__(self) -> Iterator[ModelVersion]:
+        for versions in self._models.values():
+            yield from versions.values()
+
+    def names(self) -> list[str]:
+        return sorted(self._models)
+
+    def versions(self, name: str) -> list[ModelVersion]:
+        """Every version of ``name``, lowest first; ``NotFound`` if the model is unknown."""
+        versions = self._models.get(name)
+        if not versions:
+            raise NotFound(f"model '{name}' is not known")
+        return sorted(versions.values(), key=lambda mv: version_key(mv.version))
+
+    def default_version(self, name: str) -> ModelVersion:
+        versions = self.versions(name)
+        chosen = self._defaults.get(name)
+        if chosen is not None:
+            return self._models[name][chosen]
+        return versions[-1]
+
+    def get(self, name: str, version: str | None = None) -> ModelVersion:
+        """The version asked for, or the default one; ``NotFound`` names the model and version."""
+        if not version:
+            return self.default_version(name)
+        versions = self._models.get(name)
+        if not versions:
+            raise NotFound(f"model '{name}' version '{version}' is not known: no model '{name}'")
+        mv = versions.get(version)
+        if mv is None:
+            known = ", ".join(v.version or "(unversioned)" for v in self.versions(name))
+            raise NotFound(f"model '{name}' has no version '{version}' (versions: {known})")
+        return mv
+
+    def ready(self, name: str, version: str | None = None) -> ModelVersion:
+        """Like :meth:`get`, and ``ModelNotReady`` (503) unless that version is ready."""
+        mv = self.get(name, version)
+        if mv.state is not ModelState.READY:
+            mv.check_ready()
+        return mv
+
+    def all_ready(self) -> bool:
+        return all(mv.state is ModelState.READY for mv in self)
+
+    async def load_all(self) -> None:
+        """Load every version concurrently; failures are recorded, not raised."""
+        await asyncio.gather(*(mv.load() for mv in self if mv.state is ModelState.LOADING))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(mv.scheduler.close() for mv in self), return_exceptions=True)

@@ -1,0 +1,1 @@
+"""Front ends: wire formats in, neutral types to the data plane, wire formats out."""

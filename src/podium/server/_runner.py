@@ -1,0 +1,132 @@
+"""Start-up and shutdown: the one place where Podium's parts are built and wired together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..config import Secrets, ServerConfig
+from ..dataplane import DataPlane
+from ..runtime.loading import register_paths
+from ..runtime.registry import Registry
+from .http import HttpApp
+
+__all__ = ["Podium", "bind"]
+
+logger = logging.getLogger("podium")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket; port 0 picks a free one. Bound before the server reports ready."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+class _Uvicorn:
+    """uvicorn on a socket we bound, without its signal handling (we own the process's signals)."""
+
+    def __init__(self, app: Any, sock: socket.socket, graceful: float) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(
+            app,
+            loop="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=graceful,
+            timeout_keep_alive=30,
+        )
+
+        class Server(uvicorn.Server):
+            def capture_signals(self) -> Any:  # type: ignore[override]
+                return contextlib.nullcontext()
+
+        self.server = Server(config)
+        self.sock = sock
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            if self.task.done():
+                await self.task
+                raise RuntimeError("HTTP server stopped during start-up")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        if self.task is not None:
+            await self.task
+
+
+class Podium:
+    """A running Podium: registry, data plane and listeners, built from a ``ServerConfig``."""
+
+    def __init__(self, config: ServerConfig, paths: list[Path]) -> None:
+        self.config = config
+        self.paths = paths
+        self.executor = ThreadPoolExecutor(config.threads, thread_name_prefix="podium-model")
+        self.registry = Registry()
+        self.dataplane = DataPlane(self.registry)
+        self.addresses: dict[str, str] = {}
+        self._servers: list[_Uvicorn] = []
+
+    async def start(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
+        """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
+        loop = asyncio.get_running_loop()
+        secrets = Secrets(self.config.secrets_dir)
+        # Importing user code runs it: never on the event loop.
+        await loop.run_in_executor(
+            self.executor,
+            lambda: register_paths(
+                self.registry, self.paths, secrets=secrets, executor=self.executor
+            ),
+        )
+        app = HttpApp(self.dataplane, max_request_size=self.config.max_request_size)
+        sock = bind(self.config.host, self.config.http_port)
+        self.addresses["http-inference"] = _url(sock)
+        server = _Uvicorn(app, sock, graceful=10.0)
+        await server.start()
+        self._servers.append(server)
+        await self.registry.load_all()
+        listening = " ".join(f"{k} {v}" for k, v in self.addresses.items())
+        models = ", ".join(mv.label for mv in self.registry)
+        failed = [mv for mv in self.registry if mv.reason]
+        logger.info(
+            "Podium is ready; listening on %s; serving %s", listening, models or "no models"
+        )
+        for mv in failed:
+            logger.warning("%s is not ready: %s", mv.label, mv.reason)
+        if on_ready is not None:
+            on_ready(self.addresses)
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), then close the models."""
+        for server in reversed(self._servers):
+            await server.stop()
+        await self.registry.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,276 @@
+"""The HTTP application: routing and the three front ends over one data plane.
+
+Pure ASGI (no framework on the hot path): a route is found by splitting the path, the body is
+decoded with msgspec, and the data plane does the rest. Each handler turns its wire format into a
+:class:`podium.types.Call` and the data plane's answer back into its wire format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...dataplane import DataPlane
+from ...errors import InvalidInput, MethodNotAllowed, NotFound, PodiumError
+from ...types import Call, WireProtocol
+from . import _oip, _responses
+from ._exchange import Exchange
+from ._responses import chunk_of, send_body, send_error, send_json
+
+__all__ = ["HttpApp"]
+
+logger = logging.getLogger("podium.http")
+
+Handler = Callable[..., Awaitable[None]]
+_NOTHING = object()
+
+
+def _allow(method: str, allowed: tuple[str, ...], what: str) -> None:
+    if method not in allowed:
+        raise MethodNotAllowed(
+            f"{what} does not accept {method}; use {', '.join(allowed)}", allowed
+        )
+
+
+class HttpApp:
+    """The ASGI application serving OIP REST, Truss-style and TorchServe inference routes."""
+
+    def __init__(self, dataplane: DataPlane, *, max_request_size: int = 64 * 1024 * 1024) -> None:
+        self.dataplane = dataplane
+        self.max_request_size = max_request_size
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1003})
+
+    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        ex = Exchange(scope, receive, self.max_request_size)
+        try:
+            handler, args = self._route(scope["method"], scope["path"])
+            await handler(ex, send, *args)
+        except MethodNotAllowed as exc:
+            allow = [(b"allow", ", ".join(exc.allowed).encode())]
+            await send_error(send, exc, allow)
+        except PodiumError as exc:
+            await send_error(send, exc)
+        except asyncio.CancelledError:
+            if not ex.disconnected:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        except Exception as exc:
+            logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            err = PodiumError(f"internal error: {type(exc).__name__}: {exc}")
+            await send_error(send, err)
+        finally:
+            ex.unwatch()
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def _route(self, method: str, path: str) -> tuple[Handler, tuple[Any, ...]]:
+        if len(path) > 1 and path.endswith("/"):
+            path = path[:-1]
+        parts = path.split("/")
+        n = len(parts)
+        head = parts[1] if n > 1 else ""
+        if head == "v2":
+            if n == 2:
+                _allow(method, ("GET",), "GET /v2")
+                return self._server_metadata, ()
+            if n == 4 and parts[2] == "health" and parts[3] in ("live", "ready"):
+                _allow(method, ("GET",), path)
+                return (self._live if parts[3] == "live" else self._ready), ()
+            if n >= 4 and parts[2] == "models" and parts[3]:
+                model, rest, version = parts[3], parts[4:], None
+                if len(rest) >= 2 and rest[0] == "versions" and rest[1]:
+                    version, rest = rest[1], rest[2:]
+                if not rest:
+                    _allow(method, ("GET",), path)
+                    return self._model_metadata, (model, version)
+                if len(rest) == 1:
+                    action = rest[0]
+                    if action == "ready":
+                        _allow(method, ("GET",), path)
+                        return self._model_ready, (model, version)
+                    if action in _oip.ACTIONS:
+                        _allow(method, ("POST",), path)
+                        return self._oip, (model, version, action)
+        elif head == "ping" and n == 2:
+            _allow(method, ("GET", "POST"), "/ping")
+            return self._ping, ()
+        elif head == "predictions" and n in (3, 4) and parts[2]:
+            _allow(method, ("POST", "PUT"), path)
+            return self._torchserve, (parts[2], parts[3] if n == 4 else None)
+        elif head == "v1" and n == 4 and parts[2] == "models" and parts[3]:
+            name = parts[3]
+            if ":" in name:
+                name, verb = name.rsplit(":", 1)
+                if verb == "predict" and name:
+                    _allow(method, ("POST",), path)
+                    return self._truss, (name,)
+            else:
+                _allow(method, ("GET",), path)
+                return self._truss_ready, (name,)
+        raise NotFound(f"no route for {method} {path}")
+
+    # -- health and metadata ---------------------------------------------------------------
+
+    async def _server_metadata(self, ex: Exchange, send: Any) -> None:
+        await send_json(send, 200, self.dataplane.server_metadata())
+
+    async def _live(self, ex: Exchange, send: Any) -> None:
+        await send_json(send, 200, {"live": True})
+
+    async def _ready(self, ex: Exchange, send: Any) -> None:
+        ready = self.dataplane.ready()
+        await send_json(send, 200 if ready else 503, {"ready": ready})
+
+    async def _model_metadata(
+        self, ex: Exchange, send: Any, model: str, version: str | None
+    ) -> None:
+        await send_json(send, 200, self.dataplane.model_metadata(model, version))
+
+    async def _model_ready(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
+        ready = self.dataplane.model_ready(model, version)
+        body = {"name": model, "ready": ready}
+        if version:
+            body["version"] = version
+        await send_json(send, 200 if ready else 503, body)
+
+    async def _ping(self, ex: Exchange, send: Any) -> None:
+        if self.dataplane.ready():
+            await send_json(send, 200, {"status": "Healthy"})
+        else:
+            await send_json(send, 500, {"status": "Partial Healthy"})
+
+    async def _truss_ready(self, ex: Exchange, send: Any, model: str) -> None:
+        ready = self.dataplane.model_ready(model)
+        await send_json(send, 200 if ready else 503, {"name": model, "ready": ready})
+
+    # -- inference -------------------------------------------------------------------------
+
+    async def _prepare(self, ex: Exchange, call: Call, parse: Callable[[bytes], Any]) -> None:
+        """Read and parse the body first, if the model needs it; then watch for disconnects."""
+        if self.dataplane.needs_inputs(call):
+            ex.check_length()
+            value = parse(await ex.body())
+
+            async def read() -> Any:
+                return value
+
+            call.read = read
+        ex.watch()
+
+    async def _oip(
+        self, ex: Exchange, send: Any, model: str, version: str | None, action: str
+    ) -> None:
+        call = Call(model, version, WireProtocol.OIP, _unread, ex.request())
+        form = _oip.Form()
+        await self._prepare(ex, call, lambda body: _oip.parse(body, action, form))
+        if action in ("infer", "generate"):
+            response = await self.dataplane.infer(call)
+            await send_body(send, 200, _responses.JSON, _oip.render(response, form))
+            return
+        await self._stream(
+            ex,
+            send,
+            call,
+            lambda item: _responses.sse_event_raw(_oip.render(item, form)),
+            _responses.SSE,
+            sse=True,
+        )
+
+    async def _truss(self, ex: Exchange, send: Any, model: str) -> None:
+        call = Call(model, None, WireProtocol.TRUSS, _unread, ex.request())
+        await self._prepare(ex, call, _parse_json)
+        if self.dataplane.is_streaming(call):
+            await self._stream(ex, send, call, chunk_of, _responses.TEXT, sse=False)
+            return
+        result = await self.dataplane.infer(call)
+        if _is_response(result):
+            await result(ex.scope, ex.app_receive, send)
+            return
+        await send_body(send, 200, _responses.JSON, _responses.encode_json(result))
+
+    async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
+        call = Call(model, version, WireProtocol.TORCHSERVE, _unread, ex.request())
+        content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
+        is_json = content_type == b"application/json" or content_type.endswith(b"+json")
+        await self._prepare(ex, call, _parse_json if is_json else bytes)
+        if self.dataplane.is_streaming(call):
+            await self._stream(ex, send, call, chunk_of, _responses.OCTETS, sse=False)
+            return
+        result = await self.dataplane.infer(call)
+        if _is_response(result):
+            await result(ex.scope, ex.app_receive, send)
+        elif isinstance(result, bytes):
+            await send_body(send, 200, _responses.OCTETS, result)
+        elif isinstance(result, str):
+            await send_body(send, 200, _responses.TEXT, result.encode())
+        else:
+            await send_body(send, 200, _responses.JSON, _responses.encode_json(result))
+
+    async def _stream(
+        self,
+        ex: Exchange,
+        send: Any,
+        call: Call,
+        encode: Callable[[Any], bytes],
+        headers: list[tuple[bytes, bytes]],
+        *,
+        sse: bool,
+    ) -> None:
+        items = self.dataplane.stream(call)
+        try:
+            # Errors before the first item still get a proper status code.
+            first: Any = _NOTHING
+            async for item in items:
+                first = item
+                break
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            if first is not _NOTHING:
+                await send({"type": "http.response.body", "body": encode(first), "more_body": True})
+                try:
+                    async for item in items:
+                        await send(
+                            {"type": "http.response.body", "body": encode(item), "more_body": True}
+                        )
+                except PodiumError as exc:
+                    error = _responses.error_body(exc)
+                    tail = (
+                        _responses.sse_event(error)
+                        if sse
+                        else _responses.encode_json(error) + b"\n"
+                    )
+                    logger.warning("stream of model '%s' failed: %s", call.model, exc.message)
+                    await send({"type": "http.response.body", "body": tail, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+
+
+async def _unread() -> Any:
+    raise InvalidInput("the request body was not read")  # only reached if a model lies
+
+
+def _parse_json(body: bytes) -> Any:
+    return _oip.decode_json(body)
+
+
+def _is_response(value: Any) -> bool:
+    """A starlette ``Response`` returned by a Truss-style model is sent as it is."""
+    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")

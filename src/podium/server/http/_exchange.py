@@ -1,0 +1,180 @@
+"""One HTTP exchange: the body (bounded), the raw request object, and client-disconnect watching.
+
+After the body is read, a watcher task is the only reader of the server's ``receive``: it notices
+``http.disconnect`` at once and cancels the task serving the request, which closes a model's
+generator or cancels its coroutine. The model's own ``starlette.requests.Request`` reads through
+this exchange, so ``await request.body()`` still works after Podium has read the body, and
+``await request.is_disconnected()`` turns true as soon as the client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ...errors import InvalidInput, PayloadTooLarge
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+
+_DISCONNECT: Message = {"type": "http.disconnect"}
+
+
+class Exchange:
+    __slots__ = (
+        "scope",
+        "_receive",
+        "_limit",
+        "_body",
+        "_chunks",
+        "_body_done",
+        "_replayed",
+        "_size",
+        "_arrived",
+        "disconnected",
+        "_gone",
+        "_watcher",
+        "_task",
+        "_request",
+    )
+
+    def __init__(self, scope: Scope, receive: Any, limit: int) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._limit = limit
+        self._body: bytes | None = None
+        self._chunks: list[bytes] = []
+        self._body_done = False
+        self._replayed = False
+        self._size = 0
+        self._arrived: asyncio.Event | None = None
+        self.disconnected = False
+        self._gone: asyncio.Event | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._request: Any = None
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.scope["headers"]:
+            if key == name:
+                return value  # type: ignore[no-any-return]
+        return None
+
+    def check_length(self) -> None:
+        """Refuse a declared ``Content-Length`` over the limit before reading anything."""
+        declared = self.header(b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                raise InvalidInput(f"Content-Length header is not a number: {declared!r}") from None
+            if size > self._limit:
+                raise PayloadTooLarge(
+                    f"request body of {size} bytes exceeds the limit of {self._limit} bytes "
+                    "(--max-request-size)"
+                )
+
+    def _add(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size > self._limit:
+            raise PayloadTooLarge(
+                f"request body exceeds the limit of {self._limit} bytes (--max-request-size)"
+            )
+        if chunk:
+            self._chunks.append(chunk)
+
+    async def body(self) -> bytes:
+        """The whole body, read once; ``PayloadTooLarge`` past the limit."""
+        if self._body is not None:
+            return self._body
+        if self._watcher is None:
+            while not self._body_done:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self._lost()
+                    raise asyncio.CancelledError
+                self._add(message.get("body", b""))
+                self._body_done = not message.get("more_body", False)
+        else:
+            while not self._body_done:
+                await self._wait_arrival()
+        self._body = b"".join(self._chunks) if len(self._chunks) != 1 else self._chunks[0]
+        self._chunks = []
+        return self._body
+
+    async def _wait_arrival(self) -> None:
+        if self.disconnected:
+            raise asyncio.CancelledError
+        if self._arrived is None:
+            self._arrived = asyncio.Event()
+        self._arrived.clear()
+        await self._arrived.wait()
+
+    # -- disconnect watching ---------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Start watching for the client leaving; cancel the current task when it does."""
+        self._task = asyncio.current_task()
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    def unwatch(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+    async def _watch(self) -> None:
+        try:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self._lost()
+                    return
+                if not self._body_done:
+                    self._add(message.get("body", b""))
+                    self._body_done = not message.get("more_body", False)
+                    if self._arrived is not None:
+                        self._arrived.set()
+        except PayloadTooLarge:
+            self._lost()
+
+    def _lost(self) -> None:
+        self.disconnected = True
+        if self._gone is not None:
+            self._gone.set()
+        if self._arrived is not None:
+            self._arrived.set()
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    # -- the model's view -------------------------------------------------------------------
+
+    async def app_receive(self) -> Message:
+        """``receive`` for the model's request object."""
+        if self.disconnected:
+            return _DISCONNECT
+        if self._body is not None:
+            if not self._replayed:
+                self._replayed = True
+                return {"type": "http.request", "body": self._body, "more_body": False}
+        elif self._watcher is not None:
+            while not self._chunks and not self._body_done:
+                await self._wait_arrival()
+            if self._chunks or not self._replayed:
+                chunk = b"".join(self._chunks)
+                self._chunks = []
+                self._replayed = self._body_done
+                return {"type": "http.request", "body": chunk, "more_body": not self._body_done}
+        else:
+            return await self._receive()  # type: ignore[no-any-return]
+        if self._gone is None:
+            self._gone = asyncio.Event()
+        await self._gone.wait()
+        return _DISCONNECT
+
+    def request(self) -> Any:
+        """The ``starlette.requests.Request`` handed to models (created on first use)."""
+        if self._request is None:
+            from starlette.requests import Request
+
+            self._request = Request(self.scope, self.app_receive)
+        return self._request

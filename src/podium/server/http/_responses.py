@@ -1,0 +1,79 @@
+"""Sending responses over raw ASGI: JSON, bytes, errors, chunked streams and SSE."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from ... import codecs
+from ...errors import PodiumError, ValidationFailed, http_status
+
+logger = logging.getLogger("podium.http")
+
+JSON = [(b"content-type", b"application/json")]
+TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+OCTETS = [(b"content-type", b"application/octet-stream")]
+SSE = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+encoder = msgspec.json.Encoder(enc_hook=codecs.json_default)
+
+
+def encode_json(value: Any) -> bytes:
+    """JSON for a model's value; numpy arrays and scalars included."""
+    try:
+        return encoder.encode(value)
+    except TypeError as exc:
+        from ...errors import UnsupportedRepresentation
+
+        raise UnsupportedRepresentation(f"value cannot be encoded as JSON: {exc}") from exc
+
+
+async def send_body(
+    send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Any, status: int, value: Any) -> None:
+    await send_body(send, status, JSON, encoder.encode(value))
+
+
+def error_body(exc: PodiumError) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": exc.message}
+    if isinstance(exc, ValidationFailed) and exc.details:
+        body["details"] = exc.details
+    return body
+
+
+async def send_error(
+    send: Any, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    status = http_status(exc)
+    if status >= 500:
+        logger.warning("%s %s", status, exc.message)
+    headers = JSON + (extra or [])
+    await send_body(send, status, headers, encoder.encode(error_body(exc)))
+
+
+def chunk_of(item: Any) -> bytes:
+    """One chunk of a chunked (Truss/TorchServe) stream: str/bytes as they are, else a JSON line."""
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode()
+    return encode_json(item) + b"\n"
+
+
+def sse_event(value: Any) -> bytes:
+    return b"data: " + encode_json(value) + b"\n\n"
+
+
+def sse_event_raw(data: bytes) -> bytes:
+    return b"data: " + data + b"\n\n"

@@ -1,0 +1,170 @@
+"""The names every other module speaks: read this first.
+
+Open Inference Protocol (OIP v2) messages are plain ``msgspec`` structs, decoded straight from
+JSON on the hot path. ``Call`` is what every front end hands to the data plane; ``ModelInstance``
+is what every model contract (native, and later MLServer and TorchServe) adapts user code to.
+Nothing here knows about HTTP or gRPC.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+__all__ = [
+    "DATATYPES",
+    "Call",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InputKind",
+    "MetadataTensor",
+    "ModelInstance",
+    "Parameters",
+    "Protocol",
+    "RequestInput",
+    "RequestOutput",
+    "ResponseOutput",
+    "WireProtocol",
+]
+
+Parameters = dict[str, Any]
+
+#: Every OIP tensor datatype.
+DATATYPES = frozenset(
+    {
+        "BOOL",
+        "UINT8",
+        "UINT16",
+        "UINT32",
+        "UINT64",
+        "INT8",
+        "INT16",
+        "INT32",
+        "INT64",
+        "FP16",
+        "FP32",
+        "FP64",
+        "BF16",
+        "BYTES",
+    }
+)
+
+
+class RequestInput(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One input tensor. ``data`` is flat or nested, in row-major order."""
+
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: Parameters | None = None
+    data: Any = None
+
+
+class RequestOutput(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An output the client asks for by name."""
+
+    name: str
+    parameters: Parameters | None = None
+
+
+class InferenceRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An OIP inference request. Explicit ``null`` is accepted for every optional field."""
+
+    inputs: list[RequestInput]
+    id: str | None = None
+    parameters: Parameters | None = None
+    outputs: list[RequestOutput] | None = None
+
+
+class ResponseOutput(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One output tensor."""
+
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: Parameters | None = None
+    data: Any = None
+
+
+class InferenceResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An OIP inference response. A model may return one; Podium fills in name and version."""
+
+    outputs: list[ResponseOutput] = msgspec.field(default_factory=list)
+    model_name: str = ""
+    model_version: str | None = None
+    id: str | None = None
+    parameters: Parameters | None = None
+
+
+class MetadataTensor(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A tensor description in model metadata."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: Parameters | None = None
+
+
+class WireProtocol(enum.Enum):
+    """The family of front end a call came through; it decides input and output forms."""
+
+    OIP = "oip"  # tensors: InferenceRequest in, InferenceResponse out
+    TRUSS = "truss"  # JSON in, JSON out
+    TORCHSERVE = "torchserve"  # JSON or bytes in; JSON, str or bytes out
+
+
+class InputKind(enum.Enum):
+    """What the model's first parameter asks for, read from its annotation."""
+
+    DEFAULT = "default"  # the protocol's natural form (decoded tensors, parsed JSON, bytes)
+    OIP_REQUEST = "oip_request"  # annotated with InferenceRequest: the request itself
+    SCHEMA = "schema"  # annotated with a pydantic BaseModel: validated into it
+
+
+@dataclass(slots=True)
+class Call:
+    """One inference call, as a front end hands it to the data plane.
+
+    ``read`` returns the decoded body: an :class:`InferenceRequest` for OIP, parsed JSON or
+    ``bytes`` otherwise. It is awaited only when a model method needs the inputs, so a model that
+    takes only the raw request never pays for parsing. ``request`` is the raw request object passed
+    to methods that ask for it (a ``starlette.requests.Request`` over HTTP).
+    """
+
+    model: str
+    version: str | None
+    protocol: WireProtocol
+    read: Callable[[], Awaitable[Any]]
+    request: Any = None
+    parameters: Parameters = field(default_factory=dict)
+
+
+class ModelInstance(Protocol):
+    """One loaded instance of a model, whatever contract its code was written to.
+
+    The scheduler calls ``preprocess`` → ``predict`` (or ``predict_stream``) → ``postprocess``
+    and never looks inside. ``request`` is passed through untouched, the same object each time.
+    """
+
+    needs_inputs: bool
+    input_kind: InputKind
+    input_schema: type | None
+    streaming: bool
+    has_preprocess: bool
+    has_postprocess: bool
+
+    async def load(self) -> None: ...
+
+    async def preprocess(self, inputs: Any, request: Any) -> Any: ...
+
+    async def predict(self, inputs: Any, request: Any) -> Any: ...
+
+    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]: ...
+
+    def validate(self, value: Any) -> Any: ...
+
+    async def postprocess(self, outputs: Any, request: Any) -> Any: ...
