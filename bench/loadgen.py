@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import sys
@@ -157,7 +158,7 @@ async def _run(
             done: asyncio.Future[None] = loop.create_future()
             try:
                 await loop.create_connection(
-                    lambda done=done: _Conn(request, stats, deadline, done), host, port
+                    functools.partial(_Conn, request, stats, deadline, done), host, port
                 )
             except OSError:
                 stats.errors += 1

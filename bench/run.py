@@ -14,6 +14,7 @@ stops it. It prints a markdown report of medians and ratios; see bench/README.md
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -51,9 +52,7 @@ from common import (
     tool_version,
 )
 
-INFER_BODY = (
-    b'{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
-)
+INFER_BODY = b'{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
 INFER_LUA = BENCH / "infer.lua"
 HTTP_SERVERS = ("granian", "uvicorn")
 
@@ -143,7 +142,14 @@ class PyLoadgen(LoadGenerator):
         argv = [sys.executable, str(BENCH / "loadgen.py"), url, "-c", str(connections)]
         argv += ["-d", str(duration), "--json"]
         if post_json is not None:
-            argv += ["-m", "POST", "--body", post_json.decode(), "-H", "Content-Type: application/json"]
+            argv += [
+                "-m",
+                "POST",
+                "--body",
+                post_json.decode(),
+                "-H",
+                "Content-Type: application/json",
+            ]
         out = _run_client(pinned(argv, CLIENT_CPU), duration)
         data = json.loads(out.strip().splitlines()[-1])
         return LoadResult(
@@ -263,7 +269,7 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
                 label=f"raw ASGI hello on {http_server}",
                 method="GET",
                 path="/",
-                make_server=lambda s=http_server: hello_servers([s])[0],
+                make_server=functools.partial(_hello_server, http_server),
                 check=check_hello,
             )
         )
@@ -273,6 +279,10 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
             raise BenchError(f"unknown --only names: {', '.join(sorted(unknown))}")
         targets = [t for t in targets if t.name in wanted]
     return targets
+
+
+def _hello_server(http_server: str) -> Server:
+    return hello_servers([http_server])[0]
 
 
 def _podium_server(model_dir: Path, http_server: str | None) -> Server:
@@ -361,7 +371,9 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
         if t.name == "podium" and t.note:
             label += f" (on {t.note})"
         if t.available is not None:
-            lines.append(f"| {label} | {t.method} {t.path} | — | — | — | — | 0 | n/a: {t.available} |")
+            lines.append(
+                f"| {label} | {t.method} {t.path} | — | — | — | — | 0 | n/a: {t.available} |"
+            )
             continue
         rps = median([r.rps for r in t.runs])
         p50 = median([r.p50_ms for r in t.runs])
@@ -400,10 +412,13 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
         lines.append(
             f"| Podium / raw hello on {http_server}{mark}, req/s | {_ratio(pod[0], hello[0])} |"
         )
-    lines.append(f"| MLServer / raw hello on uvicorn (its HTTP server), req/s "
-                 f"| {_ratio(mls[0], med.get('hello-uvicorn', nan3)[0])} |")
-    lines.append(f"| p99: MLServer / Podium (above 1: Podium's tail is shorter) "
-                 f"| {_ratio(mls[2], pod[2])} |")
+    lines.append(
+        f"| MLServer / raw hello on uvicorn (its HTTP server), req/s "
+        f"| {_ratio(mls[0], med.get('hello-uvicorn', nan3)[0])} |"
+    )
+    lines.append(
+        f"| p99: MLServer / Podium (above 1: Podium's tail is shorter) | {_ratio(mls[2], pod[2])} |"
+    )
     for http_server in HTTP_SERVERS:
         hello = med.get(f"hello-{http_server}", nan3)
         lines.append(f"| p99: Podium / raw hello on {http_server} | {_ratio(pod[2], hello[2])} |")

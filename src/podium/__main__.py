@@ -1,0 +1,5 @@
+"""``python -m podium`` is the ``podium`` command."""
+
+from .cli import main
+
+main()

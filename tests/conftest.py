@@ -1,0 +1,109 @@
+"""Shared fixtures: a real Podium server in a subprocess, on a free port, always stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TEST_MODELS = Path(__file__).resolve().parent / "models"
+
+_READY = re.compile(r"Podium is ready; listening on (.*?); serving")
+
+
+@dataclass
+class Server:
+    """A running ``podium serve``: its addresses and everything it logged so far."""
+
+    proc: subprocess.Popen[str]
+    addresses: dict[str, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.addresses["http-inference"]
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+
+@contextlib.contextmanager
+def run_server(
+    *paths: str | Path,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> Iterator[Server]:
+    """Start ``podium serve PATHS`` on 127.0.0.1 with port 0; yield once it logs ready."""
+    cmd = [sys.executable, "-m", "podium", "serve", *map(str, paths), "--host", "127.0.0.1",
+           "--http-port", "0", *args]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+    server = Server(proc)
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            server.lines.append(line.rstrip("\n"))
+            found = _READY.search(line)
+            if found:
+                tokens = found.group(1).split()
+                server.addresses.update(dict(zip(tokens[::2], tokens[1::2], strict=False)))
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"podium did not become ready:\n{server.log}")
+        if not server.addresses:
+            raise RuntimeError(f"podium exited with {proc.wait()} before ready:\n{server.log}")
+        yield server
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        reader.join(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def examples_server() -> Iterator[Server]:
+    """One server with every bundled example, shared by the tests that only read from it."""
+    with run_server(EXAMPLES) as server:
+        yield server
