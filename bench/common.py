@@ -155,13 +155,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: The CPUs this process may use, read before pin_self() narrows them.
+_START_CPUS = frozenset(os.sched_getaffinity(0))
+
+
 def can_pin() -> bool:
-    return bool(shutil.which("taskset")) and len(os.sched_getaffinity(0)) >= 2
+    """Whether servers and load generator can each get their own CPU."""
+    return bool(shutil.which("taskset")) and {SERVER_CPU, CLIENT_CPU} <= _START_CPUS
 
 
 def pinned(argv: Sequence[str], cpu: int) -> list[str]:
     """argv prefixed with `taskset -c CPU` where pinning is possible."""
     return ["taskset", "-c", str(cpu), *argv] if can_pin() else list(argv)
+
+
+def exit_on_signals() -> None:
+    """Turn SIGTERM/SIGHUP into SystemExit so every `finally` (server clean-up) still runs."""
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise)
 
 
 def pin_self(cpu: int) -> None:
@@ -399,6 +414,8 @@ def podium_argv(model_dir: Path, port: int, http_server: str | None) -> list[str
         if re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", help_text):
             argv += [option, str(free_port())]
     if http_server:
+        if "--http-server" not in help_text:
+            raise BenchError("`podium serve` has no --http-server option (yet)")
         argv += ["--http-server", http_server]
     return argv
 

@@ -1,7 +1,7 @@
 """Podium's benchmark: OIP REST inference on an echo model, against MLServer and raw ASGI.
 
     .venv/bin/python bench/run.py [--quick] [--repeat N] [--duration S] [--warmup S]
-                                  [--podium-http-server granian|uvicorn] [--loadgen auto|wrk|python]
+                                  [--podium-http-server NAME[,NAME]] [--loadgen auto|wrk|python]
                                   [--only podium,mlserver,hello-granian,hello-uvicorn] [--json PATH]
     .venv/bin/python bench/run.py --stream [stream.py options]   # the streaming benchmark
 
@@ -34,6 +34,7 @@ from common import (
     command_line,
     ensure_mlserver,
     ensure_wrk,
+    exit_on_signals,
     free_port,
     hello_servers,
     http_get,
@@ -195,6 +196,7 @@ class Target:
     make_server: Callable[[], Server]
     check: Callable[[int, bytes], str | None]
     available: str | None = None  # None when usable, else why not
+    http_server: str | None = None  # Podium only: the --http-server it is given, if any
     runs: list[LoadResult] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     note: str = ""
@@ -235,19 +237,27 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
 
     podium_dir = (ROOT / args.podium_model).resolve()
     podium_name = args.podium_model_name or podium_dir.name
-    podium = Target(
-        name="podium",
-        label="Podium",
-        method="POST",
-        path=f"/v2/models/{podium_name}/infer",
-        make_server=lambda: _podium_server(podium_dir, args.podium_http_server),
-        check=check_echo,
-    )
+    unavailable = None
     if not podium_help():
-        podium.available = "`podium serve --help` fails: Podium's CLI is not available yet"
+        unavailable = "`podium serve --help` fails: Podium's CLI is not available yet"
     elif not podium_dir.is_dir():
-        podium.available = f"model directory {podium_dir} does not exist"
-    targets.append(podium)
+        unavailable = f"model directory {podium_dir} does not exist"
+    choices: list[str | None] = (
+        list(args.podium_http_server.split(",")) if args.podium_http_server else [None]
+    )
+    for http_server in choices:
+        targets.append(
+            Target(
+                name=f"podium-{http_server}" if len(choices) > 1 else "podium",
+                label="Podium",
+                method="POST",
+                path=f"/v2/models/{podium_name}/infer",
+                make_server=functools.partial(_podium_server, podium_dir, http_server),
+                check=check_echo,
+                available=unavailable,
+                http_server=http_server,
+            )
+        )
 
     ml_folder = BENCH / "mlserver_echo"
     mlserver = Target(
@@ -274,10 +284,14 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
             )
         )
     if wanted is not None:
-        unknown = wanted - {t.name for t in targets}
+
+        def picked(t: Target) -> bool:
+            return t.name in wanted or (t.name.startswith("podium-") and "podium" in wanted)
+
+        unknown = {w for w in wanted if not any(picked(t) and w in t.name for t in targets)}
         if unknown:
             raise BenchError(f"unknown --only names: {', '.join(sorted(unknown))}")
-        targets = [t for t in targets if t.name in wanted]
+        targets = [t for t in targets if picked(t)]
     return targets
 
 
@@ -302,9 +316,8 @@ def one_round(
         tag = f"round {round_no}/{args.repeat} {target.name}"
         try:
             with target.make_server() as srv:
-                if target.name == "podium" and not target.note:
-                    detected = podium_http_server(args.podium_http_server, srv)
-                    target.note = detected or "?"
+                if target.name.startswith("podium") and not target.note:
+                    target.note = podium_http_server(target.http_server, srv) or "?"
                 url = srv.url + target.path
                 if target.method == "POST":
                     status, _, body = http_post_json(srv.port, target.path, INFER_BODY)
@@ -345,7 +358,6 @@ def _ratio(a: float, b: float) -> str:
 
 
 def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) -> str:
-    by_name = {t.name: t for t in targets}
     lines = ["## OIP REST infer: echo model, 64 connections", ""]
     lines += machine_lines(command_line())
     lines.append(
@@ -368,8 +380,8 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
     flagged: list[str] = []
     for t in targets:
         label = t.label
-        if t.name == "podium" and t.note:
-            label += f" (on {t.note})"
+        if t.name.startswith("podium") and (t.note or t.http_server):
+            label += f" (on {t.note or t.http_server})"
         if t.available is not None:
             lines.append(
                 f"| {label} | {t.method} {t.path} | — | — | — | — | 0 | n/a: {t.available} |"
@@ -402,26 +414,28 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
 
     lines += ["", "| comparison | value |", "|---|---:|"]
     nan3 = (math.nan, math.nan, math.nan)
-    pod = med.get("podium", nan3)
     mls = med.get("mlserver", nan3)
-    same = by_name["podium"].note if "podium" in by_name else ""
-    lines.append(f"| Podium / MLServer, req/s | {_ratio(pod[0], mls[0])} |")
-    for http_server in HTTP_SERVERS:
-        hello = med.get(f"hello-{http_server}", nan3)
-        mark = " (Podium's HTTP server)" if same == http_server else ""
+    hellos = {h: med.get(f"hello-{h}", nan3) for h in HTTP_SERVERS}
+    for pt in (t for t in targets if t.name.startswith("podium")):
+        pod = med.get(pt.name, nan3)
+        on = pt.http_server or pt.note
+        who = f"Podium on {on}" if on and on != "?" else "Podium"
+        lines.append(f"| {who} / MLServer, req/s | {_ratio(pod[0], mls[0])} |")
+        for h in HTTP_SERVERS:
+            mark = " (same HTTP server)" if on == h else ""
+            lines.append(
+                f"| {who} / raw hello on {h}{mark}, req/s | {_ratio(pod[0], hellos[h][0])} |"
+            )
         lines.append(
-            f"| Podium / raw hello on {http_server}{mark}, req/s | {_ratio(pod[0], hello[0])} |"
+            f"| p99: MLServer / {who} (above 1: Podium's tail is shorter) "
+            f"| {_ratio(mls[2], pod[2])} |"
         )
+        for h in HTTP_SERVERS:
+            lines.append(f"| p99: {who} / raw hello on {h} | {_ratio(pod[2], hellos[h][2])} |")
     lines.append(
-        f"| MLServer / raw hello on uvicorn (its HTTP server), req/s "
-        f"| {_ratio(mls[0], med.get('hello-uvicorn', nan3)[0])} |"
+        "| MLServer / raw hello on uvicorn (its HTTP server), req/s "
+        f"| {_ratio(mls[0], hellos['uvicorn'][0])} |"
     )
-    lines.append(
-        f"| p99: MLServer / Podium (above 1: Podium's tail is shorter) | {_ratio(mls[2], pod[2])} |"
-    )
-    for http_server in HTTP_SERVERS:
-        hello = med.get(f"hello-{http_server}", nan3)
-        lines.append(f"| p99: Podium / raw hello on {http_server} | {_ratio(pod[2], hello[2])} |")
     if flagged:
         lines += ["", "**Flagged:**", *[f"- {f}" for f in flagged]]
     return "\n".join(lines)
@@ -439,7 +453,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration", type=int, default=None, help="seconds per run (default 10)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up seconds (default 3)")
     parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--podium-http-server", default=None, metavar="NAME")
+    parser.add_argument(
+        "--podium-http-server",
+        default=None,
+        metavar="NAME[,NAME]",
+        help="pass `--http-server NAME` to podium; a comma list benchmarks Podium on each",
+    )
     parser.add_argument("--podium-model", default="examples/echo", help="model dir (from root)")
     parser.add_argument("--podium-model-name", default=None, help="default: the dir's name")
     parser.add_argument("--loadgen", choices=("auto", "wrk", "python"), default="auto")
@@ -462,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         argv.remove("--stream")
         return stream.main(argv)
     args = parse_args(argv)
+    exit_on_signals()
     pin_self(CLIENT_CPU)
 
     gen = pick_loadgen(args.loadgen)

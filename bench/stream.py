@@ -34,6 +34,7 @@ from common import (
     Server,
     command_line,
     ensure_mlserver,
+    exit_on_signals,
     free_port,
     log,
     machine_lines,
@@ -230,6 +231,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    exit_on_signals()
     pin_self(CLIENT_CPU)
     wanted = set(args.only.split(",")) if args.only else {"podium", "mlserver"}
 

@@ -134,9 +134,9 @@ def _run(coro: Any) -> int:
     try:
         import uvloop
     except ImportError:  # uvloop is optional (not on Windows)
-        return asyncio.run(coro)  # type: ignore[no-any-return]
+        return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)  # type: ignore[no-any-return]
+        return runner.run(coro)
 
 
 @main.command()

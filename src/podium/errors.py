@@ -191,7 +191,7 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
 
 def _lookup(exc: PodiumError) -> tuple[int, str]:
     for cls in type(exc).__mro__:
-        found = STATUS.get(cls)  # type: ignore[call-overload]
+        found = STATUS.get(cls)
         if found is not None:
             return found
     return STATUS[PodiumError]

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator
 from concurrent.futures import Executor
 from typing import Any
 
@@ -32,7 +32,7 @@ async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> An
 
 
 async def iterate_sync(
-    gen: Iterator[Any], executor: Executor, model: str
+    gen: Generator[Any, Any, Any], executor: Executor, model: str
 ) -> AsyncGenerator[Any, None]:
     """Drive a sync generator one item at a time in ``executor``.
 

@@ -228,10 +228,11 @@ def inspect_class(cls: Any) -> ModelSpec:
 
 
 def _inspect_init(cls: type, problems: list[str]) -> tuple[tuple[str, ...], bool]:
-    if cls.__init__ is object.__init__:
+    init: Any = vars(cls).get("__init__") or getattr(cls, "__init__")  # noqa: B009
+    if init is object.__init__:
         return (), False
     try:
-        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        params = list(inspect.signature(init).parameters.values())[1:]
     except (TypeError, ValueError):
         return (), False
     names: list[str] = []

@@ -47,7 +47,7 @@ def _url(sock: socket.socket) -> str:
 class _Uvicorn:
     """uvicorn on a socket we bound, without its signal handling (we own the process's signals)."""
 
-    def __init__(self, app: Any, sock: socket.socket, graceful: float) -> None:
+    def __init__(self, app: Any, sock: socket.socket, graceful: int) -> None:
         import uvicorn
 
         config = uvicorn.Config(
@@ -62,7 +62,7 @@ class _Uvicorn:
         )
 
         class Server(uvicorn.Server):
-            def capture_signals(self) -> Any:  # type: ignore[override]
+            def capture_signals(self) -> Any:
                 return contextlib.nullcontext()
 
         self.server = Server(config)
@@ -109,7 +109,7 @@ class Podium:
         app = HttpApp(self.dataplane, max_request_size=self.config.max_request_size)
         sock = bind(self.config.host, self.config.http_port)
         self.addresses["http-inference"] = _url(sock)
-        server = _Uvicorn(app, sock, graceful=10.0)
+        server = _Uvicorn(app, sock, graceful=10)
         await server.start()
         self._servers.append(server)
         await self.registry.load_all()

@@ -57,7 +57,7 @@ class Exchange:
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.scope["headers"]:
             if key == name:
-                return value  # type: ignore[no-any-return]
+                return value
         return None
 
     def check_length(self) -> None:
@@ -165,7 +165,7 @@ class Exchange:
                 self._replayed = self._body_done
                 return {"type": "http.request", "body": chunk, "more_body": not self._body_done}
         else:
-            return await self._receive()  # type: ignore[no-any-return]
+            return await self._receive()
         if self._gone is None:
             self._gone = asyncio.Event()
         await self._gone.wait()
