@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -32,40 +33,61 @@ class Scheduler(Protocol):
 
 
 class SlotGate:
-    """``predict_concurrency`` slots with a bounded waiting line.
+    """``predict_concurrency`` slots with a bounded, first-come-first-served waiting line.
 
     A request that finds every slot busy and ``max_waiting`` requests already waiting is refused
-    at once with ``QueueFull`` (503), instead of piling up. Cancelling a waiter removes it from
-    the line without ever taking a slot.
+    at once with ``QueueFull`` (503), instead of piling up. A released slot is handed straight to
+    the oldest waiter. Cancelling a waiter removes it from the line without ever taking a slot
+    (and a slot handed to a waiter cancelled at that moment is passed on, never lost).
     """
 
     def __init__(self, model: str, slots: int, max_waiting: int) -> None:
         self._model = model
         self._slots = slots
-        self._sem = asyncio.Semaphore(slots)
         self._max_waiting = max_waiting
-        self.waiting = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.busy = 0
 
+    @property
+    def waiting(self) -> int:
+        return sum(1 for f in self._waiters if not f.done())
+
+    def try_acquire(self) -> bool:
+        """Take a free slot without waiting, if there is one and nobody is ahead in line."""
+        if self.busy < self._slots and not self._waiters:
+            self.busy += 1
+            return True
+        return False
+
     async def acquire(self) -> None:
-        if self._sem.locked():
-            if self.waiting >= self._max_waiting:
-                raise QueueFull(
-                    f"model '{self._model}' queue is full: {self.waiting} requests waiting "
-                    f"(max_queue_size {self._max_waiting})"
-                )
-            self.waiting += 1
-            try:
-                await self._sem.acquire()
-            finally:
-                self.waiting -= 1
-        else:
-            await self._sem.acquire()
-        self.busy += 1
+        if self.try_acquire():
+            return
+        if len(self._waiters) >= self._max_waiting:
+            raise QueueFull(
+                f"model '{self._model}' queue is full: {len(self._waiters)} requests waiting "
+                f"(max_queue_size {self._max_waiting})"
+            )
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()  # the slot was handed to us as we were cancelled: pass it on
+            else:
+                try:
+                    self._waiters.remove(future)
+                except ValueError:
+                    pass
+            raise
 
     def release(self) -> None:
+        while self._waiters:
+            future = self._waiters.popleft()
+            if not future.done():
+                future.set_result(None)  # the slot goes to this waiter; busy is unchanged
+                return
         self.busy -= 1
-        self._sem.release()
 
     def statistics(self) -> dict[str, int]:
         return {"slots": self._slots, "busy": self.busy, "waiting": self.waiting}

@@ -60,7 +60,8 @@ class DirectScheduler:
         inst = self._instance
         if inst.has_preprocess:
             inputs = await inst.preprocess(inputs, request)
-        await self._gate.acquire()
+        if not self._gate.try_acquire():
+            await self._gate.acquire()
         try:
             outputs = await inst.predict(inputs, request)
         finally:

@@ -86,6 +86,7 @@ class Registry:
     def __init__(self) -> None:
         self._models: dict[str, dict[str | None, ModelVersion]] = {}
         self._defaults: dict[str, str | None] = {}
+        self._default_cache: dict[str, ModelVersion] = {}
 
     def add(self, mv: ModelVersion) -> None:
         versions = self._models.setdefault(mv.name, {})
@@ -94,11 +95,13 @@ class Registry:
                 f"{mv.label} is registered twice ({versions[mv.version].source}, {mv.source})"
             )
         versions[mv.version] = mv
+        self._default_cache.pop(mv.name, None)
 
     def set_default(self, name: str, version: str) -> None:
         """Make ``version`` the default for ``name`` (otherwise the highest version is)."""
         self.get(name, version)
         self._defaults[name] = version
+        self._default_cache.pop(name, None)
 
     def __iter__(self) -> Iterator[ModelVersion]:
         for versions in self._models.values():
@@ -115,6 +118,14 @@ class Registry:
         return sorted(versions.values(), key=lambda mv: version_key(mv.version))
 
     def default_version(self, name: str) -> ModelVersion:
+        """The configured default version, else the highest; ``NotFound`` if unknown."""
+        cached = self._default_cache.get(name)
+        if cached is not None:
+            return cached
+        self._default_cache[name] = found = self._pick_default(name)
+        return found
+
+    def _pick_default(self, name: str) -> ModelVersion:
         versions = self.versions(name)
         chosen = self._defaults.get(name)
         if chosen is not None:

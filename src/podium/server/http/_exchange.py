@@ -34,6 +34,7 @@ class Exchange:
         "disconnected",
         "_gone",
         "_watcher",
+        "_pending",
         "_task",
         "_request",
     )
@@ -51,6 +52,7 @@ class Exchange:
         self.disconnected = False
         self._gone: asyncio.Event | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._pending: asyncio.Handle | None = None
         self._task: asyncio.Task[Any] | None = None
         self._request: Any = None
 
@@ -87,6 +89,7 @@ class Exchange:
         """The whole body, read once; ``PayloadTooLarge`` past the limit."""
         if self._body is not None:
             return self._body
+        self._promote()
         if self._watcher is None:
             while not self._body_done:
                 message = await self._receive()
@@ -113,11 +116,28 @@ class Exchange:
     # -- disconnect watching ---------------------------------------------------------------
 
     def watch(self) -> None:
-        """Start watching for the client leaving; cancel the current task when it does."""
+        """Start watching for the client leaving; cancel the current task when it does.
+
+        The watcher task is started on the loop's next turn: a request that completes without
+        ever yielding to the loop (a fast async model) never pays for a task it cannot use.
+        """
         self._task = asyncio.current_task()
+        self._pending = asyncio.get_running_loop().call_soon(self._start_watcher)
+
+    def _start_watcher(self) -> None:
+        self._pending = None
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
+    def _promote(self) -> None:
+        """Start a scheduled watcher now: once it may run, it must be the only reader."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._start_watcher()
+
     def unwatch(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
         if self._watcher is not None:
             self._watcher.cancel()
             self._watcher = None
@@ -152,6 +172,7 @@ class Exchange:
         """``receive`` for the model's request object."""
         if self.disconnected:
             return _DISCONNECT
+        self._promote()
         if self._body is not None:
             if not self._replayed:
                 self._replayed = True
