@@ -201,12 +201,36 @@ def machine_lines(command: str) -> list[str]:
         f"- date: {now:%Y-%m-%d %H:%M %Z}",
         f"- machine: `{platform.machine()}`, {cpu_model()}, {os.cpu_count()} logical CPUs, "
         f"{platform.system()} {platform.release()}",
-        f"- python: {platform.python_version()}",
+        f"- python: {platform.python_version()}; Podium source: {git_state()}",
         f"- pinning: servers on CPU {SERVER_CPU}, load generator on CPU {CLIENT_CPU}"
         if can_pin()
         else "- pinning: NOT pinned (taskset missing or fewer than 2 CPUs)",
         f"- command: `{command}`",
     ]
+
+
+def git_state() -> str:
+    """The repo's commit, and whether Podium's sources differ from it."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src", "examples"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown commit"
+    if not sha:
+        return "unknown commit"
+    return f"commit {sha}" + (" + uncommitted changes in src/ or examples/" if dirty else "")
 
 
 def command_line() -> str:
@@ -456,8 +480,10 @@ def mlserver_server(mlserver: Path, folder: Path, port: int) -> Server:
     )
 
 
-def hello_servers(http_servers: Iterator[str] | Sequence[str]) -> list[Server]:
-    """The raw ASGI hello app under each named HTTP server (granian, uvicorn)."""
+def asgi_servers(
+    http_servers: Iterator[str] | Sequence[str], app: str = "hello_app:app", prefix: str = "hello"
+) -> list[Server]:
+    """A raw ASGI app from bench/ (the hello app by default) under each named HTTP server."""
     out: list[Server] = []
     for name in http_servers:
         port = free_port()
@@ -475,7 +501,7 @@ def hello_servers(http_servers: Iterator[str] | Sequence[str]) -> list[Server]:
                 "127.0.0.1",
                 "--port",
                 str(port),
-                "hello_app:app",
+                app,
             ]
         elif name == "uvicorn":
             argv = [
@@ -489,9 +515,9 @@ def hello_servers(http_servers: Iterator[str] | Sequence[str]) -> list[Server]:
                 "127.0.0.1",
                 "--port",
                 str(port),
-                "hello_app:app",
+                app,
             ]
         else:
             raise BenchError(f"unknown HTTP server {name!r}")
-        out.append(Server(name=f"hello-{name}", argv=argv, port=port, cwd=BENCH))
+        out.append(Server(name=f"{prefix}-{name}", argv=argv, port=port, cwd=BENCH))
     return out

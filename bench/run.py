@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import http.client
 import json
 import math
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -31,12 +33,12 @@ from common import (
     ROOT,
     BenchError,
     Server,
+    asgi_servers,
     command_line,
     ensure_mlserver,
     ensure_wrk,
     exit_on_signals,
     free_port,
-    hello_servers,
     http_get,
     http_post_json,
     log,
@@ -56,6 +58,8 @@ from common import (
 INFER_BODY = b'{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
 INFER_LUA = BENCH / "infer.lua"
 HTTP_SERVERS = ("granian", "uvicorn")
+#: Load generator CPU share above which a row is marked as possibly limited by the generator.
+GEN_BOUND_PCT = 90
 
 
 # --------------------------------------------------------------------------- load generators
@@ -69,6 +73,7 @@ class LoadResult:
     requests: int
     non_2xx: int
     socket_errors: int
+    client_cpu_pct: float = math.nan  # the generator's CPU time / run time
 
     @property
     def errors(self) -> int:
@@ -130,8 +135,10 @@ class Wrk(LoadGenerator):
                 raise BenchError("infer.lua only sends the standard infer body")
             argv += ["-s", str(INFER_LUA)]
         argv.append(url)
-        out = _run_client(pinned(argv, CLIENT_CPU), duration)
-        return parse_wrk(out)
+        out, cpu = _run_client(pinned(argv, CLIENT_CPU), duration)
+        result = parse_wrk(out)
+        result.client_cpu_pct = cpu
+        return result
 
 
 class PyLoadgen(LoadGenerator):
@@ -151,7 +158,7 @@ class PyLoadgen(LoadGenerator):
                 "-H",
                 "Content-Type: application/json",
             ]
-        out = _run_client(pinned(argv, CLIENT_CPU), duration)
+        out, cpu = _run_client(pinned(argv, CLIENT_CPU), duration)
         data = json.loads(out.strip().splitlines()[-1])
         return LoadResult(
             rps=data["rps"],
@@ -160,17 +167,22 @@ class PyLoadgen(LoadGenerator):
             requests=data["requests"],
             non_2xx=data["non_2xx"],
             socket_errors=data["errors"],
+            client_cpu_pct=cpu,
         )
 
 
-def _run_client(argv: list[str], duration: int) -> str:
+def _run_client(argv: list[str], duration: int) -> tuple[str, float]:
+    """Run the generator; its stdout and the share of one CPU it used over `duration`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"load generator did not finish: {shlex.join(argv)}") from exc
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise BenchError(f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return done.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done.stdout, 100 * cpu / duration
 
 
 def pick_loadgen(choice: str) -> LoadGenerator:
@@ -288,7 +300,8 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         def picked(t: Target) -> bool:
             return t.name in wanted or (t.name.startswith("podium-") and "podium" in wanted)
 
-        unknown = {w for w in wanted if not any(picked(t) and w in t.name for t in targets)}
+        names = {t.name for t in targets} | {"podium"}
+        unknown = wanted - names
         if unknown:
             raise BenchError(f"unknown --only names: {', '.join(sorted(unknown))}")
         targets = [t for t in targets if picked(t)]
@@ -296,7 +309,7 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
 
 
 def _hello_server(http_server: str) -> Server:
-    return hello_servers([http_server])[0]
+    return asgi_servers([http_server])[0]
 
 
 def _podium_server(model_dir: Path, http_server: str | None) -> Server:
@@ -330,7 +343,7 @@ def one_round(
                     warm = gen.run(url, target.post_json, args.warmup, args.connections)
                     log(f"{tag}: warm-up {warm.rps:,.0f} req/s (discarded)")
                 result = gen.run(url, target.post_json, args.duration, args.connections)
-        except BenchError as exc:
+        except (BenchError, OSError, http.client.HTTPException) as exc:
             log(f"{tag}: FAILED: {exc}")
             target.failures.append(f"round {round_no}: {str(exc).splitlines()[0]}")
             continue
@@ -374,8 +387,12 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
         versions.append(f"mlserver {mlserver_version()} (uvicorn + uvloop + httptools)")
     lines.append(f"- versions: {', '.join(versions)}")
     lines.append("")
-    lines.append("| server | request | req/s | p50 ms | p99 ms | req/s min–max | rounds | errors |")
-    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
+    lines.append(
+        "| server | request | req/s | p50 ms | p99 ms | req/s min–max | load gen CPU "
+        "| rounds | errors |"
+    )
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    gen_bound = False
     med: dict[str, tuple[float, float, float]] = {}
     flagged: list[str] = []
     for t in targets:
@@ -384,7 +401,7 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
             label += f" (on {t.note or t.http_server})"
         if t.available is not None:
             lines.append(
-                f"| {label} | {t.method} {t.path} | — | — | — | — | 0 | n/a: {t.available} |"
+                f"| {label} | {t.method} {t.path} | — | — | — | — | — | 0 | n/a: {t.available} |"
             )
             continue
         rps = median([r.rps for r in t.runs])
@@ -407,11 +424,22 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
             err_text += f"; {len(t.failures)} failed round(s)"
             flagged += [f"{t.name}: {f}" for f in t.failures]
         rps_text = "—" if math.isnan(rps) else f"{rps:,.0f}"
+        gen_cpu = median([r.client_cpu_pct for r in t.runs])
+        gen_text = "—" if math.isnan(gen_cpu) else f"{gen_cpu:.0f}%"
+        if gen_cpu >= GEN_BOUND_PCT:
+            gen_text += " †"
+            gen_bound = True
         lines.append(
             f"| {label} | {t.method} {t.path} | {rps_text} | {_fmt_ms(p50)} | {_fmt_ms(p99)} "
-            f"| {spread} | {len(t.runs)}/{args.repeat} | {err_text} |"
+            f"| {spread} | {gen_text} | {len(t.runs)}/{args.repeat} | {err_text} |"
         )
 
+    if gen_bound:
+        lines += [
+            "",
+            f"† the load generator used ≥ {GEN_BOUND_PCT}% of its CPU: it, not the server, may "
+            "set this figure.",
+        ]
     lines += ["", "| comparison | value |", "|---|---:|"]
     nan3 = (math.nan, math.nan, math.nan)
     mls = med.get("mlserver", nan3)
@@ -484,7 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_signals()
     pin_self(CLIENT_CPU)
 
-    gen = pick_loadgen(args.loadgen)
+    try:
+        gen = pick_loadgen(args.loadgen)
+    except BenchError as exc:
+        print(f"bench/run.py: error: {exc}", file=sys.stderr)
+        return 2
     log(f"load generator: {gen.description}")
     args.mlserver_bin, args.mlserver_error = None, None
     if args.only is None or "mlserver" in args.only.split(","):
@@ -493,7 +525,11 @@ def main(argv: list[str] | None = None) -> int:
         except BenchError as exc:
             args.mlserver_error = f"MLServer could not be installed: {str(exc).splitlines()[0]}"
             log(args.mlserver_error)
-    targets = build_targets(args)
+    try:
+        targets = build_targets(args)
+    except BenchError as exc:
+        print(f"bench/run.py: error: {exc}", file=sys.stderr)
+        return 2
     for t in targets:
         if t.available is not None:
             log(f"{t.name}: skipped: {t.available}")

@@ -57,7 +57,7 @@ class ModelConfig:
     def from_mapping(cls, data: dict[str, Any], *, default_name: str, where: str) -> ModelConfig:
         """Validate ``data`` (a parsed ``config.yaml``); every problem names the key and the file."""
         problems: list[str] = []
-        unknown = sorted(set(data) - MODEL_KEYS)
+        unknown = sorted(set(data) - MODEL_KEYS, key=str)  # YAML keys need not be strings
         for key in unknown:
             allowed = ", ".join(sorted(MODEL_KEYS))
             problems.append(f"{where}: unknown key '{key}' (allowed: {allowed})")
@@ -86,8 +86,11 @@ class ModelConfig:
                 isinstance(version, bool)
                 or not isinstance(version, str | int)
                 or "/" in str(version)
+                or not str(version).strip()  # "" would read as "no version" in every route
             ):
-                problems.append(f"{where}: 'version' must be a string or integer, got {version!r}")
+                problems.append(
+                    f"{where}: 'version' must be a non-empty string or an integer, without '/', got {version!r}"
+                )
             else:
                 values["version"] = str(version)
         if "model_class_name" in data:
@@ -152,10 +155,12 @@ class ServerConfig:
                 raise ValueError(
                     f"{name.replace('_', '-')} must be a port number 0-65535, got {port!r}"
                 )
-        if self.max_request_size < 1:
-            raise ValueError(f"max-request-size must be >= 1 byte, got {self.max_request_size}")
-        if self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        for name, unit in (("max_request_size", " byte"), ("threads", "")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be >= 1{unit} (an integer), got {value!r}"
+                )
         if self.http_server not in {"uvicorn", "granian"}:
             raise ValueError(
                 f"http-server must be 'uvicorn' or 'granian', got {self.http_server!r}"

@@ -25,10 +25,27 @@ def model_error(model: str, method: str, exc: BaseException) -> PodiumError:
     return ModelError(f"model '{model}' {method} raised {type(exc).__name__}: {exc}")
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run blocking ``fn(*args)`` in ``executor``; never on the event loop."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor, functools.partial(fn, *args))
+    """Run blocking ``fn(*args)`` in ``executor``; never on the event loop.
+
+    If the caller is cancelled, a call still queued in the pool never runs; one already running
+    cannot be stopped, so the cancellation waits for it to return. The caller's resources (a
+    predict slot) are then held exactly as long as the user's code really runs.
+    """
+    future = executor.submit(functools.partial(fn, *args))
+    waiter = asyncio.wrap_future(future)
+    waiter.add_done_callback(_retrieve)  # after a cancel nobody reads its error: no log noise
+    try:
+        return await asyncio.shield(waiter)
+    except asyncio.CancelledError:
+        if not future.cancel():  # already running: it finishes whatever we do
+            await asyncio.wait([waiter])
+        raise
 
 
 async def iterate_sync(

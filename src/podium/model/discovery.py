@@ -22,7 +22,7 @@ from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
 from .native import ModelSpec, inspect_class
 
-__all__ = ["ModelSource", "discover", "import_model"]
+__all__ = ["ModelSource", "discover", "discover_all", "import_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +52,18 @@ def _config_of(directory: Path) -> tuple[dict[str, Any], Path]:
 
 def discover(path: Path) -> list[ModelSource]:
     """The models under ``path``; raise ``DefinitionError`` listing every problem found."""
-    problems: list[str] = []
-    found: list[ModelSource] = []
-    _discover(path, found, problems, top=True)
+    found, problems = discover_all(path)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     return found
+
+
+def discover_all(path: Path) -> tuple[list[ModelSource], list[str]]:
+    """The models under ``path`` that are well configured, and the problems with the others."""
+    problems: list[str] = []
+    found: list[ModelSource] = []
+    _discover(path, found, problems, top=True)
+    return found, problems
 
 
 def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top: bool) -> None:
@@ -74,6 +80,8 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
             found.append(_source(path / "model.py", path, data, path.name, cfg))
         elif any(_is_version_dir(p) for p in path.iterdir()):
             shared, cfg = _config_of(path)
+            # checked on its own first, so that its problems name its own file, once
+            ModelConfig.from_mapping(shared, default_name=path.name, where=str(cfg))
             for sub in sorted(p for p in path.iterdir() if _is_version_dir(p)):
                 own, own_cfg = _config_of(sub)
                 data = {**shared, **own, "version": own.get("version", sub.name)}

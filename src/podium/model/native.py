@@ -108,8 +108,21 @@ def _flavor(fn: Any) -> Flavor:
 def _hints(fn: Any) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn)
-    except Exception:  # unresolved string annotations: fall back to what is there
-        return dict(getattr(fn, "__annotations__", {}))
+    except Exception:  # some string annotation does not resolve: resolve the others one by one
+        pass
+    raw = dict(getattr(fn, "__annotations__", {}))
+    namespace = getattr(inspect.unwrap(getattr(fn, "__func__", fn)), "__globals__", {})
+    hints: dict[str, Any] = {}
+    for name, annotation in raw.items():
+
+        def probe() -> None: ...
+
+        probe.__annotations__ = {"value": annotation}
+        try:
+            hints[name] = typing.get_type_hints(probe, globalns=namespace)["value"]
+        except Exception:  # e.g. a name imported only under TYPE_CHECKING
+            hints[name] = annotation
+    return hints
 
 
 def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
@@ -125,11 +138,9 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
     except (TypeError, ValueError):
         problems.append(f"{where}: its signature cannot be inspected")
         return None
-    if (
-        params
-        and params[0].name in ("self", "cls")
-        and not isinstance(inspect.getattr_static(cls, name), staticmethod)
-    ):
+    # A plain function looked up on the class still has its instance parameter, whatever its
+    # name; staticmethods have none, and classmethods and callable objects come already bound.
+    if params and inspect.isfunction(inspect.getattr_static(cls, name)):
         params = params[1:]
     hints = _hints(fn)
     ok = True

@@ -62,9 +62,9 @@ class SlotGate:
     async def acquire(self) -> None:
         if self.try_acquire():
             return
-        if len(self._waiters) >= self._max_waiting:
+        if len(self._waiters) >= self._max_waiting and self.waiting >= self._max_waiting:
             raise QueueFull(
-                f"model '{self._model}' queue is full: {len(self._waiters)} requests waiting "
+                f"model '{self._model}' queue is full: {self.waiting} requests waiting "
                 f"(max_queue_size {self._max_waiting})"
             )
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

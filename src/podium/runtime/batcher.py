@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..errors import BadModelOutput, QueueFull
+from ..errors import BadModelOutput, QueueFull, Unavailable
 from ..types import ModelInstance
 from ._scheduler import SlotGate
 
@@ -60,6 +60,7 @@ class BatchScheduler:
         self._gate = SlotGate(model, concurrency, max_waiting=1 << 30)
         self._loop_task: asyncio.Task[None] | None = None
         self._batches: set[asyncio.Task[None]] = set()
+        self._closed = False
         self.batches_run = 0
 
     async def start(self) -> None:
@@ -67,11 +68,21 @@ class BatchScheduler:
             self._loop_task = asyncio.get_running_loop().create_task(self._collect())
 
     async def close(self) -> None:
+        """Stop collecting; every request still queued or in a running batch fails at once."""
+        self._closed = True
         tasks = [t for t in (self._loop_task, *self._batches) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._loop_task = None
+        while self._queue:
+            self._fail_stopped(self._queue.popleft())
+
+    def _fail_stopped(self, entry: _Entry) -> None:
+        if not entry.future.done():
+            entry.future.set_exception(
+                Unavailable(f"model '{self._model}' stopped before this request finished")
+            )
 
     def statistics(self) -> dict[str, int]:
         stats = self._gate.statistics()
@@ -83,6 +94,8 @@ class BatchScheduler:
         inst = self._instance
         if inst.has_preprocess:
             inputs = await inst.preprocess(inputs, request)
+        if self._closed:
+            raise Unavailable(f"model '{self._model}' is stopped")
         if len(self._queue) >= self._max_queue:
             raise QueueFull(
                 f"model '{self._model}' queue is full: {len(self._queue)} requests waiting "
@@ -133,12 +146,18 @@ class BatchScheduler:
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
+            def fail_unanswered(_: asyncio.Future[Any], batch: list[_Entry] = batch) -> None:
+                # cancelled by close(), even before it started: nobody must wait forever
+                for e in batch:
+                    self._fail_stopped(e)
+
             def abandon(
                 _: asyncio.Future[Any], task: asyncio.Task[None] = task, batch: list[_Entry] = batch
             ) -> None:
                 if all(e.future.cancelled() for e in batch):
                     task.cancel()
 
+            task.add_done_callback(fail_unanswered)
             for entry in batch:
                 entry.future.add_done_callback(abandon)
 

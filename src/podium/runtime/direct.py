@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..errors import Unavailable
 from ..types import ModelInstance
 from ._scheduler import SlotGate
 
@@ -42,16 +43,27 @@ class DirectScheduler:
         self._instance = instance
         self._gate = SlotGate(model, concurrency, max_queue_size)
         self._buffer = stream_buffer
-        self._producers: set[asyncio.Task[None]] = set()
+        self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
+        self._model = model
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
-        for task in list(self._producers):
+        """Stop every running stream; their readers get ``Unavailable``, not a hang."""
+        producers = dict(self._producers)
+        for task in producers:
             task.cancel()
-        if self._producers:
-            await asyncio.gather(*self._producers, return_exceptions=True)
+        if producers:
+            await asyncio.gather(*producers, return_exceptions=True)
+        failure = _Failure(Unavailable(f"model '{self._model}' was unloaded mid-stream"))
+        for queue in producers.values():
+            while True:  # the reader must see the failure even if the buffer is full
+                try:
+                    queue.put_nowait(failure)
+                    break
+                except asyncio.QueueFull:
+                    queue.get_nowait()
 
     def statistics(self) -> dict[str, int]:
         return self._gate.statistics()
@@ -80,8 +92,8 @@ class DirectScheduler:
         await self._gate.acquire()
         queue: asyncio.Queue[Any] = asyncio.Queue(self._buffer)
         task = asyncio.get_running_loop().create_task(self._produce(inputs, request, queue))
-        self._producers.add(task)
-        task.add_done_callback(self._producers.discard)
+        self._producers[task] = queue
+        task.add_done_callback(self._forget)
         try:
             while True:
                 item = await queue.get()
@@ -94,6 +106,9 @@ class DirectScheduler:
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._producers.pop(task, None)
 
     async def _produce(self, inputs: Any, request: Any, queue: asyncio.Queue[Any]) -> None:
         items = self._instance.predict_stream(inputs, request)

@@ -7,8 +7,8 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from ..errors import DefinitionError
-from ..model.discovery import ModelSource, discover, import_model
-from ..model.native import NativeModel
+from ..model.discovery import ModelSource, discover_all, import_model
+from ..model.native import ModelSpec, NativeModel
 from ._scheduler import Scheduler
 from .batcher import BatchScheduler
 from .direct import DirectScheduler
@@ -17,17 +17,27 @@ from .registry import ModelVersion, Registry
 __all__ = ["build_version", "check_paths", "register_paths"]
 
 
-def build_version(
-    source: ModelSource, *, secrets: Mapping[str, str], executor: Executor
-) -> ModelVersion:
-    """Import, check and instantiate one model version, with the scheduler its config asks for."""
-    spec = import_model(source)
-    config = source.config
-    if config.batch_size > 1 and spec.predict.streaming:
+def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
+    if source.config.batch_size > 1 and spec.predict.streaming:
         raise DefinitionError(
             f"{source.label}: predict is a {spec.predict.flavor.value} and batch_size is "
-            f"{config.batch_size}; dynamic batching needs a predict that returns a list"
+            f"{source.config.batch_size}; dynamic batching needs a predict that returns a list"
         )
+
+
+def build_version(
+    source: ModelSource,
+    *,
+    secrets: Mapping[str, str],
+    executor: Executor,
+    spec: ModelSpec | None = None,
+) -> ModelVersion:
+    """Import (unless ``spec`` is given), check and instantiate one model version, with the
+    scheduler its config asks for."""
+    if spec is None:
+        spec = import_model(source)
+    _check_batching(source, spec)
+    config = source.config
     instance = NativeModel(
         spec, config, model_dir=source.model_dir, secrets=secrets, executor=executor
     )
@@ -52,16 +62,16 @@ def build_version(
     return ModelVersion(config, instance, scheduler, source=str(source.file))
 
 
-def check_paths(paths: list[Path]) -> list[str]:
-    """Every definition problem in ``paths``, without instantiating or serving anything."""
+def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, ModelSpec]], list[str]]:
+    """Discover and import every model once; the checked ones, and every problem found."""
     problems: list[str] = []
     sources: list[ModelSource] = []
     for path in paths:
-        try:
-            sources.extend(discover(path))
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
+        found, path_problems = discover_all(path)  # a bad config hides no other model's problems
+        sources.extend(found)
+        problems.extend(path_problems)
     seen: dict[tuple[str, str | None], ModelSource] = {}
+    checked: list[tuple[ModelSource, ModelSpec]] = []
     for source in sources:
         key = (source.config.name, source.config.version)
         if key in seen:
@@ -72,12 +82,18 @@ def check_paths(paths: list[Path]) -> list[str]:
         except DefinitionError as exc:
             problems.extend(exc.problems)
             continue
-        if source.config.batch_size > 1 and spec.predict.streaming:
-            problems.append(
-                f"{source.label}: predict is a {spec.predict.flavor.value} and batch_size is "
-                f"{source.config.batch_size}; dynamic batching needs a predict that returns a list"
-            )
-    return problems
+        try:
+            _check_batching(source, spec)
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+            continue
+        checked.append((source, spec))
+    return checked, problems
+
+
+def check_paths(paths: list[Path]) -> list[str]:
+    """Every definition problem in ``paths``, without instantiating or serving anything."""
+    return _collect(paths)[1]
 
 
 def register_paths(
@@ -85,17 +101,20 @@ def register_paths(
 ) -> None:
     """Discover and instantiate every model under ``paths`` into ``registry``.
 
-    Raises one ``DefinitionError`` listing every model that cannot be loaded (import errors,
-    contract violations, ``__init__`` failures); ``load()`` runs later, per model.
+    Each model file is imported once. Raises one ``DefinitionError`` listing every model that
+    cannot be loaded (import errors, contract violations, ``__init__`` failures), and then
+    registers none of them; ``load()`` runs later, per model.
     """
-    problems = check_paths(paths)
+    checked, problems = _collect(paths)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
-    for path in paths:
-        for source in discover(path):
-            try:
-                registry.add(build_version(source, secrets=secrets, executor=executor))
-            except DefinitionError as exc:
-                problems.extend(exc.problems)
+    versions: list[ModelVersion] = []
+    for source, spec in checked:
+        try:
+            versions.append(build_version(source, secrets=secrets, executor=executor, spec=spec))
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
+    for mv in versions:
+        registry.add(mv)

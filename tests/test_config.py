@@ -1,0 +1,302 @@
+"""Configuration values: podium.config (ModelConfig, ServerConfig, Secrets, load_yaml)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podium.config import MODEL_KEYS, ModelConfig, Secrets, ServerConfig, load_yaml
+from podium.errors import DefinitionError, MissingSecret, PodiumError
+
+
+def build(data: dict[Any, Any]) -> ModelConfig:
+    return ModelConfig.from_mapping(data, default_name="m", where="m/config.yaml")
+
+
+def problems(data: dict[Any, Any]) -> list[str]:
+    with pytest.raises(DefinitionError) as info:
+        build(data)
+    return info.value.problems
+
+
+# -- load_yaml -----------------------------------------------------------------------------------
+
+
+def test_load_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("a: 1\nb: [x, y]\n")
+    assert load_yaml(path) == {"a": 1, "b": ["x", "y"]}
+
+
+def test_load_yaml_empty_file_is_an_empty_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("# nothing here\n")
+    assert load_yaml(path) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("- 1\n- 2\n", "must be a mapping of keys to values, not list"), ("a: [1\n", "invalid YAML")],
+)
+def test_load_yaml_errors_name_the_file(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(DefinitionError) as info:
+        load_yaml(path)
+    assert str(path) in info.value.message and fragment in info.value.message
+
+
+def test_load_yaml_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(DefinitionError, match="cannot be read"):
+        load_yaml(tmp_path / "missing.yaml")
+
+
+# -- ModelConfig ---------------------------------------------------------------------------------
+
+
+def test_model_config_defaults() -> None:
+    config = build({})
+    assert config == ModelConfig(name="m")
+    assert (config.version, config.model_class_name) == (None, "Model")
+    assert (config.predict_concurrency, config.batch_size, config.max_queue_size) == (1, 1, 1000)
+    assert (config.max_batch_delay, config.stream_buffer) == (5.0, 16)
+    assert config.model_metadata == {} and config.raw == {}
+
+
+def test_model_keys_are_every_field_but_raw() -> None:
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    assert MODEL_KEYS == fields - {"raw"}
+
+
+def test_model_config_all_keys() -> None:
+    data = {
+        "name": "n",
+        "version": 2,
+        "model_class_name": "C",
+        "predict_concurrency": 3,
+        "batch_size": 4,
+        "max_batch_delay": 10,
+        "max_queue_size": 5,
+        "stream_buffer": 6,
+        "model_metadata": {"platform": "x"},
+    }
+    assert set(data) == MODEL_KEYS
+    config = build(data)
+    assert config.name == "n"
+    assert config.version == "2"
+    assert config.model_class_name == "C"
+    assert (config.predict_concurrency, config.batch_size) == (3, 4)
+    assert config.max_batch_delay == 10.0 and isinstance(config.max_batch_delay, float)
+    assert (config.max_queue_size, config.stream_buffer) == (5, 6)
+    assert config.model_metadata == {"platform": "x"}
+    assert config.raw == data and config.raw is not data
+
+
+def test_model_config_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        build({}).batch_size = 3  # type: ignore[misc]
+
+
+def test_version_null_means_unversioned() -> None:
+    assert build({"version": None}).version is None
+    assert build({"version": "1.2.0"}).version == "1.2.0"
+    assert build({"max_batch_delay": 0}).max_batch_delay == 0.0
+    assert build({"model_metadata": None}).model_metadata == {}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("name", "", "'name' must be a non-empty string"),
+        ("name", 5, "'name' must be a non-empty string"),
+        ("name", "a/b", "'name' must not contain '/'"),
+        ("version", True, "'version' must be a non-empty string or an integer"),
+        ("version", 1.5, "'version' must be a non-empty string or an integer"),
+        ("version", "1/2", "'version' must be a non-empty string or an integer"),
+        ("version", "", "'version' must be a non-empty string or an integer"),
+        ("version", " ", "'version' must be a non-empty string or an integer"),
+        ("model_class_name", "", "'model_class_name' must be a non-empty string"),
+        ("model_class_name", 3, "'model_class_name' must be a non-empty string"),
+        ("predict_concurrency", 0, "'predict_concurrency' must be an integer >= 1, got 0"),
+        ("predict_concurrency", True, "'predict_concurrency' must be an integer >= 1, got True"),
+        ("batch_size", 2.0, "'batch_size' must be an integer >= 1, got 2.0"),
+        ("max_queue_size", "10", "'max_queue_size' must be an integer >= 1, got '10'"),
+        ("stream_buffer", -1, "'stream_buffer' must be an integer >= 1, got -1"),
+        ("max_batch_delay", -0.5, "'max_batch_delay' must be a number of milliseconds >= 0"),
+        ("max_batch_delay", "5ms", "'max_batch_delay' must be a number of milliseconds >= 0"),
+        ("max_batch_delay", False, "'max_batch_delay' must be a number of milliseconds >= 0"),
+        ("model_metadata", [1], "'model_metadata' must be a mapping"),
+    ],
+)
+def test_wrong_types_name_the_key(key: str, value: Any, fragment: str) -> None:
+    [problem] = problems({key: value})
+    assert problem.startswith("m/config.yaml: ")
+    assert fragment in problem
+
+
+def test_unknown_keys_name_the_key_and_the_allowed_ones() -> None:
+    found = problems({"batch": 2, "colour": "red"})
+    assert len(found) == 2
+    assert "unknown key 'batch'" in found[0]
+    assert "unknown key 'colour'" in found[1]
+    assert all("batch_size" in p and "predict_concurrency" in p for p in found)
+
+
+def test_non_string_keys_are_reported_not_crashed_on() -> None:
+    found = problems({1: "one", "zeta": 2, 2.5: 3})
+    assert any("unknown key '1'" in p for p in found)
+    assert any("unknown key 'zeta'" in p for p in found)
+    assert any("unknown key '2.5'" in p for p in found)
+
+
+def test_every_problem_at_once() -> None:
+    found = problems({"batch_size": 0, "stream_buffer": 0, "typo": 1, "name": ""})
+    assert len(found) == 4
+    with pytest.raises(DefinitionError) as info:
+        build({"batch_size": 0, "stream_buffer": 0})
+    assert info.value.message == "; ".join(info.value.problems)
+
+
+# -- ServerConfig --------------------------------------------------------------------------------
+
+PORTS = ["http_port", "management_port", "metrics_port", "grpc_port", "grpc_management_port"]
+
+
+def test_server_config_defaults() -> None:
+    config = ServerConfig()
+    assert (config.host, config.http_port) == ("0.0.0.0", 8080)
+    assert (config.management_host, config.management_port) == ("127.0.0.1", 8081)
+    assert (config.metrics_host, config.metrics_port) == ("127.0.0.1", 8082)
+    assert (config.grpc_port, config.grpc_management_port) == (7070, 7071)
+    assert config.max_request_size == 64 * 1024 * 1024
+    assert config.threads == 64 and config.http_server == "uvicorn"
+
+
+@pytest.mark.parametrize("key", PORTS)
+@pytest.mark.parametrize("port", [0, 1, 65535])
+def test_valid_ports(key: str, port: int) -> None:
+    assert getattr(ServerConfig(**{key: port}), key) == port
+
+
+@pytest.mark.parametrize("key", PORTS)
+@pytest.mark.parametrize("port", [-1, 65536, True, "8080", 80.0, None])
+def test_invalid_ports_name_the_flag(key: str, port: Any) -> None:
+    with pytest.raises(ValueError) as info:
+        ServerConfig(**{key: port})
+    message = str(info.value)
+    assert key.replace("_", "-") in message
+    assert "0-65535" in message and repr(port) in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("max_request_size", 0, "max-request-size must be >= 1"),
+        ("max_request_size", "big", "max-request-size must be >= 1"),
+        ("max_request_size", True, "max-request-size must be >= 1"),
+        ("threads", 0, "threads must be >= 1"),
+        ("threads", "4", "threads must be >= 1"),
+        ("threads", 2.5, "threads must be >= 1"),
+        ("http_server", "hypercorn", "http-server must be 'uvicorn' or 'granian'"),
+    ],
+)
+def test_invalid_settings_raise_value_error(key: str, value: Any, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        ServerConfig(**{key: value})
+    assert fragment in str(info.value)
+    assert repr(value) in str(info.value)
+
+
+def test_server_config_accepts_granian_and_keys() -> None:
+    assert ServerConfig(http_server="granian", threads=1, max_request_size=1).threads == 1
+    keys = ServerConfig.keys()
+    assert {"host", "http_port", "secrets_dir", "threads", "models"} <= keys
+    assert keys == {f.name for f in dataclasses.fields(ServerConfig)}
+
+
+# -- Secrets -------------------------------------------------------------------------------------
+
+
+def test_secret_from_the_environment() -> None:
+    secrets = Secrets(environ={"PODIUM_SECRET_HF_TOKEN": "abc"})
+    assert secrets["hf_token"] == "abc"
+    assert secrets["HF_TOKEN"] == "abc"
+    assert secrets["hf-token"] == "abc"  # not a letter or digit: '_'
+    assert Secrets.env_name("api.key-2") == "PODIUM_SECRET_API_KEY_2"
+
+
+def test_empty_environment_value_is_a_value() -> None:
+    assert Secrets(environ={"PODIUM_SECRET_X": ""})["x"] == ""
+
+
+def test_secret_from_a_file_in_the_directory(tmp_path: Path) -> None:
+    (tmp_path / "db_password").write_text("hunter2\n")
+    secrets = Secrets(tmp_path, environ={})
+    assert secrets["db_password"] == "hunter2"
+    (tmp_path / "db_password").write_text("rotated")
+    assert secrets["db_password"] == "rotated"  # read on access
+
+
+def test_environment_wins_over_the_file(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("from-file")
+    assert Secrets(tmp_path, environ={"PODIUM_SECRET_TOKEN": "from-env"})["token"] == "from-env"
+
+
+def test_missing_secret_names_the_secret_and_the_env_var(tmp_path: Path) -> None:
+    secrets = Secrets(tmp_path, environ={})
+    with pytest.raises(MissingSecret) as info:
+        secrets["openai-key"]
+    exc = info.value
+    assert isinstance(exc, KeyError) and isinstance(exc, PodiumError)
+    assert "'openai-key'" in exc.message
+    assert "PODIUM_SECRET_OPENAI_KEY" in exc.message
+    assert str(tmp_path) in exc.message
+    assert str(exc) == exc.message
+    with pytest.raises(KeyError):
+        Secrets(environ={})["x"]
+
+
+def test_missing_secret_without_directory() -> None:
+    with pytest.raises(MissingSecret) as info:
+        Secrets(environ={})["x"]
+    assert "PODIUM_SECRET_X" in info.value.message
+    assert " or a file" not in info.value.message
+
+
+def test_mapping_behaviour(tmp_path: Path) -> None:
+    (tmp_path / "file_secret").write_text("f")
+    (tmp_path / "subdir").mkdir()
+    secrets = Secrets(tmp_path, environ={"PODIUM_SECRET_ENV_SECRET": "e", "OTHER": "o"})
+    assert isinstance(secrets, Mapping)
+    assert list(secrets) == ["env_secret", "file_secret"]
+    assert len(secrets) == 2
+    assert "env_secret" in secrets and "file_secret" in secrets
+    assert "subdir" not in secrets and "other" not in secrets
+    assert secrets.get("nope", "default") == "default"
+    assert dict(secrets) == {"env_secret": "e", "file_secret": "f"}
+
+
+def test_secrets_are_read_only() -> None:
+    secrets = Secrets(environ={})
+    with pytest.raises(TypeError):
+        secrets["x"] = "y"  # type: ignore[index]
+    assert not hasattr(secrets, "update") and not hasattr(secrets, "pop")
+
+
+def test_secret_names_cannot_leave_the_directory(tmp_path: Path) -> None:
+    inside = tmp_path / "secrets"
+    inside.mkdir()
+    (tmp_path / "outside").write_text("private")
+    secrets = Secrets(inside, environ={})
+    for name in ("../outside", ".", "..", ""):
+        with pytest.raises(MissingSecret):
+            secrets[name]
+
+
+def test_secrets_read_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PODIUM_SECRET_FROM_OS", "yes")
+    assert Secrets()["from_os"] == "yes"
