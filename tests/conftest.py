@@ -48,8 +48,18 @@ def run_server(
     timeout: float = 60.0,
 ) -> Iterator[Server]:
     """Start ``podium serve PATHS`` on 127.0.0.1 with port 0; yield once it logs ready."""
-    cmd = [sys.executable, "-m", "podium", "serve", *map(str, paths), "--host", "127.0.0.1",
-           "--http-port", "0", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "podium",
+        "serve",
+        *map(str, paths),
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        "0",
+        *args,
+    ]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

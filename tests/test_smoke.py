@@ -1,5 +1,4 @@
 import httpx
-
 from conftest import Server
 
 

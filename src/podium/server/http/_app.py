@@ -67,11 +67,13 @@ class HttpApp:
         except PodiumError as exc:
             await send_error(send, exc)
         except asyncio.CancelledError:
-            if not ex.disconnected:
+            if ex.failure is None and not ex.disconnected:
                 raise
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
+            if ex.failure is not None and not ex.disconnected:
+                await send_error(send, ex.failure)
         except Exception as exc:
             logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             err = PodiumError(f"internal error: {type(exc).__name__}: {exc}")
@@ -165,8 +167,9 @@ class HttpApp:
 
     async def _prepare(self, ex: Exchange, call: Call, parse: Callable[[bytes], Any]) -> None:
         """Read and parse the body first, if the model needs it; then watch for disconnects."""
-        if self.dataplane.needs_inputs(call):
-            ex.check_length()
+        needs_inputs = self.dataplane.needs_inputs(call)  # unknown / not ready: 404 / 503 first
+        ex.check_length()  # the limit holds for a model that reads the body itself too
+        if needs_inputs:
             value = parse(await ex.body())
 
             async def read() -> Any:

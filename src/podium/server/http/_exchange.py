@@ -32,6 +32,7 @@ class Exchange:
         "_size",
         "_arrived",
         "disconnected",
+        "failure",
         "_gone",
         "_watcher",
         "_pending",
@@ -50,6 +51,7 @@ class Exchange:
         self._size = 0
         self._arrived: asyncio.Event | None = None
         self.disconnected = False
+        self.failure: PayloadTooLarge | None = None
         self._gone: asyncio.Event | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._pending: asyncio.Handle | None = None
@@ -106,6 +108,8 @@ class Exchange:
         return self._body
 
     async def _wait_arrival(self) -> None:
+        if self.failure is not None:
+            raise self.failure
         if self.disconnected:
             raise asyncio.CancelledError
         if self._arrived is None:
@@ -154,8 +158,14 @@ class Exchange:
                     self._body_done = not message.get("more_body", False)
                     if self._arrived is not None:
                         self._arrived.set()
-        except PayloadTooLarge:
-            self._lost()
+        except PayloadTooLarge as exc:
+            # The client is still there and gets a 413: the task serving it is stopped, and the
+            # front end answers with ``failure`` instead of treating it as a disconnect.
+            self.failure = exc
+            if self._arrived is not None:
+                self._arrived.set()
+            if self._task is not None:
+                self._task.cancel()
 
     def _lost(self) -> None:
         self.disconnected = True
