@@ -112,11 +112,6 @@ def test_serve_refuses_a_model_whose_init_raises() -> None:
     assert "Model.__init__ raised RuntimeError: cannot open the weights (on purpose)" in err
 
 
-@pytest.mark.xfail(
-    reason="model/native.py: the DefinitionError for an __init__ that raises names the model but "
-    "not its file (NativeModel has no source label); fix belongs in model/ or runtime/loading.py",
-    strict=True,
-)
 def test_serve_names_the_file_of_a_model_whose_init_raises() -> None:
     err = serve_broken("init-raises").stderr
     assert str(BROKEN / "init-raises" / "model.py") in err

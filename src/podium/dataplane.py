@@ -19,7 +19,7 @@ from .errors import InvalidInput, UnsupportedRepresentation
 from .runtime.registry import ModelState, ModelVersion, Registry
 from .types import Call, InferenceRequest, InferenceResponse, InputKind, WireProtocol
 
-__all__ = ["DataPlane"]
+__all__ = ["DataPlane", "ModelVersion"]
 
 EXTENSIONS = ["model_repository", "generate", "infer_stream"]
 
@@ -65,10 +65,11 @@ class DataPlane:
 
     # -- inference -----------------------------------------------------------------------
 
-    async def infer(self, call: Call) -> Any:
+    async def infer(self, call: Call, mv: ModelVersion | None = None) -> Any:
         """Run ``call`` to completion. A streaming model's items are gathered into one result."""
-        mv = self.registry.ready(call.model, call.version)
-        inputs, oip = await self._inputs(mv, call)
+        if mv is None:
+            mv = self.registry.ready(call.model, call.version)
+        inputs, oip = self._inputs(mv, call)
         if mv.instance.streaming:
             items = [item async for item in mv.scheduler.stream(inputs, call.request)]
             return self._gather(mv, call, items, oip)
@@ -77,10 +78,11 @@ class DataPlane:
             return self._oip_response(mv, result, oip)
         return result
 
-    async def stream(self, call: Call) -> AsyncIterator[Any]:
+    async def stream(self, call: Call, mv: ModelVersion | None = None) -> AsyncIterator[Any]:
         """The items of ``call``; a non-streaming model yields its one result."""
-        mv = self.registry.ready(call.model, call.version)
-        inputs, oip = await self._inputs(mv, call)
+        if mv is None:
+            mv = self.registry.ready(call.model, call.version)
+        inputs, oip = self._inputs(mv, call)
         items = mv.scheduler.stream(inputs, call.request)
         try:
             async for item in items:
@@ -91,24 +93,22 @@ class DataPlane:
         finally:
             await items.aclose()  # type: ignore[attr-defined]
 
-    def needs_inputs(self, call: Call) -> bool:
-        """Whether the model addressed reads the inputs (else the body is never parsed).
+    def resolve(self, model: str, version: str | None = None) -> ModelVersion:
+        """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
 
-        Raises ``NotFound`` / ``ModelNotReady`` before anything is read.
+        Front ends call this before reading the body, then look at what the model asks for
+        (``instance.needs_inputs``, ``needs_request``, ``streaming``) and pass it on to
+        :meth:`infer` / :meth:`stream`, so one call costs one lookup.
         """
-        return self.registry.ready(call.model, call.version).instance.needs_inputs
-
-    def is_streaming(self, call: Call) -> bool:
-        """Whether the model addressed streams (its ``predict`` is a generator)."""
-        return self.registry.ready(call.model, call.version).instance.streaming
+        return self.registry.ready(model, version)
 
     # -- conversions -----------------------------------------------------------------------
 
-    async def _inputs(self, mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
+    def _inputs(self, mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
         inst = mv.instance
         if not inst.needs_inputs:
             return None, None
-        raw = await call.read()
+        raw = call.payload
         kind = inst.input_kind
         if call.protocol is WireProtocol.OIP:
             request: InferenceRequest = raw
@@ -140,17 +140,18 @@ class DataPlane:
                 f"model '{mv.name}' returned a value the Open Inference Protocol cannot carry: "
                 f"{exc.message}"
             ) from exc
-        response = InferenceResponse(
-            outputs=outputs,
-            model_name=mv.name,
-            model_version=mv.version,
-            id=request.id if request is not None else None,
-        )
+        request_id = request.id if request is not None else None
         if isinstance(result, InferenceResponse):
-            response.parameters = result.parameters
-            if result.id is not None and response.id is None:
-                response.id = result.id
-        return response
+            # The model's own response, completed: name, version and the request's id.
+            result.outputs = outputs
+            result.model_name = mv.name
+            result.model_version = mv.version
+            if request_id is not None:
+                result.id = request_id
+            return result
+        return InferenceResponse(
+            outputs=outputs, model_name=mv.name, model_version=mv.version, id=request_id
+        )
 
     def _gather(
         self, mv: ModelVersion, call: Call, items: list[Any], request: InferenceRequest | None

@@ -9,8 +9,8 @@ Nothing here knows about HTTP or gRPC.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -129,18 +129,18 @@ class InputKind(enum.Enum):
 class Call:
     """One inference call, as a front end hands it to the data plane.
 
-    ``read`` returns the decoded body: an :class:`InferenceRequest` for OIP, parsed JSON or
-    ``bytes`` otherwise. It is awaited only when a model method needs the inputs, so a model that
-    takes only the raw request never pays for parsing. ``request`` is the raw request object passed
-    to methods that ask for it (a ``starlette.requests.Request`` over HTTP).
+    ``payload`` is the decoded body: an :class:`InferenceRequest` for OIP, parsed JSON or
+    ``bytes`` otherwise. A front end decodes it only when the model takes the inputs
+    (the model's ``needs_inputs``), so a model that takes only the raw request never pays for parsing.
+    ``request`` is the raw request object passed to methods that ask for it (a
+    ``starlette.requests.Request`` over HTTP), set when the model's ``needs_request``.
     """
 
     model: str
     version: str | None
     protocol: WireProtocol
-    read: Callable[[], Awaitable[Any]]
+    payload: Any = None
     request: Any = None
-    parameters: Parameters = field(default_factory=dict)
 
 
 class ModelInstance(Protocol):
@@ -151,6 +151,7 @@ class ModelInstance(Protocol):
     """
 
     needs_inputs: bool
+    needs_request: bool
     input_kind: InputKind
     input_schema: type | None
     streaming: bool

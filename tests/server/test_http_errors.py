@@ -285,15 +285,15 @@ async def test_json_nested_too_deep_is_400(
     [
         ("GET", "/v2/models/emit/infer", "POST"),
         ("PUT", "/v2/models/emit/generate_stream", "POST"),
-        ("POST", "/v2", "GET"),
-        ("POST", "/v2/health/live", "GET"),
-        ("DELETE", "/v2/health/ready", "GET"),
-        ("POST", "/v2/models/emit", "GET"),
-        ("POST", "/v2/models/versioned/versions/1/ready", "GET"),
+        ("POST", "/v2", "GET, HEAD"),
+        ("POST", "/v2/health/live", "GET, HEAD"),
+        ("DELETE", "/v2/health/ready", "GET, HEAD"),
+        ("POST", "/v2/models/emit", "GET, HEAD"),
+        ("POST", "/v2/models/versioned/versions/1/ready", "GET, HEAD"),
         ("GET", "/v1/models/emit:predict", "POST"),
-        ("POST", "/v1/models/emit", "GET"),
+        ("POST", "/v1/models/emit", "GET, HEAD"),
         ("DELETE", "/predictions/emit", "POST, PUT"),
-        ("PUT", "/ping", "GET, POST"),
+        ("PUT", "/ping", "GET, POST, HEAD"),
     ],
 )
 async def test_wrong_method_is_405_with_allow(
@@ -326,3 +326,11 @@ async def test_unknown_route_is_404(client: httpx.AsyncClient, method: str, path
     message = error_of(await client.request(method, path), 404)
     assert path in message
     await still_serving(client)
+
+
+@pytest.mark.anyio
+async def test_head_is_served_where_get_is(client: httpx.AsyncClient) -> None:
+    for path in ("/v2", "/v2/health/live", "/v2/health/ready", "/ping", "/v2/models/emit"):
+        r = await client.head(path)
+        assert r.status_code == 200, path
+        assert r.content == b""

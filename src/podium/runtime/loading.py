@@ -38,9 +38,13 @@ def build_version(
         spec = import_model(source)
     _check_batching(source, spec)
     config = source.config
-    instance = NativeModel(
-        spec, config, model_dir=source.model_dir, secrets=secrets, executor=executor
-    )
+    try:
+        instance = NativeModel(
+            spec, config, model_dir=source.model_dir, secrets=secrets, executor=executor
+        )
+    except DefinitionError as exc:  # __init__ raised: name the file too
+        problems = [f"{p} ({source.file})" for p in exc.problems]
+        raise DefinitionError("; ".join(problems), problems) from exc
     scheduler: Scheduler
     if config.batch_size > 1:
         scheduler = BatchScheduler(

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...dataplane import DataPlane
-from ...errors import InvalidInput, MethodNotAllowed, NotFound, PodiumError
+from ...dataplane import DataPlane, ModelVersion
+from ...errors import MethodNotAllowed, NotFound, PodiumError
 from ...types import Call, WireProtocol
 from . import _oip, _responses
 from ._exchange import Exchange
@@ -28,7 +28,9 @@ _NOTHING = object()
 
 
 def _allow(method: str, allowed: tuple[str, ...], what: str) -> None:
-    if method not in allowed:
+    if method not in allowed and not (method == "HEAD" and "GET" in allowed):
+        if "GET" in allowed:
+            allowed = (*allowed, "HEAD")
         raise MethodNotAllowed(
             f"{what} does not accept {method}; use {', '.join(allowed)}", allowed
         )
@@ -165,59 +167,77 @@ class HttpApp:
 
     # -- inference -------------------------------------------------------------------------
 
-    async def _prepare(self, ex: Exchange, call: Call, parse: Callable[[bytes], Any]) -> None:
-        """Read and parse the body first, if the model needs it; then watch for disconnects."""
-        needs_inputs = self.dataplane.needs_inputs(call)  # unknown / not ready: 404 / 503 first
+    def _start(
+        self,
+        ex: Exchange,
+        model: str,
+        version: str | None,
+        protocol: WireProtocol,
+    ) -> tuple[ModelVersion, Call]:
+        """Find the model (404/503 before the body is touched) and the call's pieces."""
+        mv = self.dataplane.resolve(model, version)
         ex.check_length()  # the limit holds for a model that reads the body itself too
-        if needs_inputs:
-            value = parse(await ex.body())
+        inst = mv.instance
+        request = ex.request() if inst.needs_request else None
+        return mv, Call(model, version, protocol, None, request)
 
-            async def read() -> Any:
-                return value
-
-            call.read = read
+    async def _read(
+        self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
+    ) -> None:
+        """Read and parse the body if the model takes the inputs; then watch for disconnects."""
+        if mv.instance.needs_inputs:
+            call.payload = parse(await ex.body())
         ex.watch()
 
     async def _oip(
         self, ex: Exchange, send: Any, model: str, version: str | None, action: str
     ) -> None:
-        call = Call(model, version, WireProtocol.OIP, _unread, ex.request())
+        mv, call = self._start(ex, model, version, WireProtocol.OIP)
+        if action == "infer":
+            if mv.instance.needs_inputs:
+                call.payload = _oip.parse_request(await ex.body())
+            ex.watch()
+            response = await self.dataplane.infer(call, mv)
+            await send_body(send, 200, _responses.JSON, _oip.encoder.encode(response))
+            return
         form = _oip.Form()
-        await self._prepare(ex, call, lambda body: _oip.parse(body, action, form))
-        if action in ("infer", "generate"):
-            response = await self.dataplane.infer(call)
-            await send_body(send, 200, _responses.JSON, _oip.render(response, form))
+        await self._read(ex, mv, call, lambda body: _oip.parse(body, action, form))
+        if action == "generate":
+            response = await self.dataplane.infer(call, mv)
+            joined = form.triton and mv.instance.streaming  # Triton's generate: one text
+            await send_body(send, 200, _responses.JSON, _oip.render(response, form, join=joined))
             return
         await self._stream(
             ex,
             send,
             call,
+            mv,
             lambda item: _responses.sse_event_raw(_oip.render(item, form)),
             _responses.SSE,
             sse=True,
         )
 
     async def _truss(self, ex: Exchange, send: Any, model: str) -> None:
-        call = Call(model, None, WireProtocol.TRUSS, _unread, ex.request())
-        await self._prepare(ex, call, _parse_json)
-        if self.dataplane.is_streaming(call):
-            await self._stream(ex, send, call, chunk_of, _responses.TEXT, sse=False)
+        mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
+        await self._read(ex, mv, call, _parse_json)
+        if mv.instance.streaming:
+            await self._stream(ex, send, call, mv, chunk_of, _responses.TEXT, sse=False)
             return
-        result = await self.dataplane.infer(call)
+        result = await self.dataplane.infer(call, mv)
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
             return
         await send_body(send, 200, _responses.JSON, _responses.encode_json(result))
 
     async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
-        call = Call(model, version, WireProtocol.TORCHSERVE, _unread, ex.request())
+        mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
-        await self._prepare(ex, call, _parse_json if is_json else bytes)
-        if self.dataplane.is_streaming(call):
-            await self._stream(ex, send, call, chunk_of, _responses.OCTETS, sse=False)
+        await self._read(ex, mv, call, _parse_json if is_json else bytes)
+        if mv.instance.streaming:
+            await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
-        result = await self.dataplane.infer(call)
+        result = await self.dataplane.infer(call, mv)
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
         elif isinstance(result, bytes):
@@ -232,12 +252,13 @@ class HttpApp:
         ex: Exchange,
         send: Any,
         call: Call,
+        mv: ModelVersion,
         encode: Callable[[Any], bytes],
         headers: list[tuple[bytes, bytes]],
         *,
         sse: bool,
     ) -> None:
-        items = self.dataplane.stream(call)
+        items = self.dataplane.stream(call, mv)
         try:
             # Errors before the first item still get a proper status code.
             first: Any = _NOTHING
@@ -264,10 +285,6 @@ class HttpApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await items.aclose()  # type: ignore[attr-defined]
-
-
-async def _unread() -> Any:
-    raise InvalidInput("the request body was not read")  # only reached if a model lies
 
 
 def _parse_json(body: bytes) -> Any:

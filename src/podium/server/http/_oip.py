@@ -53,6 +53,11 @@ def parse(body: bytes, action: str, form: Form) -> InferenceRequest:
             form.triton = True
             return _from_generate(value)
         return _convert(value)
+    return parse_request(body)
+
+
+def parse_request(body: bytes) -> InferenceRequest:
+    """An OIP inference request, decoded and checked in one pass (the ``infer`` hot path)."""
     if not body:
         raise InvalidInput("request body is empty; expected an inference request")
     try:
@@ -126,8 +131,12 @@ def _from_generate(value: dict[str, Any]) -> InferenceRequest:
     return InferenceRequest(inputs=inputs, id=request_id, parameters=parameters)
 
 
-def render(response: InferenceResponse, form: Form) -> bytes:
-    """The JSON for ``response`` in the form the client used."""
+def render(response: InferenceResponse, form: Form, *, join: bool = False) -> bytes:
+    """The JSON for ``response`` in the form the client used.
+
+    ``join``: the response gathers the items of a streaming model; in Triton's form its text
+    outputs come back as one string (the whole generated text), as Triton's ``generate`` does.
+    """
     if not form.triton:
         return encoder.encode(response)
     body: dict[str, Any] = {"model_name": response.model_name}
@@ -137,6 +146,9 @@ def render(response: InferenceResponse, form: Form) -> bytes:
         body["id"] = response.id
     for out in response.outputs:
         data = out.data
+        if join and out.datatype == "BYTES" and isinstance(data, list):
+            if all(isinstance(d, str) for d in data):
+                data = ["".join(data)]
         if isinstance(data, list) and len(data) == 1:
             data = data[0]
         body[out.name] = data
