@@ -82,6 +82,7 @@ def test_model_config_all_keys() -> None:
         "max_batch_delay": 10,
         "max_queue_size": 5,
         "stream_buffer": 6,
+        "default_version": 1,
         "model_metadata": {"platform": "x"},
     }
     assert set(data) == MODEL_KEYS
@@ -93,6 +94,7 @@ def test_model_config_all_keys() -> None:
     assert config.max_batch_delay == 10.0 and isinstance(config.max_batch_delay, float)
     assert (config.max_queue_size, config.stream_buffer) == (5, 6)
     assert config.model_metadata == {"platform": "x"}
+    assert config.default_version == "1"
     assert config.raw == data and config.raw is not data
 
 

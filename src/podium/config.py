@@ -50,6 +50,7 @@ class ModelConfig:
     max_batch_delay: float = 5.0  # milliseconds
     max_queue_size: int = 1000
     stream_buffer: int = 16
+    default_version: str | None = None  # which version unversioned routes use (else the highest)
     model_metadata: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
 
@@ -80,19 +81,20 @@ class ModelConfig:
                 problems.append(f"{where}: 'name' must not contain '/', got {data['name']!r}")
             else:
                 values["name"] = data["name"]
-        if "version" in data and data["version"] is not None:
-            version = data["version"]
-            if (
-                isinstance(version, bool)
-                or not isinstance(version, str | int)
-                or "/" in str(version)
-                or not str(version).strip()  # "" would read as "no version" in every route
-            ):
-                problems.append(
-                    f"{where}: 'version' must be a non-empty string or an integer, without '/', got {version!r}"
-                )
-            else:
-                values["version"] = str(version)
+        for key in ("version", "default_version"):
+            if key in data and data[key] is not None:
+                version = data[key]
+                if (
+                    isinstance(version, bool)
+                    or not isinstance(version, str | int)
+                    or "/" in str(version)
+                    or not str(version).strip()  # "" would read as "no version" in every route
+                ):
+                    problems.append(
+                        f"{where}: '{key}' must be a non-empty string or an integer, without '/', got {version!r}"
+                    )
+                else:
+                    values[key] = str(version)
         if "model_class_name" in data:
             if not isinstance(data["model_class_name"], str) or not data["model_class_name"]:
                 problems.append(f"{where}: 'model_class_name' must be a non-empty string")

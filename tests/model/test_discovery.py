@@ -189,6 +189,7 @@ VALID: dict[str, tuple[str, Any]] = {
     "max_batch_delay": ("2.5", 2.5),
     "max_queue_size": ("9", 9),
     "stream_buffer": ("4", 4),
+    "default_version": ("3", "3"),
     "model_metadata": ("{platform: onnx}", {"platform": "onnx"}),
 }
 
@@ -201,6 +202,7 @@ INVALID: dict[str, str] = {
     "max_batch_delay": "-1",
     "max_queue_size": "true",
     "stream_buffer": "1.5",
+    "default_version": "''",
     "model_metadata": "[a, b]",
 }
 

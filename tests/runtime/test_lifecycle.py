@@ -88,3 +88,51 @@ def test_register_paths_registers_nothing_when_one_init_fails(
     with pytest.raises(DefinitionError, match="model 'bad'.*RuntimeError: boom"):
         register_paths(registry, [tmp_path], secrets={}, executor=executor)
     assert list(registry) == []
+
+
+def _versioned(root: Path, shared: str, versions: dict[str, str]) -> Path:
+    model = root / "multi"
+    model.mkdir()
+    (model / "config.yaml").write_text(shared)
+    for version, own in versions.items():
+        (model / version).mkdir()
+        (model / version / "model.py").write_text(
+            "class Model:\n    def predict(self, x):\n        return x\n"
+        )
+        if own:
+            (model / version / "config.yaml").write_text(own)
+    return model
+
+
+def test_default_version_from_the_shared_config(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    model = _versioned(tmp_path, "default_version: 2\n", {"1": "", "2": "", "10": ""})
+    registry = Registry()
+    register_paths(registry, [model], secrets={}, executor=executor)
+    assert registry.get("multi").version == "2"  # not the highest, "10"
+
+
+def test_without_default_version_the_highest_is_the_default(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    model = _versioned(tmp_path, "", {"1": "", "2": "", "10": ""})
+    registry = Registry()
+    register_paths(registry, [model], secrets={}, executor=executor)
+    assert registry.get("multi").version == "10"
+
+
+def test_default_version_that_does_not_exist_is_a_definition_error(tmp_path: Path) -> None:
+    from podium.runtime.loading import check_paths
+
+    model = _versioned(tmp_path, "default_version: 3\n", {"1": "", "2": ""})
+    problems = check_paths([model])
+    assert problems == ["model 'multi': default_version '3' is not one of its versions (1, 2)"]
+
+
+def test_conflicting_default_versions_are_a_definition_error(tmp_path: Path) -> None:
+    from podium.runtime.loading import check_paths
+
+    model = _versioned(tmp_path, "", {"1": "default_version: 1\n", "2": "default_version: 2\n"})
+    problems = check_paths([model])
+    assert len(problems) == 1 and "default_version is set to both '1' and '2'" in problems[0]

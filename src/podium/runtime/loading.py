@@ -92,7 +92,31 @@ def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, ModelSpec]], li
             problems.extend(exc.problems)
             continue
         checked.append((source, spec))
+    problems.extend(_defaults(sources)[1])
     return checked, problems
+
+
+def _defaults(sources: list[ModelSource]) -> tuple[dict[str, str], list[str]]:
+    """The configured default version of each model, and the problems with them."""
+    defaults: dict[str, str] = {}
+    problems: list[str] = []
+    for source in sources:
+        wanted = source.config.default_version
+        if wanted is None:
+            continue
+        if defaults.setdefault(source.config.name, wanted) != wanted:
+            problems.append(
+                f"{source.label}: default_version is set to both "
+                f"'{defaults[source.config.name]}' and '{wanted}'"
+            )
+    for name, wanted in defaults.items():
+        known = [str(s.config.version) for s in sources if s.config.name == name]
+        if wanted not in known:
+            problems.append(
+                f"model '{name}': default_version '{wanted}' is not one of its versions "
+                f"({', '.join(sorted(known))})"
+            )
+    return defaults, problems
 
 
 def check_paths(paths: list[Path]) -> list[str]:
@@ -122,3 +146,5 @@ def register_paths(
         raise DefinitionError("; ".join(problems), problems)
     for mv in versions:
         registry.add(mv)
+    for name, wanted in _defaults([source for source, _ in checked])[0].items():
+        registry.set_default(name, wanted)

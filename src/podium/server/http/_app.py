@@ -194,9 +194,7 @@ class HttpApp:
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP)
         if action == "infer":
-            if mv.instance.needs_inputs:
-                call.payload = _oip.parse_request(await ex.body())
-            ex.watch()
+            await self._read(ex, mv, call, _oip.parse_request)
             response = await self.dataplane.infer(call, mv)
             await send_body(send, 200, _responses.JSON, _oip.encoder.encode(response))
             return
