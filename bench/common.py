@@ -481,12 +481,16 @@ def mlserver_server(mlserver: Path, folder: Path, port: int) -> Server:
 
 
 def asgi_servers(
-    http_servers: Iterator[str] | Sequence[str], app: str = "hello_app:app", prefix: str = "hello"
+    http_servers: Iterator[str] | Sequence[str],
+    app: str = "hello_app:app",
+    prefix: str = "hello",
+    factory: bool = False,
 ) -> list[Server]:
-    """A raw ASGI app from bench/ (the hello app by default) under each named HTTP server."""
+    """An ASGI app from bench/ (the hello app by default) under each named HTTP server."""
     out: list[Server] = []
     for name in http_servers:
         port = free_port()
+        extra = ["--factory"] if factory else []
         if name == "granian":
             argv = [
                 str(repo_bin("granian")),
@@ -501,6 +505,7 @@ def asgi_servers(
                 "127.0.0.1",
                 "--port",
                 str(port),
+                *extra,
                 app,
             ]
         elif name == "uvicorn":
@@ -515,6 +520,7 @@ def asgi_servers(
                 "127.0.0.1",
                 "--port",
                 str(port),
+                *extra,
                 app,
             ]
         else:

@@ -271,6 +271,20 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
             )
         )
 
+    # Podium's own app under granian: the HTTP-server choice measured on Podium's request path.
+    targets.append(
+        Target(
+            name="podium-app-granian",
+            label="Podium's app on granian",
+            method="POST",
+            path="/v2/models/echo/infer",
+            make_server=lambda: asgi_servers(
+                ["granian"], app="podium_app:make_app", prefix="podium-app", factory=True
+            )[0],
+            check=check_echo,
+        )
+    )
+
     ml_folder = BENCH / "mlserver_echo"
     mlserver = Target(
         name="mlserver",
