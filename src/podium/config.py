@@ -140,7 +140,6 @@ class ServerConfig:
     max_request_size: int = 64 * 1024 * 1024
     secrets_dir: Path | None = None
     threads: int = 64
-    http_server: str = "uvicorn"
     log_level: str = "info"
     models: tuple[str, ...] = ()
 
@@ -163,9 +162,10 @@ class ServerConfig:
                 raise ValueError(
                     f"{name.replace('_', '-')} must be >= 1{unit} (an integer), got {value!r}"
                 )
-        if self.http_server not in {"uvicorn", "granian"}:
+
+        if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(
-                f"http-server must be 'uvicorn' or 'granian', got {self.http_server!r}"
+                f"log-level must be debug, info, warning or error, got {self.log_level!r}"
             )
 
     @classmethod

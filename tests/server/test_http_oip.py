@@ -321,3 +321,17 @@ async def test_response_echoes_the_request_id(client: httpx.AsyncClient) -> None
     r = await client.post("/v2/models/tensors/generate", json={"id": "gen-7", "a": 1})
     assert r.status_code == 200, r.text
     assert r.json()["id"] == "gen-7"
+
+
+@pytest.mark.anyio
+async def test_whole_responses_carry_content_length_not_chunking(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {"inputs": [{"name": "x", "shape": [2], "datatype": "INT64", "data": [1, 2]}]}
+    for r in (
+        await client.post("/v2/models/tensors/infer", json=body),
+        await client.get("/v2/health/ready"),
+        await client.post("/v2/models/nope/infer", json=body),
+    ):
+        assert r.headers.get("content-length") == str(len(r.content)), r.request.url
+        assert "transfer-encoding" not in r.headers

@@ -37,6 +37,8 @@ def encode_json(value: Any) -> bytes:
 async def send_body(
     send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> None:
+    """A whole response, with ``Content-Length`` (so the server need not chunk it)."""
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
