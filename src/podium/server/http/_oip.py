@@ -31,16 +31,22 @@ class Form:
         self.triton = False
 
 
-def decode_json(body: bytes) -> Any:
-    """Parse a JSON body; 400 with the reason for empty, malformed or absurdly nested input."""
+def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, expected: str) -> Any:
     if not body:
-        raise InvalidInput("request body is empty; expected JSON")
+        raise InvalidInput(f"request body is empty; expected {expected}")
     try:
-        return _any_decoder.decode(body)
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(f"invalid {expected}: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"malformed JSON body: {exc}") from exc
     except RecursionError:
         raise InvalidInput("JSON body is nested too deeply") from None
+
+
+def decode_json(body: bytes) -> Any:
+    """Parse a JSON body; 400 with the reason for empty, malformed or absurdly nested input."""
+    return _decode(_any_decoder, body, "JSON")
 
 
 def parse(body: bytes, action: str, form: Form) -> InferenceRequest:
@@ -58,16 +64,8 @@ def parse(body: bytes, action: str, form: Form) -> InferenceRequest:
 
 def parse_request(body: bytes) -> InferenceRequest:
     """An OIP inference request, decoded and checked in one pass (the ``infer`` hot path)."""
-    if not body:
-        raise InvalidInput("request body is empty; expected an inference request")
-    try:
-        return _request_decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise InvalidInput(f"invalid inference request: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidInput(f"malformed JSON body: {exc}") from exc
-    except RecursionError:
-        raise InvalidInput("JSON body is nested too deeply") from None
+    request: InferenceRequest = _decode(_request_decoder, body, "inference request")
+    return request
 
 
 def _convert(value: dict[str, Any]) -> InferenceRequest:
