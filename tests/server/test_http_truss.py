@@ -54,3 +54,13 @@ async def test_predict_body_is_json_whatever_the_content_type(client: httpx.Asyn
     )
     assert r.status_code == 200
     assert info(r.json()) == {"list": [{"int": 1}]}
+
+
+@pytest.mark.anyio
+async def test_request_body_readable_after_polling_is_disconnected(
+    client: httpx.AsyncClient,
+) -> None:
+    body = b'{"a": [1, 2, 3]}'
+    r = await client.post("/v1/models/poll-then-body:predict", content=body, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"still_there": True, "raw_length": len(body), "same": True}

@@ -105,6 +105,8 @@ class Exchange:
                 await self._wait_arrival()
         self._body = b"".join(self._chunks) if len(self._chunks) != 1 else self._chunks[0]
         self._chunks = []
+        if self._request is not None:
+            self._request._body = self._body  # starlette's cache: body()/json() never re-read
         return self._body
 
     async def _wait_arrival(self) -> None:
@@ -208,4 +210,6 @@ class Exchange:
             from starlette.requests import Request
 
             self._request = Request(self.scope, self.app_receive)
+            if self._body is not None:
+                self._request._body = self._body
         return self._request
