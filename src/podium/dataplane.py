@@ -9,7 +9,8 @@ end serialises it). The mapping is documented cell by cell in ``docs/protocols.m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
@@ -71,14 +72,15 @@ class DataPlane:
             mv = self.registry.ready(call.model, call.version)
         inputs, oip = self._inputs(mv, call)
         if mv.instance.streaming:
-            items = [item async for item in mv.scheduler.stream(inputs, call.request)]
+            async with contextlib.aclosing(mv.scheduler.stream(inputs, call.request)) as stream:
+                items = [item async for item in stream]
             return self._gather(mv, call, items, oip)
         result = await mv.scheduler.infer(inputs, call.request)
         if call.protocol is WireProtocol.OIP:
             return self._oip_response(mv, result, oip)
         return result
 
-    async def stream(self, call: Call, mv: ModelVersion | None = None) -> AsyncIterator[Any]:
+    async def stream(self, call: Call, mv: ModelVersion | None = None) -> AsyncGenerator[Any, None]:
         """The items of ``call``; a non-streaming model yields its one result."""
         if mv is None:
             mv = self.registry.ready(call.model, call.version)
@@ -91,7 +93,7 @@ class DataPlane:
                 else:
                     yield item
         finally:
-            await items.aclose()  # type: ignore[attr-defined]
+            await items.aclose()
 
     def resolve(self, model: str, version: str | None = None) -> ModelVersion:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.

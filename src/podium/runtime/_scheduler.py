@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from ..errors import QueueFull
@@ -19,7 +19,7 @@ class Scheduler(Protocol):
         """The postprocessed result of one request."""
         ...
 
-    def stream(self, inputs: Any, request: Any) -> AsyncIterator[Any]:
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """The items of one request, as a streaming ``predict`` produces them."""
         ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ..errors import BadModelOutput, QueueFull, Unavailable
@@ -109,7 +109,7 @@ class BatchScheduler:
             outputs = await inst.postprocess(outputs, request)
         return outputs
 
-    async def stream(self, inputs: Any, request: Any) -> AsyncIterator[Any]:
+    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         yield await self.infer(inputs, request)
 
     def _live(self) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ..errors import Unavailable
@@ -82,7 +82,7 @@ class DirectScheduler:
             outputs = await inst.postprocess(outputs, request)
         return outputs
 
-    async def stream(self, inputs: Any, request: Any) -> AsyncIterator[Any]:
+    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         inst = self._instance
         if not inst.streaming:
             yield await self.infer(inputs, request)

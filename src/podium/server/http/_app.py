@@ -282,7 +282,7 @@ class HttpApp:
                     await send({"type": "http.response.body", "body": tail, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await items.aclose()  # type: ignore[attr-defined]
+            await items.aclose()
 
 
 def _parse_json(body: bytes) -> Any:
