@@ -25,12 +25,15 @@ logger = logging.getLogger("podium.batcher")
 
 
 class _Entry:
-    __slots__ = ("inputs", "request", "future")
+    __slots__ = ("inputs", "request", "future", "arrived")
 
-    def __init__(self, inputs: Any, request: Any, future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, inputs: Any, request: Any, future: asyncio.Future[Any], arrived: float
+    ) -> None:
         self.inputs = inputs
         self.request = request
         self.future = future
+        self.arrived = arrived
 
 
 class BatchScheduler:
@@ -101,8 +104,9 @@ class BatchScheduler:
                 f"model '{self._model}' queue is full: {len(self._queue)} requests waiting "
                 f"(max_queue_size {self._max_queue})"
             )
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Entry(inputs, request, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append(_Entry(inputs, request, future, loop.time()))
         self._arrived.set()
         outputs = await future
         if inst.has_postprocess:
@@ -123,7 +127,9 @@ class BatchScheduler:
             while not self._live():
                 self._arrived.clear()
                 await self._arrived.wait()
-            deadline = loop.time() + self._delay
+            # The delay runs from the arrival of the oldest request still waiting (_live() has
+            # dropped the abandoned ones from the front), not from when the collector woke.
+            deadline = self._queue[0].arrived + self._delay
             while self._live() < self._batch_size:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
