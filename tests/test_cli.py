@@ -224,3 +224,13 @@ def test_serve_without_models_is_a_usage_error() -> None:
     result = podium("serve", "--http-port", "0")
     assert result.returncode == 2
     assert "no models given" in result.stderr
+
+
+def test_serve_on_a_port_in_use_exits_with_the_address() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = podium("serve", EXAMPLES / "echo", "--host", "127.0.0.1", "--http-port", str(port))
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
