@@ -885,3 +885,31 @@ async def test_stream_errors_become_model_errors(
     assert items == [1]
     assert "model 'llm' predict raised KeyError" in info.value.message
     assert "tokenizer" in info.value.message
+
+
+def test_optional_request_annotation_is_the_request() -> None:
+    from typing import Optional
+
+    from starlette.requests import Request
+
+    class Model:
+        def predict(self, inputs, request: Request | None):
+            return inputs
+
+        def postprocess(self, outputs, request: Optional[Request]):  # noqa: UP045
+            return outputs
+
+    spec = inspect_class(Model)
+    assert spec.predict.takes_request and spec.postprocess is not None
+    assert spec.postprocess.takes_request
+
+
+def test_a_union_of_request_and_something_else_is_not_the_request() -> None:
+    from starlette.requests import Request
+
+    class Model:
+        def predict(self, inputs, request: Request | int):
+            return inputs
+
+    with pytest.raises(DefinitionError, match="must be the request"):
+        inspect_class(Model)

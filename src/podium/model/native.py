@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import types
 import typing
 from collections.abc import AsyncGenerator, Mapping
 from concurrent.futures import Executor
@@ -85,8 +86,12 @@ def _mro_has(annotation: Any, module: str, qualname: str) -> bool:
 def is_request_annotation(annotation: Any) -> bool:
     """A parameter asks for the raw request when annotated with a starlette ``Request`` subclass.
 
-    Checked by name so that this layer imports no web library; ``fastapi.Request`` qualifies.
+    Checked by name so that this layer imports no web library; ``fastapi.Request`` qualifies,
+    and so does ``Request | None`` (``Optional[Request]``).
     """
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(members) == 1 and is_request_annotation(members[0])
     return _mro_has(annotation, "starlette.requests", "Request")
 
 
