@@ -115,25 +115,31 @@ def mlserver_version() -> str:
 
 def ensure_wrk() -> str | None:
     """Path of wrk; installed with apt-get when missing and we are root. None if unavailable."""
-    found = shutil.which("wrk")
+    return ensure_apt_tool("wrk", "wrk")
+
+
+def ensure_apt_tool(binary: str, package: str) -> str | None:
+    """Path of `binary`; when missing and we are root, `apt-get install -y package` (after an
+    `apt-get update` if the first try fails). None if it still cannot be had."""
+    found = shutil.which(binary)
     if found:
         return found
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        log("wrk not found and cannot apt-get it (not root or no apt-get)")
+        log(f"{binary} not found and cannot apt-get it (not root or no apt-get)")
         return None
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for step in (["apt-get", "install", "-y", "wrk"], ["apt-get", "update"]):
+    for step in (["apt-get", "install", "-y", package], ["apt-get", "update"]):
         log(f"running {' '.join(step)}")
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             subprocess.run(step, env=env, capture_output=True, timeout=600)
-        found = shutil.which("wrk")
+        found = shutil.which(binary)
         if found:
             return found
     with contextlib.suppress(subprocess.TimeoutExpired, OSError):
         subprocess.run(
-            ["apt-get", "install", "-y", "wrk"], env=env, capture_output=True, timeout=600
+            ["apt-get", "install", "-y", package], env=env, capture_output=True, timeout=600
         )
-    return shutil.which("wrk")
+    return shutil.which(binary)
 
 
 def _run_checked(argv: Sequence[str], timeout: float) -> None:

@@ -47,7 +47,8 @@ def run_server(
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
 ) -> Iterator[Server]:
-    """Start ``podium serve PATHS`` on 127.0.0.1 with port 0; yield once it logs ready."""
+    """Start ``podium serve PATHS`` on 127.0.0.1 with ports 0 (HTTP and gRPC); yield once it
+    logs ready. ``args`` come last, so they may name other ports."""
     cmd = [
         sys.executable,
         "-m",
@@ -57,6 +58,8 @@ def run_server(
         "--host",
         "127.0.0.1",
         "--http-port",
+        "0",
+        "--grpc-port",
         "0",
         *args,
     ]

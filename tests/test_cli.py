@@ -21,7 +21,7 @@ from conftest import EXAMPLES, TEST_MODELS
 BROKEN = TEST_MODELS / "broken"
 SERVE_MODELS = TEST_MODELS / "serve"
 PODIUM = [sys.executable, "-m", "podium"]
-_READY = re.compile(r"Podium is ready; listening on http-inference (\S+);")
+_READY = re.compile(r"Podium is ready; listening on http-inference (\S+)[ ;]")
 
 
 def podium(*args: str | Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -162,7 +162,8 @@ def test_config_file_sets_the_port_the_limit_and_the_models(tmp_path: Path) -> N
     config = tmp_path / "podium.yaml"
     models = os.path.relpath(EXAMPLES / "echo", tmp_path)  # relative to the config file
     config.write_text(
-        f"host: 127.0.0.1\nhttp-port: {port}\nmax_request_size: 300\nmodels: [{models}]\n"
+        f"host: 127.0.0.1\nhttp-port: {port}\ngrpc-port: 0\nmax_request_size: 300\n"
+        f"models: [{models}]\n"
     )
     with serving("--config", config) as url:
         assert url == f"http://127.0.0.1:{port}"
@@ -178,7 +179,9 @@ def test_config_file_sets_the_port_the_limit_and_the_models(tmp_path: Path) -> N
 def test_flags_win_over_the_config_file(tmp_path: Path) -> None:
     config_port, flag_port = free_port(), free_port()
     config = tmp_path / "podium.yaml"
-    config.write_text(f"host: 127.0.0.1\nhttp_port: {config_port}\nmax_request_size: 300\n")
+    config.write_text(
+        f"host: 127.0.0.1\nhttp_port: {config_port}\ngrpc_port: 0\nmax_request_size: 300\n"
+    )
     with serving(
         EXAMPLES / "echo",
         "--config",
@@ -231,6 +234,35 @@ def test_serve_on_a_port_in_use_exits_with_the_address() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        result = podium("serve", EXAMPLES / "echo", "--host", "127.0.0.1", "--http-port", str(port))
+        result = podium(
+            "serve",
+            EXAMPLES / "echo",
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(port),
+            "--grpc-port",
+            "0",
+        )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_serve_on_a_grpc_port_in_use_exits_with_the_address() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = podium(
+            "serve",
+            EXAMPLES / "echo",
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            str(port),
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port} for gRPC" in result.stderr
+    assert "Podium is ready" not in result.stdout + result.stderr

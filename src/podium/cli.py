@@ -80,6 +80,19 @@ def main() -> None:
 @click.option("--grpc-port", type=int, default=None, help="gRPC inference port [7070].")
 @click.option("--grpc-management-port", type=int, default=None, help="gRPC management port [7071].")
 @click.option(
+    "--grpc-max-message-size",
+    type=int,
+    default=None,
+    help="Largest gRPC message in bytes, received or sent [64 MiB].",
+)
+@click.option(
+    "--grpc-stream-format",
+    type=click.Choice(["mlserver", "triton"]),
+    default=None,
+    help="Framing of OIP ModelStreamInfer responses: MLServer's bare ModelInferResponse, or "
+    "Triton's ModelStreamInferResponse with in-band errors [mlserver].",
+)
+@click.option(
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."
 )
 @click.option(

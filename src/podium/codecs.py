@@ -12,8 +12,14 @@ always a flat Python list; :func:`encode_outputs` does it for a whole result and
 outputs a client asked for. A value that no OIP tensor can carry raises
 :class:`~podium.errors.UnsupportedRepresentation` naming the output.
 
-Numpy has no bfloat16, so ``BF16`` tensors decode to ``float32`` arrays (the values are kept as
-sent, not rounded to bfloat16 precision); nothing encodes to ``BF16``.
+Raw tensors (the binary tensor extension of REST, ``raw_input_contents`` /
+``raw_output_contents`` of gRPC): :func:`decode_raw` reads one tensor from its raw little-endian
+bytes, :func:`encode_raw` writes one output's raw bytes. BOOL is one byte per element, BYTES
+elements are each a 4-byte little-endian length followed by that many bytes.
+
+Numpy has no bfloat16, so ``BF16`` tensors decode to ``float32`` arrays (JSON values are kept as
+sent, not rounded to bfloat16 precision; raw ones are exact). Only :func:`encode_raw` writes
+``BF16`` (a model's ``ResponseOutput`` may name it); nothing infers it from a value.
 
 This module knows nothing about HTTP or gRPC: front ends hand it the neutral structs of
 :mod:`podium.types`.
@@ -22,6 +28,7 @@ This module knows nothing about HTTP or gRPC: front ends hand it the neutral str
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any
 
 import numpy as np
@@ -39,9 +46,11 @@ from podium.types import (
 __all__ = [
     "concat_outputs",
     "decode_input",
+    "decode_raw",
     "decode_request",
     "encode_output",
     "encode_outputs",
+    "encode_raw",
     "inputs_as_json",
     "json_default",
 ]
@@ -102,6 +111,9 @@ def decode_input(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
     ``list[str]`` when ``inp.parameters`` has ``content_type == "str"``, else ``list[bytes]``
     (strings are UTF-8 encoded).
 
+    ``data`` may also be what :func:`decode_raw` produced: a numpy array (used as it is, without
+    a copy, when its dtype is the datatype's) or a ``list[bytes]`` for ``BYTES``.
+
     Raises :class:`InvalidTensor`, naming the input, for an unknown datatype, a malformed shape,
     ragged data, an element count that disagrees with the shape, or an element that the datatype
     cannot hold (wrong type, non-integral or out of range).
@@ -119,7 +131,15 @@ def decode_input(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
         raise InvalidTensor(f"input '{name}' has no data")
     if datatype == "BYTES":
         return _decode_bytes(inp, shape, count)
-    return _decode_numeric(name, datatype, inp.data, shape, count)
+    data = inp.data
+    if (
+        isinstance(data, np.ndarray)
+        and data.dtype == _NUMPY_DTYPES[datatype]
+        and data.size == count
+    ):
+        # Already decoded (decode_raw, or a model's own request): nothing to check or copy.
+        return data.reshape(shape)
+    return _decode_numeric(name, datatype, data, shape, count)
 
 
 def decode_request(req: InferenceRequest) -> dict[str, Any]:
@@ -647,3 +667,205 @@ def concat_outputs(parts: list[list[ResponseOutput]]) -> list[ResponseOutput]:
             current.shape[0] += shape[0]
             current.data.extend(data)
     return list(merged.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Raw tensors: the binary tensor extension (REST) and raw contents (gRPC)
+
+#: The exact little-endian dtype of each fixed-size datatype's raw elements (BF16: its bits).
+_RAW_DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype("u1"),
+    "UINT8": np.dtype("u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BF16": np.dtype("<u2"),
+}
+
+# The little-endian unsigned length before each BYTES element.
+_LENGTH = struct.Struct("<I")
+
+
+def decode_raw(
+    name: str, datatype: str, shape: list[int], buf: bytes | memoryview
+) -> np.ndarray | list[bytes]:
+    """Decode one tensor from its raw little-endian bytes (OIP / Triton raw encoding).
+
+    Fixed-size datatypes give a numpy array of the same dtype :func:`decode_input` gives,
+    reshaped to ``shape``: ``BOOL`` is one byte per element (0 false, anything else true),
+    ``FP16`` gives ``float16``, ``BF16`` (two bytes per element, the upper half of a float32)
+    gives ``float32`` holding exactly the sent values. ``BYTES`` gives a flat ``list[bytes]``;
+    each element on the wire is a 4-byte little-endian unsigned length and then that many bytes.
+
+    Numeric arrays are views of ``buf`` (no copy) wherever the bytes can be used as they are,
+    and are then **read-only** when ``buf`` is (``bytes`` always is); ``BOOL`` with bytes other
+    than 0 and 1 and ``BF16`` are converted into new arrays. Keep ``buf`` alive and unchanged as
+    long as the array is in use.
+
+    Raises :class:`InvalidTensor`, naming the input, for an unknown datatype, a malformed shape,
+    a byte size that is not the element count times the element size, and ``BYTES`` data that
+    is truncated, holds a different number of elements than the shape, or has trailing bytes.
+    """
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise InvalidTensor(
+            f"input '{name}' has unknown datatype {datatype!r}; "
+            f"expected one of: {', '.join(sorted(DATATYPES))}"
+        )
+    dims = _check_shape(name, shape)
+    count = math.prod(dims)
+    if datatype == "BYTES":
+        return _decode_raw_bytes(name, dims, count, buf)
+    raw = _RAW_DTYPES[datatype]
+    needed = count * raw.itemsize
+    got = memoryview(buf).nbytes
+    if got != needed:
+        raise InvalidTensor(
+            f"input '{name}' of datatype {datatype} and shape {dims} needs "
+            f"{_plural(needed, 'byte')} of raw data, got {got}"
+        )
+    arr = np.frombuffer(buf, dtype=raw)
+    if datatype == "BOOL":
+        # numpy's bool must be 0 or 1; other bytes would make a bool array that misbehaves.
+        arr = arr.view(np.bool_) if count == 0 or arr.max() <= 1 else arr != 0
+    elif datatype == "BF16":
+        arr = (arr.astype("<u4") << 16).view("<f4")
+    return arr.reshape(dims)
+
+
+def _decode_raw_bytes(
+    name: str, shape: list[int], count: int, buf: bytes | memoryview
+) -> list[bytes]:
+    view = buf if isinstance(buf, bytes) else memoryview(buf).cast("B")
+    size = len(view)
+    elements: list[bytes] = []
+    offset = 0
+    end_of_shape = 0 if count == 0 else -1  # where the element that completes the shape ends
+    unpack = _LENGTH.unpack_from
+    while offset < size:
+        if offset + 4 > size:
+            problem = (
+                f"element {len(elements)} has only {size - offset} of the 4 bytes of its length"
+            )
+            break
+        (length,) = unpack(view, offset)
+        offset += 4
+        if offset + length > size:
+            problem = (
+                f"element {len(elements)} declares {_plural(length, 'byte')} "
+                f"but only {size - offset} remain"
+            )
+            break
+        elements.append(bytes(view[offset : offset + length]))
+        offset += length
+        if len(elements) == count:
+            end_of_shape = offset
+    else:
+        if len(elements) != count:
+            raise _count_error(name, shape, count, len(elements))
+        return elements
+    if end_of_shape >= 0:
+        raise InvalidTensor(
+            f"input '{name}' of datatype BYTES and shape {shape} has "
+            f"{_plural(size - end_of_shape, 'trailing byte')} after its "
+            f"{_plural(count, 'element')}"
+        )
+    raise InvalidTensor(f"input '{name}' of datatype BYTES is truncated: {problem}")
+
+
+def encode_raw(output: ResponseOutput) -> bytes:
+    """The raw little-endian bytes of ``output``'s data, per its ``datatype``.
+
+    ``data`` is a flat list (as :func:`encode_output` makes it), a nested list, or a numpy array;
+    its element count must match ``shape``. ``BOOL`` is one byte per element (0 or 1); ``FP16``
+    is IEEE half precision; ``BF16`` is the upper 16 bits of each value as float32, rounded to
+    nearest even (NaN stays NaN); ``BYTES`` is each element as a 4-byte little-endian length
+    followed by its bytes (``str`` elements UTF-8 encoded).
+
+    Raises :class:`UnsupportedRepresentation`, naming the output, for an unknown datatype, an
+    element count that disagrees with the shape, or elements the datatype cannot hold.
+    """
+    name = output.name
+    datatype = output.datatype
+    data = output.data
+    count = math.prod(output.shape)
+    if datatype == "BYTES":
+        return _encode_raw_bytes(name, data, count)
+    raw = _RAW_DTYPES.get(datatype) if isinstance(datatype, str) else None
+    if raw is None:
+        raise UnsupportedRepresentation(
+            f"output '{name}' has unknown datatype {datatype!r}; "
+            f"expected one of: {', '.join(sorted(DATATYPES))}"
+        )
+    target = np.dtype("<f4") if datatype == "BF16" else _NUMPY_DTYPES[datatype]
+    try:
+        with np.errstate(over="ignore"):
+            arr = np.asarray(data, dtype=target)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise UnsupportedRepresentation(
+            f"output '{name}' of datatype {datatype} has data that does not fit it: {exc}"
+        ) from exc
+    if arr.size != count:
+        raise UnsupportedRepresentation(
+            f"output '{name}' has shape {list(output.shape)} ({_plural(count, 'element')}) "
+            f"but {_plural(arr.size, 'data element')}"
+        )
+    if datatype == "BF16":
+        return _bf16_bits(arr).tobytes()
+    if datatype == "BOOL":
+        return arr.tobytes()  # numpy's bools are the bytes 0 and 1
+    return arr.astype(raw, copy=False).tobytes()  # free on little-endian machines
+
+
+def _bf16_bits(arr: np.ndarray) -> np.ndarray:
+    """The bfloat16 bits of a float32 array, rounded to nearest even."""
+    bits = np.ascontiguousarray(arr, dtype="<f4").view("<u4").ravel()
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    # Rounding a NaN's bits could carry it into infinity (or flip its sign): keep a quiet NaN.
+    nan = np.isnan(arr.ravel())
+    if nan.any():
+        rounded[nan] = (bits[nan] >> 16) | 0x0040
+    return rounded.astype("<u2")
+
+
+def _encode_raw_bytes(name: str, data: Any, count: int) -> bytes:
+    if isinstance(data, np.ndarray):
+        items = data.ravel().tolist()
+    else:
+        try:
+            items = _leaves(data)
+        except _RaggedError as exc:
+            raise UnsupportedRepresentation(
+                f"output '{name}' has ragged data; a tensor must be rectangular"
+            ) from exc
+    if len(items) != count:
+        raise UnsupportedRepresentation(
+            f"output '{name}' has {_plural(count, 'element')} by its shape "
+            f"but {_plural(len(items), 'data element')}"
+        )
+    parts: list[bytes] = []
+    pack = _LENGTH.pack
+    for item in items:
+        if isinstance(item, str):
+            try:
+                blob = item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise UnsupportedRepresentation(
+                    f"output '{name}' has element {_describe(item)} that cannot be encoded as UTF-8"
+                ) from exc
+        elif isinstance(item, bytes | bytearray | memoryview):
+            blob = bytes(item)
+        else:
+            raise UnsupportedRepresentation(
+                f"output '{name}' of datatype BYTES must hold str or bytes, "
+                f"but has element {_describe(item)}"
+            )
+        parts.append(pack(len(blob)))
+        parts.append(blob)
+    return b"".join(parts)

@@ -138,6 +138,8 @@ class ServerConfig:
     grpc_port: int = 7070
     grpc_management_port: int = 7071
     max_request_size: int = 64 * 1024 * 1024
+    grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
+    grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
     secrets_dir: Path | None = None
     threads: int = 64
     log_level: str = "info"
@@ -156,13 +158,26 @@ class ServerConfig:
                 raise ValueError(
                     f"{name.replace('_', '-')} must be a port number 0-65535, got {port!r}"
                 )
-        for name, unit in (("max_request_size", " byte"), ("threads", "")):
+        for name, unit in (
+            ("max_request_size", " byte"),
+            ("grpc_max_message_size", " byte"),
+            ("threads", ""),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(
                     f"{name.replace('_', '-')} must be >= 1{unit} (an integer), got {value!r}"
                 )
 
+        if self.grpc_max_message_size > 2**31 - 1:  # grpc's options are C ints
+            raise ValueError(
+                "grpc-max-message-size must be at most 2147483647 bytes, "
+                f"got {self.grpc_max_message_size!r}"
+            )
+        if self.grpc_stream_format not in ("mlserver", "triton"):
+            raise ValueError(
+                f"grpc-stream-format must be mlserver or triton, got {self.grpc_stream_format!r}"
+            )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(
                 f"log-level must be debug, info, warning or error, got {self.log_level!r}"

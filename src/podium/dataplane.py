@@ -22,7 +22,7 @@ from .types import Call, InferenceRequest, InferenceResponse, InputKind, WirePro
 
 __all__ = ["DataPlane", "ModelVersion"]
 
-EXTENSIONS = ["model_repository", "generate", "infer_stream"]
+EXTENSIONS = ["model_repository", "generate", "infer_stream", "binary_tensor_data"]
 
 
 class DataPlane:

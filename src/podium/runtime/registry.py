@@ -24,6 +24,7 @@ class ModelState(enum.Enum):
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"
+    UNLOADED = "unloaded"  # taken out of service on request (Registry.unload); loads again
 
 
 def version_key(version: str | None) -> tuple[Any, ...]:
@@ -72,11 +73,37 @@ class ModelVersion:
         finally:
             self._loaded.set()
 
+    async def reload(self) -> None:
+        """Make this version serve again if it does not: a FAILED or UNLOADED version runs its
+        ``load()`` again (on the same instance), a LOADING one is waited for, a READY one is left
+        as it is."""
+        if self.state is ModelState.LOADING:
+            await self._loaded.wait()
+            return
+        if self.state is ModelState.READY:
+            return
+        self.state = ModelState.LOADING
+        self.reason = ""
+        self._loaded = asyncio.Event()
+        await self.load()
+
+    async def unload(self) -> None:
+        """Stop serving this version: new requests get ``ModelNotReady``; requests already
+        running finish. The instance stays in memory (the model contract has no hook to free
+        it yet), so a later :meth:`reload` runs its ``load()`` again on it."""
+        if self.state is ModelState.LOADING:
+            await self._loaded.wait()
+        self.state = ModelState.UNLOADED
+        self.reason = "unloaded on request"
+        logger.info("%s is unloaded", self.label)
+
     def check_ready(self) -> None:
         if self.state is ModelState.READY:
             return
         if self.state is ModelState.LOADING:
             raise ModelNotReady(f"{self.label} is not ready: it is still loading")
+        if self.state is ModelState.UNLOADED:
+            raise ModelNotReady(f"{self.label} is not ready: it was unloaded")
         raise ModelNotReady(f"{self.label} is not ready: {self.reason}")
 
 
@@ -153,7 +180,25 @@ class Registry:
         return mv
 
     def all_ready(self) -> bool:
-        return all(mv.state is ModelState.READY for mv in self)
+        """Whether every version that should serve does (an unloaded one is not counted)."""
+        return all(
+            mv.state is ModelState.READY for mv in self if mv.state is not ModelState.UNLOADED
+        )
+
+    async def load(self, name: str) -> list[ModelVersion]:
+        """(Re)load every version of ``name`` that is not serving (:meth:`ModelVersion.reload`);
+        ``NotFound`` if the model is unknown. Failures are recorded in each version's state."""
+        versions = self.versions(name)
+        await asyncio.gather(*(mv.reload() for mv in versions))
+        return versions
+
+    async def unload(self, name: str) -> list[ModelVersion]:
+        """Stop serving every version of ``name`` (:meth:`ModelVersion.unload`); ``NotFound``
+        if the model is unknown."""
+        versions = self.versions(name)
+        for mv in versions:
+            await mv.unload()
+        return versions
 
     async def load_all(self) -> None:
         """Load every version concurrently; failures are recorded, not raised."""

@@ -16,7 +16,11 @@ from ..config import Secrets, ServerConfig
 from ..dataplane import DataPlane
 from ..runtime.loading import register_paths
 from ..runtime.registry import Registry
+from .grpc import GrpcServer, inference_services
 from .http import HttpApp
+
+#: Seconds that calls and requests in flight get to finish when the server stops.
+GRACE = 10
 
 __all__ = ["Podium", "bind"]
 
@@ -94,7 +98,7 @@ class Podium:
         self.registry = Registry()
         self.dataplane = DataPlane(self.registry)
         self.addresses: dict[str, str] = {}
-        self._servers: list[_Uvicorn] = []
+        self._servers: list[_Uvicorn | GrpcServer] = []
 
     async def start(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
@@ -110,10 +114,20 @@ class Podium:
         app = HttpApp(self.dataplane, max_request_size=self.config.max_request_size)
         sock = bind(self.config.host, self.config.http_port)
         self.addresses["http-inference"] = _url(sock)
-        server = _Uvicorn(app, sock, graceful=10)
+        server = _Uvicorn(app, sock, graceful=GRACE)
         await server.start()
         self._servers.append(server)
+        grpc_server = GrpcServer(
+            inference_services(self.dataplane, stream_format=self.config.grpc_stream_format),
+            host=self.config.host,
+            port=self.config.grpc_port,
+            max_message_size=self.config.grpc_max_message_size,
+            grace=GRACE,
+        )
+        self.addresses["grpc-inference"] = await grpc_server.start()
+        self._servers.append(grpc_server)
         await self.registry.load_all()
+        grpc_server.health.changed()
         # Everything built so far lives as long as the server: keep it out of every future
         # garbage collection, so that a full collection does not stall requests (the p99).
         gc.collect()
@@ -131,7 +145,6 @@ class Podium:
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close the models."""
-        for server in reversed(self._servers):
-            await server.stop()
+        await asyncio.gather(*(server.stop() for server in self._servers))
         await self.registry.close()
         self.executor.shutdown(wait=False, cancel_futures=True)

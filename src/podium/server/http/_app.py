@@ -193,13 +193,31 @@ class HttpApp:
         self, ex: Exchange, send: Any, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP)
+        # The binary tensor extension costs a plain JSON request this one header lookup.
+        header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
-            await self._read(ex, mv, call, _oip.parse_request)
+            if header is None:
+                await self._read(ex, mv, call, _oip.parse_request)
+            else:
+                await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
             response = await self.dataplane.infer(call, mv)
-            await send_body(send, 200, _responses.JSON, _oip.encoder.encode(response))
+            binary = _oip.binary_outputs(call.payload)
+            if binary is None and header is None:
+                await send_body(send, 200, _responses.JSON, _oip.encoder.encode(response))
+                return
+            body, json_length = _oip.render_binary(response, binary)
+            if json_length is None:
+                await send_body(send, 200, _responses.JSON, body)
+            else:
+                length = (_oip.BINARY_HEADER, str(json_length).encode())
+                await send_body(send, 200, [*_responses.OCTETS, length], body)
             return
         form = _oip.Form()
-        await self._read(ex, mv, call, lambda body: _oip.parse(body, action, form))
+        if header is None:
+            await self._read(ex, mv, call, lambda body: _oip.parse(body, action, form))
+        else:
+            form.binary = True  # binary inputs; these routes answer in JSON
+            await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
         if action == "generate":
             response = await self.dataplane.infer(call, mv)
             joined = form.triton and mv.instance.streaming  # Triton's generate: one text

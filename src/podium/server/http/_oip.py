@@ -4,6 +4,14 @@
 ``inputs``, as MLServer does) and Triton's generate form, where every top-level field other than
 ``id`` and ``parameters`` is an input and every output comes back as a top-level field
 (``{"text_input": "hi"}`` → ``{"text_output": "..."}``).
+
+The binary tensor extension (Triton's ``binary_tensor_data``): a request with the
+``Inference-Header-Content-Length`` header holds that many bytes of JSON, then the raw bytes of
+every input that has ``parameters.binary_data_size``, in input order (:func:`parse_binary`).
+Outputs come back raw when the request asks for it, per output (``binary_data``) or for all
+(``binary_data_output``): the JSON then gives ``binary_data_size`` instead of ``data`` and the
+raw bytes follow it, in output order (:func:`render_binary`). Raw encodings are those of
+:func:`podium.codecs.decode_raw` and :func:`podium.codecs.encode_raw`.
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ from typing import Any
 
 import msgspec
 
-from ...errors import InvalidInput
-from ...types import InferenceRequest, InferenceResponse, RequestInput
+from ... import codecs
+from ...errors import InvalidInput, UnsupportedRepresentation
+from ...types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 from ._responses import encoder
 
 ACTIONS = frozenset({"infer", "infer_stream", "generate", "generate_stream"})
@@ -23,15 +32,20 @@ _any_decoder = msgspec.json.Decoder()
 
 
 class Form:
-    """Which generate form the client used, so the response comes back in the same one."""
+    """Which form the client used, so the response comes back in the same one.
 
-    __slots__ = ("triton",)
+    ``triton``: Triton's generate form. ``binary``: the body had binary tensors, so ``BYTES``
+    outputs that hold ``bytes`` are rendered as text (see :func:`render_binary`).
+    """
+
+    __slots__ = ("binary", "triton")
 
     def __init__(self) -> None:
         self.triton = False
+        self.binary = False
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, expected: str) -> Any:
+def _decode(decoder: msgspec.json.Decoder[Any], body: bytes | memoryview, expected: str) -> Any:
     if not body:
         raise InvalidInput(f"request body is empty; expected {expected}")
     try:
@@ -135,6 +149,8 @@ def render(response: InferenceResponse, form: Form, *, join: bool = False) -> by
     ``join``: the response gathers the items of a streaming model; in Triton's form its text
     outputs come back as one string (the whole generated text), as Triton's ``generate`` does.
     """
+    if form.binary:
+        return render_binary(response, None)[0]
     if not form.triton:
         return encoder.encode(response)
     body: dict[str, Any] = {"model_name": response.model_name}
@@ -151,3 +167,183 @@ def render(response: InferenceResponse, form: Form, *, join: bool = False) -> by
             data = data[0]
         body[out.name] = data
     return encoder.encode(body)
+
+
+# --------------------------------------------------------------------------------------------
+# The binary tensor extension
+
+#: The request and response header that gives the length of the JSON part of the body.
+BINARY_HEADER = b"inference-header-content-length"
+_HEADER_NAME = "Inference-Header-Content-Length"
+
+
+def parse_binary(body: bytes, header: bytes) -> InferenceRequest:
+    """The inference request in a body with binary tensors; ``header`` is the JSON's length.
+
+    Each input with ``parameters.binary_data_size`` gets its ``data`` decoded from the next that
+    many bytes after the JSON (numpy arrays are read-only views of ``body``; ``BYTES`` is a
+    ``list[bytes]``), and ``binary_data_size`` is removed from its parameters, so a model sees
+    the same input it would have seen with JSON data. Every way the framing can be wrong is an
+    :class:`InvalidInput` (a 400) saying which.
+    """
+    length = _header_length(header, len(body))
+    view = memoryview(body)
+    request: InferenceRequest = _decode(_request_decoder, view[:length], "inference request")
+    _attach_binary_inputs(request, view[length:], length)
+    return request
+
+
+def _header_length(header: bytes, size: int) -> int:
+    text = header.strip()
+    digits = text[1:] if text.startswith(b"-") else text
+    if not digits.isdigit() or not digits.isascii():
+        raise InvalidInput(
+            f"{_HEADER_NAME} header must be a non-negative integer, got {_show(header)}"
+        )
+    length = int(text)
+    if length < 0:
+        raise InvalidInput(f"{_HEADER_NAME} header must not be negative, got {length}")
+    if length > size:
+        raise InvalidInput(
+            f"{_HEADER_NAME} header is {length}, larger than the request body of {_bytes(size)}"
+        )
+    return length
+
+
+def _show(value: bytes) -> str:
+    text = value.decode("latin-1")
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _bytes(n: int) -> str:
+    return f"{n} byte" if n == 1 else f"{n} bytes"
+
+
+def _attach_binary_inputs(request: InferenceRequest, rest: memoryview, header: int) -> None:
+    binary: list[tuple[RequestInput, int]] = []
+    for inp in request.inputs:
+        params = inp.parameters
+        if not params or "binary_data_size" not in params:
+            continue
+        size = params["binary_data_size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidInput(
+                f"input '{inp.name}' has parameters.binary_data_size {size!r}; "
+                "it must be a non-negative integer"
+            )
+        if inp.data is not None:
+            raise InvalidInput(
+                f"input '{inp.name}' has both data and parameters.binary_data_size; "
+                "send its tensor either in the JSON or as binary data, not both"
+            )
+        binary.append((inp, size))
+    total = sum(size for _, size in binary)
+    available = len(rest)
+    if total != available:
+        sizes = ", ".join(f"'{inp.name}': {size}" for inp, size in binary) or "none"
+        if total > available:
+            problem = f"{_bytes(total - available)} missing"
+        else:
+            problem = f"{_bytes(available - total)} too many"
+        raise InvalidInput(
+            f"the request body has {_bytes(available)} after its {header}-byte JSON header, "
+            f"but the inputs' binary_data_size add up to {total} ({sizes}): {problem}"
+        )
+    offset = 0
+    for inp, size in binary:
+        inp.data = codecs.decode_raw(
+            inp.name, inp.datatype, inp.shape, rest[offset : offset + size]
+        )
+        offset += size
+        params = dict(inp.parameters or {})
+        del params["binary_data_size"]
+        inp.parameters = params or None
+
+
+def binary_outputs(request: InferenceRequest | None) -> tuple[bool, dict[str, bool]] | None:
+    """Which outputs ``request`` asks to get back as binary data; ``None`` when none.
+
+    ``(default, by_name)``: an output named in ``by_name`` (its ``parameters.binary_data``)
+    follows that, every other one ``default`` (the request's ``binary_data_output``).
+    """
+    if request is None or (request.parameters is None and request.outputs is None):
+        return None  # the plain JSON request: nothing more to look at
+    params = request.parameters
+    default = params is not None and params.get("binary_data_output") is True
+    by_name: dict[str, bool] = {}
+    for out in request.outputs or ():
+        if out.parameters and "binary_data" in out.parameters:
+            by_name[out.name] = out.parameters["binary_data"] is True
+    if not default and not any(by_name.values()):
+        return None
+    return default, by_name
+
+
+def render_binary(
+    response: InferenceResponse, binary: tuple[bool, dict[str, bool]] | None
+) -> tuple[bytes, int | None]:
+    """The body for ``response`` to a request that used the binary extension.
+
+    Returns ``(body, json_length)``: the JSON followed by the raw bytes of each binary output in
+    output order, and the JSON's length for the ``Inference-Header-Content-Length`` header, or
+    ``None`` when no output is binary and the body is plain JSON. JSON outputs get ``BYTES``
+    elements that are ``bytes`` as text (UTF-8), and never a ``binary_data_size`` parameter.
+    """
+    default, by_name = binary if binary is not None else (False, {})
+    outputs: list[ResponseOutput] = []
+    blobs: list[bytes] = []
+    for out in response.outputs:
+        params = dict(out.parameters) if out.parameters else {}
+        params.pop("binary_data_size", None)
+        if by_name.get(out.name, default):
+            try:
+                blob = codecs.encode_raw(out)
+            except UnsupportedRepresentation as exc:
+                raise UnsupportedRepresentation(
+                    f"model '{response.model_name}' returned an output that cannot be sent as "
+                    f"binary data: {exc.message}"
+                ) from exc
+            params["binary_data_size"] = len(blob)
+            blobs.append(blob)
+            outputs.append(
+                ResponseOutput(
+                    name=out.name, shape=out.shape, datatype=out.datatype, parameters=params
+                )
+            )
+        else:
+            data = out.data
+            if out.datatype == "BYTES" and isinstance(data, list):
+                data = [_text(response, out, item) for item in data]
+            outputs.append(
+                ResponseOutput(
+                    name=out.name,
+                    shape=out.shape,
+                    datatype=out.datatype,
+                    parameters=params or None,
+                    data=data,
+                )
+            )
+    head = encoder.encode(
+        InferenceResponse(
+            outputs=outputs,
+            model_name=response.model_name,
+            model_version=response.model_version,
+            id=response.id,
+            parameters=response.parameters,
+        )
+    )
+    if not blobs:
+        return head, None
+    return b"".join([head, *blobs]), len(head)
+
+
+def _text(response: InferenceResponse, out: ResponseOutput, item: Any) -> Any:
+    if not isinstance(item, bytes):
+        return item
+    try:
+        return item.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnsupportedRepresentation(
+            f"model '{response.model_name}' returned output '{out.name}' with bytes that are not "
+            "valid UTF-8, which JSON cannot carry; ask for it as binary data"
+        ) from exc

@@ -1,0 +1,31 @@
+"""The gRPC front end: Podium's services on one ``grpc.aio`` listener.
+
+Layout: ``protos/`` holds the ``.proto`` files and their compiled descriptor set; ``_pool`` loads
+it into a private descriptor pool (never protobuf's default one) and makes the message classes;
+``_server`` builds the listener from a list of :class:`Service` (plus health and reflection);
+``_errors`` is the one place an exception becomes a status; ``_call`` is what a model sees of a
+call (metadata as headers, disconnect); ``_tensors`` converts OIP messages; ``_oip`` is the
+Open Inference Protocol service; ``_torchserve`` TorchServe's inference API.
+
+To serve another service on the same listener, write a module that builds a :class:`Service`
+(method handlers over the data plane, failures through ``_errors.abort_with``), put its
+``.proto`` file in ``protos/`` (then run ``python -m podium.server.grpc.protos.build``), and add
+it to :func:`inference_services`.
+"""
+
+from __future__ import annotations
+
+from ...dataplane import DataPlane
+from ._oip import STREAM_FORMATS, OipService
+from ._server import GrpcServer, Service
+from ._torchserve import torchserve_service
+
+__all__ = ["STREAM_FORMATS", "GrpcServer", "OipService", "Service", "inference_services"]
+
+
+def inference_services(dataplane: DataPlane, *, stream_format: str = "mlserver") -> list[Service]:
+    """Every service of the gRPC inference listener (``--grpc-port``)."""
+    return [
+        OipService(dataplane, stream_format=stream_format).service(),
+        torchserve_service(dataplane),
+    ]

@@ -1,0 +1,389 @@
+"""The Open Inference Protocol's gRPC service, ``inference.GRPCInferenceService``.
+
+A thin adapter over the data plane: each RPC turns its message into a :class:`podium.types.Call`
+(or a registry lookup), and the answer back into a message (tensor conversions in
+:mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
+
+``ModelStreamInfer`` answers every request on the stream, in the order the requests came, with
+one response per item (one for a non-streaming model). Up to :data:`STREAM_WINDOW` requests of a
+stream run at once, so that a client streaming many requests keeps the model busy (and a batching
+model batches them); each buffers at most :data:`STREAM_BUFFER` responses until the responses
+before it are sent. Two framings (``--grpc-stream-format``):
+
+- ``mlserver`` (default), as MLServer's ``dataplane.proto``: each message is a bare
+  ``ModelInferResponse``; an error ends the stream with its status.
+- ``triton``, as Triton's ``grpc_service.proto``: each message is a ``ModelStreamInferResponse``;
+  an error for one request is sent in-band (``error_message``) and the stream stays open. A
+  request with the parameter ``triton_enable_empty_final_response`` set gets, after its last
+  response, an empty one whose parameter ``triton_final_response`` is true (the others carry
+  false), as Triton's decoupled models do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from ...dataplane import DataPlane, ModelVersion
+from ...errors import InvalidInput, ModelError, PodiumError
+from ...runtime.registry import ModelState
+from ...types import Call, InferenceResponse, WireProtocol
+from ._call import GrpcCall
+from ._errors import abort_with, status_of
+from ._pool import message_class
+from ._server import Service
+from ._tensors import ModelInferRequest, ModelInferResponse, fill_parameters, to_message, to_request
+
+__all__ = ["SERVICE", "STREAM_FORMATS", "OipService"]
+
+SERVICE = "inference.GRPCInferenceService"
+STREAM_FORMATS = ("mlserver", "triton")
+
+#: Requests of one ModelStreamInfer stream that run at once.
+STREAM_WINDOW = 16
+#: Responses one request of a stream buffers while earlier requests are still being answered.
+STREAM_BUFFER = 16
+
+_FINAL_ASKED = "triton_enable_empty_final_response"
+_FINAL = "triton_final_response"
+
+# Where the model's request object says it came from.
+_INFER_PATH = f"/{SERVICE}/ModelInfer"
+_STREAM_PATH = f"/{SERVICE}/ModelStreamInfer"
+
+_m = message_class
+ModelStreamInferResponse: Any = _m("inference.ModelStreamInferResponse")
+_STATE_NAMES = {
+    ModelState.READY: "READY",
+    ModelState.LOADING: "LOADING",
+    ModelState.FAILED: "UNAVAILABLE",
+    ModelState.UNLOADED: "UNAVAILABLE",
+}
+
+
+class _End:
+    """The last entry of a request's lane: all its responses were queued."""
+
+
+_END = _End()
+
+
+class _Failure:
+    """A request of a stream failed (``fatal``: the stream itself cannot go on)."""
+
+    __slots__ = ("exc", "message", "fatal")
+
+    def __init__(self, exc: BaseException, message: Any = None, *, fatal: bool = False) -> None:
+        self.exc = exc
+        self.message = message
+        self.fatal = fatal
+
+
+def _unary(
+    handler: Callable[[Any, Any], Awaitable[Any]], request: str, response: str
+) -> grpc.RpcMethodHandler:
+    """A unary method handler whose every failure goes through :func:`abort_with`."""
+    where = f"/{SERVICE}/{request.removeprefix('inference.').removesuffix('Request')}"
+
+    async def serve(message: Any, context: Any) -> Any:
+        try:
+            return await handler(message, context)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            await abort_with(context, exc, where)
+
+    return grpc.unary_unary_rpc_method_handler(
+        serve,
+        request_deserializer=_m(request).FromString,
+        response_serializer=_m(response).SerializeToString,
+    )
+
+
+class OipService:
+    """``inference.GRPCInferenceService`` over one :class:`DataPlane`."""
+
+    def __init__(self, dataplane: DataPlane, *, stream_format: str = "mlserver") -> None:
+        if stream_format not in STREAM_FORMATS:
+            raise ValueError(
+                f"grpc-stream-format must be {' or '.join(STREAM_FORMATS)}, got {stream_format!r}"
+            )
+        self.dataplane = dataplane
+        self.triton = stream_format == "triton"
+
+    def service(self) -> Service:
+        """The service's method handlers, for :class:`GrpcServer`."""
+        stream_response = ModelStreamInferResponse if self.triton else ModelInferResponse
+        methods = {
+            "ServerLive": _unary(
+                self.server_live, "inference.ServerLiveRequest", "inference.ServerLiveResponse"
+            ),
+            "ServerReady": _unary(
+                self.server_ready, "inference.ServerReadyRequest", "inference.ServerReadyResponse"
+            ),
+            "ModelReady": _unary(
+                self.model_ready, "inference.ModelReadyRequest", "inference.ModelReadyResponse"
+            ),
+            "ServerMetadata": _unary(
+                self.server_metadata,
+                "inference.ServerMetadataRequest",
+                "inference.ServerMetadataResponse",
+            ),
+            "ModelMetadata": _unary(
+                self.model_metadata,
+                "inference.ModelMetadataRequest",
+                "inference.ModelMetadataResponse",
+            ),
+            "ModelInfer": _unary(
+                self.model_infer, "inference.ModelInferRequest", "inference.ModelInferResponse"
+            ),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+                self.model_stream_infer,
+                request_deserializer=ModelInferRequest.FromString,
+                response_serializer=stream_response.SerializeToString,
+            ),
+            "RepositoryIndex": _unary(
+                self.repository_index,
+                "inference.RepositoryIndexRequest",
+                "inference.RepositoryIndexResponse",
+            ),
+            "RepositoryModelLoad": _unary(
+                self.repository_model_load,
+                "inference.RepositoryModelLoadRequest",
+                "inference.RepositoryModelLoadResponse",
+            ),
+            "RepositoryModelUnload": _unary(
+                self.repository_model_unload,
+                "inference.RepositoryModelUnloadRequest",
+                "inference.RepositoryModelUnloadResponse",
+            ),
+        }
+        served = {} if self.triton else {"ModelStreamInfer": "inference.ModelInferResponse"}
+        return Service(SERVICE, methods, healthy=self.dataplane.ready, served_outputs=served)
+
+    # -- health and metadata ---------------------------------------------------------------
+
+    async def server_live(self, message: Any, context: Any) -> Any:
+        return _m("inference.ServerLiveResponse")(live=self.dataplane.live())
+
+    async def server_ready(self, message: Any, context: Any) -> Any:
+        return _m("inference.ServerReadyResponse")(ready=self.dataplane.ready())
+
+    async def model_ready(self, message: Any, context: Any) -> Any:
+        ready = self.dataplane.model_ready(message.name, message.version or None)
+        return _m("inference.ModelReadyResponse")(ready=ready)
+
+    async def server_metadata(self, message: Any, context: Any) -> Any:
+        meta = self.dataplane.server_metadata()
+        return _m("inference.ServerMetadataResponse")(
+            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+        )
+
+    async def model_metadata(self, message: Any, context: Any) -> Any:
+        meta = self.dataplane.model_metadata(message.name, message.version or None)
+        response = _m("inference.ModelMetadataResponse")(
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=str(meta["platform"]),
+        )
+        for key in ("inputs", "outputs"):
+            target = getattr(response, key)
+            for tensor in meta[key]:
+                _tensor_metadata(target.add(), meta["name"], key, tensor)
+        fill_parameters(response.parameters, meta.get("parameters") or {})
+        return response
+
+    # -- inference -------------------------------------------------------------------------
+
+    def _call(self, message: Any, grpc_call: Callable[[], GrpcCall]) -> tuple[Call, ModelVersion]:
+        """The version a request addresses and the call for it (inputs decoded only if the
+        model takes them, a request object only if it takes one)."""
+        version = message.model_version or None
+        mv = self.dataplane.resolve(message.model_name, version)
+        inst = mv.instance
+        payload = to_request(message) if inst.needs_inputs else None
+        request = grpc_call().request() if inst.needs_request else None
+        return Call(message.model_name, version, WireProtocol.OIP, payload, request), mv
+
+    async def model_infer(self, message: Any, context: Any) -> Any:
+        call, mv = self._call(message, lambda: GrpcCall(context, _INFER_PATH))
+        response = await self.dataplane.infer(call, mv)
+        return _response(response, message)
+
+    async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> None:
+        """Answer every request of the stream in order; see the module's docstring."""
+        shared = GrpcCall(context, _STREAM_PATH)  # in the call's own task: it sees cancellation
+        lanes: asyncio.Queue[asyncio.Queue[Any] | None] = asyncio.Queue(STREAM_WINDOW)
+        running: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(requests, lanes, running, lambda: shared))
+        try:
+            while (lane := await lanes.get()) is not None:
+                while (item := await lane.get()) is not _END:
+                    if isinstance(item, _Failure):
+                        if item.fatal or not self.triton:
+                            await abort_with(context, item.exc, _STREAM_PATH)
+                        _, text = status_of(item.exc, _STREAM_PATH)
+                        await context.write(_stream_error(text, item.message))
+                        break
+                    await context.write(item)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            await abort_with(context, exc, _STREAM_PATH)
+        finally:
+            # The client left, the stream failed, or it ended: nothing may outlive the call.
+            tasks = [reader, *running]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read(
+        self,
+        requests: AsyncIterator[Any],
+        lanes: asyncio.Queue[asyncio.Queue[Any] | None],
+        running: set[asyncio.Task[None]],
+        grpc_call: Callable[[], GrpcCall],
+    ) -> None:
+        """Start a task per request, in order, each with its own lane of responses."""
+        loop = asyncio.get_running_loop()
+        try:
+            async for message in requests:
+                lane: asyncio.Queue[Any] = asyncio.Queue(STREAM_BUFFER)
+                await lanes.put(lane)  # blocks while STREAM_WINDOW requests are pending
+                task = loop.create_task(self._answer(message, lane, grpc_call))
+                running.add(task)
+                task.add_done_callback(running.discard)
+        except Exception as exc:
+            failed: asyncio.Queue[Any] = asyncio.Queue()
+            failed.put_nowait(_Failure(exc, fatal=True))
+            await lanes.put(failed)
+        else:
+            await lanes.put(None)
+
+    async def _answer(
+        self, message: Any, lane: asyncio.Queue[Any], grpc_call: Callable[[], GrpcCall]
+    ) -> None:
+        """Queue the responses to one request of a stream, then ``_END`` (or a failure)."""
+        try:
+            call, mv = self._call(message, grpc_call)
+            final = self.triton and _asks_final(message)
+            async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
+                async for response in items:
+                    if self.triton:
+                        out = ModelStreamInferResponse()
+                        _response(response, message, into=out.infer_response)
+                        if final:
+                            out.infer_response.parameters[_FINAL].bool_param = False
+                    else:
+                        out = _response(response, message)
+                    await lane.put(out)
+            if final:
+                last = _addressed(ModelInferResponse(), message)
+                last.parameters[_FINAL].bool_param = True
+                await lane.put(ModelStreamInferResponse(infer_response=last))
+            await lane.put(_END)
+        except Exception as exc:
+            await lane.put(_Failure(exc, message))
+
+    # -- repository ------------------------------------------------------------------------
+
+    async def repository_index(self, message: Any, context: Any) -> Any:
+        response = _m("inference.RepositoryIndexResponse")()
+        registry = self.dataplane.registry
+        for name in registry.names():
+            for mv in registry.versions(name):
+                if message.ready and mv.state is not ModelState.READY:
+                    continue
+                response.models.add(
+                    name=mv.name,
+                    version=mv.version or "",
+                    state=_STATE_NAMES[mv.state],
+                    reason=mv.reason,
+                )
+        return response
+
+    async def repository_model_load(self, message: Any, context: Any) -> Any:
+        name = _model_name(message, "RepositoryModelLoad")
+        unsupported = sorted(k for k in message.parameters if k == "config" or ":" in k)
+        if unsupported:
+            raise InvalidInput(
+                f"RepositoryModelLoad of model '{name}' with parameter(s) "
+                f"{', '.join(unsupported)} is not supported: Podium loads models only from the "
+                "paths it serves (loading a sent config or files comes with the management API)"
+            )
+        versions = await self.dataplane.registry.load(name)
+        failed = [mv for mv in versions if mv.state is not ModelState.READY]
+        if failed:
+            reasons = "; ".join(f"{mv.label}: {mv.reason}" for mv in failed)
+            raise ModelError(f"model '{name}' failed to load: {reasons}")
+        return _m("inference.RepositoryModelLoadResponse")(model_name=name, isLoaded=True)
+
+    async def repository_model_unload(self, message: Any, context: Any) -> Any:
+        name = _model_name(message, "RepositoryModelUnload")
+        await self.dataplane.registry.unload(name)
+        return _m("inference.RepositoryModelUnloadResponse")(model_name=name, isUnloaded=True)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _response(response: InferenceResponse, request: Any, into: Any = None) -> Any:
+    """The data plane's answer as a message: raw contents when the request used them."""
+    if not isinstance(response, InferenceResponse):  # the data plane's OIP contract
+        raise PodiumError(f"the data plane returned {type(response).__name__} for an OIP call")
+    if response.id is None and request.id:
+        response.id = request.id  # the request was not decoded (the model takes no inputs)
+    return to_message(response, bool(request.raw_input_contents), into)
+
+
+def _addressed(out: Any, request: Any) -> Any:
+    out.model_name = request.model_name
+    out.model_version = request.model_version
+    out.id = request.id
+    return out
+
+
+def _stream_error(text: str, request: Any) -> Any:
+    """Triton's in-band error; the response names the request it answers."""
+    addressed = _addressed(ModelInferResponse(), request) if request is not None else None
+    return ModelStreamInferResponse(error_message=text, infer_response=addressed)
+
+
+def _asks_final(message: Any) -> bool:
+    param = message.parameters.get(_FINAL_ASKED)
+    return (
+        param is not None
+        and param.WhichOneof("parameter_choice") == "bool_param"
+        and (param.bool_param)
+    )
+
+
+def _model_name(message: Any, rpc: str) -> str:
+    # KServe's load/unload requests carry the model name in field 1, Triton's repository_name.
+    name = message.model_name or message.repository_name
+    if not name:
+        raise InvalidInput(f"{rpc} needs a model_name")
+    return str(name)
+
+
+def _tensor_metadata(target: Any, model: str, key: str, tensor: Any) -> None:
+    """One input or output of a model's configured ``model_metadata``."""
+    if not isinstance(tensor, dict):
+        raise PodiumError(
+            f"model '{model}' metadata has {key} entry {tensor!r}; each must be a mapping with "
+            "name, datatype and shape"
+        )
+    try:
+        target.name = str(tensor.get("name", ""))
+        target.datatype = str(tensor.get("datatype", ""))
+        target.shape.extend(int(dim) for dim in tensor.get("shape") or [])
+    except (TypeError, ValueError) as exc:
+        raise PodiumError(f"model '{model}' metadata has a malformed {key} entry: {exc}") from exc
+    parameters = tensor.get("parameters")
+    if isinstance(parameters, dict):
+        fill_parameters(target.parameters, parameters)

@@ -1,0 +1,181 @@
+"""The gRPC listener: one ``grpc.aio`` server built from a list of services, plus health and
+reflection, on the event loop the HTTP server uses.
+
+A front end describes what it serves as a :class:`Service`: its full name, a method handler per
+RPC (``grpc.unary_unary_rpc_method_handler`` and friends, with the serializers of Podium's
+private message classes), and when it is healthy. :class:`GrpcServer` registers each one with
+``grpc.method_handlers_generic_handler``, answers ``grpc.health.v1.Health`` for the server (``""``)
+and for every service, and serves reflection from a private descriptor pool, so reflection
+describes Podium's services exactly as served without anything entering protobuf's default pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from ._pool import reflection_pool
+
+__all__ = ["GrpcServer", "Service"]
+
+logger = logging.getLogger("podium.grpc")
+
+#: How often a health ``Watch`` looks again when nothing told it that readiness changed.
+WATCH_INTERVAL = 1.0
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """One gRPC service as a front end hands it to :class:`GrpcServer`.
+
+    ``methods`` maps each method name to its handler. ``healthy`` says whether health reports it
+    ``SERVING``. ``served_outputs`` names, per method, the message type actually sent where it
+    differs from the ``.proto`` file (a server option can change it), so that reflection tells
+    the truth.
+    """
+
+    name: str
+    methods: dict[str, grpc.RpcMethodHandler]
+    healthy: Callable[[], bool] = _always
+    served_outputs: dict[str, str] = field(default_factory=dict)
+
+
+class _Health(health_pb2_grpc.HealthServicer):
+    """``grpc.health.v1.Health``, computed when asked: it can never disagree with the registry.
+
+    ``""`` (the whole server) is ``SERVING`` when every service is; each service answers by its
+    own ``healthy``; once the server is stopping, everything is ``NOT_SERVING``.
+    """
+
+    def __init__(self, services: Sequence[Service]) -> None:
+        self._services = {s.name: s for s in services}
+        self.stopping = False
+        self._changed = asyncio.Event()
+
+    def status(self, name: str) -> Any:
+        states = health_pb2.HealthCheckResponse
+        if name and name not in self._services:
+            return states.SERVICE_UNKNOWN
+        if self.stopping:
+            return states.NOT_SERVING
+        services = [self._services[name]] if name else self._services.values()
+        return states.SERVING if all(s.healthy() for s in services) else states.NOT_SERVING
+
+    def changed(self) -> None:
+        """Wake every ``Watch`` now (readiness may have changed)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def Check(self, request: Any, context: Any) -> Any:
+        status = self.status(request.service)
+        if status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def Watch(self, request: Any, context: Any) -> None:
+        last = None
+        while True:
+            status = self.status(request.service)
+            if status != last:
+                await context.write(health_pb2.HealthCheckResponse(status=status))
+                last = status
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), WATCH_INTERVAL)
+
+
+class GrpcServer:
+    """A ``grpc.aio`` server for ``services`` on ``host:port`` (port 0 picks a free one).
+
+    Messages larger than ``max_message_size`` bytes, either way, end the call with
+    ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
+    """
+
+    def __init__(
+        self,
+        services: Sequence[Service],
+        *,
+        host: str,
+        port: int,
+        max_message_size: int,
+        grace: float = 10.0,
+    ) -> None:
+        self.services = list(services)
+        self.host = host
+        self.port = port
+        self.grace = grace
+        self.address = ""
+        self.health = _Health(self.services)
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", max_message_size),
+                ("grpc.max_receive_message_length", max_message_size),
+                # A port that another process listens on must fail here, not be shared.
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        for service in self.services:
+            self._server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(service.name, service.methods),)
+            )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        names = [s.name for s in self.services]
+        health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+        outputs = {
+            f"{s.name}.{method}": message
+            for s in self.services
+            for method, message in s.served_outputs.items()
+        }
+        reflection.enable_server_reflection(
+            [*names, health_name, reflection.SERVICE_NAME],
+            self._server,
+            pool=reflection_pool(outputs, [health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR]),
+        )
+
+    async def start(self) -> str:
+        """Bind and start serving; the address (``host:port``) it listens on.
+
+        Raises ``OSError`` naming the address when it cannot be bound.
+        """
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        try:
+            port = self._server.add_insecure_port(f"{host}:{self.port}")
+        except RuntimeError:
+            reason = _bind_error(self.host, self.port)
+            raise OSError(
+                errno.EADDRINUSE, f"cannot listen on {host}:{self.port} for gRPC: {reason}"
+            ) from None
+        await self._server.start()
+        self.address = f"{host}:{port}"
+        return self.address
+
+    async def stop(self) -> None:
+        """Refuse new calls, let calls in flight finish for up to ``grace`` seconds, then
+        cancel the rest (their models' work is cancelled as for a client that left)."""
+        self.health.stopping = True
+        self.health.changed()
+        await self._server.stop(self.grace)
+
+
+def _bind_error(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound, as the OS says it (grpc only says that it failed)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "the address is in use or not available"

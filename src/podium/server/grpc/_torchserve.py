@@ -1,0 +1,222 @@
+"""TorchServe's gRPC inference API over the data plane: ``InferenceAPIsService``.
+
+Wire-compatible with TorchServe's ``inference.proto`` (``protos/torchserve_inference.proto``):
+``Ping``, ``Predictions``, ``StreamPredictions`` (one response per item a generator model yields)
+and ``StreamPredictions2`` (many requests on one stream, answered in order, errors in-band in the
+response's ``status``, the stream kept open). The ``input`` map reaches the model as the
+TorchServe HTTP body would, and results are encoded as ``POST /predictions`` encodes them; the
+mapping is documented in ``docs/protocols.md`` ("TorchServe gRPC").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import grpc
+import msgspec
+
+from ... import codecs
+from ...dataplane import DataPlane, ModelVersion
+from ...errors import InvalidInput, UnsupportedRepresentation
+from ...types import Call, WireProtocol
+from ._call import GrpcCall
+from ._errors import abort_with, status_of
+from ._pool import message_class
+from ._server import Service
+
+__all__ = [
+    "BODY_NAMES",
+    "SEQUENCE_HEADER",
+    "SERVICE",
+    "TorchServeInference",
+    "payload_of",
+    "prediction_of",
+    "torchserve_service",
+]
+
+SERVICE = "org.pytorch.serve.grpc.inference.InferenceAPIsService"
+
+#: The header that carries a request's ``sequence_id`` to the model's request object: the name
+#: TorchServe's backend gives it (``ts_request_sequence_id``).
+SEQUENCE_HEADER = b"ts_request_sequence_id"
+
+#: The ``input`` entry names TorchServe clients give the body of a request.
+BODY_NAMES = frozenset({"data", "body"})
+
+Empty: Any = message_class("google.protobuf.Empty")
+Status: Any = message_class("google.rpc.Status")
+PredictionsRequest: Any = message_class("org.pytorch.serve.grpc.inference.PredictionsRequest")
+PredictionResponse: Any = message_class("org.pytorch.serve.grpc.inference.PredictionResponse")
+TorchServeHealthResponse: Any = message_class(
+    "org.pytorch.serve.grpc.inference.TorchServeHealthResponse"
+)
+
+_json = msgspec.json.Encoder(enc_hook=codecs.json_default)
+# The JSON of TorchServe's (and Podium's HTTP) /ping, byte for byte.
+_HEALTHY = _json.encode({"status": "Healthy"}).decode()
+_PARTIAL = _json.encode({"status": "Partial Healthy"}).decode()
+
+
+def payload_of(inputs: Mapping[str, bytes]) -> Any:
+    """What a model receives for a request's ``input`` map: the TorchServe HTTP body it stands for.
+
+    gRPC carries no content type, so entries arrive as an HTTP body with a non-JSON content type
+    does: as ``bytes``. One entry named ``data`` or ``body`` is the body; an empty map is an
+    empty body; anything else is a ``dict`` of entry name to ``bytes``.
+    """
+    if len(inputs) == 1:
+        ((name, value),) = inputs.items()
+        if name in BODY_NAMES:
+            return value
+    if not inputs:
+        return b""
+    return dict(inputs)
+
+
+def prediction_of(mv: ModelVersion, value: Any) -> bytes:
+    """A model's value as ``PredictionResponse.prediction``, as ``POST /predictions`` sends it:
+    ``bytes`` as they are, ``str`` as UTF-8, anything else as JSON."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers"):
+        raise UnsupportedRepresentation(
+            f"{mv.label} returned a starlette Response, which TorchServe gRPC cannot carry"
+        )
+    try:
+        return _json.encode(value)
+    except TypeError as exc:
+        raise UnsupportedRepresentation(
+            f"{mv.label} returned a value that cannot be encoded as JSON: {exc}"
+        ) from exc
+
+
+def torchserve_service(dataplane: DataPlane) -> Service:
+    """The TorchServe inference service for :class:`~podium.server.grpc._server.GrpcServer`."""
+    return TorchServeInference(dataplane).service()
+
+
+class TorchServeInference:
+    """``org.pytorch.serve.grpc.inference.InferenceAPIsService`` over one data plane."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dataplane = dataplane
+
+    def service(self) -> Service:
+        read = PredictionsRequest.FromString
+        write = PredictionResponse.SerializeToString
+        methods = {
+            "Ping": grpc.unary_unary_rpc_method_handler(
+                self.ping,
+                request_deserializer=Empty.FromString,
+                response_serializer=TorchServeHealthResponse.SerializeToString,
+            ),
+            "Predictions": grpc.unary_unary_rpc_method_handler(
+                self.predictions, request_deserializer=read, response_serializer=write
+            ),
+            "StreamPredictions": grpc.unary_stream_rpc_method_handler(
+                self.stream_predictions, request_deserializer=read, response_serializer=write
+            ),
+            "StreamPredictions2": grpc.stream_stream_rpc_method_handler(
+                self.stream_predictions2, request_deserializer=read, response_serializer=write
+            ),
+        }
+        return Service(SERVICE, methods, healthy=self.dataplane.ready)
+
+    # -- the four RPCs ---------------------------------------------------------------------
+
+    async def ping(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        # Always OK, as TorchServe's Ping: the health is in the JSON, as on HTTP /ping.
+        health = _HEALTHY if self.dataplane.ready() else _PARTIAL
+        return TorchServeHealthResponse(health=health)
+
+    async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
+            result = await self.dataplane.infer(call, mv)
+            return _answer(mv, result, request)
+        except Exception as exc:
+            await abort_with(context, exc, _PREDICTIONS)
+
+    async def stream_predictions(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        try:
+            mv, call = self._start(request, lambda: GrpcCall(context, _STREAM))
+            async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
+                async for item in items:
+                    yield _answer(mv, item, request)
+        except Exception as exc:
+            await abort_with(context, exc, _STREAM)
+
+    async def stream_predictions2(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        shared: list[GrpcCall] = []  # made once, in the call's own task, if a model needs it
+
+        def grpc_call() -> GrpcCall:
+            if not shared:
+                shared.append(GrpcCall(context, _STREAM2))
+            return shared[0]
+
+        # One request at a time: answers come back in request order, and a sequence's requests
+        # reach the model in the order the client sent them. A generator model's items each
+        # come back as a response, as TorchServe sends its intermediate responses.
+        try:
+            async for request in requests:
+                try:
+                    mv, call = self._start(request, grpc_call)
+                    async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
+                        async for item in items:
+                            yield _answer(mv, item, request)
+                except Exception as exc:  # in-band: this request failed, the stream goes on
+                    code, message = status_of(exc, _STREAM2)
+                    status = Status(code=code.value[0], message=message)
+                    response = PredictionResponse(status=status)
+                    if request.HasField("sequence_id"):
+                        response.sequence_id = request.sequence_id
+                    yield response
+        except Exception as exc:  # reading the stream failed: the call ends
+            await abort_with(context, exc, _STREAM2)
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _start(self, request: Any, grpc_call: Callable[[], GrpcCall]) -> tuple[ModelVersion, Call]:
+        """Find the model (NOT_FOUND / UNAVAILABLE before the input is touched); build the call
+        (the input mapped only if the model takes it, a request object only if it takes one)."""
+        if not request.model_name:
+            raise InvalidInput("model_name is required")
+        version = request.model_version or None
+        mv = self.dataplane.resolve(request.model_name, version)
+        inst = mv.instance
+        payload = raw = None
+        if inst.needs_inputs or inst.needs_request:
+            payload = payload_of(request.input)
+        if inst.needs_request:
+            # The body a model reads itself is the body entry; other maps have no one body.
+            raw = grpc_call().request(payload if isinstance(payload, bytes) else b"")
+            if request.HasField("sequence_id"):
+                header = (SEQUENCE_HEADER, request.sequence_id.encode("latin-1", "replace"))
+                raw.scope["headers"].append(header)
+        return mv, Call(
+            request.model_name,
+            version,
+            WireProtocol.TORCHSERVE,
+            payload if inst.needs_inputs else None,
+            raw,
+        )
+
+
+_PREDICTIONS = f"/{SERVICE}/Predictions"
+_STREAM = f"/{SERVICE}/StreamPredictions"
+_STREAM2 = f"/{SERVICE}/StreamPredictions2"
+
+
+def _answer(mv: ModelVersion, value: Any, request: Any) -> Any:
+    response = PredictionResponse(prediction=prediction_of(mv, value))
+    if request.HasField("sequence_id"):
+        response.sequence_id = request.sequence_id
+    return response

@@ -1,0 +1,61 @@
+"""Fixtures shared by the end-to-end gRPC tests; a pytest plugin, loaded (after ``e2e_fixtures``)
+with ``pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]``. Test modules import helpers from
+``grpc_helpers``, never from here.
+
+``models_server`` (from ``e2e_fixtures``) serves ModelStreamInfer in the default ``mlserver``
+framing; ``triton_server`` serves the same models with ``--grpc-stream-format triton`` and a
+1 MiB ``--grpc-max-message-size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import grpc
+import pytest
+from conftest import Server, run_server
+from e2e_helpers import MAX_REQUEST_SIZE, SERVE_MODELS
+from grpc_helpers import MLSERVER_PROTO, Stubs, compile_proto, podium_messages, target
+
+
+@pytest.fixture(scope="session")
+def triton_server(events_path: Path) -> Iterator[Server]:
+    with run_server(
+        SERVE_MODELS,
+        args=(
+            "--grpc-stream-format",
+            "triton",
+            "--grpc-max-message-size",
+            str(MAX_REQUEST_SIZE),
+        ),
+        env={"PODIUM_E2E_EVENTS": str(events_path)},
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def pb() -> SimpleNamespace:
+    """Podium's own OIP message classes (checked field by field against Triton's)."""
+    return podium_messages()
+
+
+@pytest.fixture(scope="session")
+def mlserver(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """An MLServer-style client's message classes, compiled from MLSERVER_PROTO."""
+    return compile_proto(MLSERVER_PROTO, tmp_path_factory.mktemp("mlserver-proto"))
+
+
+@pytest.fixture(scope="session")
+def oip(models_server: Server, pb: SimpleNamespace) -> Iterator[Stubs]:
+    """Blocking stubs on the mlserver-framing server."""
+    with grpc.insecure_channel(target(models_server)) as channel:
+        yield Stubs(channel, pb, stream_output=pb.ModelInferResponse)
+
+
+@pytest.fixture
+async def aoip(models_server: Server, pb: SimpleNamespace) -> AsyncIterator[Stubs]:
+    """grpc.aio stubs on the mlserver-framing server."""
+    async with grpc.aio.insecure_channel(target(models_server)) as channel:
+        yield Stubs(channel, pb, stream_output=pb.ModelInferResponse)

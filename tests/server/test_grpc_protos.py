@@ -1,0 +1,186 @@
+"""Podium's protobuf descriptors: compiled from the committed .proto files, kept out of protobuf's
+default pool, and wire-compatible with Triton's generated messages, with tritonclient imported in
+the same process in either order."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import EXAMPLES, ROOT
+from google.protobuf import descriptor_pb2, descriptor_pool
+
+
+def test_committed_descriptors_match_the_proto_files() -> None:
+    from podium.server.grpc.protos import _descriptors, build
+
+    assert build.compile_descriptor_set() == _descriptors.FILE_DESCRIPTOR_SET, (
+        "a .proto file changed: run `python -m podium.server.grpc.protos.build`"
+    )
+    assert build.render_module(_descriptors.FILE_DESCRIPTOR_SET) == build.TARGET.read_text()
+
+
+def test_messages_live_in_a_private_pool_under_their_wire_names() -> None:
+    from podium.server.grpc._pool import POOL, message_class
+
+    request = message_class("inference.ModelInferRequest")
+    assert request.DESCRIPTOR.full_name == "inference.ModelInferRequest"
+    assert request.DESCRIPTOR.file.pool is POOL
+    assert POOL is not descriptor_pool.Default()
+    service = POOL.FindServiceByName("inference.GRPCInferenceService")
+    assert [m.name for m in service.methods] == [
+        "ServerLive",
+        "ServerReady",
+        "ModelReady",
+        "ServerMetadata",
+        "ModelMetadata",
+        "ModelInfer",
+        "ModelStreamInfer",
+        "RepositoryIndex",
+        "RepositoryModelLoad",
+        "RepositoryModelUnload",
+    ]
+    stream = service.methods_by_name["ModelStreamInfer"]
+    assert stream.input_type.full_name == "inference.ModelInferRequest"
+    assert stream.output_type.full_name == "inference.ModelStreamInferResponse"
+
+
+def _fields(descriptor: descriptor_pb2.DescriptorProto) -> dict[str, tuple[int, int, int, str]]:
+    found = {}
+    for field in descriptor.field:
+        found[field.name] = (field.number, field.type, field.label, field.type_name)
+    for nested in descriptor.nested_type:
+        for name, spec in _fields(nested).items():
+            found[f"{nested.name}.{name}"] = spec
+    return found
+
+
+TRITON_MESSAGES = [
+    "ServerLiveRequest",
+    "ServerLiveResponse",
+    "ServerReadyRequest",
+    "ServerReadyResponse",
+    "ModelReadyRequest",
+    "ModelReadyResponse",
+    "ServerMetadataRequest",
+    "ServerMetadataResponse",
+    "ModelMetadataRequest",
+    "InferParameter",
+    "InferTensorContents",
+    "ModelInferRequest",
+    "ModelInferResponse",
+    "ModelStreamInferResponse",
+    "ModelRepositoryParameter",
+    "RepositoryIndexRequest",
+    "RepositoryIndexResponse",
+    "RepositoryModelLoadRequest",
+    "RepositoryModelUnloadRequest",
+]
+
+
+@pytest.mark.parametrize("name", TRITON_MESSAGES)
+def test_every_field_matches_tritons_generated_messages(name: str) -> None:
+    """Same numbers, types and labels as tritonclient's own grpc_service.proto."""
+    from tritonclient.grpc import service_pb2
+
+    from podium.server.grpc._pool import POOL
+
+    def proto_of(descriptor: object) -> descriptor_pb2.DescriptorProto:
+        proto = descriptor_pb2.DescriptorProto()
+        descriptor.CopyToProto(proto)  # type: ignore[attr-defined]
+        return proto
+
+    theirs = proto_of(service_pb2.DESCRIPTOR.message_types_by_name[name])
+    ours = proto_of(POOL.FindMessageTypeByName(f"inference.{name}"))
+    assert _fields(ours) == _fields(theirs)
+
+
+def test_extensions_beyond_triton_are_new_fields_only() -> None:
+    """MLServer's metadata parameters and KServe's load/unload answers add fields; none changes."""
+    from tritonclient.grpc import service_pb2
+
+    from podium.server.grpc._pool import POOL
+
+    for name in ("ModelMetadataResponse", "RepositoryModelLoadResponse"):
+        theirs = descriptor_pb2.DescriptorProto()
+        service_pb2.DESCRIPTOR.message_types_by_name[name].CopyToProto(theirs)
+        ours = descriptor_pb2.DescriptorProto()
+        POOL.FindMessageTypeByName(f"inference.{name}").CopyToProto(ours)
+        theirs_fields, ours_fields = _fields(theirs), _fields(ours)
+        assert {k: ours_fields[k] for k in theirs_fields} == theirs_fields
+
+
+# -- tritonclient in the same process, in either order ------------------------------------------
+
+_SAME_PROCESS = """
+import asyncio, sys
+from pathlib import Path
+
+import numpy as np
+
+order = sys.argv[1]
+if order == "triton-first":
+    import tritonclient.grpc as triton
+    from podium.server.grpc import _tensors
+else:
+    from podium.server.grpc import _tensors
+    import tritonclient.grpc as triton
+
+import grpc
+from google.protobuf import descriptor_pool
+from podium.config import ServerConfig
+from podium.server._runner import Podium
+
+assert triton.service_pb2.ModelInferRequest.DESCRIPTOR.file.pool is descriptor_pool.Default()
+assert _tensors.ModelInferRequest.DESCRIPTOR.file.pool is not descriptor_pool.Default()
+
+
+async def main() -> None:
+    config = ServerConfig(host="127.0.0.1", http_port=0, grpc_port=0)
+    podium = Podium(config, [Path(sys.argv[2])])
+    await podium.start()
+    target = podium.addresses["grpc-inference"]
+    try:
+        def with_tritonclient():
+            client = triton.InferenceServerClient(target)
+            x = triton.InferInput("x", [2], "INT32")
+            x.set_data_from_numpy(np.array([4, 5], dtype=np.int32))
+            return client.infer("echo", [x]).as_numpy("x").tolist()
+
+        assert await asyncio.to_thread(with_tritonclient) == [4, 5]
+
+        # Podium's own message classes as a client's: typed contents this time.
+        async with grpc.aio.insecure_channel(target) as channel:
+            infer = channel.unary_unary(
+                "/inference.GRPCInferenceService/ModelInfer",
+                request_serializer=_tensors.ModelInferRequest.SerializeToString,
+                response_deserializer=_tensors.ModelInferResponse.FromString,
+            )
+            request = _tensors.ModelInferRequest(model_name="echo")
+            tensor = request.inputs.add(name="y", datatype="INT64", shape=[1])
+            tensor.contents.int64_contents.append(9)
+            response = await infer(request)
+            assert list(response.outputs[0].contents.int64_contents) == [9]
+    finally:
+        await podium.stop()
+    print("both work")
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("order", ["triton-first", "podium-first"])
+def test_tritonclient_and_podium_in_one_process(order: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_SAME_PROCESS), order, str(EXAMPLES / "echo")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "both work" in result.stdout
+    assert "duplicate symbol" not in result.stderr
