@@ -251,3 +251,15 @@ def test_cli_refuses_an_unknown_stream_format() -> None:
     )
     assert result.returncode == 2
     assert "--grpc-stream-format" in result.stderr
+
+
+def test_a_health_watch_ends_at_shutdown_without_holding_it_up() -> None:
+    with run_server(EXAMPLES / "echo") as server:
+        with grpc.insecure_channel(target(server)) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=""), timeout=PATIENCE
+            )
+            assert next(watch).status == SERVING
+            server.proc.terminate()
+            assert [r.status for r in watch] == [NOT_SERVING]  # then the stream ends
+        assert server.proc.wait(5) == 0  # well within the 10 s grace

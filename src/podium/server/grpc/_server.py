@@ -93,6 +93,9 @@ class _Health(health_pb2_grpc.HealthServicer):
             if status != last:
                 await context.write(health_pb2.HealthCheckResponse(status=status))
                 last = status
+                continue  # look again: it may have changed while the write waited
+            if self.stopping:
+                return  # NOT_SERVING was sent; an open Watch must not hold up the shutdown
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), WATCH_INTERVAL)
 
