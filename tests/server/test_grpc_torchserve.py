@@ -334,14 +334,6 @@ BAD_REQUESTS = [
     pytest.param(
         "emit", "", {"data": b'{"kind": "object"}'}, "INVALID_ARGUMENT", "'emit'", id="not-json"
     ),
-    pytest.param(
-        "emit",
-        "",
-        {"data": b'{"kind": "starlette"}'},
-        "INVALID_ARGUMENT",
-        "starlette Response",
-        id="starlette-response",
-    ),
 ]
 
 
@@ -626,3 +618,24 @@ async def test_a_request_waiting_for_a_slot_never_runs_once_cancelled(
     assert json.loads(answers["holder"]) == {"tag": holder}
     assert json.loads(answers["follower"]) == {"tag": follower}
     assert events.names(leaver) == ["preprocess"]  # its predict never ran
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("rpc", ["Predictions", "StreamPredictions"])
+async def test_a_returned_response_sends_its_body_and_its_headers_as_metadata(
+    models_server: Server, ts: SimpleNamespace, rpc: str
+) -> None:
+    async with grpc.aio.insecure_channel(target(models_server)) as channel:
+        stub = ts.grpc.InferenceAPIsServiceStub(channel)
+        req = request(ts, "emit", input={"data": b'{"kind": "starlette"}'})
+        if rpc == "Predictions":
+            call = stub.Predictions(req)
+            response = await call
+            predictions = [response.prediction]
+        else:
+            call = stub.StreamPredictions(req)
+            predictions = [r.prediction async for r in call]
+        metadata = dict(await call.initial_metadata())
+    assert predictions == [b"made by the model"]
+    assert metadata["x-made-by"] == "emit"
+    assert "content-type" not in metadata or metadata["content-type"] == "application/grpc"

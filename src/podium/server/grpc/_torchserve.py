@@ -82,16 +82,49 @@ def prediction_of(mv: ModelVersion, value: Any) -> bytes:
         return value
     if isinstance(value, str):
         return value.encode()
-    if callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers"):
-        raise UnsupportedRepresentation(
-            f"{mv.label} returned a starlette Response, which TorchServe gRPC cannot carry"
-        )
+    if _is_response(value):
+        body = getattr(value, "body", None)
+        if not isinstance(body, bytes):  # a StreamingResponse: stream with a generator instead
+            raise UnsupportedRepresentation(
+                f"{mv.label} returned a streaming starlette Response, which TorchServe gRPC "
+                "cannot carry; yield the chunks from a generator predict instead"
+            )
+        return body
     try:
         return _json.encode(value)
     except TypeError as exc:
         raise UnsupportedRepresentation(
             f"{mv.label} returned a value that cannot be encoded as JSON: {exc}"
         ) from exc
+
+
+def _is_response(value: Any) -> bool:
+    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
+
+
+# Headers gRPC owns itself, or that describe the HTTP body rather than the model's answer.
+_NOT_METADATA = frozenset({b"content-length", b"content-type", b"transfer-encoding", b"te"})
+
+
+def metadata_of(value: Any) -> tuple[tuple[str, str], ...]:
+    """The headers a model set on a starlette ``Response`` it returned, as gRPC metadata."""
+    if not _is_response(value):
+        return ()
+    return tuple(
+        (key.decode("latin-1"), val.decode("latin-1"))
+        for key, val in value.raw_headers
+        if key not in _NOT_METADATA and not key.startswith(b"grpc-")
+    )
+
+
+async def _send_headers(context: grpc.aio.ServicerContext, value: Any, sent: list[bool]) -> None:
+    """Response headers set by the model go back as the call's initial metadata (once)."""
+    if sent[0]:
+        return
+    metadata = metadata_of(value)
+    if metadata:
+        sent[0] = True
+        await context.send_initial_metadata(metadata)
 
 
 def torchserve_service(dataplane: DataPlane) -> Service:
@@ -137,7 +170,9 @@ class TorchServeInference:
         try:
             mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
             result = await self.dataplane.infer(call, mv)
-            return _answer(mv, result, request)
+            answer = _answer(mv, result, request)
+            await _send_headers(context, result, [False])
+            return answer
         except Exception as exc:
             await abort_with(context, exc, _PREDICTIONS)
 
@@ -146,9 +181,12 @@ class TorchServeInference:
     ) -> AsyncIterator[Any]:
         try:
             mv, call = self._start(request, lambda: GrpcCall(context, _STREAM))
+            sent = [False]
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for item in items:
-                    yield _answer(mv, item, request)
+                    answer = _answer(mv, item, request)
+                    await _send_headers(context, item, sent)
+                    yield answer
         except Exception as exc:
             await abort_with(context, exc, _STREAM)
 
