@@ -101,6 +101,7 @@ STREAM_ECHO_VARIANTS = ("aio-bytes", "uvloop-bytes", "sync-bytes")
 STREAM_TARGETS = (
     "podium",
     "podium-triton",
+    "podium-torchserve",
     "mlserver",
     *(f"echo-{v}" for v in STREAM_ECHO_VARIANTS),
 )
@@ -240,9 +241,9 @@ def echo_label(variant: str) -> str:
         "aio": "grpc.aio (asyncio)",
         "uvloop": "grpc.aio (uvloop)",
     }.get(kind, f"grpc.server ({threads or DEFAULT_SYNC_THREADS} threads)")
-    if kind.startswith("bridge"):
-        server += " → uvloop thread (design probe)"
     how = "bytes, prebuilt response" if parse == "bytes" else "protobuf parse + build"
+    if kind.startswith("bridge"):
+        return f"design probe: {server} → coroutine on a uvloop thread, {how}"
     return f"raw echo: {server}, {how}"
 
 
@@ -516,7 +517,11 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         available=args.mlserver_error,
     )
     targets.append(mlserver)
-    for variant in args.echo_variants:
+    variants = list(args.echo_variants)
+    for name in args.only or []:  # an echo-VARIANT named in --only need not be repeated
+        if name.startswith("echo-") and name.removeprefix("echo-") not in variants:
+            variants.append(name.removeprefix("echo-"))
+    for variant in variants:
         echo_argv(variant, 0)  # validates the name
         targets.append(
             Target(
@@ -654,8 +659,14 @@ def one_stream(channel: grpc.Channel, target: StreamTarget, n: int) -> StreamRes
     if len(items) != n:
         raise BenchError(f"stream had {len(items)} items, expected {n}")
     if target.api == "torchserve":
-        if not torchserve_prediction(items[0]):
-            raise BenchError("first PredictionResponse has an empty prediction")
+        for index in sorted({0, n // 2, n - 1}):
+            prediction = torchserve_prediction(items[index])
+            try:
+                value = json.loads(prediction)["output"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BenchError(f"item {index}: prediction {prediction[:100]!r}") from exc
+            if value != index:
+                raise BenchError(f"item {index} carries {value}")
     else:
         if target.framing == "?":
             target.framing = detect_framing(items[0])
@@ -737,12 +748,13 @@ def build_stream_targets(args: argparse.Namespace) -> list[StreamTarget]:
             make_server=lambda: mlserver_grpc_server(args.mlserver_bin, BENCH / "mlserver_stream"),
             available=args.mlserver_error,
         ),
-        # Optional, off by default: TorchServe's StreamPredictions (server streaming) against
-        # Podium's TorchServe gRPC API on the same port. Checks the item count only.
+        # TorchServe's StreamPredictions (server streaming) on Podium's gRPC port, the same
+        # model; each prediction is the item as JSON, {"output": i}.
         StreamTarget(
             name="podium-torchserve",
-            label="Podium, TorchServe StreamPredictions (experimental)",
+            label="Podium, TorchServe StreamPredictions",
             api="torchserve",
+            framing="TorchServe",
             make_server=functools.partial(podium_server, model_dir),
             available=unavailable,
         ),
@@ -976,7 +988,8 @@ def stream_report(
         "",
         *_head_lines(args, gen if h2 else None),
         f"- request: one `ModelInferRequest` for `{STREAM_MODEL}` with INT64 `n` = {n} on "
-        "`ModelStreamInfer` (sent, then half-closed); Podium serves bench/models/stream1000 "
+        "`ModelStreamInfer` (sent, then half-closed); TorchServe's `StreamPredictions`: one "
+        f"`PredictionsRequest` with input `n` = b'{n}'; Podium serves bench/models/stream1000 "
         "(async generator), MLServer bench/mlserver_stream (`predict_stream`), the raw streams "
         "bench/grpc_echo.py (prebuilt items)",
         f"- per round and server: {args.warmup_streams} warm-up streams (discarded), then "
@@ -985,7 +998,7 @@ def stream_report(
         "by a sync grpcio client in the benchmark's process; both pinned to CPU "
         f"{CLIENT_CPU}; {args.repeat} round(s); medians over all measured streams",
         "- checks: every grpcio stream has exactly N items and items 0, N/2, N−1 carry their "
-        "index; h2load's streams all succeed and carry exactly the DATA bytes of a checked stream",
+        'index (TorchServe: prediction `{"output": i}`); h2load\'s streams all succeed and carry exactly the DATA bytes of a checked stream',
         "",
         "| server | framing | items/s (h2load) | whole stream ms (h2load) "
         "| items/s min–max (h2load) | h2load CPU | first item ms (grpcio) | items/s (grpcio) "
@@ -1016,7 +1029,7 @@ def stream_report(
             py_cpu_text += " †"
             bound = True
         problem_text = f"**FLAGGED** {len(t.problems)}" if t.problems else "none"
-        framing = "TorchServe" if t.api == "torchserve" else t.framing
+        framing = t.framing
         count = f"{len(t.h2_ms)}+{len(rs)}" if h2 else f"{len(rs)}"
         lines.append(
             f"| {t.label} | {framing} | {_fmt(h2_ips)} | {_fmt(median(t.h2_ms), '.1f')} "
@@ -1049,12 +1062,13 @@ def stream_report(
     ]
     if best_name:
         label = best_name.removeprefix("echo-")
-        lines += [
-            f"| Podium / best raw stream ({label}), items/s (h2load) "
-            f"| {_fmt(100 * _ratio(pod[0], best[0]), '.0f')} % |",
-            f"| MLServer / best raw stream ({label}), items/s (h2load) "
-            f"| {_fmt(100 * _ratio(mls[0], best[0]), '.0f')} % |",
-        ]
+        for t in targets:
+            if t.name in med and not t.name.startswith("echo-"):
+                who = t.label.replace(", ModelStreamInfer", "")
+                lines.append(
+                    f"| {who} / best raw stream ({label}), items/s (h2load) "
+                    f"| {_fmt(100 * _ratio(med[t.name][0], best[0]), '.0f')} % |"
+                )
     problems = [f"{t.name}: {p}" for t in targets for p in t.problems]
     problems += [
         f"{t.name}: not measured: {t.available}" for t in targets if t.available and not t.results
@@ -1110,7 +1124,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=_csv,
         default=list(STREAM_TARGETS),
         help="podium (its default framing), podium-mlserver, podium-triton, mlserver, "
-        "echo-VARIANT (raw stream), podium-torchserve (experimental); "
+        "podium-torchserve, echo-VARIANT (raw stream); "
         f"default {','.join(STREAM_TARGETS)}",
     )
     parser.add_argument("--no-unary", action="store_true", help="skip the ModelInfer benchmark")

@@ -184,10 +184,14 @@ def _torchserve_messages() -> tuple[Any, Any]:
 
 
 def torchserve_stream_request(model: str = "stream1000", n: int = 1000) -> bytes:
-    """Serialized PredictionsRequest for StreamPredictions: input {"data": '{"n": N}'}."""
+    """Serialized PredictionsRequest for StreamPredictions: input {"n": b"N"}.
+
+    Podium hands a TorchServe `input` map with several keys, or a key other than `data` /
+    `body`, to a native model as that mapping, so bench/models/stream1000 reads N from it.
+    """
     request_cls, _ = _torchserve_messages()
     request = request_cls(model_name=model)
-    request.input["data"] = f'{{"n": {n}}}'.encode()
+    request.input["n"] = str(n).encode()
     return bytes(request.SerializeToString())
 
 
