@@ -51,6 +51,10 @@ class ModelConfig:
     max_queue_size: int = 1000
     stream_buffer: int = 16
     default_version: str | None = None  # which version unversioned routes use (else the highest)
+    workers: str = "thread"  # "thread": instances in the server process; "process": one per process
+    min_workers: int = 1  # instances started (TorchServe's minWorkers)
+    max_workers: int = 1  # the most instances a scale request may ask for (maxWorkers)
+    response_timeout: float = 120.0  # seconds a predict may run (responseTimeout); 0 = no limit
     model_metadata: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
 
@@ -104,6 +108,30 @@ class ModelConfig:
         positive_int("batch_size", 1)
         positive_int("max_queue_size", 1)
         positive_int("stream_buffer", 1)
+        positive_int("min_workers", 0)
+        positive_int("max_workers", 1)
+        if "max_workers" not in values and "min_workers" in values:
+            values["max_workers"] = max(values["min_workers"], 1)  # max defaults to min
+        if values.get("min_workers", 1) > values.get("max_workers", 1):
+            problems.append(
+                f"{where}: 'min_workers' ({values['min_workers']}) must not exceed "
+                f"'max_workers' ({values['max_workers']})"
+            )
+        if "workers" in data:
+            if data["workers"] not in ("thread", "process"):
+                problems.append(
+                    f"{where}: 'workers' must be 'thread' or 'process', got {data['workers']!r}"
+                )
+            else:
+                values["workers"] = data["workers"]
+        if "response_timeout" in data:
+            timeout = data["response_timeout"]
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+                problems.append(
+                    f"{where}: 'response_timeout' must be a number of seconds >= 0, got {timeout!r}"
+                )
+            else:
+                values["response_timeout"] = float(timeout)
         if "max_batch_delay" in data:
             delay = data["max_batch_delay"]
             if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:

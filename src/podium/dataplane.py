@@ -116,6 +116,8 @@ class DataPlane:
             request: InferenceRequest = raw
             if kind is InputKind.OIP_REQUEST:
                 return request, request
+            if kind is InputKind.RAW:
+                return msgspec.to_builtins(request, enc_hook=codecs.json_default), request
             decoded = codecs.decode_request(request)
             if kind is InputKind.SCHEMA:
                 return inst.validate(codecs.inputs_as_json(decoded)), request

@@ -123,6 +123,7 @@ class InputKind(enum.Enum):
     DEFAULT = "default"  # the protocol's natural form (decoded tensors, parsed JSON, bytes)
     OIP_REQUEST = "oip_request"  # annotated with InferenceRequest: the request itself
     SCHEMA = "schema"  # annotated with a pydantic BaseModel: validated into it
+    RAW = "raw"  # the payload as it came: OIP as a JSON-like dict, else parsed JSON or bytes
 
 
 @dataclass(slots=True)

@@ -6,6 +6,9 @@ A path given to ``podium serve`` is one of:
 - a model directory: ``model.py`` and an optional ``config.yaml`` (named after the directory);
 - a versioned model directory: ``config.yaml`` (optional, shared) and numbered subdirectories
   ``1/``, ``2/``, ... each holding ``model.py`` and an optional ``config.yaml`` of its own;
+- a model written for MLServer: a directory with ``model-settings.json`` (``model/mlserver.py``);
+- a model written for TorchServe: a ``.mar`` / ``.tar.gz`` archive or a directory holding
+  ``MAR-INF/MANIFEST.json`` (``model/torchserve.py``);
 - a model repository: a directory whose subdirectories are any of the above.
 """
 
@@ -14,29 +17,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
+from . import mlserver, torchserve
+from ._source import ModelSource
 from .native import ModelSpec, inspect_class
 
 __all__ = ["ModelSource", "discover", "discover_all", "import_model"]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSource:
-    """One model version found on disk, with its validated configuration."""
-
-    config: ModelConfig
-    file: Path  # the .py file holding the class
-    model_dir: Path  # where data/ lives
-
-    @property
-    def label(self) -> str:
-        version = f" version '{self.config.version}'" if self.config.version else ""
-        return f"model '{self.config.name}'{version} ({self.file})"
 
 
 def _is_version_dir(path: Path) -> bool:
@@ -70,11 +60,17 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
     try:
         if not path.exists():
             problems.append(f"{path}: no such file or directory")
+        elif path.is_file() and torchserve.is_source(path):
+            found.extend(torchserve.sources(path))
         elif path.is_file():
             if path.suffix != ".py":
                 problems.append(f"{path}: a model file must be a .py file")
             else:
                 found.append(_source(path, path.parent, {}, path.stem, path))
+        elif mlserver.is_source(path):
+            found.extend(mlserver.sources(path))
+        elif torchserve.is_source(path):
+            found.extend(torchserve.sources(path))
         elif (path / "model.py").is_file():
             data, cfg = _config_of(path)
             found.append(_source(path / "model.py", path, data, path.name, cfg))

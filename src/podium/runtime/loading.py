@@ -5,16 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
+from typing import Any
 
 from ..errors import DefinitionError
+from ..model import mlserver, torchserve
 from ..model.discovery import ModelSource, discover_all, import_model
 from ..model.native import ModelSpec, NativeModel
+from ..types import ModelInstance
 from ._scheduler import Scheduler
 from .batcher import BatchScheduler
 from .direct import DirectScheduler
 from .registry import ModelVersion, Registry
 
-__all__ = ["build_version", "check_paths", "register_paths"]
+__all__ = ["build_instance", "build_version", "check_paths", "prepare", "register_paths"]
 
 
 def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
@@ -25,26 +28,48 @@ def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
         )
 
 
+def prepare(source: ModelSource) -> Any:
+    """Import and check a model's code, by the contract it is written to (nothing is
+    instantiated): a native model's :class:`ModelSpec`, or what the other adapter needs."""
+    if source.contract == "torchserve":
+        return torchserve.prepare(source)
+    if source.contract == "mlserver":
+        return mlserver.prepare(source)
+    spec = import_model(source)
+    _check_batching(source, spec)
+    return spec
+
+
+def build_instance(
+    source: ModelSource, prepared: Any, *, secrets: Mapping[str, str], executor: Executor
+) -> ModelInstance:
+    """One instance of a prepared model (its ``__init__`` / ``initialize`` runs here)."""
+    if source.contract == "torchserve":
+        return torchserve.build(source, prepared, secrets=secrets, executor=executor)
+    if source.contract == "mlserver":
+        return mlserver.build(source, prepared, secrets=secrets, executor=executor)
+    try:
+        return NativeModel(
+            prepared, source.config, model_dir=source.model_dir, secrets=secrets, executor=executor
+        )
+    except DefinitionError as exc:  # __init__ raised: name the file too
+        problems = [f"{p} ({source.file})" for p in exc.problems]
+        raise DefinitionError("; ".join(problems), problems) from exc
+
+
 def build_version(
     source: ModelSource,
     *,
     secrets: Mapping[str, str],
     executor: Executor,
-    spec: ModelSpec | None = None,
+    spec: Any = None,
 ) -> ModelVersion:
-    """Import (unless ``spec`` is given), check and instantiate one model version, with the
+    """Prepare (unless ``spec`` is given), check and instantiate one model version, with the
     scheduler its config asks for."""
     if spec is None:
-        spec = import_model(source)
-    _check_batching(source, spec)
+        spec = prepare(source)
     config = source.config
-    try:
-        instance = NativeModel(
-            spec, config, model_dir=source.model_dir, secrets=secrets, executor=executor
-        )
-    except DefinitionError as exc:  # __init__ raised: name the file too
-        problems = [f"{p} ({source.file})" for p in exc.problems]
-        raise DefinitionError("; ".join(problems), problems) from exc
+    instance = build_instance(source, spec, secrets=secrets, executor=executor)
     scheduler: Scheduler
     if config.batch_size > 1:
         scheduler = BatchScheduler(
@@ -66,7 +91,7 @@ def build_version(
     return ModelVersion(config, instance, scheduler, source=str(source.file))
 
 
-def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, ModelSpec]], list[str]]:
+def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, Any]], list[str]]:
     """Discover and import every model once; the checked ones, and every problem found."""
     problems: list[str] = []
     sources: list[ModelSource] = []
@@ -75,19 +100,14 @@ def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, ModelSpec]], li
         sources.extend(found)
         problems.extend(path_problems)
     seen: dict[tuple[str, str | None], ModelSource] = {}
-    checked: list[tuple[ModelSource, ModelSpec]] = []
+    checked: list[tuple[ModelSource, Any]] = []
     for source in sources:
         key = (source.config.name, source.config.version)
         if key in seen:
             problems.append(f"{source.label}: defined twice (also in {seen[key].file})")
         seen[key] = source
         try:
-            spec = import_model(source)
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
-            continue
-        try:
-            _check_batching(source, spec)
+            spec = prepare(source)
         except DefinitionError as exc:
             problems.extend(exc.problems)
             continue
