@@ -84,6 +84,10 @@ def test_model_config_all_keys() -> None:
         "stream_buffer": 6,
         "default_version": 1,
         "model_metadata": {"platform": "x"},
+        "workers": "process",
+        "min_workers": 2,
+        "max_workers": 4,
+        "response_timeout": 30,
     }
     assert set(data) == MODEL_KEYS
     config = build(data)
@@ -95,6 +99,8 @@ def test_model_config_all_keys() -> None:
     assert (config.max_queue_size, config.stream_buffer) == (5, 6)
     assert config.model_metadata == {"platform": "x"}
     assert config.default_version == "1"
+    assert (config.workers, config.min_workers, config.max_workers) == ("process", 2, 4)
+    assert config.response_timeout == 30.0 and isinstance(config.response_timeout, float)
     assert config.raw == data and config.raw is not data
 
 
@@ -306,3 +312,20 @@ def test_secrets_read_the_process_environment(monkeypatch: pytest.MonkeyPatch) -
 def test_server_config_log_level_is_checked() -> None:
     with pytest.raises(ValueError, match="log-level must be debug, info, warning or error"):
         ServerConfig(log_level="loud")
+
+
+def test_worker_settings() -> None:
+    assert (build({}).min_workers, build({}).max_workers, build({}).workers) == (1, 1, "thread")
+    assert build({"min_workers": 3}).max_workers == 3  # max defaults to min
+    assert build({"min_workers": 0}).max_workers == 1
+    assert build({"response_timeout": 0}).response_timeout == 0.0
+    with pytest.raises(
+        DefinitionError, match="'min_workers' \\(3\\) must not exceed 'max_workers' \\(2\\)"
+    ):
+        build({"min_workers": 3, "max_workers": 2})
+    with pytest.raises(DefinitionError, match="'workers' must be 'thread' or 'process', got 'gpu'"):
+        build({"workers": "gpu"})
+    with pytest.raises(DefinitionError, match="'max_workers' must be an integer >= 1"):
+        build({"max_workers": 0})
+    with pytest.raises(DefinitionError, match="'response_timeout' must be a number of seconds"):
+        build({"response_timeout": -1})
