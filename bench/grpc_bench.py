@@ -189,9 +189,14 @@ def podium_grpc_argv(model_dir: Path, grpc_port: int, extra: list[str] | None = 
     return argv + list(extra or [])
 
 
+#: Extra `podium serve` arguments for every Podium server (`--podium-args`), for experiments.
+PODIUM_ARGS: list[str] = []
+
+
 def podium_server(model_dir: Path, extra: list[str] | None = None) -> GrpcServer:
     port = free_port()
-    return GrpcServer(name="podium", argv=podium_grpc_argv(model_dir, port, extra), port=port)
+    argv = podium_grpc_argv(model_dir, port, [*PODIUM_ARGS, *(extra or [])])
+    return GrpcServer(name="podium", argv=argv, port=port)
 
 
 def mlserver_grpc_server(mlserver: Path, folder: Path) -> GrpcServer:
@@ -506,6 +511,18 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
             model=podium_dir.name,
             make_server=functools.partial(podium_server, podium_dir),
             available=unavailable,
+        )
+    )
+    # The same server with its gRPC front end on grpc.aio (`--grpc-threads 0`), for comparison.
+    targets.append(
+        Target(
+            name="podium-aio",
+            label="Podium, `--grpc-threads 0` (grpc.aio)",
+            kind="podium",
+            model=podium_dir.name,
+            make_server=functools.partial(podium_server, podium_dir, ["--grpc-threads", "0"]),
+            available=unavailable
+            or (None if "--grpc-threads" in help_text else "`podium serve` has no --grpc-threads"),
         )
     )
     mlserver = Target(
@@ -1130,7 +1147,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-unary", action="store_true", help="skip the ModelInfer benchmark")
     parser.add_argument("--no-stream", action="store_true", help="skip the streaming benchmark")
     parser.add_argument("--json", type=Path, default=None, help="also write raw results here")
+    parser.add_argument(
+        "--podium-args",
+        default="",
+        help="extra `podium serve` arguments for every Podium server, e.g. '--grpc-threads 8'",
+    )
     args = parser.parse_args(argv)
+    PODIUM_ARGS[:] = args.podium_args.split()
     args.repeat = args.repeat or (1 if args.quick else 3)
     args.duration = args.duration or (3 if args.quick else 10)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)

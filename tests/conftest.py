@@ -36,6 +36,16 @@ class Server:
         return self.addresses["http-inference"]
 
     @property
+    def management_url(self) -> str:
+        """The management REST listener (``http-management`` in the ready line)."""
+        return self.addresses["http-management"]
+
+    @property
+    def grpc_management(self) -> str:
+        """``host:port`` of the gRPC management listener (``grpc-management``)."""
+        return self.addresses["grpc-management"]
+
+    @property
     def log(self) -> str:
         return "\n".join(self.lines)
 
@@ -47,8 +57,8 @@ def run_server(
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
 ) -> Iterator[Server]:
-    """Start ``podium serve PATHS`` on 127.0.0.1 with ports 0 (HTTP and gRPC); yield once it
-    logs ready. ``args`` come last, so they may name other ports."""
+    """Start ``podium serve PATHS`` on 127.0.0.1 with ports 0 (HTTP and gRPC, inference and
+    management); yield once it logs ready. ``args`` come last, so they may name other ports."""
     cmd = [
         sys.executable,
         "-m",
@@ -60,6 +70,10 @@ def run_server(
         "--http-port",
         "0",
         "--grpc-port",
+        "0",
+        "--management-port",
+        "0",
+        "--grpc-management-port",
         "0",
         *args,
     ]

@@ -139,9 +139,16 @@ def test_check_passes_the_examples() -> None:
     result = podium("check", EXAMPLES)
     assert result.returncode == 0, result.stderr
     oks = sorted(line for line in result.stdout.splitlines() if line.startswith("ok: "))
-    names = ["batch-sum", "cancellable", "echo", "io-bound", "text-stream"]
-    assert oks == [f"ok: model '{n}' ({EXAMPLES / n / 'model.py'})" for n in names]
-    assert "5 model(s) checked, no problems" in result.stdout
+    names = ["batch-sum", "cancellable", "cpu-heavy", "echo", "io-bound"]
+    native = [f"ok: model '{n}' ({EXAMPLES / n / 'model.py'})" for n in names]
+    mlserver = (
+        f"ok: model 'mlserver-text' version '1' ({EXAMPLES / 'mlserver-text' / 'text_model.py'})"
+    )
+    text = f"ok: model 'text-stream' ({EXAMPLES / 'text-stream' / 'model.py'})"
+    handler = EXAMPLES / "torchserve-handler" / "handler.py"
+    torchserve = f"ok: model 'ts-sentiment' version '1.0' ({handler})"
+    assert oks == [*native, mlserver, text, torchserve]
+    assert "8 model(s) checked, no problems" in result.stdout
     assert result.stderr == ""
 
 

@@ -399,3 +399,19 @@ def test_encode_raw_bytes_element_of_the_wrong_type() -> None:
     out = ResponseOutput(name="y", shape=[2], datatype="BYTES", data=["a", 3])
     with pytest.raises(UnsupportedRepresentation, match="must hold str or bytes.*3 \\(int\\)"):
         encode_raw(out)
+
+
+def test_encode_raw_of_an_array_already_in_its_wire_dtype() -> None:
+    arr = np.arange(12, dtype="<f4").reshape(3, 4)
+    strided = arr[:, ::2]  # not contiguous: the bytes are still row-major
+    out = ResponseOutput(name="y", shape=[3, 2], datatype="FP32", data=strided)
+    assert encode_raw(out) == np.ascontiguousarray(strided).tobytes()
+    big_endian = arr.astype(">f4")  # same values, other byte order: converted
+    out = ResponseOutput(name="y", shape=[3, 4], datatype="FP32", data=big_endian)
+    assert encode_raw(out) == arr.tobytes()
+    flags = np.array([0, 2, 1], dtype="u1")  # BOOL from uint8: still normalised to 0/1
+    assert encode_raw(ResponseOutput(name="b", shape=[3], datatype="BOOL", data=flags)) == (
+        b"\x00\x01\x01"
+    )
+    with pytest.raises(UnsupportedRepresentation, match="shape"):
+        encode_raw(ResponseOutput(name="y", shape=[5], datatype="FP32", data=arr))

@@ -1,4 +1,4 @@
-"""The ``podium`` command: ``serve`` and ``check``."""
+"""The ``podium`` command: ``serve``, ``check`` and ``archive``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,11 @@ def main() -> None:
 @click.option(
     "--http-port", type=int, default=None, help="HTTP inference port; 0 picks one [8080]."
 )
+@click.option(
+    "--management-host",
+    default=None,
+    help="Address for the management listeners, REST and gRPC [127.0.0.1].",
+)
 @click.option("--management-port", type=int, default=None, help="Management API port [8081].")
 @click.option("--metrics-port", type=int, default=None, help="Prometheus metrics port [8082].")
 @click.option("--grpc-port", type=int, default=None, help="gRPC inference port [7070].")
@@ -93,6 +98,13 @@ def main() -> None:
     "Triton's ModelStreamInferResponse with in-band errors [mlserver].",
 )
 @click.option(
+    "--grpc-threads",
+    type=int,
+    default=None,
+    help="Threads of the gRPC inference server; each open stream holds one. 0: serve gRPC "
+    "with grpc.aio on the event loop instead [32].",
+)
+@click.option(
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."
 )
 @click.option(
@@ -102,13 +114,49 @@ def main() -> None:
     help="Directory of secret files (one file per secret).",
 )
 @click.option("--threads", type=int, default=None, help="Threads for sync model code [64].")
+@click.option(
+    "--model-store",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory where registration finds model files by name and saves downloads.",
+)
+@click.option(
+    "--allowed-urls",
+    multiple=True,
+    default=None,
+    callback=lambda ctx, param, value: value or None,  # absent: leave --config's value
+    help="Regular expression a remote registration url must match in full (repeatable) "
+    "[none: remote urls are refused].",
+)
+@click.option(
+    "--max-download-size", type=int, default=None, help="Largest download in bytes [1 GiB]."
+)
+@click.option(
+    "--auth/--no-auth",
+    default=None,
+    help="Token authorization: keys in --key-file, 'Authorization: Bearer <key>' [off].",
+)
+@click.option(
+    "--key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where --auth writes its keys (owner-only) [./key_file.json].",
+)
+@click.option(
+    "--token-expiration",
+    type=float,
+    default=None,
+    help="Minutes the management and inference keys last; 0: no expiry [0].",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> None:
     """Serve the models at PATHS (model files, model directories or model repositories)."""
     config = _merge(config_file, flags)
     all_paths = [*(Path(p) for p in config.models), *paths]
-    if not all_paths:
-        raise click.UsageError("no models given: pass model paths or set 'models' in --config")
+    if not all_paths and config.model_store is None:  # with a store, models come by the API
+        raise click.UsageError(
+            "no models given: pass model paths, set 'models' in --config, or give --model-store"
+        )
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -171,3 +219,92 @@ def check(paths: tuple[Path, ...]) -> None:
             click.echo(f"ok: {source.label}")
             count += 1
     click.echo(f"{count} model(s) checked, no problems")
+
+
+@main.command()
+@click.option("--model-name", required=True, help="The model's name; the archive is NAME.mar.")
+@click.option(
+    "--handler",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The handler file (TorchServe's handler contract).",
+)
+@click.option("--version", "version", default=None, help="The model's version (modelVersion).")
+@click.option(
+    "--serialized-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The weights file (serializedFile), if any.",
+)
+@click.option(
+    "--model-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The file with the model's architecture (modelFile), if any.",
+)
+@click.option(
+    "--extra-files",
+    default=None,
+    help="Comma-separated files or directories to add (at the archive's root).",
+)
+@click.option(
+    "--config-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The model-config.yaml (configFile).",
+)
+@click.option(
+    "--requirements-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A requirements.txt to carry along (Podium does not install it).",
+)
+@click.option(
+    "--export-path",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Where the archive is written.",
+)
+@click.option(
+    "--archive-format",
+    type=click.Choice(["default", "tgz", "no-archive"]),
+    default="default",
+    show_default=True,
+    help="default: NAME.mar (zip); tgz: NAME.tar.gz; no-archive: a directory NAME/.",
+)
+@click.option("-f", "--force", is_flag=True, help="Overwrite an existing archive.")
+def archive(
+    model_name: str,
+    handler: Path,
+    version: str | None,
+    serialized_file: Path | None,
+    model_file: Path | None,
+    extra_files: str | None,
+    config_file: Path | None,
+    requirements_file: Path | None,
+    export_path: Path,
+    archive_format: str,
+    force: bool,
+) -> None:
+    """Build a TorchServe model archive (.mar), as torch-model-archiver does."""
+    from .model._ts_archive import archive_model
+
+    extras = [Path(p.strip()) for p in (extra_files or "").split(",") if p.strip()]
+    try:
+        dest = archive_model(
+            model_name=model_name,
+            handler=handler,
+            export_path=export_path,
+            version=version,
+            serialized_file=serialized_file,
+            model_file=model_file,
+            extra_files=extras,
+            config_file=config_file,
+            requirements_file=requirements_file,
+            archive_format=archive_format,
+            force=force,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"wrote {dest}")

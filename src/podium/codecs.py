@@ -803,6 +803,13 @@ def encode_raw(output: ResponseOutput) -> bytes:
             f"output '{name}' has unknown datatype {datatype!r}; "
             f"expected one of: {', '.join(sorted(DATATYPES))}"
         )
+    if (
+        isinstance(data, np.ndarray)
+        and data.dtype == raw
+        and datatype not in ("BF16", "BOOL")
+        and data.size == count
+    ):
+        return data.tobytes()  # already these bytes (e.g. a decoded input echoed back)
     target = np.dtype("<f4") if datatype == "BF16" else _NUMPY_DTYPES[datatype]
     try:
         with np.errstate(over="ignore"):

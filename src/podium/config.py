@@ -165,9 +165,17 @@ class ServerConfig:
     metrics_port: int = 8082
     grpc_port: int = 7070
     grpc_management_port: int = 7071
+    # The management API (REST and gRPC): where `url`s are found, which remote ones may be fetched.
+    model_store: Path | None = None  # TorchServe's --model-store: registration looks here first
+    allowed_urls: tuple[str, ...] = ()  # regexes a remote url must match in full; none: refused
+    max_download_size: int = 1024 * 1024 * 1024  # bytes an allowed url may download
+    auth: bool = False  # token authorization (TorchServe's): keys in key_file
+    key_file: Path | None = None  # where --auth writes the keys; None: ./key_file.json
+    token_expiration: float = 0  # minutes a key lasts; 0: until the server stops or it is rotated
     max_request_size: int = 64 * 1024 * 1024
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
     grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
+    grpc_threads: int = 32  # thread-pool gRPC server; 0: grpc.aio on the event loop
     secrets_dir: Path | None = None
     threads: int = 64
     log_level: str = "info"
@@ -197,6 +205,14 @@ class ServerConfig:
                     f"{name.replace('_', '-')} must be >= 1{unit} (an integer), got {value!r}"
                 )
 
+        if (
+            isinstance(self.grpc_threads, bool)
+            or not isinstance(self.grpc_threads, int)
+            or self.grpc_threads < 0
+        ):
+            raise ValueError(
+                f"grpc-threads must be an integer >= 0 (0: grpc.aio), got {self.grpc_threads!r}"
+            )
         if self.grpc_max_message_size > 2**31 - 1:  # grpc's options are C ints
             raise ValueError(
                 "grpc-max-message-size must be at most 2147483647 bytes, "
@@ -210,6 +226,41 @@ class ServerConfig:
             raise ValueError(
                 f"log-level must be debug, info, warning or error, got {self.log_level!r}"
             )
+        self._check_management()
+
+    def _check_management(self) -> None:
+        # YAML gives strings and lists: normalise them (a frozen dataclass, hence __setattr__).
+        for name in ("model_store", "key_file"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, Path(value))
+        urls = self.allowed_urls
+        if isinstance(urls, str):
+            urls = (urls,)
+        if not isinstance(urls, list | tuple) or not all(isinstance(u, str) for u in urls):
+            raise ValueError(f"allowed-urls must be a list of regular expressions, got {urls!r}")
+        for pattern in urls:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"allowed-urls: {pattern!r} is not a regular expression: {exc}"
+                ) from None
+        object.__setattr__(self, "allowed_urls", tuple(urls))
+        size = self.max_download_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"max-download-size must be >= 1 byte (an integer), got {size!r}")
+        expiration = self.token_expiration
+        if (
+            isinstance(expiration, bool)
+            or not isinstance(expiration, int | float)
+            or expiration < 0
+        ):
+            raise ValueError(
+                f"token-expiration must be a number of minutes >= 0, got {expiration!r}"
+            )
+        if not isinstance(self.auth, bool):
+            raise ValueError(f"auth must be true or false, got {self.auth!r}")
 
     @classmethod
     def keys(cls) -> frozenset[str]:

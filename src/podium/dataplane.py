@@ -14,11 +14,12 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from . import __version__, codecs
 from .errors import InvalidInput, UnsupportedRepresentation
 from .runtime.registry import ModelState, ModelVersion, Registry
-from .types import Call, InferenceRequest, InferenceResponse, InputKind, WireProtocol
+from .types import Call, InferenceRequest, InferenceResponse, InputKind, Reply, WireProtocol
 
 __all__ = ["DataPlane", "ModelVersion"]
 
@@ -71,7 +72,7 @@ class DataPlane:
         if mv is None:
             mv = self.registry.ready(call.model, call.version)
         inputs, oip = self._inputs(mv, call)
-        if mv.instance.streaming:
+        if mv.instance.streaming and not getattr(mv.instance, "predict_on_infer", False):
             async with contextlib.aclosing(mv.scheduler.stream(inputs, call.request)) as stream:
                 items = [item async for item in stream]
             return self._gather(mv, call, items, oip)
@@ -117,7 +118,7 @@ class DataPlane:
             if kind is InputKind.OIP_REQUEST:
                 return request, request
             if kind is InputKind.RAW:
-                return msgspec.to_builtins(request, enc_hook=codecs.json_default), request
+                return _builtins(request), request
             decoded = codecs.decode_request(request)
             if kind is InputKind.SCHEMA:
                 return inst.validate(codecs.inputs_as_json(decoded)), request
@@ -164,8 +165,34 @@ class DataPlane:
             parts = [self._oip_response(mv, item, request).outputs for item in items]
             response = self._oip_response(mv, codecs.concat_outputs(parts), request)
             return response
-        if items and all(isinstance(i, str) for i in items):
-            return "".join(items)
-        if items and all(isinstance(i, bytes) for i in items):
-            return b"".join(items)
-        return items
+        first = next((i for i in items if isinstance(i, Reply)), None)
+        if first is not None:  # the first reply's status and headers stand for the whole
+            bodies = [i.body if isinstance(i, Reply) else i for i in items]
+            return Reply(_joined(bodies), first.status, dict(first.headers), first.content_type)
+        return _joined(items)
+
+
+def _builtins(request: InferenceRequest) -> Any:
+    """An OIP request as JSON-like data (``InputKind.RAW``): numpy data as lists; ``bytes`` stay
+    ``bytes`` (BYTES tensors that came raw over gRPC or the binary extension), as MLServer's
+    runtimes see them; from a JSON body they are already text."""
+    return msgspec.to_builtins(request, builtin_types=(bytes, bytearray), enc_hook=_plain)
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, memoryview):
+        return obj.tobytes()
+    raise TypeError(f"{type(obj).__name__} is not JSON-like")
+
+
+def _joined(items: list[Any]) -> Any:
+    """Gathered items as one value: text joined, bytes joined, anything else the list."""
+    if items and all(isinstance(i, str) for i in items):
+        return "".join(items)
+    if items and all(isinstance(i, bytes) for i in items):
+        return b"".join(items)
+    return items

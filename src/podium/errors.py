@@ -6,6 +6,8 @@
     │   ├── ValidationFailed         the body failed the model's own schema (pydantic)
     │   └── UnsupportedRepresentation  the value cannot be carried by this protocol
     ├── NotFound                     unknown model, version or route (404 / NOT_FOUND)
+    ├── Conflict                     it exists already, e.g. a model version (409 / ALREADY_EXISTS)
+    ├── Unauthenticated              a missing or wrong API key (401 / UNAUTHENTICATED)
     ├── MethodNotAllowed             a known route called with the wrong method (405 / UNIMPLEMENTED)
     ├── PayloadTooLarge              the body exceeds the configured limit (413 / RESOURCE_EXHAUSTED)
     ├── Unavailable                  try again later (503 / UNAVAILABLE)
@@ -15,6 +17,7 @@
     ├── ModelError                   the user's code raised (500 / INTERNAL)
     │   └── BadModelOutput           the user's code returned something the contract forbids
     ├── WorkerDied                   the instance running the request broke (500 / INTERNAL)
+    ├── ResponseTimeout              predict ran past the model's response_timeout (504 / DEADLINE_EXCEEDED)
     ├── DefinitionError              a model class breaks the contract (found at load time)
     └── MissingSecret                a model asked for a secret that is not configured (a KeyError)
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 __all__ = [
     "BadModelOutput",
     "Cancelled",
+    "Conflict",
     "DefinitionError",
     "InvalidInput",
     "InvalidTensor",
@@ -43,7 +47,9 @@ __all__ = [
     "PayloadTooLarge",
     "PodiumError",
     "QueueFull",
+    "ResponseTimeout",
     "STATUS",
+    "Unauthenticated",
     "Unavailable",
     "UnsupportedRepresentation",
     "ValidationFailed",
@@ -98,6 +104,18 @@ class NotFound(PodiumError):
     """An unknown model, version or route."""
 
     code = "not_found"
+
+
+class Conflict(PodiumError):
+    """What the request would create exists already (a model version registered twice)."""
+
+    code = "conflict"
+
+
+class Unauthenticated(PodiumError):
+    """Token authorization is on and the request carries no key, or not the right one."""
+
+    code = "unauthenticated"
 
 
 class MethodNotAllowed(PodiumError):
@@ -158,6 +176,12 @@ class WorkerDied(PodiumError):
     code = "worker_died"
 
 
+class ResponseTimeout(PodiumError):
+    """A predict ran past the model's ``response_timeout``; the worker that ran it is recycled."""
+
+    code = "response_timeout"
+
+
 class DefinitionError(PodiumError):
     """A model class or configuration breaks the contract; found when the model is loaded."""
 
@@ -179,12 +203,15 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
     PodiumError: (500, "INTERNAL"),
     InvalidInput: (400, "INVALID_ARGUMENT"),
     NotFound: (404, "NOT_FOUND"),
+    Conflict: (409, "ALREADY_EXISTS"),
+    Unauthenticated: (401, "UNAUTHENTICATED"),
     MethodNotAllowed: (405, "UNIMPLEMENTED"),
     PayloadTooLarge: (413, "RESOURCE_EXHAUSTED"),
     Unavailable: (503, "UNAVAILABLE"),
     Cancelled: (499, "CANCELLED"),
     ModelError: (500, "INTERNAL"),
     WorkerDied: (500, "INTERNAL"),
+    ResponseTimeout: (504, "DEADLINE_EXCEEDED"),
     DefinitionError: (500, "INTERNAL"),
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -25,6 +25,7 @@ __all__ = [
     "ModelInstance",
     "Parameters",
     "Protocol",
+    "Reply",
     "RequestInput",
     "RequestOutput",
     "ResponseOutput",
@@ -142,6 +143,21 @@ class Call:
     protocol: WireProtocol
     payload: Any = None
     request: Any = None
+
+
+@dataclass(slots=True)
+class Reply:
+    """A model's value with the HTTP status, headers and content type it asked for.
+
+    Made by contracts whose user code sets them (TorchServe's ``Context.set_response_status`` /
+    ``set_response_header`` / ``set_response_content_type``). Front ends that can carry them
+    (TorchServe and Truss HTTP routes) send them; every other front end uses ``body`` alone.
+    """
+
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str | None = None
 
 
 class ModelInstance(Protocol):

@@ -191,6 +191,10 @@ VALID: dict[str, tuple[str, Any]] = {
     "stream_buffer": ("4", 4),
     "default_version": ("3", "3"),
     "model_metadata": ("{platform: onnx}", {"platform": "onnx"}),
+    "workers": ("process", "process"),
+    "min_workers": ("0", 0),
+    "max_workers": ("3", 3),
+    "response_timeout": ("2.5", 2.5),
 }
 
 INVALID: dict[str, str] = {
@@ -204,6 +208,10 @@ INVALID: dict[str, str] = {
     "stream_buffer": "1.5",
     "default_version": "''",
     "model_metadata": "[a, b]",
+    "workers": "gpu",
+    "min_workers": "-1",
+    "max_workers": "0",
+    "response_timeout": "soon",
 }
 
 
@@ -391,3 +399,20 @@ def test_string_annotations_in_a_model_file(tmp_path: Path) -> None:
         spec = import_model(other)
         assert spec.input_kind is kind
         assert spec.needs_inputs is needs_inputs
+
+
+def test_a_directory_of_torchserve_archives_is_a_repository(tmp_path: Path) -> None:
+    """A TorchServe model store: .mar files side by side (and a stray file that is not one)."""
+    from podium.model._ts_archive import archive_model
+
+    handler = tmp_path / "src" / "handler.py"
+    handler.parent.mkdir()
+    handler.write_text("def handle(data, context):\n    return [1 for _ in data]\n")
+    store = tmp_path / "store"
+    store.mkdir()
+    for name in ("alpha", "beta"):
+        archive_model(model_name=name, handler=handler, export_path=store, archive_format="default")
+    (store / "notes.txt").write_text("not a model")
+    found = discover(store)
+    assert sorted(s.config.name for s in found) == ["alpha", "beta"]
+    assert {s.contract for s in found} == {"torchserve"}

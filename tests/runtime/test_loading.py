@@ -164,12 +164,12 @@ def test_check_paths_reports_every_problem(tmp_path: Path) -> None:
     write(tmp_path / "repo" / "bad_import" / "model.py", "import not_a_module_anywhere\n")
     write(tmp_path / "repo" / "bad_contract" / "model.py", "class Model:\n    pass\n")
     write(tmp_path / "repo" / "bad_config" / "model.py")
-    write(tmp_path / "repo" / "bad_config" / "config.yaml", "workers: 2\n")
+    write(tmp_path / "repo" / "bad_config" / "config.yaml", "replicas: 2\n")
     write(tmp_path / "repo" / "good" / "model.py")
     problems = check_paths([tmp_path / "repo", tmp_path / "missing"])
     text = "\n".join(problems)
     assert len(problems) == 4, text
-    assert "unknown key 'workers'" in text
+    assert "unknown key 'replicas'" in text
     assert str(tmp_path / "missing") in text and "no such file or directory" in text
     assert "model 'bad_import'" in text and "ModuleNotFoundError" in text
     assert "model 'bad_contract'" in text and "no predict method" in text

@@ -21,11 +21,11 @@ from grpc_helpers import Stubs, infer_request, outputs, target
 pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]
 
 
-async def slot_is_free(aoip: Stubs, pb: Any, model: str, tag: str) -> None:
+async def slot_is_free(aoip_both: Stubs, pb: Any, model: str, tag: str) -> None:
     """The model (predict_concurrency 1) answers a new call at once, long before the abandoned
     call's gate would time out on its own."""
     with anyio.fail_after(PATIENCE / 2):
-        responses = [r async for r in aoip.ModelStreamInfer(_one(pb, model, tag, 1))]
+        responses = [r async for r in aoip_both.ModelStreamInfer(_one(pb, model, tag, 1))]
     assert [outputs(r)["output"] for r in responses] == [[b"w0 "]]
 
 
@@ -36,18 +36,18 @@ async def _one(pb: Any, model: str, tag: str, n: int, gate: str = "") -> Any:
 @pytest.mark.anyio
 @pytest.mark.parametrize("model", ["streamer", "streamer-sync"])
 async def test_cancelled_stream_closes_the_generator_and_frees_its_slot(
-    aoip: Stubs, pb: Any, events: EventLog, gates: Gates, model: str
+    aoip_both: Stubs, pb: Any, events: EventLog, gates: Gates, model: str
 ) -> None:
     tag = uuid.uuid4().hex
     gate = gates.new()  # shut while the stream lives: the model waits after item 0
-    call = aoip.ModelStreamInfer(_one(pb, model, tag, 3, gate))
+    call = aoip_both.ModelStreamInfer(_one(pb, model, tag, 3, gate))
     first = await call.read()
     assert outputs(first)["output"] == [b"w0 "]
     call.cancel()
 
     # The slot is free at once (for the sync generator even while its thread still waits in
     # the step after item 0): the next call runs meanwhile.
-    await slot_is_free(aoip, pb, model, tag + "-next")
+    await slot_is_free(aoip_both, pb, model, tag + "-next")
     gates.open(gate)
     (ended,) = await events.wait_for(tag, "exit")
     expected = (
@@ -63,17 +63,17 @@ async def test_cancelled_stream_closes_the_generator_and_frees_its_slot(
 
 @pytest.mark.anyio
 async def test_cancelled_call_cancels_the_predict_which_sees_the_disconnect(
-    aoip: Stubs, pb: Any, events: EventLog
+    aoip_both: Stubs, pb: Any, events: EventLog
 ) -> None:
     tag = uuid.uuid4().hex
-    call = aoip.ModelInfer(infer_request(pb, "watcher", tag=tag))
+    call = aoip_both.ModelInfer(infer_request(pb, "watcher", tag=tag))
     await events.wait_for(tag, "start")
     call.cancel()
     (cancelled,) = await events.wait_for(tag, "cancelled")
     assert cancelled["disconnected"] is True  # `await request.is_disconnected()` in the model
     assert "end" not in events.names(tag)
     # The same model still serves a client that stays.
-    response = await aoip.ModelInfer(infer_request(pb, "watcher", tag=tag + "-stay", steps=2))
+    response = await aoip_both.ModelInfer(infer_request(pb, "watcher", tag=tag + "-stay", steps=2))
     assert outputs(response)["completed"] == [True]
 
 
@@ -97,7 +97,7 @@ time.sleep(60)  # killed long before
 
 @pytest.mark.anyio
 async def test_a_dropped_connection_cancels_the_predict(
-    models_server: Server, aoip: Stubs, pb: Any, events: EventLog
+    models_server: Server, aoip_both: Stubs, pb: Any, events: EventLog
 ) -> None:
     tag = uuid.uuid4().hex
     client = await anyio.open_process(
@@ -124,21 +124,21 @@ async def test_a_dropped_connection_cancels_the_predict(
 
 @pytest.mark.anyio
 async def test_a_call_waiting_for_a_slot_never_runs_once_cancelled(
-    aoip: Stubs, pb: Any, events: EventLog, gates: Gates
+    aoip_both: Stubs, pb: Any, events: EventLog, gates: Gates
 ) -> None:
     # gated: predict_concurrency 1 and one waiting place (max_queue_size 1).
     tag = uuid.uuid4().hex
     holder, leaver, follower = f"{tag}-holder", f"{tag}-leaver", f"{tag}-follower"
     gate = gates.new()
-    holding = aoip.ModelInfer(infer_request(pb, "gated", tag=holder, gate=gate))
+    holding = aoip_both.ModelInfer(infer_request(pb, "gated", tag=holder, gate=gate))
     await events.wait_for(holder, "predict-start")
-    leaving = aoip.ModelInfer(infer_request(pb, "gated", tag=leaver))
+    leaving = aoip_both.ModelInfer(infer_request(pb, "gated", tag=leaver))
     await events.wait_for(leaver, "preprocess")  # it now waits for the slot
     leaving.cancel()
     with pytest.raises(asyncio.CancelledError):
         await leaving
     # The waiting place is given back: the follower is admitted, not refused.
-    following = aoip.ModelInfer(infer_request(pb, "gated", tag=follower))
+    following = aoip_both.ModelInfer(infer_request(pb, "gated", tag=follower))
     await events.wait_for(follower, "preprocess")
     gates.open(gate)
     assert outputs(await holding)["tag"] == [holder.encode()]
@@ -147,15 +147,20 @@ async def test_a_call_waiting_for_a_slot_never_runs_once_cancelled(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("grpc_threads", ["32", "0"])
 async def test_a_server_stopping_lets_calls_in_flight_finish(
-    tmp_path: Any, events_path: Any, pb: Any, gates: Gates
+    tmp_path: Any, events_path: Any, pb: Any, gates: Gates, grpc_threads: str
 ) -> None:
     from conftest import run_server
     from e2e_helpers import SERVE_MODELS
 
     tag = uuid.uuid4().hex
     gate = gates.new()
-    with run_server(SERVE_MODELS, env={"PODIUM_E2E_EVENTS": str(events_path)}) as server:
+    with run_server(
+        SERVE_MODELS,
+        args=("--grpc-threads", grpc_threads),
+        env={"PODIUM_E2E_EVENTS": str(events_path)},
+    ) as server:
         events = EventLog(events_path)
         async with grpc.aio.insecure_channel(target(server)) as channel:
             stubs = Stubs(channel, pb)

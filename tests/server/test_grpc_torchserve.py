@@ -639,3 +639,64 @@ async def test_a_returned_response_sends_its_body_and_its_headers_as_metadata(
     assert predictions == [b"made by the model"]
     assert metadata["x-made-by"] == "emit"
     assert "content-type" not in metadata or metadata["content-type"] == "application/grpc"
+
+
+# -- handlers written for TorchServe, over TorchServe's gRPC ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def handlers_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``class-style`` and ``streamer`` from tests/models/torchserve, archived by `podium
+    archive` and served."""
+    from conftest import TEST_MODELS, run_server
+
+    store = tmp_path_factory.mktemp("ts-grpc-store")
+    mars = []
+    for name in ("class-style", "streamer"):
+        src = TEST_MODELS / "torchserve" / name
+        cmd = [sys.executable, "-m", "podium", "archive", "--model-name", name,
+               "--handler", str(src / "handler.py"), "--export-path", str(store)]  # fmt: skip
+        if (src / "model-config.yaml").exists():
+            cmd += ["--config-file", str(src / "model-config.yaml")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        mars.append(store / f"{name}.mar")
+    with run_server(*mars) as server:
+        yield server
+
+
+@pytest.mark.anyio
+async def test_handler_headers_become_metadata_and_error_statuses_become_codes(
+    handlers_server: Server, ts: SimpleNamespace
+) -> None:
+    async with grpc.aio.insecure_channel(target(handlers_server)) as channel:
+        stub: Any = ts.grpc.InferenceAPIsServiceStub(channel)
+        call = stub.Predictions(
+            data(ts, "class-style", {"q": 1}), metadata=(("x-custom", "abc"),), timeout=PATIENCE
+        )
+        response = await call
+        body = json.loads(response.prediction)
+        assert body["header"] == "abc" and body["greeting"] == "hello"
+        metadata = dict(await call.initial_metadata())
+        assert metadata["x-handled-by"] == "class-style"
+        # An HTTP error status set by the handler ends the call with the matching code.
+        for status, code in (("404", grpc.StatusCode.NOT_FOUND), ("418", grpc.StatusCode.INTERNAL)):
+            error = await failure(
+                stub.Predictions(
+                    data(ts, "class-style", {"q": 2}),
+                    metadata=(("x-want-status", status),),
+                    timeout=PATIENCE,
+                )
+            )
+            assert error.code() == code
+            assert f"HTTP {status}" in (error.details() or "")
+        # Streamed items come one per response; the handler's headers are the metadata. The
+        # handler reads the entry named "body": entries reach it under the names sent.
+        words = request(ts, "streamer", input={"body": {"text": "one two three"}})
+        stream = stub.StreamPredictions(words, timeout=PATIENCE)
+        items = [r.prediction async for r in stream]
+        assert b"".join(items) == b"one two three" and len(items) == 3
+        assert dict(await stream.initial_metadata())["x-streamed"] == "yes"
+        # Over unary Predictions the streamed items are gathered into one prediction.
+        gathered = await stub.Predictions(words, timeout=PATIENCE)
+        assert gathered.prediction == b"one two three"

@@ -62,8 +62,15 @@ async def test_ready_is_503_while_a_model_loads_and_200_after(tmp_path: Path) ->
                 assert "'slow'" in r.json()["error"] and "loading" in r.json()["error"]
                 r = await client.get("/ping")
                 assert r.json()["status"] != "Healthy"
-                # The model that has loaded serves meanwhile.
-                assert (await client.get("/v2/models/quick/ready")).status_code == 200
+                # The model that loads quickly serves meanwhile (once its load has run: loading
+                # starts after every listener is bound, so wait for it, bounded).
+                with anyio.fail_after(PATIENCE):
+                    while True:
+                        if (await client.get("/v2/models/quick/ready")).status_code == 200:
+                            break
+                        await anyio.sleep(0.01)
+                r = await client.get("/v2/models/slow/ready")
+                assert (r.status_code, r.json()["ready"]) == (503, False)  # still gated
                 r = await client.post("/v1/models/quick:predict", json={})
                 assert (r.status_code, r.json()) == (200, {"quick": True})
 

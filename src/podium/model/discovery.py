@@ -83,11 +83,15 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
                 data = {**shared, **own, "version": own.get("version", sub.name)}
                 found.append(_source(sub / "model.py", sub, data, path.name, own_cfg))
         elif top:
-            subdirs = sorted(
-                p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+            # Model directories, and TorchServe archives (a TorchServe model store holds .mar files).
+            entries = sorted(
+                p
+                for p in path.iterdir()
+                if not p.name.startswith((".", "_"))
+                and (p.is_dir() or (p.is_file() and torchserve.is_source(p)))
             )
             before = len(found) + len(problems)
-            for sub in subdirs:
+            for sub in entries:
                 _discover(sub, found, problems, top=False)
             if len(found) + len(problems) == before:
                 problems.append(f"{path}: holds no model (no model.py, no model subdirectories)")

@@ -1,36 +1,443 @@
-"""Models written for TorchServe: handlers in .mar archives or model directories."""
+"""Models written for TorchServe: handlers in .mar archives or model directories.
+
+A TorchServe model is a ``.mar`` (zip) or ``.tar.gz`` archive, or a directory (TorchServe's
+``--archive-format no-archive``), holding ``MAR-INF/MANIFEST.json``, the handler and the model's
+files. Its ``model-config.yaml`` (the manifest's ``configFile``) maps onto Podium's settings
+(``_ts_config``); the handler is imported as TorchServe's model loader does (``_ts_handler``)
+and runs behind :class:`TorchServeModel`, which gives it TorchServe's ``data`` list and
+``Context`` (``_ts_context``). What differs from TorchServe is written down in
+``docs/torchserve.md``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import itertools
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import AsyncGenerator, Callable, Mapping
 from concurrent.futures import Executor
+from email import message_from_bytes
+from email.policy import HTTP
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
-from ..errors import DefinitionError
-from ..types import ModelInstance
+import msgspec
+
+from .. import __version__
+from ..config import load_yaml
+from ..errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
+from ..types import InferenceResponse, InputKind, ModelInstance, Reply
+from ._calls import run_sync
 from ._source import ModelSource
+from ._ts_archive import MANIFEST, extract, is_archive, read_manifest
+from ._ts_config import TsSettings, model_config
+from ._ts_context import Context, RequestProcessor
+from ._ts_handler import HandlerSpec, load_handler, on_path
 
-__all__ = ["build", "is_source", "prepare", "sources"]
+__all__ = ["TorchServeModel", "build", "is_source", "prepare", "sources"]
+
+logger = logging.getLogger("podium.model")
+
+_FINISHED = object()
+_gpu_turns: dict[str, itertools.count[int]] = {}
 
 
 def is_source(path: Path) -> bool:
     """Whether ``path`` holds a model written for TorchServe (cheap: looks at names only)."""
-    return False
+    if path.is_file():
+        return is_archive(path)
+    return (path / MANIFEST).is_file()
 
 
 def sources(path: Path) -> list[ModelSource]:
-    """The model versions at ``path``; ``DefinitionError`` listing every problem."""
-    raise DefinitionError(f"{path}: TorchServe models are not supported yet")
+    """The model version at ``path``; ``DefinitionError`` listing every problem."""
+    model_dir = extract(path) if path.is_file() else path.resolve()
+    manifest = read_manifest(model_dir)
+    model = manifest["model"]
+    where = str(path)
+    default_name = path.name
+    for suffix in (".mar", ".tar.gz", ".tgz"):
+        default_name = default_name.removesuffix(suffix)
+    name = model.get("modelName") or default_name
+    version = model.get("modelVersion")
+    yaml_config: dict[str, Any] = {}
+    config_file = model.get("configFile")
+    if config_file:
+        config_path = model_dir / str(config_file)
+        if not config_path.is_file():
+            raise DefinitionError(f"{where}: the manifest's configFile '{config_file}' is missing")
+        yaml_config = load_yaml(config_path)
+        where = f"{path} ({config_file})" if path.is_file() else str(config_path)
+    config, settings = model_config(
+        yaml_config,
+        name=str(name),
+        version=None if version is None else str(version),
+        where=where,
+    )
+    handler = str(model.get("handler", "")).partition(":")[0]
+    handler_file = model_dir / (handler if handler.endswith(".py") else f"{handler}.py")
+    file = path.resolve() if path.is_file() else handler_file.resolve()
+    extra = {"manifest": manifest, "yaml_config": yaml_config, "settings": settings}
+    return [ModelSource(config, file, model_dir, contract="torchserve", extra=extra)]
 
 
-def prepare(source: ModelSource) -> Any:
-    """Import and check the model's code without instantiating it (``podium check`` stops here)."""
-    raise DefinitionError(f"{source.label}: TorchServe models are not supported yet")
+def prepare(source: ModelSource) -> HandlerSpec:
+    """Import and check the handler without instantiating it (``podium check`` stops here)."""
+    return load_handler(source.extra["manifest"], source.model_dir, source.label)
 
 
 def build(
     source: ModelSource, prepared: Any, *, secrets: Mapping[str, str], executor: Executor
 ) -> ModelInstance:
-    """Instantiate the prepared model as a :class:`podium.types.ModelInstance`."""
-    raise DefinitionError(f"{source.label}: TorchServe models are not supported yet")
+    """Instantiate the prepared handler as a :class:`podium.types.ModelInstance`."""
+    return TorchServeModel(source, prepared, executor=executor)
+
+
+def _gpu_count() -> int:
+    torch = sys.modules.get("torch")  # only if the handler uses torch: never import it here
+    if torch is not None:
+        try:
+            return int(torch.cuda.device_count())
+        except Exception:
+            return 0
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def _gpu_id(name: str, settings: TsSettings) -> int | None:
+    """TorchServe's choice: a GPU for each worker in turn, unless the model asks for the CPU."""
+    if settings.device_type == "cpu":
+        return None
+    ids = list(settings.device_ids) or list(range(_gpu_count()))
+    if not ids:
+        if settings.device_type == "gpu":
+            logger.warning("model '%s': deviceType is gpu but no GPU was found", name)
+        return None
+    turn = next(_gpu_turns.setdefault(name, itertools.count()))
+    return ids[turn % len(ids)]
+
+
+# -- what a handler receives --------------------------------------------------------------
+
+
+def _path_of(request: Any) -> str:
+    scope = getattr(request, "scope", None)
+    return scope.get("path", "") if isinstance(scope, dict) else ""
+
+
+def _is_oip(path: str) -> bool:
+    return path.startswith(("/v2/", "/inference.GRPCInferenceService/"))
+
+
+def _is_grpc_torchserve(path: str) -> bool:
+    return path.startswith("/org.pytorch.serve.grpc.inference.")
+
+
+def _form(body: bytes, content_type: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of a multipart/form-data body, and each one's content type."""
+    message = message_from_bytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body, policy=HTTP
+    )
+    fields: dict[str, Any] = {}
+    types: dict[str, Any] = {}
+    for part in message.iter_parts() if message.is_multipart() else ():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            continue
+        payload = part.get_payload(decode=True) or b""
+        ctype = part.get("content-type")
+        fields[name] = _value(bytes(payload), (ctype or "").split(";")[0].strip().lower())
+        types[name] = {"content-type": ctype}
+    return fields, types
+
+
+def _value(body: bytes, content_type: str) -> Any:
+    """A body as TorchServe's backend hands it over: JSON parsed, text decoded, else bytearray."""
+    if content_type == "application/json":
+        try:
+            return msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            return bytearray(body)
+    if content_type.startswith("text"):
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
+            return bytearray(body)
+    return bytearray(body)
+
+
+def _row(payload: Any, request: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One element of TorchServe's ``data`` list, and the request's headers for the context."""
+    headers: dict[str, Any] = {}
+    raw_headers = getattr(request, "headers", None)
+    if raw_headers is not None:
+        headers = {k.lower(): v for k, v in raw_headers.items()}
+    path = _path_of(request)
+    if _is_grpc_torchserve(path):
+        if isinstance(payload, dict):
+            row = {k: bytearray(v) if isinstance(v, bytes) else v for k, v in payload.items()}
+        else:
+            row = {"data": bytearray(payload or b"")}  # what TorchServe's gRPC clients send
+        return row, headers
+    row = {}
+    if request is not None and not _is_oip(path):
+        query = getattr(request, "scope", {}).get("query_string", b"")
+        if query:
+            for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+                row[key] = bytearray(value.encode())
+    content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
+    if isinstance(payload, bytes | bytearray):
+        if content_type == "multipart/form-data":
+            fields, types = _form(bytes(payload), str(headers["content-type"]))
+            row.update(fields)
+            return row, {**types, **headers}
+        if content_type == "application/x-www-form-urlencoded":
+            for key, value in parse_qsl(bytes(payload).decode("latin-1"), keep_blank_values=True):
+                row[key] = bytearray(value.encode())
+            return row, headers
+        row["body"] = _value(bytes(payload), content_type)
+    else:
+        row["body"] = payload  # parsed JSON, or the OIP request as JSON
+    return row, {"body": {"content-type": content_type or None}, **headers}
+
+
+def _gather(items: list[Any]) -> Any:
+    if all(isinstance(i, str) for i in items):
+        return "".join(items)
+    if all(isinstance(i, bytes | bytearray) for i in items):
+        return b"".join(items)
+    return items
+
+
+class TorchServeModel:
+    """A TorchServe handler behind the :class:`podium.types.ModelInstance` interface.
+
+    One ``handle(data, context)`` call per request, or per batch when ``batch_size`` > 1, in
+    the executor (never on the event loop). A handler whose code calls
+    ``send_intermediate_predict_response`` is ``streaming``: each call is one streamed item
+    and the return value the last; other handlers cost one plain call.
+    """
+
+    needs_inputs = True
+    needs_request = True
+    input_kind = InputKind.RAW
+    input_schema: type | None = None
+    has_preprocess = False
+    has_postprocess = False
+
+    def __init__(self, source: ModelSource, handler: HandlerSpec, *, executor: Executor) -> None:
+        config = source.config
+        self.name = config.name
+        self._label = handler.label
+        self._executor = executor
+        self._batched = config.batch_size > 1
+        self._buffer = config.stream_buffer
+        # with batching the scheduler wants one list back: intermediate items are gathered
+        self.streaming = handler.streams and not self._batched
+        settings: TsSettings = source.extra["settings"]
+        self.context = Context(
+            config.name,
+            str(source.model_dir),
+            source.extra["manifest"],
+            config.batch_size,
+            _gpu_id(config.name, settings),
+            __version__,
+            model_yaml_config=source.extra["yaml_config"],
+        )
+        self._model_dir = source.model_dir
+        try:
+            self._entry, self._init = handler.instantiate()
+        except Exception as exc:
+            raise DefinitionError(
+                f"{source.label}: creating the handler '{handler.label}' raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Run the handler's ``initialize(context)`` (module style: ``handle(None, context)``)."""
+        if self._init is not None:
+            await run_sync(self._executor, self._initialize)
+
+    def _initialize(self) -> None:
+        try:
+            with on_path(self._model_dir):
+                assert self._init is not None
+                self._init(self.context)
+        except Exception as exc:
+            logger.error(
+                "model '%s' handler '%s' initialize raised", self.name, self._label, exc_info=exc
+            )
+            raise ModelError(
+                f"model '{self.name}' handler '{self._label}' initialize raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def validate(self, value: Any) -> Any:
+        return value
+
+    async def preprocess(self, inputs: Any, request: Any) -> Any:
+        return inputs
+
+    async def postprocess(self, outputs: Any, request: Any) -> Any:
+        return outputs
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def predict(self, inputs: Any, request: Any) -> Any:
+        if self._batched:
+            return await run_sync(self._executor, self._handle, inputs, request, None)
+        results = await run_sync(self._executor, self._handle, [inputs], [request], None)
+        return results[0]
+
+    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        return self._stream(inputs, request)
+
+    async def _stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        room = threading.Semaphore(self._buffer)  # back-pressure on the handler's thread
+        gone = threading.Event()
+
+        def emit(idx: int, value: Any) -> None:  # in the handler's thread
+            if not gone.is_set():
+                room.acquire()
+            if gone.is_set():
+                raise Cancelled(f"model '{self.name}': the client of this stream has gone")
+            processors = self.context.request_processor or []
+            item = self._finish(processors[idx], value, request, final=False)
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        future = self._executor.submit(self._handle, [inputs], [request], emit)
+        done = asyncio.wrap_future(future)
+        done.add_done_callback(lambda _: queue.put_nowait(_FINISHED))
+        try:
+            while (item := await queue.get()) is not _FINISHED:
+                room.release()
+                yield item
+            while not queue.empty():  # what was sent just before the handler returned
+                item = queue.get_nowait()
+                if item is not _FINISHED:
+                    yield item
+            yield done.result()[0]
+        finally:
+            gone.set()
+            room.release()  # a handler blocked on a full buffer wakes up and stops
+            if not done.done() and not future.cancel():
+                await asyncio.wait([done])  # the slot stays taken while the handler runs
+            if done.done() and not done.cancelled():
+                done.exception()  # retrieved: an abandoned stream's error is not news
+
+    def _handle(
+        self,
+        inputs: list[Any],
+        requests: list[Any],
+        emit: Callable[[int, Any], None] | None,
+    ) -> list[Any]:
+        """One ``handle(data, context)`` call for a batch, in a worker thread."""
+        count = len(inputs)
+        data: list[dict[str, Any]] = []
+        processors: list[RequestProcessor] = []
+        for payload, request in zip(inputs, requests, strict=True):
+            row, headers = _row(payload, request)
+            data.append(row)
+            processors.append(RequestProcessor(headers))
+        batch = self.context._batch
+        batch.request_ids = {i: str(uuid.uuid4()) for i in range(count)}
+        batch.request_processor = processors
+        batch.emit = emit
+        batch.kept = None
+        try:
+            try:
+                ret = self._entry(data, self.context)
+            except PodiumError:
+                raise
+            except Exception as exc:
+                if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
+                    return [self._refusal(exc, r) for r in requests]
+                logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
+                raise ModelError(
+                    f"model '{self.name}' handler '{self._label}' raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            if not isinstance(ret, list | tuple):
+                raise BadModelOutput(
+                    f"model '{self.name}' handler '{self._label}' must return a list with one "
+                    f"result per request, got {type(ret).__name__}"
+                )
+            if len(ret) != count:
+                raise BadModelOutput(
+                    f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
+                    f"for a batch of {count} requests"
+                )
+            kept: dict[int, list[Any]] = batch.kept or {}
+            return [
+                self._finish(
+                    processors[i],
+                    _gather([*kept[i], ret[i]]) if i in kept else ret[i],
+                    requests[i],
+                    final=True,
+                )
+                for i in range(count)
+            ]
+        finally:
+            batch.emit = None
+            batch.kept = None
+
+    def _finish(self, processor: RequestProcessor, value: Any, request: Any, *, final: bool) -> Any:
+        """A handler's value for one request as the front end wants it: a :class:`Reply` when
+        the handler set a status or headers and the front end can send them."""
+        path = _path_of(request)
+        if _is_oip(path):
+            if final and isinstance(value, dict) and isinstance(value.get("outputs"), list):
+                try:  # a KServe v2 response, as TorchServe's OIP handlers return
+                    return msgspec.convert(value, InferenceResponse)
+                except msgspec.ValidationError:
+                    return value
+            return value
+        if isinstance(value, bytearray):
+            value = bytes(value)  # sent as it is, like bytes
+        if not processor.touched:
+            return value
+        headers = {
+            k: str(v)
+            for k, v in processor.get_response_headers().items()
+            if k.lower() not in ("ts_stream_next", "content-type")
+        }
+        content_type = next(
+            (
+                str(v)
+                for k, v in processor.get_response_headers().items()
+                if k.lower() == "content-type"
+            ),
+            None,
+        )
+        status = processor.get_response_status_code()
+        if status == 200 and not headers and content_type is None:
+            return value  # only TorchServe's own ts_stream_next was set
+        return Reply(value, status, headers, content_type)
+
+    def _refusal(self, exc: Any, request: Any) -> Any:
+        """``PredictionException(message, error_code)``: TorchServe answers with that status."""
+        message = str(getattr(exc, "message", exc))
+        code = int(exc.error_code)
+        path = _path_of(request)
+        if _is_oip(path) or not path:
+            raise ModelError(f"model '{self.name}' handler '{self._label}': {message}")
+        logger.warning(
+            "model '%s' handler '%s' answered %s: %s", self.name, self._label, code, message
+        )
+        return Reply(
+            {"code": code, "type": "PredictionException", "message": message},
+            code,
+            {},
+            "application/json",
+        )

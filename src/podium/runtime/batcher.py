@@ -17,7 +17,9 @@ from typing import Any
 
 from ..errors import BadModelOutput, QueueFull, Unavailable
 from ..types import ModelInstance
-from ._scheduler import SlotGate
+from . import _wire
+from ._proc import WorkerGone
+from .workers import Worker, WorkerPool
 
 __all__ = ["BatchScheduler"]
 
@@ -25,7 +27,7 @@ logger = logging.getLogger("podium.batcher")
 
 
 class _Entry:
-    __slots__ = ("inputs", "request", "future", "arrived")
+    __slots__ = ("inputs", "request", "future", "arrived", "worker")
 
     def __init__(
         self, inputs: Any, request: Any, future: asyncio.Future[Any], arrived: float
@@ -34,18 +36,22 @@ class _Entry:
         self.request = request
         self.future = future
         self.arrived = arrived
+        self.worker: Worker | None = None
 
 
 class BatchScheduler:
     """Collects requests into batches for a model whose ``predict`` takes a list.
 
     ``predict`` gets the list of (preprocessed) inputs, and, if it takes the request, the list of
-    the requests in the same order; it must return a list of the same length.
+    the requests in the same order; it must return a list of the same length. ``target`` is the
+    version's :class:`WorkerPool` (or one loaded instance); each batch goes to the least-loaded
+    ready worker, at most ``predict_concurrency`` batches per worker at a time. A batch whose
+    worker process died before it was sent goes back to the front of the queue.
     """
 
     def __init__(
         self,
-        instance: ModelInstance,
+        target: ModelInstance | WorkerPool,
         *,
         model: str,
         batch_size: int,
@@ -53,14 +59,21 @@ class BatchScheduler:
         max_queue_size: int,
         concurrency: int,
     ) -> None:
-        self._instance = instance
+        if isinstance(target, WorkerPool):
+            self._pool = target
+        else:
+            self._pool = WorkerPool.single(
+                target, model=model, concurrency=concurrency, max_waiting=1 << 30
+            )
+        self._gate = self._pool.gate
         self._model = model
         self._batch_size = batch_size
         self._delay = max_batch_delay_ms / 1000.0
         self._max_queue = max_queue_size
         self._queue: collections.deque[_Entry] = collections.deque()
         self._arrived = asyncio.Event()
-        self._gate = SlotGate(model, concurrency, max_waiting=1 << 30)
+        self._active = 0
+        self._idle: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._batches: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -80,6 +93,17 @@ class BatchScheduler:
         self._loop_task = None
         while self._queue:
             self._fail_stopped(self._queue.popleft())
+        await self._pool.close()
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self._pool
+
+    async def drain(self) -> None:
+        """Return once no request is in this scheduler (new ones may still arrive)."""
+        while self._active:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
 
     def _fail_stopped(self, entry: _Entry) -> None:
         if not entry.future.done():
@@ -88,15 +112,25 @@ class BatchScheduler:
             )
 
     def statistics(self) -> dict[str, int]:
-        stats = self._gate.statistics()
+        stats = self._pool.statistics()
         stats["queued"] = len(self._queue)
         stats["batches"] = self.batches_run
         return stats
 
     async def infer(self, inputs: Any, request: Any) -> Any:
-        inst = self._instance
+        self._active += 1
+        try:
+            return await self._infer(inputs, request)
+        finally:
+            self._active -= 1
+            if not self._active and self._idle is not None:
+                self._idle.set()
+
+    async def _infer(self, inputs: Any, request: Any) -> Any:
+        pool = self._pool
+        inst = pool.instance
         if inst.has_preprocess:
-            inputs = await inst.preprocess(inputs, request)
+            inputs = await pool.preprocessor().preprocess(inputs, request)
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
         if len(self._queue) >= self._max_queue:
@@ -106,11 +140,12 @@ class BatchScheduler:
             )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Entry(inputs, request, future, loop.time()))
+        entry = _Entry(inputs, request, future, loop.time())
+        self._queue.append(entry)
         self._arrived.set()
         outputs = await future
-        if inst.has_postprocess:
-            outputs = await inst.postprocess(outputs, request)
+        if inst.has_postprocess and entry.worker is not None:
+            outputs = await entry.worker.instance.postprocess(outputs, request)
         return outputs
 
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
@@ -139,23 +174,24 @@ class BatchScheduler:
                     await asyncio.wait_for(self._arrived.wait(), remaining)
                 except TimeoutError:
                     break
-            await self._gate.acquire()
+            worker = await self._gate.acquire()
             batch: list[_Entry] = []
             while self._queue and len(batch) < self._batch_size:
                 entry = self._queue.popleft()
                 if not entry.future.done():
                     batch.append(entry)
             if not batch:
-                self._gate.release()
+                self._gate.release(worker)
                 continue
-            task = loop.create_task(self._run(batch))
+            task = loop.create_task(self._run(batch, worker))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
-            def fail_unanswered(_: asyncio.Future[Any], batch: list[_Entry] = batch) -> None:
+            def fail_unanswered(done: asyncio.Future[Any], batch: list[_Entry] = batch) -> None:
                 # cancelled by close(), even before it started: nobody must wait forever
-                for e in batch:
-                    self._fail_stopped(e)
+                if done.cancelled() or done.exception() is not None:
+                    for e in batch:
+                        self._fail_stopped(e)
 
             def abandon(
                 _: asyncio.Future[Any], task: asyncio.Task[None] = task, batch: list[_Entry] = batch
@@ -167,31 +203,38 @@ class BatchScheduler:
             for entry in batch:
                 entry.future.add_done_callback(abandon)
 
-    async def _run(self, batch: list[_Entry]) -> None:
-        inst = self._instance
+    async def _run(self, batch: list[_Entry], worker: Worker) -> None:
+        self.batches_run += 1
+        inputs = [e.inputs for e in batch]
+        requests = [e.request for e in batch]
         try:
-            self.batches_run += 1
-            inputs = [e.inputs for e in batch]
-            requests = [e.request for e in batch]
-            try:
-                outputs = await inst.predict(inputs, requests)
-                if not isinstance(outputs, list | tuple):
-                    raise BadModelOutput(
-                        f"model '{self._model}' predict must return a list for a batch of "
-                        f"{len(batch)} requests, got {type(outputs).__name__}"
-                    )
-                if len(outputs) != len(batch):
-                    raise BadModelOutput(
-                        f"model '{self._model}' predict returned {len(outputs)} results for a "
-                        f"batch of {len(batch)} requests"
-                    )
-            except Exception as exc:
-                for e in batch:
-                    if not e.future.done():
-                        e.future.set_exception(exc)
-                return
-            for e, out in zip(batch, outputs, strict=True):
+            outputs = await worker.batch(inputs, requests)  # gives the slot back
+            if not isinstance(outputs, list | tuple):
+                raise BadModelOutput(
+                    f"model '{self._model}' predict must return a list for a batch of "
+                    f"{len(batch)} requests, got {type(outputs).__name__}"
+                )
+            if len(outputs) != len(batch):
+                raise BadModelOutput(
+                    f"model '{self._model}' predict returned {len(outputs)} results for a "
+                    f"batch of {len(batch)} requests"
+                )
+        except WorkerGone:
+            # never reached the worker: back to the front of the line, in order
+            self.batches_run -= 1
+            self._queue.extendleft(reversed(batch))
+            self._arrived.set()
+            return
+        except Exception as exc:
+            for e in batch:
                 if not e.future.done():
-                    e.future.set_result(out)
-        finally:
-            self._gate.release()
+                    e.future.set_exception(exc)
+            return
+        for e, out in zip(batch, outputs, strict=True):
+            if e.future.done():
+                continue
+            if isinstance(out, _wire.Failed):
+                e.future.set_exception(_wire.unpack_error(out.error))
+            else:
+                e.worker = worker
+                e.future.set_result(out)

@@ -6,121 +6,125 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from ..errors import Unavailable
 from ..types import ModelInstance
-from ._scheduler import SlotGate
+from ._proc import WorkerGone
+from .workers import Worker, WorkerPool
 
 __all__ = ["DirectScheduler"]
-
-_END = object()
-
-
-class _Failure:
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 class DirectScheduler:
     """Preprocess and postprocess run freely; only ``predict`` holds one of the slots.
 
-    Streaming: a producer task runs the model's generator into a bounded buffer of
-    ``stream_buffer`` items (back-pressure, not an unbounded queue) and frees the slot as soon as
-    the generator finishes, so a slow reader does not hold a slot past the generator's own run.
-    Stopping the consumer (client gone) cancels the producer, which closes the generator.
+    ``target`` is the version's :class:`WorkerPool` (or one loaded instance, which gets a pool of
+    one thread worker). Each request takes a slot on the least-loaded ready worker, or waits in
+    the pool's bounded FIFO line (``QueueFull`` past ``max_queue_size``). Streaming goes through
+    the worker's bounded buffer of ``stream_buffer`` items (back-pressure); the slot is freed as
+    soon as the generator finishes. Stopping the consumer (client gone) cancels the producer,
+    which closes the generator. A request whose worker process died before it was sent is
+    given to another worker.
     """
 
     def __init__(
         self,
-        instance: ModelInstance,
+        target: ModelInstance | WorkerPool,
         *,
         model: str,
-        concurrency: int,
-        max_queue_size: int,
+        concurrency: int = 1,
+        max_queue_size: int = 1000,
         stream_buffer: int = 16,
     ) -> None:
-        self._instance = instance
-        self._gate = SlotGate(model, concurrency, max_queue_size)
-        self._buffer = stream_buffer
-        self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
+        if isinstance(target, WorkerPool):
+            self._pool = target
+        else:
+            self._pool = WorkerPool.single(
+                target,
+                model=model,
+                concurrency=concurrency,
+                max_waiting=max_queue_size,
+                stream_buffer=stream_buffer,
+            )
+        self._gate = self._pool.gate
         self._model = model
+        self._active = 0
+        self._idle: asyncio.Event | None = None
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self._pool
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
-        """Stop every running stream; their readers get ``Unavailable``, not a hang."""
-        producers = dict(self._producers)
-        for task in producers:
-            task.cancel()
-        if producers:
-            await asyncio.gather(*producers, return_exceptions=True)
-        failure = _Failure(Unavailable(f"model '{self._model}' was unloaded mid-stream"))
-        for queue in producers.values():
-            while True:  # the reader must see the failure even if the buffer is full
-                try:
-                    queue.put_nowait(failure)
-                    break
-                except asyncio.QueueFull:
-                    queue.get_nowait()
+        """Stop every worker; readers of running streams get ``Unavailable``, not a hang."""
+        await self._pool.close()
+
+    async def drain(self) -> None:
+        """Return once no request is in this scheduler (new ones may still arrive)."""
+        while self._active:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+
+    def _leave(self) -> None:
+        self._active -= 1
+        if not self._active and self._idle is not None:
+            self._idle.set()
 
     def statistics(self) -> dict[str, int]:
-        return self._gate.statistics()
+        return self._pool.statistics()
+
+    async def _worker(self) -> Worker:
+        worker = self._gate.try_acquire()
+        if worker is None:
+            worker = await self._gate.acquire()
+        return worker
 
     async def infer(self, inputs: Any, request: Any) -> Any:
-        inst = self._instance
-        if inst.has_preprocess:
-            inputs = await inst.preprocess(inputs, request)
-        if not self._gate.try_acquire():
-            await self._gate.acquire()
+        pool = self._pool
+        front = pool.instance
+        self._active += 1
         try:
-            outputs = await inst.predict(inputs, request)
+            if front.has_preprocess:
+                inputs = await pool.preprocessor().preprocess(inputs, request)
+            while True:
+                worker = await self._worker()
+                try:
+                    outputs = await worker.infer(inputs, request)
+                    break
+                except WorkerGone:
+                    continue  # died before it got the request: the next worker takes it
+            if front.has_postprocess:
+                outputs = await worker.instance.postprocess(outputs, request)
+            return outputs
         finally:
-            self._gate.release()
-        if inst.has_postprocess:
-            outputs = await inst.postprocess(outputs, request)
-        return outputs
+            self._leave()
 
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        inst = self._instance
-        if not inst.streaming:
+        pool = self._pool
+        front = pool.instance
+        if not front.streaming:
             yield await self.infer(inputs, request)
             return
-        if inst.has_preprocess:
-            inputs = await inst.preprocess(inputs, request)
-        await self._gate.acquire()
-        queue: asyncio.Queue[Any] = asyncio.Queue(self._buffer)
-        task = asyncio.get_running_loop().create_task(self._produce(inputs, request, queue))
-        self._producers[task] = queue
-        task.add_done_callback(self._forget)
+        self._active += 1
         try:
+            if front.has_preprocess:
+                inputs = await pool.preprocessor().preprocess(inputs, request)
             while True:
-                item = await queue.get()
-                if item is _END:
+                worker = await self._worker()
+                items = worker.stream(inputs, request)
+                try:
+                    first = await anext(items)
+                except StopAsyncIteration:
                     return
-                if isinstance(item, _Failure):
-                    raise item.exc
-                yield item
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self._producers.pop(task, None)
-
-    async def _produce(self, inputs: Any, request: Any, queue: asyncio.Queue[Any]) -> None:
-        items = self._instance.predict_stream(inputs, request)
-        outcome: Any = _END
-        try:
-            async for item in items:
-                await queue.put(item)
-        except Exception as exc:
-            outcome = _Failure(exc)
-        finally:
+                except WorkerGone:
+                    continue
+                break
             try:
-                await items.aclose()
+                yield first
+                async for item in items:
+                    yield item
             finally:
-                self._gate.release()  # before the last put: a slow reader must not hold the slot
-        await queue.put(outcome)
+                await items.aclose()
+        finally:
+            self._leave()

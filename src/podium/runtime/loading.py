@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -16,8 +17,16 @@ from ._scheduler import Scheduler
 from .batcher import BatchScheduler
 from .direct import DirectScheduler
 from .registry import ModelVersion, Registry
+from .workers import RequestCodec, WorkerPool, process_pool, thread_pool
 
-__all__ = ["build_instance", "build_version", "check_paths", "prepare", "register_paths"]
+__all__ = [
+    "build_instance",
+    "build_path",
+    "build_version",
+    "check_paths",
+    "prepare",
+    "register_paths",
+]
 
 
 def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
@@ -63,17 +72,27 @@ def build_version(
     secrets: Mapping[str, str],
     executor: Executor,
     spec: Any = None,
+    codec: RequestCodec | None = None,
 ) -> ModelVersion:
     """Prepare (unless ``spec`` is given), check and instantiate one model version, with the
-    scheduler its config asks for."""
+    workers and the scheduler its config asks for. Thread workers: the first instance is built
+    here (``__init__`` errors surface now); process workers build theirs when the version loads.
+    ``codec`` carries request objects into worker processes."""
     if spec is None:
         spec = prepare(source)
     config = source.config
-    instance = build_instance(source, spec, secrets=secrets, executor=executor)
+    pool: WorkerPool
+    if config.workers == "process":
+        threads = getattr(executor, "_max_workers", 16)
+        pool = process_pool(source, secrets=secrets, codec=codec, threads=threads)
+    else:
+        instance = build_instance(source, spec, secrets=secrets, executor=executor)
+        build = functools.partial(build_instance, source, spec, secrets=secrets, executor=executor)
+        pool = thread_pool(source, instance, build=build, executor=executor)
     scheduler: Scheduler
     if config.batch_size > 1:
         scheduler = BatchScheduler(
-            instance,
+            pool,
             model=config.name,
             batch_size=config.batch_size,
             max_batch_delay_ms=config.max_batch_delay,
@@ -82,13 +101,13 @@ def build_version(
         )
     else:
         scheduler = DirectScheduler(
-            instance,
+            pool,
             model=config.name,
             concurrency=config.predict_concurrency,
             max_queue_size=config.max_queue_size,
             stream_buffer=config.stream_buffer,
         )
-    return ModelVersion(config, instance, scheduler, source=str(source.file))
+    return ModelVersion(config, pool.instance, scheduler, source=str(source.file), pool=pool)
 
 
 def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, Any]], list[str]]:
@@ -145,7 +164,12 @@ def check_paths(paths: list[Path]) -> list[str]:
 
 
 def register_paths(
-    registry: Registry, paths: list[Path], *, secrets: Mapping[str, str], executor: Executor
+    registry: Registry,
+    paths: list[Path],
+    *,
+    secrets: Mapping[str, str],
+    executor: Executor,
+    codec: RequestCodec | None = None,
 ) -> None:
     """Discover and instantiate every model under ``paths`` into ``registry``.
 
@@ -159,7 +183,9 @@ def register_paths(
     versions: list[ModelVersion] = []
     for source, spec in checked:
         try:
-            versions.append(build_version(source, secrets=secrets, executor=executor, spec=spec))
+            versions.append(
+                build_version(source, secrets=secrets, executor=executor, spec=spec, codec=codec)
+            )
         except DefinitionError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -168,3 +194,51 @@ def register_paths(
         registry.add(mv)
     for name, wanted in _defaults([source for source, _ in checked])[0].items():
         registry.set_default(name, wanted)
+
+
+def build_path(
+    path: Path,
+    overrides: Mapping[str, Any],
+    *,
+    secrets: Mapping[str, str],
+    executor: Executor,
+) -> list[ModelVersion]:
+    """Discover, check and instantiate every model version at ``path`` (a model file, model
+    directory or archive) for registration at run time, each config with ``overrides`` in place
+    of its own values (``dataclasses.replace``; the caller validated them; a ``min_workers``
+    above the config's ``max_workers`` raises that too). Nothing is registered: the caller adds
+    the versions to the registry on the event loop. One ``DefinitionError`` lists every problem.
+    """
+    import dataclasses
+
+    found, problems = discover_all(path)
+    sources: list[ModelSource] = []
+    for source in found:
+        values = dict(overrides)
+        if "min_workers" in values and "max_workers" not in values:
+            values["max_workers"] = max(source.config.max_workers, values["min_workers"], 1)
+        config = dataclasses.replace(source.config, **values)
+        sources.append(dataclasses.replace(source, config=config))
+    seen: dict[tuple[str, str | None], ModelSource] = {}
+    checked: list[tuple[ModelSource, Any]] = []
+    for source in sources:
+        key = (source.config.name, source.config.version)
+        if key in seen:
+            problems.append(f"{source.label}: defined twice (also in {seen[key].file})")
+        seen[key] = source
+        try:
+            checked.append((source, prepare(source)))
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+    problems.extend(_defaults(sources)[1])
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
+    versions: list[ModelVersion] = []
+    for source, spec in checked:
+        try:
+            versions.append(build_version(source, secrets=secrets, executor=executor, spec=spec))
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
+    return versions

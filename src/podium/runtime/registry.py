@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,8 +16,12 @@ from ..config import ModelConfig
 from ..errors import ModelNotReady, NotFound, PodiumError
 from ..types import ModelInstance
 from ._scheduler import Scheduler
+from .workers import WorkerInfo, WorkerPool
 
 __all__ = ["ModelState", "ModelVersion", "Registry", "version_key"]
+
+#: Seconds that requests in flight get to finish when a version is removed.
+REMOVE_GRACE = 10.0
 
 logger = logging.getLogger("podium.registry")
 
@@ -36,7 +42,13 @@ def version_key(version: str | None) -> tuple[Any, ...]:
 
 @dataclass(slots=True, eq=False)
 class ModelVersion:
-    """One loaded version of a model: its instance, its scheduler and its state."""
+    """One loaded version of a model: its workers, its scheduler and its state.
+
+    ``instance`` describes the model to the front ends (``needs_inputs``, ``streaming``...);
+    ``pool`` runs its workers (``min_workers`` of them, threads or processes). A version is
+    READY once its ``min_workers`` workers are; with ``min_workers`` 0 it is READY with no
+    worker, and its requests get 503 until it is scaled up.
+    """
 
     config: ModelConfig
     instance: ModelInstance
@@ -45,6 +57,7 @@ class ModelVersion:
     reason: str = ""
     source: str = ""
     _loaded: asyncio.Event = field(default_factory=asyncio.Event)
+    pool: WorkerPool | None = None
 
     @property
     def name(self) -> str:
@@ -61,7 +74,11 @@ class ModelVersion:
     async def load(self) -> None:
         """Run the model's ``load()``; a failure marks this version FAILED with the reason."""
         try:
-            await self.instance.load()
+            if self.pool is not None:
+                self.pool.on_failed = self._failed
+                await self.pool.start()
+            else:
+                await self.instance.load()
             await self.scheduler.start()
         except Exception as exc:  # the model stays registered, reported not ready
             self.state = ModelState.FAILED
@@ -72,6 +89,53 @@ class ModelVersion:
             logger.info("%s is ready", self.label)
         finally:
             self._loaded.set()
+
+    def _failed(self, reason: str) -> None:
+        """Its workers cannot be restarted: the version is FAILED with the reason."""
+        self.state = ModelState.FAILED
+        self.reason = reason
+        logger.error("%s failed: %s", self.label, reason)
+
+    def _workers_pool(self) -> WorkerPool | None:
+        return self.pool or getattr(self.scheduler, "pool", None)
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every worker of this version, with its state, pid and the requests it holds."""
+        pool = self._workers_pool()
+        if pool is None:
+            busy = self.scheduler.statistics().get("busy", 0)
+            return [WorkerInfo("1", os.getpid(), "thread", "ready", busy, 0.0)]
+        return pool.infos()
+
+    async def scale(self, min_workers: int, max_workers: int | None = None) -> None:
+        """Run ``min_workers`` workers; returns once it does (removed workers finish what they
+        hold first). ``InvalidInput`` for bad numbers."""
+        pool = self._workers_pool()
+        if pool is None:
+            raise PodiumError(f"{self.label} cannot be scaled: it runs one given instance")
+        await pool.scale(min_workers, max_workers)
+        if self.state is ModelState.FAILED and pool.counts()["ready_workers"] >= pool.min_workers:
+            self.state = ModelState.READY
+            self.reason = ""
+
+    def statistics(self) -> dict[str, int]:
+        """Queue depth ("waiting", and "queued" when batching), "busy", "slots", "workers",
+        "ready_workers"."""
+        stats = dict(self.scheduler.statistics())
+        pool = self._workers_pool()
+        if pool is not None:
+            stats.update(pool.counts())
+        return stats
+
+    async def drain(self) -> None:
+        """Return once no request is running or waiting in this version."""
+        drain = getattr(self.scheduler, "drain", None)
+        if drain is not None:
+            await drain()
+
+    async def close(self) -> None:
+        """Stop its scheduler and its workers (worker processes exit)."""
+        await self.scheduler.close()
 
     async def reload(self) -> None:
         """Make this version serve again if it does not: a FAILED or UNLOADED version runs its
@@ -204,5 +268,28 @@ class Registry:
         """Load every version concurrently; failures are recorded, not raised."""
         await asyncio.gather(*(mv.load() for mv in self if mv.state is ModelState.LOADING))
 
+    async def remove(self, name: str, version: str | None = None) -> list[ModelVersion]:
+        """Unregister ``version`` of ``name`` (every version when None): new requests get
+        ``NotFound`` at once, requests in flight finish (for up to REMOVE_GRACE seconds), then
+        its workers stop. ``NotFound`` if unknown."""
+        removed = [self.get(name, version)] if version else self.versions(name)
+        versions = self._models[name]
+        for mv in removed:
+            versions.pop(mv.version, None)
+        if not versions:
+            del self._models[name]
+            self._defaults.pop(name, None)
+        elif self._defaults.get(name) in {mv.version for mv in removed}:
+            del self._defaults[name]
+        self._default_cache.pop(name, None)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REMOVE_GRACE):
+                await asyncio.gather(*(mv.drain() for mv in removed))
+        await asyncio.gather(*(mv.close() for mv in removed), return_exceptions=True)
+        for mv in removed:
+            mv.state = ModelState.UNLOADED
+            mv.reason = "removed"
+        return removed
+
     async def close(self) -> None:
-        await asyncio.gather(*(mv.scheduler.close() for mv in self), return_exceptions=True)
+        await asyncio.gather(*(mv.close() for mv in self), return_exceptions=True)

@@ -16,8 +16,12 @@ from ..config import Secrets, ServerConfig
 from ..dataplane import DataPlane
 from ..runtime.loading import register_paths
 from ..runtime.registry import Registry
+from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
+from ._requests import RequestSnapshots
 from .grpc import GrpcServer, inference_services
+from .grpc._management import management_service
 from .http import HttpApp
+from .management import Management, ManagementApp, UrlPolicy, render_unauthenticated
 
 #: Seconds that calls and requests in flight get to finish when the server stops.
 GRACE = 10
@@ -99,6 +103,10 @@ class Podium:
         self.dataplane = DataPlane(self.registry)
         self.addresses: dict[str, str] = {}
         self._servers: list[_Uvicorn | GrpcServer] = []
+        self.authorizer: Authorizer | None = None
+        self.management: Management | None = None
+        #: how request objects reach models in worker processes
+        self.request_codec = RequestSnapshots()
 
     async def start(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
@@ -108,10 +116,20 @@ class Podium:
         await loop.run_in_executor(
             self.executor,
             lambda: register_paths(
-                self.registry, self.paths, secrets=secrets, executor=self.executor
+                self.registry,
+                self.paths,
+                secrets=secrets,
+                executor=self.executor,
+                codec=self.request_codec,
             ),
         )
-        app = HttpApp(self.dataplane, max_request_size=self.config.max_request_size)
+        if self.config.auth:
+            self.authorizer = Authorizer.create(
+                self.config.key_file, expiration=self.config.token_expiration
+            )
+        app: Any = HttpApp(self.dataplane, max_request_size=self.config.max_request_size)
+        if self.authorizer is not None:
+            app = AuthMiddleware(app, self.authorizer, inference_rule, render_error)
         sock = bind(self.config.host, self.config.http_port)
         self.addresses["http-inference"] = _url(sock)
         server = _Uvicorn(app, sock, graceful=GRACE)
@@ -123,9 +141,12 @@ class Podium:
             port=self.config.grpc_port,
             max_message_size=self.config.grpc_max_message_size,
             grace=GRACE,
+            threads=self.config.grpc_threads,
+            authorize=None if self.authorizer is None else self._authorize_inference,
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
+        await self._start_management(secrets)
         await self.registry.load_all()
         grpc_server.health.changed()
         # Everything built so far lives as long as the server: keep it out of every future
@@ -143,8 +164,46 @@ class Podium:
         if on_ready is not None:
             on_ready(self.addresses)
 
+    def _authorize_inference(self, metadata: Any) -> None:
+        assert self.authorizer is not None
+        self.authorizer.check_metadata(metadata, "inference")
+
+    async def _start_management(self, secrets: Secrets) -> None:
+        """The management API, REST and gRPC, on the management host (loopback by default)."""
+        config = self.config
+        urls = UrlPolicy(
+            model_store=config.model_store,
+            allowed_urls=config.allowed_urls,
+            max_download_size=config.max_download_size,
+        )
+        self.management = Management(
+            self.registry, urls=urls, secrets=secrets, executor=self.executor
+        )
+        app: Any = ManagementApp(self.management, authorizer=self.authorizer)
+        if self.authorizer is not None:
+            app = AuthMiddleware(app, self.authorizer, management_rule, render_unauthenticated)
+        sock = bind(config.management_host, config.management_port)
+        self.addresses["http-management"] = _url(sock)
+        server = _Uvicorn(app, sock, graceful=GRACE)
+        await server.start()
+        self._servers.append(server)
+        grpc_server = GrpcServer(
+            [management_service(self.management, self.authorizer)],
+            host=config.management_host,
+            port=config.grpc_management_port,
+            max_message_size=config.grpc_max_message_size,
+            grace=GRACE,
+            threads=0,  # grpc.aio: management calls are few, and none holds a thread
+        )
+        self.addresses["grpc-management"] = await grpc_server.start()
+        self._servers.append(grpc_server)
+
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close the models."""
         await asyncio.gather(*(server.stop() for server in self._servers))
+        if self.management is not None:
+            await self.management.close()  # background loads and scaling
         await self.registry.close()
+        if self.authorizer is not None:
+            self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -16,13 +16,25 @@ import grpc
 
 from ...errors import PodiumError, grpc_code
 
-__all__ = ["abort_with", "status_of"]
+__all__ = ["ReplyFailed", "abort_with", "status_of"]
 
 logger = logging.getLogger("podium.grpc")
 
 
+class ReplyFailed(Exception):
+    """A model answered with an HTTP error status (e.g. TorchServe's ``set_response_status``),
+    which becomes the gRPC status ``code`` with ``message``."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 def status_of(exc: BaseException, where: str = "") -> tuple[grpc.StatusCode, str]:
     """The status code and message a client gets for ``exc`` (logged if unexpected)."""
+    if isinstance(exc, ReplyFailed):
+        return exc.code, exc.message
     if isinstance(exc, PodiumError):
         return grpc.StatusCode[grpc_code(exc)], exc.message
     logger.error("unexpected error serving %s", where or "a gRPC call", exc_info=exc)

@@ -14,16 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import inspect
 import logging
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from ._bridge import Bridge
+from ._errors import abort_with
 from ._pool import reflection_pool
 
 __all__ = ["GrpcServer", "Service"]
@@ -54,7 +58,7 @@ class Service:
     served_outputs: dict[str, str] = field(default_factory=dict)
 
 
-class _Health(health_pb2_grpc.HealthServicer):
+class _Health:
     """``grpc.health.v1.Health``, computed when asked: it can never disagree with the registry.
 
     ``""`` (the whole server) is ``SERVING`` when every service is; each service answers by its
@@ -74,6 +78,22 @@ class _Health(health_pb2_grpc.HealthServicer):
             return states.NOT_SERVING
         services = [self._services[name]] if name else self._services.values()
         return states.SERVING if all(s.healthy() for s in services) else states.NOT_SERVING
+
+    def service(self) -> Service:
+        """``grpc.health.v1.Health`` as a :class:`Service` of coroutine handlers."""
+        request = health_pb2.HealthCheckRequest.FromString
+        response = health_pb2.HealthCheckResponse.SerializeToString
+        return Service(
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            {
+                "Check": grpc.unary_unary_rpc_method_handler(
+                    self.Check, request_deserializer=request, response_serializer=response
+                ),
+                "Watch": grpc.unary_stream_rpc_method_handler(
+                    self.Watch, request_deserializer=request, response_serializer=response
+                ),
+            },
+        )
 
     def changed(self) -> None:
         """Wake every ``Watch`` now (readiness may have changed)."""
@@ -101,7 +121,13 @@ class _Health(health_pb2_grpc.HealthServicer):
 
 
 class GrpcServer:
-    """A ``grpc.aio`` server for ``services`` on ``host:port`` (port 0 picks a free one).
+    """A gRPC server for ``services`` on ``host:port`` (port 0 picks a free one).
+
+    With ``threads`` (the default), a thread-pool ``grpc.server`` whose threads hand every call
+    to the running event loop through :class:`~._bridge.Bridge`; each open stream holds one
+    thread (a bidirectional one two) for as long as it lasts. With ``threads=0``, a ``grpc.aio``
+    server on the loop itself (slower per call, but streams hold no thread). The handlers are the
+    same coroutines either way.
 
     Messages larger than ``max_message_size`` bytes, either way, end the call with
     ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
@@ -115,6 +141,8 @@ class GrpcServer:
         port: int,
         max_message_size: int,
         grace: float = 10.0,
+        threads: int = 32,
+        authorize: Callable[[Any], None] | None = None,
     ) -> None:
         self.services = list(services)
         self.host = host
@@ -122,19 +150,35 @@ class GrpcServer:
         self.grace = grace
         self.address = ""
         self.health = _Health(self.services)
-        self._server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", max_message_size),
-                ("grpc.max_receive_message_length", max_message_size),
-                # A port that another process listens on must fail here, not be shared.
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        options = [
+            ("grpc.max_send_message_length", max_message_size),
+            ("grpc.max_receive_message_length", max_message_size),
+            # A port that another process listens on must fail here, not be shared.
+            ("grpc.so_reuseport", 0),
+        ]
+        self._pools: list[ThreadPoolExecutor] = []
+        adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]
+        self._server: Any
+        if threads > 0:
+            handlers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc")
+            readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
+            self._pools = [handlers, readers]
+            self._server = grpc.server(handlers, options=options)
+            adapt = Bridge(asyncio.get_running_loop(), readers).handler
+        else:
+            self._server = grpc.aio.server(options=options)
+            adapt = _unchanged
+        guard = _guarded(authorize) if authorize is not None else _unchanged
         for service in self.services:
+            methods = {name: adapt(guard(handler)) for name, handler in service.methods.items()}
             self._server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(service.name, service.methods),)
+                (grpc.method_handlers_generic_handler(service.name, methods),)
             )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        for service in [self.health.service()]:  # health stays open, for probes
+            methods = {name: adapt(handler) for name, handler in service.methods.items()}
+            self._server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(service.name, methods),)
+            )
         names = [s.name for s in self.services]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
         outputs = {
@@ -147,6 +191,10 @@ class GrpcServer:
             self._server,
             pool=reflection_pool(outputs, [health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR]),
         )
+
+    @property
+    def threaded(self) -> bool:
+        return bool(self._pools)
 
     async def start(self) -> str:
         """Bind and start serving; the address (``host:port``) it listens on.
@@ -161,7 +209,10 @@ class GrpcServer:
             raise OSError(
                 errno.EADDRINUSE, f"cannot listen on {host}:{self.port} for gRPC: {reason}"
             ) from None
-        await self._server.start()
+        if self.threaded:
+            self._server.start()
+        else:
+            await self._server.start()
         self.address = f"{host}:{port}"
         return self.address
 
@@ -170,7 +221,73 @@ class GrpcServer:
         cancel the rest (their models' work is cancelled as for a client that left)."""
         self.health.stopping = True
         self.health.changed()
-        await self._server.stop(self.grace)
+        if not self.threaded:
+            await self._server.stop(self.grace)
+            return
+        stopped = self._server.stop(self.grace)  # in-flight calls still need this loop
+        await asyncio.to_thread(stopped.wait)
+        for pool in self._pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _unchanged(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    return handler
+
+
+def _guarded(
+    authorize: Callable[[Any], None],
+) -> Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]:
+    """Method handlers that first call ``authorize(invocation_metadata)``: when it raises (e.g.
+    ``Unauthenticated``), the call ends with that error's status and its handler never runs."""
+
+    def guard(method: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        parse, render = method.request_deserializer, method.response_serializer
+        if method.response_streaming:
+            behavior = method.stream_stream if method.request_streaming else method.unary_stream
+
+            async def check(context: Any) -> None:
+                try:
+                    authorize(context.invocation_metadata())
+                except Exception as exc:
+                    await abort_with(context, exc)
+
+            serve_stream: Any
+            if inspect.isasyncgenfunction(behavior):
+
+                async def serve_stream(request: Any, context: Any) -> AsyncIterator[Any]:
+                    await check(context)
+                    async with contextlib.aclosing(behavior(request, context)) as items:
+                        async for item in items:
+                            yield item
+
+            else:  # a coroutine that writes with context.write
+
+                async def serve_stream(request: Any, context: Any) -> None:
+                    await check(context)
+                    await behavior(request, context)
+
+            make = (
+                grpc.stream_stream_rpc_method_handler
+                if method.request_streaming
+                else grpc.unary_stream_rpc_method_handler
+            )
+            return make(serve_stream, request_deserializer=parse, response_serializer=render)
+        if method.request_streaming:
+            raise ValueError("stream-unary methods are not guarded (Podium serves none)")
+        unary = method.unary_unary
+
+        async def serve(request: Any, context: Any) -> Any:
+            try:
+                authorize(context.invocation_metadata())
+            except Exception as exc:
+                await abort_with(context, exc)
+            return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            serve, request_deserializer=parse, response_serializer=render
+        )
+
+    return guard
 
 
 def _bind_error(host: str, port: int) -> str:

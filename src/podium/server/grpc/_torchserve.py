@@ -20,9 +20,9 @@ import msgspec
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, UnsupportedRepresentation
-from ...types import Call, WireProtocol
+from ...types import Call, InputKind, Reply, WireProtocol
 from ._call import GrpcCall
-from ._errors import abort_with, status_of
+from ._errors import ReplyFailed, abort_with, status_of
 from ._pool import message_class
 from ._server import Service
 
@@ -77,7 +77,11 @@ def payload_of(inputs: Mapping[str, bytes]) -> Any:
 
 def prediction_of(mv: ModelVersion, value: Any) -> bytes:
     """A model's value as ``PredictionResponse.prediction``, as ``POST /predictions`` sends it:
-    ``bytes`` as they are, ``str`` as UTF-8, anything else as JSON."""
+    ``bytes`` as they are, ``str`` as UTF-8, anything else as JSON; a :class:`Reply`'s body
+    (with an error status it fails instead, see :func:`reply_error`)."""
+    if isinstance(value, Reply):
+        reply_error(mv, value)
+        value = value.body
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
@@ -102,12 +106,54 @@ def _is_response(value: Any) -> bool:
     return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
 
 
+#: The gRPC status for an HTTP error status a model set (``Reply.status``); others: INTERNAL.
+_HTTP_TO_GRPC = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.ALREADY_EXISTS,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def reply_error(mv: ModelVersion, reply: Reply) -> None:
+    """Raise :class:`ReplyFailed` when ``reply`` carries an HTTP error status (400 and up): the
+    call ends with the matching gRPC status and the body as its message."""
+    if reply.status < 400:
+        return
+    body = reply.body
+    if isinstance(body, bytes):
+        text = body.decode("utf-8", "replace")
+    elif isinstance(body, str):
+        text = body
+    else:
+        try:
+            text = _json.encode(body).decode()
+        except TypeError:
+            text = repr(body)
+    code = _HTTP_TO_GRPC.get(reply.status, grpc.StatusCode.INTERNAL)
+    raise ReplyFailed(code, f"{mv.label} answered HTTP {reply.status}: {text}")
+
+
 # Headers gRPC owns itself, or that describe the HTTP body rather than the model's answer.
 _NOT_METADATA = frozenset({b"content-length", b"content-type", b"transfer-encoding", b"te"})
 
 
 def metadata_of(value: Any) -> tuple[tuple[str, str], ...]:
-    """The headers a model set on a starlette ``Response`` it returned, as gRPC metadata."""
+    """The headers a model set on a starlette ``Response`` it returned (or on a :class:`Reply`),
+    as gRPC metadata."""
+    if isinstance(value, Reply):
+        return tuple(
+            (key.lower(), str(val))
+            for key, val in value.headers.items()
+            if key.lower().encode("latin-1") not in _NOT_METADATA
+            and not key.lower().startswith("grpc-")
+        )
     if not _is_response(value):
         return ()
     return tuple(
@@ -239,6 +285,8 @@ class TorchServeInference:
             if request.HasField("sequence_id"):
                 header = (SEQUENCE_HEADER, request.sequence_id.encode("latin-1", "replace"))
                 raw.scope["headers"].append(header)
+        if inst.input_kind is InputKind.RAW:
+            payload = dict(request.input)  # the entries as sent (TorchServe handlers' rows)
         return mv, Call(
             request.model_name,
             version,

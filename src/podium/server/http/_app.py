@@ -14,7 +14,7 @@ from typing import Any
 
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import MethodNotAllowed, NotFound, PodiumError
-from ...types import Call, WireProtocol
+from ...types import Call, Reply, WireProtocol
 from . import _oip, _responses
 from ._exchange import Exchange
 from ._responses import chunk_of, send_body, send_error, send_json
@@ -220,7 +220,8 @@ class HttpApp:
             await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
         if action == "generate":
             response = await self.dataplane.infer(call, mv)
-            joined = form.triton and mv.instance.streaming  # Triton's generate: one text
+            # Triton's generate joins a stream's text (unless the model answers infer itself).
+            joined = form.triton and mv.instance.streaming and not _predicts_on_infer(mv)
             await send_body(send, 200, _responses.JSON, _oip.render(response, form, join=joined))
             return
         await self._stream(
@@ -243,6 +244,9 @@ class HttpApp:
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
             return
+        if isinstance(result, Reply):  # status and headers a (TorchServe) handler set
+            await _responses.send_reply(send, result)
+            return
         await send_body(send, 200, _responses.JSON, _responses.encode_json(result))
 
     async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
@@ -256,6 +260,8 @@ class HttpApp:
         result = await self.dataplane.infer(call, mv)
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
+        elif isinstance(result, Reply):  # status and headers a TorchServe handler set
+            await _responses.send_reply(send, result)
         elif isinstance(result, bytes):
             await send_body(send, 200, _responses.OCTETS, result)
         elif isinstance(result, str):
@@ -281,7 +287,10 @@ class HttpApp:
             async for item in items:
                 first = item
                 break
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            status = 200
+            if isinstance(first, Reply):  # the status and headers a handler set go first
+                status, headers = _responses.reply_start(first, headers)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
             if first is not _NOTHING:
                 await send({"type": "http.response.body", "body": encode(first), "more_body": True})
                 try:
@@ -310,3 +319,9 @@ def _parse_json(body: bytes) -> Any:
 def _is_response(value: Any) -> bool:
     """A starlette ``Response`` returned by a Truss-style model is sent as it is."""
     return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
+
+
+def _predicts_on_infer(mv: ModelVersion) -> bool:
+    """A streaming model that answers non-streaming calls with its own ``predict`` (an MLServer
+    runtime with ``predict_stream``), instead of gathering its stream."""
+    return bool(getattr(mv.instance, "predict_on_infer", False))

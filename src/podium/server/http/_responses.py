@@ -9,6 +9,7 @@ import msgspec
 
 from ... import codecs
 from ...errors import PodiumError, ValidationFailed, http_status
+from ...types import Reply
 
 logger = logging.getLogger("podium.http")
 
@@ -66,11 +67,44 @@ async def send_error(
 
 def chunk_of(item: Any) -> bytes:
     """One chunk of a chunked (Truss/TorchServe) stream: str/bytes as they are, else a JSON line."""
-    if isinstance(item, bytes):
-        return item
+    if isinstance(item, Reply):  # its status and headers went with the first chunk
+        item = item.body
+    if isinstance(item, bytes | bytearray):
+        return bytes(item)
     if isinstance(item, str):
         return item.encode()
     return encode_json(item) + b"\n"
+
+
+_REPLY_SKIP = frozenset({"content-type", "content-length", "transfer-encoding", "connection"})
+
+
+def reply_start(
+    reply: Reply, default: list[tuple[bytes, bytes]]
+) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """The status and headers of a :class:`Reply`: its content type, else ``default``'s."""
+    headers = (
+        [(b"content-type", reply.content_type.encode("latin-1"))]
+        if reply.content_type
+        else list(default)
+    )
+    for key, value in reply.headers.items():
+        if key.lower() not in _REPLY_SKIP:
+            headers.append((key.lower().encode("latin-1"), str(value).encode("latin-1")))
+    return reply.status, headers
+
+
+async def send_reply(send: Any, reply: Reply) -> None:
+    """A whole :class:`Reply`: bytes and text as they are, anything else as JSON."""
+    body = reply.body
+    if isinstance(body, bytes | bytearray):
+        data, default = bytes(body), OCTETS
+    elif isinstance(body, str):
+        data, default = body.encode(), TEXT
+    else:
+        data, default = encode_json(body), JSON
+    status, headers = reply_start(reply, default)
+    await send_body(send, status, headers, data)
 
 
 def sse_event(value: Any) -> bytes:

@@ -1,0 +1,68 @@
+"""``mlserver.codecs``: conversions between OIP tensors and Python values, found by content type.
+
+``PandasCodec`` is not provided (see docs/mlserver.md); importing it raises ``ImportError``.
+"""
+
+# isort: off
+# The order registers the codecs in MLServer's order; it decides which codec wins when more
+# than one can encode a payload (an empty list: StringCodec).
+from .string import StringCodec, StringRequestCodec
+from .numpy import NumpyCodec, NumpyRequestCodec
+from .base64 import Base64Codec
+from .datetime import DatetimeCodec
+
+# isort: on
+from .base import (
+    InputCodec,
+    InputCodecLike,
+    RequestCodec,
+    RequestCodecLike,
+    register_input_codec,
+    register_request_codec,
+)
+from .decorator import decode_args
+from .errors import CodecError
+from .utils import (
+    DecodedParameterName,
+    decode_inference_request,
+    decode_request_input,
+    encode_inference_response,
+    encode_response_output,
+    get_decoded,
+    get_decoded_or_raw,
+    has_decoded,
+)
+
+__all__ = [
+    "Base64Codec",
+    "CodecError",
+    "DatetimeCodec",
+    "DecodedParameterName",
+    "InputCodec",
+    "InputCodecLike",
+    "NumpyCodec",
+    "NumpyRequestCodec",
+    "RequestCodec",
+    "RequestCodecLike",
+    "StringCodec",
+    "StringRequestCodec",
+    "decode_args",
+    "decode_inference_request",
+    "decode_request_input",
+    "encode_inference_response",
+    "encode_response_output",
+    "get_decoded",
+    "get_decoded_or_raw",
+    "has_decoded",
+    "register_input_codec",
+    "register_request_codec",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name == "PandasCodec":
+        raise ImportError(
+            "Podium's mlserver.codecs does not provide PandasCodec; install MLServer itself "
+            "(pip install mlserver) to use it, and Podium will use MLServer's codecs"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

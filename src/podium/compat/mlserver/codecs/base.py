@@ -1,0 +1,211 @@
+"""Codec interfaces and the registry that finds a codec by content type, payload or type hint."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar, TypeAlias
+
+from ..logging import logger
+from ..types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
+
+__all__ = [
+    "InputCodec",
+    "InputCodecLike",
+    "RequestCodec",
+    "RequestCodecLike",
+    "find_input_codec",
+    "find_input_codec_by_payload",
+    "find_input_codec_by_type_hint",
+    "find_request_codec",
+    "find_request_codec_by_payload",
+    "find_request_codec_by_type_hint",
+    "register_input_codec",
+    "register_request_codec",
+]
+
+
+class InputCodec:
+    """Converts one input (or output) tensor to and from a Python value."""
+
+    ContentType: ClassVar[str] = ""
+    TypeHint: ClassVar[Any] = type(None)
+
+    @classmethod
+    def can_encode(cls, payload: Any) -> bool:
+        """Whether this codec can encode ``payload``."""
+        return False
+
+    @classmethod
+    def encode(cls, name: str, payload: Any) -> ResponseOutput:
+        logger.warning(
+            "DEPRECATED! The encode() method is now deprecated. Use encode_output() instead."
+        )
+        return cls.encode_output(name, payload)
+
+    @classmethod
+    def encode_output(cls, name: str, payload: Any, **kwargs: Any) -> ResponseOutput:
+        raise NotImplementedError()
+
+    @classmethod
+    def decode_output(cls, response_output: ResponseOutput) -> Any:
+        raise NotImplementedError()
+
+    @classmethod
+    def encode_input(cls, name: str, payload: Any, **kwargs: Any) -> RequestInput:
+        raise NotImplementedError()
+
+    @classmethod
+    def decode(cls, request_input: RequestInput) -> Any:
+        logger.warning(
+            "DEPRECATED! The decode() method is now deprecated. Use decode_input() instead."
+        )
+        return cls.decode_input(request_input)
+
+    @classmethod
+    def decode_input(cls, request_input: RequestInput) -> Any:
+        raise NotImplementedError()
+
+
+class RequestCodec:
+    """Converts a whole request (or response) to and from a Python value."""
+
+    ContentType: ClassVar[str] = ""
+    TypeHint: ClassVar[Any] = type(None)
+
+    @classmethod
+    def can_encode(cls, payload: Any) -> bool:
+        return False
+
+    @classmethod
+    def encode(
+        cls, model_name: str, payload: Any, model_version: str | None = None
+    ) -> InferenceResponse:
+        logger.warning(
+            "DEPRECATED! The encode() method is now deprecated. Use encode_response() instead."
+        )
+        return cls.encode_response(model_name, payload, model_version)
+
+    @classmethod
+    def encode_response(
+        cls, model_name: str, payload: Any, model_version: str | None = None, **kwargs: Any
+    ) -> InferenceResponse:
+        raise NotImplementedError()
+
+    @classmethod
+    def decode_response(cls, response: InferenceResponse) -> Any:
+        raise NotImplementedError()
+
+    @classmethod
+    def encode_request(cls, payload: Any, **kwargs: Any) -> InferenceRequest:
+        raise NotImplementedError()
+
+    @classmethod
+    def decode(cls, request: InferenceRequest) -> Any:
+        logger.warning(
+            "DEPRECATED! The decode() method is now deprecated. Use decode_request() instead."
+        )
+        return cls.decode_request(request)
+
+    @classmethod
+    def decode_request(cls, request: InferenceRequest) -> Any:
+        raise NotImplementedError()
+
+
+InputCodecLike: TypeAlias = type[InputCodec] | InputCodec
+RequestCodecLike: TypeAlias = type[RequestCodec] | RequestCodec
+
+
+def _first(matching: list[Any], what: str) -> Any:
+    if not matching:
+        logger.warning("No codec was found for %s.", what)
+        return None
+    if len(matching) > 1:
+        logger.warning(
+            "Multiple codecs (%d were found for %s. The first one found will be used (%s).",
+            len(matching),
+            what,
+            matching[0].ContentType,
+        )
+    return matching[0]
+
+
+class _Registry:
+    """Codecs by content type; a later registration for a content type replaces the earlier."""
+
+    def __init__(self) -> None:
+        self.inputs: dict[str, Any] = {}
+        self.requests: dict[str, Any] = {}
+
+    @staticmethod
+    def _find(
+        codecs: dict[str, Any],
+        content_type: str | None,
+        payload: Any,
+        type_hint: Any,
+    ) -> Any:
+        # The first truthy argument decides, as in MLServer: an empty payload finds nothing.
+        if content_type:
+            return codecs.get(content_type)
+        if payload:
+            return _by_payload(payload, codecs.values())
+        if type_hint:
+            return _by_type_hint(type_hint, codecs.values())
+        return None
+
+
+def _by_payload(payload: Any, codecs: Iterable[Any]) -> Any:
+    return _first(
+        [c for c in codecs if c.can_encode(payload)], f"payload with type {type(payload)}"
+    )
+
+
+def _by_type_hint(type_hint: Any, codecs: Iterable[Any]) -> Any:
+    return _first([c for c in codecs if c.TypeHint == type_hint], f"type hint {type_hint}")
+
+
+_registry = _Registry()
+
+
+def find_input_codec(
+    content_type: str | None = None, payload: Any = None, type_hint: Any = None
+) -> Any:
+    """The input codec for a content type, else one that can encode ``payload``, else the one
+    whose ``TypeHint`` is ``type_hint``; ``None`` if none."""
+    return _registry._find(_registry.inputs, content_type, payload, type_hint)
+
+
+def find_input_codec_by_payload(payload: Any) -> Any:
+    return _by_payload(payload, _registry.inputs.values())
+
+
+def find_input_codec_by_type_hint(type_hint: Any) -> Any:
+    return _by_type_hint(type_hint, _registry.inputs.values())
+
+
+def find_request_codec(
+    content_type: str | None = None, payload: Any = None, type_hint: Any = None
+) -> Any:
+    """As :func:`find_input_codec`, among request codecs."""
+    return _registry._find(_registry.requests, content_type, payload, type_hint)
+
+
+def find_request_codec_by_payload(payload: Any) -> Any:
+    return _by_payload(payload, _registry.requests.values())
+
+
+def find_request_codec_by_type_hint(type_hint: Any) -> Any:
+    return _by_type_hint(type_hint, _registry.requests.values())
+
+
+def register_input_codec(codec: Any) -> Any:
+    """Class decorator: register an input codec under its ``ContentType``."""
+    if codec.ContentType is not None:
+        _registry.inputs[codec.ContentType] = codec
+    return codec
+
+
+def register_request_codec(codec: Any) -> Any:
+    """Class decorator: register a request codec under its ``ContentType``."""
+    if codec.ContentType is not None:
+        _registry.requests[codec.ContentType] = codec
+    return codec

@@ -1,0 +1,651 @@
+"""Execution: the instances (workers) of one model version, in the server or in worker processes.
+
+A :class:`WorkerPool` runs ``min_workers`` workers of one kind and puts them behind one
+:class:`~podium.runtime._gate.WorkerGate` (the least-loaded ready worker gets the next request;
+one bounded FIFO line for all). Schedulers take a slot from the gate and hand the request to
+the worker they got; the worker gives the slot back when its instance is done with it.
+
+- ``thread`` workers (:class:`ThreadWorker`): instances in the server process. The scheduler runs
+  ``preprocess`` / ``postprocess`` outside the slots itself; the worker runs ``predict``.
+- ``process`` workers (:class:`podium.runtime._proc.ProcessWorker`): one instance per worker
+  process, which runs the whole ``preprocess`` → ``predict`` → ``postprocess`` (see ``_proc``).
+
+The pool restarts workers that die (with a back-off), retires workers on ``scale`` once they have
+finished what they hold, and replaces a worker whose predict ran past ``response_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import InvalidInput, ModelNotReady, ResponseTimeout, Unavailable
+from ..types import ModelInstance
+from ._gate import WorkerGate
+
+__all__ = ["RequestCodec", "ThreadWorker", "Worker", "WorkerInfo", "WorkerPool"]
+
+logger = logging.getLogger("podium.workers")
+
+#: Seconds a timed-out sync predict gets to return before its thread worker is replaced.
+STUCK_GRACE = 1.0
+#: Restart back-off: first delay, ceiling, and how many failed starts in a row fail the version.
+BACKOFF_FIRST = 0.1
+BACKOFF_MAX = 5.0
+MAX_START_FAILURES = 5
+#: A worker that lived at least this long before dying resets the back-off.
+STABLE_AFTER = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One worker as the management API shows it.
+
+    ``pid`` is the process running the model's code: the worker process for ``process`` workers,
+    the server's own pid for ``thread`` workers. ``busy`` counts the requests it holds.
+    """
+
+    id: str
+    pid: int | None
+    kind: str  # "thread" | "process"
+    state: str  # "starting" | "ready" | "stopping" | "dead"
+    busy: int
+    started: float  # epoch seconds
+
+
+class RequestCodec(Protocol):
+    """How a front end's request object crosses into a worker process (implemented above runtime/).
+
+    ``snapshot`` runs in the server and returns a picklable description of the request (its body
+    read); ``rebuild`` names a function ``(snapshot, receive) -> request`` by ``"module:function"``,
+    which the worker imports and calls; ``receive`` is an ASGI receive callable that returns
+    ``http.disconnect`` once the real client has left.
+    """
+
+    rebuild: str
+
+    async def snapshot(self, request: Any) -> Any: ...
+
+
+class Worker(Protocol):
+    """A worker as schedulers and the pool use it. Every call runs with a slot the caller took
+    from the gate; the worker gives it back (``gate.release``) when its instance is done."""
+
+    id: str
+    kind: str
+    pid: int | None
+    state: str
+    busy: int
+    capacity: int
+    started: float
+    instance: ModelInstance
+
+    async def start(self) -> None: ...
+
+    async def infer(self, inputs: Any, request: Any) -> Any: ...
+
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]: ...
+
+    async def batch(self, inputs: list[Any], requests: list[Any]) -> Any: ...
+
+    async def wait_idle(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+_END = object()
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class ThreadWorker:
+    """One instance in the server process, with ``capacity`` (= predict_concurrency) slots."""
+
+    kind = "thread"
+
+    def __init__(
+        self,
+        wid: str,
+        instance: ModelInstance,
+        *,
+        gate: WorkerGate,
+        capacity: int,
+        label: str,
+        response_timeout: float = 0.0,
+        stream_buffer: int = 16,
+        loaded: bool = False,
+        on_stuck: Callable[[ThreadWorker], None] | None = None,
+    ) -> None:
+        self.id = wid
+        self.instance = instance
+        self.pid: int | None = os.getpid()
+        self.state = "starting"
+        self.busy = 0
+        self.capacity = capacity
+        self.started = time.time()
+        self._gate = gate
+        self._label = label
+        self._timeout = response_timeout
+        self._buffer = stream_buffer
+        self._loaded = loaded
+        self._on_stuck = on_stuck
+        self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
+        self._idle: asyncio.Event | None = None
+
+    async def start(self) -> None:
+        if not self._loaded:
+            await self.instance.load()
+            self._loaded = True
+        self.state = "ready"
+
+    def _release(self) -> None:
+        self._gate.release(self)
+        if self.busy == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        if self.busy:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+
+    async def infer(self, inputs: Any, request: Any) -> Any:
+        if not self._timeout:
+            try:
+                return await self.instance.predict(inputs, request)
+            finally:
+                self._release()
+        return await self._timed(self.instance.predict(inputs, request))
+
+    async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
+        return await self.infer(inputs, requests)
+
+    async def _timed(self, call: Awaitable[Any]) -> Any:
+        """``call`` bounded by response_timeout. A thread cannot be killed: past the timeout the
+        request fails at once, the slot stays taken until the call really returns (so
+        predict_concurrency stays a true bound), and a call still running after STUCK_GRACE
+        gets this worker replaced (:meth:`WorkerPool._stuck`)."""
+        task = asyncio.ensure_future(call)
+        task.add_done_callback(lambda _: self._release())
+        try:
+            done, _ = await asyncio.wait((task,), timeout=self._timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if done:
+            return task.result()
+        task.cancel()
+        if self._on_stuck is not None:
+            asyncio.get_running_loop().call_later(STUCK_GRACE, self._check_stuck, task)
+        raise ResponseTimeout(
+            f"{self._label} predict did not finish within response_timeout "
+            f"{self._timeout:g} s (thread worker {self.id})"
+        )
+
+    def _check_stuck(self, task: asyncio.Future[Any]) -> None:
+        if not task.done() and self.state == "ready" and self._on_stuck is not None:
+            self._on_stuck(self)
+
+    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        """The items of a streaming predict, through a bounded buffer of ``stream_buffer``."""
+        queue: asyncio.Queue[Any] = asyncio.Queue(self._buffer)
+        released = [False]
+        task = asyncio.get_running_loop().create_task(
+            self._produce(inputs, request, queue, released)
+        )
+        self._producers[task] = queue
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._producers.pop(task, None)
+            if not released[0]:  # cancelled before it ran, or predict_stream() itself raised
+                released[0] = True
+                self._release()
+
+        task.add_done_callback(done)
+        timeout = self._timeout or None
+        try:
+            while True:
+                if queue.empty() and task.done():
+                    task.result()  # its error, if it failed before producing anything
+                    raise Unavailable(f"{self._label} stream ended without an answer")
+                try:
+                    async with asyncio.timeout(timeout):
+                        item = await queue.get()
+                except TimeoutError:
+                    raise ResponseTimeout(
+                        f"{self._label} predict produced no item within response_timeout "
+                        f"{self._timeout:g} s (thread worker {self.id})"
+                    ) from None
+                if item is _END:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.exc
+                yield item
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def _produce(
+        self, inputs: Any, request: Any, queue: asyncio.Queue[Any], released: list[bool]
+    ) -> None:
+        outcome: Any = _END
+        try:
+            items = self.instance.predict_stream(inputs, request)
+        except Exception as exc:
+            await queue.put(_Failure(exc))
+            return
+        try:
+            async for item in items:
+                await queue.put(item)
+        except Exception as exc:
+            outcome = _Failure(exc)
+        finally:
+            try:
+                await items.aclose()
+            finally:
+                released[0] = True
+                self._release()  # before the last put: a slow reader must not hold the slot
+        await queue.put(outcome)
+
+    async def close(self) -> None:
+        """Stop every running stream; their readers get ``Unavailable``, not a hang."""
+        self.state = "dead"
+        producers = dict(self._producers)
+        for task in producers:
+            task.cancel()
+        if producers:
+            await asyncio.gather(*producers, return_exceptions=True)
+        failure = _Failure(Unavailable(f"{self._label} was unloaded mid-stream"))
+        for queue in producers.values():
+            while True:  # the reader must see the failure even if the buffer is full
+                try:
+                    queue.put_nowait(failure)
+                    break
+                except asyncio.QueueFull:
+                    queue.get_nowait()
+
+
+WorkerFactory = Callable[[str], Awaitable[Worker]]
+
+
+class WorkerPool:
+    """The workers of one model version: started, restarted, scaled and stopped here.
+
+    ``new_worker(id)`` makes a worker that has not started yet; ``instance`` is the version's
+    descriptor (what the front ends read: ``needs_inputs``, ``streaming``...) and, for thread
+    workers, the instance ``preprocess`` runs on.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        label: str,
+        kind: str,
+        instance: ModelInstance,
+        new_worker: WorkerFactory,
+        min_workers: int,
+        max_workers: int,
+        max_waiting: int,
+        slots_per_worker: int = 1,
+    ) -> None:
+        self.model = model
+        self._slots_per_worker = slots_per_worker
+        self.label = label
+        self.kind = kind
+        self.instance = instance
+        self.gate = WorkerGate(model, max_waiting)
+        self.min_workers = min_workers
+        self.max_workers = max(max_workers, min_workers, 1)
+        self._new_worker = new_worker
+        self._workers: list[Worker] = []
+        self._count = 0
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._failures = 0  # deaths and failed starts in a row: the back-off
+        self._start_failures = 0  # failed starts in a row: giving up
+        self._closing = False
+        self._started = False
+        #: called with the reason when workers cannot be (re)started: the version has failed
+        self.on_failed: Callable[[str], None] | None = None
+
+    @classmethod
+    def single(
+        cls,
+        instance: ModelInstance,
+        *,
+        model: str,
+        concurrency: int,
+        max_waiting: int,
+        stream_buffer: int = 16,
+    ) -> WorkerPool:
+        """One thread worker over an instance that is already loaded (schedulers built directly,
+        and the scheduler inside a worker process)."""
+        pool = cls(
+            model=model,
+            label=f"model '{model}'",
+            kind="thread",
+            instance=instance,
+            new_worker=_no_more_workers,
+            min_workers=1,
+            max_workers=1,
+            max_waiting=max_waiting,
+        )
+        worker = ThreadWorker(
+            "1",
+            instance,
+            gate=pool.gate,
+            capacity=concurrency,
+            label=pool.label,
+            stream_buffer=stream_buffer,
+            loaded=True,
+        )
+        worker.state = "ready"
+        pool._workers.append(worker)
+        pool._count = 1
+        pool._started = True
+        pool.gate.add(worker)
+        return pool
+
+    # -- views -----------------------------------------------------------------------------
+
+    def infos(self) -> list[WorkerInfo]:
+        return [WorkerInfo(w.id, w.pid, w.kind, w.state, w.busy, w.started) for w in self._workers]
+
+    def statistics(self) -> dict[str, int]:
+        """Slots of the ready workers, requests held by any worker, requests in the line."""
+        if not self._started:  # not loaded yet: the slots it will have
+            slots = self.min_workers * self._slots_per_worker
+        else:
+            slots = sum(w.capacity for w in self._workers if w.state == "ready")
+        return {
+            "slots": slots,
+            "busy": sum(w.busy for w in self._workers),
+            "waiting": self.gate.waiting,
+        }
+
+    def counts(self) -> dict[str, int]:
+        """Workers running (starting or ready) and ready."""
+        live = self._live()
+        return {"workers": len(live), "ready_workers": sum(w.state == "ready" for w in live)}
+
+    def preprocessor(self) -> ModelInstance:
+        """The instance a thread version's ``preprocess`` runs on: the least-loaded ready one."""
+        best = None
+        for w in self.gate.workers:
+            if best is None or w.busy < best.busy:
+                best = w
+        return self.instance if best is None else best.instance
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start ``min_workers`` workers and return once they are ready; raises what made the
+        first one fail (the version is then FAILED). ``min_workers`` 0 starts none."""
+        async with self._lock:
+            self._closing = False
+            self._failures = self._start_failures = 0
+            missing = self.min_workers - len(self._live())
+            if missing > 0:
+                await asyncio.gather(*(self._start_one() for _ in range(missing)))
+            self._started = True
+
+    def _live(self) -> list[Worker]:
+        return [w for w in self._workers if w.state in ("starting", "ready")]
+
+    async def _start_one(self) -> Worker:
+        self._count += 1
+        worker = await self._new_worker(str(self._count))
+        self._workers.append(worker)
+        self.gate.starting += 1
+        try:
+            await worker.start()
+        except BaseException:
+            worker.state = "dead"
+            self._workers.remove(worker)
+            raise
+        finally:
+            self.gate.starting -= 1
+        if self._closing:
+            await worker.close()
+            raise Unavailable(f"{self.label} is stopping")
+        self.gate.add(worker)
+        logger.info(
+            "%s: %s worker %s is ready (pid %s)", self.label, self.kind, worker.id, worker.pid
+        )
+        return worker
+
+    async def scale(self, min_workers: int, max_workers: int | None = None) -> None:
+        """Run ``min_workers`` workers (``max_workers``: the ceiling, default unchanged or min).
+
+        Returns once the version runs that many: new workers are ready, removed workers have
+        finished what they held (they take no new work from the moment they are chosen).
+        """
+        if max_workers is None:
+            max_workers = max(self.max_workers, min_workers, 1)
+        for name, value in (("min_worker", min_workers), ("max_worker", max_workers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(f"{self.label}: {name} must be an integer >= 0, got {value!r}")
+        if max_workers < 1 or min_workers > max_workers:
+            raise InvalidInput(
+                f"{self.label}: need 0 <= min_worker <= max_worker and max_worker >= 1, got "
+                f"min_worker {min_workers}, max_worker {max_workers}"
+            )
+        async with self._lock:
+            self.min_workers, self.max_workers = min_workers, max_workers
+            live = self._live()
+            if len(live) < min_workers:
+                await asyncio.gather(*(self._start_one() for _ in range(min_workers - len(live))))
+            elif len(live) > min_workers:
+                # the least busy go first; newest first among equals
+                victims = sorted(live, key=lambda w: (w.busy, -int(w.id)))[
+                    : len(live) - min_workers
+                ]
+                await asyncio.gather(*(self._retire(w) for w in victims))
+
+    async def _retire(self, worker: Worker) -> None:
+        worker.state = "stopping"
+        self.gate.remove(worker)
+        await worker.wait_idle()
+        await worker.close()
+        worker.state = "dead"
+        if worker in self._workers:
+            self._workers.remove(worker)
+        logger.info("%s: %s worker %s stopped", self.label, self.kind, worker.id)
+
+    def worker_exited(self, worker: Worker, reason: str, *, crashed: bool, lived: float) -> None:
+        """A worker died (crash, kill, timeout recycling): replace it unless we are closing."""
+        self.gate.remove(worker)
+        worker.state = "dead"
+        if worker in self._workers:
+            self._workers.remove(worker)
+        if self._closing:
+            return
+        if crashed:
+            logger.error("%s: %s", self.label, reason)
+            self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
+        self._spawn_replace()
+
+    def _stuck(self, worker: ThreadWorker) -> None:
+        """A thread worker's predict outlived its timeout: it takes no new work, a fresh instance
+        replaces it, and it is dropped once the stuck call returns."""
+        logger.warning(
+            "%s: thread worker %s is stuck past response_timeout; replacing it",
+            self.label,
+            worker.id,
+        )
+        worker.state = "stopping"
+        self.gate.remove(worker)
+        self._spawn_replace()
+        self._spawn(self._retire(worker))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _spawn_replace(self) -> None:
+        # Counted as starting from now on: requests arriving before the replacement task runs
+        # wait for it instead of being told there are no workers.
+        self.gate.starting += 1
+        self._spawn(self._replace())
+
+    async def _replace(self) -> None:
+        try:
+            await self._restore()
+        finally:
+            self.gate.starting -= 1
+
+    async def _restore(self) -> None:
+        """Bring the pool back to min_workers, backing off on repeated failures."""
+        while not self._closing and len(self._live()) < self.min_workers:
+            if self._failures:
+                delay = min(BACKOFF_FIRST * 2 ** (self._failures - 1), BACKOFF_MAX)
+                self.gate.starting += 1  # requests keep waiting for the worker to come
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self.gate.starting -= 1
+                if self._closing:
+                    return
+            try:
+                async with self._lock:
+                    if len(self._live()) >= self.min_workers:
+                        return
+                    await self._start_one()
+                    self._start_failures = 0
+            except Exception as exc:
+                self._failures += 1
+                self._start_failures += 1
+                tries = self._start_failures
+                reason = f"restarting a {self.kind} worker failed: {exc}"
+                logger.error("%s: %s (attempt %d)", self.label, reason, tries)
+                if tries >= MAX_START_FAILURES:
+                    reason = f"{reason}; gave up after {tries} attempts in a row"
+                    self.gate.fail_waiters(ModelNotReady(f"{self.label} is not ready: {reason}"))
+                    if self.on_failed is not None:
+                        self.on_failed(reason)
+                    return
+
+    async def close(self) -> None:
+        """Stop every worker (worker processes: asked to exit, killed after a bound)."""
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.gate.fail_waiters(Unavailable(f"{self.label} is stopped"))
+        workers, self._workers = list(self._workers), []
+        for worker in workers:
+            self.gate.remove(worker)
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*(w.close() for w in workers), return_exceptions=True)
+
+
+async def _no_more_workers(wid: str) -> Worker:
+    raise Unavailable("this pool runs one given instance and cannot start more workers")
+
+
+def _label(config: Any) -> str:
+    return f"model '{config.name}'" + (f" version '{config.version}'" if config.version else "")
+
+
+def thread_pool(
+    source: Any,
+    instance: ModelInstance,
+    *,
+    build: Callable[[], ModelInstance],
+    executor: Any,
+) -> WorkerPool:
+    """A pool of thread workers: ``instance`` (already built) is the first worker's; more are
+    made with ``build`` (the model's ``__init__``) in ``executor``."""
+    config = source.config
+    spare = [instance]
+
+    async def new_worker(wid: str) -> Worker:
+        if spare:
+            made = spare.pop()
+        else:
+            made = await asyncio.get_running_loop().run_in_executor(executor, build)
+        return ThreadWorker(
+            wid,
+            made,
+            gate=pool.gate,
+            capacity=config.predict_concurrency,
+            label=pool.label,
+            response_timeout=config.response_timeout,
+            stream_buffer=config.stream_buffer,
+            on_stuck=pool._stuck,
+        )
+
+    pool = WorkerPool(
+        model=config.name,
+        label=_label(config),
+        kind="thread",
+        instance=instance,
+        new_worker=new_worker,
+        min_workers=config.min_workers,
+        max_workers=config.max_workers,
+        max_waiting=config.max_queue_size,
+        slots_per_worker=config.predict_concurrency,
+    )
+    return pool
+
+
+def process_pool(
+    source: Any, *, secrets: Any, codec: RequestCodec | None, threads: int = 16
+) -> WorkerPool:
+    """A pool of worker processes, each building the model from ``source`` itself."""
+    from ._proc import ProcessWorker, RemoteInstance
+
+    config = source.config
+    descriptor = RemoteInstance()
+    portable = _portable_secrets(secrets)
+
+    async def new_worker(wid: str) -> Worker:
+        return ProcessWorker(  # type: ignore[return-value]  # its instance is a RemoteInstance
+            wid,
+            source=source,
+            secrets=portable,
+            codec=codec,
+            gate=pool.gate,
+            descriptor=descriptor,
+            label=pool.label,
+            batching=config.batch_size > 1,
+            on_exit=pool.worker_exited,
+            threads=threads,
+        )
+
+    pool = WorkerPool(
+        model=config.name,
+        label=_label(config),
+        kind="process",
+        instance=descriptor,
+        new_worker=new_worker,
+        min_workers=config.min_workers,
+        max_workers=config.max_workers,
+        max_waiting=config.max_queue_size,
+        slots_per_worker=config.predict_concurrency,
+    )
+    return pool
+
+
+def _portable_secrets(secrets: Any) -> Any:
+    """Secrets as a worker process can rebuild them: a ``Secrets`` reads the environment (which
+    the worker inherits) and its directory, so only the directory travels; a plain mapping is
+    copied."""
+    from ..config import Secrets
+
+    if isinstance(secrets, Secrets):
+        return ("secrets-dir", getattr(secrets, "_directory", None))
+    return dict(secrets)

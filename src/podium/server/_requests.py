@@ -1,0 +1,65 @@
+"""Request objects for process workers: a snapshot taken in the server, rebuilt in the worker.
+
+A model that takes the raw request (``request: starlette.requests.Request``) and runs in a worker
+process gets a real ``starlette.requests.Request`` there, rebuilt from a snapshot of the one the
+front end made: method, URL (scheme, server, path, query string), headers, client, HTTP version,
+and the body (read here, in the server, once). Its ``receive`` answers ``http.disconnect`` as soon
+as the server tells the worker that the real client left, so ``await request.is_disconnected()``
+turns true there as it does in the server. What a worker cannot have: the ASGI ``send`` (a model
+answers by returning, as everywhere), ``request.app`` and ``request.state`` (server objects).
+
+``runtime/`` never imports this module: ``_runner.py`` hands :class:`RequestSnapshots` down as the
+:class:`podium.runtime.workers.RequestCodec`, and the worker imports :func:`rebuild` by its name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["RequestSnapshots", "rebuild"]
+
+#: The scope keys that describe the request (everything else belongs to the server).
+_KEYS = (
+    "type",
+    "asgi",
+    "http_version",
+    "method",
+    "scheme",
+    "server",
+    "client",
+    "root_path",
+    "path",
+    "raw_path",
+    "query_string",
+    "headers",
+)
+
+
+class RequestSnapshots:
+    """The :class:`~podium.runtime.workers.RequestCodec` for starlette requests."""
+
+    rebuild = "podium.server._requests:rebuild"
+
+    async def snapshot(self, request: Any) -> dict[str, Any]:
+        """A picklable copy of ``request``: its scope's request keys and its body."""
+        scope = request.scope
+        copied = {key: scope[key] for key in _KEYS if key in scope}
+        copied["headers"] = [(bytes(k), bytes(v)) for k, v in scope.get("headers", ())]
+        if "server" in copied and copied["server"] is not None:
+            copied["server"] = tuple(copied["server"])
+        if "client" in copied and copied["client"] is not None:
+            copied["client"] = tuple(copied["client"])
+        grpc = scope.get("extensions", {}).get("grpc")
+        if grpc is not None:
+            copied["extensions"] = {"grpc": dict(grpc)}
+        return {"scope": copied, "body": await request.body()}
+
+
+def rebuild(snapshot: dict[str, Any], receive: Any) -> Any:
+    """The worker's ``starlette.requests.Request``: the snapshot's scope and body; ``receive``
+    returns ``http.disconnect`` once the client has left (and waits until then)."""
+    from starlette.requests import Request
+
+    request = Request(snapshot["scope"], receive)
+    request._body = snapshot["body"]  # starlette's cache: body(), json() and stream() use it
+    return request

@@ -1,0 +1,378 @@
+"""Serving Podium's coroutine handlers from the threads of a synchronous ``grpc.server``.
+
+grpcio's thread-pool server moves a unary call through its C core about twice as fast as
+``grpc.aio`` does (bench/RESULTS.md, section 4), but the data plane, the schedulers and async
+models live on one event loop. The bridge keeps both: every handler is still written once, as a
+coroutine against a small context (:class:`LoopContext`, the part of ``grpc.aio.ServicerContext``
+Podium's handlers use), and :meth:`Bridge.handler` turns its ``grpc.aio``-style method handler
+into a synchronous one that runs the coroutine on the loop while the gRPC thread waits.
+
+Per call, the gRPC thread does one ``call_soon_threadsafe`` and then blocks on a plain lock; the
+loop runs the handler in a task of its own and releases the lock when it ends. Streams move
+through lock-free hand-offs with a bounded window (:data:`WINDOW` messages each way), and a
+thread is woken or the loop called only when the other side is actually waiting.
+
+Cancellation is the same as on ``grpc.aio``: when the RPC ends for the client (cancelled,
+connection dropped, deadline), grpc runs the call's callback and the bridge cancels the handler's
+task, so the model's work is cancelled exactly as for an HTTP disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+__all__ = ["WINDOW", "Bridge", "LoopContext"]
+
+#: Messages that may wait between the loop and a gRPC thread, either way, on one stream.
+WINDOW = 16
+
+_END = object()
+
+
+class _Abort(grpc.aio.AbortError):
+    """How :meth:`LoopContext.abort` ends a handler: the gRPC thread sets the status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class LoopContext:
+    """What a coroutine handler sees of a call served by a gRPC thread.
+
+    It offers the methods of ``grpc.aio.ServicerContext`` that Podium's handlers use, with the
+    same meaning; the ones that touch the call itself are thread-safe in grpcio and are called
+    directly.
+    """
+
+    __slots__ = ("_context", "_call", "_done_callbacks")
+
+    def __init__(self, context: grpc.ServicerContext, call: _Call) -> None:
+        self._context = context
+        self._call = call
+        self._done_callbacks: list[Callable[[Any], None]] | None = None
+
+    def invocation_metadata(self) -> Any:
+        return self._context.invocation_metadata()
+
+    def peer(self) -> str:
+        return self._context.peer()
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise _Abort(code, details)
+
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        self._context.send_initial_metadata(metadata)
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        self._context.set_trailing_metadata(metadata)
+
+    async def write(self, message: Any) -> None:
+        await self._call.put(message)
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        """Call ``callback(self)`` on the loop once the call has ended, for whatever reason."""
+        if self._done_callbacks is None:
+            self._done_callbacks = []
+        if self._call.ended:
+            self._call.loop.call_soon(callback, self)
+        else:
+            self._done_callbacks.append(callback)
+
+    def _ended(self) -> None:
+        for callback in self._done_callbacks or ():
+            callback(self)
+
+
+class _Call:
+    """One call's state, shared by its gRPC thread and the loop."""
+
+    __slots__ = (
+        "loop",
+        "task",
+        "ended",
+        "gone",
+        "result",
+        "error",
+        "_done",
+        "_items",
+        "_written",
+        "_taken",
+        "_waiting",
+        "_space",
+        "context",
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, context: grpc.ServicerContext) -> None:
+        self.loop = loop
+        self.task: asyncio.Task[Any] | None = None
+        self.ended = False  # the handler finished (on the loop)
+        self.gone = False  # the RPC ended for the client before the handler did
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._items: queue.SimpleQueue[Any] | None = None
+        self._written = 0  # messages put (loop side)
+        self._taken = 0  # messages taken (thread side)
+        self._waiting = False  # the loop waits for room in the window
+        self._space: asyncio.Future[None] | None = None
+        self.context = LoopContext(context, self)
+
+    # -- the gRPC thread -------------------------------------------------------------------
+
+    def on_rpc_end(self) -> None:
+        """grpc's termination callback (any thread): cancel the handler if it still runs."""
+        if not self.ended:
+            self.gone = True
+            self.loop.call_soon_threadsafe(self._cancel)
+
+    def wait(self) -> Any:
+        """Block until the handler ends; its result, or raise as a sync handler would."""
+        self._done.acquire()
+        return self._outcome()
+
+    def _outcome(self) -> Any:
+        error = self.error
+        if error is None:
+            return self.result
+        if isinstance(error, _Abort):
+            self.context._context.abort(error.code, error.details)  # raises
+        if isinstance(error, asyncio.CancelledError):
+            # The client is gone (or the server stops): nobody reads this status.
+            self.context._context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
+        raise error
+
+    def items(self) -> Iterator[Any]:
+        """The messages the handler writes, as a blocking iterator for grpc."""
+        items = self._items
+        assert items is not None
+        while True:
+            item = items.get()
+            if item is _END:
+                self._outcome()  # raises for a failed handler
+                return
+            self._taken += 1
+            if self._waiting:
+                self._waiting = False
+                self.loop.call_soon_threadsafe(self._wake)
+            yield item
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def start(self, coroutine: Any) -> None:
+        if self.gone:
+            coroutine.close()
+            self._finish(None, asyncio.CancelledError())
+            return
+        self.task = self.loop.create_task(self._run(coroutine))
+
+    async def _run(self, coroutine: Any) -> None:
+        try:
+            result = await coroutine
+        except BaseException as exc:  # handed to the gRPC thread, which raises it there
+            self._finish(None, exc)
+            if not isinstance(exc, Exception | asyncio.CancelledError):
+                raise
+        else:
+            self._finish(result, None)
+
+    async def run_stream(self, agen_or_coroutine: Any) -> None:
+        """Run a streaming handler: an async generator's items are written one by one."""
+        if inspect.isasyncgen(agen_or_coroutine):
+            try:
+                async for item in agen_or_coroutine:
+                    await self.put(item)
+            finally:
+                await agen_or_coroutine.aclose()
+        else:
+            await agen_or_coroutine
+
+    def _finish(self, result: Any, error: BaseException | None) -> None:
+        self.result = result
+        self.error = error
+        self.ended = True
+        self.context._ended()
+        if self._items is not None:
+            self._items.put(_END)
+        self._done.release()
+
+    def _cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def open_stream(self) -> None:
+        self._items = queue.SimpleQueue()
+
+    async def put(self, message: Any) -> None:
+        """Hand one message to the gRPC thread; wait while :data:`WINDOW` are untaken."""
+        items = self._items
+        assert items is not None
+        if self._written - self._taken >= WINDOW:
+            self._space = self.loop.create_future()
+            self._waiting = True
+            if self._written - self._taken >= WINDOW:  # still full: the thread will wake us
+                await self._space
+            else:
+                self._waiting = False
+        self._written += 1
+        items.put(message)
+
+    def _wake(self) -> None:
+        space = self._space
+        if space is not None and not space.done():
+            space.set_result(None)
+
+
+class _RequestReader:
+    """A client's request stream, read by a thread of its own, as an async iterator.
+
+    grpc's request iterator blocks; the reader thread pulls at most :data:`WINDOW` messages
+    ahead of the handler (back-pressure reaches the client through HTTP/2 flow control).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, requests: Iterator[Any]) -> None:
+        self._loop = loop
+        self._requests = requests
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._room = threading.Semaphore(WINDOW)
+        self._arrived: asyncio.Future[None] | None = None
+        self._waiting = False
+        self._closed = False
+
+    def read(self) -> None:
+        """The reader thread's loop."""
+        try:
+            for message in self._requests:
+                self._room.acquire()
+                if self._closed:
+                    return
+                self._push(message)
+            self._push(_END)
+        except BaseException as exc:  # the call was cancelled, or a message failed to parse
+            self._push(_Failed(exc))
+
+    def _push(self, message: Any) -> None:
+        self._buffer.append(message)
+        if self._waiting:
+            self._waiting = False
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        arrived = self._arrived
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
+
+    def close(self) -> None:
+        self._closed = True
+        self._room.release(WINDOW)
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self._buffer:
+            self._arrived = self._loop.create_future()
+            self._waiting = True
+            if not self._buffer:
+                await self._arrived
+            else:
+                self._waiting = False
+        message = self._buffer.popleft()
+        if message is _END:
+            self._buffer.appendleft(_END)
+            raise StopAsyncIteration
+        if isinstance(message, _Failed):
+            self._buffer.appendleft(message)
+            if isinstance(message.exc, grpc.RpcError):  # the call ended under the handler
+                raise asyncio.CancelledError()
+            raise message.exc
+        self._room.release()
+        return message
+
+
+class _Failed:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Bridge:
+    """Turns ``grpc.aio``-style method handlers into handlers for a thread-pool server whose
+    coroutines run on ``loop``. Request streams are read by threads of ``readers``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, readers: ThreadPoolExecutor) -> None:
+        self.loop = loop
+        self.readers = readers
+
+    def handler(self, method: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The same RPC (its (de)serializers unchanged), served through the bridge."""
+        parse, render = method.request_deserializer, method.response_serializer
+        if method.request_streaming and method.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(
+                self._streaming(method.stream_stream, requests_streamed=True),
+                request_deserializer=parse,
+                response_serializer=render,
+            )
+        if method.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._streaming(method.unary_stream, requests_streamed=False),
+                request_deserializer=parse,
+                response_serializer=render,
+            )
+        if method.request_streaming:
+            raise ValueError("stream-unary methods are not bridged (Podium serves none)")
+        return grpc.unary_unary_rpc_method_handler(
+            self._unary(method.unary_unary), request_deserializer=parse, response_serializer=render
+        )
+
+    def _unary(self, behavior: Callable[..., Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
+        loop = self.loop
+
+        def serve(request: Any, context: grpc.ServicerContext) -> Any:
+            call = _Call(loop, context)
+            if not context.add_callback(call.on_rpc_end):
+                call.gone = True  # it ended already
+            loop.call_soon_threadsafe(call.start, behavior(request, call.context))
+            return call.wait()
+
+        return serve
+
+    def _streaming(
+        self, behavior: Callable[..., Any], *, requests_streamed: bool
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+        loop = self.loop
+
+        def serve(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            call = _Call(loop, context)
+            call.open_stream()
+            reader: _RequestReader | None = None
+            if requests_streamed:
+                reader = _RequestReader(loop, request)
+                request = reader
+            if not context.add_callback(call.on_rpc_end):
+                call.gone = True
+            handler = behavior(request, call.context)
+            loop.call_soon_threadsafe(call.start, call.run_stream(handler))
+            if reader is not None:
+                self.readers.submit(reader.read)
+            try:
+                yield from call.items()
+            finally:
+                if reader is not None:
+                    reader.close()
+                if not call.ended:  # grpc stopped reading (the client left): stop the handler
+                    call.on_rpc_end()
+
+        return serve

@@ -1,0 +1,147 @@
+"""TorchServe's gRPC management API: ``org.pytorch.serve.grpc.management.ManagementAPIsService``.
+
+Wire-compatible with TorchServe's ``management.proto`` (``protos/torchserve_management.proto``).
+Each RPC does what its REST route does (``server/management``), and the reply's ``msg`` carries
+the same JSON as the REST body; failures are statuses from the one table in ``errors.py``. With
+``--auth``, every call needs the management key in its ``authorization`` metadata
+(``Bearer <key>``), checked before anything else runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import msgspec
+
+from ...errors import InvalidInput
+from .._auth import MANAGEMENT, Authorizer
+from ..management import Management, Registration, Reply, Scaling, page
+from ._errors import abort_with
+from ._pool import message_class
+from ._server import Service
+
+__all__ = ["SERVICE", "management_service"]
+
+SERVICE = "org.pytorch.serve.grpc.management.ManagementAPIsService"
+_PACKAGE = "org.pytorch.serve.grpc.management"
+
+ManagementResponse: Any = message_class(f"{_PACKAGE}.ManagementResponse")
+_REQUESTS = {
+    "DescribeModel": "DescribeModelRequest",
+    "ListModels": "ListModelsRequest",
+    "RegisterModel": "RegisterModelRequest",
+    "ScaleWorker": "ScaleWorkerRequest",
+    "SetDefault": "SetDefaultRequest",
+    "UnregisterModel": "UnregisterModelRequest",
+}
+
+_encoder = msgspec.json.Encoder()
+
+
+def management_service(management: Management, authorizer: Authorizer | None = None) -> Service:
+    """The management service for :class:`~podium.server.grpc._server.GrpcServer`."""
+    return ManagementService(management, authorizer).service()
+
+
+class ManagementService:
+    """``ManagementAPIsService`` over one :class:`~podium.server.management.Management`."""
+
+    def __init__(self, management: Management, authorizer: Authorizer | None = None) -> None:
+        self.management = management
+        self.authorizer = authorizer
+
+    def service(self) -> Service:
+        handlers: dict[str, Callable[[Any], Awaitable[Reply]]] = {
+            "DescribeModel": self.describe,
+            "ListModels": self.list_models,
+            "RegisterModel": self.register,
+            "ScaleWorker": self.scale,
+            "SetDefault": self.set_default,
+            "UnregisterModel": self.unregister,
+        }
+        methods = {
+            name: grpc.unary_unary_rpc_method_handler(
+                self._wrap(name, handler),
+                request_deserializer=message_class(f"{_PACKAGE}.{_REQUESTS[name]}").FromString,
+                response_serializer=ManagementResponse.SerializeToString,
+            )
+            for name, handler in handlers.items()
+        }
+        return Service(SERVICE, methods)
+
+    def _wrap(
+        self, name: str, handler: Callable[[Any], Awaitable[Reply]]
+    ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+        where = f"/{SERVICE}/{name}"
+
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                if self.authorizer is not None:  # before anything of the call runs
+                    self.authorizer.check_metadata(context.invocation_metadata(), MANAGEMENT)
+                reply = await handler(request)
+                return ManagementResponse(msg=_encoder.encode(reply.body).decode())
+            except Exception as exc:
+                await abort_with(context, exc, where)
+
+        return call
+
+    # -- the six RPCs ----------------------------------------------------------------------
+
+    async def register(self, request: Any) -> Reply:
+        values: dict[str, Any] = {"url": request.url}
+        # proto3: 0 and "" are "not given", as TorchServe reads them.
+        for key in (
+            "model_name",
+            "batch_size",
+            "max_batch_delay",
+            "initial_workers",
+            "response_timeout",
+            "runtime",
+            "handler",
+        ):
+            value = getattr(request, key)
+            if value:
+                values[key] = value
+        if request.s3_sse_kms:
+            values["s3_sse_kms"] = True
+        values["synchronous"] = request.synchronous
+        return await self.management.register(Registration.parse(values))
+
+    async def unregister(self, request: Any) -> Reply:
+        return await self.management.unregister(
+            _name(request.model_name), request.model_version or None
+        )
+
+    async def scale(self, request: Any) -> Reply:
+        low = request.min_worker or 1  # TorchServe: 0 (not given) means 1
+        high = request.max_worker or max(low, 1)
+        if low < 0 or high < 0:
+            raise InvalidInput(
+                f"min_worker and max_worker must be >= 0, got {request.min_worker}, "
+                f"{request.max_worker}"
+            )
+        scaling = Scaling.checked(low, high, request.synchronous)
+        return await self.management.scale(
+            _name(request.model_name), request.model_version or None, scaling
+        )
+
+    async def list_models(self, request: Any) -> Reply:
+        return self.management.list_models(
+            *page({"limit": request.limit, "next_page_token": request.next_page_token})
+        )
+
+    async def describe(self, request: Any) -> Reply:
+        return self.management.describe(_name(request.model_name), request.model_version or None)
+
+    async def set_default(self, request: Any) -> Reply:
+        if not request.model_version:
+            raise InvalidInput("model_version is required")
+        return self.management.set_default(_name(request.model_name), request.model_version)
+
+
+def _name(name: str) -> str:
+    if not name:
+        raise InvalidInput("model_name is required")
+    return name

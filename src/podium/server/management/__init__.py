@@ -1,0 +1,24 @@
+"""The management API (TorchServe's): register, list, describe, scale, set-default, unregister.
+
+``_core`` does the work over the registry (shared by REST and gRPC); ``_app`` is the REST front
+end (pure ASGI); ``_params`` validates parameters for both; ``_urls`` decides where a ``url``
+points (local path, model store, or an allowed remote URL that is downloaded); ``_openapi``
+describes the REST API. The gRPC service is ``server/grpc/_management.py``.
+"""
+
+from ._app import ManagementApp, error_body, render_unauthenticated
+from ._core import Management, Reply
+from ._params import Registration, Scaling, page
+from ._urls import UrlPolicy
+
+__all__ = [
+    "Management",
+    "ManagementApp",
+    "Registration",
+    "Reply",
+    "Scaling",
+    "UrlPolicy",
+    "error_body",
+    "page",
+    "render_unauthenticated",
+]

@@ -1,0 +1,199 @@
+"""The parameters of management requests, validated the same way for REST and gRPC.
+
+REST gives strings (a query) or JSON values (a body); gRPC gives typed fields where 0 and "" mean
+"not given" (proto3 has no presence), as TorchServe reads them. Every problem is an
+``InvalidInput`` (400 / ``INVALID_ARGUMENT``) naming the parameter and the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import InvalidInput
+
+__all__ = ["REGISTER_KEYS", "SCALE_KEYS", "Registration", "Scaling", "flag", "integer", "page"]
+
+REGISTER_KEYS = frozenset(
+    {
+        "url",
+        "model_name",
+        "batch_size",
+        "max_batch_delay",
+        "initial_workers",
+        "synchronous",
+        "response_timeout",
+        "runtime",
+        "handler",
+        "s3_sse_kms",
+    }
+)
+SCALE_KEYS = frozenset({"min_worker", "max_worker", "synchronous", "timeout", "model_version"})
+
+
+def integer(name: str, value: Any, minimum: int) -> int:
+    """``value`` (an int, or the text of one) as an int >= ``minimum``."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(f"parameter {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def number(name: str, value: Any, minimum: float) -> float:
+    """``value`` (a number, or the text of one) as a float >= ``minimum``."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise InvalidInput(f"parameter {name} must be a number >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def flag(name: str, value: Any) -> bool:
+    """``value`` as a boolean: true/false (any case), 1/0, or a JSON boolean."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "1"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("false", "0"):
+        return False
+    raise InvalidInput(f"parameter {name} must be true or false, got {value!r}")
+
+
+def _unknown(values: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise InvalidInput(
+            f"unknown parameter(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A registration request (``POST /models``, ``RegisterModel``)."""
+
+    url: str
+    model_name: str | None = None
+    batch_size: int | None = None
+    max_batch_delay: float | None = None  # milliseconds
+    initial_workers: int | None = None
+    response_timeout: float | None = None  # seconds
+    synchronous: bool = True
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any], *, synchronous: bool = True) -> Registration:
+        """From REST parameters (query strings or JSON values); ``synchronous`` is the default."""
+        _unknown(values, REGISTER_KEYS)
+        url = values.get("url")
+        if not isinstance(url, str) or not url.strip():
+            raise InvalidInput("Parameter url is required.")
+        name = values.get("model_name")
+        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
+            raise InvalidInput(
+                f"parameter model_name must be a non-empty name without '/', got {name!r}"
+            )
+        runtime = values.get("runtime")
+        if runtime is not None and str(runtime).lower() not in ("python", "python3", ""):
+            raise InvalidInput(f"runtime '{runtime}' is not supported: Podium runs python models")
+        if values.get("handler"):
+            raise InvalidInput(
+                "parameter handler is not supported: name the handler in the model's own files "
+                "(MANIFEST.json or model-config.yaml)"
+            )
+        if "s3_sse_kms" in values and flag("s3_sse_kms", values["s3_sse_kms"]):
+            raise InvalidInput("parameter s3_sse_kms is not supported: s3 urls are not fetched")
+
+        def get(key: str, parse: Any, minimum: float) -> Any:
+            return parse(key, values[key], minimum) if key in values else None
+
+        return cls(
+            url=url.strip(),
+            model_name=name.strip() if name else None,
+            batch_size=get("batch_size", integer, 1),
+            max_batch_delay=get("max_batch_delay", number, 0),
+            initial_workers=get("initial_workers", integer, 0),
+            response_timeout=get("response_timeout", number, 0),
+            synchronous=flag("synchronous", values["synchronous"])
+            if "synchronous" in values
+            else synchronous,
+        )
+
+    def overrides(self) -> dict[str, Any]:
+        """The ``ModelConfig`` fields these parameters replace."""
+        out: dict[str, Any] = {}
+        if self.model_name is not None:
+            out["name"] = self.model_name
+        if self.batch_size is not None:
+            out["batch_size"] = self.batch_size
+        if self.max_batch_delay is not None:
+            out["max_batch_delay"] = self.max_batch_delay
+        if self.initial_workers is not None:
+            out["min_workers"] = self.initial_workers
+        if self.response_timeout is not None:
+            out["response_timeout"] = self.response_timeout
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Scaling:
+    """A scale request (``PUT /models/{m}[/{v}]``, ``ScaleWorker``)."""
+
+    min_workers: int
+    max_workers: int
+    synchronous: bool = False
+    version: str | None = None
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> Scaling:
+        """From REST parameters: ``min_worker`` (default 1, as TorchServe), ``max_worker``
+        (default ``min_worker``, at least 1), ``synchronous`` (default false); ``timeout`` is accepted and
+        ignored (a worker being removed always finishes what it holds)."""
+        _unknown(values, SCALE_KEYS)
+        low = integer("min_worker", values["min_worker"], 0) if "min_worker" in values else 1
+        high = (
+            integer("max_worker", values["max_worker"], 0)
+            if "max_worker" in values
+            else max(low, 1)  # as a model's config.yaml: max_workers defaults to min, at least 1
+        )
+        if "timeout" in values:
+            integer("timeout", values["timeout"], -1)
+        version = values.get("model_version") or None
+        return cls.checked(
+            low, high, flag("synchronous", values.get("synchronous", False)), version
+        )
+
+    @classmethod
+    def checked(cls, low: int, high: int, synchronous: bool, version: str | None = None) -> Scaling:
+        if high < low:
+            raise InvalidInput(
+                f"max_worker cannot be less than min_worker (min_worker {low}, max_worker {high})"
+            )
+        if high < 1:
+            raise InvalidInput("max_worker must be at least 1")
+        return cls(low, high, synchronous, str(version) if version else None)
+
+
+def page(values: Mapping[str, Any]) -> tuple[int, int]:
+    """``limit`` and ``next_page_token`` of a list request. As TorchServe: a limit that is
+    absent, 0, negative or above 100 means 100; a negative token means 0."""
+    limit = _int_or(values.get("limit"), "limit", 100)
+    token = _int_or(values.get("next_page_token"), "next_page_token", 0)
+    if limit <= 0 or limit > 100:
+        limit = 100
+    return limit, max(token, 0)
+
+
+def _int_or(value: Any, name: str, default: int) -> int:
+    if value is None or value == "":
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise InvalidInput(f"parameter {name} must be an integer, got {value!r}")

@@ -1,0 +1,168 @@
+"""TorchServe archives: reading .mar/.tar.gz safely, and `podium archive` writing them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from ts_kit import TS_MODELS, archive
+
+from podium.cli import main
+from podium.errors import DefinitionError
+from podium.model import torchserve
+from podium.model._ts_archive import MANIFEST, extract
+from podium.model.discovery import discover
+
+MANIFEST_JSON = json.dumps({"runtime": "python", "model": {"modelName": "x", "handler": "h.py"}})
+
+
+def test_archive_command_builds_a_mar_that_discovery_reads(tmp_path: Path) -> None:
+    src = TS_MODELS / "class-style"
+    result = CliRunner().invoke(
+        main,
+        [
+            "archive",
+            "--model-name", "greeter",
+            "--handler", str(src / "handler.py"),
+            "--config-file", str(src / "model-config.yaml"),
+            "--extra-files", str(TS_MODELS / "README.md"),
+            "--version", "1.5",
+            "--export-path", str(tmp_path),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    mar = tmp_path / "greeter.mar"
+    assert f"wrote {mar}" in result.output
+    with zipfile.ZipFile(mar) as zf:
+        assert sorted(zf.namelist()) == sorted(
+            ["handler.py", "model-config.yaml", "README.md", MANIFEST]
+        )
+        manifest = json.loads(zf.read(MANIFEST))
+    assert manifest["runtime"] == "python"
+    assert manifest["model"] == {
+        "modelName": "greeter",
+        "handler": "handler.py",
+        "modelVersion": "1.5",
+        "configFile": "model-config.yaml",
+    }
+    (source,) = discover(mar)
+    assert source.contract == "torchserve"
+    assert (source.config.name, source.config.version) == ("greeter", "1.5")
+    assert source.file == mar.resolve()
+    assert (source.model_dir / "README.md").is_file()
+    # an existing archive is kept unless --force
+    again = CliRunner().invoke(
+        main, ["archive", "--model-name", "greeter", "--handler", str(src / "handler.py"),
+               "--export-path", str(tmp_path)]
+    )  # fmt: skip
+    assert again.exit_code != 0 and "--force" in again.output
+
+
+@pytest.mark.parametrize("fmt", ["default", "tgz", "no-archive"])
+def test_every_archive_format_is_a_source(tmp_path: Path, fmt: str) -> None:
+    path = archive("module-style", tmp_path, fmt)
+    assert torchserve.is_source(path)
+    (source,) = discover(path)
+    assert source.config.name == "module-style"
+    assert (source.model_dir / "handler.py").is_file()
+
+
+def test_an_archive_is_extracted_once_per_content(tmp_path: Path) -> None:
+    path = archive("module-style", tmp_path, "default")
+    first = extract(path)
+    copy = tmp_path / "copy.mar"
+    copy.write_bytes(path.read_bytes())
+    assert extract(copy) == first
+    assert oct(first.parent.stat().st_mode & 0o777) == "0o700"  # private to the process
+
+
+def _zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize("evil", ["../escape.py", "/abs/escape.py", "a/../../escape.py"])
+def test_zip_members_cannot_escape(tmp_path: Path, evil: str) -> None:
+    mar = _zip(
+        tmp_path / f"evil{abs(hash(evil))}.mar", {MANIFEST: MANIFEST_JSON.encode(), evil: b"x"}
+    )
+    with pytest.raises(DefinitionError, match="outside the model directory; refused"):
+        extract(mar)
+    assert not (tmp_path / "escape.py").exists()
+    assert not Path("/abs/escape.py").exists()
+
+
+def test_zip_symlinks_are_refused(tmp_path: Path) -> None:
+    mar = tmp_path / "link.mar"
+    with zipfile.ZipFile(mar, "w") as zf:
+        zf.writestr(MANIFEST, MANIFEST_JSON)
+        info = zipfile.ZipInfo("h.py")
+        info.external_attr = 0o120777 << 16
+        zf.writestr(info, "/etc/passwd")
+    with pytest.raises(DefinitionError, match="symbolic link; refused"):
+        extract(mar)
+
+
+def test_tar_members_cannot_escape_or_link(tmp_path: Path) -> None:
+    def tar(name: str, member: tarfile.TarInfo, data: bytes = b"") -> Path:
+        path = tmp_path / name
+        with tarfile.open(path, "w:gz") as tf:
+            head = tarfile.TarInfo(MANIFEST)
+            head.size = len(MANIFEST_JSON)
+            tf.addfile(head, io.BytesIO(MANIFEST_JSON.encode()))
+            member.size = len(data)
+            tf.addfile(member, io.BytesIO(data))
+        return path
+
+    with pytest.raises(DefinitionError, match="outside the model directory"):
+        extract(tar("a.tar.gz", tarfile.TarInfo("../../escape.py"), b"x"))
+    link = tarfile.TarInfo("h.py")
+    link.type = tarfile.SYMTYPE
+    link.linkname = "/etc/passwd"
+    with pytest.raises(DefinitionError, match="link or a special file; refused"):
+        extract(tar("b.tar.gz", link))
+    assert not (tmp_path.parent / "escape.py").exists()
+
+
+def test_archive_without_manifest_or_broken(tmp_path: Path) -> None:
+    with pytest.raises(DefinitionError, match="holds no MAR-INF/MANIFEST.json"):
+        extract(_zip(tmp_path / "empty.mar", {"h.py": b""}))
+    bad = tmp_path / "bad.mar"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(DefinitionError, match="not a readable archive"):
+        extract(bad)
+
+
+def test_manifest_config_file_must_exist(tmp_path: Path) -> None:
+    model = archive("module-style", tmp_path)
+    manifest = model / MANIFEST
+    data = json.loads(manifest.read_text())
+    data["model"]["configFile"] = "missing.yaml"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(DefinitionError, match="configFile 'missing.yaml' is missing"):
+        discover(model)
+
+
+def test_check_command_reports_a_bad_model_config(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "handler.py").write_text("def handle(data, context):\n    return data\n")
+    (src / "model-config.yaml").write_text("sequenceBatching: true\n")
+    result = CliRunner().invoke(
+        main,
+        ["archive", "--model-name", "seq", "--handler", str(src / "handler.py"),
+         "--config-file", str(src / "model-config.yaml"), "--export-path", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 0
+    checked = CliRunner().invoke(main, ["check", str(tmp_path / "seq.mar")])
+    assert checked.exit_code == 1
+    assert "'sequenceBatching' is not supported yet" in checked.output
+    assert os.path.exists(tmp_path / "seq.mar")

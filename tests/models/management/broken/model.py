@@ -1,0 +1,6 @@
+"""Breaks the contract: predict is missing."""
+
+
+class Model:
+    def load(self):
+        pass
