@@ -281,6 +281,11 @@ class Secrets(Mapping[str, str]):
         self._directory = directory
         self._environ = os.environ if environ is None else environ
 
+    @property
+    def directory(self) -> Path | None:
+        """The directory secrets are read from after the environment (``--secrets-dir``)."""
+        return self._directory
+
     @staticmethod
     def env_name(name: str) -> str:
         return "PODIUM_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()

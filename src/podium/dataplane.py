@@ -10,7 +10,7 @@ end serialises it). The mapping is documented cell by cell in ``docs/protocols.m
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import msgspec
@@ -72,7 +72,7 @@ class DataPlane:
         if mv is None:
             mv = self.registry.ready(call.model, call.version)
         inputs, oip = self._inputs(mv, call)
-        if mv.instance.streaming and not getattr(mv.instance, "predict_on_infer", False):
+        if mv.instance.streaming and not mv.instance.predict_on_infer:
             async with contextlib.aclosing(mv.scheduler.stream(inputs, call.request)) as stream:
                 items = [item async for item in stream]
             return self._gather(mv, call, items, oip)
@@ -95,6 +95,25 @@ class DataPlane:
                     yield item
         finally:
             await items.aclose()
+
+    async def stream_inputs(
+        self,
+        mv: ModelVersion,
+        calls: AsyncIterator[Call],
+        protocol: WireProtocol,
+        request: Any = None,
+    ) -> AsyncGenerator[Any, None]:
+        """A stream of calls to one model that reads a stream of requests (its
+        ``consumes_stream``): each call's payload converted as for :meth:`infer` as it arrives,
+        the model's answers as it produces them (OIP: each an :class:`InferenceResponse`)."""
+
+        async def inputs() -> AsyncGenerator[Any, None]:
+            async for call in calls:
+                yield self._inputs(mv, call)[0]
+
+        async with contextlib.aclosing(mv.scheduler.stream_inputs(inputs(), request)) as items:
+            async for item in items:
+                yield self._oip_response(mv, item, None) if protocol is WireProtocol.OIP else item
 
     def resolve(self, model: str, version: str | None = None) -> ModelVersion:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.

@@ -9,7 +9,7 @@ Nothing here knows about HTTP or gRPC.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -174,6 +174,16 @@ class ModelInstance(Protocol):
     streaming: bool
     has_preprocess: bool
     has_postprocess: bool
+    #: A streaming model whose non-streaming calls go to ``predict`` rather than gathering
+    #: ``predict_stream`` (an MLServer runtime defines both).
+    predict_on_infer: bool
+    #: Reads a stream of requests (``predict_input_stream``): gRPC ModelStreamInfer hands it
+    #: every request of the stream, and it answers as it decides (an MLServer runtime's
+    #: ``predict_stream``).
+    consumes_stream: bool
+    #: ``predict`` runs user code in a thread, which cannot be interrupted (a sync ``predict``):
+    #: a timeout then fails the request without waiting for it.
+    predict_in_thread: bool
 
     async def load(self) -> None: ...
 
@@ -184,5 +194,9 @@ class ModelInstance(Protocol):
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]: ...
 
     def validate(self, value: Any) -> Any: ...
+
+    def predict_input_stream(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]: ...
 
     async def postprocess(self, outputs: Any, request: Any) -> Any: ...

@@ -293,6 +293,24 @@ async def test_a_timed_out_async_predict_is_cancelled_and_504(
 
 
 @pytest.mark.anyio
+async def test_a_client_leaving_a_timed_predict_is_a_cancellation_not_a_timeout(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SLOW_ASYNC, "response_timeout: 30\n", executor)
+    await mv.load()
+    try:
+        call = asyncio.ensure_future(mv.scheduler.infer("30", None))
+        await wait_until(lambda: mv.statistics()["busy"] == 1)
+        call.cancel()  # the client left long before the timeout
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await wait_until(lambda: model_module(mv).CANCELLED == ["30"])
+        assert await mv.scheduler.infer("0", None) == "0"  # the slot is free
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
 async def test_a_stuck_sync_predict_fails_at_once_and_its_thread_worker_is_replaced(
     tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:

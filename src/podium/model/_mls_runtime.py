@@ -129,6 +129,7 @@ class MLServerModel:
         # MLServer answers infer with predict even when the runtime also streams: the data plane
         # should call predict on non-streaming routes instead of gathering predict_stream.
         self.predict_on_infer = True
+        self.predict_in_thread = not inspect.iscoroutinefunction(getattr(runtime, "predict", None))
 
     # -- lifecycle ---------------------------------------------------------------------------
 

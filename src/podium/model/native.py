@@ -11,7 +11,7 @@ import enum
 import inspect
 import types
 import typing
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,6 +297,9 @@ class NativeModel:
         self.input_kind = spec.input_kind
         self.input_schema = spec.input_schema
         self.streaming = spec.predict.streaming
+        self.predict_on_infer = False
+        self.consumes_stream = False
+        self.predict_in_thread = spec.predict.flavor is Flavor.SYNC
         self.has_preprocess = spec.preprocess is not None
         self.has_postprocess = spec.postprocess is not None
         self._pre = self._bind(spec.preprocess)
@@ -362,6 +365,13 @@ class NativeModel:
 
     async def predict(self, inputs: Any, request: Any) -> Any:
         return await self._call(self.spec.predict, self._predict, inputs, request)
+
+    def predict_input_stream(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
+        raise RuntimeError(
+            "a native model does not read a stream of requests (consumes_stream is False)"
+        )
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         spec = self.spec.predict

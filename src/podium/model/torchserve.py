@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor
 from email import message_from_bytes
 from email.policy import HTTP
@@ -241,6 +241,9 @@ class TorchServeModel:
         self._buffer = config.stream_buffer
         # with batching the scheduler wants one list back: intermediate items are gathered
         self.streaming = handler.streams and not self._batched
+        self.predict_on_infer = False
+        self.consumes_stream = False
+        self.predict_in_thread = True  # handlers are sync code
         settings: TsSettings = source.extra["settings"]
         self.context = Context(
             config.name,
@@ -300,6 +303,13 @@ class TorchServeModel:
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         return self._stream(inputs, request)
+
+    def predict_input_stream(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
+        raise RuntimeError(
+            "a TorchServe handler does not read a stream of requests (consumes_stream is False)"
+        )
 
     async def _stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         loop = asyncio.get_running_loop()

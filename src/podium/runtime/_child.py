@@ -187,6 +187,8 @@ class Child(asyncio.Protocol):
                     "needs_request": instance.needs_request,
                     "input_kind": instance.input_kind,
                     "streaming": instance.streaming,
+                    "predict_on_infer": instance.predict_on_infer,
+                    "consumes_stream": instance.consumes_stream,
                     "pipelined": instance.has_preprocess or instance.has_postprocess,
                 },
             )
@@ -293,11 +295,21 @@ class Child(asyncio.Protocol):
         return results
 
 
+#: Seconds a model's unload hook may take when its worker process is stopped.
+UNLOAD_GRACE = 5.0
+
+
 async def _serve(sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     closed = asyncio.Event()
-    await loop.create_unix_connection(lambda: Child(closed), sock=sock)
+    child = Child(closed)
+    await loop.create_unix_connection(lambda: child, sock=sock)
     await closed.wait()
+    # The model's own unload hook (an MLServer runtime's unload()), bounded.
+    close = getattr(child.instance, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(close(), UNLOAD_GRACE)
     # The server closed the socket (or died). Threads running sync model code cannot be
     # stopped, and asyncio.run would wait for them: leave at once.
     sys.stdout.flush()

@@ -31,7 +31,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,9 @@ class RemoteInstance:
         self.input_kind = InputKind.DEFAULT
         self.input_schema: type | None = None
         self.streaming = False
+        self.predict_on_infer = False
+        self.consumes_stream = False
+        self.predict_in_thread = False  # the worker process times its own predicts
         self.has_preprocess = False
         self.has_postprocess = False
         self.pipelined = False  # the real instance has preprocess or postprocess
@@ -79,6 +82,8 @@ class RemoteInstance:
         self.needs_request = description["needs_request"]
         self.input_kind = description["input_kind"]
         self.streaming = description["streaming"]
+        self.predict_on_infer = description["predict_on_infer"]
+        self.consumes_stream = description["consumes_stream"]
         self.pipelined = description["pipelined"]
 
     async def load(self) -> None:
@@ -97,6 +102,11 @@ class RemoteInstance:
         raise RuntimeError("a process worker's model runs in its worker processes")
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        raise RuntimeError("a process worker's model runs in its worker processes")
+
+    def predict_input_stream(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
         raise RuntimeError("a process worker's model runs in its worker processes")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 from ..errors import QueueFull
@@ -21,6 +21,10 @@ class Scheduler(Protocol):
 
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """The items of one request, as a streaming ``predict`` produces them."""
+        ...
+
+    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
+        """The answers of a model that reads a stream of requests (``consumes_stream``)."""
         ...
 
     def statistics(self) -> dict[str, int]:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..errors import BadModelOutput, QueueFull, Unavailable
 from ..types import ModelInstance
 from . import _wire
 from ._proc import WorkerGone
+from .direct import stream_inputs_through, stream_through
 from .workers import Worker, WorkerPool
 
 __all__ = ["BatchScheduler"]
@@ -148,8 +150,37 @@ class BatchScheduler:
             outputs = await entry.worker.instance.postprocess(outputs, request)
         return outputs
 
+    async def stream_inputs(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
+        """A model that reads a stream of requests reads it unbatched."""
+        self._active += 1
+        try:
+            async with contextlib.aclosing(
+                stream_inputs_through(self._pool, inputs, request)
+            ) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self._active -= 1
+            if not self._active and self._idle is not None:
+                self._idle.set()
+
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        yield await self.infer(inputs, request)
+        """A batched ``predict``'s one result; a streaming model (an MLServer runtime with
+        ``predict_stream`` and adaptive batching) streams its request unbatched, as MLServer does."""
+        if not self._pool.instance.streaming:
+            yield await self.infer(inputs, request)
+            return
+        self._active += 1
+        try:
+            async with contextlib.aclosing(stream_through(self._pool, inputs, request)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self._active -= 1
+            if not self._active and self._idle is not None:
+                self._idle.set()
 
     def _live(self) -> int:
         while self._queue and self._queue[0].future.done():

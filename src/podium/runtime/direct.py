@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
 from ._proc import WorkerGone
 from .workers import Worker, WorkerPool
@@ -100,6 +102,19 @@ class DirectScheduler:
         finally:
             self._leave()
 
+    async def stream_inputs(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
+        self._active += 1
+        try:
+            async with contextlib.aclosing(
+                stream_inputs_through(self._pool, inputs, request)
+            ) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self._leave()
+
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         pool = self._pool
         front = pool.instance
@@ -108,23 +123,63 @@ class DirectScheduler:
             return
         self._active += 1
         try:
-            if front.has_preprocess:
-                inputs = await pool.preprocessor().preprocess(inputs, request)
-            while True:
-                worker = await self._worker()
-                items = worker.stream(inputs, request)
-                try:
-                    first = await anext(items)
-                except StopAsyncIteration:
-                    return
-                except WorkerGone:
-                    continue
-                break
-            try:
-                yield first
+            async with contextlib.aclosing(stream_through(pool, inputs, request)) as items:
                 async for item in items:
                     yield item
-            finally:
-                await items.aclose()
         finally:
             self._leave()
+
+
+async def stream_inputs_through(
+    pool: WorkerPool, inputs: AsyncIterator[Any], request: Any
+) -> AsyncGenerator[Any, None]:
+    """A stream of requests through a model that reads it (``consumes_stream``), on the
+    least-loaded ready thread worker, holding one slot for the whole stream. Each request is
+    preprocessed as it is read."""
+    if pool.instance.has_preprocess:
+        pre = pool.preprocessor()
+        inputs = _preprocessed(pre, inputs, request)
+    gate = pool.gate
+    worker = gate.try_acquire() or await gate.acquire()
+    stream_inputs = getattr(worker, "stream_inputs", None)
+    if stream_inputs is None:
+        gate.release(worker)
+        raise UnsupportedRepresentation(
+            f"{pool.label} reads a stream of requests, which needs thread workers "
+            f"(it runs in {worker.kind} workers)"
+        )
+    async with contextlib.aclosing(stream_inputs(inputs, request)) as items:
+        async for item in items:
+            yield item
+
+
+async def _preprocessed(
+    pre: ModelInstance, inputs: AsyncIterator[Any], request: Any
+) -> AsyncGenerator[Any, None]:
+    async for item in inputs:
+        yield await pre.preprocess(item, request)
+
+
+async def stream_through(pool: WorkerPool, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    """One request through a streaming model: preprocess, then the items of the least-loaded
+    ready worker's ``predict_stream`` (a worker that died before it got the request is
+    skipped). The worker's slot is held until its stream ends."""
+    if pool.instance.has_preprocess:
+        inputs = await pool.preprocessor().preprocess(inputs, request)
+    gate = pool.gate
+    while True:
+        worker = gate.try_acquire() or await gate.acquire()
+        items = worker.stream(inputs, request)
+        try:
+            first = await anext(items)
+        except StopAsyncIteration:
+            return
+        except WorkerGone:
+            continue
+        break
+    try:
+        yield first
+        async for item in items:
+            yield item
+    finally:
+        await items.aclose()

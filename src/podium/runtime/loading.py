@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -110,14 +111,20 @@ def build_version(
     return ModelVersion(config, pool.instance, scheduler, source=str(source.file), pool=pool)
 
 
-def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, Any]], list[str]]:
-    """Discover and import every model once; the checked ones, and every problem found."""
-    problems: list[str] = []
+def _discover(paths: list[Path]) -> tuple[list[ModelSource], list[str]]:
     sources: list[ModelSource] = []
+    problems: list[str] = []
     for path in paths:
         found, path_problems = discover_all(path)  # a bad config hides no other model's problems
         sources.extend(found)
         problems.extend(path_problems)
+    return sources, problems
+
+
+def _check(
+    sources: list[ModelSource], problems: list[str]
+) -> tuple[list[tuple[ModelSource, Any]], list[str]]:
+    """Import every model once; the checked ones, and every problem found (added to ``problems``)."""
     seen: dict[tuple[str, str | None], ModelSource] = {}
     checked: list[tuple[ModelSource, Any]] = []
     for source in sources:
@@ -133,6 +140,33 @@ def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, Any]], list[str
         checked.append((source, spec))
     problems.extend(_defaults(sources)[1])
     return checked, problems
+
+
+def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, Any]], list[str]]:
+    """Discover and import every model once; the checked ones, and every problem found."""
+    return _check(*_discover(paths))
+
+
+def _build(
+    checked: list[tuple[ModelSource, Any]],
+    *,
+    secrets: Mapping[str, str],
+    executor: Executor,
+    codec: RequestCodec | None,
+) -> list[ModelVersion]:
+    """Every checked model instantiated, or one ``DefinitionError`` listing every failure."""
+    problems: list[str] = []
+    versions: list[ModelVersion] = []
+    for source, spec in checked:
+        try:
+            versions.append(
+                build_version(source, secrets=secrets, executor=executor, spec=spec, codec=codec)
+            )
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
+    return versions
 
 
 def _defaults(sources: list[ModelSource]) -> tuple[dict[str, str], list[str]]:
@@ -180,16 +214,7 @@ def register_paths(
     checked, problems = _collect(paths)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
-    versions: list[ModelVersion] = []
-    for source, spec in checked:
-        try:
-            versions.append(
-                build_version(source, secrets=secrets, executor=executor, spec=spec, codec=codec)
-            )
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    versions = _build(checked, secrets=secrets, executor=executor, codec=codec)
     for mv in versions:
         registry.add(mv)
     for name, wanted in _defaults([source for source, _ in checked])[0].items():
@@ -202,6 +227,7 @@ def build_path(
     *,
     secrets: Mapping[str, str],
     executor: Executor,
+    codec: RequestCodec | None = None,
 ) -> list[ModelVersion]:
     """Discover, check and instantiate every model version at ``path`` (a model file, model
     directory or archive) for registration at run time, each config with ``overrides`` in place
@@ -209,9 +235,7 @@ def build_path(
     above the config's ``max_workers`` raises that too). Nothing is registered: the caller adds
     the versions to the registry on the event loop. One ``DefinitionError`` lists every problem.
     """
-    import dataclasses
-
-    found, problems = discover_all(path)
+    found, problems = _discover([path])
     sources: list[ModelSource] = []
     for source in found:
         values = dict(overrides)
@@ -219,26 +243,7 @@ def build_path(
             values["max_workers"] = max(source.config.max_workers, values["min_workers"], 1)
         config = dataclasses.replace(source.config, **values)
         sources.append(dataclasses.replace(source, config=config))
-    seen: dict[tuple[str, str | None], ModelSource] = {}
-    checked: list[tuple[ModelSource, Any]] = []
-    for source in sources:
-        key = (source.config.name, source.config.version)
-        if key in seen:
-            problems.append(f"{source.label}: defined twice (also in {seen[key].file})")
-        seen[key] = source
-        try:
-            checked.append((source, prepare(source)))
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
-    problems.extend(_defaults(sources)[1])
+    checked, problems = _check(sources, problems)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
-    versions: list[ModelVersion] = []
-    for source, spec in checked:
-        try:
-            versions.append(build_version(source, secrets=secrets, executor=executor, spec=spec))
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
-    return versions
+    return _build(checked, secrets=secrets, executor=executor, codec=codec)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -142,6 +142,11 @@ class ThreadWorker:
         self._on_stuck = on_stuck
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
         self._idle: asyncio.Event | None = None
+        # response_timeout of async predicts: each running one's deadline, swept periodically
+        self._deadlines: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._tick = min(response_timeout / 4, 1.0) if response_timeout else 1.0
 
     async def start(self) -> None:
         if not self._loaded:
@@ -165,7 +170,46 @@ class ThreadWorker:
                 return await self.instance.predict(inputs, request)
             finally:
                 self._release()
-        return await self._timed(self.instance.predict(inputs, request))
+        if self.instance.predict_in_thread:
+            return await self._timed(self.instance.predict(inputs, request))
+        return await self._timed_inline(inputs, request)
+
+    async def _timed_inline(self, inputs: Any, request: Any) -> Any:
+        """An async predict bounded by response_timeout, in the caller's own task: past the
+        timeout it is cancelled, which frees the slot at once, and the request fails with
+        ``ResponseTimeout``. No task or timer of its own per call: one sweep per worker checks
+        the deadlines every quarter of the timeout (at most 1 s), so a predict is stopped
+        between ``response_timeout`` and a quarter more after it started."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        self._deadlines[task] = loop.time() + self._timeout
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._tick, self._sweep)
+        try:
+            return await self.instance.predict(inputs, request)
+        except asyncio.CancelledError:
+            if task in self._expired:
+                self._expired.discard(task)
+                if task.uncancel() == 0:  # ours alone, not the client leaving as well
+                    raise ResponseTimeout(
+                        f"{self._label} predict did not finish within response_timeout "
+                        f"{self._timeout:g} s (thread worker {self.id})"
+                    ) from None
+            raise
+        finally:
+            self._deadlines.pop(task, None)
+            self._release()
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for task, deadline in list(self._deadlines.items()):
+            if deadline <= now:
+                del self._deadlines[task]
+                self._expired.add(task)
+                task.cancel()
+        self._sweeper = loop.call_later(self._tick, self._sweep) if self._deadlines else None
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests)
@@ -196,13 +240,21 @@ class ThreadWorker:
         if not task.done() and self.state == "ready" and self._on_stuck is not None:
             self._on_stuck(self)
 
-    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """The items of a streaming predict, through a bounded buffer of ``stream_buffer``."""
+        return self._stream(lambda: self.instance.predict_stream(inputs, request))
+
+    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
+        """The answers of a model that reads a stream of requests (``predict_input_stream``),
+        through the same bounded buffer; the slot is held until its stream ends."""
+        return self._stream(lambda: self.instance.predict_input_stream(inputs, request))
+
+    async def _stream(
+        self, make: Callable[[], AsyncGenerator[Any, None]]
+    ) -> AsyncGenerator[Any, None]:
         queue: asyncio.Queue[Any] = asyncio.Queue(self._buffer)
         released = [False]
-        task = asyncio.get_running_loop().create_task(
-            self._produce(inputs, request, queue, released)
-        )
+        task = asyncio.get_running_loop().create_task(self._produce(make, queue, released))
         self._producers[task] = queue
 
         def done(task: asyncio.Task[None]) -> None:
@@ -237,11 +289,14 @@ class ThreadWorker:
                 await asyncio.gather(task, return_exceptions=True)
 
     async def _produce(
-        self, inputs: Any, request: Any, queue: asyncio.Queue[Any], released: list[bool]
+        self,
+        make: Callable[[], AsyncGenerator[Any, None]],
+        queue: asyncio.Queue[Any],
+        released: list[bool],
     ) -> None:
         outcome: Any = _END
         try:
-            items = self.instance.predict_stream(inputs, request)
+            items = make()
         except Exception as exc:
             await queue.put(_Failure(exc))
             return
@@ -274,6 +329,11 @@ class ThreadWorker:
                     break
                 except asyncio.QueueFull:
                     queue.get_nowait()
+        # The model's own unload hook, where its contract has one (an MLServer runtime's
+        # unload()); errors are the adapter's to log.
+        close = getattr(self.instance, "close", None)
+        if close is not None:
+            await close()
 
 
 WorkerFactory = Callable[[str], Awaitable[Worker]]
@@ -647,5 +707,5 @@ def _portable_secrets(secrets: Any) -> Any:
     from ..config import Secrets
 
     if isinstance(secrets, Secrets):
-        return ("secrets-dir", getattr(secrets, "_directory", None))
+        return ("secrets-dir", secrets.directory)
     return dict(secrets)

@@ -177,7 +177,11 @@ class Podium:
             max_download_size=config.max_download_size,
         )
         self.management = Management(
-            self.registry, urls=urls, secrets=secrets, executor=self.executor
+            self.registry,
+            urls=urls,
+            secrets=secrets,
+            executor=self.executor,
+            codec=self.request_codec,
         )
         app: Any = ManagementApp(self.management, authorizer=self.authorizer)
         if self.authorizer is not None:

@@ -5,7 +5,10 @@ A thin adapter over the data plane: each RPC turns its message into a :class:`po
 :mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
 
 ``ModelStreamInfer`` answers every request on the stream, in the order the requests came, with
-one response per item (one for a non-streaming model). Up to :data:`STREAM_WINDOW` requests of a
+one response per item (one for a non-streaming model). A model that reads a stream of requests
+(``consumes_stream``: an MLServer runtime's ``predict_stream``) instead gets the whole stream, if
+its first request names it: one ``predict_stream`` reads every request (each must name the same
+model and version) and each of its answers is one response. Up to :data:`STREAM_WINDOW` requests of a
 stream run at once, so that a client streaming many requests keeps the model busy (and a batching
 model batches them); each buffers at most :data:`STREAM_BUFFER` responses until the responses
 before it are sent. Two framings (``--grpc-stream-format``):
@@ -215,8 +218,21 @@ class OipService:
         return _response(response, message)
 
     async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> None:
-        """Answer every request of the stream in order; see the module's docstring."""
+        """Answer every request of the stream in order, or hand the whole stream to a model that
+        reads one; see the module's docstring."""
         shared = GrpcCall(context, _STREAM_PATH)  # in the call's own task: it sees cancellation
+        messages = aiter(requests)
+        try:
+            first = await anext(messages)
+        except StopAsyncIteration:
+            return
+        except Exception as exc:
+            await abort_with(context, exc, _STREAM_PATH)
+        consumer = self._consumer(first)
+        if consumer is not None:
+            await self._consume(consumer, first, messages, context, shared)
+            return
+        requests = _chain(first, messages)
         lanes: asyncio.Queue[asyncio.Queue[Any] | None] = asyncio.Queue(STREAM_WINDOW)
         running: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
@@ -241,6 +257,52 @@ class OipService:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _consumer(self, first: Any) -> ModelVersion | None:
+        """The version the stream's first request addresses, if it reads a stream of requests."""
+        try:
+            mv = self.dataplane.resolve(first.model_name, first.model_version or None)
+        except Exception:
+            return None  # answered (with its error) as any request of the stream
+        return mv if mv.instance.consumes_stream else None
+
+    async def _consume(
+        self, mv: ModelVersion, first: Any, rest: AsyncIterator[Any], context: Any, call: GrpcCall
+    ) -> None:
+        """Every request of the stream to one model that reads them as a stream; each of its
+        answers is one response. Every request must address that model and version."""
+        version = first.model_version or None
+
+        async def calls() -> AsyncIterator[Call]:
+            async for message in _chain(first, rest):
+                if message.model_name != first.model_name or (message.model_version or None) != (
+                    version
+                ):
+                    raise InvalidInput(
+                        f"{mv.label} reads the whole stream: every request of it must name that "
+                        f"model and version, got model '{message.model_name}'"
+                    )
+                yield Call(message.model_name, version, WireProtocol.OIP, to_request(message))
+
+        raw = bool(first.raw_input_contents)
+        request = call.request() if mv.instance.needs_request else None
+        items = self.dataplane.stream_inputs(mv, calls(), WireProtocol.OIP, request)
+        try:
+            async with contextlib.aclosing(items):
+                async for response in items:
+                    if self.triton:
+                        out = ModelStreamInferResponse()
+                        to_message(response, raw, into=out.infer_response)
+                    else:
+                        out = to_message(response, raw)
+                    await context.write(out)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            if not self.triton:
+                await abort_with(context, exc, _STREAM_PATH)
+            _, text = status_of(exc, _STREAM_PATH)  # in-band, as Triton; the stream is over
+            await context.write(_stream_error(text, first))
 
     async def _read(
         self,
@@ -339,6 +401,12 @@ def _response(response: InferenceResponse, request: Any, into: Any = None) -> An
     if response.id is None and request.id:
         response.id = request.id  # the request was not decoded (the model takes no inputs)
     return to_message(response, bool(request.raw_input_contents), into)
+
+
+async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    async for message in rest:
+        yield message
 
 
 def _addressed(out: Any, request: Any) -> Any:

@@ -221,7 +221,7 @@ class HttpApp:
         if action == "generate":
             response = await self.dataplane.infer(call, mv)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
-            joined = form.triton and mv.instance.streaming and not _predicts_on_infer(mv)
+            joined = form.triton and mv.instance.streaming and not mv.instance.predict_on_infer
             await send_body(send, 200, _responses.JSON, _oip.render(response, form, join=joined))
             return
         await self._stream(
@@ -319,9 +319,3 @@ def _parse_json(body: bytes) -> Any:
 def _is_response(value: Any) -> bool:
     """A starlette ``Response`` returned by a Truss-style model is sent as it is."""
     return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
-
-
-def _predicts_on_infer(mv: ModelVersion) -> bool:
-    """A streaming model that answers non-streaming calls with its own ``predict`` (an MLServer
-    runtime with ``predict_stream``), instead of gathering its stream."""
-    return bool(getattr(mv.instance, "predict_on_infer", False))

@@ -27,6 +27,7 @@ from typing import Any
 from ...errors import Conflict, DefinitionError, InvalidInput, NotFound, PodiumError
 from ...runtime.loading import build_path
 from ...runtime.registry import ModelState, ModelVersion, Registry
+from ...runtime.workers import RequestCodec
 from ._params import Registration, Scaling
 from ._urls import UrlPolicy
 
@@ -63,11 +64,13 @@ class Management:
         urls: UrlPolicy,
         secrets: Mapping[str, str],
         executor: Executor,
+        codec: RequestCodec | None = None,
     ) -> None:
         self.registry = registry
         self.urls = urls
         self.secrets = secrets
         self.executor = executor
+        self.codec = codec  # carries request objects into process workers
         self._registered: dict[tuple[str, str | None], str] = {}  # url of each API registration
         self._scaled: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -135,7 +138,9 @@ class Management:
         try:
             versions = await loop.run_in_executor(
                 self.executor,
-                lambda: build_path(path, overrides, secrets=self.secrets, executor=self.executor),
+                lambda: build_path(
+                    path, overrides, secrets=self.secrets, executor=self.executor, codec=self.codec
+                ),
             )
         except DefinitionError as exc:  # the client's model is wrong: a bad request
             raise InvalidInput(f"cannot register '{request.url}': {exc.message}") from exc
