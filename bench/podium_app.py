@@ -7,6 +7,7 @@ real request path, not only under a hello app.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,8 +23,11 @@ ECHO = Path(__file__).resolve().parent.parent / "examples" / "echo"
 def make_app() -> HttpApp:
     registry = Registry()
     register_paths(registry, [ECHO], secrets={}, executor=ThreadPoolExecutor(4))
-    for mv in registry:  # echo has no load(): ready at once
-        mv.state = ModelState.READY
+    # Start the workers (echo's thread worker: nothing bound to a loop but what it creates
+    # per request), as `podium serve` does before it reports ready.
+    asyncio.new_event_loop().run_until_complete(registry.load_all())
+    if not all(mv.state is ModelState.READY for mv in registry):
+        raise RuntimeError("the echo model did not load")
     gc.collect()
     gc.freeze()
     return HttpApp(DataPlane(registry))
