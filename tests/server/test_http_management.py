@@ -6,6 +6,7 @@ error shape."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -458,3 +459,64 @@ async def test_the_api_description(api: httpx.AsyncClient) -> None:
     assert {"/models", "/models/{model_name}", "/models/{model_name}/{model_version}"} <= set(
         document["paths"]
     )
+
+
+@pytest.mark.anyio
+async def test_register_a_mar_built_by_podium_archive(
+    api: httpx.AsyncClient, infer: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """A TorchServe archive (built as `podium archive` builds it), as a TorchServe user
+    registers it, then served on /predictions."""
+    from podium.model._ts_archive import archive_model
+
+    handler = TEST_MODELS / "torchserve" / "module-style" / "handler.py"
+    mar = archive_model(
+        model_name="ts-registered", version="2.0", handler=handler, export_path=tmp_path
+    )
+    answer = await api.post("/models", params={"url": str(mar), "initial_workers": "2"})
+    assert answer.status_code == 200, answer.text
+    try:
+        result = await infer.post("/predictions/ts-registered", content=b"raw bytes")
+        assert result.status_code == 200, result.text
+        (described,) = (await api.get("/models/ts-registered")).json()
+        assert described["modelVersion"] == "2.0" and len(described["workers"]) == 2
+    finally:
+        assert (await api.delete("/models/ts-registered")).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_scaling_up_and_down_under_load_fails_no_request(
+    api: httpx.AsyncClient, infer: httpx.AsyncClient
+) -> None:
+    answer = await api.post("/models", params={"url": "store_echo.py", "model_name": "loaded"})
+    assert answer.status_code == 200, answer.text
+    statuses: list[int] = []
+    stop = anyio.Event()
+
+    async def client() -> None:
+        while not stop.is_set():
+            r = await infer.post("/v1/models/loaded:predict", json={"a": 1})
+            statuses.append(r.status_code)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(client)
+            for workers in ("4", "1", "3", "1"):
+                scaled = await api.put(
+                    "/models/loaded", params={"min_worker": workers, "synchronous": "true"}
+                )
+                assert scaled.status_code == 200, scaled.text
+                before = len(statuses)
+                await eventually(functools.partial(_more, statuses, before))
+            stop.set()
+        assert statuses and set(statuses) == {200}, sorted(set(statuses))
+        (described,) = (await api.get("/models/loaded")).json()
+        assert len(described["workers"]) == 1
+    finally:
+        await api.delete("/models/loaded")
+
+
+async def _more(statuses: list[int], before: int) -> bool:
+    """Requests keep being answered after a scale (at least ten more)."""
+    return len(statuses) >= before + 10
