@@ -88,6 +88,11 @@ def test_model_config_all_keys() -> None:
         "min_workers": 2,
         "max_workers": 4,
         "response_timeout": 30,
+        "sequence_batching": True,
+        "sequence_max_idle_ms": 500,
+        "sequence_timeout_ms": 10_000,
+        "max_sequence_queue_size": 2,
+        "max_num_sequences": 8,
     }
     assert set(data) == MODEL_KEYS
     config = build(data)
@@ -101,6 +106,9 @@ def test_model_config_all_keys() -> None:
     assert config.default_version == "1"
     assert (config.workers, config.min_workers, config.max_workers) == ("process", 2, 4)
     assert config.response_timeout == 30.0 and isinstance(config.response_timeout, float)
+    assert config.sequence_batching is True
+    assert (config.sequence_max_idle_ms, config.sequence_timeout_ms) == (500.0, 10_000.0)
+    assert (config.max_sequence_queue_size, config.max_num_sequences) == (2, 8)
     assert config.raw == data and config.raw is not data
 
 

@@ -13,6 +13,7 @@ SRC = Path(podium.__file__).resolve().parent
 def test_exported_names() -> None:
     assert sorted(podium.__all__) == podium.__all__
     assert set(podium.__all__) == {
+        "Context",
         "InferenceRequest",
         "InferenceResponse",
         "InvalidInput",

@@ -20,6 +20,7 @@ from .errors import (
     Unavailable,
 )
 from .types import (
+    Context,
     InferenceRequest,
     InferenceResponse,
     RequestInput,
@@ -30,6 +31,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Context",
     "InferenceRequest",
     "InferenceResponse",
     "InvalidInput",

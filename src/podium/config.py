@@ -55,6 +55,13 @@ class ModelConfig:
     min_workers: int = 1  # instances started (TorchServe's minWorkers)
     max_workers: int = 1  # the most instances a scale request may ask for (maxWorkers)
     response_timeout: float = 120.0  # seconds a predict may run (responseTimeout); 0 = no limit
+    # Stateful sequences (TorchServe's sequence batching): a sequence's requests run in order on
+    # the worker that holds its state.
+    sequence_batching: bool = False
+    sequence_max_idle_ms: float = 60_000.0  # a sequence idle this long ends; 0 = never
+    sequence_timeout_ms: float = 0.0  # a sequence older than this ends; 0 = no absolute limit
+    max_sequence_queue_size: int = 1  # requests one sequence may have waiting
+    max_num_sequences: int = 0  # open sequences at once; 0 = max_workers x batch_size x 4
     model_metadata: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
 
@@ -124,6 +131,25 @@ class ModelConfig:
                 )
             else:
                 values["workers"] = data["workers"]
+        positive_int("max_sequence_queue_size", 1)
+        positive_int("max_num_sequences", 0)
+        if "sequence_batching" in data:
+            if not isinstance(data["sequence_batching"], bool):
+                problems.append(
+                    f"{where}: 'sequence_batching' must be true or false, "
+                    f"got {data['sequence_batching']!r}"
+                )
+            else:
+                values["sequence_batching"] = data["sequence_batching"]
+        for key in ("sequence_max_idle_ms", "sequence_timeout_ms"):
+            if key in data:
+                value = data[key]
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    problems.append(
+                        f"{where}: '{key}' must be a number of milliseconds >= 0, got {value!r}"
+                    )
+                else:
+                    values[key] = float(value)
         if "response_timeout" in data:
             timeout = data["response_timeout"]
             if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
@@ -176,6 +202,8 @@ class ServerConfig:
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
     grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
     grpc_threads: int = 32  # thread-pool gRPC server; 0: grpc.aio on the event loop
+    # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
+    sequence_header: str = "ts_request_sequence_id"
     secrets_dir: Path | None = None
     threads: int = 64
     log_level: str = "info"

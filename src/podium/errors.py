@@ -12,7 +12,9 @@
     ├── PayloadTooLarge              the body exceeds the configured limit (413 / RESOURCE_EXHAUSTED)
     ├── Unavailable                  try again later (503 / UNAVAILABLE)
     │   ├── ModelNotReady            the model is loading or failed to load
-    │   └── QueueFull                the model's queue is at max_queue_size
+    │   ├── QueueFull                the model's queue is at max_queue_size
+    │   └── SequenceLimit            a sequence's queue is full, or too many sequences are open
+    ├── SequenceClosed               the sequence ended, expired or lost its state (410 / FAILED_PRECONDITION)
     ├── Cancelled                    the client went away; nobody is waiting for the answer
     ├── ModelError                   the user's code raised (500 / INTERNAL)
     │   └── BadModelOutput           the user's code returned something the contract forbids
@@ -48,6 +50,8 @@ __all__ = [
     "PodiumError",
     "QueueFull",
     "ResponseTimeout",
+    "SequenceClosed",
+    "SequenceLimit",
     "STATUS",
     "Unauthenticated",
     "Unavailable",
@@ -152,6 +156,21 @@ class QueueFull(Unavailable):
     code = "queue_full"
 
 
+class SequenceLimit(Unavailable):
+    """A sequence's own queue holds ``max_sequence_queue_size`` requests, or the model holds
+    ``max_num_sequences`` open sequences; nothing else is disturbed."""
+
+    code = "sequence_limit"
+
+
+class SequenceClosed(PodiumError):
+    """A request names a sequence that is over: ended by a request or by the model, expired
+    (idle or absolute timeout), or whose state was lost with its worker. The message says which;
+    a closed sequence is never silently started again."""
+
+    code = "sequence_closed"
+
+
 class Cancelled(PodiumError):
     """The client went away; the work was stopped on purpose. Not a server failure."""
 
@@ -208,6 +227,8 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
     MethodNotAllowed: (405, "UNIMPLEMENTED"),
     PayloadTooLarge: (413, "RESOURCE_EXHAUSTED"),
     Unavailable: (503, "UNAVAILABLE"),
+    SequenceLimit: (503, "RESOURCE_EXHAUSTED"),
+    SequenceClosed: (410, "FAILED_PRECONDITION"),
     Cancelled: (499, "CANCELLED"),
     ModelError: (500, "INTERNAL"),
     WorkerDied: (500, "INTERNAL"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ import msgspec
 __all__ = [
     "DATATYPES",
     "Call",
+    "Context",
     "InferenceRequest",
     "InferenceResponse",
     "InputKind",
@@ -29,6 +31,7 @@ __all__ = [
     "RequestInput",
     "RequestOutput",
     "ResponseOutput",
+    "SequenceRef",
     "WireProtocol",
 ]
 
@@ -143,6 +146,58 @@ class Call:
     protocol: WireProtocol
     payload: Any = None
     request: Any = None
+    sequence: SequenceRef | None = None
+
+
+@dataclass(slots=True)
+class SequenceRef:
+    """A call's place in a stateful sequence (a model with ``sequence_batching``).
+
+    A front end fills ``id`` / ``start`` / ``end`` from what the client sent (the
+    ``ts_request_sequence_id`` headers, the OIP parameters ``sequence_id`` / ``sequence_start`` /
+    ``sequence_end``, TorchServe gRPC's ``sequence_id``). ``id`` None starts a new sequence. The
+    sequence scheduler then sets ``id`` (the one it made, with ``created``) and ``ended`` (the
+    sequence is over after this request); the front end returns the id in its response.
+    """
+
+    id: str | None = None
+    start: bool = False
+    end: bool = False
+    created: bool = False
+    ended: bool = False
+
+
+class Context:
+    """What a model of a stateful sequence sees of it: ask for it with a parameter annotated
+    ``podium.Context`` (as the raw request is asked for).
+
+    ``state`` is a mapping that lives as long as the sequence (empty on its first request);
+    ``sequence_id`` and ``first`` say where the request is; ``end()`` ends the sequence after this
+    request; ``headers`` are response headers the model sets (sent where the protocol has them).
+    """
+
+    __slots__ = ("sequence_id", "first", "state", "headers", "ended")
+
+    def __init__(self, sequence_id: str, *, first: bool, state: dict[str, Any]) -> None:
+        self.sequence_id = sequence_id
+        self.first = first
+        self.state = state
+        self.headers: dict[str, str] = {}
+        self.ended = False
+
+    def end(self) -> None:
+        """End the sequence once this request is answered; its state is dropped."""
+        self.ended = True
+
+    def __repr__(self) -> str:
+        return f"Context(sequence_id={self.sequence_id!r}, first={self.first})"
+
+
+#: The context of the request being run (a list for a batch), set by the sequence scheduler
+#: around ``predict``; model contracts read it for methods that ask for a ``Context``.
+current_context: ContextVar[Context | list[Context] | None] = ContextVar(
+    "podium_current_context", default=None
+)
 
 
 @dataclass(slots=True)

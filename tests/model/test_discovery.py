@@ -195,6 +195,11 @@ VALID: dict[str, tuple[str, Any]] = {
     "min_workers": ("0", 0),
     "max_workers": ("3", 3),
     "response_timeout": ("2.5", 2.5),
+    "sequence_batching": ("true", True),
+    "sequence_max_idle_ms": ("250", 250.0),
+    "sequence_timeout_ms": ("0", 0.0),
+    "max_sequence_queue_size": ("3", 3),
+    "max_num_sequences": ("16", 16),
 }
 
 INVALID: dict[str, str] = {
@@ -212,6 +217,11 @@ INVALID: dict[str, str] = {
     "min_workers": "-1",
     "max_workers": "0",
     "response_timeout": "soon",
+    "sequence_batching": "yes please",
+    "sequence_max_idle_ms": "-5",
+    "sequence_timeout_ms": "forever",
+    "max_sequence_queue_size": "0",
+    "max_num_sequences": "-1",
 }
 
 
