@@ -98,6 +98,12 @@ def main() -> None:
     "Triton's ModelStreamInferResponse with in-band errors [mlserver].",
 )
 @click.option(
+    "--sequence-header",
+    default=None,
+    help="Header naming a stateful sequence; NAME_start / NAME_end flag its first and last "
+    "request [ts_request_sequence_id].",
+)
+@click.option(
     "--grpc-threads",
     type=int,
     default=None,

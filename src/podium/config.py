@@ -250,6 +250,15 @@ class ServerConfig:
             raise ValueError(
                 f"grpc-stream-format must be mlserver or triton, got {self.grpc_stream_format!r}"
             )
+        if (
+            not isinstance(self.sequence_header, str)
+            or not self.sequence_header
+            or not all(c.isalnum() or c in "-_" for c in self.sequence_header)
+        ):
+            raise ValueError(
+                "sequence-header must be a header name (letters, digits, '-' and '_'), "
+                f"got {self.sequence_header!r}"
+            )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(
                 f"log-level must be debug, info, warning or error, got {self.log_level!r}"

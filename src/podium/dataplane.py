@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 
 from . import __version__, codecs
 from .errors import InvalidInput, UnsupportedRepresentation
+from .runtime._scheduler import SequenceScheduling
 from .runtime.registry import ModelState, ModelVersion, Registry
-from .types import Call, InferenceRequest, InferenceResponse, InputKind, Reply, WireProtocol
+from .types import (
+    Call,
+    InferenceRequest,
+    InferenceResponse,
+    InputKind,
+    Reply,
+    SequenceRef,
+    WireProtocol,
+)
 
 __all__ = ["DataPlane", "ModelVersion"]
 
@@ -68,17 +77,26 @@ class DataPlane:
     # -- inference -----------------------------------------------------------------------
 
     async def infer(self, call: Call, mv: ModelVersion | None = None) -> Any:
-        """Run ``call`` to completion. A streaming model's items are gathered into one result."""
+        """Run ``call`` to completion. A streaming model's items are gathered into one result.
+
+        For a model with ``sequence_batching`` the call runs in its sequence: ``call.sequence``
+        (a new sequence when the front end found none) comes back with the id used and whether
+        the sequence ended, for the front end to return."""
         if mv is None:
             mv = self.registry.ready(call.model, call.version)
         inputs, oip = self._inputs(mv, call)
+        sequence = self._sequence(mv, call)
         if mv.instance.streaming and not mv.instance.predict_on_infer:
-            async with contextlib.aclosing(mv.scheduler.stream(inputs, call.request)) as stream:
+            async with contextlib.aclosing(self._stream(mv, inputs, call, sequence)) as stream:
                 items = [item async for item in stream]
             return self._gather(mv, call, items, oip)
-        result = await mv.scheduler.infer(inputs, call.request)
+        if sequence is None:
+            result = await mv.scheduler.infer(inputs, call.request)
+        else:
+            scheduler = cast(SequenceScheduling, mv.scheduler)
+            result = await scheduler.infer_in(sequence, inputs, call.request)
         if call.protocol is WireProtocol.OIP:
-            return self._oip_response(mv, result, oip)
+            return self._oip_response(mv, result, oip, sequence)
         return result
 
     async def stream(self, call: Call, mv: ModelVersion | None = None) -> AsyncGenerator[Any, None]:
@@ -86,15 +104,32 @@ class DataPlane:
         if mv is None:
             mv = self.registry.ready(call.model, call.version)
         inputs, oip = self._inputs(mv, call)
-        items = mv.scheduler.stream(inputs, call.request)
+        sequence = self._sequence(mv, call)
+        items = self._stream(mv, inputs, call, sequence)
         try:
             async for item in items:
                 if call.protocol is WireProtocol.OIP:
-                    yield self._oip_response(mv, item, oip)
+                    yield self._oip_response(mv, item, oip, sequence)
                 else:
                     yield item
         finally:
             await items.aclose()
+
+    @staticmethod
+    def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
+        if not mv.config.sequence_batching:
+            return None
+        if call.sequence is None:
+            call.sequence = SequenceRef()  # no id sent: a new sequence
+        return call.sequence
+
+    @staticmethod
+    def _stream(
+        mv: ModelVersion, inputs: Any, call: Call, sequence: SequenceRef | None
+    ) -> AsyncGenerator[Any, None]:
+        if sequence is None:
+            return mv.scheduler.stream(inputs, call.request)
+        return cast(SequenceScheduling, mv.scheduler).stream_in(sequence, inputs, call.request)
 
     async def stream_inputs(
         self,
@@ -154,7 +189,11 @@ class DataPlane:
         return raw, None
 
     def _oip_response(
-        self, mv: ModelVersion, result: Any, request: InferenceRequest | None
+        self,
+        mv: ModelVersion,
+        result: Any,
+        request: InferenceRequest | None,
+        sequence: SequenceRef | None = None,
     ) -> InferenceResponse:
         requested = request.outputs if request is not None else None
         try:
@@ -172,18 +211,24 @@ class DataPlane:
             result.model_version = mv.version
             if request_id is not None:
                 result.id = request_id
-            return result
-        return InferenceResponse(
-            outputs=outputs, model_name=mv.name, model_version=mv.version, id=request_id
-        )
+            response = result
+        else:
+            response = InferenceResponse(
+                outputs=outputs, model_name=mv.name, model_version=mv.version, id=request_id
+            )
+        if sequence is not None and sequence.id is not None:
+            # Every response of a sequence names it (Triton's sequence parameters).
+            response.parameters = {**(response.parameters or {}), "sequence_id": sequence.id}
+            if sequence.ended:
+                response.parameters["sequence_end"] = True
+        return response
 
     def _gather(
         self, mv: ModelVersion, call: Call, items: list[Any], request: InferenceRequest | None
     ) -> Any:
         if call.protocol is WireProtocol.OIP:
             parts = [self._oip_response(mv, item, request).outputs for item in items]
-            response = self._oip_response(mv, codecs.concat_outputs(parts), request)
-            return response
+            return self._oip_response(mv, codecs.concat_outputs(parts), request, call.sequence)
         first = next((i for i in items if isinstance(i, Reply)), None)
         if first is not None:  # the first reply's status and headers stand for the whole
             bodies = [i.body if isinstance(i, Reply) else i for i in items]

@@ -165,6 +165,7 @@ class SequenceRef:
     end: bool = False
     created: bool = False
     ended: bool = False
+    headers: dict[str, str] = field(default_factory=dict)  # set by the model (Context.headers)
 
 
 class Context:

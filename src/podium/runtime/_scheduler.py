@@ -8,8 +8,9 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 from ..errors import QueueFull
+from ..types import SequenceRef
 
-__all__ = ["Scheduler", "SlotGate"]
+__all__ = ["Scheduler", "SequenceScheduling", "SlotGate"]
 
 
 class Scheduler(Protocol):
@@ -34,6 +35,17 @@ class Scheduler(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class SequenceScheduling(Scheduler, Protocol):
+    """A scheduler of stateful sequences (``sequence_batching``): each call names its place in
+    a sequence, and the scheduler fills in the id it used and whether the sequence ended."""
+
+    async def infer_in(self, sequence: SequenceRef, inputs: Any, request: Any) -> Any: ...
+
+    def stream_in(
+        self, sequence: SequenceRef, inputs: Any, request: Any
+    ) -> AsyncGenerator[Any, None]: ...
 
 
 class SlotGate:

@@ -127,7 +127,11 @@ class Podium:
             self.authorizer = Authorizer.create(
                 self.config.key_file, expiration=self.config.token_expiration
             )
-        app: Any = HttpApp(self.dataplane, max_request_size=self.config.max_request_size)
+        app: Any = HttpApp(
+            self.dataplane,
+            max_request_size=self.config.max_request_size,
+            sequence_header=self.config.sequence_header,
+        )
         if self.authorizer is not None:
             app = AuthMiddleware(app, self.authorizer, inference_rule, render_error)
         sock = bind(self.config.host, self.config.http_port)
@@ -136,7 +140,11 @@ class Podium:
         await server.start()
         self._servers.append(server)
         grpc_server = GrpcServer(
-            inference_services(self.dataplane, stream_format=self.config.grpc_stream_format),
+            inference_services(
+                self.dataplane,
+                stream_format=self.config.grpc_stream_format,
+                sequence_header=self.config.sequence_header,
+            ),
             host=self.config.host,
             port=self.config.grpc_port,
             max_message_size=self.config.grpc_max_message_size,

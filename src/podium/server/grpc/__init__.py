@@ -25,9 +25,14 @@ from ._torchserve import torchserve_service
 __all__ = ["STREAM_FORMATS", "GrpcServer", "OipService", "Service", "inference_services"]
 
 
-def inference_services(dataplane: DataPlane, *, stream_format: str = "mlserver") -> list[Service]:
+def inference_services(
+    dataplane: DataPlane,
+    *,
+    stream_format: str = "mlserver",
+    sequence_header: str = "ts_request_sequence_id",
+) -> list[Service]:
     """Every service of the gRPC inference listener (``--grpc-port``)."""
     return [
         OipService(dataplane, stream_format=stream_format).service(),
-        torchserve_service(dataplane),
+        torchserve_service(dataplane, sequence_header=sequence_header),
     ]

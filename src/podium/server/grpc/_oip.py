@@ -35,11 +35,19 @@ from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, ModelError, PodiumError
 from ...runtime.registry import ModelState
 from ...types import Call, InferenceResponse, WireProtocol
+from .. import _sequences
 from ._call import GrpcCall
 from ._errors import abort_with, status_of
 from ._pool import message_class
 from ._server import Service
-from ._tensors import ModelInferRequest, ModelInferResponse, fill_parameters, to_message, to_request
+from ._tensors import (
+    ModelInferRequest,
+    ModelInferResponse,
+    fill_parameters,
+    parameters_of,
+    to_message,
+    to_request,
+)
 
 __all__ = ["SERVICE", "STREAM_FORMATS", "OipService"]
 
@@ -210,7 +218,10 @@ class OipService:
         inst = mv.instance
         payload = to_request(message) if inst.needs_inputs else None
         request = grpc_call().request() if inst.needs_request else None
-        return Call(message.model_name, version, WireProtocol.OIP, payload, request), mv
+        call = Call(message.model_name, version, WireProtocol.OIP, payload, request)
+        if mv.config.sequence_batching:  # Triton's sequence parameters
+            call.sequence = _sequences.from_parameters(parameters_of(message.parameters))
+        return call, mv
 
     async def model_infer(self, message: Any, context: Any) -> Any:
         call, mv = self._call(message, lambda: GrpcCall(context, _INFER_PATH))

@@ -20,7 +20,8 @@ import msgspec
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, UnsupportedRepresentation
-from ...types import Call, InputKind, Reply, WireProtocol
+from ...types import Call, InputKind, Reply, SequenceRef, WireProtocol
+from .. import _sequences
 from ._call import GrpcCall
 from ._errors import ReplyFailed, abort_with, status_of
 from ._pool import message_class
@@ -173,16 +174,21 @@ async def _send_headers(context: grpc.aio.ServicerContext, value: Any, sent: lis
         await context.send_initial_metadata(metadata)
 
 
-def torchserve_service(dataplane: DataPlane) -> Service:
+def torchserve_service(
+    dataplane: DataPlane, *, sequence_header: str = "ts_request_sequence_id"
+) -> Service:
     """The TorchServe inference service for :class:`~podium.server.grpc._server.GrpcServer`."""
-    return TorchServeInference(dataplane).service()
+    return TorchServeInference(dataplane, sequence_header=sequence_header).service()
 
 
 class TorchServeInference:
     """``org.pytorch.serve.grpc.inference.InferenceAPIsService`` over one data plane."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(
+        self, dataplane: DataPlane, *, sequence_header: str = "ts_request_sequence_id"
+    ) -> None:
         self.dataplane = dataplane
+        self.sequence_header = sequence_header
 
     def service(self) -> Service:
         read = PredictionsRequest.FromString
@@ -216,7 +222,7 @@ class TorchServeInference:
         try:
             mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
             result = await self.dataplane.infer(call, mv)
-            answer = _answer(mv, result, request)
+            answer = _answer(mv, result, request, call)
             await _send_headers(context, result, [False])
             return answer
         except Exception as exc:
@@ -230,7 +236,7 @@ class TorchServeInference:
             sent = [False]
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for item in items:
-                    answer = _answer(mv, item, request)
+                    answer = _answer(mv, item, request, call)
                     await _send_headers(context, item, sent)
                     yield answer
         except Exception as exc:
@@ -255,7 +261,7 @@ class TorchServeInference:
                     mv, call = self._start(request, grpc_call)
                     async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                         async for item in items:
-                            yield _answer(mv, item, request)
+                            yield _answer(mv, item, request, call)
                 except Exception as exc:  # in-band: this request failed, the stream goes on
                     code, message = status_of(exc, _STREAM2)
                     status = Status(code=code.value[0], message=message)
@@ -287,13 +293,23 @@ class TorchServeInference:
                 raw.scope["headers"].append(header)
         if inst.input_kind is InputKind.RAW:
             payload = dict(request.input)  # the entries as sent (TorchServe handlers' rows)
-        return mv, Call(
+        call = Call(
             request.model_name,
             version,
             WireProtocol.TORCHSERVE,
             payload if inst.needs_inputs else None,
             raw,
         )
+        if mv.config.sequence_batching:
+            # The id in its field; start and end as entries of the input map, as TorchServe
+            # reads them. No id: a new sequence, whose id every response then carries.
+            name = self.sequence_header
+            call.sequence = SequenceRef(
+                id=request.sequence_id or None if request.HasField("sequence_id") else None,
+                start=_sequences.flag(request.input.get(name + "_start")),
+                end=_sequences.flag(request.input.get(name + "_end")),
+            )
+        return mv, call
 
 
 _PREDICTIONS = f"/{SERVICE}/Predictions"
@@ -301,8 +317,10 @@ _STREAM = f"/{SERVICE}/StreamPredictions"
 _STREAM2 = f"/{SERVICE}/StreamPredictions2"
 
 
-def _answer(mv: ModelVersion, value: Any, request: Any) -> Any:
+def _answer(mv: ModelVersion, value: Any, request: Any, call: Call) -> Any:
     response = PredictionResponse(prediction=prediction_of(mv, value))
-    if request.HasField("sequence_id"):
+    if call.sequence is not None and call.sequence.id is not None:
+        response.sequence_id = call.sequence.id  # the sequence's, also one the server made
+    elif request.HasField("sequence_id"):
         response.sequence_id = request.sequence_id
     return response

@@ -14,7 +14,8 @@ from typing import Any
 
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import MethodNotAllowed, NotFound, PodiumError
-from ...types import Call, Reply, WireProtocol
+from ...types import Call, InferenceRequest, Reply, WireProtocol
+from .. import _sequences
 from . import _oip, _responses
 from ._exchange import Exchange
 from ._responses import chunk_of, send_body, send_error, send_json
@@ -39,9 +40,16 @@ def _allow(method: str, allowed: tuple[str, ...], what: str) -> None:
 class HttpApp:
     """The ASGI application serving OIP REST, Truss-style and TorchServe inference routes."""
 
-    def __init__(self, dataplane: DataPlane, *, max_request_size: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        max_request_size: int = 64 * 1024 * 1024,
+        sequence_header: str = "ts_request_sequence_id",
+    ) -> None:
         self.dataplane = dataplane
         self.max_request_size = max_request_size
+        self.sequence_header = sequence_header
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -179,7 +187,27 @@ class HttpApp:
         ex.check_length()  # the limit holds for a model that reads the body itself too
         inst = mv.instance
         request = ex.request() if inst.needs_request else None
-        return mv, Call(model, version, protocol, None, request)
+        call = Call(model, version, protocol, None, request)
+        if mv.config.sequence_batching:
+            name = self.sequence_header
+            call.sequence = _sequences.from_headers(lambda h: ex.header(h.lower().encode()), name)
+        return mv, call
+
+    def _sender(self, mv: ModelVersion, call: Call, send: Any) -> Any:
+        """``send``, adding the sequence's headers (its id, its end, what the model set) to the
+        response of a call to a sequence model; ``send`` itself for any other model."""
+        if not mv.config.sequence_batching:
+            return send
+        name = self.sequence_header
+
+        async def send_with_sequence(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                extra = _sequences.response_headers(call.sequence, name)
+                if extra:
+                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        return send_with_sequence
 
     async def _read(
         self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
@@ -187,12 +215,16 @@ class HttpApp:
         """Read and parse the body if the model takes the inputs; then watch for disconnects."""
         if mv.instance.needs_inputs:
             call.payload = parse(await ex.body())
+            if mv.config.sequence_batching and isinstance(call.payload, InferenceRequest):
+                found = _sequences.from_parameters(call.payload.parameters)
+                call.sequence = _sequences.merged(call.sequence, found)
         ex.watch()
 
     async def _oip(
         self, ex: Exchange, send: Any, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP)
+        send = self._sender(mv, call, send)
         # The binary tensor extension costs a plain JSON request this one header lookup.
         header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
@@ -236,6 +268,7 @@ class HttpApp:
 
     async def _truss(self, ex: Exchange, send: Any, model: str) -> None:
         mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
+        send = self._sender(mv, call, send)
         await self._read(ex, mv, call, _parse_json)
         if mv.instance.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.TEXT, sse=False)
@@ -251,6 +284,7 @@ class HttpApp:
 
     async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE)
+        send = self._sender(mv, call, send)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
         await self._read(ex, mv, call, _parse_json if is_json else bytes)
