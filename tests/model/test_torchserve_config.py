@@ -51,11 +51,11 @@ def test_max_workers_follows_min_workers() -> None:
     assert cfg.max_workers == 3
 
 
-def test_sequence_keys_are_not_supported_yet() -> None:
-    for key in ("sequenceBatching", "sequenceMaxIdleMSec", "continuousBatching", "useJobTicket"):
+def test_continuous_batching_keys_are_not_supported_yet() -> None:
+    for key in ("continuousBatching", "useJobTicket"):
         (problem,) = problems({key: True})
         assert f"'{key}' is not supported yet" in problem
-        assert "sequence batching" in problem
+        assert "continuous batching" in problem
 
 
 def test_parallel_keys_are_refused() -> None:

@@ -31,25 +31,30 @@ MAPPED = {
     "maxBatchDelay": "max_batch_delay",
     "responseTimeout": "response_timeout",
     "jobQueueSize": "max_queue_size",
+    # stateful sequences (TorchServe's sequence batching)
+    "sequenceBatching": "sequence_batching",
+    "sequenceMaxIdleMSec": "sequence_max_idle_ms",
+    "sequenceTimeoutMSec": "sequence_timeout_ms",
+    "maxSequenceJobQueueSize": "max_sequence_queue_size",
+    "maxNumSequence": "max_num_sequences",
+}
+_NUMBERS = {"maxBatchDelay", "responseTimeout", "sequenceMaxIdleMSec", "sequenceTimeoutMSec"}
+#: The sequence settings that mean nothing without ``sequenceBatching: true``.
+SEQUENCE = {
+    "sequenceMaxIdleMSec",
+    "sequenceTimeoutMSec",
+    "maxSequenceJobQueueSize",
+    "maxNumSequence",
 }
 #: Accepted and validated, but Podium has nothing to do with them (documented in docs/torchserve.md).
 NOT_ENFORCED = {"startupTimeout", "maxRetryTimeoutInSec", "clientTimeoutInMills", "useVenv"}
 #: Device selection: used to fill ``system_properties["gpu_id"]``.
 DEVICE = {"deviceType", "deviceIds"}
-#: Stateful sequences and continuous batching: a later issue.
-SEQUENCE = {
-    "sequenceBatching",
-    "sequenceMaxIdleMSec",
-    "sequenceTimeoutMSec",
-    "maxSequenceJobQueueSize",
-    "maxNumSequence",
-    "continuousBatching",
-    "useJobTicket",
-    "asyncCommunication",
-}
+#: Continuous batching and TorchServe's asynchronous worker modes: not supported yet.
+CONTINUOUS = {"continuousBatching", "useJobTicket", "asyncCommunication"}
 #: Multi-process model parallelism launched through torchrun: not something Podium launches.
 PARALLEL = {"parallelType", "parallelLevel", "torchrun"}
-FRONTEND = set(MAPPED) | NOT_ENFORCED | DEVICE | SEQUENCE | PARALLEL
+FRONTEND = set(MAPPED) | NOT_ENFORCED | DEVICE | CONTINUOUS | PARALLEL
 
 _CAMEL = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]*)+$")
 
@@ -75,8 +80,8 @@ def model_config(
 ) -> tuple[ModelConfig, TsSettings]:
     """The ``ModelConfig`` of a TorchServe model from its parsed ``model-config.yaml``.
 
-    Raises one ``DefinitionError`` naming every bad key: sequence and parallelism keys (not
-    supported yet), unknown camelCase keys (TorchServe frontend keys Podium does not know,
+    Raises one ``DefinitionError`` naming every bad key: continuous batching and parallelism
+    keys (not supported), unknown camelCase keys (TorchServe frontend keys Podium does not know,
     usually a typo), and bad values.
     """
     problems: list[str] = []
@@ -87,18 +92,23 @@ def model_config(
         if not isinstance(key, str):
             continue
         if key in MAPPED:
-            if key in ("maxBatchDelay", "responseTimeout"):
+            if key == "sequenceBatching":
+                if not isinstance(value, bool):
+                    problems.append(f"{where}: '{key}' must be true or false, got {value!r}")
+                    continue
+            elif key in _NUMBERS:
                 ok = isinstance(value, int | float) and not isinstance(value, bool)
-            else:
-                ok = _is_int(value, 0)
-            if not ok:
+                if not ok:
+                    problems.append(f"{where}: '{key}' must be a number, got {value!r}")
+                    continue
+            elif not _is_int(value, 0):
                 problems.append(f"{where}: '{key}' must be a number, got {value!r}")
                 continue
             data[MAPPED[key]] = value
-        elif key in SEQUENCE:
+        elif key in CONTINUOUS:
             problems.append(
-                f"{where}: '{key}' is not supported yet: sequence batching and continuous "
-                "batching are not supported yet by Podium's TorchServe models"
+                f"{where}: '{key}' is not supported yet: continuous batching is not supported "
+                "yet by Podium's TorchServe models (sequence batching is: sequenceBatching)"
             )
         elif key in PARALLEL:
             problems.append(
@@ -142,6 +152,11 @@ def model_config(
                     )
                 else:
                     data[key] = value
+    orphans = sorted(k for k in SEQUENCE if k in yaml_config)
+    if orphans and data.get("sequence_batching") is not True:
+        logger.warning(
+            "%s: %s has no effect without 'sequenceBatching: true'", where, ", ".join(orphans)
+        )
     device_type = yaml_config.get("deviceType")
     if device_type is not None and device_type not in ("cpu", "gpu"):
         problems.append(f"{where}: 'deviceType' must be 'cpu' or 'gpu', got {device_type!r}")

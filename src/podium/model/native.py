@@ -1,8 +1,13 @@
 """The native model contract (after Truss): a plain class with load/preprocess/predict/postprocess.
 
 ``inspect_class`` checks every rule of the contract when the model is loaded and reports all
-problems at once, each naming the method and the rule. ``NativeModel`` wraps an instance as a
+problems at once, each naming the method and the rule; ``check_config`` adds the rules that
+depend on the model's settings. ``NativeModel`` wraps an instance as a
 :class:`podium.types.ModelInstance`.
+
+A method takes the inputs, the request, or both, in that order, and may take a
+:class:`podium.types.Context` last (a stateful sequence's context, read from
+``podium.types.current_context`` on the event loop when the method is called).
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import DefinitionError, ValidationFailed
-from ..types import InferenceRequest, InputKind
+from ..types import Context, InferenceRequest, InputKind, current_context
 from ._calls import iterate_async, iterate_sync, model_error, run_sync
 
-__all__ = ["MethodSpec", "ModelSpec", "NativeModel", "inspect_class"]
+__all__ = ["MethodSpec", "ModelSpec", "NativeModel", "check_config", "inspect_class"]
 
 INIT_KWARGS = ("config", "data_dir", "secrets")
 
@@ -43,6 +48,10 @@ class MethodSpec:
     takes_inputs: bool
     takes_request: bool
     input_annotation: Any = None
+    #: takes a :class:`podium.types.Context` as its last parameter
+    takes_context: bool = False
+    #: ... annotated ``Context | None``: the model also runs without ``sequence_batching``
+    context_optional: bool = False
 
     @property
     def streaming(self) -> bool:
@@ -72,6 +81,11 @@ class ModelSpec:
     def needs_request(self) -> bool:
         return any(m is not None and m.takes_request for m in self.methods())
 
+    @property
+    def needs_context(self) -> bool:
+        """Some method takes a :class:`podium.types.Context`."""
+        return any(m is not None and m.takes_context for m in self.methods())
+
     def methods(self) -> tuple[MethodSpec | None, ...]:
         return (self.preprocess, self.predict, self.postprocess)
 
@@ -93,6 +107,23 @@ def is_request_annotation(annotation: Any) -> bool:
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         return len(members) == 1 and is_request_annotation(members[0])
     return _mro_has(annotation, "starlette.requests", "Request")
+
+
+def context_annotation(annotation: Any) -> bool | None:
+    """None if ``annotation`` is not ``podium.Context``; else whether it is optional
+    (``Context | None``). A subclass counts, and so does the class from another import of
+    ``podium.types`` (recognised by its qualified name)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        members = [a for a in args if a is not type(None)]
+        if len(members) == 1 and context_annotation(members[0]) is not None:
+            return len(members) < len(args)
+        return None
+    if isinstance(annotation, type) and (
+        issubclass(annotation, Context) or _mro_has(annotation, "podium.types", "Context")
+    ):
+        return False
+    return None
 
 
 def is_schema_annotation(annotation: Any) -> bool:
@@ -153,43 +184,64 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
             problems.append(
                 f"{where}: parameter '{p.name}' must be a plain positional parameter "
-                "(a method takes the inputs, the request, or both, in that order)"
+                "(a method takes the inputs, the request, or both, in that order, and may take "
+                "a podium.Context last)"
             )
             ok = False
-    if len(params) > 2:
-        problems.append(
-            f"{where} takes {len(params)} parameters; a model method takes at most two: "
-            "the inputs, then the request"
-        )
-        ok = False
-    if not params:
-        problems.append(
-            f"{where} takes no parameters; it must take the inputs, the request, or both"
-        )
-        ok = False
     if not ok:
         return None
-    is_req = [is_request_annotation(hints.get(p.name)) for p in params]
+    contexts = [context_annotation(hints.get(p.name)) for p in params]
+    for p, ctx in zip(params[:-1], contexts[:-1], strict=True):
+        if ctx is not None:
+            problems.append(
+                f"{where}: the Context parameter '{p.name}' must come last, after the inputs "
+                "and/or the request"
+            )
+            return None
+    takes_context = bool(contexts) and contexts[-1] is not None
+    context_optional = bool(contexts[-1]) if takes_context else False
+    core = params[:-1] if takes_context else params
+    if len(core) > 2:
+        problems.append(
+            f"{where} takes {len(params)} parameters; a model method takes at most two: "
+            "the inputs, then the request (and a podium.Context last)"
+        )
+        return None
+    if not core:
+        if takes_context:
+            problems.append(
+                f"{where} takes only a Context; it must also take the inputs, the request, or "
+                "both (the Context comes last)"
+            )
+        else:
+            problems.append(
+                f"{where} takes no parameters; it must take the inputs, the request, or both"
+            )
+        return None
+    is_req = [is_request_annotation(hints.get(p.name)) for p in core]
     takes_inputs, takes_request = True, False
-    if len(params) == 1:
+    if len(core) == 1:
         if is_req[0]:
             takes_inputs, takes_request = False, True
     else:
         if is_req[0]:
             problems.append(
-                f"{where}: the request parameter '{params[0].name}' must come second, after the inputs"
+                f"{where}: the request parameter '{core[0].name}' must come second, after the inputs"
             )
             return None
         if not is_req[1]:
             problems.append(
-                f"{where}: its second parameter '{params[1].name}' must be the request, annotated "
-                "with starlette.requests.Request (or a subclass such as fastapi.Request)"
+                f"{where}: its second parameter '{core[1].name}' must be the request, annotated "
+                "with starlette.requests.Request (or a subclass such as fastapi.Request), or the "
+                "sequence's context, annotated podium.Context"
             )
             return None
         takes_request = True
     flavor = _flavor(fn)
-    annotation = hints.get(params[0].name) if takes_inputs else None
-    return MethodSpec(name, flavor, takes_inputs, takes_request, annotation)
+    annotation = hints.get(core[0].name) if takes_inputs else None
+    return MethodSpec(
+        name, flavor, takes_inputs, takes_request, annotation, takes_context, context_optional
+    )
 
 
 def inspect_class(cls: Any) -> ModelSpec:
@@ -243,6 +295,28 @@ def inspect_class(cls: Any) -> ModelSpec:
     return ModelSpec(cls, pre, predict, post, load is not None, init_kwargs, init_any, kind, schema)
 
 
+def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None) -> None:
+    """The rules that depend on the model's settings; one ``DefinitionError`` listing each.
+
+    A method that takes a ``Context`` needs ``sequence_batching: true``: without it there is no
+    sequence, and the model would get None where it declared a Context. ``Context | None``
+    declares that the model also runs without sequences.
+    """
+    if config.sequence_batching:
+        return
+    problems = [
+        f"{spec.cls.__name__}.{m.name} takes a Context but model '{config.name}' does not set "
+        "sequence_batching: true; a Context exists only for the requests of a stateful "
+        "sequence (annotate it 'Context | None' to run without sequences too)"
+        for m in spec.methods()
+        if m is not None and m.takes_context and not m.context_optional
+    ]
+    if problems:
+        if where:
+            problems = [f"{where}: {p}" for p in problems]
+        raise DefinitionError("; ".join(problems), problems)
+
+
 def _inspect_init(cls: type, problems: list[str]) -> tuple[tuple[str, ...], bool]:
     init: Any = vars(cls).get("__init__") or getattr(cls, "__init__")  # noqa: B009
     if init is object.__init__:
@@ -280,6 +354,7 @@ class NativeModel:
         secrets: Mapping[str, str],
         executor: Executor,
     ) -> None:
+        check_config(spec, config)
         self.spec = spec
         self.name = config.name
         self._executor = executor
@@ -294,6 +369,8 @@ class NativeModel:
             ) from exc
         self.needs_inputs = spec.needs_inputs
         self.needs_request = spec.needs_request
+        #: some method takes the sequence's Context (read from ``current_context`` per call)
+        self.needs_context = spec.needs_context
         self.input_kind = spec.input_kind
         self.input_schema = spec.input_schema
         self.streaming = spec.predict.streaming
@@ -312,8 +389,14 @@ class NativeModel:
     @staticmethod
     def _args(spec: MethodSpec, inputs: Any, request: Any) -> tuple[Any, ...]:
         if spec.takes_inputs and spec.takes_request:
-            return (inputs, request)
-        return (inputs,) if spec.takes_inputs else (request,)
+            args: tuple[Any, ...] = (inputs, request)
+        else:
+            args = (inputs,) if spec.takes_inputs else (request,)
+        if spec.takes_context:
+            # read here, in the caller's task: sync code runs in a pool thread, which does not
+            # see the task's context variables
+            args = (*args, current_context.get())
+        return args
 
     async def load(self) -> None:
         """Run the model's ``load()``: async on the loop, sync in the thread pool."""

@@ -31,7 +31,8 @@ import msgspec
 from .. import __version__
 from ..config import load_yaml
 from ..errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
-from ..types import InferenceResponse, InputKind, ModelInstance, Reply
+from ..types import Context as SequenceContext
+from ..types import InferenceResponse, InputKind, ModelInstance, Reply, current_context
 from ._calls import run_sync
 from ._source import ModelSource
 from ._ts_archive import MANIFEST, extract, is_archive, read_manifest
@@ -208,12 +209,43 @@ def _row(payload: Any, request: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return row, {"body": {"content-type": content_type or None}, **headers}
 
 
+def _contexts(count: int) -> list[SequenceContext | None] | None:
+    """The sequence contexts of a call's ``count`` requests (read on the event loop: the
+    handler's thread does not see the task's context variables); None outside sequences."""
+    found = current_context.get()
+    if found is None:
+        return None
+    items: list[SequenceContext | None] = (
+        [found] if isinstance(found, SequenceContext) else list(found)
+    )
+    if len(items) != count:
+        raise RuntimeError(
+            f"{len(items)} sequence contexts for a call of {count} requests: the scheduler "
+            "must set one per request"
+        )
+    return items
+
+
 def _gather(items: list[Any]) -> Any:
     if all(isinstance(i, str) for i in items):
         return "".join(items)
     if all(isinstance(i, bytes | bytearray) for i in items):
         return b"".join(items)
     return items
+
+
+def _end_sequences(
+    processors: list[RequestProcessor], contexts: list[SequenceContext | None]
+) -> None:
+    """End each sequence whose handler set ``ts_request_sequence_end`` (any value: TorchServe's
+    handlers set the sequence id) on its response, as TorchServe's frontend does."""
+    key = Context.header_key_sequence_end
+    for processor, sequence in zip(processors, contexts, strict=True):
+        if sequence is None or not processor.touched:
+            continue
+        headers = processor.get_response_headers()
+        if key in headers or any(k.lower() == key for k in headers):
+            sequence.end()
 
 
 class TorchServeModel:
@@ -297,12 +329,14 @@ class TorchServeModel:
 
     async def predict(self, inputs: Any, request: Any) -> Any:
         if self._batched:
-            return await run_sync(self._executor, self._handle, inputs, request, None)
-        results = await run_sync(self._executor, self._handle, [inputs], [request], None)
+            contexts = _contexts(len(inputs))
+            return await run_sync(self._executor, self._handle, inputs, request, None, contexts)
+        contexts = _contexts(1)
+        results = await run_sync(self._executor, self._handle, [inputs], [request], None, contexts)
         return results[0]
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        return self._stream(inputs, request)
+        return self._stream(inputs, request, _contexts(1))
 
     def predict_input_stream(
         self, inputs: AsyncIterator[Any], request: Any
@@ -311,7 +345,9 @@ class TorchServeModel:
             "a TorchServe handler does not read a stream of requests (consumes_stream is False)"
         )
 
-    async def _stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    async def _stream(
+        self, inputs: Any, request: Any, contexts: list[SequenceContext | None] | None
+    ) -> AsyncGenerator[Any, None]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         room = threading.Semaphore(self._buffer)  # back-pressure on the handler's thread
@@ -326,7 +362,7 @@ class TorchServeModel:
             item = self._finish(processors[idx], value, request, final=False)
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        future = self._executor.submit(self._handle, [inputs], [request], emit)
+        future = self._executor.submit(self._handle, [inputs], [request], emit, contexts)
         done = asyncio.wrap_future(future)
         done.add_done_callback(lambda _: queue.put_nowait(_FINISHED))
         try:
@@ -351,13 +387,24 @@ class TorchServeModel:
         inputs: list[Any],
         requests: list[Any],
         emit: Callable[[int, Any], None] | None,
+        contexts: list[SequenceContext | None] | None = None,
     ) -> list[Any]:
-        """One ``handle(data, context)`` call for a batch, in a worker thread."""
+        """One ``handle(data, context)`` call for a batch, in a worker thread.
+
+        For a sequence model (``contexts`` given) each request's headers carry its sequence id
+        (and the start flag on its first request) as TorchServe's backend adds them, and a
+        handler that sets the ``ts_request_sequence_end`` response header ends that sequence.
+        """
         count = len(inputs)
         data: list[dict[str, Any]] = []
         processors: list[RequestProcessor] = []
-        for payload, request in zip(inputs, requests, strict=True):
+        for i, (payload, request) in enumerate(zip(inputs, requests, strict=True)):
             row, headers = _row(payload, request)
+            sequence = contexts[i] if contexts is not None else None
+            if sequence is not None:
+                headers[Context.header_key_sequence_id] = sequence.sequence_id
+                if sequence.first:
+                    headers[Context.header_key_sequence_start] = "true"
             data.append(row)
             processors.append(RequestProcessor(headers))
         batch = self.context._batch
@@ -401,6 +448,8 @@ class TorchServeModel:
         finally:
             batch.emit = None
             batch.kept = None
+            if contexts is not None:
+                _end_sequences(processors, contexts)
 
     def _finish(self, processor: RequestProcessor, value: Any, request: Any, *, final: bool) -> Any:
         """A handler's value for one request as the front end wants it: a :class:`Reply` when
