@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import QueueFull, Unavailable
@@ -37,6 +38,9 @@ class WorkerGate:
         #: workers being started: while there are some, requests wait for them instead of failing
         self.starting = 0
         self.failure: Exception | None = None  # set when no worker will come (the version failed)
+        #: told of every slot freed (after the line was served): a scheduler that pins requests
+        #: to one worker (stateful sequences) waits for that worker's slots itself
+        self.on_release: Callable[[Any], None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -74,6 +78,14 @@ class WorkerGate:
             worker.busy += 1
         return worker
 
+    def try_acquire_on(self, worker: Any) -> bool:
+        """A slot on ``worker`` itself, if it still takes work and has one free (a request pinned
+        to it, as a stateful sequence's are); otherwise the caller waits for ``on_release``."""
+        if worker.busy < worker.capacity and worker in self._workers:
+            worker.busy += 1
+            return True
+        return False
+
     async def acquire(self) -> Any:
         """A slot on some worker (its ``busy`` already counts this request)."""
         worker = self.try_acquire()
@@ -109,6 +121,8 @@ class WorkerGate:
         worker.busy -= 1
         if worker in self._workers:
             self._wake(worker)
+            if self.on_release is not None:
+                self.on_release(worker)
 
     def _wake(self, worker: Any) -> None:
         while self._waiters and worker.busy < worker.capacity:

@@ -12,12 +12,13 @@ from typing import Any
 from ..errors import DefinitionError
 from ..model import mlserver, torchserve
 from ..model.discovery import ModelSource, discover_all, import_model
-from ..model.native import ModelSpec, NativeModel
+from ..model.native import ModelSpec, NativeModel, check_config
 from ..types import ModelInstance
 from ._scheduler import Scheduler
 from .batcher import BatchScheduler
 from .direct import DirectScheduler
 from .registry import ModelVersion, Registry
+from .sequences import SequenceScheduler
 from .workers import RequestCodec, WorkerPool, process_pool, thread_pool
 
 __all__ = [
@@ -41,12 +42,18 @@ def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
 def prepare(source: ModelSource) -> Any:
     """Import and check a model's code, by the contract it is written to (nothing is
     instantiated): a native model's :class:`ModelSpec`, or what the other adapter needs."""
+    if source.config.sequence_batching and source.config.workers == "process":
+        raise DefinitionError(
+            f"{source.label}: sequence_batching runs on thread workers for now; "
+            "set workers: thread (or leave it out)"
+        )
     if source.contract == "torchserve":
         return torchserve.prepare(source)
     if source.contract == "mlserver":
         return mlserver.prepare(source)
     spec = import_model(source)
     _check_batching(source, spec)
+    check_config(spec, source.config, source.label)
     return spec
 
 
@@ -91,7 +98,9 @@ def build_version(
         build = functools.partial(build_instance, source, spec, secrets=secrets, executor=executor)
         pool = thread_pool(source, instance, build=build, executor=executor)
     scheduler: Scheduler
-    if config.batch_size > 1:
+    if config.sequence_batching:
+        scheduler = SequenceScheduler(pool, config=config)
+    elif config.batch_size > 1:
         scheduler = BatchScheduler(
             pool,
             model=config.name,

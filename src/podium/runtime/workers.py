@@ -379,6 +379,10 @@ class WorkerPool:
         self._started = False
         #: called with the reason when workers cannot be (re)started: the version has failed
         self.on_failed: Callable[[str], None] | None = None
+        #: called when a worker leaves for good (it died, was replaced when stuck, or retired),
+        #: with what happened ("died", ...): a scheduler that pins work to a worker (stateful
+        #: sequences) closes what it held there
+        self.on_worker_lost: Callable[[Worker, str], None] | None = None
 
     @classmethod
     def single(
@@ -514,9 +518,15 @@ class WorkerPool:
                 ]
                 await asyncio.gather(*(self._retire(w) for w in victims))
 
-    async def _retire(self, worker: Worker) -> None:
+    def _lost(self, worker: Worker, how: str) -> None:
+        if self.on_worker_lost is not None:
+            self.on_worker_lost(worker, how)
+
+    async def _retire(self, worker: Worker, how: str = "was stopped (scaled down)") -> None:
         worker.state = "stopping"
         self.gate.remove(worker)
+        if how:
+            self._lost(worker, how)
         await worker.wait_idle()
         await worker.close()
         worker.state = "dead"
@@ -532,6 +542,7 @@ class WorkerPool:
             self._workers.remove(worker)
         if self._closing:
             return
+        self._lost(worker, "died")
         if crashed:
             logger.error("%s: %s", self.label, reason)
             self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
@@ -547,8 +558,9 @@ class WorkerPool:
         )
         worker.state = "stopping"
         self.gate.remove(worker)
+        self._lost(worker, "died (stuck past response_timeout, replaced)")
         self._spawn_replace()
-        self._spawn(self._retire(worker))
+        self._spawn(self._retire(worker, how=""))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)

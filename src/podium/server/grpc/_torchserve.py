@@ -283,8 +283,14 @@ class TorchServeInference:
         mv = self.dataplane.resolve(request.model_name, version)
         inst = mv.instance
         payload = raw = None
+        entries: Mapping[str, bytes] = request.input
+        if mv.config.sequence_batching and inst.input_kind is not InputKind.RAW:
+            # A sequence's start/end flags are the protocol's, not the model's input.
+            flags = (self.sequence_header + "_start", self.sequence_header + "_end")
+            if any(name in entries for name in flags):
+                entries = {k: v for k, v in entries.items() if k not in flags}
         if inst.needs_inputs or inst.needs_request:
-            payload = payload_of(request.input)
+            payload = payload_of(entries)
         if inst.needs_request:
             # The body a model reads itself is the body entry; other maps have no one body.
             raw = grpc_call().request(payload if isinstance(payload, bytes) else b"")

@@ -1,0 +1,596 @@
+"""Stateful sequences: podium.runtime.sequences (SequenceScheduler) over thread workers.
+
+Order, state, ends, limits, timeouts, batching, pinning, cancellation and worker loss, judged by
+what happened. The models read their Context through ``podium.types.current_context``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podium.errors import (
+    DefinitionError,
+    ResponseTimeout,
+    SequenceClosed,
+    SequenceLimit,
+    Unavailable,
+    http_status,
+)
+from podium.model.discovery import discover_all
+from podium.runtime import workers as workers_module
+from podium.runtime.loading import build_version
+from podium.runtime.registry import ModelVersion
+from podium.runtime.sequences import SequenceScheduler
+from podium.types import SequenceRef, current_context
+
+SUM = """
+import asyncio
+from podium.types import current_context
+SEEN = []
+GATE = asyncio.Event()
+GATE.set()
+class Model:
+    async def predict(self, inputs):
+        ctx = current_context.get()
+        SEEN.append((ctx.sequence_id, inputs["x"]))
+        if inputs.get("hold"):
+            await GATE.wait()
+        await asyncio.sleep(inputs.get("sleep", 0))
+        ctx.state["sum"] = ctx.state.get("sum", 0) + inputs["x"]
+        if inputs.get("end"):
+            ctx.end()
+        return {"sum": ctx.state["sum"], "first": ctx.first, "worker": id(self)}
+"""
+
+BATCHED = """
+import asyncio
+from podium.types import current_context
+BATCHES = []
+class Model:
+    async def predict(self, inputs):
+        contexts = current_context.get()
+        BATCHES.append([c.sequence_id for c in contexts])
+        out = []
+        for ctx, x in zip(contexts, inputs):
+            ctx.state["sum"] = ctx.state.get("sum", 0) + x
+            out.append(ctx.state["sum"])
+        return out
+"""
+
+STREAM = """
+import asyncio
+from podium.types import current_context
+EVENTS = []
+class Model:
+    async def predict(self, inputs):
+        ctx = current_context.get()
+        EVENTS.append(("start", inputs["n"]))
+        for _ in range(inputs["n"]):
+            await asyncio.sleep(0.001)
+            ctx.state["count"] = ctx.state.get("count", 0) + 1
+            yield ctx.state["count"]
+        EVENTS.append(("end", inputs["n"]))
+"""
+
+STUCK = """
+import threading
+RELEASE = threading.Event()
+class Model:
+    def predict(self, inputs):
+        if inputs == "stuck":
+            RELEASE.wait(10)
+        return inputs
+"""
+
+SEQ = "sequence_batching: true\n"
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(16, thread_name_prefix="test-seq") as pool:
+        yield pool
+
+
+def version_from(
+    tmp_path: Path, code: str, config: str, executor: ThreadPoolExecutor
+) -> ModelVersion:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.py").write_text(code)
+    (folder / "config.yaml").write_text(config)
+    found, problems = discover_all(folder)
+    assert not problems
+    return build_version(found[0], secrets={}, executor=executor)
+
+
+def model_module(mv: ModelVersion) -> Any:
+    obj = mv.instance.obj  # type: ignore[attr-defined]
+    return sys.modules[type(obj).__module__]
+
+
+def sched(mv: ModelVersion) -> SequenceScheduler:
+    assert isinstance(mv.scheduler, SequenceScheduler)
+    return mv.scheduler
+
+
+async def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - plain state, polled
+            await asyncio.sleep(0.005)
+
+
+async def send(mv: ModelVersion, sid: str | None, x: int, **extra: Any) -> Any:
+    end = extra.pop("end_request", False)
+    return await sched(mv).infer_in(SequenceRef(id=sid, end=end), {"x": x, **extra}, None)
+
+
+# -- order and state -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_interleaved_sequences_keep_their_own_state_in_arrival_order(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(
+        tmp_path, SUM, SEQ + "max_sequence_queue_size: 10\npredict_concurrency: 12\n", executor
+    )
+    await mv.load()
+    try:
+        calls: dict[str, list[asyncio.Future[Any]]] = {"a": [], "b": [], "c": []}
+        for step in range(1, 5):  # a1 b1 c1 a2 b2 c2 ... from concurrent callers
+            for n, sid in enumerate(calls):
+                # later requests sleep less: only the scheduler keeps them in order
+                extra = {"sleep": 0.004 * (5 - step) * (n + 1) / 3}
+                calls[sid].append(asyncio.ensure_future(send(mv, sid, step * 10 + n, **extra)))
+        for n, (sid, futures) in enumerate(calls.items()):
+            results = [await f for f in futures]
+            xs = [step * 10 + n for step in range(1, 5)]
+            assert [r["sum"] for r in results] == [sum(xs[: i + 1]) for i in range(4)]
+            assert [r["first"] for r in results] == [True, False, False, False]
+            seen = [x for s, x in model_module(mv).SEEN if s == sid]
+            assert seen == xs
+        assert current_context.get() is None  # nothing leaks into the caller
+        assert sched(mv).statistics()["sequences"] == 3
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_server_made_id_comes_back_and_continues_the_sequence(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        ref = SequenceRef()
+        assert (await sched(mv).infer_in(ref, {"x": 5}, None))["sum"] == 5
+        assert ref.id and ref.created and not ref.ended
+        again = SequenceRef(id=ref.id)
+        result = await sched(mv).infer_in(again, {"x": 2}, None)
+        assert result == {"sum": 7, "first": False, "worker": result["worker"]}
+        assert not again.created
+        # infer() without a ref starts a sequence of its own each time
+        assert (await sched(mv).infer({"x": 1}, None))["first"] is True
+        assert sched(mv).statistics()["sequences"] == 2
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_client_chosen_id_starts_a_sequence(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        ref = SequenceRef(id="mine")
+        assert (await sched(mv).infer_in(ref, {"x": 3}, None))["first"] is True
+        assert ref.id == "mine" and not ref.created
+        assert (await send(mv, "mine", 4))["sum"] == 7
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_each_sequence_stays_on_the_worker_it_was_pinned_to(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(
+        tmp_path,
+        SUM,
+        SEQ + "min_workers: 2\nmax_workers: 2\nmax_sequence_queue_size: 5\n",
+        executor,
+    )
+    await mv.load()
+    try:
+        sids = ["s1", "s2", "s3", "s4"]
+        futures = {
+            sid: [asyncio.ensure_future(send(mv, sid, i, sleep=0.002)) for i in range(3)]
+            for sid in sids
+        }
+        workers: dict[str, set[int]] = {}
+        for sid in sids:
+            workers[sid] = {(await f)["worker"] for f in futures[sid]}
+        assert all(len(w) == 1 for w in workers.values())
+        # each new sequence went to the worker holding the fewest: two on each
+        placed = [next(iter(workers[sid])) for sid in sids]
+        assert len(set(placed)) == 2 and placed[0] == placed[2] and placed[1] == placed[3]
+    finally:
+        await mv.close()
+
+
+# -- ends and the memory of ended ids -----------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_request_that_says_end_ends_the_sequence_and_the_id_is_refused_after(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        await send(mv, "s", 1)
+        ref = SequenceRef(id="s", end=True)
+        assert (await sched(mv).infer_in(ref, {"x": 2}, None))["sum"] == 3
+        assert ref.ended
+        assert sched(mv).statistics()["sequences"] == 0
+        with pytest.raises(SequenceClosed, match="sequence 's' is closed: ended by a request") as e:
+            await send(mv, "s", 1)
+        assert http_status(e.value) == 410
+        assert model_module(mv).SEEN == [("s", 1), ("s", 2)]  # never started again
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_model_that_ends_the_sequence_ends_it(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        ref = SequenceRef(id="s")
+        await sched(mv).infer_in(ref, {"x": 1, "end": True}, None)
+        assert ref.ended
+        with pytest.raises(SequenceClosed, match="ended by the model"):
+            await send(mv, "s", 1)
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_requests_waiting_on_a_sequence_that_ends_get_sequence_closed(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ + "max_sequence_queue_size: 3\n", executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    try:
+        first = asyncio.ensure_future(
+            sched(mv).infer_in(SequenceRef(id="s", end=True), {"x": 1, "hold": True}, None)
+        )
+        await wait_until(lambda: len(module.SEEN) == 1)
+        later = asyncio.ensure_future(send(mv, "s", 2))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 1)
+        module.GATE.set()
+        assert (await first)["sum"] == 1
+        with pytest.raises(SequenceClosed, match="ended by a request"):
+            await later
+        assert module.SEEN == [("s", 1)]
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_an_idle_sequence_expires_and_its_id_says_so(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ + "sequence_max_idle_ms: 50\n", executor)
+    await mv.load()
+    try:
+        await send(mv, "s", 1)
+        await wait_until(lambda: sched(mv).statistics()["sequences"] == 0)  # the sweep ended it
+        with pytest.raises(
+            SequenceClosed, match=r"idle for more than sequence_max_idle_ms \(50 ms\)"
+        ):
+            await send(mv, "s", 1)
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_sequence_older_than_its_timeout_expires_even_while_busy(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    config = SEQ + "sequence_timeout_ms: 50\nsequence_max_idle_ms: 0\n"
+    mv = version_from(tmp_path, SUM, config, executor)
+    await mv.load()
+    module = model_module(mv)
+    try:
+        module.GATE.clear()
+        ref = SequenceRef(id="s")
+        running = asyncio.ensure_future(sched(mv).infer_in(ref, {"x": 1, "hold": True}, None))
+        waiting = asyncio.ensure_future(send(mv, "s", 2))
+        with pytest.raises(SequenceClosed, match=r"older than sequence_timeout_ms \(50 ms\)"):
+            await waiting  # the sweep closed it while its first request still ran
+        module.GATE.set()
+        assert (await running)["sum"] == 1  # the running request finished
+        assert ref.ended
+        with pytest.raises(SequenceClosed, match="older than sequence_timeout_ms"):
+            await send(mv, "s", 3)
+        assert sched(mv).statistics()["sequences"] == 0
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_ended_ids_are_remembered_in_a_bounded_lru(
+    tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from podium.runtime import sequences
+
+    monkeypatch.setattr(sequences, "CLOSED_IDS", 2)
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        for sid in ("a", "b", "c"):
+            await sched(mv).infer_in(SequenceRef(id=sid, end=True), {"x": 1}, None)
+        for sid in ("b", "c"):
+            with pytest.raises(SequenceClosed):
+                await send(mv, sid, 1)
+        assert (await send(mv, "a", 1))["first"] is True  # forgotten: a new sequence
+    finally:
+        await mv.close()
+
+
+# -- limits -------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_full_sequence_queue_is_refused_at_once_and_disturbs_nothing(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ + "predict_concurrency: 2\n", executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    try:
+        running = asyncio.ensure_future(send(mv, "s", 1, hold=True))
+        await wait_until(lambda: len(module.SEEN) == 1)
+        waiting = asyncio.ensure_future(send(mv, "s", 2))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 1)
+        with pytest.raises(SequenceLimit, match="sequence 's'.*max_sequence_queue_size 1") as e:
+            await send(mv, "s", 100)
+        assert http_status(e.value) == 503
+        assert (await send(mv, "other", 7))["sum"] == 7  # another sequence runs meanwhile
+        module.GATE.set()
+        assert [(await running)["sum"], (await waiting)["sum"]] == [1, 3]
+        assert (await send(mv, "s", 4))["sum"] == 7  # the refused request never ran
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_too_many_open_sequences_are_refused_until_one_ends(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ + "max_num_sequences: 2\n", executor)
+    await mv.load()
+    try:
+        await send(mv, "a", 1)
+        await send(mv, "b", 1)
+        with pytest.raises(SequenceLimit, match=r"2 open sequences \(max_num_sequences 2\)"):
+            await send(mv, "c", 1)
+        with pytest.raises(SequenceLimit):
+            await sched(mv).infer({"x": 1}, None)  # no id: a new sequence too
+        assert (await send(mv, "a", 1))["sum"] == 2  # open ones carry on
+        await sched(mv).infer_in(SequenceRef(id="a", end=True), {"x": 1}, None)
+        assert (await send(mv, "c", 5))["sum"] == 5
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_the_default_sequence_limit_is_workers_times_batch_size_times_4(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        for n in range(4):
+            await send(mv, f"s{n}", 1)
+        with pytest.raises(SequenceLimit, match="max_num_sequences 4"):
+            await send(mv, "s4", 1)
+    finally:
+        await mv.close()
+
+
+# -- batching -------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_batch_takes_at_most_one_request_per_sequence(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    config = SEQ + "batch_size: 4\nmax_batch_delay: 20\nmax_sequence_queue_size: 5\n"
+    mv = version_from(tmp_path, BATCHED, config, executor)
+    await mv.load()
+    try:
+        plan = ["a", "a", "a", "b", "b", "c"]
+        futures = [
+            (sid, asyncio.ensure_future(sched(mv).infer_in(SequenceRef(id=sid), n + 1, None)))
+            for n, sid in enumerate(plan)
+        ]
+        sums: dict[str, list[int]] = {}
+        for sid, future in futures:
+            sums.setdefault(sid, []).append(await future)
+        assert sums == {"a": [1, 3, 6], "b": [4, 9], "c": [6]}
+        batches = model_module(mv).BATCHES
+        assert batches[0] == ["a", "b", "c"]  # the first of each, together
+        assert all(len(b) == len(set(b)) for b in batches)
+        assert sorted(s for b in batches for s in b) == sorted(plan)
+        assert sched(mv).statistics()["batches"] == len(batches) == 3
+    finally:
+        await mv.close()
+
+
+# -- cancellation, streams, worker loss, close ---------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_waiting_request_leaves_its_sequence_without_running(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ + "max_sequence_queue_size: 2\n", executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    try:
+        running = asyncio.ensure_future(send(mv, "s", 1, hold=True))
+        await wait_until(lambda: len(module.SEEN) == 1)
+        doomed = asyncio.ensure_future(send(mv, "s", 100))
+        after = asyncio.ensure_future(send(mv, "s", 2))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 2)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        module.GATE.set()
+        assert [(await running)["sum"], (await after)["sum"]] == [1, 3]
+        assert module.SEEN == [("s", 1), ("s", 2)]
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_running_request_frees_the_sequence_for_the_next(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    try:
+        running = asyncio.ensure_future(send(mv, "s", 1, hold=True))
+        await wait_until(lambda: len(module.SEEN) == 1)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert (await send(mv, "s", 2))["sum"] == 2  # the cancelled one added nothing
+        assert mv.statistics()["busy"] == 0
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_streaming_sequence_runs_its_next_request_after_the_stream_ends(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(
+        tmp_path, STREAM, SEQ + "max_sequence_queue_size: 2\npredict_concurrency: 2\n", executor
+    )
+    await mv.load()
+    try:
+
+        async def items(n: int) -> list[int]:
+            stream = sched(mv).stream_in(SequenceRef(id="s"), {"n": n}, None)
+            return [item async for item in stream]
+
+        first, second = await asyncio.gather(items(3), items(2))
+        assert first == [1, 2, 3] and second == [4, 5]
+        assert model_module(mv).EVENTS == [("start", 3), ("end", 3), ("start", 2), ("end", 2)]
+        assert current_context.get() is None
+        # the gathering path (infer_in on a streaming model is the data plane's job): stream()
+        assert [i async for i in sched(mv).stream({"n": 1}, None)] == [1]
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_replaced_thread_worker_loses_its_sequences_and_the_others_continue(
+    tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workers_module, "STUCK_GRACE", 0.01)
+    config = SEQ + "min_workers: 2\nmax_workers: 2\nresponse_timeout: 0.05\n"
+    config += "max_sequence_queue_size: 2\n"
+    mv = version_from(tmp_path, STUCK, config, executor)
+    await mv.load()
+    module = model_module(mv)
+    try:
+        assert await sched(mv).infer_in(SequenceRef(id="a"), "one", None) == "one"  # worker 1
+        assert await sched(mv).infer_in(SequenceRef(id="b"), "one", None) == "one"  # worker 2
+        stuck = asyncio.ensure_future(sched(mv).infer_in(SequenceRef(id="a"), "stuck", None))
+        queued = asyncio.ensure_future(sched(mv).infer_in(SequenceRef(id="a"), "next", None))
+        with pytest.raises(ResponseTimeout):
+            await stuck
+        lost = "its state was lost when worker 1 died"
+        with pytest.raises(SequenceClosed, match=lost):
+            await queued  # it waited for worker 1's slot, held by the stuck call
+        with pytest.raises(SequenceClosed, match=lost):
+            await sched(mv).infer_in(SequenceRef(id="a"), "again", None)
+        assert await sched(mv).infer_in(SequenceRef(id="b"), "two", None) == "two"
+        # a new sequence goes to the replacement, never to the stuck worker
+        await wait_until(lambda: [w.state for w in mv.workers()].count("ready") == 2)
+        assert await sched(mv).infer_in(SequenceRef(id="c"), "one", None) == "one"
+    finally:
+        module.RELEASE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_scaling_down_closes_the_sequences_of_the_retired_worker(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ + "min_workers: 2\nmax_workers: 2\n", executor)
+    await mv.load()
+    try:
+        kept = (await send(mv, "a", 1))["worker"]
+        assert (await send(mv, "b", 1))["worker"] != kept
+        await mv.scale(1)  # the newest idle worker (2, holding b) goes
+        with pytest.raises(SequenceClosed, match="lost when worker 2 was stopped"):
+            await send(mv, "b", 1)
+        assert (await send(mv, "a", 1)) == {"sum": 2, "first": False, "worker": kept}
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_close_fails_waiting_requests_with_unavailable(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    running = asyncio.ensure_future(send(mv, "s", 1, hold=True))
+    try:
+        await wait_until(lambda: len(module.SEEN) == 1)
+        waiting = asyncio.ensure_future(send(mv, "s", 2))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 1)
+        await mv.close()
+        with pytest.raises(Unavailable):
+            await waiting
+        with pytest.raises(Unavailable, match="stopped"):
+            await send(mv, "t", 1)
+    finally:
+        module.GATE.set()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+def test_process_workers_are_refused_for_sequences(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    with pytest.raises(DefinitionError, match="sequence_batching runs on thread workers"):
+        version_from(tmp_path, SUM, SEQ + "workers: process\n", executor)

@@ -1,0 +1,168 @@
+"""Stateful sequences end to end: a real ``podium serve`` with sequence models, reached over the
+Truss and TorchServe HTTP routes (TorchServe's headers), OIP REST (Triton's sequence parameters),
+OIP gRPC and TorchServe gRPC (``StreamPredictions2`` carrying a sequence on one stream).
+Judged by the running totals (which sequence saw what, in which order) and by the errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from conftest import TEST_MODELS, Server, run_server
+from e2e_helpers import PATIENCE
+from grpc_helpers import Stubs, target
+
+pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]
+
+SEQ = "ts_request_sequence_id"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with run_server(TEST_MODELS / "sequences") as running:
+        yield running
+
+
+@pytest.fixture
+async def client(server: Server) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.url, timeout=PATIENCE) as c:
+        yield c
+
+
+async def add(client: httpx.AsyncClient, n: int, seq: str | None = None, **extra: Any) -> Any:
+    headers = {SEQ: seq} if seq else {}
+    headers.update({k: str(v) for k, v in extra.pop("headers", {}).items()})
+    return await client.post(
+        "/v1/models/running-sum:predict", json={"add": n, **extra}, headers=headers
+    )
+
+
+@pytest.mark.anyio
+async def test_a_new_sequence_gets_an_id_that_keeps_its_state(client: httpx.AsyncClient) -> None:
+    first = await add(client, 5)
+    assert first.status_code == 200, first.text
+    seq = first.headers[SEQ]
+    assert first.json() == {"total": 5, "first": True, "sequence": seq}
+    assert first.headers["x-running-total"] == "5"  # a header the model set
+    second = await add(client, 7, seq)
+    assert second.json() == {"total": 12, "first": False, "sequence": seq}
+    assert second.headers[SEQ] == seq
+
+
+@pytest.mark.anyio
+async def test_interleaved_sequences_keep_their_own_state_and_order(
+    client: httpx.AsyncClient,
+) -> None:
+    async def run(name: str, values: list[int]) -> list[int]:
+        totals = []
+        for v in values:
+            r = await add(client, v, name)
+            assert r.status_code == 200, r.text
+            totals.append(r.json()["total"])
+        return totals
+
+    got = await asyncio.gather(
+        run("seq-a", [1, 2, 3, 4]), run("seq-b", [10, 20, 30, 40]), run("seq-c", [100] * 4)
+    )
+    assert got == [[1, 3, 6, 10], [10, 30, 60, 100], [100, 200, 300, 400]]
+
+
+@pytest.mark.anyio
+async def test_ended_sequences_are_refused_with_the_reason(client: httpx.AsyncClient) -> None:
+    r = await add(client, 1, "by-request")
+    r = await add(client, 1, "by-request", headers={SEQ + "_end": "true"})
+    assert r.status_code == 200 and r.headers[SEQ + "_end"] == "true"
+    again = await add(client, 1, "by-request")
+    assert again.status_code == 410, again.text
+    assert "by-request" in again.json()["error"] and "ended by a request" in again.json()["error"]
+
+    r = await add(client, 3, "by-model", finish=True)
+    assert r.status_code == 200 and r.headers[SEQ + "_end"] == "true"
+    again = await add(client, 1, "by-model")
+    assert again.status_code == 410 and "ended by the model" in again.json()["error"]
+
+
+@pytest.mark.anyio
+async def test_idle_sequences_expire_and_too_many_are_refused(client: httpx.AsyncClient) -> None:
+    url = "/v1/models/short-lived:predict"
+    r = await client.post(url, json={"add": 1}, headers={SEQ: "idle-1"})
+    assert r.status_code == 200
+    await asyncio.sleep(0.6)  # idle past sequence_max_idle_ms (150 ms) and a sweep or two
+    r = await client.post(url, json={"add": 1}, headers={SEQ: "idle-1"})
+    assert r.status_code == 410 and "sequence_max_idle_ms" in r.json()["error"]
+    for name in ("open-1", "open-2"):
+        r = await client.post(url, json={"add": 1}, headers={SEQ: name})
+        assert r.status_code == 200, r.text
+    r = await client.post(url, json={"add": 1}, headers={SEQ: "open-3"})
+    assert r.status_code == 503 and "max_num_sequences" in r.json()["error"]
+    r = await client.post(url, json={"add": 2}, headers={SEQ: "open-1"})
+    assert r.status_code == 200 and r.json() == {"total": 3}  # the others are not disturbed
+
+
+@pytest.mark.anyio
+async def test_torchserve_route_and_oip_rest_parameters(client: httpx.AsyncClient) -> None:
+    r = await client.post("/predictions/running-sum", json={"add": 2}, headers={SEQ: "ts-1"})
+    assert r.status_code == 200 and r.json()["total"] == 2 and r.headers[SEQ] == "ts-1"
+    body = {
+        "parameters": {"sequence_id": "ts-1"},
+        "inputs": [{"name": "add", "shape": [1], "datatype": "INT64", "data": [3]}],
+    }
+    r = await client.post("/v2/models/running-sum/infer", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["parameters"]["sequence_id"] == "ts-1"
+    totals = {o["name"]: o["data"] for o in out["outputs"]}
+    assert totals["total"] == [5]  # one sequence, whichever protocol
+
+
+def test_oip_grpc_sequence_parameters(server: Server, pb: SimpleNamespace) -> None:
+    with grpc.insecure_channel(target(server)) as channel:
+        stubs = Stubs(channel, pb)
+        totals = []
+        for n, end in ((1, False), (2, False), (3, True)):
+            request = pb.ModelInferRequest(model_name="running-sum")
+            request.parameters["sequence_id"].string_param = "grpc-1"
+            request.parameters["sequence_end"].bool_param = end
+            tensor = request.inputs.add(name="add", datatype="INT64", shape=[1])
+            tensor.contents.int64_contents.append(n)
+            response = stubs.ModelInfer(request, timeout=PATIENCE)
+            assert response.parameters["sequence_id"].string_param == "grpc-1"
+            out = {o.name: o for o in response.outputs}
+            totals.append(list(out["total"].contents.int64_contents))
+        assert totals == [[1], [3], [6]]
+        assert response.parameters["sequence_end"].bool_param is True
+        with pytest.raises(grpc.RpcError) as caught:
+            stubs.ModelInfer(request, timeout=PATIENCE)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_torchserve_stream_predictions2_carries_a_sequence(
+    server: Server, ts: SimpleNamespace
+) -> None:
+    with grpc.insecure_channel(target(server)) as channel:
+        stub: Any = ts.grpc.InferenceAPIsServiceStub(channel)
+
+        def req(n: int, seq: str | None = None, **extra: bytes) -> Any:
+            fields = {"sequence_id": seq} if seq else {}
+            inputs = {"data": json.dumps({"add": n}).encode(), **extra}
+            return ts.pb2.PredictionsRequest(model_name="running-sum", input=inputs, **fields)
+
+        first = stub.Predictions(req(4), timeout=PATIENCE)  # no id: the server makes one
+        seq = first.sequence_id
+        assert seq and json.loads(first.prediction)["total"] == 4
+        answers = list(
+            stub.StreamPredictions2(
+                iter([req(1, seq), req(2, seq, **{SEQ + "_end": b"true"}), req(5, seq)]),
+                timeout=PATIENCE,
+            )
+        )
+        assert [a.sequence_id for a in answers] == [seq, seq, seq]
+        assert [json.loads(a.prediction)["total"] for a in answers[:2]] == [5, 7]
+        assert answers[2].status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert "ended by a request" in answers[2].status.message
