@@ -144,11 +144,14 @@ def test_check_passes_the_examples() -> None:
     mlserver = (
         f"ok: model 'mlserver-text' version '1' ({EXAMPLES / 'mlserver-text' / 'text_model.py'})"
     )
+    running = f"ok: model 'running-total' ({EXAMPLES / 'running-total' / 'model.py'})"
+    stateful_handler = EXAMPLES / "stateful-sum" / "handler.py"
+    stateful = f"ok: model 'stateful-sum' version '1.0' ({stateful_handler})"
     text = f"ok: model 'text-stream' ({EXAMPLES / 'text-stream' / 'model.py'})"
     handler = EXAMPLES / "torchserve-handler" / "handler.py"
     torchserve = f"ok: model 'ts-sentiment' version '1.0' ({handler})"
-    assert oks == [*native, mlserver, text, torchserve]
-    assert "8 model(s) checked, no problems" in result.stdout
+    assert oks == [*native, mlserver, running, stateful, text, torchserve]
+    assert "10 model(s) checked, no problems" in result.stdout
     assert result.stderr == ""
 
 

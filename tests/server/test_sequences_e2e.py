@@ -166,3 +166,30 @@ def test_torchserve_stream_predictions2_carries_a_sequence(
         assert [json.loads(a.prediction)["total"] for a in answers[:2]] == [5, 7]
         assert answers[2].status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
         assert "ended by a request" in answers[2].status.message
+
+
+# -- the bundled examples -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_sequence_examples(examples_server: Server) -> None:
+    async with httpx.AsyncClient(base_url=examples_server.url, timeout=PATIENCE) as client:
+        # examples/stateful-sum: a TorchServe handler with its own LRU cache; 0 ends a sequence.
+        first = await client.post("/predictions/stateful-sum", content=b"3")
+        assert first.status_code == 200, first.text
+        seq = first.headers[SEQ]
+        sums = [first.json()]
+        for value in (b"4", b"5", b"0"):
+            r = await client.post("/predictions/stateful-sum", content=value, headers={SEQ: seq})
+            assert r.status_code == 200, r.text
+            sums.append(r.json())
+        assert sums == [3, 7, 12, 12] and r.headers[SEQ + "_end"] == "true"
+        again = await client.post("/predictions/stateful-sum", content=b"1", headers={SEQ: seq})
+        assert again.status_code == 410 and "ended by the model" in again.json()["error"]
+
+        # examples/running-total: a native model with podium.Context.
+        url = "/v1/models/running-total:predict"
+        r = await client.post(url, json={"value": 3})
+        seq = r.headers[SEQ]
+        r = await client.post(url, json={"value": 5, "done": True}, headers={SEQ: seq})
+        assert r.json() == {"total": 8, "mean": 4.0} and r.headers[SEQ + "_end"] == "true"
