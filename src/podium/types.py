@@ -173,15 +173,19 @@ class Context:
     ``podium.Context`` (as the raw request is asked for).
 
     ``state`` is a mapping that lives as long as the sequence (empty on its first request);
-    ``sequence_id`` and ``first`` say where the request is; ``end()`` ends the sequence after this
-    request; ``headers`` are response headers the model sets (sent where the protocol has them).
+    ``sequence_id`` and ``first`` say where the request is, ``last`` that the client said this
+    request ends the sequence; ``end()`` ends the sequence after this request; ``headers`` are
+    response headers the model sets (sent where the protocol has them).
     """
 
-    __slots__ = ("sequence_id", "first", "state", "headers", "ended")
+    __slots__ = ("sequence_id", "first", "last", "state", "headers", "ended")
 
-    def __init__(self, sequence_id: str, *, first: bool, state: dict[str, Any]) -> None:
+    def __init__(
+        self, sequence_id: str, *, first: bool, state: dict[str, Any], last: bool = False
+    ) -> None:
         self.sequence_id = sequence_id
         self.first = first
+        self.last = last
         self.state = state
         self.headers: dict[str, str] = {}
         self.ended = False

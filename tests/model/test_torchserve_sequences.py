@@ -244,3 +244,24 @@ def test_sequence_settings_without_sequence_batching_are_logged(
     with caplog.at_level("WARNING", logger="podium.model"):
         config({"sequenceMaxIdleMSec": 100, "podium": {"sequence_batching": True}})
     assert caplog.text == ""
+
+
+ENDS = """
+class Handler:
+    def initialize(self, context):
+        pass
+
+    def handle(self, data, context):
+        return [context.get_request_header(i, context.header_key_sequence_end) for i in range(len(data))]
+"""
+
+
+@pytest.mark.anyio
+async def test_the_clients_end_reaches_the_handler_as_the_end_request_header(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    """Whatever protocol said it (an OIP parameter, a gRPC input entry), the handler reads the
+    client's end as TorchServe's backend gives it: the request header ts_request_sequence_end."""
+    inst = await load(handler_model(tmp_path, ENDS, SEQUENCE_CONFIG), executor)
+    assert await call(inst, b"1", Context("s", first=True, state={})) is None
+    assert await call(inst, b"1", Context("s", first=False, state={}, last=True)) == "true"

@@ -594,3 +594,29 @@ def test_process_workers_are_refused_for_sequences(
 ) -> None:
     with pytest.raises(DefinitionError, match="sequence_batching runs on thread workers"):
         version_from(tmp_path, SUM, SEQ + "workers: process\n", executor)
+
+
+LAST = """
+from podium.types import current_context
+SEEN = []
+class Model:
+    async def predict(self, inputs):
+        ctx = current_context.get()
+        SEEN.append((inputs["x"], ctx.first, ctx.last))
+        return inputs["x"]
+"""
+
+
+@pytest.mark.anyio
+async def test_the_model_sees_which_request_the_client_ends_the_sequence_with(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, LAST, SEQ, executor)
+    await mv.load()
+    try:
+        await send(mv, "s", 1)
+        await send(mv, "s", 2)
+        await send(mv, "s", 3, end_request=True)
+        assert model_module(mv).SEEN == [(1, True, False), (2, False, False), (3, False, True)]
+    finally:
+        await mv.close()

@@ -405,6 +405,8 @@ class TorchServeModel:
                 headers[Context.header_key_sequence_id] = sequence.sequence_id
                 if sequence.first:
                     headers[Context.header_key_sequence_start] = "true"
+                if sequence.last:  # the client ends it with this request (any protocol)
+                    headers[Context.header_key_sequence_end] = "true"
             data.append(row)
             processors.append(RequestProcessor(headers))
         batch = self.context._batch

@@ -31,9 +31,10 @@ class Sequence:
         self.first = True  # no request of it has started yet
         self.closed: str | None = None  # why it is over, once it is
 
-    def context(self) -> Context:
-        """The context of the request that takes the turn now."""
-        ctx = Context(self.id, first=self.first, state=self.state)
+    def context(self, last: bool = False) -> Context:
+        """The context of the request that takes the turn now (``last``: the client says it
+        ends the sequence)."""
+        ctx = Context(self.id, first=self.first, state=self.state, last=last)
         self.first = False
         return ctx
 

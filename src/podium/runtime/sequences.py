@@ -147,7 +147,7 @@ class SequenceScheduler:
         try:
             seq = await self._open(sequence)
             await self._turn(seq)
-            ctx = seq.context()
+            ctx = seq.context(last=sequence.end)
             taken: list[Entry] = []
             try:
                 if self._batch_size > 1:
@@ -175,7 +175,7 @@ class SequenceScheduler:
         try:
             seq = await self._open(sequence)
             await self._turn(seq)
-            ctx = seq.context()
+            ctx = seq.context(last=sequence.end)
             try:
                 async with contextlib.aclosing(self._items(seq, ctx, inputs, request)) as items:
                     async for item in items:
