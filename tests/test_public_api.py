@@ -14,6 +14,7 @@ def test_exported_names() -> None:
     assert sorted(podium.__all__) == podium.__all__
     assert set(podium.__all__) == {
         "Context",
+        "Generation",
         "InferenceRequest",
         "InferenceResponse",
         "InvalidInput",

@@ -21,6 +21,7 @@ from .errors import (
 )
 from .types import (
     Context,
+    Generation,
     InferenceRequest,
     InferenceResponse,
     RequestInput,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Context",
+    "Generation",
     "InferenceRequest",
     "InferenceResponse",
     "InvalidInput",

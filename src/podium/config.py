@@ -62,6 +62,9 @@ class ModelConfig:
     sequence_timeout_ms: float = 0.0  # a sequence older than this ends; 0 = no absolute limit
     max_sequence_queue_size: int = 1  # requests one sequence may have waiting
     max_num_sequences: int = 0  # open sequences at once; 0 = max_workers x batch_size x 4
+    # Continuous batching: the model's step() advances up to batch_size requests at a time;
+    # requests join and leave between steps.
+    continuous_batching: bool = False
     model_metadata: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
 
@@ -133,14 +136,12 @@ class ModelConfig:
                 values["workers"] = data["workers"]
         positive_int("max_sequence_queue_size", 1)
         positive_int("max_num_sequences", 0)
-        if "sequence_batching" in data:
-            if not isinstance(data["sequence_batching"], bool):
-                problems.append(
-                    f"{where}: 'sequence_batching' must be true or false, "
-                    f"got {data['sequence_batching']!r}"
-                )
-            else:
-                values["sequence_batching"] = data["sequence_batching"]
+        for key in ("sequence_batching", "continuous_batching"):
+            if key in data:
+                if not isinstance(data[key], bool):
+                    problems.append(f"{where}: '{key}' must be true or false, got {data[key]!r}")
+                else:
+                    values[key] = data[key]
         for key in ("sequence_max_idle_ms", "sequence_timeout_ms"):
             if key in data:
                 value = data[key]

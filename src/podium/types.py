@@ -20,6 +20,7 @@ __all__ = [
     "DATATYPES",
     "Call",
     "Context",
+    "Generation",
     "InferenceRequest",
     "InferenceResponse",
     "InputKind",
@@ -196,6 +197,41 @@ class Context:
 
     def __repr__(self) -> str:
         return f"Context(sequence_id={self.sequence_id!r}, first={self.first})"
+
+
+class Generation:
+    """One request in a continuous batch, as a model's ``step(batch)`` sees it.
+
+    ``inputs`` is what ``predict`` would receive (and ``request`` the raw request, when the model
+    takes it); ``state`` is a dict that lives as long as the request; ``first`` is true on its
+    first step. ``emit(item)`` streams one item to this request's client; ``finish()`` ends the
+    request after this step. ``cancelled`` turns true when its client has left: the request
+    leaves the batch before the next step, whatever the model does.
+    """
+
+    __slots__ = ("inputs", "request", "state", "first", "cancelled", "finished", "_items")
+
+    def __init__(self, inputs: Any, request: Any = None) -> None:
+        self.inputs = inputs
+        self.request = request
+        self.state: dict[str, Any] = {}
+        self.first = True
+        self.cancelled = False
+        self.finished = False
+        self._items: list[Any] = []
+
+    def emit(self, item: Any) -> None:
+        """Send ``item`` to this request's client (it leaves once the step returns)."""
+        self._items.append(item)
+
+    def finish(self) -> None:
+        """This request is complete after the current step."""
+        self.finished = True
+
+    def take(self) -> list[Any]:
+        """The items emitted since the last call (the scheduler's side)."""
+        items, self._items = self._items, []
+        return items
 
 
 #: The context of the request being run (a list for a batch), set by the sequence scheduler

@@ -200,6 +200,7 @@ VALID: dict[str, tuple[str, Any]] = {
     "sequence_timeout_ms": ("0", 0.0),
     "max_sequence_queue_size": ("3", 3),
     "max_num_sequences": ("16", 16),
+    "continuous_batching": ("true", True),
 }
 
 INVALID: dict[str, str] = {
@@ -222,6 +223,7 @@ INVALID: dict[str, str] = {
     "sequence_timeout_ms": "forever",
     "max_sequence_queue_size": "0",
     "max_num_sequences": "-1",
+    "continuous_batching": "1",
 }
 
 
