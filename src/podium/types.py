@@ -280,6 +280,9 @@ class ModelInstance(Protocol):
     #: ``predict`` runs user code in a thread, which cannot be interrupted (a sync ``predict``):
     #: a timeout then fails the request without waiting for it.
     predict_in_thread: bool
+    #: Served by continuous batching (``continuous_batching``): the scheduler calls ``step``
+    #: with the active requests instead of ``predict``; ``streaming`` is then true.
+    continuous: bool
 
     async def load(self) -> None: ...
 
@@ -296,3 +299,7 @@ class ModelInstance(Protocol):
     ) -> AsyncGenerator[Any, None]: ...
 
     async def postprocess(self, outputs: Any, request: Any) -> Any: ...
+
+    async def step(self, batch: list[Generation]) -> None:
+        """Advance every request of ``batch`` by one step (a ``continuous`` instance only)."""
+        ...

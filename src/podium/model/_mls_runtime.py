@@ -32,7 +32,7 @@ from ..errors import (
     Unavailable,
     ValidationFailed,
 )
-from ..types import InferenceResponse, InputKind, ResponseOutput
+from ..types import Generation, InferenceResponse, InputKind, ResponseOutput
 from . import _mls_batch
 from ._calls import model_error, run_sync
 
@@ -130,6 +130,7 @@ class MLServerModel:
         # should call predict on non-streaming routes instead of gathering predict_stream.
         self.predict_on_infer = True
         self.predict_in_thread = not inspect.iscoroutinefunction(getattr(runtime, "predict", None))
+        self.continuous = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -291,6 +292,9 @@ class MLServerModel:
             yield payload
 
         return self._stream(one(), payload.id)
+
+    async def step(self, batch: list[Generation]) -> None:
+        raise RuntimeError("an MLServer runtime is not served by continuous batching")
 
     async def predict_input_stream(
         self, inputs: AsyncIterator[Any], request: Any

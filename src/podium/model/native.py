@@ -8,6 +8,10 @@ depend on the model's settings. ``NativeModel`` wraps an instance as a
 A method takes the inputs, the request, or both, in that order, and may take a
 :class:`podium.types.Context` last (a stateful sequence's context, read from
 ``podium.types.current_context`` on the event loop when the method is called).
+
+A model with ``continuous_batching: true`` defines ``step(self, batch)`` (sync or async) over a
+list of :class:`podium.types.Generation` and may omit ``predict``; it has no ``postprocess``.
+Those rules depend on the config, so ``check_config`` checks them (docs/continuous.md).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import DefinitionError, ValidationFailed
-from ..types import Context, InferenceRequest, InputKind, current_context
+from ..types import Context, Generation, InferenceRequest, InputKind, current_context
 from ._calls import iterate_async, iterate_sync, model_error, run_sync
 
 __all__ = ["MethodSpec", "ModelSpec", "NativeModel", "check_config", "inspect_class"]
@@ -64,7 +68,7 @@ class ModelSpec:
 
     cls: type
     preprocess: MethodSpec | None
-    predict: MethodSpec
+    predict: MethodSpec | None  # None only for a class with a step method (continuous batching)
     postprocess: MethodSpec | None
     has_load: bool
     init_kwargs: tuple[str, ...]
@@ -75,7 +79,7 @@ class ModelSpec:
     @property
     def needs_inputs(self) -> bool:
         first = self.preprocess or self.predict
-        return first.takes_inputs
+        return first is None or first.takes_inputs
 
     @property
     def needs_request(self) -> bool:
@@ -253,8 +257,11 @@ def inspect_class(cls: Any) -> ModelSpec:
     predict = _inspect_method(cls, "predict", problems)
     post = _inspect_method(cls, "postprocess", problems)
     name = cls.__name__
-    if getattr(cls, "predict", None) is None:
-        problems.append(f"{name} has no predict method; predict is required")
+    if getattr(cls, "predict", None) is None and getattr(cls, "step", None) is None:
+        problems.append(
+            f"{name} has no predict method; predict is required (or step, for a model with "
+            "continuous_batching: true)"
+        )
     for spec in (pre, post):
         if spec is not None and spec.streaming:
             problems.append(
@@ -282,10 +289,10 @@ def inspect_class(cls: Any) -> ModelSpec:
     ):
         problems.append(f"{name}.load must not be a generator")
     init_kwargs, init_any = _inspect_init(cls, problems)
-    if problems or predict is None:
+    if problems:
         raise DefinitionError("; ".join(problems), problems)
     first = pre or predict
-    annotation = first.input_annotation
+    annotation = first.input_annotation if first is not None else None
     if isinstance(annotation, type) and issubclass(annotation, InferenceRequest):
         kind, schema = InputKind.OIP_REQUEST, None
     elif is_schema_annotation(annotation):
@@ -300,21 +307,78 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
 
     A method that takes a ``Context`` needs ``sequence_batching: true``: without it there is no
     sequence, and the model would get None where it declared a Context. ``Context | None``
-    declares that the model also runs without sequences.
+    declares that the model also runs without sequences. ``continuous_batching: true`` needs a
+    ``step`` method (see :func:`_check_continuous`); without it, ``predict`` is required.
     """
-    if config.sequence_batching:
-        return
-    problems = [
-        f"{spec.cls.__name__}.{m.name} takes a Context but model '{config.name}' does not set "
-        "sequence_batching: true; a Context exists only for the requests of a stateful "
-        "sequence (annotate it 'Context | None' to run without sequences too)"
-        for m in spec.methods()
-        if m is not None and m.takes_context and not m.context_optional
-    ]
+    problems: list[str] = []
+    if not config.sequence_batching:
+        problems += [
+            f"{spec.cls.__name__}.{m.name} takes a Context but model '{config.name}' does not set "
+            "sequence_batching: true; a Context exists only for the requests of a stateful "
+            "sequence (annotate it 'Context | None' to run without sequences too)"
+            for m in spec.methods()
+            if m is not None and m.takes_context and not m.context_optional
+        ]
+    if config.continuous_batching:
+        problems += _check_continuous(spec, config)
+    elif spec.predict is None:
+        problems.append(
+            f"{spec.cls.__name__} has no predict method; predict is required (a step method "
+            f"serves only with continuous_batching: true, which model '{config.name}' does not set)"
+        )
     if problems:
         if where:
             problems = [f"{where}: {p}" for p in problems]
         raise DefinitionError("; ".join(problems), problems)
+
+
+def _check_continuous(spec: ModelSpec, config: ModelConfig) -> list[str]:
+    """``step(self, batch)``: one positional parameter, a plain or async method (it emits items
+    with ``Generation.emit``, it does not yield them); no ``postprocess``."""
+    cls, name = spec.cls, spec.cls.__name__
+    rule = f"model '{config.name}' sets continuous_batching: true"
+    problems: list[str] = []
+    fn = getattr(cls, "step", None)
+    if fn is None:
+        problems.append(
+            f"{name} has no step method; {rule}, which needs step(self, batch) to advance the "
+            "active requests (a list of podium.Generation) by one step"
+        )
+    elif not callable(fn):
+        problems.append(f"{name}.step must be a method")
+    else:
+        flavor = _flavor(fn)
+        if flavor in (Flavor.GENERATOR, Flavor.ASYNC_GENERATOR):
+            problems.append(
+                f"{name}.step is a {flavor.value}; step must be a plain or async method that "
+                "streams each request's items with g.emit(item), not yield them"
+            )
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            params = None
+        if params is not None:
+            if params and inspect.isfunction(inspect.getattr_static(cls, "step")):
+                params = params[1:]
+            positional = [
+                p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            required = [
+                p
+                for p in params
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            ]
+            if not positional or len(required) > 1:
+                problems.append(
+                    f"{name}.step must take exactly one parameter, the batch (a list of "
+                    f"podium.Generation); it takes {len(params)}"
+                )
+    if spec.postprocess is not None:
+        problems.append(
+            f"{name}.postprocess cannot be combined with continuous_batching ({rule}): each "
+            "request streams the items step emits and has no single result to postprocess"
+        )
+    return problems
 
 
 def _inspect_init(cls: type, problems: list[str]) -> tuple[tuple[str, ...], bool]:
@@ -373,10 +437,19 @@ class NativeModel:
         self.needs_context = spec.needs_context
         self.input_kind = spec.input_kind
         self.input_schema = spec.input_schema
-        self.streaming = spec.predict.streaming
+        #: served by continuous batching: the scheduler calls ``step``, never ``predict``
+        self.continuous = config.continuous_batching
+        self._step: Any = getattr(self.obj, "step", None) if self.continuous else None
+        self._step_async = inspect.iscoroutinefunction(self._step)
+        if self.continuous:
+            self.streaming = True  # each request streams the items step emits for it
+            self.predict_in_thread = not self._step_async
+        else:
+            assert spec.predict is not None  # check_config: predict is required
+            self.streaming = spec.predict.streaming
+            self.predict_in_thread = spec.predict.flavor is Flavor.SYNC
         self.predict_on_infer = False
         self.consumes_stream = False
-        self.predict_in_thread = spec.predict.flavor is Flavor.SYNC
         self.has_preprocess = spec.preprocess is not None
         self.has_postprocess = spec.postprocess is not None
         self._pre = self._bind(spec.preprocess)
@@ -446,8 +519,28 @@ class NativeModel:
             return inputs
         return await self._call(self.spec.preprocess, self._pre, inputs, request)
 
+    def _predict_spec(self) -> MethodSpec:
+        if self.spec.predict is None:
+            raise RuntimeError(
+                f"model '{self.name}' has no predict; it is served by continuous batching (step)"
+            )
+        return self.spec.predict
+
     async def predict(self, inputs: Any, request: Any) -> Any:
-        return await self._call(self.spec.predict, self._predict, inputs, request)
+        return await self._call(self._predict_spec(), self._predict, inputs, request)
+
+    async def step(self, batch: list[Generation]) -> None:
+        """Advance ``batch`` one step: an async ``step`` on the loop, a sync one in the pool.
+        What it raises becomes a ``ModelError`` naming the model and ``step``."""
+        if self._step is None:
+            raise RuntimeError(f"model '{self.name}' does not set continuous_batching: true")
+        try:
+            if self._step_async:
+                await self._step(batch)
+            else:
+                await run_sync(self._executor, self._step, batch)
+        except Exception as exc:
+            raise model_error(self.name, "step", exc) from exc
 
     def predict_input_stream(
         self, inputs: AsyncIterator[Any], request: Any
@@ -457,7 +550,7 @@ class NativeModel:
         )
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        spec = self.spec.predict
+        spec = self._predict_spec()
         args = self._args(spec, inputs, request)
         if spec.flavor is Flavor.ASYNC_GENERATOR:
             try:

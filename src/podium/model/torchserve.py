@@ -32,7 +32,14 @@ from .. import __version__
 from ..config import load_yaml
 from ..errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
 from ..types import Context as SequenceContext
-from ..types import InferenceResponse, InputKind, ModelInstance, Reply, current_context
+from ..types import (
+    Generation,
+    InferenceResponse,
+    InputKind,
+    ModelInstance,
+    Reply,
+    current_context,
+)
 from ._calls import run_sync
 from ._source import ModelSource
 from ._ts_archive import MANIFEST, extract, is_archive, read_manifest
@@ -276,6 +283,7 @@ class TorchServeModel:
         self.predict_on_infer = False
         self.consumes_stream = False
         self.predict_in_thread = True  # handlers are sync code
+        self.continuous = False
         settings: TsSettings = source.extra["settings"]
         self.context = Context(
             config.name,
@@ -344,6 +352,9 @@ class TorchServeModel:
         raise RuntimeError(
             "a TorchServe handler does not read a stream of requests (consumes_stream is False)"
         )
+
+    async def step(self, batch: list[Generation]) -> None:
+        raise RuntimeError("a TorchServe handler is not served by continuous batching (yet)")
 
     async def _stream(
         self, inputs: Any, request: Any, contexts: list[SequenceContext | None] | None

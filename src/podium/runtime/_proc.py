@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
 from ..model._source import ModelSource
-from ..types import InputKind
+from ..types import Generation, InputKind
 from . import _wire
 from ._gate import WorkerGate
 
@@ -73,6 +73,7 @@ class RemoteInstance:
         self.predict_on_infer = False
         self.consumes_stream = False
         self.predict_in_thread = False  # the worker process times its own predicts
+        self.continuous = False  # continuous batching runs on thread workers only
         self.has_preprocess = False
         self.has_postprocess = False
         self.pipelined = False  # the real instance has preprocess or postprocess
@@ -100,6 +101,9 @@ class RemoteInstance:
 
     async def predict(self, inputs: Any, request: Any) -> Any:
         raise RuntimeError("a process worker's model runs in its worker processes")
+
+    async def step(self, batch: list[Generation]) -> None:
+        raise RuntimeError("continuous batching runs on thread workers only")
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         raise RuntimeError("a process worker's model runs in its worker processes")

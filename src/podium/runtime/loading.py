@@ -16,6 +16,7 @@ from ..model.native import ModelSpec, NativeModel, check_config
 from ..types import ModelInstance
 from ._scheduler import Scheduler
 from .batcher import BatchScheduler
+from .continuous import ContinuousScheduler
 from .direct import DirectScheduler
 from .registry import ModelVersion, Registry
 from .sequences import SequenceScheduler
@@ -32,11 +33,37 @@ __all__ = [
 
 
 def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
+    if source.config.continuous_batching or spec.predict is None:
+        return  # batch_size bounds the continuous batch; check_config reports a missing predict
     if source.config.batch_size > 1 and spec.predict.streaming:
         raise DefinitionError(
             f"{source.label}: predict is a {spec.predict.flavor.value} and batch_size is "
             f"{source.config.batch_size}; dynamic batching needs a predict that returns a list"
         )
+
+
+def _check_continuous(source: ModelSource) -> None:
+    config = source.config
+    if not config.continuous_batching:
+        return
+    problems = []
+    if config.workers == "process":
+        problems.append(
+            f"{source.label}: continuous_batching with workers: process is not supported yet; "
+            "set workers: thread (or leave it out)"
+        )
+    if config.sequence_batching:
+        problems.append(
+            f"{source.label}: continuous_batching together with sequence_batching is not "
+            "supported yet; set only one of them"
+        )
+    if source.contract != "native":
+        problems.append(
+            f"{source.label}: continuous_batching for a {source.contract} model is not "
+            "supported yet; only native models (a class with step(self, batch)) have it"
+        )
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
 
 
 def prepare(source: ModelSource) -> Any:
@@ -47,6 +74,7 @@ def prepare(source: ModelSource) -> Any:
             f"{source.label}: sequence_batching runs on thread workers for now; "
             "set workers: thread (or leave it out)"
         )
+    _check_continuous(source)
     if source.contract == "torchserve":
         return torchserve.prepare(source)
     if source.contract == "mlserver":
@@ -98,7 +126,9 @@ def build_version(
         build = functools.partial(build_instance, source, spec, secrets=secrets, executor=executor)
         pool = thread_pool(source, instance, build=build, executor=executor)
     scheduler: Scheduler
-    if config.sequence_batching:
+    if config.continuous_batching:
+        scheduler = ContinuousScheduler(pool, config=config)
+    elif config.sequence_batching:
         scheduler = SequenceScheduler(pool, config=config)
     elif config.batch_size > 1:
         scheduler = BatchScheduler(

@@ -1,0 +1,311 @@
+"""Continuous batching: a generating model advances its active requests step by step, and
+requests join and leave between steps.
+
+Each ready thread worker gets a *lane*: one task that loops over its instance's ``step(batch)``
+with the requests active on that worker (at most ``batch_size``). A request is preprocessed on
+its own, then joins the least-loaded lane with room, or waits in one bounded FIFO line
+(``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
+requests that finished or whose client left, and admits new ones. After a step each request's
+emitted items go to its own buffer of ``stream_buffer`` items; a request whose buffer is full
+sits out the following steps until its reader catches up, while the others keep going.
+Design notes: docs/continuous.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from ..config import ModelConfig
+from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
+from ..types import Generation
+from .workers import Worker, WorkerPool
+
+__all__ = ["ContinuousScheduler"]
+
+
+class _Request:
+    """One request: its :class:`Generation`, the items its reader has not taken yet, and how
+    it ended (``done``, with ``error`` when it failed)."""
+
+    __slots__ = ("gen", "items", "limit", "wake", "done", "error", "lane")
+
+    def __init__(self, gen: Generation, limit: int) -> None:
+        self.gen = gen
+        self.items: collections.deque[Any] = collections.deque()
+        self.limit = limit
+        self.wake = asyncio.Event()  # the reader's: items arrived, or the request ended
+        self.done = False
+        self.error: BaseException | None = None
+        self.lane: _Lane | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self.done or self.gen.cancelled
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.limit
+
+    def end(self, error: BaseException | None = None) -> None:
+        if not self.done:
+            self.done = True
+            self.error = error
+            self.wake.set()
+
+
+class _Lane:
+    """One worker's continuous batch: ``active`` requests, and ``joining`` ones that enter it
+    before its next step."""
+
+    __slots__ = ("worker", "active", "joining", "wake", "task", "lost", "slot")
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.active: list[_Request] = []
+        self.joining: list[_Request] = []
+        self.wake = asyncio.Event()  # arrivals, readers catching up, clients leaving
+        self.task: asyncio.Task[None] | None = None
+        self.lost = False  # the worker takes no new requests (retired or replaced)
+        self.slot = False  # holds one of the worker's slots (while it has requests)
+
+    @property
+    def load(self) -> int:
+        return len(self.active) + len(self.joining)
+
+
+class ContinuousScheduler:
+    """Runs a ``continuous`` instance's ``step`` over a version's thread workers.
+
+    ``stream(inputs, request)`` yields the items of one request as the steps emit them;
+    ``infer`` gathers them into a list (the data plane streams continuous models and gathers
+    on non-streaming routes itself). ``steps`` counts the steps run.
+    """
+
+    def __init__(self, pool: WorkerPool, *, config: ModelConfig) -> None:
+        self._pool = pool
+        self._gate = pool.gate
+        self._label = pool.label
+        self._batch_size = max(config.batch_size, 1)
+        self._max_waiting = config.max_queue_size
+        self._buffer = max(config.stream_buffer, 1)
+        self._lanes: dict[Worker, _Lane] = {}
+        self._waiting: collections.deque[_Request] = collections.deque()
+        self._closed = False
+        self._calls = 0
+        self._idle: asyncio.Event | None = None
+        self.steps = 0
+        pool.on_worker_lost = self._worker_lost
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self._pool
+
+    # -- the Scheduler protocol ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        """Stop: the lanes stop, every waiting or active request fails with ``Unavailable``,
+        the workers stop."""
+        self._closed = True
+        lanes = list(self._lanes.values())
+        tasks = [lane.task for lane in lanes if lane.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stopped = Unavailable(f"{self._label} stopped before this request finished")
+        for lane in lanes:
+            for req in (*lane.active, *lane.joining):
+                req.end(stopped)
+        while self._waiting:
+            self._waiting.popleft().end(stopped)
+        self._lanes.clear()
+        await self._pool.close()
+
+    async def drain(self) -> None:
+        """Return once no request is in this scheduler (new ones may still arrive)."""
+        while self._calls:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+
+    def statistics(self) -> dict[str, int]:
+        """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
+        and ``steps`` (steps run)."""
+        stats = self._pool.statistics()
+        stats["active"] = sum(lane.load for lane in self._lanes.values())
+        stats["queued"] = sum(1 for r in self._waiting if not r.gone)
+        stats["steps"] = self.steps
+        return stats
+
+    async def infer(self, inputs: Any, request: Any) -> list[Any]:
+        """Every item of one request, in order."""
+        async with contextlib.aclosing(self.stream(inputs, request)) as items:
+            return [item async for item in items]
+
+    async def stream_inputs(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
+        raise UnsupportedRepresentation(
+            f"{self._label} is served by continuous batching and does not read a stream of requests"
+        )
+        yield  # pragma: no cover  (an async generator, as the protocol says)
+
+    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        """The items ``step`` emits for this request, in order, until it finishes. Leaving
+        early (the client closed the stream) takes it out of its batch before the next step."""
+        self._calls += 1
+        try:
+            if self._closed:
+                raise Unavailable(f"{self._label} is stopped")
+            if self._pool.instance.has_preprocess:
+                inputs = await self._pool.preprocessor().preprocess(inputs, request)
+            req = _Request(Generation(inputs, request), self._buffer)
+            self._place(req)
+            try:
+                while True:
+                    if req.items:
+                        was_full = req.full
+                        item = req.items.popleft()
+                        if was_full and req.lane is not None:
+                            req.lane.wake.set()  # it may step again
+                        yield item
+                        continue
+                    if req.done:
+                        if req.error is not None:
+                            raise req.error
+                        return
+                    req.wake.clear()
+                    await req.wake.wait()
+            finally:
+                if not req.done:
+                    req.gen.cancelled = True  # the client left: out before the next step
+                    if req.lane is not None:
+                        req.lane.wake.set()
+        finally:
+            self._calls -= 1
+            if not self._calls and self._idle is not None:
+                self._idle.set()
+
+    # -- placing requests ----------------------------------------------------------------------
+
+    def _sync_lanes(self) -> None:
+        for worker in self._gate.workers:
+            if worker.state == "ready" and worker not in self._lanes:
+                lane = self._lanes[worker] = _Lane(worker)
+                lane.task = asyncio.get_running_loop().create_task(self._run(lane))
+
+    def _place(self, req: _Request) -> None:
+        """Into the least-loaded lane with room, else the back of the line (or refused)."""
+        self._sync_lanes()
+        if not self._waiting:
+            best: _Lane | None = None
+            for lane in self._lanes.values():
+                if not lane.lost and lane.load < self._batch_size:
+                    if best is None or lane.load < best.load:
+                        best = lane
+            if best is not None:
+                self._join(best, req)
+                return
+        if not self._lanes and not self._gate.starting:
+            if self._gate.failure is not None:
+                raise self._gate.failure
+            raise Unavailable(
+                f"model '{self._pool.model}' has no workers (min_workers 0); scale it up to serve"
+            )
+        waiting = sum(1 for r in self._waiting if not r.gone)
+        if waiting >= self._max_waiting:
+            raise QueueFull(
+                f"{self._label} queue is full: {waiting} requests waiting for room in a "
+                f"continuous batch (max_queue_size {self._max_waiting})"
+            )
+        self._waiting.append(req)
+
+    @staticmethod
+    def _join(lane: _Lane, req: _Request) -> None:
+        req.lane = lane
+        lane.joining.append(req)
+        lane.wake.set()
+
+    def _worker_lost(self, worker: Worker, how: str) -> None:
+        """A retired or replaced worker: its lane takes no new requests and ends once its active
+        ones have finished; the ones about to join it go back to the front of the line."""
+        lane = self._lanes.get(worker)
+        if lane is None:
+            return
+        lane.lost = True
+        for req in reversed(lane.joining):
+            req.lane = None
+            self._waiting.appendleft(req)
+        lane.joining.clear()
+        lane.wake.set()
+        for other in self._lanes.values():
+            other.wake.set()  # one of them may take the returned requests
+
+    # -- one worker's loop ---------------------------------------------------------------------
+
+    def _refill(self, lane: _Lane) -> None:
+        """Between steps: drop finished and cancelled requests, admit joining and waiting ones."""
+        lane.active = [r for r in lane.active if not r.gone]
+        for req in lane.joining:
+            if not req.gone:
+                lane.active.append(req)
+        lane.joining.clear()
+        while not lane.lost and self._waiting and len(lane.active) < self._batch_size:
+            req = self._waiting.popleft()
+            if not req.gone:
+                req.lane = lane
+                lane.active.append(req)
+
+    async def _run(self, lane: _Lane) -> None:
+        worker = lane.worker
+        try:
+            while True:
+                self._refill(lane)
+                if lane.active and not lane.slot:
+                    lane.slot = self._gate.try_acquire_on(worker)  # busy shows, retiring waits
+                elif not lane.active and lane.slot:
+                    lane.slot = False
+                    self._gate.release(worker)
+                if not lane.active and lane.lost:
+                    return
+                batch = [r for r in lane.active if not r.full]  # a full buffer sits out
+                if not batch:
+                    lane.wake.clear()
+                    await lane.wake.wait()
+                    continue
+                await self._step(worker, batch)
+        finally:
+            if self._lanes.get(worker) is lane:
+                del self._lanes[worker]
+            if lane.slot:
+                lane.slot = False
+                self._gate.release(worker)
+            stopped = Unavailable(f"{self._label} stopped before this request finished")
+            for req in (*lane.active, *lane.joining):
+                req.end(stopped)
+
+    async def _step(self, worker: Worker, batch: list[_Request]) -> None:
+        self.steps += 1
+        try:
+            await worker.instance.step([r.gen for r in batch])
+        except Exception as exc:  # the instance names the model and step
+            for req in batch:
+                req.gen.take()
+                req.end(exc)
+            return
+        for req in batch:
+            gen = req.gen
+            gen.first = False
+            items = gen.take()
+            if gen.cancelled:
+                continue
+            if items:
+                req.items.extend(items)
+                req.wake.set()
+            if gen.finished:
+                req.end()
