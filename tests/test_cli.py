@@ -147,11 +147,12 @@ def test_check_passes_the_examples() -> None:
     running = f"ok: model 'running-total' ({EXAMPLES / 'running-total' / 'model.py'})"
     stateful_handler = EXAMPLES / "stateful-sum" / "handler.py"
     stateful = f"ok: model 'stateful-sum' version '1.0' ({stateful_handler})"
+    streaming = f"ok: model 'stateful-stream' ({EXAMPLES / 'stateful-stream' / 'model.py'})"
     text = f"ok: model 'text-stream' ({EXAMPLES / 'text-stream' / 'model.py'})"
     handler = EXAMPLES / "torchserve-handler" / "handler.py"
     torchserve = f"ok: model 'ts-sentiment' version '1.0' ({handler})"
-    assert oks == [*native, mlserver, running, stateful, text, torchserve]
-    assert "11 model(s) checked, no problems" in result.stdout
+    assert oks == [*native, mlserver, running, streaming, stateful, text, torchserve]
+    assert "12 model(s) checked, no problems" in result.stdout
     assert result.stderr == ""
 
 

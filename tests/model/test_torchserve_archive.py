@@ -155,7 +155,7 @@ def test_check_command_reports_a_bad_model_config(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     (src / "handler.py").write_text("def handle(data, context):\n    return data\n")
-    (src / "model-config.yaml").write_text("continuousBatching: true\n")
+    (src / "model-config.yaml").write_text("useJobTicket: true\n")
     result = CliRunner().invoke(
         main,
         ["archive", "--model-name", "seq", "--handler", str(src / "handler.py"),
@@ -164,5 +164,5 @@ def test_check_command_reports_a_bad_model_config(tmp_path: Path) -> None:
     assert result.exit_code == 0
     checked = CliRunner().invoke(main, ["check", str(tmp_path / "seq.mar")])
     assert checked.exit_code == 1
-    assert "'continuousBatching' is not supported yet" in checked.output
+    assert "'useJobTicket' is not supported yet" in checked.output
     assert os.path.exists(tmp_path / "seq.mar")

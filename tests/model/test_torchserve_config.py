@@ -51,8 +51,8 @@ def test_max_workers_follows_min_workers() -> None:
     assert cfg.max_workers == 3
 
 
-def test_continuous_batching_keys_are_not_supported_yet() -> None:
-    for key in ("continuousBatching", "useJobTicket"):
+def test_job_tickets_are_not_supported_yet() -> None:
+    for key in ("useJobTicket",):
         (problem,) = problems({key: True})
         assert f"'{key}' is not supported yet" in problem
         assert "continuous batching" in problem

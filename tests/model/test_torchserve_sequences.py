@@ -226,8 +226,8 @@ def test_sequence_keys_repeated_in_the_podium_section_are_errors() -> None:
         config({"sequenceBatching": True, "podium": {"sequence_batching": True}})
 
 
-def test_continuous_batching_keys_are_still_refused() -> None:
-    for key in ("continuousBatching", "useJobTicket", "asyncCommunication"):
+def test_job_ticket_keys_are_still_refused() -> None:
+    for key in ("useJobTicket", "asyncCommunication"):
         with pytest.raises(DefinitionError) as info:
             config({key: True})
         (problem,) = info.value.problems

@@ -620,3 +620,53 @@ async def test_the_model_sees_which_request_the_client_ends_the_sequence_with(
         assert model_module(mv).SEEN == [(1, True, False), (2, False, False), (3, False, True)]
     finally:
         await mv.close()
+
+
+OVERLAP = """
+import asyncio
+from podium import Context
+class Model:
+    async def predict(self, inputs, context: Context):
+        if inputs.get("cancel"):
+            context.state["cancel"] = True
+            yield "cancelled"
+            return
+        for i in range(inputs["n"]):
+            if context.state.pop("cancel", False):
+                yield "stopped"
+                return
+            await asyncio.sleep(0.01)
+            yield i
+"""
+
+
+@pytest.mark.anyio
+async def test_with_continuous_batching_a_later_request_runs_while_a_stream_runs(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    config = SEQ + "continuous_batching: true\npredict_concurrency: 4\n"
+    mv = version_from(tmp_path, OVERLAP, config, executor)
+    await mv.load()
+    try:
+        scheduler = sched(mv)
+        long = scheduler.stream_in(SequenceRef(id="talk"), {"n": 1000}, None)
+        got = [await anext(long)]  # the stream has started
+        cancel = [i async for i in scheduler.stream_in(SequenceRef(id="talk"), {"cancel": 1}, None)]
+        assert cancel == ["cancelled"]  # answered while the first stream still runs
+        got += [i async for i in long]
+        assert got[-1] == "stopped" and len(got) < 1000  # the cancel reached it
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_overlapping_sequences_need_a_streaming_predict_and_room(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    config = SEQ + "continuous_batching: true\n"
+    with pytest.raises(DefinitionError, match="predict_concurrency must be at least 2"):
+        version_from(tmp_path, OVERLAP, config, executor)
+    plain = "from podium import Context\nclass Model:\n    def predict(self, x, context: Context):\n        return x\n"
+    (tmp_path / "m").rename(tmp_path / "m1")
+    with pytest.raises(DefinitionError, match="predict must be a generator"):
+        version_from(tmp_path, plain, config + "predict_concurrency: 2\n", executor)

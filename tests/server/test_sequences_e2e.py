@@ -193,3 +193,27 @@ async def test_the_sequence_examples(examples_server: Server) -> None:
         seq = r.headers[SEQ]
         r = await client.post(url, json={"value": 5, "done": True}, headers={SEQ: seq})
         assert r.json() == {"total": 8, "mean": 4.0} and r.headers[SEQ + "_end"] == "true"
+
+
+@pytest.mark.anyio
+async def test_a_request_on_the_same_sequence_stops_a_running_stream(
+    examples_server: Server,
+) -> None:
+    """examples/stateful-stream: continuous batching lets the cancel request run while the
+    sequence's stream is still going; the stream stops at its next item."""
+    url = "/v1/models/stateful-stream:predict"
+    async with httpx.AsyncClient(base_url=examples_server.url, timeout=PATIENCE) as client:
+        async with client.stream("POST", url, json={"value": 41}) as stream:
+            seq = stream.headers[SEQ]
+            lines = stream.aiter_lines()
+            first = await anext(lines)
+            assert first.startswith("item 0")
+            cancel = await client.post(url, json={"value": -1}, headers={SEQ: seq})
+            assert cancel.status_code == 200 and "cancelling" in cancel.text
+            rest = [line async for line in lines if line]
+        assert rest[-1] == "cancelled" and len(rest) < 40  # it stopped long before 41 items
+        ended = await client.post(url, json={"value": 0}, headers={SEQ: seq})
+        assert ended.text.startswith("ended; total")
+        # (a stream's headers leave before it ends, so its end shows on the next request)
+        after = await client.post(url, json={"value": 1}, headers={SEQ: seq})
+        assert after.status_code == 410 and "ended by the model" in after.json()["error"]

@@ -37,6 +37,8 @@ MAPPED = {
     "sequenceTimeoutMSec": "sequence_timeout_ms",
     "maxSequenceJobQueueSize": "max_sequence_queue_size",
     "maxNumSequence": "max_num_sequences",
+    # continuous batching: the handler is called once per step with the active requests
+    "continuousBatching": "continuous_batching",
 }
 _NUMBERS = {"maxBatchDelay", "responseTimeout", "sequenceMaxIdleMSec", "sequenceTimeoutMSec"}
 #: The sequence settings that mean nothing without ``sequenceBatching: true``.
@@ -50,8 +52,8 @@ SEQUENCE = {
 NOT_ENFORCED = {"startupTimeout", "maxRetryTimeoutInSec", "clientTimeoutInMills", "useVenv"}
 #: Device selection: used to fill ``system_properties["gpu_id"]``.
 DEVICE = {"deviceType", "deviceIds"}
-#: Continuous batching and TorchServe's asynchronous worker modes: not supported yet.
-CONTINUOUS = {"continuousBatching", "useJobTicket", "asyncCommunication"}
+#: TorchServe's asynchronous worker modes: not supported yet.
+CONTINUOUS = {"useJobTicket", "asyncCommunication"}
 #: Multi-process model parallelism launched through torchrun: not something Podium launches.
 PARALLEL = {"parallelType", "parallelLevel", "torchrun"}
 FRONTEND = set(MAPPED) | NOT_ENFORCED | DEVICE | CONTINUOUS | PARALLEL
@@ -80,9 +82,9 @@ def model_config(
 ) -> tuple[ModelConfig, TsSettings]:
     """The ``ModelConfig`` of a TorchServe model from its parsed ``model-config.yaml``.
 
-    Raises one ``DefinitionError`` naming every bad key: continuous batching and parallelism
-    keys (not supported), unknown camelCase keys (TorchServe frontend keys Podium does not know,
-    usually a typo), and bad values.
+    Raises one ``DefinitionError`` naming every bad key: asynchronous worker modes and
+    parallelism keys (not supported), unknown camelCase keys (TorchServe frontend keys Podium
+    does not know, usually a typo), and bad values.
     """
     problems: list[str] = []
     data: dict[str, Any] = {"name": name}
@@ -92,7 +94,7 @@ def model_config(
         if not isinstance(key, str):
             continue
         if key in MAPPED:
-            if key == "sequenceBatching":
+            if key in ("sequenceBatching", "continuousBatching"):
                 if not isinstance(value, bool):
                     problems.append(f"{where}: '{key}' must be true or false, got {value!r}")
                     continue
@@ -107,8 +109,8 @@ def model_config(
             data[MAPPED[key]] = value
         elif key in CONTINUOUS:
             problems.append(
-                f"{where}: '{key}' is not supported yet: continuous batching is not supported "
-                "yet by Podium's TorchServe models (sequence batching is: sequenceBatching)"
+                f"{where}: '{key}' is not supported yet: TorchServe's asynchronous worker "
+                "modes are not supported yet (continuous batching is: continuousBatching)"
             )
         elif key in PARALLEL:
             problems.append(

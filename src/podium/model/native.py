@@ -319,7 +319,9 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
             for m in spec.methods()
             if m is not None and m.takes_context and not m.context_optional
         ]
-    if config.continuous_batching:
+    if config.continuous_batching and config.sequence_batching:
+        problems += _check_overlapping(spec, config)
+    elif config.continuous_batching:
         problems += _check_continuous(spec, config)
     elif spec.predict is None:
         problems.append(
@@ -330,6 +332,25 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
         if where:
             problems = [f"{where}: {p}" for p in problems]
         raise DefinitionError("; ".join(problems), problems)
+
+
+def _check_overlapping(spec: ModelSpec, config: ModelConfig) -> list[str]:
+    """``continuous_batching`` with ``sequence_batching``: a sequence's next request runs while
+    its previous one still streams (to cancel it, say). That needs a streaming ``predict`` and
+    room for two predicts at once."""
+    name = spec.cls.__name__
+    rule = f"model '{config.name}' sets continuous_batching and sequence_batching"
+    if spec.predict is None or not spec.predict.streaming:
+        return [
+            f"{name}.predict must be a generator: {rule}, so that a sequence's next request "
+            "can run while its previous one streams"
+        ]
+    if config.predict_concurrency < 2:
+        return [
+            f"{rule}: predict_concurrency must be at least 2, so that a request can run while "
+            f"another of its sequence streams (it is {config.predict_concurrency})"
+        ]
+    return []
 
 
 def _check_continuous(spec: ModelSpec, config: ModelConfig) -> list[str]:
@@ -438,7 +459,9 @@ class NativeModel:
         self.input_kind = spec.input_kind
         self.input_schema = spec.input_schema
         #: served by continuous batching: the scheduler calls ``step``, never ``predict``
-        self.continuous = config.continuous_batching
+        # (with sequence_batching, continuous_batching means overlapping requests of a
+        # sequence, served by the sequence scheduler: a streaming predict, not a step)
+        self.continuous = config.continuous_batching and not config.sequence_batching
         self._step: Any = getattr(self.obj, "step", None) if self.continuous else None
         self._step_async = inspect.iscoroutinefunction(self._step)
         if self.continuous:

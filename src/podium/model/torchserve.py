@@ -52,6 +52,8 @@ __all__ = ["TorchServeModel", "build", "is_source", "prepare", "sources"]
 logger = logging.getLogger("podium.model")
 
 _FINISHED = object()
+_TS_ID = "ts_request_id"  # a continuous request's id across steps, in Generation.state
+_TS_HEADERS = "ts_request_headers"  # and its request headers, computed on its first step
 _gpu_turns: dict[str, itertools.count[int]] = {}
 
 
@@ -283,7 +285,10 @@ class TorchServeModel:
         self.predict_on_infer = False
         self.consumes_stream = False
         self.predict_in_thread = True  # handlers are sync code
-        self.continuous = False
+        # continuousBatching: one handle call per step with the active requests (``step``)
+        self.continuous = config.continuous_batching
+        if self.continuous:
+            self.streaming = True
         settings: TsSettings = source.extra["settings"]
         self.context = Context(
             config.name,
@@ -354,7 +359,27 @@ class TorchServeModel:
         )
 
     async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError("a TorchServe handler is not served by continuous batching (yet)")
+        """One step of continuous batching: one ``handle(data, context)`` call with the active
+        requests, as TorchServe's continuous batching makes it (in the executor).
+
+        A request keeps its request id across steps (``context.request_ids[idx]``, kept in its
+        ``Generation.state``); its data row is sent on its first step only, later steps send an
+        empty row (TorchServe sends a request cached in the backend without its parameters),
+        with its headers every time, so the handler recognises it through ``context.cache``.
+        Items sent with ``send_intermediate_predict_response`` and the value the handler returns
+        for the request are each one item of its stream. ``context.stopping_criteria[idx]``
+        (a list, or a dict keyed by idx or request id; a callable given the returned value, or
+        a bool) decides whether the request goes on: true ends it, false keeps it, anything else
+        (no criterion) ends it after this step, as TorchServe does.
+        """
+        if not self.continuous:
+            raise RuntimeError(
+                "a TorchServe handler is served by continuous batching only with "
+                "continuousBatching: true"
+            )
+        if not batch:
+            return
+        await run_sync(self._executor, self._step, batch)
 
     async def _stream(
         self, inputs: Any, request: Any, contexts: list[SequenceContext | None] | None
@@ -463,6 +488,90 @@ class TorchServeModel:
             batch.kept = None
             if contexts is not None:
                 _end_sequences(processors, contexts)
+
+    def _step(self, gens: list[Generation]) -> None:
+        """One continuous step, in a worker thread (see :meth:`step`)."""
+        count = len(gens)
+        data: list[dict[str, Any]] = []
+        processors: list[RequestProcessor] = []
+        ids: dict[int, str] = {}
+        for i, gen in enumerate(gens):
+            state = gen.state
+            if _TS_ID not in state:
+                row, headers = _row(gen.inputs, gen.request)
+                state[_TS_ID] = str(uuid.uuid4())
+                state[_TS_HEADERS] = headers
+            else:
+                row = {}  # cached in the backend: TorchServe sends no parameters again
+            data.append(row)
+            processors.append(RequestProcessor(dict(state[_TS_HEADERS])))
+            ids[i] = state[_TS_ID]
+
+        def emit(idx: int, value: Any) -> None:  # in this thread
+            gens[idx].emit(self._finish(processors[idx], value, gens[idx].request, final=False))
+
+        batch = self.context._batch
+        batch.request_ids = ids
+        batch.request_processor = processors
+        batch.emit = emit
+        batch.kept = None
+        try:
+            try:
+                ret = self._entry(data, self.context)
+            except PodiumError:
+                raise
+            except Exception as exc:
+                if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
+                    for gen in gens:
+                        gen.emit(self._refusal(exc, gen.request))
+                        gen.finish()
+                    return
+                logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
+                raise ModelError(
+                    f"model '{self.name}' handler '{self._label}' raised "
+                    f"{type(exc).__name__}: {exc} (in step)"
+                ) from exc
+            if not isinstance(ret, list | tuple):
+                raise BadModelOutput(
+                    f"model '{self.name}' handler '{self._label}' must return a list with one "
+                    f"result per request of the step, got {type(ret).__name__}"
+                )
+            if len(ret) != count:
+                raise BadModelOutput(
+                    f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
+                    f"for a step of {count} requests"
+                )
+            criteria = self.context.stopping_criteria
+            for i, gen in enumerate(gens):
+                gen.emit(self._finish(processors[i], ret[i], gen.request, final=True))
+                if self._stops(criteria, i, ids[i], ret[i]):
+                    gen.finish()
+        finally:
+            batch.emit = None
+            batch.kept = None
+
+    def _stops(self, criteria: Any, idx: int, req_id: str, value: Any) -> bool:
+        """Whether the request at ``idx`` is complete after this step, by TorchServe's rule:
+        ``stopping_criteria[idx](value)`` true stops it, false keeps it going, and anything else
+        (no criteria, no entry, None) ends it (TorchServe sends it without ``ts_stream_next``)."""
+        if not criteria:
+            return True
+        found: Any = None
+        if isinstance(criteria, Mapping):
+            found = criteria.get(idx, criteria.get(req_id))
+        elif isinstance(criteria, list | tuple):
+            found = criteria[idx] if idx < len(criteria) else None
+        if callable(found):
+            try:
+                found = found(value)
+            except Exception as exc:
+                raise ModelError(
+                    f"model '{self.name}' handler '{self._label}': stopping_criteria[{idx}] "
+                    f"raised {type(exc).__name__}: {exc}"
+                ) from exc
+        if isinstance(found, bool):
+            return found
+        return True
 
     def _finish(self, processor: RequestProcessor, value: Any, request: Any, *, final: bool) -> Any:
         """A handler's value for one request as the front end wants it: a :class:`Reply` when

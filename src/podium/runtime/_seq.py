@@ -18,7 +18,18 @@ class Sequence:
     ``waiters`` in arrival order, and the turn is handed straight to the oldest of them.
     """
 
-    __slots__ = ("id", "state", "lane", "created", "last", "busy", "waiters", "first", "closed")
+    __slots__ = (
+        "id",
+        "state",
+        "lane",
+        "created",
+        "last",
+        "busy",
+        "running",
+        "waiters",
+        "first",
+        "closed",
+    )
 
     def __init__(self, sid: str, lane: Lane, now: float) -> None:
         self.id = sid
@@ -27,6 +38,7 @@ class Sequence:
         self.created = now
         self.last = now  # when it last had nothing running: the idle clock
         self.busy = False
+        self.running = 0  # streams still running (with continuous batching, several at once)
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.first = True  # no request of it has started yet
         self.closed: str | None = None  # why it is over, once it is

@@ -33,7 +33,8 @@ __all__ = [
 
 
 def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
-    if source.config.continuous_batching or spec.predict is None:
+    config = source.config
+    if (config.continuous_batching and not config.sequence_batching) or spec.predict is None:
         return  # batch_size bounds the continuous batch; check_config reports a missing predict
     if source.config.batch_size > 1 and spec.predict.streaming:
         raise DefinitionError(
@@ -52,15 +53,16 @@ def _check_continuous(source: ModelSource) -> None:
             f"{source.label}: continuous_batching with workers: process is not supported yet; "
             "set workers: thread (or leave it out)"
         )
-    if config.sequence_batching:
+    if config.sequence_batching and source.contract != "native":
         problems.append(
-            f"{source.label}: continuous_batching together with sequence_batching is not "
-            "supported yet; set only one of them"
+            f"{source.label}: continuous_batching together with sequence_batching is "
+            f"supported for native models only, not yet for a {source.contract} model"
         )
-    if source.contract != "native":
+    if source.contract not in ("native", "torchserve"):
         problems.append(
             f"{source.label}: continuous_batching for a {source.contract} model is not "
-            "supported yet; only native models (a class with step(self, batch)) have it"
+            "supported yet; only native models (a class with step(self, batch)) and TorchServe "
+            "handlers (continuousBatching) have it"
         )
     if problems:
         raise DefinitionError("; ".join(problems), problems)
@@ -126,9 +128,9 @@ def build_version(
         build = functools.partial(build_instance, source, spec, secrets=secrets, executor=executor)
         pool = thread_pool(source, instance, build=build, executor=executor)
     scheduler: Scheduler
-    if config.continuous_batching:
+    if config.continuous_batching and not config.sequence_batching:
         scheduler = ContinuousScheduler(pool, config=config)
-    elif config.sequence_batching:
+    elif config.sequence_batching:  # with continuous_batching: a sequence's requests overlap
         scheduler = SequenceScheduler(pool, config=config)
     elif config.batch_size > 1:
         scheduler = BatchScheduler(

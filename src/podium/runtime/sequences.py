@@ -54,6 +54,9 @@ class SequenceScheduler:
         self._age_ms = config.sequence_timeout_ms
         self._max_waiting = config.max_sequence_queue_size
         self._max_sequences = config.max_num_sequences
+        # continuous_batching on a sequence model: the next request of a sequence starts once
+        # the previous one has produced its first item, not when its stream ends
+        self._overlap = config.continuous_batching
         self._seqs: dict[str, Sequence] = {}
         self._lanes: dict[Any, Lane] = {}
         self._ended = ClosedIds(CLOSED_IDS)
@@ -167,7 +170,9 @@ class SequenceScheduler:
         self, sequence: SequenceRef, inputs: Any, request: Any
     ) -> AsyncGenerator[Any, None]:
         """The items of one request of ``sequence`` (a non-streaming model yields one); the
-        sequence's next request runs once this stream has ended."""
+        sequence's next request runs once this stream has ended, or, with continuous batching,
+        once this request has produced its first item (so that a later request of the sequence
+        can, for example, stop a stream that is still running)."""
         if not self._pool.instance.streaming:
             yield await self.infer_in(sequence, inputs, request)
             return
@@ -176,12 +181,18 @@ class SequenceScheduler:
             seq = await self._open(sequence)
             await self._turn(seq)
             ctx = seq.context(last=sequence.end)
+            passed = False
+            seq.running += 1
             try:
                 async with contextlib.aclosing(self._items(seq, ctx, inputs, request)) as items:
                     async for item in items:
+                        if self._overlap and not passed:
+                            passed = True
+                            self._pass_turn(seq)  # it has started: the next one may start too
                         yield item
             finally:
-                self._finish(seq, sequence, ctx)
+                seq.running -= 1
+                self._finish(seq, sequence, ctx, passed=passed)
         finally:
             self._leave()
 
@@ -288,8 +299,11 @@ class SequenceScheduler:
                 return
         seq.busy = False
 
-    def _finish(self, seq: Sequence, ref: SequenceRef, ctx: Context) -> None:
-        """The request holding the turn is done: end the sequence if it asked to, else pass on."""
+    def _finish(
+        self, seq: Sequence, ref: SequenceRef, ctx: Context, *, passed: bool = False
+    ) -> None:
+        """The request holding the turn is done: end the sequence if it asked to, else pass on
+        (``passed``: it gave the turn away already, when it started streaming)."""
         ref.headers.update(ctx.headers)
         if seq.closed is not None:  # closed while it ran (timeout, worker lost)
             ref.ended = True
@@ -299,7 +313,10 @@ class SequenceScheduler:
         elif ctx.ended:
             reason = "ended by the model"
         else:
-            self._pass_turn(seq)
+            if not passed:
+                self._pass_turn(seq)
+            else:
+                seq.last = asyncio.get_running_loop().time()  # the idle clock starts again
             return
         ref.ended = True
         self._close(seq, reason)
@@ -310,6 +327,7 @@ class SequenceScheduler:
         if (
             self._idle_ms
             and not seq.busy
+            and not seq.running
             and not seq.waiters
             and now - seq.last >= self._idle_ms / 1000.0
         ):
