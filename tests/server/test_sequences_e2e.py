@@ -217,3 +217,26 @@ async def test_a_request_on_the_same_sequence_stops_a_running_stream(
         # (a stream's headers leave before it ends, so its end shows on the next request)
         after = await client.post(url, json={"value": 1}, headers={SEQ: seq})
         assert after.status_code == 410 and "ended by the model" in after.json()["error"]
+
+
+def test_oip_model_stream_infer_carries_a_sequence(
+    server: Server, mlserver: SimpleNamespace
+) -> None:
+    """One ModelStreamInfer stream, every request naming the same sequence by its parameters
+    (MLServer's framing: a bare ModelInferResponse per request)."""
+    with grpc.insecure_channel(target(server)) as channel:
+        stubs = Stubs(channel, mlserver, stream_output=mlserver.ModelInferResponse)
+
+        def request(n: int) -> Any:
+            message = mlserver.ModelInferRequest(model_name="running-sum")
+            message.parameters["sequence_id"].string_param = "stream-seq"
+            tensor = message.inputs.add(name="add", datatype="INT64", shape=[1])
+            tensor.contents.int64_contents.append(n)
+            return message
+
+        answers = list(stubs.ModelStreamInfer(iter([request(1), request(2), request(3)])))
+        totals = [
+            list({o.name: o for o in a.outputs}["total"].contents.int64_contents) for a in answers
+        ]
+        assert totals == [[1], [3], [6]]  # one sequence's state, in the stream's order
+        assert {a.parameters["sequence_id"].string_param for a in answers} == {"stream-seq"}
