@@ -220,9 +220,16 @@ async def test_a_failing_handler_fails_the_step(
 
 
 @pytest.mark.anyio
-async def test_continuous_with_sequences_is_refused_at_load(
+async def test_continuous_with_sequences_overlaps_a_sequences_requests_instead(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    config = "continuousBatching: true\nsequenceBatching: true\n"
-    with pytest.raises(DefinitionError, match="together with sequence_batching"):
-        await load(handler_model(tmp_path, ONE_SHOT, config), executor)
+    """With sequenceBatching, continuousBatching is not a step loop: the sequence scheduler
+    runs the handler's calls, several at once so that a cancel can overlap a stream."""
+    from podium.model.discovery import discover
+
+    model = handler_model(tmp_path, ONE_SHOT, "continuousBatching: true\nsequenceBatching: true\n")
+    (source,) = discover(model)
+    assert source.config.sequence_batching and source.config.continuous_batching
+    assert source.config.predict_concurrency >= 2
+    inst = await load(model, executor)
+    assert inst.continuous is False

@@ -195,27 +195,45 @@ async def test_the_sequence_examples(examples_server: Server) -> None:
         assert r.json() == {"total": 8, "mean": 4.0} and r.headers[SEQ + "_end"] == "true"
 
 
+async def _stop_a_stream(client: httpx.AsyncClient, url: str, body: Any, cancel: Any) -> str:
+    """Start a long stream, stop it with a request on the same sequence; the sequence id."""
+    async with client.stream("POST", url, **body) as stream:
+        seq = stream.headers[SEQ]
+        lines = stream.aiter_lines()
+        first = await anext(lines)
+        assert first.startswith("item 0")
+        answer = await client.post(url, headers={SEQ: seq}, **cancel)
+        assert answer.status_code == 200 and "cancelling" in answer.text
+        rest = [line async for line in lines if line]
+    assert "cancelled" in rest and len(rest) < 40  # it stopped long before 41 items
+    return seq
+
+
 @pytest.mark.anyio
 async def test_a_request_on_the_same_sequence_stops_a_running_stream(
-    examples_server: Server,
+    client: httpx.AsyncClient,
 ) -> None:
-    """examples/stateful-stream: continuous batching lets the cancel request run while the
-    sequence's stream is still going; the stream stops at its next item."""
-    url = "/v1/models/stateful-stream:predict"
+    """A native model with continuous batching on its sequences (tests/models/sequences/overlap):
+    the cancel request runs while the sequence's stream is still going."""
+    url = "/v1/models/overlap:predict"
+    seq = await _stop_a_stream(client, url, {"json": {"value": 41}}, {"json": {"value": -1}})
+    ended = await client.post(url, json={"value": 0}, headers={SEQ: seq})
+    assert ended.text.startswith("ended; total")
+    # (a stream's headers leave before it ends, so its end shows on the next request)
+    after = await client.post(url, json={"value": 1}, headers={SEQ: seq})
+    assert after.status_code == 410 and "ended by the model" in after.json()["error"]
+
+
+@pytest.mark.anyio
+async def test_the_torchserve_stateful_stream_example(examples_server: Server) -> None:
+    """examples/stateful-stream: a TorchServe handler with sequenceBatching and
+    continuousBatching; -1 stops the stream in progress, 0 ends the sequence."""
+    url = "/predictions/stateful-stream"
     async with httpx.AsyncClient(base_url=examples_server.url, timeout=PATIENCE) as client:
-        async with client.stream("POST", url, json={"value": 41}) as stream:
-            seq = stream.headers[SEQ]
-            lines = stream.aiter_lines()
-            first = await anext(lines)
-            assert first.startswith("item 0")
-            cancel = await client.post(url, json={"value": -1}, headers={SEQ: seq})
-            assert cancel.status_code == 200 and "cancelling" in cancel.text
-            rest = [line async for line in lines if line]
-        assert rest[-1] == "cancelled" and len(rest) < 40  # it stopped long before 41 items
-        ended = await client.post(url, json={"value": 0}, headers={SEQ: seq})
-        assert ended.text.startswith("ended; total")
-        # (a stream's headers leave before it ends, so its end shows on the next request)
-        after = await client.post(url, json={"value": 1}, headers={SEQ: seq})
+        seq = await _stop_a_stream(client, url, {"content": b"41"}, {"content": b"-1"})
+        ended = await client.post(url, content=b"0", headers={SEQ: seq})
+        assert ended.status_code == 200 and ended.text.startswith("ended; total")
+        after = await client.post(url, content=b"1", headers={SEQ: seq})
         assert after.status_code == 410 and "ended by the model" in after.json()["error"]
 
 

@@ -154,6 +154,14 @@ def model_config(
                     )
                 else:
                     data[key] = value
+    if (
+        data.get("sequence_batching") is True
+        and data.get("continuous_batching") is True
+        and "predict_concurrency" not in data
+    ):
+        # A sequence's next request (a cancel, say) runs while its previous one streams: room
+        # for a few handle calls at once, as TorchServe's backend takes them.
+        data["predict_concurrency"] = max(4, int(data.get("batch_size", 1)) * 2)
     orphans = sorted(k for k in SEQUENCE if k in yaml_config)
     if orphans and data.get("sequence_batching") is not True:
         logger.warning(

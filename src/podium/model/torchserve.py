@@ -285,8 +285,10 @@ class TorchServeModel:
         self.predict_on_infer = False
         self.consumes_stream = False
         self.predict_in_thread = True  # handlers are sync code
-        # continuousBatching: one handle call per step with the active requests (``step``)
-        self.continuous = config.continuous_batching
+        # continuousBatching: one handle call per step with the active requests (``step``);
+        # with sequenceBatching it means a sequence's requests overlap (the sequence
+        # scheduler calls predict_stream, a streaming handler is needed)
+        self.continuous = config.continuous_batching and not config.sequence_batching
         if self.continuous:
             self.streaming = True
         settings: TsSettings = source.extra["settings"]

@@ -53,10 +53,11 @@ def _check_continuous(source: ModelSource) -> None:
             f"{source.label}: continuous_batching with workers: process is not supported yet; "
             "set workers: thread (or leave it out)"
         )
-    if config.sequence_batching and source.contract != "native":
+    if config.sequence_batching and source.contract not in ("native", "torchserve"):
         problems.append(
             f"{source.label}: continuous_batching together with sequence_batching is "
-            f"supported for native models only, not yet for a {source.contract} model"
+            f"supported for native models and TorchServe handlers, not yet for a "
+            f"{source.contract} model"
         )
     if source.contract not in ("native", "torchserve"):
         problems.append(

@@ -1,14 +1,11 @@
-"""A stateful streaming sequence with continuous batching: the next request of a sequence runs
-while the previous one is still streaming, so a client can stop a stream with a request on the
-same sequence. A native take on TorchServe's stateful streaming example:
+"""A native stateful streaming sequence with continuous batching (examples/stateful-stream is the
+TorchServe handler version): the next request of a sequence runs while the previous one is still
+streaming, so a client can stop a stream with a request on the same sequence:
 
 - an odd number n streams n items (one every 200 ms) and adds them to the sequence's total;
 - ``-1`` cancels the stream in progress (it stops at its next item);
 - ``0`` ends the sequence.
 
-    curl -siN localhost:8080/v1/models/stateful-stream:predict -d '{"value": 21}'   # note the id
-    curl -s localhost:8080/v1/models/stateful-stream:predict -d '{"value": -1}' \\
-        -H 'ts_request_sequence_id: <id>'                                        # stops it
 """
 
 import asyncio
