@@ -258,3 +258,49 @@ def test_oip_model_stream_infer_carries_a_sequence(
         ]
         assert totals == [[1], [3], [6]]  # one sequence's state, in the stream's order
         assert {a.parameters["sequence_id"].string_param for a in answers} == {"stream-seq"}
+
+
+@pytest.mark.anyio
+async def test_absolute_timeout_and_a_full_sequence_queue(client: httpx.AsyncClient) -> None:
+    url = "/v1/models/bounded:predict"
+    # A full queue: three requests at once on one sequence; whichever order they arrive in, one
+    # runs, one waits (max_sequence_queue_size 1) and the last is refused; nothing else is lost.
+    answers = await asyncio.gather(
+        *(client.post(url, json={"hold": 0.2}, headers={SEQ: "full"}) for _ in range(3))
+    )
+    assert sorted(a.status_code for a in answers) == [200, 200, 503]
+    (refused,) = [a for a in answers if a.status_code == 503]
+    assert "max_sequence_queue_size" in refused.json()["error"]
+    assert sorted(a.json()["n"] for a in answers if a.status_code == 200) == [1, 2]
+    # Older than sequence_timeout_ms (1 s): refused, and it says so.
+    first = await client.post(url, json={}, headers={SEQ: "aged"})
+    assert first.status_code == 200
+    await asyncio.sleep(1.3)
+    late = await client.post(url, json={}, headers={SEQ: "aged"})
+    assert late.status_code == 410 and "sequence_timeout_ms" in late.json()["error"]
+
+
+def test_interleaved_sequences_over_torchserve_grpc(server: Server, ts: SimpleNamespace) -> None:
+    """Two clients, each with its own sequence on its own StreamPredictions2 stream, at once."""
+    with grpc.insecure_channel(target(server)) as channel:
+        stub: Any = ts.grpc.InferenceAPIsServiceStub(channel)
+
+        def run(seq: str, values: list[int]) -> list[int]:
+            requests = [
+                ts.pb2.PredictionsRequest(
+                    model_name="running-sum",
+                    sequence_id=seq,
+                    input={"data": json.dumps({"add": v}).encode()},
+                )
+                for v in values
+            ]
+            answers = stub.StreamPredictions2(iter(requests), timeout=PATIENCE)
+            return [json.loads(a.prediction)["total"] for a in answers]
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            a = pool.submit(run, "grpc-a", [1, 2, 3, 4])
+            b = pool.submit(run, "grpc-b", [10, 20, 30, 40])
+            assert a.result() == [1, 3, 6, 10]
+            assert b.result() == [10, 30, 60, 100]
