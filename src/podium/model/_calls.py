@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from concurrent.futures import Executor
 from typing import Any
 
-from ..errors import ModelError, PodiumError
+from ..errors import ModelError, PodiumError, ValidationFailed
 
 logger = logging.getLogger("podium.model")
 
@@ -105,3 +105,19 @@ async def iterate_async(agen: Any, model: str) -> AsyncGenerator[Any, None]:
             yield item
     finally:
         await agen.aclose()
+
+
+def validation_failed(exc: BaseException, what: str) -> ValidationFailed | None:
+    """A pydantic ``ValidationError`` (whichever pydantic raised it) as ``ValidationFailed``:
+    ``what`` then every location and message; None for any other exception."""
+    errors = getattr(exc, "errors", None)
+    if errors is None or not callable(errors):
+        return None
+    details = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors()
+    ]
+    where = "; ".join(
+        f"{'.'.join(str(p) for p in d['loc']) or '(body)'}: {d['msg']}" for d in details
+    )
+    return ValidationFailed(f"{what}: {where}", details)

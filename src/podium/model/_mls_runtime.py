@@ -30,11 +30,10 @@ from ..errors import (
     PayloadTooLarge,
     PodiumError,
     Unavailable,
-    ValidationFailed,
 )
 from ..types import Generation, InferenceResponse, InputKind, ResponseOutput
 from . import _mls_batch
-from ._calls import model_error, run_sync
+from ._calls import model_error, run_sync, validation_failed
 
 __all__ = ["MLServerModel", "runtime_error"]
 
@@ -196,20 +195,12 @@ class MLServerModel:
         try:
             payload = cls.model_validate(raw)
         except Exception as exc:  # pydantic's ValidationError, whichever pydantic it is
-            errors = getattr(exc, "errors", None)
-            if errors is None:
-                raise
-            details = [
-                {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-                for e in errors()
-            ]
-            where = "; ".join(
-                f"{'.'.join(str(p) for p in d['loc']) or '(body)'}: {d['msg']}" for d in details
+            failed = validation_failed(
+                exc, f"model '{self.name}' takes an Open Inference Protocol inference request"
             )
-            raise ValidationFailed(
-                f"model '{self.name}' takes an Open Inference Protocol inference request: {where}",
-                details,
-            ) from exc
+            if failed is None:
+                raise
+            raise failed from exc
         if payload.id is None:
             payload.id = str(uuid.uuid4())  # MLServer's data plane gives every request an id
         headers = getattr(request, "headers", None)

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import DefinitionError, ValidationFailed
+from ..errors import DefinitionError
 from ..types import Context, Generation, InferenceRequest, InputKind, current_context
-from ._calls import iterate_async, iterate_sync, model_error, run_sync
+from ._calls import iterate_async, iterate_sync, model_error, run_sync, validation_failed
 
 __all__ = ["MethodSpec", "ModelSpec", "NativeModel", "check_config", "inspect_class"]
 
@@ -523,19 +523,10 @@ class NativeModel:
                 return schema.model_validate_json(value)
             return schema.model_validate(value)
         except Exception as exc:
-            errors = getattr(exc, "errors", None)
-            if errors is None:
+            failed = validation_failed(exc, f"model '{self.name}': input failed validation")
+            if failed is None:
                 raise
-            details = [
-                {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-                for e in errors()
-            ]
-            where = "; ".join(
-                f"{'.'.join(str(p) for p in d['loc']) or '(body)'}: {d['msg']}" for d in details
-            )
-            raise ValidationFailed(
-                f"model '{self.name}': input failed validation: {where}", details
-            ) from exc
+            raise failed from exc
 
     async def preprocess(self, inputs: Any, request: Any) -> Any:
         if self.spec.preprocess is None:

@@ -350,6 +350,19 @@ class TorchServeModel:
         results = await run_sync(self._executor, self._handle, [inputs], [request], None, contexts)
         return results[0]
 
+    def _check_results(self, ret: Any, count: int, what: str) -> None:
+        """A handler returns one result per request of its batch (or step)."""
+        if not isinstance(ret, list | tuple):
+            raise BadModelOutput(
+                f"model '{self.name}' handler '{self._label}' must return a list with one "
+                f"result per request of the {what}, got {type(ret).__name__}"
+            )
+        if len(ret) != count:
+            raise BadModelOutput(
+                f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
+                f"for a {what} of {count} requests"
+            )
+
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         return self._stream(inputs, request, _contexts(1))
 
@@ -465,16 +478,7 @@ class TorchServeModel:
                     f"model '{self.name}' handler '{self._label}' raised "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
-            if not isinstance(ret, list | tuple):
-                raise BadModelOutput(
-                    f"model '{self.name}' handler '{self._label}' must return a list with one "
-                    f"result per request, got {type(ret).__name__}"
-                )
-            if len(ret) != count:
-                raise BadModelOutput(
-                    f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
-                    f"for a batch of {count} requests"
-                )
+            self._check_results(ret, count, "batch")
             kept: dict[int, list[Any]] = batch.kept or {}
             return [
                 self._finish(
@@ -533,16 +537,7 @@ class TorchServeModel:
                     f"model '{self.name}' handler '{self._label}' raised "
                     f"{type(exc).__name__}: {exc} (in step)"
                 ) from exc
-            if not isinstance(ret, list | tuple):
-                raise BadModelOutput(
-                    f"model '{self.name}' handler '{self._label}' must return a list with one "
-                    f"result per request of the step, got {type(ret).__name__}"
-                )
-            if len(ret) != count:
-                raise BadModelOutput(
-                    f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
-                    f"for a step of {count} requests"
-                )
+            self._check_results(ret, count, "step")
             criteria = self.context.stopping_criteria
             for i, gen in enumerate(gens):
                 gen.emit(self._finish(processors[i], ret[i], gen.request, final=True))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 from ..errors import QueueFull
 from ..types import SequenceRef
 
-__all__ = ["Scheduler", "SequenceScheduling", "SlotGate"]
+__all__ = ["Activity", "Scheduler", "SequenceScheduling", "SlotGate"]
 
 
 class Scheduler(Protocol):
@@ -35,6 +36,41 @@ class Scheduler(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class Activity:
+    """The requests inside a scheduler, counted so that :meth:`drain` can wait for none (the
+    registry drains a version before it stops its workers)."""
+
+    __slots__ = ("count", "_idle")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle: asyncio.Event | None = None
+
+    def enter(self) -> None:
+        self.count += 1
+
+    def leave(self) -> None:
+        self.count -= 1
+        if not self.count and self._idle is not None:
+            self._idle.set()
+
+    async def drain(self) -> None:
+        """Return once no request is inside (new ones may still arrive)."""
+        while self.count:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+
+    async def through(self, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        """``items``, counted as one request inside for as long as they are read, and closed."""
+        self.enter()
+        try:
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    yield item
+        finally:
+            self.leave()
 
 
 class SequenceScheduling(Scheduler, Protocol):

@@ -20,6 +20,7 @@ from ..errors import BadModelOutput, QueueFull, Unavailable
 from ..types import ModelInstance
 from . import _wire
 from ._proc import WorkerGone
+from ._scheduler import Activity
 from .direct import stream_inputs_through, stream_through
 from .workers import Worker, WorkerPool
 
@@ -74,8 +75,7 @@ class BatchScheduler:
         self._max_queue = max_queue_size
         self._queue: collections.deque[_Entry] = collections.deque()
         self._arrived = asyncio.Event()
-        self._active = 0
-        self._idle: asyncio.Event | None = None
+        self._activity = Activity()
         self._loop_task: asyncio.Task[None] | None = None
         self._batches: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -103,9 +103,7 @@ class BatchScheduler:
 
     async def drain(self) -> None:
         """Return once no request is in this scheduler (new ones may still arrive)."""
-        while self._active:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
+        await self._activity.drain()
 
     def _fail_stopped(self, entry: _Entry) -> None:
         if not entry.future.done():
@@ -120,13 +118,11 @@ class BatchScheduler:
         return stats
 
     async def infer(self, inputs: Any, request: Any) -> Any:
-        self._active += 1
+        self._activity.enter()
         try:
             return await self._infer(inputs, request)
         finally:
-            self._active -= 1
-            if not self._active and self._idle is not None:
-                self._idle.set()
+            self._activity.leave()
 
     async def _infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
@@ -150,21 +146,9 @@ class BatchScheduler:
             outputs = await entry.worker.instance.postprocess(outputs, request)
         return outputs
 
-    async def stream_inputs(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
+    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
         """A model that reads a stream of requests reads it unbatched."""
-        self._active += 1
-        try:
-            async with contextlib.aclosing(
-                stream_inputs_through(self._pool, inputs, request)
-            ) as items:
-                async for item in items:
-                    yield item
-        finally:
-            self._active -= 1
-            if not self._active and self._idle is not None:
-                self._idle.set()
+        return self._activity.through(stream_inputs_through(self._pool, inputs, request))
 
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """A batched ``predict``'s one result; a streaming model (an MLServer runtime with
@@ -172,15 +156,11 @@ class BatchScheduler:
         if not self._pool.instance.streaming:
             yield await self.infer(inputs, request)
             return
-        self._active += 1
-        try:
-            async with contextlib.aclosing(stream_through(self._pool, inputs, request)) as items:
-                async for item in items:
-                    yield item
-        finally:
-            self._active -= 1
-            if not self._active and self._idle is not None:
-                self._idle.set()
+        async with contextlib.aclosing(
+            self._activity.through(stream_through(self._pool, inputs, request))
+        ) as items:
+            async for item in items:
+                yield item
 
     def _live(self) -> int:
         while self._queue and self._queue[0].future.done():

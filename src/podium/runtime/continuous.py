@@ -22,6 +22,7 @@ from typing import Any
 from ..config import ModelConfig
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
+from ._scheduler import Activity
 from .workers import Worker, WorkerPool
 
 __all__ = ["ContinuousScheduler"]
@@ -95,8 +96,7 @@ class ContinuousScheduler:
         self._lanes: dict[Worker, _Lane] = {}
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
-        self._calls = 0
-        self._idle: asyncio.Event | None = None
+        self._activity = Activity()
         self.steps = 0
         pool.on_worker_lost = self._worker_lost
 
@@ -129,9 +129,7 @@ class ContinuousScheduler:
 
     async def drain(self) -> None:
         """Return once no request is in this scheduler (new ones may still arrive)."""
-        while self._calls:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
+        await self._activity.drain()
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
@@ -158,7 +156,7 @@ class ContinuousScheduler:
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """The items ``step`` emits for this request, in order, until it finishes. Leaving
         early (the client closed the stream) takes it out of its batch before the next step."""
-        self._calls += 1
+        self._activity.enter()
         try:
             if self._closed:
                 raise Unavailable(f"{self._label} is stopped")
@@ -187,9 +185,7 @@ class ContinuousScheduler:
                     if req.lane is not None:
                         req.lane.wake.set()
         finally:
-            self._calls -= 1
-            if not self._calls and self._idle is not None:
-                self._idle.set()
+            self._activity.leave()
 
     # -- placing requests ----------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
 from ._proc import WorkerGone
+from ._scheduler import Activity
 from .workers import Worker, WorkerPool
 
 __all__ = ["DirectScheduler"]
@@ -48,8 +48,7 @@ class DirectScheduler:
             )
         self._gate = self._pool.gate
         self._model = model
-        self._active = 0
-        self._idle: asyncio.Event | None = None
+        self._activity = Activity()
 
     @property
     def pool(self) -> WorkerPool:
@@ -64,14 +63,7 @@ class DirectScheduler:
 
     async def drain(self) -> None:
         """Return once no request is in this scheduler (new ones may still arrive)."""
-        while self._active:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
-
-    def _leave(self) -> None:
-        self._active -= 1
-        if not self._active and self._idle is not None:
-            self._idle.set()
+        await self._activity.drain()
 
     def statistics(self) -> dict[str, int]:
         return self._pool.statistics()
@@ -85,7 +77,7 @@ class DirectScheduler:
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
         front = pool.instance
-        self._active += 1
+        self._activity.enter()
         try:
             if front.has_preprocess:
                 inputs = await pool.preprocessor().preprocess(inputs, request)
@@ -100,20 +92,10 @@ class DirectScheduler:
                 outputs = await worker.instance.postprocess(outputs, request)
             return outputs
         finally:
-            self._leave()
+            self._activity.leave()
 
-    async def stream_inputs(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        self._active += 1
-        try:
-            async with contextlib.aclosing(
-                stream_inputs_through(self._pool, inputs, request)
-            ) as items:
-                async for item in items:
-                    yield item
-        finally:
-            self._leave()
+    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
+        return self._activity.through(stream_inputs_through(self._pool, inputs, request))
 
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         pool = self._pool
@@ -121,13 +103,11 @@ class DirectScheduler:
         if not front.streaming:
             yield await self.infer(inputs, request)
             return
-        self._active += 1
-        try:
-            async with contextlib.aclosing(stream_through(pool, inputs, request)) as items:
-                async for item in items:
-                    yield item
-        finally:
-            self._leave()
+        async with contextlib.aclosing(
+            self._activity.through(stream_through(pool, inputs, request))
+        ) as items:
+            async for item in items:
+                yield item
 
 
 async def stream_inputs_through(

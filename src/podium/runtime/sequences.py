@@ -22,6 +22,7 @@ from typing import Any
 from ..config import ModelConfig
 from ..errors import BadModelOutput, SequenceClosed, SequenceLimit, Unavailable
 from ..types import Context, SequenceRef, current_context
+from ._scheduler import Activity
 from ._seq import ClosedIds, Entry, Lane, Sequence
 from .direct import stream_inputs_through
 from .workers import Worker, WorkerPool
@@ -65,8 +66,7 @@ class SequenceScheduler:
         self._tick = max(min([SWEEP_MAX, *(t / 4 for t in limits)]), 0.001)
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
-        self._active = 0
-        self._idle: asyncio.Event | None = None
+        self._activity = Activity()
         self.batches_run = 0
         pool.on_worker_lost = self._worker_lost
         self._gate.on_release = self._released
@@ -103,9 +103,7 @@ class SequenceScheduler:
 
     async def drain(self) -> None:
         """Return once no request is in this scheduler (new ones may still arrive)."""
-        while self._active:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
+        await self._activity.drain()
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``sequences`` (open), ``queued`` (requests waiting for their
@@ -131,7 +129,7 @@ class SequenceScheduler:
         self, inputs: AsyncIterator[Any], request: Any
     ) -> AsyncGenerator[Any, None]:
         """A model that reads a stream of requests reads it outside any sequence."""
-        self._enter()
+        self._activity.enter()
         try:
             async with contextlib.aclosing(
                 stream_inputs_through(self._pool, inputs, request)
@@ -139,14 +137,14 @@ class SequenceScheduler:
                 async for item in items:
                     yield item
         finally:
-            self._leave()
+            self._activity.leave()
 
     # -- requests in a sequence ------------------------------------------------------------------
 
     async def infer_in(self, sequence: SequenceRef, inputs: Any, request: Any) -> Any:
         """The postprocessed result of one request of ``sequence``, run after the sequence's
         earlier requests, on its worker."""
-        self._enter()
+        self._activity.enter()
         try:
             seq = await self._open(sequence)
             await self._turn(seq)
@@ -164,7 +162,7 @@ class SequenceScheduler:
                 else:
                     self._finish(seq, sequence, ctx)
         finally:
-            self._leave()
+            self._activity.leave()
 
     async def stream_in(
         self, sequence: SequenceRef, inputs: Any, request: Any
@@ -176,7 +174,7 @@ class SequenceScheduler:
         if not self._pool.instance.streaming:
             yield await self.infer_in(sequence, inputs, request)
             return
-        self._enter()
+        self._activity.enter()
         try:
             seq = await self._open(sequence)
             await self._turn(seq)
@@ -194,7 +192,7 @@ class SequenceScheduler:
                 seq.running -= 1
                 self._finish(seq, sequence, ctx, passed=passed)
         finally:
-            self._leave()
+            self._activity.leave()
 
     # -- opening, turns, closing -----------------------------------------------------------------
 
@@ -581,13 +579,3 @@ class SequenceScheduler:
         for e, out in zip(batch, outputs, strict=True):
             if not e.future.done():
                 e.future.set_result(out)
-
-    # -- bookkeeping -------------------------------------------------------------------------------
-
-    def _enter(self) -> None:
-        self._active += 1
-
-    def _leave(self) -> None:
-        self._active -= 1
-        if not self._active and self._idle is not None:
-            self._idle.set()

@@ -660,17 +660,7 @@ def thread_pool(
             on_stuck=pool._stuck,
         )
 
-    pool = WorkerPool(
-        model=config.name,
-        label=_label(config),
-        kind="thread",
-        instance=instance,
-        new_worker=new_worker,
-        min_workers=config.min_workers,
-        max_workers=config.max_workers,
-        max_waiting=config.max_queue_size,
-        slots_per_worker=config.predict_concurrency,
-    )
+    pool = _pool_for(config, "thread", instance, new_worker)
     return pool
 
 
@@ -698,18 +688,23 @@ def process_pool(
             threads=threads,
         )
 
-    pool = WorkerPool(
+    pool = _pool_for(config, "process", descriptor, new_worker)
+    return pool
+
+
+def _pool_for(config: Any, kind: str, instance: Any, new_worker: WorkerFactory) -> WorkerPool:
+    """The pool a model's config asks for: its workers, slots and waiting line."""
+    return WorkerPool(
         model=config.name,
         label=_label(config),
-        kind="process",
-        instance=descriptor,
+        kind=kind,
+        instance=instance,
         new_worker=new_worker,
         min_workers=config.min_workers,
         max_workers=config.max_workers,
         max_waiting=config.max_queue_size,
         slots_per_worker=config.predict_concurrency,
     )
-    return pool
 
 
 def _portable_secrets(secrets: Any) -> Any:
