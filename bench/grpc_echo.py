@@ -1,6 +1,7 @@
 """Raw gRPC echo servers: the physical reference for bench/grpc_bench.py.
 
-    python bench/grpc_echo.py --port P [--server aio|uvloop|sync|bridge] [--threads N]
+    python bench/grpc_echo.py --port P [--server aio|uvloop|sync|direct|handoff|bridge|relay|inline]
+                              [--threads N]
                               [--parse bytes|proto] [--host 127.0.0.1]
 
 Serves `inference.GRPCInferenceService/ModelInfer`, `ModelStreamInfer` (N items for a
@@ -10,10 +11,17 @@ any Python gRPC server can do per call on this machine.
 
 - `--server aio`: `grpc.aio` on the default asyncio event loop;
   `--server uvloop`: `grpc.aio` under uvloop;
-  `--server sync`: `grpc.server` with a `ThreadPoolExecutor` of `--threads` threads (8);
-  `--server bridge`: the same sync server, each ModelInfer handed to a coroutine on a uvloop
-  event loop in another thread and waited for (a design probe: a sync gRPC front end over an
-  asyncio data plane, not a raw reference).
+  `--server sync`: `grpc.server` with a `ThreadPoolExecutor` of `--threads` threads (8).
+- On grpcio internals (what Podium does since bench/RESULTS.md section 9): ModelInfer is served
+  without the thread pool; grpc's polling thread asks for each request message and, when it
+  has arrived, `--server direct` answers it there and `--server handoff` hands it to one
+  answering thread, which sends the answer with grpc's private `_status`.
+- Design probes (not raw references; a sync gRPC front end over an asyncio core):
+  `--server bridge`: each ModelInfer handed by a pool thread to a coroutine on a uvloop event
+  loop in another thread and waited for (Podium until section 9); `--server relay`: the same,
+  but the pool thread does not wait, and the loop sends the answer itself; `--server inline`:
+  requests read by the polling thread as in `direct`, the coroutine run on the uvloop thread,
+  its result sent by an answering thread (Podium's shape since section 9).
 - `--parse bytes`: identity (de)serializers; the handler receives the request as bytes and
   returns the prebuilt response for the benchmark's known requests (a dict lookup), parsing
   only a request it has not seen. `--parse proto`: every request is parsed into a
@@ -58,7 +66,12 @@ def _prebuilt() -> dict[bytes, bytes]:
 
 
 def _handlers(
-    parse: str, asynchronous: bool, bridge: asyncio.AbstractEventLoop | None = None
+    parse: str,
+    asynchronous: bool,
+    bridge: asyncio.AbstractEventLoop | None = None,
+    relay: bool = False,
+    inline: bool = False,
+    handoff: bool = False,
 ) -> dict[str, MethodHandler]:
     """ModelInfer and ServerReady handlers; coroutines for grpc.aio, plain functions for sync.
 
@@ -115,12 +128,133 @@ def _handlers(
             request_deserializer=parse_request,
             response_serializer=pb.ModelInferResponse.SerializeToString,
         )
+    if relay:
+        assert bridge is not None
+        infer_handler = _relay_handler(
+            parse, bridge, coro_bytes if parse == "bytes" else coro_proto
+        )
+    if inline:
+        infer_handler = _inline_handler(
+            parse,
+            bridge,
+            infer_bytes_async if parse == "bytes" else infer_proto_async,
+            infer_bytes if parse == "bytes" else infer_proto,
+            handoff,
+        )
     ready_fn: Any = server_ready_async if asynchronous else server_ready
     return {
         "ModelInfer": infer_handler,
         "ModelStreamInfer": _stream_handler(parse, asynchronous),
         "ServerReady": grpc.unary_unary_rpc_method_handler(ready_fn),
     }
+
+
+def _relay_handler(parse: str, loop: asyncio.AbstractEventLoop, coro: Any) -> MethodHandler:
+    """ModelInfer registered as a non-blocking server-streaming method (identical on the wire):
+    the gRPC thread hands the request to the loop and returns at once; the loop sends the one
+    answer and the status together, as grpc does for a unary call (grpc's private `_status`)."""
+    from grpc import _server
+
+    serialize = (lambda m: m) if parse == "bytes" else pb.ModelInferResponse.SerializeToString
+
+    def behavior(request: Any, context: Any, _send: Any) -> None:
+        rpc_event, state = context._rpc_event, context._state
+
+        def done(task: asyncio.Task[Any]) -> None:
+            _server._status(rpc_event, state, serialize(task.result()))
+
+        def start() -> None:
+            loop.create_task(coro(request, context)).add_done_callback(done)
+
+        loop.call_soon_threadsafe(start)
+
+    behavior.experimental_non_blocking = True  # type: ignore[attr-defined]
+    return grpc.unary_stream_rpc_method_handler(
+        behavior,
+        request_deserializer=None if parse == "bytes" else pb.ModelInferRequest.FromString,
+        response_serializer=None,
+    )
+
+
+class _Inline(futures.ThreadPoolExecutor):
+    """An "executor" that runs what grpc submits at once, on grpc's own polling thread."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> futures.Future[Any]:  # type: ignore[override]
+        future: futures.Future[Any] = futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001
+            future.set_exception(exc)
+        return future
+
+
+def _inline_handler(
+    parse: str, loop: asyncio.AbstractEventLoop | None, coro: Any, direct: Any, handoff: bool
+) -> MethodHandler:
+    """ModelInfer served without grpc's thread pool, on grpcio internals (Podium's way since
+    bench/RESULTS.md section 9): registered as a non-blocking bidirectional method that an
+    inline executor runs on grpc's polling thread, which asks for the request message; its
+    arrival (on the polling thread again) is answered by grpc's private `_status`:
+
+    - `direct`: right there, on the polling thread (`loop` None, `handoff` False);
+    - `handoff`: by an answering thread, which builds the echo and sends it;
+    - `inline` (the design probe): the coroutine runs on the uvloop thread `loop`, and the
+      answering thread sends its result.
+    """
+    import queue
+    import threading
+
+    from grpc import _server
+    from grpc._cython import cygrpc
+
+    serialize = (lambda m: m) if parse == "bytes" else pb.ModelInferResponse.SerializeToString
+    deserialize = None if parse == "bytes" else pb.ModelInferRequest.FromString
+    answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def answer() -> None:
+        while True:
+            rpc_event, state, build = answers.get()
+            _server._status(rpc_event, state, serialize(build()))
+
+    if handoff or loop is not None:
+        threading.Thread(target=answer, name="answerer", daemon=True).start()
+
+    def behavior(_requests: Any, context: Any, _send: Any) -> None:
+        rpc_event, state = context._rpc_event, context._state
+        received = _server._receive_message(state, rpc_event.call, deserialize)
+
+        def on_message(event: Any) -> Any:
+            outcome = received(event)
+            request, state.request = state.request, None
+            if request is None:
+                return outcome
+            if loop is not None:  # the design probe
+
+                def done(task: asyncio.Task[Any]) -> None:
+                    answers.put((rpc_event, state, task.result))
+
+                def start() -> None:
+                    loop.create_task(coro(request, context)).add_done_callback(done)
+
+                loop.call_soon_threadsafe(start)
+            elif handoff:
+                answers.put((rpc_event, state, lambda: direct(request, context)))
+            else:
+                _server._status(rpc_event, state, serialize(direct(request, context)))
+            return outcome
+
+        with state.condition:
+            rpc_event.call.start_server_batch(
+                (cygrpc.ReceiveMessageOperation(_server._EMPTY_FLAGS),), on_message
+            )
+            state.due.add(_server._RECEIVE_MESSAGE_TOKEN)
+
+    behavior.experimental_non_blocking = True  # type: ignore[attr-defined]
+    behavior.experimental_thread_pool = _Inline()  # type: ignore[attr-defined]
+    return grpc.stream_stream_rpc_method_handler(behavior)
 
 
 def _stream_handler(parse: str, asynchronous: bool) -> MethodHandler:
@@ -208,12 +342,25 @@ def _bridge_loop() -> asyncio.AbstractEventLoop:
 
 
 def _serve_sync(args: argparse.Namespace) -> None:
-    bridge = _bridge_loop() if args.server == "bridge" else None
+    bridge = _bridge_loop() if args.server in ("bridge", "relay", "inline") else None
+    inline = args.server in ("inline", "direct", "handoff")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=args.threads), options=_options(args)
     )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE, _handlers(args.parse, False, bridge)),)
+        (
+            grpc.method_handlers_generic_handler(
+                SERVICE,
+                _handlers(
+                    args.parse,
+                    False,
+                    bridge,
+                    args.server == "relay",
+                    inline,
+                    args.server == "handoff",
+                ),
+            ),
+        )
     )
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     server.start()
@@ -231,7 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--server", choices=("aio", "uvloop", "sync", "bridge"), default="aio")
+    parser.add_argument(
+        "--server",
+        choices=("aio", "uvloop", "sync", "bridge", "relay", "inline", "direct", "handoff"),
+        default="aio",
+    )
     parser.add_argument("--threads", type=int, default=8, help="sync server's thread pool")
     parser.add_argument("--parse", choices=("bytes", "proto"), default="bytes")
     parser.add_argument(
@@ -242,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a gRPC server channel option (integer values are passed as int); repeatable",
     )
     args = parser.parse_args(argv)
-    if args.server in ("sync", "bridge"):
+    if args.server in ("sync", "bridge", "relay", "inline", "direct", "handoff"):
         _serve_sync(args)
     elif args.server == "uvloop":
         import uvloop

@@ -107,8 +107,8 @@ def main() -> None:
     "--grpc-threads",
     type=int,
     default=None,
-    help="Threads of the gRPC inference server; each open stream holds one. 0: serve gRPC "
-    "with grpc.aio on the event loop instead [32].",
+    help="Threads of the gRPC inference server for streams; each open stream holds one, "
+    "unary calls hold none. 0: serve gRPC with grpc.aio on the event loop instead [32].",
 )
 @click.option(
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."

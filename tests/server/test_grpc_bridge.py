@@ -51,7 +51,7 @@ class FakeContext:
 async def bridge() -> AsyncIterator[Bridge]:
     readers = ThreadPoolExecutor(4)
     try:
-        yield Bridge(asyncio.get_running_loop(), readers)
+        yield Bridge(asyncio.get_running_loop(), readers, relay=False)
     finally:
         readers.shutdown(wait=False, cancel_futures=True)
 

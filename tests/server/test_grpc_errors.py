@@ -226,3 +226,21 @@ def test_an_oversize_response_is_resource_exhausted(triton_server: Server, pb: A
         error = fails(lambda: oip.ModelInfer(request))
         assert error.code() == StatusCode.RESOURCE_EXHAUSTED, error.details()
         good_call(oip, pb)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "/inference.GRPCInferenceService/ModelInfer",
+        "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions",
+    ],
+)
+def test_a_message_that_does_not_parse_is_invalid(
+    models_server: Server, oip: Stubs, pb: Any, method: str
+) -> None:
+    with grpc.insecure_channel(target(models_server)) as channel:
+        garbage = channel.unary_unary(method)  # bytes as they are
+        error = fails(lambda: garbage(b"\x0a\xff\xff\xff", timeout=PATIENCE))
+    assert error.code() == StatusCode.INVALID_ARGUMENT
+    assert "does not parse" in error.details()
+    good_call(oip, pb)

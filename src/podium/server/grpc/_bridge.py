@@ -5,12 +5,23 @@ grpcio's thread-pool server moves a unary call through its C core about twice as
 models live on one event loop. The bridge keeps both: every handler is still written once, as a
 coroutine against a small context (:class:`LoopContext`, the part of ``grpc.aio.ServicerContext``
 Podium's handlers use), and :meth:`Bridge.handler` turns its ``grpc.aio``-style method handler
-into a synchronous one that runs the coroutine on the loop while the gRPC thread waits.
+into one for grpc's threads that runs the coroutine on the loop.
 
-Per call, the gRPC thread does one ``call_soon_threadsafe`` and then blocks on a plain lock; the
-loop runs the handler in a task of its own and releases the lock when it ends. Streams move
-through lock-free hand-offs with a bounded window (:data:`WINDOW` messages each way), and a
-thread is woken or the loop called only when the other side is actually waiting.
+A unary call is *relayed* through no pool thread at all: grpc's polling thread asks for the
+request message when the call arrives, parses it when it has, and hands it to the loop with one
+``call_soon_threadsafe``; the loop runs the handler in a task and queues its outcome for one
+sender thread, which sends the answer and the status together in one batch, exactly as grpc does
+at the end of a unary call. For grpc the method is a non-blocking bidirectional one run by an
+inline executor (the same on the wire: one message each way, then the status). This uses grpcio
+internals (:mod:`._internals`, checked at start-up); where they are not as expected, or with
+``relay=False``, unary calls take the public, blocking way: a pool thread waits for the request,
+hands it to the loop, and waits on a plain lock for the answer. Relaying saves the pool thread's
+two waits per call, and sending from a thread of its own keeps the loop from handing the GIL to
+grpc's polling thread on every call: 1.6x the calls per second (bench/RESULTS.md, section 9).
+
+Streams move through lock-free hand-offs with a bounded window (:data:`WINDOW` messages each
+way), and a thread is woken or the loop called only when the other side is actually waiting.
+Each open stream holds a pool thread for as long as it lasts.
 
 Cancellation is the same as on ``grpc.aio``: when the RPC ends for the client (cancelled,
 connection dropped, deadline), grpc runs the call's callback and the bridge cancels the handler's
@@ -22,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,12 +42,20 @@ from typing import Any
 
 import grpc
 
+from . import _internals
+from ._internals import INLINE, Internals
+
 __all__ = ["WINDOW", "Bridge", "LoopContext"]
+
+logger = logging.getLogger("podium.grpc")
 
 #: Messages that may wait between the loop and a gRPC thread, either way, on one stream.
 WINDOW = 16
 
 _END = object()
+
+
+_INTERNALS = _internals.load()
 
 
 class _Abort(grpc.aio.AbortError):
@@ -111,23 +131,32 @@ class _Call:
         "_waiting",
         "_space",
         "context",
+        "_relay",
     )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, context: grpc.ServicerContext) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: grpc.ServicerContext,
+        relay: _Relay | None = None,
+    ) -> None:
         self.loop = loop
         self.task: asyncio.Task[Any] | None = None
         self.ended = False  # the handler finished (on the loop)
         self.gone = False  # the RPC ended for the client before the handler did
         self.result: Any = None
         self.error: BaseException | None = None
-        self._done = threading.Lock()
-        self._done.acquire()
+        self._done: threading.Lock | None = None
+        if relay is None:  # the gRPC thread waits on this lock for the loop
+            self._done = threading.Lock()
+            self._done.acquire()
         self._items: queue.SimpleQueue[Any] | None = None
         self._written = 0  # messages put (loop side)
         self._taken = 0  # messages taken (thread side)
         self._waiting = False  # the loop waits for room in the window
         self._space: asyncio.Future[None] | None = None
         self.context = LoopContext(context, self)
+        self._relay = relay  # a relayed unary call: the sender thread ends it (see _finish)
 
     # -- the gRPC thread -------------------------------------------------------------------
 
@@ -139,6 +168,7 @@ class _Call:
 
     def wait(self) -> Any:
         """Block until the handler ends; its result, or raise as a sync handler would."""
+        assert self._done is not None
         self._done.acquire()
         return self._outcome()
 
@@ -205,8 +235,12 @@ class _Call:
         self.error = error
         self.ended = True
         self.context._ended()
+        if self._relay is not None:
+            self._relay.finish(self.context._context, result, error)
+            return
         if self._items is not None:
             self._items.put(_END)
+        assert self._done is not None
         self._done.release()
 
     def _cancel(self) -> None:
@@ -234,6 +268,80 @@ class _Call:
         space = self._space
         if space is not None and not space.done():
             space.set_result(None)
+
+
+class _Relay:
+    """How a relayed unary call of one method ends: :meth:`finish` hands the outcome to the
+    sender thread, which serializes the answer with the method's own serializer and sends it with
+    the status, or sends the status alone for an abort or a failure, with the codes and details a
+    synchronous handler would get from grpc."""
+
+    __slots__ = ("render", "sender")
+
+    def __init__(self, render: Callable[[Any], bytes] | None, sender: _Sender) -> None:
+        self.render = render
+        self.sender = sender
+
+    def finish(
+        self, context: grpc.ServicerContext, result: Any, error: BaseException | None
+    ) -> None:
+        """On the loop: the handler has ended."""
+        self.sender.queue.put((self, context, result, error))
+
+    def end(self, context: grpc.ServicerContext, result: Any, error: BaseException | None) -> None:
+        """On the sender thread: end the call."""
+        payload: bytes | None = None
+        if error is None:
+            try:
+                payload = result if self.render is None else self.render(result)
+            except Exception:
+                logger.exception("failed to serialize a gRPC response")
+                context.set_code(grpc.StatusCode.INTERNAL)
+                context.set_details("Failed to serialize response!")
+        elif isinstance(error, _Abort):
+            context.set_code(error.code)
+            context.set_details(error.details)
+        elif isinstance(error, asyncio.CancelledError):
+            # The client is gone (or the server stops): nobody reads this status.
+            context.set_code(grpc.StatusCode.CANCELLED)
+            context.set_details("the call was cancelled")
+        else:  # a bug in a handler: what grpc says for an exception from a sync handler
+            logger.error("gRPC handler failed", exc_info=error)
+            context.set_code(grpc.StatusCode.UNKNOWN)
+            context.set_details(f"Exception calling application: {error}")
+        self.sender.send_status(context, payload)
+
+
+class _Sender:
+    """The thread that ends relayed calls, in the order their handlers ended.
+
+    Sending enters grpc's C core, which lets go of the GIL; done on the loop, every call would
+    hand the GIL to grpc's polling thread and wait to get it back, a thread switch per call on
+    the loop's critical path (half the throughput, bench/RESULTS.md section 9). The loop only
+    queues the outcome.
+    """
+
+    def __init__(self, send_status: Callable[[grpc.ServicerContext, bytes | None], None]) -> None:
+        self.send_status = send_status
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="podium-grpc-send", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            relay, context, result, error = item
+            try:
+                relay.end(context, result, error)
+            except Exception:  # the call is lost; the sender must go on for the others
+                logger.exception("failed to end a gRPC call")
+
+    def close(self) -> None:
+        """Stop once everything queued so far is sent."""
+        self.queue.put(None)
+        self._thread.join(timeout=5)
 
 
 class _RequestReader:
@@ -312,11 +420,31 @@ class _Failed:
 
 class Bridge:
     """Turns ``grpc.aio``-style method handlers into handlers for a thread-pool server whose
-    coroutines run on ``loop``. Request streams are read by threads of ``readers``."""
+    coroutines run on ``loop``. Request streams are read by threads of ``readers``; streaming
+    calls are served by the server's own pool. Unary calls are relayed (see the module's
+    docstring) with ``internals``: by default grpcio's own, when they are as expected
+    (:func:`._internals.load`); ``relay=False`` serves them the public, blocking way."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, readers: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        readers: ThreadPoolExecutor,
+        *,
+        relay: bool = True,
+        internals: Internals | None = None,
+    ) -> None:
         self.loop = loop
         self.readers = readers
+        self.internals = (internals or _INTERNALS) if relay else None
+        self._sender: _Sender | None = None
+        if self.internals is not None:
+            self._sender = _Sender(self.internals.send_status)
+
+    def close(self) -> None:
+        """Stop the sender thread (after the server has stopped: every call has ended)."""
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
 
     def handler(self, method: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """The same RPC (its (de)serializers unchanged), served through the bridge."""
@@ -335,9 +463,42 @@ class Bridge:
             )
         if method.request_streaming:
             raise ValueError("stream-unary methods are not bridged (Podium serves none)")
+        if self.internals is not None:
+            # Registered as bidirectional (one message each way, then the status: the same on
+            # the wire), because grpc lets only streaming methods return before their call has
+            # ended, and reads no request for a method whose requests stream.
+            return grpc.stream_stream_rpc_method_handler(
+                self._relayed(method.unary_unary, self.internals, parse, render)
+            )
         return grpc.unary_unary_rpc_method_handler(
             self._unary(method.unary_unary), request_deserializer=parse, response_serializer=render
         )
+
+    def _relayed(
+        self,
+        behavior: Callable[..., Any],
+        internals: Internals,
+        parse: Callable[[bytes], Any] | None,
+        render: Callable[[Any], bytes] | None,
+    ) -> Callable[[Any, grpc.ServicerContext, Any], None]:
+        loop = self.loop
+        assert self._sender is not None
+        relay = _Relay(render, self._sender)
+
+        def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
+            # On grpc's polling thread, as the call arrives: nothing here may block.
+            call = _Call(loop, context, relay)
+            if not context.add_callback(call.on_rpc_end):
+                return  # it ended already
+
+            def deliver(request: Any) -> None:  # the polling thread again, with the request
+                loop.call_soon_threadsafe(call.start, behavior(request, call.context))
+
+            internals.receive(context, parse, deliver)
+
+        serve.experimental_non_blocking = True  # type: ignore[attr-defined]
+        serve.experimental_thread_pool = INLINE  # type: ignore[attr-defined]
+        return serve
 
     def _unary(self, behavior: Callable[..., Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
         loop = self.loop

@@ -34,6 +34,30 @@ def _new_pool(files: list[descriptor_pb2.FileDescriptorProto]) -> descriptor_poo
 POOL = _new_pool(_files())
 
 
+def _every_class(files: list[descriptor_pb2.FileDescriptorProto]) -> list[Any]:
+    """A class for every message type in :data:`POOL`, nested ones and map entries included.
+
+    protobuf keeps the class of a message type only while something refers to it: a nested type
+    (``ModelInferRequest.InferInputTensor``, a parameters map entry) whose last message is gone
+    would be built again, a new Python type each time, by the next call that touches it. Held
+    here, each is built once.
+    """
+    classes: list[Any] = []
+
+    def visit(descriptor: Any) -> None:
+        classes.append(message_factory.GetMessageClass(descriptor))
+        for nested in descriptor.nested_types:
+            visit(nested)
+
+    for proto in files:
+        for descriptor in POOL.FindFileByName(proto.name).message_types_by_name.values():
+            visit(descriptor)
+    return classes
+
+
+_CLASSES = _every_class(_files())
+
+
 @functools.cache
 def message_class(full_name: str) -> Any:
     """The message class for ``full_name`` (e.g. ``"inference.ModelInferRequest"``)."""

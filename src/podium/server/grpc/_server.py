@@ -123,11 +123,13 @@ class _Health:
 class GrpcServer:
     """A gRPC server for ``services`` on ``host:port`` (port 0 picks a free one).
 
-    With ``threads`` (the default), a thread-pool ``grpc.server`` whose threads hand every call
-    to the running event loop through :class:`~._bridge.Bridge`; each open stream holds one
-    thread (a bidirectional one two) for as long as it lasts. With ``threads=0``, a ``grpc.aio``
-    server on the loop itself (slower per call, but streams hold no thread). The handlers are the
-    same coroutines either way.
+    With ``threads`` (the default), a ``grpc.server`` bridged to the running event loop by
+    :class:`~._bridge.Bridge`: unary calls are relayed between grpc's polling thread and the loop
+    without a pool thread (``relay=False``: the public, blocking way, also taken where grpcio's
+    internals are not as expected); each open stream holds one of the ``threads`` (a
+    bidirectional one two) for as long as it lasts. With ``threads=0``, a ``grpc.aio`` server on
+    the loop itself (slower per call, but streams hold no thread). The handlers are the same
+    coroutines either way.
 
     Messages larger than ``max_message_size`` bytes, either way, end the call with
     ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
@@ -143,6 +145,7 @@ class GrpcServer:
         grace: float = 10.0,
         threads: int = 32,
         authorize: Callable[[Any], None] | None = None,
+        relay: bool = True,
     ) -> None:
         self.services = list(services)
         self.host = host
@@ -157,6 +160,7 @@ class GrpcServer:
             ("grpc.so_reuseport", 0),
         ]
         self._pools: list[ThreadPoolExecutor] = []
+        self._bridge: Bridge | None = None
         adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]
         self._server: Any
         if threads > 0:
@@ -164,7 +168,8 @@ class GrpcServer:
             readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
             self._pools = [handlers, readers]
             self._server = grpc.server(handlers, options=options)
-            adapt = Bridge(asyncio.get_running_loop(), readers).handler
+            self._bridge = Bridge(asyncio.get_running_loop(), readers, relay=relay)
+            adapt = self._bridge.handler
         else:
             self._server = grpc.aio.server(options=options)
             adapt = _unchanged
@@ -226,6 +231,8 @@ class GrpcServer:
             return
         stopped = self._server.stop(self.grace)  # in-flight calls still need this loop
         await asyncio.to_thread(stopped.wait)
+        if self._bridge is not None:
+            await asyncio.to_thread(self._bridge.close)
         for pool in self._pools:
             pool.shutdown(wait=False, cancel_futures=True)
 

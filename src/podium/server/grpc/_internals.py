@@ -1,0 +1,163 @@
+"""The few grpcio internals that let a unary call skip grpc's thread pool, checked at import.
+
+grpcio's synchronous server hands every call to a pool thread, which asks for the request
+message and blocks until it arrives, then runs the handler. Podium's handlers are coroutines on
+the event loop, so that pool thread would only wait: first for the request, then for the loop.
+Each wait is a thread woken on one core, and those wake-ups, not Python, were most of the cost of
+a call (bench/RESULTS.md, section 9).
+
+:class:`Internals` does what the pool thread would, without one:
+
+- :data:`INLINE` is an executor that runs what grpc submits at once, on grpc's polling thread.
+  A handler registered with it, as a non-blocking streaming method, is called there as soon as
+  the call arrives, and returns at once.
+- :meth:`Internals.receive` asks for the request message with a batch whose completion grpc's
+  polling thread delivers; the callback parses the message there and hands it on (to the loop).
+- :meth:`Internals.send_status` ends the call from any thread: the answer and the status in one
+  batch, exactly what grpc sends at the end of a unary call.
+
+None of these names is public API. :func:`load` checks each of them (names and signatures) and
+returns ``None`` when this grpcio differs; the bridge then serves unary calls the public way.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+__all__ = ["INLINE", "Internals", "load"]
+
+
+class _Inline(futures.ThreadPoolExecutor):
+    """Runs each submitted function at once, in the submitting thread (grpc's polling thread).
+
+    grpc only accepts a ``ThreadPoolExecutor`` as a method's own pool, hence the base class; no
+    thread is ever started. Only non-blocking handlers may be given it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="podium-grpc-inline")
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+        future: futures.Future[Any] = futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
+#: The executor of relayed unary methods (``experimental_thread_pool``).
+INLINE = _Inline()
+
+Parse = Callable[[bytes], Any]
+Deliver = Callable[[Any], None]
+Fail = Callable[[grpc.StatusCode, str], None]
+
+
+class Internals:
+    """grpc's private pieces, looked up once (see the module's docstring)."""
+
+    def __init__(self, server_module: Any, cygrpc: Any) -> None:
+        self._status = server_module._status
+        self._receive_message = server_module._receive_message
+        self._token = server_module._RECEIVE_MESSAGE_TOKEN
+        self._flags = server_module._EMPTY_FLAGS
+        self._open = server_module._OPEN
+        self._closed = server_module._CLOSED
+        self._operation = cygrpc.ReceiveMessageOperation
+
+    def send_status(self, context: grpc.ServicerContext, payload: bytes | None) -> None:
+        """End the call: ``payload`` (a serialized answer, or none) and the status set on
+        ``context`` (``set_code`` / ``set_details``; OK if none), with its trailing metadata.
+        Nothing is sent to a client that is already gone. Thread-safe."""
+        self._status(context._rpc_event, context._state, payload)
+
+    def receive(self, context: grpc.ServicerContext, parse: Parse | None, deliver: Deliver) -> None:
+        """Ask for the call's one request message; when it has arrived, call ``deliver`` with it
+        parsed by ``parse`` (on grpc's polling thread). A message that does not parse ends the
+        call with ``INVALID_ARGUMENT``, a client that sent none with ``UNIMPLEMENTED`` (what grpc
+        says for a unary call without its request); a cancelled call delivers nothing."""
+        rpc_event = context._rpc_event
+        state = context._state
+        received = self._receive_message(state, rpc_event.call, None)  # bytes, as they came
+
+        def on_message(event: Any) -> Any:
+            outcome = received(event)  # grpc's bookkeeping: the request, or why there is none
+            with state.condition:
+                payload, state.request = state.request, None
+                client = state.client
+            if payload is not None:
+                try:
+                    request = payload if parse is None else parse(payload)
+                except Exception as exc:
+                    self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, _unparsable(exc))
+                else:
+                    deliver(request)
+            elif client is self._closed:
+                method = rpc_event.call_details.method.decode(errors="replace")
+                self._fail(
+                    context,
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f'"{method}" requires exactly one request message.',
+                )
+            return outcome
+
+        with state.condition:
+            if state.client is self._open and not state.statused:
+                rpc_event.call.start_server_batch((self._operation(self._flags),), on_message)
+                state.due.add(self._token)
+
+    def _fail(self, context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+        context.set_code(code)
+        context.set_details(details)
+        self.send_status(context, None)
+
+
+def _unparsable(exc: Exception) -> str:
+    return f"the request message does not parse: {exc}"
+
+
+def load(server_module: Any = None, cygrpc: Any = None) -> Internals | None:
+    """The internals of the installed grpcio (or of the modules given, for tests), or ``None``
+    if any of them is not as expected."""
+    if server_module is None or cygrpc is None:
+        try:
+            import grpc._cython.cygrpc as installed_cygrpc
+            import grpc._server as installed_server
+        except ImportError:  # pragma: no cover - every grpcio this project allows has both
+            return None
+        server_module, cygrpc = installed_server, installed_cygrpc
+    _server = server_module
+    expected: dict[Any, list[str]] = {
+        getattr(_server, "_status", None): ["rpc_event", "state", "serialized_response"],
+        getattr(_server, "_receive_message", None): ["state", "call", "request_deserializer"],
+        getattr(getattr(_server, "_Context", None), "__init__", None): [
+            "self",
+            "rpc_event",
+            "state",
+            "request_deserializer",
+        ],
+        getattr(_server, "_select_thread_pool_for_behavior", None): [
+            "behavior",
+            "default_thread_pool",
+        ],
+    }
+    for function, params in expected.items():
+        if not callable(function):
+            return None
+        try:
+            if list(inspect.signature(function).parameters) != params:
+                return None
+        except (TypeError, ValueError):  # pragma: no cover
+            return None
+    for name in ("_RECEIVE_MESSAGE_TOKEN", "_EMPTY_FLAGS", "_OPEN", "_CLOSED"):
+        if not hasattr(_server, name):
+            return None
+    if not hasattr(cygrpc, "ReceiveMessageOperation"):
+        return None
+    return Internals(_server, cygrpc)

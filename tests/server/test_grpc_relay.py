@@ -1,0 +1,255 @@
+"""Unary calls on the thread-pool gRPC server, relayed through grpcio's internals (the default) and
+the public, blocking way (``relay=False``, also the fallback when the internals differ): a real
+``GrpcServer`` in this process, a real channel, and coroutine handlers on this loop.
+
+Both ways must look the same to a client: answers, aborts with their codes, metadata both ways,
+a handler that raises, deadlines that cancel the handler, a graceful stop that lets a call finish.
+The relayed way adds precise errors for a request that does not parse and for a unary call sent
+without its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+
+from podium.server.grpc import _internals
+from podium.server.grpc._server import GrpcServer, Service
+from podium.server.grpc._tensors import ModelInferRequest, ModelInferResponse
+
+pytestmark = pytest.mark.anyio
+
+NAME = "podium.test.Relay"
+
+
+class Handlers:
+    """Coroutine handlers (``grpc.aio`` style) that record what they saw."""
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+        self.cancelled = asyncio.Event()
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def echo(self, request: Any, context: Any) -> Any:
+        self.threads.add(threading.get_ident())
+        await asyncio.sleep(0)  # a real suspension on the loop
+        return ModelInferResponse(model_name=request.model_name, id=request.id)
+
+    async def abort(self, request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no {request.model_name}")
+
+    async def raises(self, request: Any, context: Any) -> Any:
+        raise RuntimeError("a bug in a handler")
+
+    async def metadata(self, request: Any, context: Any) -> Any:
+        sent = dict(context.invocation_metadata())
+        await context.send_initial_metadata((("x-initial", sent.get("x-ask", "")),))
+        context.set_trailing_metadata((("x-trailing", "bye"),))
+        return ModelInferResponse(model_name=request.model_name)
+
+    async def hang(self, request: Any, context: Any) -> Any:
+        self.started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return ModelInferResponse()
+
+    async def slow(self, request: Any, context: Any) -> Any:
+        self.started.set()
+        await self.release.wait()
+        return ModelInferResponse(model_name="finished")
+
+
+def service(handlers: Handlers) -> Service:
+    def unary(behavior: Any) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            behavior,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=ModelInferResponse.SerializeToString,
+        )
+
+    methods = ("echo", "abort", "raises", "metadata", "hang", "slow")
+    return Service(NAME, {m.capitalize(): unary(getattr(handlers, m)) for m in methods})
+
+
+@pytest.fixture(params=["relayed", "blocking"])
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
+    handlers = Handlers()
+    server = GrpcServer(
+        [service(handlers)],
+        host="127.0.0.1",
+        port=0,
+        max_message_size=1 << 20,
+        grace=5.0,
+        threads=4,
+        relay=request.param == "relayed",
+    )
+    address = await server.start()
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        yield SimpleNamespace(server=server, handlers=handlers, channel=channel, mode=request.param)
+    finally:
+        await channel.close()
+        await server.stop()
+
+
+def rpc(channel: grpc.aio.Channel, method: str) -> Any:
+    return channel.unary_unary(
+        f"/{NAME}/{method}",
+        request_serializer=ModelInferRequest.SerializeToString,
+        response_deserializer=ModelInferResponse.FromString,
+    )
+
+
+async def test_the_relay_is_on_by_default_with_this_grpcio() -> None:
+    assert _internals.load() is not None
+
+
+async def test_an_answer_comes_back_from_a_handler_on_the_loop(served: Any) -> None:
+    reply = await rpc(served.channel, "Echo")(ModelInferRequest(model_name="m", id="7"))
+    assert (reply.model_name, reply.id) == ("m", "7")
+    assert served.handlers.threads == {threading.get_ident()}
+
+
+async def test_many_calls_at_once_each_get_their_own_answer(served: Any) -> None:
+    call = rpc(served.channel, "Echo")
+    replies = await asyncio.gather(
+        *(call(ModelInferRequest(model_name="m", id=str(i))) for i in range(300))
+    )
+    assert [r.id for r in replies] == [str(i) for i in range(300)]
+
+
+async def test_an_abort_keeps_its_code_and_details(served: Any) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await rpc(served.channel, "Abort")(ModelInferRequest(model_name="thing"))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.details() == "no thing"
+    await rpc(served.channel, "Echo")(ModelInferRequest(model_name="m"))  # still serving
+
+
+async def test_a_handler_that_raises_is_unknown_with_its_message(served: Any) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await rpc(served.channel, "Raises")(ModelInferRequest())
+    assert caught.value.code() == grpc.StatusCode.UNKNOWN
+    assert "a bug in a handler" in (caught.value.details() or "")
+
+
+async def test_metadata_reaches_the_handler_and_comes_back(served: Any) -> None:
+    call = rpc(served.channel, "Metadata")(
+        ModelInferRequest(model_name="m"), metadata=(("x-ask", "hello"),)
+    )
+    assert (await call).model_name == "m"
+    assert ("x-initial", "hello") in list(await call.initial_metadata())
+    assert ("x-trailing", "bye") in list(await call.trailing_metadata())
+
+
+async def test_a_deadline_cancels_the_handler(served: Any) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await rpc(served.channel, "Hang")(ModelInferRequest(), timeout=0.5)
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await asyncio.wait_for(served.handlers.cancelled.wait(), 5)
+
+
+async def test_a_client_that_cancels_cancels_the_handler(served: Any) -> None:
+    call = rpc(served.channel, "Hang")(ModelInferRequest())
+    await asyncio.wait_for(served.handlers.started.wait(), 5)
+    call.cancel()
+    await asyncio.wait_for(served.handlers.cancelled.wait(), 5)
+    await rpc(served.channel, "Echo")(ModelInferRequest(model_name="m"))
+
+
+async def test_a_graceful_stop_lets_a_call_in_flight_finish(served: Any) -> None:
+    call = asyncio.ensure_future(rpc(served.channel, "Slow")(ModelInferRequest()))
+    await asyncio.wait_for(served.handlers.started.wait(), 5)
+    stopping = asyncio.ensure_future(served.server.stop())
+    await asyncio.sleep(0.2)
+    assert not call.done()
+    served.handlers.release.set()
+    assert (await asyncio.wait_for(call, 5)).model_name == "finished"
+    await asyncio.wait_for(stopping, 10)
+
+
+async def test_a_request_that_does_not_parse_is_invalid(served: Any) -> None:
+    garbage = served.channel.unary_unary(f"/{NAME}/Echo")  # bytes in, bytes out
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await garbage(b"\xff\xff\xff\xff")
+    if served.mode == "relayed":
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "does not parse" in (caught.value.details() or "")
+    else:  # grpc's own answer
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+    await rpc(served.channel, "Echo")(ModelInferRequest(model_name="m"))
+
+
+async def test_a_unary_call_without_its_request_is_unimplemented(served: Any) -> None:
+    empty = served.channel.stream_unary(f"/{NAME}/Echo")
+
+    async def nothing() -> AsyncIterator[bytes]:
+        return
+        yield b""
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await empty(nothing())
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "requires exactly one request message" in (caught.value.details() or "")
+
+
+async def test_the_sender_thread_ends_with_the_server() -> None:
+    before = {t.name for t in threading.enumerate()}
+    server = GrpcServer(
+        [service(Handlers())], host="127.0.0.1", port=0, max_message_size=1 << 20, threads=2
+    )
+    await server.start()
+    assert "podium-grpc-send" in {t.name for t in threading.enumerate()} - before
+    await server.stop()
+    assert "podium-grpc-send" not in {t.name for t in threading.enumerate()} - before
+
+
+class _Module(SimpleNamespace):
+    pass
+
+
+def _fake_modules(**changes: Any) -> tuple[Any, Any]:
+    import grpc._cython.cygrpc as cygrpc
+    import grpc._server as real
+
+    fake = _Module(
+        **{
+            name: getattr(real, name)
+            for name in (
+                "_status",
+                "_receive_message",
+                "_Context",
+                "_select_thread_pool_for_behavior",
+                "_RECEIVE_MESSAGE_TOKEN",
+                "_EMPTY_FLAGS",
+                "_OPEN",
+                "_CLOSED",
+            )
+        }
+    )
+    for name, value in changes.items():
+        if value is None:
+            delattr(fake, name)
+        else:
+            setattr(fake, name, value)
+    return fake, cygrpc
+
+
+async def test_internals_that_differ_turn_the_relay_off() -> None:
+    def other_status(rpc_event: Any, state: Any, payload: Any, flags: Any) -> None: ...
+
+    assert _internals.load(*_fake_modules()) is not None
+    assert _internals.load(*_fake_modules(_status=None)) is None
+    assert _internals.load(*_fake_modules(_status=other_status)) is None
+    assert _internals.load(*_fake_modules(_CLOSED=None)) is None
+    assert _internals.load(_fake_modules()[0], SimpleNamespace()) is None
