@@ -17,7 +17,8 @@ internals (:mod:`._internals`, checked at start-up); where they are not as expec
 ``relay=False``, unary calls take the public, blocking way: a pool thread waits for the request,
 hands it to the loop, and waits on a plain lock for the answer. Relaying saves the pool thread's
 two waits per call, and sending from a thread of its own keeps the loop from handing the GIL to
-grpc's polling thread on every call: 1.6x the calls per second (bench/RESULTS.md, section 9).
+grpc's polling thread on every call: 1.7-1.8x the calls per second (bench/RESULTS.md,
+sections 5 and 9).
 
 Streams move through lock-free hand-offs with a bounded window (:data:`WINDOW` messages each
 way), and a thread is woken or the loop called only when the other side is actually waiting.
