@@ -253,3 +253,30 @@ async def test_internals_that_differ_turn_the_relay_off() -> None:
     assert _internals.load(*_fake_modules(_status=other_status)) is None
     assert _internals.load(*_fake_modules(_CLOSED=None)) is None
     assert _internals.load(_fake_modules()[0], SimpleNamespace()) is None
+
+
+async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if served.mode != "relayed":
+        pytest.skip("only the relay hands requests on from grpc's polling thread")
+    loop = asyncio.get_running_loop()
+    real = loop.call_soon_threadsafe
+
+    def closed_for_grpc(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.endswith("(_serve)"):  # grpc's polling thread
+            raise RuntimeError("Event loop is closed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", closed_for_grpc)
+
+    def call() -> Any:
+        with grpc.insecure_channel(served.server.address) as channel:
+            return rpc(channel, "Echo")(ModelInferRequest(model_name="m"), timeout=5)
+
+    with pytest.raises(grpc.RpcError) as caught:
+        await asyncio.to_thread(call)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "Event loop is closed" in (caught.value.details() or "")
+    monkeypatch.undo()
+    assert (await asyncio.to_thread(call)).model_name == "m"  # grpc's polling thread lives on

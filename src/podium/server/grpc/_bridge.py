@@ -203,6 +203,13 @@ class _Call:
 
     # -- the loop --------------------------------------------------------------------------
 
+    def start_with(self, behavior: Callable[..., Any], request: Any) -> None:
+        """Start ``behavior(request, context)``, made here on the loop."""
+        if self.gone:
+            self._finish(None, asyncio.CancelledError())
+            return
+        self.start(behavior(request, self.context))
+
     def start(self, coroutine: Any) -> None:
         if self.gone:
             coroutine.close()
@@ -493,7 +500,7 @@ class Bridge:
                 return  # it ended already
 
             def deliver(request: Any) -> None:  # the polling thread again, with the request
-                loop.call_soon_threadsafe(call.start, behavior(request, call.context))
+                loop.call_soon_threadsafe(call.start_with, behavior, request)
 
             internals.receive(context, parse, deliver)
 

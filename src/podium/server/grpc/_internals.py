@@ -23,6 +23,7 @@ returns ``None`` when this grpcio differs; the bridge then serves unary calls th
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -30,6 +31,8 @@ from typing import Any
 import grpc
 
 __all__ = ["INLINE", "Internals", "load"]
+
+logger = logging.getLogger("podium.grpc")
 
 
 class _Inline(futures.ThreadPoolExecutor):
@@ -96,8 +99,16 @@ class Internals:
                     request = payload if parse is None else parse(payload)
                 except Exception as exc:
                     self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, _unparsable(exc))
-                else:
+                    return outcome
+                try:
                     deliver(request)
+                except Exception as exc:  # never out of here: it would end grpc's polling thread
+                    logger.exception("could not hand a gRPC request on")
+                    self._fail(
+                        context,
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"the server could not take the request: {exc}",
+                    )
             elif client is self._closed:
                 method = rpc_event.call_details.method.decode(errors="replace")
                 self._fail(
