@@ -166,3 +166,65 @@ def test_check_command_reports_a_bad_model_config(tmp_path: Path) -> None:
     assert checked.exit_code == 1
     assert "'useJobTicket' is not supported yet" in checked.output
     assert os.path.exists(tmp_path / "seq.mar")
+
+
+def _room(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
+    """Pretend the extraction's filesystem has ``free`` bytes free beyond what is kept free."""
+    from podium.model import _ts_archive
+
+    real = _ts_archive.shutil.disk_usage
+    monkeypatch.setattr(
+        _ts_archive.shutil,
+        "disk_usage",
+        lambda path: real(path)._replace(free=_ts_archive.KEEP_FREE + free),
+    )
+
+
+def test_a_zip_bigger_than_the_disk_is_refused_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 4 MiB of zeros deflate to a few KiB: what a zip bomb is made of, in small.
+    mar = tmp_path / "bomb.mar"
+    with zipfile.ZipFile(mar, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(MANIFEST, MANIFEST_JSON)
+        zf.writestr("weights.bin", bytes(4 << 20))
+    assert mar.stat().st_size < 64 << 10
+    _room(monkeypatch, 1 << 20)
+    with pytest.raises(DefinitionError, match=r"need 4\.0 MiB .*'weights.bin'.*refused"):
+        extract(mar)
+    from podium.model import _ts_archive
+
+    assert not list(_ts_archive._private_root().rglob("weights.bin"))  # nothing was written
+
+
+def test_a_tar_stream_bigger_than_the_disk_stops_at_that_member(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "bomb.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in ((MANIFEST, MANIFEST_JSON.encode()), ("w.bin", bytes(4 << 20))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    _room(monkeypatch, 1 << 20)
+    with pytest.raises(DefinitionError, match="at member 'w.bin'.*refused"):
+        extract(path)
+
+
+def test_an_archive_of_too_many_members_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from podium.model import _ts_archive
+
+    monkeypatch.setattr(_ts_archive, "MAX_MEMBERS", 3)
+    mar = _zip(
+        tmp_path / "many.mar", {MANIFEST: MANIFEST_JSON.encode(), **{f"{i}": b"" for i in range(3)}}
+    )
+    with pytest.raises(DefinitionError, match="more than 3 members; refused"):
+        extract(mar)
+
+
+def test_an_archive_that_fits_is_extracted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mar = _zip(tmp_path / "fits.mar", {MANIFEST: MANIFEST_JSON.encode(), "w.bin": bytes(1000)})
+    _room(monkeypatch, 1 << 20)
+    assert (extract(mar) / "w.bin").stat().st_size == 1000

@@ -4,7 +4,11 @@ A ``.mar`` is a zip holding the handler, the model's files and ``MAR-INF/MANIFES
 ``.tar.gz`` holds the same (at its root, or in one top-level directory). An archive is extracted
 once per process and content, into a private directory (mode 0700) removed when the process
 exits. Extraction never writes outside that directory: a member whose name is absolute, climbs
-with ``..``, or is a link or a device is refused, naming the member.
+with ``..``, or is a link or a device is refused, naming the member. Nor does it fill the disk:
+an archive whose files would leave less than :data:`KEEP_FREE` bytes free where it is extracted
+(a zip bomb, or just too big) is refused before anything is written (a zip declares every size
+up front and Python's ``zipfile`` never writes more than declared) or, for a tar stream, at the
+member that would cross the line, and so is one of more than :data:`MAX_MEMBERS` members.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ __all__ = [
 ]
 
 MANIFEST = "MAR-INF/MANIFEST.json"
+#: Free bytes an extraction must leave on its filesystem.
+KEEP_FREE = 256 << 20
+#: Most members an archive may hold (a model has a handful of files, or a few thousand).
+MAX_MEMBERS = 100_000
 _ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz")
 _extracted: dict[str, Path] = {}
 _lock = threading.Lock()
@@ -143,9 +151,48 @@ def _copy(source: IO[bytes], dest: Path) -> None:
         shutil.copyfileobj(source, out, 1 << 20)
 
 
+class _Room:
+    """The bytes an extraction into ``target`` may still write, and its members so far."""
+
+    def __init__(self, archive: Path, target: Path) -> None:
+        self.archive = archive
+        self.free = shutil.disk_usage(target).free - KEEP_FREE
+        self.written = 0
+        self.members = 0
+
+    def take(self, name: str, size: int) -> None:
+        self.members += 1
+        if self.members > MAX_MEMBERS:
+            raise DefinitionError(
+                f"{self.archive}: holds more than {MAX_MEMBERS:,} members; refused"
+            )
+        self.written += size
+        if self.written > self.free:
+            raise DefinitionError(
+                f"{self.archive}: its files need {_size(self.written)} (at member '{name}'), "
+                f"more than the {_size(max(self.free, 0))} that extracting it may use on this "
+                f"disk ({_size(KEEP_FREE)} are kept free); refused"
+            )
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n:,} bytes"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:,.1f} {unit}"
+
+
 def _extract_zip(archive: Path, target: Path) -> None:
     with zipfile.ZipFile(archive) as zf:
-        for info in zf.infolist():
+        infos = zf.infolist()
+        room = _Room(archive, target)
+        for info in infos:  # every size is declared: refuse before writing anything
+            room.take(info.filename, info.file_size)
+        for info in infos:
             dest = _safe_path(target, info.filename, archive)
             mode = info.external_attr >> 16
             if stat.S_ISLNK(mode):
@@ -161,7 +208,9 @@ def _extract_zip(archive: Path, target: Path) -> None:
 
 def _extract_tar(archive: Path, target: Path) -> None:
     with tarfile.open(archive, "r:*") as tf:
-        for member in tf:
+        room = _Room(archive, target)
+        for member in tf:  # a stream: sizes are known one member at a time
+            room.take(member.name, member.size)
             dest = _safe_path(target, member.name, archive)
             if member.isdir():
                 dest.mkdir(parents=True, exist_ok=True)
