@@ -108,7 +108,7 @@ def main() -> None:
     type=int,
     default=None,
     help="Threads of the gRPC inference server for streams; each open stream holds one, "
-    "unary calls hold none. 0: serve gRPC with grpc.aio on the event loop instead [32].",
+    "unary calls hold none. 0: serve gRPC with grpc.aio on the event loop instead [128].",
 )
 @click.option(
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."

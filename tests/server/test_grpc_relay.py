@@ -5,7 +5,7 @@ the public, blocking way (``relay=False``, also the fallback when the internals 
 Both ways must look the same to a client: answers, aborts with their codes, metadata both ways,
 a handler that raises, deadlines that cancel the handler, a graceful stop that lets a call finish.
 The relayed way adds precise errors for a request that does not parse and for a unary call sent
-without its request.
+without its request. Streams, which hold a thread each, run 40 at once with the default pool.
 """
 
 from __future__ import annotations
@@ -280,3 +280,46 @@ async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(
     assert "Event loop is closed" in (caught.value.details() or "")
     monkeypatch.undo()
     assert (await asyncio.to_thread(call)).model_name == "m"  # grpc's polling thread lives on
+
+
+async def test_more_streams_than_the_old_default_run_at_once() -> None:
+    """Each open stream holds a thread: the default (128) lets 40 run together (32 did not)."""
+    started, everyone = 0, asyncio.Event()
+    crowd = 40
+
+    async def wait_for_all(request: Any, context: Any) -> Any:
+        nonlocal started
+        started += 1
+        if started == crowd:
+            everyone.set()
+        await everyone.wait()
+        yield ModelInferResponse(model_name=request.model_name)
+
+    methods = {
+        "Crowd": grpc.unary_stream_rpc_method_handler(
+            wait_for_all,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=ModelInferResponse.SerializeToString,
+        )
+    }
+    server = GrpcServer(
+        [Service(NAME, methods)], host="127.0.0.1", port=0, max_message_size=1 << 20, grace=1
+    )
+    address = await server.start()
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            crowd_call = channel.unary_stream(
+                f"/{NAME}/Crowd",
+                request_serializer=ModelInferRequest.SerializeToString,
+                response_deserializer=ModelInferResponse.FromString,
+            )
+
+            async def one(i: int) -> list[str]:
+                return [
+                    r.model_name async for r in crowd_call(ModelInferRequest(model_name=str(i)))
+                ]
+
+            replies = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(crowd))), 20)
+        assert replies == [[str(i)] for i in range(crowd)]
+    finally:
+        await server.stop()

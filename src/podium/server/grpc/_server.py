@@ -143,7 +143,7 @@ class GrpcServer:
         port: int,
         max_message_size: int,
         grace: float = 10.0,
-        threads: int = 32,
+        threads: int = 128,
         authorize: Callable[[Any], None] | None = None,
         relay: bool = True,
     ) -> None:
