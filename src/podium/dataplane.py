@@ -96,7 +96,9 @@ class DataPlane:
             scheduler = cast(SequenceScheduling, mv.scheduler)
             result = await scheduler.infer_in(sequence, inputs, call.request)
         if call.protocol is WireProtocol.OIP:
-            return self._oip_response(mv, result, oip, sequence)
+            result = self._oip_response(mv, result, oip, sequence)
+        if isinstance(result, InferenceResponse) and result.parameters:
+            _take_headers(call, result)
         return result
 
     async def stream(self, call: Call, mv: ModelVersion | None = None) -> AsyncGenerator[Any, None]:
@@ -260,3 +262,17 @@ def _joined(items: list[Any]) -> Any:
     if items and all(isinstance(i, bytes) for i in items):
         return b"".join(items)
     return items
+
+
+def _take_headers(call: Call, response: InferenceResponse) -> None:
+    """Move the ``headers`` parameter of a model's response (MLServer's convention for response
+    headers) out of the body and onto ``call``, for the front end to send as headers."""
+    parameters = response.parameters
+    assert parameters is not None
+    headers = parameters.get("headers")
+    if not isinstance(headers, dict):
+        return
+    del parameters["headers"]
+    if not parameters:
+        response.parameters = None
+    call.headers = {str(key): str(value) for key, value in headers.items() if value is not None}

@@ -140,6 +140,8 @@ class Call:
     (the model's ``needs_inputs``), so a model that takes only the raw request never pays for parsing.
     ``request`` is the raw request object passed to methods that ask for it (a
     ``starlette.requests.Request`` over HTTP), set when the model's ``needs_request``.
+    ``headers`` are the response headers the model asked for (the ``headers`` parameter of its
+    :class:`InferenceResponse`, MLServer's convention), set by the data plane for the front end.
     """
 
     model: str
@@ -148,6 +150,7 @@ class Call:
     payload: Any = None
     request: Any = None
     sequence: SequenceRef | None = None
+    headers: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

@@ -203,7 +203,8 @@ async def test_predict_converts_both_ways(tmp_path: Path, executor: ThreadPoolEx
     assert (by_name["words"].shape, by_name["words"].datatype) == ([2, 1], "BYTES")
     assert by_name["words"].parameters == {"content_type": "str"}
     assert by_name["meta"].data == ["r1", "{'x-probe': 'hi'}"]  # headers in parameters.headers
-    assert result.parameters == {"note": "kept"}  # response headers are not sent in the body
+    # kept here: the data plane moves them out of the body, into the response headers
+    assert result.parameters == {"headers": {"x-out": "1"}, "note": "kept"}
 
 
 @pytest.mark.anyio

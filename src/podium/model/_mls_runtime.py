@@ -222,8 +222,9 @@ class MLServerModel:
     # -- responses -----------------------------------------------------------------------------
 
     def _response(self, result: Any, request_id: str | None) -> InferenceResponse:
-        """The runtime's ``InferenceResponse`` as Podium's; its ``id`` is the request's, and
-        ``parameters.headers`` is dropped (MLServer turns it into response headers)."""
+        """The runtime's ``InferenceResponse`` as Podium's; its ``id`` is the request's.
+        ``parameters.headers`` stays: the data plane turns it into response headers, as
+        MLServer does."""
         if not hasattr(result, "outputs"):
             raise BadModelOutput(
                 f"model '{self.name}' predict must return an InferenceResponse, "
@@ -245,8 +246,6 @@ class MLServerModel:
                 )
             )
         parameters = _dump(result.parameters)
-        if parameters is not None:
-            parameters.pop("headers", None)
         return InferenceResponse(
             outputs=outputs,
             model_name=getattr(result, "model_name", None) or self.name,

@@ -36,6 +36,7 @@ from ...errors import InvalidInput, ModelError, PodiumError
 from ...runtime.registry import ModelState
 from ...types import Call, InferenceResponse, WireProtocol
 from .. import _sequences
+from .._headers import grpc_metadata
 from ._call import GrpcCall
 from ._errors import abort_with, status_of
 from ._pool import message_class
@@ -226,6 +227,10 @@ class OipService:
     async def model_infer(self, message: Any, context: Any) -> Any:
         call, mv = self._call(message, lambda: GrpcCall(context, _INFER_PATH))
         response = await self.dataplane.infer(call, mv)
+        if call.headers or (call.sequence is not None and call.sequence.headers):
+            # Response headers the model set, as trailing metadata (as MLServer sends them).
+            sequence = call.sequence.headers if call.sequence is not None else None
+            context.set_trailing_metadata(grpc_metadata(call.headers, sequence))
         return _response(response, message)
 
     async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> None:

@@ -16,6 +16,7 @@ from ...dataplane import DataPlane, ModelVersion
 from ...errors import MethodNotAllowed, NotFound, PodiumError
 from ...types import Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
+from .._headers import http_headers
 from . import _oip, _responses
 from ._exchange import Exchange
 from ._responses import chunk_of, send_body, send_error, send_json
@@ -235,14 +236,15 @@ class HttpApp:
             response = await self.dataplane.infer(call, mv)
             binary = _oip.binary_outputs(call.payload)
             if binary is None and header is None:
-                await send_body(send, 200, _responses.JSON, _oip.encoder.encode(response))
+                await send_body(send, 200, _json(call), _oip.encoder.encode(response))
                 return
             body, json_length = _oip.render_binary(response, binary)
             if json_length is None:
-                await send_body(send, 200, _responses.JSON, body)
+                await send_body(send, 200, _json(call), body)
             else:
                 length = (_oip.BINARY_HEADER, str(json_length).encode())
-                await send_body(send, 200, [*_responses.OCTETS, length], body)
+                extra = http_headers(call.headers) if call.headers else []
+                await send_body(send, 200, [*_responses.OCTETS, length, *extra], body)
             return
         form = _oip.Form()
         if header is None:
@@ -254,7 +256,7 @@ class HttpApp:
             response = await self.dataplane.infer(call, mv)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
             joined = form.triton and mv.instance.streaming and not mv.instance.predict_on_infer
-            await send_body(send, 200, _responses.JSON, _oip.render(response, form, join=joined))
+            await send_body(send, 200, _json(call), _oip.render(response, form, join=joined))
             return
         await self._stream(
             ex,
@@ -280,7 +282,7 @@ class HttpApp:
         if isinstance(result, Reply):  # status and headers a (TorchServe) handler set
             await _responses.send_reply(send, result)
             return
-        await send_body(send, 200, _responses.JSON, _responses.encode_json(result))
+        await send_body(send, 200, _json(call), _responses.encode_json(result))
 
     async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE)
@@ -301,7 +303,7 @@ class HttpApp:
         elif isinstance(result, str):
             await send_body(send, 200, _responses.TEXT, result.encode())
         else:
-            await send_body(send, 200, _responses.JSON, _responses.encode_json(result))
+            await send_body(send, 200, _json(call), _responses.encode_json(result))
 
     async def _stream(
         self,
@@ -348,6 +350,13 @@ class HttpApp:
 
 def _parse_json(body: bytes) -> Any:
     return _oip.decode_json(body)
+
+
+def _json(call: Call) -> list[tuple[bytes, bytes]]:
+    """A JSON answer's headers, with those the model set (``Call.headers``)."""
+    if not call.headers:
+        return _responses.JSON
+    return [*_responses.JSON, *http_headers(call.headers)]
 
 
 def _is_response(value: Any) -> bool:

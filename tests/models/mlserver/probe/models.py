@@ -6,7 +6,7 @@ import json
 import numpy as np
 from mlserver import MLModel
 from mlserver.codecs import NumpyCodec, StringCodec
-from mlserver.types import InferenceRequest, InferenceResponse, RequestOutput
+from mlserver.types import InferenceRequest, InferenceResponse, Parameters, RequestOutput
 
 
 class ProbeModel(MLModel):
@@ -32,4 +32,6 @@ class ProbeModel(MLModel):
             "uri": self.settings.parameters.uri,
         }
         outputs.append(StringCodec.encode_output("info", [json.dumps(info)]))
-        return InferenceResponse(model_name=self.name, outputs=outputs)
+        # MLServer sends a response's parameters.headers as response headers (and metadata).
+        echo = Parameters(headers={"x-probe-echo": headers.get("x-probe", "")})
+        return InferenceResponse(model_name=self.name, outputs=outputs, parameters=echo)
