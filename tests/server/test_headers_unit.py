@@ -18,3 +18,9 @@ def test_grpc_lowers_names_and_encodes_bin_values() -> None:
         None,
         {"bad name": "x"},
     ) == (("x-trace", "abc"), ("x-blob-bin", b"\xc3\xbf"))
+
+
+def test_repeated_names_stay_repeated() -> None:
+    pairs = [("set-cookie", "a=1"), ("set-cookie", "b=2")]
+    assert grpc_metadata(pairs) == (("set-cookie", "a=1"), ("set-cookie", "b=2"))
+    assert http_headers(pairs) == [(b"set-cookie", b"a=1"), (b"set-cookie", b"b=2")]

@@ -26,14 +26,18 @@ _GRPC_VALUE = re.compile(r"[\x20-\x7e]*")
 _RESERVED = frozenset({"content-length", "content-type", "transfer-encoding", "connection"})
 
 
-def _pairs(*sources: Mapping[str, str] | None) -> Iterable[tuple[str, str]]:
+Headers = Mapping[str, str] | Iterable[tuple[str, str]]
+
+
+def _pairs(*sources: Headers | None) -> Iterable[tuple[str, str]]:
     for source in sources:
         if source:
-            for name, value in source.items():
+            pairs = source.items() if isinstance(source, Mapping) else source
+            for name, value in pairs:
                 yield str(name), str(value)
 
 
-def http_headers(*sources: Mapping[str, str] | None) -> list[tuple[bytes, bytes]]:
+def http_headers(*sources: Headers | None) -> list[tuple[bytes, bytes]]:
     """The headers of ``sources`` for an HTTP response (names lower-cased)."""
     out: list[tuple[bytes, bytes]] = []
     for name, value in _pairs(*sources):
@@ -51,7 +55,7 @@ def http_headers(*sources: Mapping[str, str] | None) -> list[tuple[bytes, bytes]
     return out
 
 
-def grpc_metadata(*sources: Mapping[str, str] | None) -> tuple[tuple[str, str | bytes], ...]:
+def grpc_metadata(*sources: Headers | None) -> tuple[tuple[str, str | bytes], ...]:
     """The headers of ``sources`` as gRPC metadata (names lower-cased; a ``-bin`` value as its
     UTF-8 bytes)."""
     out: list[tuple[str, str | bytes]] = []

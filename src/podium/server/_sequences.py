@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..types import SequenceRef
+from ._headers import http_headers
 
 __all__ = ["flag", "from_headers", "from_parameters", "merged", "response_headers"]
 
@@ -87,6 +88,5 @@ def response_headers(ref: SequenceRef | None, name: str) -> list[tuple[bytes, by
     headers = [(name.encode("latin-1"), ref.id.encode("latin-1", "replace"))]
     if ref.ended:
         headers.append(((name + "_end").encode("latin-1"), b"true"))
-    for key, value in ref.headers.items():
-        headers.append((key.lower().encode("latin-1"), str(value).encode("latin-1", "replace")))
+    headers.extend(http_headers(ref.headers))
     return headers

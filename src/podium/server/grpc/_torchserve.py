@@ -22,6 +22,7 @@ from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, UnsupportedRepresentation
 from ...types import Call, InputKind, Reply, SequenceRef, WireProtocol
 from .. import _sequences
+from .._headers import grpc_metadata
 from ._call import GrpcCall
 from ._errors import ReplyFailed, abort_with, status_of
 from ._pool import message_class
@@ -145,22 +146,22 @@ def reply_error(mv: ModelVersion, reply: Reply) -> None:
 _NOT_METADATA = frozenset({b"content-length", b"content-type", b"transfer-encoding", b"te"})
 
 
-def metadata_of(value: Any) -> tuple[tuple[str, str], ...]:
+def metadata_of(value: Any) -> tuple[tuple[str, str | bytes], ...]:
     """The headers a model set on a starlette ``Response`` it returned (or on a :class:`Reply`),
-    as gRPC metadata."""
+    as gRPC metadata (what metadata cannot carry is left out, with a warning)."""
     if isinstance(value, Reply):
-        return tuple(
-            (key.lower(), str(val))
+        headers = {
+            key: str(val)
             for key, val in value.headers.items()
             if key.lower().encode("latin-1") not in _NOT_METADATA
-            and not key.lower().startswith("grpc-")
-        )
+        }
+        return grpc_metadata(headers)
     if not _is_response(value):
         return ()
-    return tuple(
+    return grpc_metadata(
         (key.decode("latin-1"), val.decode("latin-1"))
         for key, val in value.raw_headers
-        if key not in _NOT_METADATA and not key.startswith(b"grpc-")
+        if key not in _NOT_METADATA  # repeated names (set-cookie) stay repeated
     )
 
 

@@ -10,6 +10,7 @@ import msgspec
 from ... import codecs
 from ...errors import PodiumError, ValidationFailed, http_status
 from ...types import Reply
+from .._headers import http_headers
 
 logger = logging.getLogger("podium.http")
 
@@ -88,9 +89,8 @@ def reply_start(
         if reply.content_type
         else list(default)
     )
-    for key, value in reply.headers.items():
-        if key.lower() not in _REPLY_SKIP:
-            headers.append((key.lower().encode("latin-1"), str(value).encode("latin-1")))
+    kept = {k: v for k, v in reply.headers.items() if k.lower() not in _REPLY_SKIP}
+    headers.extend(http_headers(kept))  # what HTTP cannot carry is left out, with a warning
     return reply.status, headers
 
 
