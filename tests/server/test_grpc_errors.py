@@ -244,3 +244,19 @@ def test_a_message_that_does_not_parse_is_invalid(
     assert error.code() == StatusCode.INVALID_ARGUMENT
     assert "does not parse" in error.details()
     good_call(oip, pb)
+
+
+def test_a_streamed_message_that_does_not_parse_ends_the_stream_after_the_answers_before_it(
+    models_server: Server, oip: Stubs, pb: Any
+) -> None:
+    good = infer_request(pb, "tensors", x=("INT32", [2], [1, 2])).SerializeToString()
+    with grpc.insecure_channel(target(models_server)) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        answers = []
+        with pytest.raises(grpc.RpcError) as caught:
+            for raw in stream(iter([good, b"\x0a\xff\xff\xff"]), timeout=PATIENCE):
+                answers.append(pb.ModelInferResponse.FromString(raw))
+    assert [outputs(a)["x"] for a in answers] == [[1, 2]]
+    assert caught.value.code() == StatusCode.INVALID_ARGUMENT
+    assert "does not parse" in caught.value.details()
+    good_call(oip, pb)

@@ -5,7 +5,7 @@ the public, blocking way (``relay=False``, also the fallback when the internals 
 Both ways must look the same to a client: answers, aborts with their codes, metadata both ways,
 a handler that raises, deadlines that cancel the handler, a graceful stop that lets a call finish.
 The relayed way adds precise errors for a request that does not parse and for a unary call sent
-without its request. Streams, which hold a thread each, run 40 at once with the default pool.
+without its request. Relayed streams hold no thread: 40 run at once on a server of 4 threads.
 """
 
 from __future__ import annotations
@@ -234,6 +234,13 @@ def _fake_modules(**changes: Any) -> tuple[Any, Any]:
                 "_EMPTY_FLAGS",
                 "_OPEN",
                 "_CLOSED",
+                "_CANCELLED",
+                "_get_initial_metadata_operation",
+                "_get_send_message_op_flags_from_state",
+                "_send_message",
+                "_reset_per_message_state",
+                "_SEND_MESSAGE_TOKEN",
+                "_SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN",
             )
         }
     )
@@ -252,6 +259,7 @@ async def test_internals_that_differ_turn_the_relay_off() -> None:
     assert _internals.load(*_fake_modules(_status=None)) is None
     assert _internals.load(*_fake_modules(_status=other_status)) is None
     assert _internals.load(*_fake_modules(_CLOSED=None)) is None
+    assert _internals.load(*_fake_modules(_send_message=None)) is None
     assert _internals.load(_fake_modules()[0], SimpleNamespace()) is None
 
 
@@ -282,8 +290,10 @@ async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(
     assert (await asyncio.to_thread(call)).model_name == "m"  # grpc's polling thread lives on
 
 
-async def test_more_streams_than_the_old_default_run_at_once() -> None:
-    """Each open stream holds a thread: the default (128) lets 40 run together (32 did not)."""
+@pytest.mark.parametrize("relay", [True, False], ids=["relayed", "blocking"])
+async def test_many_streams_run_at_once(relay: bool) -> None:
+    """A relayed stream holds no thread: 40 run together on a server of 4 threads. The blocking
+    way holds one per stream: 40 run together with the default pool (128; 32 did not)."""
     started, everyone = 0, asyncio.Event()
     crowd = 40
 
@@ -303,7 +313,13 @@ async def test_more_streams_than_the_old_default_run_at_once() -> None:
         )
     }
     server = GrpcServer(
-        [Service(NAME, methods)], host="127.0.0.1", port=0, max_message_size=1 << 20, grace=1
+        [Service(NAME, methods)],
+        host="127.0.0.1",
+        port=0,
+        max_message_size=1 << 20,
+        grace=1,
+        relay=relay,
+        **({"threads": 4} if relay else {}),
     )
     address = await server.start()
     try:
@@ -323,3 +339,124 @@ async def test_more_streams_than_the_old_default_run_at_once() -> None:
         assert replies == [[str(i)] for i in range(crowd)]
     finally:
         await server.stop()
+
+
+class StreamHandlers:
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def echo_each(self, requests: Any, context: Any) -> Any:
+        async for request in requests:
+            yield ModelInferResponse(model_name=request.model_name, id=request.id)
+
+    async def three_then_abort(self, request: Any, context: Any) -> Any:
+        for i in range(3):
+            yield ModelInferResponse(id=str(i))
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "enough")
+
+    async def endless(self, request: Any, context: Any) -> Any:
+        self.started.set()
+        try:
+            i = 0
+            while True:
+                yield ModelInferResponse(id=str(i))
+                i += 1
+                await asyncio.sleep(0.001)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+@pytest.fixture(params=["relayed", "blocking"])
+async def streams(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
+    handlers = StreamHandlers()
+    parse, render = ModelInferRequest.FromString, ModelInferResponse.SerializeToString
+    methods = {
+        "EchoEach": grpc.stream_stream_rpc_method_handler(
+            handlers.echo_each, request_deserializer=parse, response_serializer=render
+        ),
+        "ThreeThenAbort": grpc.unary_stream_rpc_method_handler(
+            handlers.three_then_abort, request_deserializer=parse, response_serializer=render
+        ),
+        "Endless": grpc.unary_stream_rpc_method_handler(
+            handlers.endless, request_deserializer=parse, response_serializer=render
+        ),
+    }
+    server = GrpcServer(
+        [Service(NAME, methods)],
+        host="127.0.0.1",
+        port=0,
+        max_message_size=1 << 20,
+        grace=1,
+        threads=4,
+        relay=request.param == "relayed",
+    )
+    address = await server.start()
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        yield SimpleNamespace(handlers=handlers, channel=channel, mode=request.param)
+    finally:
+        await channel.close()
+        await server.stop()
+
+
+def stream_rpc(channel: Any, method: str, *, requests: bool) -> Any:
+    make = channel.stream_stream if requests else channel.unary_stream
+    return make(
+        f"/{NAME}/{method}",
+        request_serializer=ModelInferRequest.SerializeToString,
+        response_deserializer=ModelInferResponse.FromString,
+    )
+
+
+async def test_a_bidirectional_stream_answers_every_request_in_order(streams: Any) -> None:
+    async def requests() -> AsyncIterator[Any]:
+        for i in range(200):  # many windows' worth, both ways
+            yield ModelInferRequest(model_name="m", id=str(i))
+
+    call = stream_rpc(streams.channel, "EchoEach", requests=True)(requests())
+    got = [r.id async for r in call]
+    assert got == [str(i) for i in range(200)]
+    assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_an_abort_comes_after_the_items_already_written(streams: Any) -> None:
+    call = stream_rpc(streams.channel, "ThreeThenAbort", requests=False)(ModelInferRequest())
+    got = []
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for reply in call:
+            got.append(reply.id)
+    assert got == ["0", "1", "2"]
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.details() == "enough"
+
+
+async def test_a_client_that_leaves_a_stream_cancels_its_handler(streams: Any) -> None:
+    call = stream_rpc(streams.channel, "Endless", requests=False)(ModelInferRequest())
+    async for reply in call:
+        if reply.id == "20":
+            break
+    call.cancel()
+    await asyncio.wait_for(streams.handlers.cancelled.wait(), 5)
+
+
+async def test_a_streamed_request_that_does_not_parse_is_invalid_after_the_answers_before_it(
+    streams: Any,
+) -> None:
+    if streams.mode != "relayed":
+        pytest.skip("the relay parses streamed requests itself (grpc says INTERNAL)")
+    raw = streams.channel.stream_stream(f"/{NAME}/EchoEach")  # bytes as they are
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield ModelInferRequest(model_name="m", id="ok").SerializeToString()
+        yield b"\x0a\xff\xff\xff"
+
+    call = raw(requests())
+    got = []
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for reply in call:
+            got.append(ModelInferResponse.FromString(reply).id)
+    assert got == ["ok"]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not parse" in (caught.value.details() or "")

@@ -43,7 +43,9 @@ from typing import Any
 
 import grpc
 
+from ...errors import InvalidInput, PodiumError
 from . import _internals
+from ._errors import status_of
 from ._internals import INLINE, Internals
 
 __all__ = ["WINDOW", "Bridge", "LoopContext"]
@@ -133,6 +135,7 @@ class _Call:
         "_space",
         "context",
         "_relay",
+        "_outbox",
     )
 
     def __init__(
@@ -140,6 +143,8 @@ class _Call:
         loop: asyncio.AbstractEventLoop,
         context: grpc.ServicerContext,
         relay: _Relay | None = None,
+        *,
+        waits: bool = True,
     ) -> None:
         self.loop = loop
         self.task: asyncio.Task[Any] | None = None
@@ -148,7 +153,7 @@ class _Call:
         self.result: Any = None
         self.error: BaseException | None = None
         self._done: threading.Lock | None = None
-        if relay is None:  # the gRPC thread waits on this lock for the loop
+        if relay is None and waits:  # the gRPC thread waits on this lock for the loop
             self._done = threading.Lock()
             self._done.acquire()
         self._items: queue.SimpleQueue[Any] | None = None
@@ -158,6 +163,7 @@ class _Call:
         self._space: asyncio.Future[None] | None = None
         self.context = LoopContext(context, self)
         self._relay = relay  # a relayed unary call: the sender thread ends it (see _finish)
+        self._outbox: _Outbox | None = None  # a relayed stream's way out
 
     # -- the gRPC thread -------------------------------------------------------------------
 
@@ -193,22 +199,28 @@ class _Call:
             if item is _END:
                 self._outcome()  # raises for a failed handler
                 return
-            self._taken += 1
-            # Wake a loop waiting for room only once half the window is free: one wake-up per
-            # WINDOW // 2 messages, not one per message, when the client is the slower side.
-            if self._waiting and self._written - self._taken <= WINDOW // 2:
-                self._waiting = False
-                self.loop.call_soon_threadsafe(self._wake)
+            self.took_one()
             yield item
+
+    def took_one(self) -> None:
+        """A message has left (any thread but the loop's)."""
+        self._taken += 1
+        # Wake a loop waiting for room only once half the window is free: one wake-up per
+        # WINDOW // 2 messages, not one per message, when the client is the slower side.
+        if self._waiting and self._written - self._taken <= WINDOW // 2:
+            self._waiting = False
+            self.loop.call_soon_threadsafe(self._wake)
 
     # -- the loop --------------------------------------------------------------------------
 
     def start_with(self, behavior: Callable[..., Any], request: Any) -> None:
-        """Start ``behavior(request, context)``, made here on the loop."""
+        """Start ``behavior(request, context)``, made here on the loop (a streaming one when
+        the call has an outbox)."""
         if self.gone:
             self._finish(None, asyncio.CancelledError())
             return
-        self.start(behavior(request, self.context))
+        handler = behavior(request, self.context)
+        self.start(handler if self._outbox is None else self.run_stream(handler))
 
     def start(self, coroutine: Any) -> None:
         if self.gone:
@@ -246,6 +258,9 @@ class _Call:
         if self._relay is not None:
             self._relay.finish(self.context._context, result, error)
             return
+        if self._outbox is not None:
+            self._outbox.finish(error)
+            return
         if self._items is not None:
             self._items.put(_END)
         assert self._done is not None
@@ -259,9 +274,8 @@ class _Call:
         self._items = queue.SimpleQueue()
 
     async def put(self, message: Any) -> None:
-        """Hand one message to the gRPC thread; wait while :data:`WINDOW` are untaken."""
-        items = self._items
-        assert items is not None
+        """Hand one message on (to the gRPC thread, or to the outbox of a relayed stream);
+        wait while :data:`WINDOW` have not left."""
         if self._written - self._taken >= WINDOW:
             self._space = self.loop.create_future()
             self._waiting = True
@@ -270,12 +284,44 @@ class _Call:
             else:
                 self._waiting = False
         self._written += 1
-        items.put(message)
+        if self._outbox is not None:
+            self._outbox.put(message)
+            return
+        assert self._items is not None
+        self._items.put(message)
 
     def _wake(self) -> None:
         space = self._space
         if space is not None and not space.done():
             space.set_result(None)
+
+
+def _set_status(context: grpc.ServicerContext, error: BaseException | None) -> None:
+    """The status a handler's outcome ends its call with, as grpc gives a synchronous handler
+    (nothing for a success: OK)."""
+    if error is None:
+        return
+    if isinstance(error, _Abort):
+        context.set_code(error.code)
+        context.set_details(error.details)
+    elif isinstance(error, PodiumError):  # not turned into a status by the handler itself
+        code, details = status_of(error)
+        context.set_code(code)
+        context.set_details(details)
+    elif isinstance(error, asyncio.CancelledError):
+        # The client is gone (or the server stops): nobody reads this status.
+        context.set_code(grpc.StatusCode.CANCELLED)
+        context.set_details("the call was cancelled")
+    else:  # a bug in a handler: what grpc says for an exception from a sync handler
+        logger.error("gRPC handler failed", exc_info=error)
+        context.set_code(grpc.StatusCode.UNKNOWN)
+        context.set_details(f"Exception calling application: {error}")
+
+
+def _serialize_failed(context: grpc.ServicerContext) -> None:
+    logger.exception("failed to serialize a gRPC response")
+    context.set_code(grpc.StatusCode.INTERNAL)
+    context.set_details("Failed to serialize response!")
 
 
 class _Relay:
@@ -294,7 +340,7 @@ class _Relay:
         self, context: grpc.ServicerContext, result: Any, error: BaseException | None
     ) -> None:
         """On the loop: the handler has ended."""
-        self.sender.queue.put((self, context, result, error))
+        self.sender.queue.put((self.end, context, result, error))
 
     def end(self, context: grpc.ServicerContext, result: Any, error: BaseException | None) -> None:
         """On the sender thread: end the call."""
@@ -303,34 +349,197 @@ class _Relay:
             try:
                 payload = result if self.render is None else self.render(result)
             except Exception:
-                logger.exception("failed to serialize a gRPC response")
-                context.set_code(grpc.StatusCode.INTERNAL)
-                context.set_details("Failed to serialize response!")
-        elif isinstance(error, _Abort):
-            context.set_code(error.code)
-            context.set_details(error.details)
-        elif isinstance(error, asyncio.CancelledError):
-            # The client is gone (or the server stops): nobody reads this status.
-            context.set_code(grpc.StatusCode.CANCELLED)
-            context.set_details("the call was cancelled")
-        else:  # a bug in a handler: what grpc says for an exception from a sync handler
-            logger.error("gRPC handler failed", exc_info=error)
-            context.set_code(grpc.StatusCode.UNKNOWN)
-            context.set_details(f"Exception calling application: {error}")
-        self.sender.send_status(context, payload)
+                _serialize_failed(context)
+        _set_status(context, error)
+        self.sender.internals.send_status(context, payload)
+
+
+class _Outbox:
+    """A relayed stream's messages on their way out, one send at a time. The sender thread
+    starts a send when the stream was idle; from then on grpc's polling thread starts the next
+    one as each completes, so a busy stream costs no thread wake-up per message. The status
+    goes after the last message."""
+
+    __slots__ = ("call", "context", "render", "sender", "_lock", "_queue", "_busy")
+
+    def __init__(
+        self,
+        call: _Call,
+        context: grpc.ServicerContext,
+        render: Callable[[Any], bytes] | None,
+        sender: _Sender,
+    ) -> None:
+        self.call = call
+        self.context = context
+        self.render = render
+        self.sender = sender
+        self._lock = threading.Lock()
+        self._queue: collections.deque[Any] = collections.deque()
+        self._busy = False  # a send is in flight, or the sender thread will start one
+
+    def put(self, message: Any) -> None:
+        """On the loop: one more message."""
+        self._add(message)
+
+    def finish(self, error: BaseException | None) -> None:
+        """On the loop: the handler has ended; the status follows the messages."""
+        self._add(_Ending(error))
+
+    def _add(self, item: Any) -> None:
+        with self._lock:
+            self._queue.append(item)
+            if self._busy:
+                return
+            self._busy = True
+        self.sender.queue.put((self.pump,))
+
+    def pump(self) -> None:
+        """Send the next message, or the status (the sender thread or grpc's polling thread)."""
+        with self._lock:
+            if not self._queue:
+                self._busy = False
+                return
+            item = self._queue.popleft()
+        internals = self.sender.internals
+        if isinstance(item, _Ending):
+            self._close()
+            _set_status(self.context, item.error)
+            internals.send_status(self.context, None)
+            return
+        try:
+            payload = item if self.render is None else self.render(item)
+        except Exception:
+            self._close()
+            _serialize_failed(self.context)
+            internals.send_status(self.context, None)
+            return
+        if not internals.send(self.context, payload, self._sent):
+            self._close()  # the call is over: its handler is being cancelled
+
+    def _sent(self, still_open: bool) -> None:
+        self.call.took_one()
+        if still_open:
+            self.pump()
+        else:
+            self._close()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._busy = True  # nothing is sent any more
+
+
+class _Ending:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class _Inbox:
+    """A relayed call's request stream as an async iterator: grpc's polling thread receives
+    one message after another, up to :data:`WINDOW` ahead of the handler (back-pressure reaches
+    the client through HTTP/2 flow control); the sender thread asks again once the handler has
+    read half of them."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: grpc.ServicerContext,
+        parse: Callable[[bytes], Any] | None,
+        sender: _Sender,
+    ) -> None:
+        self._loop = loop
+        self._context = context
+        self._parse = parse
+        self._sender = sender
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._arrived: asyncio.Future[None] | None = None
+        self._waiting = False
+        self._lock = threading.Lock()
+        self._paused = False
+
+    def receive(self) -> None:
+        """Ask for the next message (grpc's polling thread, or the sender thread)."""
+        self._sender.internals.receive_next(
+            self._context, self._parse, self._on_message, self._on_end, self._on_unparsable
+        )
+
+    def _on_unparsable(self, exc: Exception) -> None:
+        # The handler gets InvalidInput for this message, once, and may read on.
+        self._on_message(_Unparsable(InvalidInput(_internals.unparsable(exc))))
+
+    def _on_message(self, message: Any) -> None:
+        self._buffer.append(message)
+        self._wake_reader()
+        with self._lock:
+            if len(self._buffer) >= WINDOW:
+                self._paused = True
+                return
+        self.receive()
+
+    def _on_end(self, error: BaseException | None) -> None:
+        self._buffer.append(_END if error is None else _Failed(error))
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        if self._waiting:
+            self._waiting = False
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        arrived = self._arrived
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self._buffer:
+            self._arrived = self._loop.create_future()
+            self._waiting = True
+            if not self._buffer:
+                await self._arrived
+            else:
+                self._waiting = False
+        message = self._buffer.popleft()
+        if message is _END:
+            self._buffer.appendleft(_END)
+            raise StopAsyncIteration
+        if isinstance(message, _Failed):
+            self._buffer.appendleft(message)
+            raise message.exc
+        with self._lock:
+            resume = self._paused and len(self._buffer) <= WINDOW // 2
+            if resume:
+                self._paused = False
+        if resume:
+            self._sender.queue.put((self.receive,))
+        if isinstance(message, _Unparsable):
+            raise message.exc
+        return message
+
+
+class _Unparsable:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: InvalidInput) -> None:
+        self.exc = exc
 
 
 class _Sender:
-    """The thread that ends relayed calls, in the order their handlers ended.
+    """The thread that ends relayed unary calls and starts the sends of idle relayed streams, in
+    the order they were handed to it.
 
     Sending enters grpc's C core, which lets go of the GIL; done on the loop, every call would
     hand the GIL to grpc's polling thread and wait to get it back, a thread switch per call on
     the loop's critical path (half the throughput, bench/RESULTS.md section 9). The loop only
-    queues the outcome.
+    queues the work: ``(function, *args)``.
     """
 
-    def __init__(self, send_status: Callable[[grpc.ServicerContext, bytes | None], None]) -> None:
-        self.send_status = send_status
+    def __init__(self, internals: Internals) -> None:
+        self.internals = internals
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="podium-grpc-send", daemon=True)
         self._thread.start()
@@ -340,14 +549,13 @@ class _Sender:
             item = self.queue.get()
             if item is None:
                 return
-            relay, context, result, error = item
             try:
-                relay.end(context, result, error)
-            except Exception:  # the call is lost; the sender must go on for the others
+                item[0](*item[1:])
+            except Exception:  # that call is lost; the sender must go on for the others
                 logger.exception("failed to end a gRPC call")
 
     def close(self) -> None:
-        """Stop once everything queued so far is sent."""
+        """Stop once everything queued so far is done."""
         self.queue.put(None)
         self._thread.join(timeout=5)
 
@@ -446,7 +654,7 @@ class Bridge:
         self.internals = (internals or _INTERNALS) if relay else None
         self._sender: _Sender | None = None
         if self.internals is not None:
-            self._sender = _Sender(self.internals.send_status)
+            self._sender = _Sender(self.internals)
 
     def close(self) -> None:
         """Stop the sender thread (after the server has stopped: every call has ended)."""
@@ -457,6 +665,15 @@ class Bridge:
     def handler(self, method: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """The same RPC (its (de)serializers unchanged), served through the bridge."""
         parse, render = method.request_deserializer, method.response_serializer
+        if self.internals is not None and method.response_streaming:
+            # Registered as a non-blocking bidirectional method on the inline executor, like a
+            # relayed unary call: no thread is held while the stream is open.
+            behavior = method.stream_stream if method.request_streaming else method.unary_stream
+            return grpc.stream_stream_rpc_method_handler(
+                self._relayed_stream(
+                    behavior, self.internals, parse, render, requests=method.request_streaming
+                )
+            )
         if method.request_streaming and method.response_streaming:
             return grpc.stream_stream_rpc_method_handler(
                 self._streaming(method.stream_stream, requests_streamed=True),
@@ -498,6 +715,40 @@ class Bridge:
             call = _Call(loop, context, relay)
             if not context.add_callback(call.on_rpc_end):
                 return  # it ended already
+
+            def deliver(request: Any) -> None:  # the polling thread again, with the request
+                loop.call_soon_threadsafe(call.start_with, behavior, request)
+
+            internals.receive(context, parse, deliver)
+
+        serve.experimental_non_blocking = True  # type: ignore[attr-defined]
+        serve.experimental_thread_pool = INLINE  # type: ignore[attr-defined]
+        return serve
+
+    def _relayed_stream(
+        self,
+        behavior: Callable[..., Any],
+        internals: Internals,
+        parse: Callable[[bytes], Any] | None,
+        render: Callable[[Any], bytes] | None,
+        *,
+        requests: bool,
+    ) -> Callable[[Any, grpc.ServicerContext, Any], None]:
+        loop = self.loop
+        sender = self._sender
+        assert sender is not None
+
+        def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
+            # On grpc's polling thread, as the call arrives: nothing here may block.
+            call = _Call(loop, context, waits=False)
+            call._outbox = _Outbox(call, context, render, sender)
+            if not context.add_callback(call.on_rpc_end):
+                return  # it ended already
+            if requests:  # the handler starts now and reads the requests as they come
+                inbox = _Inbox(loop, context, parse, sender)
+                loop.call_soon_threadsafe(call.start_with, behavior, inbox)
+                inbox.receive()
+                return
 
             def deliver(request: Any) -> None:  # the polling thread again, with the request
                 loop.call_soon_threadsafe(call.start_with, behavior, request)

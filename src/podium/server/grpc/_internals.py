@@ -22,6 +22,7 @@ returns ``None`` when this grpcio differs; the bridge then serves unary calls th
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable
@@ -73,12 +74,106 @@ class Internals:
         self._open = server_module._OPEN
         self._closed = server_module._CLOSED
         self._operation = cygrpc.ReceiveMessageOperation
+        # for streams
+        self._cancelled = server_module._CANCELLED
+        self._send_op = cygrpc.SendMessageOperation
+        self._initial_metadata_op = server_module._get_initial_metadata_operation
+        self._send_flags = server_module._get_send_message_op_flags_from_state
+        self._send_message = server_module._send_message
+        self._reset_message = server_module._reset_per_message_state
+        self._message_token = server_module._SEND_MESSAGE_TOKEN
+        self._first_message_token = server_module._SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN
 
     def send_status(self, context: grpc.ServicerContext, payload: bytes | None) -> None:
         """End the call: ``payload`` (a serialized answer, or none) and the status set on
         ``context`` (``set_code`` / ``set_details``; OK if none), with its trailing metadata.
-        Nothing is sent to a client that is already gone. Thread-safe."""
-        self._status(context._rpc_event, context._state, payload)
+        Nothing is sent to a client that is already gone, nor a second status. Thread-safe."""
+        state = context._state
+        with state.condition:
+            if not state.statused:
+                self._status(context._rpc_event, state, payload)
+
+    def send(
+        self, context: grpc.ServicerContext, payload: bytes, on_sent: Callable[[bool], None]
+    ) -> bool:
+        """Start sending one message of a stream (with the initial metadata, if not sent yet);
+        ``on_sent(still_open)`` runs on grpc's polling thread once it has gone. ``False``, and
+        nothing started, when the call is already over. One message at a time per call."""
+        rpc_event = context._rpc_event
+        state = context._state
+        with state.condition:
+            if state.client is self._cancelled or state.statused:
+                return False
+            flags = self._send_flags(state)
+            if state.initial_metadata_allowed:
+                operations: tuple[Any, ...] = (
+                    self._initial_metadata_op(state, None),
+                    self._send_op(payload, flags),
+                )
+                token = self._first_message_token
+                state.initial_metadata_allowed = False
+            else:
+                operations = (self._send_op(payload, flags),)
+                token = self._message_token
+            sent = self._send_message(state, token)
+
+            def on_event(event: Any) -> Any:
+                outcome = sent(event)
+                try:
+                    on_sent(state.client is not self._cancelled and not state.statused)
+                except Exception:  # never out of here: it would end grpc's polling thread
+                    logger.exception("failed to go on with a gRPC stream")
+                return outcome
+
+            rpc_event.call.start_server_batch(operations, on_event)
+            state.due.add(token)
+            self._reset_message(state)
+        return True
+
+    def receive_next(
+        self,
+        context: grpc.ServicerContext,
+        parse: Parse | None,
+        on_message: Deliver,
+        on_end: Callable[[BaseException | None], None],
+        on_unparsable: Callable[[Exception], None],
+    ) -> None:
+        """Ask for the next message of a request stream: ``on_message(parsed)`` when it comes,
+        ``on_unparsable(error)`` when it does not parse (the stream goes on), ``on_end(None)``
+        when the client has closed its side, ``on_end(asyncio.CancelledError())`` when the call
+        is over. They run on grpc's polling thread, or at once here."""
+        rpc_event = context._rpc_event
+        state = context._state
+        received = self._receive_message(state, rpc_event.call, None)
+
+        def on_event(event: Any) -> Any:
+            outcome = received(event)
+            with state.condition:
+                payload, state.request = state.request, None
+                client = state.client
+            try:
+                if payload is not None:
+                    try:
+                        message = payload if parse is None else parse(payload)
+                    except Exception as exc:
+                        on_unparsable(exc)
+                    else:
+                        on_message(message)
+                elif client is self._closed:
+                    on_end(None)
+                else:
+                    on_end(asyncio.CancelledError())
+            except Exception:  # never out of here: it would end grpc's polling thread
+                logger.exception("failed to go on with a gRPC request stream")
+            return outcome
+
+        with state.condition:
+            if state.client is self._open and not state.statused:
+                rpc_event.call.start_server_batch((self._operation(self._flags),), on_event)
+                state.due.add(self._token)
+                return
+            closed = state.client is self._closed
+        on_end(None if closed else asyncio.CancelledError())
 
     def receive(self, context: grpc.ServicerContext, parse: Parse | None, deliver: Deliver) -> None:
         """Ask for the call's one request message; when it has arrived, call ``deliver`` with it
@@ -98,7 +193,7 @@ class Internals:
                 try:
                     request = payload if parse is None else parse(payload)
                 except Exception as exc:
-                    self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, _unparsable(exc))
+                    self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, unparsable(exc))
                     return outcome
                 try:
                     deliver(request)
@@ -129,7 +224,8 @@ class Internals:
         self.send_status(context, None)
 
 
-def _unparsable(exc: Exception) -> str:
+def unparsable(exc: Exception) -> str:
+    """What a client is told of a request message that does not parse."""
     return f"the request message does not parse: {exc}"
 
 
@@ -158,6 +254,14 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals | None:
             "default_thread_pool",
         ],
     }
+    expected.update(
+        {
+            getattr(_server, "_get_initial_metadata_operation", None): ["state", "metadata"],
+            getattr(_server, "_get_send_message_op_flags_from_state", None): ["state"],
+            getattr(_server, "_send_message", None): ["state", "token"],
+            getattr(_server, "_reset_per_message_state", None): ["state"],
+        }
+    )
     for function, params in expected.items():
         if not callable(function):
             return None
@@ -166,9 +270,17 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals | None:
                 return None
         except (TypeError, ValueError):  # pragma: no cover
             return None
-    for name in ("_RECEIVE_MESSAGE_TOKEN", "_EMPTY_FLAGS", "_OPEN", "_CLOSED"):
-        if not hasattr(_server, name):
-            return None
-    if not hasattr(cygrpc, "ReceiveMessageOperation"):
+    names = (
+        "_RECEIVE_MESSAGE_TOKEN",
+        "_SEND_MESSAGE_TOKEN",
+        "_SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN",
+        "_EMPTY_FLAGS",
+        "_OPEN",
+        "_CLOSED",
+        "_CANCELLED",
+    )
+    if not all(hasattr(_server, name) for name in names):
+        return None
+    if not all(hasattr(cygrpc, n) for n in ("ReceiveMessageOperation", "SendMessageOperation")):
         return None
     return Internals(_server, cygrpc)
