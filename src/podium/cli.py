@@ -107,8 +107,9 @@ def main() -> None:
     "--grpc-threads",
     type=int,
     default=None,
-    help="Threads of the gRPC inference server for streams; each open stream holds one, "
-    "unary calls hold none. 0: serve gRPC with grpc.aio on the event loop instead [128].",
+    help="Threads of the gRPC inference server, for calls not relayed through grpc's polling "
+    "thread (reflection streams; every call if grpcio's internals differ). 0: serve gRPC with "
+    "grpc.aio on the event loop instead [128].",
 )
 @click.option(
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."

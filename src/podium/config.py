@@ -202,7 +202,7 @@ class ServerConfig:
     max_request_size: int = 64 * 1024 * 1024
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
     grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
-    grpc_threads: int = 128  # threads for gRPC streams; 0: grpc.aio on the event loop
+    grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
     # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
     sequence_header: str = "ts_request_sequence_id"
     secrets_dir: Path | None = None

@@ -662,3 +662,24 @@ async def test_handler_headers_become_metadata_and_error_statuses_become_codes(
         # Over unary Predictions the streamed items are gathered into one prediction.
         gathered = await stub.Predictions(words, timeout=PATIENCE)
         assert gathered.prediction == b"one two three"
+
+
+@pytest.mark.anyio
+async def test_stream2_answers_a_message_that_does_not_parse_in_band_and_goes_on(
+    models_server: Server, ts: SimpleNamespace
+) -> None:
+    good = data(ts, "emit", {"kind": "number"}, sequence_id="s-1").SerializeToString()
+    async with grpc.aio.insecure_channel(target(models_server)) as channel:
+        raw = channel.stream_stream(
+            "/org.pytorch.serve.grpc.inference.InferenceAPIsService/StreamPredictions2"
+        )
+
+        async def send() -> AsyncIterator[bytes]:
+            yield good
+            yield b"\x0a\xff\xff\xff"  # not a PredictionsRequest
+            yield good
+
+        got = [ts.pb2.PredictionResponse.FromString(r) async for r in raw(send(), timeout=PATIENCE)]
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert [(r.prediction, r.status.code) for r in got] == [(b"42", 0), (b"", invalid), (b"42", 0)]
+    assert "does not parse" in got[1].status.message

@@ -20,9 +20,15 @@ two waits per call, and sending from a thread of its own keeps the loop from han
 grpc's polling thread on every call: 1.7-1.8x the calls per second (bench/RESULTS.md,
 sections 5 and 9).
 
-Streams move through lock-free hand-offs with a bounded window (:data:`WINDOW` messages each
-way), and a thread is woken or the loop called only when the other side is actually waiting.
-Each open stream holds a pool thread for as long as it lasts.
+Streams are relayed the same way and hold no thread while open. A response stream leaves
+through an :class:`_Outbox`: one send in flight at a time, the first started by the sender
+thread, each next one by grpc's polling thread as the previous completes, and the status after
+the last. A request stream arrives through an :class:`_Inbox`, whose messages grpc's polling
+thread receives one after another. Both are bounded by a window of :data:`WINDOW` messages:
+the loop waits while that many have not left, and no more are read ahead of the handler (HTTP/2
+flow control takes it back to the client). The blocking way (the fallback) moves stream messages
+through lock-free hand-offs with the same window, a pool thread per open stream (and one more to
+read a request stream); a thread is woken or the loop called only when the other side waits.
 
 Cancellation is the same as on ``grpc.aio``: when the RPC ends for the client (cancelled,
 connection dropped, deadline), grpc runs the call's callback and the bridge cancels the handler's

@@ -256,22 +256,24 @@ class TorchServeInference:
         # One request at a time: answers come back in request order, and a sequence's requests
         # reach the model in the order the client sent them. A generator model's items each
         # come back as a response, as TorchServe sends its intermediate responses.
-        try:
-            async for request in requests:
-                try:
-                    mv, call = self._start(request, grpc_call)
-                    async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
-                        async for item in items:
-                            yield _answer(mv, item, request, call)
-                except Exception as exc:  # in-band: this request failed, the stream goes on
-                    code, message = status_of(exc, _STREAM2)
-                    status = Status(code=code.value[0], message=message)
-                    response = PredictionResponse(status=status)
-                    if request.HasField("sequence_id"):
-                        response.sequence_id = request.sequence_id
-                    yield response
-        except Exception as exc:  # reading the stream failed: the call ends
-            await abort_with(context, exc, _STREAM2)
+        messages = aiter(requests)
+        while True:
+            try:
+                request = await anext(messages)
+            except StopAsyncIteration:
+                return
+            except InvalidInput as exc:  # a message that does not parse: in-band, and go on
+                yield _failed(exc, None)
+                continue
+            except Exception as exc:  # reading the stream failed: the call ends
+                await abort_with(context, exc, _STREAM2)
+            try:
+                mv, call = self._start(request, grpc_call)
+                async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
+                    async for item in items:
+                        yield _answer(mv, item, request, call)
+            except Exception as exc:  # in-band: this request failed, the stream goes on
+                yield _failed(exc, request)
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -322,6 +324,16 @@ class TorchServeInference:
 _PREDICTIONS = f"/{SERVICE}/Predictions"
 _STREAM = f"/{SERVICE}/StreamPredictions"
 _STREAM2 = f"/{SERVICE}/StreamPredictions2"
+
+
+def _failed(exc: BaseException, request: Any) -> Any:
+    """The in-band answer of ``StreamPredictions2`` to a request that failed (``None``: one
+    that did not even parse)."""
+    code, message = status_of(exc, _STREAM2)
+    response = PredictionResponse(status=Status(code=code.value[0], message=message))
+    if request is not None and request.HasField("sequence_id"):
+        response.sequence_id = request.sequence_id
+    return response
 
 
 def _answer(mv: ModelVersion, value: Any, request: Any, call: Call) -> Any:
