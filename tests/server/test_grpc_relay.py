@@ -11,6 +11,7 @@ without its request. Relayed streams hold no thread: 40 run at once on a server 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -81,25 +82,34 @@ def service(handlers: Handlers) -> Service:
     return Service(NAME, {m.capitalize(): unary(getattr(handlers, m)) for m in methods})
 
 
-@pytest.fixture(params=["relayed", "blocking"])
-async def served(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
-    handlers = Handlers()
+@contextlib.asynccontextmanager
+async def running(
+    service: Service, mode: str, handlers: Any, grace: float
+) -> AsyncIterator[SimpleNamespace]:
+    """``service`` on an in-process server of 4 threads, relayed or blocking, and a channel."""
     server = GrpcServer(
-        [service(handlers)],
+        [service],
         host="127.0.0.1",
         port=0,
         max_message_size=1 << 20,
-        grace=5.0,
+        grace=grace,
         threads=4,
-        relay=request.param == "relayed",
+        relay=mode == "relayed",
     )
     address = await server.start()
     channel = grpc.aio.insecure_channel(address)
     try:
-        yield SimpleNamespace(server=server, handlers=handlers, channel=channel, mode=request.param)
+        yield SimpleNamespace(server=server, handlers=handlers, channel=channel, mode=mode)
     finally:
         await channel.close()
         await server.stop()
+
+
+@pytest.fixture(params=["relayed", "blocking"])
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
+    handlers = Handlers()
+    async with running(service(handlers), request.param, handlers, grace=5.0) as it:
+        yield it
 
 
 def rpc(channel: grpc.aio.Channel, method: str) -> Any:
@@ -383,22 +393,8 @@ async def streams(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespa
             handlers.endless, request_deserializer=parse, response_serializer=render
         ),
     }
-    server = GrpcServer(
-        [Service(NAME, methods)],
-        host="127.0.0.1",
-        port=0,
-        max_message_size=1 << 20,
-        grace=1,
-        threads=4,
-        relay=request.param == "relayed",
-    )
-    address = await server.start()
-    channel = grpc.aio.insecure_channel(address)
-    try:
-        yield SimpleNamespace(handlers=handlers, channel=channel, mode=request.param)
-    finally:
-        await channel.close()
-        await server.stop()
+    async with running(Service(NAME, methods), request.param, handlers, grace=1) as it:
+        yield it
 
 
 def stream_rpc(channel: Any, method: str, *, requests: bool) -> Any:

@@ -442,7 +442,56 @@ class _Ending:
         self.error = error
 
 
-class _Inbox:
+class _Requests:
+    """A request stream as an async iterator over a buffer that another thread fills
+    (:meth:`_push`); the loop is woken only when the handler waits for a message."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._arrived: asyncio.Future[None] | None = None
+        self._waiting = False
+
+    def _push(self, entry: Any) -> None:
+        """A message, :data:`_END` or a :class:`_Failed` (any thread but the loop's)."""
+        self._buffer.append(entry)
+        if self._waiting:
+            self._waiting = False
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        arrived = self._arrived
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._take()
+
+    async def _take(self) -> Any:
+        """The next message; raises at the end (and ever after) or for a failed stream."""
+        if not self._buffer:
+            self._arrived = self._loop.create_future()
+            self._waiting = True
+            if not self._buffer:
+                await self._arrived
+            else:
+                self._waiting = False
+        message = self._buffer.popleft()
+        if message is _END:
+            self._buffer.appendleft(_END)
+            raise StopAsyncIteration
+        if isinstance(message, _Failed):
+            self._buffer.appendleft(message)
+            if isinstance(message.exc, grpc.RpcError):  # the call ended under the handler
+                raise asyncio.CancelledError()
+            raise message.exc
+        return message
+
+
+class _Inbox(_Requests):
     """A relayed call's request stream as an async iterator: grpc's polling thread receives
     one message after another, up to :data:`WINDOW` ahead of the handler (back-pressure reaches
     the client through HTTP/2 flow control); the sender thread asks again once the handler has
@@ -455,13 +504,10 @@ class _Inbox:
         parse: Callable[[bytes], Any] | None,
         sender: _Sender,
     ) -> None:
-        self._loop = loop
+        super().__init__(loop)
         self._context = context
         self._parse = parse
         self._sender = sender
-        self._buffer: collections.deque[Any] = collections.deque()
-        self._arrived: asyncio.Future[None] | None = None
-        self._waiting = False
         self._lock = threading.Lock()
         self._paused = False
 
@@ -476,8 +522,7 @@ class _Inbox:
         self._on_message(_Unparsable(InvalidInput(_internals.unparsable(exc))))
 
     def _on_message(self, message: Any) -> None:
-        self._buffer.append(message)
-        self._wake_reader()
+        self._push(message)
         with self._lock:
             if len(self._buffer) >= WINDOW:
                 self._paused = True
@@ -485,37 +530,10 @@ class _Inbox:
         self.receive()
 
     def _on_end(self, error: BaseException | None) -> None:
-        self._buffer.append(_END if error is None else _Failed(error))
-        self._wake_reader()
-
-    def _wake_reader(self) -> None:
-        if self._waiting:
-            self._waiting = False
-            self._loop.call_soon_threadsafe(self._wake)
-
-    def _wake(self) -> None:
-        arrived = self._arrived
-        if arrived is not None and not arrived.done():
-            arrived.set_result(None)
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
+        self._push(_END if error is None else _Failed(error))
 
     async def __anext__(self) -> Any:
-        if not self._buffer:
-            self._arrived = self._loop.create_future()
-            self._waiting = True
-            if not self._buffer:
-                await self._arrived
-            else:
-                self._waiting = False
-        message = self._buffer.popleft()
-        if message is _END:
-            self._buffer.appendleft(_END)
-            raise StopAsyncIteration
-        if isinstance(message, _Failed):
-            self._buffer.appendleft(message)
-            raise message.exc
+        message = await self._take()
         with self._lock:
             resume = self._paused and len(self._buffer) <= WINDOW // 2
             if resume:
@@ -566,20 +584,18 @@ class _Sender:
         self._thread.join(timeout=5)
 
 
-class _RequestReader:
-    """A client's request stream, read by a thread of its own, as an async iterator.
+class _RequestReader(_Requests):
+    """A client's request stream, read by a thread of its own, as an async iterator (the
+    blocking way).
 
     grpc's request iterator blocks; the reader thread pulls at most :data:`WINDOW` messages
     ahead of the handler (back-pressure reaches the client through HTTP/2 flow control).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, requests: Iterator[Any]) -> None:
-        self._loop = loop
+        super().__init__(loop)
         self._requests = requests
-        self._buffer: collections.deque[Any] = collections.deque()
         self._room = threading.Semaphore(WINDOW)
-        self._arrived: asyncio.Future[None] | None = None
-        self._waiting = False
         self._closed = False
 
     def read(self) -> None:
@@ -594,41 +610,12 @@ class _RequestReader:
         except BaseException as exc:  # the call was cancelled, or a message failed to parse
             self._push(_Failed(exc))
 
-    def _push(self, message: Any) -> None:
-        self._buffer.append(message)
-        if self._waiting:
-            self._waiting = False
-            self._loop.call_soon_threadsafe(self._wake)
-
-    def _wake(self) -> None:
-        arrived = self._arrived
-        if arrived is not None and not arrived.done():
-            arrived.set_result(None)
-
     def close(self) -> None:
         self._closed = True
         self._room.release(WINDOW)
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
-
     async def __anext__(self) -> Any:
-        if not self._buffer:
-            self._arrived = self._loop.create_future()
-            self._waiting = True
-            if not self._buffer:
-                await self._arrived
-            else:
-                self._waiting = False
-        message = self._buffer.popleft()
-        if message is _END:
-            self._buffer.appendleft(_END)
-            raise StopAsyncIteration
-        if isinstance(message, _Failed):
-            self._buffer.appendleft(message)
-            if isinstance(message.exc, grpc.RpcError):  # the call ended under the handler
-                raise asyncio.CancelledError()
-            raise message.exc
+        message = await self._take()
         self._room.release()
         return message
 
@@ -676,8 +663,13 @@ class Bridge:
             # relayed unary call: no thread is held while the stream is open.
             behavior = method.stream_stream if method.request_streaming else method.unary_stream
             return grpc.stream_stream_rpc_method_handler(
-                self._relayed_stream(
-                    behavior, self.internals, parse, render, requests=method.request_streaming
+                self._relayed(
+                    behavior,
+                    self.internals,
+                    parse,
+                    render,
+                    stream=True,
+                    requests=method.request_streaming,
                 )
             )
         if method.request_streaming and method.response_streaming:
@@ -711,43 +703,21 @@ class Bridge:
         internals: Internals,
         parse: Callable[[bytes], Any] | None,
         render: Callable[[Any], bytes] | None,
-    ) -> Callable[[Any, grpc.ServicerContext, Any], None]:
-        loop = self.loop
-        assert self._sender is not None
-        relay = _Relay(render, self._sender)
-
-        def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
-            # On grpc's polling thread, as the call arrives: nothing here may block.
-            call = _Call(loop, context, relay)
-            if not context.add_callback(call.on_rpc_end):
-                return  # it ended already
-
-            def deliver(request: Any) -> None:  # the polling thread again, with the request
-                loop.call_soon_threadsafe(call.start_with, behavior, request)
-
-            internals.receive(context, parse, deliver)
-
-        serve.experimental_non_blocking = True  # type: ignore[attr-defined]
-        serve.experimental_thread_pool = INLINE  # type: ignore[attr-defined]
-        return serve
-
-    def _relayed_stream(
-        self,
-        behavior: Callable[..., Any],
-        internals: Internals,
-        parse: Callable[[bytes], Any] | None,
-        render: Callable[[Any], bytes] | None,
         *,
-        requests: bool,
+        stream: bool = False,
+        requests: bool = False,
     ) -> Callable[[Any, grpc.ServicerContext, Any], None]:
+        """A relayed method: unary, or with a response ``stream`` (and a request stream)."""
         loop = self.loop
         sender = self._sender
         assert sender is not None
+        relay = None if stream else _Relay(render, sender)
 
         def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
             # On grpc's polling thread, as the call arrives: nothing here may block.
-            call = _Call(loop, context, waits=False)
-            call._outbox = _Outbox(call, context, render, sender)
+            call = _Call(loop, context, relay, waits=False)
+            if stream:
+                call._outbox = _Outbox(call, context, render, sender)
             if not context.add_callback(call.on_rpc_end):
                 return  # it ended already
             if requests:  # the handler starts now and reads the requests as they come
