@@ -155,6 +155,13 @@ class QueueFull(Unavailable):
 
     code = "queue_full"
 
+    @classmethod
+    def of(cls, model: str, waiting: int, limit: int) -> QueueFull:
+        """The error for ``model``'s full queue, in the words every scheduler uses."""
+        return cls(
+            f"model '{model}' queue is full: {waiting} requests waiting (max_queue_size {limit})"
+        )
+
 
 class SequenceLimit(Unavailable):
     """A sequence's own queue holds ``max_sequence_queue_size`` requests, or the model holds

@@ -183,6 +183,14 @@ def _value(body: bytes, content_type: str) -> Any:
     return bytearray(body)
 
 
+class _Refused(Exception):
+    """A handler raised TorchServe's ``PredictionException``: its requests get that status."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
 def _row(payload: Any, request: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """One element of TorchServe's ``data`` list, and the request's headers for the context."""
     headers: dict[str, Any] = {}
@@ -461,23 +469,12 @@ class TorchServeModel:
             data.append(row)
             processors.append(RequestProcessor(headers))
         batch = self.context._batch
-        batch.request_ids = {i: str(uuid.uuid4()) for i in range(count)}
-        batch.request_processor = processors
-        batch.emit = emit
-        batch.kept = None
+        ids = {i: str(uuid.uuid4()) for i in range(count)}
         try:
             try:
-                ret = self._entry(data, self.context)
-            except PodiumError:
-                raise
-            except Exception as exc:
-                if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
-                    return [self._refusal(exc, r) for r in requests]
-                logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
-                raise ModelError(
-                    f"model '{self.name}' handler '{self._label}' raised "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
+                ret = self._call_handler(data, ids, processors, emit, "")
+            except _Refused as refused:
+                return [self._refusal(refused.exc, r) for r in requests]
             self._check_results(ret, count, "batch")
             kept: dict[int, list[Any]] = batch.kept or {}
             return [
@@ -517,26 +514,14 @@ class TorchServeModel:
             gens[idx].emit(self._finish(processors[idx], value, gens[idx].request, final=False))
 
         batch = self.context._batch
-        batch.request_ids = ids
-        batch.request_processor = processors
-        batch.emit = emit
-        batch.kept = None
         try:
             try:
-                ret = self._entry(data, self.context)
-            except PodiumError:
-                raise
-            except Exception as exc:
-                if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
-                    for gen in gens:
-                        gen.emit(self._refusal(exc, gen.request))
-                        gen.finish()
-                    return
-                logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
-                raise ModelError(
-                    f"model '{self.name}' handler '{self._label}' raised "
-                    f"{type(exc).__name__}: {exc} (in step)"
-                ) from exc
+                ret = self._call_handler(data, ids, processors, emit, " (in step)")
+            except _Refused as refused:
+                for gen in gens:
+                    gen.emit(self._refusal(refused.exc, gen.request))
+                    gen.finish()
+                return
             self._check_results(ret, count, "step")
             criteria = self.context.stopping_criteria
             for i, gen in enumerate(gens):
@@ -546,6 +531,35 @@ class TorchServeModel:
         finally:
             batch.emit = None
             batch.kept = None
+
+    def _call_handler(
+        self,
+        data: list[dict[str, Any]],
+        ids: dict[int, str],
+        processors: list[RequestProcessor],
+        emit: Callable[[int, Any], None] | None,
+        where: str,
+    ) -> Any:
+        """``handle(data, context)`` over one batch or step, its context set for it. A
+        ``PredictionException`` comes out as :class:`_Refused`; any other error as
+        ``ModelError`` naming the handler (``where`` is added to the message)."""
+        batch = self.context._batch
+        batch.request_ids = ids
+        batch.request_processor = processors
+        batch.emit = emit
+        batch.kept = None
+        try:
+            return self._entry(data, self.context)
+        except PodiumError:
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
+                raise _Refused(exc) from exc
+            logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
+            raise ModelError(
+                f"model '{self.name}' handler '{self._label}' raised "
+                f"{type(exc).__name__}: {exc}{where}"
+            ) from exc
 
     def _stops(self, criteria: Any, idx: int, req_id: str, value: Any) -> bool:
         """Whether the request at ``idx`` is complete after this step, by TorchServe's rule:

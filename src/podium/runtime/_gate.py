@@ -98,10 +98,7 @@ class WorkerGate:
                 f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
             )
         if len(self._waiters) >= self._max_waiting and self.waiting >= self._max_waiting:
-            raise QueueFull(
-                f"model '{self._model}' queue is full: {self.waiting} requests waiting "
-                f"(max_queue_size {self._max_waiting})"
-            )
+            raise QueueFull.of(self._model, self.waiting, self._max_waiting)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         try:

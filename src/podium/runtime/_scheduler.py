@@ -115,10 +115,7 @@ class SlotGate:
         if self.try_acquire():
             return
         if len(self._waiters) >= self._max_waiting and self.waiting >= self._max_waiting:
-            raise QueueFull(
-                f"model '{self._model}' queue is full: {self.waiting} requests waiting "
-                f"(max_queue_size {self._max_waiting})"
-            )
+            raise QueueFull.of(self._model, self.waiting, self._max_waiting)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         try:

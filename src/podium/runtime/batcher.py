@@ -132,10 +132,7 @@ class BatchScheduler:
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
         if len(self._queue) >= self._max_queue:
-            raise QueueFull(
-                f"model '{self._model}' queue is full: {len(self._queue)} requests waiting "
-                f"(max_queue_size {self._max_queue})"
-            )
+            raise QueueFull.of(self._model, len(self._queue), self._max_queue)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         entry = _Entry(inputs, request, future, loop.time())
