@@ -186,3 +186,20 @@ def test_tritonclient_and_podium_in_one_process(order: str) -> None:
     assert result.returncode == 0, result.stderr
     assert "both work" in result.stdout
     assert "duplicate symbol" not in result.stderr
+
+
+def test_nested_message_classes_live_as_long_as_the_server() -> None:
+    """protobuf drops the class of a nested type (here ``InferInputTensor``) with its last
+    message and builds a new Python type for the next one: a cost on every call. The pool holds
+    one class per type instead."""
+    import gc
+    import weakref
+
+    from podium.server.grpc._pool import message_class
+
+    request = message_class("inference.ModelInferRequest")()
+    tensor = request.inputs.add()
+    nested = weakref.ref(type(tensor))
+    del request, tensor
+    gc.collect()
+    assert nested() is not None
