@@ -64,6 +64,9 @@ class Handlers:
             raise
         return ModelInferResponse()
 
+    async def unserializable(self, request: Any, context: Any) -> Any:
+        return "not a ModelInferResponse"
+
     async def slow(self, request: Any, context: Any) -> Any:
         self.started.set()
         await self.release.wait()
@@ -78,7 +81,7 @@ def service(handlers: Handlers) -> Service:
             response_serializer=ModelInferResponse.SerializeToString,
         )
 
-    methods = ("echo", "abort", "raises", "metadata", "hang", "slow")
+    methods = ("echo", "abort", "raises", "metadata", "hang", "slow", "unserializable")
     return Service(NAME, {m.capitalize(): unary(getattr(handlers, m)) for m in methods})
 
 
@@ -365,6 +368,10 @@ class StreamHandlers:
             yield ModelInferResponse(id=str(i))
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "enough")
 
+    async def one_then_unserializable(self, request: Any, context: Any) -> Any:
+        yield ModelInferResponse(id="0")
+        yield "not a ModelInferResponse"
+
     async def endless(self, request: Any, context: Any) -> Any:
         self.started.set()
         try:
@@ -391,6 +398,9 @@ async def streams(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespa
         ),
         "Endless": grpc.unary_stream_rpc_method_handler(
             handlers.endless, request_deserializer=parse, response_serializer=render
+        ),
+        "OneThenUnserializable": grpc.unary_stream_rpc_method_handler(
+            handlers.one_then_unserializable, request_deserializer=parse, response_serializer=render
         ),
     }
     async with running(Service(NAME, methods), request.param, handlers, grace=1) as it:
@@ -456,3 +466,23 @@ async def test_a_streamed_request_that_does_not_parse_is_invalid_after_the_answe
     assert got == ["ok"]
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "does not parse" in (caught.value.details() or "")
+
+
+async def test_an_answer_that_does_not_serialize_is_internal(served: Any) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await rpc(served.channel, "Unserializable")(ModelInferRequest())
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert "serialize" in (caught.value.details() or "")
+    await rpc(served.channel, "Echo")(ModelInferRequest(model_name="m"))  # still serving
+
+
+async def test_a_streamed_item_that_does_not_serialize_ends_the_stream_internal(
+    streams: Any,
+) -> None:
+    call = stream_rpc(streams.channel, "OneThenUnserializable", requests=False)(ModelInferRequest())
+    got = []
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for reply in call:
+            got.append(reply.id)
+    assert got == ["0"]
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
