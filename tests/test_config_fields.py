@@ -166,6 +166,18 @@ def test_numbers_name_their_unit_and_integers_have_none() -> None:
             assert spec.unit is None, key
 
 
+def test_attributes_name_their_unit_where_the_config_mixes_them() -> None:
+    # config.yaml's keys stay as users write them; the attributes say ms or s.
+    suffix = {Unit.MILLISECONDS: "_ms", Unit.SECONDS: "_s"}
+    for key, spec in FIELDS.items():
+        if spec.unit is not None:
+            assert spec.attr.endswith(suffix[spec.unit]), key
+    assert {k: s.attr for k, s in FIELDS.items() if s.attr != k} == {
+        "max_batch_delay": "max_batch_delay_ms",
+        "response_timeout": "response_timeout_s",
+    }
+
+
 def test_units_convert() -> None:
     assert Unit.SECONDS.to(Unit.MILLISECONDS) == 1000.0
     assert Unit.MILLISECONDS.to(Unit.SECONDS) == 0.001

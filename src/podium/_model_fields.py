@@ -240,6 +240,7 @@ _TABLE = (
         unit=_MS,
         torchserve="maxBatchDelay",
         mlserver=Spelling("max_batch_time", Kind.NUMBER, unit=_S, default=0),
+        attr="max_batch_delay_ms",
     ),
     Field("max_queue_size", Kind.INTEGER, 1000, minimum=1, torchserve="jobQueueSize"),
     Field("stream_buffer", Kind.INTEGER, 16, minimum=1),
@@ -271,7 +272,14 @@ _TABLE = (
         mlserver=_parallel_workers(_workers_count),
     ),
     # a predict may run this long; 0: no limit
-    Field("response_timeout", Kind.NUMBER, 120.0, unit=_S, torchserve="responseTimeout"),
+    Field(
+        "response_timeout",
+        Kind.NUMBER,
+        120.0,
+        unit=_S,
+        torchserve="responseTimeout",
+        attr="response_timeout_s",
+    ),
     Field("sequence_batching", Kind.FLAG, False, torchserve="sequenceBatching"),
     # a sequence idle this long ends; 0: never
     Field(

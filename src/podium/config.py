@@ -67,14 +67,14 @@ class ModelConfig:
     model_class_name: str = _default("model_class_name")
     predict_concurrency: int = _default("predict_concurrency")
     batch_size: int = _default("batch_size")
-    max_batch_delay: float = _default("max_batch_delay")
+    max_batch_delay_ms: float = _default("max_batch_delay")
     max_queue_size: int = _default("max_queue_size")
     stream_buffer: int = _default("stream_buffer")
     default_version: str | None = _default("default_version")
     workers: str = _default("workers")
     min_workers: int = _default("min_workers")
     max_workers: int = _default("max_workers")
-    response_timeout: float = _default("response_timeout")
+    response_timeout_s: float = _default("response_timeout")
     # Stateful sequences (TorchServe's sequence batching): a sequence's requests run in order on
     # the worker that holds its state.
     sequence_batching: bool = _default("sequence_batching")
