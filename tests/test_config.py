@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from podium.config import MODEL_KEYS, ModelConfig, Secrets, ServerConfig, load_yaml
+from podium.config import FIELDS, MODEL_KEYS, ModelConfig, Secrets, ServerConfig, load_yaml
 from podium.errors import DefinitionError, MissingSecret, PodiumError
 
 
@@ -63,13 +63,13 @@ def test_model_config_defaults() -> None:
     assert config == ModelConfig(name="m")
     assert (config.version, config.model_class_name) == (None, "Model")
     assert (config.predict_concurrency, config.batch_size, config.max_queue_size) == (1, 1, 1000)
-    assert (config.max_batch_delay, config.stream_buffer) == (5.0, 16)
+    assert (config.max_batch_delay_ms, config.stream_buffer) == (5.0, 16)
     assert config.model_metadata == {} and config.raw == {}
 
 
 def test_model_keys_are_every_field_but_raw() -> None:
     fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    assert MODEL_KEYS == fields - {"raw"}
+    assert {FIELDS[key].attr for key in MODEL_KEYS} == fields - {"raw"}
 
 
 def test_model_config_all_keys() -> None:
@@ -101,12 +101,12 @@ def test_model_config_all_keys() -> None:
     assert config.version == "2"
     assert config.model_class_name == "C"
     assert (config.predict_concurrency, config.batch_size) == (3, 4)
-    assert config.max_batch_delay == 10.0 and isinstance(config.max_batch_delay, float)
+    assert config.max_batch_delay_ms == 10.0 and isinstance(config.max_batch_delay_ms, float)
     assert (config.max_queue_size, config.stream_buffer) == (5, 6)
     assert config.model_metadata == {"platform": "x"}
     assert config.default_version == "1"
     assert (config.workers, config.min_workers, config.max_workers) == ("process", 2, 4)
-    assert config.response_timeout == 30.0 and isinstance(config.response_timeout, float)
+    assert config.response_timeout_s == 30.0 and isinstance(config.response_timeout_s, float)
     assert config.sequence_batching is True
     assert (config.sequence_max_idle_ms, config.sequence_timeout_ms) == (500.0, 10_000.0)
     assert (config.max_sequence_queue_size, config.max_num_sequences) == (2, 8)
@@ -122,7 +122,7 @@ def test_model_config_is_frozen() -> None:
 def test_version_null_means_unversioned() -> None:
     assert build({"version": None}).version is None
     assert build({"version": "1.2.0"}).version == "1.2.0"
-    assert build({"max_batch_delay": 0}).max_batch_delay == 0.0
+    assert build({"max_batch_delay": 0}).max_batch_delay_ms == 0.0
     assert build({"model_metadata": None}).model_metadata == {}
 
 
@@ -328,7 +328,7 @@ def test_worker_settings() -> None:
     assert (build({}).min_workers, build({}).max_workers, build({}).workers) == (1, 1, "thread")
     assert build({"min_workers": 3}).max_workers == 3  # max defaults to min
     assert build({"min_workers": 0}).max_workers == 1
-    assert build({"response_timeout": 0}).response_timeout == 0.0
+    assert build({"response_timeout": 0}).response_timeout_s == 0.0
     with pytest.raises(
         DefinitionError, match="'min_workers' \\(3\\) must not exceed 'max_workers' \\(2\\)"
     ):

@@ -1,7 +1,9 @@
 """Configuration values: a model's ``config.yaml`` and the server's settings.
 
 Both are plain frozen dataclasses, validated when built (``ValueError`` / ``DefinitionError`` with
-the key named), never with ``assert``. YAML is parsed here and nowhere else.
+the key named), never with ``assert``. YAML is parsed here and nowhere else. A model's settings
+are one table, :data:`FIELDS` (each field's key, default, bounds, unit, and its keys in
+TorchServe's and MLServer's files), which drives every validator of them.
 """
 
 from __future__ import annotations
@@ -16,9 +18,22 @@ from typing import Any
 
 import yaml
 
+from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit
 from .errors import DefinitionError, MissingSecret
 
-__all__ = ["MODEL_KEYS", "ModelConfig", "Secrets", "ServerConfig", "load_yaml"]
+__all__ = [
+    "FIELDS",
+    "MODEL_KEYS",
+    "UNSET",
+    "Field",
+    "Kind",
+    "ModelConfig",
+    "Secrets",
+    "ServerConfig",
+    "Spelling",
+    "Unit",
+    "load_yaml",
+]
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -38,33 +53,38 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _default(key: str) -> Any:
+    return FIELDS[key].default
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """A model's settings, from its ``config.yaml``. Defaults are the documented ones."""
+    """A model's settings, from its ``config.yaml``. Each attribute is a row of :data:`FIELDS`,
+    which gives its key, default, bounds and unit, and how TorchServe and MLServer spell it."""
 
     name: str
-    version: str | None = None
-    model_class_name: str = "Model"
-    predict_concurrency: int = 1
-    batch_size: int = 1
-    max_batch_delay: float = 5.0  # milliseconds
-    max_queue_size: int = 1000
-    stream_buffer: int = 16
-    default_version: str | None = None  # which version unversioned routes use (else the highest)
-    workers: str = "thread"  # "thread": instances in the server process; "process": one per process
-    min_workers: int = 1  # instances started (TorchServe's minWorkers)
-    max_workers: int = 1  # the most instances a scale request may ask for (maxWorkers)
-    response_timeout: float = 120.0  # seconds a predict may run (responseTimeout); 0 = no limit
+    version: str | None = _default("version")
+    model_class_name: str = _default("model_class_name")
+    predict_concurrency: int = _default("predict_concurrency")
+    batch_size: int = _default("batch_size")
+    max_batch_delay_ms: float = _default("max_batch_delay")
+    max_queue_size: int = _default("max_queue_size")
+    stream_buffer: int = _default("stream_buffer")
+    default_version: str | None = _default("default_version")
+    workers: str = _default("workers")
+    min_workers: int = _default("min_workers")
+    max_workers: int = _default("max_workers")
+    response_timeout_s: float = _default("response_timeout")
     # Stateful sequences (TorchServe's sequence batching): a sequence's requests run in order on
     # the worker that holds its state.
-    sequence_batching: bool = False
-    sequence_max_idle_ms: float = 60_000.0  # a sequence idle this long ends; 0 = never
-    sequence_timeout_ms: float = 0.0  # a sequence older than this ends; 0 = no absolute limit
-    max_sequence_queue_size: int = 1  # requests one sequence may have waiting
-    max_num_sequences: int = 0  # open sequences at once; 0 = max_workers x batch_size x 4
+    sequence_batching: bool = _default("sequence_batching")
+    sequence_max_idle_ms: float = _default("sequence_max_idle_ms")
+    sequence_timeout_ms: float = _default("sequence_timeout_ms")
+    max_sequence_queue_size: int = _default("max_sequence_queue_size")
+    max_num_sequences: int = _default("max_num_sequences")
     # Continuous batching: the model's step() advances up to batch_size requests at a time;
     # requests join and leave between steps.
-    continuous_batching: bool = False
+    continuous_batching: bool = _default("continuous_batching")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
 
@@ -77,107 +97,31 @@ class ModelConfig:
             allowed = ", ".join(sorted(MODEL_KEYS))
             problems.append(f"{where}: unknown key '{key}' (allowed: {allowed})")
         values: dict[str, Any] = {"name": default_name, "raw": dict(data)}
-
-        def positive_int(key: str, minimum: int) -> None:
+        for key, spec in FIELDS.items():
             if key in data:
-                value = data[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                    problems.append(
-                        f"{where}: '{key}' must be an integer >= {minimum}, got {value!r}"
-                    )
-                else:
-                    values[key] = value
-
-        if "name" in data:
-            if not isinstance(data["name"], str) or not data["name"].strip():
-                problems.append(f"{where}: 'name' must be a non-empty string, got {data['name']!r}")
-            elif "/" in data["name"]:
-                problems.append(f"{where}: 'name' must not contain '/', got {data['name']!r}")
-            else:
-                values["name"] = data["name"]
-        for key in ("version", "default_version"):
-            if key in data and data[key] is not None:
-                version = data[key]
-                if (
-                    isinstance(version, bool)
-                    or not isinstance(version, str | int)
-                    or "/" in str(version)
-                    or not str(version).strip()  # "" would read as "no version" in every route
-                ):
-                    problems.append(
-                        f"{where}: '{key}' must be a non-empty string or an integer, without '/', got {version!r}"
-                    )
-                else:
-                    values[key] = str(version)
-        if "model_class_name" in data:
-            if not isinstance(data["model_class_name"], str) or not data["model_class_name"]:
-                problems.append(f"{where}: 'model_class_name' must be a non-empty string")
-            else:
-                values["model_class_name"] = data["model_class_name"]
-        positive_int("predict_concurrency", 1)
-        positive_int("batch_size", 1)
-        positive_int("max_queue_size", 1)
-        positive_int("stream_buffer", 1)
-        positive_int("min_workers", 0)
-        positive_int("max_workers", 1)
-        if "max_workers" not in values and "min_workers" in values:
-            values["max_workers"] = max(values["min_workers"], 1)  # max defaults to min
-        if values.get("min_workers", 1) > values.get("max_workers", 1):
+                try:
+                    value = spec.check(data[key])
+                except ValueError as exc:
+                    problems.append(f"{where}: {exc}")
+                    continue
+                if value is not UNSET:
+                    values[spec.attr] = value
+        # Between fields: max_workers defaults to min_workers, and is at least it.
+        low, high = FIELDS["min_workers"], FIELDS["max_workers"]
+        if high.attr not in values and low.attr in values:
+            values[high.attr] = max(values[low.attr], high.minimum)
+        if values.get(low.attr, low.default) > values.get(high.attr, high.default):
             problems.append(
-                f"{where}: 'min_workers' ({values['min_workers']}) must not exceed "
-                f"'max_workers' ({values['max_workers']})"
+                f"{where}: '{low.key}' ({values[low.attr]}) must not exceed "
+                f"'{high.key}' ({values[high.attr]})"
             )
-        if "workers" in data:
-            if data["workers"] not in ("thread", "process"):
-                problems.append(
-                    f"{where}: 'workers' must be 'thread' or 'process', got {data['workers']!r}"
-                )
-            else:
-                values["workers"] = data["workers"]
-        positive_int("max_sequence_queue_size", 1)
-        positive_int("max_num_sequences", 0)
-        for key in ("sequence_batching", "continuous_batching"):
-            if key in data:
-                if not isinstance(data[key], bool):
-                    problems.append(f"{where}: '{key}' must be true or false, got {data[key]!r}")
-                else:
-                    values[key] = data[key]
-        for key in ("sequence_max_idle_ms", "sequence_timeout_ms"):
-            if key in data:
-                value = data[key]
-                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                    problems.append(
-                        f"{where}: '{key}' must be a number of milliseconds >= 0, got {value!r}"
-                    )
-                else:
-                    values[key] = float(value)
-        if "response_timeout" in data:
-            timeout = data["response_timeout"]
-            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-                problems.append(
-                    f"{where}: 'response_timeout' must be a number of seconds >= 0, got {timeout!r}"
-                )
-            else:
-                values["response_timeout"] = float(timeout)
-        if "max_batch_delay" in data:
-            delay = data["max_batch_delay"]
-            if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
-                problems.append(
-                    f"{where}: 'max_batch_delay' must be a number of milliseconds >= 0, got {delay!r}"
-                )
-            else:
-                values["max_batch_delay"] = float(delay)
-        if "model_metadata" in data and data["model_metadata"] is not None:
-            if not isinstance(data["model_metadata"], dict):
-                problems.append(f"{where}: 'model_metadata' must be a mapping")
-            else:
-                values["model_metadata"] = data["model_metadata"]
         if problems:
             raise DefinitionError("; ".join(problems), problems)
         return cls(**values)
 
 
-MODEL_KEYS = frozenset(f.name for f in dataclasses.fields(ModelConfig) if f.name not in {"raw"})
+#: The keys of a ``config.yaml`` (and of a ``podium:`` section in TorchServe's and MLServer's files).
+MODEL_KEYS = frozenset(FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

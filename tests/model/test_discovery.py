@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from podium.config import MODEL_KEYS, ModelConfig
+from podium.config import FIELDS, MODEL_KEYS, ModelConfig
 from podium.errors import DefinitionError
 from podium.model.discovery import ModelSource, discover, import_model
 from podium.types import InputKind
@@ -237,7 +237,7 @@ def test_each_config_key(tmp_path: Path, key: str) -> None:
     write(tmp_path / "m" / "model.py")
     write(tmp_path / "m" / "config.yaml", f"{key}: {text}\n")
     config = one(tmp_path / "m").config
-    assert getattr(config, key) == expected
+    assert getattr(config, FIELDS[key].attr) == expected
 
 
 @pytest.mark.parametrize("key", sorted(INVALID))

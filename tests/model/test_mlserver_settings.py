@@ -40,7 +40,7 @@ def test_a_folder_with_model_settings_is_one_mlserver_model(tmp_path: Path) -> N
     (source,) = discover(folder)
     config = source.config
     assert (config.name, config.version, config.batch_size) == ("sentiment", "7", 8)
-    assert config.max_batch_delay == pytest.approx(20.0)  # seconds → milliseconds
+    assert config.max_batch_delay_ms == pytest.approx(20.0)  # seconds → milliseconds
     assert config.predict_concurrency == 64 and config.workers == "thread"
     assert config.model_metadata == {
         "platform": "custom",

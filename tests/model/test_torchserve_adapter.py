@@ -186,7 +186,7 @@ async def test_batch_is_one_handle_call_with_one_result_per_request(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     (source,) = discover(archive("batcher", tmp_path))
-    assert source.config.batch_size == 4 and source.config.max_batch_delay == 5000
+    assert source.config.batch_size == 4 and source.config.max_batch_delay_ms == 5000
     mv = build_version(source, secrets={}, executor=executor)
     await mv.load()
     try:

@@ -35,14 +35,14 @@ def test_frontend_keys_map_onto_podium_keys() -> None:
     )
     assert (cfg.name, cfg.version) == ("m", "1.0")
     assert (cfg.min_workers, cfg.max_workers, cfg.batch_size) == (2, 4, 8)
-    assert (cfg.max_batch_delay, cfg.response_timeout, cfg.max_queue_size) == (50.0, 30.0, 10)
+    assert (cfg.max_batch_delay_ms, cfg.response_timeout_s, cfg.max_queue_size) == (50.0, 30.0, 10)
     assert settings.device_type == "cpu"
     assert cfg.raw["handler"] == {"anything": [1, 2]}  # the whole file, for the handler
 
 
 def test_defaults_without_a_config() -> None:
     cfg, settings = config({})
-    assert cfg.batch_size == 1 and cfg.min_workers == 1 and cfg.response_timeout == 120.0
+    assert cfg.batch_size == 1 and cfg.min_workers == 1 and cfg.response_timeout_s == 120.0
     assert settings.device_type is None and settings.device_ids == ()
 
 

@@ -26,18 +26,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..config import MODEL_KEYS, ModelConfig
+from ..config import FIELDS, MODEL_KEYS, UNSET, ModelConfig
 from ..errors import DefinitionError
 from ._source import ModelSource
 
-__all__ = ["DEFAULT_PREDICT_CONCURRENCY", "SETTINGS_FILE", "read_settings", "runtime_settings"]
+__all__ = ["SETTINGS_FILE", "read_settings", "runtime_settings"]
 
 logger = logging.getLogger("podium.model")
 
 SETTINGS_FILE = "model-settings.json"
-
-#: MLServer awaits every request's predict at once; Podium bounds it, generously by default.
-DEFAULT_PREDICT_CONCURRENCY = 64
 
 _KEYS = frozenset(
     {
@@ -62,20 +59,14 @@ _REFUSED_PARAMETERS = {
     "environment_tarball": "Podium runs every model in its own Python environment; install the "
     "runtime's requirements there",
 }
-# Podium keys that model-settings.json sets through MLServer's own keys.
+# Podium keys that model-settings.json sets through MLServer's own keys (the field table's
+# mlserver column), and Podium keys that mean nothing for an MLServer runtime.
 _MAPPED = {
-    "name": "name",
-    "version": "parameters.version",
-    "batch_size": "max_batch_size",
-    "max_batch_delay": "max_batch_time",
-    "workers": "parallel_workers",
-    "min_workers": "parallel_workers",
-    "max_workers": "parallel_workers",
+    key: spec.mlserver.key
+    for key, spec in FIELDS.items()
+    if spec.mlserver is not None and spec.mlserver.key is not None
 }
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_NOT_HERE = frozenset({"model_class_name", "default_version"})
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -97,6 +88,41 @@ def _module_file(folder: Path, implementation: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _from_mlserver(
+    data: dict[str, Any], params: dict[str, Any], where: str, problems: list[str]
+) -> dict[str, Any]:
+    """Podium's keys from MLServer's: the field table's ``mlserver`` column. Each MLServer key is
+    checked once; one that is absent, or fails its check, counts as its default."""
+    sections = {"": data, "parameters": params}
+    given: dict[str, Any] = {}  # MLServer key → its checked value (or its default)
+    config: dict[str, Any] = {}
+    for key, spec in FIELDS.items():
+        spelling = spec.mlserver
+        if spelling is None:
+            continue
+        if spelling.key is None:
+            value = spelling.default
+        elif spelling.key in given:
+            value = given[spelling.key]
+        else:
+            section, _, name = spelling.key.rpartition(".")
+            value = sections[section].get(name, UNSET)
+            if value is None and spelling.optional:
+                value = UNSET
+            if value is not UNSET:
+                try:
+                    value = spelling.check(value)
+                except ValueError as exc:
+                    problems.append(f"{where}: {exc}")
+                    value = UNSET
+            value = given[spelling.key] = spelling.default if value is UNSET else value
+        if value is not UNSET:
+            value = spelling.to_field(value, spec.unit)
+        if value is not UNSET:
+            config[key] = value
+    return config
 
 
 def read_settings(path: Path) -> ModelSource:
@@ -132,43 +158,17 @@ def read_settings(path: Path) -> ModelSource:
     if params.get("extra") is not None and not isinstance(params["extra"], dict):
         problems.append(f"{where}: 'parameters.extra' must be an object, got {params['extra']!r}")
 
-    config: dict[str, Any] = {"predict_concurrency": DEFAULT_PREDICT_CONCURRENCY}
-    if "name" in data:
-        config["name"] = data["name"]
-    version = params.get("version")
-    if version is not None:
-        if isinstance(version, bool) or not isinstance(version, str | int):
-            problems.append(
-                f"{where}: 'parameters.version' must be a string or an integer, got {version!r}"
-            )
-        else:
-            config["version"] = str(version)
-    size, delay = data.get("max_batch_size", 0), data.get("max_batch_time", 0)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        problems.append(f"{where}: 'max_batch_size' must be an integer >= 0, got {size!r}")
-        size = 0
-    if not _number(delay) or delay < 0:
-        problems.append(
-            f"{where}: 'max_batch_time' must be a number of seconds >= 0, got {delay!r}"
-        )
-        delay = 0
+    config = _from_mlserver(data, params, where, problems)
+    # MLServer batches adaptively only when both are set: otherwise no batching.
+    size, delay = config.pop("batch_size"), config.pop("max_batch_delay")
     if size > 1 and delay > 0:
-        config["batch_size"] = size
-        config["max_batch_delay"] = float(delay) * 1000.0
+        config.update(batch_size=size, max_batch_delay=delay)
     elif size > 1:
         logger.warning(
             "%s: max_batch_size is %d but max_batch_time is 0: no batching (as in MLServer)",
             where,
             size,
         )
-    workers = data.get("parallel_workers")
-    if workers is not None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            problems.append(f"{where}: 'parallel_workers' must be an integer >= 0, got {workers!r}")
-        elif workers == 0:
-            config["workers"] = "thread"
-        else:
-            config.update(workers="process", min_workers=workers, max_workers=workers)
     for key in ("warm_workers", "cache_enabled"):
         if key in data and not isinstance(data[key], bool):
             problems.append(f"{where}: '{key}' must be true or false, got {data[key]!r}")
@@ -205,10 +205,8 @@ def read_settings(path: Path) -> ModelSource:
                     problems.append(
                         f"{where}: 'podium.{key}' cannot be set here; use '{_MAPPED[key]}'"
                     )
-                elif key in ("model_class_name", "default_version") or key not in MODEL_KEYS:
-                    allowed = sorted(
-                        MODEL_KEYS - set(_MAPPED) - {"model_class_name", "default_version"}
-                    )
+                elif key in _NOT_HERE or key not in MODEL_KEYS:
+                    allowed = sorted(MODEL_KEYS - set(_MAPPED) - _NOT_HERE)
                     problems.append(
                         f"{where}: unknown key 'podium.{key}' (allowed: {', '.join(allowed)})"
                     )

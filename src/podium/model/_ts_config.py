@@ -16,31 +16,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import MODEL_KEYS, ModelConfig
+from ..config import FIELDS, MODEL_KEYS, Kind, ModelConfig
 from ..errors import DefinitionError
 
 __all__ = ["TsSettings", "model_config"]
 
 logger = logging.getLogger("podium.model")
 
-#: TorchServe key → Podium key.
-MAPPED = {
-    "minWorkers": "min_workers",
-    "maxWorkers": "max_workers",
-    "batchSize": "batch_size",
-    "maxBatchDelay": "max_batch_delay",
-    "responseTimeout": "response_timeout",
-    "jobQueueSize": "max_queue_size",
-    # stateful sequences (TorchServe's sequence batching)
-    "sequenceBatching": "sequence_batching",
-    "sequenceMaxIdleMSec": "sequence_max_idle_ms",
-    "sequenceTimeoutMSec": "sequence_timeout_ms",
-    "maxSequenceJobQueueSize": "max_sequence_queue_size",
-    "maxNumSequence": "max_num_sequences",
-    # continuous batching: the handler is called once per step with the active requests
-    "continuousBatching": "continuous_batching",
-}
-_NUMBERS = {"maxBatchDelay", "responseTimeout", "sequenceMaxIdleMSec", "sequenceTimeoutMSec"}
+#: TorchServe key → Podium key: the ``torchserve`` column of the field table.
+MAPPED = {spec.torchserve: key for key, spec in FIELDS.items() if spec.torchserve}
 #: The sequence settings that mean nothing without ``sequenceBatching: true``.
 SEQUENCE = {
     "sequenceMaxIdleMSec",
@@ -73,6 +57,18 @@ def _is_int(value: Any, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+def _frontend_problem(kind: Kind, key: str, value: Any) -> str | None:
+    """TorchServe's own check of a mapped key's type (an integer: >= 0); Podium's bounds are
+    checked after it, by ``ModelConfig``, naming Podium's key."""
+    if kind is Kind.FLAG:
+        return None if isinstance(value, bool) else f"'{key}' must be true or false, got {value!r}"
+    if kind is Kind.NUMBER:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = _is_int(value, 0)
+    return None if ok else f"'{key}' must be a number, got {value!r}"
+
+
 def model_config(
     yaml_config: dict[str, Any],
     *,
@@ -94,19 +90,11 @@ def model_config(
         if not isinstance(key, str):
             continue
         if key in MAPPED:
-            if key in ("sequenceBatching", "continuousBatching"):
-                if not isinstance(value, bool):
-                    problems.append(f"{where}: '{key}' must be true or false, got {value!r}")
-                    continue
-            elif key in _NUMBERS:
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                if not ok:
-                    problems.append(f"{where}: '{key}' must be a number, got {value!r}")
-                    continue
-            elif not _is_int(value, 0):
-                problems.append(f"{where}: '{key}' must be a number, got {value!r}")
-                continue
-            data[MAPPED[key]] = value
+            problem = _frontend_problem(FIELDS[MAPPED[key]].kind, key, value)
+            if problem is not None:
+                problems.append(f"{where}: {problem}")
+            else:
+                data[MAPPED[key]] = value
         elif key in CONTINUOUS:
             problems.append(
                 f"{where}: '{key}' is not supported yet: TorchServe's asynchronous worker "
@@ -131,8 +119,6 @@ def model_config(
                 f"{where}: unknown TorchServe frontend key '{key}'{hint}; put settings for "
                 "the handler in a section such as 'handler:'"
             )
-    if response_timeout := data.get("response_timeout"):
-        data["response_timeout"] = float(response_timeout)
     podium = yaml_config.get("podium")
     if podium is not None:
         if not isinstance(podium, dict):
@@ -140,7 +126,7 @@ def model_config(
         else:
             for key, value in podium.items():
                 if key in data and key not in ("name", "version"):
-                    torchserve = next(k for k, v in MAPPED.items() if v == key)
+                    torchserve = FIELDS[key].torchserve
                     problems.append(f"{where}: 'podium.{key}' repeats '{torchserve}'; set it once")
                 elif key in ("name", "version"):
                     problems.append(

@@ -191,7 +191,7 @@ class ProcessWorker:
         self._log_level = (
             logging.getLogger().getEffectiveLevel() if log_level is None else log_level
         )
-        self._timeout = config.response_timeout
+        self._timeout = config.response_timeout_s
         self._window = config.stream_buffer
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count(1)

@@ -138,7 +138,7 @@ def build_version(
             pool,
             model=config.name,
             batch_size=config.batch_size,
-            max_batch_delay_ms=config.max_batch_delay,
+            max_batch_delay_ms=config.max_batch_delay_ms,
             max_queue_size=config.max_queue_size,
             concurrency=config.predict_concurrency,
         )

@@ -50,7 +50,7 @@ class SequenceScheduler:
         self._gate = pool.gate
         self._label = pool.label
         self._batch_size = config.batch_size
-        self._delay = config.max_batch_delay / 1000.0
+        self._delay = config.max_batch_delay_ms / 1000.0
         self._idle_ms = config.sequence_max_idle_ms
         self._age_ms = config.sequence_timeout_ms
         self._max_waiting = config.max_sequence_queue_size

@@ -655,7 +655,7 @@ def thread_pool(
             gate=pool.gate,
             capacity=config.predict_concurrency,
             label=pool.label,
-            response_timeout=config.response_timeout,
+            response_timeout=config.response_timeout_s,
             stream_buffer=config.stream_buffer,
             on_stuck=pool._stuck,
         )

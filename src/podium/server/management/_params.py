@@ -132,11 +132,11 @@ class Registration:
         if self.batch_size is not None:
             out["batch_size"] = self.batch_size
         if self.max_batch_delay is not None:
-            out["max_batch_delay"] = self.max_batch_delay
+            out["max_batch_delay_ms"] = self.max_batch_delay
         if self.initial_workers is not None:
             out["min_workers"] = self.initial_workers
         if self.response_timeout is not None:
-            out["response_timeout"] = self.response_timeout
+            out["response_timeout_s"] = self.response_timeout
         return out
 
 

@@ -1,0 +1,310 @@
+"""The one table of a model's settings: each field's key, kind, default, bounds and unit, and how
+each model format spells it. Re-exported by :mod:`podium.config`.
+
+Three validators are driven by :data:`FIELDS`, each adding only what its format does beyond it:
+
+- ``ModelConfig.from_mapping`` (``config.yaml``): every field by its ``key``, with
+  :meth:`Field.check`; then the rules between fields (``max_workers`` follows ``min_workers``).
+- ``model._ts_config.model_config`` (TorchServe's ``model-config.yaml``): the ``torchserve``
+  column (TorchServe's units are Podium's); TorchServe's own type check, then ``from_mapping``.
+- ``model._mls_settings.read_settings`` (MLServer's ``model-settings.json``): the ``mlserver``
+  column, a :class:`Spelling` with MLServer's own check, default, unit (converted) and
+  conversion, then ``from_mapping``; and MLServer's rule that batching needs both
+  ``max_batch_size`` and ``max_batch_time``.
+
+A ``podium:`` section in either format takes the ``key`` of any field that format does not spell
+itself (less the few that mean nothing there: each validator names them). Checks raise ``ValueError`` with a message that names the key; the validators prefix the
+file and gather every problem into one ``DefinitionError``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["FIELDS", "UNSET", "Field", "Kind", "Spelling", "Unit"]
+
+
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: "Not given": a key that is absent, or a conversion that sets nothing.
+UNSET = _Unset.UNSET
+
+
+class Kind(enum.Enum):
+    """What a value must be, and what it becomes."""
+
+    NAME = "name"  # a non-empty string without '/'
+    VERSION = "version"  # a non-empty string or integer without '/', as a string; null: none
+    LABEL = "label"  # a string or an integer, as a string (MLServer's version)
+    TEXT = "text"  # a non-empty string
+    INTEGER = "integer"  # an integer >= minimum
+    NUMBER = "number"  # a number >= minimum, in the field's unit, as a float
+    FLAG = "flag"  # true or false
+    CHOICE = "choice"  # one of the field's choices
+    MAPPING = "mapping"  # a mapping; null: the default
+
+
+class Unit(enum.Enum):
+    """A unit of time; the value is its length in milliseconds."""
+
+    MILLISECONDS = 1
+    SECONDS = 1000
+
+    @property
+    def words(self) -> str:
+        return self.name.lower()
+
+    def to(self, other: Unit) -> float:
+        """The factor that turns a value in this unit into one in ``other``."""
+        return self.value / other.value
+
+
+def check(
+    kind: Kind,
+    key: str,
+    value: Any,
+    *,
+    minimum: int = 0,
+    unit: Unit | None = None,
+    choices: tuple[str, ...] = (),
+) -> Any:
+    """``value`` as a field of ``kind`` holds it (``UNSET``: a null that means "none given");
+    ``ValueError`` naming ``key`` and the rule otherwise."""
+    match kind:
+        case Kind.INTEGER:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"'{key}' must be an integer >= {minimum}, got {value!r}")
+        case Kind.NUMBER:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+                what = f"a number of {unit.words}" if unit else "a number"
+                raise ValueError(f"'{key}' must be {what} >= {minimum}, got {value!r}")
+            return float(value)
+        case Kind.FLAG:
+            if not isinstance(value, bool):
+                raise ValueError(f"'{key}' must be true or false, got {value!r}")
+        case Kind.CHOICE:
+            if value not in choices:
+                *most, last = (repr(choice) for choice in choices)
+                raise ValueError(f"'{key}' must be {', '.join(most)} or {last}, got {value!r}")
+        case Kind.NAME:
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"'{key}' must be a non-empty string, got {value!r}")
+            if "/" in value:
+                raise ValueError(f"'{key}' must not contain '/', got {value!r}")
+        case Kind.VERSION:
+            if value is None:
+                return UNSET
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, str | int)
+                or "/" in str(value)
+                or not str(value).strip()  # "" would read as "no version" in every route
+            ):
+                raise ValueError(
+                    f"'{key}' must be a non-empty string or an integer, without '/', got {value!r}"
+                )
+            return str(value)
+        case Kind.LABEL:
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise ValueError(f"'{key}' must be a string or an integer, got {value!r}")
+            return str(value)
+        case Kind.TEXT:
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"'{key}' must be a non-empty string")
+        case Kind.MAPPING:
+            if value is None:
+                return UNSET
+            if not isinstance(value, dict):
+                raise ValueError(f"'{key}' must be a mapping")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Spelling:
+    """How MLServer's ``model-settings.json`` gives a field, where that differs from Podium's.
+
+    ``key`` is MLServer's (``parameters.version``: within ``parameters``; ``None``: MLServer has
+    no key, only a different ``default``). The value is checked as ``kind`` (``None``: passed on
+    for the field's own check) against ``minimum``, converted from ``unit`` to the field's, then
+    by ``convert`` (which may answer ``UNSET``: nothing set). A ``default`` stands for an absent
+    key, and for a value that fails its check; ``optional``: a null is as if absent.
+    """
+
+    key: str | None
+    kind: Kind | None = None
+    minimum: int = 0
+    unit: Unit | None = None
+    default: Any = UNSET
+    optional: bool = False
+    convert: Callable[[Any], Any] | None = None
+
+    def check(self, value: Any) -> Any:
+        """MLServer's ``value`` if it passes ``kind``'s check; ``ValueError`` naming the key."""
+        if self.kind is None:
+            return value
+        return check(self.kind, str(self.key), value, minimum=self.minimum, unit=self.unit)
+
+    def to_field(self, value: Any, unit: Unit | None) -> Any:
+        """A checked ``value`` (or the default) as the field's, in its ``unit`` (``UNSET``: none)."""
+        if self.unit is not None and unit is not None:
+            value = value * self.unit.to(unit)
+        return value if self.convert is None else self.convert(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One ``ModelConfig`` field: its ``config.yaml`` key, ``ModelConfig`` attribute (``attr``,
+    the key unless given), kind, default, lower bound, unit and choices, and how TorchServe's
+    ``model-config.yaml`` (``torchserve``: its key, same unit) and MLServer's
+    ``model-settings.json`` (``mlserver``) give it."""
+
+    key: str
+    kind: Kind
+    default: Any
+    minimum: int = 0
+    unit: Unit | None = None
+    choices: tuple[str, ...] = ()
+    torchserve: str | None = None
+    mlserver: Spelling | None = None
+    attr: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.attr:
+            object.__setattr__(self, "attr", self.key)
+        if self.kind is Kind.NUMBER and self.unit is None:
+            raise ValueError(f"field '{self.key}': a number needs its unit")
+        if self.mlserver is not None and self.mlserver.unit is not None and self.unit is None:
+            raise ValueError(f"field '{self.key}': MLServer's unit has nothing to convert to")
+
+    def check(self, value: Any) -> Any:
+        """``value`` as this field holds it (``UNSET``: none given); ``ValueError`` naming the key."""
+        return check(
+            self.kind,
+            self.key,
+            value,
+            minimum=self.minimum,
+            unit=self.unit,
+            choices=self.choices,
+        )
+
+
+def _workers_kind(count: int) -> str:
+    return "process" if count else "thread"
+
+
+def _workers_count(count: int) -> Any:
+    return count or UNSET  # 0: thread workers, Podium's default count
+
+
+def _parallel_workers(convert: Callable[[Any], Any]) -> Spelling:
+    """MLServer's ``parallel_workers``: N worker processes (min = max = N); 0: the server's."""
+    return Spelling("parallel_workers", Kind.INTEGER, optional=True, convert=convert)
+
+
+_MS, _S = Unit.MILLISECONDS, Unit.SECONDS
+
+# Validation order is this order; problems between fields come after.
+_TABLE = (
+    # name: default the model's folder (or archive) name, given by the caller
+    Field("name", Kind.NAME, None, mlserver=Spelling("name")),
+    Field(
+        "version",
+        Kind.VERSION,
+        None,
+        mlserver=Spelling("parameters.version", Kind.LABEL, optional=True),
+    ),
+    Field("model_class_name", Kind.TEXT, "Model"),
+    # MLServer awaits every request's predict at once; Podium bounds it, generously by default.
+    Field("predict_concurrency", Kind.INTEGER, 1, minimum=1, mlserver=Spelling(None, default=64)),
+    Field(
+        "batch_size",
+        Kind.INTEGER,
+        1,
+        minimum=1,
+        torchserve="batchSize",
+        mlserver=Spelling("max_batch_size", Kind.INTEGER, default=0),
+    ),
+    Field(
+        "max_batch_delay",
+        Kind.NUMBER,
+        5.0,
+        unit=_MS,
+        torchserve="maxBatchDelay",
+        mlserver=Spelling("max_batch_time", Kind.NUMBER, unit=_S, default=0),
+        attr="max_batch_delay_ms",
+    ),
+    Field("max_queue_size", Kind.INTEGER, 1000, minimum=1, torchserve="jobQueueSize"),
+    Field("stream_buffer", Kind.INTEGER, 16, minimum=1),
+    # which version unversioned routes use (else the highest)
+    Field("default_version", Kind.VERSION, None),
+    # "thread": instances in the server process; "process": one per worker process
+    Field(
+        "workers",
+        Kind.CHOICE,
+        "thread",
+        choices=("thread", "process"),
+        mlserver=_parallel_workers(_workers_kind),
+    ),
+    Field(
+        "min_workers",
+        Kind.INTEGER,
+        1,
+        minimum=0,
+        torchserve="minWorkers",
+        mlserver=_parallel_workers(_workers_count),
+    ),
+    # unless given: max(min_workers, 1)
+    Field(
+        "max_workers",
+        Kind.INTEGER,
+        1,
+        minimum=1,
+        torchserve="maxWorkers",
+        mlserver=_parallel_workers(_workers_count),
+    ),
+    # a predict may run this long; 0: no limit
+    Field(
+        "response_timeout",
+        Kind.NUMBER,
+        120.0,
+        unit=_S,
+        torchserve="responseTimeout",
+        attr="response_timeout_s",
+    ),
+    Field("sequence_batching", Kind.FLAG, False, torchserve="sequenceBatching"),
+    # a sequence idle this long ends; 0: never
+    Field(
+        "sequence_max_idle_ms",
+        Kind.NUMBER,
+        60_000.0,
+        unit=_MS,
+        torchserve="sequenceMaxIdleMSec",
+    ),
+    # a sequence older than this ends; 0: no absolute limit
+    Field("sequence_timeout_ms", Kind.NUMBER, 0.0, unit=_MS, torchserve="sequenceTimeoutMSec"),
+    # requests one sequence may have waiting
+    Field(
+        "max_sequence_queue_size",
+        Kind.INTEGER,
+        1,
+        minimum=1,
+        torchserve="maxSequenceJobQueueSize",
+    ),
+    # open sequences at once; 0: max_workers x batch_size x 4
+    Field("max_num_sequences", Kind.INTEGER, 0, minimum=0, torchserve="maxNumSequence"),
+    Field("continuous_batching", Kind.FLAG, False, torchserve="continuousBatching"),
+    # free-form, returned in the model's metadata (a fresh dict each)
+    Field("model_metadata", Kind.MAPPING, {}),
+)
+
+#: Every field by its ``config.yaml`` key, in validation order.
+FIELDS: Mapping[str, Field] = MappingProxyType({field.key: field for field in _TABLE})

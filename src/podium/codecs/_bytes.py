@@ -1,0 +1,149 @@
+"""``BYTES`` tensors: elements given as JSON strings or bytes, and the raw form in which each
+element is a 4-byte little-endian length followed by that many bytes."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from podium.errors import InvalidTensor, UnsupportedRepresentation
+from podium.types import RequestInput
+
+from ._shape import RaggedError, count_error, describe, flatten, plural, ragged_error
+
+__all__ = ["decode_bytes", "decode_raw_bytes", "encode_raw_bytes"]
+
+
+def decode_bytes(inp: RequestInput, shape: list[int], count: int) -> list[str] | list[bytes]:
+    """A ``BYTES`` input's elements (strings or bytes, nested or flat) as ``list[str]`` when its
+    parameters say ``content_type: "str"``, else as ``list[bytes]`` (str UTF-8 encoded)."""
+    name = inp.name
+    try:
+        leaves = flatten(inp.data)
+    except RaggedError as exc:
+        raise ragged_error(name) from exc
+    if len(leaves) != count:
+        raise count_error(name, shape, count, len(leaves))
+    params = inp.parameters
+    if isinstance(params, dict) and params.get("content_type") == "str":
+        texts: list[str] = []
+        for item in leaves:
+            if isinstance(item, str):
+                texts.append(item)
+            elif isinstance(item, bytes):
+                try:
+                    texts.append(item.decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise InvalidTensor(
+                        f"input '{name}' has content_type 'str' but element "
+                        f"{describe(item)} is not valid UTF-8"
+                    ) from exc
+            else:
+                raise _bad_bytes_element(name, item)
+        return texts
+    blobs: list[bytes] = []
+    for item in leaves:
+        if isinstance(item, bytes):
+            blobs.append(item)
+        elif isinstance(item, str):
+            try:
+                blobs.append(item.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                raise InvalidTensor(
+                    f"input '{name}' of datatype BYTES has element {describe(item)} "
+                    "that cannot be encoded as UTF-8"
+                ) from exc
+        else:
+            raise _bad_bytes_element(name, item)
+    return blobs
+
+
+def _bad_bytes_element(name: str, item: Any) -> InvalidTensor:
+    return InvalidTensor(
+        f"input '{name}' of datatype BYTES must hold strings, but has element {describe(item)}"
+    )
+
+
+# The little-endian unsigned length before each BYTES element.
+_LENGTH = struct.Struct("<I")
+
+
+def decode_raw_bytes(
+    name: str, shape: list[int], count: int, buf: bytes | memoryview
+) -> list[bytes]:
+    """The elements of a raw ``BYTES`` tensor: exactly ``count`` of them, nothing after."""
+    view = buf if isinstance(buf, bytes) else memoryview(buf).cast("B")
+    size = len(view)
+    elements: list[bytes] = []
+    offset = 0
+    end_of_shape = 0 if count == 0 else -1  # where the element that completes the shape ends
+    unpack = _LENGTH.unpack_from
+    while offset < size:
+        if offset + 4 > size:
+            problem = (
+                f"element {len(elements)} has only {size - offset} of the 4 bytes of its length"
+            )
+            break
+        (length,) = unpack(view, offset)
+        offset += 4
+        if offset + length > size:
+            problem = (
+                f"element {len(elements)} declares {plural(length, 'byte')} "
+                f"but only {size - offset} remain"
+            )
+            break
+        elements.append(bytes(view[offset : offset + length]))
+        offset += length
+        if len(elements) == count:
+            end_of_shape = offset
+    else:
+        if len(elements) != count:
+            raise count_error(name, shape, count, len(elements))
+        return elements
+    if end_of_shape >= 0:
+        raise InvalidTensor(
+            f"input '{name}' of datatype BYTES and shape {shape} has "
+            f"{plural(size - end_of_shape, 'trailing byte')} after its "
+            f"{plural(count, 'element')}"
+        )
+    raise InvalidTensor(f"input '{name}' of datatype BYTES is truncated: {problem}")
+
+
+def encode_raw_bytes(name: str, data: Any, count: int) -> bytes:
+    """The raw form of output ``name``'s ``BYTES`` elements (str or bytes, ``count`` of them)."""
+    if isinstance(data, np.ndarray):
+        items = data.ravel().tolist()
+    else:
+        try:
+            items = flatten(data)
+        except RaggedError as exc:
+            raise UnsupportedRepresentation(
+                f"output '{name}' has ragged data; a tensor must be rectangular"
+            ) from exc
+    if len(items) != count:
+        raise UnsupportedRepresentation(
+            f"output '{name}' has {plural(count, 'element')} by its shape "
+            f"but {plural(len(items), 'data element')}"
+        )
+    parts: list[bytes] = []
+    pack = _LENGTH.pack
+    for item in items:
+        if isinstance(item, str):
+            try:
+                blob = item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise UnsupportedRepresentation(
+                    f"output '{name}' has element {describe(item)} that cannot be encoded as UTF-8"
+                ) from exc
+        elif isinstance(item, bytes | bytearray | memoryview):
+            blob = bytes(item)
+        else:
+            raise UnsupportedRepresentation(
+                f"output '{name}' of datatype BYTES must hold str or bytes, "
+                f"but has element {describe(item)}"
+            )
+        parts.append(pack(len(blob)))
+        parts.append(blob)
+    return b"".join(parts)

@@ -1,0 +1,105 @@
+"""What every codec checks the same way: a tensor's shape, its elements in row-major order
+(nested lists flattened), and the words of the errors about them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from podium.errors import InvalidTensor
+from podium.types import DATATYPES
+
+__all__ = [
+    "RaggedError",
+    "check_shape",
+    "count_error",
+    "describe",
+    "flatten",
+    "leaves_of",
+    "plural",
+    "ragged_error",
+    "unknown_datatype",
+]
+
+
+class RaggedError(ValueError):
+    """Nested lists whose lengths disagree."""
+
+
+def check_shape(name: str, shape: Any) -> list[int]:
+    """``shape`` as a list of ints, or :class:`InvalidTensor` naming input ``name``."""
+    if isinstance(shape, list | tuple) and all(
+        isinstance(dim, int | np.integer) and not isinstance(dim, bool) and dim >= 0
+        for dim in shape
+    ):
+        return [int(dim) for dim in shape]
+    raise InvalidTensor(
+        f"input '{name}' has shape {shape!r}; a shape must be a list of non-negative integers"
+    )
+
+
+def count_error(name: str, shape: list[int], count: int, got: int) -> InvalidTensor:
+    """The error for an input whose element count disagrees with its shape."""
+    return InvalidTensor(
+        f"input '{name}' has shape {shape} ({plural(count, 'element')}) "
+        f"but {plural(got, 'data element')}"
+    )
+
+
+def plural(n: int, noun: str) -> str:
+    """``"1 byte"``, ``"2 bytes"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def ragged_error(name: str) -> InvalidTensor:
+    """The error for an input whose nested lists are not rectangular."""
+    return InvalidTensor(
+        f"input '{name}' has ragged data: nested lists must be rectangular (row-major)"
+    )
+
+
+def describe(item: Any) -> str:
+    """An element as an error message shows it: its repr, cut at 40 characters, and its type."""
+    if item is None:
+        return "null"
+    text = repr(item)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{text} ({type(item).__name__})"
+
+
+def leaves_of(data: Any, arr: np.ndarray) -> list[Any]:
+    """The original elements of ``data`` (``arr`` is numpy's reading of it), row-major."""
+    try:
+        return flatten(data)
+    except RaggedError:
+        return list(arr.ravel().tolist())
+
+
+def flatten(data: Any) -> list[Any]:
+    """Flatten a rectangular nested list in row-major order; a non-list is one element."""
+    if isinstance(data, np.ndarray):
+        return list(data.ravel().tolist())
+    if not isinstance(data, list | tuple):
+        return [data]
+    level: list[Any] = list(data)
+    while level and isinstance(level[0], list | tuple):
+        width = len(level[0])
+        below: list[Any] = []
+        for item in level:
+            if not isinstance(item, list | tuple) or len(item) != width:
+                raise RaggedError
+            below.extend(item)
+        level = below
+    if any(isinstance(item, list | tuple) for item in level):
+        raise RaggedError
+    return level
+
+
+def unknown_datatype(name: str, datatype: Any) -> InvalidTensor:
+    """The error for an input whose datatype OIP does not define."""
+    return InvalidTensor(
+        f"input '{name}' has unknown datatype {datatype!r}; "
+        f"expected one of: {', '.join(sorted(DATATYPES))}"
+    )
