@@ -8,7 +8,7 @@ same-origin to the browser. :class:`BrowserGuard` refuses both, before anything 
 
 1. ``Host``: an IP literal, ``localhost``, or a name in ``allowed_hosts``; else **421 Misdirected
    Request**. The port is not checked (port forwards change it; rebinding needs a name). A request
-   without ``Host`` (HTTP/1.0) passes: browsers always send one.
+   without ``Host`` (HTTP/1.0), or with an empty one, passes: browsers always send a name.
 2. ``Origin`` (sent by browsers with every cross-origin request and every POST): only an origin in
    ``allowed_origins`` passes (default: none); else **403**. ``Sec-Fetch-Site`` other than
    ``same-origin`` or ``none`` (``cross-site``, ``same-site``: other ports of the same host are
@@ -250,7 +250,9 @@ async def _refuse(kind: str, send: Any, status: int, name: str, message: str) ->
     if kind == "websocket":
         await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
         return
-    body = json.dumps({"code": status, "type": name, "message": message}).encode()
+    body = json.dumps(
+        {"code": status, "type": name, "message": message}, separators=(",", ":")
+    ).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
