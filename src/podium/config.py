@@ -211,6 +211,12 @@ class ServerConfig:
     auth: bool | None = None
     key_file: Path | None = None  # where the keys are written; None: ./key_file.json
     token_expiration: float = 0  # minutes a key lasts; 0: until the server stops or it is rotated
+    # Who may call the management API (REST): names Host may carry besides IP literals and
+    # localhost, and web origins whose pages may call it (default: none).
+    management_allowed_hosts: tuple[str, ...] = ()
+    management_allowed_origins: tuple[str, ...] = ()
+    # Start with the management API on a non-loopback address without token authorization.
+    allow_open_management: bool = False
     max_request_size: int = 64 * 1024 * 1024
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
     grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
@@ -219,12 +225,6 @@ class ServerConfig:
     sequence_header: str = "ts_request_sequence_id"
     secrets_dir: Path | None = None
     threads: int = 64
-    # Who may call the management API (REST): names Host may carry besides IP literals and
-    # localhost, and web origins whose pages may call it (default: none).
-    management_allowed_hosts: tuple[str, ...] = ()
-    management_allowed_origins: tuple[str, ...] = ()
-    # Start with the management API on a non-loopback address without token authorization.
-    allow_open_management: bool = False
     log_level: str = "info"
     models: tuple[str, ...] = ()
 
