@@ -56,9 +56,15 @@ def run_server(
     args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
+    default_auth: bool = False,
+    cwd: Path | None = None,
 ) -> Iterator[Server]:
     """Start ``podium serve PATHS`` on 127.0.0.1 with ports 0 (HTTP and gRPC, inference and
-    management); yield once it logs ready. ``args`` come last, so they may name other ports."""
+    management); yield once it logs ready. ``args`` come last, so they may name other ports.
+
+    With ``--no-auth`` (the management API open to its callers, so that tests need no key),
+    unless ``args`` say ``--auth``; ``default_auth``: neither, the server's default (the
+    management key). ``cwd``: the server's working directory (default: the tests')."""
     cmd = [
         sys.executable,
         "-m",
@@ -75,6 +81,7 @@ def run_server(
         "0",
         "--grpc-management-port",
         "0",
+        *(() if default_auth else ("--no-auth",)),
         *args,
     ]
     proc = subprocess.Popen(
@@ -84,6 +91,7 @@ def run_server(
         text=True,
         env={**os.environ, **(env or {})},
         start_new_session=True,
+        cwd=cwd,
     )
     server = Server(proc)
     ready = threading.Event()

@@ -140,14 +140,40 @@ def main() -> None:
 )
 @click.option(
     "--auth/--no-auth",
+    " /--disable-token-auth",
     default=None,
-    help="Token authorization: keys in --key-file, 'Authorization: Bearer <key>' [off].",
+    help="Token authorization, 'Authorization: Bearer <key>' with the keys of --key-file: "
+    "--auth on every listener, --no-auth (or TorchServe's --disable-token-auth) on none "
+    "[the management API only].",
 )
 @click.option(
     "--key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Where --auth writes its keys (owner-only) [./key_file.json].",
+    help="Where the keys are written (owner-only) [./key_file.json].",
+)
+@click.option(
+    "--management-allowed-hosts",
+    multiple=True,
+    default=None,
+    callback=lambda ctx, param, value: value or None,  # absent: leave --config's value
+    help="A host name the management API answers to besides IP addresses and localhost "
+    "(repeatable); other Host headers get 421, which stops DNS rebinding [none].",
+)
+@click.option(
+    "--management-allowed-origins",
+    multiple=True,
+    default=None,
+    callback=lambda ctx, param, value: value or None,
+    help="A web origin (scheme://host[:port]) whose pages may call the management API "
+    "(repeatable); requests from other pages get 403 [none].",
+)
+@click.option(
+    "--allow-open-management",
+    is_flag=True,
+    default=None,
+    help="Start even though the management API listens on a non-loopback address without "
+    "token authorization: only where a firewall or proxy already guards its ports.",
 )
 @click.option(
     "--token-expiration",
@@ -169,6 +195,7 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from .server import UnsafeExposure
     from .server._runner import Podium
 
     podium = Podium(config, all_paths)
@@ -188,6 +215,10 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
             return 1
         except OSError as exc:
             click.echo(f"podium: {exc.strerror or exc}", err=True)
+            await podium.stop()
+            return 1
+        except UnsafeExposure as exc:
+            click.echo(f"podium: refusing to start: {exc}", err=True)
             await podium.stop()
             return 1
         await stop.wait()

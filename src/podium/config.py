@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -33,6 +34,9 @@ __all__ = [
     "Spelling",
     "Unit",
     "load_yaml",
+    "normalize_host",
+    "normalize_origin",
+    "origin_of",
 ]
 
 
@@ -140,9 +144,17 @@ class ServerConfig:
     model_store: Path | None = None  # TorchServe's --model-store: registration looks here first
     allowed_urls: tuple[str, ...] = ()  # regexes a remote url must match in full; none: refused
     max_download_size: int = 1024 * 1024 * 1024  # bytes an allowed url may download
-    auth: bool = False  # token authorization (TorchServe's): keys in key_file
-    key_file: Path | None = None  # where --auth writes the keys; None: ./key_file.json
+    # Token authorization (TorchServe's), keys in key_file. None (default): the management API
+    # needs its key (if the key file can be written); True: every listener; False: none.
+    auth: bool | None = None
+    key_file: Path | None = None  # where the keys are written; None: ./key_file.json
     token_expiration: float = 0  # minutes a key lasts; 0: until the server stops or it is rotated
+    # Who may call the management API (REST): names Host may carry besides IP literals and
+    # localhost, and web origins whose pages may call it (default: none).
+    management_allowed_hosts: tuple[str, ...] = ()
+    management_allowed_origins: tuple[str, ...] = ()
+    # Start with the management API on a non-loopback address without token authorization.
+    allow_open_management: bool = False
     max_request_size: int = 64 * 1024 * 1024
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
     grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
@@ -241,13 +253,86 @@ class ServerConfig:
             raise ValueError(
                 f"token-expiration must be a number of minutes >= 0, got {expiration!r}"
             )
-        if not isinstance(self.auth, bool):
-            raise ValueError(f"auth must be true or false, got {self.auth!r}")
+        if self.auth is not None and not isinstance(self.auth, bool):
+            raise ValueError(
+                "auth must be true (every listener), false (none) or null (the default: "
+                f"the management API), got {self.auth!r}"
+            )
+        if not isinstance(self.allow_open_management, bool):
+            raise ValueError(
+                f"allow-open-management must be true or false, got {self.allow_open_management!r}"
+            )
+        for name, normalize in (
+            ("management_allowed_hosts", normalize_host),
+            ("management_allowed_origins", normalize_origin),
+        ):
+            values = getattr(self, name)
+            if isinstance(values, str):
+                values = (values,)
+            if not isinstance(values, list | tuple):
+                raise ValueError(f"{name.replace('_', '-')} must be a list, got {values!r}")
+            object.__setattr__(self, name, tuple(dict.fromkeys(normalize(v) for v in values)))
+
+    @property
+    def management_auth(self) -> bool:
+        """Whether the management API asks for its key (unless the key file cannot be written
+        where none was named: see ``docs/security.md``)."""
+        return self.auth is not False
 
     @classmethod
     def keys(cls) -> frozenset[str]:
         """The keys a ``--config`` YAML file may set (the flags' names with ``_``)."""
         return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def normalize_host(name: str) -> str:
+    """A ``management_allowed_hosts`` entry, lower-cased, without a trailing dot; ``ValueError``
+    if it is not a host name."""
+    if not isinstance(name, str):
+        raise ValueError(f"management-allowed-hosts: {name!r} is not a host name")
+    host = name.strip().lower().rstrip(".")
+    if not host or not all(
+        label and len(label) <= 63 and all(c.isalnum() or c == "-" for c in label)
+        for label in host.split(".")
+    ):
+        raise ValueError(
+            f"management-allowed-hosts: {name!r} is not a host name (letters, digits, '-' and "
+            "'.', without port or wildcard)"
+        )
+    return host
+
+
+def normalize_origin(origin: str) -> str:
+    """A ``management_allowed_origins`` entry as :func:`origin_of` gives it; ``ValueError`` for
+    anything else, ``*`` included: a wildcard would let every web page drive the API."""
+    found = origin_of(origin) if isinstance(origin, str) else None
+    if found is None:
+        raise ValueError(
+            f"management-allowed-origins: {origin!r} is not a web origin; give scheme://host[:port] "
+            "(http or https, no path; '*' and 'null' are refused: they would admit every page)"
+        )
+    return found
+
+
+def origin_of(value: str) -> str | None:
+    """A web origin (an ``Origin`` header's value) as ``scheme://host[:port]``: lower-cased,
+    without the scheme's default port; None if ``value`` is not an http(s) origin."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    host = parts.hostname
+    if scheme not in ("http", "https") or not host or "@" in parts.netloc:
+        return None
+    if parts.path or parts.query or parts.fragment:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    if port is None or port == {"http": 80, "https": 443}[scheme]:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
 
 
 class Secrets(Mapping[str, str]):

@@ -1,7 +1,9 @@
 """Token authorization, compatible with TorchServe's: three keys in an owner-only key file.
 
-With ``--auth``, Podium makes three random keys at start-up and writes them to the key file
-(``--key-file``, default ``./key_file.json``) in TorchServe's shape::
+By default the management API needs its key (as TorchServe 0.11+; the inference APIs stay open);
+``--auth`` puts every listener behind keys, ``--no-auth`` none (see ``docs/security.md``). Podium
+makes three random keys at start-up and writes them to the key file (``--key-file``, default
+``./key_file.json``) in TorchServe's shape::
 
     {"management": {"key": "...", "expiration time": "..."},
      "inference": {"key": "...", "expiration time": "..."},
@@ -142,9 +144,12 @@ class Authorizer:
             raise
 
     def remove_file(self) -> None:
-        """Delete the key file (at shutdown: the keys die with the server)."""
-        with contextlib.suppress(OSError):
-            self.key_file.unlink()
+        """Delete the key file (at shutdown: the keys die with the server), unless it holds
+        another server's keys now (two servers started with one key file: the second one's
+        clients keep theirs)."""
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(self.key_file.read_text(encoding="utf-8")) == self.contents():
+                self.key_file.unlink()
 
     # -- checks ----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from ..dataplane import DataPlane
 from ..runtime.loading import register_paths
 from ..runtime.registry import Registry
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
+from ._guard import BrowserGuard, check_exposure
 from ._requests import RequestSnapshots
 from .grpc import GrpcServer, inference_services
 from .grpc._management import management_service
@@ -112,6 +113,14 @@ class Podium:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
         loop = asyncio.get_running_loop()
         secrets = Secrets(self.config.secrets_dir)
+        self.authorizer = self._keys()
+        config = self.config
+        check_exposure(
+            config.management_host,
+            keys=self.authorizer is not None,
+            allow_open=config.allow_open_management,
+            ports=f"ports {config.management_port} and {config.grpc_management_port}",
+        )
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(
             self.executor,
@@ -123,17 +132,14 @@ class Podium:
                 codec=self.request_codec,
             ),
         )
-        if self.config.auth:
-            self.authorizer = Authorizer.create(
-                self.config.key_file, expiration=self.config.token_expiration
-            )
+        inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
         app: Any = HttpApp(
             self.dataplane,
             max_request_size=self.config.max_request_size,
             sequence_header=self.config.sequence_header,
         )
-        if self.authorizer is not None:
-            app = AuthMiddleware(app, self.authorizer, inference_rule, render_error)
+        if inference_keys is not None:
+            app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
         sock = bind(self.config.host, self.config.http_port)
         self.addresses["http-inference"] = _url(sock)
         server = _Uvicorn(app, sock, graceful=GRACE)
@@ -150,7 +156,7 @@ class Podium:
             max_message_size=self.config.grpc_max_message_size,
             grace=GRACE,
             threads=self.config.grpc_threads,
-            authorize=None if self.authorizer is None else self._authorize_inference,
+            authorize=None if inference_keys is None else self._authorize_inference,
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
@@ -171,6 +177,26 @@ class Podium:
             logger.warning("%s is not ready: %s", mv.label, mv.reason)
         if on_ready is not None:
             on_ready(self.addresses)
+
+    def _keys(self) -> Authorizer | None:
+        """The keys, written to the key file: for every listener with ``--auth``, for the
+        management API by default (unless the default key file cannot be written: then a
+        warning, and no keys), none with ``--no-auth``."""
+        config = self.config
+        if config.auth is False:
+            return None
+        try:
+            return Authorizer.create(config.key_file, expiration=config.token_expiration)
+        except OSError as exc:
+            if config.auth or config.key_file is not None:
+                raise
+            logger.warning(
+                "the management API is open to every local user: its key file cannot be written "
+                "(%s: %s); give a writable --key-file, or --no-auth to silence this",
+                exc.filename or "key_file.json",
+                exc.strerror or exc,
+            )
+            return None
 
     def _authorize_inference(self, metadata: Any) -> None:
         assert self.authorizer is not None
@@ -194,6 +220,11 @@ class Podium:
         app: Any = ManagementApp(self.management, authorizer=self.authorizer)
         if self.authorizer is not None:
             app = AuthMiddleware(app, self.authorizer, management_rule, render_unauthenticated)
+        app = BrowserGuard(
+            app,
+            allowed_hosts=config.management_allowed_hosts,
+            allowed_origins=config.management_allowed_origins,
+        )  # outermost: a web page's request is refused before anything, key checks included
         sock = bind(config.management_host, config.management_port)
         self.addresses["http-management"] = _url(sock)
         server = _Uvicorn(app, sock, graceful=GRACE)
