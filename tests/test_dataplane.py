@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from podium.config import ModelConfig
-from podium.dataplane import DataPlane, ModelRepository
+from podium.dataplane import ConfigOverrides, DataPlane, ModelRepository
 from podium.errors import (
     Conflict,
     InvalidInput,
@@ -645,7 +645,7 @@ async def test_register_describe_list_and_unregister(
     registry = Registry()
     repo = repository(registry, executor)
     path = write_model(tmp_path / "echo", config="version: '3'\n")
-    registered = await repo.register(path, url="echo", overrides={"batch_size": 1})
+    registered = await repo.register(path, url="echo", overrides=ConfigOverrides(batch_size=1))
     assert (registered.name, registered.versions, registered.workers) == ("echo", ["3"], 1)
     await repo.load_registered(registered, synchronous=True)
     try:
@@ -658,7 +658,7 @@ async def test_register_describe_list_and_unregister(
         assert (worker.kind, worker.state, worker.busy) == ("thread", "ready", 0)
         assert [(m.name, m.url) for m in repo.models()] == [("echo", "echo")]
         with pytest.raises(Conflict, match="model 'echo' version '3' is already registered"):
-            await repo.register(path, url="echo", overrides={})
+            await repo.register(path, url="echo")
         await repo.scale("echo", None, 2, 2, synchronous=True)
         (described,) = repo.describe("echo", "3")
         assert (described.min_workers, len(described.workers)) == (2, 2)
@@ -675,7 +675,7 @@ async def test_a_registration_whose_load_fails_leaves_nothing_registered(
     registry = Registry()
     repo = repository(registry, executor)
     path = write_model(tmp_path / "bad", load="raise RuntimeError('no weights')")
-    registered = await repo.register(path, url="bad", overrides={})
+    registered = await repo.register(path, url="bad")
     with pytest.raises(PodiumError, match="failed to load: .*no weights.*was not registered"):
         await repo.load_registered(registered, synchronous=True)
     assert repo.index() == []
@@ -689,7 +689,7 @@ async def test_a_broken_registration_is_a_bad_request(
     folder.mkdir()
     (folder / "model.py").write_text("class Model:\n    pass\n")
     with pytest.raises(InvalidInput, match="cannot register 'broken-url'"):
-        await repo.register(folder, url="broken-url", overrides={})
+        await repo.register(folder, url="broken-url")
 
 
 async def test_background_loads_are_owned_and_cancelled_on_close(
@@ -698,7 +698,7 @@ async def test_background_loads_are_owned_and_cancelled_on_close(
     registry = Registry()
     dp = DataPlane(registry, executor=executor)
     path = write_model(tmp_path / "m")
-    registered = await dp.repository.register(path, url="m", overrides={})
+    registered = await dp.repository.register(path, url="m")
     await dp.repository.load_registered(registered, synchronous=False)
     for _ in range(200):
         if dp.model_ready("m"):
@@ -741,4 +741,4 @@ async def test_set_default_and_scale_name_what_is_missing() -> None:
 
 async def test_a_repository_without_an_executor_cannot_build(tmp_path: Path) -> None:
     with pytest.raises(PodiumError, match="no executor"):
-        await plane().repository.register(write_model(tmp_path / "m"), url="m", overrides={})
+        await plane().repository.register(write_model(tmp_path / "m"), url="m")

@@ -19,6 +19,7 @@ Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, val
 from ..runtime.registry import ModelVersion
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
+    ConfigOverrides,
     ModelEntry,
     ModelRepository,
     Registered,
@@ -29,6 +30,7 @@ from ._repository import (
 
 __all__ = [
     "EXTENSIONS",
+    "ConfigOverrides",
     "DataPlane",
     "ModelEntry",
     "ModelRepository",

@@ -33,6 +33,7 @@ from ..runtime.workers import RequestCodec
 from ..types import ModelState, RepositoryModel
 
 __all__ = [
+    "ConfigOverrides",
     "ModelEntry",
     "ModelRepository",
     "Registered",
@@ -42,6 +43,21 @@ __all__ = [
 ]
 
 logger = logging.getLogger("podium.repository")
+
+
+class ConfigOverrides(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings a registration gives in place of the model's own config (None: the config's)."""
+
+    name: str | None = None
+    batch_size: int | None = None
+    max_batch_delay: float | None = None  # milliseconds
+    min_workers: int | None = None
+    response_timeout: float | None = None  # seconds
+
+    def fields(self) -> dict[str, Any]:
+        """The ``ModelConfig`` fields these replace, with their values."""
+        values = {name: getattr(self, name) for name in self.__struct_fields__}
+        return {name: value for name, value in values.items() if value is not None}
 
 
 class ModelEntry(msgspec.Struct, frozen=True):
@@ -215,12 +231,14 @@ class ModelRepository:
 
     # -- register, unregister ---------------------------------------------------------------
 
-    async def register(self, path: Path, *, url: str, overrides: Mapping[str, Any]) -> Registered:
+    async def register(
+        self, path: Path, *, url: str, overrides: ConfigOverrides | None = None
+    ) -> Registered:
         """Build the model at ``path`` (registered as ``url``) with ``overrides`` in place of
         its config's values and add its versions, not loaded yet (:meth:`load_registered`).
         ``InvalidInput`` when ``path`` holds no model, several, or a broken one; ``Conflict``
         when a version is already registered."""
-        versions = await self._build(path, url, overrides)
+        versions = await self._build(path, url, overrides or ConfigOverrides())
         self._add(versions, url)
         return Registered(versions)
 
@@ -241,16 +259,15 @@ class ModelRepository:
             await self._remove(registered.name, versions)
             raise PodiumError(f"{reasons}; the model was not registered")
 
-    async def _build(
-        self, path: Path, url: str, overrides: Mapping[str, Any]
-    ) -> list[ModelVersion]:
+    async def _build(self, path: Path, url: str, overrides: ConfigOverrides) -> list[ModelVersion]:
         executor = self._build_executor()
+        replaced = overrides.fields()
         loop = asyncio.get_running_loop()
         try:
             versions = await loop.run_in_executor(
                 executor,
                 lambda: build_path(
-                    path, overrides, secrets=self._secrets, executor=executor, codec=self._codec
+                    path, replaced, secrets=self._secrets, executor=executor, codec=self._codec
                 ),
             )
         except DefinitionError as exc:  # the client's model is wrong: a bad request
