@@ -309,7 +309,7 @@ class SequenceRef:
         """Where the call stands in its sequence now; None before it has joined one."""
         if self.id is None:
             return None
-        return SequenceOutcome(self.id, self.ended, self.created, self.headers)
+        return SequenceOutcome(self.id, self.ended, self.created, dict(self.headers))
 
 
 class Context:
