@@ -50,7 +50,7 @@ def test_runtime_and_model_import_no_web_or_grpc_library() -> None:
 
 
 def test_lower_layers_do_not_import_front_ends() -> None:
-    lower = [*(SRC / "runtime").rglob("*.py"), *(SRC / "model").rglob("*.py"), SRC / "dataplane.py"]
+    lower = [p for layer in ("runtime", "model", "dataplane") for p in (SRC / layer).rglob("*.py")]
     for path in lower:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.ImportFrom) or not node.module:

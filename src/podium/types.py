@@ -1,15 +1,18 @@
 """The names every other module speaks: read this first.
 
 Open Inference Protocol (OIP v2) messages are plain ``msgspec`` structs, decoded straight from
-JSON on the hot path. ``Call`` is what every front end hands to the data plane; ``ModelInstance``
-is what every model contract (native, and later MLServer and TorchServe) adapts user code to.
-Nothing here knows about HTTP or gRPC.
+JSON on the hot path. The seam between front ends and the data plane is one way each direction:
+a front end hands the data plane a :class:`Call` (which the data plane never writes to) and gets
+back an :class:`Answer` (or an :class:`AnswerStream`); health, metadata and the model repository
+answer with the structs :class:`ServerMetadata`, :class:`ModelMetadata` and
+:class:`RepositoryModel`. ``ModelInstance`` is what every model contract (native, MLServer,
+TorchServe) adapts user code to. Nothing here knows about HTTP or gRPC.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +21,8 @@ import msgspec
 
 __all__ = [
     "DATATYPES",
+    "Answer",
+    "AnswerStream",
     "Call",
     "Context",
     "Generation",
@@ -26,13 +31,19 @@ __all__ = [
     "InputKind",
     "MetadataTensor",
     "ModelInstance",
+    "ModelMetadata",
+    "ModelState",
     "Parameters",
     "Protocol",
     "Reply",
+    "RepositoryModel",
     "RequestInput",
     "RequestOutput",
     "ResponseOutput",
+    "SequenceOutcome",
     "SequenceRef",
+    "ServerMetadata",
+    "WireInput",
     "WireProtocol",
 ]
 
@@ -114,34 +125,99 @@ class MetadataTensor(msgspec.Struct, kw_only=True, omit_defaults=True):
     parameters: Parameters | None = None
 
 
-class WireProtocol(enum.Enum):
-    """The family of front end a call came through; it decides input and output forms."""
+class ModelState(enum.Enum):
+    """Where a model version is in its life."""
 
-    OIP = "oip"  # tensors: InferenceRequest in, InferenceResponse out
-    TRUSS = "truss"  # JSON in, JSON out
-    TORCHSERVE = "torchserve"  # JSON or bytes in; JSON, str or bytes out
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    UNLOADED = "unloaded"  # taken out of service on request (the repository's unload); loads again
+
+
+class ServerMetadata(msgspec.Struct, kw_only=True):
+    """The server's metadata (OIP ``GET /v2``, ``ServerMetadata``)."""
+
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class ModelMetadata(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A model version's metadata (OIP ``GET /v2/models/{m}[/versions/{v}]``, ``ModelMetadata``).
+
+    ``inputs`` / ``outputs`` are the tensor descriptions of the model's ``model_metadata`` as
+    configured (each a mapping of ``name``, ``datatype``, ``shape`` and optional ``parameters``);
+    ``parameters`` holds its other keys, the version's ``state`` and, when it has one, the
+    ``reason`` it is not ready (MLServer's extension field). Encoded in this field order.
+    """
+
+    name: str
+    versions: list[str]
+    platform: Any
+    inputs: list[Any]
+    outputs: list[Any]
+    version: str | None = None
+    parameters: Parameters
+
+
+class RepositoryModel(msgspec.Struct, frozen=True):
+    """One model version in the repository index (OIP's repository extension)."""
+
+    name: str
+    version: str | None
+    state: ModelState
+    reason: str = ""
+
+
+class WireProtocol(enum.Enum):
+    """The front end a call came through: it decides the input and output forms, and it is the
+    ``protocol`` label of logs and metrics (the member's value).
+
+    ``oip``: the Open Inference Protocol's tensors (an ``InferenceRequest`` in, an
+    ``InferenceResponse`` out), over REST or gRPC. ``grpc``: the call came over gRPC.
+    """
+
+    OIP_REST = "oip_rest"  # tensors: InferenceRequest in, InferenceResponse out
+    OIP_GRPC = "oip_grpc"  # the same over gRPC (GRPCInferenceService)
+    TRUSS = "truss"  # JSON in, JSON out (/v1/models/{m}:predict)
+    TORCHSERVE_REST = "torchserve_rest"  # JSON or bytes in; JSON, str or bytes out
+    TORCHSERVE_GRPC = "torchserve_grpc"  # the input map in, the prediction bytes out
+
+    def __init__(self, value: str) -> None:
+        # Plain attributes, read on every call: cheaper than a property or a set lookup.
+        self.oip = value.startswith("oip_")
+        self.grpc = value.endswith("_grpc")
 
 
 class InputKind(enum.Enum):
-    """What the model's first parameter asks for, read from its annotation."""
+    """What the model's first parameter asks for, read from its annotation (or what a contract's
+    adapter asks for)."""
 
     DEFAULT = "default"  # the protocol's natural form (decoded tensors, parsed JSON, bytes)
     OIP_REQUEST = "oip_request"  # annotated with InferenceRequest: the request itself
     SCHEMA = "schema"  # annotated with a pydantic BaseModel: validated into it
     RAW = "raw"  # the payload as it came: OIP as a JSON-like dict, else parsed JSON or bytes
+    WIRE = "wire"  # RAW's value with the call's protocol: a WireInput (TorchServe handlers)
 
 
-@dataclass(slots=True)
-class Call:
-    """One inference call, as a front end hands it to the data plane.
+class WireInput(msgspec.Struct, frozen=True):
+    """A call's payload as :attr:`InputKind.RAW` gives it, with the protocol the call came on:
+    what an adapter that answers each protocol its own way receives (``InputKind.WIRE``)."""
 
-    ``payload`` is the decoded body: an :class:`InferenceRequest` for OIP, parsed JSON or
-    ``bytes`` otherwise. A front end decodes it only when the model takes the inputs
-    (the model's ``needs_inputs``), so a model that takes only the raw request never pays for parsing.
-    ``request`` is the raw request object passed to methods that ask for it (a
-    ``starlette.requests.Request`` over HTTP), set when the model's ``needs_request``.
-    ``headers`` are the response headers the model asked for (the ``headers`` parameter of its
-    :class:`InferenceResponse`, MLServer's convention), set by the data plane for the front end.
+    protocol: WireProtocol
+    payload: Any
+
+
+class Call(msgspec.Struct):
+    """One inference call, as a front end hands it to the data plane (which never writes to it).
+
+    ``protocol`` is the front end it came through. ``payload`` is the decoded body: an
+    :class:`InferenceRequest` for OIP, parsed JSON or ``bytes`` otherwise. A front end decodes it
+    only when the model takes the inputs (the model's ``needs_inputs``), so a model that takes
+    only the raw request never pays for parsing. ``request`` is the raw request object passed to
+    methods that ask for it (a ``starlette.requests.Request`` over HTTP), set when the model's
+    ``needs_request``. ``sequence`` is the place in a stateful sequence the client asked for
+    (None: none, or a new one).
     """
 
     model: str
@@ -150,7 +226,64 @@ class Call:
     payload: Any = None
     request: Any = None
     sequence: SequenceRef | None = None
+
+
+class SequenceOutcome(msgspec.Struct, frozen=True):
+    """Where a call left its stateful sequence, for the front end to return: ``id`` (the one the
+    server made, ``created``, when the client sent none), whether the sequence ``ended`` with this
+    call, and the response ``headers`` the model set (``Context.headers``)."""
+
+    id: str
+    ended: bool = False
+    created: bool = False
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
+
+
+class Answer(msgspec.Struct):
+    """What :meth:`DataPlane.infer` answers a call with (one small object per call).
+
+    ``value``: an :class:`InferenceResponse` for OIP; for the other protocols the model's own
+    value (a :class:`Reply`, a starlette ``Response``, ``bytes``, ``str`` or JSON-like data), for
+    the front end to serialise. ``headers``: response headers the model asked for (the
+    ``headers`` parameter of its :class:`InferenceResponse`, MLServer's convention), or None.
+    ``sequence``: for a model with ``sequence_batching``, where the call left its sequence.
+    """
+
+    value: Any
     headers: dict[str, str] | None = None
+    sequence: SequenceOutcome | None = None
+
+
+class AnswerStream:
+    """What :meth:`DataPlane.stream` answers a call with: its items, and what it says besides.
+
+    Iterate it once (``async for``; it hands out its generator itself, so an item costs no more
+    than the generator's own step) and close it (``aclose()``, ``contextlib.aclosing``).
+    ``sequence`` says where the call stands in its stateful sequence when read: the id once the
+    call has joined it (before the first item), ``ended`` and the model's headers once the last
+    item is out.
+    """
+
+    __slots__ = ("_items", "_sequence")
+
+    def __init__(
+        self, items: AsyncGenerator[Any, None], sequence: SequenceRef | None = None
+    ) -> None:
+        self._items = items
+        self._sequence = sequence
+
+    def __aiter__(self) -> AsyncGenerator[Any, None]:
+        return self._items
+
+    def __anext__(self) -> Awaitable[Any]:
+        return self._items.__anext__()
+
+    async def aclose(self) -> None:
+        await self._items.aclose()
+
+    @property
+    def sequence(self) -> SequenceOutcome | None:
+        return None if self._sequence is None else self._sequence.outcome()
 
 
 @dataclass(slots=True)
@@ -159,9 +292,10 @@ class SequenceRef:
 
     A front end fills ``id`` / ``start`` / ``end`` from what the client sent (the
     ``ts_request_sequence_id`` headers, the OIP parameters ``sequence_id`` / ``sequence_start`` /
-    ``sequence_end``, TorchServe gRPC's ``sequence_id``). ``id`` None starts a new sequence. The
-    sequence scheduler then sets ``id`` (the one it made, with ``created``) and ``ended`` (the
-    sequence is over after this request); the front end returns the id in its response.
+    ``sequence_end``, TorchServe gRPC's ``sequence_id``) into :attr:`Call.sequence`. ``id`` None
+    starts a new sequence. The data plane hands the sequence scheduler a copy of its own, on which
+    the scheduler sets ``id`` (the one it made, with ``created``), ``ended`` (the sequence is over
+    after this request) and ``headers``; the front end reads them as a :class:`SequenceOutcome`.
     """
 
     id: str | None = None
@@ -170,6 +304,12 @@ class SequenceRef:
     created: bool = False
     ended: bool = False
     headers: dict[str, str] = field(default_factory=dict)  # set by the model (Context.headers)
+
+    def outcome(self) -> SequenceOutcome | None:
+        """Where the call stands in its sequence now; None before it has joined one."""
+        if self.id is None:
+            return None
+        return SequenceOutcome(self.id, self.ended, self.created, dict(self.headers))
 
 
 class Context:

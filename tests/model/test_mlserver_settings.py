@@ -49,7 +49,7 @@ def test_a_folder_with_model_settings_is_one_mlserver_model(tmp_path: Path) -> N
     }
     assert source.contract == "mlserver"
     assert source.file == folder / "models.py" and source.model_dir == folder
-    assert source.extra["implementation"] == "models.Runtime"
+    assert source.mlserver_parts().implementation == "models.Runtime"
 
 
 def test_name_parallel_workers_and_podium_keys(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from ts_kit import FakeRequest, archive, load
 from podium.errors import BadModelOutput, Cancelled, DefinitionError, ModelError
 from podium.model.discovery import discover
 from podium.runtime.loading import build_version, prepare
-from podium.types import InferenceResponse, InputKind, Reply
+from podium.types import InferenceResponse, InputKind, Reply, WireInput, WireProtocol
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ async def test_module_style_is_initialised_with_handle_none(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     inst = await load(archive("module-style", tmp_path), executor)
-    assert inst.input_kind is InputKind.RAW
+    assert inst.input_kind is InputKind.WIRE
     assert inst.needs_request and inst.needs_inputs and not inst.streaming
     out = json.loads(await inst.predict({"a": 1}, FakeRequest()))
     assert out == {"type": "dict", "body": {"a": 1}, "keys": ["body"], "initialized": 1}
@@ -101,7 +101,8 @@ async def test_oip_calls_get_the_v2_request_json_as_body(
 ) -> None:
     inst = await load(archive("module-style", tmp_path), executor)
     request = {"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [1]}]}
-    out = json.loads(await inst.predict(request, FakeRequest(path="/v2/models/m/infer")))
+    oip = WireInput(WireProtocol.OIP_REST, request)
+    out = json.loads(await inst.predict(oip, FakeRequest(path="/v2/models/m/infer")))
     assert out["body"] == request and out["keys"] == ["body"]
 
 
@@ -120,7 +121,8 @@ async def test_oip_v2_response_dicts_become_inference_responses(
         """,
     )
     inst = await load(model, executor)
-    out = await inst.predict({"inputs": []}, FakeRequest(path="/v2/models/m/infer"))
+    oip = WireInput(WireProtocol.OIP_REST, {"inputs": []})
+    out = await inst.predict(oip, FakeRequest(path="/v2/models/m/infer"))
     assert isinstance(out, InferenceResponse) and out.outputs[0].name == "y"
     # the same value on the TorchServe route stays the handler's dict, with its headers
     ts = await inst.predict({"inputs": []}, FakeRequest())
@@ -174,7 +176,8 @@ async def test_request_is_optional(tmp_path: Path, executor: ThreadPoolExecutor)
 async def test_grpc_input_map_keeps_its_names(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
     inst = await load(archive("module-style", tmp_path), executor)
     path = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
-    out = json.loads(await inst.predict(b"abc", FakeRequest(path=path)))
+    grpc = WireInput(WireProtocol.TORCHSERVE_GRPC, b"abc")
+    out = json.loads(await inst.predict(grpc, FakeRequest(path=path)))
     assert out["keys"] == ["data"] and out["body"] == "abc"
 
 
@@ -236,7 +239,8 @@ async def test_prediction_exception_answers_with_its_status(
     assert isinstance(reply, Reply) and reply.status == 429
     assert reply.body["message"] == "not today"
     with pytest.raises(ModelError, match="not today"):  # OIP has no room for it
-        await inst.predict({"do": "refuse"}, FakeRequest(path="/v2/models/m/infer"))
+        oip = WireInput(WireProtocol.OIP_REST, {"do": "refuse"})
+        await inst.predict(oip, FakeRequest(path="/v2/models/m/infer"))
 
 
 def test_definition_errors(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..config import FIELDS, MODEL_KEYS, UNSET, ModelConfig
 from ..errors import DefinitionError
-from ._source import ModelSource
+from ._source import Contract, MLServerParts, ModelSource
 
 __all__ = ["SETTINGS_FILE", "read_settings", "runtime_settings"]
 
@@ -219,23 +219,15 @@ def read_settings(path: Path) -> ModelSource:
     runtime = {k: v for k, v in data.items() if k != "podium"}
     runtime["name"] = model_config.name
     file = _module_file(folder, str(implementation)) or path.resolve()
-    return ModelSource(
-        model_config,
-        file.resolve(),
-        folder,
-        contract="mlserver",
-        extra={
-            "implementation": implementation,
-            "settings_path": str(path.resolve()),
-            "settings": runtime,
-        },
-    )
+    parts = MLServerParts(str(implementation), path.resolve(), runtime)
+    return ModelSource(model_config, file.resolve(), folder, Contract.MLSERVER, mlserver=parts)
 
 
 def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
     """A fresh ``ModelSettings`` for one runtime instance, as MLServer builds it: ``name``
     filled in, ``parameters.uri`` defaulting to the folder, ``_source`` the settings file."""
-    data = json.loads(json.dumps(source.extra["settings"]))  # a deep copy, per instance
+    parts = source.mlserver_parts()
+    data = json.loads(json.dumps(parts.settings))  # a deep copy, per instance
     params = data.get("parameters") or {}
     if params.get("version") is not None:
         params["version"] = str(params["version"])
@@ -243,15 +235,15 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
     if params.get("uri") is None:
         params["uri"] = str(source.model_dir)
     data["parameters"] = params
-    data["_source"] = source.extra["settings_path"]
+    data["_source"] = str(parts.settings_path)
     try:
         return settings_module.ModelSettings.model_validate(data)
     except Exception as exc:
         errors = getattr(exc, "errors", None)
         if errors is None:
-            raise DefinitionError(f"{source.extra['settings_path']}: {exc}") from exc
+            raise DefinitionError(f"{parts.settings_path}: {exc}") from exc
         problems = [
-            f"{source.extra['settings_path']}: '{'.'.join(str(p) for p in e.get('loc', ()))}': "
+            f"{parts.settings_path}: '{'.'.join(str(p) for p in e.get('loc', ()))}': "
             f"{e.get('msg', '')}"
             for e in errors()
         ]

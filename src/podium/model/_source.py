@@ -2,27 +2,82 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
+from ._ts_config import TsSettings
 
-__all__ = ["ModelSource"]
+__all__ = ["Contract", "MLServerParts", "ModelSource", "TorchServeParts"]
+
+
+class Contract(enum.StrEnum):
+    """The contract a model's code is written to: which adapter builds it."""
+
+    NATIVE = "native"  # a class with predict (model/native.py)
+    TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve.py)
+    MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver.py)
+
+
+@dataclass(frozen=True, slots=True)
+class TorchServeParts:
+    """What the TorchServe adapter needs of a model beyond its ``ModelConfig``."""
+
+    manifest: dict[str, Any]  # MAR-INF/MANIFEST.json, as TorchServe writes it
+    yaml_config: dict[str, Any]  # model-config.yaml as read: the handler's model_yaml_config
+    settings: TsSettings  # what that config decides beyond ModelConfig (the device)
+
+
+@dataclass(frozen=True, slots=True)
+class MLServerParts:
+    """What the MLServer adapter needs of a model beyond its ``ModelConfig``."""
+
+    implementation: str  # the runtime class, as a dotted path ("models.MyRuntime")
+    settings_path: Path  # model-settings.json
+    settings: Mapping[str, Any]  # its keys (less 'podium'): MLServer's ModelSettings, per instance
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSource:
-    """One model version found on disk, with its validated configuration."""
+    """One model version found on disk, with its validated configuration.
+
+    ``contract`` says which adapter builds it; a TorchServe or MLServer model carries what its
+    adapter needs in ``torchserve`` / ``mlserver`` (the other one, and both for a native model,
+    is None).
+    """
 
     config: ModelConfig
     file: Path  # the .py file holding the class (the handler or runtime file for other contracts)
     model_dir: Path  # where data/ lives
-    contract: str = "native"  # "native", "torchserve" or "mlserver": which adapter builds it
-    extra: Mapping[str, Any] = field(default_factory=dict)  # what that contract's adapter needs
+    contract: Contract = Contract.NATIVE
+    torchserve: TorchServeParts | None = None
+    mlserver: MLServerParts | None = None
+
+    def __post_init__(self) -> None:
+        has = {Contract.TORCHSERVE: self.torchserve, Contract.MLSERVER: self.mlserver}
+        for contract, parts in has.items():
+            if (parts is not None) != (self.contract is contract):
+                raise ValueError(
+                    f"a {self.contract.value} model source must "
+                    f"{'' if self.contract is contract else 'not '}carry {contract.value} parts"
+                )
 
     @property
     def label(self) -> str:
         version = f" version '{self.config.version}'" if self.config.version else ""
         return f"model '{self.config.name}'{version} ({self.file})"
+
+    def torchserve_parts(self) -> TorchServeParts:
+        """The TorchServe adapter's parts; ``ValueError`` for a model of another contract."""
+        if self.torchserve is None:
+            raise ValueError(f"{self.label} is a {self.contract.value} model, not a TorchServe one")
+        return self.torchserve
+
+    def mlserver_parts(self) -> MLServerParts:
+        """The MLServer adapter's parts; ``ValueError`` for a model of another contract."""
+        if self.mlserver is None:
+            raise ValueError(f"{self.label} is a {self.contract.value} model, not an MLServer one")
+        return self.mlserver

@@ -23,10 +23,18 @@ from typing import Any
 from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
 from . import mlserver, torchserve
-from ._source import ModelSource
+from ._source import Contract, MLServerParts, ModelSource, TorchServeParts
 from .native import ModelSpec, inspect_class
 
-__all__ = ["ModelSource", "discover", "discover_all", "import_model"]
+__all__ = [
+    "Contract",
+    "MLServerParts",
+    "ModelSource",
+    "TorchServeParts",
+    "discover",
+    "discover_all",
+    "import_model",
+]
 
 
 def _is_version_dir(path: Path) -> bool:

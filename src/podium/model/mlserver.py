@@ -98,7 +98,7 @@ def _overrides_predict_stream(cls: type) -> bool:
 
 
 def _import_implementation(source: ModelSource) -> type:
-    implementation: str = source.extra["implementation"]
+    implementation = source.mlserver_parts().implementation
     module_name, _, attribute = implementation.rpartition(".")
     folder = source.model_dir
     top = module_name.split(".")[0]
@@ -136,7 +136,8 @@ def prepare(source: ModelSource) -> Any:
         raise
     except Exception as exc:
         raise DefinitionError(
-            f"{source.label}: importing 'implementation' ({source.extra['implementation']}) "
+            f"{source.label}: importing 'implementation' "
+            f"({source.mlserver_parts().implementation}) "
             f"raised {type(exc).__name__}: {exc}"
         ) from exc
     if not inspect.isclass(cls):

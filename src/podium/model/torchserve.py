@@ -38,10 +38,12 @@ from ..types import (
     InputKind,
     ModelInstance,
     Reply,
+    WireInput,
+    WireProtocol,
     current_context,
 )
 from ._calls import run_sync
-from ._source import ModelSource
+from ._source import Contract, ModelSource, TorchServeParts
 from ._ts_archive import MANIFEST, extract, is_archive, read_manifest
 from ._ts_config import TsSettings, model_config
 from ._ts_context import Context, RequestProcessor
@@ -92,13 +94,13 @@ def sources(path: Path) -> list[ModelSource]:
     handler = str(model.get("handler", "")).partition(":")[0]
     handler_file = model_dir / (handler if handler.endswith(".py") else f"{handler}.py")
     file = path.resolve() if path.is_file() else handler_file.resolve()
-    extra = {"manifest": manifest, "yaml_config": yaml_config, "settings": settings}
-    return [ModelSource(config, file, model_dir, contract="torchserve", extra=extra)]
+    parts = TorchServeParts(manifest, yaml_config, settings)
+    return [ModelSource(config, file, model_dir, Contract.TORCHSERVE, torchserve=parts)]
 
 
 def prepare(source: ModelSource) -> HandlerSpec:
     """Import and check the handler without instantiating it (``podium check`` stops here)."""
-    return load_handler(source.extra["manifest"], source.model_dir, source.label)
+    return load_handler(source.torchserve_parts().manifest, source.model_dir, source.label)
 
 
 def build(
@@ -137,17 +139,12 @@ def _gpu_id(name: str, settings: TsSettings) -> int | None:
 # -- what a handler receives --------------------------------------------------------------
 
 
-def _path_of(request: Any) -> str:
-    scope = getattr(request, "scope", None)
-    return scope.get("path", "") if isinstance(scope, dict) else ""
-
-
-def _is_oip(path: str) -> bool:
-    return path.startswith(("/v2/", "/inference.GRPCInferenceService/"))
-
-
-def _is_grpc_torchserve(path: str) -> bool:
-    return path.startswith("/org.pytorch.serve.grpc.inference.")
+def _unwrap(value: Any) -> tuple[WireProtocol, Any]:
+    """A request's protocol and payload. The data plane hands a handler a :class:`WireInput`
+    (``InputKind.WIRE``); a bare payload (a direct call, as in tests) is TorchServe's REST body."""
+    if isinstance(value, WireInput):
+        return value.protocol, value.payload
+    return WireProtocol.TORCHSERVE_REST, value
 
 
 def _form(body: bytes, content_type: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -191,21 +188,22 @@ class _Refused(Exception):
         self.exc = exc
 
 
-def _row(payload: Any, request: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _row(
+    protocol: WireProtocol, payload: Any, request: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One element of TorchServe's ``data`` list, and the request's headers for the context."""
     headers: dict[str, Any] = {}
     raw_headers = getattr(request, "headers", None)
     if raw_headers is not None:
         headers = {k.lower(): v for k, v in raw_headers.items()}
-    path = _path_of(request)
-    if _is_grpc_torchserve(path):
+    if protocol is WireProtocol.TORCHSERVE_GRPC:
         if isinstance(payload, dict):
             row = {k: bytearray(v) if isinstance(v, bytes) else v for k, v in payload.items()}
         else:
             row = {"data": bytearray(payload or b"")}  # what TorchServe's gRPC clients send
         return row, headers
     row = {}
-    if request is not None and not _is_oip(path):
+    if request is not None and not protocol.oip:  # an HTTP query's fields, as TorchServe
         query = getattr(request, "scope", {}).get("query_string", b"")
         if query:
             for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
@@ -276,7 +274,7 @@ class TorchServeModel:
 
     needs_inputs = True
     needs_request = True
-    input_kind = InputKind.RAW
+    input_kind = InputKind.WIRE  # each protocol gets its own answer (a Reply, an OIP response)
     input_schema: type | None = None
     has_preprocess = False
     has_postprocess = False
@@ -299,15 +297,15 @@ class TorchServeModel:
         self.continuous = config.continuous_batching and not config.sequence_batching
         if self.continuous:
             self.streaming = True
-        settings: TsSettings = source.extra["settings"]
+        parts = source.torchserve_parts()
         self.context = Context(
             config.name,
             str(source.model_dir),
-            source.extra["manifest"],
+            parts.manifest,
             config.batch_size,
-            _gpu_id(config.name, settings),
+            _gpu_id(config.name, parts.settings),
             __version__,
-            model_yaml_config=source.extra["yaml_config"],
+            model_yaml_config=parts.yaml_config,
         )
         self._model_dir = source.model_dir
         try:
@@ -411,6 +409,7 @@ class TorchServeModel:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         room = threading.Semaphore(self._buffer)  # back-pressure on the handler's thread
         gone = threading.Event()
+        protocol = _unwrap(inputs)[0]
 
         def emit(idx: int, value: Any) -> None:  # in the handler's thread
             if not gone.is_set():
@@ -418,7 +417,7 @@ class TorchServeModel:
             if gone.is_set():
                 raise Cancelled(f"model '{self.name}': the client of this stream has gone")
             processors = self.context.request_processor or []
-            item = self._finish(processors[idx], value, request, final=False)
+            item = self._finish(processors[idx], value, protocol, final=False)
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         future = self._executor.submit(self._handle, [inputs], [request], emit, contexts)
@@ -457,8 +456,11 @@ class TorchServeModel:
         count = len(inputs)
         data: list[dict[str, Any]] = []
         processors: list[RequestProcessor] = []
-        for i, (payload, request) in enumerate(zip(inputs, requests, strict=True)):
-            row, headers = _row(payload, request)
+        protocols: list[WireProtocol] = []
+        for i, (value, request) in enumerate(zip(inputs, requests, strict=True)):
+            protocol, payload = _unwrap(value)
+            protocols.append(protocol)
+            row, headers = _row(protocol, payload, request)
             sequence = contexts[i] if contexts is not None else None
             if sequence is not None:
                 headers[Context.header_key_sequence_id] = sequence.sequence_id
@@ -474,14 +476,14 @@ class TorchServeModel:
             try:
                 ret = self._call_handler(data, ids, processors, emit, "")
             except _Refused as refused:
-                return [self._refusal(refused.exc, r) for r in requests]
+                return [self._refusal(refused.exc, protocol) for protocol in protocols]
             self._check_results(ret, count, "batch")
             kept: dict[int, list[Any]] = batch.kept or {}
             return [
                 self._finish(
                     processors[i],
                     _gather([*kept[i], ret[i]]) if i in kept else ret[i],
-                    requests[i],
+                    protocols[i],
                     final=True,
                 )
                 for i in range(count)
@@ -498,10 +500,13 @@ class TorchServeModel:
         data: list[dict[str, Any]] = []
         processors: list[RequestProcessor] = []
         ids: dict[int, str] = {}
+        protocols: list[WireProtocol] = []
         for i, gen in enumerate(gens):
+            protocol, payload = _unwrap(gen.inputs)
+            protocols.append(protocol)
             state = gen.state
             if _TS_ID not in state:
-                row, headers = _row(gen.inputs, gen.request)
+                row, headers = _row(protocol, payload, gen.request)
                 state[_TS_ID] = str(uuid.uuid4())
                 state[_TS_HEADERS] = headers
             else:
@@ -511,21 +516,21 @@ class TorchServeModel:
             ids[i] = state[_TS_ID]
 
         def emit(idx: int, value: Any) -> None:  # in this thread
-            gens[idx].emit(self._finish(processors[idx], value, gens[idx].request, final=False))
+            gens[idx].emit(self._finish(processors[idx], value, protocols[idx], final=False))
 
         batch = self.context._batch
         try:
             try:
                 ret = self._call_handler(data, ids, processors, emit, " (in step)")
             except _Refused as refused:
-                for gen in gens:
-                    gen.emit(self._refusal(refused.exc, gen.request))
+                for gen, protocol in zip(gens, protocols, strict=True):
+                    gen.emit(self._refusal(refused.exc, protocol))
                     gen.finish()
                 return
             self._check_results(ret, count, "step")
             criteria = self.context.stopping_criteria
             for i, gen in enumerate(gens):
-                gen.emit(self._finish(processors[i], ret[i], gen.request, final=True))
+                gen.emit(self._finish(processors[i], ret[i], protocols[i], final=True))
                 if self._stops(criteria, i, ids[i], ret[i]):
                     gen.finish()
         finally:
@@ -584,11 +589,13 @@ class TorchServeModel:
             return found
         return True
 
-    def _finish(self, processor: RequestProcessor, value: Any, request: Any, *, final: bool) -> Any:
+    def _finish(
+        self, processor: RequestProcessor, value: Any, protocol: WireProtocol, *, final: bool
+    ) -> Any:
         """A handler's value for one request as the front end wants it: a :class:`Reply` when
-        the handler set a status or headers and the front end can send them."""
-        path = _path_of(request)
-        if _is_oip(path):
+        the handler set a status or headers and the protocol can carry them (every one but
+        OIP's, which gets a KServe v2 response as an ``InferenceResponse``)."""
+        if protocol.oip:
             if final and isinstance(value, dict) and isinstance(value.get("outputs"), list):
                 try:  # a KServe v2 response, as TorchServe's OIP handlers return
                     return msgspec.convert(value, InferenceResponse)
@@ -617,12 +624,12 @@ class TorchServeModel:
             return value  # only TorchServe's own ts_stream_next was set
         return Reply(value, status, headers, content_type)
 
-    def _refusal(self, exc: Any, request: Any) -> Any:
-        """``PredictionException(message, error_code)``: TorchServe answers with that status."""
+    def _refusal(self, exc: Any, protocol: WireProtocol) -> Any:
+        """``PredictionException(message, error_code)``: TorchServe answers with that status (OIP,
+        which has no such answer: a ``ModelError``)."""
         message = str(getattr(exc, "message", exc))
         code = int(exc.error_code)
-        path = _path_of(request)
-        if _is_oip(path) or not path:
+        if protocol.oip:
             raise ModelError(f"model '{self.name}' handler '{self._label}': {message}")
         logger.warning(
             "model '%s' handler '%s' answered %s: %s", self.name, self._label, code, message

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import DefinitionError
 from ..model import mlserver, torchserve
-from ..model.discovery import ModelSource, discover_all, import_model
+from ..model.discovery import Contract, ModelSource, discover_all, import_model
 from ..model.native import ModelSpec, NativeModel, check_config
 from ..types import ModelInstance
 from ._scheduler import Scheduler
@@ -53,15 +53,16 @@ def _check_continuous(source: ModelSource) -> None:
             f"{source.label}: continuous_batching with workers: process is not supported yet; "
             "set workers: thread (or leave it out)"
         )
-    if config.sequence_batching and source.contract not in ("native", "torchserve"):
+    continuous = (Contract.NATIVE, Contract.TORCHSERVE)
+    if config.sequence_batching and source.contract not in continuous:
         problems.append(
             f"{source.label}: continuous_batching together with sequence_batching is "
             f"supported for native models and TorchServe handlers, not yet for a "
-            f"{source.contract} model"
+            f"{source.contract.value} model"
         )
-    if source.contract not in ("native", "torchserve"):
+    if source.contract not in continuous:
         problems.append(
-            f"{source.label}: continuous_batching for a {source.contract} model is not "
+            f"{source.label}: continuous_batching for a {source.contract.value} model is not "
             "supported yet; only native models (a class with step(self, batch)) and TorchServe "
             "handlers (continuousBatching) have it"
         )
@@ -78,9 +79,9 @@ def prepare(source: ModelSource) -> Any:
             "set workers: thread (or leave it out)"
         )
     _check_continuous(source)
-    if source.contract == "torchserve":
+    if source.contract is Contract.TORCHSERVE:
         return torchserve.prepare(source)
-    if source.contract == "mlserver":
+    if source.contract is Contract.MLSERVER:
         return mlserver.prepare(source)
     spec = import_model(source)
     _check_batching(source, spec)
@@ -92,9 +93,9 @@ def build_instance(
     source: ModelSource, prepared: Any, *, secrets: Mapping[str, str], executor: Executor
 ) -> ModelInstance:
     """One instance of a prepared model (its ``__init__`` / ``initialize`` runs here)."""
-    if source.contract == "torchserve":
+    if source.contract is Contract.TORCHSERVE:
         return torchserve.build(source, prepared, secrets=secrets, executor=executor)
-    if source.contract == "mlserver":
+    if source.contract is Contract.MLSERVER:
         return mlserver.build(source, prepared, secrets=secrets, executor=executor)
     try:
         return NativeModel(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import os
 import re
@@ -14,7 +13,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import ModelNotReady, NotFound, PodiumError
-from ..types import ModelInstance
+from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
 from .workers import WorkerInfo, WorkerPool
 
@@ -24,13 +23,6 @@ __all__ = ["ModelState", "ModelVersion", "Registry", "version_key"]
 REMOVE_GRACE = 10.0
 
 logger = logging.getLogger("podium.registry")
-
-
-class ModelState(enum.Enum):
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
-    UNLOADED = "unloaded"  # taken out of service on request (Registry.unload); loads again
 
 
 def version_key(version: str | None) -> tuple[Any, ...]:

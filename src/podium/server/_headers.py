@@ -1,7 +1,7 @@
 """Response headers a model asked for, made safe for each protocol.
 
 A model sets response headers through the ``headers`` parameter of its OIP response (MLServer's
-convention; the data plane moves it to ``Call.headers``) or, in a stateful sequence, through
+convention; the data plane moves it to ``Answer.headers``) or, in a stateful sequence, through
 ``podium.Context.headers``. HTTP sends them as response headers, gRPC as trailing metadata (as
 MLServer does). A header that the protocol cannot carry is left out with a warning, never sent
 half-formed: a name that is not an HTTP token, a value with a line break or a NUL (which would

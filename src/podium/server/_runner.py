@@ -14,8 +14,6 @@ from typing import Any
 
 from ..config import Secrets, ServerConfig
 from ..dataplane import DataPlane
-from ..runtime.loading import register_paths
-from ..runtime.registry import Registry
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._requests import RequestSnapshots
@@ -94,25 +92,29 @@ class _Uvicorn:
 
 
 class Podium:
-    """A running Podium: registry, data plane and listeners, built from a ``ServerConfig``."""
+    """A running Podium: data plane (over a registry) and listeners, built from a
+    ``ServerConfig``."""
 
     def __init__(self, config: ServerConfig, paths: list[Path]) -> None:
         self.config = config
         self.paths = paths
         self.executor = ThreadPoolExecutor(config.threads, thread_name_prefix="podium-model")
-        self.registry = Registry()
-        self.dataplane = DataPlane(self.registry)
+        self.secrets = Secrets(config.secrets_dir)
+        #: how request objects reach models in worker processes
+        self.request_codec = RequestSnapshots()
+        self.dataplane = DataPlane(
+            secrets=self.secrets,
+            executor=self.executor,
+            codec=self.request_codec,
+        )
         self.addresses: dict[str, str] = {}
         self._servers: list[_Uvicorn | GrpcServer] = []
         self.authorizer: Authorizer | None = None
         self.management: Management | None = None
-        #: how request objects reach models in worker processes
-        self.request_codec = RequestSnapshots()
 
     async def start(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
         loop = asyncio.get_running_loop()
-        secrets = Secrets(self.config.secrets_dir)
         self.authorizer = self._keys()
         config = self.config
         check_exposure(
@@ -121,17 +123,9 @@ class Podium:
             allow_open=config.allow_open_management,
             ports=f"ports {config.management_port} and {config.grpc_management_port}",
         )
+        repository = self.dataplane.repository
         # Importing user code runs it: never on the event loop.
-        await loop.run_in_executor(
-            self.executor,
-            lambda: register_paths(
-                self.registry,
-                self.paths,
-                secrets=secrets,
-                executor=self.executor,
-                codec=self.request_codec,
-            ),
-        )
+        await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
         inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
         app: Any = HttpApp(
             self.dataplane,
@@ -160,16 +154,17 @@ class Podium:
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
-        await self._start_management(secrets)
-        await self.registry.load_all()
+        await self._start_management()
+        await repository.load_all()
         grpc_server.health.changed()
         # Everything built so far lives as long as the server: keep it out of every future
         # garbage collection, so that a full collection does not stall requests (the p99).
         gc.collect()
         gc.freeze()
         listening = " ".join(f"{k} {v}" for k, v in self.addresses.items())
-        models = ", ".join(mv.label for mv in self.registry)
-        failed = [mv for mv in self.registry if mv.reason]
+        versions = repository.versions()
+        models = ", ".join(mv.label for mv in versions)
+        failed = [mv for mv in versions if mv.reason]
         logger.info(
             "Podium is ready; listening on %s; serving %s", listening, models or "no models"
         )
@@ -202,7 +197,7 @@ class Podium:
         assert self.authorizer is not None
         self.authorizer.check_metadata(metadata, "inference")
 
-    async def _start_management(self, secrets: Secrets) -> None:
+    async def _start_management(self) -> None:
         """The management API, REST and gRPC, on the management host (loopback by default)."""
         config = self.config
         urls = UrlPolicy(
@@ -210,13 +205,7 @@ class Podium:
             allowed_urls=config.allowed_urls,
             max_download_size=config.max_download_size,
         )
-        self.management = Management(
-            self.registry,
-            urls=urls,
-            secrets=secrets,
-            executor=self.executor,
-            codec=self.request_codec,
-        )
+        self.management = Management(self.dataplane.repository, urls=urls)
         app: Any = ManagementApp(self.management, authorizer=self.authorizer)
         if self.authorizer is not None:
             app = AuthMiddleware(app, self.authorizer, management_rule, render_unauthenticated)
@@ -244,9 +233,7 @@ class Podium:
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close the models."""
         await asyncio.gather(*(server.stop() for server in self._servers))
-        if self.management is not None:
-            await self.management.close()  # background loads and scaling
-        await self.registry.close()
+        await self.dataplane.close()  # background loads and scaling, then the models
         if self.authorizer is not None:
             self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..types import SequenceRef
+from ..types import SequenceOutcome, SequenceRef
 from ._headers import http_headers
 
 __all__ = ["flag", "from_headers", "from_parameters", "merged", "response_headers"]
@@ -81,12 +81,14 @@ def merged(first: SequenceRef | None, second: SequenceRef | None) -> SequenceRef
     )
 
 
-def response_headers(ref: SequenceRef | None, name: str) -> list[tuple[bytes, bytes]]:
+def response_headers(
+    outcome: SequenceOutcome | SequenceRef | None, name: str
+) -> list[tuple[bytes, bytes]]:
     """The headers that return a sequence's id (and its end, and what the model set)."""
-    if ref is None or ref.id is None:
+    if outcome is None or outcome.id is None:
         return []
-    headers = [(name.encode("latin-1"), ref.id.encode("latin-1", "replace"))]
-    if ref.ended:
+    headers = [(name.encode("latin-1"), outcome.id.encode("latin-1", "replace"))]
+    if outcome.ended:
         headers.append(((name + "_end").encode("latin-1"), b"true"))
-    headers.extend(http_headers(ref.headers))
+    headers.extend(http_headers(outcome.headers))
     return headers

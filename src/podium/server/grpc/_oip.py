@@ -1,8 +1,8 @@
 """The Open Inference Protocol's gRPC service, ``inference.GRPCInferenceService``.
 
 A thin adapter over the data plane: each RPC turns its message into a :class:`podium.types.Call`
-(or a registry lookup), and the answer back into a message (tensor conversions in
-:mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
+(or a call on the data plane's model repository), and the answer back into a message (tensor
+conversions in :mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
 
 ``ModelStreamInfer`` answers every request on the stream, in the order the requests came, with
 one response per item (one for a non-streaming model). A model that reads a stream of requests
@@ -32,9 +32,8 @@ from typing import Any
 import grpc
 
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, ModelError, PodiumError
-from ...runtime.registry import ModelState
-from ...types import Call, InferenceResponse, WireProtocol
+from ...errors import InvalidInput, PodiumError
+from ...types import Call, InferenceResponse, ModelMetadata, ModelState, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
 from ._call import GrpcCall
@@ -192,21 +191,19 @@ class OipService:
     async def server_metadata(self, message: Any, context: Any) -> Any:
         meta = self.dataplane.server_metadata()
         return _m("inference.ServerMetadataResponse")(
-            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+            name=meta.name, version=meta.version, extensions=meta.extensions
         )
 
     async def model_metadata(self, message: Any, context: Any) -> Any:
         meta = self.dataplane.model_metadata(message.name, message.version or None)
         response = _m("inference.ModelMetadataResponse")(
-            name=meta["name"],
-            versions=meta["versions"],
-            platform=str(meta["platform"]),
+            name=meta.name,
+            versions=meta.versions,
+            platform=str(meta.platform),
         )
-        for key in ("inputs", "outputs"):
-            target = getattr(response, key)
-            for tensor in meta[key]:
-                _tensor_metadata(target.add(), meta["name"], key, tensor)
-        fill_parameters(response.parameters, meta.get("parameters") or {})
+        _tensors_metadata(response.inputs, meta, "inputs", meta.inputs)
+        _tensors_metadata(response.outputs, meta, "outputs", meta.outputs)
+        fill_parameters(response.parameters, meta.parameters or {})
         return response
 
     # -- inference -------------------------------------------------------------------------
@@ -219,19 +216,20 @@ class OipService:
         inst = mv.instance
         payload = to_request(message) if inst.needs_inputs else None
         request = grpc_call().request() if inst.needs_request else None
-        call = Call(message.model_name, version, WireProtocol.OIP, payload, request)
+        call = Call(message.model_name, version, WireProtocol.OIP_GRPC, payload, request)
         if mv.config.sequence_batching:  # Triton's sequence parameters
             call.sequence = _sequences.from_parameters(parameters_of(message.parameters))
         return call, mv
 
     async def model_infer(self, message: Any, context: Any) -> Any:
         call, mv = self._call(message, lambda: GrpcCall(context, _INFER_PATH))
-        response = await self.dataplane.infer(call, mv)
-        if call.headers or (call.sequence is not None and call.sequence.headers):
+        answer = await self.dataplane.infer(call, mv)
+        sequence = answer.sequence
+        if answer.headers or (sequence is not None and sequence.headers):
             # Response headers the model set, as trailing metadata (as MLServer sends them).
-            sequence = call.sequence.headers if call.sequence is not None else None
-            context.set_trailing_metadata(grpc_metadata(call.headers, sequence))
-        return _response(response, message)
+            by_model = sequence.headers if sequence is not None else None
+            context.set_trailing_metadata(grpc_metadata(answer.headers, by_model))
+        return _response(answer.value, message)
 
     async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> None:
         """Answer every request of the stream in order, or hand the whole stream to a model that
@@ -298,11 +296,11 @@ class OipService:
                         f"{mv.label} reads the whole stream: every request of it must name that "
                         f"model and version, got model '{message.model_name}'"
                     )
-                yield Call(message.model_name, version, WireProtocol.OIP, to_request(message))
+                yield Call(message.model_name, version, WireProtocol.OIP_GRPC, to_request(message))
 
         raw = bool(first.raw_input_contents)
         request = call.request() if mv.instance.needs_request else None
-        items = self.dataplane.stream_inputs(mv, calls(), WireProtocol.OIP, request)
+        items = self.dataplane.stream_inputs(mv, calls(), WireProtocol.OIP_GRPC, request)
         try:
             async with contextlib.aclosing(items):
                 async for response in items:
@@ -372,17 +370,13 @@ class OipService:
 
     async def repository_index(self, message: Any, context: Any) -> Any:
         response = _m("inference.RepositoryIndexResponse")()
-        registry = self.dataplane.registry
-        for name in registry.names():
-            for mv in registry.versions(name):
-                if message.ready and mv.state is not ModelState.READY:
-                    continue
-                response.models.add(
-                    name=mv.name,
-                    version=mv.version or "",
-                    state=_STATE_NAMES[mv.state],
-                    reason=mv.reason,
-                )
+        for model in self.dataplane.repository.index(ready_only=message.ready):
+            response.models.add(
+                name=model.name,
+                version=model.version or "",
+                state=_STATE_NAMES[model.state],
+                reason=model.reason,
+            )
         return response
 
     async def repository_model_load(self, message: Any, context: Any) -> Any:
@@ -394,16 +388,12 @@ class OipService:
                 f"{', '.join(unsupported)} is not supported: Podium loads models only from the "
                 "paths it serves (loading a sent config or files comes with the management API)"
             )
-        versions = await self.dataplane.registry.load(name)
-        failed = [mv for mv in versions if mv.state is not ModelState.READY]
-        if failed:
-            reasons = "; ".join(f"{mv.label}: {mv.reason}" for mv in failed)
-            raise ModelError(f"model '{name}' failed to load: {reasons}")
+        await self.dataplane.repository.load(name)
         return _m("inference.RepositoryModelLoadResponse")(model_name=name, isLoaded=True)
 
     async def repository_model_unload(self, message: Any, context: Any) -> Any:
         name = _model_name(message, "RepositoryModelUnload")
-        await self.dataplane.registry.unload(name)
+        await self.dataplane.repository.unload(name)
         return _m("inference.RepositoryModelUnloadResponse")(model_name=name, isUnloaded=True)
 
 
@@ -453,6 +443,12 @@ def _model_name(message: Any, rpc: str) -> str:
     if not name:
         raise InvalidInput(f"{rpc} needs a model_name")
     return str(name)
+
+
+def _tensors_metadata(target: Any, meta: ModelMetadata, key: str, tensors: list[Any]) -> None:
+    """The inputs or outputs of a model's metadata, added to ``target``."""
+    for tensor in tensors:
+        _tensor_metadata(target.add(), meta.name, key, tensor)
 
 
 def _tensor_metadata(target: Any, model: str, key: str, tensor: Any) -> None:

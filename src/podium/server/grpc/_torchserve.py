@@ -20,7 +20,7 @@ import msgspec
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, UnsupportedRepresentation
-from ...types import Call, InputKind, Reply, SequenceRef, WireProtocol
+from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
 from ._call import GrpcCall
@@ -222,10 +222,10 @@ class TorchServeInference:
     async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
-            result = await self.dataplane.infer(call, mv)
-            answer = _answer(mv, result, request, call)
-            await _send_headers(context, result, [False])
-            return answer
+            answer = await self.dataplane.infer(call, mv)
+            response = _answer(mv, answer.value, request, answer.sequence)
+            await _send_headers(context, answer.value, [False])
+            return response
         except Exception as exc:
             await abort_with(context, exc, _PREDICTIONS)
 
@@ -237,9 +237,9 @@ class TorchServeInference:
             sent = [False]
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for item in items:
-                    answer = _answer(mv, item, request, call)
+                    response = _answer(mv, item, request, items.sequence)
                     await _send_headers(context, item, sent)
-                    yield answer
+                    yield response
         except Exception as exc:
             await abort_with(context, exc, _STREAM)
 
@@ -271,7 +271,7 @@ class TorchServeInference:
                 mv, call = self._start(request, grpc_call)
                 async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                     async for item in items:
-                        yield _answer(mv, item, request, call)
+                        yield _answer(mv, item, request, items.sequence)
             except Exception as exc:  # in-band: this request failed, the stream goes on
                 yield _failed(exc, request)
 
@@ -287,7 +287,8 @@ class TorchServeInference:
         inst = mv.instance
         payload = raw = None
         entries: Mapping[str, bytes] = request.input
-        if mv.config.sequence_batching and inst.input_kind is not InputKind.RAW:
+        as_sent = inst.input_kind in (InputKind.RAW, InputKind.WIRE)
+        if mv.config.sequence_batching and not as_sent:
             # A sequence's start/end flags are the protocol's, not the model's input.
             flags = (self.sequence_header + "_start", self.sequence_header + "_end")
             if any(name in entries for name in flags):
@@ -300,12 +301,12 @@ class TorchServeInference:
             if request.HasField("sequence_id"):
                 header = (SEQUENCE_HEADER, request.sequence_id.encode("latin-1", "replace"))
                 raw.scope["headers"].append(header)
-        if inst.input_kind is InputKind.RAW:
+        if as_sent:
             payload = dict(request.input)  # the entries as sent (TorchServe handlers' rows)
         call = Call(
             request.model_name,
             version,
-            WireProtocol.TORCHSERVE,
+            WireProtocol.TORCHSERVE_GRPC,
             payload if inst.needs_inputs else None,
             raw,
         )
@@ -336,10 +337,10 @@ def _failed(exc: BaseException, request: Any) -> Any:
     return response
 
 
-def _answer(mv: ModelVersion, value: Any, request: Any, call: Call) -> Any:
+def _answer(mv: ModelVersion, value: Any, request: Any, sequence: SequenceOutcome | None) -> Any:
     response = PredictionResponse(prediction=prediction_of(mv, value))
-    if call.sequence is not None and call.sequence.id is not None:
-        response.sequence_id = call.sequence.id  # the sequence's, also one the server made
+    if sequence is not None:
+        response.sequence_id = sequence.id  # the sequence's, also one the server made
     elif request.HasField("sequence_id"):
         response.sequence_id = request.sequence_id
     return response

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import MethodNotAllowed, NotFound, PodiumError
-from ...types import Call, InferenceRequest, Reply, WireProtocol
+from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
 from .._headers import http_headers
 from . import _oip, _responses
@@ -194,16 +194,17 @@ class HttpApp:
             call.sequence = _sequences.from_headers(lambda h: ex.header(h.lower().encode()), name)
         return mv, call
 
-    def _sender(self, mv: ModelVersion, call: Call, send: Any) -> Any:
+    def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Any) -> Any:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
-        response of a call to a sequence model; ``send`` itself for any other model."""
+        response of a call to a sequence model, as the answer says them when the response
+        starts; ``send`` itself for any other model."""
         if not mv.config.sequence_batching:
             return send
         name = self.sequence_header
 
         async def send_with_sequence(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                extra = _sequences.response_headers(call.sequence, name)
+                extra = _sequences.response_headers(answer.sequence, name)
                 if extra:
                     message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
@@ -224,8 +225,7 @@ class HttpApp:
     async def _oip(
         self, ex: Exchange, send: Any, model: str, version: str | None, action: str
     ) -> None:
-        mv, call = self._start(ex, model, version, WireProtocol.OIP)
-        send = self._sender(mv, call, send)
+        mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
         # The binary tensor extension costs a plain JSON request this one header lookup.
         header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
@@ -233,17 +233,19 @@ class HttpApp:
                 await self._read(ex, mv, call, _oip.parse_request)
             else:
                 await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
-            response = await self.dataplane.infer(call, mv)
+            answer = await self.dataplane.infer(call, mv)
+            send = self._sender(mv, answer, send)
+            response = answer.value
             binary = _oip.binary_outputs(call.payload)
             if binary is None and header is None:
-                await send_body(send, 200, _json(call), _oip.encoder.encode(response))
+                await send_body(send, 200, _json(answer), _oip.encoder.encode(response))
                 return
             body, json_length = _oip.render_binary(response, binary)
             if json_length is None:
-                await send_body(send, 200, _json(call), body)
+                await send_body(send, 200, _json(answer), body)
             else:
                 length = (_oip.BINARY_HEADER, str(json_length).encode())
-                extra = http_headers(call.headers) if call.headers else []
+                extra = http_headers(answer.headers) if answer.headers else []
                 await send_body(send, 200, [*_responses.OCTETS, length, *extra], body)
             return
         form = _oip.Form()
@@ -253,10 +255,12 @@ class HttpApp:
             form.binary = True  # binary inputs; these routes answer in JSON
             await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
         if action == "generate":
-            response = await self.dataplane.infer(call, mv)
+            answer = await self.dataplane.infer(call, mv)
+            send = self._sender(mv, answer, send)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
             joined = form.triton and mv.instance.streaming and not mv.instance.predict_on_infer
-            await send_body(send, 200, _json(call), _oip.render(response, form, join=joined))
+            body = _oip.render(answer.value, form, join=joined)
+            await send_body(send, 200, _json(answer), body)
             return
         await self._stream(
             ex,
@@ -270,30 +274,32 @@ class HttpApp:
 
     async def _truss(self, ex: Exchange, send: Any, model: str) -> None:
         mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
-        send = self._sender(mv, call, send)
         await self._read(ex, mv, call, _parse_json)
         if mv.instance.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.TEXT, sse=False)
             return
-        result = await self.dataplane.infer(call, mv)
+        answer = await self.dataplane.infer(call, mv)
+        send = self._sender(mv, answer, send)
+        result = answer.value
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
             return
         if isinstance(result, Reply):  # status and headers a (TorchServe) handler set
             await _responses.send_reply(send, result)
             return
-        await send_body(send, 200, _json(call), _responses.encode_json(result))
+        await send_body(send, 200, _json(answer), _responses.encode_json(result))
 
     async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
-        mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE)
-        send = self._sender(mv, call, send)
+        mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
         await self._read(ex, mv, call, _parse_json if is_json else bytes)
         if mv.instance.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
-        result = await self.dataplane.infer(call, mv)
+        answer = await self.dataplane.infer(call, mv)
+        send = self._sender(mv, answer, send)
+        result = answer.value
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
         elif isinstance(result, Reply):  # status and headers a TorchServe handler set
@@ -303,7 +309,7 @@ class HttpApp:
         elif isinstance(result, str):
             await send_body(send, 200, _responses.TEXT, result.encode())
         else:
-            await send_body(send, 200, _json(call), _responses.encode_json(result))
+            await send_body(send, 200, _json(answer), _responses.encode_json(result))
 
     async def _stream(
         self,
@@ -317,6 +323,7 @@ class HttpApp:
         sse: bool,
     ) -> None:
         items = self.dataplane.stream(call, mv)
+        send = self._sender(mv, items, send)
         try:
             # Errors before the first item still get a proper status code.
             first: Any = _NOTHING
@@ -352,11 +359,11 @@ def _parse_json(body: bytes) -> Any:
     return _oip.decode_json(body)
 
 
-def _json(call: Call) -> list[tuple[bytes, bytes]]:
-    """A JSON answer's headers, with those the model set (``Call.headers``)."""
-    if not call.headers:
+def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
+    """A JSON answer's headers, with those the model set (``Answer.headers``)."""
+    if not answer.headers:
         return _responses.JSON
-    return [*_responses.JSON, *http_headers(call.headers)]
+    return [*_responses.JSON, *http_headers(answer.headers)]
 
 
 def _is_response(value: Any) -> bool:

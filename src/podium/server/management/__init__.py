@@ -1,9 +1,10 @@
 """The management API (TorchServe's): register, list, describe, scale, set-default, unregister.
 
-``_core`` does the work over the registry (shared by REST and gRPC); ``_app`` is the REST front
-end (pure ASGI); ``_params`` validates parameters for both; ``_urls`` decides where a ``url``
-points (local path, model store, or an allowed remote URL that is downloaded); ``_openapi``
-describes the REST API. The gRPC service is ``server/grpc/_management.py``.
+``_core`` puts the data plane's model repository behind it (shared by REST and gRPC: TorchServe's
+answers, rendered from the repository's typed ones); ``_app`` is the REST front end (pure ASGI);
+``_params`` validates parameters for both; ``_urls`` decides where a ``url`` points (local path,
+model store, or an allowed remote URL that is downloaded); ``_openapi`` describes the REST API.
+The gRPC service is ``server/grpc/_management.py``.
 """
 
 from ._app import ManagementApp, error_body, render_unauthenticated

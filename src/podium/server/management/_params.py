@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...dataplane import ConfigOverrides
 from ...errors import InvalidInput
 
 __all__ = ["REGISTER_KEYS", "SCALE_KEYS", "Registration", "Scaling", "flag", "integer", "page"]
@@ -124,20 +125,15 @@ class Registration:
             else synchronous,
         )
 
-    def overrides(self) -> dict[str, Any]:
-        """The ``ModelConfig`` fields these parameters replace."""
-        out: dict[str, Any] = {}
-        if self.model_name is not None:
-            out["name"] = self.model_name
-        if self.batch_size is not None:
-            out["batch_size"] = self.batch_size
-        if self.max_batch_delay is not None:
-            out["max_batch_delay_ms"] = self.max_batch_delay
-        if self.initial_workers is not None:
-            out["min_workers"] = self.initial_workers
-        if self.response_timeout is not None:
-            out["response_timeout_s"] = self.response_timeout
-        return out
+    def overrides(self) -> ConfigOverrides:
+        """The model settings these parameters replace."""
+        return ConfigOverrides(
+            name=self.model_name,
+            batch_size=self.batch_size,
+            max_batch_delay_ms=self.max_batch_delay,
+            min_workers=self.initial_workers,
+            response_timeout_s=self.response_timeout,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,42 @@
+"""The data plane: the one entry every front end calls.
+
+A front end turns its wire format into a :class:`podium.types.Call` (one way: the data plane
+never writes to it) and calls :meth:`DataPlane.infer` or :meth:`DataPlane.stream`; the data
+plane finds the model version, turns the protocol's payload into what the model's first
+parameter asks for, runs it through the version's scheduler, and answers with a
+:class:`podium.types.Answer` (or an :class:`podium.types.AnswerStream`): the value in the
+protocol's neutral form (an ``InferenceResponse`` for OIP, the model's own value for Truss and
+TorchServe, which the front end serialises), the response headers the model set, and where the
+call left its stateful sequence. Health and metadata answer with structs
+(:class:`podium.types.ServerMetadata`, :class:`podium.types.ModelMetadata`); the models served
+and every operation that changes them are the :class:`ModelRepository` it owns
+(:attr:`DataPlane.repository`). The mapping is documented cell by cell in ``docs/protocols.md``.
+
+Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
+``_repository`` (the repository and its typed descriptions). Nothing here imports a front end.
+"""
+
+from ..runtime.registry import ModelVersion
+from ._plane import EXTENSIONS, DataPlane
+from ._repository import (
+    ConfigOverrides,
+    ModelEntry,
+    ModelRepository,
+    Registered,
+    Scaled,
+    VersionDescription,
+    WorkerDescription,
+)
+
+__all__ = [
+    "EXTENSIONS",
+    "ConfigOverrides",
+    "DataPlane",
+    "ModelEntry",
+    "ModelRepository",
+    "ModelVersion",
+    "Registered",
+    "Scaled",
+    "VersionDescription",
+    "WorkerDescription",
+]

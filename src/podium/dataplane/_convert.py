@@ -1,0 +1,158 @@
+"""The data plane's conversions: a protocol's payload into what a model takes, and a model's
+value into the protocol's neutral form (``docs/protocols.md`` has the table, cell by cell)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .. import codecs
+from ..errors import InvalidInput, UnsupportedRepresentation
+from ..runtime.registry import ModelVersion
+from ..types import (
+    Call,
+    InferenceRequest,
+    InferenceResponse,
+    InputKind,
+    Reply,
+    SequenceRef,
+    WireInput,
+    WireProtocol,
+)
+
+__all__ = ["gather", "inputs_of", "oip_response", "take_headers"]
+
+
+def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
+    """What the model's first parameter asks for (its ``input_kind``) made of the call's
+    payload, and the OIP request the call carried (None for other protocols)."""
+    inst = mv.instance
+    if not inst.needs_inputs:
+        return None, None
+    raw = call.payload
+    kind = inst.input_kind
+    protocol = call.protocol
+    if protocol.oip:
+        request: InferenceRequest = raw
+        if kind is InputKind.OIP_REQUEST:
+            return request, request
+        if kind is InputKind.RAW:
+            return _builtins(request), request
+        if kind is InputKind.WIRE:
+            return WireInput(protocol, _builtins(request)), request
+        decoded = codecs.decode_request(request)
+        if kind is InputKind.SCHEMA:
+            return inst.validate(codecs.inputs_as_json(decoded)), request
+        return decoded, request
+    if kind is InputKind.OIP_REQUEST:
+        try:
+            if isinstance(raw, bytes | str):
+                return msgspec.json.decode(raw, type=InferenceRequest), None
+            return msgspec.convert(raw, InferenceRequest), None
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise InvalidInput(f"model '{mv.name}' takes an inference request: {exc}") from exc
+    if kind is InputKind.SCHEMA:
+        return inst.validate(raw), None
+    if kind is InputKind.WIRE:
+        return WireInput(protocol, raw), None
+    return raw, None
+
+
+def oip_response(
+    mv: ModelVersion,
+    result: Any,
+    request: InferenceRequest | None,
+    sequence: SequenceRef | None = None,
+) -> InferenceResponse:
+    """A model's value as an OIP response: outputs encoded (those ``request`` asks for), the
+    model's name and version, the request's id, and a sequence's id (and end) as parameters."""
+    requested = request.outputs if request is not None else None
+    try:
+        outputs = codecs.encode_outputs(result, requested)
+    except UnsupportedRepresentation as exc:
+        raise UnsupportedRepresentation(
+            f"model '{mv.name}' returned a value the Open Inference Protocol cannot carry: "
+            f"{exc.message}"
+        ) from exc
+    request_id = request.id if request is not None else None
+    if isinstance(result, InferenceResponse):
+        # The model's own response, completed: name, version and the request's id.
+        result.outputs = outputs
+        result.model_name = mv.name
+        result.model_version = mv.version
+        if request_id is not None:
+            result.id = request_id
+        response = result
+    else:
+        response = InferenceResponse(
+            outputs=outputs, model_name=mv.name, model_version=mv.version, id=request_id
+        )
+    if sequence is not None and sequence.id is not None:
+        # Every response of a sequence names it (Triton's sequence parameters).
+        response.parameters = {**(response.parameters or {}), "sequence_id": sequence.id}
+        if sequence.ended:
+            response.parameters["sequence_end"] = True
+    return response
+
+
+def gather(
+    mv: ModelVersion,
+    protocol: WireProtocol,
+    items: list[Any],
+    request: InferenceRequest | None,
+    sequence: SequenceRef | None,
+) -> Any:
+    """A streaming model's items as one value, for a call that is not streamed: OIP outputs
+    concatenated; text or bytes joined; a :class:`Reply` when an item is one (the first reply's
+    status and headers stand for the whole); else the list."""
+    if protocol.oip:
+        parts = [oip_response(mv, item, request).outputs for item in items]
+        return oip_response(mv, codecs.concat_outputs(parts), request, sequence)
+    first = next((i for i in items if isinstance(i, Reply)), None)
+    if first is not None:
+        bodies = [i.body if isinstance(i, Reply) else i for i in items]
+        return Reply(_joined(bodies), first.status, dict(first.headers), first.content_type)
+    return _joined(items)
+
+
+def take_headers(response: InferenceResponse) -> dict[str, str] | None:
+    """Take the ``headers`` parameter of a model's response (MLServer's convention for response
+    headers) out of its body: the headers for the front end to send as headers, or None."""
+    parameters = response.parameters
+    if not parameters:
+        return None
+    headers = parameters.get("headers")
+    if not isinstance(headers, dict):
+        return None
+    del parameters["headers"]
+    if not parameters:
+        response.parameters = None
+    return {str(key): str(value) for key, value in headers.items() if value is not None}
+
+
+def _builtins(request: InferenceRequest) -> Any:
+    """An OIP request as JSON-like data (``InputKind.RAW``): numpy data as lists; ``bytes`` stay
+    ``bytes`` (BYTES tensors that came raw over gRPC or the binary extension), as MLServer's
+    runtimes see them; from a JSON body they are already text."""
+    return msgspec.to_builtins(request, builtin_types=(bytes, bytearray), enc_hook=_plain)
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, memoryview):
+        return obj.tobytes()
+    raise TypeError(f"{type(obj).__name__} is not JSON-like")
+
+
+def _joined(items: list[Any]) -> Any:
+    """Gathered items as one value: text joined, bytes joined, anything else the list."""
+    if items and all(isinstance(i, str) for i in items):
+        return "".join(items)
+    if items and all(isinstance(i, bytes) for i in items):
+        return b"".join(items)
+    return items

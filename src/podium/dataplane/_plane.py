@@ -1,0 +1,204 @@
+"""The :class:`DataPlane`: inference, health and metadata over the registry."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from concurrent.futures import Executor
+from typing import Any, cast
+
+from .. import __version__
+from ..runtime._scheduler import SequenceScheduling
+from ..runtime.registry import ModelVersion, Registry
+from ..runtime.workers import RequestCodec
+from ..types import (
+    Answer,
+    AnswerStream,
+    Call,
+    InferenceResponse,
+    ModelMetadata,
+    ModelState,
+    SequenceRef,
+    ServerMetadata,
+    WireProtocol,
+)
+from ._convert import gather, inputs_of, oip_response, take_headers
+from ._repository import ModelRepository
+
+__all__ = ["EXTENSIONS", "DataPlane"]
+
+#: The OIP extensions the server metadata names.
+EXTENSIONS = ("model_repository", "generate", "infer_stream", "binary_tensor_data")
+
+
+class DataPlane:
+    """Inference, health, metadata and the model repository, for every front end.
+
+    ``registry`` holds the models served (a new, empty one when None); ``secrets``,
+    ``executor`` and ``codec`` are what the :attr:`repository` builds models with (the secrets a
+    model may read, the pool its sync code runs in, how request objects reach worker
+    processes).
+    """
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        executor: Executor | None = None,
+        codec: RequestCodec | None = None,
+    ) -> None:
+        if registry is None:
+            registry = Registry()
+        self._registry = registry
+        #: The models served and the operations that change them (index, load, unload,
+        #: register, unregister, scale, set-default, describe).
+        self.repository = ModelRepository(registry, secrets=secrets, executor=executor, codec=codec)
+
+    async def close(self) -> None:
+        """Stop the repository's background work, then every model version."""
+        await self.repository.close()
+        await self._registry.close()
+
+    # -- health and metadata -------------------------------------------------------------
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        """Whether every version that should serve does (an unloaded one is not counted)."""
+        return self._registry.all_ready()
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Whether that version is ready; ``NotFound`` if it does not exist."""
+        return self._registry.get(name, version).state is ModelState.READY
+
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(name="podium", version=__version__, extensions=list(EXTENSIONS))
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        """The metadata of that version (the default one when None); ``NotFound`` if unknown."""
+        mv = self._registry.get(name, version)
+        meta = dict(mv.config.model_metadata)
+        platform = meta.pop("platform", "podium")
+        inputs = meta.pop("inputs", [])
+        outputs = meta.pop("outputs", [])
+        state = {"state": mv.state.value}
+        if mv.reason:
+            state["reason"] = mv.reason
+        return ModelMetadata(
+            name=mv.name,
+            versions=[v.version for v in self._registry.versions(name) if v.version],
+            platform=platform,
+            inputs=inputs,
+            outputs=outputs,
+            version=mv.version or None,
+            parameters={**meta, **state},
+        )
+
+    # -- inference -----------------------------------------------------------------------
+
+    def resolve(self, model: str, version: str | None = None) -> ModelVersion:
+        """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
+
+        Front ends call this before reading the body, then look at what the model asks for
+        (``instance.needs_inputs``, ``needs_request``, ``streaming``) and pass it on to
+        :meth:`infer` / :meth:`stream`, so one call costs one lookup.
+        """
+        return self._registry.ready(model, version)
+
+    async def infer(self, call: Call, mv: ModelVersion | None = None) -> Answer:
+        """Run ``call`` to completion. A streaming model's items are gathered into one value.
+
+        For a model with ``sequence_batching`` the call runs in the sequence it names (a new one
+        when it names none); the answer says which, and whether the sequence ended.
+        """
+        if mv is None:
+            mv = self._registry.ready(call.model, call.version)
+        inputs, oip = inputs_of(mv, call)
+        sequence = _sequence(mv, call)
+        inst = mv.instance
+        if inst.streaming and not inst.predict_on_infer:
+            async with contextlib.aclosing(_items(mv, inputs, call, sequence)) as stream:
+                items = [item async for item in stream]
+            value = gather(mv, call.protocol, items, oip, sequence)
+            return Answer(value, None, None if sequence is None else sequence.outcome())
+        if sequence is None:
+            result = await mv.scheduler.infer(inputs, call.request)
+        else:
+            scheduler = cast(SequenceScheduling, mv.scheduler)
+            result = await scheduler.infer_in(sequence, inputs, call.request)
+        if call.protocol.oip:
+            result = oip_response(mv, result, oip, sequence)
+        headers = None
+        if isinstance(result, InferenceResponse) and result.parameters:
+            headers = take_headers(result)
+        if sequence is None:
+            return Answer(result, headers)
+        return Answer(result, headers, sequence.outcome())
+
+    def stream(self, call: Call, mv: ModelVersion | None = None) -> AnswerStream:
+        """The items of ``call`` (OIP: each an :class:`InferenceResponse`); a non-streaming
+        model yields its one result. The payload is converted when the first item is asked
+        for, so a conversion error comes from the stream, as the model's own errors do."""
+        if mv is None:
+            mv = self._registry.ready(call.model, call.version)
+        sequence = _sequence(mv, call)
+        return AnswerStream(self._stream(mv, call, sequence), sequence)
+
+    async def _stream(
+        self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
+    ) -> AsyncGenerator[Any, None]:
+        inputs, oip = inputs_of(mv, call)
+        items = _items(mv, inputs, call, sequence)
+        try:
+            if call.protocol.oip:
+                async for item in items:
+                    yield oip_response(mv, item, oip, sequence)
+            else:
+                async for item in items:
+                    yield item
+        finally:
+            await items.aclose()
+
+    def stream_inputs(
+        self,
+        mv: ModelVersion,
+        calls: AsyncIterator[Call],
+        protocol: WireProtocol,
+        request: Any = None,
+    ) -> AnswerStream:
+        """A stream of calls to one model that reads a stream of requests (its
+        ``consumes_stream``): each call's payload converted as for :meth:`infer` as it arrives,
+        the model's answers as it produces them (OIP: each an :class:`InferenceResponse`)."""
+        return AnswerStream(self._stream_inputs(mv, calls, protocol, request))
+
+    async def _stream_inputs(
+        self, mv: ModelVersion, calls: AsyncIterator[Call], protocol: WireProtocol, request: Any
+    ) -> AsyncGenerator[Any, None]:
+        async def inputs() -> AsyncGenerator[Any, None]:
+            async for call in calls:
+                yield inputs_of(mv, call)[0]
+
+        async with contextlib.aclosing(mv.scheduler.stream_inputs(inputs(), request)) as items:
+            async for item in items:
+                yield oip_response(mv, item, None) if protocol.oip else item
+
+
+def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
+    """The data plane's own copy of the sequence a call names, for the scheduler to fill in
+    (the call stays as the front end made it); a new sequence when it names none."""
+    if not mv.config.sequence_batching:
+        return None
+    asked = call.sequence
+    if asked is None:
+        return SequenceRef()  # no id sent: a new sequence
+    return SequenceRef(asked.id, asked.start, asked.end)
+
+
+def _items(
+    mv: ModelVersion, inputs: Any, call: Call, sequence: SequenceRef | None
+) -> AsyncGenerator[Any, None]:
+    if sequence is None:
+        return mv.scheduler.stream(inputs, call.request)
+    return cast(SequenceScheduling, mv.scheduler).stream_in(sequence, inputs, call.request)

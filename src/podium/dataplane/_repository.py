@@ -1,0 +1,441 @@
+"""The model repository: which models are served, and every operation that changes that.
+
+One object, owned by the data plane, for every front end that lists or changes models: OIP's repository extension (index,
+load, unload) and TorchServe's management API (register, unregister, scale, set-default, list,
+describe). Answers are typed (:class:`podium.types.RepositoryModel` and the descriptions below);
+each front end renders them in its own format. Failures are :mod:`podium.errors` exceptions.
+
+Registration builds the model off the event loop (importing user code runs it), then adds its
+versions to the registry on the loop (so a conflict check and the add cannot interleave with
+another registration); :meth:`ModelRepository.load_registered` then loads them: awaited
+(``synchronous``) or in a background task this object owns and cancels on
+:meth:`ModelRepository.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..config import ModelConfig
+from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFound, PodiumError
+from ..runtime.loading import build_path, register_paths
+from ..runtime.registry import ModelVersion, Registry
+from ..runtime.workers import RequestCodec
+from ..types import ModelState, RepositoryModel
+
+__all__ = [
+    "ConfigOverrides",
+    "ModelEntry",
+    "ModelRepository",
+    "Registered",
+    "Scaled",
+    "VersionDescription",
+    "WorkerDescription",
+]
+
+logger = logging.getLogger("podium.repository")
+
+
+class ConfigOverrides(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings a registration gives in place of the model's own config (None: the config's)."""
+
+    name: str | None = None
+    batch_size: int | None = None
+    max_batch_delay_ms: float | None = None
+    min_workers: int | None = None
+    response_timeout_s: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The ``ModelConfig`` fields these replace, with their values."""
+        values = {name: getattr(self, name) for name in self.__struct_fields__}
+        return {name: value for name, value in values.items() if value is not None}
+
+
+class ModelEntry(msgspec.Struct, frozen=True):
+    """A model in a listing: its name and where its default version came from."""
+
+    name: str
+    url: str
+
+
+class Registered:
+    """A registration's versions, added to the registry but not loaded yet
+    (:meth:`ModelRepository.load_registered`): the model's ``name``, its ``versions`` and the
+    ``workers`` each starts with."""
+
+    __slots__ = ("name", "versions", "workers", "_added")
+
+    def __init__(self, added: list[ModelVersion]) -> None:
+        self.name = added[0].name
+        self.versions: list[str | None] = [mv.version for mv in added]
+        self.workers = max(mv.config.min_workers for mv in added)
+        self._added = added
+
+
+class Scaled(msgspec.Struct, frozen=True):
+    """A scaled version (``pending``: its workers are still being started or stopped)."""
+
+    name: str
+    version: str | None
+    pending: bool
+
+
+class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker of a version: ``pid`` runs the model's code (the server's own for a thread
+    worker), ``busy`` counts the requests it holds, ``started`` is in epoch seconds and
+    ``memory`` is a worker process's resident memory in bytes (None where unknown)."""
+
+    id: str
+    pid: int | None
+    kind: str
+    state: str
+    busy: int
+    started: float
+    memory: int | None = None
+
+
+class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
+    """One model version as the repository knows it.
+
+    ``url``: what it was registered from (else its source on disk); ``min_workers`` /
+    ``max_workers``: as last scaled, else as configured; ``loaded_at_startup``: found in the
+    paths the server started with, not registered since; ``default``: the model's default
+    version; ``queue``: the scheduler's and workers' counters.
+    """
+
+    name: str
+    version: str | None
+    url: str
+    config: ModelConfig
+    min_workers: int
+    max_workers: int
+    loaded_at_startup: bool
+    default: bool
+    state: ModelState
+    reason: str
+    workers: list[WorkerDescription]
+    queue: dict[str, int]
+
+
+class ModelRepository:
+    """The models of one registry and the operations on them (see the module docstring).
+
+    ``secrets``, ``executor`` and ``codec`` are what models are built with: the secrets a model
+    may read, the pool its sync code runs in, and how request objects reach worker processes.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        executor: Executor | None = None,
+        codec: RequestCodec | None = None,
+    ) -> None:
+        self._registry = registry
+        self._secrets: Mapping[str, str] = secrets if secrets is not None else {}
+        self._executor = executor
+        self._codec = codec
+        self._registered: dict[tuple[str, str | None], str] = {}  # url of each registration
+        self._scaled: dict[tuple[str, str | None], tuple[int, int]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loading: dict[int, asyncio.Task[None]] = {}  # id(mv) → its background load
+        self._started = {id(mv): _now() for mv in registry}
+
+    # -- start-up and shutdown -----------------------------------------------------------
+
+    def add_paths(self, paths: list[Path]) -> None:
+        """Discover and build every model under ``paths`` into the registry (``DefinitionError``
+        lists every problem, and then none is added). Blocking (user code is imported and
+        instantiated): call it off the event loop, before serving."""
+        register_paths(
+            self._registry,
+            paths,
+            secrets=self._secrets,
+            executor=self._build_executor(),
+            codec=self._codec,
+        )
+        now = _now()
+        for mv in self._registry:
+            self._started.setdefault(id(mv), now)
+
+    async def load_all(self) -> None:
+        """Load every version not loaded yet, concurrently; failures are recorded, not raised."""
+        await self._registry.load_all()
+
+    def versions(self) -> list[ModelVersion]:
+        """Every version, model by model (for the server's start-up report)."""
+        return list(self._registry)
+
+    async def close(self) -> None:
+        """Cancel the background work (loads, scaling) and wait for it to end."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _build_executor(self) -> Executor:
+        if self._executor is None:
+            raise PodiumError("this model repository has no executor to build models in")
+        return self._executor
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        async def run() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # nobody awaits a background task's result: log it
+                logger.error("%s failed: %s", what, exc, exc_info=exc)
+
+        task = asyncio.get_running_loop().create_task(run(), name=what)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- OIP's repository extension -------------------------------------------------------
+
+    def index(self, *, ready_only: bool = False) -> list[RepositoryModel]:
+        """Every version of every model, by name then version (only the ready ones with
+        ``ready_only``)."""
+        registry = self._registry
+        return [
+            RepositoryModel(mv.name, mv.version, mv.state, mv.reason)
+            for name in registry.names()
+            for mv in registry.versions(name)
+            if not ready_only or mv.state is ModelState.READY
+        ]
+
+    async def load(self, name: str) -> None:
+        """Make every version of ``name`` serve again (a failed or unloaded one loads again);
+        ``NotFound`` if unknown, ``ModelError`` naming each version that failed."""
+        versions = await self._registry.load(name)
+        failed = [mv for mv in versions if mv.state is not ModelState.READY]
+        if failed:
+            reasons = "; ".join(f"{mv.label}: {mv.reason}" for mv in failed)
+            raise ModelError(f"model '{name}' failed to load: {reasons}")
+
+    async def unload(self, name: str) -> None:
+        """Stop serving every version of ``name`` (requests in flight finish); ``NotFound`` if
+        unknown. The versions stay known and :meth:`load` brings them back."""
+        await self._registry.unload(name)
+
+    # -- register, unregister ---------------------------------------------------------------
+
+    async def register(
+        self, path: Path, *, url: str, overrides: ConfigOverrides | None = None
+    ) -> Registered:
+        """Build the model at ``path`` (registered as ``url``) with ``overrides`` in place of
+        its config's values and add its versions, not loaded yet (:meth:`load_registered`).
+        ``InvalidInput`` when ``path`` holds no model, several, or a broken one; ``Conflict``
+        when a version is already registered."""
+        versions = await self._build(path, url, overrides or ConfigOverrides())
+        self._add(versions, url)
+        return Registered(versions)
+
+    async def load_registered(self, registered: Registered, *, synchronous: bool) -> None:
+        """Load a registration's versions: awaited when ``synchronous`` (a version that fails
+        to load leaves the model unregistered: ``PodiumError`` with the reasons), else in the
+        background."""
+        versions = registered._added
+        if not synchronous:
+            for mv in versions:
+                self._loading[id(mv)] = self._spawn(self._load(mv), f"loading {mv.label}")
+            return
+        await asyncio.gather(*(mv.load() for mv in versions))
+        failed = [mv for mv in versions if mv.state is ModelState.FAILED]
+        if failed:
+            # As TorchServe: a model whose workers cannot start is not left registered.
+            reasons = "; ".join(f"{mv.label} failed to load: {mv.reason}" for mv in failed)
+            await self._remove(registered.name, versions)
+            raise PodiumError(f"{reasons}; the model was not registered")
+
+    async def _build(self, path: Path, url: str, overrides: ConfigOverrides) -> list[ModelVersion]:
+        executor = self._build_executor()
+        replaced = overrides.fields()
+        loop = asyncio.get_running_loop()
+        try:
+            versions = await loop.run_in_executor(
+                executor,
+                lambda: build_path(
+                    path, replaced, secrets=self._secrets, executor=executor, codec=self._codec
+                ),
+            )
+        except DefinitionError as exc:  # the client's model is wrong: a bad request
+            raise InvalidInput(f"cannot register '{url}': {exc.message}") from exc
+        if not versions:
+            raise InvalidInput(f"cannot register '{url}': it holds no model")
+        names = sorted({mv.name for mv in versions})
+        if len(names) > 1:
+            await _close(versions)
+            raise InvalidInput(
+                f"cannot register '{url}': it holds several models ({', '.join(names)}); "
+                "register one model per request"
+            )
+        return versions
+
+    def _add(self, versions: list[ModelVersion], url: str) -> None:
+        """Add ``versions`` (one model) to the registry, or raise ``Conflict``; no await here,
+        so no other registration can come in between the check and the add."""
+        name = versions[0].name
+        try:
+            existing = {mv.version for mv in self._registry.versions(name)}
+        except NotFound:
+            existing = set()
+        new = {mv.version for mv in versions}
+        clash = existing & new
+        if clash or (existing and (None in existing or None in new)):
+            self._spawn(_close(versions), "closing unregistered versions")
+            if clash and None not in clash:
+                which = ", ".join(f"'{v}'" for v in sorted(v for v in clash if v is not None))
+                raise Conflict(f"model '{name}' version {which} is already registered")
+            raise Conflict(f"model '{name}' is already registered")
+        for mv in versions:
+            self._registry.add(mv)
+            self._registered[(mv.name, mv.version)] = url
+            self._started[id(mv)] = _now()
+        defaults = {mv.config.default_version for mv in versions if mv.config.default_version}
+        if len(defaults) == 1:  # build_path checked that they agree
+            self._registry.set_default(name, defaults.pop())
+
+    async def _load(self, mv: ModelVersion) -> None:
+        try:
+            await mv.load()
+        finally:
+            self._loading.pop(id(mv), None)
+
+    async def unregister(self, name: str, version: str | None = None) -> None:
+        """Every version of the model, or the one named: new requests get ``NotFound`` at once;
+        requests in flight finish first. ``NotFound`` if unknown."""
+        if version:
+            versions = [self._registry.get(name, version)]
+        else:
+            versions = self._registry.versions(name)
+        for mv in versions:
+            loading = self._loading.pop(id(mv), None)
+            if loading is not None:
+                loading.cancel()
+                await asyncio.gather(loading, return_exceptions=True)
+        await self._remove(name, versions, version)
+
+    async def _remove(
+        self, name: str, versions: list[ModelVersion], version: str | None = None
+    ) -> None:
+        if version is None and len(versions) < len(self._registry.versions(name)):
+            for mv in versions:  # a subset (a failed registration): one by one
+                await self._registry.remove(name, mv.version)
+        else:
+            await self._registry.remove(name, version)
+        for mv in versions:
+            self._registered.pop((name, mv.version), None)
+            self._scaled.pop((name, mv.version), None)
+            self._started.pop(id(mv), None)
+
+    # -- scale, set-default ----------------------------------------------------------------
+
+    async def scale(
+        self,
+        name: str,
+        version: str | None,
+        min_workers: int,
+        max_workers: int,
+        *,
+        synchronous: bool,
+    ) -> Scaled:
+        """Run ``min_workers`` workers (at most ``max_workers``) for that version (the default
+        one when None): awaited when ``synchronous``, else in the background."""
+        mv = self._registry.get(name, version)
+        self._scaled[(mv.name, mv.version)] = (min_workers, max_workers)
+        if not synchronous:
+            self._spawn(mv.scale(min_workers, max_workers), f"scaling {mv.label}")
+            return Scaled(mv.name, mv.version, pending=True)
+        await mv.scale(min_workers, max_workers)
+        return Scaled(mv.name, mv.version, pending=False)
+
+    def set_default(self, name: str, version: str) -> None:
+        """Make ``version`` the model's default; ``NotFound`` if either is unknown."""
+        self._registry.set_default(name, version)
+
+    # -- list, describe --------------------------------------------------------------------
+
+    def models(self) -> list[ModelEntry]:
+        """Every model, by name, with its default version's URL."""
+        registry = self._registry
+        return [ModelEntry(n, self._url(registry.default_version(n))) for n in registry.names()]
+
+    def describe(
+        self, name: str, version: str | None = None, *, every: bool = False
+    ) -> list[VersionDescription]:
+        """That version of the model (the default one when None), or every version
+        (``every``); ``NotFound`` if unknown."""
+        registry = self._registry
+        versions = registry.versions(name) if every else [registry.get(name, version)]
+        default = registry.default_version(name)
+        return [self._describe(mv, mv is default) for mv in versions]
+
+    def _url(self, mv: ModelVersion) -> str:
+        return self._registered.get((mv.name, mv.version), mv.source)
+
+    def _describe(self, mv: ModelVersion, is_default: bool) -> VersionDescription:
+        config = mv.config
+        low, high = self._scaled.get(
+            (mv.name, mv.version), (config.min_workers, config.max_workers)
+        )
+        return VersionDescription(
+            name=mv.name,
+            version=mv.version,
+            url=self._url(mv),
+            config=config,
+            min_workers=low,
+            max_workers=high,
+            loaded_at_startup=(mv.name, mv.version) not in self._registered,
+            default=is_default,
+            state=mv.state,
+            reason=mv.reason,
+            workers=self._workers(mv),
+            queue=dict(mv.statistics()),
+        )
+
+    def _workers(self, mv: ModelVersion) -> list[WorkerDescription]:
+        return [
+            WorkerDescription(
+                id=str(info.id),
+                pid=info.pid,
+                kind=info.kind,
+                state=info.state,
+                busy=info.busy,
+                started=info.started or self._started.get(id(mv), _now()),
+                memory=_memory(info.pid) if info.kind == "process" else None,
+            )
+            for info in mv.workers()
+        ]
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _memory(pid: int | None) -> int | None:
+    """Resident memory of process ``pid`` in bytes (Linux), else None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+            resident = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return resident * os.sysconf("SC_PAGE_SIZE")
+
+
+async def _close(versions: list[ModelVersion]) -> None:
+    """Close versions that were built but never registered."""
+    await asyncio.gather(*(mv.close() for mv in versions), return_exceptions=True)
