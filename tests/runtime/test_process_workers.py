@@ -1,4 +1,4 @@
-"""Process workers: podium.runtime._proc / _child / _wire, through a version's pool and scheduler.
+"""Process workers: podium.runtime.process, through a version's pool and scheduler.
 
 Each test writes a small model into a temporary directory; the model records what happened to
 a file the test reads (one JSON line per event), so tests assert what happened, never timings.
