@@ -142,15 +142,15 @@ class Child(asyncio.Protocol):
                 task = asyncio.get_running_loop().create_task(self._run(message, gone, window))
                 self._requests[cid] = _Request(task, gone, window)
                 task.add_done_callback(lambda _: self._requests.pop(cid, None))
-            case Cancel(cid):
-                request = self._requests.get(cid)
+            case Cancel():
+                request = self._requests.get(message.cid)
                 if request is not None:
                     request.gone.set()
                     request.task.cancel()
-            case Credit(cid, n):
-                request = self._requests.get(cid)
+            case Credit():
+                request = self._requests.get(message.cid)
                 if request is not None:
-                    request.window.add(n)
+                    request.window.add(message.n)
             case Init():
                 self._setup = asyncio.get_running_loop().create_task(self._start(message))
 
@@ -212,13 +212,14 @@ class Child(asyncio.Protocol):
         cid = message.cid
         try:
             match message:
-                case Infer(_, inputs, snapshot):
-                    request = self._request(snapshot, gone)
-                    outputs = await self.runner.infer(self._validated(inputs), request)
+                case Infer():
+                    request = self._request(message.request, gone)
+                    inputs = self._validated(message.inputs)
+                    outputs = await self.runner.infer(inputs, request)
                     self._reply(Answer(cid, outputs))
-                case Stream(_, inputs, snapshot):
-                    request = self._request(snapshot, gone)
-                    items = self.runner.stream(self._validated(inputs), request)
+                case Stream():
+                    request = self._request(message.request, gone)
+                    items = self.runner.stream(self._validated(message.inputs), request)
                     try:
                         async for item in items:
                             await window.take()
@@ -226,9 +227,9 @@ class Child(asyncio.Protocol):
                     finally:
                         await items.aclose()
                     self.send(End(cid))
-                case Batch(_, inputs, snapshots):
-                    requests = [self._request(s, gone) for s in snapshots]
-                    self._reply(Answer(cid, await self._batch(inputs, requests)))
+                case Batch():
+                    requests = [self._request(s, gone) for s in message.requests]
+                    self._reply(Answer(cid, await self._batch(message.inputs, requests)))
         except asyncio.CancelledError:
             self.send(Stopped(cid))
         except Exception as exc:
