@@ -111,3 +111,20 @@ def test_errors_cross_as_class_message_and_picklable_attributes() -> None:
     died = m.Failed.of(WorkerDied("worker process 7 died"))
     rebuilt = pickle.loads(pickle.dumps(died, protocol=5)).exception()
     assert isinstance(rebuilt, WorkerDied) and rebuilt.message == "worker process 7 died"
+
+
+def test_the_package_exports_what_other_packages_use() -> None:
+    import podium.runtime.process as process
+
+    assert sorted(process.__all__) == process.__all__
+    assert set(process.__all__) == {
+        "Failed",
+        "HostFactory",
+        "ProcessWorker",
+        "RemoteInstance",
+        "Runner",
+        "WorkerGone",
+        "process_pool",
+    }
+    for name in process.__all__:
+        assert hasattr(process, name), name
