@@ -1,4 +1,4 @@
-"""Process workers: podium.runtime._proc / _child / _wire, through a version's pool and scheduler.
+"""Process workers: podium.runtime.process, through a version's pool and scheduler.
 
 Each test writes a small model into a temporary directory; the model records what happened to
 a file the test reads (one JSON line per event), so tests assert what happened, never timings.
@@ -6,6 +6,7 @@ a file the test reads (one JSON line per event), so tests assert what happened, 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 from starlette.requests import Request
 
+import podium.runtime.process
 from podium.errors import Cancelled, ModelError, ResponseTimeout, WorkerDied, http_status
 from podium.model.discovery import discover_all
 from podium.runtime import workers as workers_module
@@ -412,3 +414,40 @@ def test_worker_processes_die_with_a_killed_server(tmp_path: Path) -> None:
 
         time.sleep(0.01)
     assert not any(_alive(p) for p in pids)
+
+
+def _imported(path: Path, package: str) -> set[str]:
+    """The podium modules ``path`` (a module of ``package``) imports, relative ones resolved."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("podium"))
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            if node.level == 0:
+                base = []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if module.startswith("podium"):
+                names = [] if node.module else [a.name for a in node.names]
+                found.update([f"{module}.{n}" for n in names] or [module])
+    return found
+
+
+def test_the_process_package_imports_nothing_above_the_execution_layer() -> None:
+    """Neither side of a process worker imports the scheduling, registry or loading layers, a
+    front end, or another package's private module: what the worker process needs from above
+    comes by reference in its Init message."""
+    package = podium.runtime.process.__name__
+    allowed = {
+        "podium.config",
+        "podium.errors",
+        "podium.types",
+        "podium.model",
+        "podium.model.discovery",
+        "podium.runtime.workers",
+    }
+    for path in Path(podium.runtime.process.__file__).parent.glob("*.py"):
+        for module in _imported(path, package):
+            assert module in allowed or module.startswith(package + "."), (
+                f"{path.name} imports {module}"
+            )

@@ -34,7 +34,7 @@ def worker_pids(server_pid: int) -> set[int]:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         state, ppid = fields[0], int(fields[1])
-        if ppid == server_pid and state != "Z" and b"podium.runtime._child" in cmdline:
+        if ppid == server_pid and state != "Z" and b"podium.runtime.process" in cmdline:
             found.add(int(entry.name))
     return found
 

@@ -3,3 +3,7 @@
 Imports nothing above ``podium.types`` / ``podium.errors`` / ``podium.config`` / ``podium.codecs``,
 and no web or gRPC library.
 """
+
+from ._calls import model_error
+
+__all__ = ["model_error"]

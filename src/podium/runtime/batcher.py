@@ -18,10 +18,9 @@ from typing import Any
 
 from ..errors import BadModelOutput, QueueFull, Unavailable
 from ..types import ModelInstance
-from . import _wire
-from ._proc import WorkerGone
 from ._scheduler import Activity
 from .direct import stream_inputs_through, stream_through
+from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
 
 __all__ = ["BatchScheduler"]
@@ -241,8 +240,8 @@ class BatchScheduler:
         for e, out in zip(batch, outputs, strict=True):
             if e.future.done():
                 continue
-            if isinstance(out, _wire.Failed):
-                e.future.set_exception(_wire.unpack_error(out.error))
+            if isinstance(out, Failed):
+                e.future.set_exception(out.exception())
             else:
                 e.worker = worker
                 e.future.set_result(out)

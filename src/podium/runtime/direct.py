@@ -8,8 +8,8 @@ from typing import Any
 
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
-from ._proc import WorkerGone
 from ._scheduler import Activity
+from .process import WorkerGone
 from .workers import Worker, WorkerPool
 
 __all__ = ["DirectScheduler"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 from collections.abc import Mapping
@@ -18,15 +19,17 @@ from ._scheduler import Scheduler
 from .batcher import BatchScheduler
 from .continuous import ContinuousScheduler
 from .direct import DirectScheduler
+from .process import process_pool
 from .registry import ModelVersion, Registry
 from .sequences import SequenceScheduler
-from .workers import RequestCodec, WorkerPool, process_pool, thread_pool
+from .workers import RequestCodec, WorkerKind, WorkerPool, thread_pool
 
 __all__ = [
     "build_instance",
     "build_path",
     "build_version",
     "check_paths",
+    "host_in_worker",
     "prepare",
     "register_paths",
 ]
@@ -48,7 +51,7 @@ def _check_continuous(source: ModelSource) -> None:
     if not config.continuous_batching:
         return
     problems = []
-    if config.workers == "process":
+    if config.workers == WorkerKind.PROCESS:
         problems.append(
             f"{source.label}: continuous_batching with workers: process is not supported yet; "
             "set workers: thread (or leave it out)"
@@ -73,7 +76,7 @@ def _check_continuous(source: ModelSource) -> None:
 def prepare(source: ModelSource) -> Any:
     """Import and check a model's code, by the contract it is written to (nothing is
     instantiated): a native model's :class:`ModelSpec`, or what the other adapter needs."""
-    if source.config.sequence_batching and source.config.workers == "process":
+    if source.config.sequence_batching and source.config.workers == WorkerKind.PROCESS:
         raise DefinitionError(
             f"{source.label}: sequence_batching runs on thread workers for now; "
             "set workers: thread (or leave it out)"
@@ -122,9 +125,11 @@ def build_version(
         spec = prepare(source)
     config = source.config
     pool: WorkerPool
-    if config.workers == "process":
+    if WorkerKind(config.workers) is WorkerKind.PROCESS:
         threads = getattr(executor, "_max_workers", 16)
-        pool = process_pool(source, secrets=secrets, codec=codec, threads=threads)
+        pool = process_pool(
+            source, secrets=secrets, codec=codec, host=host_in_worker, threads=threads
+        )
     else:
         instance = build_instance(source, spec, secrets=secrets, executor=executor)
         build = functools.partial(build_instance, source, spec, secrets=secrets, executor=executor)
@@ -290,3 +295,25 @@ def build_path(
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     return _build(checked, secrets=secrets, executor=executor, codec=codec)
+
+
+async def host_in_worker(
+    source: ModelSource, secrets: Mapping[str, str], executor: Executor
+) -> tuple[ModelInstance, DirectScheduler]:
+    """The model of a process worker, built and loaded in its worker process, and the scheduler
+    that runs each request through it there (the ``HostFactory`` handed to ``process_pool``:
+    the worker process imports this module by reference, ``runtime.process`` never names it)."""
+    loop = asyncio.get_running_loop()
+    prepared = await loop.run_in_executor(executor, prepare, source)
+    build = functools.partial(build_instance, source, prepared, secrets=secrets, executor=executor)
+    instance = await loop.run_in_executor(executor, build)
+    await instance.load()
+    config = source.config
+    scheduler = DirectScheduler(
+        instance,
+        model=config.name,
+        concurrency=config.predict_concurrency,
+        max_queue_size=1 << 30,  # the server's line bounds what reaches a worker
+        stream_buffer=1,  # the window to the server is the stream's real buffer
+    )
+    return instance, scheduler

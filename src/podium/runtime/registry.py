@@ -15,7 +15,7 @@ from ..config import ModelConfig
 from ..errors import ModelNotReady, NotFound, PodiumError
 from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
-from .workers import WorkerInfo, WorkerPool
+from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
 
 __all__ = ["ModelState", "ModelVersion", "Registry", "version_key"]
 
@@ -96,7 +96,7 @@ class ModelVersion:
         pool = self._workers_pool()
         if pool is None:
             busy = self.scheduler.statistics().get("busy", 0)
-            return [WorkerInfo("1", os.getpid(), "thread", "ready", busy, 0.0)]
+            return [WorkerInfo("1", os.getpid(), WorkerKind.THREAD, WorkerState.READY, busy, 0.0)]
         return pool.infos()
 
     async def scale(self, min_workers: int, max_workers: int | None = None) -> None:

@@ -7,8 +7,9 @@ the worker they got; the worker gives the slot back when its instance is done wi
 
 - ``thread`` workers (:class:`ThreadWorker`): instances in the server process. The scheduler runs
   ``preprocess`` / ``postprocess`` outside the slots itself; the worker runs ``predict``.
-- ``process`` workers (:class:`podium.runtime._proc.ProcessWorker`): one instance per worker
-  process, which runs the whole ``preprocess`` → ``predict`` → ``postprocess`` (see ``_proc``).
+- ``process`` workers (:class:`podium.runtime.process.ProcessWorker`): one instance per worker
+  process, which runs the whole ``preprocess`` → ``predict`` → ``postprocess`` (that package
+  builds on this module; this one does not import it).
 
 The pool restarts workers that die (with a back-off), retires workers on ``scale`` once they have
 finished what they hold, and replaces a worker whose predict ran past ``response_timeout``.
@@ -18,18 +19,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..errors import InvalidInput, ModelNotReady, ResponseTimeout, Unavailable
 from ..types import ModelInstance
 from ._gate import WorkerGate
 
-__all__ = ["RequestCodec", "ThreadWorker", "Worker", "WorkerInfo", "WorkerPool"]
+__all__ = [
+    "END",
+    "Failure",
+    "RequestCodec",
+    "ThreadWorker",
+    "Worker",
+    "WorkerInfo",
+    "WorkerKind",
+    "WorkerPool",
+    "WorkerState",
+    "thread_pool",
+]
 
 logger = logging.getLogger("podium.workers")
 
@@ -43,6 +56,25 @@ MAX_START_FAILURES = 5
 STABLE_AFTER = 10.0
 
 
+class WorkerKind(enum.StrEnum):
+    """Where a worker runs its instance (``workers`` in a model's config names one)."""
+
+    THREAD = "thread"  # in the server process
+    PROCESS = "process"  # in a worker process of its own
+
+
+class WorkerState(enum.StrEnum):
+    """A worker's life: starting → ready → stopping → dead (it may die from any state)."""
+
+    STARTING = "starting"
+    READY = "ready"  # takes work
+    STOPPING = "stopping"  # takes no new work; finishes (or fails) what it holds
+    DEAD = "dead"
+
+
+_LIVE = (WorkerState.STARTING, WorkerState.READY)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """One worker as the management API shows it.
@@ -53,8 +85,8 @@ class WorkerInfo:
 
     id: str
     pid: int | None
-    kind: str  # "thread" | "process"
-    state: str  # "starting" | "ready" | "stopping" | "dead"
+    kind: WorkerKind
+    state: WorkerState
     busy: int
     started: float  # epoch seconds
 
@@ -62,13 +94,15 @@ class WorkerInfo:
 class RequestCodec(Protocol):
     """How a front end's request object crosses into a worker process (implemented above runtime/).
 
-    ``snapshot`` runs in the server and returns a picklable description of the request (its body
-    read); ``rebuild`` names a function ``(snapshot, receive) -> request`` by ``"module:function"``,
-    which the worker imports and calls; ``receive`` is an ASGI receive callable that returns
-    ``http.disconnect`` once the real client has left.
+    ``snapshot`` runs in the server and returns a picklable copy of the request (its body read).
+    ``rebuild(snapshot, gone)`` runs in the worker process and returns the request the model
+    gets; ``await gone()`` returns once the real client has left. ``rebuild`` travels to the
+    worker by reference (pickled by module and name), so it is a module-level function: runtime/
+    never names the module that defines it.
     """
 
-    rebuild: str
+    @property
+    def rebuild(self) -> Callable[[Any, Callable[[], Awaitable[Any]]], Any]: ...
 
     async def snapshot(self, request: Any) -> Any: ...
 
@@ -78,9 +112,9 @@ class Worker(Protocol):
     from the gate; the worker gives it back (``gate.release``) when its instance is done."""
 
     id: str
-    kind: str
+    kind: WorkerKind
     pid: int | None
-    state: str
+    state: WorkerState
     busy: int
     capacity: int
     started: float
@@ -99,10 +133,20 @@ class Worker(Protocol):
     async def close(self) -> None: ...
 
 
-_END = object()
+class _End:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "END"
 
 
-class _Failure:
+#: The end of a stream, in every worker's buffer of stream items (after the last item).
+END: Final = _End()
+
+
+class Failure:
+    """A stream's failure, in a worker's buffer of stream items (instead of ``END``)."""
+
     __slots__ = ("exc",)
 
     def __init__(self, exc: BaseException) -> None:
@@ -112,7 +156,7 @@ class _Failure:
 class ThreadWorker:
     """One instance in the server process, with ``capacity`` (= predict_concurrency) slots."""
 
-    kind = "thread"
+    kind = WorkerKind.THREAD
 
     def __init__(
         self,
@@ -130,7 +174,7 @@ class ThreadWorker:
         self.id = wid
         self.instance = instance
         self.pid: int | None = os.getpid()
-        self.state = "starting"
+        self.state = WorkerState.STARTING
         self.busy = 0
         self.capacity = capacity
         self.started = time.time()
@@ -152,7 +196,7 @@ class ThreadWorker:
         if not self._loaded:
             await self.instance.load()
             self._loaded = True
-        self.state = "ready"
+        self.state = WorkerState.READY
 
     def _release(self) -> None:
         self._gate.release(self)
@@ -237,7 +281,7 @@ class ThreadWorker:
         )
 
     def _check_stuck(self, task: asyncio.Future[Any]) -> None:
-        if not task.done() and self.state == "ready" and self._on_stuck is not None:
+        if not task.done() and self.state is WorkerState.READY and self._on_stuck is not None:
             self._on_stuck(self)
 
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
@@ -278,9 +322,9 @@ class ThreadWorker:
                         f"{self._label} predict produced no item within response_timeout "
                         f"{self._timeout:g} s (thread worker {self.id})"
                     ) from None
-                if item is _END:
+                if item is END:
                     return
-                if isinstance(item, _Failure):
+                if isinstance(item, Failure):
                     raise item.exc
                 yield item
         finally:
@@ -294,17 +338,17 @@ class ThreadWorker:
         queue: asyncio.Queue[Any],
         released: list[bool],
     ) -> None:
-        outcome: Any = _END
+        outcome: Any = END
         try:
             items = make()
         except Exception as exc:
-            await queue.put(_Failure(exc))
+            await queue.put(Failure(exc))
             return
         try:
             async for item in items:
                 await queue.put(item)
         except Exception as exc:
-            outcome = _Failure(exc)
+            outcome = Failure(exc)
         finally:
             try:
                 await items.aclose()
@@ -315,13 +359,13 @@ class ThreadWorker:
 
     async def close(self) -> None:
         """Stop every running stream; their readers get ``Unavailable``, not a hang."""
-        self.state = "dead"
+        self.state = WorkerState.DEAD
         producers = dict(self._producers)
         for task in producers:
             task.cancel()
         if producers:
             await asyncio.gather(*producers, return_exceptions=True)
-        failure = _Failure(Unavailable(f"{self._label} was unloaded mid-stream"))
+        failure = Failure(Unavailable(f"{self._label} was unloaded mid-stream"))
         for queue in producers.values():
             while True:  # the reader must see the failure even if the buffer is full
                 try:
@@ -352,7 +396,7 @@ class WorkerPool:
         *,
         model: str,
         label: str,
-        kind: str,
+        kind: WorkerKind,
         instance: ModelInstance,
         new_worker: WorkerFactory,
         min_workers: int,
@@ -399,7 +443,7 @@ class WorkerPool:
         pool = cls(
             model=model,
             label=f"model '{model}'",
-            kind="thread",
+            kind=WorkerKind.THREAD,
             instance=instance,
             new_worker=_no_more_workers,
             min_workers=1,
@@ -415,12 +459,32 @@ class WorkerPool:
             stream_buffer=stream_buffer,
             loaded=True,
         )
-        worker.state = "ready"
+        worker.state = WorkerState.READY
         pool._workers.append(worker)
         pool._count = 1
         pool._started = True
         pool.gate.add(worker)
         return pool
+
+    @classmethod
+    def for_config(
+        cls, config: Any, kind: WorkerKind, instance: Any, new_worker: WorkerFactory
+    ) -> WorkerPool:
+        """The pool a model's config asks for: its workers, slots and waiting line."""
+        label = f"model '{config.name}'" + (
+            f" version '{config.version}'" if config.version else ""
+        )
+        return cls(
+            model=config.name,
+            label=label,
+            kind=kind,
+            instance=instance,
+            new_worker=new_worker,
+            min_workers=config.min_workers,
+            max_workers=config.max_workers,
+            max_waiting=config.max_queue_size,
+            slots_per_worker=config.predict_concurrency,
+        )
 
     # -- views -----------------------------------------------------------------------------
 
@@ -432,7 +496,7 @@ class WorkerPool:
         if not self._started:  # not loaded yet: the slots it will have
             slots = self.min_workers * self._slots_per_worker
         else:
-            slots = sum(w.capacity for w in self._workers if w.state == "ready")
+            slots = sum(w.capacity for w in self._workers if w.state is WorkerState.READY)
         return {
             "slots": slots,
             "busy": sum(w.busy for w in self._workers),
@@ -442,7 +506,8 @@ class WorkerPool:
     def counts(self) -> dict[str, int]:
         """Workers running (starting or ready) and ready."""
         live = self._live()
-        return {"workers": len(live), "ready_workers": sum(w.state == "ready" for w in live)}
+        ready = sum(w.state is WorkerState.READY for w in live)
+        return {"workers": len(live), "ready_workers": ready}
 
     def preprocessor(self) -> ModelInstance:
         """The instance a thread version's ``preprocess`` runs on: the least-loaded ready one."""
@@ -466,7 +531,7 @@ class WorkerPool:
             self._started = True
 
     def _live(self) -> list[Worker]:
-        return [w for w in self._workers if w.state in ("starting", "ready")]
+        return [w for w in self._workers if w.state in _LIVE]
 
     async def _start_one(self) -> Worker:
         self._count += 1
@@ -476,7 +541,7 @@ class WorkerPool:
         try:
             await worker.start()
         except BaseException:
-            worker.state = "dead"
+            worker.state = WorkerState.DEAD
             self._workers.remove(worker)
             raise
         finally:
@@ -523,13 +588,13 @@ class WorkerPool:
             self.on_worker_lost(worker, how)
 
     async def _retire(self, worker: Worker, how: str = "was stopped (scaled down)") -> None:
-        worker.state = "stopping"
+        worker.state = WorkerState.STOPPING
         self.gate.remove(worker)
         if how:
             self._lost(worker, how)
         await worker.wait_idle()
         await worker.close()
-        worker.state = "dead"
+        worker.state = WorkerState.DEAD
         if worker in self._workers:
             self._workers.remove(worker)
         logger.info("%s: %s worker %s stopped", self.label, self.kind, worker.id)
@@ -537,7 +602,7 @@ class WorkerPool:
     def worker_exited(self, worker: Worker, reason: str, *, crashed: bool, lived: float) -> None:
         """A worker died (crash, kill, timeout recycling): replace it unless we are closing."""
         self.gate.remove(worker)
-        worker.state = "dead"
+        worker.state = WorkerState.DEAD
         if worker in self._workers:
             self._workers.remove(worker)
         if self._closing:
@@ -556,7 +621,7 @@ class WorkerPool:
             self.label,
             worker.id,
         )
-        worker.state = "stopping"
+        worker.state = WorkerState.STOPPING
         self.gate.remove(worker)
         self._lost(worker, "died (stuck past response_timeout, replaced)")
         self._spawn_replace()
@@ -628,10 +693,6 @@ async def _no_more_workers(wid: str) -> Worker:
     raise Unavailable("this pool runs one given instance and cannot start more workers")
 
 
-def _label(config: Any) -> str:
-    return f"model '{config.name}'" + (f" version '{config.version}'" if config.version else "")
-
-
 def thread_pool(
     source: Any,
     instance: ModelInstance,
@@ -660,59 +721,5 @@ def thread_pool(
             on_stuck=pool._stuck,
         )
 
-    pool = _pool_for(config, "thread", instance, new_worker)
+    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker)
     return pool
-
-
-def process_pool(
-    source: Any, *, secrets: Any, codec: RequestCodec | None, threads: int = 16
-) -> WorkerPool:
-    """A pool of worker processes, each building the model from ``source`` itself."""
-    from ._proc import ProcessWorker, RemoteInstance
-
-    config = source.config
-    descriptor = RemoteInstance()
-    portable = _portable_secrets(secrets)
-
-    async def new_worker(wid: str) -> Worker:
-        return ProcessWorker(  # type: ignore[return-value]  # its instance is a RemoteInstance
-            wid,
-            source=source,
-            secrets=portable,
-            codec=codec,
-            gate=pool.gate,
-            descriptor=descriptor,
-            label=pool.label,
-            batching=config.batch_size > 1,
-            on_exit=pool.worker_exited,
-            threads=threads,
-        )
-
-    pool = _pool_for(config, "process", descriptor, new_worker)
-    return pool
-
-
-def _pool_for(config: Any, kind: str, instance: Any, new_worker: WorkerFactory) -> WorkerPool:
-    """The pool a model's config asks for: its workers, slots and waiting line."""
-    return WorkerPool(
-        model=config.name,
-        label=_label(config),
-        kind=kind,
-        instance=instance,
-        new_worker=new_worker,
-        min_workers=config.min_workers,
-        max_workers=config.max_workers,
-        max_waiting=config.max_queue_size,
-        slots_per_worker=config.predict_concurrency,
-    )
-
-
-def _portable_secrets(secrets: Any) -> Any:
-    """Secrets as a worker process can rebuild them: a ``Secrets`` reads the environment (which
-    the worker inherits) and its directory, so only the directory travels; a plain mapping is
-    copied."""
-    from ..config import Secrets
-
-    if isinstance(secrets, Secrets):
-        return ("secrets-dir", secrets.directory)
-    return dict(secrets)

@@ -9,14 +9,19 @@ turns true there as it does in the server. What a worker cannot have: the ASGI `
 answers by returning, as everywhere), ``request.app`` and ``request.state`` (server objects).
 
 ``runtime/`` never imports this module: ``_runner.py`` hands :class:`RequestSnapshots` down as the
-:class:`podium.runtime.workers.RequestCodec`, and the worker imports :func:`rebuild` by its name.
+:class:`podium.runtime.workers.RequestCodec`, and :func:`rebuild` reaches the worker process by
+reference (pickled by its module and name), which imports it there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["RequestSnapshots", "rebuild"]
+__all__ = ["RequestSnapshots", "Snapshot", "rebuild"]
+
+#: What crosses to the worker: the scope's request keys, and the body.
+Snapshot = tuple[dict[str, Any], bytes]
 
 #: The scope keys that describe the request (everything else belongs to the server).
 _KEYS = (
@@ -34,13 +39,30 @@ _KEYS = (
     "headers",
 )
 
+_DISCONNECT = {"type": "http.disconnect"}
+
+
+def rebuild(snapshot: Snapshot, gone: Callable[[], Awaitable[Any]]) -> Any:
+    """The worker's ``starlette.requests.Request``: the snapshot's scope and body; its
+    ``receive`` returns ``http.disconnect`` once ``await gone()`` returns (the client left)."""
+    from starlette.requests import Request
+
+    async def receive() -> dict[str, Any]:
+        await gone()
+        return _DISCONNECT
+
+    scope, body = snapshot
+    request = Request(scope, receive)
+    request._body = body  # starlette's cache: body(), json() and stream() use it
+    return request
+
 
 class RequestSnapshots:
     """The :class:`~podium.runtime.workers.RequestCodec` for starlette requests."""
 
-    rebuild = "podium.server._requests:rebuild"
+    rebuild = staticmethod(rebuild)
 
-    async def snapshot(self, request: Any) -> dict[str, Any]:
+    async def snapshot(self, request: Any) -> Snapshot:
         """A picklable copy of ``request``: its scope's request keys and its body."""
         scope = request.scope
         copied = {key: scope[key] for key in _KEYS if key in scope}
@@ -52,14 +74,4 @@ class RequestSnapshots:
         grpc = scope.get("extensions", {}).get("grpc")
         if grpc is not None:
             copied["extensions"] = {"grpc": dict(grpc)}
-        return {"scope": copied, "body": await request.body()}
-
-
-def rebuild(snapshot: dict[str, Any], receive: Any) -> Any:
-    """The worker's ``starlette.requests.Request``: the snapshot's scope and body; ``receive``
-    returns ``http.disconnect`` once the client has left (and waits until then)."""
-    from starlette.requests import Request
-
-    request = Request(snapshot["scope"], receive)
-    request._body = snapshot["body"]  # starlette's cache: body(), json() and stream() use it
-    return request
+        return copied, await request.body()

@@ -1,18 +1,10 @@
 """Process workers, the server's side: one worker process per instance, over a socket pair.
 
-The worker process (``python -m podium.runtime._child``, started fresh: spawn, never fork, since
+The worker process (``python -m podium.runtime.process``, started fresh: spawn, never fork, since
 the server runs thread pools and gRPC threads) builds the model itself from its ``ModelSource``
-and runs preprocess → predict → postprocess for each request. The server reads the worker's
-socket from the event loop (an ``asyncio.Protocol``: no polling) and writes one frame per request
-(``_wire``: pickle protocol 5, large buffers out of band). Messages:
-
-    server → worker   ("call", id, op, inputs, request snapshot)   op: infer | stream | batch
-                      ("cancel", id)          the client left: cancel it, is_disconnected() true
-                      ("credit", id, n)       a stream's reader took n more items
-    worker → server   ("ready", description) / ("failed", reason)   once, after building
-                      ("ok", id, value) / ("err", id, error)         the answer
-                      ("item", id, value) ... ("end", id)            a stream
-                      ("done", id)            a cancelled request has stopped
+and runs preprocess → predict → postprocess for each request (``_child``). The server reads the
+worker's socket from the event loop (an ``asyncio.Protocol``: no polling) and writes one frame per
+request (``_wire``; the messages are in ``_messages``).
 
 A worker process that dies fails the requests it held at once with ``WorkerDied`` (naming its
 pid and how it ended); the pool starts another. A predict past ``response_timeout`` fails with
@@ -33,23 +25,57 @@ import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ..model._source import ModelSource
-from ..types import Generation, InputKind
-from . import _wire
-from ._gate import WorkerGate
+import msgspec
 
-__all__ = ["ProcessWorker", "RemoteInstance", "WorkerGone"]
+from ...config import Secrets
+from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
+from ...types import Generation, InputKind, ModelInstance
+from ..workers import (
+    END,
+    Failure,
+    RequestCodec,
+    Worker,
+    WorkerKind,
+    WorkerPool,
+    WorkerState,
+)
+from ._messages import (
+    Answer,
+    Batch,
+    Cancel,
+    Credit,
+    End,
+    EnvSecrets,
+    Error,
+    HostFactory,
+    Infer,
+    Init,
+    Item,
+    Message,
+    Ready,
+    StartFailed,
+    Stopped,
+    Stream,
+    Unvalidated,
+)
+from ._wire import Decoder, encode
+
+if TYPE_CHECKING:
+    from ...model.discovery import ModelSource
+
+__all__ = ["ProcessWorker", "RemoteInstance", "WorkerGone", "describe_exit", "process_pool"]
 
 logger = logging.getLogger("podium.workers")
 
 #: The directory holding the ``podium`` package: the worker imports this very Podium.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 #: Seconds a worker process gets to exit after its socket is closed before it is killed.
 STOP_TIMEOUT = 5.0
+
+_READY = WorkerState.READY  # compared on every request
 
 
 class WorkerGone(WorkerDied):
@@ -78,20 +104,20 @@ class RemoteInstance:
         self.has_postprocess = False
         self.pipelined = False  # the real instance has preprocess or postprocess
 
-    def describe(self, description: Mapping[str, Any]) -> None:
-        self.needs_inputs = description["needs_inputs"]
-        self.needs_request = description["needs_request"]
-        self.input_kind = description["input_kind"]
-        self.streaming = description["streaming"]
-        self.predict_on_infer = description["predict_on_infer"]
-        self.consumes_stream = description["consumes_stream"]
-        self.pipelined = description["pipelined"]
+    def describe(self, ready: Ready) -> None:
+        self.needs_inputs = ready.needs_inputs
+        self.needs_request = ready.needs_request
+        self.input_kind = ready.input_kind
+        self.streaming = ready.streaming
+        self.predict_on_infer = ready.predict_on_infer
+        self.consumes_stream = ready.consumes_stream
+        self.pipelined = ready.pipelined
 
     async def load(self) -> None:
         return None
 
     def validate(self, value: Any) -> Any:
-        return _wire.Unvalidated(value)
+        return Unvalidated(value)
 
     async def preprocess(self, inputs: Any, request: Any) -> Any:
         return inputs
@@ -127,19 +153,49 @@ def describe_exit(code: int | None) -> str:
 
 
 class _Call:
-    __slots__ = ("future", "items", "wake", "timer", "stream")
+    """A request sent to the worker process: a call's future, or a stream's items (its values,
+    then ``END`` or a ``Failure``) and its reader's wake-up."""
+
+    __slots__ = ("future", "items", "wake", "timer")
 
     def __init__(self, future: asyncio.Future[Any] | None) -> None:
         self.future = future
-        self.stream = future is None
-        self.items: collections.deque[tuple[str, Any]] = collections.deque()
+        self.items: collections.deque[Any] = collections.deque()
         self.wake: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
 
+    def push(self, item: Any) -> None:
+        self.items.append(item)
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def answer(self, value: Any) -> None:
+        future = self.future
+        if future is None:
+            self.push(END)
+        elif not future.done():
+            future.set_result(value)
+
+    def fail(self, exc: BaseException) -> None:
+        future = self.future
+        if future is None:
+            self.push(Failure(exc))
+        elif not future.done():
+            future.set_exception(exc)
+
+    def stop(self) -> None:
+        """It ended without an answer: a stream's end, or a cancelled request's."""
+        future = self.future
+        if future is None:
+            self.push(END)
+        elif not future.done():
+            future.cancel()
+
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, on_message: Callable[[Any], None], on_lost: Callable[[], None]) -> None:
-        self._decoder = _wire.Decoder(on_message)
+    def __init__(self, on_message: Callable[[Message], None], on_lost: Callable[[], None]) -> None:
+        self._decoder = Decoder(on_message)
         self._on_lost = on_lost
 
     def data_received(self, data: bytes) -> None:
@@ -153,51 +209,46 @@ class _Connection(asyncio.Protocol):
 
 
 class ProcessWorker:
-    """One worker process holding one instance; ``capacity`` requests at a time."""
+    """One worker process holding one instance; ``capacity`` requests at a time.
 
-    kind = "process"
+    ``init`` is what its process builds (:class:`Init`); ``codec`` snapshots request objects
+    for it. The slots and the line are ``pool``'s; ``descriptor`` is the version's
+    :class:`RemoteInstance`, described by the first worker that starts.
+    """
+
+    kind = WorkerKind.PROCESS
 
     def __init__(
         self,
         wid: str,
         *,
-        source: ModelSource,
-        secrets: Any,
-        codec: Any,
-        gate: WorkerGate,
+        pool: WorkerPool,
         descriptor: RemoteInstance,
-        label: str,
-        batching: bool,
-        on_exit: Callable[..., None],
-        threads: int = 16,
-        log_level: int | None = None,
+        init: Init,
+        codec: RequestCodec | None,
     ) -> None:
-        config = source.config
+        config = init.source.config
         self.id = wid
-        self.instance = descriptor
+        self.instance: ModelInstance = descriptor
+        self._descriptor = descriptor
         self.pid: int | None = None
-        self.state = "starting"
+        self.state = WorkerState.STARTING
         self.busy = 0
         self.capacity = config.predict_concurrency
         self.started = time.time()
-        self._source = source
-        self._secrets = secrets
+        self._init = init
         self._codec = codec
-        self._gate = gate
-        self._label = label
-        self._batching = batching
-        self._on_exit = on_exit
-        self._threads = threads
-        self._log_level = (
-            logging.getLogger().getEffectiveLevel() if log_level is None else log_level
-        )
+        self._gate = pool.gate
+        self._label = pool.label
+        self._on_exit = pool.worker_exited
+        self._batching = config.batch_size > 1
         self._timeout = config.response_timeout_s
         self._window = config.stream_buffer
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count(1)
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
-        self._ready: asyncio.Future[Any] | None = None
+        self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
         self._ending: str | None = None  # why we are ending it: not a crash
         self._idle: asyncio.Event | None = None
@@ -211,16 +262,15 @@ class ProcessWorker:
         ``WorkerDied`` with the reason when it cannot."""
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        package_root = _PACKAGE_ROOT
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_root, env.get("PYTHONPATH", "")) if p
+            p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
         )
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "podium.runtime._child",
+                "podium.runtime.process",  # this package's __main__: _child.main
                 str(theirs.fileno()),
                 str(os.getpid()),
                 pass_fds=(theirs.fileno(),),
@@ -237,36 +287,27 @@ class ProcessWorker:
             lambda: _Connection(self._on_message, self._on_lost), sock=ours
         )
         self._transport = transport
-        init = {
-            "source": self._source,
-            "secrets": self._secrets,
-            "rebuild": getattr(self._codec, "rebuild", None),
-            "worker": self.id,
-            "threads": self._threads,
-            "log_level": self._log_level,
-            "batching": self._batching,
-        }
-        self._send(("init", init))
+        self._send(self._init)
         try:
-            description = await self._ready
+            ready = await self._ready
         except BaseException:
             await self.close()
             raise
-        self.instance.describe(description)
-        if description["pipelined"] and not self._batching:
+        self._descriptor.describe(ready)
+        if ready.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
             self.capacity *= 2
         self.started = time.time()
-        self.state = "ready"
+        self.state = WorkerState.READY
         self._was_ready = True
 
     async def close(self) -> None:
         """Close its socket (the process exits on EOF); kill it after STOP_TIMEOUT."""
         if self._ending is None:
             self._ending = "stopped"
-        if self.state != "dead":
-            self.state = "stopping"
+        if self.state is not WorkerState.DEAD:
+            self.state = WorkerState.STOPPING
         if self._transport is not None:
             self._transport.close()
         proc = self._proc
@@ -282,7 +323,7 @@ class ProcessWorker:
                 await proc.wait()
         if self._exited is not None and not self._exited.done():
             await asyncio.shield(self._exited)
-        self.state = "dead"
+        self.state = WorkerState.DEAD
 
     def recycle(self, why: str) -> None:
         """Kill the process now (a stuck predict cannot be stopped otherwise); it is replaced."""
@@ -306,73 +347,66 @@ class ProcessWorker:
 
     # -- the socket ------------------------------------------------------------------------
 
-    def _send(self, message: Any) -> None:
+    def _send(self, message: Message) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        transport.writelines(_wire.encode(message))
+        transport.writelines(encode(message))
 
-    def _on_message(self, message: Any) -> None:
-        kind = message[0]
-        if kind == "item":
-            call = self._calls.get(message[1])
-            if call is not None:
-                self._push(call, ("item", message[2]))
-                self._arm(message[1], call)
-            return
-        if kind in ("ok", "err", "end", "done"):
-            call = self._calls.pop(message[1], None)
-            if call is None:
-                return
-            if call.timer is not None:
-                call.timer.cancel()
-            value = _wire.unpack_error(message[2]) if kind == "err" else message[-1]
-            self._finish(call, kind, value)
-            self._release()
-            return
-        if kind == "ready":
-            if self._ready is not None and not self._ready.done():
-                self._ready.set_result(message[1])
-            return
-        if kind == "failed":
-            self._ending = "failed to start"
-            if self._ready is not None and not self._ready.done():
-                self._ready.set_exception(
-                    WorkerDied(f"{self._label} worker process {self.pid}: {message[1]}")
-                )
+    def _on_message(self, message: Message) -> None:
+        # Bare class patterns, the most frequent first: each class that does not match costs an
+        # isinstance through msgspec's metaclass, and positional captures cost more again.
+        match message:
+            case Answer():
+                call = self._last(message.cid)
+                if call is not None:
+                    call.answer(message.value)
+                    self._release()
+            case Item():
+                cid = message.cid
+                call = self._calls.get(cid)
+                if call is not None:
+                    call.push(message.value)
+                    self._arm(cid, call)
+            case End() | Stopped():
+                call = self._last(message.cid)
+                if call is not None:
+                    call.stop()
+                    self._release()
+            case Error():
+                call = self._last(message.cid)
+                if call is not None:
+                    call.fail(message.exception())
+                    self._release()
+            case Ready():
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_result(message)
+            case StartFailed():
+                self._ending = "failed to start"
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_exception(
+                        WorkerDied(f"{self._label} worker process {self.pid}: {message.reason}")
+                    )
 
-    def _finish(self, call: _Call, kind: str, value: Any) -> None:
-        if call.stream:
-            self._push(call, (kind, value))
-            return
-        future = call.future
-        if future is None or future.done():
-            return
-        if kind == "ok":
-            future.set_result(value)
-        elif kind == "err":
-            future.set_exception(value)
-        else:
-            future.cancel()
-
-    @staticmethod
-    def _push(call: _Call, entry: tuple[str, Any]) -> None:
-        call.items.append(entry)
-        if call.wake is not None and not call.wake.done():
-            call.wake.set_result(None)
+    def _last(self, cid: int) -> _Call | None:
+        """The call ``cid`` has had its last message: forget it (its slot is freed next)."""
+        call = self._calls.pop(cid, None)
+        if call is not None and call.timer is not None:
+            call.timer.cancel()
+        return call
 
     def _hold_place(self) -> None:
         """Leave the gate, but count as starting until the pool has taken over the restart:
         requests meanwhile wait for the replacement instead of being refused."""
         self._gate.remove(self)
-        if self._was_ready and not self._holding and self._ending not in ("stopped",):
+        if self._was_ready and not self._holding and self._ending != "stopped":
             self._holding = True
             self._gate.starting += 1
 
     def _on_lost(self) -> None:
         self._hold_place()
-        if self.state in ("starting", "ready"):
-            self.state = "stopping"
+        if self.state is WorkerState.STARTING or self.state is WorkerState.READY:
+            self.state = WorkerState.STOPPING
         asyncio.get_running_loop().create_task(self._reap())
 
     async def _reap(self) -> None:
@@ -398,10 +432,10 @@ class ProcessWorker:
         for call in calls.values():
             if call.timer is not None:
                 call.timer.cancel()
-            self._finish(call, "err", WorkerDied(f"{reason}; the request it was running failed"))
+            call.fail(WorkerDied(f"{reason}; the request it was running failed"))
             self._release()
         was_ready = self._was_ready
-        self.state = "dead"
+        self.state = WorkerState.DEAD
         if self._exited is not None and not self._exited.done():
             self._exited.set_result(None)
         try:
@@ -429,19 +463,21 @@ class ProcessWorker:
             f"{self._label} predict did not answer within response_timeout {self._timeout:g} s; "
             f"worker process {self.pid} is being restarted"
         )
-        self._finish(call, "err", error)
+        call.fail(error)
         self._release()
         logger.warning("%s", error)
         self.recycle(f"recycled after a predict ran past response_timeout {self._timeout:g} s")
 
-    def _begin(self, op: str, inputs: Any, snapshot: Any, stream: bool) -> tuple[int, _Call]:
-        if self.state != "ready":
+    def _begin(
+        self, request: type[Infer | Stream | Batch], inputs: Any, snapshot: Any, stream: bool
+    ) -> tuple[int, _Call]:
+        if self.state is not _READY:
             self._release()
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         cid = next(self._ids)
         call = _Call(None if stream else asyncio.get_running_loop().create_future())
         try:
-            self._send(("call", cid, op, inputs, snapshot))
+            self._send(request(cid, inputs, snapshot))
         except WorkerGone:
             self._release()
             raise
@@ -462,13 +498,13 @@ class ProcessWorker:
         return await self._codec.snapshot(request)
 
     def _abandon(self, cid: int) -> None:
-        """The caller went away: the worker cancels the request; its slot frees on "done"."""
+        """The caller went away: the worker cancels the request; its slot frees on Stopped."""
         if cid in self._calls:
             with contextlib.suppress(WorkerGone):
-                self._send(("cancel", cid))
+                self._send(Cancel(cid))
 
-    async def _call(self, op: str, inputs: Any, snapshot: Any) -> Any:
-        cid, call = self._begin(op, inputs, snapshot, stream=False)
+    async def _call(self, request: type[Infer | Batch], inputs: Any, snapshot: Any) -> Any:
+        cid, call = self._begin(request, inputs, snapshot, stream=False)
         assert call.future is not None
         try:
             return await call.future
@@ -482,7 +518,7 @@ class ProcessWorker:
         except BaseException:
             self._release()
             raise
-        return await self._call("infer", inputs, snapshot)
+        return await self._call(Infer, inputs, snapshot)
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         try:
@@ -490,7 +526,7 @@ class ProcessWorker:
         except BaseException:
             self._release()
             raise
-        return await self._call("batch", inputs, snapshots)
+        return await self._call(Batch, inputs, snapshots)
 
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         try:
@@ -498,7 +534,7 @@ class ProcessWorker:
         except BaseException:
             self._release()
             raise
-        cid, call = self._begin("stream", inputs, snapshot, stream=True)
+        cid, call = self._begin(Stream, inputs, snapshot, stream=True)
         taken = 0
         half = max(1, self._window // 2)
         loop = asyncio.get_running_loop()
@@ -508,16 +544,53 @@ class ProcessWorker:
                     call.wake = loop.create_future()
                     await call.wake
                     call.wake = None
-                kind, value = call.items.popleft()
-                if kind == "item":
-                    yield value
-                    taken += 1
-                    if taken >= half and cid in self._calls:
-                        self._send(("credit", cid, taken))
-                        taken = 0
-                elif kind == "err":
-                    raise value
-                else:
+                item = call.items.popleft()
+                if item is END:
                     return
+                if isinstance(item, Failure):
+                    raise item.exc
+                yield item
+                taken += 1
+                if taken >= half and cid in self._calls:
+                    self._send(Credit(cid, taken))
+                    taken = 0
         finally:
             self._abandon(cid)
+
+
+def process_pool(
+    source: ModelSource,
+    *,
+    secrets: Mapping[str, str],
+    codec: RequestCodec | None,
+    host: HostFactory,
+    threads: int = 16,
+) -> WorkerPool:
+    """A pool of worker processes, each building the model from ``source`` itself: ``host`` is
+    called there to build and schedule it (the caller names it; this package imports nothing
+    above the execution layer), ``codec`` carries request objects across."""
+    config = source.config
+    descriptor = RemoteInstance()
+    init = Init(
+        source=source,
+        secrets=EnvSecrets(secrets.directory) if isinstance(secrets, Secrets) else dict(secrets),
+        host=host,
+        rebuild=None if codec is None else codec.rebuild,
+        worker="",
+        threads=threads,
+        log_level=logging.NOTSET,
+    )
+
+    async def new_worker(wid: str) -> Worker:
+        return ProcessWorker(
+            wid,
+            pool=pool,
+            descriptor=descriptor,
+            codec=codec,
+            init=msgspec.structs.replace(
+                init, worker=wid, log_level=logging.getLogger().getEffectiveLevel()
+            ),
+        )
+
+    pool = WorkerPool.for_config(config, WorkerKind.PROCESS, descriptor, new_worker)
+    return pool

@@ -2,13 +2,15 @@
 
 One message is one frame on a Unix stream socket:
 
-    header   <I pickle length> <I buffer count> <Q buffer length> * count
-    pickle   the message, pickled with protocol 5
+    header   <B message tag> <I pickle length> <I buffer count> <Q buffer length> * count
+    pickle   the message's fields (a tuple), pickled with protocol 5
     buffers  every out-of-band buffer (numpy arrays, bytes of PickleBuffers), as they are
 
-Large arrays therefore travel as their own memory: pickling does not copy them into the pickle
-stream, the sender hands their memory to the socket (``transport.writelines``), and the receiver
-rebuilds them over slices of the frame it read (writable, no further copy).
+The tag is the message class's index in :data:`~._messages.MESSAGES`, so the class itself is not
+pickled: a frame is no larger than a tuple tagged with a string would be. Large arrays travel as
+their own memory: pickling does not copy them into the pickle stream, the sender hands their
+memory to the socket (``transport.writelines``), and the receiver rebuilds them over slices of
+the frame it read (writable, no further copy).
 """
 
 from __future__ import annotations
@@ -16,18 +18,22 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Callable
-from typing import Any
 
-__all__ = ["Decoder", "Failed", "Unvalidated", "encode", "pack_error", "unpack_error"]
+from msgspec.structs import astuple
 
-_HEAD = struct.Struct("<II")
+from ._messages import MESSAGES, Message
+
+__all__ = ["Decoder", "encode"]
+
+_HEAD = struct.Struct("<BII")
 _LEN = struct.Struct("<Q")
+_TAGS = {cls: tag for tag, cls in enumerate(MESSAGES)}
 
 #: Buffers smaller than this are pickled in-band: a separate buffer costs more than a copy.
 _OUT_OF_BAND_MIN = 4096
 
 
-def encode(message: Any) -> list[bytes | memoryview]:
+def encode(message: Message) -> list[bytes | memoryview]:
     """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``)."""
     buffers: list[pickle.PickleBuffer] = []
 
@@ -37,24 +43,25 @@ def encode(message: Any) -> list[bytes | memoryview]:
         buffers.append(buffer)
         return False
 
-    body = pickle.dumps(message, protocol=5, buffer_callback=keep)
+    body = pickle.dumps(astuple(message), protocol=5, buffer_callback=keep)
+    tag = _TAGS[type(message)]
     if not buffers:
-        return [_HEAD.pack(len(body), 0) + body]
+        return [_HEAD.pack(tag, len(body), 0) + body]
     raws = [b.raw() for b in buffers]
-    head = _HEAD.pack(len(body), len(raws)) + b"".join(_LEN.pack(r.nbytes) for r in raws)
+    head = _HEAD.pack(tag, len(body), len(raws)) + b"".join(_LEN.pack(r.nbytes) for r in raws)
     return [head, body, *raws]
 
 
 class Decoder:
     """Reassembles frames from the chunks a stream socket delivers; calls ``on_message``."""
 
-    def __init__(self, on_message: Callable[[Any], None]) -> None:
+    def __init__(self, on_message: Callable[[Message], None]) -> None:
         self._on_message = on_message
         self._pending = bytearray()
         # the frame being filled: its buffer, how much of it is filled, and its layout
         self._frame: bytearray | None = None
         self._filled = 0
-        self._layout: tuple[int, list[int]] = (0, [])
+        self._layout: tuple[int, int, list[int]] = (0, 0, [])
 
     def feed(self, data: bytes) -> None:
         view = memoryview(data)
@@ -76,7 +83,7 @@ class Decoder:
             pending = self._pending
             if len(pending) < _HEAD.size:
                 return
-            size, count = _HEAD.unpack_from(pending)
+            tag, size, count = _HEAD.unpack_from(pending)
             head = _HEAD.size + count * _LEN.size
             if len(pending) < head:
                 return
@@ -84,7 +91,7 @@ class Decoder:
                 _LEN.unpack_from(pending, _HEAD.size + i * _LEN.size)[0] for i in range(count)
             ]
             total = size + sum(lengths)
-            self._layout = (size, lengths)
+            self._layout = (tag, size, lengths)
             if len(pending) - head >= total:
                 frame = bytearray(pending[head : head + total])
                 del pending[: head + total]
@@ -102,52 +109,12 @@ class Decoder:
     def _finish(self) -> None:
         frame, self._frame = self._frame, None
         assert frame is not None
-        size, lengths = self._layout
+        tag, size, lengths = self._layout
         view = memoryview(frame)
         buffers = []
         offset = size
         for length in lengths:
             buffers.append(view[offset : offset + length])
             offset += length
-        message = pickle.loads(view[:size], buffers=buffers)
-        self._on_message(message)
-
-
-def pack_error(exc: BaseException) -> tuple[type, str, dict[str, Any]]:
-    """An exception as (class, message, attributes), safe to pickle whatever its ``__init__``."""
-    attrs = {k: v for k, v in getattr(exc, "__dict__", {}).items() if _picklable(v)}
-    return type(exc), str(exc), attrs
-
-
-def unpack_error(packed: tuple[type, str, dict[str, Any]]) -> BaseException:
-    cls, message, attrs = packed
-    exc: Any = BaseException.__new__(cls)
-    BaseException.__init__(exc, message)
-    exc.__dict__.update(attrs)
-    return exc
-
-
-def _picklable(value: Any) -> bool:
-    try:
-        pickle.dumps(value, protocol=5)
-    except Exception:
-        return False
-    return True
-
-
-class Unvalidated:
-    """Inputs for a pydantic-annotated model, validated in the worker that runs the model."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-class Failed:
-    """One request of a batch that failed in a worker (its preprocess or postprocess raised)."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: tuple[type, str, dict[str, Any]]) -> None:
-        self.error = error
+        fields = pickle.loads(view[:size], buffers=buffers)
+        self._on_message(MESSAGES[tag](*fields))

@@ -1,0 +1,320 @@
+"""Process workers, the worker's side: ``python -m podium.runtime.process FD PARENT_PID``.
+
+The worker reads its orders from the socket ``FD`` (``_messages``). The first, :class:`Init`,
+says what to build and hands over, by reference, what comes from above the execution layer: the
+host factory, which builds the model from its ``ModelSource`` (every contract) and the scheduler
+that runs one request through it (``preprocess`` and ``postprocess`` outside the
+``predict_concurrency`` slots), and the function that rebuilds a front end's request. Streams go
+through a window of ``stream_buffer`` items that the server's reader refills (back-pressure);
+async work is cancelled and generators closed when the server says the client left.
+
+It never outlives the server: it exits when its socket reaches EOF (the server closed it or
+died), and on Linux the kernel kills it if the server dies (``PR_SET_PDEATHSIG``). It ignores
+SIGINT and runs in its own session: the server decides when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ...config import Secrets
+from ...errors import ModelError, PodiumError
+from ...model import model_error
+from ...types import ModelInstance
+from ._messages import (
+    Answer,
+    Batch,
+    Cancel,
+    Credit,
+    End,
+    EnvSecrets,
+    Error,
+    Failed,
+    Infer,
+    Init,
+    Item,
+    Message,
+    Ready,
+    StartFailed,
+    Stopped,
+    Stream,
+    Unvalidated,
+    pack_error,
+)
+from ._wire import Decoder, encode
+
+__all__ = ["main"]
+
+logger = logging.getLogger("podium.worker")
+
+#: Seconds a model's unload hook may take when its worker process is stopped.
+UNLOAD_GRACE = 5.0
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before we asked to follow it
+        os._exit(0)
+
+
+class _Window:
+    """How many more stream items the server's reader will take (its buffer's free room)."""
+
+    def __init__(self, size: int) -> None:
+        self.room = size
+        self._more: asyncio.Event | None = None
+
+    async def take(self) -> None:
+        while self.room <= 0:
+            self._more = asyncio.Event()
+            await self._more.wait()
+        self.room -= 1
+
+    def add(self, n: int) -> None:
+        self.room += n
+        if self._more is not None:
+            self._more.set()
+
+
+class _Request:
+    __slots__ = ("task", "gone", "window")
+
+    def __init__(self, task: asyncio.Task[None], gone: asyncio.Event, window: _Window) -> None:
+        self.task = task
+        self.gone = gone
+        self.window = window
+
+
+class Child(asyncio.Protocol):
+    """The worker process's end of the socket: builds the model on Init, serves requests."""
+
+    def __init__(self, closed: asyncio.Event) -> None:
+        self._decoder = Decoder(self._on_message)
+        self._closed = closed
+        self._transport: Any = None
+        self._requests: dict[int, _Request] = {}
+        self._setup: asyncio.Task[None] | None = None
+        self.instance: Any = None
+        self.runner: Any = None  # a Runner, once built
+        #: predict_concurrency for batches (which this process runs through the instance itself)
+        self.slots: Any = None
+        self.rebuild: Callable[[Any, Callable[[], Awaitable[Any]]], Any] | None = None
+        self.name = "?"
+        self.stream_buffer = 16
+
+    # -- the socket ------------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._decoder.feed(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed.set()
+
+    def send(self, message: Message) -> None:
+        if not self._transport.is_closing():
+            self._transport.writelines(encode(message))
+
+    def _on_message(self, message: Message) -> None:
+        match message:
+            case Infer() | Stream() | Batch():
+                cid = message.cid
+                gone = asyncio.Event()
+                window = _Window(self.stream_buffer)
+                task = asyncio.get_running_loop().create_task(self._run(message, gone, window))
+                self._requests[cid] = _Request(task, gone, window)
+                task.add_done_callback(lambda _: self._requests.pop(cid, None))
+            case Cancel():
+                request = self._requests.get(message.cid)
+                if request is not None:
+                    request.gone.set()
+                    request.task.cancel()
+            case Credit():
+                request = self._requests.get(message.cid)
+                if request is not None:
+                    request.window.add(message.n)
+            case Init():
+                self._setup = asyncio.get_running_loop().create_task(self._start(message))
+
+    # -- building the model ----------------------------------------------------------------
+
+    async def _start(self, init: Init) -> None:
+        config = init.source.config
+        self.name = config.name
+        self.stream_buffer = config.stream_buffer
+        logging.basicConfig(
+            level=init.log_level,
+            format=f"%(asctime)s %(levelname)s %(name)s [worker {init.worker} pid {os.getpid()}]: %(message)s",
+            stream=sys.stderr,
+        )
+        secrets = init.secrets
+        if isinstance(secrets, EnvSecrets):
+            secrets = Secrets(secrets.directory)
+        executor = ThreadPoolExecutor(init.threads, thread_name_prefix="podium-model")
+        try:
+            instance, runner = await init.host(init.source, secrets, executor)
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, PodiumError):
+                reason = exc.message
+            logger.error("model '%s' could not start in a worker process: %s", self.name, reason)
+            self.send(StartFailed(reason))
+            return
+        self.instance = instance
+        self.runner = runner
+        self.slots = asyncio.Semaphore(config.predict_concurrency)
+        self.rebuild = init.rebuild
+        self.send(_ready(instance))
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def _request(self, snapshot: Any, gone: asyncio.Event) -> Any:
+        if snapshot is None or self.rebuild is None:
+            return None
+        return self.rebuild(snapshot, gone.wait)
+
+    def _validated(self, inputs: Any) -> Any:
+        if isinstance(inputs, Unvalidated):
+            return self.instance.validate(inputs.value)
+        return inputs
+
+    def _reply(self, message: Answer | Item) -> None:
+        try:
+            self.send(message)
+        except Exception as exc:  # the value cannot be pickled
+            error = ModelError(
+                f"model '{self.name}' returned a value that cannot be sent back from its "
+                f"worker process ({type(message.value).__name__}): {exc}"
+            )
+            self.send(Error(message.cid, *pack_error(error)))
+
+    async def _run(
+        self, message: Infer | Stream | Batch, gone: asyncio.Event, window: _Window
+    ) -> None:
+        cid = message.cid
+        try:
+            match message:
+                case Infer():
+                    request = self._request(message.request, gone)
+                    inputs = self._validated(message.inputs)
+                    outputs = await self.runner.infer(inputs, request)
+                    self._reply(Answer(cid, outputs))
+                case Stream():
+                    request = self._request(message.request, gone)
+                    items = self.runner.stream(self._validated(message.inputs), request)
+                    try:
+                        async for item in items:
+                            await window.take()
+                            self._reply(Item(cid, item))
+                    finally:
+                        await items.aclose()
+                    self.send(End(cid))
+                case Batch():
+                    requests = [self._request(s, gone) for s in message.requests]
+                    self._reply(Answer(cid, await self._batch(message.inputs, requests)))
+        except asyncio.CancelledError:
+            self.send(Stopped(cid))
+        except Exception as exc:
+            error = exc if isinstance(exc, PodiumError) else model_error(self.name, message.op, exc)
+            self.send(Error(cid, *pack_error(error)))
+
+    async def _batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
+        inst = self.instance
+        n = len(inputs)
+        failed: list[Any] = [None] * n
+
+        async def pre(i: int) -> Any:
+            try:
+                value = self._validated(inputs[i])
+                if inst.has_preprocess:
+                    value = await inst.preprocess(value, requests[i])
+                return value
+            except Exception as exc:
+                failed[i] = Failed.of(exc)
+                return None
+
+        values = list(await asyncio.gather(*(pre(i) for i in range(n))))
+        live = [i for i in range(n) if failed[i] is None]
+        if not live:
+            return failed
+        async with self.slots:
+            outputs = await inst.predict([values[i] for i in live], [requests[i] for i in live])
+        if not isinstance(outputs, list | tuple) or len(outputs) != len(live):
+            return outputs  # the server checks the shape and names the problem
+        results: list[Any] = list(failed)
+        for i, out in zip(live, outputs, strict=True):
+            results[i] = out
+
+        async def post(i: int) -> None:
+            try:
+                results[i] = await inst.postprocess(results[i], requests[i])
+            except Exception as exc:
+                results[i] = Failed.of(exc)
+
+        if inst.has_postprocess:
+            await asyncio.gather(*(post(i) for i in live))
+        return results
+
+
+def _ready(instance: ModelInstance) -> Ready:
+    return Ready(
+        needs_inputs=instance.needs_inputs,
+        needs_request=instance.needs_request,
+        input_kind=instance.input_kind,
+        streaming=instance.streaming,
+        predict_on_infer=instance.predict_on_infer,
+        consumes_stream=instance.consumes_stream,
+        pipelined=instance.has_preprocess or instance.has_postprocess,
+    )
+
+
+async def _serve(sock: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    closed = asyncio.Event()
+    child = Child(closed)
+    await loop.create_unix_connection(lambda: child, sock=sock)
+    await closed.wait()
+    # The model's own unload hook (an MLServer runtime's unload()), bounded.
+    close = getattr(child.instance, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(close(), UNLOAD_GRACE)
+    # The server closed the socket (or died). Threads running sync model code cannot be
+    # stopped, and asyncio.run would wait for them: leave at once.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    """Serve the socket ``argv[0]`` (a file descriptor) until it closes; ``argv[1]`` is the
+    server's pid, which this process follows in death."""
+    fd, parent = int(argv[0]), int(argv[1])
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        runner = asyncio.run
+    runner(_serve(sock))

@@ -1,0 +1,257 @@
+"""The messages between the server and a worker process, one Struct each (``_wire`` frames them).
+
+    server → worker   Init                          once, first: what to build and how
+                      Infer / Stream / Batch        a request (``cid`` names it from then on)
+                      Cancel(cid)                   the client left: cancel it; is_disconnected()
+                      Credit(cid, n)                a stream's reader took ``n`` more items
+    worker → server   Ready / StartFailed           once, after building the model
+                      Answer(cid, value) / Error    the answer to Infer or Batch
+                      Item(cid, value) ... End(cid) a stream (or Error)
+                      Stopped(cid)                  a cancelled request has stopped
+
+Every request ends with exactly one of Answer, Error, End or Stopped; the server frees its slot
+then. Both sides dispatch on the class (``match``).
+
+What the worker process needs from the layers above the execution layer travels in :class:`Init`
+by reference (pickled by module and name): the host factory that builds and schedules the model,
+and the function that rebuilds a front end's request. This package never names them.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import msgspec
+
+from ...types import InputKind, ModelInstance
+
+if TYPE_CHECKING:
+    from ...model.discovery import ModelSource
+
+__all__ = [
+    "MESSAGES",
+    "Answer",
+    "Batch",
+    "Cancel",
+    "Credit",
+    "End",
+    "EnvSecrets",
+    "Error",
+    "Failed",
+    "HostFactory",
+    "Infer",
+    "Init",
+    "Item",
+    "Message",
+    "Ready",
+    "Runner",
+    "StartFailed",
+    "Stopped",
+    "Stream",
+    "Unvalidated",
+    "pack_error",
+    "unpack_error",
+]
+
+#: An exception as it crosses the socket: its class, message and (picklable) attributes.
+PackedError = tuple[type[BaseException], str, dict[str, Any]]
+
+
+class Runner(Protocol):
+    """Runs one request through the worker's model: preprocess, predict under
+    ``predict_concurrency``, postprocess (a scheduler over the worker's one instance)."""
+
+    async def infer(self, inputs: Any, request: Any) -> Any: ...
+
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]: ...
+
+
+#: Builds the model in the worker process: ``await host(source, secrets, executor)`` returns the
+#: loaded instance and the :class:`Runner` over it. Runs in the worker; chosen by the server.
+HostFactory = Callable[
+    ["ModelSource", Mapping[str, str], Executor], Awaitable[tuple[ModelInstance, Runner]]
+]
+
+
+class EnvSecrets(msgspec.Struct, frozen=True):
+    """Secrets the worker reads itself: a ``config.Secrets`` over the environment (which it
+    inherits) and ``directory``; only the directory travels."""
+
+    directory: Path | None
+
+
+# -- server → worker ---------------------------------------------------------------------------
+
+
+class Init(msgspec.Struct):
+    """What the worker process builds, and how it runs (the first message it gets)."""
+
+    source: ModelSource
+    secrets: Mapping[str, str] | EnvSecrets
+    host: HostFactory
+    #: ``rebuild(snapshot, gone)``: the request a model gets (``RequestCodec.rebuild``), or None
+    rebuild: Callable[[Any, Callable[[], Awaitable[Any]]], Any] | None
+    worker: str
+    threads: int
+    log_level: int
+
+
+class Infer(msgspec.Struct):
+    op: ClassVar[str] = "infer"
+    cid: int
+    inputs: Any
+    request: Any  # the request snapshot, or None
+
+
+class Stream(msgspec.Struct):
+    op: ClassVar[str] = "stream"
+    cid: int
+    inputs: Any
+    request: Any
+
+
+class Batch(msgspec.Struct):
+    op: ClassVar[str] = "batch"
+    cid: int
+    inputs: list[Any]
+    requests: list[Any]
+
+
+class Cancel(msgspec.Struct):
+    cid: int
+
+
+class Credit(msgspec.Struct):
+    cid: int
+    n: int
+
+
+# -- worker → server ---------------------------------------------------------------------------
+
+
+class Ready(msgspec.Struct):
+    """The model is built and loaded: the flags the server's front ends read."""
+
+    needs_inputs: bool
+    needs_request: bool
+    input_kind: InputKind
+    streaming: bool
+    predict_on_infer: bool
+    consumes_stream: bool
+    pipelined: bool  # it has preprocess or postprocess
+
+
+class StartFailed(msgspec.Struct):
+    reason: str
+
+
+class Answer(msgspec.Struct):
+    cid: int
+    value: Any
+
+
+class Error(msgspec.Struct):
+    cid: int
+    type: type[BaseException]
+    message: str
+    attrs: dict[str, Any]
+
+    def exception(self) -> BaseException:
+        return unpack_error(self.type, self.message, self.attrs)
+
+
+class Item(msgspec.Struct):
+    cid: int
+    value: Any
+
+
+class End(msgspec.Struct):
+    cid: int
+
+
+class Stopped(msgspec.Struct):
+    cid: int
+
+
+Message = (
+    Init
+    | Infer
+    | Stream
+    | Batch
+    | Cancel
+    | Credit
+    | Ready
+    | StartFailed
+    | Answer
+    | Error
+    | Item
+    | End
+    | Stopped
+)
+
+#: Every message class; its index is its tag in a frame's header (both sides run this module).
+MESSAGES: tuple[type[Message], ...] = (
+    Init,
+    Infer,
+    Stream,
+    Batch,
+    Cancel,
+    Credit,
+    Ready,
+    StartFailed,
+    Answer,
+    Error,
+    Item,
+    End,
+    Stopped,
+)
+
+
+# -- values inside messages --------------------------------------------------------------------
+
+
+class Unvalidated(msgspec.Struct):
+    """Inputs for a pydantic-annotated model, validated in the worker that runs the model."""
+
+    value: Any
+
+
+class Failed(msgspec.Struct):
+    """One request of a batch that failed in a worker (its preprocess or postprocess raised)."""
+
+    type: type[BaseException]
+    message: str
+    attrs: dict[str, Any]
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Failed:
+        return cls(*pack_error(exc))
+
+    def exception(self) -> BaseException:
+        return unpack_error(self.type, self.message, self.attrs)
+
+
+def pack_error(exc: BaseException) -> PackedError:
+    """An exception as (class, message, attributes), safe to pickle whatever its ``__init__``."""
+    attrs = {k: v for k, v in getattr(exc, "__dict__", {}).items() if _picklable(v)}
+    return type(exc), str(exc), attrs
+
+
+def unpack_error(cls: type[BaseException], message: str, attrs: dict[str, Any]) -> BaseException:
+    """The exception :func:`pack_error` described (its ``__init__`` is not called)."""
+    exc: Any = BaseException.__new__(cls)
+    BaseException.__init__(exc, message)
+    exc.__dict__.update(attrs)
+    return exc
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value, protocol=5)
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,130 @@
+"""The messages between the server and its worker processes, and their framing on the socket:
+podium.runtime.process._messages and _wire, without a process."""
+
+from __future__ import annotations
+
+import pickle
+import typing
+from typing import Any
+
+import numpy as np
+import pytest
+
+from podium.errors import ModelError, WorkerDied
+from podium.runtime.process import _messages as m
+from podium.runtime.process._wire import Decoder, encode
+from podium.types import InputKind
+
+
+def _frame(message: m.Message) -> bytes:
+    return b"".join(bytes(piece) for piece in encode(message))
+
+
+def _decode(data: bytes, chunk: int | None = None) -> list[m.Message]:
+    got: list[m.Message] = []
+    decoder = Decoder(got.append)
+    step = chunk or len(data) or 1
+    for at in range(0, len(data), step):
+        decoder.feed(data[at : at + step])
+    return got
+
+
+SAMPLES: list[m.Message] = [
+    m.Infer(1, {"x": [1, 2]}, None),
+    m.Stream(2, "text", ({"method": "POST"}, b"body")),
+    m.Batch(3, [1, 2], [None, None]),
+    m.Cancel(4),
+    m.Credit(5, 8),
+    m.Ready(True, False, InputKind.RAW, True, False, False, True),
+    m.StartFailed("ImportError: no module named 'nothing'"),
+    m.Answer(6, {"y": 1.5}),
+    m.Error(7, *m.pack_error(ModelError("model 'm' predict raised KeyError: 'a'"))),
+    m.Item(8, "token"),
+    m.End(9),
+    m.Stopped(10),
+]
+
+
+def test_every_message_has_a_tag_and_the_samples_cover_them() -> None:
+    assert set(m.MESSAGES) == set(typing.get_args(m.Message))
+    assert len(set(m.MESSAGES)) == len(m.MESSAGES)
+    sampled = {type(s) for s in SAMPLES}
+    assert sampled == set(m.MESSAGES) - {m.Init}
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 7])
+def test_messages_round_trip_whole_or_in_any_chunks(chunk: int | None) -> None:
+    data = b"".join(_frame(s) for s in SAMPLES)
+    got = _decode(data, chunk)
+    assert [type(g) for g in got] == [type(s) for s in SAMPLES]
+    for sent, came in zip(SAMPLES, got, strict=True):
+        if isinstance(sent, m.Error):
+            assert isinstance(came, m.Error)
+            assert (came.cid, came.type, came.message) == (sent.cid, sent.type, sent.message)
+        else:
+            assert came == sent
+
+
+def test_large_arrays_travel_out_of_band_and_arrive_writable() -> None:
+    big = np.arange(10_000, dtype=np.float64)  # 80 kB
+    small = np.arange(4, dtype=np.int32)
+    pieces = encode(m.Answer(1, {"big": big, "small": small}))
+    assert len(pieces) == 3  # header, pickle, the big array's own memory
+    assert pieces[2].nbytes == big.nbytes
+    assert len(pieces[1]) < 1000  # not copied into the pickle
+    (got,) = _decode(b"".join(bytes(p) for p in pieces), chunk=4096)
+    assert isinstance(got, m.Answer)
+    np.testing.assert_array_equal(got.value["big"], big)
+    np.testing.assert_array_equal(got.value["small"], small)
+    got.value["big"][0] = -1.0  # a writable array over the received frame
+
+
+def test_a_frame_is_no_larger_than_a_string_tagged_tuple() -> None:
+    inputs = {"x": np.arange(16, dtype=np.float32)}
+    snapshot = ({"method": "POST", "path": "/v2/models/m/infer"}, b"{}")
+
+    def tuple_frame(message: tuple[Any, ...]) -> int:  # the framing before the messages had types
+        return 8 + len(pickle.dumps(message, protocol=5))
+
+    assert len(_frame(m.Infer(12345, inputs, snapshot))) < tuple_frame(
+        ("call", 12345, "infer", inputs, snapshot)
+    )
+    assert len(_frame(m.Answer(12345, inputs))) < tuple_frame(("ok", 12345, inputs))
+    assert len(_frame(m.Item(12345, "tok"))) < tuple_frame(("item", 12345, "tok"))
+    assert len(_frame(m.Credit(12345, 8))) < tuple_frame(("credit", 12345, 8))
+
+
+class _Picky(Exception):
+    def __init__(self, a: int, b: int) -> None:  # not constructible from its message alone
+        super().__init__(f"{a}/{b}")
+        self.a = a
+        self.lock = __import__("threading").Lock()  # cannot be pickled
+
+
+def test_errors_cross_as_class_message_and_picklable_attributes() -> None:
+    error = m.Error(1, *m.pack_error(_Picky(1, 2)))
+    (came,) = _decode(_frame(error))
+    assert isinstance(came, m.Error)
+    exc = came.exception()
+    assert type(exc) is _Picky and str(exc) == "1/2"
+    assert exc.a == 1 and not hasattr(exc, "lock")
+    died = m.Failed.of(WorkerDied("worker process 7 died"))
+    rebuilt = pickle.loads(pickle.dumps(died, protocol=5)).exception()
+    assert isinstance(rebuilt, WorkerDied) and rebuilt.message == "worker process 7 died"
+
+
+def test_the_package_exports_what_other_packages_use() -> None:
+    import podium.runtime.process as process
+
+    assert sorted(process.__all__) == process.__all__
+    assert set(process.__all__) == {
+        "Failed",
+        "HostFactory",
+        "ProcessWorker",
+        "RemoteInstance",
+        "Runner",
+        "WorkerGone",
+        "process_pool",
+    }
+    for name in process.__all__:
+        assert hasattr(process, name), name
