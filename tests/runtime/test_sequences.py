@@ -337,9 +337,9 @@ async def test_a_sequence_older_than_its_timeout_expires_even_while_busy(
 async def test_ended_ids_are_remembered_in_a_bounded_lru(
     tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from podium.runtime import sequences
+    from podium.runtime.sequences import _scheduler
 
-    monkeypatch.setattr(sequences, "CLOSED_IDS", 2)
+    monkeypatch.setattr(_scheduler, "CLOSED_IDS", 2)
     mv = version_from(tmp_path, SUM, SEQ, executor)
     await mv.load()
     try:

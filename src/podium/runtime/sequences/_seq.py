@@ -1,21 +1,24 @@
-"""The pieces of the sequence scheduler: one open sequence, one worker's lane, the closed-id memory."""
+"""The pieces of the sequence scheduler: one open sequence and its turn, one worker's lane, the
+memory of closed ids."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 from typing import Any
 
-from ..types import Context
+from ...types import Context
+from .._collector import BatchCollector, Pending
+from .._line import Line
 
-__all__ = ["ClosedIds", "Entry", "Lane", "Sequence"]
+__all__ = ["ClosedIds", "Lane", "Sequence"]
 
 
 class Sequence:
-    """One open sequence: its state, the worker it is pinned to, and its turn.
+    """One open sequence: its state, the lane (worker) it is pinned to, and its turn.
 
     Exactly one request of a sequence holds the turn (``busy``) at a time; the others wait in
-    ``waiters`` in arrival order, and the turn is handed straight to the oldest of them.
+    ``turns`` in arrival order, and the turn is handed straight to the oldest of them (with
+    ``busy`` still set). ``turns`` is bounded by ``max_sequence_queue_size``.
     """
 
     __slots__ = (
@@ -26,12 +29,13 @@ class Sequence:
         "last",
         "busy",
         "running",
-        "waiters",
+        "turns",
         "first",
         "closed",
+        "batched",
     )
 
-    def __init__(self, sid: str, lane: Lane, now: float) -> None:
+    def __init__(self, sid: str, lane: Lane, now: float, max_waiting: int) -> None:
         self.id = sid
         self.state: dict[str, Any] = {}
         self.lane = lane
@@ -39,9 +43,24 @@ class Sequence:
         self.last = now  # when it last had nothing running: the idle clock
         self.busy = False
         self.running = 0  # streams still running (with continuous batching, several at once)
-        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # the turn handed to a request cancelled as it was handed goes to the next one
+        self.turns: Line[Sequence] = Line(Sequence.pass_turn, max_waiting)
         self.first = True  # no request of it has started yet
         self.closed: str | None = None  # why it is over, once it is
+        self.batched: Pending | None = None  # its request in a batch (queued or running)
+
+    def try_take_turn(self) -> bool:
+        """Take the turn if nobody holds it and nobody waits for it."""
+        if self.busy or self.turns:
+            return False
+        self.busy = True
+        return True
+
+    def pass_turn(self) -> None:
+        """The request holding the turn is done with it: the oldest waiting request takes it,
+        or it is free."""
+        if not (self.turns and self.turns.hand(self)):
+            self.busy = False
 
     def context(self, last: bool = False) -> Context:
         """The context of the request that takes the turn now (``last``: the client says it
@@ -51,44 +70,18 @@ class Sequence:
         return ctx
 
 
-class Entry:
-    """A request of a sequence waiting for (or in) a batch on its worker."""
-
-    __slots__ = ("seq", "ctx", "inputs", "request", "future", "arrived", "task")
-
-    def __init__(
-        self,
-        seq: Sequence,
-        ctx: Context,
-        inputs: Any,
-        request: Any,
-        future: asyncio.Future[Any],
-        arrived: float,
-    ) -> None:
-        self.seq = seq
-        self.ctx = ctx
-        self.inputs = inputs
-        self.request = request
-        self.future = future
-        self.arrived = arrived
-        self.task: asyncio.Task[None] | None = None  # the batch it runs in, once taken
-
-
 class Lane:
-    """What the scheduler keeps for one worker: its sequences, the requests waiting for one of
-    its slots (each with its sequence), and, when batching, the requests waiting for a batch."""
+    """What the scheduler keeps for one worker (as every lane in the runtime is: the requests
+    pinned to one worker, and what feeds it): the sequences pinned to it, and its batch collector
+    (used when batching; its task starts with its first request). Requests waiting for one of
+    the worker's slots wait in the gate's line for that worker."""
 
-    __slots__ = ("worker", "sequences", "slot_waiters", "queue", "arrived", "collector", "lost")
+    __slots__ = ("worker", "sequences", "batches", "lost")
 
-    def __init__(self, worker: Any) -> None:
+    def __init__(self, worker: Any, batches: BatchCollector[Any]) -> None:
         self.worker = worker
         self.sequences: set[Sequence] = set()
-        self.slot_waiters: collections.deque[tuple[asyncio.Future[None], Sequence | None]] = (
-            collections.deque()
-        )
-        self.queue: collections.deque[Entry] = collections.deque()
-        self.arrived = asyncio.Event()
-        self.collector: asyncio.Task[None] | None = None
+        self.batches = batches
         self.lost: str | None = None  # why its sequences are gone, once the worker is
 
 
