@@ -68,7 +68,7 @@ class WorkerGate:
         of its slots fail with ``Unavailable`` (the scheduler that pinned them says why)."""
         if worker in self._workers:
             self._workers.remove(worker)
-        self.fail_pinned(worker, self._left)
+        self.fail_pinned(worker, self._worker_left_error)
 
     def fail_pinned(self, worker: Any, error: Callable[[], BaseException]) -> None:
         """Every request pinned to ``worker`` and waiting for one of its slots gets ``error()``."""
@@ -76,7 +76,7 @@ class WorkerGate:
         if pinned:
             pinned.fail_all(error)
 
-    def _left(self) -> Unavailable:
+    def _worker_left_error(self) -> Unavailable:
         return Unavailable(f"model '{self._model}': the worker this request is pinned to left")
 
     def _least_loaded(self) -> Any:
@@ -130,7 +130,7 @@ class WorkerGate:
         if self.try_acquire_on(worker):
             return worker
         if worker not in self._workers:
-            raise self._left()
+            raise self._worker_left_error()
         pinned = self._pinned.get(worker)
         if pinned is None:
             pinned = self._pinned[worker] = Line(self.release)

@@ -236,7 +236,7 @@ class SequenceScheduler:
                 raise Unavailable(f"{self._label} has no ready worker for a new sequence")
         lane = self._lanes.get(worker)
         if lane is None:
-            lane = self._lanes[worker] = Lane(worker, self._new_collector(worker))
+            lane = self._lanes[worker] = Lane(worker, self._make_collector(worker))
         seq = Sequence(sid, lane, self._now(), self._max_waiting)
         lane.sequences.add(seq)
         self._seqs[sid] = seq
@@ -429,7 +429,7 @@ class SequenceScheduler:
 
     # -- batches on the pinned worker --------------------------------------------------------------
 
-    def _new_collector(self, worker: Worker) -> BatchCollector[Worker]:
+    def _make_collector(self, worker: Worker) -> BatchCollector[Worker]:
         """The batches of one worker: up to ``batch_size`` requests (one per sequence, as each
         sequence has one request past its turn), closed when full or ``max_batch_delay`` after
         the oldest arrived, each on a slot of that worker. Its task starts with its first
