@@ -2,12 +2,12 @@
 
 A sequence is pinned to one worker when it starts (the ready worker holding the fewest open
 sequences). Its requests take turns (:class:`~._seq.Sequence`): one at a time, in arrival order,
-each running preprocess → predict → postprocess on that worker's instance with
-``types.current_context`` set to the request's :class:`~podium.types.Context` (the sequence's
-state dict lives here, in the scheduler). A request waits for a slot on its worker in the gate's
-line for that worker; with ``batch_size`` > 1 it joins its worker's batch collector instead, so a
-batch holds at most one request per sequence (a sequence only ever has one request past its
-turn). Ids of closed sequences are remembered (an LRU) so that a late request is told why its
+each running preprocess → predict → postprocess on that worker's instance (its
+:class:`~._lane.Lane`) with ``types.current_context`` set to the request's
+:class:`~podium.types.Context` (the sequence's state dict lives here, in the scheduler). A request
+waits for a slot on its worker in the gate's line for that worker; with ``batch_size`` > 1 it
+joins its worker's batch collector instead, so a batch holds at most one request per sequence (a
+sequence only ever has one request past its turn). Ids of closed sequences are remembered (an LRU) so that a late request is told why its
 sequence is over instead of silently starting a fresh one. Design notes: docs/sequences.md.
 """
 
@@ -27,7 +27,8 @@ from .._collector import BatchCollector, Pending
 from .._scheduler import Activity, TaskSet
 from ..direct import stream_inputs_through
 from ..workers import Worker, WorkerPool
-from ._seq import ClosedIds, Lane, Sequence
+from ._lane import Lane
+from ._seq import ClosedIds, Sequence
 
 __all__ = ["CLOSED_IDS", "SWEEP_MAX", "SequenceScheduler"]
 
@@ -98,8 +99,7 @@ class SequenceScheduler:
         for seq in list(self._seqs.values()):
             seq.turns.fail_all(self._stopped_error)
         for lane in list(self._lanes.values()):
-            self._gate.fail_pinned(lane.worker, self._stopped_error)
-            lane.batches.fail_queued(lambda _: self._stopped_error())
+            lane.fail_waiting(self._stopped_error)
         await self._pool.close()
 
     async def drain(self) -> None:
@@ -112,8 +112,7 @@ class SequenceScheduler:
         stats = self._pool.statistics()
         stats["sequences"] = len(self._seqs)
         stats["queued"] = sum(len(s.turns) for s in self._seqs.values()) + sum(
-            self._gate.waiting_on(lane.worker) + lane.batches.queued
-            for lane in self._lanes.values()
+            lane.queued for lane in self._lanes.values()
         )
         if self._batch_size > 1:
             stats["batches"] = self.batches_run
@@ -143,8 +142,8 @@ class SequenceScheduler:
             ctx = seq.context(last=sequence.end)
             try:
                 if self._batch_size > 1:
-                    return await self._run_batched(seq, ctx, inputs, request)
-                return await self._run_direct(seq, ctx, inputs, request)
+                    return await seq.lane.infer_batched(seq, ctx, inputs, request)
+                return await seq.lane.infer(seq, ctx, inputs, request)
             finally:
                 pending, seq.batched = seq.batched, None
                 if (
@@ -178,9 +177,7 @@ class SequenceScheduler:
             passed = False
             seq.running += 1
             try:
-                async with contextlib.aclosing(
-                    self._stream_items(seq, ctx, inputs, request)
-                ) as items:
+                async with contextlib.aclosing(seq.lane.stream(seq, ctx, inputs, request)) as items:
                     async for item in items:
                         if self._overlap and not passed:
                             passed = True
@@ -236,7 +233,8 @@ class SequenceScheduler:
                 raise Unavailable(f"{self._label} has no ready worker for a new sequence")
         lane = self._lanes.get(worker)
         if lane is None:
-            lane = self._lanes[worker] = Lane(worker, self._make_collector(worker))
+            lane = Lane(worker, self._gate, self._make_collector(worker), self._closed_error)
+            self._lanes[worker] = lane
         seq = Sequence(sid, lane, self._now(), self._max_waiting)
         lane.sequences.add(seq)
         self._seqs[sid] = seq
@@ -361,71 +359,9 @@ class SequenceScheduler:
         if lane is None:
             return
         reason = f"its state was lost when worker {worker.id} {how}"
-        lane.lost = reason
+        lane.lose(reason)
         for seq in list(lane.sequences):
             self._close(seq, reason)
-        # Requests waiting for one of its slots were failed by the gate as it let the worker
-        # go; _acquire_slot tells them why.
-        lane.batches.stop()
-        lane.batches.fail_queued(lambda p: self._closed_error(p.tag.sequence_id, reason))
-
-    # -- running on the pinned worker ------------------------------------------------------------
-
-    async def _acquire_slot(self, lane: Lane, sid: str) -> None:
-        """A slot on the lane's worker: at once if free, else in the gate's line for it."""
-        lost = lane.lost
-        if lost is None:
-            if self._gate.try_acquire_on(lane.worker):
-                return
-            try:
-                await self._gate.acquire_on(lane.worker)
-                return
-            except Unavailable:  # the gate let the worker go while this waited
-                lost = lane.lost
-                if lost is None:
-                    raise
-        raise self._closed_error(sid, lost)
-
-    async def _run_direct(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
-        worker = seq.lane.worker
-        inst = worker.instance
-        token = current_context.set(ctx)
-        try:
-            if inst.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
-            await self._acquire_slot(seq.lane, seq.id)
-            outputs = await worker.infer(inputs, request)  # gives the slot back
-            if inst.has_postprocess:
-                outputs = await inst.postprocess(outputs, request)
-            return outputs
-        finally:
-            current_context.reset(token)
-
-    async def _stream_items(
-        self, seq: Sequence, ctx: Context, inputs: Any, request: Any
-    ) -> AsyncGenerator[Any, None]:
-        worker = seq.lane.worker
-        inst = worker.instance
-        # Set only until the first item: the producer task the worker starts copies it, and the
-        # consumer's own context must not keep it between items.
-        token = current_context.set(ctx)
-        try:
-            if inst.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
-            await self._acquire_slot(seq.lane, seq.id)
-            items = worker.stream(inputs, request)  # gives the slot back when it ends
-            try:
-                first = await anext(items)
-            except StopAsyncIteration:
-                return
-        finally:
-            current_context.reset(token)
-        try:
-            yield first
-            async for item in items:
-                yield item
-        finally:
-            await items.aclose()
 
     # -- batches on the pinned worker --------------------------------------------------------------
 
@@ -447,23 +383,6 @@ class SequenceScheduler:
             stopped=self._stopped_error,
             clock=self._clock,
         )
-
-    async def _run_batched(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
-        lane = seq.lane
-        inst = lane.worker.instance
-        token = current_context.set(ctx)
-        try:
-            if inst.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
-            if lane.lost is not None:
-                raise self._closed_error(seq.id, lane.lost)
-            pending = seq.batched = lane.batches.add(inputs, request, ctx)
-            outputs = await pending.future
-            if inst.has_postprocess:
-                outputs = await inst.postprocess(outputs, request)
-            return outputs
-        finally:
-            current_context.reset(token)
 
     def _run_batch(self, worker: Worker, batch: list[Pending]) -> Awaitable[Any]:
         """One batch on ``worker``, in the batch's own task: the model sees the list of the

@@ -1,16 +1,19 @@
-"""The pieces of the sequence scheduler: one open sequence and its turn, one worker's lane, the
-memory of closed ids."""
+"""The pieces of the sequence scheduler: one open sequence and its turn, the memory of closed
+ids."""
 
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...types import Context
-from .._collector import BatchCollector, Pending
 from .._line import Line
 
-__all__ = ["ClosedIds", "Lane", "Sequence"]
+if TYPE_CHECKING:
+    from .._collector import Pending
+    from ._lane import Lane
+
+__all__ = ["ClosedIds", "Sequence"]
 
 
 class Sequence:
@@ -68,21 +71,6 @@ class Sequence:
         ctx = Context(self.id, first=self.first, state=self.state, last=last)
         self.first = False
         return ctx
-
-
-class Lane:
-    """What the scheduler keeps for one worker (as every lane in the runtime is: the requests
-    pinned to one worker, and what feeds it): the sequences pinned to it, and its batch collector
-    (used when batching; its task starts with its first request). Requests waiting for one of
-    the worker's slots wait in the gate's line for that worker."""
-
-    __slots__ = ("worker", "sequences", "batches", "lost")
-
-    def __init__(self, worker: Any, batches: BatchCollector[Any]) -> None:
-        self.worker = worker
-        self.sequences: set[Sequence] = set()
-        self.batches = batches
-        self.lost: str | None = None  # why its sequences are gone, once the worker is
 
 
 class ClosedIds:
