@@ -18,6 +18,7 @@ from starlette.requests import Request
 from podium.config import ModelConfig
 from podium.errors import BadModelOutput, ModelError, QueueFull, Unavailable, http_status
 from podium.model.native import NativeModel, inspect_class
+from podium.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
 from podium.runtime.batcher import BatchScheduler
 
 LONG = 60_000.0  # ms: a delay no test waits for; such a batch can only close by being full
@@ -38,6 +39,7 @@ async def batcher(
     max_batch_delay_ms: float = LONG,
     max_queue_size: int = 100,
     concurrency: int = 1,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> BatchScheduler:
     instance = NativeModel(
         inspect_class(cls),
@@ -53,6 +55,7 @@ async def batcher(
         max_batch_delay_ms=max_batch_delay_ms,
         max_queue_size=max_queue_size,
         concurrency=concurrency,
+        clock=clock,
     )
     await scheduler.start()
     return scheduler
@@ -106,6 +109,28 @@ async def test_a_batch_closes_when_the_delay_expires(executor: ThreadPoolExecuto
     scheduler = await batcher(doubler(batches), executor, batch_size=8, max_batch_delay_ms=20)
     try:
         assert await gather_within(scheduler.infer(5, None), scheduler.infer(6, None)) == [10, 12]
+        assert batches == [[5, 6]]
+    finally:
+        await scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_the_delay_is_exact_on_the_schedulers_clock(executor: ThreadPoolExecutor) -> None:
+    batches: list[list[Any]] = []
+    clock = ManualClock()
+    scheduler = await batcher(
+        doubler(batches), executor, batch_size=8, max_batch_delay_ms=125, clock=clock
+    )
+    try:
+        first = asyncio.create_task(scheduler.infer(5, None))
+        await wait_until(lambda: scheduler.statistics()["queued"] == 1)
+        clock.advance(0.125 - 1 / 1024)
+        second = asyncio.create_task(scheduler.infer(6, None))
+        await wait_until(lambda: scheduler.statistics()["queued"] == 2)
+        await asyncio.sleep(0.01)
+        assert batches == []
+        clock.advance(1 / 1024)  # max_batch_delay after the first request
+        assert await gather_within(first, second) == [10, 12]
         assert batches == [[5, 6]]
     finally:
         await scheduler.close()

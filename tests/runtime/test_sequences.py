@@ -25,6 +25,7 @@ from podium.errors import (
 )
 from podium.model.discovery import discover_all
 from podium.runtime import workers as workers_module
+from podium.runtime._clock import ManualClock
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelVersion
 from podium.runtime.sequences import SequenceScheduler
@@ -99,7 +100,11 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 
 
 def version_from(
-    tmp_path: Path, code: str, config: str, executor: ThreadPoolExecutor
+    tmp_path: Path,
+    code: str,
+    config: str,
+    executor: ThreadPoolExecutor,
+    clock: ManualClock | None = None,
 ) -> ModelVersion:
     folder = tmp_path / "m"
     folder.mkdir()
@@ -107,7 +112,11 @@ def version_from(
     (folder / "config.yaml").write_text(config)
     found, problems = discover_all(folder)
     assert not problems
-    return build_version(found[0], secrets={}, executor=executor)
+    mv = build_version(found[0], secrets={}, executor=executor)
+    if clock is not None:  # the same scheduler, timed by a clock the test moves
+        assert mv.pool is not None
+        mv.scheduler = SequenceScheduler(mv.pool, config=mv.config, clock=clock)
+    return mv
 
 
 def model_module(mv: ModelVersion) -> Any:
@@ -294,15 +303,43 @@ async def test_requests_waiting_on_a_sequence_that_ends_get_sequence_closed(
 async def test_an_idle_sequence_expires_and_its_id_says_so(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    mv = version_from(tmp_path, SUM, SEQ + "sequence_max_idle_ms: 50\n", executor)
+    clock = ManualClock()  # 125 ms: sweeps every 31.25 ms, all binary-exact
+    mv = version_from(tmp_path, SUM, SEQ + "sequence_max_idle_ms: 125\n", executor, clock)
     await mv.load()
     try:
         await send(mv, "s", 1)
-        await wait_until(lambda: sched(mv).statistics()["sequences"] == 0)  # the sweep ended it
+        clock.advance(0.09375)
+        assert (await send(mv, "s", 1))["sum"] == 2  # in time: the idle clock starts again
+        clock.advance(0.09375)
+        assert sched(mv).statistics()["sequences"] == 1  # idle 93.75 ms
+        clock.advance(0.03125)
+        assert sched(mv).statistics()["sequences"] == 0  # idle 125 ms: the sweep ended it
         with pytest.raises(
-            SequenceClosed, match=r"idle for more than sequence_max_idle_ms \(50 ms\)"
+            SequenceClosed, match=r"idle for more than sequence_max_idle_ms \(125 ms\)"
         ):
             await send(mv, "s", 1)
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_for_an_idle_sequence_the_sweep_has_not_reached_is_refused(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    clock = ManualClock()
+    mv = version_from(tmp_path, SUM, SEQ + "sequence_max_idle_ms: 125\n", executor, clock)
+    await mv.load()
+    try:
+        await send(mv, "t", 1)  # starts the sweeps: every 31.25 ms from now
+        clock.advance(1 / 1024)
+        await send(mv, "s", 1)  # idle from here, out of step with the sweeps
+        clock.advance(0.125 - 1 / 1024)  # a sweep: t is idle for 125 ms, s not quite
+        assert sched(mv).statistics()["sequences"] == 1
+        clock.advance(1 / 1024)  # s is idle for exactly 125 ms; no sweep since
+        assert sched(mv).statistics()["sequences"] == 1
+        with pytest.raises(SequenceClosed, match="idle for more than sequence_max_idle_ms"):
+            await send(mv, "s", 1)
+        assert sched(mv).statistics()["sequences"] == 0
     finally:
         await mv.close()
 
@@ -311,8 +348,9 @@ async def test_an_idle_sequence_expires_and_its_id_says_so(
 async def test_a_sequence_older_than_its_timeout_expires_even_while_busy(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    config = SEQ + "sequence_timeout_ms: 50\nsequence_max_idle_ms: 0\n"
-    mv = version_from(tmp_path, SUM, config, executor)
+    clock = ManualClock()
+    config = SEQ + "sequence_timeout_ms: 125\nsequence_max_idle_ms: 0\n"
+    mv = version_from(tmp_path, SUM, config, executor, clock)
     await mv.load()
     module = model_module(mv)
     try:
@@ -320,7 +358,12 @@ async def test_a_sequence_older_than_its_timeout_expires_even_while_busy(
         ref = SequenceRef(id="s")
         running = asyncio.ensure_future(sched(mv).infer_in(ref, {"x": 1, "hold": True}, None))
         waiting = asyncio.ensure_future(send(mv, "s", 2))
-        with pytest.raises(SequenceClosed, match=r"older than sequence_timeout_ms \(50 ms\)"):
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 1)
+        clock.advance(0.09375)
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        clock.advance(0.03125)
+        with pytest.raises(SequenceClosed, match=r"older than sequence_timeout_ms \(125 ms\)"):
             await waiting  # the sweep closed it while its first request still ran
         module.GATE.set()
         assert (await running)["sum"] == 1  # the running request finished
@@ -337,9 +380,9 @@ async def test_a_sequence_older_than_its_timeout_expires_even_while_busy(
 async def test_ended_ids_are_remembered_in_a_bounded_lru(
     tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from podium.runtime import sequences
+    from podium.runtime.sequences import _scheduler
 
-    monkeypatch.setattr(sequences, "CLOSED_IDS", 2)
+    monkeypatch.setattr(_scheduler, "CLOSED_IDS", 2)
     mv = version_from(tmp_path, SUM, SEQ, executor)
     await mv.load()
     try:
@@ -441,6 +484,30 @@ async def test_a_batch_takes_at_most_one_request_per_sequence(
         assert all(len(b) == len(set(b)) for b in batches)
         assert sorted(s for b in batches for s in b) == sorted(plan)
         assert sched(mv).statistics()["batches"] == len(batches) == 3
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_batch_of_sequences_closes_max_batch_delay_after_its_first_request(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    clock = ManualClock()
+    config = SEQ + "batch_size: 4\nmax_batch_delay: 125\n"
+    mv = version_from(tmp_path, BATCHED, config, executor, clock)
+    await mv.load()
+    try:
+        first = asyncio.ensure_future(sched(mv).infer_in(SequenceRef(id="a"), 1, None))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 1)
+        clock.advance(0.0625)
+        second = asyncio.ensure_future(sched(mv).infer_in(SequenceRef(id="b"), 2, None))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 2)
+        clock.advance(0.0625 - 1 / 1024)
+        await asyncio.sleep(0.01)
+        assert model_module(mv).BATCHES == [] and not first.done()
+        clock.advance(1 / 1024)  # 125 ms after the first request, not the second
+        assert await asyncio.wait_for(asyncio.gather(first, second), 2) == [1, 2]
+        assert model_module(mv).BATCHES == [["a", "b"]]
     finally:
         await mv.close()
 

@@ -3,19 +3,20 @@
 Each worker offers ``capacity`` slots. A request takes a slot on the least-loaded ready worker
 (the fewest requests held, ties to the oldest worker); when every slot is taken it waits in one
 bounded line shared by all workers, and a freed slot goes straight to the oldest waiter, on
-whichever worker freed it. A worker that is removed (stopping, dead) takes no new work; the
-requests it already holds finish on it (or fail with it), while the line stays intact for the
-other workers and for the ones that replace it.
+whichever worker freed it. A request pinned to one worker (a stateful sequence's) waits for a
+slot on that worker alone, in the worker's own line, served after the shared one. A worker that
+is removed (stopping, dead) takes no new work; the requests it already holds finish on it (or
+fail with it), the requests pinned to it fail, while the shared line stays intact for the other
+workers and for the ones that replace it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import QueueFull, Unavailable
+from ._line import Line
 
 __all__ = ["Slotted", "WorkerGate"]
 
@@ -34,17 +35,22 @@ class WorkerGate:
         self._model = model
         self._max_waiting = max_waiting
         self._workers: list[Any] = []
-        self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._line: Line[Any] = Line(self.release, max_waiting)
+        # worker -> the requests pinned to it that wait for one of its slots
+        self._pinned: dict[Any, Line[Any]] = {}
         #: workers being started: while there are some, requests wait for them instead of failing
         self.starting = 0
         self.failure: Exception | None = None  # set when no worker will come (the version failed)
-        #: told of every slot freed (after the line was served): a scheduler that pins requests
-        #: to one worker (stateful sequences) waits for that worker's slots itself
-        self.on_release: Callable[[Any], None] | None = None
 
     @property
     def waiting(self) -> int:
-        return sum(1 for f in self._waiters if not f.done())
+        """Requests in the shared line."""
+        return self._line.waiting
+
+    def waiting_on(self, worker: Any) -> int:
+        """Requests pinned to ``worker`` that wait for one of its slots."""
+        pinned = self._pinned.get(worker)
+        return pinned.waiting if pinned is not None else 0
 
     @property
     def workers(self) -> list[Any]:
@@ -58,11 +64,22 @@ class WorkerGate:
         self._wake(worker)
 
     def remove(self, worker: Any) -> None:
-        """The worker takes no new work from now on."""
+        """The worker takes no new work from now on; requests pinned to it and waiting for one
+        of its slots fail with ``Unavailable`` (the scheduler that pinned them says why)."""
         if worker in self._workers:
             self._workers.remove(worker)
+        self.fail_pinned(worker, self._worker_left_error)
 
-    def _free(self) -> Any:
+    def fail_pinned(self, worker: Any, error: Callable[[], BaseException]) -> None:
+        """Every request pinned to ``worker`` and waiting for one of its slots gets ``error()``."""
+        pinned = self._pinned.pop(worker, None)
+        if pinned:
+            pinned.fail_all(error)
+
+    def _worker_left_error(self) -> Unavailable:
+        return Unavailable(f"model '{self._model}': the worker this request is pinned to left")
+
+    def _least_loaded(self) -> Any:
         best = None
         for worker in self._workers:
             if worker.busy < worker.capacity and (best is None or worker.busy < best.busy):
@@ -71,17 +88,21 @@ class WorkerGate:
 
     def try_acquire(self) -> Any:
         """A slot on the least-loaded worker without waiting; None if busy or others wait."""
-        if self._waiters:
+        if self._line:
             return None
-        worker = self._free()
+        worker = self._least_loaded()
         if worker is not None:
             worker.busy += 1
         return worker
 
     def try_acquire_on(self, worker: Any) -> bool:
-        """A slot on ``worker`` itself, if it still takes work and has one free (a request pinned
-        to it, as a stateful sequence's are); otherwise the caller waits for ``on_release``."""
-        if worker.busy < worker.capacity and worker in self._workers:
+        """A slot on ``worker`` itself without waiting, if it still takes work, has one free and
+        no pinned request waits for it (a continuous batch holds one while it has requests)."""
+        if (
+            worker.busy < worker.capacity
+            and not (self._pinned and self._pinned.get(worker))
+            and worker in self._workers
+        ):
             worker.busy += 1
             return True
         return False
@@ -97,41 +118,42 @@ class WorkerGate:
             raise Unavailable(
                 f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
             )
-        if len(self._waiters) >= self._max_waiting and self.waiting >= self._max_waiting:
-            raise QueueFull.of(self._model, self.waiting, self._max_waiting)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.release(future.result())  # handed a slot as we were cancelled: pass it on
-            else:
-                try:
-                    self._waiters.remove(future)
-                except ValueError:
-                    pass
-            raise
+        line = self._line
+        if line.full():
+            raise QueueFull.of(self._model, line.waiting, self._max_waiting)
+        return await line.wait()
+
+    async def acquire_on(self, worker: Any) -> Any:
+        """A slot on ``worker`` itself, for a request pinned to it: at once if one is free and
+        no other pinned request waits for it, else in the worker's own FIFO line. Returns the
+        worker. ``Unavailable`` if the worker takes no new work, or leaves while this waits."""
+        if self.try_acquire_on(worker):
+            return worker
+        if worker not in self._workers:
+            raise self._worker_left_error()
+        pinned = self._pinned.get(worker)
+        if pinned is None:
+            pinned = self._pinned[worker] = Line(self.release)
+        return await pinned.wait()
 
     def release(self, worker: Any) -> None:
         """The request is done with ``worker``'s slot: it goes to the oldest waiter, if any."""
         worker.busy -= 1
         if worker in self._workers:
             self._wake(worker)
-            if self.on_release is not None:
-                self.on_release(worker)
 
     def _wake(self, worker: Any) -> None:
-        while self._waiters and worker.busy < worker.capacity:
-            future = self._waiters.popleft()
-            if not future.done():
+        # the shared line first, then the requests pinned to this worker
+        line = self._line
+        while line and worker.busy < worker.capacity and line.hand(worker):
+            worker.busy += 1
+        if self._pinned:
+            pinned = self._pinned.get(worker)
+            while pinned and worker.busy < worker.capacity and pinned.hand(worker):
                 worker.busy += 1
-                future.set_result(worker)
 
     def fail_waiters(self, exc: Exception) -> None:
-        """No worker is coming (the version failed or is closing): every waiter gets ``exc``."""
+        """No worker is coming (the version failed or is closing): every waiter in the shared
+        line gets ``exc``."""
         self.failure = exc
-        while self._waiters:
-            future = self._waiters.popleft()
-            if not future.done():
-                future.set_exception(exc)
+        self._line.fail_all(lambda: exc)

@@ -1,17 +1,20 @@
-"""What every scheduler offers the registry and the data plane, and the predict-slot gate."""
+"""What every scheduler offers the registry and the data plane; the predict-slot gate; the
+requests and tasks a scheduler owns."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from typing import Any, Protocol, TypeVar
 
 from ..errors import QueueFull
 from ..types import SequenceRef
+from ._line import Line
 
-__all__ = ["Activity", "Scheduler", "SequenceScheduling", "SlotGate"]
+__all__ = ["Activity", "Scheduler", "SequenceScheduling", "SlotGate", "TaskSet"]
+
+T = TypeVar("T")
 
 
 class Scheduler(Protocol):
@@ -90,53 +93,74 @@ class SlotGate:
     A request that finds every slot busy and ``max_waiting`` requests already waiting is refused
     at once with ``QueueFull`` (503), instead of piling up. A released slot is handed straight to
     the oldest waiter. Cancelling a waiter removes it from the line without ever taking a slot
-    (and a slot handed to a waiter cancelled at that moment is passed on, never lost).
+    (and a slot handed to a waiter cancelled at that moment is passed on, never lost: the
+    :class:`~podium.runtime._line.Line` sees to that).
     """
+
+    __slots__ = ("_model", "_slots", "_max_waiting", "_line", "busy")
 
     def __init__(self, model: str, slots: int, max_waiting: int) -> None:
         self._model = model
         self._slots = slots
         self._max_waiting = max_waiting
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._line: Line[None] = Line(self._pass_on, max_waiting)
         self.busy = 0
 
     @property
     def waiting(self) -> int:
-        return sum(1 for f in self._waiters if not f.done())
+        return self._line.waiting
 
     def try_acquire(self) -> bool:
         """Take a free slot without waiting, if there is one and nobody is ahead in line."""
-        if self.busy < self._slots and not self._waiters:
+        if self.busy < self._slots and not self._line:
             self.busy += 1
             return True
         return False
 
     async def acquire(self) -> None:
+        """A slot: at once if one is free and nobody waits, else at the back of the line."""
         if self.try_acquire():
             return
-        if len(self._waiters) >= self._max_waiting and self.waiting >= self._max_waiting:
-            raise QueueFull.of(self._model, self.waiting, self._max_waiting)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
-        try:
-            await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.release()  # the slot was handed to us as we were cancelled: pass it on
-            else:
-                try:
-                    self._waiters.remove(future)
-                except ValueError:
-                    pass
-            raise
+        line = self._line
+        if line.full():
+            raise QueueFull.of(self._model, line.waiting, self._max_waiting)
+        await line.wait()  # the slot is handed over with busy unchanged
 
     def release(self) -> None:
-        while self._waiters:
-            future = self._waiters.popleft()
-            if not future.done():
-                future.set_result(None)  # the slot goes to this waiter; busy is unchanged
-                return
-        self.busy -= 1
+        """Give the slot back: to the oldest waiter, or free."""
+        if not (self._line and self._line.hand(None)):
+            self.busy -= 1
+
+    def _pass_on(self, _: None) -> None:
+        self.release()
 
     def statistics(self) -> dict[str, int]:
         return {"slots": self._slots, "busy": self.busy, "waiting": self.waiting}
+
+
+class TaskSet:
+    """The tasks a scheduler starts (batch collectors, running batches), owned by it:
+    :meth:`cancel` cancels every one still running and waits for them, so that none outlives
+    the scheduler's ``close()``."""
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro`` in a task of this set (it leaves the set when it ends)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def cancel(self) -> None:
+        """Cancel every task still running and return once they have all ended."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

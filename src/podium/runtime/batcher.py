@@ -9,16 +9,16 @@ batch formed is dropped from the queue; a running batch whose clients have all l
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
-from ..errors import BadModelOutput, QueueFull, Unavailable
+from ..errors import Unavailable
 from ..types import ModelInstance
-from ._scheduler import Activity
+from ._clock import SYSTEM_CLOCK, Clock
+from ._collector import BatchCollector, Pending
+from ._scheduler import Activity, TaskSet
 from .direct import stream_inputs_through, stream_through
 from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
@@ -28,19 +28,6 @@ __all__ = ["BatchScheduler"]
 logger = logging.getLogger("podium.batcher")
 
 
-class _Entry:
-    __slots__ = ("inputs", "request", "future", "arrived", "worker")
-
-    def __init__(
-        self, inputs: Any, request: Any, future: asyncio.Future[Any], arrived: float
-    ) -> None:
-        self.inputs = inputs
-        self.request = request
-        self.future = future
-        self.arrived = arrived
-        self.worker: Worker | None = None
-
-
 class BatchScheduler:
     """Collects requests into batches for a model whose ``predict`` takes a list.
 
@@ -48,7 +35,8 @@ class BatchScheduler:
     the requests in the same order; it must return a list of the same length. ``target`` is the
     version's :class:`WorkerPool` (or one loaded instance); each batch goes to the least-loaded
     ready worker, at most ``predict_concurrency`` batches per worker at a time. A batch whose
-    worker process died before it was sent goes back to the front of the queue.
+    worker process died before it was sent goes back to the front of the queue. ``clock`` times
+    ``max_batch_delay`` (tests pass a manual one).
     """
 
     def __init__(
@@ -60,6 +48,7 @@ class BatchScheduler:
         max_batch_delay_ms: float,
         max_queue_size: int,
         concurrency: int,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if isinstance(target, WorkerPool):
             self._pool = target
@@ -69,31 +58,36 @@ class BatchScheduler:
             )
         self._gate = self._pool.gate
         self._model = model
-        self._batch_size = batch_size
-        self._delay = max_batch_delay_ms / 1000.0
-        self._max_queue = max_queue_size
-        self._queue: collections.deque[_Entry] = collections.deque()
-        self._arrived = asyncio.Event()
         self._activity = Activity()
-        self._loop_task: asyncio.Task[None] | None = None
-        self._batches: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._closed = False
-        self.batches_run = 0
+        self._batches: BatchCollector[Worker] = BatchCollector(
+            model=model,
+            label=f"model '{model}'",
+            size=batch_size,
+            delay=max_batch_delay_ms / 1000.0,
+            limit=max_queue_size,
+            acquire=self._gate.acquire,
+            release=self._gate.release,
+            run=self._run_batch,
+            tasks=self._tasks,
+            stopped=self._stopped_error,
+            retry_on=(WorkerGone,),
+            clock=clock,
+        )
+
+    @property
+    def batches_run(self) -> int:
+        return self._batches.batches_run
 
     async def start(self) -> None:
-        if self._loop_task is None:
-            self._loop_task = asyncio.get_running_loop().create_task(self._collect())
+        self._batches.start()
 
     async def close(self) -> None:
         """Stop collecting; every request still queued or in a running batch fails at once."""
         self._closed = True
-        tasks = [t for t in (self._loop_task, *self._batches) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._loop_task = None
-        while self._queue:
-            self._fail_stopped(self._queue.popleft())
+        await self._tasks.cancel()
+        self._batches.fail_queued(lambda _: self._stopped_error())
         await self._pool.close()
 
     @property
@@ -104,16 +98,13 @@ class BatchScheduler:
         """Return once no request is in this scheduler (new ones may still arrive)."""
         await self._activity.drain()
 
-    def _fail_stopped(self, entry: _Entry) -> None:
-        if not entry.future.done():
-            entry.future.set_exception(
-                Unavailable(f"model '{self._model}' stopped before this request finished")
-            )
+    def _stopped_error(self) -> Unavailable:
+        return Unavailable(f"model '{self._model}' stopped before this request finished")
 
     def statistics(self) -> dict[str, int]:
         stats = self._pool.statistics()
-        stats["queued"] = len(self._queue)
-        stats["batches"] = self.batches_run
+        stats["queued"] = self._batches.queued
+        stats["batches"] = self._batches.batches_run
         return stats
 
     async def infer(self, inputs: Any, request: Any) -> Any:
@@ -130,16 +121,12 @@ class BatchScheduler:
             inputs = await pool.preprocessor().preprocess(inputs, request)
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
-        if len(self._queue) >= self._max_queue:
-            raise QueueFull.of(self._model, len(self._queue), self._max_queue)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        entry = _Entry(inputs, request, future, loop.time())
-        self._queue.append(entry)
-        self._arrived.set()
-        outputs = await future
-        if inst.has_postprocess and entry.worker is not None:
-            outputs = await entry.worker.instance.postprocess(outputs, request)
+        pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
+        outputs = await pending.future
+        if isinstance(outputs, Failed):  # this request's own failure in a worker process
+            raise outputs.exception()
+        if inst.has_postprocess and pending.slot is not None:
+            outputs = await pending.slot.instance.postprocess(outputs, request)
         return outputs
 
     def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
@@ -158,90 +145,6 @@ class BatchScheduler:
             async for item in items:
                 yield item
 
-    def _live(self) -> int:
-        while self._queue and self._queue[0].future.done():
-            self._queue.popleft()
-        return sum(1 for e in self._queue if not e.future.done())
-
-    async def _collect(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            while not self._live():
-                self._arrived.clear()
-                await self._arrived.wait()
-            # The delay runs from the arrival of the oldest request still waiting (_live() has
-            # dropped the abandoned ones from the front), not from when the collector woke.
-            deadline = self._queue[0].arrived + self._delay
-            while self._live() < self._batch_size:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), remaining)
-                except TimeoutError:
-                    break
-            worker = await self._gate.acquire()
-            batch: list[_Entry] = []
-            while self._queue and len(batch) < self._batch_size:
-                entry = self._queue.popleft()
-                if not entry.future.done():
-                    batch.append(entry)
-            if not batch:
-                self._gate.release(worker)
-                continue
-            task = loop.create_task(self._run(batch, worker))
-            self._batches.add(task)
-            task.add_done_callback(self._batches.discard)
-
-            def fail_unanswered(done: asyncio.Future[Any], batch: list[_Entry] = batch) -> None:
-                # cancelled by close(), even before it started: nobody must wait forever
-                if done.cancelled() or done.exception() is not None:
-                    for e in batch:
-                        self._fail_stopped(e)
-
-            def abandon(
-                _: asyncio.Future[Any], task: asyncio.Task[None] = task, batch: list[_Entry] = batch
-            ) -> None:
-                if all(e.future.cancelled() for e in batch):
-                    task.cancel()
-
-            task.add_done_callback(fail_unanswered)
-            for entry in batch:
-                entry.future.add_done_callback(abandon)
-
-    async def _run(self, batch: list[_Entry], worker: Worker) -> None:
-        self.batches_run += 1
-        inputs = [e.inputs for e in batch]
-        requests = [e.request for e in batch]
-        try:
-            outputs = await worker.batch(inputs, requests)  # gives the slot back
-            if not isinstance(outputs, list | tuple):
-                raise BadModelOutput(
-                    f"model '{self._model}' predict must return a list for a batch of "
-                    f"{len(batch)} requests, got {type(outputs).__name__}"
-                )
-            if len(outputs) != len(batch):
-                raise BadModelOutput(
-                    f"model '{self._model}' predict returned {len(outputs)} results for a "
-                    f"batch of {len(batch)} requests"
-                )
-        except WorkerGone:
-            # never reached the worker: back to the front of the line, in order
-            self.batches_run -= 1
-            self._queue.extendleft(reversed(batch))
-            self._arrived.set()
-            return
-        except Exception as exc:
-            for e in batch:
-                if not e.future.done():
-                    e.future.set_exception(exc)
-            return
-        for e, out in zip(batch, outputs, strict=True):
-            if e.future.done():
-                continue
-            if isinstance(out, Failed):
-                e.future.set_exception(out.exception())
-            else:
-                e.worker = worker
-                e.future.set_result(out)
+    @staticmethod
+    def _run_batch(worker: Worker, batch: list[Pending]) -> Awaitable[Any]:
+        return worker.batch([p.inputs for p in batch], [p.request for p in batch])

@@ -1,8 +1,9 @@
 """Continuous batching: a generating model advances its active requests step by step, and
 requests join and leave between steps.
 
-Each ready thread worker gets a *lane*: one task that loops over its instance's ``step(batch)``
-with the requests active on that worker (at most ``batch_size``). A request is preprocessed on
+Each ready thread worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
+for one worker: the requests placed on it and what feeds it): here one task that loops over its
+instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``). A request is preprocessed on
 its own, then joins the least-loaded lane with room, or waits in one bounded FIFO line
 (``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
 requests that finished or whose client left, and admits new ones. After a step each request's
@@ -59,10 +60,10 @@ class _Request:
 
 
 class _Lane:
-    """One worker's continuous batch: ``active`` requests, and ``joining`` ones that enter it
-    before its next step."""
+    """One worker's lane: its continuous batch (``active`` requests, and ``joining`` ones that
+    enter it before its next step) and the task that steps it."""
 
-    __slots__ = ("worker", "active", "joining", "wake", "task", "lost", "slot")
+    __slots__ = ("worker", "active", "joining", "wake", "task", "lost", "holds_slot")
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -71,7 +72,7 @@ class _Lane:
         self.wake = asyncio.Event()  # arrivals, readers catching up, clients leaving
         self.task: asyncio.Task[None] | None = None
         self.lost = False  # the worker takes no new requests (retired or replaced)
-        self.slot = False  # holds one of the worker's slots (while it has requests)
+        self.holds_slot = False  # holds one of the worker's slots (while it has requests)
 
     @property
     def load(self) -> int:
@@ -98,7 +99,7 @@ class ContinuousScheduler:
         self._closed = False
         self._activity = Activity()
         self.steps = 0
-        pool.on_worker_lost = self._worker_lost
+        pool.on_worker_lost = self._on_worker_lost
 
     @property
     def pool(self) -> WorkerPool:
@@ -189,15 +190,15 @@ class ContinuousScheduler:
 
     # -- placing requests ----------------------------------------------------------------------
 
-    def _sync_lanes(self) -> None:
+    def _open_lanes(self) -> None:
         for worker in self._gate.workers:
             if worker.state == "ready" and worker not in self._lanes:
                 lane = self._lanes[worker] = _Lane(worker)
-                lane.task = asyncio.get_running_loop().create_task(self._run(lane))
+                lane.task = asyncio.get_running_loop().create_task(self._run_lane(lane))
 
     def _place(self, req: _Request) -> None:
         """Into the least-loaded lane with room, else the back of the line (or refused)."""
-        self._sync_lanes()
+        self._open_lanes()
         if not self._waiting:
             best: _Lane | None = None
             for lane in self._lanes.values():
@@ -227,7 +228,7 @@ class ContinuousScheduler:
         lane.joining.append(req)
         lane.wake.set()
 
-    def _worker_lost(self, worker: Worker, how: str) -> None:
+    def _on_worker_lost(self, worker: Worker, how: str) -> None:
         """A retired or replaced worker: its lane takes no new requests and ends once its active
         ones have finished; the ones about to join it go back to the front of the line."""
         lane = self._lanes.get(worker)
@@ -257,15 +258,17 @@ class ContinuousScheduler:
                 req.lane = lane
                 lane.active.append(req)
 
-    async def _run(self, lane: _Lane) -> None:
+    async def _run_lane(self, lane: _Lane) -> None:
         worker = lane.worker
         try:
             while True:
                 self._refill(lane)
-                if lane.active and not lane.slot:
-                    lane.slot = self._gate.try_acquire_on(worker)  # busy shows, retiring waits
-                elif not lane.active and lane.slot:
-                    lane.slot = False
+                if lane.active and not lane.holds_slot:
+                    lane.holds_slot = self._gate.try_acquire_on(
+                        worker
+                    )  # busy shows, retiring waits
+                elif not lane.active and lane.holds_slot:
+                    lane.holds_slot = False
                     self._gate.release(worker)
                 if not lane.active and lane.lost:
                     return
@@ -274,18 +277,18 @@ class ContinuousScheduler:
                     lane.wake.clear()
                     await lane.wake.wait()
                     continue
-                await self._step(worker, batch)
+                await self._run_step(worker, batch)
         finally:
             if self._lanes.get(worker) is lane:
                 del self._lanes[worker]
-            if lane.slot:
-                lane.slot = False
+            if lane.holds_slot:
+                lane.holds_slot = False
                 self._gate.release(worker)
             stopped = Unavailable(f"{self._label} stopped before this request finished")
             for req in (*lane.active, *lane.joining):
                 req.end(stopped)
 
-    async def _step(self, worker: Worker, batch: list[_Request]) -> None:
+    async def _run_step(self, worker: Worker, batch: list[_Request]) -> None:
         self.steps += 1
         try:
             await worker.instance.step([r.gen for r in batch])

@@ -68,7 +68,7 @@ class DirectScheduler:
     def statistics(self) -> dict[str, int]:
         return self._pool.statistics()
 
-    async def _worker(self) -> Worker:
+    async def _acquire_worker(self) -> Worker:
         worker = self._gate.try_acquire()
         if worker is None:
             worker = await self._gate.acquire()
@@ -82,7 +82,7 @@ class DirectScheduler:
             if front.has_preprocess:
                 inputs = await pool.preprocessor().preprocess(inputs, request)
             while True:
-                worker = await self._worker()
+                worker = await self._acquire_worker()
                 try:
                     outputs = await worker.infer(inputs, request)
                     break
@@ -118,7 +118,7 @@ async def stream_inputs_through(
     preprocessed as it is read."""
     if pool.instance.has_preprocess:
         pre = pool.preprocessor()
-        inputs = _preprocessed(pre, inputs, request)
+        inputs = _preprocess_each(pre, inputs, request)
     gate = pool.gate
     worker = gate.try_acquire() or await gate.acquire()
     stream_inputs = getattr(worker, "stream_inputs", None)
@@ -133,7 +133,7 @@ async def stream_inputs_through(
             yield item
 
 
-async def _preprocessed(
+async def _preprocess_each(
     pre: ModelInstance, inputs: AsyncIterator[Any], request: Any
 ) -> AsyncGenerator[Any, None]:
     async for item in inputs:

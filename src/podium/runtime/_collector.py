@@ -1,0 +1,229 @@
+"""Collecting requests into batches: the one piece under dynamic batching and the batches of
+stateful sequences.
+
+Requests join a queue (bounded: ``QueueFull`` past ``limit``). One collector task closes a
+batch when it holds ``size`` requests, or ``delay`` seconds after the oldest request still
+waiting arrived, whichever comes first; it then takes a slot (``acquire``), and runs the batch in
+a task of its own (``run``), so that the next batch forms while this one runs. A request whose
+client left before its batch closed is dropped from it; a running batch whose clients have all
+left is cancelled. A batch's result must be a list (or tuple) as long as the batch; each request
+gets its own item, or every request the batch's error.
+
+The collector knows nothing of workers or models: its owner says how to take a slot, how to run
+a batch on it, which errors mean "never reached the worker: queue it again", what a request
+that was stopped gets, and which :class:`~podium.runtime._clock.Clock` times the delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from ..errors import BadModelOutput, QueueFull
+from ._clock import SYSTEM_CLOCK, Clock
+from ._scheduler import TaskSet
+
+__all__ = ["BatchCollector", "Pending"]
+
+S = TypeVar("S")  # a slot: what ``acquire`` returns and ``run`` runs a batch on (a worker)
+
+
+class Pending:
+    """One request in a batch queue: what it runs with, and its answer (``future``).
+
+    ``tag`` is the owner's (a sequence's Context); ``task`` is the batch it runs in once its
+    batch closed; ``slot`` is where it ran, once answered.
+    """
+
+    __slots__ = ("inputs", "request", "tag", "future", "arrived", "task", "slot")
+
+    def __init__(
+        self, inputs: Any, request: Any, tag: Any, future: asyncio.Future[Any], arrived: float
+    ) -> None:
+        self.inputs = inputs
+        self.request = request
+        self.tag = tag
+        self.future = future
+        self.arrived = arrived
+        self.task: asyncio.Task[None] | None = None
+        self.slot: Any = None
+
+
+class BatchCollector(Generic[S]):
+    """A bounded queue of requests and the task that closes and runs their batches.
+
+    ``model`` is the name a full queue's ``QueueFull`` gives, ``label`` what a bad result's
+    ``BadModelOutput`` names ("model 'm'", with its version if it has one); ``size`` is ``batch_size``, ``delay``
+    ``max_batch_delay`` in seconds, ``limit`` the longest queue (None: unbounded, when the
+    owner bounds what reaches it). ``acquire`` / ``release`` take and give back a slot to run a
+    batch on; ``run(slot, batch)`` runs it and returns its results (the slot is the runner's to
+    give back). A batch that raises one of ``retry_on`` never reached its slot: it goes back to
+    the front of the queue, in order. ``stopped()`` is the error of a request whose batch was
+    cancelled under it (the owner closing). Tasks run in the owner's ``tasks``.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        label: str,
+        size: int,
+        delay: float,
+        limit: int | None,
+        acquire: Callable[[], Awaitable[S]],
+        release: Callable[[S], object],
+        run: Callable[[S, list[Pending]], Awaitable[Any]],
+        tasks: TaskSet,
+        stopped: Callable[[], BaseException],
+        retry_on: tuple[type[BaseException], ...] = (),
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._model = model
+        self._label = label
+        self._size = size
+        self._delay = delay
+        self._limit = limit
+        self._acquire = acquire
+        self._release = release
+        self._run = run
+        self._tasks = tasks
+        self._stopped = stopped
+        self._retry_on = retry_on
+        self._clock = clock
+        self._now = clock.now
+        self._queue: collections.deque[Pending] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._collector: asyncio.Task[None] | None = None
+        self.batches_run = 0
+
+    @property
+    def queued(self) -> int:
+        """Requests in the queue (a request that left is counted until the collector drops it)."""
+        return len(self._queue)
+
+    def start(self) -> None:
+        """Start the collector task (:meth:`add` starts it too, if need be)."""
+        if self._collector is None:
+            self._collector = self._tasks.spawn(self._collect())
+
+    def stop(self) -> None:
+        """Stop collecting (the slots are gone); batches already running go on."""
+        if self._collector is not None:
+            self._collector.cancel()
+
+    def add(self, inputs: Any, request: Any, tag: Any = None) -> Pending:
+        """Queue one request; its answer is ``.future``. ``QueueFull`` past ``limit``."""
+        queue = self._queue
+        if self._limit is not None and len(queue) >= self._limit:
+            raise QueueFull.of(self._model, len(queue), self._limit)
+        pending = Pending(
+            inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
+        )
+        queue.append(pending)
+        self._arrived.set()
+        if self._collector is None:
+            self.start()
+        return pending
+
+    def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
+        """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
+        was lost)."""
+        while self._queue:
+            pending = self._queue.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(error(pending))
+
+    def _count_live(self) -> int:
+        queue = self._queue
+        while queue and queue[0].future.done():
+            queue.popleft()
+        return sum(1 for p in queue if not p.future.done())
+
+    async def _collect(self) -> None:
+        clock = self._clock
+        arrived = self._arrived
+        while True:
+            while not self._count_live():
+                arrived.clear()
+                await arrived.wait()
+            # The delay runs from the arrival of the oldest request still waiting (the count has
+            # dropped the abandoned ones from the front), not from when the collector woke.
+            deadline = self._queue[0].arrived + self._delay
+            while self._count_live() < self._size:
+                remaining = deadline - self._now()
+                if remaining <= 0:
+                    break
+                arrived.clear()
+                timer = clock.call_later(remaining, arrived.set)
+                try:
+                    await arrived.wait()
+                finally:
+                    timer.cancel()
+            slot = await self._acquire()
+            batch: list[Pending] = []
+            while self._queue and len(batch) < self._size:
+                pending = self._queue.popleft()
+                if not pending.future.done():
+                    batch.append(pending)
+            if not batch:
+                self._release(slot)
+                continue
+            task = self._tasks.spawn(self._run_batch(slot, batch))
+            for pending in batch:
+                pending.task = task
+
+            def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
+                # cancelled by the owner's close, even before it started: nobody waits forever
+                if done.cancelled() or done.exception() is not None:
+                    stopped = self._stopped
+                    for p in batch:
+                        if not p.future.done():
+                            p.future.set_exception(stopped())
+
+            def abandon(
+                _: asyncio.Future[Any],
+                task: asyncio.Task[None] = task,
+                batch: list[Pending] = batch,
+            ) -> None:
+                if all(p.future.cancelled() for p in batch):
+                    task.cancel()
+
+            task.add_done_callback(fail_unanswered)
+            for pending in batch:
+                pending.future.add_done_callback(abandon)
+
+    async def _run_batch(self, slot: S, batch: list[Pending]) -> None:
+        self.batches_run += 1
+        try:
+            outputs = await self._run(slot, batch)
+            self._check(outputs, len(batch))
+        except self._retry_on:
+            # never reached the slot: back to the front of the line, in order
+            self.batches_run -= 1
+            self._queue.extendleft(reversed(batch))
+            self._arrived.set()
+            return
+        except Exception as exc:
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            return
+        for p, out in zip(batch, outputs, strict=True):
+            if not p.future.done():
+                p.slot = slot
+                p.future.set_result(out)
+
+    def _check(self, outputs: Any, size: int) -> None:
+        """A batch's result is a list (or tuple) with one item per request."""
+        if not isinstance(outputs, list | tuple):
+            raise BadModelOutput(
+                f"{self._label} predict must return a list for a batch of {size} requests, "
+                f"got {type(outputs).__name__}"
+            )
+        if len(outputs) != size:
+            raise BadModelOutput(
+                f"{self._label} predict returned {len(outputs)} results for a batch of "
+                f"{size} requests"
+            )

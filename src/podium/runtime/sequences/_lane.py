@@ -1,0 +1,137 @@
+"""One worker's lane in the sequence scheduler: the sequences pinned to the worker, and how
+their requests run there."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from typing import TYPE_CHECKING, Any
+
+from ...errors import Unavailable
+from ...types import Context, current_context
+from .._collector import BatchCollector
+
+if TYPE_CHECKING:
+    from .._gate import WorkerGate
+    from ._seq import Sequence
+
+__all__ = ["Lane"]
+
+
+class Lane:
+    """What the scheduler keeps for one worker (as every lane in the runtime is: the requests
+    pinned to one worker, and what feeds it): the sequences pinned to it, and its batch collector
+    (used when batching; its task starts with its first request).
+
+    A request holding its sequence's turn runs here with ``types.current_context`` set to its
+    Context: preprocess, then a slot on the worker (at once if free, else in the gate's line for
+    this worker) or a place in the worker's next batch, then postprocess. Once the worker is
+    lost (``lost`` says why) nothing new runs here: requests get ``closed_error(sid, why)``.
+    """
+
+    __slots__ = ("worker", "sequences", "batches", "lost", "_gate", "_closed_error")
+
+    def __init__(
+        self,
+        worker: Any,
+        gate: WorkerGate,
+        batches: BatchCollector[Any],
+        closed_error: Callable[[str, str], BaseException],
+    ) -> None:
+        self.worker = worker
+        self.sequences: set[Sequence] = set()
+        self.batches = batches
+        self.lost: str | None = None  # why its sequences are gone, once the worker is
+        self._gate = gate
+        self._closed_error = closed_error
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for one of the worker's slots or for a batch."""
+        return self._gate.waiting_on(self.worker) + self.batches.queued
+
+    async def infer(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
+        """One request, on a slot of its own."""
+        worker = self.worker
+        inst = worker.instance
+        token = current_context.set(ctx)
+        try:
+            if inst.has_preprocess:
+                inputs = await inst.preprocess(inputs, request)
+            await self._acquire_slot(seq.id)
+            outputs = await worker.infer(inputs, request)  # gives the slot back
+            if inst.has_postprocess:
+                outputs = await inst.postprocess(outputs, request)
+            return outputs
+        finally:
+            current_context.reset(token)
+
+    async def infer_batched(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
+        """One request, in the worker's next batch (``seq.batched`` holds it meanwhile)."""
+        inst = self.worker.instance
+        token = current_context.set(ctx)
+        try:
+            if inst.has_preprocess:
+                inputs = await inst.preprocess(inputs, request)
+            if self.lost is not None:
+                raise self._closed_error(seq.id, self.lost)
+            pending = seq.batched = self.batches.add(inputs, request, ctx)
+            outputs = await pending.future
+            if inst.has_postprocess:
+                outputs = await inst.postprocess(outputs, request)
+            return outputs
+        finally:
+            current_context.reset(token)
+
+    async def stream(
+        self, seq: Sequence, ctx: Context, inputs: Any, request: Any
+    ) -> AsyncGenerator[Any, None]:
+        """The items of one request of a streaming model, on a slot held until they end."""
+        worker = self.worker
+        inst = worker.instance
+        # Set only until the first item: the producer task the worker starts copies it, and the
+        # consumer's own context must not keep it between items.
+        token = current_context.set(ctx)
+        try:
+            if inst.has_preprocess:
+                inputs = await inst.preprocess(inputs, request)
+            await self._acquire_slot(seq.id)
+            items = worker.stream(inputs, request)  # gives the slot back when it ends
+            try:
+                first = await anext(items)
+            except StopAsyncIteration:
+                return
+        finally:
+            current_context.reset(token)
+        try:
+            yield first
+            async for item in items:
+                yield item
+        finally:
+            await items.aclose()
+
+    async def _acquire_slot(self, sid: str) -> None:
+        lost = self.lost
+        if lost is None:
+            if self._gate.try_acquire_on(self.worker):
+                return
+            try:
+                await self._gate.acquire_on(self.worker)
+                return
+            except Unavailable:  # the gate let the worker go while this waited
+                lost = self.lost
+                if lost is None:
+                    raise
+        raise self._closed_error(sid, lost)
+
+    def lose(self, reason: str) -> None:
+        """The worker left for good: nothing new runs here, and the requests queued for a batch
+        fail with ``closed_error`` (those waiting for a slot were failed by the gate as it let
+        the worker go, and learn why from ``lost``)."""
+        self.lost = reason
+        self.batches.stop()
+        self.batches.fail_queued(lambda p: self._closed_error(p.tag.sequence_id, reason))
+
+    def fail_waiting(self, error: Callable[[], BaseException]) -> None:
+        """Every request waiting here, for a slot or for a batch, gets ``error()``."""
+        self._gate.fail_pinned(self.worker, error)
+        self.batches.fail_queued(lambda _: error())

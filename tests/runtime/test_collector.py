@@ -1,0 +1,266 @@
+"""Collecting requests into batches, on its own: podium.runtime._collector.BatchCollector.
+
+Time is a manual clock, so "closes when the delay expires" is checked to the tick; what a batch
+held is read from what the runner was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from podium.errors import BadModelOutput, QueueFull, Unavailable
+from podium.runtime._clock import ManualClock
+from podium.runtime._collector import BatchCollector, Pending
+from podium.runtime._scheduler import SlotGate, TaskSet
+
+DELAY = 0.25  # s: binary-exact, so the clock lands on it exactly
+
+
+class NeverReached(Exception):
+    """What a runner raises for a batch that never reached its slot."""
+
+
+class Harness:
+    """A collector over ``slots`` slots whose runner records each batch and answers with
+    ``answer(inputs)`` (doubling by default) once ``release`` is set."""
+
+    def __init__(
+        self,
+        *,
+        size: int = 4,
+        delay: float = DELAY,
+        limit: int | None = 100,
+        slots: int = 1,
+        answer: Callable[[list[Any]], Any] = lambda xs: [x * 2 for x in xs],
+    ) -> None:
+        self.clock = ManualClock()
+        self.tasks = TaskSet()
+        self.gate = SlotGate("m", slots, 100)
+        self.batches: list[list[Any]] = []
+        self.answer = answer
+        self.release = asyncio.Event()
+        self.release.set()
+        self.cancelled = 0
+        self.unreached = 0  # batches to fail with NeverReached first
+        self.collector: BatchCollector[str] = BatchCollector(
+            model="m",
+            label="model 'm'",
+            size=size,
+            delay=delay,
+            limit=limit,
+            acquire=self.acquire,
+            release=lambda _: self.gate.release(),
+            run=self.run,
+            tasks=self.tasks,
+            stopped=lambda: Unavailable("stopped"),
+            retry_on=(NeverReached,),
+            clock=self.clock,
+        )
+
+    async def acquire(self) -> str:
+        await self.gate.acquire()
+        return "slot"
+
+    async def run(self, slot: str, batch: list[Pending]) -> Any:
+        try:
+            if self.unreached:
+                self.unreached -= 1
+                raise NeverReached
+            self.batches.append([p.inputs for p in batch])
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+            return self.answer([p.inputs for p in batch])
+        finally:
+            self.gate.release()
+
+    def add(self, *xs: Any) -> list[Pending]:
+        return [self.collector.add(x, None) for x in xs]
+
+    async def settle(self) -> None:
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+
+async def results(pending: list[Pending]) -> list[Any]:
+    async with asyncio.timeout(2):
+        return list(await asyncio.gather(*(p.future for p in pending), return_exceptions=True))
+
+
+@pytest.mark.anyio
+async def test_a_batch_closes_when_full_without_waiting_for_the_delay() -> None:
+    h = Harness(size=3)
+    try:
+        pending = h.add(1, 2, 3)
+        assert await results(pending) == [2, 4, 6]  # the clock never moved
+        assert h.batches == [[1, 2, 3]] and h.collector.batches_run == 1
+        assert all(p.slot == "slot" for p in pending)
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_batch_closes_exactly_when_the_delay_since_its_first_request_expires() -> None:
+    h = Harness(size=8)
+    try:
+        first = h.add(1)
+        await h.settle()
+        h.clock.advance(DELAY / 2)
+        second = h.add(2)  # arriving later does not push the deadline back
+        await h.settle()
+        h.clock.advance(DELAY / 2 - 1 / 1024)
+        await h.settle()
+        assert h.batches == [] and not first[0].future.done()
+        h.clock.advance(1 / 1024)  # now exactly DELAY after the first arrived
+        assert await results(first + second) == [2, 4]
+        assert h.batches == [[1, 2]]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_zero_delay_takes_what_is_there() -> None:
+    h = Harness(size=8, delay=0.0)
+    try:
+        assert await results(h.add(5)) == [10]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_request_cancelled_while_queued_is_left_out_of_its_batch() -> None:
+    h = Harness(size=4)
+    try:
+        a, b, c = h.add("a", "b", "c")
+        await h.settle()
+        b.future.cancel()
+        h.clock.advance(DELAY)
+        assert await results([a, c]) == ["aa", "cc"]
+        assert h.batches == [["a", "c"]]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_the_queue_is_bounded_and_a_refusal_changes_nothing() -> None:
+    h = Harness(size=8, limit=2)
+    try:
+        queued = h.add(1, 2)
+        with pytest.raises(
+            QueueFull, match=r"model 'm' queue is full: 2 requests waiting \(max_queue_size 2\)"
+        ):
+            h.add(3)
+        assert h.collector.queued == 2
+        h.clock.advance(DELAY)
+        assert await results(queued) == [2, 4]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda xs: xs[:1], "model 'm' predict returned 1 results for a batch of 2 requests"),
+        (
+            lambda xs: {"x": xs},
+            "model 'm' predict must return a list for a batch of 2 requests, got dict",
+        ),
+    ],
+)
+async def test_a_result_that_is_not_one_item_per_request_fails_every_request(
+    answer: Callable[[list[Any]], Any], message: str
+) -> None:
+    h = Harness(size=2, answer=answer)
+    try:
+        outcome = await results(h.add(1, 2))
+        assert all(isinstance(e, BadModelOutput) and e.message == message for e in outcome)
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_tuple_result_is_accepted() -> None:
+    h = Harness(size=2, answer=lambda xs: tuple(xs))
+    try:
+        assert await results(h.add(1, 2)) == [1, 2]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_batch_that_never_reached_its_slot_goes_back_to_the_front_in_order() -> None:
+    h = Harness(size=2)
+    h.unreached = 1
+    try:
+        first = h.add(1, 2)
+        assert await results(first) == [2, 4]  # run again, same batch
+        assert h.batches == [[1, 2]] and h.collector.batches_run == 1
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_running_batch_whose_requests_all_left_is_cancelled_and_frees_its_slot() -> None:
+    h = Harness(size=2)
+    h.release.clear()
+    try:
+        pending = h.add(1, 2)
+        await h.settle()
+        assert h.batches == [[1, 2]] and h.gate.busy == 1
+        pending[0].future.cancel()
+        await h.settle()
+        assert h.cancelled == 0  # one request still waits for it
+        pending[1].future.cancel()
+        await h.settle()
+        assert h.cancelled == 1 and h.gate.busy == 0
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_stopping_fails_the_running_batch_and_the_queued_requests() -> None:
+    h = Harness(size=2)
+    h.release.clear()
+    running = h.add(1, 2)
+    await h.settle()
+    queued = h.add(3)
+    await h.tasks.cancel()  # the owner closes: collector and running batch are cancelled
+    h.collector.fail_queued(lambda p: Unavailable(f"stopped before {p.inputs} ran"))
+    outcome = await results(running + queued)
+    assert [e.message for e in outcome] == ["stopped", "stopped", "stopped before 3 ran"]
+    assert h.collector.queued == 0
+
+
+@pytest.mark.anyio
+async def test_stop_ends_collecting_but_lets_running_batches_finish() -> None:
+    h = Harness(size=1)
+    h.release.clear()
+    try:
+        running = h.add(1)
+        await h.settle()
+        h.collector.stop()
+        late = h.add(2)
+        await h.settle()
+        h.release.set()
+        assert await results(running) == [2]
+        assert not late[0].future.done() and h.batches == [[1]]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_each_request_keeps_its_tag() -> None:
+    h = Harness(size=2)
+    try:
+        pending = [h.collector.add(x, None, tag=f"ctx-{x}") for x in (1, 2)]
+        await results(pending)
+        assert [p.tag for p in pending] == ["ctx-1", "ctx-2"]
+    finally:
+        await h.tasks.cancel()
