@@ -224,7 +224,8 @@ class Sender:
     Sending enters grpc's C core, which lets go of the GIL; done on the loop, every call would
     hand the GIL to grpc's polling thread and wait to get it back, a thread switch per call on
     the loop's critical path (half the throughput, bench/RESULTS.md section 9). The loop only
-    queues the work: ``(function, *args)``.
+    queues the work: ``(function, *args)``. A call whose handler raised ends with
+    ``status(error)``.
     """
 
     def __init__(self, internals: Internals, status: Status) -> None:
