@@ -4,40 +4,167 @@
     python3 dev.py serve   create .venv, install Podium, serve examples/ on http://127.0.0.1:8080
     python3 dev.py test    create .venv, install Podium with its test tools, run the whole suite
     python3 dev.py lint    ruff check, ruff format --check, mypy
+    python3 dev.py test-grpc-range
+                           the gRPC tests again at the lowest and at the newest grpcio that
+                           pyproject.toml allows, each in a venv of its own (.venv-grpc-low,
+                           .venv-grpc-high)
 
-The virtual environment is (re)installed only when pyproject.toml changed since the last install.
-Extra arguments are passed on (to ``podium serve`` or to ``pytest``).
+A virtual environment is (re)installed only when pyproject.toml changed since the last install
+(.venv-grpc-high also when a newer grpcio is out). Extra arguments are passed on (to
+``podium serve`` or to ``pytest``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-STAMP = VENV / ".podium-installed"
+
+
+#: The packages whose versions make the gRPC range: the relay runs on grpcio's internals, and the
+#: tests' clients (tritonclient, health, reflection) must install beside each grpcio.
+GRPC_FAMILY = (
+    "grpcio",
+    "grpcio-health-checking",
+    "grpcio-reflection",
+    "grpcio-tools",
+    "protobuf",
+    "tritonclient",
+)
+
+#: Tests left out at the low end because the clients that install beside the lowest grpcio
+#: cannot make their calls (the server's side is the same code at both ends).
+GRPC_LOW_DESELECT = {
+    # tritonclient < 2.70 (all that installs beside grpcio 1.67's protobuf 5) sends no BF16
+    # from an ml_dtypes array
+    "tests/server/test_grpc_oip.py::test_echo_round_trips_every_datatype",
+    "tests/server/test_grpc_oip.py::test_tensors_model_receives_every_datatype_decoded",
+    # dict() of grpc.aio's client-side Metadata fails before grpcio 1.7x (keys() of pairs)
+    "tests/server/test_grpc_torchserve.py::test_a_returned_response_sends_its_body_and_its_headers_as_metadata",
+    "tests/server/test_grpc_torchserve.py::test_handler_headers_become_metadata_and_error_statuses_become_codes",
+}
+
+
+def _bin(env: Path) -> Path:
+    return env / ("Scripts" if os.name == "nt" else "bin")
+
+
+def _create(env: Path) -> str:
+    """The venv ``env`` (made if missing); its python."""
+    if not (_bin(env) / "python").exists():
+        print(f"dev.py: creating {env}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=False).create(env)
+    return str(_bin(env) / "python")
+
+
+def _install(env: Path, stamp: str, requirements: list[str], label: str = "") -> None:
+    """Podium with its test tools in ``env`` (and ``requirements``), unless ``stamp`` says it
+    is there already."""
+    marker = env / ".podium-installed"
+    if marker.exists() and marker.read_text() == stamp and (_bin(env) / "podium").exists():
+        return
+    python = _create(env)
+    print(f"dev.py: installing Podium and its test tools into {env.name}{label}", flush=True)
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[dev]", *requirements], check=True)
+    marker.write_text(stamp)
+
+
+def _check_python() -> None:
+    if sys.version_info < (3, 11):  # noqa: UP036 - this file runs before any venv exists
+        sys.exit(f"Podium needs Python >= 3.11; this is {sys.version.split()[0]}")
 
 
 def _ensure_venv() -> None:
-    if sys.version_info < (3, 11):  # noqa: UP036 - this file runs before any venv exists
-        sys.exit(f"Podium needs Python >= 3.11; this is {sys.version.split()[0]}")
+    _check_python()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "podium").exists():
-        return
-    if not (BIN / "python").exists():
-        print(f"dev.py: creating {VENV}", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=False).create(VENV)
-    print("dev.py: installing Podium and its test tools into .venv", flush=True)
-    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
-    STAMP.write_text(wanted)
+    _install(VENV, wanted, [], "")
+
+
+def _pins() -> dict[str, str]:
+    """pyproject.toml's requirement for each package of :data:`GRPC_FAMILY`."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        if name and name.group(0).lower() in GRPC_FAMILY:
+            pins[name.group(0).lower()] = requirement.split(";")[0].split("#")[0].strip()
+    return pins
+
+
+def _lowest(requirement: str) -> str:
+    """``grpcio>=1.67.1,<2`` → ``grpcio==1.67.1`` (extras kept)."""
+    name = re.match(r"[A-Za-z0-9_.-]+(\[[^\]]*\])?", requirement)
+    floor = re.search(r">=\s*([0-9][0-9A-Za-z.]*)", requirement)
+    if name is None or floor is None:
+        sys.exit(f"dev.py: no lower bound in {requirement!r}")
+    return f"{name.group(0)}=={floor.group(1)}"
+
+
+def _newest(python: str, requirement: str) -> str | None:
+    """The version of ``requirement`` pip would install now (``None`` if pip cannot tell,
+    e.g. offline)."""
+    report = subprocess.run(
+        [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--dry-run"]
+        + ["--ignore-installed", "--no-deps", "--report", "-", requirement],
+        capture_output=True,
+        text=True,
+    )
+    try:
+        return str(json.loads(report.stdout)["install"][0]["metadata"]["version"])
+    except (ValueError, KeyError, IndexError):
+        return None
+
+
+_SAY_MODE = """
+import asyncio, sys, grpc
+from podium.server.grpc._errors import unhandled_status
+from podium.server.grpc.bridge import check
+decision = asyncio.run(check(unhandled_status))
+print(f"dev.py: {sys.argv[1]}: grpcio {grpc.__version__}: {decision.describe()}", flush=True)
+"""
+
+
+def _grpc_range(rest: list[str]) -> int:
+    """The gRPC tests at both ends of the grpcio pin. Each end says its grpcio and the mode the
+    bridge chose there; the tests fail where the relay fell back (test_grpc_relay.py)."""
+    _check_python()
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    pins = _pins()
+    low = [_lowest(pins[name]) for name in GRPC_FAMILY]
+    low_env, high_env = ROOT / ".venv-grpc-low", ROOT / ".venv-grpc-high"
+    _install(low_env, f"{digest} {' '.join(low)}", low, " (the lowest grpcio allowed)")
+    newest = _newest(_create(high_env), pins["grpcio"])
+    marker = high_env / ".podium-installed"
+    if newest is None:
+        installed = marker.read_text().rpartition("grpcio==")[2] if marker.exists() else ""
+        print("dev.py: pip cannot tell the newest grpcio now; keeping .venv-grpc-high", flush=True)
+        newest = installed or None
+    _install(
+        high_env,
+        f"{digest} grpcio=={newest}",
+        ["--upgrade", "--upgrade-strategy", "eager", *([f"grpcio=={newest}"] if newest else [])],
+        " (the newest grpcio allowed)",
+    )
+    tests = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests/server").glob("test_grpc_*.py"))
+    code = 0
+    for env, deselect in ((low_env, sorted(GRPC_LOW_DESELECT)), (high_env, [])):
+        python = str(_bin(env) / "python")
+        code |= _run(python, "-c", _SAY_MODE, env.name)
+        skip = [arg for node in deselect for arg in ("--deselect", node)]
+        code |= _run(python, "-m", "pytest", "-m", "slow or not slow", *tests, *skip, *rest)
+    return code
 
 
 def _run(*cmd: str) -> int:
@@ -45,10 +172,12 @@ def _run(*cmd: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"serve", "test", "lint"}:
+    if not argv or argv[0] not in {"serve", "test", "lint", "test-grpc-range"}:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
+    if command == "test-grpc-range":
+        return _grpc_range(rest)
     _ensure_venv()
     if command == "serve":
         args = rest or [str(ROOT / "examples"), "--host", "127.0.0.1", "--http-port", "8080"]

@@ -13,7 +13,8 @@ from typing import Any
 import grpc
 import pytest
 
-from podium.server.grpc._bridge import WINDOW, Bridge
+from podium.server.grpc._errors import unhandled_status
+from podium.server.grpc.bridge import WINDOW, Bridge
 
 
 class Aborted(Exception):
@@ -51,7 +52,7 @@ class FakeContext:
 async def bridge() -> AsyncIterator[Bridge]:
     readers = ThreadPoolExecutor(4)
     try:
-        yield Bridge(asyncio.get_running_loop(), readers, relay=False)
+        yield Bridge(asyncio.get_running_loop(), readers, internals=None, status=unhandled_status)
     finally:
         readers.shutdown(wait=False, cancel_futures=True)
 

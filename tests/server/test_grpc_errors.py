@@ -260,3 +260,41 @@ def test_a_streamed_message_that_does_not_parse_ends_the_stream_after_the_answer
     assert caught.value.code() == StatusCode.INVALID_ARGUMENT
     assert "does not parse" in caught.value.details()
     good_call(oip, pb)
+
+
+# -- the one mapping: every status, whichever server and way serves the call -----------------
+
+
+def test_status_of_gives_each_kind_of_error_its_status(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    from podium.errors import NotFound, QueueFull
+    from podium.server.grpc._errors import ReplyFailed, status_of, unhandled_status
+    from podium.server.grpc.bridge import Aborted
+
+    assert status_of(NotFound("model 'x' is not known")) == (
+        StatusCode.NOT_FOUND,
+        "model 'x' is not known",
+    )
+    assert status_of(QueueFull("full"))[0] == StatusCode.UNAVAILABLE
+    assert status_of(ReplyFailed(StatusCode.PERMISSION_DENIED, "no")) == (
+        StatusCode.PERMISSION_DENIED,
+        "no",
+    )
+    assert status_of(Aborted(StatusCode.FAILED_PRECONDITION, "as asked")) == (
+        StatusCode.FAILED_PRECONDITION,
+        "as asked",
+    )
+    assert status_of(asyncio.CancelledError()) == (StatusCode.CANCELLED, "the call was cancelled")
+    assert caplog.records == []  # none of those is a bug
+    # A bug: logged with its traceback; INTERNAL where a handler caught it, UNKNOWN (grpc's own
+    # answer) where it escaped the handler. A Podium error is the same either way.
+    bug = RuntimeError("a bug")
+    assert status_of(bug, "/svc/Method") == (
+        StatusCode.INTERNAL,
+        "internal error: RuntimeError: a bug",
+    )
+    assert unhandled_status(bug) == (StatusCode.UNKNOWN, "Exception calling application: a bug")
+    assert [r.exc_info is not None for r in caplog.records] == [True, True]
+    assert "/svc/Method" in caplog.records[0].getMessage()
+    assert unhandled_status(NotFound("gone")) == status_of(NotFound("gone"))

@@ -6,12 +6,18 @@ Both ways must look the same to a client: answers, aborts with their codes, meta
 a handler that raises, deadlines that cancel the handler, a graceful stop that lets a call finish.
 The relayed way adds precise errors for a request that does not parse and for a unary call sent
 without its request. Relayed streams hold no thread: 40 run at once on a server of 4 threads.
+
+Every server here asserts the mode it serves with, so a grpcio on which the relay falls back
+fails these tests instead of passing them the blocking way (``dev.py test-grpc-range`` runs them
+at both ends of the grpcio pin). The choice itself: the internals check, the self-test and the
+fallback when either fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -20,9 +26,12 @@ from typing import Any
 import grpc
 import pytest
 
-from podium.server.grpc import _internals
+from podium.errors import NotFound
+from podium.server.grpc import bridge
+from podium.server.grpc._errors import unhandled_status
 from podium.server.grpc._server import GrpcServer, Service
 from podium.server.grpc._tensors import ModelInferRequest, ModelInferResponse
+from podium.server.grpc.bridge import InternalsDiffer, Mode
 
 pytestmark = pytest.mark.anyio
 
@@ -67,6 +76,9 @@ class Handlers:
     async def unserializable(self, request: Any, context: Any) -> Any:
         return "not a ModelInferResponse"
 
+    async def not_found(self, request: Any, context: Any) -> Any:
+        raise NotFound(f"model '{request.model_name}' is not known")
+
     async def slow(self, request: Any, context: Any) -> Any:
         self.started.set()
         await self.release.wait()
@@ -81,8 +93,8 @@ def service(handlers: Handlers) -> Service:
             response_serializer=ModelInferResponse.SerializeToString,
         )
 
-    methods = ("echo", "abort", "raises", "metadata", "hang", "slow", "unserializable")
-    return Service(NAME, {m.capitalize(): unary(getattr(handlers, m)) for m in methods})
+    methods = ("echo", "abort", "raises", "metadata", "hang", "slow", "unserializable", "not_found")
+    return Service(NAME, {m.title().replace("_", ""): unary(getattr(handlers, m)) for m in methods})
 
 
 @contextlib.asynccontextmanager
@@ -100,6 +112,8 @@ async def running(
         relay=mode == "relayed",
     )
     address = await server.start()
+    assert server.decision is not None
+    assert server.decision.mode is (Mode.RELAYED if mode == "relayed" else Mode.BLOCKING)
     channel = grpc.aio.insecure_channel(address)
     try:
         yield SimpleNamespace(server=server, handlers=handlers, channel=channel, mode=mode)
@@ -124,7 +138,10 @@ def rpc(channel: grpc.aio.Channel, method: str) -> Any:
 
 
 async def test_the_relay_is_on_by_default_with_this_grpcio() -> None:
-    assert _internals.load() is not None
+    assert isinstance(bridge.load(), bridge.Internals)
+    checked = await bridge.check(unhandled_status)
+    assert (checked.mode, checked.reason) == (Mode.RELAYED, "")
+    assert (await bridge.decide(unhandled_status)).mode is Mode.RELAYED
 
 
 async def test_an_answer_comes_back_from_a_handler_on_the_loop(served: Any) -> None:
@@ -242,6 +259,7 @@ def _fake_modules(**changes: Any) -> tuple[Any, Any]:
                 "_status",
                 "_receive_message",
                 "_Context",
+                "_RPCState",
                 "_select_thread_pool_for_behavior",
                 "_RECEIVE_MESSAGE_TOKEN",
                 "_EMPTY_FLAGS",
@@ -268,12 +286,130 @@ def _fake_modules(**changes: Any) -> tuple[Any, Any]:
 async def test_internals_that_differ_turn_the_relay_off() -> None:
     def other_status(rpc_event: Any, state: Any, payload: Any, flags: Any) -> None: ...
 
-    assert _internals.load(*_fake_modules()) is not None
-    assert _internals.load(*_fake_modules(_status=None)) is None
-    assert _internals.load(*_fake_modules(_status=other_status)) is None
-    assert _internals.load(*_fake_modules(_CLOSED=None)) is None
-    assert _internals.load(*_fake_modules(_send_message=None)) is None
-    assert _internals.load(_fake_modules()[0], SimpleNamespace()) is None
+    assert isinstance(bridge.load(*_fake_modules()), bridge.Internals)
+    for changes, named in [
+        ({"_status": None}, "grpc._server._status is missing"),
+        ({"_status": other_status}, "_status takes (rpc_event, state, payload, flags)"),
+        ({"_CLOSED": None}, "grpc._server._CLOSED is missing"),
+        ({"_send_message": None}, "grpc._server._send_message is missing"),
+    ]:
+        with pytest.raises(InternalsDiffer) as caught:
+            bridge.load(*_fake_modules(**changes))
+        assert named in str(caught.value)
+    with pytest.raises(InternalsDiffer, match="ReceiveMessageOperation is missing"):
+        bridge.load(_fake_modules()[0], SimpleNamespace())
+
+
+async def test_a_per_call_state_that_differs_turns_the_relay_off() -> None:
+    import grpc._server as real
+
+    class State(real._RPCState):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            del self.statused
+
+    class Context(real._Context):  # type: ignore[name-defined,misc]
+        def __init__(self, rpc_event: Any, state: Any, request_deserializer: Any) -> None:
+            super().__init__(rpc_event, state, request_deserializer)
+            self._call_state, self._state = self._state, None
+
+    with pytest.raises(InternalsDiffer, match="_RPCState has no statused"):
+        bridge.load(*_fake_modules(_RPCState=State))
+    with pytest.raises(InternalsDiffer, match="keeps its call state elsewhere"):
+        bridge.load(*_fake_modules(_Context=Context))
+    cygrpc = SimpleNamespace(**vars(_fake_modules()[1]))
+    cygrpc.Call = SimpleNamespace()
+    with pytest.raises(InternalsDiffer, match="Call.start_server_batch is missing"):
+        bridge.load(_fake_modules()[0], cygrpc)
+
+
+class _StatusWithoutAnswer(bridge.Internals):
+    """Internals that end a unary call without its answer (as if grpc's _status changed)."""
+
+    def send_status(self, context: Any, payload: bytes | None) -> None:
+        super().send_status(context, None)
+
+
+class _NeverReceives(bridge.Internals):
+    """Internals whose request never arrives (as if grpc's batch completion changed)."""
+
+    def receive(self, context: Any, parse: Any, deliver: Any) -> None:
+        pass
+
+
+def _broken(kind: type[bridge.Internals]) -> bridge.Internals:
+    import grpc._cython.cygrpc as cygrpc
+    import grpc._server as real
+
+    return kind(real, cygrpc)
+
+
+async def test_the_self_test_passes_through_the_relay() -> None:
+    await bridge.self_test(bridge.load(), unhandled_status)
+
+
+async def test_a_relay_that_answers_wrong_fails_the_self_test_and_falls_back() -> None:
+    checked = await bridge.check(unhandled_status, internals=_broken(_StatusWithoutAnswer))
+    assert checked.mode is Mode.BLOCKING and checked.internals is None
+    assert checked.reason.startswith("the relay's self-test failed: ")
+    assert "blocking way" in checked.describe() and grpc.__version__ in checked.describe()
+
+
+async def test_a_relay_that_never_answers_fails_the_self_test_in_time() -> None:
+    started = asyncio.get_running_loop().time()
+    checked = await bridge.check(
+        unhandled_status, internals=_broken(_NeverReceives), time_limit_s=0.5
+    )
+    assert checked.mode is Mode.BLOCKING
+    assert "self-test failed" in checked.reason
+    assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_a_server_whose_relay_fails_its_self_test_serves_the_blocking_way(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from podium.server.grpc.bridge import _mode
+
+    monkeypatch.setattr(_mode, "_decided", None)  # decide again, in this process
+    monkeypatch.setattr(_mode, "load", lambda: _broken(_StatusWithoutAnswer))
+    handlers = Handlers()
+    with caplog.at_level(logging.INFO, logger="podium.grpc"):
+        server = GrpcServer(
+            [service(handlers)], host="127.0.0.1", port=0, max_message_size=1 << 20, threads=4
+        )
+        address = await server.start()
+    try:
+        assert server.decision is not None and server.decision.mode is Mode.BLOCKING
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1
+        said = warnings[0].getMessage()
+        assert address in said and grpc.__version__ in said and "self-test failed" in said
+        async with grpc.aio.insecure_channel(address) as channel:
+            reply = await rpc(channel, "Echo")(ModelInferRequest(model_name="m", id="1"))
+        assert reply.id == "1"
+    finally:
+        await server.stop()
+
+
+async def test_a_server_logs_its_mode_once_when_it_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger="podium.grpc"):
+        async with running(service(Handlers()), "relayed", None, grace=1) as it:
+            said = [r.getMessage() for r in caplog.records if "gRPC on" in r.getMessage()]
+            assert said == [
+                f"gRPC on {it.server.address}: calls relayed through grpcio "
+                f"{grpc.__version__}'s internals"
+            ]
+
+
+async def test_a_podium_error_that_escapes_a_handler_gets_its_code_from_the_table(
+    served: Any,
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await rpc(served.channel, "NotFound")(ModelInferRequest(model_name="ghost"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert caught.value.details() == "model 'ghost' is not known"
 
 
 async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(

@@ -40,6 +40,16 @@ def test_ready_line_names_both_listeners(models_server: Server) -> None:
         pass
 
 
+def test_the_server_logs_once_that_grpc_calls_are_relayed(models_server: Server) -> None:
+    # Only the inference listener is bridged (management is grpc.aio): one line, before ready.
+    said = [line for line in models_server.log.splitlines() if "gRPC on" in line]
+    assert len(said) == 1
+    assert (
+        f"gRPC on {target(models_server)}: calls relayed through grpcio {grpc.__version__}"
+        in (said[0])
+    )
+
+
 def health_check(server: Server, service: str = "") -> Any:
     with grpc.insecure_channel(target(server)) as channel:
         return health_pb2_grpc.HealthStub(channel).Check(

@@ -4,8 +4,9 @@ to the event loop, or ``grpc.aio``).
 Layout: ``protos/`` holds the ``.proto`` files and their compiled descriptor set; ``_pool`` loads
 it into a private descriptor pool (never protobuf's default one) and makes the message classes;
 ``_server`` builds the listener from a list of :class:`Service` (plus health and reflection);
-``_bridge`` serves the coroutine handlers from the thread-pool server's threads;
-``_errors`` is the one place an exception becomes a status; ``_call`` is what a model sees of a
+``bridge/`` (a subpackage) serves the coroutine handlers from the thread-pool server's threads,
+relayed through grpcio's internals where a start-up check finds them as expected;
+``_errors`` is the one place an exception becomes a status (``status_of``); ``_call`` is what a model sees of a
 call (metadata as headers, disconnect); ``_tensors`` converts OIP messages; ``_oip`` is the
 Open Inference Protocol service; ``_torchserve`` TorchServe's inference API.
 

@@ -1,22 +1,33 @@
 """The one place where an exception becomes a gRPC status.
 
-A :class:`~podium.errors.PodiumError` takes its code from the single table in ``errors.py`` and
-keeps its message; anything else is a bug (in Podium or in a conversion), logged with its
-traceback and answered ``INTERNAL`` with its type and text. Every handler ends in
-:func:`abort_with`, so no exception ever leaves a handler unhandled and gRPC's own generic
-"Unexpected error" never reaches a client.
+:func:`status_of` decides for every gRPC answer, whichever server serves it:
+
+- a :class:`~podium.errors.PodiumError` takes its code from the single table in ``errors.py``
+  and keeps its message;
+- :class:`ReplyFailed` (a model's HTTP error status) and the bridge's ``Aborted`` (a handler's
+  ``context.abort``) carry their own code and message;
+- ``asyncio.CancelledError`` is ``CANCELLED`` (the client is gone or the server stops);
+- anything else is a bug (in Podium or in a conversion), logged with its traceback, and answered
+  ``INTERNAL`` with its type and text where a handler caught it (:func:`abort_with`), ``UNKNOWN``
+  with grpc's own words where it escaped a handler (``unhandled=True``: what grpc answers
+  itself, so the relayed, blocking and ``grpc.aio`` servers agree).
+
+Every Podium handler ends in :func:`abort_with`, so no exception ever leaves one unhandled and
+gRPC's own generic "Unexpected error" never reaches a client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, NoReturn
 
 import grpc
 
 from ...errors import PodiumError, grpc_code
+from .bridge import Aborted
 
-__all__ = ["ReplyFailed", "abort_with", "status_of"]
+__all__ = ["ReplyFailed", "abort_with", "status_of", "unhandled_status"]
 
 logger = logging.getLogger("podium.grpc")
 
@@ -31,14 +42,28 @@ class ReplyFailed(Exception):
         self.message = message
 
 
-def status_of(exc: BaseException, where: str = "") -> tuple[grpc.StatusCode, str]:
-    """The status code and message a client gets for ``exc`` (logged if unexpected)."""
+def status_of(
+    exc: BaseException, where: str = "", *, unhandled: bool = False
+) -> tuple[grpc.StatusCode, str]:
+    """The status code and message a client gets for ``exc`` (logged if unexpected);
+    ``unhandled``: it escaped the handler (see the module's docstring)."""
     if isinstance(exc, ReplyFailed):
         return exc.code, exc.message
     if isinstance(exc, PodiumError):
         return grpc.StatusCode[grpc_code(exc)], exc.message
+    if isinstance(exc, Aborted):
+        return exc.code, exc.details
+    if isinstance(exc, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED, "the call was cancelled"
     logger.error("unexpected error serving %s", where or "a gRPC call", exc_info=exc)
+    if unhandled:
+        return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}"
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def unhandled_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """:func:`status_of` an exception that escaped a handler: what the bridge ends a call with."""
+    return status_of(exc, unhandled=True)
 
 
 async def abort_with(context: Any, exc: BaseException, where: str = "") -> NoReturn:

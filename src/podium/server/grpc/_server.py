@@ -26,9 +26,9 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from ._bridge import Bridge
-from ._errors import abort_with
+from ._errors import abort_with, unhandled_status
 from ._pool import reflection_pool
+from .bridge import Bridge, Decision, decide
 
 __all__ = ["GrpcServer", "Service"]
 
@@ -124,12 +124,13 @@ class GrpcServer:
     """A gRPC server for ``services`` on ``host:port`` (port 0 picks a free one).
 
     With ``threads`` (the default), a ``grpc.server`` bridged to the running event loop by
-    :class:`~._bridge.Bridge`: unary calls are relayed between grpc's polling thread and the loop
-    without a pool thread (``relay=False``: the public, blocking way, also taken where grpcio's
-    internals are not as expected); each open stream holds one of the ``threads`` (a
-    bidirectional one two) for as long as it lasts. With ``threads=0``, a ``grpc.aio`` server on
-    the loop itself (slower per call, but streams hold no thread). The handlers are the same
-    coroutines either way.
+    :class:`~.bridge.Bridge`: calls are relayed between grpc's polling thread and the loop
+    without a pool thread, where :func:`~.bridge.decide` finds grpcio's internals as expected
+    when the server starts (``relay=False``, or where they are not: the public, blocking way,
+    each call holding one of the ``threads``, a bidirectional stream two). :attr:`decision` says
+    which, and :meth:`start` logs it. With ``threads=0``, a ``grpc.aio`` server on the loop
+    itself (slower per call, but streams hold no thread). The handlers are the same coroutines
+    either way.
 
     Messages larger than ``max_message_size`` bytes, either way, end the call with
     ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
@@ -152,6 +153,10 @@ class GrpcServer:
         self.port = port
         self.grace = grace
         self.address = ""
+        self.relay = relay
+        #: How the bridge serves calls (set by :meth:`start`); ``None`` for ``grpc.aio``.
+        self.decision: Decision | None = None
+        self._authorize = authorize
         self.health = _Health(self.services)
         options = [
             ("grpc.max_send_message_length", max_message_size),
@@ -161,29 +166,14 @@ class GrpcServer:
         ]
         self._pools: list[ThreadPoolExecutor] = []
         self._bridge: Bridge | None = None
-        adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]
         self._server: Any
         if threads > 0:
             handlers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc")
             readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
             self._pools = [handlers, readers]
             self._server = grpc.server(handlers, options=options)
-            self._bridge = Bridge(asyncio.get_running_loop(), readers, relay=relay)
-            adapt = self._bridge.handler
         else:
             self._server = grpc.aio.server(options=options)
-            adapt = _unchanged
-        guard = _guarded(authorize) if authorize is not None else _unchanged
-        for service in self.services:
-            methods = {name: adapt(guard(handler)) for name, handler in service.methods.items()}
-            self._server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(service.name, methods),)
-            )
-        for service in [self.health.service()]:  # health stays open, for probes
-            methods = {name: adapt(handler) for name, handler in service.methods.items()}
-            self._server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(service.name, methods),)
-            )
         names = [s.name for s in self.services]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
         outputs = {
@@ -202,10 +192,35 @@ class GrpcServer:
         return bool(self._pools)
 
     async def start(self) -> str:
-        """Bind and start serving; the address (``host:port``) it listens on.
+        """Decide how the bridge serves calls, register the services, bind and start serving;
+        the address (``host:port``) it listens on.
 
         Raises ``OSError`` naming the address when it cannot be bound.
         """
+        adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler] = _unchanged
+        if self.threaded:
+            if self.relay:
+                self.decision = await decide(unhandled_status)
+            else:
+                self.decision = Decision.blocking("relay=False")
+            self._bridge = Bridge(
+                asyncio.get_running_loop(),
+                self._pools[1],
+                internals=self.decision.internals,
+                status=unhandled_status,
+            )
+            adapt = self._bridge.handler
+        guard = _guarded(self._authorize) if self._authorize is not None else _unchanged
+        for service in self.services:
+            methods = {name: adapt(guard(handler)) for name, handler in service.methods.items()}
+            self._server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(service.name, methods),)
+            )
+        for service in [self.health.service()]:  # health stays open, for probes
+            methods = {name: adapt(handler) for name, handler in service.methods.items()}
+            self._server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(service.name, methods),)
+            )
         host = f"[{self.host}]" if ":" in self.host else self.host
         try:
             port = self._server.add_insecure_port(f"{host}:{self.port}")
@@ -219,6 +234,14 @@ class GrpcServer:
         else:
             await self._server.start()
         self.address = f"{host}:{port}"
+        if self.decision is not None:
+            relayed = self.decision.internals is not None
+            logger.log(
+                logging.INFO if relayed or not self.relay else logging.WARNING,
+                "gRPC on %s: %s",
+                self.address,
+                self.decision.describe(),
+            )
         return self.address
 
     async def stop(self) -> None:

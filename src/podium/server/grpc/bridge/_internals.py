@@ -1,4 +1,4 @@
-"""The few grpcio internals that let a unary call skip grpc's thread pool, checked at import.
+"""The few grpcio internals that let a call skip grpc's thread pool, checked when a server is built.
 
 grpcio's synchronous server hands every call to a pool thread, which asks for the request
 message and blocks until it arrives, then runs the handler. Podium's handlers are coroutines on
@@ -16,8 +16,10 @@ a call (bench/RESULTS.md, section 9).
 - :meth:`Internals.send_status` ends the call from any thread: the answer and the status in one
   batch, exactly what grpc sends at the end of a unary call.
 
-None of these names is public API. :func:`load` checks each of them (names and signatures) and
-returns ``None`` when this grpcio differs; the bridge then serves unary calls the public way.
+None of these names is public API. :func:`load` checks each of them (names, parameters, and the
+attributes of the per-call state grpc makes for a call) and raises :class:`InternalsDiffer`,
+naming the difference, when this grpcio is not as expected; the bridge then serves every call
+the public, blocking way (:mod:`._mode` decides, once per process, and says so in the log).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import grpc
 
-__all__ = ["INLINE", "Internals", "load"]
+__all__ = ["INLINE", "Internals", "InternalsDiffer", "load", "unparsable"]
 
 logger = logging.getLogger("podium.grpc")
 
@@ -229,47 +231,58 @@ def unparsable(exc: Exception) -> str:
     return f"the request message does not parse: {exc}"
 
 
-def load(server_module: Any = None, cygrpc: Any = None) -> Internals | None:
-    """The internals of the installed grpcio (or of the modules given, for tests), or ``None``
-    if any of them is not as expected."""
+class InternalsDiffer(Exception):
+    """This grpcio's internals are not what the relay was written against; the message says
+    which one differs."""
+
+
+#: Attributes of grpc's per-call state (``_RPCState``) that :class:`Internals` reads or sets.
+_STATE_ATTRIBUTES = (
+    "condition",
+    "statused",
+    "client",
+    "request",
+    "due",
+    "initial_metadata_allowed",
+)
+
+
+def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
+    """The internals of the installed grpcio (or of the modules given, for tests).
+
+    Checks every name :class:`Internals` uses and every function's parameters, then makes a
+    per-call state and a servicer context the way grpc does for a call, and checks the
+    attributes read from them on every call. Raises :class:`InternalsDiffer` naming the first
+    difference. It does not prove that they still behave the same: the bridge's self-test
+    (:func:`~._mode.check`) does, with real calls.
+    """
     if server_module is None or cygrpc is None:
         try:
             import grpc._cython.cygrpc as installed_cygrpc
             import grpc._server as installed_server
-        except ImportError:  # pragma: no cover - every grpcio this project allows has both
-            return None
+        except ImportError as exc:  # pragma: no cover - every grpcio this project allows has both
+            raise InternalsDiffer(
+                f"grpc._server or grpc._cython.cygrpc is missing: {exc}"
+            ) from None
         server_module, cygrpc = installed_server, installed_cygrpc
     _server = server_module
-    expected: dict[Any, list[str]] = {
-        getattr(_server, "_status", None): ["rpc_event", "state", "serialized_response"],
-        getattr(_server, "_receive_message", None): ["state", "call", "request_deserializer"],
-        getattr(getattr(_server, "_Context", None), "__init__", None): [
-            "self",
-            "rpc_event",
-            "state",
-            "request_deserializer",
-        ],
-        getattr(_server, "_select_thread_pool_for_behavior", None): [
-            "behavior",
-            "default_thread_pool",
-        ],
+    expected: dict[str, list[str]] = {
+        "_status": ["rpc_event", "state", "serialized_response"],
+        "_receive_message": ["state", "call", "request_deserializer"],
+        "_select_thread_pool_for_behavior": ["behavior", "default_thread_pool"],
+        "_get_initial_metadata_operation": ["state", "metadata"],
+        "_get_send_message_op_flags_from_state": ["state"],
+        "_send_message": ["state", "token"],
+        "_reset_per_message_state": ["state"],
     }
-    expected.update(
-        {
-            getattr(_server, "_get_initial_metadata_operation", None): ["state", "metadata"],
-            getattr(_server, "_get_send_message_op_flags_from_state", None): ["state"],
-            getattr(_server, "_send_message", None): ["state", "token"],
-            getattr(_server, "_reset_per_message_state", None): ["state"],
-        }
+    for name, params in expected.items():
+        _check_parameters(f"grpc._server.{name}", getattr(_server, name, None), params)
+    context_class = getattr(_server, "_Context", None)
+    _check_parameters(
+        "grpc._server._Context",
+        getattr(context_class, "__init__", None),
+        ["self", "rpc_event", "state", "request_deserializer"],
     )
-    for function, params in expected.items():
-        if not callable(function):
-            return None
-        try:
-            if list(inspect.signature(function).parameters) != params:
-                return None
-        except (TypeError, ValueError):  # pragma: no cover
-            return None
     names = (
         "_RECEIVE_MESSAGE_TOKEN",
         "_SEND_MESSAGE_TOKEN",
@@ -278,9 +291,50 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals | None:
         "_OPEN",
         "_CLOSED",
         "_CANCELLED",
+        "_RPCState",
     )
-    if not all(hasattr(_server, name) for name in names):
-        return None
-    if not all(hasattr(cygrpc, n) for n in ("ReceiveMessageOperation", "SendMessageOperation")):
-        return None
+    for name in names:
+        if not hasattr(_server, name):
+            raise InternalsDiffer(f"grpc._server.{name} is missing")
+    for name in ("ReceiveMessageOperation", "SendMessageOperation"):
+        if not hasattr(cygrpc, name):
+            raise InternalsDiffer(f"grpc._cython.cygrpc.{name} is missing")
+    _check_call_state(_server, cygrpc)
     return Internals(_server, cygrpc)
+
+
+def _check_parameters(name: str, function: Any, params: list[str]) -> None:
+    if not callable(function):
+        raise InternalsDiffer(f"{name} is missing")
+    try:
+        found = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        raise InternalsDiffer(f"{name} has no signature to check") from None
+    if found != params:
+        raise InternalsDiffer(f"{name} takes ({', '.join(found)}), not ({', '.join(params)})")
+
+
+def _check_call_state(_server: Any, cygrpc: Any) -> None:
+    """What :class:`Internals` reads on every call: the per-call state grpc makes for a call and
+    the servicer context over it, the request-call event and the call in it."""
+    try:
+        state = _server._RPCState()
+        rpc_event = object()
+        context = _server._Context(rpc_event, state, None)
+    except Exception as exc:
+        raise InternalsDiffer(f"grpc._server's per-call state cannot be made: {exc!r}") from None
+    missing = [name for name in _STATE_ATTRIBUTES if not hasattr(state, name)]
+    if missing:
+        raise InternalsDiffer(f"grpc._server._RPCState has no {', '.join(missing)}")
+    if getattr(context, "_state", None) is not state:
+        raise InternalsDiffer("grpc._server._Context keeps its call state elsewhere than _state")
+    if getattr(context, "_rpc_event", None) is not rpc_event:
+        raise InternalsDiffer("grpc._server._Context keeps its call elsewhere than _rpc_event")
+    for owner, attribute in (
+        ("RequestCallEvent", "call"),
+        ("RequestCallEvent", "call_details"),
+        ("CallDetails", "method"),
+        ("Call", "start_server_batch"),
+    ):
+        if not hasattr(getattr(cygrpc, owner, None), attribute):
+            raise InternalsDiffer(f"grpc._cython.cygrpc.{owner}.{attribute} is missing")

@@ -1,0 +1,251 @@
+"""The relayed way: calls served through grpcio's internals, holding no thread.
+
+One sender thread (:class:`Sender`) ends relayed unary calls (:class:`Relay`) and starts the
+sends of idle response streams (:class:`Outbox`); grpc's polling thread receives the messages of
+request streams (:class:`Inbox`) and starts each next send of a busy response stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ....errors import InvalidInput
+from ._internals import Internals, unparsable
+from ._streams import END, WINDOW, Failed, Requests
+
+if TYPE_CHECKING:
+    from ._context import Call, Status
+
+__all__ = ["Inbox", "Outbox", "Relay", "Sender"]
+
+logger = logging.getLogger("podium.grpc")
+
+
+def _serialize_failed(context: grpc.ServicerContext) -> None:
+    # grpc's own words for an answer that does not serialize, as on the blocking way
+    logger.exception("failed to serialize a gRPC response")
+    context.set_code(grpc.StatusCode.INTERNAL)
+    context.set_details("Failed to serialize response!")
+
+
+def _set_status(context: grpc.ServicerContext, status: Status, error: BaseException) -> None:
+    code, details = status(error)
+    context.set_code(code)
+    context.set_details(details)
+
+
+class Relay:
+    """How a relayed unary call of one method ends: :meth:`finish` hands the outcome to the
+    sender thread, which serializes the answer with the method's own serializer and sends it with
+    the status, or sends the status alone for a failure (the sender's ``status`` of the error,
+    as on the blocking way)."""
+
+    __slots__ = ("render", "sender")
+
+    def __init__(self, render: Callable[[Any], bytes] | None, sender: Sender) -> None:
+        self.render = render
+        self.sender = sender
+
+    def finish(
+        self, context: grpc.ServicerContext, result: Any, error: BaseException | None
+    ) -> None:
+        """On the loop: the handler has ended."""
+        self.sender.queue.put((self.end, context, result, error))
+
+    def end(self, context: grpc.ServicerContext, result: Any, error: BaseException | None) -> None:
+        """On the sender thread: end the call."""
+        payload: bytes | None = None
+        if error is None:
+            try:
+                payload = result if self.render is None else self.render(result)
+            except Exception:
+                _serialize_failed(context)
+        else:
+            _set_status(context, self.sender.status, error)
+        self.sender.internals.send_status(context, payload)
+
+
+class Outbox:
+    """A relayed stream's messages on their way out, one send at a time. The sender thread
+    starts a send when the stream was idle; from then on grpc's polling thread starts the next
+    one as each completes, so a busy stream costs no thread wake-up per message. The status
+    goes after the last message."""
+
+    __slots__ = ("call", "context", "render", "sender", "_lock", "_queue", "_busy")
+
+    def __init__(
+        self,
+        call: Call,
+        context: grpc.ServicerContext,
+        render: Callable[[Any], bytes] | None,
+        sender: Sender,
+    ) -> None:
+        self.call = call
+        self.context = context
+        self.render = render
+        self.sender = sender
+        self._lock = threading.Lock()
+        self._queue: collections.deque[Any] = collections.deque()
+        self._busy = False  # a send is in flight, or the sender thread will start one
+
+    def put(self, message: Any) -> None:
+        """On the loop: one more message."""
+        self._add(message)
+
+    def finish(self, error: BaseException | None) -> None:
+        """On the loop: the handler has ended; the status follows the messages."""
+        self._add(_Ending(error))
+
+    def _add(self, item: Any) -> None:
+        with self._lock:
+            self._queue.append(item)
+            if self._busy:
+                return
+            self._busy = True
+        self.sender.queue.put((self.pump,))
+
+    def pump(self) -> None:
+        """Send the next message, or the status (the sender thread or grpc's polling thread)."""
+        with self._lock:
+            if not self._queue:
+                self._busy = False
+                return
+            item = self._queue.popleft()
+        internals = self.sender.internals
+        if isinstance(item, _Ending):
+            self._close()
+            if item.error is not None:
+                _set_status(self.context, self.sender.status, item.error)
+            internals.send_status(self.context, None)
+            return
+        try:
+            payload = item if self.render is None else self.render(item)
+        except Exception:
+            self._close()
+            _serialize_failed(self.context)
+            internals.send_status(self.context, None)
+            return
+        if not internals.send(self.context, payload, self._sent):
+            self._close()  # the call is over: its handler is being cancelled
+
+    def _sent(self, still_open: bool) -> None:
+        self.call.took_one()
+        if still_open:
+            self.pump()
+        else:
+            self._close()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._busy = True  # nothing is sent any more
+
+
+class _Ending:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class Inbox(Requests):
+    """A relayed call's request stream as an async iterator: grpc's polling thread receives
+    one message after another, up to :data:`WINDOW` ahead of the handler (back-pressure reaches
+    the client through HTTP/2 flow control); the sender thread asks again once the handler has
+    read half of them."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: grpc.ServicerContext,
+        parse: Callable[[bytes], Any] | None,
+        sender: Sender,
+    ) -> None:
+        super().__init__(loop)
+        self._context = context
+        self._parse = parse
+        self._sender = sender
+        self._lock = threading.Lock()
+        self._paused = False
+
+    def receive(self) -> None:
+        """Ask for the next message (grpc's polling thread, or the sender thread)."""
+        self._sender.internals.receive_next(
+            self._context, self._parse, self._on_message, self._on_end, self._on_unparsable
+        )
+
+    def _on_unparsable(self, exc: Exception) -> None:
+        # The handler gets InvalidInput for this message, once, and may read on.
+        self._on_message(_Unparsable(InvalidInput(unparsable(exc))))
+
+    def _on_message(self, message: Any) -> None:
+        self.push(message)
+        with self._lock:
+            if len(self._buffer) >= WINDOW:
+                self._paused = True
+                return
+        self.receive()
+
+    def _on_end(self, error: BaseException | None) -> None:
+        self.push(END if error is None else Failed(error))
+
+    async def __anext__(self) -> Any:
+        message = await self.take()
+        with self._lock:
+            resume = self._paused and len(self._buffer) <= WINDOW // 2
+            if resume:
+                self._paused = False
+        if resume:
+            self._sender.queue.put((self.receive,))
+        if isinstance(message, _Unparsable):
+            raise message.exc
+        return message
+
+
+class _Unparsable:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: InvalidInput) -> None:
+        self.exc = exc
+
+
+class Sender:
+    """The thread that ends relayed unary calls and starts the sends of idle relayed streams, in
+    the order they were handed to it.
+
+    Sending enters grpc's C core, which lets go of the GIL; done on the loop, every call would
+    hand the GIL to grpc's polling thread and wait to get it back, a thread switch per call on
+    the loop's critical path (half the throughput, bench/RESULTS.md section 9). The loop only
+    queues the work: ``(function, *args)``. A call whose handler raised ends with
+    ``status(error)``.
+    """
+
+    def __init__(self, internals: Internals, status: Status) -> None:
+        self.internals = internals
+        self.status = status
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="podium-grpc-send", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            try:
+                item[0](*item[1:])
+            except Exception:  # that call is lost; the sender must go on for the others
+                logger.exception("failed to end a gRPC call")
+
+    def close(self) -> None:
+        """Stop once everything queued so far is done."""
+        self.queue.put(None)
+        self._thread.join(timeout=5)
