@@ -115,6 +115,58 @@ def main() -> None:
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."
 )
 @click.option(
+    "--max-url-size",
+    type=int,
+    default=None,
+    help="Longest request target (path and query) in bytes; longer: 414 [8 KiB].",
+)
+@click.option(
+    "--max-header-size",
+    type=int,
+    default=None,
+    help="Largest request head (request line and header fields) in bytes; larger: 431 [64 KiB].",
+)
+@click.option(
+    "--max-headers",
+    type=int,
+    default=None,
+    help="Most header fields in a request; more: 431 [100].",
+)
+@click.option(
+    "--header-timeout",
+    type=float,
+    default=None,
+    help="Seconds a connection has to send a complete request head, from its accept or its "
+    "next request's first byte; later: 408 and closed [10].",
+)
+@click.option(
+    "--keep-alive-timeout",
+    type=float,
+    default=None,
+    help="Seconds an HTTP connection may stay idle between requests [30].",
+)
+@click.option(
+    "--body-timeout",
+    type=float,
+    default=None,
+    help="Seconds over which a request body's rate is measured: a body that brings less than "
+    "--min-body-rate in any such period gets 408 and is closed [10].",
+)
+@click.option(
+    "--min-body-rate",
+    type=int,
+    default=None,
+    help="Least average rate of a request body, bytes/s; 0: only a body that stalls for "
+    "--body-timeout is closed [1024].",
+)
+@click.option(
+    "--max-connections",
+    type=int,
+    default=None,
+    help="Most connections served at once on each HTTP listener; more are answered 503 "
+    "[1000, fewer if the open-files limit is low].",
+)
+@click.option(
     "--secrets-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,

@@ -156,6 +156,15 @@ class ServerConfig:
     # Start with the management API on a non-loopback address without token authorization.
     allow_open_management: bool = False
     max_request_size: int = 64 * 1024 * 1024
+    # Every HTTP listener's connection limits (docs/security.md, server/_limits.py).
+    max_url_size: int = 8 * 1024  # bytes of a request target; longer: 414
+    max_header_size: int = 64 * 1024  # bytes of a request head; larger: 431
+    max_headers: int = 100  # header fields of a request; more: 431
+    header_timeout: float = 10.0  # seconds to send a complete request head; later: 408
+    keep_alive_timeout: float = 30.0  # seconds a connection may stay idle between requests
+    body_timeout: float = 10.0  # a request body must bring min_body_rate in each such period
+    min_body_rate: int = 1024  # bytes/s; 0: only a body that stalls for body_timeout is closed
+    max_connections: int | None = None  # per HTTP listener; None: 1000 or what fds allow
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
     grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
     grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
@@ -221,6 +230,27 @@ class ServerConfig:
                 f"log-level must be debug, info, warning or error, got {self.log_level!r}"
             )
         self._check_management()
+        self._check_connection_limits()
+
+    def _check_connection_limits(self) -> None:
+        for name in ("max_url_size", "max_header_size", "max_headers", "min_body_rate"):
+            value = getattr(self, name)
+            least = 0 if name == "min_body_rate" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be an integer >= {least}, got {value!r}"
+                )
+        for name in ("header_timeout", "keep_alive_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be a number of seconds > 0 (and < 1e9), "
+                    f"got {value!r}"
+                )
+            object.__setattr__(self, name, float(value))
+        cap = self.max_connections
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"max-connections must be an integer >= 1, got {cap!r}")
 
     def _check_management(self) -> None:
         # YAML gives strings and lists: normalise them (a frozen dataclass, hence __setattr__).

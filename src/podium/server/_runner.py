@@ -16,6 +16,13 @@ from ..config import Secrets, ServerConfig
 from ..dataplane import DataPlane
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
+from ._limits import (
+    ConnectionGuard,
+    ConnectionLimits,
+    ConnectionStatistics,
+    default_max_connections,
+    raise_open_files_limit,
+)
 from ._requests import RequestSnapshots
 from .grpc import GrpcServer, inference_services
 from .grpc._management import management_service
@@ -53,9 +60,12 @@ def _url(sock: socket.socket) -> str:
 
 
 class _Uvicorn:
-    """uvicorn on a socket we bound, without its signal handling (we own the process's signals)."""
+    """uvicorn on a socket we bound, without its signal handling (we own the process's signals),
+    with the connection limits of ``guard`` on every connection (see ``_limits``)."""
 
-    def __init__(self, app: Any, sock: socket.socket, graceful: int) -> None:
+    def __init__(
+        self, app: Any, sock: socket.socket, graceful: int, guard: ConnectionGuard
+    ) -> None:
         import uvicorn
 
         config = uvicorn.Config(
@@ -66,8 +76,12 @@ class _Uvicorn:
             access_log=False,
             server_header=False,
             timeout_graceful_shutdown=graceful,
-            timeout_keep_alive=30,
+            # seconds, used as a float by uvicorn's call_later, though annotated int
+            timeout_keep_alive=guard.limits.keep_alive_timeout,  # type: ignore[arg-type]
+            http=guard.protocol,
+            ws="none",  # no WebSocket route: upgrades are served as plain HTTP requests
         )
+        self.guard = guard
 
         class Server(uvicorn.Server):
             def capture_signals(self) -> Any:
@@ -108,6 +122,8 @@ class Podium:
             codec=self.request_codec,
         )
         self.addresses: dict[str, str] = {}
+        self._guards: dict[str, ConnectionGuard] = {}
+        self._limits: ConnectionLimits | None = None
         self._servers: list[_Uvicorn | GrpcServer] = []
         self.authorizer: Authorizer | None = None
         self.management: Management | None = None
@@ -123,6 +139,7 @@ class Podium:
             allow_open=config.allow_open_management,
             ports=f"ports {config.management_port} and {config.grpc_management_port}",
         )
+        self._limits = self._connection_limits()
         repository = self.dataplane.repository
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
@@ -134,11 +151,7 @@ class Podium:
         )
         if inference_keys is not None:
             app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
-        sock = bind(self.config.host, self.config.http_port)
-        self.addresses["http-inference"] = _url(sock)
-        server = _Uvicorn(app, sock, graceful=GRACE)
-        await server.start()
-        self._servers.append(server)
+        await self._serve_http("http-inference", app, self.config.host, self.config.http_port)
         grpc_server = GrpcServer(
             inference_services(
                 self.dataplane,
@@ -193,6 +206,46 @@ class Podium:
             )
             return None
 
+    def _connection_limits(self) -> ConnectionLimits:
+        """Every HTTP listener's limits; raises the open-files limit first (logged)."""
+        config = self.config
+        files = raise_open_files_limit()
+        max_connections = config.max_connections
+        if max_connections is None:
+            max_connections = default_max_connections(None if files is None else files[1])
+        if files is not None:
+            before, now = files
+            logger.info(
+                "open-files limit %s; at most %d connections per HTTP listener",
+                f"raised from {before} to {now}" if now != before else now,
+                max_connections,
+            )
+        return ConnectionLimits(
+            max_url_size=config.max_url_size,
+            max_header_size=config.max_header_size,
+            max_headers=config.max_headers,
+            header_timeout=config.header_timeout,
+            keep_alive_timeout=config.keep_alive_timeout,
+            body_timeout=config.body_timeout,
+            min_body_rate=config.min_body_rate,
+            max_connections=max_connections,
+        )
+
+    async def _serve_http(self, name: str, app: Any, host: str, port: int) -> None:
+        """Bind ``host:port`` and serve ``app`` there as listener ``name``, with the limits."""
+        assert self._limits is not None  # set by start() first
+        guard = ConnectionGuard(name, self._limits)
+        sock = bind(host, port)
+        self.addresses[name] = _url(sock)
+        server = _Uvicorn(app, sock, graceful=GRACE, guard=guard)
+        await server.start()
+        self._servers.append(server)
+        self._guards[name] = guard
+
+    def connection_statistics(self) -> dict[str, ConnectionStatistics]:
+        """Each HTTP listener's connections and limit counters, by listener name."""
+        return {name: guard.statistics() for name, guard in self._guards.items()}
+
     def _authorize_inference(self, metadata: Any) -> None:
         assert self.authorizer is not None
         self.authorizer.check_metadata(metadata, "inference")
@@ -214,11 +267,9 @@ class Podium:
             allowed_hosts=config.management_allowed_hosts,
             allowed_origins=config.management_allowed_origins,
         )  # outermost: a web page's request is refused before anything, key checks included
-        sock = bind(config.management_host, config.management_port)
-        self.addresses["http-management"] = _url(sock)
-        server = _Uvicorn(app, sock, graceful=GRACE)
-        await server.start()
-        self._servers.append(server)
+        await self._serve_http(
+            "http-management", app, config.management_host, config.management_port
+        )
         grpc_server = GrpcServer(
             [management_service(self.management, self.authorizer)],
             host=config.management_host,
