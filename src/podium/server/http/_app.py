@@ -18,6 +18,7 @@ from ...dataplane import DataPlane, ModelVersion
 from ...errors import MethodNotAllowed, NotFound, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
+from .._asgi import Receive, Scope, Send
 from .._headers import http_headers
 from . import _oip, _responses
 from ._exchange import Exchange
@@ -46,7 +47,7 @@ class HttpApp:
         self.sequence_header = sequence_header
         self._router = INFERENCE_ROUTES.compile(self)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self._http(scope, receive, send)
@@ -61,7 +62,7 @@ class HttpApp:
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1003})
 
-    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         ex = Exchange(scope, receive, self.max_request_size)
         try:
             found = self._router.match(scope["method"], scope["path"])
