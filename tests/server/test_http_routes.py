@@ -23,6 +23,7 @@ from podium.errors import MethodNotAllowed
 from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable
 from podium.server.management import MANAGEMENT_ROUTES, ManagementApp
 from podium.server.management._openapi import description
+from podium.types import WireProtocol
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
 _PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
@@ -205,6 +206,13 @@ def test_the_shadowing_check_finds_shadowing() -> None:
 def test_the_inference_table_covers_the_three_apis() -> None:
     assert {r.protocol for r in INFERENCE_ROUTES} == {Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST}
     assert {r.protocol for r in MANAGEMENT_ROUTES} == {Api.MANAGEMENT}
+    # one label for a route and its calls: the inference APIs are the HTTP wire protocols
+    assert {r.protocol.wire for r in INFERENCE_ROUTES} == {
+        WireProtocol.OIP_REST,
+        WireProtocol.TRUSS,
+        WireProtocol.TORCHSERVE_REST,
+    }
+    assert Api.MANAGEMENT.wire is None
     names = [r.name for r in (*INFERENCE_ROUTES, *MANAGEMENT_ROUTES)]
     assert len(names) == len(set(names))
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import MethodNotAllowed
+from ...types import WireProtocol
 
 __all__ = ["Api", "Route", "RouteTable", "Router"]
 
@@ -46,12 +47,24 @@ _METHOD = re.compile(r"^[A-Z]+$")
 
 
 class Api(enum.Enum):
-    """The API (protocol) a route belongs to; descriptions and metrics group routes by it."""
+    """The API (protocol) a route belongs to; descriptions and metrics group routes by it.
+
+    The APIs that carry inference calls have the value of the calls' :class:`WireProtocol`
+    (:attr:`wire`), so a route and the calls it serves carry one ``protocol`` label.
+    """
 
     OIP_REST = "oip_rest"  # Open Inference Protocol v2, REST
     TRUSS = "truss"  # Truss-style /v1/models/{m}:predict
     TORCHSERVE_REST = "torchserve_rest"  # TorchServe's inference API
     MANAGEMENT = "management"  # TorchServe's management API (and its token API)
+
+    @property
+    def wire(self) -> WireProtocol | None:
+        """The protocol of the calls this API's routes make (``None``: they make none)."""
+        return _WIRE.get(self.value)
+
+
+_WIRE = {protocol.value: protocol for protocol in WireProtocol}
 
 
 class Route:
