@@ -18,7 +18,7 @@ from ...dataplane import DataPlane, ModelVersion
 from ...errors import MethodNotAllowed, NotFound, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
-from .._asgi import Receive, Scope, Send
+from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
 from . import _oip, _responses
 from ._exchange import Exchange
@@ -92,35 +92,35 @@ class HttpApp:
 
     # -- health and metadata ---------------------------------------------------------------
 
-    async def _server_metadata(self, ex: Exchange, send: Any) -> None:
+    async def _server_metadata(self, ex: Exchange, send: Send) -> None:
         await send_json(send, 200, self.dataplane.server_metadata())
 
-    async def _live(self, ex: Exchange, send: Any) -> None:
+    async def _live(self, ex: Exchange, send: Send) -> None:
         await send_json(send, 200, {"live": True})
 
-    async def _ready(self, ex: Exchange, send: Any) -> None:
+    async def _ready(self, ex: Exchange, send: Send) -> None:
         ready = self.dataplane.ready()
         await send_json(send, 200 if ready else 503, {"ready": ready})
 
     async def _model_metadata(
-        self, ex: Exchange, send: Any, model: str, version: str | None
+        self, ex: Exchange, send: Send, model: str, version: str | None
     ) -> None:
         await send_json(send, 200, self.dataplane.model_metadata(model, version))
 
-    async def _model_ready(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
+    async def _model_ready(self, ex: Exchange, send: Send, model: str, version: str | None) -> None:
         ready = self.dataplane.model_ready(model, version)
         body = {"name": model, "ready": ready}
         if version:
             body["version"] = version
         await send_json(send, 200 if ready else 503, body)
 
-    async def _ping(self, ex: Exchange, send: Any) -> None:
+    async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
         else:
             await send_json(send, 500, {"status": "Partial Healthy"})
 
-    async def _truss_ready(self, ex: Exchange, send: Any, model: str) -> None:
+    async def _truss_ready(self, ex: Exchange, send: Send, model: str) -> None:
         ready = self.dataplane.model_ready(model)
         await send_json(send, 200 if ready else 503, {"name": model, "ready": ready})
 
@@ -144,7 +144,7 @@ class HttpApp:
             call.sequence = _sequences.from_headers(lambda h: ex.header(h.lower().encode()), name)
         return mv, call
 
-    def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Any) -> Any:
+    def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
         response of a call to a sequence model, as the answer says them when the response
         starts; ``send`` itself for any other model."""
@@ -152,7 +152,7 @@ class HttpApp:
             return send
         name = self.sequence_header
 
-        async def send_with_sequence(message: dict[str, Any]) -> None:
+        async def send_with_sequence(message: Message) -> None:
             if message["type"] == "http.response.start":
                 extra = _sequences.response_headers(answer.sequence, name)
                 if extra:
@@ -173,7 +173,7 @@ class HttpApp:
         ex.watch()
 
     async def _oip(
-        self, ex: Exchange, send: Any, model: str, version: str | None, action: str
+        self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
         # The binary tensor extension costs a plain JSON request this one header lookup.
@@ -222,7 +222,7 @@ class HttpApp:
             sse=True,
         )
 
-    async def _truss(self, ex: Exchange, send: Any, model: str) -> None:
+    async def _truss(self, ex: Exchange, send: Send, model: str) -> None:
         mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
         await self._read(ex, mv, call, _parse_json)
         if mv.instance.streaming:
@@ -239,7 +239,7 @@ class HttpApp:
             return
         await send_body(send, 200, _json(answer), _responses.encode_json(result))
 
-    async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
+    async def _torchserve(self, ex: Exchange, send: Send, model: str, version: str | None) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
@@ -264,7 +264,7 @@ class HttpApp:
     async def _stream(
         self,
         ex: Exchange,
-        send: Any,
+        send: Send,
         call: Call,
         mv: ModelVersion,
         encode: Callable[[Any], bytes],
