@@ -31,12 +31,13 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import Unauthenticated
+from ._asgi import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "INFERENCE",
@@ -224,7 +225,7 @@ class AuthMiddleware:
 
     def __init__(
         self,
-        app: Callable[[dict[str, Any], Any, Any], Awaitable[None]],
+        app: ASGIApp,
         authorizer: Authorizer,
         rule: Rule,
         render: Render,
@@ -234,7 +235,7 @@ class AuthMiddleware:
         self.rule = rule
         self.render = render
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             kind = self.rule(scope["method"], scope["path"])
             if kind is not None:

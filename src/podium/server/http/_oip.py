@@ -25,8 +25,6 @@ from ...errors import InvalidInput, UnsupportedRepresentation
 from ...types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 from ._responses import encoder
 
-ACTIONS = frozenset({"infer", "infer_stream", "generate", "generate_stream"})
-
 _request_decoder = msgspec.json.Decoder(InferenceRequest)
 _any_decoder = msgspec.json.Decoder()
 
