@@ -1,7 +1,7 @@
 """The one place where an exception becomes a gRPC status.
 
 A :class:`~podium.errors.PodiumError` takes its code from the single table in ``errors.py`` and
-keeps its message; anything else is a bug (in Podium or in a conversion), logged with its
+keeps its message (bounded, as every message a client gets: :func:`podium.errors.bounded`); anything else is a bug (in Podium or in a conversion), logged with its
 traceback and answered ``INTERNAL`` with its type and text. Every handler ends in
 :func:`abort_with`, so no exception ever leaves a handler unhandled and gRPC's own generic
 "Unexpected error" never reaches a client.
@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from ...errors import PodiumError, grpc_code
+from ...errors import PodiumError, bounded, grpc_code
 
 __all__ = ["ReplyFailed", "abort_with", "status_of"]
 
@@ -33,12 +33,12 @@ class ReplyFailed(Exception):
 
 def status_of(exc: BaseException, where: str = "") -> tuple[grpc.StatusCode, str]:
     """The status code and message a client gets for ``exc`` (logged if unexpected)."""
-    if isinstance(exc, ReplyFailed):
-        return exc.code, exc.message
-    if isinstance(exc, PodiumError):
+    if isinstance(exc, PodiumError):  # its message is bounded already
         return grpc.StatusCode[grpc_code(exc)], exc.message
+    if isinstance(exc, ReplyFailed):  # a model's own words: bounded as an error's
+        return exc.code, bounded(exc.message)
     logger.error("unexpected error serving %s", where or "a gRPC call", exc_info=exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+    return grpc.StatusCode.INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}")
 
 
 async def abort_with(context: Any, exc: BaseException, where: str = "") -> NoReturn:
