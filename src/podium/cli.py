@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ._logs import BoundedFormatter
 from .config import ServerConfig, load_yaml
 from .errors import DefinitionError
 
@@ -228,6 +229,14 @@ def main() -> None:
     "token authorization: only where a firewall or proxy already guards its ports.",
 )
 @click.option(
+    "--model-control",
+    type=click.Choice(["management", "inference"]),
+    default=None,
+    help="Which listeners may load and unload models: the management listeners only, or the "
+    "inference listeners too (OIP's repository load/unload, open to every inference client: "
+    "use with --auth) [management].",
+)
+@click.option(
     "--token-expiration",
     type=float,
     default=None,
@@ -242,11 +251,10 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
         )
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    # Bounded: no request can make the server write megabytes to its log (docs/security.md).
+    handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
     from .server import UnsafeExposure
     from .server._runner import Podium
 

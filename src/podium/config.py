@@ -24,6 +24,7 @@ from .errors import DefinitionError, MissingSecret
 
 __all__ = [
     "FIELDS",
+    "MODEL_CONTROLS",
     "MODEL_KEYS",
     "UNSET",
     "Field",
@@ -128,6 +129,10 @@ class ModelConfig:
 MODEL_KEYS = frozenset(FIELDS)
 
 
+#: ``model_control``'s values: which listeners may load and unload models.
+MODEL_CONTROLS = ("management", "inference")
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """The server's settings. The CLI merges defaults, ``--config FILE`` and flags, flags last."""
@@ -155,6 +160,9 @@ class ServerConfig:
     management_allowed_origins: tuple[str, ...] = ()
     # Start with the management API on a non-loopback address without token authorization.
     allow_open_management: bool = False
+    # Which listeners may load and unload models (OIP's repository load/unload): "management"
+    # (the management listeners only) or "inference" (the inference listeners too).
+    model_control: str = "management"
     max_request_size: int = 64 * 1024 * 1024
     # Every HTTP listener's connection limits (docs/security.md, server/_limits.py).
     max_url_size: int = 8 * 1024  # bytes of a request target; longer: 414
@@ -287,6 +295,10 @@ class ServerConfig:
             raise ValueError(
                 "auth must be true (every listener), false (none) or null (the default: "
                 f"the management API), got {self.auth!r}"
+            )
+        if self.model_control not in MODEL_CONTROLS:
+            raise ValueError(
+                f"model-control must be {' or '.join(MODEL_CONTROLS)}, got {self.model_control!r}"
             )
         if not isinstance(self.allow_open_management, bool):
             raise ValueError(

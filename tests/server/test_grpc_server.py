@@ -149,8 +149,10 @@ def test_reflection_describes_the_service_as_served(
 
 @pytest.fixture(scope="module")
 def repository_server() -> Iterator[Server]:
-    """Its own server: these tests change what it serves (each puts back what it changed)."""
-    with run_server(FAILING_MODELS) as server:
+    """Its own server: these tests change what it serves (each puts back what it changed).
+    Loading and unloading through the inference listeners needs ``--model-control inference``
+    (refused by default: tests/server/test_model_control.py)."""
+    with run_server(FAILING_MODELS, args=("--model-control", "inference")) as server:
         yield server
 
 

@@ -231,6 +231,26 @@ async def test_bad_registration_parameters_are_named(
     assert (await api.get("/models/store_echo")).status_code == 404
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b'{"url": "store_\xffecho.py"}', "invalid UTF-8: byte 0xff at offset 15"),
+        (rb'{"url": "store_echo.py", "model_name": "\udfff"}', r"surrogate escape '\udfff'"),
+        (b"[" * 100_000, "nested too deeply"),
+    ],
+)
+async def test_a_registration_body_that_is_not_json_is_a_bad_request(
+    api: httpx.AsyncClient, server: Server, body: bytes, named: str
+) -> None:
+    logged = len(server.lines)
+    answer = await api.post("/models", content=body, headers={"content-type": "application/json"})
+    message = error_of(answer, 400, "BadRequestException")
+    assert message.startswith("the body is not valid JSON: ") and named in message
+    assert "Traceback" not in "\n".join(server.lines[logged:])  # a 4xx logs no traceback
+    assert (await api.get("/models/store_echo")).status_code == 404
+
+
 # -- list, describe, set-default --------------------------------------------------------------
 
 

@@ -51,8 +51,11 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
             if isinstance(raw, bytes | str):
                 return msgspec.json.decode(raw, type=InferenceRequest), None
             return msgspec.convert(raw, InferenceRequest), None
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except msgspec.ValidationError as exc:
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {exc}") from exc
+        except codecs.JSON_ERRORS as exc:
+            problem = codecs.json_problem(exc, raw)
+            raise InvalidInput(f"model '{mv.name}' takes an inference request: {problem}") from exc
     if kind is InputKind.SCHEMA:
         return inst.validate(raw), None
     if kind is InputKind.WIRE:

@@ -66,8 +66,9 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        """Whether every version that should serve does (an unloaded one is not counted)."""
-        return self._registry.all_ready()
+        """The server's readiness, by the repository's rule (:meth:`ModelRepository.ready`):
+        no version failed, none is still loading at start-up; unloaded ones do not count."""
+        return self.repository.ready()
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether that version is ready; ``NotFound`` if it does not exist."""

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..codecs import JSON_ERRORS, json_problem
 from ..errors import (
     BadModelOutput,
     InvalidInput,
@@ -182,10 +183,11 @@ class MLServerModel:
         elif isinstance(raw, bytes | bytearray | str):
             try:
                 raw = msgspec.json.decode(raw)
-            except msgspec.DecodeError as exc:
+            except JSON_ERRORS as exc:
                 raise InvalidInput(
                     f"model '{self.name}' is an MLServer runtime and takes an Open Inference "
-                    f"Protocol inference request as JSON; the body is not JSON: {exc}"
+                    f"Protocol inference request as JSON; the body is not JSON: "
+                    f"{json_problem(exc, raw)}"
                 ) from exc
         if not isinstance(raw, dict):
             raise InvalidInput(

@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from .. import __version__
+from ..codecs import JSON_ERRORS
 from ..config import load_yaml
 from ..errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
 from ..types import Context as SequenceContext
@@ -170,7 +171,7 @@ def _value(body: bytes, content_type: str) -> Any:
     if content_type == "application/json":
         try:
             return msgspec.json.decode(body)
-        except msgspec.DecodeError:
+        except (*JSON_ERRORS, RecursionError):  # as TorchServe: what does not parse stays bytes
             return bytearray(body)
     if content_type.startswith("text"):
         try:

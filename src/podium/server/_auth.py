@@ -161,9 +161,10 @@ class Authorizer:
             value = value.decode("latin-1")
         what = _WHAT[kind]
         if not value:
+            # The key file's name, never its path: a 401 goes to anybody who asks.
             raise Unauthenticated(
                 f"{what} needs a key: send 'Authorization: Bearer <{_name(kind)} key>' "
-                f"(the keys are in {self.key_file})"
+                f"(the {_name(kind)} key is in the server's key file, {self.key_file.name})"
             )
         scheme, _, token = value.strip().partition(" ")
         token = token.strip()

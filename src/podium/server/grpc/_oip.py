@@ -4,6 +4,10 @@ A thin adapter over the data plane: each RPC turns its message into a :class:`po
 (or a call on the data plane's model repository), and the answer back into a message (tensor
 conversions in :mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
 
+The repository RPCs: ``RepositoryIndex`` is open; ``RepositoryModelLoad`` / ``Unload`` change what
+is served, so the data plane's model repository refuses them here (``PERMISSION_DENIED``, naming
+the management API) unless the server runs with ``--model-control inference``.
+
 ``ModelStreamInfer`` answers every request on the stream, in the order the requests came, with
 one response per item (one for a non-streaming model). A model that reads a stream of requests
 (``consumes_stream``: an MLServer runtime's ``predict_stream``) instead gets the whole stream, if
@@ -381,6 +385,9 @@ class OipService:
 
     async def repository_model_load(self, message: Any, context: Any) -> Any:
         name = _model_name(message, "RepositoryModelLoad")
+        repository = self.dataplane.repository
+        # Refused first: a client that may not load learns nothing else about its request.
+        repository.check_control(f"loading model '{name}'", WireProtocol.OIP_GRPC)
         unsupported = sorted(k for k in message.parameters if k == "config" or ":" in k)
         if unsupported:
             raise InvalidInput(
@@ -388,12 +395,12 @@ class OipService:
                 f"{', '.join(unsupported)} is not supported: Podium loads models only from the "
                 "paths it serves (loading a sent config or files comes with the management API)"
             )
-        await self.dataplane.repository.load(name)
+        await repository.load(name, via=WireProtocol.OIP_GRPC)
         return _m("inference.RepositoryModelLoadResponse")(model_name=name, isLoaded=True)
 
     async def repository_model_unload(self, message: Any, context: Any) -> Any:
         name = _model_name(message, "RepositoryModelUnload")
-        await self.dataplane.repository.unload(name)
+        await self.dataplane.repository.unload(name, via=WireProtocol.OIP_GRPC)
         return _m("inference.RepositoryModelUnloadResponse")(model_name=name, isUnloaded=True)
 
 

@@ -50,8 +50,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes | memoryview, expect
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise InvalidInput(f"invalid {expected}: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidInput(f"malformed JSON body: {exc}") from exc
+    except codecs.JSON_ERRORS as exc:
+        raise InvalidInput(f"malformed JSON body: {codecs.json_problem(exc, body)}") from exc
     except RecursionError:
         raise InvalidInput("JSON body is nested too deeply") from None
 

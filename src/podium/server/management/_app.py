@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
+from ...codecs import JSON_ERRORS, json_problem
 from ...errors import (
     Conflict,
     InvalidInput,
@@ -220,9 +221,11 @@ async def _json_body(scope: Scope, receive: Receive) -> dict[str, Any]:
     if not body.strip() or content_type != b"application/json":
         return {}
     try:
-        values = msgspec.json.decode(bytes(body))
-    except msgspec.DecodeError as exc:
-        raise InvalidInput(f"the body is not valid JSON: {exc}") from exc
+        values = msgspec.json.decode(body)
+    except JSON_ERRORS as exc:
+        raise InvalidInput(f"the body is not valid JSON: {json_problem(exc, body)}") from exc
+    except RecursionError:
+        raise InvalidInput("the body is not valid JSON: it is nested too deeply") from None
     if not isinstance(values, dict):
         raise InvalidInput("the body must be a JSON object of registration parameters")
     return {k: v for k, v in values.items() if v is not None}
