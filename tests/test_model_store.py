@@ -30,8 +30,12 @@ def test_local_urls_resolve_in_the_store_first_then_on_disk(tmp_path: Path) -> N
     (tmp_path / "elsewhere.py").write_bytes(MODEL)
     policy = UrlPolicy(model_store=store)
     assert policy.local("m.py") == store / "m.py"
-    assert policy.local(str(tmp_path / "elsewhere.py")) == tmp_path / "elsewhere.py"
-    assert policy.local(f"file://{tmp_path}/elsewhere.py") == tmp_path / "elsewhere.py"
+    assert policy.local(str(store / "m.py")) == store / "m.py"
+    assert policy.local(f"file://{store}/m.py") == store / "m.py"
+    anywhere = UrlPolicy(model_store=store, allow_any_local_path=True)
+    assert anywhere.local("m.py") == store / "m.py"
+    assert anywhere.local(str(tmp_path / "elsewhere.py")) == tmp_path / "elsewhere.py"
+    assert anywhere.local(f"file://{tmp_path}/elsewhere.py") == tmp_path / "elsewhere.py"
     with pytest.raises(NotFound, match="nothing.mar"):
         policy.local("nothing.mar")
     with pytest.raises(InvalidInput, match="url is required"):

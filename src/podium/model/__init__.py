@@ -3,3 +3,7 @@
 Imports nothing above ``podium.types`` / ``podium.errors`` / ``podium.config`` / ``podium.codecs``,
 and no web or gRPC library.
 """
+
+from ._owned import Hold, Owned, Shared, release_all
+
+__all__ = ["Hold", "Owned", "Shared", "release_all"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
+from ._owned import Owned
 
 __all__ = ["ModelSource"]
 
@@ -21,6 +22,9 @@ class ModelSource:
     model_dir: Path  # where data/ lives
     contract: str = "native"  # "native", "torchserve" or "mlserver": which adapter builds it
     extra: Mapping[str, Any] = field(default_factory=dict)  # what that contract's adapter needs
+    # What Podium made on disk for it (an archive's extraction); the version built from it
+    # takes these over, and releases them when it is removed.
+    owned: tuple[Owned, ...] = ()
 
     @property
     def label(self) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..config import Secrets, ServerConfig
 from ..dataplane import DataPlane
+from ..model import torchserve
+from ..model.torchserve import ArchiveLimits
 from ..runtime.loading import register_paths
 from ..runtime.registry import Registry
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
@@ -112,6 +114,9 @@ class Podium:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
         loop = asyncio.get_running_loop()
         secrets = Secrets(self.config.secrets_dir)
+        torchserve.set_archive_limits(
+            ArchiveLimits(self.config.max_archive_size, self.config.max_archive_ratio)
+        )
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(
             self.executor,
@@ -183,6 +188,9 @@ class Podium:
             model_store=config.model_store,
             allowed_urls=config.allowed_urls,
             max_download_size=config.max_download_size,
+            download_timeout=config.download_timeout,
+            start_paths=self.paths,
+            allow_any_local_path=config.allow_any_local_path,
         )
         self.management = Management(
             self.registry,

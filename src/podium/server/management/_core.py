@@ -111,6 +111,10 @@ class Management:
         try:
             versions = await self._build(path, request)
             name = self._add(versions, request.url)
+            if downloaded is not None:  # the file goes when the last of its versions does
+                holds = self.urls.owned(downloaded, len(versions))
+                for mv, hold in zip(versions, holds, strict=True):
+                    mv.owned.append(hold)
         except BaseException:
             if downloaded is not None:  # a failed registration leaves no file behind
                 with contextlib.suppress(OSError):
@@ -332,5 +336,6 @@ def _memory(pid: int | None) -> int | None:
 
 
 async def _close(versions: list[ModelVersion]) -> None:
-    """Close versions that were built but never registered."""
+    """Close versions that were built but never registered, and release what they own."""
     await asyncio.gather(*(mv.close() for mv in versions), return_exceptions=True)
+    await asyncio.gather(*(mv.release() for mv in versions))
