@@ -4,6 +4,7 @@ it, until the last lets go."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import struct
 import tarfile
 import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,7 @@ def _files(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.is_file()]
 
 
-def _bomb_zip(path: Path, size: int, name: str = "weights.bin") -> Path:
+def _bomb_zip(path: Path, size: int, name: str = "zeros.bin") -> Path:
     """A .mar whose member ``name`` is ``size`` zeros: it deflates about a thousandfold."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr(MANIFEST, MANIFEST_JSON)
@@ -43,6 +45,16 @@ def _bomb_zip(path: Path, size: int, name: str = "weights.bin") -> Path:
             for _ in range(size // MiB):
                 out.write(bytes(MiB))
     return path
+
+
+@contextlib.contextmanager
+def _extracted(archive: Path, limits: ArchiveLimits | None = None) -> Iterator[Path]:
+    """The archive extracted for the test's duration (this process's temp dir stays clean)."""
+    directory, hold = extract_owned(archive, limits)
+    try:
+        yield directory
+    finally:
+        hold.release()
 
 
 def _tar(path: Path, members: list[tuple[str, bytes]], **kwargs: object) -> Path:
@@ -97,19 +109,20 @@ def test_a_zip_bomb_is_refused_by_its_ratio_before_writing(
     before = _files(root)
     with pytest.raises(
         DefinitionError,
-        match=r"more than 1\.0 MiB \(at member 'weights.bin'\), 100 times the archive's own "
+        match=r"more than 1\.0 MiB \(at member 'zeros.bin'\), 100 times the archive's own "
         r".*: the most --max-archive-ratio allows; refused",
     ):
         extract(mar)
     assert _files(root) == before
     # A looser ratio lets it through, within the size limit.
-    extracted = extract(mar, ArchiveLimits(max_ratio=10_000))
-    assert (extracted / "weights.bin").stat().st_size == 8 * MiB
+    with _extracted(mar, ArchiveLimits(max_ratio=10_000)) as extracted:
+        assert (extracted / "zeros.bin").stat().st_size == 8 * MiB
 
 
 def test_the_ratio_spares_small_archives(tmp_path: Path) -> None:
     mar = _bomb_zip(tmp_path / "sparse.mar", 4 * MiB)  # ~1000:1, but only 4 MiB
-    assert (extract(mar) / "weights.bin").stat().st_size == 4 * MiB
+    with _extracted(mar) as extracted:
+        assert (extracted / "zeros.bin").stat().st_size == 4 * MiB
 
 
 def _lie_about_size(mar: Path, name: bytes, size: int, crc: int | None = None) -> None:
@@ -147,7 +160,8 @@ def test_a_zip_member_never_writes_more_than_it_declares(tmp_path: Path) -> None
     with zipfile.ZipFile(mar) as zf:
         assert zf.getinfo("w.bin").file_size == 1024
         assert zf.read("w.bin") == real[:1024]
-    assert (extract(mar) / "w.bin").read_bytes() == real[:1024]
+    with _extracted(mar) as extracted:
+        assert (extracted / "w.bin").read_bytes() == real[:1024]
 
 
 def test_a_zip_member_whose_data_disagrees_is_refused_and_leaves_nothing(
@@ -208,7 +222,8 @@ def test_a_tar_stream_cannot_decompress_past_its_limits(tmp_path: Path) -> None:
     )
     with pytest.raises(DefinitionError, match="tar stream goes on past what its members declare"):
         extract(path, ArchiveLimits(max_size=MiB))
-    assert (extract(path, ArchiveLimits(max_ratio=1e9)) / "h.py").is_file()  # else it is fine
+    with _extracted(path, ArchiveLimits(max_ratio=1e9)) as extracted:
+        assert (extracted / "h.py").is_file()  # else it is fine
 
 
 @pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz", "w"])
@@ -219,7 +234,8 @@ def test_every_tar_compression_is_still_read(tmp_path: Path, mode: str) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
-    assert (extract(path) / "h.py").read_bytes() == b"x = 1\n"
+    with _extracted(path) as extracted:
+        assert (extracted / "h.py").read_bytes() == b"x = 1\n"
 
 
 def test_the_server_sets_the_limits_for_the_process(
