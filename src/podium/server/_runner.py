@@ -14,8 +14,7 @@ from typing import Any
 
 from ..config import Secrets, ServerConfig
 from ..dataplane import DataPlane
-from ..model import torchserve
-from ..model.torchserve import ArchiveLimits
+from ..model.torchserve import ArchiveLimits, set_archive_limits
 from ..runtime.loading import register_paths
 from ..runtime.registry import Registry
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
@@ -114,7 +113,7 @@ class Podium:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
         loop = asyncio.get_running_loop()
         secrets = Secrets(self.config.secrets_dir)
-        torchserve.set_archive_limits(
+        set_archive_limits(  # for this process's extractions, start-up models' included
             ArchiveLimits(self.config.max_archive_size, self.config.max_archive_ratio)
         )
         # Importing user code runs it: never on the event loop.
