@@ -189,6 +189,32 @@ def main() -> None:
     "[none: remote urls are refused].",
 )
 @click.option(
+    "--download-timeout",
+    type=float,
+    default=None,
+    help="Seconds a registration's download may take in all; slower: refused [300].",
+)
+@click.option(
+    "--max-archive-size",
+    type=int,
+    default=None,
+    help="Bytes a TorchServe archive (.mar, .tar.gz) may expand to; more: refused [4 GiB].",
+)
+@click.option(
+    "--max-archive-ratio",
+    type=float,
+    default=None,
+    help="How many times its own size an archive may expand to, beyond 64 MiB; more: "
+    "refused as a zip bomb [100].",
+)
+@click.option(
+    "--allow-any-local-path",
+    is_flag=True,
+    default=None,
+    help="Let registration read a local url anywhere on disk, not only under --model-store "
+    "and the model paths given at start [off].",
+)
+@click.option(
     "--max-download-size", type=int, default=None, help="Largest download in bytes [1 GiB]."
 )
 @click.option(

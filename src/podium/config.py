@@ -178,12 +178,38 @@ class ServerConfig:
     grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
     # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
     sequence_header: str = "ts_request_sequence_id"
+    # What registration may read and fetch, and how much (docs/security.md, "Archives and
+    # downloads"): a download's deadline in seconds; how far a TorchServe archive may expand,
+    # in bytes and as a multiple of its own size; local urls outside the model store and the
+    # start paths.
+    download_timeout: float = 300.0
+    max_archive_size: int = 4 << 30
+    max_archive_ratio: float = 100.0
+    allow_any_local_path: bool = False
     secrets_dir: Path | None = None
     threads: int = 64
     log_level: str = "info"
     models: tuple[str, ...] = ()
 
+    def _check_archives(self) -> None:
+        timeout = self.download_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ValueError(f"download-timeout must be a number of seconds > 0, got {timeout!r}")
+        object.__setattr__(self, "download_timeout", float(timeout))
+        size = self.max_archive_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"max-archive-size must be >= 1 byte (an integer), got {size!r}")
+        ratio = self.max_archive_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1:
+            raise ValueError(f"max-archive-ratio must be a number >= 1, got {ratio!r}")
+        object.__setattr__(self, "max_archive_ratio", float(ratio))
+        if not isinstance(self.allow_any_local_path, bool):
+            raise ValueError(
+                f"allow-any-local-path must be true or false, got {self.allow_any_local_path!r}"
+            )
+
     def __post_init__(self) -> None:
+        self._check_archives()
         for name in (
             "http_port",
             "management_port",

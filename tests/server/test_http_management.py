@@ -31,11 +31,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(store: Path, events_path: Path) -> Iterator[Server]:
-    """Serves the versioned model and echo from the start; the rest comes through the API."""
+    """Serves the versioned model and echo from the start; the rest comes through the API,
+    from the test models' own directories (hence --allow-any-local-path: the rule it lifts has
+    its own tests, in test_registration_limits.py)."""
     with run_server(
         SERVE_MODELS / "versioned",
         SERVE_MODELS / "tensors",
-        args=("--model-store", str(store)),
+        args=("--model-store", str(store), "--allow-any-local-path"),
         env={"PODIUM_E2E_EVENTS": str(events_path)},
     ) as running:
         yield running

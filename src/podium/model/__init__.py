@@ -5,5 +5,6 @@ and no web or gRPC library.
 """
 
 from ._calls import model_error
+from ._owned import Hold, Owned, Shared, release_all
 
-__all__ = ["model_error"]
+__all__ = ["Hold", "Owned", "Shared", "model_error", "release_all"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
+from ._owned import Owned
 from ._ts_config import TsSettings
 
 __all__ = ["Contract", "MLServerParts", "ModelSource", "TorchServeParts"]
@@ -55,6 +56,9 @@ class ModelSource:
     contract: Contract = Contract.NATIVE
     torchserve: TorchServeParts | None = None
     mlserver: MLServerParts | None = None
+    # What Podium made on disk for it (an archive's extraction); the version built from it
+    # takes these over, and releases them when it is removed.
+    owned: tuple[Owned, ...] = ()
 
     def __post_init__(self) -> None:
         has = {Contract.TORCHSERVE: self.torchserve, Contract.MLSERVER: self.mlserver}

@@ -44,13 +44,23 @@ from ..types import (
     current_context,
 )
 from ._calls import run_sync
+from ._owned import Owned
 from ._source import Contract, ModelSource, TorchServeParts
-from ._ts_archive import MANIFEST, extract, is_archive, read_manifest
+from ._ts_archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
+from ._ts_archive import set_limits as set_archive_limits
 from ._ts_config import TsSettings, model_config
 from ._ts_context import Context, RequestProcessor
 from ._ts_handler import HandlerSpec, load_handler, on_path
 
-__all__ = ["TorchServeModel", "build", "is_source", "prepare", "sources"]
+__all__ = [
+    "ArchiveLimits",
+    "TorchServeModel",
+    "build",
+    "is_source",
+    "prepare",
+    "set_archive_limits",
+    "sources",
+]
 
 logger = logging.getLogger("podium.model")
 
@@ -68,8 +78,19 @@ def is_source(path: Path) -> bool:
 
 
 def sources(path: Path) -> list[ModelSource]:
-    """The model version at ``path``; ``DefinitionError`` listing every problem."""
-    model_dir = extract(path) if path.is_file() else path.resolve()
+    """The model version at ``path``; ``DefinitionError`` listing every problem. An archive's
+    source owns its extraction (``ModelSource.owned``)."""
+    if not path.is_file():
+        return [_source(path, path.resolve(), ())]
+    model_dir, hold = extract_owned(path)
+    try:
+        return [_source(path, model_dir, (hold,))]
+    except BaseException:
+        hold.release()  # no source holds it
+        raise
+
+
+def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSource:
     manifest = read_manifest(model_dir)
     model = manifest["model"]
     where = str(path)
@@ -96,7 +117,7 @@ def sources(path: Path) -> list[ModelSource]:
     handler_file = model_dir / (handler if handler.endswith(".py") else f"{handler}.py")
     file = path.resolve() if path.is_file() else handler_file.resolve()
     parts = TorchServeParts(manifest, yaml_config, settings)
-    return [ModelSource(config, file, model_dir, Contract.TORCHSERVE, torchserve=parts)]
+    return ModelSource(config, file, model_dir, Contract.TORCHSERVE, torchserve=parts, owned=owned)
 
 
 def prepare(source: ModelSource) -> HandlerSpec:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import ModelNotReady, NotFound, PodiumError
+from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
 from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
@@ -50,6 +51,9 @@ class ModelVersion:
     source: str = ""
     _loaded: asyncio.Event = field(default_factory=asyncio.Event)
     pool: WorkerPool | None = None
+    #: What Podium made on disk for this version (its archive's extraction, its download),
+    #: let go of by :meth:`release` once the version is removed.
+    owned: list[Owned] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -128,6 +132,14 @@ class ModelVersion:
     async def close(self) -> None:
         """Stop its scheduler and its workers (worker processes exit)."""
         await self.scheduler.close()
+
+    async def release(self) -> None:
+        """Let go of what this version owns (:attr:`owned`): what no other version holds is
+        deleted (off the event loop). For a version removed or never registered, once it is
+        closed; later calls do nothing."""
+        owned, self.owned = self.owned, []
+        if owned:
+            await asyncio.to_thread(release_all, owned)
 
     async def reload(self) -> None:
         """Make this version serve again if it does not: a FAILED or UNLOADED version runs its
@@ -263,7 +275,8 @@ class Registry:
     async def remove(self, name: str, version: str | None = None) -> list[ModelVersion]:
         """Unregister ``version`` of ``name`` (every version when None): new requests get
         ``NotFound`` at once, requests in flight finish (for up to REMOVE_GRACE seconds), then
-        its workers stop. ``NotFound`` if unknown."""
+        its workers stop, then what it owns is released (:meth:`ModelVersion.release`).
+        ``NotFound`` if unknown."""
         removed = [self.get(name, version)] if version else self.versions(name)
         versions = self._models[name]
         for mv in removed:
@@ -281,6 +294,7 @@ class Registry:
         for mv in removed:
             mv.state = ModelState.UNLOADED
             mv.reason = "removed"
+            await mv.release()  # its workers stopped: its extraction or download may go
         return removed
 
     async def close(self) -> None:

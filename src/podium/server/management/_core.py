@@ -65,6 +65,8 @@ class Management:
             registered = await self.repository.register(
                 path, url=request.url, overrides=request.overrides()
             )
+            if downloaded is not None:  # the file goes when the last of its versions does
+                registered.own(self.urls.owned(downloaded, len(registered.versions)))
         except BaseException:
             if downloaded is not None:  # a failed registration leaves no file behind
                 with contextlib.suppress(OSError):
