@@ -326,7 +326,7 @@ def archive(
     force: bool,
 ) -> None:
     """Build a TorchServe model archive (.mar), as torch-model-archiver does."""
-    from .model._ts_archive import archive_model
+    from .model.torchserve import archive_model
 
     extras = [Path(p.strip()) for p in (extra_files or "").split(",") if p.strip()]
     try:

@@ -23,8 +23,9 @@ from podium.errors import (
     Unavailable,
     ValidationFailed,
 )
-from podium.model import _mls_batch, mlserver
-from podium.model._mls_runtime import MLServerModel
+from podium.model import mlserver
+from podium.model.mlserver import _batch
+from podium.model.mlserver._runtime import MLServerModel
 from podium.types import InferenceResponse, InputKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -418,7 +419,7 @@ class Runtime(MLModel):
 
 
 def test_merge_follows_mlserver() -> None:
-    merged = _mls_batch.merge(
+    merged = _batch.merge(
         [
             {
                 "parameters": {"p": 1, "content_type": "np"},
@@ -480,7 +481,7 @@ def test_split_checks_the_rows() -> None:
             )
         ],
     )
-    first, second = _mls_batch.split("m", response, [1, 2], ["i", "j"])
+    first, second = _batch.split("m", response, [1, 2], ["i", "j"])
     assert (first.id, first.outputs[0].data, first.outputs[0].parameters) == (
         "i",
         [1],
@@ -494,7 +495,7 @@ def test_split_checks_the_rows() -> None:
     with pytest.raises(
         BadModelOutput, match="output 'y' of shape \\[3\\]; .*must be the batch's rows \\(4\\)"
     ):
-        _mls_batch.split("m", response, [2, 2], ["i", "j"])
+        _batch.split("m", response, [2, 2], ["i", "j"])
 
 
 # -- with MLServer itself installed -------------------------------------------------------------

@@ -30,7 +30,7 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 
 def handler_model(tmp_path: Path, source: str, config: str | None = None, name: str = "m") -> Path:
     """A no-archive TorchServe model directory from handler source text."""
-    from podium.model._ts_archive import archive_model
+    from podium.model.torchserve import archive_model
 
     src = tmp_path / "src"
     src.mkdir(parents=True, exist_ok=True)
@@ -290,7 +290,7 @@ async def test_initialize_failure_is_a_model_error(
 async def test_handler_imports_its_sibling_files(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    from podium.model._ts_archive import archive_model
+    from podium.model.torchserve import archive_model
 
     src = tmp_path / "src"
     src.mkdir()

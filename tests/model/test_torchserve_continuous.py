@@ -14,8 +14,8 @@ import pytest
 from ts_kit import FakeRequest, load
 
 from podium.errors import DefinitionError, ModelError
-from podium.model._ts_archive import archive_model
-from podium.model._ts_config import model_config
+from podium.model.torchserve import archive_model
+from podium.model.torchserve._config import model_config
 from podium.types import Generation
 
 # In the style of TorchServe's continuous-batching test handler: a request is recognised through

@@ -467,7 +467,7 @@ async def test_register_a_mar_built_by_podium_archive(
 ) -> None:
     """A TorchServe archive (built as `podium archive` builds it), as a TorchServe user
     registers it, then served on /predictions."""
-    from podium.model._ts_archive import archive_model
+    from podium.model.torchserve import archive_model
 
     handler = TEST_MODELS / "torchserve" / "module-style" / "handler.py"
     mar = archive_model(

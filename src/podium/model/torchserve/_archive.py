@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from ..errors import DefinitionError
+from ...errors import DefinitionError
 
 __all__ = [
     "MANIFEST",

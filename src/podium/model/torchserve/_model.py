@@ -1,11 +1,11 @@
-"""Models written for TorchServe: handlers in .mar archives or model directories.
+"""The TorchServe adapter: handlers in .mar archives or model directories.
 
 A TorchServe model is a ``.mar`` (zip) or ``.tar.gz`` archive, or a directory (TorchServe's
 ``--archive-format no-archive``), holding ``MAR-INF/MANIFEST.json``, the handler and the model's
 files. Its ``model-config.yaml`` (the manifest's ``configFile``) maps onto Podium's settings
-(``_ts_config``); the handler is imported as TorchServe's model loader does (``_ts_handler``)
+(``_config``); the handler is imported as TorchServe's model loader does (``_handler``)
 and runs behind :class:`TorchServeModel`, which gives it TorchServe's ``data`` list and
-``Context`` (``_ts_context``). What differs from TorchServe is written down in
+``Context`` (``_context``). What differs from TorchServe is written down in
 ``docs/torchserve.md``.
 """
 
@@ -28,11 +28,11 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from .. import __version__
-from ..config import load_yaml
-from ..errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
-from ..types import Context as SequenceContext
-from ..types import (
+from ... import __version__
+from ...config import load_yaml
+from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
+from ...types import Context as SequenceContext
+from ...types import (
     Generation,
     InferenceResponse,
     InputKind,
@@ -42,12 +42,12 @@ from ..types import (
     WireProtocol,
     current_context,
 )
-from ._calls import run_sync
-from ._source import Contract, ModelSource, TorchServeParts
-from ._ts_archive import MANIFEST, extract, is_archive, read_manifest
-from ._ts_config import TsSettings, model_config
-from ._ts_context import Context, RequestProcessor
-from ._ts_handler import HandlerSpec, load_handler, on_path
+from .._calls import run_sync
+from .._source import Contract, ModelSource, TorchServeParts
+from ._archive import MANIFEST, extract, is_archive, read_manifest
+from ._config import TsSettings, model_config
+from ._context import Context, RequestProcessor
+from ._handler import HandlerSpec, load_handler, on_path
 
 __all__ = ["TorchServeModel", "build", "is_source", "prepare", "sources"]
 

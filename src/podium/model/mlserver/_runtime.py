@@ -6,7 +6,7 @@ then be an OIP request. ``preprocess`` (outside ``predict_concurrency``, once pe
 batching) validates it into the runtime's own ``InferenceRequest`` (MLServer's class when MLServer
 is installed, else ``podium.compat.mlserver``'s), gives it an ``id`` if it has none and puts the
 call's headers in ``parameters.headers``, as MLServer's data plane does. ``predict`` awaits the
-runtime's ``predict`` (a batch: one merged request, see ``_mls_batch``) and converts its
+runtime's ``predict`` (a batch: one merged request, see ``_batch``) and converts its
 ``InferenceResponse`` into Podium's; the data plane then fills in the model's name and version.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import (
+from ...errors import (
     BadModelOutput,
     InvalidInput,
     ModelError,
@@ -31,9 +31,9 @@ from ..errors import (
     PodiumError,
     Unavailable,
 )
-from ..types import Generation, InferenceResponse, InputKind, ResponseOutput
-from . import _mls_batch
-from ._calls import model_error, run_sync, validation_failed
+from ...types import Generation, InferenceResponse, InputKind, ResponseOutput
+from .._calls import model_error, run_sync, validation_failed
+from . import _batch
 
 __all__ = ["MLServerModel", "runtime_error"]
 
@@ -269,10 +269,10 @@ class MLServerModel:
             return self._response(await self._predict(payload), payload.id)
         payloads = [self._request(raw, req) for raw, req in zip(inputs, request, strict=True)]
         dumped = [p.model_dump() for p in payloads]
-        merged = self._types.InferenceRequest.model_validate(_mls_batch.merge(dumped))
+        merged = self._types.InferenceRequest.model_validate(_batch.merge(dumped))
         result = self._response(await self._predict(merged), None)
-        rows = [_mls_batch.rows_of(d) for d in dumped]
-        return _mls_batch.split(self.name, result, rows, [p.id for p in payloads])
+        rows = [_batch.rows_of(d) for d in dumped]
+        return _batch.split(self.name, result, rows, [p.id for p in payloads])
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """The runtime's ``predict_stream`` fed this one request; one response per item."""
