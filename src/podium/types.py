@@ -24,6 +24,7 @@ __all__ = [
     "Answer",
     "AnswerStream",
     "Call",
+    "Capabilities",
     "Context",
     "Generation",
     "InferenceRequest",
@@ -399,33 +400,53 @@ class Reply:
     content_type: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What a model instance asks for and how it runs: what every front end, the data plane,
+    the schedulers and the workers branch on. One frozen value per instance, made by its
+    contract's adapter when the instance is built (a process worker's instance takes the one its
+    first worker reports); read it once per request into a local where it is read more than once.
+
+    The defaults are those of an ``async def predict(self, inputs)`` with nothing else.
+    """
+
+    #: Some method takes the inputs: the front end reads and parses the body (else it never does).
+    needs_inputs: bool = True
+    #: Some method takes the raw request: the front end makes it (a ``starlette`` ``Request``).
+    needs_request: bool = False
+    #: What the first parameter asks for (the data plane converts the payload into it).
+    input_kind: InputKind = InputKind.DEFAULT
+    #: The pydantic model of :attr:`InputKind.SCHEMA` (``validate`` makes it), else None.
+    input_schema: type | None = None
+    #: ``predict_stream`` yields the items (a generator ``predict``, a streaming handler).
+    streaming: bool = False
+    #: ``preprocess`` / ``postprocess`` do something (schedulers skip the call otherwise).
+    has_preprocess: bool = False
+    has_postprocess: bool = False
+    #: A streaming model whose non-streaming calls go to ``predict`` rather than gathering
+    #: ``predict_stream`` (an MLServer runtime defines both).
+    predict_on_infer: bool = False
+    #: Reads a stream of requests (``predict_input_stream``): gRPC ModelStreamInfer hands it
+    #: every request of the stream, and it answers as it decides (an MLServer runtime's
+    #: ``predict_stream``).
+    consumes_stream: bool = False
+    #: ``predict`` runs user code in a thread, which cannot be interrupted (a sync ``predict``):
+    #: a timeout then fails the request without waiting for it.
+    predict_in_thread: bool = False
+    #: Served by continuous batching (``continuous_batching``): the scheduler calls ``step``
+    #: with the active requests instead of ``predict``; ``streaming`` is then true.
+    continuous: bool = False
+
+
 class ModelInstance(Protocol):
     """One loaded instance of a model, whatever contract its code was written to.
 
     The scheduler calls ``preprocess`` → ``predict`` (or ``predict_stream``) → ``postprocess``
     and never looks inside. ``request`` is passed through untouched, the same object each time.
+    ``capabilities`` says which of these apply and what the model asks for.
     """
 
-    needs_inputs: bool
-    needs_request: bool
-    input_kind: InputKind
-    input_schema: type | None
-    streaming: bool
-    has_preprocess: bool
-    has_postprocess: bool
-    #: A streaming model whose non-streaming calls go to ``predict`` rather than gathering
-    #: ``predict_stream`` (an MLServer runtime defines both).
-    predict_on_infer: bool
-    #: Reads a stream of requests (``predict_input_stream``): gRPC ModelStreamInfer hands it
-    #: every request of the stream, and it answers as it decides (an MLServer runtime's
-    #: ``predict_stream``).
-    consumes_stream: bool
-    #: ``predict`` runs user code in a thread, which cannot be interrupted (a sync ``predict``):
-    #: a timeout then fails the request without waiting for it.
-    predict_in_thread: bool
-    #: Served by continuous batching (``continuous_batching``): the scheduler calls ``step``
-    #: with the active requests instead of ``predict``; ``streaming`` is then true.
-    continuous: bool
+    capabilities: Capabilities
 
     async def load(self) -> None: ...
 

@@ -167,10 +167,16 @@ def test_prepare_problems_name_the_model_and_the_implementation(
 
 def test_the_instance_describes_the_runtime(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
     inst = make(tmp_path, ECHO, executor)
-    assert inst.input_kind is InputKind.RAW and inst.needs_inputs and inst.needs_request
-    assert inst.has_preprocess and not inst.has_postprocess
-    assert not inst.streaming and not inst.consumes_stream  # predict_stream not overridden
-    assert inst.predict_on_infer  # infer calls predict, whatever streams
+    assert (
+        inst.capabilities.input_kind is InputKind.RAW
+        and inst.capabilities.needs_inputs
+        and inst.capabilities.needs_request
+    )
+    assert inst.capabilities.has_preprocess and not inst.capabilities.has_postprocess
+    assert (
+        not inst.capabilities.streaming and not inst.capabilities.consumes_stream
+    )  # predict_stream not overridden
+    assert inst.capabilities.predict_on_infer  # infer calls predict, whatever streams
     settings = inst.runtime.settings
     assert (settings.name, settings.parameters.uri) == ("rt", str(tmp_path / "rt"))
 
@@ -299,7 +305,7 @@ async def test_predict_stream_feeds_one_request(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     inst = make(tmp_path, STREAM, executor)
-    assert inst.streaming and inst.consumes_stream
+    assert inst.capabilities.streaming and inst.capabilities.consumes_stream
     inputs = await inst.preprocess({"id": "s1", **words("a", "b")}, None)
     items = [item async for item in inst.predict_stream(inputs, None)]
     assert [i.outputs[0].data for i in items] == [["a"], ["b"]]

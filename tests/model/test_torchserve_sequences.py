@@ -168,7 +168,7 @@ async def test_a_streaming_handler_ends_its_sequence(
         return ["done"]
     """
     inst = await load(handler_model(tmp_path, source, SEQUENCE_CONFIG), executor)
-    assert inst.streaming
+    assert inst.capabilities.streaming
     c = ctx("st", first=True)
     token = current_context.set(c)
     stream = inst.predict_stream(b"", FakeRequest())

@@ -336,7 +336,7 @@ async def test_streams_from_a_worker_process_with_back_pressure_and_early_close(
         "stream_buffer: 4\n",
     )
     await mv.load()
-    assert mv.instance.streaming
+    assert mv.instance.capabilities.streaming
     items = [i async for i in mv.scheduler.stream(5, None)]
     assert items == [0, 1, 2, 3, 4]
     stream = mv.scheduler.stream(1000, None)

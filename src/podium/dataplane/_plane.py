@@ -102,7 +102,7 @@ class DataPlane:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
 
         Front ends call this before reading the body, then look at what the model asks for
-        (``instance.needs_inputs``, ``needs_request``, ``streaming``) and pass it on to
+        (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass it on to
         :meth:`infer` / :meth:`stream`, so one call costs one lookup.
         """
         return self._registry.ready(model, version)
@@ -117,8 +117,8 @@ class DataPlane:
             mv = self._registry.ready(call.model, call.version)
         inputs, oip = inputs_of(mv, call)
         sequence = _sequence(mv, call)
-        inst = mv.instance
-        if inst.streaming and not inst.predict_on_infer:
+        caps = mv.instance.capabilities
+        if caps.streaming and not caps.predict_on_infer:
             async with contextlib.aclosing(_items(mv, inputs, call, sequence)) as stream:
                 items = [item async for item in stream]
             value = gather(mv, call.protocol, items, oip, sequence)

@@ -161,7 +161,7 @@ class ContinuousScheduler:
         try:
             if self._closed:
                 raise Unavailable(f"{self._label} is stopped")
-            if self._pool.instance.has_preprocess:
+            if self._pool.instance.capabilities.has_preprocess:
                 inputs = await self._pool.preprocessor().preprocess(inputs, request)
             req = _Request(Generation(inputs, request), self._buffer)
             self._place(req)

@@ -214,7 +214,7 @@ class ThreadWorker:
                 return await self.instance.predict(inputs, request)
             finally:
                 self._release()
-        if self.instance.predict_in_thread:
+        if self.instance.capabilities.predict_in_thread:
             return await self._timed(self.instance.predict(inputs, request))
         return await self._timed_inline(inputs, request)
 
@@ -387,7 +387,7 @@ class WorkerPool:
     """The workers of one model version: started, restarted, scaled and stopped here.
 
     ``new_worker(id)`` makes a worker that has not started yet; ``instance`` is the version's
-    descriptor (what the front ends read: ``needs_inputs``, ``streaming``...) and, for thread
+    descriptor (what the front ends read: its ``capabilities``) and, for thread
     workers, the instance ``preprocess`` runs on.
     """
 

@@ -31,7 +31,7 @@ from ...errors import (
     PodiumError,
     Unavailable,
 )
-from ...types import Generation, InferenceResponse, InputKind, ResponseOutput
+from ...types import Capabilities, Generation, InferenceResponse, InputKind, ResponseOutput
 from .._calls import model_error, run_sync, validation_failed
 from . import _batch
 
@@ -101,13 +101,6 @@ def _dump(obj: Any) -> dict[str, Any] | None:
 class MLServerModel:
     """One instance of an MLServer runtime (a class written to ``mlserver.MLModel``'s contract)."""
 
-    input_kind = InputKind.RAW
-    input_schema: type | None = None
-    needs_inputs = True
-    needs_request = True  # for parameters.headers, as MLServer gives them to the runtime
-    has_preprocess = True
-    has_postprocess = False
-
     def __init__(
         self,
         runtime: Any,
@@ -123,13 +116,18 @@ class MLServerModel:
         self._types = types
         self._executor = executor
         self._batched = batched
-        self.streaming = streaming
-        self.consumes_stream = streaming  # gRPC ModelStreamInfer feeds predict_stream many requests
-        # MLServer answers infer with predict even when the runtime also streams: the data plane
-        # should call predict on non-streaming routes instead of gathering predict_stream.
-        self.predict_on_infer = True
-        self.predict_in_thread = not inspect.iscoroutinefunction(getattr(runtime, "predict", None))
-        self.continuous = False
+        self.capabilities = Capabilities(
+            input_kind=InputKind.RAW,
+            needs_request=True,  # for parameters.headers, as MLServer gives them to the runtime
+            has_preprocess=True,  # validates the payload into the runtime's InferenceRequest
+            streaming=streaming,
+            # gRPC ModelStreamInfer feeds predict_stream many requests
+            consumes_stream=streaming,
+            # MLServer answers infer with predict even when the runtime also streams: the data
+            # plane calls predict on non-streaming routes instead of gathering predict_stream.
+            predict_on_infer=True,
+            predict_in_thread=not inspect.iscoroutinefunction(getattr(runtime, "predict", None)),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 

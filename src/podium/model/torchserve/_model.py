@@ -31,8 +31,8 @@ import msgspec
 from ... import __version__
 from ...config import load_yaml
 from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
-from ...types import Context as SequenceContext
 from ...types import (
+    Capabilities,
     Generation,
     InferenceResponse,
     InputKind,
@@ -42,6 +42,7 @@ from ...types import (
     WireProtocol,
     current_context,
 )
+from ...types import Context as SequenceContext
 from .._calls import run_sync
 from .._source import Contract, ModelSource, TorchServeParts
 from ._archive import MANIFEST, extract, is_archive, read_manifest
@@ -272,13 +273,6 @@ class TorchServeModel:
     and the return value the last; other handlers cost one plain call.
     """
 
-    needs_inputs = True
-    needs_request = True
-    input_kind = InputKind.WIRE  # each protocol gets its own answer (a Reply, an OIP response)
-    input_schema: type | None = None
-    has_preprocess = False
-    has_postprocess = False
-
     def __init__(self, source: ModelSource, handler: HandlerSpec, *, executor: Executor) -> None:
         config = source.config
         self.name = config.name
@@ -286,17 +280,18 @@ class TorchServeModel:
         self._executor = executor
         self._batched = config.batch_size > 1
         self._buffer = config.stream_buffer
-        # with batching the scheduler wants one list back: intermediate items are gathered
-        self.streaming = handler.streams and not self._batched
-        self.predict_on_infer = False
-        self.consumes_stream = False
-        self.predict_in_thread = True  # handlers are sync code
         # continuousBatching: one handle call per step with the active requests (``step``);
         # with sequenceBatching it means a sequence's requests overlap (the sequence
         # scheduler calls predict_stream, a streaming handler is needed)
-        self.continuous = config.continuous_batching and not config.sequence_batching
-        if self.continuous:
-            self.streaming = True
+        continuous = config.continuous_batching and not config.sequence_batching
+        self.capabilities = Capabilities(
+            needs_request=True,
+            input_kind=InputKind.WIRE,  # each protocol gets its own answer (a Reply, OIP's)
+            # with batching the scheduler wants one list back: intermediate items are gathered
+            streaming=continuous or (handler.streams and not self._batched),
+            predict_in_thread=True,  # handlers are sync code
+            continuous=continuous,
+        )
         parts = source.torchserve_parts()
         self.context = Context(
             config.name,
@@ -393,7 +388,7 @@ class TorchServeModel:
         a bool) decides whether the request goes on: true ends it, false keeps it, anything else
         (no criterion) ends it after this step, as TorchServe does.
         """
-        if not self.continuous:
+        if not self.capabilities.continuous:
             raise RuntimeError(
                 "a TorchServe handler is served by continuous batching only with "
                 "continuousBatching: true"

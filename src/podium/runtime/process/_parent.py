@@ -24,6 +24,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ import msgspec
 
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...types import Generation, InputKind, ModelInstance
+from ...types import Capabilities, Generation, ModelInstance
 from ..workers import (
     END,
     Failure,
@@ -84,34 +85,24 @@ class WorkerGone(WorkerDied):
 
 class RemoteInstance:
     """What the server knows of a model that runs in worker processes (the version's
-    ``instance``): the flags front ends read, filled in by the first worker that starts.
+    ``instance``): its capabilities, as the first worker that starts reports them.
     ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
     pydantic inputs is deferred to the worker too."""
 
-    input_schema: type | None
-
     def __init__(self) -> None:
-        self.needs_inputs = True
-        self.needs_request = False
-        self.input_kind = InputKind.DEFAULT
-        self.input_schema: type | None = None
-        self.streaming = False
-        self.predict_on_infer = False
-        self.consumes_stream = False
-        self.predict_in_thread = False  # the worker process times its own predicts
-        self.continuous = False  # continuous batching runs on thread workers only
-        self.has_preprocess = False
-        self.has_postprocess = False
+        self.capabilities = Capabilities()
         self.pipelined = False  # the real instance has preprocess or postprocess
 
     def describe(self, ready: Ready) -> None:
-        self.needs_inputs = ready.needs_inputs
-        self.needs_request = ready.needs_request
-        self.input_kind = ready.input_kind
-        self.streaming = ready.streaming
-        self.predict_on_infer = ready.predict_on_infer
-        self.consumes_stream = ready.consumes_stream
-        self.pipelined = ready.pipelined
+        caps = ready.capabilities
+        self.pipelined = caps.has_preprocess or caps.has_postprocess
+        self.capabilities = replace(
+            caps,
+            has_preprocess=False,
+            has_postprocess=False,
+            predict_in_thread=False,  # the worker process times its own predicts
+            continuous=False,  # continuous batching runs on thread workers only
+        )
 
     async def load(self) -> None:
         return None
@@ -294,7 +285,7 @@ class ProcessWorker:
             await self.close()
             raise
         self._descriptor.describe(ready)
-        if ready.pipelined and not self._batching:
+        if self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
             self.capacity *= 2

@@ -166,7 +166,7 @@ class SequenceScheduler:
         sequence's next request runs once this stream has ended, or, with continuous batching,
         once this request has produced its first item (so that a later request of the sequence
         can, for example, stop a stream that is still running)."""
-        if not self._pool.instance.streaming:
+        if not self._pool.instance.capabilities.streaming:
             yield await self.infer_in(sequence, inputs, request)
             return
         self._activity.enter()
