@@ -195,8 +195,7 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .server import UnsafeExposure
-    from .server._runner import Podium
+    from .server import Podium, UnsafeExposure
 
     podium = Podium(config, all_paths)
 
@@ -242,8 +241,8 @@ def _run(coro: Any) -> int:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def check(paths: tuple[Path, ...]) -> None:
     """Check the model definitions at PATHS without serving; exit 1 on any error."""
-    from .model.discovery import discover
-    from .runtime.loading import check_paths
+    from .model import discover
+    from .runtime import check_paths
 
     problems = check_paths(list(paths))
     if problems:

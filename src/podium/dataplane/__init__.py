@@ -16,7 +16,7 @@ Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, val
 ``_repository`` (the repository and its typed descriptions). Nothing here imports a front end.
 """
 
-from ..runtime.registry import ModelVersion
+from ..runtime import ModelVersion
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
     ConfigOverrides,

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import codecs
 from ..errors import InvalidInput, UnsupportedRepresentation
-from ..runtime.registry import ModelVersion
+from ..runtime import ModelVersion
 from ..types import (
     Call,
     InferenceRequest,

@@ -8,9 +8,7 @@ from concurrent.futures import Executor
 from typing import Any, cast
 
 from .. import __version__
-from ..runtime._scheduler import SequenceScheduling
-from ..runtime.registry import ModelVersion, Registry
-from ..runtime.workers import RequestCodec
+from ..runtime import ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
     AnswerStream,

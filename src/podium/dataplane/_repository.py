@@ -27,9 +27,7 @@ import msgspec
 
 from ..config import ModelConfig
 from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFound, PodiumError
-from ..runtime.loading import build_path, register_paths
-from ..runtime.registry import ModelVersion, Registry
-from ..runtime.workers import RequestCodec
+from ..runtime import ModelVersion, Registry, RequestCodec, build_path, register_paths
 from ..types import ModelState, RepositoryModel
 
 __all__ = [

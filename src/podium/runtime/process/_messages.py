@@ -30,7 +30,7 @@ import msgspec
 from ...types import Capabilities, ModelInstance
 
 if TYPE_CHECKING:
-    from ...model.discovery import ModelSource
+    from ...model import ModelSource
 
 __all__ = [
     "MESSAGES",

@@ -64,7 +64,7 @@ from ._messages import (
 from ._wire import Decoder, encode
 
 if TYPE_CHECKING:
-    from ...model.discovery import ModelSource
+    from ...model import ModelSource
 
 __all__ = ["ProcessWorker", "RemoteInstance", "WorkerGone", "describe_exit", "process_pool"]
 
