@@ -15,12 +15,13 @@ import enum
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
 __all__ = [
     "DATATYPES",
+    "END",
     "Answer",
     "AnswerStream",
     "Call",
@@ -376,6 +377,18 @@ class Generation:
         """The items emitted since the last call (the scheduler's side)."""
         items, self._items = self._items, []
         return items
+
+
+class _End:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "END"
+
+
+#: The end of a stream of items where it crosses a buffer or a thread (after the last item):
+#: a worker's stream buffer, a sync generator driven from the pool, a handler's streamed items.
+END: Final = _End()
 
 
 #: The context of the request being run (a list for a batch), set by the sequence scheduler

@@ -117,7 +117,9 @@ class DataPlane:
         sequence = _sequence(mv, call)
         caps = mv.instance.capabilities
         if caps.streaming and not caps.predict_on_infer:
-            async with contextlib.aclosing(_items(mv, inputs, call, sequence)) as stream:
+            async with contextlib.aclosing(
+                _stream_from_scheduler(mv, inputs, call, sequence)
+            ) as stream:
                 items = [item async for item in stream]
             value = gather(mv, call.protocol, items, oip, sequence)
             return Answer(value, None, None if sequence is None else sequence.outcome())
@@ -148,7 +150,7 @@ class DataPlane:
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
         inputs, oip = inputs_of(mv, call)
-        items = _items(mv, inputs, call, sequence)
+        items = _stream_from_scheduler(mv, inputs, call, sequence)
         try:
             if call.protocol.oip:
                 async for item in items:
@@ -174,11 +176,13 @@ class DataPlane:
     async def _stream_inputs(
         self, mv: ModelVersion, calls: AsyncIterator[Call], protocol: WireProtocol, request: Any
     ) -> AsyncGenerator[Any, None]:
-        async def inputs() -> AsyncGenerator[Any, None]:
+        async def convert_each() -> AsyncGenerator[Any, None]:
             async for call in calls:
                 yield inputs_of(mv, call)[0]
 
-        async with contextlib.aclosing(mv.scheduler.stream_inputs(inputs(), request)) as items:
+        async with contextlib.aclosing(
+            mv.scheduler.stream_inputs(convert_each(), request)
+        ) as items:
             async for item in items:
                 yield oip_response(mv, item, None) if protocol.oip else item
 
@@ -194,7 +198,7 @@ def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
     return SequenceRef(asked.id, asked.start, asked.end)
 
 
-def _items(
+def _stream_from_scheduler(
     mv: ModelVersion, inputs: Any, call: Call, sequence: SequenceRef | None
 ) -> AsyncGenerator[Any, None]:
     if sequence is None:

@@ -27,7 +27,14 @@ import msgspec
 
 from ..config import ModelConfig
 from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFound, PodiumError
-from ..runtime import ModelVersion, Registry, RequestCodec, build_path, register_paths
+from ..runtime import (
+    ModelVersion,
+    Registry,
+    RequestCodec,
+    WorkerKind,
+    build_path,
+    register_paths,
+)
 from ..types import ModelState, RepositoryModel
 
 __all__ = [
@@ -412,7 +419,7 @@ class ModelRepository:
                 state=info.state,
                 busy=info.busy,
                 started=info.started or self._started.get(id(mv), _now()),
-                memory=_memory(info.pid) if info.kind == "process" else None,
+                memory=_memory(info.pid) if info.kind is WorkerKind.PROCESS else None,
             )
             for info in mv.workers()
         ]

@@ -32,6 +32,7 @@ from ... import __version__
 from ...config import load_yaml
 from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
 from ...types import (
+    END,
     Capabilities,
     Generation,
     InferenceResponse,
@@ -54,7 +55,6 @@ __all__ = ["TorchServeModel", "build", "is_source", "prepare", "sources"]
 
 logger = logging.getLogger("podium.model")
 
-_FINISHED = object()
 _TS_ID = "ts_request_id"  # a continuous request's id across steps, in Generation.state
 _TS_HEADERS = "ts_request_headers"  # and its request headers, computed on its first step
 _gpu_turns: dict[str, itertools.count[int]] = {}
@@ -417,14 +417,14 @@ class TorchServeModel:
 
         future = self._executor.submit(self._handle, [inputs], [request], emit, contexts)
         done = asyncio.wrap_future(future)
-        done.add_done_callback(lambda _: queue.put_nowait(_FINISHED))
+        done.add_done_callback(lambda _: queue.put_nowait(END))
         try:
-            while (item := await queue.get()) is not _FINISHED:
+            while (item := await queue.get()) is not END:
                 room.release()
                 yield item
             while not queue.empty():  # what was sent just before the handler returned
                 item = queue.get_nowait()
-                if item is not _FINISHED:
+                if item is not END:
                     yield item
             yield done.result()[0]
         finally:

@@ -230,14 +230,14 @@ class Child(asyncio.Protocol):
                     self.send(End(cid))
                 case Batch():
                     requests = [self._request(s, gone) for s in message.requests]
-                    self._reply(Answer(cid, await self._batch(message.inputs, requests)))
+                    self._reply(Answer(cid, await self._run_batch(message.inputs, requests)))
         except asyncio.CancelledError:
             self.send(Stopped(cid))
         except Exception as exc:
             error = exc if isinstance(exc, PodiumError) else model_error(self.name, message.op, exc)
             self.send(Error(cid, *pack_error(error)))
 
-    async def _batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
+    async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
         inst = self.instance
         caps = inst.capabilities
         n = len(inputs)

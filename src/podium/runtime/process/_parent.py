@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import enum
 import itertools
 import logging
 import os
@@ -32,9 +33,8 @@ import msgspec
 
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...types import Capabilities, Generation, ModelInstance
+from ...types import END, Capabilities, Generation, ModelInstance
 from ..workers import (
-    END,
     Failure,
     RequestCodec,
     Worker,
@@ -77,6 +77,14 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 STOP_TIMEOUT = 5.0
 
 _READY = WorkerState.READY  # compared on every request
+
+
+class _Ending(enum.Enum):
+    """Why the server ends a worker process (None: it was not ended, it crashed)."""
+
+    STOPPED = "stopped"  # closed: scaled down, unregistered, server stopping
+    FAILED_TO_START = "failed to start"  # its model could not be built or loaded
+    RECYCLED = "recycled"  # killed and replaced (a stuck predict): ``_why`` says why
 
 
 class WorkerGone(WorkerDied):
@@ -241,7 +249,8 @@ class ProcessWorker:
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
-        self._ending: str | None = None  # why we are ending it: not a crash
+        self._ending: _Ending | None = None  # why we are ending it: not a crash
+        self._why = ""  # what the logs and errors say of it
         self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
@@ -296,7 +305,7 @@ class ProcessWorker:
     async def close(self) -> None:
         """Close its socket (the process exits on EOF); kill it after STOP_TIMEOUT."""
         if self._ending is None:
-            self._ending = "stopped"
+            self._ending, self._why = _Ending.STOPPED, _Ending.STOPPED.value
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
         if self._transport is not None:
@@ -319,7 +328,7 @@ class ProcessWorker:
     def recycle(self, why: str) -> None:
         """Kill the process now (a stuck predict cannot be stopped otherwise); it is replaced."""
         if self._ending is None:
-            self._ending = why
+            self._ending, self._why = _Ending.RECYCLED, why
         self._hold_place()
         proc = self._proc
         if proc is not None and proc.returncode is None:
@@ -373,7 +382,8 @@ class ProcessWorker:
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_result(message)
             case StartFailed():
-                self._ending = "failed to start"
+                self._ending = _Ending.FAILED_TO_START
+                self._why = _Ending.FAILED_TO_START.value
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_exception(
                         WorkerDied(f"{self._label} worker process {self.pid}: {message.reason}")
@@ -390,7 +400,7 @@ class ProcessWorker:
         """Leave the gate, but count as starting until the pool has taken over the restart:
         requests meanwhile wait for the replacement instead of being refused."""
         self._gate.remove(self)
-        if self._was_ready and not self._holding and self._ending != "stopped":
+        if self._was_ready and not self._holding and self._ending is not _Ending.STOPPED:
             self._holding = True
             self._gate.starting += 1
 
@@ -416,7 +426,7 @@ class ProcessWorker:
         if ending is None:
             reason = f"{self._label} worker process {self.pid} died: it {how}"
         else:
-            reason = f"{self._label} worker process {self.pid} {how} ({ending})"
+            reason = f"{self._label} worker process {self.pid} {how} ({self._why})"
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(WorkerDied(reason))
         calls, self._calls = self._calls, {}
@@ -430,7 +440,7 @@ class ProcessWorker:
         if self._exited is not None and not self._exited.done():
             self._exited.set_result(None)
         try:
-            if ending not in ("stopped", "failed to start") and was_ready:
+            if (ending is None or ending is _Ending.RECYCLED) and was_ready:
                 lived = time.time() - self.started
                 self._on_exit(self, reason, crashed=ending is None, lived=lived)
         finally:
@@ -444,9 +454,9 @@ class ProcessWorker:
         if self._timeout:
             if call.timer is not None:
                 call.timer.cancel()
-            call.timer = asyncio.get_running_loop().call_later(self._timeout, self._expired, cid)
+            call.timer = asyncio.get_running_loop().call_later(self._timeout, self._on_timeout, cid)
 
-    def _expired(self, cid: int) -> None:
+    def _on_timeout(self, cid: int) -> None:
         call = self._calls.pop(cid, None)
         if call is None:
             return

@@ -26,7 +26,7 @@ from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
 from .._scheduler import Activity, TaskSet
 from ..direct import stream_inputs_through
-from ..workers import Worker, WorkerPool
+from ..workers import Worker, WorkerPool, WorkerState
 from ._lane import Lane
 from ._seq import ClosedIds, Sequence
 
@@ -36,6 +36,8 @@ __all__ = ["CLOSED_IDS", "SWEEP_MAX", "SequenceScheduler"]
 CLOSED_IDS = 10_000
 #: The longest pause between two sweeps for idle and expired sequences, in seconds.
 SWEEP_MAX = 1.0
+
+_READY = WorkerState.READY  # compared for every worker, for every new sequence
 
 
 class SequenceScheduler:
@@ -254,7 +256,7 @@ class SequenceScheduler:
         best: Worker | None = None
         fewest = 0
         for worker in self._gate.workers:
-            if worker.state != "ready":
+            if worker.state is not _READY:
                 continue
             lane = self._lanes.get(worker)
             held = len(lane.sequences) if lane is not None else 0

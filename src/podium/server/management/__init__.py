@@ -8,7 +8,7 @@ The gRPC service is ``server/grpc/_management.py``.
 """
 
 from ._app import ManagementApp, error_body, render_unauthenticated
-from ._core import Management, Reply
+from ._core import Management, Outcome
 from ._params import Registration, Scaling, page
 from ._urls import UrlPolicy
 
@@ -16,7 +16,7 @@ __all__ = [
     "Management",
     "ManagementApp",
     "Registration",
-    "Reply",
+    "Outcome",
     "Scaling",
     "UrlPolicy",
     "error_body",

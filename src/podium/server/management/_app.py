@@ -37,7 +37,7 @@ from ...errors import (
 )
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
 from ..http._responses import JSON, send_body
-from ._core import Management, Reply
+from ._core import Management, Outcome
 from ._openapi import description
 from ._params import Registration, Scaling, page
 
@@ -125,7 +125,7 @@ class ManagementApp:
             headers.append((b"allow", ", ".join(exc.allowed).encode()))
         await send_body(send, status, headers, _encoder.encode(body))
 
-    async def _handle(self, scope: dict[str, Any], receive: Any) -> Reply:
+    async def _handle(self, scope: dict[str, Any], receive: Any) -> Outcome:
         method = scope["method"]
         path = scope["path"]
         parts = [p for p in path.split("/") if p]
@@ -133,7 +133,7 @@ class ManagementApp:
         ops = self.management
         if not parts:
             _allow(method, ("OPTIONS",), "/")
-            return Reply(200, description())
+            return Outcome(200, description())
         if parts[0] == "token" and len(parts) == 1:
             _allow(method, ("POST", "GET"), "/token")  # TorchServe 0.9's plugin answered GET
             return self._token(query)
@@ -161,14 +161,14 @@ class ManagementApp:
             return await ops.scale(name, version, Scaling.parse(query))
         return await ops.unregister(name, version)
 
-    def _token(self, query: dict[str, str]) -> Reply:
+    def _token(self, query: dict[str, str]) -> Outcome:
         if self.authorizer is None:
             raise NoRoute("token authorization is off (start the server with --auth)")
         kind = query.get("type")
         if kind not in (MANAGEMENT, INFERENCE):
             raise InvalidInput(f"parameter type must be management or inference, got {kind!r}")
         self.authorizer.regenerate(kind)
-        return Reply(
+        return Outcome(
             200, {"status": f"the {kind} key was replaced; see {self.authorizer.key_file}"}
         )
 
