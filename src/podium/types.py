@@ -215,11 +215,11 @@ class Call(msgspec.Struct):
 
     ``protocol`` is the front end it came through. ``payload`` is the decoded body: an
     :class:`InferenceRequest` for OIP, parsed JSON or ``bytes`` otherwise. A front end decodes it
-    only when the model takes the inputs (the model's ``needs_inputs``), so a model that takes
-    only the raw request never pays for parsing. ``request`` is the raw request object passed to
-    methods that ask for it (a ``starlette.requests.Request`` over HTTP), set when the model's
-    ``needs_request``. ``sequence`` is the place in a stateful sequence the client asked for
-    (None: none, or a new one).
+    only when the model takes the inputs (:attr:`Capabilities.needs_inputs`), so a model that
+    takes only the raw request never pays for parsing. ``request`` is the raw request object
+    passed to methods that ask for it (a ``starlette.requests.Request`` over HTTP), set when the
+    model's :attr:`Capabilities.needs_request`. ``sequence`` is the place in a stateful sequence
+    the client asked for (None: none, or a new one).
     """
 
     model: str

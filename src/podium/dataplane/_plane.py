@@ -100,8 +100,8 @@ class DataPlane:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
 
         Front ends call this before reading the body, then look at what the model asks for
-        (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass it on to
-        :meth:`infer` / :meth:`stream`, so one call costs one lookup.
+        (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass
+        it on to :meth:`infer` / :meth:`stream`, so one call costs one lookup.
         """
         return self._registry.ready(model, version)
 
