@@ -15,8 +15,8 @@ from ._urls import UrlPolicy
 __all__ = [
     "Management",
     "ManagementApp",
-    "Registration",
     "Outcome",
+    "Registration",
     "Scaling",
     "UrlPolicy",
     "error_body",
