@@ -281,8 +281,7 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
     # Bounded: no request can make the server write megabytes to its log (docs/security.md).
     handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
-    from .server import UnsafeExposure
-    from .server._runner import Podium
+    from .server import Podium, UnsafeExposure
 
     podium = Podium(config, all_paths)
 
@@ -328,8 +327,8 @@ def _run(coro: Any) -> int:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def check(paths: tuple[Path, ...]) -> None:
     """Check the model definitions at PATHS without serving; exit 1 on any error."""
-    from .model.discovery import discover
-    from .runtime.loading import check_paths
+    from .model import discover
+    from .runtime import check_paths
 
     problems = check_paths(list(paths))
     if problems:
@@ -412,7 +411,7 @@ def archive(
     force: bool,
 ) -> None:
     """Build a TorchServe model archive (.mar), as torch-model-archiver does."""
-    from .model._ts_archive import archive_model
+    from .model.torchserve import archive_model
 
     extras = [Path(p.strip()) for p in (extra_files or "").split(",") if p.strip()]
     try:

@@ -37,7 +37,7 @@ def version_key(version: str | None) -> tuple[Any, ...]:
 class ModelVersion:
     """One loaded version of a model: its workers, its scheduler and its state.
 
-    ``instance`` describes the model to the front ends (``needs_inputs``, ``streaming``...);
+    ``instance`` describes the model to the front ends (its ``capabilities``);
     ``pool`` runs its workers (``min_workers`` of them, threads or processes). A version is
     READY once its ``min_workers`` workers are; with ``min_workers`` 0 it is READY with no
     worker, and its requests get 503 until it is scaled up.

@@ -217,9 +217,9 @@ class OipService:
         model takes them, a request object only if it takes one)."""
         version = message.model_version or None
         mv = self.dataplane.resolve(message.model_name, version)
-        inst = mv.instance
-        payload = to_request(message) if inst.needs_inputs else None
-        request = grpc_call().request() if inst.needs_request else None
+        caps = mv.instance.capabilities
+        payload = to_request(message) if caps.needs_inputs else None
+        request = grpc_call().request() if caps.needs_request else None
         call = Call(message.model_name, version, WireProtocol.OIP_GRPC, payload, request)
         if mv.config.sequence_batching:  # Triton's sequence parameters
             call.sequence = _sequences.from_parameters(parameters_of(message.parameters))
@@ -282,7 +282,7 @@ class OipService:
             mv = self.dataplane.resolve(first.model_name, first.model_version or None)
         except Exception:
             return None  # answered (with its error) as any request of the stream
-        return mv if mv.instance.consumes_stream else None
+        return mv if mv.instance.capabilities.consumes_stream else None
 
     async def _consume(
         self, mv: ModelVersion, first: Any, rest: AsyncIterator[Any], context: Any, call: GrpcCall
@@ -303,7 +303,7 @@ class OipService:
                 yield Call(message.model_name, version, WireProtocol.OIP_GRPC, to_request(message))
 
         raw = bool(first.raw_input_contents)
-        request = call.request() if mv.instance.needs_request else None
+        request = call.request() if mv.instance.capabilities.needs_request else None
         items = self.dataplane.stream_inputs(mv, calls(), WireProtocol.OIP_GRPC, request)
         try:
             async with contextlib.aclosing(items):

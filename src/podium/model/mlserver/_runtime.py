@@ -6,7 +6,7 @@ then be an OIP request. ``preprocess`` (outside ``predict_concurrency``, once pe
 batching) validates it into the runtime's own ``InferenceRequest`` (MLServer's class when MLServer
 is installed, else ``podium.compat.mlserver``'s), gives it an ``id`` if it has none and puts the
 call's headers in ``parameters.headers``, as MLServer's data plane does. ``predict`` awaits the
-runtime's ``predict`` (a batch: one merged request, see ``_mls_batch``) and converts its
+runtime's ``predict`` (a batch: one merged request, see ``_batch``) and converts its
 ``InferenceResponse`` into Podium's; the data plane then fills in the model's name and version.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..codecs import JSON_ERRORS, json_problem
-from ..errors import (
+from ...codecs import JSON_ERRORS, json_problem
+from ...errors import (
     BadModelOutput,
     InvalidInput,
     ModelError,
@@ -32,9 +32,9 @@ from ..errors import (
     PodiumError,
     Unavailable,
 )
-from ..types import Generation, InferenceResponse, InputKind, ResponseOutput
-from . import _mls_batch
-from ._calls import model_error, run_sync, validation_failed
+from ...types import Capabilities, Generation, InferenceResponse, InputKind, ResponseOutput
+from .._calls import model_error, run_sync, validation_failed
+from . import _batch
 
 __all__ = ["MLServerModel", "runtime_error"]
 
@@ -102,13 +102,6 @@ def _dump(obj: Any) -> dict[str, Any] | None:
 class MLServerModel:
     """One instance of an MLServer runtime (a class written to ``mlserver.MLModel``'s contract)."""
 
-    input_kind = InputKind.RAW
-    input_schema: type | None = None
-    needs_inputs = True
-    needs_request = True  # for parameters.headers, as MLServer gives them to the runtime
-    has_preprocess = True
-    has_postprocess = False
-
     def __init__(
         self,
         runtime: Any,
@@ -124,13 +117,18 @@ class MLServerModel:
         self._types = types
         self._executor = executor
         self._batched = batched
-        self.streaming = streaming
-        self.consumes_stream = streaming  # gRPC ModelStreamInfer feeds predict_stream many requests
-        # MLServer answers infer with predict even when the runtime also streams: the data plane
-        # should call predict on non-streaming routes instead of gathering predict_stream.
-        self.predict_on_infer = True
-        self.predict_in_thread = not inspect.iscoroutinefunction(getattr(runtime, "predict", None))
-        self.continuous = False
+        self.capabilities = Capabilities(
+            input_kind=InputKind.RAW,
+            needs_request=True,  # for parameters.headers, as MLServer gives them to the runtime
+            has_preprocess=True,  # validates the payload into the runtime's InferenceRequest
+            streaming=streaming,
+            # gRPC ModelStreamInfer feeds predict_stream many requests
+            consumes_stream=streaming,
+            # MLServer answers infer with predict even when the runtime also streams: the data
+            # plane calls predict on non-streaming routes instead of gathering predict_stream.
+            predict_on_infer=True,
+            predict_in_thread=not inspect.iscoroutinefunction(getattr(runtime, "predict", None)),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -271,10 +269,10 @@ class MLServerModel:
             return self._response(await self._predict(payload), payload.id)
         payloads = [self._request(raw, req) for raw, req in zip(inputs, request, strict=True)]
         dumped = [p.model_dump() for p in payloads]
-        merged = self._types.InferenceRequest.model_validate(_mls_batch.merge(dumped))
+        merged = self._types.InferenceRequest.model_validate(_batch.merge(dumped))
         result = self._response(await self._predict(merged), None)
-        rows = [_mls_batch.rows_of(d) for d in dumped]
-        return _mls_batch.split(self.name, result, rows, [p.id for p in payloads])
+        rows = [_batch.rows_of(d) for d in dumped]
+        return _batch.split(self.name, result, rows, [p.id for p in payloads])
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """The runtime's ``predict_stream`` fed this one request; one response per item."""

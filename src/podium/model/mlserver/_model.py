@@ -1,9 +1,9 @@
-"""Models written for MLServer: runtimes found through ``model-settings.json``.
+"""The MLServer adapter: runtimes found through ``model-settings.json``.
 
 A directory holding ``model-settings.json`` is one model version (``name`` defaults to the
 directory's name, ``parameters.version`` is the version); a directory whose every subdirectory
 holds one is several (MLServer's ``model/1/model-settings.json`` layout). How each key maps onto
-Podium is in ``_mls_settings`` and ``docs/mlserver.md``.
+Podium is in ``_settings`` and ``docs/mlserver.md``.
 
 Nothing here imports pydantic or ``podium.compat.mlserver`` until a model is prepared: discovery
 stays cheap and native models never pay for them.
@@ -22,10 +22,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import DefinitionError
-from ..types import ModelInstance
-from ._mls_settings import SETTINGS_FILE, read_settings, runtime_settings
-from ._source import ModelSource
+from ...errors import DefinitionError
+from ...types import ModelInstance
+from .._source import ModelSource
+from ._settings import SETTINGS_FILE, read_settings, runtime_settings
 
 __all__ = ["build", "is_source", "prepare", "sources"]
 
@@ -127,7 +127,7 @@ def _import_implementation(source: ModelSource) -> type:
 
 def prepare(source: ModelSource) -> Any:
     """Import and check the runtime class without instantiating it (``podium check`` stops here)."""
-    from ..compat import mlserver as compat
+    from ...compat import mlserver as compat
 
     compat.install_import_paths()  # `from mlserver import MLModel` works without MLServer
     try:
@@ -164,7 +164,7 @@ def build(
 ) -> ModelInstance:
     """Instantiate the prepared runtime (``Class(settings)``, as MLServer does) as a
     :class:`podium.types.ModelInstance`."""
-    from ._mls_runtime import MLServerModel
+    from ._runtime import MLServerModel
 
     settings = runtime_settings(source, prepared.settings)
     try:

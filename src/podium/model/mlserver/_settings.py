@@ -26,9 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..config import FIELDS, MODEL_KEYS, UNSET, ModelConfig
-from ..errors import DefinitionError
-from ._source import Contract, MLServerParts, ModelSource
+from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig
+from ...errors import DefinitionError
+from .._source import Contract, MLServerParts, ModelSource
 
 __all__ = ["SETTINGS_FILE", "read_settings", "runtime_settings"]
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from ..errors import DefinitionError
-from ._owned import Owned, Shared
+from ...errors import DefinitionError
+from .._owned import Owned, Shared
 
 __all__ = [
     "MANIFEST",

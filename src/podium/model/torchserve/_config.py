@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import FIELDS, MODEL_KEYS, Kind, ModelConfig
-from ..errors import DefinitionError
+from ...config import FIELDS, MODEL_KEYS, Kind, ModelConfig
+from ...errors import DefinitionError
 
 __all__ = ["TsSettings", "model_config"]
 

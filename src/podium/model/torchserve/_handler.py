@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import DefinitionError
+from ...errors import DefinitionError
 
 __all__ = [
     "BUILTIN_HANDLERS",

@@ -1,11 +1,11 @@
-"""Models written for TorchServe: handlers in .mar archives or model directories.
+"""The TorchServe adapter: handlers in .mar archives or model directories.
 
 A TorchServe model is a ``.mar`` (zip) or ``.tar.gz`` archive, or a directory (TorchServe's
 ``--archive-format no-archive``), holding ``MAR-INF/MANIFEST.json``, the handler and the model's
 files. Its ``model-config.yaml`` (the manifest's ``configFile``) maps onto Podium's settings
-(``_ts_config``); the handler is imported as TorchServe's model loader does (``_ts_handler``)
+(``_config``); the handler is imported as TorchServe's model loader does (``_handler``)
 and runs behind :class:`TorchServeModel`, which gives it TorchServe's ``data`` list and
-``Context`` (``_ts_context``). What differs from TorchServe is written down in
+``Context`` (``_context``). What differs from TorchServe is written down in
 ``docs/torchserve.md``.
 """
 
@@ -28,12 +28,13 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from .. import __version__
-from ..codecs import JSON_ERRORS
-from ..config import load_yaml
-from ..errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
-from ..types import Context as SequenceContext
-from ..types import (
+from ... import __version__
+from ...codecs import JSON_ERRORS
+from ...config import load_yaml
+from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
+from ...types import (
+    END,
+    Capabilities,
     Generation,
     InferenceResponse,
     InputKind,
@@ -43,14 +44,15 @@ from ..types import (
     WireProtocol,
     current_context,
 )
-from ._calls import run_sync
-from ._owned import Owned
-from ._source import Contract, ModelSource, TorchServeParts
-from ._ts_archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
-from ._ts_archive import set_limits as set_archive_limits
-from ._ts_config import TsSettings, model_config
-from ._ts_context import Context, RequestProcessor
-from ._ts_handler import HandlerSpec, load_handler, on_path
+from ...types import Context as SequenceContext
+from .._calls import run_sync
+from .._owned import Owned
+from .._source import Contract, ModelSource, TorchServeParts
+from ._archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
+from ._archive import set_limits as set_archive_limits
+from ._config import TsSettings, model_config
+from ._context import Context, RequestProcessor
+from ._handler import HandlerSpec, load_handler, on_path
 
 __all__ = [
     "ArchiveLimits",
@@ -64,7 +66,6 @@ __all__ = [
 
 logger = logging.getLogger("podium.model")
 
-_FINISHED = object()
 _TS_ID = "ts_request_id"  # a continuous request's id across steps, in Generation.state
 _TS_HEADERS = "ts_request_headers"  # and its request headers, computed on its first step
 _gpu_turns: dict[str, itertools.count[int]] = {}
@@ -294,13 +295,6 @@ class TorchServeModel:
     and the return value the last; other handlers cost one plain call.
     """
 
-    needs_inputs = True
-    needs_request = True
-    input_kind = InputKind.WIRE  # each protocol gets its own answer (a Reply, an OIP response)
-    input_schema: type | None = None
-    has_preprocess = False
-    has_postprocess = False
-
     def __init__(self, source: ModelSource, handler: HandlerSpec, *, executor: Executor) -> None:
         config = source.config
         self.name = config.name
@@ -308,17 +302,18 @@ class TorchServeModel:
         self._executor = executor
         self._batched = config.batch_size > 1
         self._buffer = config.stream_buffer
-        # with batching the scheduler wants one list back: intermediate items are gathered
-        self.streaming = handler.streams and not self._batched
-        self.predict_on_infer = False
-        self.consumes_stream = False
-        self.predict_in_thread = True  # handlers are sync code
         # continuousBatching: one handle call per step with the active requests (``step``);
         # with sequenceBatching it means a sequence's requests overlap (the sequence
         # scheduler calls predict_stream, a streaming handler is needed)
-        self.continuous = config.continuous_batching and not config.sequence_batching
-        if self.continuous:
-            self.streaming = True
+        continuous = config.continuous_batching and not config.sequence_batching
+        self.capabilities = Capabilities(
+            needs_request=True,
+            input_kind=InputKind.WIRE,  # each protocol gets its own answer (a Reply, OIP's)
+            # with batching the scheduler wants one list back: intermediate items are gathered
+            streaming=continuous or (handler.streams and not self._batched),
+            predict_in_thread=True,  # handlers are sync code
+            continuous=continuous,
+        )
         parts = source.torchserve_parts()
         self.context = Context(
             config.name,
@@ -415,7 +410,7 @@ class TorchServeModel:
         a bool) decides whether the request goes on: true ends it, false keeps it, anything else
         (no criterion) ends it after this step, as TorchServe does.
         """
-        if not self.continuous:
+        if not self.capabilities.continuous:
             raise RuntimeError(
                 "a TorchServe handler is served by continuous batching only with "
                 "continuousBatching: true"
@@ -444,14 +439,14 @@ class TorchServeModel:
 
         future = self._executor.submit(self._handle, [inputs], [request], emit, contexts)
         done = asyncio.wrap_future(future)
-        done.add_done_callback(lambda _: queue.put_nowait(_FINISHED))
+        done.add_done_callback(lambda _: queue.put_nowait(END))
         try:
-            while (item := await queue.get()) is not _FINISHED:
+            while (item := await queue.get()) is not END:
                 room.release()
                 yield item
             while not queue.empty():  # what was sent just before the handler returned
                 item = queue.get_nowait()
-                if item is not _FINISHED:
+                if item is not END:
                     yield item
             yield done.result()[0]
         finally:

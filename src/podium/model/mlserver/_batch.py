@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BadModelOutput
-from ..types import InferenceResponse, ResponseOutput
+from ...errors import BadModelOutput
+from ...types import InferenceResponse, ResponseOutput
 
 __all__ = ["merge", "rows_of", "split"]
 
