@@ -13,7 +13,7 @@ from podium.types import DATATYPES, ResponseOutput
 
 from ._bytes import decode_raw_bytes, encode_raw_bytes
 from ._datatypes import NUMPY_DTYPES, RAW_DTYPES
-from ._shape import check_shape, plural, unknown_datatype
+from ._shape import check_shape, element_count, plural, unknown_datatype
 
 __all__ = ["decode_raw", "encode_raw"]
 
@@ -41,7 +41,7 @@ def decode_raw(
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise unknown_datatype(name, datatype)
     dims = check_shape(name, shape)
-    count = math.prod(dims)
+    count = element_count(name, dims)
     if datatype == "BYTES":
         return decode_raw_bytes(name, dims, count, buf)
     raw = RAW_DTYPES[datatype]
