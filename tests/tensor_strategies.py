@@ -43,13 +43,34 @@ _UNSIGNED_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 MAX_ELEMENTS = 64
 
 
-def shapes(max_dims: int = 4, max_side: int = 5) -> st.SearchStrategy[list[int]]:
+@st.composite
+def shapes(draw: st.DrawFn, max_dims: int = 4, max_side: int = 5) -> list[int]:
     """Tensor shapes: scalars ``[]``, 0-size dimensions, at most :data:`MAX_ELEMENTS` elements."""
-    return (
-        hnp.array_shapes(min_dims=0, max_dims=max_dims, min_side=0, max_side=max_side)
-        .filter(lambda shape: math.prod(shape) <= MAX_ELEMENTS)
-        .map(list)
-    )
+    shape: list[int] = []
+    room = MAX_ELEMENTS  # how large the next side may be, so that the product stays in bounds
+    for _ in range(draw(st.integers(min_value=0, max_value=max_dims))):
+        side = draw(st.integers(min_value=0, max_value=min(max_side, room)))
+        shape.append(side)
+        room = room // side if side else MAX_ELEMENTS  # after a 0, anything stays empty
+    return shape
+
+
+@st.composite
+def shapes_of(draw: st.DrawFn, count: int) -> list[int]:
+    """Shapes of exactly ``count`` elements: ``[count]``, its factorings, ``[]`` for one, and
+    for none any shape with a 0 in it."""
+    if count == 0:
+        shape = draw(shapes(max_dims=3))
+        return draw(st.permutations([*shape, 0]))
+    if count == 1 and draw(st.booleans()):
+        return []
+    shape: list[int] = []
+    rest = count
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        side = draw(st.sampled_from([d for d in range(1, rest + 1) if rest % d == 0]))
+        shape.append(side)
+        rest //= side
+    return draw(st.permutations([*shape, rest]))
 
 
 def bits(arr: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 from tensor_strategies import (
     DTYPES,
@@ -158,8 +158,10 @@ def right_count_wrong_values(draw: st.DrawFn) -> tuple[list[int], list[Any], Any
 def check_decodes_or_rejects(inp: RequestInput) -> None:
     try:
         got = codecs.decode_input(inp)
-    except InvalidInput:
+    except InvalidInput as exc:
+        event(f"rejected: {type(exc).__name__}")
         return
+    event("decoded")
     count = math.prod(inp.shape)
     if inp.datatype == "BYTES":
         assert isinstance(got, list) and len(got) == count
