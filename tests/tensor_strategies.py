@@ -103,7 +103,7 @@ def arrays(
         # Non-finite values become a finite value with the same low bits, so nothing is lost
         # from the spread of the draw.
         values = np.where(np.isfinite(values), values, values.dtype.type(1.5))
-    return values
+    return np.asarray(values)  # arithmetic on a 0-d array gives a numpy scalar
 
 
 def datatypes_and_arrays(finite: bool = False) -> st.SearchStrategy[tuple[str, np.ndarray]]:
