@@ -92,10 +92,11 @@ def main() -> None:
 )
 @click.option(
     "--grpc-stream-format",
-    type=click.Choice(["mlserver", "triton"]),
+    type=click.Choice(["triton", "mlserver"]),
     default=None,
-    help="Framing of OIP ModelStreamInfer responses: MLServer's bare ModelInferResponse, or "
-    "Triton's ModelStreamInferResponse with in-band errors [mlserver].",
+    help="Framing of OIP ModelStreamInfer responses: Triton's ModelStreamInferResponse with "
+    "in-band errors (tritonclient, perf_analyzer), or MLServer's bare ModelInferResponse "
+    "(MLServer's and KServe's stubs) [triton].",
 )
 @click.option(
     "--sequence-header",

@@ -157,7 +157,7 @@ class ServerConfig:
     allow_open_management: bool = False
     max_request_size: int = 64 * 1024 * 1024
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
-    grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
+    grpc_stream_format: str = "triton"  # ModelStreamInfer's framing: triton or mlserver
     grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
     # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
     sequence_header: str = "ts_request_sequence_id"

@@ -29,7 +29,7 @@ __all__ = ["STREAM_FORMATS", "GrpcServer", "OipService", "Service", "inference_s
 def inference_services(
     dataplane: DataPlane,
     *,
-    stream_format: str = "mlserver",
+    stream_format: str = "triton",
     sequence_header: str = "ts_request_sequence_id",
 ) -> list[Service]:
     """Every service of the gRPC inference listener (``--grpc-port``)."""

@@ -13,13 +13,16 @@ stream run at once, so that a client streaming many requests keeps the model bus
 model batches them); each buffers at most :data:`STREAM_BUFFER` responses until the responses
 before it are sent. Two framings (``--grpc-stream-format``):
 
-- ``mlserver`` (default), as MLServer's ``dataplane.proto``: each message is a bare
-  ``ModelInferResponse``; an error ends the stream with its status.
-- ``triton``, as Triton's ``grpc_service.proto``: each message is a ``ModelStreamInferResponse``;
-  an error for one request is sent in-band (``error_message``) and the stream stays open. A
-  request with the parameter ``triton_enable_empty_final_response`` set gets, after its last
-  response, an empty one whose parameter ``triton_final_response`` is true (the others carry
-  false), as Triton's decoupled models do.
+- ``triton`` (default; what ``tritonclient`` and perf_analyzer read), as Triton's
+  ``grpc_service.proto``: each message is a ``ModelStreamInferResponse``; an error for one
+  request is sent in-band (``error_message``) and the stream stays open. Every response carries
+  Triton's parameter ``triton_final_response``: true on a plain model's one response (and on an
+  in-band error), false on each item of a generator model, whose end is known only once it has
+  ended; a request with the parameter ``triton_enable_empty_final_response`` then gets, after
+  the last item, an empty response whose ``triton_final_response`` is true, as from Triton's
+  decoupled models.
+- ``mlserver``, as MLServer's ``dataplane.proto``: each message is a bare ``ModelInferResponse``
+  (what MLServer's and KServe's stubs read); an error ends the stream with its status.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from ._tensors import (
 __all__ = ["SERVICE", "STREAM_FORMATS", "OipService"]
 
 SERVICE = "inference.GRPCInferenceService"
-STREAM_FORMATS = ("mlserver", "triton")
+STREAM_FORMATS = ("triton", "mlserver")
 
 #: Requests of one ModelStreamInfer stream that run at once.
 STREAM_WINDOW = 16
@@ -118,7 +121,7 @@ def _unary(
 class OipService:
     """``inference.GRPCInferenceService`` over one :class:`DataPlane`."""
 
-    def __init__(self, dataplane: DataPlane, *, stream_format: str = "mlserver") -> None:
+    def __init__(self, dataplane: DataPlane, *, stream_format: str = "triton") -> None:
         if stream_format not in STREAM_FORMATS:
             raise ValueError(
                 f"grpc-stream-format must be {' or '.join(STREAM_FORMATS)}, got {stream_format!r}"
@@ -307,9 +310,12 @@ class OipService:
                     if self.triton:
                         out = ModelStreamInferResponse()
                         to_message(response, raw, into=out.infer_response)
+                        out.infer_response.parameters[_FINAL].bool_param = False
                     else:
                         out = to_message(response, raw)
                     await context.write(out)
+            if self.triton and _asks_final(first):
+                await context.write(_empty_final(first))
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -347,21 +353,21 @@ class OipService:
         """Queue the responses to one request of a stream, then ``_END`` (or a failure)."""
         try:
             call, mv = self._call(message, grpc_call)
-            final = self.triton and _asks_final(message)
+            triton = self.triton
+            # A generator model is Triton's decoupled model: its last item is known only after
+            # it, so no item is final; a plain model's one response is.
+            decoupled = mv.instance.streaming
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for response in items:
-                    if self.triton:
+                    if triton:
                         out = ModelStreamInferResponse()
                         _response(response, message, into=out.infer_response)
-                        if final:
-                            out.infer_response.parameters[_FINAL].bool_param = False
+                        out.infer_response.parameters[_FINAL].bool_param = not decoupled
                     else:
                         out = _response(response, message)
                     await lane.put(out)
-            if final:
-                last = _addressed(ModelInferResponse(), message)
-                last.parameters[_FINAL].bool_param = True
-                await lane.put(ModelStreamInferResponse(infer_response=last))
+            if triton and decoupled and _asks_final(message):
+                await lane.put(_empty_final(message))
             await lane.put(_END)
         except Exception as exc:
             await lane.put(_Failure(exc, message))
@@ -423,9 +429,19 @@ def _addressed(out: Any, request: Any) -> Any:
 
 
 def _stream_error(text: str, request: Any) -> Any:
-    """Triton's in-band error; the response names the request it answers."""
-    addressed = _addressed(ModelInferResponse(), request) if request is not None else None
+    """Triton's in-band error; the response names the request it answers, and is its last."""
+    if request is None:
+        return ModelStreamInferResponse(error_message=text)
+    addressed = _addressed(ModelInferResponse(), request)
+    addressed.parameters[_FINAL].bool_param = True
     return ModelStreamInferResponse(error_message=text, infer_response=addressed)
+
+
+def _empty_final(request: Any) -> Any:
+    """Triton's empty final response to a request of a decoupled model that asked for it."""
+    last = _addressed(ModelInferResponse(), request)
+    last.parameters[_FINAL].bool_param = True
+    return ModelStreamInferResponse(infer_response=last)
 
 
 def _asks_final(message: Any) -> bool:
