@@ -77,6 +77,18 @@ def test_model_metadata(client: triton.InferenceServerClient, oip: Stubs, pb: An
     assert full.parameters["state"].string_param == "ready"
 
 
+def test_an_unversioned_model_is_version_1(client: triton.InferenceServerClient) -> None:
+    # Triton's default version: clients that pin model_version="1" reach an unversioned model.
+    assert client.get_model_metadata("tensors", as_json=True)["versions"] == ["1"]
+    assert client.get_model_metadata("tensors", "1", as_json=True)["versions"] == ["1"]
+    assert client.is_model_ready("tensors", "1")
+    x = tensor("x", "INT32", np.array([5, 6], dtype=np.int32))
+    assert client.infer("tensors", [x], model_version="1").as_numpy("x").tolist() == [5, 6]
+    with pytest.raises(triton.InferenceServerException) as caught:
+        client.infer("tensors", [x], model_version="2")
+    assert "has no version '2' (versions: 1 (unversioned))" in caught.value.message()
+
+
 def test_repository_index_lists_every_version_with_its_state(
     client: triton.InferenceServerClient, failing_server: Server
 ) -> None:

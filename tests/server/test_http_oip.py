@@ -62,6 +62,64 @@ def test_tritonclient_health_and_metadata(models_server: Server) -> None:
         c.close()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["", "/ready"])
+async def test_an_unknown_model_or_version_is_404_on_rest(
+    client: httpx.AsyncClient, models_server: Server, route: str
+) -> None:
+    # Triton answers 400 "Model version not ready" for an unknown model's /ready; Podium keeps
+    # 404 (503 for a known model that is not ready). tritonclient.http reads any non-200 as
+    # not ready.
+    for path in (
+        "/v2/models/nope",
+        "/v2/models/versioned/versions/7",
+        "/v2/models/emit/versions/2",
+    ):
+        r = await client.get(path + route)
+        assert r.status_code == 404, path
+    c = triton_client(models_server)
+    try:
+        assert c.is_model_ready("nope") is False
+        assert c.is_model_ready("versioned", "7") is False
+    finally:
+        c.close()
+
+
+# -- versions: an unversioned model is version "1" too ------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_unversioned_model_lists_and_answers_to_version_1(
+    client: httpx.AsyncClient,
+) -> None:
+    for base in ("/v2/models/tensors", "/v2/models/tensors/versions/1"):
+        r = await client.get(base)
+        assert (r.status_code, r.json()["versions"]) == (200, ["1"])
+        r = await client.get(base + "/ready")
+        assert (r.status_code, r.json()["ready"]) == (200, True)
+        r = await client.post(base + "/infer", json={"inputs": [tensor("x", "INT64", [1], [3])]})
+        assert r.status_code == 200, r.text
+        assert outputs_by_name(r.json())["x"]["data"] == [3]
+    r = await client.post("/v2/models/tensors/versions/2/infer", json={"inputs": []})
+    assert r.status_code == 404
+    assert "has no version '2' (versions: 1 (unversioned))" in r.json()["error"]
+
+
+def test_tritonclient_pinning_version_1_reaches_an_unversioned_model(
+    models_server: Server,
+) -> None:
+    c = triton_client(models_server)
+    try:
+        assert c.is_model_ready("tensors", "1")
+        assert c.get_model_metadata("tensors", "1")["versions"] == ["1"]
+        x = triton.InferInput("x", [2], "INT32")
+        x.set_data_from_numpy(np.array([5, 6], dtype=np.int32), binary_data=False)
+        result = c.infer("tensors", [x], model_version="1")
+        assert result.as_numpy("x").tolist() == [5, 6]
+    finally:
+        c.close()
+
+
 # -- versions: every model route, unversioned (default: the highest, 10) and versioned ---------
 
 

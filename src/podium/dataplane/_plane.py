@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from .. import __version__
 from ..runtime._scheduler import SequenceScheduling
-from ..runtime.registry import ModelVersion, Registry
+from ..runtime.registry import UNVERSIONED, ModelVersion, Registry
 from ..runtime.workers import RequestCodec
 from ..types import (
     Answer,
@@ -88,7 +88,7 @@ class DataPlane:
             state["reason"] = mv.reason
         return ModelMetadata(
             name=mv.name,
-            versions=[v.version for v in self._registry.versions(name) if v.version],
+            versions=[v.version or UNVERSIONED for v in self._registry.versions(name)],
             platform=platform,
             inputs=inputs,
             outputs=outputs,

@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, PodiumError
+from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, ModelMetadata, ModelState, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
@@ -188,7 +188,12 @@ class OipService:
         return _m("inference.ServerReadyResponse")(ready=self.dataplane.ready())
 
     async def model_ready(self, message: Any, context: Any) -> Any:
-        ready = self.dataplane.model_ready(message.name, message.version or None)
+        try:
+            ready = self.dataplane.model_ready(message.name, message.version or None)
+        except NotFound:
+            # As Triton: an unknown model or version is not ready (tritonclient's
+            # is_model_ready then returns False instead of raising).
+            ready = False
         return _m("inference.ModelReadyResponse")(ready=ready)
 
     async def server_metadata(self, message: Any, context: Any) -> Any:
