@@ -89,6 +89,13 @@ def test_an_unversioned_model_is_version_1(client: triton.InferenceServerClient)
     assert "has no version '2' (versions: 1 (unversioned))" in caught.value.message()
 
 
+def test_bytes_outputs_travel_as_bytes(client: triton.InferenceServerClient) -> None:
+    # gRPC carries BYTES as bytes (raw for tritonclient), UTF-8 or not: no text conversion.
+    for kind, expected in (("bytes-tensor", [b"2", b"3"]), ("badbytes-tensor", [b"\xff\x00"])):
+        request = tensor("kind", "BYTES", np.array([kind.encode()], dtype=np.object_))
+        assert client.infer("emit", [request]).as_numpy("y").tolist() == expected
+
+
 def test_repository_index_lists_every_version_with_its_state(
     client: triton.InferenceServerClient, failing_server: Server
 ) -> None:

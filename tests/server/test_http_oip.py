@@ -393,3 +393,62 @@ async def test_whole_responses_carry_content_length_not_chunking(
     ):
         assert r.headers.get("content-length") == str(len(r.content)), r.request.url
         assert "transfer-encoding" not in r.headers
+
+
+# -- BYTES outputs in JSON are text --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_bytes_outputs_are_text_in_json(client: httpx.AsyncClient) -> None:
+    """A model returning ``bytes`` for a BYTES output (as a Triton python model does): the JSON
+    answer holds their UTF-8 text, as Triton's (``["2","3"]``, not base64), on every JSON route."""
+    request = {"inputs": [text("kind", "bytes-tensor")]}
+    r = await client.post("/v2/models/emit/infer", json=request)
+    assert r.status_code == 200, r.text
+    outputs = outputs_by_name(r.json())
+    assert outputs["y"]["data"] == ["2", "3"]
+    assert outputs["n"]["data"] == [["a", "b"]]  # nested lists as sent, each element text
+    r = await client.post("/v2/models/emit/infer_stream", json=request)
+    (event,) = [e for e in r.text.split("\n\n") if e]
+    item = json.loads(event.removeprefix("data: "))
+    assert outputs_by_name(item)["y"]["data"] == ["2", "3"]
+    r = await client.post("/v2/models/emit/generate", json={"kind": "bytes-tensor"})
+    assert (r.status_code, r.json()["y"]) == (200, ["2", "3"])
+
+
+@pytest.mark.anyio
+async def test_bytes_that_are_not_utf8_need_the_binary_extension(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post(
+        "/v2/models/emit/infer", json={"inputs": [text("kind", "badbytes-tensor")]}
+    )
+    assert r.status_code == 400
+    message = r.json()["error"]
+    assert "model 'emit'" in message and "output 'y'" in message and "not valid UTF-8" in message
+    assert "ask for it as binary data" in message
+    request = {
+        "inputs": [text("kind", "badbytes-tensor")],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+    }
+    r = await client.post("/v2/models/emit/infer", json=request)
+    assert r.status_code == 200
+    length = int(r.headers["inference-header-content-length"])
+    assert r.content[length:] == b"\x02\x00\x00\x00\xff\x00"
+
+
+def test_tritonclient_reads_bytes_outputs_as_triton_sends_them(models_server: Server) -> None:
+    # The same request tritonclient sends Triton: JSON outputs give the text (Triton's
+    # ["2","3"]), binary outputs the bytes.
+    c = triton_client(models_server)
+    try:
+        kind = triton.InferInput("kind", [1], "BYTES")
+        kind.set_data_from_numpy(np.array([b"bytes-tensor"], dtype=np.object_), binary_data=False)
+        as_json = triton.InferRequestedOutput("y", binary_data=False)
+        result = c.infer("emit", [kind], outputs=[as_json])
+        assert result.get_output("y")["data"] == ["2", "3"]
+        assert result.as_numpy("y").tolist() == ["2", "3"]
+        as_binary = triton.InferRequestedOutput("y", binary_data=True)
+        assert c.infer("emit", [kind], outputs=[as_binary]).as_numpy("y").tolist() == [b"2", b"3"]
+    finally:
+        c.close()
