@@ -452,3 +452,45 @@ def test_tritonclient_reads_bytes_outputs_as_triton_sends_them(models_server: Se
         assert c.infer("emit", [kind], outputs=[as_binary]).as_numpy("y").tolist() == [b"2", b"3"]
     finally:
         c.close()
+
+
+# -- Triton's generate form: nested lists ------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_generate_accepts_nested_lists_as_triton_does(client: httpx.AsyncClient) -> None:
+    # Triton's generate maps {"INPUT0": [["hello"]]} onto its input; Podium takes the shape from
+    # the nesting and the datatype from the values.
+    body = {"x": [["hello"]], "m": [[1, 2], [3, 4]], "f": [[0.5], [1]], "b": [[True, False]]}
+    r = await client.post("/v2/models/tensors/generate", json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["x"] == "hello"
+    assert answer["m"] == [1, 2, 3, 4]
+    assert answer["kinds"] == [
+        "x:list[str]:1",
+        "m:int64:[2, 2]",
+        "f:float64:[2, 1]",
+        "b:bool:[1, 2]",
+    ]
+    r = await client.post("/v2/models/tensors/generate_stream", json={"x": [["a", "b"]]})
+    assert r.status_code == 200 and '"x":["a","b"]' in r.text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ([["a"], ["b", "c"]], "ragged"),
+        ([["a"], "b"], "ragged"),
+        ([[1, "a"]], "must be a string, number, boolean or a list"),
+        ([[]], "must be a string, number, boolean or a list"),
+        ([[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], "deeper than 32"),
+    ],
+)
+async def test_generate_refuses_nested_lists_that_are_no_tensor(
+    client: httpx.AsyncClient, value: list, words: str
+) -> None:
+    r = await client.post("/v2/models/tensors/generate", json={"x": value})
+    assert r.status_code == 400
+    assert "generate field 'x'" in r.json()["error"] and words in r.json()["error"]

@@ -107,35 +107,64 @@ def _json_type(value: Any) -> str:
 
 
 def _generate_input(name: str, value: Any) -> RequestInput:
-    if isinstance(value, str):
-        return RequestInput(
-            name=name, shape=[1], datatype="BYTES", data=[value], parameters={"content_type": "str"}
-        )
-    if isinstance(value, bool):
-        return RequestInput(name=name, shape=[1], datatype="BOOL", data=[value])
-    if isinstance(value, int):
-        return RequestInput(name=name, shape=[1], datatype="INT64", data=[value])
-    if isinstance(value, float):
-        return RequestInput(name=name, shape=[1], datatype="FP64", data=[value])
-    if isinstance(value, list) and value:
-        if all(isinstance(v, str) for v in value):
+    """One top-level field of Triton's generate form as an input: a scalar as shape ``[1]``, a
+    list (nested as Triton accepts it, ``[["hello"]]``) as the shape of its nesting."""
+    if isinstance(value, list):
+        shape, leaves = _nesting(name, value)
+    else:
+        shape, leaves = [1], [value]
+    if leaves:
+        if all(isinstance(v, str) for v in leaves):
             return RequestInput(
                 name=name,
-                shape=[len(value)],
+                shape=shape,
                 datatype="BYTES",
-                data=value,
+                data=leaves,
                 parameters={"content_type": "str"},
             )
-        if all(isinstance(v, bool) for v in value):
-            return RequestInput(name=name, shape=[len(value)], datatype="BOOL", data=value)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return RequestInput(name=name, shape=[len(value)], datatype="INT64", data=value)
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
-            return RequestInput(name=name, shape=[len(value)], datatype="FP64", data=value)
+        if all(isinstance(v, bool) for v in leaves):
+            return RequestInput(name=name, shape=shape, datatype="BOOL", data=leaves)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in leaves):
+            return RequestInput(name=name, shape=shape, datatype="INT64", data=leaves)
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves):
+            return RequestInput(name=name, shape=shape, datatype="FP64", data=leaves)
     raise InvalidInput(
-        f"generate field '{name}' must be a string, number, boolean or a flat list of one of "
-        f"those, got {_json_type(value)}"
+        f"generate field '{name}' must be a string, number, boolean or a list of one of those "
+        f"(nested lists must be rectangular), got {_json_type(value)}"
     )
+
+
+#: The deepest nesting a generate field may have (tensors of higher rank are unheard of).
+_MAX_RANK = 32
+
+
+def _nesting(name: str, value: list[Any]) -> tuple[list[int], list[Any]]:
+    """The shape of a rectangular nested list (its lengths, outermost first) and its leaves in
+    row-major order; :class:`InvalidInput` names a ragged one."""
+    shape: list[int] = []
+    probe: Any = value
+    while isinstance(probe, list):
+        if len(shape) == _MAX_RANK:
+            raise InvalidInput(f"generate field '{name}' nests lists deeper than {_MAX_RANK}")
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    leaves: list[Any] = []
+
+    def walk(level: Any, depth: int) -> None:
+        if depth == len(shape):
+            if isinstance(level, list):
+                raise InvalidInput(f"generate field '{name}' is a ragged nested list")
+            leaves.append(level)
+            return
+        if not isinstance(level, list) or len(level) != shape[depth]:
+            raise InvalidInput(f"generate field '{name}' is a ragged nested list")
+        for item in level:
+            walk(item, depth + 1)
+
+    walk(value, 0)
+    return shape, leaves
 
 
 def _from_generate(value: dict[str, Any]) -> InferenceRequest:
