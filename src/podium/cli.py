@@ -99,6 +99,14 @@ def main() -> None:
     "(MLServer's and KServe's stubs) [triton].",
 )
 @click.option(
+    "--grpc-output-contents",
+    type=click.Choice(["request", "raw"]),
+    default=None,
+    help="How OIP gRPC answers carry tensors: raw_output_contents when the request used "
+    "raw_input_contents, else typed contents (MLServer, KServe); or always raw, as Triton "
+    "[request].",
+)
+@click.option(
     "--sequence-header",
     default=None,
     help="Header naming a stateful sequence; NAME_start / NAME_end flag its first and last "

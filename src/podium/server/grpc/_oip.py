@@ -52,10 +52,12 @@ from ._tensors import (
     to_request,
 )
 
-__all__ = ["SERVICE", "STREAM_FORMATS", "OipService"]
+__all__ = ["OUTPUT_CONTENTS", "SERVICE", "STREAM_FORMATS", "OipService"]
 
 SERVICE = "inference.GRPCInferenceService"
 STREAM_FORMATS = ("triton", "mlserver")
+#: How answers carry tensors (``--grpc-output-contents``): as the request did, or always raw.
+OUTPUT_CONTENTS = ("request", "raw")
 
 #: Requests of one ModelStreamInfer stream that run at once.
 STREAM_WINDOW = 16
@@ -119,15 +121,35 @@ def _unary(
 
 
 class OipService:
-    """``inference.GRPCInferenceService`` over one :class:`DataPlane`."""
+    """``inference.GRPCInferenceService`` over one :class:`DataPlane`.
 
-    def __init__(self, dataplane: DataPlane, *, stream_format: str = "triton") -> None:
+    ``stream_format``: the framing of ``ModelStreamInfer`` (see the module docstring).
+    ``output_contents``: ``"request"`` answers with ``raw_output_contents`` when the request used
+    ``raw_input_contents`` and with typed contents otherwise (MLServer's and KServe's rule, what
+    the KServe SDK's ``.data`` reads); ``"raw"`` always answers raw, as Triton does (what
+    clients that send typed contents but read ``raw_output_contents`` need, such as Triton's
+    explicit-content examples).
+    """
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        stream_format: str = "triton",
+        output_contents: str = "request",
+    ) -> None:
         if stream_format not in STREAM_FORMATS:
             raise ValueError(
                 f"grpc-stream-format must be {' or '.join(STREAM_FORMATS)}, got {stream_format!r}"
             )
+        if output_contents not in OUTPUT_CONTENTS:
+            raise ValueError(
+                f"grpc-output-contents must be {' or '.join(OUTPUT_CONTENTS)}, "
+                f"got {output_contents!r}"
+            )
         self.dataplane = dataplane
         self.triton = stream_format == "triton"
+        self.raw = output_contents == "raw"
 
     def service(self) -> Service:
         """The service's method handlers, for :class:`GrpcServer`."""
@@ -237,7 +259,7 @@ class OipService:
             # Response headers the model set, as trailing metadata (as MLServer sends them).
             by_model = sequence.headers if sequence is not None else None
             context.set_trailing_metadata(grpc_metadata(answer.headers, by_model))
-        return _response(answer.value, message)
+        return _response(answer.value, message, self.raw)
 
     async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> None:
         """Answer every request of the stream in order, or hand the whole stream to a model that
@@ -306,7 +328,7 @@ class OipService:
                     )
                 yield Call(message.model_name, version, WireProtocol.OIP_GRPC, to_request(message))
 
-        raw = bool(first.raw_input_contents)
+        raw = self.raw or bool(first.raw_input_contents)
         request = call.request() if mv.instance.needs_request else None
         items = self.dataplane.stream_inputs(mv, calls(), WireProtocol.OIP_GRPC, request)
         try:
@@ -366,10 +388,10 @@ class OipService:
                 async for response in items:
                     if triton:
                         out = ModelStreamInferResponse()
-                        _response(response, message, into=out.infer_response)
+                        _response(response, message, self.raw, into=out.infer_response)
                         out.infer_response.parameters[_FINAL].bool_param = not decoupled
                     else:
-                        out = _response(response, message)
+                        out = _response(response, message, self.raw)
                     await lane.put(out)
             if triton and decoupled and _asks_final(message):
                 await lane.put(_empty_final(message))
@@ -411,13 +433,14 @@ class OipService:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _response(response: InferenceResponse, request: Any, into: Any = None) -> Any:
-    """The data plane's answer as a message: raw contents when the request used them."""
+def _response(response: InferenceResponse, request: Any, raw: bool, into: Any = None) -> Any:
+    """The data plane's answer as a message: raw contents when ``raw`` or the request used
+    them."""
     if not isinstance(response, InferenceResponse):  # the data plane's OIP contract
         raise PodiumError(f"the data plane returned {type(response).__name__} for an OIP call")
     if response.id is None and request.id:
         response.id = request.id  # the request was not decoded (the model takes no inputs)
-    return to_message(response, bool(request.raw_input_contents), into)
+    return to_message(response, raw or bool(request.raw_input_contents), into)
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
