@@ -461,14 +461,14 @@ def test_tritonclient_reads_bytes_outputs_as_triton_sends_them(models_server: Se
 async def test_generate_accepts_nested_lists_as_triton_does(client: httpx.AsyncClient) -> None:
     # Triton's generate maps {"INPUT0": [["hello"]]} onto its input; Podium takes the shape from
     # the nesting and the datatype from the values.
-    body = {"x": [["hello"]], "m": [[1, 2], [3, 4]], "f": [[0.5], [1]], "b": [[True, False]]}
+    body = {"INPUT0": [["hello"]], "m": [[1, 2], [3, 4]], "f": [[0.5], [1]], "b": [[True, False]]}
     r = await client.post("/v2/models/tensors/generate", json=body)
     assert r.status_code == 200, r.text
     answer = r.json()
-    assert answer["x"] == "hello"
+    assert answer["INPUT0"] == "hello"
     assert answer["m"] == [1, 2, 3, 4]
     assert answer["kinds"] == [
-        "x:list[str]:1",
+        "INPUT0:list[str]:1",
         "m:int64:[2, 2]",
         "f:float64:[2, 1]",
         "b:bool:[1, 2]",
