@@ -585,15 +585,16 @@ def test_model_metadata_is_a_struct_with_the_same_json() -> None:
         "parameters": {"owner": "search", "state": "failed", "reason": "load() raised"},
     }
     assert msgspec.json.encode(meta) == msgspec.json.encode(before)
-    plain = {
+    plain = {  # an unversioned model is served as version "1" (Triton's default)
         "name": "plain",
-        "versions": [],
+        "versions": ["1"],
         "platform": "podium",
         "inputs": [],
         "outputs": [],
         "parameters": {"state": "ready"},
     }
     assert msgspec.json.encode(dp.model_metadata("plain")) == msgspec.json.encode(plain)
+    assert msgspec.json.encode(dp.model_metadata("plain", "1")) == msgspec.json.encode(plain)
     with pytest.raises(NotFound):
         dp.model_metadata("m", "9")
 

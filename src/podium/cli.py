@@ -93,10 +93,19 @@ def main() -> None:
 )
 @click.option(
     "--grpc-stream-format",
-    type=click.Choice(["mlserver", "triton"]),
+    type=click.Choice(["triton", "mlserver"]),
     default=None,
-    help="Framing of OIP ModelStreamInfer responses: MLServer's bare ModelInferResponse, or "
-    "Triton's ModelStreamInferResponse with in-band errors [mlserver].",
+    help="Framing of OIP ModelStreamInfer responses: Triton's ModelStreamInferResponse with "
+    "in-band errors (tritonclient, perf_analyzer), or MLServer's bare ModelInferResponse "
+    "(MLServer's and KServe's stubs) [triton].",
+)
+@click.option(
+    "--grpc-output-contents",
+    type=click.Choice(["request", "raw"]),
+    default=None,
+    help="How OIP gRPC answers carry tensors: raw_output_contents when the request used "
+    "raw_input_contents, else typed contents (MLServer, KServe); or always raw, as Triton "
+    "[request].",
 )
 @click.option(
     "--sequence-header",

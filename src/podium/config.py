@@ -174,7 +174,10 @@ class ServerConfig:
     min_body_rate: int = 1024  # bytes/s; 0: only a body that stalls for body_timeout is closed
     max_connections: int | None = None  # per HTTP listener; None: 1000 or what fds allow
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
-    grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
+    grpc_stream_format: str = "triton"  # ModelStreamInfer's framing: triton or mlserver
+    # OIP gRPC answers: "request" (raw_output_contents when the request used raw inputs, typed
+    # contents otherwise) or "raw" (always raw_output_contents, as Triton).
+    grpc_output_contents: str = "request"
     grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
     # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
     sequence_header: str = "ts_request_sequence_id"
@@ -249,6 +252,10 @@ class ServerConfig:
         if self.grpc_stream_format not in ("mlserver", "triton"):
             raise ValueError(
                 f"grpc-stream-format must be mlserver or triton, got {self.grpc_stream_format!r}"
+            )
+        if self.grpc_output_contents not in ("request", "raw"):
+            raise ValueError(
+                f"grpc-output-contents must be request or raw, got {self.grpc_output_contents!r}"
             )
         if (
             not isinstance(self.sequence_header, str)

@@ -340,6 +340,17 @@ async def test_set_default_changes_what_unversioned_routes_reach(
         await api.put("/models/versioned/10/set-default")
 
 
+@pytest.mark.anyio
+async def test_an_unversioned_model_is_managed_as_version_1(api: httpx.AsyncClient) -> None:
+    (described,) = (await api.get("/models/tensors/1")).json()
+    assert described["modelName"] == "tensors" and described["default"] is True
+    answer = await api.put("/models/tensors/1/set-default")
+    assert answer.status_code == 200, answer.text
+    assert (await api.get("/models/tensors")).json()[0]["default"] is True
+    missing = await api.get("/models/tensors/2")
+    assert "version '2'" in error_of(missing, 404, "ModelNotFoundException")
+
+
 # -- unregister -------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ from concurrent.futures import Executor
 from typing import Any, cast
 
 from .. import __version__
-from ..runtime import ModelVersion, Registry, RequestCodec, SequenceScheduling
+from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
     AnswerStream,
@@ -87,7 +87,7 @@ class DataPlane:
             state["reason"] = mv.reason
         return ModelMetadata(
             name=mv.name,
-            versions=[v.version for v in self._registry.versions(name) if v.version],
+            versions=[v.version or UNVERSIONED for v in self._registry.versions(name)],
             platform=platform,
             inputs=inputs,
             outputs=outputs,

@@ -16,10 +16,11 @@ Other packages import the names below from here (or from a public module: ``regi
 
 from ._scheduler import Scheduler, SequenceScheduling
 from .loading import build_path, check_paths, register_paths
-from .registry import ModelVersion, Registry
+from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 
 __all__ = [
+    "UNVERSIONED",
     "ModelVersion",
     "Registry",
     "RequestCodec",

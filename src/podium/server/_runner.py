@@ -160,6 +160,7 @@ class Podium:
             inference_services(
                 self.dataplane,
                 stream_format=self.config.grpc_stream_format,
+                output_contents=self.config.grpc_output_contents,
                 sequence_header=self.config.sequence_header,
             ),
             host=self.config.host,

@@ -188,7 +188,7 @@ class HttpApp:
             response = answer.value
             binary = _oip.binary_outputs(call.payload)
             if binary is None and header is None:
-                await send_body(send, 200, _json(answer), _oip.encoder.encode(response))
+                await send_body(send, 200, _json(answer), _oip.encode_response(response))
                 return
             body, json_length = _oip.render_binary(response, binary)
             if json_length is None:
