@@ -375,8 +375,13 @@ def _take(results: queue.Queue[Any], n: int, timeout: float = 15.0) -> list[Any]
 def bytes_json(addr):
     body = {
         "inputs": [
-            {"name": "INPUT0", "shape": [1, 3], "datatype": "BYTES", "data": ["1", "2", "3"]},
-            {"name": "INPUT1", "shape": [1, 3], "datatype": "BYTES", "data": ["1", "1", "1"]},
+            {
+                "name": "INPUT0",
+                "shape": [1, 16],
+                "datatype": "BYTES",
+                "data": [str(i) for i in range(16)],
+            },
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "BYTES", "data": ["1"] * 16},
         ]
     }
     r = http("POST", _url(addr, "/v2/models/simple_string/infer"), json=body)
