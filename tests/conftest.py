@@ -157,3 +157,8 @@ def examples_server() -> Iterator[Server]:
     """One server with every bundled example, shared by the tests that only read from it."""
     with run_server(EXAMPLES) as server:
         yield server
+
+
+# tests/conformance/ is the side-by-side harness with the real Triton and TorchServe: its own
+# venv and command (python3 tests/conformance/run.py), never part of this test run.
+collect_ignore = ["conformance"]
