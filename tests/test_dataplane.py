@@ -18,9 +18,16 @@ import numpy as np
 import pytest
 
 from podium.config import ModelConfig
-from podium.dataplane import ConfigOverrides, DataPlane, ModelRepository
+from podium.dataplane import (
+    ConfigOverrides,
+    ControlPolicy,
+    DataPlane,
+    ModelControl,
+    ModelRepository,
+)
 from podium.errors import (
     Conflict,
+    Forbidden,
     InvalidInput,
     ModelError,
     ModelNotReady,
@@ -33,6 +40,7 @@ from podium.types import (
     Answer,
     AnswerStream,
     Call,
+    Capabilities,
     InferenceRequest,
     InferenceResponse,
     InputKind,
@@ -54,16 +62,7 @@ OIP = WireProtocol.OIP_REST
 
 
 class FakeInstance:
-    """What the data plane reads of a model: its flags and ``validate``."""
-
-    needs_inputs = True
-    needs_request = False
-    input_schema = None
-    has_preprocess = False
-    has_postprocess = False
-    consumes_stream = False
-    predict_in_thread = False
-    continuous = False
+    """What the data plane reads of a model: its capabilities and ``validate``."""
 
     def __init__(
         self,
@@ -73,10 +72,12 @@ class FakeInstance:
         predict_on_infer: bool = False,
         needs_inputs: bool = True,
     ) -> None:
-        self.input_kind = kind
-        self.streaming = streaming
-        self.predict_on_infer = predict_on_infer
-        self.needs_inputs = needs_inputs
+        self.capabilities = Capabilities(
+            input_kind=kind,
+            streaming=streaming,
+            predict_on_infer=predict_on_infer,
+            needs_inputs=needs_inputs,
+        )
         self.loads = 0
         self.fail_load = False
 
@@ -535,6 +536,24 @@ def test_health() -> None:
     assert not plane(fake("a"), fake("c", state=ModelState.FAILED)).ready()
 
 
+async def test_server_readiness_rule() -> None:
+    # Before start-up ends (load_all), a version still loading keeps the server unready.
+    loading = fake("b", state=ModelState.LOADING)
+    dp = plane(fake("a"), loading)
+    assert not dp.ready()
+    loading.state = ModelState.READY
+    await dp.repository.load_all()
+    assert dp.ready()
+    # Serving: a version loading (registered, or loaded again) does not count until it ends...
+    loading.state = ModelState.LOADING
+    assert dp.ready() and not dp.model_ready("b")
+    # ... then counts: a failed version makes the server unready, an unloaded one does not.
+    loading.state = ModelState.FAILED
+    assert not dp.ready()
+    loading.state = ModelState.UNLOADED
+    assert dp.ready() and not dp.model_ready("b")
+
+
 def test_server_metadata_is_a_struct_with_the_same_json() -> None:
     meta = plane().server_metadata()
     assert isinstance(meta, ServerMetadata)
@@ -566,15 +585,16 @@ def test_model_metadata_is_a_struct_with_the_same_json() -> None:
         "parameters": {"owner": "search", "state": "failed", "reason": "load() raised"},
     }
     assert msgspec.json.encode(meta) == msgspec.json.encode(before)
-    plain = {
+    plain = {  # an unversioned model is served as version "1" (Triton's default)
         "name": "plain",
-        "versions": [],
+        "versions": ["1"],
         "platform": "podium",
         "inputs": [],
         "outputs": [],
         "parameters": {"state": "ready"},
     }
     assert msgspec.json.encode(dp.model_metadata("plain")) == msgspec.json.encode(plain)
+    assert msgspec.json.encode(dp.model_metadata("plain", "1")) == msgspec.json.encode(plain)
     with pytest.raises(NotFound):
         dp.model_metadata("m", "9")
 
@@ -626,17 +646,47 @@ async def test_load_and_unload() -> None:
     good_instance, bad_instance = good.instance, bad.instance
     assert isinstance(good_instance, FakeInstance) and isinstance(bad_instance, FakeInstance)
     dp = plane(good, bad)
-    await dp.repository.unload("m")
+    await dp.repository.unload("m", via=None)  # None: through a management listener
     assert {mv.state for mv in (good, bad)} == {ModelState.UNLOADED}
     assert not dp.model_ready("m", "1")
     bad_instance.fail_load = True
     with pytest.raises(ModelError, match=r"model 'm' failed to load: model 'm' version '2': "):
-        await dp.repository.load("m")
+        await dp.repository.load("m", via=None)
     assert good.state is ModelState.READY and bad.state is ModelState.FAILED
     with pytest.raises(NotFound):
-        await dp.repository.load("nope")
+        await dp.repository.load("nope", via=None)
     with pytest.raises(NotFound):
-        await dp.repository.unload("nope")
+        await dp.repository.unload("nope", via=None)
+
+
+@pytest.mark.parametrize("protocol", list(WireProtocol))
+async def test_inference_front_ends_may_not_load_or_unload_by_default(
+    protocol: WireProtocol,
+) -> None:
+    mv = fake("m")
+    dp = plane(mv)
+    dp.repository.control.management = "http://127.0.0.1:8081, gRPC 127.0.0.1:7071"
+    for action in (dp.repository.unload, dp.repository.load):
+        with pytest.raises(Forbidden) as caught:
+            await action("m", via=protocol)
+        message = caught.value.message
+        assert f"model 'm' is refused on the inference listener ({protocol.value})" in message
+        assert "management API (http://127.0.0.1:8081, gRPC 127.0.0.1:7071)" in message
+        assert "--model-control inference" in message
+    with pytest.raises(Forbidden):  # refused before the name is even looked up
+        await dp.repository.unload("nope", via=protocol)
+    assert mv.state is ModelState.READY and dp.ready()
+    assert dp.repository.index() == [RepositoryModel("m", None, ModelState.READY, "")]
+
+
+async def test_model_control_inference_opens_load_and_unload() -> None:
+    mv = fake("m")
+    dp = plane(mv)
+    dp.repository.control = ControlPolicy(ModelControl.INFERENCE)
+    await dp.repository.unload("m", via=WireProtocol.OIP_REST)
+    assert mv.state is ModelState.UNLOADED
+    await dp.repository.load("m", via=WireProtocol.OIP_GRPC)
+    assert mv.state is ModelState.READY
 
 
 async def test_register_describe_list_and_unregister(
@@ -722,6 +772,26 @@ async def test_start_up_paths_are_loaded_at_startup(
         assert [mv.name for mv in dp.repository.versions()] == ["a", "b"]
         assert all(d.loaded_at_startup for d in dp.repository.describe("a", every=True))
         assert dp.ready()
+    finally:
+        await dp.close()
+
+
+async def test_start_up_models_are_listed_as_the_paths_given(
+    tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Relative paths stay relative; an absolute one is shown as given (the operator typed it).
+    monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "repo" / "a")
+    single = write_model(tmp_path / "single")
+    dp = DataPlane(executor=executor)
+    await asyncio.get_running_loop().run_in_executor(
+        executor, dp.repository.add_paths, [Path("repo"), single]
+    )
+    try:
+        urls = {m.name: m.url for m in dp.repository.models()}
+        assert urls == {"a": "repo/a/model.py", "single": f"{single}/model.py"}
+        (described,) = dp.repository.describe("a")
+        assert described.url == "repo/a/model.py"
     finally:
         await dp.close()
 

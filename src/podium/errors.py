@@ -8,6 +8,7 @@
     ├── NotFound                     unknown model, version or route (404 / NOT_FOUND)
     ├── Conflict                     it exists already, e.g. a model version (409 / ALREADY_EXISTS)
     ├── Unauthenticated              a missing or wrong API key (401 / UNAUTHENTICATED)
+    ├── Forbidden                    not allowed on this listener, e.g. unloading a model (403 / PERMISSION_DENIED)
     ├── MethodNotAllowed             a known route called with the wrong method (405 / UNIMPLEMENTED)
     ├── PayloadTooLarge              the body exceeds the configured limit (413 / RESOURCE_EXHAUSTED)
     ├── Unavailable                  try again later (503 / UNAVAILABLE)
@@ -28,7 +29,9 @@
 server, while a dead worker is, and logs and clients must be able to tell which happened.
 
 Every error carries ``message`` (what happened, naming the thing and the rule) and ``code`` (a
-stable machine-readable name). ``STATUS`` is the single table from error class to HTTP status and
+stable machine-readable name). A message is at most :data:`MAX_MESSAGE` characters (:func:`bounded`:
+longer ones are cut, saying how long they were): messages quote what clients sent, and one bad
+request must not echo megabytes back to its client or into the logs, on any protocol. ``STATUS`` is the single table from error class to HTTP status and
 gRPC status-code name; front ends look errors up with :func:`http_status` and :func:`grpc_code`.
 """
 
@@ -39,8 +42,11 @@ __all__ = [
     "Cancelled",
     "Conflict",
     "DefinitionError",
+    "Forbidden",
     "InvalidInput",
     "InvalidTensor",
+    "MAX_DETAILS",
+    "MAX_MESSAGE",
     "MissingSecret",
     "ModelError",
     "MethodNotAllowed",
@@ -58,17 +64,33 @@ __all__ = [
     "UnsupportedRepresentation",
     "ValidationFailed",
     "WorkerDied",
+    "bounded",
     "grpc_code",
     "http_status",
 ]
 
 
+#: The longest error message, in characters; longer ones are cut (:func:`bounded`).
+MAX_MESSAGE = 1024
+#: The most failing locations a :class:`ValidationFailed` lists.
+MAX_DETAILS = 20
+
+
+def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` if it has at most ``limit`` characters, else its first ``limit`` characters and
+    a note of its full length (``… (cut at 1024 of 20971520 characters)``)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… (cut at {limit} of {len(text)} characters)"
+
+
 class PodiumError(Exception):
-    """Base of every error Podium raises on purpose."""
+    """Base of every error Podium raises on purpose; ``message`` is :func:`bounded`."""
 
     code = "internal"
 
     def __init__(self, message: str) -> None:
+        message = bounded(message)
         super().__init__(message)
         self.message = message
 
@@ -89,13 +111,27 @@ class InvalidTensor(InvalidInput):
 
 
 class ValidationFailed(InvalidInput):
-    """The inputs failed the model's own schema; ``details`` lists the failing locations."""
+    """The inputs failed the model's own schema; ``details`` lists the failing locations (the
+    first :data:`MAX_DETAILS`, their text :func:`bounded`: a client can send a million bad
+    items)."""
 
     code = "validation_failed"
 
     def __init__(self, message: str, details: list[dict[str, object]] | None = None) -> None:
         super().__init__(message)
-        self.details = details or []
+        self.details = [_bounded_detail(d) for d in (details or [])[:MAX_DETAILS]]
+
+
+def _bounded_detail(detail: dict[str, object]) -> dict[str, object]:
+    """A detail whose every string (and every location's parts) is :func:`bounded`."""
+    out: dict[str, object] = {}
+    for key, value in detail.items():
+        if isinstance(value, str):
+            value = bounded(value, 200)
+        elif isinstance(value, list | tuple):
+            value = [bounded(p, 200) if isinstance(p, str) else p for p in value[:32]]
+        out[key] = value
+    return out
 
 
 class UnsupportedRepresentation(InvalidInput):
@@ -120,6 +156,13 @@ class Unauthenticated(PodiumError):
     """Token authorization is on and the request carries no key, or not the right one."""
 
     code = "unauthenticated"
+
+
+class Forbidden(PodiumError):
+    """The request is understood and may not be done here: changing what is served through an
+    inference listener while model control belongs to the management listeners."""
+
+    code = "forbidden"
 
 
 class MethodNotAllowed(PodiumError):
@@ -231,6 +274,7 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
     NotFound: (404, "NOT_FOUND"),
     Conflict: (409, "ALREADY_EXISTS"),
     Unauthenticated: (401, "UNAUTHENTICATED"),
+    Forbidden: (403, "PERMISSION_DENIED"),
     MethodNotAllowed: (405, "UNIMPLEMENTED"),
     PayloadTooLarge: (413, "RESOURCE_EXHAUSTED"),
     Unavailable: (503, "UNAVAILABLE"),

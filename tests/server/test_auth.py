@@ -176,6 +176,27 @@ async def test_grpc_management_needs_the_management_key(
         assert [m["modelName"] for m in json.loads(reply.msg)["models"]] == ["gated"]
 
 
+@pytest.mark.anyio
+async def test_a_401_names_the_key_file_but_not_where_it_is(
+    server: Server, client: httpx.AsyncClient, api: httpx.AsyncClient, key_file: Path
+) -> None:
+    directory = str(key_file.parent)
+    said = [
+        (await client.post("/predictions/gated", json={})).json()["error"],
+        (await api.get("/models")).json()["message"],
+    ]
+    async with grpc.aio.insecure_channel(server.grpc_management) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await channel.unary_unary(
+                "/org.pytorch.serve.grpc.management.ManagementAPIsService/ListModels"
+            )(b"")
+        said.append(caught.value.details() or "")
+    for message in said:
+        assert "key_file.json" in message and directory not in message, message
+    # The operator learns where it is from the server's own log.
+    assert f"the keys are in {key_file}" in server.log
+
+
 def test_the_key_file_is_removed_when_the_server_stops(tmp_path: Path) -> None:
     key_file = tmp_path / "key_file.json"
     with run_server(SERVE_MODELS / "gated", args=("--auth", "--key-file", str(key_file))):

@@ -149,8 +149,10 @@ def test_reflection_describes_the_service_as_served(
 
 @pytest.fixture(scope="module")
 def repository_server() -> Iterator[Server]:
-    """Its own server: these tests change what it serves (each puts back what it changed)."""
-    with run_server(FAILING_MODELS) as server:
+    """Its own server: these tests change what it serves (each puts back what it changed).
+    Loading and unloading through the inference listeners needs ``--model-control inference``
+    (refused by default: tests/server/test_model_control.py)."""
+    with run_server(FAILING_MODELS, args=("--model-control", "inference")) as server:
         yield server
 
 
@@ -234,9 +236,9 @@ def test_kserve_style_load_names_the_model_in_field_one(repository_server: Serve
 
 
 def test_grpc_settings_are_validated() -> None:
-    assert ServerConfig().grpc_stream_format == "mlserver"
+    assert ServerConfig().grpc_stream_format == "triton"
     assert ServerConfig().grpc_max_message_size == 64 * 1024 * 1024
-    assert ServerConfig(grpc_stream_format="triton").grpc_stream_format == "triton"
+    assert ServerConfig(grpc_stream_format="mlserver").grpc_stream_format == "mlserver"
     with pytest.raises(ValueError, match="grpc-stream-format must be mlserver or triton"):
         ServerConfig(grpc_stream_format="kserve")
     for bad in (0, True, 2**31, "1"):

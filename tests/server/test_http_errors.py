@@ -62,6 +62,30 @@ async def test_malformed_or_empty_json_is_400(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("path", JSON_ROUTES)
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        # Bytes that are not UTF-8 inside a string: msgspec raises UnicodeDecodeError (was a 500
+        # with a traceback in the log).
+        (b'{"id": "num\xffber", "inputs": []}', "invalid UTF-8: byte 0xff at offset 11"),
+        (b'{"inputs": [], "id": "\xc3("}', "invalid UTF-8: byte 0xc3 at offset 22"),
+        # Half a surrogate pair (msgspec says "Input data was truncated").
+        (rb'{"kind": "\ud800"}', r"lone UTF-16 surrogate escape '\ud800' at offset 10"),
+        (rb'{"kind": "\udc00x", "n": 1}', r"lone UTF-16 surrogate escape '\udc00' at offset 10"),
+    ],
+)
+async def test_json_text_that_is_not_unicode_is_400_naming_the_fault(
+    client: httpx.AsyncClient, models_server: Server, path: str, body: bytes, words: str
+) -> None:
+    r = await client.post(path, content=body, headers={"content-type": "application/json"})
+    error = error_of(r, 400)
+    assert words in error and "truncated" not in error
+    assert "UnicodeDecodeError" not in models_server.log
+    await still_serving(client)
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("path", "body"),
     [

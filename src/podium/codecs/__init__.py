@@ -21,8 +21,12 @@ Numpy has no bfloat16, so ``BF16`` tensors decode to ``float32`` arrays (JSON va
 sent, not rounded to bfloat16 precision; raw ones are exact). Only :func:`encode_raw` writes
 ``BF16`` (a model's ``ResponseOutput`` may name it); nothing infers it from a value.
 
+JSON text (:func:`json_problem`): why a body msgspec refused is not JSON, with invalid UTF-8 and
+lone surrogate escapes named exactly (every route that decodes a client's JSON catches
+:data:`JSON_ERRORS` and says this).
+
 This package knows nothing about HTTP or gRPC: front ends hand it the neutral structs of
-:mod:`podium.types`. It imports only numpy, the standard library and ``podium.types`` /
+:mod:`podium.types`. It imports only numpy, msgspec, the standard library and ``podium.types`` /
 ``podium.errors``.
 
 Layout (private modules; import the names below from ``podium.codecs``)::
@@ -33,6 +37,7 @@ Layout (private modules; import the names below from ``podium.codecs``)::
     _bytes.py      BYTES elements: as JSON strings or bytes, and length-prefixed raw
     _datatypes.py  the numpy mapping: datatype → dtype, dtype → datatype, raw dtypes
     _shape.py      shapes, row-major flattening of nested lists, the words of their errors
+    _json.py       JSON text a client sent that does not decode: json_problem, JSON_ERRORS
 
 Imports point up this list's reverse: ``_shape`` and ``_datatypes`` import no sibling,
 ``_bytes`` only ``_shape``.
@@ -41,10 +46,12 @@ Imports point up this list's reverse: ``_shape`` and ``_datatypes`` import no si
 from __future__ import annotations
 
 from ._inputs import decode_input, decode_request, inputs_as_json
+from ._json import JSON_ERRORS, json_problem
 from ._outputs import concat_outputs, encode_output, encode_outputs, json_default
 from ._raw import decode_raw, encode_raw
 
 __all__ = [
+    "JSON_ERRORS",
     "concat_outputs",
     "decode_input",
     "decode_raw",
@@ -54,4 +61,5 @@ __all__ = [
     "encode_raw",
     "inputs_as_json",
     "json_default",
+    "json_problem",
 ]

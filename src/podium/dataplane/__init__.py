@@ -12,11 +12,17 @@ call left its stateful sequence. Health and metadata answer with structs
 and every operation that changes them are the :class:`ModelRepository` it owns
 (:attr:`DataPlane.repository`). The mapping is documented cell by cell in ``docs/protocols.md``.
 
+What is served changes only through the management listeners unless the operator says otherwise
+(:class:`ControlPolicy`, ``--model-control``): the repository's load and unload take the front end
+a call came through and refuse an inference one with ``Forbidden``.
+
 Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
-``_repository`` (the repository and its typed descriptions). Nothing here imports a front end.
+``_repository`` (the repository and its typed descriptions), ``_control`` (who may change what
+is served). Nothing here imports a front end.
 """
 
-from ..runtime.registry import ModelVersion
+from ..runtime import ModelVersion
+from ._control import ControlPolicy, ModelControl
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
     ConfigOverrides,
@@ -31,7 +37,9 @@ from ._repository import (
 __all__ = [
     "EXTENSIONS",
     "ConfigOverrides",
+    "ControlPolicy",
     "DataPlane",
+    "ModelControl",
     "ModelEntry",
     "ModelRepository",
     "ModelVersion",

@@ -27,10 +27,18 @@ import msgspec
 
 from ..config import ModelConfig
 from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFound, PodiumError
-from ..runtime.loading import build_path, register_paths
-from ..runtime.registry import ModelVersion, Registry
-from ..runtime.workers import RequestCodec
-from ..types import ModelState, RepositoryModel
+from ..model import Owned
+from ..model.torchserve import ArchiveLimits, set_archive_limits
+from ..runtime import (
+    ModelVersion,
+    Registry,
+    RequestCodec,
+    WorkerKind,
+    build_path,
+    register_paths,
+)
+from ..types import ModelState, RepositoryModel, WireProtocol
+from ._control import ControlPolicy
 
 __all__ = [
     "ConfigOverrides",
@@ -79,6 +87,12 @@ class Registered:
         self.versions: list[str | None] = [mv.version for mv in added]
         self.workers = max(mv.config.min_workers for mv in added)
         self._added = added
+
+    def own(self, holds: list[Owned]) -> None:
+        """Give each version one of ``holds`` (what Podium made on disk for the registration,
+        such as a downloaded archive), released when that version is removed."""
+        for mv, hold in zip(self._added, holds, strict=True):
+            mv.owned.append(hold)
 
 
 class Scaled(msgspec.Struct, frozen=True):
@@ -150,6 +164,10 @@ class ModelRepository:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loading: dict[int, asyncio.Task[None]] = {}  # id(mv) → its background load
         self._started = {id(mv): _now() for mv in registry}
+        self._given: dict[int, str] = {}  # id(mv) → its source as the paths given at start say
+        self._serving = False  # start-up (load_all) has ended
+        #: Which listeners may load and unload models; the server sets it at start.
+        self.control = ControlPolicy()
 
     # -- start-up and shutdown -----------------------------------------------------------
 
@@ -166,11 +184,37 @@ class ModelRepository:
         )
         now = _now()
         for mv in self._registry:
-            self._started.setdefault(id(mv), now)
+            if id(mv) not in self._started:
+                self._started[id(mv)] = now
+                self._given[id(mv)] = _as_given(mv.source, paths)
 
     async def load_all(self) -> None:
-        """Load every version not loaded yet, concurrently; failures are recorded, not raised."""
+        """Load every version not loaded yet, concurrently; failures are recorded, not raised.
+        The server's start-up ends here: from now on a load in progress does not make the
+        server unready (:meth:`ready`)."""
         await self._registry.load_all()
+        self._serving = True
+
+    @staticmethod
+    def set_archive_limits(max_size: int, max_ratio: float) -> None:
+        """The limits every archive extracted in this process obeys (``--max-archive-size``,
+        ``--max-archive-ratio``), start-up models' included."""
+        set_archive_limits(ArchiveLimits(max_size, max_ratio))
+
+    def ready(self) -> bool:
+        """The server's readiness (``docs/protocols.md``, "Readiness"): no version failed, and
+        none is loading before start-up ended (:meth:`load_all`). A version unloaded on request
+        does not count, nor one loading while the server serves (registered, or loaded again):
+        it counts once its load has ended, as ready or as failed."""
+        serving = self._serving
+        for mv in self._registry:
+            state = mv.state
+            if state is ModelState.READY or state is ModelState.UNLOADED:
+                continue
+            if state is ModelState.LOADING and serving:
+                continue
+            return False
+        return True
 
     def versions(self) -> list[ModelVersion]:
         """Every version, model by model (for the server's start-up report)."""
@@ -215,18 +259,29 @@ class ModelRepository:
             if not ready_only or mv.state is ModelState.READY
         ]
 
-    async def load(self, name: str) -> None:
+    def check_control(self, action: str, via: WireProtocol | None) -> None:
+        """Refuse ``action`` (``Forbidden``) unless the :attr:`control` policy lets a call
+        through ``via`` (an inference front end; None: a management listener) change what is
+        served. :meth:`load` and :meth:`unload` ask it themselves; a front end asks first too
+        when it has more to check, so that a refused client learns nothing else."""
+        self.control.check(action, via)
+
+    async def load(self, name: str, *, via: WireProtocol | None) -> None:
         """Make every version of ``name`` serve again (a failed or unloaded one loads again);
-        ``NotFound`` if unknown, ``ModelError`` naming each version that failed."""
+        ``via``: the front end the call came through (:meth:`check_control`). ``Forbidden`` if
+        it may not, ``NotFound`` if unknown, ``ModelError`` naming each version that failed."""
+        self.control.check(f"loading model '{name}'", via)
         versions = await self._registry.load(name)
         failed = [mv for mv in versions if mv.state is not ModelState.READY]
         if failed:
             reasons = "; ".join(f"{mv.label}: {mv.reason}" for mv in failed)
             raise ModelError(f"model '{name}' failed to load: {reasons}")
 
-    async def unload(self, name: str) -> None:
-        """Stop serving every version of ``name`` (requests in flight finish); ``NotFound`` if
-        unknown. The versions stay known and :meth:`load` brings them back."""
+    async def unload(self, name: str, *, via: WireProtocol | None) -> None:
+        """Stop serving every version of ``name`` (requests in flight finish); ``via`` as for
+        :meth:`load`. ``Forbidden`` if it may not, ``NotFound`` if unknown. The versions stay
+        known and :meth:`load` brings them back."""
+        self.control.check(f"unloading model '{name}'", via)
         await self._registry.unload(name)
 
     # -- register, unregister ---------------------------------------------------------------
@@ -339,6 +394,7 @@ class ModelRepository:
             self._registered.pop((name, mv.version), None)
             self._scaled.pop((name, mv.version), None)
             self._started.pop(id(mv), None)
+            self._given.pop(id(mv), None)
 
     # -- scale, set-default ----------------------------------------------------------------
 
@@ -383,7 +439,12 @@ class ModelRepository:
         return [self._describe(mv, mv is default) for mv in versions]
 
     def _url(self, mv: ModelVersion) -> str:
-        return self._registered.get((mv.name, mv.version), mv.source)
+        """What a version came from, as the operator said it: a registration's url, else its
+        source under the path given at start, as given (relative stays relative)."""
+        url = self._registered.get((mv.name, mv.version))
+        if url is not None:
+            return url
+        return self._given.get(id(mv)) or Path(mv.source).name
 
     def _describe(self, mv: ModelVersion, is_default: bool) -> VersionDescription:
         config = mv.config
@@ -414,7 +475,7 @@ class ModelRepository:
                 state=info.state,
                 busy=info.busy,
                 started=info.started or self._started.get(id(mv), _now()),
-                memory=_memory(info.pid) if info.kind == "process" else None,
+                memory=_memory(info.pid) if info.kind is WorkerKind.PROCESS else None,
             )
             for info in mv.workers()
         ]
@@ -422,6 +483,21 @@ class ModelRepository:
 
 def _now() -> float:
     return time.time()
+
+
+def _as_given(source: str, paths: list[Path]) -> str:
+    """``source`` (an absolute file) as the first of ``paths`` that holds it names it: that
+    path as given, joined with the rest (``models/echo/model.py`` for ``models``); the file's
+    name alone if none holds it (a symlink out of the path). Listings show what the operator
+    typed, never where the server's files are."""
+    file = Path(source)
+    for path in paths:
+        try:
+            rest = file.relative_to(path.resolve())
+        except (OSError, ValueError):
+            continue
+        return str(path / rest) if rest.parts else str(path)
+    return file.name
 
 
 def _memory(pid: int | None) -> int | None:
@@ -437,5 +513,6 @@ def _memory(pid: int | None) -> int | None:
 
 
 async def _close(versions: list[ModelVersion]) -> None:
-    """Close versions that were built but never registered."""
+    """Close versions that were built but never registered, and release what they own."""
     await asyncio.gather(*(mv.close() for mv in versions), return_exceptions=True)
+    await asyncio.gather(*(mv.release() for mv in versions))

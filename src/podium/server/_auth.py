@@ -31,12 +31,13 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import Unauthenticated
+from ._asgi import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "INFERENCE",
@@ -160,9 +161,10 @@ class Authorizer:
             value = value.decode("latin-1")
         what = _WHAT[kind]
         if not value:
+            # The key file's name, never its path: a 401 goes to anybody who asks.
             raise Unauthenticated(
                 f"{what} needs a key: send 'Authorization: Bearer <{_name(kind)} key>' "
-                f"(the keys are in {self.key_file})"
+                f"(the {_name(kind)} key is in the server's key file, {self.key_file.name})"
             )
         scheme, _, token = value.strip().partition(" ")
         token = token.strip()
@@ -224,7 +226,7 @@ class AuthMiddleware:
 
     def __init__(
         self,
-        app: Callable[[dict[str, Any], Any, Any], Awaitable[None]],
+        app: ASGIApp,
         authorizer: Authorizer,
         rule: Rule,
         render: Render,
@@ -234,7 +236,7 @@ class AuthMiddleware:
         self.rule = rule
         self.render = render
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             kind = self.rule(scope["method"], scope["path"])
             if kind is not None:

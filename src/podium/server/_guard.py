@@ -37,10 +37,10 @@ import ipaddress
 import json
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from ..config import normalize_host, normalize_origin, origin_of
+from ._asgi import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "BrowserGuard",
@@ -70,8 +70,6 @@ _PREFLIGHT_HEADERS = [
     (b"content-length", b"0"),
 ]
 
-ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
-
 
 class UnsafeExposure(ValueError):
     """The management API would be open to the network without a key, and nobody said so."""
@@ -100,7 +98,7 @@ class BrowserGuard:
         self.allowed_hosts = frozenset(normalize_host(h) for h in allowed_hosts)
         self.allowed_origins = frozenset(normalize_origin(o) for o in allowed_origins)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
@@ -150,7 +148,7 @@ class BrowserGuard:
             await send({"type": "http.response.body", "body": b""})
             return
 
-        async def send_with_cors(message: dict[str, Any]) -> None:
+        async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", ()), *cors]}
             await send(message)
@@ -208,7 +206,7 @@ def _misdirected(value: bytes) -> tuple[int, str, str]:
     )
 
 
-def _has(scope: dict[str, Any], header: bytes) -> bool:
+def _has(scope: Scope, header: bytes) -> bool:
     return any(name == header for name, _ in scope["headers"])
 
 
@@ -246,7 +244,7 @@ def _simple_body(content_type: bytes) -> tuple[int, str, str]:
     )
 
 
-async def _refuse(kind: str, send: Any, status: int, name: str, message: str) -> None:
+async def _refuse(kind: str, send: Send, status: int, name: str, message: str) -> None:
     if kind == "websocket":
         await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
         return

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Secrets, ServerConfig
-from ..dataplane import DataPlane
+from ..dataplane import ControlPolicy, DataPlane, ModelControl
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
@@ -143,6 +143,10 @@ class Podium:
         self._limits = self._connection_limits()
         self._grpc_limits = self._grpc_connection_limits(self._limits)
         repository = self.dataplane.repository
+        repository.control = ControlPolicy(ModelControl(config.model_control))
+        # for this process's extractions, start-up models' included
+        repository.set_archive_limits(config.max_archive_size, config.max_archive_ratio)
+        self._warn_model_control()
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
         inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
@@ -158,6 +162,7 @@ class Podium:
             inference_services(
                 self.dataplane,
                 stream_format=self.config.grpc_stream_format,
+                output_contents=self.config.grpc_output_contents,
                 sequence_header=self.config.sequence_header,
             ),
             host=self.config.host,
@@ -189,6 +194,27 @@ class Podium:
         if on_ready is not None:
             on_ready(self.addresses)
 
+    def _warn_model_control(self) -> None:
+        """A warning when any client of the inference listeners may load and unload models."""
+        config = self.config
+        if config.model_control != ModelControl.INFERENCE.value:
+            return
+        if config.auth:
+            logger.info(
+                "model control is open on the inference listeners (--model-control inference): "
+                "clients with the inference key can load and unload models"
+            )
+            return
+        logger.warning(
+            "model control is open on the inference listeners (--model-control inference) "
+            "without --auth: every client that can reach the inference listeners (%s, HTTP "
+            "port %s, gRPC port %s) can unload every model; add --auth, or leave model control "
+            "to the management API",
+            config.host,
+            config.http_port,
+            config.grpc_port,
+        )
+
     def _keys(self) -> Authorizer | None:
         """The keys, written to the key file: for every listener with ``--auth``, for the
         management API by default (unless the default key file cannot be written: then a
@@ -197,7 +223,7 @@ class Podium:
         if config.auth is False:
             return None
         try:
-            return Authorizer.create(config.key_file, expiration=config.token_expiration)
+            made = Authorizer.create(config.key_file, expiration=config.token_expiration)
         except OSError as exc:
             if config.auth or config.key_file is not None:
                 raise
@@ -208,6 +234,13 @@ class Podium:
                 exc.strerror or exc,
             )
             return None
+        # Said here, to the operator: a 401 names the key file but not where it is.
+        logger.info(
+            "token authorization on %s; the keys are in %s",
+            "every listener" if config.auth else "the management API",
+            made.key_file,
+        )
+        return made
 
     def _connection_limits(self) -> ConnectionLimits:
         """Every HTTP listener's limits; raises the open-files limit first (logged)."""
@@ -277,6 +310,9 @@ class Podium:
             model_store=config.model_store,
             allowed_urls=config.allowed_urls,
             max_download_size=config.max_download_size,
+            download_timeout=config.download_timeout,
+            start_paths=self.paths,
+            allow_any_local_path=config.allow_any_local_path,
         )
         self.management = Management(self.dataplane.repository, urls=urls)
         app: Any = ManagementApp(self.management, authorizer=self.authorizer)
@@ -301,6 +337,10 @@ class Podium:
         )
         self.addresses["grpc-management"] = await grpc_server.start()
         self._servers.append(grpc_server)
+        # Where to go instead, for the inference listeners' refusal to load or unload.
+        self.dataplane.repository.control.management = (
+            f"{self.addresses['http-management']}, gRPC {self.addresses['grpc-management']}"
+        )
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close the models."""

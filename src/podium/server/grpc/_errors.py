@@ -3,7 +3,8 @@
 :func:`status_of` decides for every gRPC answer, whichever server serves it:
 
 - a :class:`~podium.errors.PodiumError` takes its code from the single table in ``errors.py``
-  and keeps its message;
+  and keeps its message (bounded, as every message a client gets:
+  :func:`podium.errors.bounded`);
 - :class:`ReplyFailed` (a model's HTTP error status) and the bridge's ``Aborted`` (a handler's
   ``context.abort``) carry their own code and message;
 - ``asyncio.CancelledError`` is ``CANCELLED`` (the client is gone or the server stops);
@@ -24,7 +25,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from ...errors import PodiumError, grpc_code
+from ...errors import PodiumError, bounded, grpc_code
 from .bridge import Aborted
 
 __all__ = ["ReplyFailed", "abort_with", "status_of", "unhandled_status"]
@@ -48,8 +49,8 @@ def status_of(
     """The status code and message a client gets for ``exc`` (logged if unexpected);
     ``unhandled``: it escaped the handler (see the module's docstring)."""
     if isinstance(exc, ReplyFailed):
-        return exc.code, exc.message
-    if isinstance(exc, PodiumError):
+        return exc.code, bounded(exc.message)  # a model's own words: bounded as an error's
+    if isinstance(exc, PodiumError):  # its message is bounded already
         return grpc.StatusCode[grpc_code(exc)], exc.message
     if isinstance(exc, Aborted):
         return exc.code, exc.details
@@ -57,8 +58,8 @@ def status_of(
         return grpc.StatusCode.CANCELLED, "the call was cancelled"
     logger.error("unexpected error serving %s", where or "a gRPC call", exc_info=exc)
     if unhandled:
-        return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}"
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        return grpc.StatusCode.UNKNOWN, bounded(f"Exception calling application: {exc}")
+    return grpc.StatusCode.INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}")
 
 
 def unhandled_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:

@@ -1,41 +1,35 @@
-"""The HTTP application: routing and the three front ends over one data plane.
+"""The HTTP application: the three front ends over one data plane, and their route table.
 
-Pure ASGI (no framework on the hot path): a route is found by splitting the path, the body is
-decoded with msgspec, and the data plane does the rest. Each handler turns its wire format into a
-:class:`podium.types.Call` and the data plane's answer back into its wire format.
+Pure ASGI (no framework on the hot path): :data:`INFERENCE_ROUTES` (at the end) is every route
+the inference listener serves, compiled (``_routing.Router``) into one function that finds a
+route by splitting the path once; the body is decoded with msgspec, and the data plane does the
+rest. Each handler turns its wire format into a :class:`podium.types.Call` and the data plane's
+answer back into its wire format.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import MethodNotAllowed, NotFound, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
+from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
 from . import _oip, _responses
 from ._exchange import Exchange
 from ._responses import chunk_of, send_body, send_error, send_json
+from ._routing import Api, Route, RouteTable
 
-__all__ = ["HttpApp"]
+__all__ = ["INFERENCE_ROUTES", "HttpApp"]
 
 logger = logging.getLogger("podium.http")
 
-Handler = Callable[..., Awaitable[None]]
 _NOTHING = object()
-
-
-def _allow(method: str, allowed: tuple[str, ...], what: str) -> None:
-    if method not in allowed and not (method == "HEAD" and "GET" in allowed):
-        if "GET" in allowed:
-            allowed = (*allowed, "HEAD")
-        raise MethodNotAllowed(
-            f"{what} does not accept {method}; use {', '.join(allowed)}", allowed
-        )
 
 
 class HttpApp:
@@ -51,8 +45,9 @@ class HttpApp:
         self.dataplane = dataplane
         self.max_request_size = max_request_size
         self.sequence_header = sequence_header
+        self._router = INFERENCE_ROUTES.compile(self)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self._http(scope, receive, send)
@@ -67,10 +62,13 @@ class HttpApp:
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1003})
 
-    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         ex = Exchange(scope, receive, self.max_request_size)
         try:
-            handler, args = self._route(scope["method"], scope["path"])
+            found = self._router.match(scope["method"], scope["path"])
+            if found is None:
+                raise NotFound(f"no route for {scope['method']} {scope['path']}")
+            handler, args = found
             await handler(ex, send, *args)
         except MethodNotAllowed as exc:
             allow = [(b"allow", ", ".join(exc.allowed).encode())]
@@ -92,85 +90,37 @@ class HttpApp:
         finally:
             ex.unwatch()
 
-    # -- routing ---------------------------------------------------------------------------
-
-    def _route(self, method: str, path: str) -> tuple[Handler, tuple[Any, ...]]:
-        if len(path) > 1 and path.endswith("/"):
-            path = path[:-1]
-        parts = path.split("/")
-        n = len(parts)
-        head = parts[1] if n > 1 else ""
-        if head == "v2":
-            if n == 2:
-                _allow(method, ("GET",), "GET /v2")
-                return self._server_metadata, ()
-            if n == 4 and parts[2] == "health" and parts[3] in ("live", "ready"):
-                _allow(method, ("GET",), path)
-                return (self._live if parts[3] == "live" else self._ready), ()
-            if n >= 4 and parts[2] == "models" and parts[3]:
-                model, rest, version = parts[3], parts[4:], None
-                if len(rest) >= 2 and rest[0] == "versions" and rest[1]:
-                    version, rest = rest[1], rest[2:]
-                if not rest:
-                    _allow(method, ("GET",), path)
-                    return self._model_metadata, (model, version)
-                if len(rest) == 1:
-                    action = rest[0]
-                    if action == "ready":
-                        _allow(method, ("GET",), path)
-                        return self._model_ready, (model, version)
-                    if action in _oip.ACTIONS:
-                        _allow(method, ("POST",), path)
-                        return self._oip, (model, version, action)
-        elif head == "ping" and n == 2:
-            _allow(method, ("GET", "POST"), "/ping")
-            return self._ping, ()
-        elif head == "predictions" and n in (3, 4) and parts[2]:
-            _allow(method, ("POST", "PUT"), path)
-            return self._torchserve, (parts[2], parts[3] if n == 4 else None)
-        elif head == "v1" and n == 4 and parts[2] == "models" and parts[3]:
-            name = parts[3]
-            if ":" in name:
-                name, verb = name.rsplit(":", 1)
-                if verb == "predict" and name:
-                    _allow(method, ("POST",), path)
-                    return self._truss, (name,)
-            else:
-                _allow(method, ("GET",), path)
-                return self._truss_ready, (name,)
-        raise NotFound(f"no route for {method} {path}")
-
     # -- health and metadata ---------------------------------------------------------------
 
-    async def _server_metadata(self, ex: Exchange, send: Any) -> None:
+    async def _server_metadata(self, ex: Exchange, send: Send) -> None:
         await send_json(send, 200, self.dataplane.server_metadata())
 
-    async def _live(self, ex: Exchange, send: Any) -> None:
+    async def _live(self, ex: Exchange, send: Send) -> None:
         await send_json(send, 200, {"live": True})
 
-    async def _ready(self, ex: Exchange, send: Any) -> None:
+    async def _ready(self, ex: Exchange, send: Send) -> None:
         ready = self.dataplane.ready()
         await send_json(send, 200 if ready else 503, {"ready": ready})
 
     async def _model_metadata(
-        self, ex: Exchange, send: Any, model: str, version: str | None
+        self, ex: Exchange, send: Send, model: str, version: str | None
     ) -> None:
         await send_json(send, 200, self.dataplane.model_metadata(model, version))
 
-    async def _model_ready(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
+    async def _model_ready(self, ex: Exchange, send: Send, model: str, version: str | None) -> None:
         ready = self.dataplane.model_ready(model, version)
         body = {"name": model, "ready": ready}
         if version:
             body["version"] = version
         await send_json(send, 200 if ready else 503, body)
 
-    async def _ping(self, ex: Exchange, send: Any) -> None:
+    async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
         else:
             await send_json(send, 500, {"status": "Partial Healthy"})
 
-    async def _truss_ready(self, ex: Exchange, send: Any, model: str) -> None:
+    async def _truss_ready(self, ex: Exchange, send: Send, model: str) -> None:
         ready = self.dataplane.model_ready(model)
         await send_json(send, 200 if ready else 503, {"name": model, "ready": ready})
 
@@ -186,15 +136,15 @@ class HttpApp:
         """Find the model (404/503 before the body is touched) and the call's pieces."""
         mv = self.dataplane.resolve(model, version)
         ex.check_length()  # the limit holds for a model that reads the body itself too
-        inst = mv.instance
-        request = ex.request() if inst.needs_request else None
+        caps = mv.instance.capabilities
+        request = ex.request() if caps.needs_request else None
         call = Call(model, version, protocol, None, request)
         if mv.config.sequence_batching:
             name = self.sequence_header
             call.sequence = _sequences.from_headers(lambda h: ex.header(h.lower().encode()), name)
         return mv, call
 
-    def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Any) -> Any:
+    def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
         response of a call to a sequence model, as the answer says them when the response
         starts; ``send`` itself for any other model."""
@@ -202,7 +152,7 @@ class HttpApp:
             return send
         name = self.sequence_header
 
-        async def send_with_sequence(message: dict[str, Any]) -> None:
+        async def send_with_sequence(message: Message) -> None:
             if message["type"] == "http.response.start":
                 extra = _sequences.response_headers(answer.sequence, name)
                 if extra:
@@ -215,7 +165,7 @@ class HttpApp:
         self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
     ) -> None:
         """Read and parse the body if the model takes the inputs; then watch for disconnects."""
-        if mv.instance.needs_inputs:
+        if mv.instance.capabilities.needs_inputs:
             call.payload = parse(await ex.body())
             if mv.config.sequence_batching and isinstance(call.payload, InferenceRequest):
                 found = _sequences.from_parameters(call.payload.parameters)
@@ -223,7 +173,7 @@ class HttpApp:
         ex.watch()
 
     async def _oip(
-        self, ex: Exchange, send: Any, model: str, version: str | None, action: str
+        self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
         # The binary tensor extension costs a plain JSON request this one header lookup.
@@ -238,7 +188,7 @@ class HttpApp:
             response = answer.value
             binary = _oip.binary_outputs(call.payload)
             if binary is None and header is None:
-                await send_body(send, 200, _json(answer), _oip.encoder.encode(response))
+                await send_body(send, 200, _json(answer), _oip.encode_response(response))
                 return
             body, json_length = _oip.render_binary(response, binary)
             if json_length is None:
@@ -258,7 +208,8 @@ class HttpApp:
             answer = await self.dataplane.infer(call, mv)
             send = self._sender(mv, answer, send)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
-            joined = form.triton and mv.instance.streaming and not mv.instance.predict_on_infer
+            caps = mv.instance.capabilities
+            joined = form.triton and caps.streaming and not caps.predict_on_infer
             body = _oip.render(answer.value, form, join=joined)
             await send_body(send, 200, _json(answer), body)
             return
@@ -272,10 +223,10 @@ class HttpApp:
             sse=True,
         )
 
-    async def _truss(self, ex: Exchange, send: Any, model: str) -> None:
+    async def _truss(self, ex: Exchange, send: Send, model: str) -> None:
         mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
         await self._read(ex, mv, call, _parse_json)
-        if mv.instance.streaming:
+        if mv.instance.capabilities.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.TEXT, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
@@ -289,12 +240,12 @@ class HttpApp:
             return
         await send_body(send, 200, _json(answer), _responses.encode_json(result))
 
-    async def _torchserve(self, ex: Exchange, send: Any, model: str, version: str | None) -> None:
+    async def _torchserve(self, ex: Exchange, send: Send, model: str, version: str | None) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
         await self._read(ex, mv, call, _parse_json if is_json else bytes)
-        if mv.instance.streaming:
+        if mv.instance.capabilities.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
@@ -314,7 +265,7 @@ class HttpApp:
     async def _stream(
         self,
         ex: Exchange,
-        send: Any,
+        send: Send,
         call: Call,
         mv: ModelVersion,
         encode: Callable[[Any], bytes],
@@ -369,3 +320,134 @@ def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
 def _is_response(value: Any) -> bool:
     """A starlette ``Response`` returned by a Truss-style model is sent as it is."""
     return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
+
+
+_OIP, _TRUSS, _TS = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST
+_UNVERSIONED = {"version": None}
+
+#: Every route of the inference listener, in the order the protocols document them. HEAD is
+#: served wherever GET is. A path that matches with another method is a 405 with ``Allow``.
+INFERENCE_ROUTES = RouteTable(
+    [
+        # Open Inference Protocol v2, REST
+        Route("GET", "/v2", HttpApp._server_metadata, _OIP, "serverMetadata"),
+        Route("GET", "/v2/health/live", HttpApp._live, _OIP, "serverLive"),
+        Route("GET", "/v2/health/ready", HttpApp._ready, _OIP, "serverReady"),
+        Route(
+            "GET",
+            "/v2/models/{model}",
+            HttpApp._model_metadata,
+            _OIP,
+            "modelMetadata",
+            args=_UNVERSIONED,
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/versions/{version}",
+            HttpApp._model_metadata,
+            _OIP,
+            "modelVersionMetadata",
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/ready",
+            HttpApp._model_ready,
+            _OIP,
+            "modelReady",
+            args=_UNVERSIONED,
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/versions/{version}/ready",
+            HttpApp._model_ready,
+            _OIP,
+            "modelVersionReady",
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/infer",
+            HttpApp._oip,
+            _OIP,
+            "modelInfer",
+            args={"version": None, "action": "infer"},
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/versions/{version}/infer",
+            HttpApp._oip,
+            _OIP,
+            "modelVersionInfer",
+            args={"action": "infer"},
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/infer_stream",
+            HttpApp._oip,
+            _OIP,
+            "modelInferStream",
+            args={"version": None, "action": "infer_stream"},
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/versions/{version}/infer_stream",
+            HttpApp._oip,
+            _OIP,
+            "modelVersionInferStream",
+            args={"action": "infer_stream"},
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/generate",
+            HttpApp._oip,
+            _OIP,
+            "modelGenerate",
+            args={"version": None, "action": "generate"},
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/versions/{version}/generate",
+            HttpApp._oip,
+            _OIP,
+            "modelVersionGenerate",
+            args={"action": "generate"},
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/generate_stream",
+            HttpApp._oip,
+            _OIP,
+            "modelGenerateStream",
+            args={"version": None, "action": "generate_stream"},
+        ),
+        Route(
+            "POST",
+            "/v2/models/{model}/versions/{version}/generate_stream",
+            HttpApp._oip,
+            _OIP,
+            "modelVersionGenerateStream",
+            args={"action": "generate_stream"},
+        ),
+        # TorchServe's inference API
+        Route(("GET", "POST"), "/ping", HttpApp._ping, _TS, "ping"),
+        Route(
+            ("POST", "PUT"),
+            "/predictions/{model}",
+            HttpApp._torchserve,
+            _TS,
+            "predictions",
+            args=_UNVERSIONED,
+        ),
+        Route(
+            ("POST", "PUT"),
+            "/predictions/{model}/{version}",
+            HttpApp._torchserve,
+            _TS,
+            "versionPredictions",
+        ),
+        # Truss-style: a ':' in the last segment is a verb, so readiness takes names without one
+        Route("GET", "/v1/models/{model:noverb}", HttpApp._truss_ready, _TRUSS, "trussReady"),
+        Route("POST", "/v1/models/{model}:predict", HttpApp._truss, _TRUSS, "trussPredict"),
+    ],
+    leading=("ex", "send"),
+    head=True,
+)

@@ -13,9 +13,7 @@ import asyncio
 from typing import Any
 
 from ...errors import InvalidInput, PayloadTooLarge
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
+from .._asgi import Message, Receive, Scope
 
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
@@ -40,7 +38,7 @@ class Exchange:
         "_request",
     )
 
-    def __init__(self, scope: Scope, receive: Any, limit: int) -> None:
+    def __init__(self, scope: Scope, receive: Receive, limit: int) -> None:
         self.scope = scope
         self._receive = receive
         self._limit = limit

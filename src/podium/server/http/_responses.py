@@ -10,6 +10,7 @@ import msgspec
 from ... import codecs
 from ...errors import PodiumError, ValidationFailed, http_status
 from ...types import Reply
+from .._asgi import Send
 from .._headers import http_headers
 
 logger = logging.getLogger("podium.http")
@@ -37,7 +38,7 @@ def encode_json(value: Any) -> bytes:
 
 
 async def send_body(
-    send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> None:
     """A whole response, with ``Content-Length`` (so the server need not chunk it)."""
     headers = [*headers, (b"content-length", str(len(body)).encode())]
@@ -45,7 +46,7 @@ async def send_body(
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_json(send: Any, status: int, value: Any) -> None:
+async def send_json(send: Send, status: int, value: Any) -> None:
     await send_body(send, status, JSON, encoder.encode(value))
 
 
@@ -57,7 +58,7 @@ def error_body(exc: PodiumError) -> dict[str, Any]:
 
 
 async def send_error(
-    send: Any, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
+    send: Send, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     status = http_status(exc)
     if status >= 500:
@@ -94,7 +95,7 @@ def reply_start(
     return reply.status, headers
 
 
-async def send_reply(send: Any, reply: Reply) -> None:
+async def send_reply(send: Send, reply: Reply) -> None:
     """A whole :class:`Reply`: bytes and text as they are, anything else as JSON."""
     body = reply.body
     if isinstance(body, bytes | bytearray):

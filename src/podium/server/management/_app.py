@@ -1,6 +1,7 @@
 """The management REST API (TorchServe's, on ``--management-port``, 8081): a pure ASGI app.
 
-Routes, as TorchServe has them::
+Routes, as TorchServe has them (:data:`MANAGEMENT_ROUTES`, at the end, is the table that
+dispatches them, answers 405 with ``Allow``, and is what ``OPTIONS /`` describes)::
 
     POST   /models?url=...                 register (parameters in the query or a JSON body)
     GET    /models                         list (limit, next_page_token)
@@ -11,8 +12,9 @@ Routes, as TorchServe has them::
     POST   /token?type=management|inference  new key (with --auth; needs the API key)
     OPTIONS /                              the API's description (OpenAPI 3)
 
-Answers are TorchServe's: ``{"status": "..."}`` on success, ``{"code", "type", "message"}`` on
-failure, with the status codes of the one table in ``errors.py``.
+Empty segments and trailing slashes are ignored, as TorchServe does. Answers are TorchServe's:
+``{"status": "..."}`` on success, ``{"code", "type", "message"}`` on failure, with the status
+codes of the one table in ``errors.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
+from ...codecs import JSON_ERRORS, json_problem
 from ...errors import (
     Conflict,
     InvalidInput,
@@ -35,13 +38,15 @@ from ...errors import (
     Unavailable,
     http_status,
 )
+from .._asgi import Receive, Scope, Send
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
+from ..http import Api, Route, RouteTable
 from ..http._responses import JSON, send_body
-from ._core import Management, Reply
+from ._core import Management, Outcome
 from ._openapi import description
 from ._params import Registration, Scaling, page
 
-__all__ = ["ManagementApp", "error_body", "render_unauthenticated"]
+__all__ = ["MANAGEMENT_ROUTES", "ManagementApp", "error_body", "render_unauthenticated"]
 
 logger = logging.getLogger("podium.management")
 
@@ -91,8 +96,10 @@ class ManagementApp:
     def __init__(self, management: Management, *, authorizer: Authorizer | None = None) -> None:
         self.management = management
         self.authorizer = authorizer
+        self._router = MANAGEMENT_ROUTES.compile(self)
+        self._description = description(MANAGEMENT_ROUTES)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while True:
                 message = await receive()
@@ -116,7 +123,7 @@ class ManagementApp:
             logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             await self._error(send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
 
-    async def _error(self, send: Any, exc: PodiumError) -> None:
+    async def _error(self, send: Send, exc: PodiumError) -> None:
         status, body = error_body(exc)
         if status >= 500:
             logger.warning("%s %s", status, exc.message)
@@ -125,62 +132,77 @@ class ManagementApp:
             headers.append((b"allow", ", ".join(exc.allowed).encode()))
         await send_body(send, status, headers, _encoder.encode(body))
 
-    async def _handle(self, scope: dict[str, Any], receive: Any) -> Reply:
+    async def _handle(self, scope: Scope, receive: Receive) -> Outcome:
         method = scope["method"]
         path = scope["path"]
-        parts = [p for p in path.split("/") if p]
-        query = dict(reversed(parse_qsl(scope["query_string"].decode("latin-1"), True)))
-        ops = self.management
-        if not parts:
-            _allow(method, ("OPTIONS",), "/")
-            return Reply(200, description())
-        if parts[0] == "token" and len(parts) == 1:
-            _allow(method, ("POST", "GET"), "/token")  # TorchServe 0.9's plugin answered GET
-            return self._token(query)
-        if parts[0] != "models" or len(parts) > 4:
+        normal = "/" + "/".join(p for p in path.split("/") if p)
+        found = self._router.match(method, normal)
+        if found is None:
             raise NoRoute(f"no management route for {method} {path}")
-        if len(parts) == 1:
-            _allow(method, ("GET", "POST"), "/models")
-            if method == "POST":
-                values = {**query, **(await _json_body(scope, receive))}
-                return await ops.register(Registration.parse(values))
-            return ops.list_models(*page(query))
-        name = parts[1]
-        version = parts[2] if len(parts) >= 3 else None
-        if len(parts) == 4:
-            if parts[3] != "set-default":
-                raise NoRoute(f"no management route for {method} {path}")
-            _allow(method, ("PUT",), path)
-            return ops.set_default(name, parts[2])
-        _allow(method, ("GET", "PUT", "DELETE"), path)
-        if method == "GET":
-            return ops.describe(name, version)  # "customized" is accepted and ignored
-        if version == "all":
-            raise InvalidInput(f"{method} {path}: 'all' names no version; name one")
-        if method == "PUT":
-            return await ops.scale(name, version, Scaling.parse(query))
-        return await ops.unregister(name, version)
+        handler, args = found
+        reply: Outcome = await handler(scope, receive, *args)
+        return reply
 
-    def _token(self, query: dict[str, str]) -> Reply:
+    # -- handlers (MANAGEMENT_ROUTES) ----------------------------------------------------------
+
+    async def _api_description(self, scope: Scope, receive: Receive) -> Outcome:
+        return Outcome(200, self._description)
+
+    async def _token(self, scope: Scope, receive: Receive) -> Outcome:
         if self.authorizer is None:
             raise NoRoute("token authorization is off (start the server with --auth)")
-        kind = query.get("type")
+        kind = _query(scope).get("type")
         if kind not in (MANAGEMENT, INFERENCE):
             raise InvalidInput(f"parameter type must be management or inference, got {kind!r}")
         self.authorizer.regenerate(kind)
-        return Reply(
+        return Outcome(
             200, {"status": f"the {kind} key was replaced; see {self.authorizer.key_file}"}
         )
 
+    async def _list(self, scope: Scope, receive: Receive) -> Outcome:
+        return self.management.list_models(*page(_query(scope)))
 
-def _allow(method: str, allowed: tuple[str, ...], what: str) -> None:
-    if method not in allowed:
-        raise MethodNotAllowed(
-            f"{what} does not accept {method}; use {', '.join(allowed)}", allowed
-        )
+    async def _register(self, scope: Scope, receive: Receive) -> Outcome:
+        values = {**_query(scope), **(await _json_body(scope, receive))}
+        return await self.management.register(Registration.parse(values))
+
+    async def _describe(
+        self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
+    ) -> Outcome:
+        # "customized" is accepted and ignored
+        return self.management.describe(model_name, model_version)
+
+    async def _scale(
+        self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
+    ) -> Outcome:
+        _one_version(scope, model_version)
+        scaling = Scaling.parse(_query(scope))
+        return await self.management.scale(model_name, model_version, scaling)
+
+    async def _set_default(
+        self, scope: Scope, receive: Receive, model_name: str, model_version: str
+    ) -> Outcome:
+        return self.management.set_default(model_name, model_version)
+
+    async def _unregister(
+        self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
+    ) -> Outcome:
+        _one_version(scope, model_version)
+        return await self.management.unregister(model_name, model_version)
 
 
-async def _json_body(scope: dict[str, Any], receive: Any) -> dict[str, Any]:
+def _query(scope: Scope) -> dict[str, str]:
+    """The query's parameters; the first of a repeated one counts."""
+    return dict(reversed(parse_qsl(scope["query_string"].decode("latin-1"), True)))
+
+
+def _one_version(scope: Scope, version: str | None) -> None:
+    if version == "all":
+        method, path = scope["method"], scope["path"]
+        raise InvalidInput(f"{method} {path}: 'all' names no version; name one")
+
+
+async def _json_body(scope: Scope, receive: Receive) -> dict[str, Any]:
     """The registration parameters in a JSON body, if the request has one."""
     content_type = b""
     for key, value in scope["headers"]:
@@ -199,9 +221,38 @@ async def _json_body(scope: dict[str, Any], receive: Any) -> dict[str, Any]:
     if not body.strip() or content_type != b"application/json":
         return {}
     try:
-        values = msgspec.json.decode(bytes(body))
-    except msgspec.DecodeError as exc:
-        raise InvalidInput(f"the body is not valid JSON: {exc}") from exc
+        values = msgspec.json.decode(body)
+    except JSON_ERRORS as exc:
+        raise InvalidInput(f"the body is not valid JSON: {json_problem(exc, body)}") from exc
+    except RecursionError:
+        raise InvalidInput("the body is not valid JSON: it is nested too deeply") from None
     if not isinstance(values, dict):
         raise InvalidInput("the body must be a JSON object of registration parameters")
     return {k: v for k, v in values.items() if v is not None}
+
+
+_API = Api.MANAGEMENT
+_DEFAULT_VERSION = {"model_version": None}
+_M, _MV = "/models/{model_name}", "/models/{model_name}/{model_version}"
+
+#: Every route of the management listener; each name is the operation's id in the description
+#: (``OPTIONS /``, :mod:`._openapi`), TorchServe's where it has one.
+MANAGEMENT_ROUTES = RouteTable(
+    [
+        Route("OPTIONS", "/", ManagementApp._api_description, _API, "apiDescription"),
+        Route("GET", "/models", ManagementApp._list, _API, "listModels"),
+        Route("POST", "/models", ManagementApp._register, _API, "registerModel"),
+        Route("GET", _M, ManagementApp._describe, _API, "describeModel", args=_DEFAULT_VERSION),
+        Route("PUT", _M, ManagementApp._scale, _API, "setAutoScale", args=_DEFAULT_VERSION),
+        Route(
+            "DELETE", _M, ManagementApp._unregister, _API, "unregisterModel", args=_DEFAULT_VERSION
+        ),
+        Route("GET", _MV, ManagementApp._describe, _API, "describeModelVersion"),
+        Route("PUT", _MV, ManagementApp._scale, _API, "setAutoScaleVersion"),
+        Route("DELETE", _MV, ManagementApp._unregister, _API, "unregisterModelVersion"),
+        Route("PUT", _MV + "/set-default", ManagementApp._set_default, _API, "setDefault"),
+        # TorchServe 0.9's token plugin answered GET too
+        Route(("POST", "GET"), "/token", ManagementApp._token, _API, "token"),
+    ],
+    leading=("scope", "receive"),
+)

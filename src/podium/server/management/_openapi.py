@@ -1,14 +1,19 @@
 """The management API's description (``OPTIONS /``), an OpenAPI 3.0.1 document as TorchServe
-answers there: enough for a client generator to know every route and parameter."""
+answers there: enough for a client generator to know every route and parameter.
+
+Its paths and methods are the route table's (:data:`MANAGEMENT_ROUTES`), so the description
+cannot drift from what is served; this module adds what a table does not know: per operation
+(the route's name) a summary and the query parameters, per path parameter a description.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ... import __version__
+from ..http import RouteTable
 
 __all__ = ["description"]
-
 _STATUS = {"type": "object", "properties": {"status": {"type": "string"}}}
 _ERROR = {
     "type": "object",
@@ -65,43 +70,49 @@ def _op(op_id: str, summary: str, params: list[dict[str, Any]]) -> dict[str, Any
     }
 
 
-def description() -> dict[str, Any]:
-    """The OpenAPI document of every management route."""
+#: Per operation id: its summary and its query parameters.
+_OPERATIONS: dict[str, tuple[str, list[dict[str, Any]]]] = {
+    "apiDescription": ("This description.", []),
+    "listModels": (
+        "List registered models.",
+        [
+            _param("limit", "query", "integer", "Page size (1-100) [100]."),
+            _param("next_page_token", "query", "integer", "Where the page starts."),
+        ],
+    ),
+    "registerModel": ("Register a model.", _REGISTER),
+    "describeModel": ("Describe the default version.", []),
+    "setAutoScale": ("Scale the default version's workers.", _SCALE),
+    "unregisterModel": ("Unregister every version.", []),
+    "describeModelVersion": ("Describe a version (or all).", []),
+    "setAutoScaleVersion": ("Scale a version's workers.", _SCALE),
+    "unregisterModelVersion": ("Unregister a version.", []),
+    "setDefault": ("Make a version the default.", []),
+    "token": (
+        "Replace a key (with --auth; needs the API key).",
+        [_param("type", "query", "string", "management or inference", True)],
+    ),
+    "tokenGet": (
+        "Replace a key, as TorchServe 0.9's token plugin answered GET.",
+        [_param("type", "query", "string", "management or inference", True)],
+    ),
+}
+_PATH_PARAMS = {"model_name": _M, "model_version": _V}
+
+
+def description(routes: RouteTable) -> dict[str, Any]:
+    """The OpenAPI document of every route of ``routes`` (the management table).
+
+    ``KeyError`` names an operation or a path parameter this module does not describe (a test
+    builds the document from the real table).
+    """
+    paths: dict[str, dict[str, Any]] = {}
+    for template, method, op_id, route in routes.operations():
+        summary, query = _OPERATIONS[op_id]
+        params = [_PATH_PARAMS[name] for name in route.params]
+        paths.setdefault(template, {})[method.lower()] = _op(op_id, summary, [*params, *query])
     return {
         "openapi": "3.0.1",
         "info": {"title": "Podium management API (TorchServe-compatible)", "version": __version__},
-        "paths": {
-            "/": {"options": _op("apiDescription", "This description.", [])},
-            "/models": {
-                "get": _op(
-                    "listModels",
-                    "List registered models.",
-                    [
-                        _param("limit", "query", "integer", "Page size (1-100) [100]."),
-                        _param("next_page_token", "query", "integer", "Where the page starts."),
-                    ],
-                ),
-                "post": _op("registerModel", "Register a model.", _REGISTER),
-            },
-            "/models/{model_name}": {
-                "get": _op("describeModel", "Describe the default version.", [_M]),
-                "put": _op("setAutoScale", "Scale the default version's workers.", [_M, *_SCALE]),
-                "delete": _op("unregisterModel", "Unregister every version.", [_M]),
-            },
-            "/models/{model_name}/{model_version}": {
-                "get": _op("describeModelVersion", "Describe a version (or all).", [_M, _V]),
-                "put": _op("setAutoScaleVersion", "Scale a version's workers.", [_M, _V, *_SCALE]),
-                "delete": _op("unregisterModelVersion", "Unregister a version.", [_M, _V]),
-            },
-            "/models/{model_name}/{model_version}/set-default": {
-                "put": _op("setDefault", "Make a version the default.", [_M, _V]),
-            },
-            "/token": {
-                "post": _op(
-                    "token",
-                    "Replace a key (with --auth; needs the API key).",
-                    [_param("type", "query", "string", "management or inference", True)],
-                )
-            },
-        },
+        "paths": paths,
     }
