@@ -100,7 +100,7 @@ class SequenceScheduler:
             self._sweeper = None
         await self._tasks.cancel()
         for seq in list(self._seqs.values()):
-            seq.turns.fail_all(self._stopped_error)
+            seq.fail_waiting(self._stopped_error)
         for lane in list(self._lanes.values()):
             lane.fail_waiting(self._stopped_error)
         await self._pool.close()
@@ -291,7 +291,7 @@ class SequenceScheduler:
                     f"requests waiting behind the one running (max_sequence_queue_size "
                     f"{self._max_waiting})"
                 )
-            await seq.room.wait()  # woken when the turn passes; closing fails it
+            await seq.wait_for_room()  # woken when the turn passes; closing fails it
             if seq.try_take_turn():
                 _joined(ref)
                 return
@@ -381,8 +381,7 @@ class SequenceScheduler:
         seq.lane.sequences.discard(seq)
         self._ended.add(seq.id, reason)
         seq.state = {}
-        seq.turns.fail_all(lambda: self._closed_error(seq.id, reason))
-        seq.room.fail_all(lambda: self._closed_error(seq.id, reason))
+        seq.fail_waiting(lambda: self._closed_error(seq.id, reason))
 
     def _closed_error(self, sid: str, reason: str) -> SequenceClosed:
         return SequenceClosed(

@@ -4,7 +4,7 @@ ids."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...types import Context
@@ -67,8 +67,8 @@ class Sequence:
         # the turn handed to a request cancelled as it was handed goes on (``release``: the
         # owner's way to pass it, default :meth:`pass_turn`)
         self.turns: Line[Sequence] = Line(release or Sequence.pass_turn, max_waiting)
-        # woken all at once and each looks again, so a wake-up lost to a cancellation is harmless
-        self.room: Line[None] = Line(_nothing)
+        # made when first needed (a deque costs ~600 bytes, and most sequences never need it)
+        self.room: Line[None] | None = None
         self.first = True  # no request of it has started yet
         self.generation = 0  # how many times a start flag began it again
         self.ended: str | None = None  # why the current sequence is over, while requests queue
@@ -91,6 +91,19 @@ class Sequence:
         if room:
             while room.hand(None):
                 pass
+
+    def wait_for_room(self) -> Awaitable[None]:
+        """Wait until the turn passes next (then look at ``turns`` again)."""
+        if self.room is None:
+            # woken all at once and each looks again: a wake-up lost to a cancellation is harmless
+            self.room = Line(_nothing)
+        return self.room.wait()
+
+    def fail_waiting(self, error: Callable[[], BaseException]) -> None:
+        """Every request waiting for the turn or for room leaves with ``error()``."""
+        self.turns.fail_all(error)
+        if self.room is not None:
+            self.room.fail_all(error)
 
     @property
     def quiet(self) -> bool:
