@@ -194,6 +194,28 @@ def test_server_config_defaults() -> None:
     assert config.threads == 64
 
 
+def test_registration_limits_default_and_are_checked() -> None:
+    config = ServerConfig()
+    assert config.download_timeout == 300.0
+    assert (config.max_archive_size, config.max_archive_ratio) == (4 << 30, 100.0)
+    assert config.allow_any_local_path is False
+    given = ServerConfig(download_timeout=5, max_archive_ratio=20, allow_any_local_path=True)
+    assert (given.download_timeout, given.max_archive_ratio) == (5.0, 20.0)
+    assert given.allow_any_local_path is True
+    for key, value, fragment in (
+        ("download_timeout", 0, "download-timeout must be a number of seconds > 0"),
+        ("download_timeout", "5", "download-timeout must be a number of seconds > 0"),
+        ("download_timeout", float("nan"), "download-timeout must be a number of seconds > 0"),
+        ("max_archive_size", 0, "max-archive-size must be >= 1 byte"),
+        ("max_archive_size", 1.5, "max-archive-size must be >= 1 byte"),
+        ("max_archive_ratio", 0.5, "max-archive-ratio must be a number >= 1"),
+        ("max_archive_ratio", True, "max-archive-ratio must be a number >= 1"),
+        ("allow_any_local_path", "yes", "allow-any-local-path must be true or false"),
+    ):
+        with pytest.raises(ValueError, match=fragment):
+            ServerConfig(**{key: value})
+
+
 @pytest.mark.parametrize("key", PORTS)
 @pytest.mark.parametrize("port", [0, 1, 65535])
 def test_valid_ports(key: str, port: int) -> None:

@@ -17,8 +17,8 @@ import pytest
 
 from podium.config import FIELDS, MODEL_KEYS, UNSET, Kind, ModelConfig, Unit
 from podium.errors import DefinitionError
-from podium.model._mls_settings import read_settings
-from podium.model._ts_config import MAPPED, SEQUENCE, model_config
+from podium.model.mlserver._settings import read_settings
+from podium.model.torchserve._config import MAPPED, SEQUENCE, model_config
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -4,11 +4,14 @@ the model store. Unit tests of the policy, and registration from a real HTTP ser
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,12 +33,66 @@ def test_local_urls_resolve_in_the_store_first_then_on_disk(tmp_path: Path) -> N
     (tmp_path / "elsewhere.py").write_bytes(MODEL)
     policy = UrlPolicy(model_store=store)
     assert policy.local("m.py") == store / "m.py"
-    assert policy.local(str(tmp_path / "elsewhere.py")) == tmp_path / "elsewhere.py"
-    assert policy.local(f"file://{tmp_path}/elsewhere.py") == tmp_path / "elsewhere.py"
+    assert policy.local(str(store / "m.py")) == store / "m.py"
+    assert policy.local(f"file://{store}/m.py") == store / "m.py"
+    anywhere = UrlPolicy(model_store=store, allow_any_local_path=True)
+    assert anywhere.local("m.py") == store / "m.py"
+    assert anywhere.local(str(tmp_path / "elsewhere.py")) == tmp_path / "elsewhere.py"
+    assert anywhere.local(f"file://{tmp_path}/elsewhere.py") == tmp_path / "elsewhere.py"
     with pytest.raises(NotFound, match="nothing.mar"):
         policy.local("nothing.mar")
     with pytest.raises(InvalidInput, match="url is required"):
         policy.local("")
+
+
+def test_local_urls_outside_the_store_and_start_paths_are_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    (store / "sub").mkdir(parents=True)
+    (store / "sub" / "m.py").write_bytes(MODEL)
+    started = tmp_path / "started"
+    started.mkdir()
+    (started / "s.py").write_bytes(MODEL)
+    (tmp_path / "single.py").write_bytes(MODEL)
+    (tmp_path / "outside.py").write_bytes(MODEL)
+    (store / "inside-link.py").symlink_to(store / "sub" / "m.py")
+    (store / "escape.py").symlink_to(tmp_path / "outside.py")
+    (store / "escape-dir").symlink_to(tmp_path)
+    (store / "dangling.py").symlink_to(tmp_path / "nothing-there.py")
+    policy = UrlPolicy(model_store=store, start_paths=[started, tmp_path / "single.py"])
+    # Under the store and the start paths: found, by path in the store or on disk.
+    assert policy.local("sub/m.py") == store / "sub" / "m.py"
+    assert policy.local("inside-link.py") == store / "inside-link.py"  # a link that stays in
+    assert policy.local(str(started / "s.py")) == started / "s.py"
+    assert policy.local(str(started)) == started
+    assert policy.local(f"file://{tmp_path}/single.py") == tmp_path / "single.py"
+    rule = "registration reads models only under the model store .*--allow-any-local-path"
+    # Elsewhere: refused, naming the rule, whether the path exists or not.
+    for url in (str(tmp_path / "outside.py"), f"file://{tmp_path}/outside.py", "/etc/passwd"):
+        with pytest.raises(InvalidInput, match=f"'{url}' is refused: {rule}"):
+            policy.local(url)
+    with pytest.raises(InvalidInput, match=f"is refused: {rule}"):
+        policy.local(str(tmp_path / "no-such.py"))
+    for url in ("../outside.py", "sub/../../outside.py", f"{store}/../outside.py", "sub/../m.py"):
+        with pytest.raises(InvalidInput, match=f"climbs with '..'; {rule}"):
+            policy.local(url)
+    for url in ("escape.py", str(store / "escape.py"), "escape-dir/outside.py", "dangling.py"):
+        with pytest.raises(InvalidInput, match="is a symbolic link to .*outside those places"):
+            policy.local(url)
+    # A relative url is looked for in the store only: never in the working directory.
+    with pytest.raises(NotFound, match=r"'outside.py' not found in the model store \("):
+        policy.local("outside.py")
+    # Without a store, only the start paths.
+    bare = UrlPolicy(model_store=None, start_paths=[started])
+    assert bare.local(str(started / "s.py")) == started / "s.py"
+    with pytest.raises(InvalidInput, match="only under the model paths the server started with"):
+        bare.local(str(tmp_path / "outside.py"))
+    nothing = UrlPolicy(model_store=None)
+    with pytest.raises(InvalidInput, match="under nothing: no --model-store is configured"):
+        nothing.local("outside.py")
+    # The operator's way out: anything, as TorchServe-era Podium did.
+    anywhere = UrlPolicy(model_store=store, allow_any_local_path=True)
+    assert anywhere.local(str(tmp_path / "outside.py")) == tmp_path / "outside.py"
+    assert anywhere.local("escape.py") == store / "escape.py"
 
 
 def test_remote_urls_are_refused_unless_allowed_in_full() -> None:
@@ -73,6 +130,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
             self.end_headers()  # no content-length: the limit must hold while streaming
             self.wfile.write(body)
+        elif self.path == "/models/trickle.py":
+            self.send_response(200)
+            self.send_header("content-length", "100000")
+            self.end_headers()
+            _trickle(self.wfile)
         elif self.path == "/models/moved.py":
             self.send_response(302)
             self.send_header("location", "/private/remote_echo.py")
@@ -85,6 +147,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def _trickle(out: Any, seconds: float = 20.0) -> None:
+    """A byte every 50 ms (each read is quick, the whole never ends), until the client leaves
+    or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(OSError):
+        while time.monotonic() < deadline:
+            out.write(b"#")
+            out.flush()
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +193,17 @@ def server(origin: str, store: Path) -> Iterator[Server]:
         ),
     ) as running:
         yield running
+
+
+def test_a_download_that_trickles_is_cut_at_its_deadline(origin: str, tmp_path: Path) -> None:
+    allowed = origin.replace(".", r"\.") + "/models/.*"
+    policy = UrlPolicy(model_store=tmp_path, allowed_urls=[allowed], download_timeout=0.5)
+    assert UrlPolicy(model_store=None).download_timeout == 300.0  # the default
+    started = time.monotonic()
+    with pytest.raises(InvalidInput, match=r"took longer than --download-timeout \(0\.5 s\)"):
+        asyncio.run(policy.download(f"{origin}/models/trickle.py"))
+    assert time.monotonic() - started < 5  # each read came within httpx's timeout: cut anyway
+    assert list(tmp_path.iterdir()) == []  # the partial file is gone
 
 
 def register(server: Server, url: str) -> httpx.Response:

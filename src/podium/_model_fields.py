@@ -5,9 +5,9 @@ Three validators are driven by :data:`FIELDS`, each adding only what its format 
 
 - ``ModelConfig.from_mapping`` (``config.yaml``): every field by its ``key``, with
   :meth:`Field.check`; then the rules between fields (``max_workers`` follows ``min_workers``).
-- ``model._ts_config.model_config`` (TorchServe's ``model-config.yaml``): the ``torchserve``
+- ``model.torchserve._config.model_config`` (TorchServe's ``model-config.yaml``): the ``torchserve``
   column (TorchServe's units are Podium's); TorchServe's own type check, then ``from_mapping``.
-- ``model._mls_settings.read_settings`` (MLServer's ``model-settings.json``): the ``mlserver``
+- ``model.mlserver._settings.read_settings`` (MLServer's ``model-settings.json``): the ``mlserver``
   column, a :class:`Spelling` with MLServer's own check, default, unit (converted) and
   conversion, then ``from_mapping``; and MLServer's rule that batching needs both
   ``max_batch_size`` and ``max_batch_time``.

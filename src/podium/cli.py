@@ -93,10 +93,19 @@ def main() -> None:
 )
 @click.option(
     "--grpc-stream-format",
-    type=click.Choice(["mlserver", "triton"]),
+    type=click.Choice(["triton", "mlserver"]),
     default=None,
-    help="Framing of OIP ModelStreamInfer responses: MLServer's bare ModelInferResponse, or "
-    "Triton's ModelStreamInferResponse with in-band errors [mlserver].",
+    help="Framing of OIP ModelStreamInfer responses: Triton's ModelStreamInferResponse with "
+    "in-band errors (tritonclient, perf_analyzer), or MLServer's bare ModelInferResponse "
+    "(MLServer's and KServe's stubs) [triton].",
+)
+@click.option(
+    "--grpc-output-contents",
+    type=click.Choice(["request", "raw"]),
+    default=None,
+    help="How OIP gRPC answers carry tensors: raw_output_contents when the request used "
+    "raw_input_contents, else typed contents (MLServer, KServe); or always raw, as Triton "
+    "[request].",
 )
 @click.option(
     "--sequence-header",
@@ -189,6 +198,32 @@ def main() -> None:
     "[none: remote urls are refused].",
 )
 @click.option(
+    "--download-timeout",
+    type=float,
+    default=None,
+    help="Seconds a registration's download may take in all; slower: refused [300].",
+)
+@click.option(
+    "--max-archive-size",
+    type=int,
+    default=None,
+    help="Bytes a TorchServe archive (.mar, .tar.gz) may expand to; more: refused [4 GiB].",
+)
+@click.option(
+    "--max-archive-ratio",
+    type=float,
+    default=None,
+    help="How many times its own size an archive may expand to, beyond 64 MiB; more: "
+    "refused as a zip bomb [100].",
+)
+@click.option(
+    "--allow-any-local-path",
+    is_flag=True,
+    default=None,
+    help="Let registration read a local url anywhere on disk, not only under --model-store "
+    "and the model paths given at start [off].",
+)
+@click.option(
     "--max-download-size", type=int, default=None, help="Largest download in bytes [1 GiB]."
 )
 @click.option(
@@ -255,8 +290,7 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
     # Bounded: no request can make the server write megabytes to its log (docs/security.md).
     handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
-    from .server import UnsafeExposure
-    from .server._runner import Podium
+    from .server import Podium, UnsafeExposure
 
     podium = Podium(config, all_paths)
 
@@ -302,8 +336,8 @@ def _run(coro: Any) -> int:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def check(paths: tuple[Path, ...]) -> None:
     """Check the model definitions at PATHS without serving; exit 1 on any error."""
-    from .model.discovery import discover
-    from .runtime.loading import check_paths
+    from .model import discover
+    from .runtime import check_paths
 
     problems = check_paths(list(paths))
     if problems:
@@ -386,7 +420,7 @@ def archive(
     force: bool,
 ) -> None:
     """Build a TorchServe model archive (.mar), as torch-model-archiver does."""
-    from .model._ts_archive import archive_model
+    from .model.torchserve import archive_model
 
     extras = [Path(p.strip()) for p in (extra_files or "").split(",") if p.strip()]
     try:

@@ -174,16 +174,45 @@ class ServerConfig:
     min_body_rate: int = 1024  # bytes/s; 0: only a body that stalls for body_timeout is closed
     max_connections: int | None = None  # per HTTP listener; None: 1000 or what fds allow
     grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
-    grpc_stream_format: str = "mlserver"  # ModelStreamInfer's framing: mlserver or triton
+    grpc_stream_format: str = "triton"  # ModelStreamInfer's framing: triton or mlserver
+    # OIP gRPC answers: "request" (raw_output_contents when the request used raw inputs, typed
+    # contents otherwise) or "raw" (always raw_output_contents, as Triton).
+    grpc_output_contents: str = "request"
     grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
     # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
     sequence_header: str = "ts_request_sequence_id"
+    # What registration may read and fetch, and how much (docs/security.md, "Archives and
+    # downloads"): a download's deadline in seconds; how far a TorchServe archive may expand,
+    # in bytes and as a multiple of its own size; local urls outside the model store and the
+    # start paths.
+    download_timeout: float = 300.0
+    max_archive_size: int = 4 << 30
+    max_archive_ratio: float = 100.0
+    allow_any_local_path: bool = False
     secrets_dir: Path | None = None
     threads: int = 64
     log_level: str = "info"
     models: tuple[str, ...] = ()
 
+    def _check_archives(self) -> None:
+        timeout = self.download_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ValueError(f"download-timeout must be a number of seconds > 0, got {timeout!r}")
+        object.__setattr__(self, "download_timeout", float(timeout))
+        size = self.max_archive_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"max-archive-size must be >= 1 byte (an integer), got {size!r}")
+        ratio = self.max_archive_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1:
+            raise ValueError(f"max-archive-ratio must be a number >= 1, got {ratio!r}")
+        object.__setattr__(self, "max_archive_ratio", float(ratio))
+        if not isinstance(self.allow_any_local_path, bool):
+            raise ValueError(
+                f"allow-any-local-path must be true or false, got {self.allow_any_local_path!r}"
+            )
+
     def __post_init__(self) -> None:
+        self._check_archives()
         for name in (
             "http_port",
             "management_port",
@@ -223,6 +252,10 @@ class ServerConfig:
         if self.grpc_stream_format not in ("mlserver", "triton"):
             raise ValueError(
                 f"grpc-stream-format must be mlserver or triton, got {self.grpc_stream_format!r}"
+            )
+        if self.grpc_output_contents not in ("request", "raw"):
+            raise ValueError(
+                f"grpc-output-contents must be request or raw, got {self.grpc_output_contents!r}"
             )
         if (
             not isinstance(self.sequence_header, str)

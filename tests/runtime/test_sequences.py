@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 
 from podium.errors import (
     DefinitionError,
@@ -128,12 +129,6 @@ def model_module(mv: ModelVersion) -> Any:
 def sched(mv: ModelVersion) -> SequenceScheduler:
     assert isinstance(mv.scheduler, SequenceScheduler)
     return mv.scheduler
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - plain state, polled
-            await asyncio.sleep(0.005)
 
 
 async def send(mv: ModelVersion, sid: str | None, x: int, **extra: Any) -> Any:

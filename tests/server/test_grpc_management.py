@@ -29,7 +29,9 @@ def ts(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     store = tmp_path_factory.mktemp("grpc-model-store")
     (store / "store_echo.py").write_bytes((MANAGEMENT_MODELS / "store_echo.py").read_bytes())
-    with run_server(SERVE_MODELS / "versioned", args=("--model-store", str(store))) as running:
+    # --allow-any-local-path: models come from the test models' own directories.
+    args = ("--model-store", str(store), "--allow-any-local-path")
+    with run_server(SERVE_MODELS / "versioned", args=args) as running:
         yield running
 
 

@@ -25,7 +25,10 @@ SEQ = "ts_request_sequence_id"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with run_server(TEST_MODELS / "sequences") as running:
+    # MLServer's stream framing: test_oip_model_stream_infer_carries_a_sequence reads it.
+    with run_server(
+        TEST_MODELS / "sequences", args=("--grpc-stream-format", "mlserver")
+    ) as running:
         yield running
 
 

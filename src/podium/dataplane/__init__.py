@@ -21,7 +21,7 @@ Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, val
 is served). Nothing here imports a front end.
 """
 
-from ..runtime.registry import ModelVersion
+from ..runtime import ModelVersion
 from ._control import ControlPolicy, ModelControl
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (

@@ -8,9 +8,7 @@ from concurrent.futures import Executor
 from typing import Any, cast
 
 from .. import __version__
-from ..runtime._scheduler import SequenceScheduling
-from ..runtime.registry import ModelVersion, Registry
-from ..runtime.workers import RequestCodec
+from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
     AnswerStream,
@@ -89,7 +87,7 @@ class DataPlane:
             state["reason"] = mv.reason
         return ModelMetadata(
             name=mv.name,
-            versions=[v.version for v in self._registry.versions(name) if v.version],
+            versions=[v.version or UNVERSIONED for v in self._registry.versions(name)],
             platform=platform,
             inputs=inputs,
             outputs=outputs,
@@ -103,8 +101,8 @@ class DataPlane:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
 
         Front ends call this before reading the body, then look at what the model asks for
-        (``instance.needs_inputs``, ``needs_request``, ``streaming``) and pass it on to
-        :meth:`infer` / :meth:`stream`, so one call costs one lookup.
+        (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass
+        it on to :meth:`infer` / :meth:`stream`, so one call costs one lookup.
         """
         return self._registry.ready(model, version)
 
@@ -118,9 +116,11 @@ class DataPlane:
             mv = self._registry.ready(call.model, call.version)
         inputs, oip = inputs_of(mv, call)
         sequence = _sequence(mv, call)
-        inst = mv.instance
-        if inst.streaming and not inst.predict_on_infer:
-            async with contextlib.aclosing(_items(mv, inputs, call, sequence)) as stream:
+        caps = mv.instance.capabilities
+        if caps.streaming and not caps.predict_on_infer:
+            async with contextlib.aclosing(
+                _stream_from_scheduler(mv, inputs, call, sequence)
+            ) as stream:
                 items = [item async for item in stream]
             value = gather(mv, call.protocol, items, oip, sequence)
             return Answer(value, None, None if sequence is None else sequence.outcome())
@@ -151,7 +151,7 @@ class DataPlane:
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
         inputs, oip = inputs_of(mv, call)
-        items = _items(mv, inputs, call, sequence)
+        items = _stream_from_scheduler(mv, inputs, call, sequence)
         try:
             if call.protocol.oip:
                 async for item in items:
@@ -177,11 +177,13 @@ class DataPlane:
     async def _stream_inputs(
         self, mv: ModelVersion, calls: AsyncIterator[Call], protocol: WireProtocol, request: Any
     ) -> AsyncGenerator[Any, None]:
-        async def inputs() -> AsyncGenerator[Any, None]:
+        async def convert_each() -> AsyncGenerator[Any, None]:
             async for call in calls:
                 yield inputs_of(mv, call)[0]
 
-        async with contextlib.aclosing(mv.scheduler.stream_inputs(inputs(), request)) as items:
+        async with contextlib.aclosing(
+            mv.scheduler.stream_inputs(convert_each(), request)
+        ) as items:
             async for item in items:
                 yield oip_response(mv, item, None) if protocol.oip else item
 
@@ -201,7 +203,7 @@ def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
     )
 
 
-def _items(
+def _stream_from_scheduler(
     mv: ModelVersion, inputs: Any, call: Call, sequence: SequenceRef | None
 ) -> AsyncGenerator[Any, None]:
     if sequence is None:

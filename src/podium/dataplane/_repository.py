@@ -27,9 +27,16 @@ import msgspec
 
 from ..config import ModelConfig
 from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFound, PodiumError
-from ..runtime.loading import build_path, register_paths
-from ..runtime.registry import ModelVersion, Registry
-from ..runtime.workers import RequestCodec
+from ..model import Owned
+from ..model.torchserve import ArchiveLimits, set_archive_limits
+from ..runtime import (
+    ModelVersion,
+    Registry,
+    RequestCodec,
+    WorkerKind,
+    build_path,
+    register_paths,
+)
 from ..types import ModelState, RepositoryModel, WireProtocol
 from ._control import ControlPolicy
 
@@ -80,6 +87,12 @@ class Registered:
         self.versions: list[str | None] = [mv.version for mv in added]
         self.workers = max(mv.config.min_workers for mv in added)
         self._added = added
+
+    def own(self, holds: list[Owned]) -> None:
+        """Give each version one of ``holds`` (what Podium made on disk for the registration,
+        such as a downloaded archive), released when that version is removed."""
+        for mv, hold in zip(self._added, holds, strict=True):
+            mv.owned.append(hold)
 
 
 class Scaled(msgspec.Struct, frozen=True):
@@ -181,6 +194,12 @@ class ModelRepository:
         server unready (:meth:`ready`)."""
         await self._registry.load_all()
         self._serving = True
+
+    @staticmethod
+    def set_archive_limits(max_size: int, max_ratio: float) -> None:
+        """The limits every archive extracted in this process obeys (``--max-archive-size``,
+        ``--max-archive-ratio``), start-up models' included."""
+        set_archive_limits(ArchiveLimits(max_size, max_ratio))
 
     def ready(self) -> bool:
         """The server's readiness (``docs/protocols.md``, "Readiness"): no version failed, and
@@ -456,7 +475,7 @@ class ModelRepository:
                 state=info.state,
                 busy=info.busy,
                 started=info.started or self._started.get(id(mv), _now()),
-                memory=_memory(info.pid) if info.kind == "process" else None,
+                memory=_memory(info.pid) if info.kind is WorkerKind.PROCESS else None,
             )
             for info in mv.workers()
         ]
@@ -494,5 +513,6 @@ def _memory(pid: int | None) -> int | None:
 
 
 async def _close(versions: list[ModelVersion]) -> None:
-    """Close versions that were built but never registered."""
+    """Close versions that were built but never registered, and release what they own."""
     await asyncio.gather(*(mv.close() for mv in versions), return_exceptions=True)
+    await asyncio.gather(*(mv.release() for mv in versions))

@@ -6,10 +6,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
-from ._ts_config import TsSettings
+from ._owned import Owned
+
+if TYPE_CHECKING:  # the torchserve package imports this module
+    from .torchserve import TsSettings
 
 __all__ = ["Contract", "MLServerParts", "ModelSource", "TorchServeParts"]
 
@@ -18,8 +21,8 @@ class Contract(enum.StrEnum):
     """The contract a model's code is written to: which adapter builds it."""
 
     NATIVE = "native"  # a class with predict (model/native.py)
-    TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve.py)
-    MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver.py)
+    TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve/)
+    MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver/)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,9 @@ class ModelSource:
     contract: Contract = Contract.NATIVE
     torchserve: TorchServeParts | None = None
     mlserver: MLServerParts | None = None
+    # What Podium made on disk for it (an archive's extraction); the version built from it
+    # takes these over, and releases them when it is removed.
+    owned: tuple[Owned, ...] = ()
 
     def __post_init__(self) -> None:
         has = {Contract.TORCHSERVE: self.torchserve, Contract.MLSERVER: self.mlserver}

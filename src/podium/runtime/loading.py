@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DefinitionError
-from ..model import mlserver, torchserve
-from ..model.discovery import Contract, ModelSource, discover_all, import_model
-from ..model.native import ModelSpec, NativeModel, check_config
+from ..model import (
+    Contract,
+    ModelSource,
+    ModelSpec,
+    NativeModel,
+    check_config,
+    discover_all,
+    import_model,
+    mlserver,
+    release_all,
+    torchserve,
+)
 from ..types import ModelInstance
 from ._scheduler import Scheduler
 from .batcher import BatchScheduler
@@ -156,7 +165,14 @@ def build_version(
             max_queue_size=config.max_queue_size,
             stream_buffer=config.stream_buffer,
         )
-    return ModelVersion(config, pool.instance, scheduler, source=str(source.file), pool=pool)
+    return ModelVersion(
+        config,
+        pool.instance,
+        scheduler,
+        source=str(source.file),
+        pool=pool,
+        owned=list(source.owned),
+    )
 
 
 def _discover(paths: list[Path]) -> tuple[list[ModelSource], list[str]]:
@@ -281,20 +297,25 @@ def build_path(
     directory or archive) for registration at run time, each config with ``overrides`` in place
     of its own values (``dataclasses.replace``; the caller validated them; a ``min_workers``
     above the config's ``max_workers`` raises that too). Nothing is registered: the caller adds
-    the versions to the registry on the event loop. One ``DefinitionError`` lists every problem.
+    the versions to the registry on the event loop. One ``DefinitionError`` lists every problem;
+    then what discovery made on disk for them (an archive's extraction) is released.
     """
     found, problems = _discover([path])
-    sources: list[ModelSource] = []
-    for source in found:
-        values = dict(overrides)
-        if "min_workers" in values and "max_workers" not in values:
-            values["max_workers"] = max(source.config.max_workers, values["min_workers"], 1)
-        config = dataclasses.replace(source.config, **values)
-        sources.append(dataclasses.replace(source, config=config))
-    checked, problems = _check(sources, problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
-    return _build(checked, secrets=secrets, executor=executor, codec=codec)
+    try:
+        sources: list[ModelSource] = []
+        for source in found:
+            values = dict(overrides)
+            if "min_workers" in values and "max_workers" not in values:
+                values["max_workers"] = max(source.config.max_workers, values["min_workers"], 1)
+            config = dataclasses.replace(source.config, **values)
+            sources.append(dataclasses.replace(source, config=config))
+        checked, problems = _check(sources, problems)
+        if problems:
+            raise DefinitionError("; ".join(problems), problems)
+        return _build(checked, secrets=secrets, executor=executor, codec=codec)
+    except BaseException:  # no version came of them: what they own goes (an extraction)
+        release_all(owned for source in found for owned in source.owned)
+        raise
 
 
 async def host_in_worker(

@@ -13,14 +13,19 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import ModelNotReady, NotFound, PodiumError
+from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
 from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
 
-__all__ = ["ModelState", "ModelVersion", "Registry", "version_key"]
+__all__ = ["UNVERSIONED", "ModelState", "ModelVersion", "Registry", "version_key"]
 
 #: Seconds that requests in flight get to finish when a version is removed.
 REMOVE_GRACE = 10.0
+
+#: The version an unversioned model also answers to, and lists in its metadata: Triton's
+#: default, so that clients that pin ``model_version="1"`` reach it.
+UNVERSIONED = "1"
 
 logger = logging.getLogger("podium.registry")
 
@@ -36,7 +41,7 @@ def version_key(version: str | None) -> tuple[Any, ...]:
 class ModelVersion:
     """One loaded version of a model: its workers, its scheduler and its state.
 
-    ``instance`` describes the model to the front ends (``needs_inputs``, ``streaming``...);
+    ``instance`` describes the model to the front ends (its ``capabilities``);
     ``pool`` runs its workers (``min_workers`` of them, threads or processes). A version is
     READY once its ``min_workers`` workers are; with ``min_workers`` 0 it is READY with no
     worker, and its requests get 503 until it is scaled up.
@@ -50,6 +55,9 @@ class ModelVersion:
     source: str = ""
     _loaded: asyncio.Event = field(default_factory=asyncio.Event)
     pool: WorkerPool | None = None
+    #: What Podium made on disk for this version (its archive's extraction, its download),
+    #: let go of by :meth:`release` once the version is removed.
+    owned: list[Owned] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -129,6 +137,14 @@ class ModelVersion:
         """Stop its scheduler and its workers (worker processes exit)."""
         await self.scheduler.close()
 
+    async def release(self) -> None:
+        """Let go of what this version owns (:attr:`owned`): what no other version holds is
+        deleted (off the event loop). For a version removed or never registered, once it is
+        closed; later calls do nothing."""
+        owned, self.owned = self.owned, []
+        if owned:
+            await asyncio.to_thread(release_all, owned)
+
     async def reload(self) -> None:
         """Make this version serve again if it does not: a FAILED or UNLOADED version runs its
         ``load()`` again (on the same instance), a LOADING one is waited for, a READY one is left
@@ -182,8 +198,11 @@ class Registry:
 
     def set_default(self, name: str, version: str) -> None:
         """Make ``version`` the default for ``name`` (otherwise the highest version is)."""
-        self.get(name, version)
-        self._defaults[name] = version
+        mv = self.get(name, version)
+        if mv.version is None:  # "1" of an unversioned model: its one version
+            self._defaults.pop(name, None)
+        else:
+            self._defaults[name] = mv.version
         self._default_cache.pop(name, None)
 
     def __iter__(self) -> Iterator[ModelVersion]:
@@ -216,7 +235,11 @@ class Registry:
         return versions[-1]
 
     def get(self, name: str, version: str | None = None) -> ModelVersion:
-        """The version asked for, or the default one; ``NotFound`` names the model and version."""
+        """The version asked for, or the default one; ``NotFound`` names the model and version.
+
+        A version is found by its name; an unversioned model also answers to
+        :data:`UNVERSIONED` ("1"). A versioned model's "1" is its version named "1", if any.
+        """
         if not version:
             return self.default_version(name)
         versions = self._models.get(name)
@@ -224,7 +247,11 @@ class Registry:
             raise NotFound(f"model '{name}' version '{version}' is not known: no model '{name}'")
         mv = versions.get(version)
         if mv is None:
-            known = ", ".join(v.version or "(unversioned)" for v in self.versions(name))
+            if version == UNVERSIONED and None in versions:
+                return versions[None]
+            known = ", ".join(
+                v.version or f"{UNVERSIONED} (unversioned)" for v in self.versions(name)
+            )
             raise NotFound(f"model '{name}' has no version '{version}' (versions: {known})")
         return mv
 
@@ -263,7 +290,8 @@ class Registry:
     async def remove(self, name: str, version: str | None = None) -> list[ModelVersion]:
         """Unregister ``version`` of ``name`` (every version when None): new requests get
         ``NotFound`` at once, requests in flight finish (for up to REMOVE_GRACE seconds), then
-        its workers stop. ``NotFound`` if unknown."""
+        its workers stop, then what it owns is released (:meth:`ModelVersion.release`).
+        ``NotFound`` if unknown."""
         removed = [self.get(name, version)] if version else self.versions(name)
         versions = self._models[name]
         for mv in removed:
@@ -281,6 +309,7 @@ class Registry:
         for mv in removed:
             mv.state = ModelState.UNLOADED
             mv.reason = "removed"
+            await mv.release()  # its workers stopped: its extraction or download may go
         return removed
 
     async def close(self) -> None:

@@ -142,6 +142,8 @@ class Podium:
         self._limits = self._connection_limits()
         repository = self.dataplane.repository
         repository.control = ControlPolicy(ModelControl(config.model_control))
+        # for this process's extractions, start-up models' included
+        repository.set_archive_limits(config.max_archive_size, config.max_archive_ratio)
         self._warn_model_control()
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
@@ -158,6 +160,7 @@ class Podium:
             inference_services(
                 self.dataplane,
                 stream_format=self.config.grpc_stream_format,
+                output_contents=self.config.grpc_output_contents,
                 sequence_header=self.config.sequence_header,
             ),
             host=self.config.host,
@@ -287,6 +290,9 @@ class Podium:
             model_store=config.model_store,
             allowed_urls=config.allowed_urls,
             max_download_size=config.max_download_size,
+            download_timeout=config.download_timeout,
+            start_paths=self.paths,
+            allow_any_local_path=config.allow_any_local_path,
         )
         self.management = Management(self.dataplane.repository, urls=urls)
         app: Any = ManagementApp(self.management, authorizer=self.authorizer)

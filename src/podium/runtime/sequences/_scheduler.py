@@ -27,7 +27,7 @@ from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
 from .._scheduler import Activity, TaskSet
 from ..direct import stream_inputs_through
-from ..workers import Worker, WorkerPool
+from ..workers import Worker, WorkerPool, WorkerState
 from ._lane import Lane
 from ._seq import ClosedIds, Sequence
 
@@ -39,6 +39,8 @@ logger = logging.getLogger("podium.sequences")
 CLOSED_IDS = 10_000
 #: The longest pause between two sweeps for idle and expired sequences, in seconds.
 SWEEP_MAX = 1.0
+
+_READY = WorkerState.READY  # compared for every worker, for every new sequence
 
 
 class SequenceScheduler:
@@ -173,7 +175,7 @@ class SequenceScheduler:
         sequence's next request runs once this stream has ended, or, with continuous batching,
         once this request has produced its first item (so that a later request of the sequence
         can, for example, stop a stream that is still running)."""
-        if not self._pool.instance.streaming:
+        if not self._pool.instance.capabilities.streaming:
             yield await self.infer_in(sequence, inputs, request)
             return
         self._activity.enter()
@@ -269,7 +271,7 @@ class SequenceScheduler:
         best: Worker | None = None
         fewest = 0
         for worker in self._gate.workers:
-            if worker.state != "ready":
+            if worker.state is not _READY:
                 continue
             lane = self._lanes.get(worker)
             held = len(lane.sequences) if lane is not None else 0

@@ -19,21 +19,31 @@ it to :func:`inference_services`.
 from __future__ import annotations
 
 from ...dataplane import DataPlane
-from ._oip import STREAM_FORMATS, OipService
+from ._oip import OUTPUT_CONTENTS, STREAM_FORMATS, OipService
 from ._server import GrpcServer, Service
 from ._torchserve import torchserve_service
 
-__all__ = ["STREAM_FORMATS", "GrpcServer", "OipService", "Service", "inference_services"]
+__all__ = [
+    "OUTPUT_CONTENTS",
+    "STREAM_FORMATS",
+    "GrpcServer",
+    "OipService",
+    "Service",
+    "inference_services",
+]
 
 
 def inference_services(
     dataplane: DataPlane,
     *,
-    stream_format: str = "mlserver",
+    stream_format: str = "triton",
+    output_contents: str = "request",
     sequence_header: str = "ts_request_sequence_id",
 ) -> list[Service]:
     """Every service of the gRPC inference listener (``--grpc-port``)."""
     return [
-        OipService(dataplane, stream_format=stream_format).service(),
+        OipService(
+            dataplane, stream_format=stream_format, output_contents=output_contents
+        ).service(),
         torchserve_service(dataplane, sequence_header=sequence_header),
     ]

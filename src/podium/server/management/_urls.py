@@ -6,7 +6,17 @@ Fetching whatever URL a client names is how TorchServe's management API became a
 scheme other than ``file://`` is refused unless it matches one of the configured regular
 expressions in full (TorchServe's ``allowed_urls``); by default none does. An allowed ``http`` /
 ``https`` URL is downloaded with a bounded size, redirects are followed only to URLs that are
-allowed too, and the file lands in the model store under its own name (never overwriting one).
+allowed too, and the whole download has a deadline (``--download-timeout``), so a server that
+trickles bytes cannot hold a registration forever. The file lands in the model store under its
+own name (never overwriting one); it belongs to the model versions registered from it
+(:meth:`UrlPolicy.owned`), and is deleted when the last of them is unregistered, as TorchServe does.
+
+A local url is read only under the model store (``--model-store``) and the model paths the
+server started with: registering a model runs its code, so a client that may register must not
+be able to name any file on the machine (a script another local user left in ``/tmp``, say).
+TorchServe, likewise, looks for a model file by its name in the model store only. A path that
+climbs with ``..``, or a symbolic link that leads out of those places, is refused too;
+``--allow-any-local-path`` lifts the rule.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ...errors import Conflict, InvalidInput, NotFound
+from ...model import Owned, Shared
 
 __all__ = ["UrlPolicy"]
 
@@ -44,12 +55,25 @@ class UrlPolicy:
         allowed_urls: Sequence[str] = (),
         max_download_size: int = 1024 * 1024 * 1024,
         timeout: float = 60.0,
+        download_timeout: float = 300.0,
+        start_paths: Sequence[Path] = (),
+        allow_any_local_path: bool = False,
     ) -> None:
+        """``timeout``: seconds each step of a download (connect, a read) may take;
+        ``download_timeout``: seconds the whole download may take. ``start_paths``: the model
+        paths the server started with, where local urls may point besides the model store."""
         self.model_store = model_store
         self.allowed_urls = tuple(allowed_urls)
         self._allowed = [re.compile(p) for p in self.allowed_urls]
         self.max_download_size = max_download_size
         self.timeout = timeout
+        self.download_timeout = download_timeout
+        self.start_paths = tuple(start_paths)
+        self.allow_any_local_path = allow_any_local_path
+        places = [model_store] if model_store is not None else []
+        places.extend(self.start_paths)
+        #: where local urls may point: each place as written (made absolute), and resolved
+        self._places = [(Path(os.path.abspath(p)), p.resolve()) for p in places]
 
     def is_remote(self, url: str) -> bool:
         """Whether ``url`` names a remote resource (a scheme other than ``file://``)."""
@@ -78,29 +102,89 @@ class UrlPolicy:
 
     def local(self, url: str) -> Path:
         """The local path ``url`` names: a ``file://`` url, a file or directory in the model
-        store, or a path on disk (absolute, or relative to the working directory)."""
+        store (by its path there), or a path on disk (absolute, or relative to the working
+        directory). Unless ``allow_any_local_path``, it must lie under the model store or a
+        path the server started with: ``InvalidInput`` naming the rule otherwise, whether it
+        exists or not (a relative url is then looked for there only). ``NotFound`` if it does
+        not exist."""
         if not url:
             raise InvalidInput("Parameter url is required.")
         if _SCHEME.match(url):  # file://
             path = Path(unquote(urlsplit(url).path))
-            if not path.exists():
-                raise NotFound(f"model url '{url}' not found: no such file or directory")
-            return path
-        path = Path(url)
-        if self.model_store is not None and not path.is_absolute():
-            in_store = self.model_store / path
-            if in_store.exists():
-                return in_store
-        if path.exists():
-            return path
-        where = f"in the model store ({self.model_store}) or " if self.model_store else ""
-        raise NotFound(f"model url '{url}' not found {where}on disk")
+        else:
+            path = Path(url)
+            if self.model_store is not None and not path.is_absolute():
+                in_store = self.model_store / path
+                if os.path.lexists(in_store):
+                    path = in_store
+        if not self.allow_any_local_path:
+            relative = not path.is_absolute() and ".." not in path.parts
+            if relative and self.model_store is not None and not self._placed(path):
+                raise self._not_found(url, anywhere=False)  # not in the store: look no further
+            self._check_place(url, path)
+        if not path.exists():
+            raise self._not_found(url, anywhere=True)
+        return path
+
+    def _not_found(self, url: str, *, anywhere: bool) -> NotFound:
+        if _SCHEME.match(url):
+            return NotFound(f"model url '{url}' not found: no such file or directory")
+        places = []
+        if self.model_store is not None:
+            places.append(f"in the model store ({self.model_store})")
+        if anywhere or not places:
+            places.append("on disk")
+        return NotFound(f"model url '{url}' not found {' or '.join(places)}")
+
+    def _placed(self, path: Path) -> bool:
+        """Whether ``path`` lies under a place registration may read from (resolved)."""
+        resolved = path.resolve()
+        return any(_under(resolved, real) for _, real in self._places)
+
+    def _check_place(self, url: str, path: Path) -> None:
+        """Refuse ``path`` unless it lies under a place registration may read from."""
+        rule = self._rule()
+        if ".." in path.parts:
+            raise InvalidInput(f"model url '{url}' is refused: it climbs with '..'; {rule}")
+        if self._placed(path):
+            return
+        written = Path(os.path.abspath(path))
+        if any(_under(written, place) for place, _ in self._places):
+            raise InvalidInput(
+                f"model url '{url}' is refused: it is a symbolic link to {path.resolve()}, "
+                f"outside those places; {rule}"
+            )
+        raise InvalidInput(f"model url '{url}' is refused: {rule}")
+
+    def _rule(self) -> str:
+        places = []
+        if self.model_store is not None:
+            places.append(f"the model store ({self.model_store})")
+        if self.start_paths:
+            places.append(
+                "the model paths the server started with ("
+                + ", ".join(str(p) for p in self.start_paths)
+                + ")"
+            )
+        where = " and ".join(places) if places else "nothing: no --model-store is configured"
+        return (
+            f"registration reads models only under {where}; "
+            "start the server with --allow-any-local-path to lift this rule"
+        )
+
+    def owned(self, downloaded: Path, holders: int) -> list[Owned]:
+        """One hold on ``downloaded`` (a file :meth:`download` fetched) for each of ``holders``
+        model versions: the file is deleted when the last of them is released."""
+        shared = Shared(lambda: downloaded.unlink(missing_ok=True), f"downloaded {downloaded}")
+        return list(shared.holds(holders))
 
     async def download(self, url: str) -> Path:
         """Fetch an allowed ``url`` into the model store; the file's path.
 
-        At most ``max_download_size`` bytes; redirects only to allowed urls; the file is written
-        under a temporary name and renamed when complete, and an existing file is never replaced.
+        At most ``max_download_size`` bytes, within ``download_timeout`` seconds in all;
+        redirects only to allowed urls; the file is written under a temporary name and renamed
+        when complete (a download that fails leaves nothing), and an existing file is never
+        replaced.
         """
         self.check_remote(url)
         if self.model_store is None:
@@ -120,12 +204,19 @@ class UrlPolicy:
         self.model_store.mkdir(parents=True, exist_ok=True)
         fd, part = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=self.model_store)
         os.close(fd)
+        timeout = min(self.timeout, self.download_timeout)
         try:
-            async with httpx.AsyncClient(follow_redirects=False, timeout=self.timeout) as client:
-                await self._fetch(client, url, Path(part))
+            async with asyncio.timeout(self.download_timeout):
+                async with httpx.AsyncClient(follow_redirects=False, timeout=timeout) as client:
+                    await self._fetch(client, url, Path(part))
             if target.exists():
                 raise Conflict(f"model file '{name}' already exists in the model store")
             os.replace(part, target)
+        except TimeoutError as exc:
+            raise InvalidInput(
+                f"url '{url}' could not be downloaded: it took longer than --download-timeout "
+                f"({self.download_timeout:g} s); the partial file was removed"
+            ) from exc
         except httpx.HTTPError as exc:
             raise InvalidInput(f"url '{url}' could not be downloaded: {exc}") from exc
         finally:
@@ -166,3 +257,7 @@ class UrlPolicy:
 
     def _too_big(self, url: str) -> str:
         return f"url '{url}' is larger than --max-download-size ({self.max_download_size} bytes)"
+
+
+def _under(path: Path, place: Path) -> bool:
+    return path == place or place in path.parents
