@@ -189,17 +189,36 @@ _INFERRED = {
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
     },
 }
-_GENERATED = _ok(
-    "The response, in the form of the request.",
-    {"anyOf": [ref("InferenceResponse"), ref("GenerateResponse")]},
-)
-_EVENTS = _ok(
-    "Server-sent events: one 'data: <JSON>' event per item the model yields (an inference "
-    'response, in the form of the request), and a last event {"error": ...} if the model '
-    "fails after the first item.",
-    {"type": "string"},
-    "text/event-stream",
-)
+_GENERATED_ITEM = {"anyOf": [ref("InferenceResponse"), ref("GenerateResponse")]}
+_GENERATED = _ok("The response, in the form of the request.", _GENERATED_ITEM)
+
+
+def _events(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A text/event-stream answer; ``schema`` describes one event, as OpenAPI's guidance for
+    server-sent events has it before 3.2's ``itemSchema``: its ``data`` is JSON of ``item``."""
+    event = {
+        "type": "object",
+        "properties": {
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"anyOf": [dict(item), ref("Error")]},
+            },
+            "event": {"type": "string"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"},
+        },
+        "required": ["data"],
+    }
+    return response(
+        "Server-sent events: one 'data: <JSON>' event per item the model yields (in the form "
+        'of the request), and a last event {"error": ...} if the model fails after the '
+        "first item.",
+        event,
+        "text/event-stream",
+    )
+
+
 _ANY_BODY = {
     "description": "Whatever the model takes: JSON arrives parsed, anything else as bytes.",
     "required": False,
@@ -215,7 +234,7 @@ _DOCUMENT = _ok("This document (OpenAPI 3.1).", ref("OpenApiDocument"))
 def _infer(summary: str, stream: bool = False) -> Operation:
     return Operation(
         summary,
-        {"200": _EVENTS if stream else _INFERRED, **_errors(*_CALL)},
+        {"200": _events(ref("InferenceResponse")) if stream else _INFERRED, **_errors(*_CALL)},
         parameters=(_BINARY_PARAM,),
         body=_OIP_BODY,
     )
@@ -224,7 +243,7 @@ def _infer(summary: str, stream: bool = False) -> Operation:
 def _generate(summary: str, stream: bool = False) -> Operation:
     return Operation(
         summary,
-        {"200": _EVENTS if stream else _GENERATED, **_errors(*_CALL)},
+        {"200": _events(_GENERATED_ITEM) if stream else _GENERATED, **_errors(*_CALL)},
         parameters=(_BINARY_PARAM,),
         body=_GENERATE_BODY,
     )

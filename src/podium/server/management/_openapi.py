@@ -50,7 +50,7 @@ _DESCRIPTION = {
         "type": "object",
         "properties": {
             "modelName": {"type": "string"},
-            "modelVersion": {"type": "string"},
+            "modelVersion": {"type": ["string", "null"]},
             "modelUrl": {"type": "string"},
             "runtime": {"type": "string"},
             "minWorkers": {"type": "integer"},
