@@ -73,7 +73,9 @@ class Operation:
     deprecated: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def render(self, op_id: str, tag: str, path_params: list[Mapping[str, Any]]) -> dict[str, Any]:
+    def render(
+        self, op_id: str, tag: str, path_params: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"operationId": op_id, "summary": self.summary, "tags": [tag]}
         if self.description:
             out["description"] = self.description
