@@ -19,7 +19,7 @@ listener's in ``server/management/_openapi.py``; both serve their document as To
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -71,7 +71,6 @@ class Operation:
     body: Mapping[str, Any] | None = None
     description: str | None = None
     deprecated: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def render(
         self, op_id: str, tag: str, path_params: Sequence[Mapping[str, Any]]
@@ -85,7 +84,6 @@ class Operation:
         if self.body is not None:
             out["requestBody"] = dict(self.body)
         out["responses"] = dict(self.responses)
-        out.update(self.extra)
         return out
 
 
