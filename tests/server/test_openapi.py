@@ -16,11 +16,17 @@ import msgspec
 import pytest
 from conftest import Server
 
-from podium.errors import InvalidInput
+from podium.errors import InvalidInput, NotFound
 from podium.server._openapi import OPENAPI, Operation, describe, response
 from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable
 from podium.server.http._openapi import description as inference_description
-from podium.server.management import MANAGEMENT_ROUTES, ManagementApp, Registration, Scaling
+from podium.server.management import (
+    MANAGEMENT_ROUTES,
+    ManagementApp,
+    Registration,
+    Scaling,
+    UrlPolicy,
+)
 from podium.server.management._openapi import description as management_description
 from podium.server.management._params import MAX_WORKERS
 from podium.types import DATATYPES, InferenceRequest, InferenceResponse
@@ -267,3 +273,12 @@ def test_an_unversioned_models_description_matches_its_schema() -> None:
     described = management_description(MANAGEMENT_ROUTES)["components"]["schemas"]
     version = described["ModelDescription"]["items"]["properties"]["modelVersion"]
     assert "null" in version["type"]
+
+
+@pytest.mark.parametrize("url", ["x" * 5000, "/" + "a" * 300, "file:///" + "b" * 300, "a\x00b"])
+def test_a_url_no_file_can_have_is_not_found(url: str, tmp_path: Any) -> None:
+    """``POST /models?url=xxx...`` (a name longer than the system allows) was a 500 with
+    ``OSError: File name too long``; it is a 404 like any url that names nothing."""
+    for store in (None, tmp_path):
+        with pytest.raises(NotFound, match="not found"):
+            UrlPolicy(model_store=store).local(url)

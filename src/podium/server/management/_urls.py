@@ -34,6 +34,15 @@ _MAX_REDIRECTS = 5
 _CHUNK = 1024 * 1024
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a name no file can have (too long, a NUL) names nothing, rather
+    than failing with ``OSError`` (found by fuzzing: a 500 for a long ``url``)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 class UrlPolicy:
     """Resolves registration urls under the server's settings (see the module docstring)."""
 
@@ -83,15 +92,15 @@ class UrlPolicy:
             raise InvalidInput("Parameter url is required.")
         if _SCHEME.match(url):  # file://
             path = Path(unquote(urlsplit(url).path))
-            if not path.exists():
+            if not _exists(path):
                 raise NotFound(f"model url '{url}' not found: no such file or directory")
             return path
         path = Path(url)
         if self.model_store is not None and not path.is_absolute():
             in_store = self.model_store / path
-            if in_store.exists():
+            if _exists(in_store):
                 return in_store
-        if path.exists():
+        if _exists(path):
             return path
         where = f"in the model store ({self.model_store}) or " if self.model_store else ""
         raise NotFound(f"model url '{url}' not found {where}on disk")
