@@ -437,17 +437,6 @@ INFERENCE_ROUTES = RouteTable(
             "modelVersionGenerateStream",
             args={"action": "generate_stream"},
         ),
-        # The API description: MLServer's place, a page to try it, and TorchServe's places
-        Route("GET", "/v2/docs/openapi.json", HttpApp._api_description, _OIP, "openApiDocument"),
-        Route("GET", "/v2/docs", HttpApp._docs_page, _OIP, "docsPage"),
-        Route("OPTIONS", "/", HttpApp._api_description, _TS, "inferenceApiDescription"),
-        Route(
-            "GET",
-            "/api-description",
-            HttpApp._api_description,
-            _TS,
-            "inferenceApiDescriptionLegacy",
-        ),
         # TorchServe's inference API
         Route(("GET", "POST"), "/ping", HttpApp._ping, _TS, "ping"),
         Route(
@@ -468,6 +457,18 @@ INFERENCE_ROUTES = RouteTable(
         # Truss-style: a ':' in the last segment is a verb, so readiness takes names without one
         Route("GET", "/v1/models/{model:noverb}", HttpApp._truss_ready, _TRUSS, "trussReady"),
         Route("POST", "/v1/models/{model}:predict", HttpApp._truss, _TRUSS, "trussPredict"),
+        # The API description (last: the compiled router tests the routes above first):
+        # MLServer's place, a page to try it, and TorchServe's places
+        Route("GET", "/v2/docs/openapi.json", HttpApp._api_description, _OIP, "openApiDocument"),
+        Route("GET", "/v2/docs", HttpApp._docs_page, _OIP, "docsPage"),
+        Route("OPTIONS", "/", HttpApp._api_description, _TS, "inferenceApiDescription"),
+        Route(
+            "GET",
+            "/api-description",
+            HttpApp._api_description,
+            _TS,
+            "inferenceApiDescriptionLegacy",
+        ),
     ],
     leading=("ex", "send"),
     head=True,
