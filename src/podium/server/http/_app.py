@@ -21,7 +21,9 @@ from .. import _sequences
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
 from . import _oip, _responses
+from ._docs import PAGE
 from ._exchange import Exchange
+from ._openapi import description
 from ._responses import chunk_of, send_body, send_error, send_json
 from ._routing import Api, Route, RouteTable
 
@@ -46,6 +48,7 @@ class HttpApp:
         self.max_request_size = max_request_size
         self.sequence_header = sequence_header
         self._router = INFERENCE_ROUTES.compile(self)
+        self._description = _responses.encoder.encode(description(INFERENCE_ROUTES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -123,6 +126,14 @@ class HttpApp:
     async def _truss_ready(self, ex: Exchange, send: Send, model: str) -> None:
         ready = self.dataplane.model_ready(model)
         await send_json(send, 200 if ready else 503, {"name": model, "ready": ready})
+
+    # -- the API description -----------------------------------------------------------------
+
+    async def _api_description(self, ex: Exchange, send: Send) -> None:
+        await send_body(send, 200, _responses.JSON, self._description)
+
+    async def _docs_page(self, ex: Exchange, send: Send) -> None:
+        await send_body(send, 200, _responses.HTML, PAGE)
 
     # -- inference -------------------------------------------------------------------------
 
@@ -451,6 +462,18 @@ INFERENCE_ROUTES = RouteTable(
         # Truss-style: a ':' in the last segment is a verb, so readiness takes names without one
         Route("GET", "/v1/models/{model:noverb}", HttpApp._truss_ready, _TRUSS, "trussReady"),
         Route("POST", "/v1/models/{model}:predict", HttpApp._truss, _TRUSS, "trussPredict"),
+        # The API description (last: the compiled router tests the routes above first):
+        # MLServer's place, a page to try it, and TorchServe's places
+        Route("GET", "/v2/docs/openapi.json", HttpApp._api_description, _OIP, "openApiDocument"),
+        Route("GET", "/v2/docs", HttpApp._docs_page, _OIP, "docsPage"),
+        Route("OPTIONS", "/", HttpApp._api_description, _TS, "inferenceApiDescription"),
+        Route(
+            "GET",
+            "/api-description",
+            HttpApp._api_description,
+            _TS,
+            "inferenceApiDescriptionLegacy",
+        ),
     ],
     leading=("ex", "send"),
     head=True,
