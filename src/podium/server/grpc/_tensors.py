@@ -147,8 +147,10 @@ def to_request(message: Any) -> InferenceRequest:
                 )
             data = codecs.decode_raw(name, datatype, shape, raw[index])
             index += 1
-        else:
+        elif tensor.HasField("contents") or _REGION not in tensor.parameters:
             data = _typed_input(tensor, name, datatype)
+        else:
+            data = None  # in shared memory, as every input of a request without raw contents
         decoded.append(
             RequestInput(
                 name=name,
