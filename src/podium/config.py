@@ -282,6 +282,11 @@ class ServerConfig:
             raise ValueError(
                 f"shared-memory must be {' or '.join(SHARED_MEMORY)}, got {self.shared_memory!r}"
             )
+        if self.shared_memory == "system" and not os.path.isdir("/dev/shm"):
+            raise ValueError(
+                "shared-memory system needs POSIX shared memory objects in /dev/shm (Linux); "
+                "this system has none"
+            )
         prefix = self.shm_key_prefix
         if not isinstance(prefix, str) or "/" in prefix.lstrip("/"):
             raise ValueError(

@@ -189,6 +189,10 @@ def test_the_extension_is_advertised_only_when_on(server: Server, off_server: Se
     assert "cuda_shared_memory" not in on
     meta = tgrpc.InferenceServerClient(target(server)).get_server_metadata()
     assert "system_shared_memory" in meta.extensions
+    # On without --auth: the start-up log says who can map what.
+    warning = "system shared memory is on (--shared-memory system) without --auth"
+    assert warning in server.log and f"objects named '{PREFIX}*'" in server.log
+    assert "system shared memory is on" not in off_server.log
 
 
 def test_register_infer_status_unregister(client: Client, regions: Regions, server: Server) -> None:
@@ -466,6 +470,11 @@ def test_off_by_default(off_server: Server) -> None:
                 "system shared memory is off on this server.*--shared-memory system",
             )
             client.fails("forbidden", c.unregister_system_shared_memory, "is off")
+            if kind == "http":  # refused before its body is read
+                refused = httpx.post(
+                    f"{off_server.url}/v2/systemsharedmemory/region/r/register", content=b"{"
+                )
+                assert refused.status_code == 403
             ins, _ = simple_request(client, "r")
             client.fails(
                 "forbidden", lambda c=c, ins=ins: c.infer("simple", ins), "naming shared memory"

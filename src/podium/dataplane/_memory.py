@@ -206,7 +206,7 @@ class SystemSharedMemory:
         opened or is smaller than ``offset + byte_size`` (``InvalidInput``); past the bounds
         (``PayloadTooLarge``).
         """
-        self._check_on(f"registering shared memory region '{name}'")
+        self.check_on(f"registering shared memory region '{name}'")
         if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
             raise InvalidInput(
                 f"a shared memory region needs a name of 1 to {MAX_NAME} characters, got {name!r}"
@@ -248,7 +248,7 @@ class SystemSharedMemory:
         """Unregister the region named (every region when ``name`` is empty or None). A name
         that is not registered is no error (as Triton). Calls holding a region keep it until
         they are done (see the module docstring)."""
-        self._check_on(
+        self.check_on(
             f"unregistering shared memory region '{name}'"
             if name
             else "unregistering shared memory regions"
@@ -334,7 +334,7 @@ class SystemSharedMemory:
             raise InvalidInput(
                 f"{what}: {REGION} must be the name of a registered region, got {name!r}"
             )
-        self._check_on(f"{what} naming shared memory region '{name}'")
+        self.check_on(f"{what} naming shared memory region '{name}'")
         size = params.get(BYTE_SIZE)
         if size is None:
             raise InvalidInput(f"{what}: {REGION} '{name}' needs {BYTE_SIZE} as well")
@@ -364,7 +364,9 @@ class SystemSharedMemory:
 
     # -- checks ------------------------------------------------------------------------------
 
-    def _check_on(self, action: str) -> None:
+    def check_on(self, action: str) -> None:
+        """Refuse ``action`` (words such as ``"registering shared memory region 'r'"``) with
+        ``Forbidden``, naming the flag, when the extension is off."""
         if not self.enabled:
             raise Forbidden(
                 f"{action} is refused: system shared memory is off on this server; start it "

@@ -53,6 +53,8 @@ async def system_status(self: Any, ex: Exchange, send: Send, name: str | None = 
 
 
 async def system_register(self: Any, ex: Exchange, send: Send, name: str) -> None:
+    shm = self.dataplane.shared_memory
+    shm.check_on(f"registering shared memory region '{name}'")  # before the body is read
     body = await ex.body()
     if not body:
         raise InvalidInput(
@@ -65,7 +67,6 @@ async def system_register(self: Any, ex: Exchange, send: Send, name: str) -> Non
     except msgspec.DecodeError as exc:
         _oip.decode_json(body)  # raises, saying what is wrong with the JSON
         raise InvalidInput(f"malformed JSON body: {exc}") from exc
-    shm = self.dataplane.shared_memory
     shm.register(name, request.key, request.offset, request.byte_size)
     await send_body(send, 200, JSON, b"")
 
