@@ -7,6 +7,7 @@ registered is unregistered."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -526,6 +527,45 @@ def test_rest_bodies_and_methods(server: Server) -> None:
             both = httpx.post(f"{server.url}/v2/models/simple/infer", json=body)
             assert both.status_code == 400
             assert "has both data and the shared memory region 'rest'" in both.json()["error"]
+            # binary_data_output asks for every output binary: one in a region stays there.
+            data = np.arange(16, dtype="<i4").tobytes() + np.ones(16, "<i4").tobytes()
+            shm.set_shared_memory_region(handle, [np.zeros(32, np.int32)])
+            header = {
+                "inputs": [
+                    {
+                        "name": name,
+                        "shape": [1, 16],
+                        "datatype": "INT32",
+                        "parameters": {"binary_data_size": 64},
+                    }
+                    for name in ("INPUT0", "INPUT1")
+                ],
+                "outputs": [
+                    {
+                        "name": "OUTPUT0",
+                        "parameters": {
+                            "shared_memory_region": "rest",
+                            "shared_memory_byte_size": 64,
+                        },
+                    },
+                    {"name": "OUTPUT1"},
+                ],
+                "parameters": {"binary_data_output": True},
+            }
+            head = json.dumps(header).encode()
+            mixed = httpx.post(
+                f"{server.url}/v2/models/simple/infer",
+                content=head + data,
+                headers={"Inference-Header-Content-Length": str(len(head))},
+            )
+            assert mixed.status_code == 200, mixed.text
+            length = int(mixed.headers["inference-header-content-length"])
+            outputs = json.loads(mixed.content[:length])["outputs"]
+            assert "binary_data_size" not in outputs[0]["parameters"]
+            assert outputs[1]["parameters"] == {"binary_data_size": 64}
+            sums = shm.get_contents_as_numpy(handle, np.int32, [16])
+            assert sums.tolist() == list(range(1, 17))
+            assert np.frombuffer(mixed.content[length:], "<i4").tolist() == list(range(-1, 15))
             done = http.post("/region/rest/unregister")
             assert (done.status_code, done.content) == (200, b"")
             cuda = httpx.post(
