@@ -111,8 +111,8 @@ def no_cuda_region(name: str) -> NotFound:
 
 
 class _Region:
-    """One registered region: its mapping (from ``start``, the page boundary at or before the
-    region's offset) and how many calls hold it."""
+    """One registered region: its mapping (which starts at the page boundary at or before the
+    region's offset), how many calls hold it, and whether it was unregistered meanwhile."""
 
     __slots__ = ("status", "_map", "_skip", "users", "closing")
 
