@@ -320,6 +320,33 @@ def main() -> None:
     "use with --auth) [management].",
 )
 @click.option(
+    "--shared-memory",
+    type=click.Choice(["off", "system"]),
+    default=None,
+    help="Triton's system shared memory extension: 'system' lets clients on this host register "
+    "regions of POSIX shared memory objects (/dev/shm) and pass tensors through them; any "
+    "client of the inference listeners can then map any such object the server's user can "
+    "open (see --shm-key-prefix, --auth) [off].",
+)
+@click.option(
+    "--shm-key-prefix",
+    default=None,
+    help="Map only shared memory objects whose names (after the leading '/') start with this "
+    "[any].",
+)
+@click.option(
+    "--max-shm-regions",
+    type=int,
+    default=None,
+    help="Most system shared memory regions registered at once [64].",
+)
+@click.option(
+    "--max-shm-size",
+    type=int,
+    default=None,
+    help="Most bytes of system shared memory mapped at once, all regions together [16 GiB].",
+)
+@click.option(
     "--token-expiration",
     type=float,
     default=None,

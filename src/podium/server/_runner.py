@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Secrets, ServerConfig
-from ..dataplane import ControlPolicy, DataPlane, ModelControl
+from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
@@ -120,6 +120,12 @@ class Podium:
             secrets=self.secrets,
             executor=self.executor,
             codec=self.request_codec,
+            shared_memory=SystemSharedMemory(
+                enabled=config.shared_memory == "system",
+                key_prefix=config.shm_key_prefix,
+                max_regions=config.max_shm_regions,
+                max_size=config.max_shm_size,
+            ),
         )
         self.addresses: dict[str, str] = {}
         self._guards: dict[str, ConnectionGuard] = {}
@@ -147,6 +153,7 @@ class Podium:
         # for this process's extractions, start-up models' included
         repository.set_archive_limits(config.max_archive_size, config.max_archive_ratio)
         self._warn_model_control()
+        self._warn_shared_memory()
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
         inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
@@ -213,6 +220,32 @@ class Podium:
             config.host,
             config.http_port,
             config.grpc_port,
+        )
+
+    def _warn_shared_memory(self) -> None:
+        """A warning when any client of the inference listeners may map shared memory."""
+        config = self.config
+        if config.shared_memory != "system":
+            return
+        which = (
+            f"objects named '{config.shm_key_prefix}*'"
+            if config.shm_key_prefix
+            else "any POSIX shared memory object this server's user can open"
+        )
+        if config.auth:
+            logger.info(
+                "system shared memory is on: clients with the inference key can map %s", which
+            )
+            return
+        logger.warning(
+            "system shared memory is on (--shared-memory system) without --auth: every client "
+            "that can reach the inference listeners (%s, HTTP port %s, gRPC port %s) can make "
+            "the server map %s and read or write it through a model; add --auth, or "
+            "--shm-key-prefix, or listen on loopback only",
+            config.host,
+            config.http_port,
+            config.grpc_port,
+            which,
         )
 
     def _keys(self) -> Authorizer | None:

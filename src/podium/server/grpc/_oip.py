@@ -4,6 +4,8 @@ A thin adapter over the data plane: each RPC turns its message into a :class:`po
 (or a call on the data plane's model repository), and the answer back into a message (tensor
 conversions in :mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
 
+The shared memory RPCs (``SystemSharedMemory*``, ``CudaSharedMemory*``) are in :mod:`._memory`.
+
 The repository RPCs: ``RepositoryIndex`` is open; ``RepositoryModelLoad`` / ``Unload`` change what
 is served, so the data plane's model repository refuses them here (``PERMISSION_DENIED``, naming
 the management API) unless the server runs with ``--model-control inference``.
@@ -43,6 +45,7 @@ from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, ModelMetadata, ModelState, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
+from . import _memory
 from ._call import GrpcCall
 from ._errors import abort_with, status_of
 from ._pool import message_class
@@ -54,6 +57,7 @@ from ._tensors import (
     parameters_of,
     to_message,
     to_request,
+    uses_shared_memory,
 )
 
 __all__ = ["OUTPUT_CONTENTS", "SERVICE", "STREAM_FORMATS", "OipService"]
@@ -203,6 +207,7 @@ class OipService:
                 "inference.RepositoryModelUnloadResponse",
             ),
         }
+        methods.update(_memory.methods(self.dataplane, _unary))
         served = {} if self.triton else {"ModelStreamInfer": "inference.ModelInferResponse"}
         return Service(SERVICE, methods, healthy=self.dataplane.ready, served_outputs=served)
 
@@ -470,7 +475,9 @@ def _response(response: InferenceResponse, request: Any, raw: bool, into: Any = 
         raise PodiumError(f"the data plane returned {type(response).__name__} for an OIP call")
     if response.id is None and request.id:
         response.id = request.id  # the request was not decoded (the model takes no inputs)
-    return to_message(response, raw or bool(request.raw_input_contents), into)
+    # A request with tensors in shared memory comes from a Triton client: raw, as Triton.
+    raw = raw or bool(request.raw_input_contents) or uses_shared_memory(request)
+    return to_message(response, raw, into)
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:

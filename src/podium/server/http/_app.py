@@ -20,7 +20,7 @@ from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WirePr
 from .. import _sequences
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
-from . import _oip, _responses
+from . import _memory, _oip, _responses
 from ._docs import PAGE
 from ._exchange import Exchange
 from ._openapi import description
@@ -441,6 +441,65 @@ INFERENCE_ROUTES = RouteTable(
             _OIP,
             "modelVersionGenerateStream",
             args={"action": "generate_stream"},
+        ),
+        # Triton's shared memory extensions (system; CUDA answered as without GPUs)
+        Route("GET", "/v2/systemsharedmemory/status", _memory.system_status, _OIP, "shmStatus"),
+        Route(
+            "GET",
+            "/v2/systemsharedmemory/region/{name}/status",
+            _memory.system_status,
+            _OIP,
+            "shmRegionStatus",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/region/{name}/register",
+            _memory.system_register,
+            _OIP,
+            "shmRegister",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/unregister",
+            _memory.system_unregister,
+            _OIP,
+            "shmUnregisterAll",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/region/{name}/unregister",
+            _memory.system_unregister,
+            _OIP,
+            "shmUnregister",
+        ),
+        Route("GET", "/v2/cudasharedmemory/status", _memory.cuda_status, _OIP, "cudaShmStatus"),
+        Route(
+            "GET",
+            "/v2/cudasharedmemory/region/{name}/status",
+            _memory.cuda_status,
+            _OIP,
+            "cudaShmRegionStatus",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/region/{name}/register",
+            _memory.cuda_register,
+            _OIP,
+            "cudaShmRegister",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/unregister",
+            _memory.cuda_unregister,
+            _OIP,
+            "cudaShmUnregisterAll",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/region/{name}/unregister",
+            _memory.cuda_unregister,
+            _OIP,
+            "cudaShmUnregister",
         ),
         # TorchServe's inference API
         Route(("GET", "POST"), "/ping", HttpApp._ping, _TS, "ping"),

@@ -110,7 +110,9 @@ def _components() -> dict[str, Any]:
 _WHY = {
     "400": "The request is malformed: its body, a tensor, or the binary framing (named).",
     "401": "Token authorization is on (--auth) and the request has no valid inference key.",
-    "404": "No such model or version.",
+    "403": "Refused by the server's settings (shared memory is off: --shared-memory system).",
+    "404": "No such model, version or shared memory region.",
+    "409": "A shared memory region of that name is registered already.",
     "410": "The request names a sequence that is over (ended, expired, or its state was lost).",
     "413": "The body is larger than --max-request-size.",
     "414": "The request target is longer than the listener's limit (text/plain).",
@@ -141,7 +143,11 @@ def _ok(text: str, schema: Mapping[str, Any], media: str = "application/json") -
 
 # -- the operations --------------------------------------------------------------------------
 
-_PATH_PARAMS = {"model": "The model's name.", "version": "A version of the model."}
+_PATH_PARAMS = {
+    "model": "The model's name.",
+    "version": "A version of the model.",
+    "name": "A shared memory region's name.",
+}
 
 _BINARY_PARAM = param(
     _BINARY_HEADER,
@@ -282,6 +288,46 @@ _PING_OP = Operation(
 )
 _DESCRIBE = Operation("This API description (TorchServe's).", {"200": _DOCUMENT, **_errors()})
 
+# -- Triton's shared memory extensions -------------------------------------------------------
+
+_REGION = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "offset": {"type": "integer", "minimum": 0},
+        "byte_size": {"type": "integer", "minimum": 0},
+    },
+    "required": ["name", "key", "offset", "byte_size"],
+}
+_REGISTER_BODY = {
+    "description": "The shared memory object (its key) and the region in it.",
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "offset": {"type": "integer", "minimum": 0},
+                    "byte_size": {"type": "integer", "minimum": 0},
+                },
+                "required": ["key", "byte_size"],
+            }
+        }
+    },
+}
+_DONE = {"description": "Done (an empty body, as Triton answers)."}
+_REGIONS = _ok(
+    "The registered regions (all, or the one named).", {"type": "array", "items": _REGION}
+)
+_CUDA_REGIONS = _ok("None: Podium has no CUDA shared memory.", {"type": "array", "maxItems": 0})
+
+
+def _shm(summary: str, ok: dict[str, Any], *statuses: str, body: Any = None) -> Operation:
+    return Operation(summary, {"200": ok, **_errors(*statuses)}, body=body)
+
+
 #: Per operation id of :data:`INFERENCE_ROUTES`: what the table does not say.
 _OPERATIONS: dict[str, Operation] = {
     "serverMetadata": Operation(
@@ -324,6 +370,28 @@ _OPERATIONS: dict[str, Operation] = {
         {"200": _DOCUMENT, **_errors()},
         deprecated=True,
     ),
+    "shmStatus": _shm("Every registered system shared memory region.", _REGIONS, "403"),
+    "shmRegionStatus": _shm(
+        "A registered system shared memory region.", _REGIONS, "400", "403", "404"
+    ),
+    "shmRegister": _shm(
+        "Register a region of a POSIX shared memory object (--shared-memory system).",
+        _DONE,
+        "400",
+        "403",
+        "409",
+        "413",
+        body=_REGISTER_BODY,
+    ),
+    "shmUnregisterAll": _shm("Unregister every system shared memory region.", _DONE, "403"),
+    "shmUnregister": _shm("Unregister a system shared memory region.", _DONE, "400", "403", "404"),
+    "cudaShmStatus": _shm("CUDA shared memory regions: none.", _CUDA_REGIONS),
+    "cudaShmRegionStatus": _shm(
+        "A CUDA shared memory region: none exists.", _CUDA_REGIONS, "400", "404"
+    ),
+    "cudaShmRegister": _shm("CUDA shared memory: refused (no GPUs).", _DONE, "400"),
+    "cudaShmUnregisterAll": _shm("Unregister every CUDA shared memory region: none.", _DONE),
+    "cudaShmUnregister": _shm("Unregister a CUDA shared memory region: none.", _DONE),
     "ping": _PING_OP,
     "pingPost": _PING_OP,
     "predictions": _predictions("TorchServe predictions on the default version."),
