@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
@@ -23,6 +24,7 @@ from ..types import (
     WireProtocol,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
+from ._flight import InFlight
 from ._repository import ModelRepository
 
 __all__ = ["EXTENSIONS", "DataPlane"]
@@ -54,6 +56,8 @@ class DataPlane:
         #: The models served and the operations that change them (index, load, unload,
         #: register, unregister, scale, set-default, describe).
         self.repository = ModelRepository(registry, secrets=secrets, executor=executor, codec=codec)
+        #: The calls in flight, and the shutdown's view of them (readiness, drain, cut).
+        self.flight = InFlight()
 
     async def close(self) -> None:
         """Stop the repository's background work, then every model version."""
@@ -63,16 +67,27 @@ class DataPlane:
     # -- health and metadata -------------------------------------------------------------
 
     def live(self) -> bool:
+        """True while the process answers, draining included: liveness never fails for a
+        model's trouble (``docs/operations.md``)."""
         return True
 
     def ready(self) -> bool:
-        """The server's readiness, by the repository's rule (:meth:`ModelRepository.ready`):
-        no version failed, none is still loading at start-up; unloaded ones do not count."""
-        return self.repository.ready()
+        """The server's readiness: false from the moment it begins to stop
+        (:attr:`stopping`), else by the repository's rule (:meth:`ModelRepository.ready`): no
+        version failed, none is still loading at start-up; unloaded ones do not count."""
+        return not self.flight.stopping and self.repository.ready()
+
+    @property
+    def stopping(self) -> bool:
+        """The server is shutting down (``SIGTERM``): not ready, draining its calls."""
+        return self.flight.stopping
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Whether that version is ready; ``NotFound`` if it does not exist."""
-        return self._registry.get(name, version).state is ModelState.READY
+        """Whether that version is ready: loaded, and not in trouble (every worker stuck, or
+        its workers crash-looping: :meth:`ModelVersion.trouble`); ``NotFound`` if it does not
+        exist."""
+        mv = self._registry.get(name, version)
+        return mv.state is ModelState.READY and not mv.trouble()
 
     def server_metadata(self) -> ServerMetadata:
         return ServerMetadata(name="podium", version=__version__, extensions=list(EXTENSIONS))
@@ -87,6 +102,9 @@ class DataPlane:
         state = {"state": mv.state.value}
         if mv.reason:
             state["reason"] = mv.reason
+        trouble = mv.trouble()
+        if trouble:  # ready, yet not serving well: its readiness says false, and why
+            state["trouble"] = trouble
         return ModelMetadata(
             name=mv.name,
             versions=[v.version for v in self._registry.versions(name) if v.version],
@@ -112,8 +130,25 @@ class DataPlane:
         """Run ``call`` to completion. A streaming model's items are gathered into one value.
 
         For a model with ``sequence_batching`` the call runs in the sequence it names (a new one
-        when it names none); the answer says which, and whether the sequence ended.
+        when it names none); the answer says which, and whether the sequence ended. While the
+        server stops, the call is counted in :attr:`flight`; one still running when the grace
+        is over fails with ``ShuttingDown`` (as does one that comes after).
         """
+        flight = self.flight
+        task = flight.enter(call)
+        if task is None:  # this task runs a call already: that one is counted
+            return await self._infer(call, mv)
+        try:
+            return await self._infer(call, mv)
+        except asyncio.CancelledError:
+            error = flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            flight.leave(task)
+
+    async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
         if mv is None:
             mv = self._registry.ready(call.model, call.version)
         inputs, oip = inputs_of(mv, call)
@@ -150,17 +185,29 @@ class DataPlane:
     async def _stream(
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
-        inputs, oip = inputs_of(mv, call)
-        items = _items(mv, inputs, call, sequence)
+        # In flight from its first item to its end, under the task that reads it.
+        flight = self.flight
+        task = flight.enter(call)
         try:
-            if call.protocol.oip:
-                async for item in items:
-                    yield oip_response(mv, item, oip, sequence)
-            else:
-                async for item in items:
-                    yield item
+            inputs, oip = inputs_of(mv, call)
+            items = _items(mv, inputs, call, sequence)
+            try:
+                if call.protocol.oip:
+                    async for item in items:
+                        yield oip_response(mv, item, oip, sequence)
+                else:
+                    async for item in items:
+                        yield item
+            finally:
+                await items.aclose()
+        except asyncio.CancelledError:
+            error = None if task is None else flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
         finally:
-            await items.aclose()
+            if task is not None:
+                flight.leave(task)
 
     def stream_inputs(
         self,
@@ -181,9 +228,21 @@ class DataPlane:
             async for call in calls:
                 yield inputs_of(mv, call)[0]
 
-        async with contextlib.aclosing(mv.scheduler.stream_inputs(inputs(), request)) as items:
-            async for item in items:
-                yield oip_response(mv, item, None) if protocol.oip else item
+        # The whole stream is one call in flight, under the task that reads its answers.
+        flight = self.flight
+        task = flight.enter(Call(mv.name, mv.version, protocol))
+        try:
+            async with contextlib.aclosing(mv.scheduler.stream_inputs(inputs(), request)) as items:
+                async for item in items:
+                    yield oip_response(mv, item, None) if protocol.oip else item
+        except asyncio.CancelledError:
+            error = None if task is None else flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            if task is not None:
+                flight.leave(task)
 
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
