@@ -220,7 +220,7 @@ class Shutdown:
         those still there."""
         flight = self.dataplane.flight
         if self._forced.is_set():
-            reason = "was cut: the server was told to stop at once (a second signal)"
+            reason = "was cut: a second stop signal told the server to stop at once"
         else:
             reason = f"did not finish within --graceful-timeout {self.graceful:g} s"
         logger.warning(
