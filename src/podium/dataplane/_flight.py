@@ -14,8 +14,9 @@ end) is registered here by the task that runs it, so that a shutdown can:
   returns (``run_sync``), and a second one lets the caller go;
 - say what it drained and what it cut, per protocol and model (:meth:`InFlight.report`).
 
-Registering costs a call two dictionary operations and a ``current_task()``; the counting is
-done only once the server is stopping.
+Registering costs a call two dictionary operations and a ``current_task(loop)`` (with the loop
+given: without it, Python 3.11 asks the OS for its pid on every call); the counting is done only
+once the server is stopping.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class FlightReport:
 class InFlight:
     """The data plane's calls in flight, by the task running each (see the module docstring)."""
 
-    __slots__ = ("running", "stopping", "closed", "report", "_cut", "_reason", "_idle")
+    __slots__ = ("running", "stopping", "closed", "report", "loop", "_cut", "_reason", "_idle")
 
     def __init__(self) -> None:
         #: every call running in the data plane, by the task running it
@@ -70,6 +71,8 @@ class InFlight:
         #: the grace is over: calls still running were cut, new ones are refused
         self.closed = False
         self.report = FlightReport()
+        #: the event loop the calls run on, as last seen (:meth:`current`)
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._cut: dict[asyncio.Task[Any], int] = {}  # each task cut: how many times
         self._reason = ""
         self._idle: asyncio.Event | None = None
@@ -81,18 +84,33 @@ class InFlight:
         that task already runs a call (the outer one stands for both). ``ShuttingDown`` once
         the grace is over."""
         if self.closed:
-            raise ShuttingDown(
-                f"server shutting down: no new calls are taken (model '{call.model}')"
-            )
-        task = asyncio.current_task()
+            raise self.refusal(call)
+        task = self.current()
         if task is None or self.running.setdefault(task, call) is not call:
             return None
         return task
 
+    def current(self) -> asyncio.Task[Any] | None:
+        """The task running now. The loop is looked up only the first time, or when another
+        one runs (the data plane's calls all run on one loop)."""
+        task = asyncio.current_task(self.loop or self.running_loop())
+        if task is None:  # the loop seen last is not the one running
+            task = asyncio.current_task(self.running_loop())
+        return task
+
+    def running_loop(self) -> asyncio.AbstractEventLoop:
+        self.loop = loop = asyncio.get_running_loop()
+        return loop
+
     def leave(self, task: asyncio.Task[Any]) -> None:
         call = self.running.pop(task)
         if self.stopping:
-            self._ended(task, call)
+            self.ended(task, call)
+
+    @staticmethod
+    def refusal(call: Call) -> ShuttingDown:
+        """The error of a call that comes once the grace is over."""
+        return ShuttingDown(f"server shutting down: no new calls are taken (model '{call.model}')")
 
     def cut_error(self, task: asyncio.Task[Any]) -> ShuttingDown | None:
         """For a call whose task was cancelled: the error it ends with when the cancellation is
@@ -107,7 +125,8 @@ class InFlight:
         what = f"the call to model '{call.model}'" if call is not None else "the call"
         return ShuttingDown(f"server shutting down: {what} {self._reason}")
 
-    def _ended(self, task: asyncio.Task[Any], call: Call) -> None:
+    def ended(self, task: asyncio.Task[Any], call: Call) -> None:
+        """``call``, run by ``task``, left the data plane while the server stops: count it."""
         label = _label(call)
         if self._cut.pop(task, None) is not None:
             self.report.cut[label] += 1

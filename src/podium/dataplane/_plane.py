@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
@@ -134,10 +135,17 @@ class DataPlane:
         server stops, the call is counted in :attr:`flight`; one still running when the grace
         is over fails with ``ShuttingDown`` (as does one that comes after).
         """
+        # InFlight.enter and .leave, inlined: this runs for every call.
         flight = self.flight
-        task = flight.enter(call)
-        if task is None:  # this task runs a call already: that one is counted
+        if flight.closed:
+            raise flight.refusal(call)
+        running = flight.running
+        task = current_task(flight.loop or flight.running_loop())
+        if task is None:  # the loop seen last is not the one running
+            task = flight.current()
+        if task is None or task in running:  # this task runs a call already: that one counts
             return await self._infer(call, mv)
+        running[task] = call
         try:
             return await self._infer(call, mv)
         except asyncio.CancelledError:
@@ -146,7 +154,9 @@ class DataPlane:
                 raise
             raise error from None
         finally:
-            flight.leave(task)
+            del running[task]
+            if flight.stopping:
+                flight.ended(task, call)
 
     async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
         if mv is None:

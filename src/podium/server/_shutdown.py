@@ -199,8 +199,8 @@ class Shutdown:
             FlightReport.describe(report.drained),
             FlightReport.describe(report.cut),
         )
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+        # After a second signal the watchdog stays: it bounds the process's exit too (what
+        # the caller waits for after this, threads of model code included).
         return self.exit_code
 
     async def _wait(self, work: Awaitable[object], seconds: float) -> None:
