@@ -18,6 +18,9 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -383,3 +386,50 @@ async def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
         finally:
             gates.open_all()
     assert "SIGTERM again: stopping at once" in server.log
+
+
+def test_a_signal_while_the_models_load_stops_the_start(tmp_path: Path) -> None:
+    # slow-load/slow's load() waits for a gate that never opens; slow-load/quick loads at once.
+    cmd = [
+        sys.executable,
+        "-m",
+        "podium",
+        "serve",
+        str(TEST_MODELS / "slow-load"),
+        *("--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0"),
+        *("--management-port", "0", "--grpc-management-port", "0", "--no-auth"),
+    ]
+    env = {**os.environ, "PODIUM_E2E_LOAD_GATE": str(tmp_path / "never")}
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    loaded = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if "model 'quick' is ready" in line:
+                loaded.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        assert loaded.wait(PATIENCE), "\n".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(PATIENCE) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        reader.join(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    log = "\n".join(lines)
+    assert "stopped while starting" in log and "Podium is ready" not in log, log
