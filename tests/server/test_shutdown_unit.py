@@ -18,6 +18,8 @@ from podium.dataplane import DataPlane
 from podium.errors import ShuttingDown
 from podium.runtime.registry import ModelVersion, Registry
 from podium.server import _shutdown
+from podium.server._limits import ConnectionGuard, ConnectionLimits
+from podium.server._runner import _Uvicorn, bind
 from podium.server._shutdown import KUBERNETES_DELAY, Shutdown, delay_for
 from podium.types import Call, ModelState, WireProtocol
 
@@ -191,5 +193,48 @@ async def test_a_second_signal_cuts_aborts_kills_and_exits_non_zero(quick: list[
     with pytest.raises(ShuttingDown, match="a second stop signal"):
         await call
     assert "abort" in [entry[0] for entry in log] and killed == [1]
-    await asyncio.sleep(0)
-    assert quick == []  # it stopped in time: the watchdog never fired
+    assert quick == []  # it stopped in time: the watchdog has not fired
+
+
+async def test_the_http_listener_refuses_new_connections_and_closes_what_outlives_the_grace() -> (
+    None
+):
+    async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    guard = ConnectionGuard("http-test", ConnectionLimits())
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = _Uvicorn(echo, sock, graceful=30, guard=guard)
+    await server.start()
+    try:
+        # An upload that stalls: it would hold a graceful stop for --body-timeout and more.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+        await writer.drain()
+        await until(lambda: server.server.server_state.tasks)
+        started = time.monotonic()
+        stopping = asyncio.ensure_future(server.stop(0.3))
+        await asyncio.sleep(0.15)
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection("127.0.0.1", port)
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""  # closed, not answered
+            await stopping
+        assert 0.3 <= time.monotonic() - started < 3
+        assert server.closed_connections == 1
+        writer.close()
+    finally:
+        await server.abort()
+        await server.stop(0)

@@ -133,11 +133,20 @@ class _Uvicorn:
         self._close_connections()
 
     def _close_connections(self) -> None:
+        closed = 0
         for connection in list(self.server.server_state.connections):
             transport = getattr(connection, "transport", None)
             if transport is not None and not transport.is_closing():
-                self.closed_connections += 1
+                closed += 1
                 transport.abort()  # a client not reading must not hold the stop up
+        if closed:
+            self.closed_connections += closed
+            logger.warning(
+                "%s: closed %d connection(s) still open after the grace (an upload still "
+                "arriving, a response not read)",
+                self.guard.name,
+                closed,
+            )
 
 
 class Podium:
