@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Podium server in a subprocess, on a free port, always stopped."""
+"""Shared fixtures: a real Podium server in a subprocess, on a free port, always stopped; and the
+settings profiles of the property tests (hypothesis)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 TEST_MODELS = Path(__file__).resolve().parent / "models"
+
+# Property tests (hypothesis). "dev" explores new random examples on every run (a failure is
+# replayed first on the next run from the local .hypothesis/ database, and its seed is printed);
+# "ci" is the same but derandomized, so a red CI run fails the same way when run again with the
+# same commit; "deep" (HYPOTHESIS_PROFILE=deep) runs 20 times as many examples, for a long hunt.
+# No deadline: on a loaded 2-core machine a slow example is not a bug (pytest-timeout still
+# catches a hang).
+settings.register_profile("dev", max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("ci", settings.get_profile("dev"), derandomize=True, database=None)
+settings.register_profile("deep", settings.get_profile("dev"), max_examples=2000)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 _READY = re.compile(r"Podium is ready; listening on (.*?); serving")
 
@@ -142,3 +157,8 @@ def examples_server() -> Iterator[Server]:
     """One server with every bundled example, shared by the tests that only read from it."""
     with run_server(EXAMPLES) as server:
         yield server
+
+
+# tests/conformance/ is the side-by-side harness with the real Triton and TorchServe: its own
+# venv and command (python3 tests/conformance/run.py), never part of this test run.
+collect_ignore = ["conformance"]

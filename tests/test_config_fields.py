@@ -17,8 +17,8 @@ import pytest
 
 from podium.config import FIELDS, MODEL_KEYS, UNSET, Kind, ModelConfig, Unit
 from podium.errors import DefinitionError
-from podium.model._mls_settings import read_settings
-from podium.model._ts_config import MAPPED, SEQUENCE, model_config
+from podium.model.mlserver._settings import read_settings
+from podium.model.torchserve._config import MAPPED, SEQUENCE, model_config
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -39,8 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "sequence_batching": False,
     "sequence_max_idle_ms": 60_000.0,
     "sequence_timeout_ms": 0.0,
-    "max_sequence_queue_size": 1,
-    "max_num_sequences": 0,
+    "max_sequence_queue_size": 16,
+    "max_num_sequences": 10_000,
     "continuous_batching": False,
     "model_metadata": {},
 }

@@ -40,6 +40,7 @@ from podium.types import (
     Answer,
     AnswerStream,
     Call,
+    Capabilities,
     InferenceRequest,
     InferenceResponse,
     InputKind,
@@ -61,16 +62,7 @@ OIP = WireProtocol.OIP_REST
 
 
 class FakeInstance:
-    """What the data plane reads of a model: its flags and ``validate``."""
-
-    needs_inputs = True
-    needs_request = False
-    input_schema = None
-    has_preprocess = False
-    has_postprocess = False
-    consumes_stream = False
-    predict_in_thread = False
-    continuous = False
+    """What the data plane reads of a model: its capabilities and ``validate``."""
 
     def __init__(
         self,
@@ -80,10 +72,12 @@ class FakeInstance:
         predict_on_infer: bool = False,
         needs_inputs: bool = True,
     ) -> None:
-        self.input_kind = kind
-        self.streaming = streaming
-        self.predict_on_infer = predict_on_infer
-        self.needs_inputs = needs_inputs
+        self.capabilities = Capabilities(
+            input_kind=kind,
+            streaming=streaming,
+            predict_on_infer=predict_on_infer,
+            needs_inputs=needs_inputs,
+        )
         self.loads = 0
         self.fail_load = False
 
@@ -591,15 +585,16 @@ def test_model_metadata_is_a_struct_with_the_same_json() -> None:
         "parameters": {"owner": "search", "state": "failed", "reason": "load() raised"},
     }
     assert msgspec.json.encode(meta) == msgspec.json.encode(before)
-    plain = {
+    plain = {  # an unversioned model is served as version "1" (Triton's default)
         "name": "plain",
-        "versions": [],
+        "versions": ["1"],
         "platform": "podium",
         "inputs": [],
         "outputs": [],
         "parameters": {"state": "ready"},
     }
     assert msgspec.json.encode(dp.model_metadata("plain")) == msgspec.json.encode(plain)
+    assert msgspec.json.encode(dp.model_metadata("plain", "1")) == msgspec.json.encode(plain)
     with pytest.raises(NotFound):
         dp.model_metadata("m", "9")
 

@@ -15,7 +15,7 @@ from podium.config import ModelConfig
 from podium.dataplane import DataPlane, FlightReport
 from podium.errors import ShuttingDown, Unavailable, grpc_code, http_status
 from podium.runtime.registry import ModelVersion, Registry
-from podium.types import Call, ModelState, WireProtocol
+from podium.types import Call, Capabilities, ModelState, WireProtocol
 
 pytestmark = pytest.mark.anyio
 
@@ -24,13 +24,7 @@ REST, GRPC = WireProtocol.TRUSS, WireProtocol.TORCHSERVE_GRPC
 
 
 class Instance:
-    needs_inputs = False
-    needs_request = False
-    input_schema = None
-    streaming = False
-    predict_on_infer = False
-    consumes_stream = False
-    continuous = False
+    capabilities = Capabilities(needs_inputs=False)
 
 
 class Held:

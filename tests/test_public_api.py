@@ -1,13 +1,14 @@
-"""The public surface: what users import from ``podium``, and the layering rule."""
+"""The public surface: what users import from ``podium``, and what each package exports to the
+others (the layering rules are in test_layers.py)."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import importlib
+
+import pytest
+from import_graph import SRC, imports_of, is_module, module_name
 
 import podium
-
-SRC = Path(podium.__file__).resolve().parent
 
 
 def test_exported_names() -> None:
@@ -31,33 +32,48 @@ def test_exported_names() -> None:
         assert hasattr(podium, name), name
 
 
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found
+def _all_order(name: str) -> tuple[int, str]:
+    """isort's order for ``__all__`` (ruff's RUF022): CONSTANTS, then Classes, then the rest."""
+    if name.isupper() and len(name) > 1:
+        return (0, name)
+    return (1 if name[:1].isupper() else 2, name)
 
 
-def test_runtime_and_model_import_no_web_or_grpc_library() -> None:
-    forbidden = {"starlette", "uvicorn", "granian", "fastapi", "grpc", "google", "httptools"}
-    for layer in ("runtime", "model"):
-        for path in (SRC / layer).rglob("*.py"):
-            bad = _imports(path) & forbidden
-            assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}"
+def _packages() -> list[str]:
+    return sorted(module_name(p) for p in SRC.rglob("__init__.py"))
 
 
-def test_lower_layers_do_not_import_front_ends() -> None:
-    lower = [p for layer in ("runtime", "model", "dataplane") for p in (SRC / layer).rglob("*.py")]
-    for path in lower:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ImportFrom) or not node.module:
-                continue
-            parts = node.module.split(".")
-            target = parts[1:] if node.level == 0 and parts[0] == "podium" else parts
-            if node.level or parts[0] == "podium":
-                assert target[:1] not in (["server"], ["cli"]), (
-                    f"{path.relative_to(SRC)} imports the front end module {node.module}"
-                )
+#: Packages that mirror another project's import paths (TorchServe's ``ts.*``, MLServer's
+#: ``mlserver.*``) keep that project's layout: an ``__all__`` there is optional.
+MIRRORS = ("podium.compat.ts.", "podium.compat.mlserver.")
+
+
+@pytest.mark.parametrize("package", _packages())
+def test_every_package_exports_a_sorted_all(package: str) -> None:
+    """Each package's ``__init__`` says what other packages may use: a sorted ``__all__`` of
+    names it has (httpx's rule)."""
+    module = importlib.import_module(package)
+    exported = getattr(module, "__all__", None)
+    if exported is None:
+        assert package.startswith(MIRRORS), f"{package} has no __all__"
+        return
+    assert sorted(exported, key=_all_order) == list(exported), f"{package}.__all__ is not sorted"
+    assert len(set(exported)) == len(exported), f"{package}.__all__ names a name twice"
+    for name in exported:
+        assert hasattr(module, name), f"{package}.__all__ names {name}, which it does not have"
+
+
+def test_what_other_packages_import_from_a_package_is_in_its_all() -> None:
+    """A name that a module imports from a package it is not inside (``from ..runtime import
+    ModelVersion``) is one the package exports: packages import each other's ``__init__``."""
+    missing = []
+    for path in sorted(SRC.rglob("*.py")):
+        for imp in imports_of(path):
+            package, _, name = imp.target.rpartition(".")
+            if is_module(imp.target) or not (SRC.parent / package.replace(".", "/")).is_dir():
+                continue  # a module, or a name from a module (not from a package's __init__)
+            if imp.importer == package or imp.importer.startswith(package + "."):
+                continue  # a package's own modules may use what it has not exported
+            if name not in importlib.import_module(package).__all__:
+                missing.append(str(imp))
+    assert not missing, "\n".join(missing)

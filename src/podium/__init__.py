@@ -1,13 +1,15 @@
 """Podium: a fast Python model inference server.
 
-Layers, from the top (imports only point down):
+Layers, from the top (imports only point down; docs/architecture.md draws them, and
+tests/test_layers.py holds every module to it)::
 
-    server/http, cli        front ends: wire formats in and out, nothing else
-    dataplane               the one entry every front end calls
-    runtime/registry        models × versions, default version
-    runtime/{direct,batcher} scheduling
-    model/*                 model contracts: adapt user code to ``types.ModelInstance``
-    types, codecs, errors, config   foundations
+    server/*, cli                 front ends: wire formats in and out, nothing else
+    dataplane/                    the one entry every front end calls
+    runtime/registry, loading     models × versions; sources on disk → workers and a scheduler
+    runtime/{direct,batcher,continuous,sequences/}   scheduling
+    runtime/workers, process/     execution: thread workers, worker processes
+    model/*, compat/              model contracts: adapt user code to ``types.ModelInstance``
+    types, codecs/, errors, config    foundations
 
 Users import from here: ``from podium import InferenceRequest, InferenceResponse``.
 """

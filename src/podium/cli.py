@@ -97,10 +97,19 @@ def main() -> None:
 )
 @click.option(
     "--grpc-stream-format",
-    type=click.Choice(["mlserver", "triton"]),
+    type=click.Choice(["triton", "mlserver"]),
     default=None,
-    help="Framing of OIP ModelStreamInfer responses: MLServer's bare ModelInferResponse, or "
-    "Triton's ModelStreamInferResponse with in-band errors [mlserver].",
+    help="Framing of OIP ModelStreamInfer responses: Triton's ModelStreamInferResponse with "
+    "in-band errors (tritonclient, perf_analyzer), or MLServer's bare ModelInferResponse "
+    "(MLServer's and KServe's stubs) [triton].",
+)
+@click.option(
+    "--grpc-output-contents",
+    type=click.Choice(["request", "raw"]),
+    default=None,
+    help="How OIP gRPC answers carry tensors: raw_output_contents when the request used "
+    "raw_input_contents, else typed contents (MLServer, KServe); or always raw, as Triton "
+    "[request].",
 )
 @click.option(
     "--sequence-header",
@@ -115,6 +124,53 @@ def main() -> None:
     help="Threads of the gRPC inference server, for calls not relayed through grpc's polling "
     "thread (reflection streams; every call if grpcio's internals differ). 0: serve gRPC with "
     "grpc.aio on the event loop instead [128].",
+)
+@click.option(
+    "--grpc-max-concurrent-streams",
+    type=int,
+    default=None,
+    help="Most calls at once on one gRPC connection (HTTP/2 SETTINGS); a client keeps more "
+    "waiting until one ends [100].",
+)
+@click.option(
+    "--grpc-max-connection-idle",
+    type=float,
+    default=None,
+    help="Seconds a gRPC connection may stay without calls before it is closed; 0: never [300].",
+)
+@click.option(
+    "--grpc-max-connection-age",
+    type=float,
+    default=None,
+    help="Seconds after which a gRPC connection is told to go (GOAWAY, ±10%%): its client makes "
+    "new calls on a new connection; 0: never [1800].",
+)
+@click.option(
+    "--grpc-max-connection-age-grace",
+    type=float,
+    default=None,
+    help="Seconds calls in flight may go on after --grpc-max-connection-age before they are "
+    "cut [unlimited].",
+)
+@click.option(
+    "--grpc-keepalive-time",
+    type=float,
+    default=None,
+    help="Seconds a gRPC connection may stay silent before the server pings it; 0: never [60].",
+)
+@click.option(
+    "--grpc-keepalive-timeout",
+    type=float,
+    default=None,
+    help="Seconds the server waits for the answer to its ping before it closes the "
+    "connection [20].",
+)
+@click.option(
+    "--grpc-min-ping-interval",
+    type=float,
+    default=None,
+    help="Least seconds between a client's pings while no data flows; a client that pings more "
+    "often three times is sent GOAWAY (too_many_pings) and disconnected [5].",
 )
 @click.option(
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."
@@ -142,7 +198,8 @@ def main() -> None:
     type=float,
     default=None,
     help="Seconds a connection has to send a complete request head, from its accept or its "
-    "next request's first byte; later: 408 and closed [10].",
+    "next request's first byte; later: 408 and closed (gRPC: the HTTP/2 preface and SETTINGS, "
+    "from its accept) [10].",
 )
 @click.option(
     "--keep-alive-timeout",
@@ -168,8 +225,8 @@ def main() -> None:
     "--max-connections",
     type=int,
     default=None,
-    help="Most connections served at once on each HTTP listener; more are answered 503 "
-    "[1000, fewer if the open-files limit is low].",
+    help="Most connections served at once on each listener; more are answered 503 (HTTP) or "
+    "closed (gRPC) [1000, fewer if the open-files limit is low].",
 )
 @click.option(
     "--secrets-dir",
@@ -299,8 +356,7 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
     # Bounded: no request can make the server write megabytes to its log (docs/security.md).
     handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
-    from .server import UnsafeExposure
-    from .server._runner import Podium
+    from .server import Podium, UnsafeExposure
 
     podium = Podium(config, all_paths)
 
@@ -398,8 +454,8 @@ def _run(coro: Any) -> int:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def check(paths: tuple[Path, ...]) -> None:
     """Check the model definitions at PATHS without serving; exit 1 on any error."""
-    from .model.discovery import discover
-    from .runtime.loading import check_paths
+    from .model import discover
+    from .runtime import check_paths
 
     problems = check_paths(list(paths))
     if problems:
@@ -482,7 +538,7 @@ def archive(
     force: bool,
 ) -> None:
     """Build a TorchServe model archive (.mar), as torch-model-archiver does."""
-    from .model._ts_archive import archive_model
+    from .model.torchserve import archive_model
 
     extras = [Path(p.strip()) for p in (extra_files or "").split(",") if p.strip()]
     try:

@@ -11,19 +11,22 @@ TorchServe) adapts user code to. Nothing here knows about HTTP or gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
 __all__ = [
     "DATATYPES",
+    "END",
     "Answer",
     "AnswerStream",
     "Call",
+    "Capabilities",
     "Context",
     "Generation",
     "InferenceRequest",
@@ -213,11 +216,11 @@ class Call(msgspec.Struct):
 
     ``protocol`` is the front end it came through. ``payload`` is the decoded body: an
     :class:`InferenceRequest` for OIP, parsed JSON or ``bytes`` otherwise. A front end decodes it
-    only when the model takes the inputs (the model's ``needs_inputs``), so a model that takes
-    only the raw request never pays for parsing. ``request`` is the raw request object passed to
-    methods that ask for it (a ``starlette.requests.Request`` over HTTP), set when the model's
-    ``needs_request``. ``sequence`` is the place in a stateful sequence the client asked for
-    (None: none, or a new one).
+    only when the model takes the inputs (:attr:`Capabilities.needs_inputs`), so a model that
+    takes only the raw request never pays for parsing. ``request`` is the raw request object
+    passed to methods that ask for it (a ``starlette.requests.Request`` over HTTP), set when the
+    model's :attr:`Capabilities.needs_request`. ``sequence`` is the place in a stateful sequence
+    the client asked for (None: none, or a new one).
     """
 
     model: str
@@ -293,9 +296,17 @@ class SequenceRef:
     A front end fills ``id`` / ``start`` / ``end`` from what the client sent (the
     ``ts_request_sequence_id`` headers, the OIP parameters ``sequence_id`` / ``sequence_start`` /
     ``sequence_end``, TorchServe gRPC's ``sequence_id``) into :attr:`Call.sequence`. ``id`` None
-    starts a new sequence. The data plane hands the sequence scheduler a copy of its own, on which
-    the scheduler sets ``id`` (the one it made, with ``created``), ``ended`` (the sequence is over
-    after this request) and ``headers``; the front end reads them as a :class:`SequenceOutcome`.
+    starts a new sequence; ``start`` always begins a new sequence under ``id`` (one still open
+    under it ends once its requests already queued have run). ``needs_start`` is Triton's rule
+    (the data plane sets it on OIP calls): an id with no open sequence must come with ``start``;
+    without it an unknown id starts a sequence and a closed one is refused. ``joined``, when
+    given, makes the request wait for room in a full sequence queue instead of being refused,
+    and is resolved once the request holds its sequence's turn or has its place in the queue
+    (how a request stream stops reading while the queue is full).
+
+    The data plane hands the sequence scheduler a copy of its own, on which the scheduler sets
+    ``id`` (the one it made, with ``created``), ``ended`` (the sequence is over after this
+    request) and ``headers``; the front end reads them as a :class:`SequenceOutcome`.
     """
 
     id: str | None = None
@@ -304,6 +315,8 @@ class SequenceRef:
     created: bool = False
     ended: bool = False
     headers: dict[str, str] = field(default_factory=dict)  # set by the model (Context.headers)
+    needs_start: bool = False
+    joined: asyncio.Future[None] | None = None
 
     def outcome(self) -> SequenceOutcome | None:
         """Where the call stands in its sequence now; None before it has joined one."""
@@ -377,6 +390,18 @@ class Generation:
         return items
 
 
+class _End:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "END"
+
+
+#: The end of a stream of items where it crosses a buffer or a thread (after the last item):
+#: a worker's stream buffer, a sync generator driven from the pool, a handler's streamed items.
+END: Final = _End()
+
+
 #: The context of the request being run (a list for a batch), set by the sequence scheduler
 #: around ``predict``; model contracts read it for methods that ask for a ``Context``.
 current_context: ContextVar[Context | list[Context] | None] = ContextVar(
@@ -399,33 +424,53 @@ class Reply:
     content_type: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What a model instance asks for and how it runs: what every front end, the data plane,
+    the schedulers and the workers branch on. One frozen value per instance, made by its
+    contract's adapter when the instance is built (a process worker's instance takes the one its
+    first worker reports); read it once per request into a local where it is read more than once.
+
+    The defaults are those of an ``async def predict(self, inputs)`` with nothing else.
+    """
+
+    #: Some method takes the inputs: the front end reads and parses the body (else it never does).
+    needs_inputs: bool = True
+    #: Some method takes the raw request: the front end makes it (a ``starlette`` ``Request``).
+    needs_request: bool = False
+    #: What the first parameter asks for (the data plane converts the payload into it).
+    input_kind: InputKind = InputKind.DEFAULT
+    #: The pydantic model of :attr:`InputKind.SCHEMA` (``validate`` makes it), else None.
+    input_schema: type | None = None
+    #: ``predict_stream`` yields the items (a generator ``predict``, a streaming handler).
+    streaming: bool = False
+    #: ``preprocess`` / ``postprocess`` do something (schedulers skip the call otherwise).
+    has_preprocess: bool = False
+    has_postprocess: bool = False
+    #: A streaming model whose non-streaming calls go to ``predict`` rather than gathering
+    #: ``predict_stream`` (an MLServer runtime defines both).
+    predict_on_infer: bool = False
+    #: Reads a stream of requests (``predict_input_stream``): gRPC ModelStreamInfer hands it
+    #: every request of the stream, and it answers as it decides (an MLServer runtime's
+    #: ``predict_stream``).
+    consumes_stream: bool = False
+    #: ``predict`` runs user code in a thread, which cannot be interrupted (a sync ``predict``):
+    #: a timeout then fails the request without waiting for it.
+    predict_in_thread: bool = False
+    #: Served by continuous batching (``continuous_batching``): the scheduler calls ``step``
+    #: with the active requests instead of ``predict``; ``streaming`` is then true.
+    continuous: bool = False
+
+
 class ModelInstance(Protocol):
     """One loaded instance of a model, whatever contract its code was written to.
 
     The scheduler calls ``preprocess`` → ``predict`` (or ``predict_stream``) → ``postprocess``
     and never looks inside. ``request`` is passed through untouched, the same object each time.
+    ``capabilities`` says which of these apply and what the model asks for.
     """
 
-    needs_inputs: bool
-    needs_request: bool
-    input_kind: InputKind
-    input_schema: type | None
-    streaming: bool
-    has_preprocess: bool
-    has_postprocess: bool
-    #: A streaming model whose non-streaming calls go to ``predict`` rather than gathering
-    #: ``predict_stream`` (an MLServer runtime defines both).
-    predict_on_infer: bool
-    #: Reads a stream of requests (``predict_input_stream``): gRPC ModelStreamInfer hands it
-    #: every request of the stream, and it answers as it decides (an MLServer runtime's
-    #: ``predict_stream``).
-    consumes_stream: bool
-    #: ``predict`` runs user code in a thread, which cannot be interrupted (a sync ``predict``):
-    #: a timeout then fails the request without waiting for it.
-    predict_in_thread: bool
-    #: Served by continuous batching (``continuous_batching``): the scheduler calls ``step``
-    #: with the active requests instead of ``predict``; ``streaming`` is then true.
-    continuous: bool
+    capabilities: Capabilities
 
     async def load(self) -> None: ...
 

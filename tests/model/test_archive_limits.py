@@ -20,14 +20,15 @@ import pytest
 from ts_kit import archive
 
 from podium.errors import DefinitionError
-from podium.model import Hold, Shared, _ts_archive
-from podium.model._ts_archive import (
+from podium.model import Hold, Shared
+from podium.model.discovery import discover
+from podium.model.torchserve import _archive as _ts_archive
+from podium.model.torchserve._archive import (
     MANIFEST,
     ArchiveLimits,
     extract,
     extract_owned,
 )
-from podium.model.discovery import discover
 
 MANIFEST_JSON = json.dumps({"runtime": "python", "model": {"modelName": "x", "handler": "h.py"}})
 MiB = 1 << 20

@@ -415,7 +415,7 @@ def test_string_annotations_in_a_model_file(tmp_path: Path) -> None:
 
 def test_a_directory_of_torchserve_archives_is_a_repository(tmp_path: Path) -> None:
     """A TorchServe model store: .mar files side by side (and a stray file that is not one)."""
-    from podium.model._ts_archive import archive_model
+    from podium.model.torchserve import archive_model
 
     handler = tmp_path / "src" / "handler.py"
     handler.parent.mkdir()

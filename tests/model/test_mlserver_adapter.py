@@ -23,8 +23,9 @@ from podium.errors import (
     Unavailable,
     ValidationFailed,
 )
-from podium.model import _mls_batch, mlserver
-from podium.model._mls_runtime import MLServerModel
+from podium.model import mlserver
+from podium.model.mlserver import _batch
+from podium.model.mlserver._runtime import MLServerModel
 from podium.types import InferenceResponse, InputKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,10 +167,16 @@ def test_prepare_problems_name_the_model_and_the_implementation(
 
 def test_the_instance_describes_the_runtime(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
     inst = make(tmp_path, ECHO, executor)
-    assert inst.input_kind is InputKind.RAW and inst.needs_inputs and inst.needs_request
-    assert inst.has_preprocess and not inst.has_postprocess
-    assert not inst.streaming and not inst.consumes_stream  # predict_stream not overridden
-    assert inst.predict_on_infer  # infer calls predict, whatever streams
+    assert (
+        inst.capabilities.input_kind is InputKind.RAW
+        and inst.capabilities.needs_inputs
+        and inst.capabilities.needs_request
+    )
+    assert inst.capabilities.has_preprocess and not inst.capabilities.has_postprocess
+    assert (
+        not inst.capabilities.streaming and not inst.capabilities.consumes_stream
+    )  # predict_stream not overridden
+    assert inst.capabilities.predict_on_infer  # infer calls predict, whatever streams
     settings = inst.runtime.settings
     assert (settings.name, settings.parameters.uri) == ("rt", str(tmp_path / "rt"))
 
@@ -298,7 +305,7 @@ async def test_predict_stream_feeds_one_request(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     inst = make(tmp_path, STREAM, executor)
-    assert inst.streaming and inst.consumes_stream
+    assert inst.capabilities.streaming and inst.capabilities.consumes_stream
     inputs = await inst.preprocess({"id": "s1", **words("a", "b")}, None)
     items = [item async for item in inst.predict_stream(inputs, None)]
     assert [i.outputs[0].data for i in items] == [["a"], ["b"]]
@@ -418,7 +425,7 @@ class Runtime(MLModel):
 
 
 def test_merge_follows_mlserver() -> None:
-    merged = _mls_batch.merge(
+    merged = _batch.merge(
         [
             {
                 "parameters": {"p": 1, "content_type": "np"},
@@ -480,7 +487,7 @@ def test_split_checks_the_rows() -> None:
             )
         ],
     )
-    first, second = _mls_batch.split("m", response, [1, 2], ["i", "j"])
+    first, second = _batch.split("m", response, [1, 2], ["i", "j"])
     assert (first.id, first.outputs[0].data, first.outputs[0].parameters) == (
         "i",
         [1],
@@ -494,7 +501,7 @@ def test_split_checks_the_rows() -> None:
     with pytest.raises(
         BadModelOutput, match="output 'y' of shape \\[3\\]; .*must be the batch's rows \\(4\\)"
     ):
-        _mls_batch.split("m", response, [2, 2], ["i", "j"])
+        _batch.split("m", response, [2, 2], ["i", "j"])
 
 
 # -- with MLServer itself installed -------------------------------------------------------------

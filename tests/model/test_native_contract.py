@@ -774,7 +774,7 @@ async def test_missing_optional_methods_pass_values_through(executor: ThreadPool
             return inputs
 
     model = make(Model, executor)
-    assert not model.has_preprocess and not model.has_postprocess
+    assert not model.capabilities.has_preprocess and not model.capabilities.has_postprocess
     value = object()
     assert await model.preprocess(value, None) is value
     assert await model.postprocess(value, None) is value
@@ -842,7 +842,7 @@ async def test_async_generator_stream(executor: ThreadPoolExecutor) -> None:
                 yield (i, request)
 
     model = make(Model, executor)
-    assert model.streaming
+    assert model.capabilities.streaming
     request = object()
     items = [item async for item in model.predict_stream(3, request)]
     assert items == [(0, request), (1, request), (2, request)]
@@ -859,7 +859,7 @@ async def test_sync_generator_stream_runs_in_the_pool(executor: ThreadPoolExecut
                 yield i
 
     model = make(Model, executor)
-    assert model.streaming
+    assert model.capabilities.streaming
     assert [item async for item in model.predict_stream(4, None)] == [0, 1, 2, 3]
     assert threads and threading.get_ident() not in threads
 

@@ -30,7 +30,7 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 
 def handler_model(tmp_path: Path, source: str, config: str | None = None, name: str = "m") -> Path:
     """A no-archive TorchServe model directory from handler source text."""
-    from podium.model._ts_archive import archive_model
+    from podium.model.torchserve import archive_model
 
     src = tmp_path / "src"
     src.mkdir(parents=True, exist_ok=True)
@@ -58,8 +58,12 @@ async def test_module_style_is_initialised_with_handle_none(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     inst = await load(archive("module-style", tmp_path), executor)
-    assert inst.input_kind is InputKind.WIRE
-    assert inst.needs_request and inst.needs_inputs and not inst.streaming
+    assert inst.capabilities.input_kind is InputKind.WIRE
+    assert (
+        inst.capabilities.needs_request
+        and inst.capabilities.needs_inputs
+        and not inst.capabilities.streaming
+    )
     out = json.loads(await inst.predict({"a": 1}, FakeRequest()))
     assert out == {"type": "dict", "body": {"a": 1}, "keys": ["body"], "initialized": 1}
 
@@ -290,7 +294,7 @@ async def test_initialize_failure_is_a_model_error(
 async def test_handler_imports_its_sibling_files(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    from podium.model._ts_archive import archive_model
+    from podium.model.torchserve import archive_model
 
     src = tmp_path / "src"
     src.mkdir()
@@ -320,7 +324,7 @@ async def test_streaming_handler_streams_each_intermediate_response(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     inst = await load(archive("streamer", tmp_path), executor)
-    assert inst.streaming
+    assert inst.capabilities.streaming
     for newer in (False, True):
         items = [
             item
@@ -399,7 +403,7 @@ async def test_intermediate_responses_are_gathered_when_batched(
         config="batchSize: 2\nmaxBatchDelay: 1\n",
     )
     inst = await load(model, executor)
-    assert not inst.streaming
+    assert not inst.capabilities.streaming
     assert await inst.predict([b"", b""], [None, None]) == ["ab", "ab"]
 
 

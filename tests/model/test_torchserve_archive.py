@@ -16,8 +16,8 @@ from ts_kit import TS_MODELS, archive
 from podium.cli import main
 from podium.errors import DefinitionError
 from podium.model import torchserve
-from podium.model._ts_archive import MANIFEST, extract
 from podium.model.discovery import discover
+from podium.model.torchserve._archive import MANIFEST, extract
 
 MANIFEST_JSON = json.dumps({"runtime": "python", "model": {"modelName": "x", "handler": "h.py"}})
 
@@ -170,13 +170,13 @@ def test_check_command_reports_a_bad_model_config(tmp_path: Path) -> None:
 
 def _room(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
     """Pretend the extraction's filesystem has ``free`` bytes free beyond what is kept free."""
-    from podium.model import _ts_archive
+    from podium.model.torchserve import _archive
 
-    real = _ts_archive.shutil.disk_usage
+    real = _archive.shutil.disk_usage
     monkeypatch.setattr(
-        _ts_archive.shutil,
+        _archive.shutil,
         "disk_usage",
-        lambda path: real(path)._replace(free=_ts_archive.KEEP_FREE + free),
+        lambda path: real(path)._replace(free=_archive.KEEP_FREE + free),
     )
 
 
@@ -192,9 +192,9 @@ def test_a_zip_bigger_than_the_disk_is_refused_before_writing(
     _room(monkeypatch, 1 << 20)
     with pytest.raises(DefinitionError, match=r"need 4\.0 MiB .*'weights.bin'.*refused"):
         extract(mar)
-    from podium.model import _ts_archive
+    from podium.model.torchserve import _archive
 
-    assert not list(_ts_archive._private_root().rglob("weights.bin"))  # nothing was written
+    assert not list(_archive._private_root().rglob("weights.bin"))  # nothing was written
 
 
 def test_a_tar_stream_bigger_than_the_disk_stops_at_that_member(
@@ -214,9 +214,9 @@ def test_a_tar_stream_bigger_than_the_disk_stops_at_that_member(
 def test_an_archive_of_too_many_members_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from podium.model import _ts_archive
+    from podium.model.torchserve import _archive
 
-    monkeypatch.setattr(_ts_archive, "MAX_MEMBERS", 3)
+    monkeypatch.setattr(_archive, "MAX_MEMBERS", 3)
     mar = _zip(
         tmp_path / "many.mar", {MANIFEST: MANIFEST_JSON.encode(), **{f"{i}": b"" for i in range(3)}}
     )

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from ts_kit import FakeRequest, load
 
-from podium.model._ts_archive import archive_model
+from podium.model.torchserve import archive_model
 
 SHIM = "podium.compat.ts.torch_handler.base_handler"
 #: The shim under both its names (handlers import it as TorchServe's ``ts.*``).

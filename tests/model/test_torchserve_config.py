@@ -1,4 +1,4 @@
-"""TorchServe's model-config.yaml mapped onto ModelConfig: podium.model._ts_config."""
+"""TorchServe's model-config.yaml mapped onto ModelConfig: podium.model.torchserve._config."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from podium.errors import DefinitionError
-from podium.model._ts_config import model_config
+from podium.model.torchserve._config import model_config
 
 
 def config(data: dict[str, Any]) -> Any:

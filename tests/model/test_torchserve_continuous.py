@@ -14,8 +14,8 @@ import pytest
 from ts_kit import FakeRequest, load
 
 from podium.errors import DefinitionError, ModelError
-from podium.model._ts_archive import archive_model
-from podium.model._ts_config import model_config
+from podium.model.torchserve import archive_model
+from podium.model.torchserve._config import model_config
 from podium.types import Generation
 
 # In the style of TorchServe's continuous-batching test handler: a request is recognised through
@@ -120,9 +120,9 @@ def test_continuous_batching_maps_onto_the_config() -> None:
 @pytest.mark.anyio
 async def test_the_instance_is_continuous(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
     inst = await load(handler_model(tmp_path, COUNTDOWN), executor)
-    assert inst.continuous is True and inst.streaming is True
+    assert inst.capabilities.continuous is True and inst.capabilities.streaming is True
     plain = await load(handler_model(tmp_path / "plain", ONE_SHOT, "batchSize: 4\n"), executor)
-    assert plain.continuous is False
+    assert plain.capabilities.continuous is False
 
 
 @pytest.mark.anyio
@@ -232,4 +232,4 @@ async def test_continuous_with_sequences_overlaps_a_sequences_requests_instead(
     assert source.config.sequence_batching and source.config.continuous_batching
     assert source.config.predict_concurrency >= 2
     inst = await load(model, executor)
-    assert inst.continuous is False
+    assert inst.capabilities.continuous is False

@@ -1,5 +1,5 @@
 """TorchServe handlers of stateful sequences: podium.model.torchserve with current_context set,
-and model-config.yaml's sequence keys (podium.model._ts_config)."""
+and model-config.yaml's sequence keys (podium.model.torchserve._config)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from ts_kit import FakeRequest, load
 
 from podium.errors import DefinitionError
-from podium.model._ts_archive import archive_model
-from podium.model._ts_config import model_config
+from podium.model.torchserve import archive_model
+from podium.model.torchserve._config import model_config
 from podium.types import Context, Reply, current_context
 
 # TorchServe's stateful example, reduced: a running sum per sequence in the handler's own cache
@@ -168,7 +168,7 @@ async def test_a_streaming_handler_ends_its_sequence(
         return ["done"]
     """
     inst = await load(handler_model(tmp_path, source, SEQUENCE_CONFIG), executor)
-    assert inst.streaming
+    assert inst.capabilities.streaming
     c = ctx("st", first=True)
     token = current_context.set(c)
     stream = inst.predict_stream(b"", FakeRequest())

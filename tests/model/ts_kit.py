@@ -8,8 +8,8 @@ from typing import Any
 
 from conftest import TEST_MODELS
 
-from podium.model._ts_archive import archive_model
 from podium.model.discovery import discover
+from podium.model.torchserve import archive_model
 from podium.runtime.loading import build_instance, prepare
 
 TS_MODELS = TEST_MODELS / "torchserve"

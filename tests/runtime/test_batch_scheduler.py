@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 from starlette.requests import Request
 
 from podium.config import ModelConfig
@@ -59,13 +60,6 @@ async def batcher(
     )
     await scheduler.start()
     return scheduler
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 2.0) -> None:
-    """Poll ``condition`` (scheduler statistics, model records) until true; fail after ``within``."""
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - the conditions are plain state, not events
-            await asyncio.sleep(0.001)
 
 
 def doubler(batches: list[list[Any]]) -> type:

@@ -128,7 +128,7 @@ async def collect(s: ContinuousScheduler, inputs: Any) -> list[Any]:
 async def test_a_request_joins_between_steps(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
     mv = version_from(tmp_path, GEN, CONT + "batch_size: 4\n", executor)
     mod = model_module(mv)
-    assert mv.instance.streaming and mv.instance.continuous
+    assert mv.instance.capabilities.streaming and mv.instance.capabilities.continuous
     async with loaded(mv) as s:
         mod.GATE.clear()
         a = asyncio.ensure_future(collect(s, {"id": "a", "n": 3, "hold": True}))

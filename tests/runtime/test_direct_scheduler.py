@@ -10,12 +10,13 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 from starlette.requests import Request
 
 from podium.config import ModelConfig
@@ -49,13 +50,6 @@ def direct(
     return DirectScheduler(
         instance, model=name, concurrency=concurrency, max_queue_size=max_queue_size
     )
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 2.0) -> None:
-    """Poll ``condition`` (scheduler statistics, model records) until true; fail after ``within``."""
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - the conditions are plain state, not events
-            await asyncio.sleep(0.001)
 
 
 def replay_concurrency(events: list[tuple[str, Any]], start: str, end: str) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 from starlette.requests import Request
 
 from podium.config import ModelConfig
@@ -71,13 +72,6 @@ def streaming_model(flavor: str, body: Callable[[Any], Iterator[Any]]) -> type:
                 await asyncio.sleep(0)
 
     return type("Model", (), {"predict": predict})
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 2.0) -> None:
-    """Poll ``condition`` (scheduler statistics, model records) until true; fail after ``within``."""
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - the conditions are plain state, not events
-            await asyncio.sleep(0.001)
 
 
 async def collect(items: AsyncIterator[Any]) -> list[Any]:

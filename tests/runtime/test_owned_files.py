@@ -12,7 +12,7 @@ import pytest
 from conftest import TEST_MODELS
 
 from podium.errors import DefinitionError
-from podium.model._ts_archive import archive_model
+from podium.model.torchserve._archive import archive_model
 from podium.runtime.loading import build_path
 from podium.runtime.registry import Registry
 
@@ -31,7 +31,7 @@ def _mar(directory: Path, name: str, handler: Path = HANDLER) -> Path:
 
 
 def _extractions() -> set[Path]:
-    from podium.model import _ts_archive
+    from podium.model.torchserve import _archive as _ts_archive
 
     return set(_ts_archive._private_root().iterdir())
 

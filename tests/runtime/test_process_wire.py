@@ -13,7 +13,7 @@ import pytest
 from podium.errors import ModelError, WorkerDied
 from podium.runtime.process import _messages as m
 from podium.runtime.process._wire import Decoder, encode
-from podium.types import InputKind
+from podium.types import Capabilities, InputKind
 
 
 def _frame(message: m.Message) -> bytes:
@@ -35,7 +35,7 @@ SAMPLES: list[m.Message] = [
     m.Batch(3, [1, 2], [None, None]),
     m.Cancel(4),
     m.Credit(5, 8),
-    m.Ready(True, False, InputKind.RAW, True, False, False, True),
+    m.Ready(Capabilities(input_kind=InputKind.RAW, streaming=True, has_preprocess=True)),
     m.StartFailed("ImportError: no module named 'nothing'"),
     m.Answer(6, {"y": 1.5}),
     m.Error(7, *m.pack_error(ModelError("model 'm' predict raised KeyError: 'a'"))),

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import wait_until
 from starlette.requests import Request
 
 import podium.runtime.process
@@ -75,9 +76,7 @@ class Lab:
         return [e for e in lines if event is None or e["event"] == event]
 
     async def wait(self, condition: Callable[[], Any], within: float = 10.0) -> None:
-        async with asyncio.timeout(within):
-            while not condition():  # noqa: ASYNC110 - polling the model's event file
-                await asyncio.sleep(0.01)
+        await wait_until(condition, within, every=0.01)  # the model's event file, polled
 
 
 @pytest.fixture
@@ -336,7 +335,7 @@ async def test_streams_from_a_worker_process_with_back_pressure_and_early_close(
         "stream_buffer: 4\n",
     )
     await mv.load()
-    assert mv.instance.streaming
+    assert mv.instance.capabilities.streaming
     items = [i async for i in mv.scheduler.stream(5, None)]
     assert items == [0, 1, 2, 3, 4]
     stream = mv.scheduler.stream(1000, None)

@@ -130,7 +130,22 @@ def test_unknown_version_lists_the_known_ones() -> None:
         registry.get("m", "3")
     message = info.value.message
     assert "model 'm'" in message and "version '3'" in message
-    assert "(versions: (unversioned), 9, 10)" in message
+    assert "(versions: 1 (unversioned), 9, 10)" in message
+
+
+def test_an_unversioned_model_answers_to_version_1() -> None:
+    solo = version("solo", None)
+    registry = registry_of(solo, version("named", "a"), version("named", "b"))
+    assert registry.get("solo", "1") is solo
+    assert registry.ready("solo", "1") is solo
+    with pytest.raises(NotFound, match=r"no version '2' \(versions: 1 \(unversioned\)\)"):
+        registry.get("solo", "2")
+    # A versioned model's "1" is only a version named "1": here there is none.
+    with pytest.raises(NotFound, match=r"model 'named' has no version '1' \(versions: a, b\)"):
+        registry.get("named", "1")
+    # Set-default, by "1", keeps the one version the default.
+    registry.set_default("solo", "1")
+    assert registry.get("solo") is solo
 
 
 def test_adding_the_same_version_twice() -> None:

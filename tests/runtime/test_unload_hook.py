@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import anyio
 import pytest
+from helpers import wait_until
 
 from podium.runtime.loading import build_path
 from podium.runtime.registry import ModelState, Registry
@@ -65,9 +65,7 @@ async def test_removing_a_version_runs_the_runtimes_unload(
     try:
         assert not mark.exists()
         await registry.remove("unloading")
-        with anyio.fail_after(10):  # a worker process runs it as it exits
-            while not mark.exists():  # noqa: ASYNC110 - a file another process writes
-                await anyio.sleep(0.02)
+        await wait_until(mark.exists, 10, every=0.02)  # a worker process runs it as it exits
         assert mark.read_text() == "unloaded"
     finally:
         await registry.close()

@@ -4,12 +4,13 @@ scaling, response_timeout, min_workers 0 and Registry.remove. Judged by what hap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 
 from podium.errors import (
     InvalidInput,
@@ -31,12 +32,6 @@ class W:
         self.name = name
         self.busy = 0
         self.capacity = capacity
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - plain state, polled
-            await asyncio.sleep(0.005)
 
 
 @pytest.fixture

@@ -26,10 +26,16 @@ def events_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def models_server(events_path: Path) -> Iterator[Server]:
-    """One server for every model in tests/models/serve, with a 1 MiB request limit."""
+    """One server for every model in tests/models/serve, with a 1 MiB request limit; gRPC
+    ModelStreamInfer in MLServer's framing (``triton_server`` serves Triton's, the default)."""
     with run_server(
         SERVE_MODELS,
-        args=("--max-request-size", str(MAX_REQUEST_SIZE)),
+        args=(
+            "--max-request-size",
+            str(MAX_REQUEST_SIZE),
+            "--grpc-stream-format",
+            "mlserver",
+        ),
         env={"PODIUM_E2E_EVENTS": str(events_path)},
     ) as server:
         yield server

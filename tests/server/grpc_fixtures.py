@@ -2,10 +2,11 @@
 with ``pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]``. Test modules import helpers from
 ``grpc_helpers``, never from here.
 
-``models_server`` (from ``e2e_fixtures``) serves ModelStreamInfer in the default ``mlserver``
-framing; ``triton_server`` serves the same models with ``--grpc-stream-format triton`` and a
-1 MiB ``--grpc-max-message-size``; ``aio_server`` with ``--grpc-threads 0`` (``grpc.aio``
-instead of the thread-pool server), reached through ``aoip_both``.
+``models_server`` (from ``e2e_fixtures``) serves ModelStreamInfer in MLServer's framing
+(``--grpc-stream-format mlserver``); ``triton_server`` serves the same models in Triton's (the
+default, named explicitly) with a 1 MiB ``--grpc-max-message-size``; ``aio_server`` as
+``models_server`` with ``--grpc-threads 0`` (``grpc.aio`` instead of the thread-pool server),
+reached through ``aoip_both``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def aio_server(events_path: Path) -> Iterator[Server]:
     instead of the default thread-pool server."""
     with run_server(
         SERVE_MODELS,
-        args=("--grpc-threads", "0"),
+        args=("--grpc-threads", "0", "--grpc-stream-format", "mlserver"),
         env={"PODIUM_E2E_EVENTS": str(events_path)},
     ) as server:
         yield server

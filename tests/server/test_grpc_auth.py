@@ -27,7 +27,15 @@ def server(
     key_file = tmp_path_factory.mktemp("grpc-auth") / "key_file.json"
     with run_server(
         SERVE_MODELS / "gated",
-        args=("--auth", "--key-file", str(key_file), "--grpc-threads", request.param),
+        args=(
+            "--auth",
+            "--key-file",
+            str(key_file),
+            "--grpc-threads",
+            request.param,
+            "--grpc-stream-format",
+            "mlserver",  # the stubs read bare ModelInferResponse
+        ),
         env={"PODIUM_E2E_EVENTS": str(events_path)},
     ) as running:
         running.key_file = key_file  # type: ignore[attr-defined]

@@ -151,14 +151,27 @@ def test_bad_infer_then_a_good_one(
     good_call(oip, pb)
 
 
-@pytest.mark.parametrize("rpc", ["ModelReady", "ModelMetadata"])
-def test_unknown_model_in_readiness_and_metadata(oip: Stubs, pb: Any, rpc: str) -> None:
-    request = getattr(pb, f"{rpc}Request")(name="nope")
-    error = fails(lambda: getattr(oip, rpc)(request))
+def test_unknown_model_in_metadata(oip: Stubs, pb: Any) -> None:
+    error = fails(lambda: oip.ModelMetadata(pb.ModelMetadataRequest(name="nope")))
     assert (error.code(), "model 'nope' is not known" in error.details()) == (
         StatusCode.NOT_FOUND,
         True,
     )
+    good_call(oip, pb)
+
+
+def test_an_unknown_model_or_version_is_not_ready(
+    oip: Stubs, pb: Any, models_server: Server
+) -> None:
+    # As Triton: ModelReady answers ready: false (not NOT_FOUND), so that tritonclient's
+    # is_model_ready returns False rather than raising.
+    for name, version in (("nope", ""), ("versioned", "7"), ("", "")):
+        answer = oip.ModelReady(pb.ModelReadyRequest(name=name, version=version))
+        assert answer.ready is False, (name, version)
+    client = triton.InferenceServerClient(target(models_server))
+    assert client.is_model_ready("nope") is False
+    assert client.is_model_ready("versioned", "7") is False
+    assert client.is_model_ready("versioned", "2") is True
     good_call(oip, pb)
 
 

@@ -55,6 +55,14 @@ def test_one_predict_stream_reads_the_whole_stream(
         if framing == "triton":
             assert [g.error_message for g in got] == ["", "", ""]
             got = [g.infer_response for g in got]
+            # No answer is a request's last: the runtime decides when it answers.
+            finals = [g.parameters["triton_final_response"].bool_param for g in got]
+            assert finals == [False, False, False]
+            asking = text_request(messages, "d")
+            asking.parameters["triton_enable_empty_final_response"].bool_param = True
+            tail = list(stubs.ModelStreamInfer(iter([asking]), timeout=PATIENCE))
+            assert [len(t.infer_response.outputs) for t in tail] == [1, 0]
+            assert tail[1].infer_response.parameters["triton_final_response"].bool_param
         # One predict_stream read all three: its count goes on across requests.
         assert [texts(g) for g in got] == [["1:a"], ["2:b"], ["3:c"]]
 

@@ -4,14 +4,19 @@ a plain client with typed contents, against a real ``podium serve``."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-from conftest import Server
+from conftest import Server, run_server
+from e2e_helpers import SERVE_MODELS
 from grpc_helpers import Stubs, infer_request, info, outputs, target
+
+from podium.config import ServerConfig
 
 pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]
 
@@ -75,6 +80,25 @@ def test_model_metadata(client: triton.InferenceServerClient, oip: Stubs, pb: An
     # MLServer's extension field carries the version's state.
     full = oip.ModelMetadata(pb.ModelMetadataRequest(name="versioned", version="2"))
     assert full.parameters["state"].string_param == "ready"
+
+
+def test_an_unversioned_model_is_version_1(client: triton.InferenceServerClient) -> None:
+    # Triton's default version: clients that pin model_version="1" reach an unversioned model.
+    assert client.get_model_metadata("tensors", as_json=True)["versions"] == ["1"]
+    assert client.get_model_metadata("tensors", "1", as_json=True)["versions"] == ["1"]
+    assert client.is_model_ready("tensors", "1")
+    x = tensor("x", "INT32", np.array([5, 6], dtype=np.int32))
+    assert client.infer("tensors", [x], model_version="1").as_numpy("x").tolist() == [5, 6]
+    with pytest.raises(triton.InferenceServerException) as caught:
+        client.infer("tensors", [x], model_version="2")
+    assert "has no version '2' (versions: 1 (unversioned))" in caught.value.message()
+
+
+def test_bytes_outputs_travel_as_bytes(client: triton.InferenceServerClient) -> None:
+    # gRPC carries BYTES as bytes (raw for tritonclient), UTF-8 or not: no text conversion.
+    for kind, expected in (("bytes-tensor", [b"2", b"3"]), ("badbytes-tensor", [b"\xff\x00"])):
+        request = tensor("kind", "BYTES", np.array([kind.encode()], dtype=np.object_))
+        assert client.infer("emit", [request]).as_numpy("y").tolist() == expected
 
 
 def test_repository_index_lists_every_version_with_its_state(
@@ -257,6 +281,57 @@ def test_raw_request_gets_raw_response_from_a_plain_client(oip: Stubs, pb: Any) 
     assert len(response.raw_output_contents) == 2
     assert outputs(response)["v"] == [1, -2, 3]
     assert outputs(response)["kinds"] == [b"v:int16:[3]"]
+
+
+@pytest.fixture(scope="module")
+def raw_server() -> Iterator[Server]:
+    """``--grpc-output-contents raw``: every answer raw, as Triton's."""
+    with run_server(SERVE_MODELS / "tensors", args=("--grpc-output-contents", "raw")) as server:
+        yield server
+
+
+def explicit_int_request(pb: Any) -> Any:
+    """The request of Triton's grpc_explicit_int_content_client.py: typed int_contents."""
+    request = pb.ModelInferRequest(model_name="tensors", model_version="")
+    for name, values in (("INPUT0", list(range(16))), ("INPUT1", [1] * 16)):
+        tensor = request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        tensor.contents.int_contents[:] = values
+    request.outputs.add(name="INPUT0")
+    request.outputs.add(name="INPUT1")
+    return request
+
+
+def test_typed_requests_get_typed_answers_by_default(oip: Stubs, pb: Any) -> None:
+    # MLServer's and KServe's rule (the KServe SDK reads typed answers as `.data`).
+    response = oip.ModelInfer(explicit_int_request(pb))
+    assert not response.raw_output_contents
+    assert list(response.outputs[0].contents.int_contents) == list(range(16))
+
+
+def test_with_raw_output_contents_typed_requests_get_raw_answers_as_from_triton(
+    raw_server: Server, pb: Any
+) -> None:
+    # What Triton's explicit-content example clients read: raw_output_contents[index].
+    with grpc.insecure_channel(target(raw_server)) as channel:
+        response = Stubs(channel, pb).ModelInfer(explicit_int_request(pb))
+    assert [o.name for o in response.outputs] == ["INPUT0", "INPUT1"]
+    assert not any(o.HasField("contents") for o in response.outputs)
+    results = [
+        np.frombuffer(raw, dtype=np.int32).reshape(list(out.shape))
+        for out, raw in zip(response.outputs, response.raw_output_contents, strict=True)
+    ]
+    assert results[0][0].tolist() == list(range(16)) and results[1][0].tolist() == [1] * 16
+    # and tritonclient, as ever
+    client = triton.InferenceServerClient(target(raw_server))
+    x = tensor("x", "INT32", np.array([5, 6], dtype=np.int32))
+    assert client.infer("tensors", [x]).as_numpy("x").tolist() == [5, 6]
+
+
+def test_the_output_contents_setting_is_validated() -> None:
+    assert ServerConfig().grpc_output_contents == "request"
+    assert ServerConfig(grpc_output_contents="raw").grpc_output_contents == "raw"
+    with pytest.raises(ValueError, match="grpc-output-contents must be request or raw"):
+        ServerConfig(grpc_output_contents="typed")
 
 
 def test_binary_metadata_reaches_the_model_as_its_bytes(oip: Stubs, pb: Any) -> None:

@@ -236,9 +236,9 @@ def test_kserve_style_load_names_the_model_in_field_one(repository_server: Serve
 
 
 def test_grpc_settings_are_validated() -> None:
-    assert ServerConfig().grpc_stream_format == "mlserver"
+    assert ServerConfig().grpc_stream_format == "triton"
     assert ServerConfig().grpc_max_message_size == 64 * 1024 * 1024
-    assert ServerConfig(grpc_stream_format="triton").grpc_stream_format == "triton"
+    assert ServerConfig(grpc_stream_format="mlserver").grpc_stream_format == "mlserver"
     with pytest.raises(ValueError, match="grpc-stream-format must be mlserver or triton"):
         ServerConfig(grpc_stream_format="kserve")
     for bad in (0, True, 2**31, "1"):

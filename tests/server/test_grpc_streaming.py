@@ -110,6 +110,61 @@ def test_triton_empty_final_response(stream: TritonStream) -> None:
     assert {r.id for r in got} == {"f"}
 
 
+def test_triton_every_response_says_whether_it_is_the_last(stream: TritonStream) -> None:
+    # Triton's framing marks each response with triton_final_response (C++ clients and
+    # perf_analyzer take a response without it for the last): a plain model's one response is
+    # final, and no empty response follows it even when asked (as for Triton's non-decoupled
+    # models); a generator's items are not, and without asking no empty final follows.
+    ints = triton.InferInput("x", [2], "INT64")
+    ints.set_data_from_numpy(np.array([4, 5]))
+    stream.send("tensors", [ints], request_id="plain", enable_empty_final_response=True)
+    stream.send("streamer", streamer_inputs(uuid.uuid4().hex, 2), request_id="gen")
+    stream.send("tensors", [ints], request_id="after")
+    got = [stream.next() for _ in range(4)]
+    assert [error for _, error in got] == [None] * 4
+    responses = [result.get_response() for result, _ in got]
+    assert [(r.id, r.parameters["triton_final_response"].bool_param) for r in responses] == [
+        ("plain", True),
+        ("gen", False),
+        ("gen", False),
+        ("after", True),
+    ]
+    assert got[0][0].as_numpy("x").tolist() == [4, 5]
+
+
+def test_triton_an_in_band_error_is_the_requests_last_response(
+    triton_server: Server, pb: Any
+) -> None:
+    with grpc.insecure_channel(target(triton_server)) as channel:
+        stubs = Stubs(channel, pb)  # the declared response type: Triton's framing
+        requests = [infer_request(pb, "nope", x=1), infer_request(pb, "tensors", x=1)]
+        requests[0].id = "gone"
+        got = list(stubs.ModelStreamInfer(iter(requests), timeout=PATIENCE))
+    assert "model 'nope' is not known" in got[0].error_message
+    failed = got[0].infer_response
+    assert (failed.model_name, failed.id) == ("nope", "gone")
+    assert failed.parameters["triton_final_response"].bool_param is True
+    assert got[1].error_message == "" and outputs(got[1].infer_response)["x"] == [1]
+
+
+def test_the_default_framing_is_tritons(examples_server: Server) -> None:
+    """``podium serve`` without --grpc-stream-format: tritonclient's stream works unchanged
+    (under MLServer's framing it reads the model name as the error message)."""
+    opened = TritonStream(examples_server)
+    try:
+        prompt = triton.InferInput("prompt", [1], "BYTES")
+        prompt.set_data_from_numpy(np.array([b"two words"], dtype=np.object_))
+        opened.send("text-stream", [prompt], request_id="d", enable_empty_final_response=True)
+        got = [opened.next() for _ in range(3)]
+    finally:
+        opened.close()
+    assert [error for _, error in got] == [None] * 3
+    items = [result.as_numpy("output") for result, _ in got[:2]]
+    assert [item.tolist() for item in items] == [[b"two"], [b" words"]]
+    finals = [r.get_response().parameters["triton_final_response"].bool_param for r, _ in got]
+    assert finals == [False, False, True]
+
+
 def test_triton_requests_on_one_stream_run_concurrently(stream: TritonStream) -> None:
     # overlap's preprocess waits until all n requests are inside it, predict until five run at
     # once (a barrier that is never filled times out): this passes only if one stream's requests

@@ -233,6 +233,18 @@ async def test_model_version_selects_the_version(
     assert json.loads(await predict(stub, req)) == {"version": reached}
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", ["", "1"])
+async def test_an_unversioned_model_answers_to_version_1(
+    stub: Any, ts: SimpleNamespace, version: str
+) -> None:
+    req = request(ts, "emit", version, input={"data": {"kind": "list"}})
+    assert await predict(stub, req) == b"[1.5,2.5]"
+    error = await failure(stub.Predictions(request(ts, "emit", "2", input={"data": b"{}"})))
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert "model 'emit' has no version '2' (versions: 1 (unversioned))" in error.details()
+
+
 # -- Predictions: how results come back ----------------------------------------------------
 
 

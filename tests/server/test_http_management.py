@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -16,6 +16,7 @@ import httpx
 import pytest
 from conftest import TEST_MODELS, Server, run_server
 from e2e_helpers import PATIENCE, SERVE_MODELS, EventLog, Gates
+from helpers import wait_until
 
 pytest_plugins = ["e2e_fixtures"]
 
@@ -53,13 +54,6 @@ async def api(server: Server) -> AsyncIterator[httpx.AsyncClient]:
 async def infer(server: Server) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=server.url, timeout=PATIENCE) as c:
         yield c
-
-
-async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
-    """Wait until ``check()`` is true; fail after PATIENCE (a safety net, not a timing)."""
-    with anyio.fail_after(PATIENCE):
-        while not await check():  # noqa: ASYNC110 (polling the server's answers)
-            await anyio.sleep(0.01)
 
 
 def listing(directory: Path) -> list[str]:
@@ -151,7 +145,7 @@ async def test_asynchronous_registration_answers_202_and_loads_in_the_background
     async def ready() -> bool:
         return (await api.get("/models/later")).json()[0]["state"] == "ready"
 
-    await eventually(ready)
+    await wait_until(ready, PATIENCE, every=0.01)
     assert (await infer.post("/predictions/later", json={"kind": "str"})).text == "héllo wörld"
     await api.delete("/models/later")
 
@@ -346,6 +340,17 @@ async def test_set_default_changes_what_unversioned_routes_reach(
         await api.put("/models/versioned/10/set-default")
 
 
+@pytest.mark.anyio
+async def test_an_unversioned_model_is_managed_as_version_1(api: httpx.AsyncClient) -> None:
+    (described,) = (await api.get("/models/tensors/1")).json()
+    assert described["modelName"] == "tensors" and described["default"] is True
+    answer = await api.put("/models/tensors/1/set-default")
+    assert answer.status_code == 200, answer.text
+    assert (await api.get("/models/tensors")).json()[0]["default"] is True
+    missing = await api.get("/models/tensors/2")
+    assert "version '2'" in error_of(missing, 404, "ModelNotFoundException")
+
+
 # -- unregister -------------------------------------------------------------------------------
 
 
@@ -374,7 +379,7 @@ async def test_unregister_lets_requests_in_flight_finish_and_refuses_new_ones(
         async def gone() -> bool:  # for new requests the model is gone at once
             return (await api.get("/models/leaving")).status_code == 404
 
-        await eventually(gone)
+        await wait_until(gone, PATIENCE, every=0.01)
         late = await infer.post("/predictions/leaving", json={"tag": tag + "-late"})
         assert late.status_code == 404
         assert "delete" not in results  # the unregister waits for the request it holds
@@ -431,7 +436,7 @@ async def test_scale_asynchronously_answers_202(api: httpx.AsyncClient) -> None:
     async def two() -> bool:
         return len((await api.get("/models/tensors")).json()[0]["workers"]) == 2
 
-    await eventually(two)
+    await wait_until(two, PATIENCE, every=0.01)
     await api.put("/models/tensors", params={"min_worker": "1", "synchronous": "true"})
 
 
@@ -489,7 +494,7 @@ async def test_register_a_mar_built_by_podium_archive(
 ) -> None:
     """A TorchServe archive (built as `podium archive` builds it), as a TorchServe user
     registers it, then served on /predictions."""
-    from podium.model._ts_archive import archive_model
+    from podium.model.torchserve import archive_model
 
     handler = TEST_MODELS / "torchserve" / "module-style" / "handler.py"
     mar = archive_model(
@@ -530,7 +535,7 @@ async def test_scaling_up_and_down_under_load_fails_no_request(
                 )
                 assert scaled.status_code == 200, scaled.text
                 before = len(statuses)
-                await eventually(functools.partial(_more, statuses, before))
+                await wait_until(functools.partial(_more, statuses, before), PATIENCE, every=0.01)
             stop.set()
         assert statuses and set(statuses) == {200}, sorted(set(statuses))
         (described,) = (await api.get("/models/loaded")).json()

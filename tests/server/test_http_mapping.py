@@ -190,7 +190,7 @@ async def test_triton_form_x_pydantic(client: httpx.AsyncClient, action: str) ->
 
 @pytest.mark.anyio
 async def test_triton_form_rejects_fields_that_are_no_tensor(client: httpx.AsyncClient) -> None:
-    # Triton form: a field that is not a string, number, bool or flat list → 400 naming it.
+    # Triton form: a field that is not a string, number, bool or (rectangular) list of them → 400.
     r = await client.post("/v2/models/probe/generate", json={"text_input": {"a": 1}})
     assert r.status_code == 400
     assert "text_input" in r.json()["error"]

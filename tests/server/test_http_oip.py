@@ -62,6 +62,64 @@ def test_tritonclient_health_and_metadata(models_server: Server) -> None:
         c.close()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["", "/ready"])
+async def test_an_unknown_model_or_version_is_404_on_rest(
+    client: httpx.AsyncClient, models_server: Server, route: str
+) -> None:
+    # Triton answers 400 "Model version not ready" for an unknown model's /ready; Podium keeps
+    # 404 (503 for a known model that is not ready). tritonclient.http reads any non-200 as
+    # not ready.
+    for path in (
+        "/v2/models/nope",
+        "/v2/models/versioned/versions/7",
+        "/v2/models/emit/versions/2",
+    ):
+        r = await client.get(path + route)
+        assert r.status_code == 404, path
+    c = triton_client(models_server)
+    try:
+        assert c.is_model_ready("nope") is False
+        assert c.is_model_ready("versioned", "7") is False
+    finally:
+        c.close()
+
+
+# -- versions: an unversioned model is version "1" too ------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_unversioned_model_lists_and_answers_to_version_1(
+    client: httpx.AsyncClient,
+) -> None:
+    for base in ("/v2/models/tensors", "/v2/models/tensors/versions/1"):
+        r = await client.get(base)
+        assert (r.status_code, r.json()["versions"]) == (200, ["1"])
+        r = await client.get(base + "/ready")
+        assert (r.status_code, r.json()["ready"]) == (200, True)
+        r = await client.post(base + "/infer", json={"inputs": [tensor("x", "INT64", [1], [3])]})
+        assert r.status_code == 200, r.text
+        assert outputs_by_name(r.json())["x"]["data"] == [3]
+    r = await client.post("/v2/models/tensors/versions/2/infer", json={"inputs": []})
+    assert r.status_code == 404
+    assert "has no version '2' (versions: 1 (unversioned))" in r.json()["error"]
+
+
+def test_tritonclient_pinning_version_1_reaches_an_unversioned_model(
+    models_server: Server,
+) -> None:
+    c = triton_client(models_server)
+    try:
+        assert c.is_model_ready("tensors", "1")
+        assert c.get_model_metadata("tensors", "1")["versions"] == ["1"]
+        x = triton.InferInput("x", [2], "INT32")
+        x.set_data_from_numpy(np.array([5, 6], dtype=np.int32), binary_data=False)
+        result = c.infer("tensors", [x], model_version="1")
+        assert result.as_numpy("x").tolist() == [5, 6]
+    finally:
+        c.close()
+
+
 # -- versions: every model route, unversioned (default: the highest, 10) and versioned ---------
 
 
@@ -335,3 +393,104 @@ async def test_whole_responses_carry_content_length_not_chunking(
     ):
         assert r.headers.get("content-length") == str(len(r.content)), r.request.url
         assert "transfer-encoding" not in r.headers
+
+
+# -- BYTES outputs in JSON are text --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_bytes_outputs_are_text_in_json(client: httpx.AsyncClient) -> None:
+    """A model returning ``bytes`` for a BYTES output (as a Triton python model does): the JSON
+    answer holds their UTF-8 text, as Triton's (``["2","3"]``, not base64), on every JSON route."""
+    request = {"inputs": [text("kind", "bytes-tensor")]}
+    r = await client.post("/v2/models/emit/infer", json=request)
+    assert r.status_code == 200, r.text
+    outputs = outputs_by_name(r.json())
+    assert outputs["y"]["data"] == ["2", "3"]
+    assert outputs["n"]["data"] == [["a", "b"]]  # nested lists as sent, each element text
+    r = await client.post("/v2/models/emit/infer_stream", json=request)
+    (event,) = [e for e in r.text.split("\n\n") if e]
+    item = json.loads(event.removeprefix("data: "))
+    assert outputs_by_name(item)["y"]["data"] == ["2", "3"]
+    r = await client.post("/v2/models/emit/generate", json={"kind": "bytes-tensor"})
+    assert (r.status_code, r.json()["y"]) == (200, ["2", "3"])
+
+
+@pytest.mark.anyio
+async def test_bytes_that_are_not_utf8_need_the_binary_extension(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post(
+        "/v2/models/emit/infer", json={"inputs": [text("kind", "badbytes-tensor")]}
+    )
+    assert r.status_code == 400
+    message = r.json()["error"]
+    assert "model 'emit'" in message and "output 'y'" in message and "not valid UTF-8" in message
+    assert "ask for it as binary data" in message
+    request = {
+        "inputs": [text("kind", "badbytes-tensor")],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+    }
+    r = await client.post("/v2/models/emit/infer", json=request)
+    assert r.status_code == 200
+    length = int(r.headers["inference-header-content-length"])
+    assert r.content[length:] == b"\x02\x00\x00\x00\xff\x00"
+
+
+def test_tritonclient_reads_bytes_outputs_as_triton_sends_them(models_server: Server) -> None:
+    # The same request tritonclient sends Triton: JSON outputs give the text (Triton's
+    # ["2","3"]), binary outputs the bytes.
+    c = triton_client(models_server)
+    try:
+        kind = triton.InferInput("kind", [1], "BYTES")
+        kind.set_data_from_numpy(np.array([b"bytes-tensor"], dtype=np.object_), binary_data=False)
+        as_json = triton.InferRequestedOutput("y", binary_data=False)
+        result = c.infer("emit", [kind], outputs=[as_json])
+        assert result.get_output("y")["data"] == ["2", "3"]
+        assert result.as_numpy("y").tolist() == ["2", "3"]
+        as_binary = triton.InferRequestedOutput("y", binary_data=True)
+        assert c.infer("emit", [kind], outputs=[as_binary]).as_numpy("y").tolist() == [b"2", b"3"]
+    finally:
+        c.close()
+
+
+# -- Triton's generate form: nested lists ------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_generate_accepts_nested_lists_as_triton_does(client: httpx.AsyncClient) -> None:
+    # Triton's generate maps {"INPUT0": [["hello"]]} onto its input; Podium takes the shape from
+    # the nesting and the datatype from the values.
+    body = {"INPUT0": [["hello"]], "m": [[1, 2], [3, 4]], "f": [[0.5], [1]], "b": [[True, False]]}
+    r = await client.post("/v2/models/tensors/generate", json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["INPUT0"] == "hello"
+    assert answer["m"] == [1, 2, 3, 4]
+    assert answer["kinds"] == [
+        "INPUT0:list[str]:1",
+        "m:int64:[2, 2]",
+        "f:float64:[2, 1]",
+        "b:bool:[1, 2]",
+    ]
+    r = await client.post("/v2/models/tensors/generate_stream", json={"x": [["a", "b"]]})
+    assert r.status_code == 200 and '"x":["a","b"]' in r.text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ([["a"], ["b", "c"]], "ragged"),
+        ([["a"], "b"], "ragged"),
+        ([[1, "a"]], "must be a string, number, boolean or a list"),
+        ([[]], "must be a string, number, boolean or a list"),
+        ([[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], "deeper than 32"),
+    ],
+)
+async def test_generate_refuses_nested_lists_that_are_no_tensor(
+    client: httpx.AsyncClient, value: list, words: str
+) -> None:
+    r = await client.post("/v2/models/tensors/generate", json={"x": value})
+    assert r.status_code == 400
+    assert "generate field 'x'" in r.json()["error"] and words in r.json()["error"]

@@ -31,6 +31,15 @@ async def test_predictions_reach_the_version(
 
 
 @pytest.mark.anyio
+async def test_an_unversioned_model_answers_to_version_1(client: httpx.AsyncClient) -> None:
+    r = await client.post("/predictions/emit/1", json={"kind": "list"})
+    assert (r.status_code, r.json()) == (200, [1.5, 2.5])
+    r = await client.post("/predictions/emit/2", json={"kind": "list"})
+    assert r.status_code == 404
+    assert "model 'emit' has no version '2' (versions: 1 (unversioned))" in r.json()["error"]
+
+
+@pytest.mark.anyio
 async def test_predictions_accept_put(client: httpx.AsyncClient) -> None:
     r = await client.put("/predictions/emit", json={"kind": "list"})
     assert (r.status_code, r.json()) == (200, [1.5, 2.5])

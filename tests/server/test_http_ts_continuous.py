@@ -14,7 +14,7 @@ import pytest
 from conftest import run_server
 from e2e_helpers import PATIENCE
 
-from podium.model._ts_archive import archive_model
+from podium.model.torchserve import archive_model
 
 # Each step's item names the tags that shared the step. The "long" request keeps going until it
 # has seen the "short" one finish (coordination inside the handler, not timing).

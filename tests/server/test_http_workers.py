@@ -15,6 +15,7 @@ import httpx
 import pytest
 from conftest import TEST_MODELS, Server, run_server
 from e2e_helpers import PATIENCE, EventLog, Gates, RawHttp
+from helpers import wait_until
 
 pytest_plugins = ["e2e_fixtures"]
 
@@ -45,14 +46,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-async def wait_for(condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    with anyio.move_on_after(PATIENCE):
-        while not condition():  # noqa: ASYNC110 - polling /proc
-            await anyio.sleep(0.02)
-        return
-    raise AssertionError(f"never happened: {what}")
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +171,10 @@ async def test_a_worker_killed_mid_request_fails_it_clearly_and_is_replaced(
     assert again.status_code == 200, again.text
     assert again.json()["pid"] != victim
     # the worker count recovers
-    await wait_for(lambda: len(worker_pids(server_pid)) == len(before), "worker count recovered")
+    recovered = "worker count recovered"
+    await wait_until(
+        lambda: len(worker_pids(server_pid)) == len(before), PATIENCE, every=0.02, what=recovered
+    )
     assert victim not in worker_pids(server_pid)
 
 
@@ -192,7 +188,8 @@ async def test_response_timeout_is_504_and_the_worker_is_recycled(
     r = await wclient.post("/v1/models/slow-proc:predict", json={"sleep": 30})
     assert r.status_code == 504, r.text
     assert "response_timeout" in r.json()["error"]
-    await wait_for(lambda: not alive(old), "the timed-out worker process is gone")
+    gone = "the timed-out worker process is gone"
+    await wait_until(lambda: not alive(old), PATIENCE, every=0.02, what=gone)
     again = await wclient.post("/v1/models/slow-proc:predict", json={"sleep": 0})
     assert again.status_code == 200, again.text
     assert again.json()["pid"] != old

@@ -30,7 +30,7 @@ import httpx
 import pytest
 from conftest import TEST_MODELS, Server, run_server
 
-from podium.model._ts_archive import MANIFEST, archive_model
+from podium.model.torchserve._archive import MANIFEST, archive_model
 
 HANDLER = TEST_MODELS / "torchserve" / "module-style" / "handler.py"
 MiB = 1 << 20

@@ -21,19 +21,13 @@ from podium.server import _shutdown
 from podium.server._limits import ConnectionGuard, ConnectionLimits
 from podium.server._runner import _Uvicorn, bind
 from podium.server._shutdown import KUBERNETES_DELAY, Shutdown, delay_for
-from podium.types import Call, ModelState, WireProtocol
+from podium.types import Call, Capabilities, ModelState, WireProtocol
 
 pytestmark = pytest.mark.anyio
 
 
 class Instance:
-    needs_inputs = False
-    needs_request = False
-    input_schema = None
-    streaming = False
-    predict_on_infer = False
-    consumes_stream = False
-    continuous = False
+    capabilities = Capabilities(needs_inputs=False)
 
 
 class Held:

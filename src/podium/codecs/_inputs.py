@@ -17,6 +17,7 @@ from ._shape import (
     check_shape,
     count_error,
     describe,
+    element_count,
     leaves_of,
     ragged_error,
     unknown_datatype,
@@ -50,7 +51,7 @@ def decode_input(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise unknown_datatype(name, datatype)
     shape = check_shape(name, inp.shape)
-    count = math.prod(shape)
+    count = element_count(name, shape)
     if inp.data is None:
         raise InvalidTensor(f"input '{name}' has no data")
     if datatype == "BYTES":
@@ -122,8 +123,9 @@ def _to_integers(
                 f"input '{name}' of datatype {datatype} has non-integral element {bad!r}"
             )
         low, high = arr.min().item(), arr.max().item()
-        if max(abs(low), abs(high)) > _EXACT_IN_FLOAT64:
-            # Large Python ints mixed with small ones come back as rounded float64.
+        if max(abs(low), abs(high)) >= _EXACT_IN_FLOAT64:
+            # Large Python ints mixed with small ones come back as rounded float64 (2**53 + 1
+            # as 2**53 itself, so 2**53 is suspect too).
             return _to_integers_exactly(name, datatype, data, arr, target)
         _check_int_range(name, datatype, low, high, target)
         return arr

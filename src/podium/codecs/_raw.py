@@ -13,7 +13,7 @@ from podium.types import DATATYPES, ResponseOutput
 
 from ._bytes import decode_raw_bytes, encode_raw_bytes
 from ._datatypes import NUMPY_DTYPES, RAW_DTYPES
-from ._shape import check_shape, plural, unknown_datatype
+from ._shape import check_shape, element_count, plural, unknown_datatype
 
 __all__ = ["decode_raw", "encode_raw"]
 
@@ -41,7 +41,7 @@ def decode_raw(
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise unknown_datatype(name, datatype)
     dims = check_shape(name, shape)
-    count = math.prod(dims)
+    count = element_count(name, dims)
     if datatype == "BYTES":
         return decode_raw_bytes(name, dims, count, buf)
     raw = RAW_DTYPES[datatype]
@@ -67,8 +67,9 @@ def encode_raw(output: ResponseOutput) -> bytes:
     ``data`` is a flat list (as :func:`encode_output` makes it), a nested list, or a numpy array;
     its element count must match ``shape``. ``BOOL`` is one byte per element (0 or 1); ``FP16``
     is IEEE half precision; ``BF16`` is the upper 16 bits of each value as float32, rounded to
-    nearest even (NaN stays NaN); ``BYTES`` is each element as a 4-byte little-endian length
-    followed by its bytes (``str`` elements UTF-8 encoded).
+    nearest even (a NaN stays NaN, its payload kept where bfloat16 can hold it); ``BYTES`` is
+    each element as a 4-byte little-endian length followed by its bytes (``str`` elements UTF-8
+    encoded).
 
     Raises :class:`UnsupportedRepresentation`, naming the output, for an unknown datatype, an
     element count that disagrees with the shape, or elements the datatype cannot hold.
@@ -94,7 +95,7 @@ def encode_raw(output: ResponseOutput) -> bytes:
         return data.tobytes()  # already these bytes (e.g. a decoded input echoed back)
     target = np.dtype("<f4") if datatype == "BF16" else NUMPY_DTYPES[datatype]
     try:
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             arr = np.asarray(data, dtype=target)
     except (ValueError, TypeError, OverflowError) as exc:
         raise UnsupportedRepresentation(
@@ -116,8 +117,11 @@ def _bf16_bits(arr: np.ndarray) -> np.ndarray:
     """The bfloat16 bits of a float32 array, rounded to nearest even."""
     bits = np.ascontiguousarray(arr, dtype="<f4").view("<u4").ravel()
     rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
-    # Rounding a NaN's bits could carry it into infinity (or flip its sign): keep a quiet NaN.
+    # Rounding a NaN's bits could carry it into infinity (or flip its sign): cut them instead,
+    # which keeps a bfloat16 NaN (a decoded input sent back) exactly, and make the NaNs whose
+    # payload was all in the cut half quiet NaNs, since all-zero payload bits read as infinity.
     nan = np.isnan(arr.ravel())
     if nan.any():
-        rounded[nan] = (bits[nan] >> 16) | 0x0040
+        kept = bits[nan] >> 16
+        rounded[nan] = np.where(kept & 0x007F, kept, kept | 0x0040)
     return rounded.astype("<u2")

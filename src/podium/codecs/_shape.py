@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ __all__ = [
     "check_shape",
     "count_error",
     "describe",
+    "element_count",
     "flatten",
     "leaves_of",
     "plural",
@@ -37,6 +39,25 @@ def check_shape(name: str, shape: Any) -> list[int]:
     raise InvalidTensor(
         f"input '{name}' has shape {shape!r}; a shape must be a list of non-negative integers"
     )
+
+
+# numpy refuses a shape whose non-zero dimensions multiply to more bytes than an address can
+# count, even when a zero dimension makes the array empty; 8 bytes is the largest element.
+_MAX_ELEMENTS = int(np.iinfo(np.intp).max) // 8
+
+
+def element_count(name: str, shape: list[int]) -> int:
+    """The number of elements of a checked ``shape``, or :class:`InvalidTensor` naming input
+    ``name`` when no array can have that shape (a 0-size one included)."""
+    count = math.prod(shape)
+    if count > _MAX_ELEMENTS or (
+        count == 0 and math.prod(dim for dim in shape if dim) > _MAX_ELEMENTS
+    ):
+        raise InvalidTensor(
+            f"input '{name}' has shape {shape}, larger than any tensor can be "
+            f"(at most {_MAX_ELEMENTS} elements, 0-size dimensions aside)"
+        )
+    return count
 
 
 def count_error(name: str, shape: list[int], count: int, got: int) -> InvalidTensor:

@@ -26,7 +26,7 @@ is served), ``_flight`` (the calls in flight, for the shutdown). Nothing here im
 end.
 """
 
-from ..runtime.registry import ModelVersion
+from ..runtime import ModelVersion
 from ._control import ControlPolicy, ModelControl
 from ._flight import FlightReport, InFlight
 from ._plane import EXTENSIONS, DataPlane

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import codecs
 from ..errors import InvalidInput, UnsupportedRepresentation
-from ..runtime.registry import ModelVersion
+from ..runtime import ModelVersion
 from ..types import (
     Call,
     InferenceRequest,
@@ -26,13 +26,14 @@ __all__ = ["gather", "inputs_of", "oip_response", "take_headers"]
 
 
 def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
-    """What the model's first parameter asks for (its ``input_kind``) made of the call's
-    payload, and the OIP request the call carried (None for other protocols)."""
+    """What the model's first parameter asks for (its capabilities' ``input_kind``) made of the
+    call's payload, and the OIP request the call carried (None for other protocols)."""
     inst = mv.instance
-    if not inst.needs_inputs:
+    caps = inst.capabilities
+    if not caps.needs_inputs:
         return None, None
     raw = call.payload
-    kind = inst.input_kind
+    kind = caps.input_kind
     protocol = call.protocol
     if protocol.oip:
         request: InferenceRequest = raw

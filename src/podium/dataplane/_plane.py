@@ -10,9 +10,7 @@ from concurrent.futures import Executor
 from typing import Any, cast
 
 from .. import __version__
-from ..runtime._scheduler import SequenceScheduling
-from ..runtime.registry import ModelVersion, Registry
-from ..runtime.workers import RequestCodec
+from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
     AnswerStream,
@@ -108,7 +106,7 @@ class DataPlane:
             state["trouble"] = trouble
         return ModelMetadata(
             name=mv.name,
-            versions=[v.version for v in self._registry.versions(name) if v.version],
+            versions=[v.version or UNVERSIONED for v in self._registry.versions(name)],
             platform=platform,
             inputs=inputs,
             outputs=outputs,
@@ -122,8 +120,8 @@ class DataPlane:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
 
         Front ends call this before reading the body, then look at what the model asks for
-        (``instance.needs_inputs``, ``needs_request``, ``streaming``) and pass it on to
-        :meth:`infer` / :meth:`stream`, so one call costs one lookup.
+        (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass
+        it on to :meth:`infer` / :meth:`stream`, so one call costs one lookup.
         """
         return self._registry.ready(model, version)
 
@@ -163,9 +161,11 @@ class DataPlane:
             mv = self._registry.ready(call.model, call.version)
         inputs, oip = inputs_of(mv, call)
         sequence = _sequence(mv, call)
-        inst = mv.instance
-        if inst.streaming and not inst.predict_on_infer:
-            async with contextlib.aclosing(_items(mv, inputs, call, sequence)) as stream:
+        caps = mv.instance.capabilities
+        if caps.streaming and not caps.predict_on_infer:
+            async with contextlib.aclosing(
+                _stream_from_scheduler(mv, inputs, call, sequence)
+            ) as stream:
                 items = [item async for item in stream]
             value = gather(mv, call.protocol, items, oip, sequence)
             return Answer(value, None, None if sequence is None else sequence.outcome())
@@ -200,7 +200,7 @@ class DataPlane:
         task = flight.enter(call)
         try:
             inputs, oip = inputs_of(mv, call)
-            items = _items(mv, inputs, call, sequence)
+            items = _stream_from_scheduler(mv, inputs, call, sequence)
             try:
                 if call.protocol.oip:
                     async for item in items:
@@ -234,7 +234,7 @@ class DataPlane:
     async def _stream_inputs(
         self, mv: ModelVersion, calls: AsyncIterator[Call], protocol: WireProtocol, request: Any
     ) -> AsyncGenerator[Any, None]:
-        async def inputs() -> AsyncGenerator[Any, None]:
+        async def convert_each() -> AsyncGenerator[Any, None]:
             async for call in calls:
                 yield inputs_of(mv, call)[0]
 
@@ -242,7 +242,9 @@ class DataPlane:
         flight = self.flight
         task = flight.enter(Call(mv.name, mv.version, protocol))
         try:
-            async with contextlib.aclosing(mv.scheduler.stream_inputs(inputs(), request)) as items:
+            async with contextlib.aclosing(
+                mv.scheduler.stream_inputs(convert_each(), request)
+            ) as items:
                 async for item in items:
                     yield oip_response(mv, item, None) if protocol.oip else item
         except asyncio.CancelledError:
@@ -257,16 +259,20 @@ class DataPlane:
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
     """The data plane's own copy of the sequence a call names, for the scheduler to fill in
-    (the call stays as the front end made it); a new sequence when it names none."""
+    (the call stays as the front end made it); a new sequence when it names none. OIP calls
+    follow Triton's rule (``needs_start``: an id with no open sequence needs the start flag);
+    the others TorchServe's (docs/sequences.md)."""
     if not mv.config.sequence_batching:
         return None
     asked = call.sequence
     if asked is None:
         return SequenceRef()  # no id sent: a new sequence
-    return SequenceRef(asked.id, asked.start, asked.end)
+    return SequenceRef(
+        asked.id, asked.start, asked.end, needs_start=call.protocol.oip, joined=asked.joined
+    )
 
 
-def _items(
+def _stream_from_scheduler(
     mv: ModelVersion, inputs: Any, call: Call, sequence: SequenceRef | None
 ) -> AsyncGenerator[Any, None]:
     if sequence is None:

@@ -29,9 +29,14 @@ from ..config import ModelConfig
 from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFound, PodiumError
 from ..model import Owned
 from ..model.torchserve import ArchiveLimits, set_archive_limits
-from ..runtime.loading import build_path, register_paths
-from ..runtime.registry import ModelVersion, Registry
-from ..runtime.workers import RequestCodec
+from ..runtime import (
+    ModelVersion,
+    Registry,
+    RequestCodec,
+    WorkerKind,
+    build_path,
+    register_paths,
+)
 from ..types import ModelState, RepositoryModel, WireProtocol
 from ._control import ControlPolicy
 
@@ -478,7 +483,7 @@ class ModelRepository:
                 state=info.state,
                 busy=info.busy,
                 started=info.started or self._started.get(id(mv), _now()),
-                memory=_memory(info.pid) if info.kind == "process" else None,
+                memory=_memory(info.pid) if info.kind is WorkerKind.PROCESS else None,
             )
             for info in mv.workers()
         ]

@@ -1,10 +1,34 @@
 """Model contracts: adapt user code to :class:`podium.types.ModelInstance`.
 
-Imports nothing above ``podium.types`` / ``podium.errors`` / ``podium.config`` / ``podium.codecs``,
-and no web or gRPC library.
+Layout: ``discovery`` finds model versions on disk (each a :class:`ModelSource`, ``_source``,
+whose :class:`Contract` says which adapter builds it); one adapter per contract, each with
+``is_source`` / ``sources`` / ``prepare`` / ``build``: ``native`` (Podium's own contract, its
+rules checked at load time), ``torchserve/`` (TorchServe handlers), ``mlserver/`` (MLServer
+runtimes); ``_calls`` calls user code (sync, async, generators) and translates what it raises.
+
+Imports nothing above ``podium.types`` / ``podium.errors`` / ``podium.config`` /
+``podium.codecs`` (but ``podium.compat``, the import paths it gives user code), and no web or
+gRPC library.
 """
 
 from ._calls import model_error
 from ._owned import Hold, Owned, Shared, release_all
+from ._source import Contract, ModelSource
+from .discovery import discover, discover_all, import_model
+from .native import ModelSpec, NativeModel, check_config
 
-__all__ = ["Hold", "Owned", "Shared", "model_error", "release_all"]
+__all__ = [
+    "Contract",
+    "Hold",
+    "ModelSource",
+    "ModelSpec",
+    "NativeModel",
+    "Owned",
+    "Shared",
+    "check_config",
+    "discover",
+    "discover_all",
+    "import_model",
+    "model_error",
+    "release_all",
+]

@@ -11,10 +11,9 @@ from concurrent.futures import Executor
 from typing import Any
 
 from ..errors import ModelError, PodiumError, ValidationFailed
+from ..types import END
 
 logger = logging.getLogger("podium.model")
-
-_DONE = object()
 
 
 def model_error(model: str, method: str, exc: BaseException) -> PodiumError:
@@ -63,7 +62,7 @@ async def iterate_sync(
             try:
                 return next(gen)
             except StopIteration:
-                return _DONE
+                return END
 
     def close() -> None:
         with lock:
@@ -81,7 +80,7 @@ async def iterate_sync(
             except Exception as exc:
                 finished = True
                 raise model_error(model, "predict", exc) from exc
-            if item is _DONE:
+            if item is END:
                 finished = True
                 return
             yield item

@@ -6,11 +6,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
 from ._owned import Owned
-from ._ts_config import TsSettings
+
+if TYPE_CHECKING:  # the torchserve package imports this module
+    from .torchserve import TsSettings
 
 __all__ = ["Contract", "MLServerParts", "ModelSource", "TorchServeParts"]
 
@@ -19,8 +21,8 @@ class Contract(enum.StrEnum):
     """The contract a model's code is written to: which adapter builds it."""
 
     NATIVE = "native"  # a class with predict (model/native.py)
-    TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve.py)
-    MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver.py)
+    TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve/)
+    MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver/)
 
 
 @dataclass(frozen=True, slots=True)

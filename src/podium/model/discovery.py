@@ -6,9 +6,9 @@ A path given to ``podium serve`` is one of:
 - a model directory: ``model.py`` and an optional ``config.yaml`` (named after the directory);
 - a versioned model directory: ``config.yaml`` (optional, shared) and numbered subdirectories
   ``1/``, ``2/``, ... each holding ``model.py`` and an optional ``config.yaml`` of its own;
-- a model written for MLServer: a directory with ``model-settings.json`` (``model/mlserver.py``);
+- a model written for MLServer: a directory with ``model-settings.json`` (``model/mlserver/``);
 - a model written for TorchServe: a ``.mar`` / ``.tar.gz`` archive or a directory holding
-  ``MAR-INF/MANIFEST.json`` (``model/torchserve.py``);
+  ``MAR-INF/MANIFEST.json`` (``model/torchserve/``);
 - a model repository: a directory whose subdirectories are any of the above.
 """
 

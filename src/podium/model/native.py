@@ -28,7 +28,14 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import DefinitionError
-from ..types import Context, Generation, InferenceRequest, InputKind, current_context
+from ..types import (
+    Capabilities,
+    Context,
+    Generation,
+    InferenceRequest,
+    InputKind,
+    current_context,
+)
 from ._calls import iterate_async, iterate_sync, model_error, run_sync, validation_failed
 
 __all__ = ["MethodSpec", "ModelSpec", "NativeModel", "check_config", "inspect_class"]
@@ -452,29 +459,32 @@ class NativeModel:
             raise DefinitionError(
                 f"model '{self.name}': {spec.cls.__name__}.__init__ raised {type(exc).__name__}: {exc}"
             ) from exc
-        self.needs_inputs = spec.needs_inputs
-        self.needs_request = spec.needs_request
         #: some method takes the sequence's Context (read from ``current_context`` per call)
         self.needs_context = spec.needs_context
-        self.input_kind = spec.input_kind
-        self.input_schema = spec.input_schema
-        #: served by continuous batching: the scheduler calls ``step``, never ``predict``
+        # served by continuous batching: the scheduler calls ``step``, never ``predict``
         # (with sequence_batching, continuous_batching means overlapping requests of a
         # sequence, served by the sequence scheduler: a streaming predict, not a step)
-        self.continuous = config.continuous_batching and not config.sequence_batching
-        self._step: Any = getattr(self.obj, "step", None) if self.continuous else None
+        continuous = config.continuous_batching and not config.sequence_batching
+        self._step: Any = getattr(self.obj, "step", None) if continuous else None
         self._step_async = inspect.iscoroutinefunction(self._step)
-        if self.continuous:
-            self.streaming = True  # each request streams the items step emits for it
-            self.predict_in_thread = not self._step_async
+        if continuous:
+            streaming = True  # each request streams the items step emits for it
+            in_thread = not self._step_async
         else:
             assert spec.predict is not None  # check_config: predict is required
-            self.streaming = spec.predict.streaming
-            self.predict_in_thread = spec.predict.flavor is Flavor.SYNC
-        self.predict_on_infer = False
-        self.consumes_stream = False
-        self.has_preprocess = spec.preprocess is not None
-        self.has_postprocess = spec.postprocess is not None
+            streaming = spec.predict.streaming
+            in_thread = spec.predict.flavor is Flavor.SYNC
+        self.capabilities = Capabilities(
+            needs_inputs=spec.needs_inputs,
+            needs_request=spec.needs_request,
+            input_kind=spec.input_kind,
+            input_schema=spec.input_schema,
+            streaming=streaming,
+            has_preprocess=spec.preprocess is not None,
+            has_postprocess=spec.postprocess is not None,
+            predict_in_thread=in_thread,
+            continuous=continuous,
+        )
         self._pre = self._bind(spec.preprocess)
         self._predict = self._bind(spec.predict)
         self._post = self._bind(spec.postprocess)
@@ -517,7 +527,7 @@ class NativeModel:
 
     def validate(self, value: Any) -> Any:
         """Validate JSON-like ``value`` into the model's pydantic schema (400 with locations)."""
-        schema: Any = self.input_schema
+        schema: Any = self.spec.input_schema
         try:
             if isinstance(value, bytes | str):
                 return schema.model_validate_json(value)

@@ -1,1 +1,35 @@
-"""Registry, scheduling and execution. Imports no web or gRPC library."""
+"""Registry, scheduling and execution: everything between the data plane and the model
+contracts. Imports no web or gRPC library, and nothing of the data plane or the front ends.
+
+Layers, from the top (imports only point down; docs/architecture.md)::
+
+    registry     registry (Registry, ModelVersion: models × versions), loading (sources on
+                 disk → workers and a scheduler)
+    scheduling   direct, batcher, sequences/, continuous; _scheduler (the Scheduler protocol,
+                 SlotGate, TaskSet), _collector (BatchCollector), _clock
+    execution    workers (WorkerPool, thread workers), process/ (process workers), _gate
+                 (WorkerGate), _line (Line: the one fair waiting queue)
+
+Other packages import the names below from here (or from a public module: ``registry``,
+``loading``, ...), never from a private one.
+"""
+
+from ._scheduler import Scheduler, SequenceScheduling
+from .loading import build_path, check_paths, register_paths
+from .registry import UNVERSIONED, ModelVersion, Registry
+from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
+
+__all__ = [
+    "UNVERSIONED",
+    "ModelVersion",
+    "Registry",
+    "RequestCodec",
+    "Scheduler",
+    "SequenceScheduling",
+    "WorkerInfo",
+    "WorkerKind",
+    "WorkerState",
+    "build_path",
+    "check_paths",
+    "register_paths",
+]

@@ -116,8 +116,8 @@ class BatchScheduler:
 
     async def _infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
-        inst = pool.instance
-        if inst.has_preprocess:
+        caps = pool.instance.capabilities
+        if caps.has_preprocess:
             inputs = await pool.preprocessor().preprocess(inputs, request)
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
@@ -125,7 +125,7 @@ class BatchScheduler:
         outputs = await pending.future
         if isinstance(outputs, Failed):  # this request's own failure in a worker process
             raise outputs.exception()
-        if inst.has_postprocess and pending.slot is not None:
+        if caps.has_postprocess and pending.slot is not None:
             outputs = await pending.slot.instance.postprocess(outputs, request)
         return outputs
 
@@ -136,7 +136,7 @@ class BatchScheduler:
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """A batched ``predict``'s one result; a streaming model (an MLServer runtime with
         ``predict_stream`` and adaptive batching) streams its request unbatched, as MLServer does."""
-        if not self._pool.instance.streaming:
+        if not self._pool.instance.capabilities.streaming:
             yield await self.infer(inputs, request)
             return
         async with contextlib.aclosing(

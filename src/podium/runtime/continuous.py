@@ -24,9 +24,11 @@ from ..config import ModelConfig
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
 from ._scheduler import Activity
-from .workers import Worker, WorkerPool
+from .workers import Worker, WorkerPool, WorkerState
 
 __all__ = ["ContinuousScheduler"]
+
+_READY = WorkerState.READY  # compared for every request placed
 
 
 class _Request:
@@ -161,7 +163,7 @@ class ContinuousScheduler:
         try:
             if self._closed:
                 raise Unavailable(f"{self._label} is stopped")
-            if self._pool.instance.has_preprocess:
+            if self._pool.instance.capabilities.has_preprocess:
                 inputs = await self._pool.preprocessor().preprocess(inputs, request)
             req = _Request(Generation(inputs, request), self._buffer)
             self._place(req)
@@ -192,7 +194,7 @@ class ContinuousScheduler:
 
     def _open_lanes(self) -> None:
         for worker in self._gate.workers:
-            if worker.state == "ready" and worker not in self._lanes:
+            if worker.state is _READY and worker not in self._lanes:
                 lane = self._lanes[worker] = _Lane(worker)
                 lane.task = asyncio.get_running_loop().create_task(self._run_lane(lane))
 

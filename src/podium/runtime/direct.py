@@ -76,10 +76,10 @@ class DirectScheduler:
 
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
-        front = pool.instance
+        caps = pool.instance.capabilities
         self._activity.enter()
         try:
-            if front.has_preprocess:
+            if caps.has_preprocess:
                 inputs = await pool.preprocessor().preprocess(inputs, request)
             while True:
                 worker = await self._acquire_worker()
@@ -88,7 +88,7 @@ class DirectScheduler:
                     break
                 except WorkerGone:
                     continue  # died before it got the request: the next worker takes it
-            if front.has_postprocess:
+            if caps.has_postprocess:
                 outputs = await worker.instance.postprocess(outputs, request)
             return outputs
         finally:
@@ -99,8 +99,7 @@ class DirectScheduler:
 
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         pool = self._pool
-        front = pool.instance
-        if not front.streaming:
+        if not pool.instance.capabilities.streaming:
             yield await self.infer(inputs, request)
             return
         async with contextlib.aclosing(
@@ -116,7 +115,7 @@ async def stream_inputs_through(
     """A stream of requests through a model that reads it (``consumes_stream``), on the
     least-loaded ready thread worker, holding one slot for the whole stream. Each request is
     preprocessed as it is read."""
-    if pool.instance.has_preprocess:
+    if pool.instance.capabilities.has_preprocess:
         pre = pool.preprocessor()
         inputs = _preprocess_each(pre, inputs, request)
     gate = pool.gate
@@ -144,7 +143,7 @@ async def stream_through(pool: WorkerPool, inputs: Any, request: Any) -> AsyncGe
     """One request through a streaming model: preprocess, then the items of the least-loaded
     ready worker's ``predict_stream`` (a worker that died before it got the request is
     skipped). The worker's slot is held until its stream ends."""
-    if pool.instance.has_preprocess:
+    if pool.instance.capabilities.has_preprocess:
         inputs = await pool.preprocessor().preprocess(inputs, request)
     gate = pool.gate
     while True:

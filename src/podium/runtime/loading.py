@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DefinitionError
-from ..model import mlserver, release_all, torchserve
-from ..model.discovery import Contract, ModelSource, discover_all, import_model
-from ..model.native import ModelSpec, NativeModel, check_config
+from ..model import (
+    Contract,
+    ModelSource,
+    ModelSpec,
+    NativeModel,
+    check_config,
+    discover_all,
+    import_model,
+    mlserver,
+    release_all,
+    torchserve,
+)
 from ..types import ModelInstance
 from ._scheduler import Scheduler
 from .batcher import BatchScheduler

@@ -18,10 +18,14 @@ from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
 from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
 
-__all__ = ["ModelState", "ModelVersion", "Registry", "version_key"]
+__all__ = ["UNVERSIONED", "ModelState", "ModelVersion", "Registry", "version_key"]
 
 #: Seconds that requests in flight get to finish when a version is removed.
 REMOVE_GRACE = 10.0
+
+#: The version an unversioned model also answers to, and lists in its metadata: Triton's
+#: default, so that clients that pin ``model_version="1"`` reach it.
+UNVERSIONED = "1"
 
 logger = logging.getLogger("podium.registry")
 
@@ -37,7 +41,7 @@ def version_key(version: str | None) -> tuple[Any, ...]:
 class ModelVersion:
     """One loaded version of a model: its workers, its scheduler and its state.
 
-    ``instance`` describes the model to the front ends (``needs_inputs``, ``streaming``...);
+    ``instance`` describes the model to the front ends (its ``capabilities``);
     ``pool`` runs its workers (``min_workers`` of them, threads or processes). A version is
     READY once its ``min_workers`` workers are; with ``min_workers`` 0 it is READY with no
     worker, and its requests get 503 until it is scaled up.
@@ -204,8 +208,11 @@ class Registry:
 
     def set_default(self, name: str, version: str) -> None:
         """Make ``version`` the default for ``name`` (otherwise the highest version is)."""
-        self.get(name, version)
-        self._defaults[name] = version
+        mv = self.get(name, version)
+        if mv.version is None:  # "1" of an unversioned model: its one version
+            self._defaults.pop(name, None)
+        else:
+            self._defaults[name] = mv.version
         self._default_cache.pop(name, None)
 
     def __iter__(self) -> Iterator[ModelVersion]:
@@ -238,7 +245,11 @@ class Registry:
         return versions[-1]
 
     def get(self, name: str, version: str | None = None) -> ModelVersion:
-        """The version asked for, or the default one; ``NotFound`` names the model and version."""
+        """The version asked for, or the default one; ``NotFound`` names the model and version.
+
+        A version is found by its name; an unversioned model also answers to
+        :data:`UNVERSIONED` ("1"). A versioned model's "1" is its version named "1", if any.
+        """
         if not version:
             return self.default_version(name)
         versions = self._models.get(name)
@@ -246,7 +257,11 @@ class Registry:
             raise NotFound(f"model '{name}' version '{version}' is not known: no model '{name}'")
         mv = versions.get(version)
         if mv is None:
-            known = ", ".join(v.version or "(unversioned)" for v in self.versions(name))
+            if version == UNVERSIONED and None in versions:
+                return versions[None]
+            known = ", ".join(
+                v.version or f"{UNVERSIONED} (unversioned)" for v in self.versions(name)
+            )
             raise NotFound(f"model '{name}' has no version '{version}' (versions: {known})")
         return mv
 

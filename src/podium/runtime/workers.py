@@ -28,14 +28,13 @@ import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from ..errors import InvalidInput, ModelNotReady, ResponseTimeout, Unavailable
-from ..types import ModelInstance
+from ..types import END, ModelInstance
 from ._gate import WorkerGate
 
 __all__ = [
-    "END",
     "Failure",
     "RequestCodec",
     "ThreadWorker",
@@ -144,17 +143,6 @@ class Worker(Protocol):
     async def close(self) -> None: ...
 
 
-class _End:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "END"
-
-
-#: The end of a stream, in every worker's buffer of stream items (after the last item).
-END: Final = _End()
-
-
 class Failure:
     """A stream's failure, in a worker's buffer of stream items (instead of ``END``)."""
 
@@ -228,7 +216,7 @@ class ThreadWorker:
                 return await self.instance.predict(inputs, request)
             finally:
                 self._release()
-        if self.instance.predict_in_thread:
+        if self.instance.capabilities.predict_in_thread:
             return await self._timed(self.instance.predict(inputs, request))
         return await self._timed_inline(inputs, request)
 
@@ -276,7 +264,7 @@ class ThreadWorker:
         """``call`` bounded by response_timeout. A thread cannot be killed: past the timeout the
         request fails at once, the slot stays taken until the call really returns (so
         predict_concurrency stays a true bound), and a call still running after STUCK_GRACE
-        gets this worker replaced (:meth:`WorkerPool._stuck`)."""
+        gets this worker replaced (:meth:`WorkerPool._replace_stuck`)."""
         task = asyncio.ensure_future(call)
         task.add_done_callback(lambda _: self._release())
         try:
@@ -417,7 +405,7 @@ class WorkerPool:
     """The workers of one model version: started, restarted, scaled and stopped here.
 
     ``new_worker(id)`` makes a worker that has not started yet; ``instance`` is the version's
-    descriptor (what the front ends read: ``needs_inputs``, ``streaming``...) and, for thread
+    descriptor (what the front ends read: its ``capabilities``) and, for thread
     workers, the instance ``preprocess`` runs on.
     """
 
@@ -565,7 +553,7 @@ class WorkerPool:
             )
         return ""
 
-    def _lost_again(self, what: str) -> None:
+    def _note_loss(self, what: str) -> None:
         self._losses.append((time.monotonic(), what))
 
     def preprocessor(self) -> ModelInstance:
@@ -642,7 +630,7 @@ class WorkerPool:
                 ]
                 await asyncio.gather(*(self._retire(w) for w in victims))
 
-    def _lost(self, worker: Worker, how: str) -> None:
+    def _report_lost(self, worker: Worker, how: str) -> None:
         if self.on_worker_lost is not None:
             self.on_worker_lost(worker, how)
 
@@ -650,7 +638,7 @@ class WorkerPool:
         worker.state = WorkerState.STOPPING
         self.gate.remove(worker)
         if how:
-            self._lost(worker, how)
+            self._report_lost(worker, how)
         await worker.wait_idle()
         await worker.close()
         worker.state = WorkerState.DEAD
@@ -666,14 +654,14 @@ class WorkerPool:
             self._workers.remove(worker)
         if self._closing:
             return
-        self._lost(worker, "died")
-        self._lost_again(reason)
+        self._report_lost(worker, "died")
+        self._note_loss(reason)
         if crashed:
             logger.error("%s: %s", self.label, reason)
             self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
         self._spawn_replace()
 
-    def _stuck(self, worker: ThreadWorker) -> None:
+    def _replace_stuck(self, worker: ThreadWorker) -> None:
         """A thread worker's predict outlived its timeout: it takes no new work, a fresh instance
         replaces it, and it is dropped once the stuck call returns."""
         logger.warning(
@@ -683,8 +671,8 @@ class WorkerPool:
         )
         worker.state = WorkerState.STOPPING
         self.gate.remove(worker)
-        self._lost(worker, "died (stuck past response_timeout, replaced)")
-        self._lost_again(f"thread worker {worker.id} stuck past response_timeout, replaced")
+        self._report_lost(worker, "died (stuck past response_timeout, replaced)")
+        self._note_loss(f"thread worker {worker.id} stuck past response_timeout, replaced")
         self._spawn_replace()
         self._spawn(self._retire(worker, how=""))
 
@@ -779,7 +767,7 @@ def thread_pool(
             label=pool.label,
             response_timeout=config.response_timeout_s,
             stream_buffer=config.stream_buffer,
-            on_stuck=pool._stuck,
+            on_stuck=pool._replace_stuck,
         )
 
     pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker)

@@ -43,15 +43,15 @@ def http_headers(*sources: Headers | None) -> list[tuple[bytes, bytes]]:
     for name, value in _pairs(*sources):
         lowered = name.lower()
         if not _TOKEN.fullmatch(name) or lowered in _RESERVED:
-            _dropped(name, "its name cannot be an HTTP response header set by a model")
+            _warn_dropped(name, "its name cannot be an HTTP response header set by a model")
             continue
         if any(c in value for c in "\r\n\0"):
-            _dropped(name, "its value holds a line break or a NUL")
+            _warn_dropped(name, "its value holds a line break or a NUL")
             continue
         try:
             out.append((lowered.encode("ascii"), value.encode("latin-1")))
         except UnicodeEncodeError:
-            _dropped(name, "its value is not Latin-1 text")
+            _warn_dropped(name, "its value is not Latin-1 text")
     return out
 
 
@@ -62,17 +62,17 @@ def grpc_metadata(*sources: Headers | None) -> tuple[tuple[str, str | bytes], ..
     for name, value in _pairs(*sources):
         lowered = name.lower()
         if not _GRPC_NAME.fullmatch(lowered) or lowered.startswith("grpc-"):
-            _dropped(name, "its name cannot be gRPC metadata set by a model")
+            _warn_dropped(name, "its name cannot be gRPC metadata set by a model")
             continue
         if lowered.endswith("-bin"):
             out.append((lowered, value.encode()))
             continue
         if not _GRPC_VALUE.fullmatch(value):
-            _dropped(name, "its value is not printable ASCII")
+            _warn_dropped(name, "its value is not printable ASCII")
             continue
         out.append((lowered, value))
     return tuple(out)
 
 
-def _dropped(name: str, why: str) -> None:
+def _warn_dropped(name: str, why: str) -> None:
     logger.warning("response header %r set by a model is not sent: %s", name, why)

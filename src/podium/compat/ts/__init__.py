@@ -2,7 +2,7 @@
 handlers loaded by Podium when the real ``ts`` package is not installed.
 
 Podium makes ``import ts`` resolve here only then (``podium.model.torchserve.install_ts_shim``).
-Every module re-exports objects defined in ``podium.model``, so however a handler imports them
+Every module re-exports objects defined in ``podium.model.torchserve``, so however a handler imports them
 (``ts.context`` or ``podium.compat.ts.context``) it gets the very same classes.
 """
 

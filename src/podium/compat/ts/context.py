@@ -1,5 +1,5 @@
 """``ts.context``: the ``Context`` handed to TorchServe handlers."""
 
-from podium.model._ts_context import Context, RequestProcessor
+from podium.model.torchserve import Context, RequestProcessor
 
 __all__ = ["Context", "RequestProcessor"]

@@ -25,6 +25,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from ...config import Secrets
@@ -229,22 +230,23 @@ class Child(asyncio.Protocol):
                     self.send(End(cid))
                 case Batch():
                     requests = [self._request(s, gone) for s in message.requests]
-                    self._reply(Answer(cid, await self._batch(message.inputs, requests)))
+                    self._reply(Answer(cid, await self._run_batch(message.inputs, requests)))
         except asyncio.CancelledError:
             self.send(Stopped(cid))
         except Exception as exc:
             error = exc if isinstance(exc, PodiumError) else model_error(self.name, message.op, exc)
             self.send(Error(cid, *pack_error(error)))
 
-    async def _batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
+    async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
         inst = self.instance
+        caps = inst.capabilities
         n = len(inputs)
         failed: list[Any] = [None] * n
 
         async def pre(i: int) -> Any:
             try:
                 value = self._validated(inputs[i])
-                if inst.has_preprocess:
+                if caps.has_preprocess:
                     value = await inst.preprocess(value, requests[i])
                 return value
             except Exception as exc:
@@ -269,21 +271,13 @@ class Child(asyncio.Protocol):
             except Exception as exc:
                 results[i] = Failed.of(exc)
 
-        if inst.has_postprocess:
+        if caps.has_postprocess:
             await asyncio.gather(*(post(i) for i in live))
         return results
 
 
 def _ready(instance: ModelInstance) -> Ready:
-    return Ready(
-        needs_inputs=instance.needs_inputs,
-        needs_request=instance.needs_request,
-        input_kind=instance.input_kind,
-        streaming=instance.streaming,
-        predict_on_infer=instance.predict_on_infer,
-        consumes_stream=instance.consumes_stream,
-        pipelined=instance.has_preprocess or instance.has_postprocess,
-    )
+    return Ready(replace(instance.capabilities, input_schema=None))
 
 
 async def _serve(sock: socket.socket) -> None:

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import msgspec
 
-from ...types import InputKind, ModelInstance
+from ...types import Capabilities, ModelInstance
 
 if TYPE_CHECKING:
-    from ...model.discovery import ModelSource
+    from ...model import ModelSource
 
 __all__ = [
     "MESSAGES",
@@ -134,15 +134,10 @@ class Credit(msgspec.Struct):
 
 
 class Ready(msgspec.Struct):
-    """The model is built and loaded: the flags the server's front ends read."""
+    """The model is built and loaded: its capabilities, as the worker's instance has them (less
+    ``input_schema``: a user class the server may not import; the worker validates)."""
 
-    needs_inputs: bool
-    needs_request: bool
-    input_kind: InputKind
-    streaming: bool
-    predict_on_infer: bool
-    consumes_stream: bool
-    pipelined: bool  # it has preprocess or postprocess
+    capabilities: Capabilities
 
 
 class StartFailed(msgspec.Struct):

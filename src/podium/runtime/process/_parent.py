@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import enum
 import itertools
 import logging
 import os
@@ -24,6 +25,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +33,8 @@ import msgspec
 
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...types import Generation, InputKind, ModelInstance
+from ...types import END, Capabilities, Generation, ModelInstance
 from ..workers import (
-    END,
     Failure,
     RequestCodec,
     Worker,
@@ -63,7 +64,7 @@ from ._messages import (
 from ._wire import Decoder, encode
 
 if TYPE_CHECKING:
-    from ...model.discovery import ModelSource
+    from ...model import ModelSource
 
 __all__ = ["ProcessWorker", "RemoteInstance", "WorkerGone", "describe_exit", "process_pool"]
 
@@ -78,40 +79,38 @@ STOP_TIMEOUT = 5.0
 _READY = WorkerState.READY  # compared on every request
 
 
+class _Ending(enum.Enum):
+    """Why the server ends a worker process (None: it was not ended, it crashed)."""
+
+    STOPPED = "stopped"  # closed: scaled down, unregistered, server stopping
+    FAILED_TO_START = "failed to start"  # its model could not be built or loaded
+    RECYCLED = "recycled"  # killed and replaced (a stuck predict): ``_why`` says why
+
+
 class WorkerGone(WorkerDied):
     """The worker died before the request was sent to it: the request can go to another."""
 
 
 class RemoteInstance:
     """What the server knows of a model that runs in worker processes (the version's
-    ``instance``): the flags front ends read, filled in by the first worker that starts.
+    ``instance``): its capabilities, as the first worker that starts reports them.
     ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
     pydantic inputs is deferred to the worker too."""
 
-    input_schema: type | None
-
     def __init__(self) -> None:
-        self.needs_inputs = True
-        self.needs_request = False
-        self.input_kind = InputKind.DEFAULT
-        self.input_schema: type | None = None
-        self.streaming = False
-        self.predict_on_infer = False
-        self.consumes_stream = False
-        self.predict_in_thread = False  # the worker process times its own predicts
-        self.continuous = False  # continuous batching runs on thread workers only
-        self.has_preprocess = False
-        self.has_postprocess = False
+        self.capabilities = Capabilities()
         self.pipelined = False  # the real instance has preprocess or postprocess
 
     def describe(self, ready: Ready) -> None:
-        self.needs_inputs = ready.needs_inputs
-        self.needs_request = ready.needs_request
-        self.input_kind = ready.input_kind
-        self.streaming = ready.streaming
-        self.predict_on_infer = ready.predict_on_infer
-        self.consumes_stream = ready.consumes_stream
-        self.pipelined = ready.pipelined
+        caps = ready.capabilities
+        self.pipelined = caps.has_preprocess or caps.has_postprocess
+        self.capabilities = replace(
+            caps,
+            has_preprocess=False,
+            has_postprocess=False,
+            predict_in_thread=False,  # the worker process times its own predicts
+            continuous=False,  # continuous batching runs on thread workers only
+        )
 
     async def load(self) -> None:
         return None
@@ -250,7 +249,8 @@ class ProcessWorker:
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
-        self._ending: str | None = None  # why we are ending it: not a crash
+        self._ending: _Ending | None = None  # why we are ending it: not a crash
+        self._why = ""  # what the logs and errors say of it
         self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
@@ -294,7 +294,7 @@ class ProcessWorker:
             await self.close()
             raise
         self._descriptor.describe(ready)
-        if ready.pipelined and not self._batching:
+        if self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
             self.capacity *= 2
@@ -305,7 +305,7 @@ class ProcessWorker:
     async def close(self) -> None:
         """Close its socket (the process exits on EOF); kill it after STOP_TIMEOUT."""
         if self._ending is None:
-            self._ending = "stopped"
+            self._ending, self._why = _Ending.STOPPED, _Ending.STOPPED.value
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
         if self._transport is not None:
@@ -328,7 +328,7 @@ class ProcessWorker:
     def recycle(self, why: str) -> None:
         """Kill the process now (a stuck predict cannot be stopped otherwise); it is replaced."""
         if self._ending is None:
-            self._ending = why
+            self._ending, self._why = _Ending.RECYCLED, why
         self._hold_place()
         proc = self._proc
         if proc is not None and proc.returncode is None:
@@ -387,7 +387,8 @@ class ProcessWorker:
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_result(message)
             case StartFailed():
-                self._ending = "failed to start"
+                self._ending = _Ending.FAILED_TO_START
+                self._why = _Ending.FAILED_TO_START.value
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_exception(
                         WorkerDied(f"{self._label} worker process {self.pid}: {message.reason}")
@@ -404,7 +405,7 @@ class ProcessWorker:
         """Leave the gate, but count as starting until the pool has taken over the restart:
         requests meanwhile wait for the replacement instead of being refused."""
         self._gate.remove(self)
-        if self._was_ready and not self._holding and self._ending != "stopped":
+        if self._was_ready and not self._holding and self._ending is not _Ending.STOPPED:
             self._holding = True
             self._gate.starting += 1
 
@@ -430,7 +431,7 @@ class ProcessWorker:
         if ending is None:
             reason = f"{self._label} worker process {self.pid} died: it {how}"
         else:
-            reason = f"{self._label} worker process {self.pid} {how} ({ending})"
+            reason = f"{self._label} worker process {self.pid} {how} ({self._why})"
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(WorkerDied(reason))
         calls, self._calls = self._calls, {}
@@ -444,7 +445,7 @@ class ProcessWorker:
         if self._exited is not None and not self._exited.done():
             self._exited.set_result(None)
         try:
-            if ending not in ("stopped", "failed to start") and was_ready:
+            if (ending is None or ending is _Ending.RECYCLED) and was_ready:
                 lived = time.time() - self.started
                 self._on_exit(self, reason, crashed=ending is None, lived=lived)
         finally:
@@ -458,9 +459,9 @@ class ProcessWorker:
         if self._timeout:
             if call.timer is not None:
                 call.timer.cancel()
-            call.timer = asyncio.get_running_loop().call_later(self._timeout, self._expired, cid)
+            call.timer = asyncio.get_running_loop().call_later(self._timeout, self._on_timeout, cid)
 
-    def _expired(self, cid: int) -> None:
+    def _on_timeout(self, cid: int) -> None:
         call = self._calls.pop(cid, None)
         if call is None:
             return

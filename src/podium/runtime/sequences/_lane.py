@@ -53,13 +53,14 @@ class Lane:
         """One request, on a slot of its own."""
         worker = self.worker
         inst = worker.instance
+        caps = inst.capabilities
         token = current_context.set(ctx)
         try:
-            if inst.has_preprocess:
+            if caps.has_preprocess:
                 inputs = await inst.preprocess(inputs, request)
             await self._acquire_slot(seq.id)
             outputs = await worker.infer(inputs, request)  # gives the slot back
-            if inst.has_postprocess:
+            if caps.has_postprocess:
                 outputs = await inst.postprocess(outputs, request)
             return outputs
         finally:
@@ -68,15 +69,16 @@ class Lane:
     async def infer_batched(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
         """One request, in the worker's next batch (``seq.batched`` holds it meanwhile)."""
         inst = self.worker.instance
+        caps = inst.capabilities
         token = current_context.set(ctx)
         try:
-            if inst.has_preprocess:
+            if caps.has_preprocess:
                 inputs = await inst.preprocess(inputs, request)
             if self.lost is not None:
                 raise self._closed_error(seq.id, self.lost)
             pending = seq.batched = self.batches.add(inputs, request, ctx)
             outputs = await pending.future
-            if inst.has_postprocess:
+            if caps.has_postprocess:
                 outputs = await inst.postprocess(outputs, request)
             return outputs
         finally:
@@ -92,7 +94,7 @@ class Lane:
         # consumer's own context must not keep it between items.
         token = current_context.set(ctx)
         try:
-            if inst.has_preprocess:
+            if inst.capabilities.has_preprocess:
                 inputs = await inst.preprocess(inputs, request)
             await self._acquire_slot(seq.id)
             items = worker.stream(inputs, request)  # gives the slot back when it ends

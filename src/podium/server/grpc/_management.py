@@ -17,7 +17,7 @@ import msgspec
 
 from ...errors import InvalidInput
 from .._auth import MANAGEMENT, Authorizer
-from ..management import Management, Registration, Reply, Scaling, page
+from ..management import Management, Outcome, Registration, Scaling, page
 from ._errors import abort_with
 from ._pool import message_class
 from ._server import Service
@@ -53,7 +53,7 @@ class ManagementService:
         self.authorizer = authorizer
 
     def service(self) -> Service:
-        handlers: dict[str, Callable[[Any], Awaitable[Reply]]] = {
+        handlers: dict[str, Callable[[Any], Awaitable[Outcome]]] = {
             "DescribeModel": self.describe,
             "ListModels": self.list_models,
             "RegisterModel": self.register,
@@ -72,7 +72,7 @@ class ManagementService:
         return Service(SERVICE, methods)
 
     def _wrap(
-        self, name: str, handler: Callable[[Any], Awaitable[Reply]]
+        self, name: str, handler: Callable[[Any], Awaitable[Outcome]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
         where = f"/{SERVICE}/{name}"
 
@@ -89,7 +89,7 @@ class ManagementService:
 
     # -- the six RPCs ----------------------------------------------------------------------
 
-    async def register(self, request: Any) -> Reply:
+    async def register(self, request: Any) -> Outcome:
         values: dict[str, Any] = {"url": request.url}
         # proto3: 0 and "" are "not given", as TorchServe reads them.
         for key in (
@@ -109,12 +109,12 @@ class ManagementService:
         values["synchronous"] = request.synchronous
         return await self.management.register(Registration.parse(values))
 
-    async def unregister(self, request: Any) -> Reply:
+    async def unregister(self, request: Any) -> Outcome:
         return await self.management.unregister(
             _name(request.model_name), request.model_version or None
         )
 
-    async def scale(self, request: Any) -> Reply:
+    async def scale(self, request: Any) -> Outcome:
         low = request.min_worker or 1  # TorchServe: 0 (not given) means 1
         high = request.max_worker or max(low, 1)
         if low < 0 or high < 0:
@@ -127,15 +127,15 @@ class ManagementService:
             _name(request.model_name), request.model_version or None, scaling
         )
 
-    async def list_models(self, request: Any) -> Reply:
+    async def list_models(self, request: Any) -> Outcome:
         return self.management.list_models(
             *page({"limit": request.limit, "next_page_token": request.next_page_token})
         )
 
-    async def describe(self, request: Any) -> Reply:
+    async def describe(self, request: Any) -> Outcome:
         return self.management.describe(_name(request.model_name), request.model_version or None)
 
-    async def set_default(self, request: Any) -> Reply:
+    async def set_default(self, request: Any) -> Outcome:
         if not request.model_version:
             raise InvalidInput("model_version is required")
         return self.management.set_default(_name(request.model_name), request.model_version)

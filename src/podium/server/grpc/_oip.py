@@ -17,13 +17,16 @@ stream run at once, so that a client streaming many requests keeps the model bus
 model batches them); each buffers at most :data:`STREAM_BUFFER` responses until the responses
 before it are sent. Two framings (``--grpc-stream-format``):
 
-- ``mlserver`` (default), as MLServer's ``dataplane.proto``: each message is a bare
-  ``ModelInferResponse``; an error ends the stream with its status.
-- ``triton``, as Triton's ``grpc_service.proto``: each message is a ``ModelStreamInferResponse``;
-  an error for one request is sent in-band (``error_message``) and the stream stays open. A
-  request with the parameter ``triton_enable_empty_final_response`` set gets, after its last
-  response, an empty one whose parameter ``triton_final_response`` is true (the others carry
-  false), as Triton's decoupled models do.
+- ``triton`` (default; what ``tritonclient`` and perf_analyzer read), as Triton's
+  ``grpc_service.proto``: each message is a ``ModelStreamInferResponse``; an error for one
+  request is sent in-band (``error_message``) and the stream stays open. Every response carries
+  Triton's parameter ``triton_final_response``: true on a plain model's one response (and on an
+  in-band error), false on each item of a generator model, whose end is known only once it has
+  ended; a request with the parameter ``triton_enable_empty_final_response`` then gets, after
+  the last item, an empty response whose ``triton_final_response`` is true, as from Triton's
+  decoupled models.
+- ``mlserver``, as MLServer's ``dataplane.proto``: each message is a bare ``ModelInferResponse``
+  (what MLServer's and KServe's stubs read); an error ends the stream with its status.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 import grpc
 
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, PodiumError
+from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, ModelMetadata, ModelState, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
@@ -53,10 +56,12 @@ from ._tensors import (
     to_request,
 )
 
-__all__ = ["SERVICE", "STREAM_FORMATS", "OipService"]
+__all__ = ["OUTPUT_CONTENTS", "SERVICE", "STREAM_FORMATS", "OipService"]
 
 SERVICE = "inference.GRPCInferenceService"
-STREAM_FORMATS = ("mlserver", "triton")
+STREAM_FORMATS = ("triton", "mlserver")
+#: How answers carry tensors (``--grpc-output-contents``): as the request did, or always raw.
+OUTPUT_CONTENTS = ("request", "raw")
 
 #: Requests of one ModelStreamInfer stream that run at once.
 STREAM_WINDOW = 16
@@ -64,6 +69,7 @@ STREAM_WINDOW = 16
 STREAM_BUFFER = 16
 
 _FINAL_ASKED = "triton_enable_empty_final_response"
+_SEQUENCE_ID = "sequence_id"  # Triton's sequence parameter: the request may have to wait
 _FINAL = "triton_final_response"
 
 # Where the model's request object says it came from.
@@ -120,15 +126,35 @@ def _unary(
 
 
 class OipService:
-    """``inference.GRPCInferenceService`` over one :class:`DataPlane`."""
+    """``inference.GRPCInferenceService`` over one :class:`DataPlane`.
 
-    def __init__(self, dataplane: DataPlane, *, stream_format: str = "mlserver") -> None:
+    ``stream_format``: the framing of ``ModelStreamInfer`` (see the module docstring).
+    ``output_contents``: ``"request"`` answers with ``raw_output_contents`` when the request used
+    ``raw_input_contents`` and with typed contents otherwise (MLServer's and KServe's rule, what
+    the KServe SDK's ``.data`` reads); ``"raw"`` always answers raw, as Triton does (what
+    clients that send typed contents but read ``raw_output_contents`` need, such as Triton's
+    explicit-content examples).
+    """
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        stream_format: str = "triton",
+        output_contents: str = "request",
+    ) -> None:
         if stream_format not in STREAM_FORMATS:
             raise ValueError(
                 f"grpc-stream-format must be {' or '.join(STREAM_FORMATS)}, got {stream_format!r}"
             )
+        if output_contents not in OUTPUT_CONTENTS:
+            raise ValueError(
+                f"grpc-output-contents must be {' or '.join(OUTPUT_CONTENTS)}, "
+                f"got {output_contents!r}"
+            )
         self.dataplane = dataplane
         self.triton = stream_format == "triton"
+        self.raw = output_contents == "raw"
 
     def service(self) -> Service:
         """The service's method handlers, for :class:`GrpcServer`."""
@@ -189,7 +215,12 @@ class OipService:
         return _m("inference.ServerReadyResponse")(ready=self.dataplane.ready())
 
     async def model_ready(self, message: Any, context: Any) -> Any:
-        ready = self.dataplane.model_ready(message.name, message.version or None)
+        try:
+            ready = self.dataplane.model_ready(message.name, message.version or None)
+        except NotFound:
+            # As Triton: an unknown model or version is not ready (tritonclient's
+            # is_model_ready then returns False instead of raising).
+            ready = False
         return _m("inference.ModelReadyResponse")(ready=ready)
 
     async def server_metadata(self, message: Any, context: Any) -> Any:
@@ -217,9 +248,9 @@ class OipService:
         model takes them, a request object only if it takes one)."""
         version = message.model_version or None
         mv = self.dataplane.resolve(message.model_name, version)
-        inst = mv.instance
-        payload = to_request(message) if inst.needs_inputs else None
-        request = grpc_call().request() if inst.needs_request else None
+        caps = mv.instance.capabilities
+        payload = to_request(message) if caps.needs_inputs else None
+        request = grpc_call().request() if caps.needs_request else None
         call = Call(message.model_name, version, WireProtocol.OIP_GRPC, payload, request)
         if mv.config.sequence_batching:  # Triton's sequence parameters
             call.sequence = _sequences.from_parameters(parameters_of(message.parameters))
@@ -233,7 +264,7 @@ class OipService:
             # Response headers the model set, as trailing metadata (as MLServer sends them).
             by_model = sequence.headers if sequence is not None else None
             context.set_trailing_metadata(grpc_metadata(answer.headers, by_model))
-        return _response(answer.value, message)
+        return _response(answer.value, message, self.raw)
 
     async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> None:
         """Answer every request of the stream in order, or hand the whole stream to a model that
@@ -282,7 +313,7 @@ class OipService:
             mv = self.dataplane.resolve(first.model_name, first.model_version or None)
         except Exception:
             return None  # answered (with its error) as any request of the stream
-        return mv if mv.instance.consumes_stream else None
+        return mv if mv.instance.capabilities.consumes_stream else None
 
     async def _consume(
         self, mv: ModelVersion, first: Any, rest: AsyncIterator[Any], context: Any, call: GrpcCall
@@ -302,8 +333,8 @@ class OipService:
                     )
                 yield Call(message.model_name, version, WireProtocol.OIP_GRPC, to_request(message))
 
-        raw = bool(first.raw_input_contents)
-        request = call.request() if mv.instance.needs_request else None
+        raw = self.raw or bool(first.raw_input_contents)
+        request = call.request() if mv.instance.capabilities.needs_request else None
         items = self.dataplane.stream_inputs(mv, calls(), WireProtocol.OIP_GRPC, request)
         try:
             async with contextlib.aclosing(items):
@@ -311,9 +342,12 @@ class OipService:
                     if self.triton:
                         out = ModelStreamInferResponse()
                         to_message(response, raw, into=out.infer_response)
+                        out.infer_response.parameters[_FINAL].bool_param = False
                     else:
                         out = to_message(response, raw)
                     await context.write(out)
+            if self.triton and _asks_final(first):
+                await context.write(_empty_final(first))
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -329,15 +363,23 @@ class OipService:
         running: set[asyncio.Task[None]],
         grpc_call: Callable[[], GrpcCall],
     ) -> None:
-        """Start a task per request, in order, each with its own lane of responses."""
+        """Start a task per request, in order, each with its own lane of responses.
+
+        Back-pressure for sequences: a request that names one is started, and the next one read,
+        only once it has its place in its sequence's queue, so a client writing a sequence's
+        requests back to back waits while that queue is full instead of being refused (and the
+        requests join the sequence in the stream's order)."""
         loop = asyncio.get_running_loop()
         try:
             async for message in requests:
                 lane: asyncio.Queue[Any] = asyncio.Queue(STREAM_BUFFER)
                 await lanes.put(lane)  # blocks while STREAM_WINDOW requests are pending
-                task = loop.create_task(self._answer(message, lane, grpc_call))
+                joined = loop.create_future() if _SEQUENCE_ID in message.parameters else None
+                task = loop.create_task(self._answer(message, lane, grpc_call, joined))
                 running.add(task)
                 task.add_done_callback(running.discard)
+                if joined is not None:
+                    await joined  # resolved once it has its place, or by _answer as it ends
         except Exception as exc:
             failed: asyncio.Queue[Any] = asyncio.Queue()
             failed.put_nowait(_Failure(exc, fatal=True))
@@ -346,29 +388,43 @@ class OipService:
             await lanes.put(None)
 
     async def _answer(
-        self, message: Any, lane: asyncio.Queue[Any], grpc_call: Callable[[], GrpcCall]
+        self,
+        message: Any,
+        lane: asyncio.Queue[Any],
+        grpc_call: Callable[[], GrpcCall],
+        joined: asyncio.Future[None] | None = None,
     ) -> None:
-        """Queue the responses to one request of a stream, then ``_END`` (or a failure)."""
+        """Queue the responses to one request of a stream, then ``_END`` (or a failure).
+        ``joined``: the request names a sequence; it waits for room in the sequence's queue and
+        resolves ``joined`` once it has its place (here too when it ends before)."""
         try:
             call, mv = self._call(message, grpc_call)
-            final = self.triton and _asks_final(message)
+            if joined is not None:
+                if call.sequence is not None:
+                    call.sequence.joined = joined
+                else:  # not a sequence model: nothing to wait for
+                    joined.set_result(None)
+            triton = self.triton
+            # A generator model is Triton's decoupled model: its last item is known only after
+            # it, so no item is final; a plain model's one response is.
+            decoupled = mv.instance.capabilities.streaming
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for response in items:
-                    if self.triton:
+                    if triton:
                         out = ModelStreamInferResponse()
-                        _response(response, message, into=out.infer_response)
-                        if final:
-                            out.infer_response.parameters[_FINAL].bool_param = False
+                        _response(response, message, self.raw, into=out.infer_response)
+                        out.infer_response.parameters[_FINAL].bool_param = not decoupled
                     else:
-                        out = _response(response, message)
+                        out = _response(response, message, self.raw)
                     await lane.put(out)
-            if final:
-                last = _addressed(ModelInferResponse(), message)
-                last.parameters[_FINAL].bool_param = True
-                await lane.put(ModelStreamInferResponse(infer_response=last))
+            if triton and decoupled and _asks_final(message):
+                await lane.put(_empty_final(message))
             await lane.put(_END)
         except Exception as exc:
             await lane.put(_Failure(exc, message))
+        finally:
+            if joined is not None and not joined.done():
+                joined.set_result(None)
 
     # -- repository ------------------------------------------------------------------------
 
@@ -407,13 +463,14 @@ class OipService:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _response(response: InferenceResponse, request: Any, into: Any = None) -> Any:
-    """The data plane's answer as a message: raw contents when the request used them."""
+def _response(response: InferenceResponse, request: Any, raw: bool, into: Any = None) -> Any:
+    """The data plane's answer as a message: raw contents when ``raw`` or the request used
+    them."""
     if not isinstance(response, InferenceResponse):  # the data plane's OIP contract
         raise PodiumError(f"the data plane returned {type(response).__name__} for an OIP call")
     if response.id is None and request.id:
         response.id = request.id  # the request was not decoded (the model takes no inputs)
-    return to_message(response, bool(request.raw_input_contents), into)
+    return to_message(response, raw or bool(request.raw_input_contents), into)
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -430,9 +487,19 @@ def _addressed(out: Any, request: Any) -> Any:
 
 
 def _stream_error(text: str, request: Any) -> Any:
-    """Triton's in-band error; the response names the request it answers."""
-    addressed = _addressed(ModelInferResponse(), request) if request is not None else None
+    """Triton's in-band error; the response names the request it answers, and is its last."""
+    if request is None:
+        return ModelStreamInferResponse(error_message=text)
+    addressed = _addressed(ModelInferResponse(), request)
+    addressed.parameters[_FINAL].bool_param = True
     return ModelStreamInferResponse(error_message=text, infer_response=addressed)
+
+
+def _empty_final(request: Any) -> Any:
+    """Triton's empty final response to a request of a decoupled model that asked for it."""
+    last = _addressed(ModelInferResponse(), request)
+    last.parameters[_FINAL].bool_param = True
+    return ModelStreamInferResponse(infer_response=last)
 
 
 def _asks_final(message: Any) -> bool:

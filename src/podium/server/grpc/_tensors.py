@@ -4,8 +4,9 @@
 Input tensors arrive either in the typed ``contents`` field that matches their datatype, or all
 of them in ``raw_input_contents`` (little-endian bytes, what ``tritonclient.grpc`` always sends),
 decoded by :func:`podium.codecs.decode_raw` into numpy arrays (``list[bytes]`` for BYTES). FP16
-and BF16 have no typed field, so they travel raw only. The response is raw when the request was,
-or when an output's datatype has no typed field; typed otherwise.
+and BF16 have no typed field, so they travel raw only. The response is raw when the request was
+(or always, with ``--grpc-output-contents raw``), or when an output's datatype has no typed field;
+typed otherwise.
 
 Parameters of every kind (``bool``, ``int64``, ``string``, ``double``, ``uint64``) become plain
 Python values and back: ``bool`` → bool, ``int`` → int64 (uint64 above the int64 range),

@@ -138,8 +138,8 @@ class HttpApp:
         """Find the model (404/503 before the body is touched) and the call's pieces."""
         mv = self.dataplane.resolve(model, version)
         ex.check_length()  # the limit holds for a model that reads the body itself too
-        inst = mv.instance
-        request = ex.request() if inst.needs_request else None
+        caps = mv.instance.capabilities
+        request = ex.request() if caps.needs_request else None
         call = Call(model, version, protocol, None, request)
         if mv.config.sequence_batching:
             name = self.sequence_header
@@ -149,7 +149,9 @@ class HttpApp:
     def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
         response of a call to a sequence model, as the answer says them when the response
-        starts; ``send`` itself for any other model."""
+        starts; ``send`` itself for any other model. A header the response has already (one a
+        TorchServe handler set, as TorchServe's stateful examples set the id) is not sent twice:
+        HTTP clients would join the two lines into ``"id, id"``."""
         if not mv.config.sequence_batching:
             return send
         name = self.sequence_header
@@ -158,7 +160,9 @@ class HttpApp:
             if message["type"] == "http.response.start":
                 extra = _sequences.response_headers(answer.sequence, name)
                 if extra:
-                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                    headers = list(message.get("headers", ()))
+                    extra = _sequences.without(extra, {k.lower() for k, _ in headers})
+                    message = {**message, "headers": [*headers, *extra]}
             await send(message)
 
         return send_with_sequence
@@ -167,7 +171,7 @@ class HttpApp:
         self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
     ) -> None:
         """Read and parse the body if the model takes the inputs; then watch for disconnects."""
-        if mv.instance.needs_inputs:
+        if mv.instance.capabilities.needs_inputs:
             call.payload = parse(await ex.body())
             if mv.config.sequence_batching and isinstance(call.payload, InferenceRequest):
                 found = _sequences.from_parameters(call.payload.parameters)
@@ -190,7 +194,7 @@ class HttpApp:
             response = answer.value
             binary = _oip.binary_outputs(call.payload)
             if binary is None and header is None:
-                await send_body(send, 200, _json(answer), _oip.encoder.encode(response))
+                await send_body(send, 200, _json(answer), _oip.encode_response(response))
                 return
             body, json_length = _oip.render_binary(response, binary)
             if json_length is None:
@@ -210,7 +214,8 @@ class HttpApp:
             answer = await self.dataplane.infer(call, mv)
             send = self._sender(mv, answer, send)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
-            joined = form.triton and mv.instance.streaming and not mv.instance.predict_on_infer
+            caps = mv.instance.capabilities
+            joined = form.triton and caps.streaming and not caps.predict_on_infer
             body = _oip.render(answer.value, form, join=joined)
             await send_body(send, 200, _json(answer), body)
             return
@@ -227,7 +232,7 @@ class HttpApp:
     async def _truss(self, ex: Exchange, send: Send, model: str) -> None:
         mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
         await self._read(ex, mv, call, _parse_json)
-        if mv.instance.streaming:
+        if mv.instance.capabilities.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.TEXT, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
@@ -246,7 +251,7 @@ class HttpApp:
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
         await self._read(ex, mv, call, _parse_json if is_json else bytes)
-        if mv.instance.streaming:
+        if mv.instance.capabilities.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)

@@ -5,6 +5,11 @@
 ``id`` and ``parameters`` is an input and every output comes back as a top-level field
 (``{"text_input": "hi"}`` → ``{"text_output": "..."}``).
 
+``BYTES`` outputs in JSON are text, as Triton writes them: elements a model gave as ``bytes`` go
+out as their UTF-8 text (msgspec alone would write base64), and bytes that are not UTF-8 are a
+400 naming the output, since JSON cannot carry them (the binary extension can: the message says
+to ask for the output as binary data). :func:`encode_response` is that JSON.
+
 The binary tensor extension (Triton's ``binary_tensor_data``): a request with the
 ``Inference-Header-Content-Length`` header holds that many bytes of JSON, then the raw bytes of
 every input that has ``parameters.binary_data_size``, in input order (:func:`parse_binary`).
@@ -19,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from ... import codecs
 from ...errors import InvalidInput, UnsupportedRepresentation
@@ -99,35 +105,64 @@ def _json_type(value: Any) -> str:
 
 
 def _generate_input(name: str, value: Any) -> RequestInput:
-    if isinstance(value, str):
-        return RequestInput(
-            name=name, shape=[1], datatype="BYTES", data=[value], parameters={"content_type": "str"}
-        )
-    if isinstance(value, bool):
-        return RequestInput(name=name, shape=[1], datatype="BOOL", data=[value])
-    if isinstance(value, int):
-        return RequestInput(name=name, shape=[1], datatype="INT64", data=[value])
-    if isinstance(value, float):
-        return RequestInput(name=name, shape=[1], datatype="FP64", data=[value])
-    if isinstance(value, list) and value:
-        if all(isinstance(v, str) for v in value):
+    """One top-level field of Triton's generate form as an input: a scalar as shape ``[1]``, a
+    list (nested as Triton accepts it, ``[["hello"]]``) as the shape of its nesting."""
+    if isinstance(value, list):
+        shape, leaves = _nesting(name, value)
+    else:
+        shape, leaves = [1], [value]
+    if leaves:
+        if all(isinstance(v, str) for v in leaves):
             return RequestInput(
                 name=name,
-                shape=[len(value)],
+                shape=shape,
                 datatype="BYTES",
-                data=value,
+                data=leaves,
                 parameters={"content_type": "str"},
             )
-        if all(isinstance(v, bool) for v in value):
-            return RequestInput(name=name, shape=[len(value)], datatype="BOOL", data=value)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return RequestInput(name=name, shape=[len(value)], datatype="INT64", data=value)
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
-            return RequestInput(name=name, shape=[len(value)], datatype="FP64", data=value)
+        if all(isinstance(v, bool) for v in leaves):
+            return RequestInput(name=name, shape=shape, datatype="BOOL", data=leaves)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in leaves):
+            return RequestInput(name=name, shape=shape, datatype="INT64", data=leaves)
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves):
+            return RequestInput(name=name, shape=shape, datatype="FP64", data=leaves)
     raise InvalidInput(
-        f"generate field '{name}' must be a string, number, boolean or a flat list of one of "
-        f"those, got {_json_type(value)}"
+        f"generate field '{name}' must be a string, number, boolean or a list of one of those "
+        f"(nested lists must be rectangular), got {_json_type(value)}"
     )
+
+
+#: The deepest nesting a generate field may have (tensors of higher rank are unheard of).
+_MAX_RANK = 32
+
+
+def _nesting(name: str, value: list[Any]) -> tuple[list[int], list[Any]]:
+    """The shape of a rectangular nested list (its lengths, outermost first) and its leaves in
+    row-major order; :class:`InvalidInput` names a ragged one."""
+    shape: list[int] = []
+    probe: Any = value
+    while isinstance(probe, list):
+        if len(shape) == _MAX_RANK:
+            raise InvalidInput(f"generate field '{name}' nests lists deeper than {_MAX_RANK}")
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    leaves: list[Any] = []
+
+    def walk(level: Any, depth: int) -> None:
+        if depth == len(shape):
+            if isinstance(level, list):
+                raise InvalidInput(f"generate field '{name}' is a ragged nested list")
+            leaves.append(level)
+            return
+        if not isinstance(level, list) or len(level) != shape[depth]:
+            raise InvalidInput(f"generate field '{name}' is a ragged nested list")
+        for item in level:
+            walk(item, depth + 1)
+
+    walk(value, 0)
+    return shape, leaves
 
 
 def _from_generate(value: dict[str, Any]) -> InferenceRequest:
@@ -141,6 +176,66 @@ def _from_generate(value: dict[str, Any]) -> InferenceRequest:
     return InferenceRequest(inputs=inputs, id=request_id, parameters=parameters)
 
 
+def encode_response(response: InferenceResponse) -> bytes:
+    """The JSON of ``response`` (the ``infer`` hot path): as msgspec writes it, but ``BYTES``
+    elements that are ``bytes`` as UTF-8 text; :class:`UnsupportedRepresentation` (a 400)
+    names an output whose bytes are not UTF-8."""
+    outputs = response.outputs
+    for index, out in enumerate(outputs):  # numeric outputs cost one comparison each
+        if out.datatype == "BYTES" and _has_bytes(out.data):
+            texts = outputs[:index]
+            for rest in outputs[index:]:
+                if rest.datatype == "BYTES" and _has_bytes(rest.data):
+                    rest = replace(rest, data=_texts(response, rest, rest.data))
+                texts.append(rest)
+            return encoder.encode(replace(response, outputs=texts))
+    return encoder.encode(response)
+
+
+_BLOB = (bytes, bytearray, memoryview)
+
+
+def _has_bytes(data: Any) -> bool:
+    """Whether a (nested) list holds an element msgspec would write as base64."""
+    if not isinstance(data, list):
+        return False  # numpy arrays go through codecs.json_default, which decodes bytes
+    try:
+        # The common case, a flat list of text, in one pass in C: join accepts only str.
+        "".join(data)
+    except TypeError:
+        pass
+    else:
+        return False
+    kinds = set(map(type, data))
+    if any(issubclass(kind, _BLOB) for kind in kinds):
+        return True
+    return any(_has_bytes(item) for item in data if isinstance(item, list))
+
+
+def _texts(response: InferenceResponse, out: ResponseOutput, data: Any) -> Any:
+    """``data`` (a nested list) with every bytes element as its UTF-8 text."""
+    try:
+        return _decoded(data)
+    except UnicodeDecodeError as exc:
+        raise UnsupportedRepresentation(
+            f"model '{response.model_name}' returned output '{out.name}' with bytes that are not "
+            "valid UTF-8, which JSON cannot carry; ask for it as binary data"
+        ) from exc
+
+
+def _decoded(data: Any) -> Any:
+    if isinstance(data, list):
+        return [
+            str(item, "utf-8")
+            if isinstance(item, _BLOB)
+            else _decoded(item)
+            if isinstance(item, list)
+            else item
+            for item in data
+        ]
+    return data
+
+
 def render(response: InferenceResponse, form: Form, *, join: bool = False) -> bytes:
     """The JSON for ``response`` in the form the client used.
 
@@ -150,7 +245,7 @@ def render(response: InferenceResponse, form: Form, *, join: bool = False) -> by
     if form.binary:
         return render_binary(response, None)[0]
     if not form.triton:
-        return encoder.encode(response)
+        return encode_response(response)
     body: dict[str, Any] = {"model_name": response.model_name}
     if response.model_version:
         body["model_version"] = response.model_version
@@ -158,6 +253,8 @@ def render(response: InferenceResponse, form: Form, *, join: bool = False) -> by
         body["id"] = response.id
     for out in response.outputs:
         data = out.data
+        if out.datatype == "BYTES" and _has_bytes(data):
+            data = _texts(response, out, data)
         if join and out.datatype == "BYTES" and isinstance(data, list):
             if all(isinstance(d, str) for d in data):
                 data = ["".join(data)]
@@ -310,8 +407,8 @@ def render_binary(
             )
         else:
             data = out.data
-            if out.datatype == "BYTES" and isinstance(data, list):
-                data = [_text(response, out, item) for item in data]
+            if out.datatype == "BYTES" and _has_bytes(data):
+                data = _texts(response, out, data)
             outputs.append(
                 ResponseOutput(
                     name=out.name,
@@ -333,15 +430,3 @@ def render_binary(
     if not blobs:
         return head, None
     return b"".join([head, *blobs]), len(head)
-
-
-def _text(response: InferenceResponse, out: ResponseOutput, item: Any) -> Any:
-    if not isinstance(item, bytes):
-        return item
-    try:
-        return item.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UnsupportedRepresentation(
-            f"model '{response.model_name}' returned output '{out.name}' with bytes that are not "
-            "valid UTF-8, which JSON cannot carry; ask for it as binary data"
-        ) from exc

@@ -8,7 +8,7 @@ from its route table (``MANAGEMENT_ROUTES``). The gRPC service is ``server/grpc/
 """
 
 from ._app import MANAGEMENT_ROUTES, ManagementApp, error_body, render_unauthenticated
-from ._core import Management, Reply
+from ._core import Management, Outcome
 from ._params import Registration, Scaling, page
 from ._urls import UrlPolicy
 
@@ -16,8 +16,8 @@ __all__ = [
     "MANAGEMENT_ROUTES",
     "Management",
     "ManagementApp",
+    "Outcome",
     "Registration",
-    "Reply",
     "Scaling",
     "UrlPolicy",
     "error_body",

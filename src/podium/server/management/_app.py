@@ -42,7 +42,7 @@ from .._asgi import Receive, Scope, Send
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
 from ..http import Api, Route, RouteTable
 from ..http._responses import JSON, send_body
-from ._core import Management, Reply
+from ._core import Management, Outcome
 from ._openapi import description
 from ._params import Registration, Scaling, page
 
@@ -132,7 +132,7 @@ class ManagementApp:
             headers.append((b"allow", ", ".join(exc.allowed).encode()))
         await send_body(send, status, headers, _encoder.encode(body))
 
-    async def _handle(self, scope: Scope, receive: Receive) -> Reply:
+    async def _handle(self, scope: Scope, receive: Receive) -> Outcome:
         method = scope["method"]
         path = scope["path"]
         normal = "/" + "/".join(p for p in path.split("/") if p)
@@ -140,53 +140,53 @@ class ManagementApp:
         if found is None:
             raise NoRoute(f"no management route for {method} {path}")
         handler, args = found
-        reply: Reply = await handler(scope, receive, *args)
+        reply: Outcome = await handler(scope, receive, *args)
         return reply
 
     # -- handlers (MANAGEMENT_ROUTES) ----------------------------------------------------------
 
-    async def _api_description(self, scope: Scope, receive: Receive) -> Reply:
-        return Reply(200, self._description)
+    async def _api_description(self, scope: Scope, receive: Receive) -> Outcome:
+        return Outcome(200, self._description)
 
-    async def _token(self, scope: Scope, receive: Receive) -> Reply:
+    async def _token(self, scope: Scope, receive: Receive) -> Outcome:
         if self.authorizer is None:
             raise NoRoute("token authorization is off (start the server with --auth)")
         kind = _query(scope).get("type")
         if kind not in (MANAGEMENT, INFERENCE):
             raise InvalidInput(f"parameter type must be management or inference, got {kind!r}")
         self.authorizer.regenerate(kind)
-        return Reply(
+        return Outcome(
             200, {"status": f"the {kind} key was replaced; see {self.authorizer.key_file}"}
         )
 
-    async def _list(self, scope: Scope, receive: Receive) -> Reply:
+    async def _list(self, scope: Scope, receive: Receive) -> Outcome:
         return self.management.list_models(*page(_query(scope)))
 
-    async def _register(self, scope: Scope, receive: Receive) -> Reply:
+    async def _register(self, scope: Scope, receive: Receive) -> Outcome:
         values = {**_query(scope), **(await _json_body(scope, receive))}
         return await self.management.register(Registration.parse(values))
 
     async def _describe(
         self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
-    ) -> Reply:
+    ) -> Outcome:
         # "customized" is accepted and ignored
         return self.management.describe(model_name, model_version)
 
     async def _scale(
         self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
-    ) -> Reply:
+    ) -> Outcome:
         _one_version(scope, model_version)
         scaling = Scaling.parse(_query(scope))
         return await self.management.scale(model_name, model_version, scaling)
 
     async def _set_default(
         self, scope: Scope, receive: Receive, model_name: str, model_version: str
-    ) -> Reply:
+    ) -> Outcome:
         return self.management.set_default(model_name, model_version)
 
     async def _unregister(
         self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
-    ) -> Reply:
+    ) -> Outcome:
         _one_version(scope, model_version)
         return await self.management.unregister(model_name, model_version)
 

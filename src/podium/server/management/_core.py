@@ -1,6 +1,6 @@
 """What the management API does, shared by the REST app and the gRPC service.
 
-Each operation returns a :class:`Reply`: the HTTP status (200, or 202 when work goes on in the
+Each operation returns an :class:`Outcome`: the HTTP status (200, or 202 when work goes on in the
 background) and the JSON body TorchServe sends (the gRPC ``msg`` carries the same JSON).
 Failures are :mod:`podium.errors` exceptions; the front ends map them through the one table.
 
@@ -23,20 +23,23 @@ from ...types import ModelState
 from ._params import Registration, Scaling
 from ._urls import UrlPolicy
 
-__all__ = ["Management", "Reply"]
+__all__ = ["Management", "Outcome"]
 
 #: The status TorchServe answers when work goes on in the background (HTTP 202).
 PROCESSING = "Processing worker updates..."
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class Outcome:
+    """What a management operation answers: the HTTP status and TorchServe's JSON body (not a
+    model's :class:`podium.types.Reply`)."""
+
     status: int
     body: Any
 
 
-def _status(text: str, status: int = 200) -> Reply:
-    return Reply(status, {"status": text})
+def _status(text: str, status: int = 200) -> Outcome:
+    return Outcome(status, {"status": text})
 
 
 def _iso(epoch: float) -> str:
@@ -53,7 +56,7 @@ class Management:
 
     # -- register --------------------------------------------------------------------------
 
-    async def register(self, request: Registration) -> Reply:
+    async def register(self, request: Registration) -> Outcome:
         """``POST /models``: find (or download) ``url``, build, register and load the model."""
         downloaded: Path | None = None
         if self.urls.is_remote(request.url):
@@ -84,7 +87,7 @@ class Management:
 
     # -- unregister ------------------------------------------------------------------------
 
-    async def unregister(self, name: str, version: str | None = None) -> Reply:
+    async def unregister(self, name: str, version: str | None = None) -> Outcome:
         """``DELETE /models/{m}[/{v}]``: every version of the model, or the one named. New
         requests get 404 at once; requests in flight finish first."""
         await self.repository.unregister(name, version)
@@ -92,7 +95,7 @@ class Management:
 
     # -- scale, set-default ----------------------------------------------------------------
 
-    async def scale(self, name: str, version: str | None, request: Scaling) -> Reply:
+    async def scale(self, name: str, version: str | None, request: Scaling) -> Outcome:
         """``PUT /models/{m}[/{v}]``: run ``min_workers`` workers (at most ``max_workers``)."""
         scaled = await self.repository.scale(
             name,
@@ -108,14 +111,14 @@ class Management:
             text += f", version: {scaled.version}"
         return _status(text)
 
-    def set_default(self, name: str, version: str) -> Reply:
+    def set_default(self, name: str, version: str) -> Outcome:
         """``PUT /models/{m}/{v}/set-default``."""
         self.repository.set_default(name, version)
         return _status(f'Default version successfully updated for model "{name}" to "{version}"')
 
     # -- list, describe --------------------------------------------------------------------
 
-    def list_models(self, limit: int, token: int) -> Reply:
+    def list_models(self, limit: int, token: int) -> Outcome:
         """``GET /models``: the default version of each model, by name, a page at a time."""
         models = self.repository.models()
         page = models[token : token + limit]
@@ -123,9 +126,9 @@ class Management:
         if token + limit < len(models):
             body["nextPageToken"] = str(token + limit)
         body["models"] = [{"modelName": m.name, "modelUrl": m.url} for m in page]
-        return Reply(200, body)
+        return Outcome(200, body)
 
-    def describe(self, name: str, version: str | None = None) -> Reply:
+    def describe(self, name: str, version: str | None = None) -> Outcome:
         """``GET /models/{m}[/{v}|/all]``: TorchServe's description of each version, with
         Podium's additions (state, readiness and its trouble, load error, default, queue,
         worker kind)."""
@@ -133,7 +136,7 @@ class Management:
             versions = self.repository.describe(name, every=True)
         else:
             versions = self.repository.describe(name, version)
-        return Reply(200, [_describe(d) for d in versions])
+        return Outcome(200, [_describe(d) for d in versions])
 
 
 def _describe(d: VersionDescription) -> dict[str, Any]:

@@ -28,6 +28,17 @@ def value_of(kind):
             ],
             parameters={"from": "model"},
         )
+    if kind == "bytes-tensor":  # BYTES as a Triton python model returns them: bytes
+        return InferenceResponse(
+            outputs=[
+                ResponseOutput(name="y", shape=[2], datatype="BYTES", data=[b"2", b"3"]),
+                ResponseOutput(name="n", shape=[1, 2], datatype="BYTES", data=[[b"a", "b"]]),
+            ]
+        )
+    if kind == "badbytes-tensor":
+        return InferenceResponse(
+            outputs=[ResponseOutput(name="y", shape=[1], datatype="BYTES", data=[b"\xff\x00"])]
+        )
     if kind == "dict":
         return {
             "f": np.array([[1.0, 2.0]], dtype=np.float64),

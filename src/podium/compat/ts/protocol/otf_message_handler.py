@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podium.model._ts_context import Context
+from podium.model.torchserve import Context
 
 __all__ = ["send_intermediate_predict_response"]
 

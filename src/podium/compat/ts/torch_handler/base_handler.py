@@ -22,8 +22,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(a class with initialize(context) and handle(data, context) needs no torch)"
     ) from exc
 
-from podium.model._ts_handler import list_classes_from_module
-from podium.model._ts_handler import load_label_mapping as _load_label_mapping
+from podium.model.torchserve import list_classes_from_module
+from podium.model.torchserve import load_label_mapping as _load_label_mapping
 
 __all__ = ["BaseHandler"]
 

@@ -1,6 +1,6 @@
 """``ts.utils.util``: the helpers handlers import from it."""
 
-from podium.model._ts_handler import (
+from podium.model.torchserve import (
     PredictionException,
     list_classes_from_module,
     load_label_mapping,

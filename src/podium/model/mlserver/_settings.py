@@ -1,0 +1,250 @@
+"""``model-settings.json`` → Podium's ``ModelConfig`` and the runtime's own ``ModelSettings``.
+
+Every key MLServer defines is accepted or refused with an error naming the key and the file:
+
+- ``name`` → ``name`` (default: the folder's name); ``parameters.version`` → ``version``;
+- ``implementation`` (required): ``module.Class``, imported with the folder first on ``sys.path``;
+- ``max_batch_size`` > 1 with ``max_batch_time`` > 0 → ``batch_size`` and ``max_batch_delay``
+  (seconds → milliseconds); otherwise no batching, as in MLServer;
+- ``parallel_workers``: N ≥ 1 → ``workers: process`` with N workers; 0 → ``workers: thread``;
+- ``platform``, ``inputs``, ``outputs``, ``parameters.content_type`` → the model's metadata;
+- ``parameters.uri`` (default: the folder), ``format``, ``extra`` and any other parameter reach
+  the runtime in ``settings.parameters``; ``versions``, ``warm_workers``, ``cache_enabled``,
+  ``parameters.inference_pool_gid`` / ``autogenerate_inference_pool_gid`` are accepted and have
+  no effect;
+- ``parameters.environment_path`` / ``environment_tarball`` are refused: Podium runs every model
+  in its own Python environment;
+- ``podium``: Podium's own ``config.yaml`` keys for this model (``predict_concurrency``,
+  ``max_queue_size``, ...); unknown top-level keys are an error (MLServer ignores them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig
+from ...errors import DefinitionError
+from .._source import Contract, MLServerParts, ModelSource
+
+__all__ = ["SETTINGS_FILE", "read_settings", "runtime_settings"]
+
+logger = logging.getLogger("podium.model")
+
+SETTINGS_FILE = "model-settings.json"
+
+_KEYS = frozenset(
+    {
+        "name",
+        "implementation",
+        "parameters",
+        "max_batch_size",
+        "max_batch_time",
+        "parallel_workers",
+        "warm_workers",
+        "platform",
+        "versions",
+        "inputs",
+        "outputs",
+        "cache_enabled",
+        "podium",
+    }
+)
+_REFUSED_PARAMETERS = {
+    "environment_path": "Podium runs every model in its own Python environment; install the "
+    "runtime's requirements there",
+    "environment_tarball": "Podium runs every model in its own Python environment; install the "
+    "runtime's requirements there",
+}
+# Podium keys that model-settings.json sets through MLServer's own keys (the field table's
+# mlserver column), and Podium keys that mean nothing for an MLServer runtime.
+_MAPPED = {
+    key: spec.mlserver.key
+    for key, spec in FIELDS.items()
+    if spec.mlserver is not None and spec.mlserver.key is not None
+}
+_NOT_HERE = frozenset({"model_class_name", "default_version"})
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DefinitionError(f"{path}: cannot be read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise DefinitionError(f"{path}: invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DefinitionError(f"{path}: must be a JSON object, not {type(data).__name__}")
+    return data
+
+
+def _module_file(folder: Path, implementation: str) -> Path | None:
+    module = implementation.rpartition(".")[0]
+    base = folder.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _from_mlserver(
+    data: dict[str, Any], params: dict[str, Any], where: str, problems: list[str]
+) -> dict[str, Any]:
+    """Podium's keys from MLServer's: the field table's ``mlserver`` column. Each MLServer key is
+    checked once; one that is absent, or fails its check, counts as its default."""
+    sections = {"": data, "parameters": params}
+    given: dict[str, Any] = {}  # MLServer key → its checked value (or its default)
+    config: dict[str, Any] = {}
+    for key, spec in FIELDS.items():
+        spelling = spec.mlserver
+        if spelling is None:
+            continue
+        if spelling.key is None:
+            value = spelling.default
+        elif spelling.key in given:
+            value = given[spelling.key]
+        else:
+            section, _, name = spelling.key.rpartition(".")
+            value = sections[section].get(name, UNSET)
+            if value is None and spelling.optional:
+                value = UNSET
+            if value is not UNSET:
+                try:
+                    value = spelling.check(value)
+                except ValueError as exc:
+                    problems.append(f"{where}: {exc}")
+                    value = UNSET
+            value = given[spelling.key] = spelling.default if value is UNSET else value
+        if value is not UNSET:
+            value = spelling.to_field(value, spec.unit)
+        if value is not UNSET:
+            config[key] = value
+    return config
+
+
+def read_settings(path: Path) -> ModelSource:
+    """The model version a ``model-settings.json`` describes; ``DefinitionError`` listing every
+    problem, each naming the key and the file."""
+    where = str(path)
+    data = _read_json(path)
+    problems: list[str] = []
+    for key in sorted(set(data) - _KEYS):
+        problems.append(f"{where}: unknown key '{key}' (allowed: {', '.join(sorted(_KEYS))})")
+    implementation = data.get("implementation")
+    if (
+        not isinstance(implementation, str)
+        or "." not in implementation.strip(".")
+        or not all(part.isidentifier() for part in implementation.split("."))
+    ):
+        problems.append(
+            f"{where}: 'implementation' must be the import path of the runtime class, "
+            f"'module.Class', got {implementation!r}"
+        )
+    params = data.get("parameters")
+    if params is None:
+        params = {}
+    elif not isinstance(params, dict):
+        problems.append(f"{where}: 'parameters' must be an object, got {params!r}")
+        params = {}
+    for key, why in _REFUSED_PARAMETERS.items():
+        if params.get(key) is not None:
+            problems.append(f"{where}: 'parameters.{key}' is not supported: {why}")
+    for key in ("uri", "format", "content_type", "inference_pool_gid"):
+        if params.get(key) is not None and not isinstance(params[key], str):
+            problems.append(f"{where}: 'parameters.{key}' must be a string, got {params[key]!r}")
+    if params.get("extra") is not None and not isinstance(params["extra"], dict):
+        problems.append(f"{where}: 'parameters.extra' must be an object, got {params['extra']!r}")
+
+    config = _from_mlserver(data, params, where, problems)
+    # MLServer batches adaptively only when both are set: otherwise no batching.
+    size, delay = config.pop("batch_size"), config.pop("max_batch_delay")
+    if size > 1 and delay > 0:
+        config.update(batch_size=size, max_batch_delay=delay)
+    elif size > 1:
+        logger.warning(
+            "%s: max_batch_size is %d but max_batch_time is 0: no batching (as in MLServer)",
+            where,
+            size,
+        )
+    for key in ("warm_workers", "cache_enabled"):
+        if key in data and not isinstance(data[key], bool):
+            problems.append(f"{where}: '{key}' must be true or false, got {data[key]!r}")
+    if "platform" in data and not isinstance(data["platform"], str):
+        problems.append(f"{where}: 'platform' must be a string, got {data['platform']!r}")
+    if "versions" in data and not (
+        isinstance(data["versions"], list) and all(isinstance(v, str) for v in data["versions"])
+    ):
+        problems.append(f"{where}: 'versions' must be a list of strings, got {data['versions']!r}")
+    metadata: dict[str, Any] = {}
+    for key in ("inputs", "outputs"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+            problems.append(
+                f"{where}: '{key}' must be a list of tensor descriptions, got {value!r}"
+            )
+        elif value:
+            metadata[key] = value
+    if data.get("platform"):
+        metadata["platform"] = data["platform"]
+    if params.get("content_type"):
+        metadata["content_type"] = params["content_type"]
+    if metadata:
+        config["model_metadata"] = metadata
+    own = data.get("podium")
+    if own is not None:
+        if not isinstance(own, dict):
+            problems.append(f"{where}: 'podium' must be an object of Podium's model settings")
+        else:
+            for key in own:
+                if key in _MAPPED:
+                    problems.append(
+                        f"{where}: 'podium.{key}' cannot be set here; use '{_MAPPED[key]}'"
+                    )
+                elif key in _NOT_HERE or key not in MODEL_KEYS:
+                    allowed = sorted(MODEL_KEYS - set(_MAPPED) - _NOT_HERE)
+                    problems.append(
+                        f"{where}: unknown key 'podium.{key}' (allowed: {', '.join(allowed)})"
+                    )
+                else:
+                    config[key] = own[key]
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
+    folder = path.parent.resolve()
+    model_config = ModelConfig.from_mapping(config, default_name=folder.name, where=where)
+    runtime = {k: v for k, v in data.items() if k != "podium"}
+    runtime["name"] = model_config.name
+    file = _module_file(folder, str(implementation)) or path.resolve()
+    parts = MLServerParts(str(implementation), path.resolve(), runtime)
+    return ModelSource(model_config, file.resolve(), folder, Contract.MLSERVER, mlserver=parts)
+
+
+def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
+    """A fresh ``ModelSettings`` for one runtime instance, as MLServer builds it: ``name``
+    filled in, ``parameters.uri`` defaulting to the folder, ``_source`` the settings file."""
+    parts = source.mlserver_parts()
+    data = json.loads(json.dumps(parts.settings))  # a deep copy, per instance
+    params = data.get("parameters") or {}
+    if params.get("version") is not None:
+        params["version"] = str(params["version"])
+    params.setdefault("uri", str(source.model_dir))
+    if params.get("uri") is None:
+        params["uri"] = str(source.model_dir)
+    data["parameters"] = params
+    data["_source"] = str(parts.settings_path)
+    try:
+        return settings_module.ModelSettings.model_validate(data)
+    except Exception as exc:
+        errors = getattr(exc, "errors", None)
+        if errors is None:
+            raise DefinitionError(f"{parts.settings_path}: {exc}") from exc
+        problems = [
+            f"{parts.settings_path}: '{'.'.join(str(p) for p in e.get('loc', ()))}': "
+            f"{e.get('msg', '')}"
+            for e in errors()
+        ]
+        raise DefinitionError("; ".join(problems), problems) from exc

@@ -1,0 +1,175 @@
+"""TorchServe's ``model-config.yaml``: its frontend keys mapped onto Podium's ``ModelConfig``.
+
+TorchServe reads the camelCase top-level keys itself (workers, batching, timeouts, devices) and
+hands the whole parsed file to the handler as ``context.model_yaml_config``. Podium does the same:
+the keys below map onto :class:`podium.config.ModelConfig` (validated there, in one place), a
+``podium:`` section may set Podium's own keys (``predict_concurrency``, ``workers``, ...), and
+the whole file still reaches the handler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...config import FIELDS, MODEL_KEYS, Kind, ModelConfig
+from ...errors import DefinitionError
+
+__all__ = ["TsSettings", "model_config"]
+
+logger = logging.getLogger("podium.model")
+
+#: TorchServe key → Podium key: the ``torchserve`` column of the field table.
+MAPPED = {spec.torchserve: key for key, spec in FIELDS.items() if spec.torchserve}
+#: The sequence settings that mean nothing without ``sequenceBatching: true``.
+SEQUENCE = {
+    "sequenceMaxIdleMSec",
+    "sequenceTimeoutMSec",
+    "maxSequenceJobQueueSize",
+    "maxNumSequence",
+}
+#: Accepted and validated, but Podium has nothing to do with them (documented in docs/torchserve.md).
+NOT_ENFORCED = {"startupTimeout", "maxRetryTimeoutInSec", "clientTimeoutInMills", "useVenv"}
+#: Device selection: used to fill ``system_properties["gpu_id"]``.
+DEVICE = {"deviceType", "deviceIds"}
+#: TorchServe's asynchronous worker modes: not supported yet.
+CONTINUOUS = {"useJobTicket", "asyncCommunication"}
+#: Multi-process model parallelism launched through torchrun: not something Podium launches.
+PARALLEL = {"parallelType", "parallelLevel", "torchrun"}
+FRONTEND = set(MAPPED) | NOT_ENFORCED | DEVICE | CONTINUOUS | PARALLEL
+
+_CAMEL = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]*)+$")
+
+
+@dataclass(frozen=True, slots=True)
+class TsSettings:
+    """What a TorchServe model's config decides beyond ``ModelConfig``."""
+
+    device_type: str | None  # "cpu", "gpu" or None (TorchServe: a GPU if there is one)
+    device_ids: tuple[int, ...]
+
+
+def _is_int(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _frontend_problem(kind: Kind, key: str, value: Any) -> str | None:
+    """TorchServe's own check of a mapped key's type (an integer: >= 0); Podium's bounds are
+    checked after it, by ``ModelConfig``, naming Podium's key."""
+    if kind is Kind.FLAG:
+        return None if isinstance(value, bool) else f"'{key}' must be true or false, got {value!r}"
+    if kind is Kind.NUMBER:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = _is_int(value, 0)
+    return None if ok else f"'{key}' must be a number, got {value!r}"
+
+
+def model_config(
+    yaml_config: dict[str, Any],
+    *,
+    name: str,
+    version: str | None,
+    where: str,
+) -> tuple[ModelConfig, TsSettings]:
+    """The ``ModelConfig`` of a TorchServe model from its parsed ``model-config.yaml``.
+
+    Raises one ``DefinitionError`` naming every bad key: asynchronous worker modes and
+    parallelism keys (not supported), unknown camelCase keys (TorchServe frontend keys Podium
+    does not know, usually a typo), and bad values.
+    """
+    problems: list[str] = []
+    data: dict[str, Any] = {"name": name}
+    if version is not None:
+        data["version"] = version
+    for key, value in yaml_config.items():
+        if not isinstance(key, str):
+            continue
+        if key in MAPPED:
+            problem = _frontend_problem(FIELDS[MAPPED[key]].kind, key, value)
+            if problem is not None:
+                problems.append(f"{where}: {problem}")
+            else:
+                data[MAPPED[key]] = value
+        elif key in CONTINUOUS:
+            problems.append(
+                f"{where}: '{key}' is not supported yet: TorchServe's asynchronous worker "
+                "modes are not supported yet (continuous batching is: continuousBatching)"
+            )
+        elif key in PARALLEL:
+            problems.append(
+                f"{where}: '{key}' is not supported: Podium does not launch torchrun for "
+                "model-parallel handlers (one process serves the model)"
+            )
+        elif key in NOT_ENFORCED:
+            if key != "useVenv" and not _is_int(value, 0):
+                problems.append(f"{where}: '{key}' must be an integer, got {value!r}")
+            else:
+                logger.info("%s: '%s' is accepted but has no effect on Podium", where, key)
+        elif key in DEVICE:
+            continue
+        elif _CAMEL.match(key) and not isinstance(value, dict):
+            close = difflib.get_close_matches(key, sorted(FRONTEND), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            problems.append(
+                f"{where}: unknown TorchServe frontend key '{key}'{hint}; put settings for "
+                "the handler in a section such as 'handler:'"
+            )
+    podium = yaml_config.get("podium")
+    if podium is not None:
+        if not isinstance(podium, dict):
+            problems.append(f"{where}: 'podium' must be a mapping of Podium's model keys")
+        else:
+            for key, value in podium.items():
+                if key in data and key not in ("name", "version"):
+                    torchserve = FIELDS[key].torchserve
+                    problems.append(f"{where}: 'podium.{key}' repeats '{torchserve}'; set it once")
+                elif key in ("name", "version"):
+                    problems.append(
+                        f"{where}: 'podium.{key}' cannot be set here: the model's name and "
+                        "version come from its MANIFEST.json"
+                    )
+                elif key not in MODEL_KEYS:
+                    problems.append(
+                        f"{where}: unknown key 'podium.{key}' "
+                        f"(allowed: {', '.join(sorted(MODEL_KEYS - {'name', 'version'}))})"
+                    )
+                else:
+                    data[key] = value
+    if (
+        data.get("sequence_batching") is True
+        and data.get("continuous_batching") is True
+        and "predict_concurrency" not in data
+    ):
+        # A sequence's next request (a cancel, say) runs while its previous one streams: room
+        # for a few handle calls at once, as TorchServe's backend takes them.
+        data["predict_concurrency"] = max(4, int(data.get("batch_size", 1)) * 2)
+    orphans = sorted(k for k in SEQUENCE if k in yaml_config)
+    if orphans and data.get("sequence_batching") is not True:
+        logger.warning(
+            "%s: %s has no effect without 'sequenceBatching: true'", where, ", ".join(orphans)
+        )
+    device_type = yaml_config.get("deviceType")
+    if device_type is not None and device_type not in ("cpu", "gpu"):
+        problems.append(f"{where}: 'deviceType' must be 'cpu' or 'gpu', got {device_type!r}")
+    ids = yaml_config.get("deviceIds", [])
+    if not isinstance(ids, list) or not all(_is_int(i, 0) for i in ids):
+        problems.append(f"{where}: 'deviceIds' must be a list of GPU numbers, got {ids!r}")
+        ids = []
+    try:
+        config = ModelConfig.from_mapping(data, default_name=name, where=where)
+    except DefinitionError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise DefinitionError("; ".join(problems), problems)
+    # the handler gets the whole file, as TorchServe gives it; ModelConfig.raw holds it too
+    config = _with_raw(config, yaml_config)
+    return config, TsSettings(device_type, tuple(ids))
+
+
+def _with_raw(config: ModelConfig, raw: dict[str, Any]) -> ModelConfig:
+    return dataclasses.replace(config, raw=dict(raw))

@@ -1,0 +1,288 @@
+"""Finding and importing a TorchServe handler, as TorchServe's model loader does.
+
+The manifest's ``handler`` names a file in the model directory (``handler.py``), optionally
+with a function (``handler.py:my_handle``), an importable module, or one of TorchServe's
+built-in handlers (``image_classifier``, ...: those need the real ``torchserve`` package).
+A module with a ``handle`` function (or the named function) is a module-style handler,
+initialised by calling ``handle(None, context)`` as TorchServe does. Otherwise the module must
+define exactly one class: instantiated with no arguments, ``initialize(context)`` once, then
+``handle(data, context)`` per batch (or, without ``handle``, ``preprocess`` → ``inference`` →
+``postprocess`` as TorchServe's ``BaseHandler.handle`` calls them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ...errors import DefinitionError
+
+__all__ = [
+    "BUILTIN_HANDLERS",
+    "HandlerSpec",
+    "PredictionException",
+    "install_ts_shim",
+    "list_classes_from_module",
+    "load_handler",
+    "load_label_mapping",
+]
+
+BUILTIN_HANDLERS = frozenset(
+    {
+        "base_handler",
+        "image_classifier",
+        "image_segmenter",
+        "object_detector",
+        "text_classifier",
+        "text_handler",
+        "vision_handler",
+        "dali_image_classifier",
+    }
+)
+_STREAMING_MARK = "send_intermediate_predict_response"
+_path_lock = threading.RLock()
+
+
+class PredictionException(Exception):
+    """``ts.utils.util.PredictionException``: a handler's way to answer with its own status."""
+
+    def __init__(self, message: str, error_code: int = 500) -> None:
+        self.message = message
+        self.error_code = error_code
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return f"{self.message} : {self.error_code}"
+
+
+def list_classes_from_module(module: ModuleType, parent_class: type | None = None) -> list[type]:
+    """The classes defined in ``module`` itself (optionally only subclasses of ``parent_class``)."""
+    classes = [
+        member
+        for _, member in inspect.getmembers(module, inspect.isclass)
+        if member.__module__ == module.__name__
+    ]
+    if parent_class is not None:
+        return [c for c in classes if issubclass(c, parent_class)]
+    return classes
+
+
+def load_label_mapping(mapping_file_path: str) -> dict[str, Any] | None:
+    """The index → label mapping in an ``index_to_name.json`` style file; None without one."""
+    if not os.path.isfile(mapping_file_path):
+        return None
+    with open(mapping_file_path, encoding="utf-8") as f:
+        mapping = json.load(f)
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{mapping_file_path}: the label mapping must be a JSON object")
+    if mapping and all(isinstance(v, list) and len(v) > 1 for v in mapping.values()):
+        return {k: v[1] for k, v in mapping.items()}  # ImageNet style: [synset, label]
+    return mapping
+
+
+def install_ts_shim() -> bool:
+    """Make ``import ts`` resolve to ``podium.compat.ts`` unless the real package is installed.
+
+    Returns True when Podium's import paths are in use. Submodules (``ts.context``, ...) then
+    load from the shim's directory; each re-exports objects defined in ``podium.model``, so
+    every import path gives the same classes.
+    """
+    import podium.compat.ts as shim
+
+    current = sys.modules.get("ts")
+    if current is shim:
+        return True
+    if current is not None or importlib.util.find_spec("ts") is not None:
+        return False
+    sys.modules["ts"] = shim
+    return True
+
+
+@contextlib.contextmanager
+def on_path(model_dir: Path) -> Iterator[None]:
+    """``model_dir`` first on ``sys.path`` (TorchServe runs handlers from it), for imports of
+    the handler's sibling files while it is imported and initialised."""
+    entry = str(model_dir)
+    with _path_lock:
+        sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with _path_lock:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(entry)
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """A loaded handler: a module function, or the one class of the module."""
+
+    label: str  # the manifest's handler, for messages
+    module: ModuleType
+    function: Callable[..., Any] | None  # module style
+    cls: type | None  # class style
+    streams: bool  # its code calls send_intermediate_predict_response
+    model_dir: Path
+
+    def instantiate(self) -> tuple[Callable[..., Any], Callable[[Any], Any] | None]:
+        """(entry point called per batch, initialiser called once with the context)."""
+        if self.function is not None:
+            fn = self.function
+            return fn, lambda ctx: fn(None, ctx)
+        assert self.cls is not None
+        obj = self.cls()
+        handle = getattr(obj, "handle", None)
+        if handle is None:
+            handle = _default_handle(obj)
+        return handle, getattr(obj, "initialize", None)
+
+
+def _default_handle(obj: Any) -> Callable[[Any, Any], Any]:
+    """``handle`` as TorchServe's BaseHandler has it, for a class that defines only the steps."""
+    pre = getattr(obj, "preprocess", None)
+    infer = getattr(obj, "inference", None)
+    post = getattr(obj, "postprocess", None)
+
+    def handle(data: Any, context: Any) -> Any:
+        obj.context = context
+        if pre is not None:
+            data = pre(data)
+        if infer is not None:
+            data = infer(data)
+        if post is not None:
+            data = post(data)
+        return data
+
+    return handle
+
+
+def _check_callable(fn: Any, where: str, problems: list[str], owner: type | None = None) -> None:
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        problems.append(f"{where} is async; TorchServe handlers are plain (sync) functions")
+        return
+    try:
+        signature = inspect.signature(fn)
+        if owner is not None and inspect.isfunction(inspect.getattr_static(owner, "handle")):
+            # looked up on the class: drop the instance parameter, whatever its name
+            signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+        signature.bind(None, None)
+    except TypeError:
+        problems.append(f"{where} must take two arguments (data, context)")
+    except ValueError:
+        pass  # a builtin without a signature: let it be
+
+
+def _streams(model_dir: Path) -> bool:
+    """Whether the model's code calls ``send_intermediate_predict_response`` (read, not run)."""
+    for count, path in enumerate(model_dir.rglob("*.py")):
+        if count > 500:
+            return True  # too much to read: stream, which is always correct
+        try:
+            if _STREAMING_MARK in path.read_text(encoding="utf-8", errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _import_file(file: Path, label: str, where: str) -> ModuleType:
+    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    name = f"podium_ts_handler_{digest}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise DefinitionError(f"{where}: handler '{label}' ({file}) cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _missing_builtin(module_name: str, where: str, label: str) -> DefinitionError:
+    torch = importlib.util.find_spec("torch") is not None
+    need = "the torchserve package" if torch else "torch and the torchserve package"
+    return DefinitionError(
+        f"{where}: handler '{label}' is TorchServe's built-in handler '{module_name}', which "
+        f"needs {need} (pip install torch torchserve); Podium does not reimplement the "
+        "built-in handlers"
+    )
+
+
+def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> HandlerSpec:
+    """Import the manifest's handler and check its shape; ``DefinitionError`` naming it."""
+    label = manifest.get("model", {}).get("handler")
+    if not isinstance(label, str) or not label.strip():
+        raise DefinitionError(f"{where}: MANIFEST.json names no handler ('model.handler')")
+    module_part, _, function_name = label.partition(":")
+    module_name = module_part[:-3] if module_part.endswith(".py") else module_part
+    module_name = module_name.replace("\\", "/").split("/")[-1]
+    file = model_dir / f"{module_name}.py"
+    shimmed = install_ts_shim()
+    try:
+        with on_path(model_dir):
+            if file.is_file():
+                module = _import_file(file, label, where)
+            elif module_name in BUILTIN_HANDLERS:
+                if shimmed:
+                    raise _missing_builtin(module_name, where, label)
+                module = importlib.import_module(f"ts.torch_handler.{module_name}")
+            elif importlib.util.find_spec(module_name) is not None:
+                module = importlib.import_module(module_name)
+            else:
+                raise DefinitionError(
+                    f"{where}: handler '{label}' not found: no {module_name}.py in {model_dir}"
+                )
+    except DefinitionError:
+        raise
+    except Exception as exc:
+        raise DefinitionError(
+            f"{where}: importing handler '{label}' raised {type(exc).__name__}: {exc}"
+        ) from exc
+    streams = _streams(model_dir)
+    problems: list[str] = []
+    name = function_name or "handle"
+    fn = getattr(module, name, None)
+    if fn is not None and not inspect.isclass(fn):
+        _check_callable(fn, f"handler '{label}': function '{name}'", problems)
+        if problems:
+            raise DefinitionError("; ".join(f"{where}: {p}" for p in problems))
+        return HandlerSpec(label, module, fn, None, streams, model_dir)
+    if function_name:
+        raise DefinitionError(f"{where}: handler '{label}' has no function '{function_name}'")
+    classes = list_classes_from_module(module)
+    if len(classes) != 1:
+        found = ", ".join(c.__name__ for c in classes) or "none"
+        raise DefinitionError(
+            f"{where}: handler '{label}' must define a handle(data, context) function or "
+            f"exactly one class (found: {found})"
+        )
+    cls = classes[0]
+    handle = getattr(cls, "handle", None)
+    if handle is not None:
+        _check_callable(handle, f"handler '{label}': {cls.__name__}.handle", problems, cls)
+    elif not any(getattr(cls, m, None) for m in ("preprocess", "inference", "postprocess")):
+        problems.append(
+            f"handler '{label}': class {cls.__name__} has no handle(data, context) method "
+            "(nor preprocess/inference/postprocess for the default handle)"
+        )
+    init = getattr(cls, "initialize", None)
+    if init is not None and (inspect.iscoroutinefunction(init) or not callable(init)):
+        problems.append(f"handler '{label}': {cls.__name__}.initialize must be a plain method")
+    if problems:
+        raise DefinitionError("; ".join(f"{where}: {p}" for p in problems))
+    return HandlerSpec(label, module, None, cls, streams, model_dir)

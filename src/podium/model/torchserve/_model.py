@@ -1,0 +1,659 @@
+"""The TorchServe adapter: handlers in .mar archives or model directories.
+
+A TorchServe model is a ``.mar`` (zip) or ``.tar.gz`` archive, or a directory (TorchServe's
+``--archive-format no-archive``), holding ``MAR-INF/MANIFEST.json``, the handler and the model's
+files. Its ``model-config.yaml`` (the manifest's ``configFile``) maps onto Podium's settings
+(``_config``); the handler is imported as TorchServe's model loader does (``_handler``)
+and runs behind :class:`TorchServeModel`, which gives it TorchServe's ``data`` list and
+``Context`` (``_context``). What differs from TorchServe is written down in
+``docs/torchserve.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from concurrent.futures import Executor
+from email import message_from_bytes
+from email.policy import HTTP
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import msgspec
+
+from ... import __version__
+from ...codecs import JSON_ERRORS
+from ...config import load_yaml
+from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
+from ...types import (
+    END,
+    Capabilities,
+    Generation,
+    InferenceResponse,
+    InputKind,
+    ModelInstance,
+    Reply,
+    WireInput,
+    WireProtocol,
+    current_context,
+)
+from ...types import Context as SequenceContext
+from .._calls import run_sync
+from .._owned import Owned
+from .._source import Contract, ModelSource, TorchServeParts
+from ._archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
+from ._archive import set_limits as set_archive_limits
+from ._config import TsSettings, model_config
+from ._context import Context, RequestProcessor
+from ._handler import HandlerSpec, load_handler, on_path
+
+__all__ = [
+    "ArchiveLimits",
+    "TorchServeModel",
+    "build",
+    "is_source",
+    "prepare",
+    "set_archive_limits",
+    "sources",
+]
+
+logger = logging.getLogger("podium.model")
+
+_TS_ID = "ts_request_id"  # a continuous request's id across steps, in Generation.state
+_TS_HEADERS = "ts_request_headers"  # and its request headers, computed on its first step
+_gpu_turns: dict[str, itertools.count[int]] = {}
+
+
+def is_source(path: Path) -> bool:
+    """Whether ``path`` holds a model written for TorchServe (cheap: looks at names only)."""
+    if path.is_file():
+        return is_archive(path)
+    return (path / MANIFEST).is_file()
+
+
+def sources(path: Path) -> list[ModelSource]:
+    """The model version at ``path``; ``DefinitionError`` listing every problem. An archive's
+    source owns its extraction (``ModelSource.owned``)."""
+    if not path.is_file():
+        return [_source(path, path.resolve(), ())]
+    model_dir, hold = extract_owned(path)
+    try:
+        return [_source(path, model_dir, (hold,))]
+    except BaseException:
+        hold.release()  # no source holds it
+        raise
+
+
+def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSource:
+    manifest = read_manifest(model_dir)
+    model = manifest["model"]
+    where = str(path)
+    default_name = path.name
+    for suffix in (".mar", ".tar.gz", ".tgz"):
+        default_name = default_name.removesuffix(suffix)
+    name = model.get("modelName") or default_name
+    version = model.get("modelVersion")
+    yaml_config: dict[str, Any] = {}
+    config_file = model.get("configFile")
+    if config_file:
+        config_path = model_dir / str(config_file)
+        if not config_path.is_file():
+            raise DefinitionError(f"{where}: the manifest's configFile '{config_file}' is missing")
+        yaml_config = load_yaml(config_path)
+        where = f"{path} ({config_file})" if path.is_file() else str(config_path)
+    config, settings = model_config(
+        yaml_config,
+        name=str(name),
+        version=None if version is None else str(version),
+        where=where,
+    )
+    handler = str(model.get("handler", "")).partition(":")[0]
+    handler_file = model_dir / (handler if handler.endswith(".py") else f"{handler}.py")
+    file = path.resolve() if path.is_file() else handler_file.resolve()
+    parts = TorchServeParts(manifest, yaml_config, settings)
+    return ModelSource(config, file, model_dir, Contract.TORCHSERVE, torchserve=parts, owned=owned)
+
+
+def prepare(source: ModelSource) -> HandlerSpec:
+    """Import and check the handler without instantiating it (``podium check`` stops here)."""
+    return load_handler(source.torchserve_parts().manifest, source.model_dir, source.label)
+
+
+def build(
+    source: ModelSource, prepared: Any, *, secrets: Mapping[str, str], executor: Executor
+) -> ModelInstance:
+    """Instantiate the prepared handler as a :class:`podium.types.ModelInstance`."""
+    return TorchServeModel(source, prepared, executor=executor)
+
+
+def _gpu_count() -> int:
+    torch = sys.modules.get("torch")  # only if the handler uses torch: never import it here
+    if torch is not None:
+        try:
+            return int(torch.cuda.device_count())
+        except Exception:
+            return 0
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def _gpu_id(name: str, settings: TsSettings) -> int | None:
+    """TorchServe's choice: a GPU for each worker in turn, unless the model asks for the CPU."""
+    if settings.device_type == "cpu":
+        return None
+    ids = list(settings.device_ids) or list(range(_gpu_count()))
+    if not ids:
+        if settings.device_type == "gpu":
+            logger.warning("model '%s': deviceType is gpu but no GPU was found", name)
+        return None
+    turn = next(_gpu_turns.setdefault(name, itertools.count()))
+    return ids[turn % len(ids)]
+
+
+# -- what a handler receives --------------------------------------------------------------
+
+
+def _unwrap(value: Any) -> tuple[WireProtocol, Any]:
+    """A request's protocol and payload. The data plane hands a handler a :class:`WireInput`
+    (``InputKind.WIRE``); a bare payload (a direct call, as in tests) is TorchServe's REST body."""
+    if isinstance(value, WireInput):
+        return value.protocol, value.payload
+    return WireProtocol.TORCHSERVE_REST, value
+
+
+def _form(body: bytes, content_type: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of a multipart/form-data body, and each one's content type."""
+    message = message_from_bytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body, policy=HTTP
+    )
+    fields: dict[str, Any] = {}
+    types: dict[str, Any] = {}
+    for part in message.iter_parts() if message.is_multipart() else ():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            continue
+        payload = part.get_payload(decode=True) or b""
+        ctype = part.get("content-type")
+        fields[name] = _value(bytes(payload), (ctype or "").split(";")[0].strip().lower())
+        types[name] = {"content-type": ctype}
+    return fields, types
+
+
+def _value(body: bytes, content_type: str) -> Any:
+    """A body as TorchServe's backend hands it over: JSON parsed, text decoded, else bytearray."""
+    if content_type == "application/json":
+        try:
+            return msgspec.json.decode(body)
+        except (*JSON_ERRORS, RecursionError):  # as TorchServe: what does not parse stays bytes
+            return bytearray(body)
+    if content_type.startswith("text"):
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
+            return bytearray(body)
+    return bytearray(body)
+
+
+class _Refused(Exception):
+    """A handler raised TorchServe's ``PredictionException``: its requests get that status."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def _row(
+    protocol: WireProtocol, payload: Any, request: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One element of TorchServe's ``data`` list, and the request's headers for the context."""
+    headers: dict[str, Any] = {}
+    raw_headers = getattr(request, "headers", None)
+    if raw_headers is not None:
+        headers = {k.lower(): v for k, v in raw_headers.items()}
+    if protocol is WireProtocol.TORCHSERVE_GRPC:
+        if isinstance(payload, dict):
+            row = {k: bytearray(v) if isinstance(v, bytes) else v for k, v in payload.items()}
+        else:
+            row = {"data": bytearray(payload or b"")}  # what TorchServe's gRPC clients send
+        return row, headers
+    row = {}
+    if request is not None and not protocol.oip:  # an HTTP query's fields, as TorchServe
+        query = getattr(request, "scope", {}).get("query_string", b"")
+        if query:
+            for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+                row[key] = bytearray(value.encode())
+    content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
+    if isinstance(payload, bytes | bytearray):
+        if content_type == "multipart/form-data":
+            fields, types = _form(bytes(payload), str(headers["content-type"]))
+            row.update(fields)
+            return row, {**types, **headers}
+        if content_type == "application/x-www-form-urlencoded":
+            for key, value in parse_qsl(bytes(payload).decode("latin-1"), keep_blank_values=True):
+                row[key] = bytearray(value.encode())
+            return row, headers
+        row["body"] = _value(bytes(payload), content_type)
+    else:
+        row["body"] = payload  # parsed JSON, or the OIP request as JSON
+    return row, {"body": {"content-type": content_type or None}, **headers}
+
+
+def _contexts(count: int) -> list[SequenceContext | None] | None:
+    """The sequence contexts of a call's ``count`` requests (read on the event loop: the
+    handler's thread does not see the task's context variables); None outside sequences."""
+    found = current_context.get()
+    if found is None:
+        return None
+    items: list[SequenceContext | None] = (
+        [found] if isinstance(found, SequenceContext) else list(found)
+    )
+    if len(items) != count:
+        raise RuntimeError(
+            f"{len(items)} sequence contexts for a call of {count} requests: the scheduler "
+            "must set one per request"
+        )
+    return items
+
+
+def _gather(items: list[Any]) -> Any:
+    if all(isinstance(i, str) for i in items):
+        return "".join(items)
+    if all(isinstance(i, bytes | bytearray) for i in items):
+        return b"".join(items)
+    return items
+
+
+def _end_sequences(
+    processors: list[RequestProcessor], contexts: list[SequenceContext | None]
+) -> None:
+    """End each sequence whose handler set ``ts_request_sequence_end`` (any value: TorchServe's
+    handlers set the sequence id) on its response, as TorchServe's frontend does."""
+    key = Context.header_key_sequence_end
+    for processor, sequence in zip(processors, contexts, strict=True):
+        if sequence is None or not processor.touched:
+            continue
+        headers = processor.get_response_headers()
+        if key in headers or any(k.lower() == key for k in headers):
+            sequence.end()
+
+
+class TorchServeModel:
+    """A TorchServe handler behind the :class:`podium.types.ModelInstance` interface.
+
+    One ``handle(data, context)`` call per request, or per batch when ``batch_size`` > 1, in
+    the executor (never on the event loop). A handler whose code calls
+    ``send_intermediate_predict_response`` is ``streaming``: each call is one streamed item
+    and the return value the last; other handlers cost one plain call.
+    """
+
+    def __init__(self, source: ModelSource, handler: HandlerSpec, *, executor: Executor) -> None:
+        config = source.config
+        self.name = config.name
+        self._label = handler.label
+        self._executor = executor
+        self._batched = config.batch_size > 1
+        self._buffer = config.stream_buffer
+        # continuousBatching: one handle call per step with the active requests (``step``);
+        # with sequenceBatching it means a sequence's requests overlap (the sequence
+        # scheduler calls predict_stream, a streaming handler is needed)
+        continuous = config.continuous_batching and not config.sequence_batching
+        self.capabilities = Capabilities(
+            needs_request=True,
+            input_kind=InputKind.WIRE,  # each protocol gets its own answer (a Reply, OIP's)
+            # with batching the scheduler wants one list back: intermediate items are gathered
+            streaming=continuous or (handler.streams and not self._batched),
+            predict_in_thread=True,  # handlers are sync code
+            continuous=continuous,
+        )
+        parts = source.torchserve_parts()
+        self.context = Context(
+            config.name,
+            str(source.model_dir),
+            parts.manifest,
+            config.batch_size,
+            _gpu_id(config.name, parts.settings),
+            __version__,
+            model_yaml_config=parts.yaml_config,
+        )
+        self._model_dir = source.model_dir
+        try:
+            self._entry, self._init = handler.instantiate()
+        except Exception as exc:
+            raise DefinitionError(
+                f"{source.label}: creating the handler '{handler.label}' raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Run the handler's ``initialize(context)`` (module style: ``handle(None, context)``)."""
+        if self._init is not None:
+            await run_sync(self._executor, self._initialize)
+
+    def _initialize(self) -> None:
+        try:
+            with on_path(self._model_dir):
+                assert self._init is not None
+                self._init(self.context)
+        except Exception as exc:
+            logger.error(
+                "model '%s' handler '%s' initialize raised", self.name, self._label, exc_info=exc
+            )
+            raise ModelError(
+                f"model '{self.name}' handler '{self._label}' initialize raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def validate(self, value: Any) -> Any:
+        return value
+
+    async def preprocess(self, inputs: Any, request: Any) -> Any:
+        return inputs
+
+    async def postprocess(self, outputs: Any, request: Any) -> Any:
+        return outputs
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def predict(self, inputs: Any, request: Any) -> Any:
+        if self._batched:
+            contexts = _contexts(len(inputs))
+            return await run_sync(self._executor, self._handle, inputs, request, None, contexts)
+        contexts = _contexts(1)
+        results = await run_sync(self._executor, self._handle, [inputs], [request], None, contexts)
+        return results[0]
+
+    def _check_results(self, ret: Any, count: int, what: str) -> None:
+        """A handler returns one result per request of its batch (or step)."""
+        if not isinstance(ret, list | tuple):
+            raise BadModelOutput(
+                f"model '{self.name}' handler '{self._label}' must return a list with one "
+                f"result per request of the {what}, got {type(ret).__name__}"
+            )
+        if len(ret) != count:
+            raise BadModelOutput(
+                f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
+                f"for a {what} of {count} requests"
+            )
+
+    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        return self._stream(inputs, request, _contexts(1))
+
+    def predict_input_stream(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
+        raise RuntimeError(
+            "a TorchServe handler does not read a stream of requests (consumes_stream is False)"
+        )
+
+    async def step(self, batch: list[Generation]) -> None:
+        """One step of continuous batching: one ``handle(data, context)`` call with the active
+        requests, as TorchServe's continuous batching makes it (in the executor).
+
+        A request keeps its request id across steps (``context.request_ids[idx]``, kept in its
+        ``Generation.state``); its data row is sent on its first step only, later steps send an
+        empty row (TorchServe sends a request cached in the backend without its parameters),
+        with its headers every time, so the handler recognises it through ``context.cache``.
+        Items sent with ``send_intermediate_predict_response`` and the value the handler returns
+        for the request are each one item of its stream. ``context.stopping_criteria[idx]``
+        (a list, or a dict keyed by idx or request id; a callable given the returned value, or
+        a bool) decides whether the request goes on: true ends it, false keeps it, anything else
+        (no criterion) ends it after this step, as TorchServe does.
+        """
+        if not self.capabilities.continuous:
+            raise RuntimeError(
+                "a TorchServe handler is served by continuous batching only with "
+                "continuousBatching: true"
+            )
+        if not batch:
+            return
+        await run_sync(self._executor, self._step, batch)
+
+    async def _stream(
+        self, inputs: Any, request: Any, contexts: list[SequenceContext | None] | None
+    ) -> AsyncGenerator[Any, None]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        room = threading.Semaphore(self._buffer)  # back-pressure on the handler's thread
+        gone = threading.Event()
+        protocol = _unwrap(inputs)[0]
+
+        def emit(idx: int, value: Any) -> None:  # in the handler's thread
+            if not gone.is_set():
+                room.acquire()
+            if gone.is_set():
+                raise Cancelled(f"model '{self.name}': the client of this stream has gone")
+            processors = self.context.request_processor or []
+            item = self._finish(processors[idx], value, protocol, final=False)
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        future = self._executor.submit(self._handle, [inputs], [request], emit, contexts)
+        done = asyncio.wrap_future(future)
+        done.add_done_callback(lambda _: queue.put_nowait(END))
+        try:
+            while (item := await queue.get()) is not END:
+                room.release()
+                yield item
+            while not queue.empty():  # what was sent just before the handler returned
+                item = queue.get_nowait()
+                if item is not END:
+                    yield item
+            yield done.result()[0]
+        finally:
+            gone.set()
+            room.release()  # a handler blocked on a full buffer wakes up and stops
+            if not done.done() and not future.cancel():
+                await asyncio.wait([done])  # the slot stays taken while the handler runs
+            if done.done() and not done.cancelled():
+                done.exception()  # retrieved: an abandoned stream's error is not news
+
+    def _handle(
+        self,
+        inputs: list[Any],
+        requests: list[Any],
+        emit: Callable[[int, Any], None] | None,
+        contexts: list[SequenceContext | None] | None = None,
+    ) -> list[Any]:
+        """One ``handle(data, context)`` call for a batch, in a worker thread.
+
+        For a sequence model (``contexts`` given) each request's headers carry its sequence id
+        (and the start flag on its first request) as TorchServe's backend adds them, and a
+        handler that sets the ``ts_request_sequence_end`` response header ends that sequence.
+        """
+        count = len(inputs)
+        data: list[dict[str, Any]] = []
+        processors: list[RequestProcessor] = []
+        protocols: list[WireProtocol] = []
+        for i, (value, request) in enumerate(zip(inputs, requests, strict=True)):
+            protocol, payload = _unwrap(value)
+            protocols.append(protocol)
+            row, headers = _row(protocol, payload, request)
+            sequence = contexts[i] if contexts is not None else None
+            if sequence is not None:
+                headers[Context.header_key_sequence_id] = sequence.sequence_id
+                if sequence.first:
+                    headers[Context.header_key_sequence_start] = "true"
+                if sequence.last:  # the client ends it with this request (any protocol)
+                    headers[Context.header_key_sequence_end] = "true"
+            data.append(row)
+            processors.append(RequestProcessor(headers))
+        batch = self.context._batch
+        ids = {i: str(uuid.uuid4()) for i in range(count)}
+        try:
+            try:
+                ret = self._call_handler(data, ids, processors, emit, "")
+            except _Refused as refused:
+                return [self._refusal(refused.exc, protocol) for protocol in protocols]
+            self._check_results(ret, count, "batch")
+            kept: dict[int, list[Any]] = batch.kept or {}
+            return [
+                self._finish(
+                    processors[i],
+                    _gather([*kept[i], ret[i]]) if i in kept else ret[i],
+                    protocols[i],
+                    final=True,
+                )
+                for i in range(count)
+            ]
+        finally:
+            batch.emit = None
+            batch.kept = None
+            if contexts is not None:
+                _end_sequences(processors, contexts)
+
+    def _step(self, gens: list[Generation]) -> None:
+        """One continuous step, in a worker thread (see :meth:`step`)."""
+        count = len(gens)
+        data: list[dict[str, Any]] = []
+        processors: list[RequestProcessor] = []
+        ids: dict[int, str] = {}
+        protocols: list[WireProtocol] = []
+        for i, gen in enumerate(gens):
+            protocol, payload = _unwrap(gen.inputs)
+            protocols.append(protocol)
+            state = gen.state
+            if _TS_ID not in state:
+                row, headers = _row(protocol, payload, gen.request)
+                state[_TS_ID] = str(uuid.uuid4())
+                state[_TS_HEADERS] = headers
+            else:
+                row = {}  # cached in the backend: TorchServe sends no parameters again
+            data.append(row)
+            processors.append(RequestProcessor(dict(state[_TS_HEADERS])))
+            ids[i] = state[_TS_ID]
+
+        def emit(idx: int, value: Any) -> None:  # in this thread
+            gens[idx].emit(self._finish(processors[idx], value, protocols[idx], final=False))
+
+        batch = self.context._batch
+        try:
+            try:
+                ret = self._call_handler(data, ids, processors, emit, " (in step)")
+            except _Refused as refused:
+                for gen, protocol in zip(gens, protocols, strict=True):
+                    gen.emit(self._refusal(refused.exc, protocol))
+                    gen.finish()
+                return
+            self._check_results(ret, count, "step")
+            criteria = self.context.stopping_criteria
+            for i, gen in enumerate(gens):
+                gen.emit(self._finish(processors[i], ret[i], protocols[i], final=True))
+                if self._stops(criteria, i, ids[i], ret[i]):
+                    gen.finish()
+        finally:
+            batch.emit = None
+            batch.kept = None
+
+    def _call_handler(
+        self,
+        data: list[dict[str, Any]],
+        ids: dict[int, str],
+        processors: list[RequestProcessor],
+        emit: Callable[[int, Any], None] | None,
+        where: str,
+    ) -> Any:
+        """``handle(data, context)`` over one batch or step, its context set for it. A
+        ``PredictionException`` comes out as :class:`_Refused`; any other error as
+        ``ModelError`` naming the handler (``where`` is added to the message)."""
+        batch = self.context._batch
+        batch.request_ids = ids
+        batch.request_processor = processors
+        batch.emit = emit
+        batch.kept = None
+        try:
+            return self._entry(data, self.context)
+        except PodiumError:
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
+                raise _Refused(exc) from exc
+            logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
+            raise ModelError(
+                f"model '{self.name}' handler '{self._label}' raised "
+                f"{type(exc).__name__}: {exc}{where}"
+            ) from exc
+
+    def _stops(self, criteria: Any, idx: int, req_id: str, value: Any) -> bool:
+        """Whether the request at ``idx`` is complete after this step, by TorchServe's rule:
+        ``stopping_criteria[idx](value)`` true stops it, false keeps it going, and anything else
+        (no criteria, no entry, None) ends it (TorchServe sends it without ``ts_stream_next``)."""
+        if not criteria:
+            return True
+        found: Any = None
+        if isinstance(criteria, Mapping):
+            found = criteria.get(idx, criteria.get(req_id))
+        elif isinstance(criteria, list | tuple):
+            found = criteria[idx] if idx < len(criteria) else None
+        if callable(found):
+            try:
+                found = found(value)
+            except Exception as exc:
+                raise ModelError(
+                    f"model '{self.name}' handler '{self._label}': stopping_criteria[{idx}] "
+                    f"raised {type(exc).__name__}: {exc}"
+                ) from exc
+        if isinstance(found, bool):
+            return found
+        return True
+
+    def _finish(
+        self, processor: RequestProcessor, value: Any, protocol: WireProtocol, *, final: bool
+    ) -> Any:
+        """A handler's value for one request as the front end wants it: a :class:`Reply` when
+        the handler set a status or headers and the protocol can carry them (every one but
+        OIP's, which gets a KServe v2 response as an ``InferenceResponse``)."""
+        if protocol.oip:
+            if final and isinstance(value, dict) and isinstance(value.get("outputs"), list):
+                try:  # a KServe v2 response, as TorchServe's OIP handlers return
+                    return msgspec.convert(value, InferenceResponse)
+                except msgspec.ValidationError:
+                    return value
+            return value
+        if isinstance(value, bytearray):
+            value = bytes(value)  # sent as it is, like bytes
+        if not processor.touched:
+            return value
+        headers = {
+            k: str(v)
+            for k, v in processor.get_response_headers().items()
+            if k.lower() not in ("ts_stream_next", "content-type")
+        }
+        content_type = next(
+            (
+                str(v)
+                for k, v in processor.get_response_headers().items()
+                if k.lower() == "content-type"
+            ),
+            None,
+        )
+        status = processor.get_response_status_code()
+        if status == 200 and not headers and content_type is None:
+            return value  # only TorchServe's own ts_stream_next was set
+        return Reply(value, status, headers, content_type)
+
+    def _refusal(self, exc: Any, protocol: WireProtocol) -> Any:
+        """``PredictionException(message, error_code)``: TorchServe answers with that status (OIP,
+        which has no such answer: a ``ModelError``)."""
+        message = str(getattr(exc, "message", exc))
+        code = int(exc.error_code)
+        if protocol.oip:
+            raise ModelError(f"model '{self.name}' handler '{self._label}': {message}")
+        logger.warning(
+            "model '%s' handler '%s' answered %s: %s", self.name, self._label, code, message
+        )
+        return Reply(
+            {"code": code, "type": "PredictionException", "message": message},
+            code,
+            {},
+            "application/json",
+        )

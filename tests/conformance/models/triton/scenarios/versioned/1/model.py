@@ -1,0 +1,17 @@
+"""Version 1 of a model with two versions: OUTPUT0 = INPUT0 * 1."""
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor(
+                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 1
+                    )
+                ]
+            )
+            for r in requests
+        ]
