@@ -47,7 +47,7 @@ SHUTDOWN_MODELS = TEST_MODELS / "shutdown"
 DELAY = 2.0
 GRACE = 3.0
 #: The calls the drain test starts, each twice: one finishes within the grace, one is cut.
-KINDS = ("oip", "truss", "ts", "proc", "sse", "grpc", "grpcstream", "tsgrpc")
+KINDS = ("oip", "truss", "ts", "proc", "sse", "grpc", "grpcstream", "tsgrpc", "tsstream")
 
 
 def _refused(url_or_target: str) -> bool:
@@ -161,7 +161,7 @@ async def _clients(server: Server, ts: SimpleNamespace, pb: Any) -> AsyncIterato
     ):
         yield SimpleNamespace(
             http=http,
-            oip=Stubs(channel, pb, stream_output=pb.ModelInferResponse),
+            oip=Stubs(channel, pb),  # ModelStreamInfer in Triton's framing, the default
             ts=ts.grpc.InferenceAPIsServiceStub(channel),
             health=health_pb2_grpc.HealthStub(channel),
         )
@@ -240,6 +240,15 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
                         model_name="held", input={"data": json.dumps(body).encode()}
                     )
                     calls.start(f"tsgrpc-{outcome}", lambda r=req: _grpc(c.ts.Predictions(r)))
+                    streams[f"tsstream-{outcome}"] = first = anyio.Event()
+                    body = {"tag": tag(f"tsstream-{outcome}"), "gate": gate}
+                    req = ts.pb2.PredictionsRequest(
+                        model_name="held-stream", input={"data": json.dumps(body).encode()}
+                    )
+                    calls.start(
+                        f"tsstream-{outcome}",
+                        lambda r=req, f=first: _grpc_stream(c.ts.StreamPredictions(r), f),
+                    )
 
                 async def idle() -> AsyncIterator[Any]:  # a stream open with nothing in flight
                     await anyio.sleep(PATIENCE + GRACE)
@@ -302,10 +311,14 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
                 response = await calls.result("grpc-ok")
                 assert outputs(response)["tag"] == [tag("grpc-ok").encode()]
                 responses, error = await calls.result("grpcstream-ok")
-                assert error is None
-                assert [outputs(r)["item"] for r in responses] == [[0], [1]]
+                assert error is None and not any(r.error_message for r in responses)
+                items = [outputs(r.infer_response)["item"] for r in responses]
+                assert items == [[0], [1]], responses
                 answer = await calls.result("tsgrpc-ok")
                 assert json.loads(answer.prediction) == {"tag": tag("tsgrpc-ok")}
+                responses, error = await calls.result("tsstream-ok")
+                assert error is None
+                assert [json.loads(r.prediction)["item"] for r in responses] == [0, 1]
 
                 # What outlives the grace is cut, with the documented error.
                 for name in ("oip", "truss", "ts", "proc"):
@@ -320,8 +333,14 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
                     code, details = await calls.result(f"{name}-cut")
                     assert code is grpc.StatusCode.UNAVAILABLE, (name, details)
                     assert "server shutting down" in details, details
-                responses, (code, details) = await calls.result("grpcstream-cut")
-                assert [outputs(r)["item"] for r in responses] == [[0]]
+                # Triton's framing: an in-band error, then the stream ends as the client did.
+                responses, error = await calls.result("grpcstream-cut")
+                assert error is None, error
+                first_response, cut = responses
+                assert outputs(first_response.infer_response)["item"] == [0]
+                assert "server shutting down" in cut.error_message, cut
+                responses, (code, details) = await calls.result("tsstream-cut")
+                assert [json.loads(r.prediction)["item"] for r in responses] == [0]
                 assert code is grpc.StatusCode.UNAVAILABLE
                 assert "server shutting down" in details, details
                 assert "cancelled" in events.names(tag("oip-cut"))
@@ -338,8 +357,8 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
             gates.open_all()
     log = server.log
     assert re.search(r"shutting down on SIGTERM: not ready from now on; \d+ \(", log), log
-    assert "cutting 8 (" in log, log
-    assert re.search(r"stopped in [\d.]+ s: 8 \(.*\) call\(s\) finished while draining, 8 \(", log)
+    assert "cutting 9 (" in log, log
+    assert re.search(r"stopped in [\d.]+ s: 9 \(.*\) call\(s\) finished while draining, 9 \(", log)
     assert "oip_rest model 'held': 1" in log and "torchserve_grpc model 'held': 1" in log
 
 
