@@ -212,6 +212,11 @@ class ServerConfig:
     threads: int = 64
     log_level: str = "info"
     models: tuple[str, ...] = ()
+    # Shutdown (docs/operations.md): seconds calls in flight get to finish after SIGTERM, and
+    # seconds between readiness turning false and new connections being refused (None: 5 in a
+    # Kubernetes pod, where endpoints learn of it late, else 0).
+    graceful_timeout: float = 30.0
+    shutdown_delay: float | None = None
 
     def _check_archives(self) -> None:
         timeout = self.download_timeout
@@ -308,6 +313,22 @@ class ServerConfig:
         self._check_management()
         self._check_connection_limits()
         self._check_grpc_limits()
+        self._check_shutdown()
+
+    def _check_shutdown(self) -> None:
+        for name in ("graceful_timeout", "shutdown_delay"):
+            value = getattr(self, name)
+            if value is None and name == "shutdown_delay":
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value < 1e6
+            ):
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be a number of seconds >= 0, got {value!r}"
+                )
+            object.__setattr__(self, name, float(value))
 
     def _check_connection_limits(self) -> None:
         for name in ("max_url_size", "max_header_size", "max_headers", "min_body_rate"):

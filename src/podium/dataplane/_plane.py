@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
@@ -25,6 +27,7 @@ from ..types import (
     WireProtocol,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
+from ._flight import InFlight
 from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._repository import ModelRepository
 
@@ -66,6 +69,8 @@ class DataPlane:
         if self.shared_memory.enabled:
             extensions.append("system_shared_memory")
         self._extensions = tuple(extensions)
+        #: The calls in flight, and the shutdown's view of them (readiness, drain, cut).
+        self.flight = InFlight()
 
     async def close(self) -> None:
         """Stop the repository's background work, then every model version; unmap every
@@ -77,16 +82,27 @@ class DataPlane:
     # -- health and metadata -------------------------------------------------------------
 
     def live(self) -> bool:
+        """True while the process answers, draining included: liveness never fails for a
+        model's trouble (``docs/operations.md``)."""
         return True
 
     def ready(self) -> bool:
-        """The server's readiness, by the repository's rule (:meth:`ModelRepository.ready`):
-        no version failed, none is still loading at start-up; unloaded ones do not count."""
-        return self.repository.ready()
+        """The server's readiness: false from the moment it begins to stop
+        (:attr:`stopping`), else by the repository's rule (:meth:`ModelRepository.ready`): no
+        version failed, none is still loading at start-up; unloaded ones do not count."""
+        return not self.flight.stopping and self.repository.ready()
+
+    @property
+    def stopping(self) -> bool:
+        """The server is shutting down (``SIGTERM``): not ready, draining its calls."""
+        return self.flight.stopping
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Whether that version is ready; ``NotFound`` if it does not exist."""
-        return self._registry.get(name, version).state is ModelState.READY
+        """Whether that version is ready: loaded, and not in trouble (every worker stuck, or
+        its workers crash-looping: :meth:`ModelVersion.trouble`); ``NotFound`` if it does not
+        exist."""
+        mv = self._registry.get(name, version)
+        return mv.state is ModelState.READY and not mv.trouble()
 
     def server_metadata(self) -> ServerMetadata:
         return ServerMetadata(name="podium", version=__version__, extensions=list(self._extensions))
@@ -101,6 +117,9 @@ class DataPlane:
         state = {"state": mv.state.value}
         if mv.reason:
             state["reason"] = mv.reason
+        trouble = mv.trouble()
+        if trouble:  # ready, yet not serving well: its readiness says false, and why
+            state["trouble"] = trouble
         return ModelMetadata(
             name=mv.name,
             versions=[v.version or UNVERSIONED for v in self._registry.versions(name)],
@@ -126,8 +145,34 @@ class DataPlane:
         """Run ``call`` to completion. A streaming model's items are gathered into one value.
 
         For a model with ``sequence_batching`` the call runs in the sequence it names (a new one
-        when it names none); the answer says which, and whether the sequence ended.
+        when it names none); the answer says which, and whether the sequence ended. While the
+        server stops, the call is counted in :attr:`flight`; one still running when the grace
+        is over fails with ``ShuttingDown`` (as does one that comes after).
         """
+        # InFlight.enter and .leave, inlined: this runs for every call.
+        flight = self.flight
+        if flight.closed:
+            raise flight.refusal(call)
+        running = flight.running
+        task = current_task(flight.loop or flight.running_loop())
+        if task is None:  # the loop seen last is not the one running
+            task = flight.current()
+        if task is None or task in running:  # this task runs a call already: that one counts
+            return await self._infer(call, mv)
+        running[task] = call
+        try:
+            return await self._infer(call, mv)
+        except asyncio.CancelledError:
+            error = flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            del running[task]
+            if flight.stopping:
+                flight.ended(task, call)
+
+    async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
         if mv is None:
             mv = self._registry.ready(call.model, call.version)
         placement: Placement | None = None
@@ -179,12 +224,19 @@ class DataPlane:
     async def _stream(
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
+        # In flight from its first item to its end, under the task that reads it.
+        flight = self.flight
+        task = flight.enter(call)
         placement: Placement | None = None
-        payload = call.payload
-        if call.protocol.oip and type(payload) is InferenceRequest and uses_shared_memory(payload):
-            placement = self.shared_memory.place(payload)
-            call = replace(call, payload=placement.request)
         try:
+            payload = call.payload
+            if (
+                call.protocol.oip
+                and type(payload) is InferenceRequest
+                and uses_shared_memory(payload)
+            ):
+                placement = self.shared_memory.place(payload)
+                call = replace(call, payload=placement.request)
             inputs, oip = inputs_of(mv, call)
             items = _stream_from_scheduler(mv, inputs, call, sequence)
             try:
@@ -201,9 +253,16 @@ class DataPlane:
                         yield item
             finally:
                 await items.aclose()
+        except asyncio.CancelledError:
+            error = None if task is None else flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
         finally:
             if placement is not None:
                 placement.release()
+            if task is not None:
+                flight.leave(task)
 
     def stream_inputs(
         self,
@@ -230,11 +289,23 @@ class DataPlane:
                     )
                 yield inputs_of(mv, call)[0]
 
-        async with contextlib.aclosing(
-            mv.scheduler.stream_inputs(convert_each(), request)
-        ) as items:
-            async for item in items:
-                yield oip_response(mv, item, None) if protocol.oip else item
+        # The whole stream is one call in flight, under the task that reads its answers.
+        flight = self.flight
+        task = flight.enter(Call(mv.name, mv.version, protocol))
+        try:
+            async with contextlib.aclosing(
+                mv.scheduler.stream_inputs(convert_each(), request)
+            ) as items:
+                async for item in items:
+                    yield oip_response(mv, item, None) if protocol.oip else item
+        except asyncio.CancelledError:
+            error = None if task is None else flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            if task is not None:
+                flight.leave(task)
 
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:

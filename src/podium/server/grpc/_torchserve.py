@@ -59,6 +59,7 @@ _json = msgspec.json.Encoder(enc_hook=codecs.json_default)
 # The JSON of TorchServe's (and Podium's HTTP) /ping, byte for byte.
 _HEALTHY = _json.encode({"status": "Healthy"}).decode()
 _PARTIAL = _json.encode({"status": "Partial Healthy"}).decode()
+_UNHEALTHY = _json.encode({"status": "Unhealthy"}).decode()
 
 
 def payload_of(inputs: Mapping[str, bytes]) -> Any:
@@ -217,7 +218,11 @@ class TorchServeInference:
 
     async def ping(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         # Always OK, as TorchServe's Ping: the health is in the JSON, as on HTTP /ping.
-        health = _HEALTHY if self.dataplane.ready() else _PARTIAL
+        dataplane = self.dataplane
+        if dataplane.ready():
+            health = _HEALTHY
+        else:
+            health = _UNHEALTHY if dataplane.stopping else _PARTIAL
         return TorchServeHealthResponse(health=health)
 
     async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -120,6 +120,8 @@ class HttpApp:
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
+        elif self.dataplane.stopping:  # TorchServe's answer when nothing will serve
+            await send_json(send, 500, {"status": "Unhealthy"})
         else:
             await send_json(send, 500, {"status": "Partial Healthy"})
 
