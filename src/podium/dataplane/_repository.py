@@ -33,7 +33,6 @@ from ..runtime import (
     ModelVersion,
     Registry,
     RequestCodec,
-    WorkerKind,
     build_path,
     register_paths,
 )
@@ -123,7 +122,8 @@ class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
     ``url``: what it was registered from (else its source on disk); ``min_workers`` /
     ``max_workers``: as last scaled, else as configured; ``loaded_at_startup``: found in the
     paths the server started with, not registered since; ``default``: the model's default
-    version; ``queue``: the scheduler's and workers' counters.
+    version; ``queue``: the scheduler's and workers' counters; ``device``: where the instance
+    computes when its contract decides it (:attr:`podium.types.Capabilities.device`).
     """
 
     name: str
@@ -138,6 +138,13 @@ class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     workers: list[WorkerDescription]
     queue: dict[str, int]
+    device: str | None = None
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting in the version's queues, not running yet (the gate's line, and the
+        scheduler's own: batches, sequences' turns, continuous batching's line)."""
+        return self.queue.get("waiting", 0) + self.queue.get("queued", 0)
 
 
 class ModelRepository:
@@ -464,6 +471,7 @@ class ModelRepository:
             reason=mv.reason,
             workers=self._workers(mv),
             queue=dict(mv.statistics()),
+            device=mv.instance.capabilities.device,
         )
 
     def _workers(self, mv: ModelVersion) -> list[WorkerDescription]:
@@ -475,7 +483,8 @@ class ModelRepository:
                 state=info.state,
                 busy=info.busy,
                 started=info.started or self._started.get(id(mv), _now()),
-                memory=_memory(info.pid) if info.kind is WorkerKind.PROCESS else None,
+                # a thread worker's pid is the server's: the memory it shares
+                memory=_memory(info.pid),
             )
             for info in mv.workers()
         ]

@@ -225,12 +225,9 @@ def _row(
         else:
             row = {"data": bytearray(payload or b"")}  # what TorchServe's gRPC clients send
         return row, headers
-    row = {}
-    if request is not None and not protocol.oip:  # an HTTP query's fields, as TorchServe
-        query = getattr(request, "scope", {}).get("query_string", b"")
-        if query:
-            for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-                row[key] = bytearray(value.encode())
+    # TorchServe 0.12's /predictions (and KServe v1 :predict) pass no query parameters: only
+    # its legacy /{model}/predict route did, which neither serves.
+    row: dict[str, Any] = {}
     content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
     if isinstance(payload, bytes | bytearray):
         if content_type == "multipart/form-data":
@@ -306,6 +303,8 @@ class TorchServeModel:
         # with sequenceBatching it means a sequence's requests overlap (the sequence
         # scheduler calls predict_stream, a streaming handler is needed)
         continuous = config.continuous_batching and not config.sequence_batching
+        parts = source.torchserve_parts()
+        gpu_id = _gpu_id(config.name, parts.settings)
         self.capabilities = Capabilities(
             needs_request=True,
             input_kind=InputKind.WIRE,  # each protocol gets its own answer (a Reply, OIP's)
@@ -313,14 +312,14 @@ class TorchServeModel:
             streaming=continuous or (handler.streams and not self._batched),
             predict_in_thread=True,  # handlers are sync code
             continuous=continuous,
+            device="cpu" if gpu_id is None else "gpu",
         )
-        parts = source.torchserve_parts()
         self.context = Context(
             config.name,
             str(source.model_dir),
             parts.manifest,
             config.batch_size,
-            _gpu_id(config.name, parts.settings),
+            gpu_id,
             __version__,
             model_yaml_config=parts.yaml_config,
         )
@@ -651,8 +650,8 @@ class TorchServeModel:
         logger.warning(
             "model '%s' handler '%s' answered %s: %s", self.name, self._label, code, message
         )
-        return Reply(
-            {"code": code, "type": "PredictionException", "message": message},
+        return Reply(  # TorchServe names every failure of a handler InternalServerException
+            {"code": code, "type": "InternalServerException", "message": message},
             code,
             {},
             "application/json",
