@@ -227,7 +227,7 @@ def _row(
         return row, headers
     # TorchServe 0.12's /predictions (and KServe v1 :predict) pass no query parameters: only
     # its legacy /{model}/predict route did, which neither serves.
-    row: dict[str, Any] = {}
+    row = {}
     content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
     if isinstance(payload, bytes | bytearray):
         if content_type == "multipart/form-data":

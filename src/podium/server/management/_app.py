@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from ...codecs import JSON_ERRORS, json_problem
-from ...errors import InvalidInput, MethodNotAllowed, PodiumError, Unauthenticated
+from ...errors import InvalidInput, MethodNotAllowed, PayloadTooLarge, PodiumError, Unauthenticated
 from .._asgi import Receive, Scope, Send
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
 from .._ts_errors import NoRoute, torchserve_error
