@@ -361,10 +361,17 @@ class ModelRepository:
                 which = ", ".join(f"'{v}'" for v in sorted(v for v in clash if v is not None))
                 raise Conflict(f"model '{name}' version {which} is already registered")
             raise Conflict(f"model '{name}' is already registered")
+        # As TorchServe: new versions of a model already served do not change its default
+        # (set-default does); a new model's default is its config's, else its highest version.
+        kept = self._registry.default_version(name) if existing else None
         for mv in versions:
             self._registry.add(mv)
             self._registered[(mv.name, mv.version)] = url
             self._started[id(mv)] = _now()
+        if kept is not None:
+            if kept.version is not None:  # (an unversioned model takes no other version)
+                self._registry.set_default(name, kept.version)
+            return
         defaults = {mv.config.default_version for mv in versions if mv.config.default_version}
         if len(defaults) == 1:  # build_path checked that they agree
             self._registry.set_default(name, defaults.pop())
