@@ -190,13 +190,17 @@ class DataPlane:
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
     """The data plane's own copy of the sequence a call names, for the scheduler to fill in
-    (the call stays as the front end made it); a new sequence when it names none."""
+    (the call stays as the front end made it); a new sequence when it names none. OIP calls
+    follow Triton's rule (``needs_start``: an id with no open sequence needs the start flag);
+    the others TorchServe's (docs/sequences.md)."""
     if not mv.config.sequence_batching:
         return None
     asked = call.sequence
     if asked is None:
         return SequenceRef()  # no id sent: a new sequence
-    return SequenceRef(asked.id, asked.start, asked.end)
+    return SequenceRef(
+        asked.id, asked.start, asked.end, needs_start=call.protocol.oip, joined=asked.joined
+    )
 
 
 def _stream_from_scheduler(

@@ -25,7 +25,7 @@ from ._limits import (
     raise_open_files_limit,
 )
 from ._requests import RequestSnapshots
-from .grpc import GrpcServer, inference_services
+from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
 from .http import HttpApp
 from .management import Management, ManagementApp, UrlPolicy, render_unauthenticated
@@ -125,6 +125,7 @@ class Podium:
         self.addresses: dict[str, str] = {}
         self._guards: dict[str, ConnectionGuard] = {}
         self._limits: ConnectionLimits | None = None
+        self._grpc_limits: GrpcLimits | None = None
         self._servers: list[_Uvicorn | GrpcServer] = []
         self.authorizer: Authorizer | None = None
         self.management: Management | None = None
@@ -141,6 +142,7 @@ class Podium:
             ports=f"ports {config.management_port} and {config.grpc_management_port}",
         )
         self._limits = self._connection_limits()
+        self._grpc_limits = self._grpc_connection_limits(self._limits)
         repository = self.dataplane.repository
         repository.control = ControlPolicy(ModelControl(config.model_control))
         # for this process's extractions, start-up models' included
@@ -170,6 +172,7 @@ class Podium:
             grace=GRACE,
             threads=self.config.grpc_threads,
             authorize=None if inference_keys is None else self._authorize_inference,
+            limits=self._grpc_limits,
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
@@ -263,7 +266,8 @@ class Podium:
         if files is not None:
             before, now = files
             logger.info(
-                "open-files limit %s; at most %d connections per HTTP listener",
+                "open-files limit %s; at most %d connections per HTTP listener and per gRPC "
+                "listener",
                 f"raised from {before} to {now}" if now != before else now,
                 max_connections,
             )
@@ -276,6 +280,22 @@ class Podium:
             body_timeout=config.body_timeout,
             min_body_rate=config.min_body_rate,
             max_connections=max_connections,
+        )
+
+    def _grpc_connection_limits(self, http: ConnectionLimits) -> GrpcLimits:
+        """Both gRPC listeners' limits: the connection cap and the handshake time of the HTTP
+        listeners (``--max-connections``, ``--header-timeout``), and the ``--grpc-*`` ones."""
+        config = self.config
+        return GrpcLimits(
+            max_connections=http.max_connections,
+            max_concurrent_streams=config.grpc_max_concurrent_streams,
+            handshake_timeout=http.header_timeout,
+            max_connection_idle=config.grpc_max_connection_idle,
+            max_connection_age=config.grpc_max_connection_age,
+            max_connection_age_grace=config.grpc_max_connection_age_grace,
+            keepalive_time=config.grpc_keepalive_time,
+            keepalive_timeout=config.grpc_keepalive_timeout,
+            min_ping_interval=config.grpc_min_ping_interval,
         )
 
     async def _serve_http(self, name: str, app: Any, host: str, port: int) -> None:
@@ -327,6 +347,7 @@ class Podium:
             max_message_size=config.grpc_max_message_size,
             grace=GRACE,
             threads=0,  # grpc.aio: management calls are few, and none holds a thread
+            limits=self._grpc_limits,
         )
         self.addresses["grpc-management"] = await grpc_server.start()
         self._servers.append(grpc_server)

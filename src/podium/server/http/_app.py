@@ -144,7 +144,9 @@ class HttpApp:
     def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
         response of a call to a sequence model, as the answer says them when the response
-        starts; ``send`` itself for any other model."""
+        starts; ``send`` itself for any other model. A header the response has already (one a
+        TorchServe handler set, as TorchServe's stateful examples set the id) is not sent twice:
+        HTTP clients would join the two lines into ``"id, id"``."""
         if not mv.config.sequence_batching:
             return send
         name = self.sequence_header
@@ -153,7 +155,9 @@ class HttpApp:
             if message["type"] == "http.response.start":
                 extra = _sequences.response_headers(answer.sequence, name)
                 if extra:
-                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                    headers = list(message.get("headers", ()))
+                    extra = _sequences.without(extra, {k.lower() for k, _ in headers})
+                    message = {**message, "headers": [*headers, *extra]}
             await send(message)
 
         return send_with_sequence
