@@ -179,8 +179,8 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
     out["useJobTicket"] = False  # refused at load
     out["useVenv"] = bool(raw.get("useVenv", False))
     out["stateful"] = config.sequence_batching
-    out["sequenceMaxIdleMSec"] = config.sequence_max_idle_ms
-    out["sequenceTimeoutMSec"] = config.sequence_timeout_ms
+    out["sequenceMaxIdleMSec"] = _whole(config.sequence_max_idle_ms)  # TorchServe: integers
+    out["sequenceTimeoutMSec"] = _whole(config.sequence_timeout_ms)
     out["maxNumSequence"] = config.max_num_sequences
     out["maxSequenceJobQueueSize"] = config.max_sequence_queue_size
     out["loadedAtStartup"] = d.loaded_at_startup
@@ -199,6 +199,11 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
     if d.reason:
         out["loadError" if d.state is ModelState.FAILED else "reason"] = d.reason
     return out
+
+
+def _whole(value: float) -> float | int:
+    """A number as an integer when it is one."""
+    return int(value) if float(value).is_integer() else value
 
 
 def _worker(w: WorkerDescription, gpu: bool) -> dict[str, Any]:

@@ -53,7 +53,7 @@ class StatefulHandler:
             sequence_id = self.context.get_sequence_id(idx)
             self.context.set_response_header(idx, self.context.header_key_sequence_id, sequence_id)
             if self.context.get_request_header(idx, self.context.header_key_sequence_start):
-                prev = int(0)
+                prev = 0
                 self.context.cache[sequence_id] = {
                     "start": True,
                     "cancel": False,
@@ -123,7 +123,7 @@ class StatefulHandler:
         del self.context.cache[req_id]
 
     def _create_stopping_criteria(self, req_id, seq_id):
-        class StoppingCriteria(object):
+        class StoppingCriteria:
             def __init__(self, outer, req_id, seq_id):
                 self.req_id = req_id
                 self.seq_id = seq_id
@@ -163,8 +163,6 @@ def _record(context, size):
     path = os.environ.get("PODIUM_E2E_EVENTS")
     if not path:
         return
-    batch = [
-        [context.get_sequence_id(idx), context.get_request_id(idx)] for idx in range(size)
-    ]
+    batch = [[context.get_sequence_id(idx), context.get_request_id(idx)] for idx in range(size)]
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps({"tag": "seq-stream", "event": "step", "batch": batch}) + "\n")
