@@ -149,6 +149,7 @@ async def test_class_style_context_and_headers_in_and_out(
     assert body["header"] == "abc" and body["all_headers_has_custom"]
     assert body["model_name"] == "class-style" and body["manifest_handler"] == "handler.py"
     assert body["batch_size"] == 1 and body["gpu_id"] is None and body["server_name"] == "Podium"
+    assert inst.capabilities.device == "cpu"  # no GPU given: management describes "cpu"
     assert body["same_context"] and body["sequence_id"] is None
     text = await inst.predict(b"ann", FakeRequest({"x-want-text": "1"}))
     assert text.content_type == "text/x-greeting" and text.body == "hello ann"
