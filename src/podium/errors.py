@@ -6,6 +6,7 @@
     │   ├── ValidationFailed         the body failed the model's own schema (pydantic)
     │   └── UnsupportedRepresentation  the value cannot be carried by this protocol
     ├── NotFound                     unknown model, version or route (404 / NOT_FOUND)
+    │   └── VersionNotFound          the model is known, this version is not
     ├── Conflict                     it exists already, e.g. a model version (409 / ALREADY_EXISTS)
     ├── Unauthenticated              a missing or wrong API key (401 / UNAUTHENTICATED)
     ├── Forbidden                    not allowed on this listener, e.g. unloading a model (403 / PERMISSION_DENIED)
@@ -65,6 +66,7 @@ __all__ = [
     "Unavailable",
     "UnsupportedRepresentation",
     "ValidationFailed",
+    "VersionNotFound",
     "WorkerDied",
     "bounded",
     "grpc_code",
@@ -146,6 +148,13 @@ class NotFound(PodiumError):
     """An unknown model, version or route."""
 
     code = "not_found"
+
+
+class VersionNotFound(NotFound):
+    """The model is known but has no such version (TorchServe tells the two apart:
+    ``ModelVersionNotFoundException``)."""
+
+    code = "version_not_found"
 
 
 class Conflict(PodiumError):

@@ -460,6 +460,10 @@ class Capabilities:
     #: Served by continuous batching (``continuous_batching``): the scheduler calls ``step``
     #: with the active requests instead of ``predict``; ``streaming`` is then true.
     continuous: bool = False
+    #: Where the instance computes when its contract decides it ("cpu" or "gpu": the device a
+    #: TorchServe handler is given); None when the model's own code decides (management's
+    #: describe then says "cpu").
+    device: str | None = None
 
 
 class ModelInstance(Protocol):

@@ -126,7 +126,7 @@ def test_every_status_a_route_can_answer_is_listed() -> None:
         if path.endswith(("infer", "infer_stream", "generate", "generate_stream", ":predict"))
         or path.startswith("/predictions")
     ]
-    assert len(model_calls) == 13  # OIP 8, TorchServe 4, Truss 1
+    assert len(model_calls) == 18  # OIP 8, TorchServe 9 (3 paths x POST, PUT, GET), Truss 1
     for op in model_calls:
         assert {"400", "404", "410", "413", "500", "503", "504"} <= set(op["responses"])
     management = management_description(MANAGEMENT_ROUTES)["paths"]

@@ -78,7 +78,9 @@ def models_own_error(status: int, body: bytes, model: str | None) -> bool:
     """Whether a 5xx is the model's own doing: it raised, or refused a sequence past its own
     ``max_num_sequences``; the message must name the model the request named."""
     try:
-        message = httpx.Response(status, content=body).json()["error"]
+        answer = httpx.Response(status, content=body).json()
+        # Podium's error body, or TorchServe's under /predictions
+        message = answer["error"] if "error" in answer else answer["message"]
     except (ValueError, KeyError, TypeError):
         return False
     if not isinstance(message, str) or model is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import ModelNotReady, NotFound, PodiumError
+from ..errors import ModelNotReady, NotFound, PodiumError, VersionNotFound
 from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
@@ -262,7 +262,7 @@ class Registry:
             known = ", ".join(
                 v.version or f"{UNVERSIONED} (unversioned)" for v in self.versions(name)
             )
-            raise NotFound(f"model '{name}' has no version '{version}' (versions: {known})")
+            raise VersionNotFound(f"model '{name}' has no version '{version}' (versions: {known})")
         return mv
 
     def ready(self, name: str, version: str | None = None) -> ModelVersion:

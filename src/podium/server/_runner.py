@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import Secrets, ServerConfig
 from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
+from ..types import ModelState
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
@@ -238,13 +239,26 @@ class Podium:
         gc.freeze()
         listening = " ".join(f"{k} {v}" for k, v in self.addresses.items())
         versions = repository.versions()
-        models = ", ".join(mv.label for mv in versions)
-        failed = [mv for mv in versions if mv.reason]
-        logger.info(
-            "Podium is ready; listening on %s; serving %s", listening, models or "no models"
-        )
+        serving = [mv.label for mv in versions if mv.state is ModelState.READY]
+        failed = [mv for mv in versions if mv.state is not ModelState.READY]
+        # The truth, in order: what failed (each one's load error was logged as it happened),
+        # then the listeners and what they serve, never naming a version that does not serve.
         for mv in failed:
-            logger.warning("%s is not ready: %s", mv.label, mv.reason)
+            logger.warning("%s is not served: %s", mv.label, mv.reason or mv.state.value)
+        if failed:
+            logger.warning(
+                "Podium is ready; listening on %s; serving %s; not serving %s (readiness "
+                "answers 503 until they load)",
+                listening,
+                ", ".join(serving) or "no models",
+                ", ".join(mv.label for mv in failed),
+            )
+        else:
+            logger.info(
+                "Podium is ready; listening on %s; serving %s",
+                listening,
+                ", ".join(serving) or "no models",
+            )
         if on_ready is not None:
             on_ready(self.addresses)
 

@@ -247,7 +247,13 @@ def sequence_flags(addr):
 
 
 @scenario(
-    "19", "19", "GET /predictions, extra path segments, error body, unknown version", "torchserve"
+    "19",
+    "19",
+    "GET /predictions, extra path segments, error body, unknown version",
+    "torchserve",
+    improvement="a handler that raises is a 500 InternalServerException (Podium's one error "
+    "table: the model failed, the server did not), where TorchServe answers 503; the rest is "
+    "TorchServe's (docs/torchserve.md, Differences from TorchServe)",
 )
 def http_details(addr):
     raw = {
@@ -270,7 +276,15 @@ def http_details(addr):
 # --- 20. management details ---------------------------------------------------------------
 
 
-@scenario("20", "20", "describe fields (REST) and gRPC management msg texts", "torchserve")
+@scenario(
+    "20",
+    "20",
+    "describe fields (REST) and gRPC management msg texts",
+    "torchserve",
+    improvement="describe has every field of TorchServe 0.12's, then Podium's additions "
+    "(jobQueueSize, default, state, workerKind, queue; per worker kind and busy): "
+    "docs/management.md",
+)
 def management(addr):
     described = http("GET", _mgmt(addr, "/models/ts_stateful"))
     body = described.get("body")

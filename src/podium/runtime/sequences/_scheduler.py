@@ -30,6 +30,7 @@ from ..direct import stream_inputs_through
 from ..workers import Worker, WorkerPool, WorkerState
 from ._lane import Lane
 from ._seq import ClosedIds, Sequence
+from ._steps import Steps
 
 __all__ = ["CLOSED_IDS", "SWEEP_MAX", "SequenceScheduler"]
 
@@ -70,6 +71,10 @@ class SequenceScheduler:
         # continuous_batching on a sequence model: the next request of a sequence starts once
         # the previous one has produced its first item, not when its stream ends
         self._overlap = config.continuous_batching
+        # and for a continuous instance (a TorchServe handler stepped with stopping_criteria),
+        # each worker steps its requests in one batch: at most twice batch_size, as TorchServe
+        self._step_limit = 2 * config.batch_size
+        self._stream_buffer = config.stream_buffer
         self._seqs: dict[str, Sequence] = {}
         self._lanes: dict[Any, Lane] = {}
         self._ended = ClosedIds(CLOSED_IDS)
@@ -251,6 +256,15 @@ class SequenceScheduler:
         lane = self._lanes.get(worker)
         if lane is None:
             lane = Lane(worker, self._gate, self._make_collector(worker), self._closed_error)
+            if worker.instance.capabilities.continuous:
+                lane.steps = Steps(
+                    worker,
+                    self._gate,
+                    limit=self._step_limit,
+                    buffer=self._stream_buffer,
+                    tasks=self._tasks,
+                    stopped=self._stopped_error,
+                )
             self._lanes[worker] = lane
         seq = Sequence(sid, lane, self._now(), self._max_waiting, self._pass_turn)
         lane.sequences.add(seq)

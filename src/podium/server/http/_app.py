@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import MethodNotAllowed, NotFound, PodiumError
+from ...errors import MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
+from .._ts_errors import NoRoute, torchserve_error
 from . import _memory, _oip, _responses
 from ._docs import PAGE
 from ._exchange import Exchange
@@ -70,14 +71,11 @@ class HttpApp:
         try:
             found = self._router.match(scope["method"], scope["path"])
             if found is None:
-                raise NotFound(f"no route for {scope['method']} {scope['path']}")
+                raise NoRoute(f"no route for {scope['method']} {scope['path']}")
             handler, args = found
             await handler(ex, send, *args)
-        except MethodNotAllowed as exc:
-            allow = [(b"allow", ", ".join(exc.allowed).encode())]
-            await send_error(send, exc, allow)
         except PodiumError as exc:
-            await send_error(send, exc)
+            await _fail(scope, send, exc)
         except asyncio.CancelledError:
             if ex.failure is None and not ex.disconnected:
                 raise
@@ -85,11 +83,10 @@ class HttpApp:
             if task is not None:
                 task.uncancel()
             if ex.failure is not None and not ex.disconnected:
-                await send_error(send, ex.failure)
+                await _fail(scope, send, ex.failure)
         except Exception as exc:
             logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            err = PodiumError(f"internal error: {type(exc).__name__}: {exc}")
-            await send_error(send, err)
+            await _fail(scope, send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
         finally:
             ex.unwatch()
 
@@ -257,7 +254,20 @@ class HttpApp:
             return
         await send_body(send, 200, _json(answer), _responses.encode_json(result))
 
-    async def _torchserve(self, ex: Exchange, send: Send, model: str, version: str | None) -> None:
+    async def _torchserve(
+        self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
+    ) -> None:
+        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]``; errors in TorchServe's shape."""
+        # As TorchServe's frontend, the request headers tell the handler the path's segments
+        # after the version (url_path, "" when none) and that this is no explanation.
+        # (Its errors are answered in TorchServe's shape: _http does it for every /predictions
+        # path.)
+        scope = ex.scope
+        scope["headers"] = [
+            *scope["headers"],
+            (b"url_path", url_path.encode()),
+            (b"explain", b"False"),
+        ]
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
@@ -321,6 +331,24 @@ class HttpApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await items.aclose()
+
+
+_TS_PREFIX = "/predictions"
+
+
+async def _fail(scope: Scope, send: Send, exc: PodiumError) -> None:
+    """The error response: ``{"error": ...}``, or TorchServe's ``{"code", "type", "message"}``
+    under TorchServe's ``/predictions`` (``_ts_errors``); a 405 lists what is allowed."""
+    extra = []
+    if isinstance(exc, MethodNotAllowed):
+        extra.append((b"allow", ", ".join(exc.allowed).encode()))
+    if not scope["path"].startswith(_TS_PREFIX):
+        await send_error(send, exc, extra)
+        return
+    status, body = torchserve_error(exc)
+    if status >= 500:
+        logger.warning("%s %s", status, exc.message)
+    await send_body(send, status, [*_responses.JSON, *extra], _responses.encode_json(body))
 
 
 def _parse_json(body: bytes) -> Any:
@@ -505,8 +533,11 @@ INFERENCE_ROUTES = RouteTable(
         ),
         # TorchServe's inference API
         Route(("GET", "POST"), "/ping", HttpApp._ping, _TS, "ping"),
+        # TorchServe runs the handler whatever the method; GET (a body-less call) is the one
+        # clients use besides POST and PUT. Segments after the version reach the handler as
+        # the request header url_path, as TorchServe sends them.
         Route(
-            ("POST", "PUT"),
+            ("POST", "PUT", "GET"),
             "/predictions/{model}",
             HttpApp._torchserve,
             _TS,
@@ -514,11 +545,18 @@ INFERENCE_ROUTES = RouteTable(
             args=_UNVERSIONED,
         ),
         Route(
-            ("POST", "PUT"),
+            ("POST", "PUT", "GET"),
             "/predictions/{model}/{version}",
             HttpApp._torchserve,
             _TS,
             "versionPredictions",
+        ),
+        Route(
+            ("POST", "PUT", "GET"),
+            "/predictions/{model}/{version}/{url_path:path}",
+            HttpApp._torchserve,
+            _TS,
+            "versionPredictionsPath",
         ),
         # Truss-style: a ':' in the last segment is a verb, so readiness takes names without one
         Route("GET", "/v1/models/{model:noverb}", HttpApp._truss_ready, _TRUSS, "trussReady"),

@@ -41,6 +41,16 @@ _ERROR = {
     },
     "required": ["error"],
 }
+_TS_ERROR = {
+    "type": "object",
+    "description": "An error under /predictions, in TorchServe's shape.",
+    "properties": {
+        "code": {"type": "integer"},
+        "type": {"type": "string", "description": "TorchServe's exception name."},
+        "message": {"type": "string"},
+    },
+    "required": ["code", "type", "message"],
+}
 _LIVE = {"type": "object", "properties": {"live": {"type": "boolean"}}, "required": ["live"]}
 _READY = {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]}
 _MODEL_READY = {
@@ -94,6 +104,7 @@ def _components() -> dict[str, Any]:
         found[name]["properties"]["datatype"] = {"type": "string", "enum": sorted(DATATYPES)}
     found.update(
         Error=_ERROR,
+        TorchServeError=_TS_ERROR,
         ServerLive=_LIVE,
         ServerReady=_READY,
         ModelReady=_MODEL_READY,
@@ -147,6 +158,7 @@ _PATH_PARAMS = {
     "model": "The model's name.",
     "version": "A version of the model.",
     "name": "A shared memory region's name.",
+    "url_path": "The rest of the path, for the handler (TorchServe's url_path header).",
 }
 
 _BINARY_PARAM = param(
@@ -271,9 +283,12 @@ def _model_ready(summary: str) -> Operation:
 
 
 def _predictions(summary: str) -> Operation:
+    # Errors under /predictions are in TorchServe's shape (server/_ts_errors.py); 401 and the
+    # connection's 414 / 431 are the listener's own.
+    ts_errors = {s: response(_WHY[s], ref("TorchServeError")) for s in _CALL}
     return Operation(
         summary,
-        {"200": _PREDICTED, **_errors(*_CALL), "default": _MODEL_SET},
+        {"200": _PREDICTED, **_errors(), **ts_errors, "default": _MODEL_SET},
         body=_ANY_BODY,
     )
 
@@ -398,6 +413,14 @@ _OPERATIONS: dict[str, Operation] = {
     "predictionsPut": _predictions("TorchServe predictions on the default version (PUT)."),
     "versionPredictions": _predictions("TorchServe predictions on a version."),
     "versionPredictionsPut": _predictions("TorchServe predictions on a version (PUT)."),
+    "predictionsGet": _predictions("TorchServe predictions on the default version (GET)."),
+    "versionPredictionsGet": _predictions("TorchServe predictions on a version (GET)."),
+    "versionPredictionsPath": _predictions(
+        "TorchServe predictions on a version; the rest of the path reaches the handler as the "
+        "request header url_path."
+    ),
+    "versionPredictionsPathPut": _predictions("TorchServe predictions with a url_path (PUT)."),
+    "versionPredictionsPathGet": _predictions("TorchServe predictions with a url_path (GET)."),
     "trussReady": Operation(
         "Truss: whether the model is ready.",
         {

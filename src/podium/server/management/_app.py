@@ -28,19 +28,10 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from ...codecs import JSON_ERRORS, json_problem
-from ...errors import (
-    Conflict,
-    InvalidInput,
-    MethodNotAllowed,
-    NotFound,
-    PayloadTooLarge,
-    PodiumError,
-    Unauthenticated,
-    Unavailable,
-    http_status,
-)
+from ...errors import InvalidInput, MethodNotAllowed, PayloadTooLarge, PodiumError, Unauthenticated
 from .._asgi import Receive, Scope, Send
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
+from .._ts_errors import NoRoute, torchserve_error
 from ..http import Api, Route, RouteTable
 from ..http._responses import JSON, send_body
 from ._core import Management, Outcome
@@ -57,32 +48,9 @@ MAX_BODY = 1024 * 1024
 _encoder = msgspec.json.Encoder()
 
 
-class NoRoute(NotFound):
-    """No management route has this path."""
-
-
-def _type(exc: PodiumError) -> str:
-    """TorchServe's name for the error, in the ``type`` field of an error body."""
-    if isinstance(exc, NoRoute):
-        return "ResourceNotFoundException"
-    for cls, name in (
-        (NotFound, "ModelNotFoundException"),
-        (Conflict, "ConflictStatusException"),
-        (InvalidInput, "BadRequestException"),
-        (PayloadTooLarge, "BadRequestException"),
-        (MethodNotAllowed, "MethodNotAllowedException"),
-        (Unavailable, "ServiceUnavailableException"),
-        (Unauthenticated, "InvalidKeyException"),
-    ):
-        if isinstance(exc, cls):
-            return name
-    return "InternalServerException"
-
-
 def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
-    """The status and TorchServe's error body for ``exc``."""
-    status = http_status(exc)
-    return status, {"code": status, "type": _type(exc), "message": exc.message}
+    """The status and TorchServe's error body for ``exc`` (``server/_ts_errors``)."""
+    return torchserve_error(exc)
 
 
 def render_unauthenticated(exc: Unauthenticated) -> tuple[int, bytes]:
