@@ -17,12 +17,14 @@ What is served changes only through the management listeners unless the operator
 a call came through and refuse an inference one with ``Forbidden``.
 
 Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
-``_repository`` (the repository and its typed descriptions), ``_control`` (who may change what
-is served). Nothing here imports a front end.
+``_repository`` (the repository and its typed descriptions), ``_model_config`` (a version's
+configuration as Triton's ``ModelConfig``, and a load's ``config``), ``_control`` (who may change
+what is served). Nothing here imports a front end.
 """
 
 from ..runtime import ModelVersion
 from ._control import ControlPolicy, ModelControl
+from ._model_config import DATA_TYPES, ModelConfiguration
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
     ConfigOverrides,
@@ -35,11 +37,13 @@ from ._repository import (
 )
 
 __all__ = [
+    "DATA_TYPES",
     "EXTENSIONS",
     "ConfigOverrides",
     "ControlPolicy",
     "DataPlane",
     "ModelControl",
+    "ModelConfiguration",
     "ModelEntry",
     "ModelRepository",
     "ModelVersion",

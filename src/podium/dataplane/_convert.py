@@ -27,7 +27,13 @@ __all__ = ["gather", "inputs_of", "oip_response", "take_headers"]
 
 def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
     """What the model's first parameter asks for (its capabilities' ``input_kind``) made of the
-    call's payload, and the OIP request the call carried (None for other protocols)."""
+    call's payload, and the OIP request the call carried (None for other protocols).
+
+    An OIP request is checked before any model sees it, whatever it asks for: against the
+    inputs the model declares (``model_metadata``: names, datatypes, shapes), then against the
+    protocol (known datatype, shape and element count, element types and ranges); decoding
+    checks the latter itself, and a model that takes the request gets it checked the same way
+    without the decoding (``codecs.check_request``)."""
     inst = mv.instance
     caps = inst.capabilities
     if not caps.needs_inputs:
@@ -37,11 +43,17 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     protocol = call.protocol
     if protocol.oip:
         request: InferenceRequest = raw
+        signature = mv.config.signature
+        if signature.inputs and caps.checks_declared_inputs:
+            codecs.check_declared(request, signature, mv.label)
         if kind is InputKind.OIP_REQUEST:
+            codecs.check_request(request)
             return request, request
         if kind is InputKind.RAW:
+            codecs.check_request(request)
             return _builtins(request), request
         if kind is InputKind.WIRE:
+            codecs.check_request(request)
             return WireInput(protocol, _builtins(request)), request
         decoded = codecs.decode_request(request)
         if kind is InputKind.SCHEMA:
@@ -50,13 +62,19 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     if kind is InputKind.OIP_REQUEST:
         try:
             if isinstance(raw, bytes | str):
-                return msgspec.json.decode(raw, type=InferenceRequest), None
-            return msgspec.convert(raw, InferenceRequest), None
+                request = msgspec.json.decode(raw, type=InferenceRequest)
+            else:
+                request = msgspec.convert(raw, InferenceRequest)
         except msgspec.ValidationError as exc:
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {exc}") from exc
         except codecs.JSON_ERRORS as exc:
             problem = codecs.json_problem(exc, raw)
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {problem}") from exc
+        signature = mv.config.signature
+        if signature.inputs and caps.checks_declared_inputs:
+            codecs.check_declared(request, signature, mv.label)
+        codecs.check_request(request)
+        return request, None
     if kind is InputKind.SCHEMA:
         return inst.validate(raw), None
     if kind is InputKind.WIRE:

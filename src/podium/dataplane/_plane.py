@@ -21,12 +21,19 @@ from ..types import (
     WireProtocol,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
+from ._model_config import ModelConfiguration
 from ._repository import ModelRepository
 
 __all__ = ["EXTENSIONS", "DataPlane"]
 
 #: The OIP extensions the server metadata names.
-EXTENSIONS = ("model_repository", "generate", "infer_stream", "binary_tensor_data")
+EXTENSIONS = (
+    "model_repository",
+    "model_configuration",
+    "generate",
+    "infer_stream",
+    "binary_tensor_data",
+)
 
 
 class DataPlane:
@@ -80,8 +87,9 @@ class DataPlane:
         mv = self._registry.get(name, version)
         meta = dict(mv.config.model_metadata)
         platform = meta.pop("platform", "podium")
-        inputs = meta.pop("inputs", [])
-        outputs = meta.pop("outputs", [])
+        inputs = meta.pop("inputs", None) or []
+        outputs = meta.pop("outputs", None) or []
+        meta.pop("max_batch_size", None)  # the configuration's (model_config), not a parameter
         state = {"state": mv.state.value}
         if mv.reason:
             state["reason"] = mv.reason
@@ -94,6 +102,11 @@ class DataPlane:
             version=mv.version or None,
             parameters={**meta, **state},
         )
+
+    def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
+        """That version's configuration as Triton's ``ModelConfig`` (OIP's model configuration
+        extension; the default version when None); ``NotFound`` if unknown."""
+        return self.repository.configuration(name, version)
 
     # -- inference -----------------------------------------------------------------------
 
