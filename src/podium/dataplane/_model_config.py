@@ -239,10 +239,12 @@ def overlay(config: ModelConfig, current: ModelConfiguration, text: str) -> Mode
         try:
             converted = msgspec.convert(value, kind, strict=False)
         except msgspec.ValidationError as exc:
-            raise InvalidInput(f"its 'config' has an invalid '{key}': {exc}") from None
+            if key in CHANGEABLE:
+                raise InvalidInput(f"its 'config' has an invalid '{key}': {exc}") from None
+            converted = _DIFFERENT  # not even of the field's shape: not what Podium has
         if key in CHANGEABLE:
             changed[key] = converted
-        elif converted != getattr(current, key):
+        elif _normal(converted) != getattr(current, key):
             raise InvalidInput(
                 f"its 'config' sets '{key}' to {value!r}, but that is not changed by a load: "
                 f"{_CHANGED_BY[key]}"
@@ -264,6 +266,17 @@ def overlay(config: ModelConfig, current: ModelConfiguration, text: str) -> Mode
         return dataclasses.replace(config, model_metadata=metadata)
     except DefinitionError as exc:
         raise InvalidInput(f"its 'config' does not fit the model: {exc.message}") from None
+
+
+_DIFFERENT = object()
+
+
+def _normal(value: Any) -> Any:
+    """A given field as the configuration holds it (a transaction policy that is not decoupled
+    is no policy: the configuration leaves it out, as Triton's does)."""
+    if isinstance(value, TransactionPolicy) and not value.decoupled:
+        return None
+    return value
 
 
 def _declared(
