@@ -30,10 +30,10 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     call's payload, and the OIP request the call carried (None for other protocols).
 
     An OIP request is checked before any model sees it, whatever it asks for: against the
-    inputs the model declares (``model_metadata``: names, datatypes, shapes), then against the
-    protocol (known datatype, shape and element count, element types and ranges); decoding
-    checks the latter itself, and a model that takes the request gets it checked the same way
-    without the decoding (``codecs.check_request``)."""
+    protocol (known datatype, shape and element count, element types and ranges: decoding
+    checks that itself, and a request a model takes as it is gets the same checks without the
+    decoding, ``codecs.check_request``), then against the inputs the model declares
+    (``model_metadata``: names, datatypes, shapes, batch size)."""
     inst = mv.instance
     caps = inst.capabilities
     if not caps.needs_inputs:
@@ -44,21 +44,22 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     if protocol.oip:
         request: InferenceRequest = raw
         signature = mv.config.signature
-        if signature.inputs and caps.checks_declared_inputs:
+        declared = signature.inputs and caps.checks_declared_inputs
+        if kind is InputKind.DEFAULT or kind is InputKind.SCHEMA:
+            decoded = codecs.decode_request(request)
+            if declared:
+                codecs.check_declared(request, signature, mv.label)
+            if kind is InputKind.SCHEMA:
+                return inst.validate(codecs.inputs_as_json(decoded)), request
+            return decoded, request
+        codecs.check_request(request)
+        if declared:
             codecs.check_declared(request, signature, mv.label)
         if kind is InputKind.OIP_REQUEST:
-            codecs.check_request(request)
             return request, request
         if kind is InputKind.RAW:
-            codecs.check_request(request)
             return _builtins(request), request
-        if kind is InputKind.WIRE:
-            codecs.check_request(request)
-            return WireInput(protocol, _builtins(request)), request
-        decoded = codecs.decode_request(request)
-        if kind is InputKind.SCHEMA:
-            return inst.validate(codecs.inputs_as_json(decoded)), request
-        return decoded, request
+        return WireInput(protocol, _builtins(request)), request
     if kind is InputKind.OIP_REQUEST:
         try:
             if isinstance(raw, bytes | str):
@@ -70,10 +71,10 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
         except codecs.JSON_ERRORS as exc:
             problem = codecs.json_problem(exc, raw)
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {problem}") from exc
+        codecs.check_request(request)
         signature = mv.config.signature
         if signature.inputs and caps.checks_declared_inputs:
             codecs.check_declared(request, signature, mv.label)
-        codecs.check_request(request)
         return request, None
     if kind is InputKind.SCHEMA:
         return inst.validate(raw), None
