@@ -289,7 +289,8 @@ def start_podium(
     paths: list[Path], workdir: Path, store: Path, args: tuple[str, ...] = (), timeout=120
 ) -> Service:
     """``python -m podium serve PATHS`` on 127.0.0.1, every port free, management open (no key,
-    as TorchServe with ``--disable-token-auth``)."""
+    as TorchServe with ``--disable-token-auth``), and load/unload open on the inference ports
+    (``--model-control inference``, as Triton's ``--model-control-mode=explicit``)."""
     cmd = [
         sys.executable,
         "-m",
@@ -307,6 +308,8 @@ def start_podium(
         "--grpc-management-port",
         "0",
         "--no-auth",
+        "--model-control",
+        "inference",
         "--model-store",
         str(store),
         *args,
