@@ -137,6 +137,12 @@ class TensorSpec:
     name: str
     datatype: str
     shape: tuple[int, ...]
+    #: The dimensions of a fixed size, as (index, size) pairs: what a request's shape is held to.
+    fixed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fixed = tuple((i, size) for i, size in enumerate(self.shape) if size != -1)
+        object.__setattr__(self, "fixed", fixed)
 
     def describe(self) -> str:
         """``INPUT0 (FP32 [-1, 16])``: how error messages name it."""

@@ -66,24 +66,20 @@ _TEXT = {str}
 
 def check_bytes(inp: RequestInput, shape: list[int], count: int) -> None:
     """Raise what :func:`decode_bytes` raises for ``inp``, without making the list it returns."""
-    name = inp.name
-    try:
-        leaves = flatten(inp.data)
-    except RaggedError as exc:
-        raise ragged_error(name) from exc
-    if len(leaves) != count:
-        raise count_error(name, shape, count, len(leaves))
-    kinds = set(map(type, leaves))
-    if not kinds <= _TEXT_OR_BYTES:
-        decode_bytes(inp, shape, count)  # names the element of the wrong type
+    data = inp.data
+    kinds = set(map(type, data)) if type(data) is list else None
+    if kinds is None or not kinds <= _TEXT_OR_BYTES:
+        decode_bytes(inp, shape, count)  # nested, or an element of another type: it says which
         return
+    if len(data) != count:
+        raise count_error(inp.name, shape, count, len(data))
     params = inp.parameters
     if isinstance(params, dict) and params.get("content_type") == "str":
         if bytes in kinds:
             decode_bytes(inp, shape, count)  # names the element that is not UTF-8
     elif kinds == _TEXT:
         try:
-            "".join(leaves).encode("utf-8")
+            "".join(data).encode("utf-8")
         except UnicodeEncodeError:
             decode_bytes(inp, shape, count)  # names the element that cannot be encoded
     elif str in kinds:

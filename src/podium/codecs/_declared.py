@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from podium.errors import InvalidTensor
 from podium.types import InferenceRequest, RequestInput, Signature, TensorSpec
 
@@ -29,14 +31,11 @@ def check_declared(request: InferenceRequest, signature: Signature, model: str) 
                 f"{spec.datatype}"
             )
         shape = inp.shape
-        dims = spec.shape
-        if len(shape) != len(dims) or any(
-            d != s and d != -1 for d, s in zip(dims, shape, strict=True)
-        ):
-            raise InvalidTensor(
-                f"input '{inp.name}' has shape {list(shape)}, but {model} declares "
-                f"{list(dims)} (-1: any size)"
-            )
+        if len(shape) != len(spec.shape):
+            _shape_error(inp, spec, model)
+        for index, size in spec.fixed:  # a loop over a few dimensions, no generator: cheaper
+            if shape[index] != size:
+                _shape_error(inp, spec, model)
     if len(inputs) != len(declared):
         sent = {inp.name for inp in inputs}
         missing = [spec for spec in signature.inputs if spec.name not in sent]
@@ -46,6 +45,13 @@ def check_declared(request: InferenceRequest, signature: Signature, model: str) 
     batch = signature.max_batch_size
     if batch and inputs:
         _check_batch(inputs[0].name, inputs, batch, model)
+
+
+def _shape_error(inp: RequestInput, spec: TensorSpec, model: str) -> NoReturn:
+    raise InvalidTensor(
+        f"input '{inp.name}' has shape {list(inp.shape)}, but {model} declares "
+        f"{list(spec.shape)} (-1: any size)"
+    )
 
 
 def _check_batch(first: str, inputs: list[RequestInput], batch: int, model: str) -> None:
