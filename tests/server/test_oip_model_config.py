@@ -123,3 +123,33 @@ def test_unknown_models_and_versions(
 
 def test_the_server_names_the_extension(rest: thttp.InferenceServerClient) -> None:
     assert "model_configuration" in rest.get_server_metadata()["extensions"]
+
+
+@pytest.mark.parametrize("name", ["accumulator", "batched", "identity", "simple", "words"])
+def test_what_perf_analyzer_reads_agrees_with_the_metadata(
+    rest: thttp.InferenceServerClient, grpc_client: tgrpc.InferenceServerClient, name: str
+) -> None:
+    """perf_analyzer's model parser (its ``ModelParser::InitTriton``) reads the metadata's
+    tensors, skips their first dimension when ``max_batch_size`` is above 0, looks every config
+    input and output up in the metadata, and reads ``model_transaction_policy["decoupled"]``
+    and ``response_cache["enable"]`` when they are there; the same over gRPC, whose config it
+    turns into JSON with protobuf."""
+    for config, metadata in (
+        (rest.get_model_config(name), rest.get_model_metadata(name)),
+        (
+            grpc_client.get_model_config(name, as_json=True)["config"],
+            grpc_client.get_model_metadata(name, as_json=True),
+        ),
+    ):
+        batch = int(config.get("max_batch_size", 0))
+        for key, tensors in (("input", "inputs"), ("output", "outputs")):
+            declared = {t["name"]: t for t in metadata[tensors]}
+            for tensor in config.get(key, []):
+                shape = [int(d) for d in declared[tensor["name"]]["shape"]]
+                dims = [int(d) for d in tensor["dims"]]
+                assert (shape[1:] if batch else shape) == dims
+                if batch:
+                    assert shape[0] == -1
+        policy = config.get("model_transaction_policy")
+        assert policy is None or policy["decoupled"] is True
+        assert "response_cache" not in config
