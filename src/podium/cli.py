@@ -122,6 +122,53 @@ def main() -> None:
     "grpc.aio on the event loop instead [128].",
 )
 @click.option(
+    "--grpc-max-concurrent-streams",
+    type=int,
+    default=None,
+    help="Most calls at once on one gRPC connection (HTTP/2 SETTINGS); a client keeps more "
+    "waiting until one ends [100].",
+)
+@click.option(
+    "--grpc-max-connection-idle",
+    type=float,
+    default=None,
+    help="Seconds a gRPC connection may stay without calls before it is closed; 0: never [300].",
+)
+@click.option(
+    "--grpc-max-connection-age",
+    type=float,
+    default=None,
+    help="Seconds after which a gRPC connection is told to go (GOAWAY, ±10%%): its client makes "
+    "new calls on a new connection; 0: never [1800].",
+)
+@click.option(
+    "--grpc-max-connection-age-grace",
+    type=float,
+    default=None,
+    help="Seconds calls in flight may go on after --grpc-max-connection-age before they are "
+    "cut [unlimited].",
+)
+@click.option(
+    "--grpc-keepalive-time",
+    type=float,
+    default=None,
+    help="Seconds a gRPC connection may stay silent before the server pings it; 0: never [60].",
+)
+@click.option(
+    "--grpc-keepalive-timeout",
+    type=float,
+    default=None,
+    help="Seconds the server waits for the answer to its ping before it closes the "
+    "connection [20].",
+)
+@click.option(
+    "--grpc-min-ping-interval",
+    type=float,
+    default=None,
+    help="Least seconds between a client's pings while no data flows; a client that pings more "
+    "often three times is sent GOAWAY (too_many_pings) and disconnected [5].",
+)
+@click.option(
     "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."
 )
 @click.option(
@@ -147,7 +194,8 @@ def main() -> None:
     type=float,
     default=None,
     help="Seconds a connection has to send a complete request head, from its accept or its "
-    "next request's first byte; later: 408 and closed [10].",
+    "next request's first byte; later: 408 and closed (gRPC: the HTTP/2 preface and SETTINGS, "
+    "from its accept) [10].",
 )
 @click.option(
     "--keep-alive-timeout",
@@ -173,8 +221,8 @@ def main() -> None:
     "--max-connections",
     type=int,
     default=None,
-    help="Most connections served at once on each HTTP listener; more are answered 503 "
-    "[1000, fewer if the open-files limit is low].",
+    help="Most connections served at once on each listener; more are answered 503 (HTTP) or "
+    "closed (gRPC) [1000, fewer if the open-files limit is low].",
 )
 @click.option(
     "--secrets-dir",
@@ -270,6 +318,33 @@ def main() -> None:
     help="Which listeners may load and unload models: the management listeners only, or the "
     "inference listeners too (OIP's repository load/unload, open to every inference client: "
     "use with --auth) [management].",
+)
+@click.option(
+    "--shared-memory",
+    type=click.Choice(["off", "system"]),
+    default=None,
+    help="Triton's system shared memory extension: 'system' lets clients on this host register "
+    "regions of POSIX shared memory objects (/dev/shm) and pass tensors through them; any "
+    "client of the inference listeners can then map any such object the server's user can "
+    "open (see --shm-key-prefix, --auth) [off].",
+)
+@click.option(
+    "--shm-key-prefix",
+    default=None,
+    help="Map only shared memory objects whose names (after the leading '/') start with this "
+    "[any].",
+)
+@click.option(
+    "--max-shm-regions",
+    type=int,
+    default=None,
+    help="Most system shared memory regions registered at once [64].",
+)
+@click.option(
+    "--max-shm-size",
+    type=int,
+    default=None,
+    help="Most bytes of system shared memory mapped at once, all regions together [16 GiB].",
 )
 @click.option(
     "--token-expiration",

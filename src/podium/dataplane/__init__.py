@@ -16,14 +16,19 @@ What is served changes only through the management listeners unless the operator
 (:class:`ControlPolicy`, ``--model-control``): the repository's load and unload take the front end
 a call came through and refuse an inference one with ``Forbidden``.
 
+The system shared memory extension (Triton's) is the :class:`SystemSharedMemory` it owns
+(:attr:`DataPlane.shared_memory`): the regions clients register, whichever front end they use,
+and the tensors of every OIP call that name a region, read from it and written into it here.
+
 Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
 ``_repository`` (the repository and its typed descriptions), ``_model_config`` (a version's
 configuration as Triton's ``ModelConfig``, and a load's ``config``), ``_control`` (who may change
-what is served). Nothing here imports a front end.
+what is served), ``_memory`` (system shared memory). Nothing here imports a front end.
 """
 
 from ..runtime import ModelVersion
 from ._control import ControlPolicy, ModelControl
+from ._memory import RegionStatus, SystemSharedMemory, no_cuda, no_cuda_region
 from ._model_config import DATA_TYPES, ModelConfiguration
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
@@ -47,8 +52,12 @@ __all__ = [
     "ModelEntry",
     "ModelRepository",
     "ModelVersion",
+    "RegionStatus",
     "Registered",
     "Scaled",
+    "SystemSharedMemory",
     "VersionDescription",
     "WorkerDescription",
+    "no_cuda",
+    "no_cuda_region",
 ]

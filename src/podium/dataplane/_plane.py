@@ -7,12 +7,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
 
+from msgspec.structs import replace
+
 from .. import __version__
+from ..errors import InvalidInput
 from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
     AnswerStream,
     Call,
+    InferenceRequest,
     InferenceResponse,
     ModelMetadata,
     ModelState,
@@ -21,12 +25,13 @@ from ..types import (
     WireProtocol,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
+from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._model_config import ModelConfiguration
 from ._repository import ModelRepository
 
 __all__ = ["EXTENSIONS", "DataPlane"]
 
-#: The OIP extensions the server metadata names.
+#: The OIP extensions the server metadata names (and ``system_shared_memory`` when it is on).
 EXTENSIONS = (
     "model_repository",
     "model_configuration",
@@ -42,7 +47,8 @@ class DataPlane:
     ``registry`` holds the models served (a new, empty one when None); ``secrets``,
     ``executor`` and ``codec`` are what the :attr:`repository` builds models with (the secrets a
     model may read, the pool its sync code runs in, how request objects reach worker
-    processes).
+    processes). ``shared_memory``: the system shared memory regions clients register (off when
+    None: see :class:`SystemSharedMemory`).
     """
 
     def __init__(
@@ -52,6 +58,7 @@ class DataPlane:
         secrets: Mapping[str, str] | None = None,
         executor: Executor | None = None,
         codec: RequestCodec | None = None,
+        shared_memory: SystemSharedMemory | None = None,
     ) -> None:
         if registry is None:
             registry = Registry()
@@ -59,11 +66,20 @@ class DataPlane:
         #: The models served and the operations that change them (index, load, unload,
         #: register, unregister, scale, set-default, describe).
         self.repository = ModelRepository(registry, secrets=secrets, executor=executor, codec=codec)
+        #: The system shared memory regions (Triton's extension), for every front end; every
+        #: OIP call's tensors that name a region are read from and written to it here.
+        self.shared_memory = shared_memory if shared_memory is not None else SystemSharedMemory()
+        extensions = list(EXTENSIONS)
+        if self.shared_memory.enabled:
+            extensions.append("system_shared_memory")
+        self._extensions = tuple(extensions)
 
     async def close(self) -> None:
-        """Stop the repository's background work, then every model version."""
+        """Stop the repository's background work, then every model version; unmap every
+        shared memory region."""
         await self.repository.close()
         await self._registry.close()
+        self.shared_memory.close()
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -80,7 +96,7 @@ class DataPlane:
         return self._registry.get(name, version).state is ModelState.READY
 
     def server_metadata(self) -> ServerMetadata:
-        return ServerMetadata(name="podium", version=__version__, extensions=list(EXTENSIONS))
+        return ServerMetadata(name="podium", version=__version__, extensions=list(self._extensions))
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """The metadata of that version (the default one when None); ``NotFound`` if unknown."""
@@ -127,29 +143,42 @@ class DataPlane:
         """
         if mv is None:
             mv = self._registry.ready(call.model, call.version)
-        inputs, oip = inputs_of(mv, call)
-        sequence = _sequence(mv, call)
-        caps = mv.instance.capabilities
-        if caps.streaming and not caps.predict_on_infer:
-            async with contextlib.aclosing(
-                _stream_from_scheduler(mv, inputs, call, sequence)
-            ) as stream:
-                items = [item async for item in stream]
-            value = gather(mv, call.protocol, items, oip, sequence)
-            return Answer(value, None, None if sequence is None else sequence.outcome())
-        if sequence is None:
-            result = await mv.scheduler.infer(inputs, call.request)
-        else:
-            scheduler = cast(SequenceScheduling, mv.scheduler)
-            result = await scheduler.infer_in(sequence, inputs, call.request)
-        if call.protocol.oip:
-            result = oip_response(mv, result, oip, sequence)
-        headers = None
-        if isinstance(result, InferenceResponse) and result.parameters:
-            headers = take_headers(result)
-        if sequence is None:
-            return Answer(result, headers)
-        return Answer(result, headers, sequence.outcome())
+        placement: Placement | None = None
+        payload = call.payload
+        if call.protocol.oip and type(payload) is InferenceRequest and uses_shared_memory(payload):
+            placement = self.shared_memory.place(payload)
+            call = replace(call, payload=placement.request)  # the front end's call stays as sent
+        try:
+            inputs, oip = inputs_of(mv, call)
+            sequence = _sequence(mv, call)
+            caps = mv.instance.capabilities
+            if caps.streaming and not caps.predict_on_infer:
+                async with contextlib.aclosing(
+                    _stream_from_scheduler(mv, inputs, call, sequence)
+                ) as stream:
+                    items = [item async for item in stream]
+                value = gather(mv, call.protocol, items, oip, sequence)
+                if placement is not None:
+                    placement.write(value)
+                return Answer(value, None, None if sequence is None else sequence.outcome())
+            if sequence is None:
+                result = await mv.scheduler.infer(inputs, call.request)
+            else:
+                scheduler = cast(SequenceScheduling, mv.scheduler)
+                result = await scheduler.infer_in(sequence, inputs, call.request)
+            if call.protocol.oip:
+                result = oip_response(mv, result, oip, sequence)
+                if placement is not None:
+                    placement.write(result)
+            headers = None
+            if isinstance(result, InferenceResponse) and result.parameters:
+                headers = take_headers(result)
+            if sequence is None:
+                return Answer(result, headers)
+            return Answer(result, headers, sequence.outcome())
+        finally:
+            if placement is not None:
+                placement.release()
 
     def stream(self, call: Call, mv: ModelVersion | None = None) -> AnswerStream:
         """The items of ``call`` (OIP: each an :class:`InferenceResponse`); a non-streaming
@@ -163,17 +192,31 @@ class DataPlane:
     async def _stream(
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
-        inputs, oip = inputs_of(mv, call)
-        items = _stream_from_scheduler(mv, inputs, call, sequence)
+        placement: Placement | None = None
+        payload = call.payload
+        if call.protocol.oip and type(payload) is InferenceRequest and uses_shared_memory(payload):
+            placement = self.shared_memory.place(payload)
+            call = replace(call, payload=placement.request)
         try:
-            if call.protocol.oip:
-                async for item in items:
-                    yield oip_response(mv, item, oip, sequence)
-            else:
-                async for item in items:
-                    yield item
+            inputs, oip = inputs_of(mv, call)
+            items = _stream_from_scheduler(mv, inputs, call, sequence)
+            try:
+                if placement is not None:  # each item is written where the request asked
+                    async for item in items:
+                        response = oip_response(mv, item, oip, sequence)
+                        placement.write(response)
+                        yield response
+                elif call.protocol.oip:
+                    async for item in items:
+                        yield oip_response(mv, item, oip, sequence)
+                else:
+                    async for item in items:
+                        yield item
+            finally:
+                await items.aclose()
         finally:
-            await items.aclose()
+            if placement is not None:
+                placement.release()
 
     def stream_inputs(
         self,
@@ -192,6 +235,12 @@ class DataPlane:
     ) -> AsyncGenerator[Any, None]:
         async def convert_each() -> AsyncGenerator[Any, None]:
             async for call in calls:
+                payload = call.payload
+                if type(payload) is InferenceRequest and uses_shared_memory(payload):
+                    raise InvalidInput(
+                        f"{mv.label} reads a whole stream of requests, whose tensors cannot "
+                        "be in shared memory; send them in the requests"
+                    )
                 yield inputs_of(mv, call)[0]
 
         async with contextlib.aclosing(
@@ -203,13 +252,17 @@ class DataPlane:
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
     """The data plane's own copy of the sequence a call names, for the scheduler to fill in
-    (the call stays as the front end made it); a new sequence when it names none."""
+    (the call stays as the front end made it); a new sequence when it names none. OIP calls
+    follow Triton's rule (``needs_start``: an id with no open sequence needs the start flag);
+    the others TorchServe's (docs/sequences.md)."""
     if not mv.config.sequence_batching:
         return None
     asked = call.sequence
     if asked is None:
         return SequenceRef()  # no id sent: a new sequence
-    return SequenceRef(asked.id, asked.start, asked.end)
+    return SequenceRef(
+        asked.id, asked.start, asked.end, needs_start=call.protocol.oip, joined=asked.joined
+    )
 
 
 def _stream_from_scheduler(

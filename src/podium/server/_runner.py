@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Secrets, ServerConfig
-from ..dataplane import ControlPolicy, DataPlane, ModelControl
+from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
@@ -24,7 +24,7 @@ from ._limits import (
     raise_open_files_limit,
 )
 from ._requests import RequestSnapshots
-from .grpc import GrpcServer, inference_services
+from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
 from .http import HttpApp
 from .management import Management, ManagementApp, UrlPolicy, render_unauthenticated
@@ -120,10 +120,17 @@ class Podium:
             secrets=self.secrets,
             executor=self.executor,
             codec=self.request_codec,
+            shared_memory=SystemSharedMemory(
+                enabled=config.shared_memory == "system",
+                key_prefix=config.shm_key_prefix,
+                max_regions=config.max_shm_regions,
+                max_size=config.max_shm_size,
+            ),
         )
         self.addresses: dict[str, str] = {}
         self._guards: dict[str, ConnectionGuard] = {}
         self._limits: ConnectionLimits | None = None
+        self._grpc_limits: GrpcLimits | None = None
         self._servers: list[_Uvicorn | GrpcServer] = []
         self.authorizer: Authorizer | None = None
         self.management: Management | None = None
@@ -140,11 +147,13 @@ class Podium:
             ports=f"ports {config.management_port} and {config.grpc_management_port}",
         )
         self._limits = self._connection_limits()
+        self._grpc_limits = self._grpc_connection_limits(self._limits)
         repository = self.dataplane.repository
         repository.control = ControlPolicy(ModelControl(config.model_control))
         # for this process's extractions, start-up models' included
         repository.set_archive_limits(config.max_archive_size, config.max_archive_ratio)
         self._warn_model_control()
+        self._warn_shared_memory()
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
         inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
@@ -169,6 +178,7 @@ class Podium:
             grace=GRACE,
             threads=self.config.grpc_threads,
             authorize=None if inference_keys is None else self._authorize_inference,
+            limits=self._grpc_limits,
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
@@ -212,6 +222,32 @@ class Podium:
             config.grpc_port,
         )
 
+    def _warn_shared_memory(self) -> None:
+        """A warning when any client of the inference listeners may map shared memory."""
+        config = self.config
+        if config.shared_memory != "system":
+            return
+        which = (
+            f"objects named '{config.shm_key_prefix}*'"
+            if config.shm_key_prefix
+            else "any POSIX shared memory object this server's user can open"
+        )
+        if config.auth:
+            logger.info(
+                "system shared memory is on: clients with the inference key can map %s", which
+            )
+            return
+        logger.warning(
+            "system shared memory is on (--shared-memory system) without --auth: every client "
+            "that can reach the inference listeners (%s, HTTP port %s, gRPC port %s) can make "
+            "the server map %s and read or write it through a model; add --auth, or "
+            "--shm-key-prefix, or listen on loopback only",
+            config.host,
+            config.http_port,
+            config.grpc_port,
+            which,
+        )
+
     def _keys(self) -> Authorizer | None:
         """The keys, written to the key file: for every listener with ``--auth``, for the
         management API by default (unless the default key file cannot be written: then a
@@ -249,7 +285,8 @@ class Podium:
         if files is not None:
             before, now = files
             logger.info(
-                "open-files limit %s; at most %d connections per HTTP listener",
+                "open-files limit %s; at most %d connections per HTTP listener and per gRPC "
+                "listener",
                 f"raised from {before} to {now}" if now != before else now,
                 max_connections,
             )
@@ -262,6 +299,22 @@ class Podium:
             body_timeout=config.body_timeout,
             min_body_rate=config.min_body_rate,
             max_connections=max_connections,
+        )
+
+    def _grpc_connection_limits(self, http: ConnectionLimits) -> GrpcLimits:
+        """Both gRPC listeners' limits: the connection cap and the handshake time of the HTTP
+        listeners (``--max-connections``, ``--header-timeout``), and the ``--grpc-*`` ones."""
+        config = self.config
+        return GrpcLimits(
+            max_connections=http.max_connections,
+            max_concurrent_streams=config.grpc_max_concurrent_streams,
+            handshake_timeout=http.header_timeout,
+            max_connection_idle=config.grpc_max_connection_idle,
+            max_connection_age=config.grpc_max_connection_age,
+            max_connection_age_grace=config.grpc_max_connection_age_grace,
+            keepalive_time=config.grpc_keepalive_time,
+            keepalive_timeout=config.grpc_keepalive_timeout,
+            min_ping_interval=config.grpc_min_ping_interval,
         )
 
     async def _serve_http(self, name: str, app: Any, host: str, port: int) -> None:
@@ -313,6 +366,7 @@ class Podium:
             max_message_size=config.grpc_max_message_size,
             grace=GRACE,
             threads=0,  # grpc.aio: management calls are few, and none holds a thread
+            limits=self._grpc_limits,
         )
         self.addresses["grpc-management"] = await grpc_server.start()
         self._servers.append(grpc_server)

@@ -24,9 +24,10 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
-from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from ._errors import abort_with, unhandled_status
+from ._limits import GrpcLimits, StreamBudget
 from ._pool import reflection_pool
 from .bridge import Bridge, Decision, decide
 
@@ -133,6 +134,9 @@ class GrpcServer:
     either way.
 
     Messages larger than ``max_message_size`` bytes, either way, end the call with
+    ``RESOURCE_EXHAUSTED``. ``limits`` (default: ``GrpcLimits()``) bound connections, streams,
+    pings and the life of a connection, either way (:mod:`._limits`). On a thread-pool server,
+    streams (blocking ones and reflection's) hold at most half the ``threads``; more end with
     ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
     """
 
@@ -147,6 +151,7 @@ class GrpcServer:
         threads: int = 128,
         authorize: Callable[[Any], None] | None = None,
         relay: bool = True,
+        limits: GrpcLimits | None = None,
     ) -> None:
         self.services = list(services)
         self.host = host
@@ -158,22 +163,38 @@ class GrpcServer:
         self.decision: Decision | None = None
         self._authorize = authorize
         self.health = _Health(self.services)
+        if limits is None:
+            limits = GrpcLimits()
         options = [
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
             # A port that another process listens on must fail here, not be shared.
             ("grpc.so_reuseport", 0),
+            *limits.options(),
         ]
+        self.limits = limits
         self._pools: list[ThreadPoolExecutor] = []
         self._bridge: Bridge | None = None
+        #: How many streams may hold pool threads (thread-pool servers only).
+        self.streams: StreamBudget | None = None
         self._server: Any
         if threads > 0:
             handlers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc")
             readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
             self._pools = [handlers, readers]
+            self.streams = StreamBudget(max(1, threads // 2))
+            # No maximum_concurrent_rpcs: grpc's count never sees relayed calls (they end, for
+            # it, when handed to the loop), and blocking unary calls waiting for a thread are
+            # bounded by connections x streams, as relayed ones in flight (see _limits).
             self._server = grpc.server(handlers, options=options)
         else:
+            # No thread per call: calls in flight are bounded by connections x streams alone.
             self._server = grpc.aio.server(options=options)
+        self._enable_reflection()
+
+    def _enable_reflection(self) -> None:
+        """Reflection, from a private descriptor pool; on a thread-pool server its streams
+        (each holds a pool thread while open) count against the stream budget."""
         names = [s.name for s in self.services]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
         outputs = {
@@ -181,11 +202,14 @@ class GrpcServer:
             for s in self.services
             for method, message in s.served_outputs.items()
         }
-        reflection.enable_server_reflection(
-            [*names, health_name, reflection.SERVICE_NAME],
-            self._server,
-            pool=reflection_pool(outputs, [health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR]),
-        )
+        served = [*names, health_name, reflection.SERVICE_NAME]
+        pool = reflection_pool(outputs, [health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR])
+        if self.streams is None:
+            reflection.enable_server_reflection(served, self._server, pool=pool)
+            return
+        servicer = reflection.ReflectionServicer(served, pool=pool)
+        servicer.ServerReflectionInfo = self.streams.limited(servicer.ServerReflectionInfo)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, self._server)
 
     @property
     def threaded(self) -> bool:
@@ -203,13 +227,16 @@ class GrpcServer:
                 self.decision = await decide(unhandled_status)
             else:
                 self.decision = Decision.blocking("relay=False")
-            self._bridge = Bridge(
+            bridge = Bridge(
                 asyncio.get_running_loop(),
                 self._pools[1],
                 internals=self.decision.internals,
                 status=unhandled_status,
             )
-            adapt = self._bridge.handler
+            self._bridge = bridge
+            adapt = bridge.handler
+            if self.decision.internals is None and self.streams is not None:
+                adapt = _counted(self.streams, bridge.handler)  # blocking: streams hold threads
         guard = _guarded(self._authorize) if self._authorize is not None else _unchanged
         for service in self.services:
             methods = {name: adapt(guard(handler)) for name, handler in service.methods.items()}
@@ -262,6 +289,17 @@ class GrpcServer:
 
 def _unchanged(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return handler
+
+
+def _counted(
+    budget: StreamBudget, adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]
+) -> Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]:
+    """``adapt``, then the streams of the handler it makes counted against ``budget``."""
+
+    def counted(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return budget.handler(adapt(handler))
+
+    return counted
 
 
 def _guarded(
