@@ -21,6 +21,7 @@ import yaml
 
 from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit
 from .errors import DefinitionError, MissingSecret
+from .types import DATATYPES, Signature, TensorSpec
 
 __all__ = [
     "FIELDS",
@@ -38,6 +39,7 @@ __all__ = [
     "normalize_host",
     "normalize_origin",
     "origin_of",
+    "signature_of",
 ]
 
 
@@ -92,6 +94,15 @@ class ModelConfig:
     continuous_batching: bool = _default("continuous_batching")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
+    #: The tensors ``model_metadata`` declares (:func:`signature_of`), made when the config is.
+    signature: Signature = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            signature = signature_of(self.model_metadata)
+        except ValueError as exc:
+            raise DefinitionError(f"model '{self.name}': {exc}") from None
+        object.__setattr__(self, "signature", signature)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], *, default_name: str, where: str) -> ModelConfig:
@@ -120,6 +131,11 @@ class ModelConfig:
                 f"{where}: '{low.key}' ({values[low.attr]}) must not exceed "
                 f"'{high.key}' ({values[high.attr]})"
             )
+        if "model_metadata" in values:
+            try:
+                signature_of(values["model_metadata"])
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
         if problems:
             raise DefinitionError("; ".join(problems), problems)
         return cls(**values)
@@ -127,6 +143,77 @@ class ModelConfig:
 
 #: The keys of a ``config.yaml`` (and of a ``podium:`` section in TorchServe's and MLServer's files).
 MODEL_KEYS = frozenset(FIELDS)
+
+#: The keys of one tensor described in ``model_metadata`` (MLServer's ``MetadataTensor``).
+TENSOR_KEYS = ("name", "datatype", "shape", "parameters")
+
+
+def signature_of(metadata: Mapping[str, Any], *, prefix: str = "model_metadata.") -> Signature:
+    """The tensors a model's ``model_metadata`` declares: ``inputs`` and ``outputs`` (lists of
+    ``{name, datatype, shape[, parameters]}``; ``-1`` in a shape is a dimension of any size) and
+    ``max_batch_size`` (0 when absent: when above 0, every declared shape starts with ``-1``,
+    the batch dimension, as Triton's metadata shapes do). ``ValueError`` names the first
+    problem, with ``prefix`` before the keys it names (``model_metadata.inputs[1].datatype``)."""
+    lists: dict[str, tuple[TensorSpec, ...]] = {}
+    for key in ("inputs", "outputs"):
+        entries = metadata.get(key)
+        if entries is None:
+            lists[key] = ()
+            continue
+        if not isinstance(entries, list):
+            raise ValueError(
+                f"'{prefix}{key}' must be a list of tensors ({{name, datatype, shape}}), "
+                f"got {entries!r}"
+            )
+        specs = [_tensor_spec(f"{prefix}{key}[{i}]", e) for i, e in enumerate(entries)]
+        names = [spec.name for spec in specs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"'{prefix}{key}' names {', '.join(twice)} more than once")
+        lists[key] = tuple(specs)
+    batch = metadata.get("max_batch_size", 0)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+        raise ValueError(f"'{prefix}max_batch_size' must be an integer >= 0, got {batch!r}")
+    if batch:
+        for key, declared in lists.items():
+            for spec in declared:
+                if not spec.shape or spec.shape[0] != -1:
+                    raise ValueError(
+                        f"'{prefix}max_batch_size' is {batch}, so every declared shape starts "
+                        f"with the batch dimension -1; {key} {spec.name} has shape "
+                        f"{list(spec.shape)}"
+                    )
+    return Signature(lists["inputs"], lists["outputs"], batch)
+
+
+def _tensor_spec(where: str, entry: Any) -> TensorSpec:
+    if not isinstance(entry, dict):
+        raise ValueError(f"'{where}' must be a mapping of name, datatype and shape, got {entry!r}")
+    unknown = sorted(str(key) for key in entry if key not in TENSOR_KEYS)
+    if unknown:
+        raise ValueError(
+            f"'{where}' has unknown key(s) {', '.join(unknown)} (allowed: {', '.join(TENSOR_KEYS)})"
+        )
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"'{where}.name' must be a non-empty string, got {name!r}")
+    datatype = entry.get("datatype")
+    if datatype not in DATATYPES:
+        raise ValueError(
+            f"'{where}.datatype' must be an OIP datatype ({', '.join(sorted(DATATYPES))}), "
+            f"got {datatype!r}"
+        )
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(dim, int) and not isinstance(dim, bool) and dim >= -1 for dim in shape
+    ):
+        raise ValueError(
+            f"'{where}.shape' must be a list of integers >= -1 (-1: any size), got {shape!r}"
+        )
+    parameters = entry.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise ValueError(f"'{where}.parameters' must be a mapping, got {parameters!r}")
+    return TensorSpec(name, datatype, tuple(shape))
 
 
 #: ``model_control``'s values: which listeners may load and unload models.

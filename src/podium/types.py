@@ -46,6 +46,8 @@ __all__ = [
     "SequenceOutcome",
     "SequenceRef",
     "ServerMetadata",
+    "Signature",
+    "TensorSpec",
     "WireInput",
     "WireProtocol",
 ]
@@ -126,6 +128,45 @@ class MetadataTensor(msgspec.Struct, kw_only=True, omit_defaults=True):
     datatype: str
     shape: list[int]
     parameters: Parameters | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor a model declares (``model_metadata`` ``inputs`` / ``outputs``): its name, its OIP
+    datatype and its shape, where ``-1`` is a dimension of any size."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    #: The dimensions of a fixed size, as (index, size) pairs: what a request's shape is held to.
+    fixed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fixed = tuple((i, size) for i, size in enumerate(self.shape) if size != -1)
+        object.__setattr__(self, "fixed", fixed)
+
+    def describe(self) -> str:
+        """``INPUT0 (FP32 [-1, 16])``: how error messages name it."""
+        return f"{self.name} ({self.datatype} [{', '.join(map(str, self.shape))}])"
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What a model declares of its tensors (``model_metadata`` in its config).
+
+    ``inputs`` / ``outputs``: the declared tensors (empty: none declared; requests are then not
+    checked against declarations). ``max_batch_size``: 0, or the largest first dimension a
+    request may have, every declared shape then starting with that batch dimension (``-1``), as
+    Triton's ``max_batch_size``. ``by_name``: the inputs by name.
+    """
+
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    max_batch_size: int = 0
+    by_name: Mapping[str, TensorSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {spec.name: spec for spec in self.inputs})
 
 
 class ModelState(enum.Enum):
@@ -464,6 +505,11 @@ class Capabilities:
     #: TorchServe handler is given); None when the model's own code decides (management's
     #: describe then says "cpu").
     device: str | None = None
+    #: OIP requests are checked against the inputs the model declares (its config's
+    #: ``signature``) before it sees them. False for an MLServer runtime: the inputs of its
+    #: ``model-settings.json`` are hints (content types), which MLServer never checks requests
+    #: against, and often name only some of the inputs.
+    checks_declared_inputs: bool = True
 
 
 class ModelInstance(Protocol):

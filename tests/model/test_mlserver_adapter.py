@@ -161,7 +161,8 @@ def test_prepare_problems_name_the_model_and_the_implementation(
     with pytest.raises(DefinitionError, match="Runtime\\(settings\\) raised OSError: no GPU"):
         make(tmp_path, code, executor, name="e")
     bad_inputs = [{"name": "x", "datatype": "NOPE", "shape": [1]}]
-    with pytest.raises(DefinitionError, match="model-settings.json: 'inputs.0.datatype'"):
+    # Podium's own check of the declared tensors, before MLServer's (pydantic's 'inputs.0').
+    with pytest.raises(DefinitionError, match=r"model-settings.json: 'inputs\[0\]\.datatype'"):
         make(tmp_path, ECHO, executor, name="f", inputs=bad_inputs)
 
 

@@ -36,6 +36,7 @@ def test_messages_live_in_a_private_pool_under_their_wire_names() -> None:
         "ModelReady",
         "ServerMetadata",
         "ModelMetadata",
+        "ModelConfig",
         "ModelInfer",
         "ModelStreamInfer",
         "RepositoryIndex",
@@ -73,6 +74,8 @@ TRITON_MESSAGES = [
     "ServerMetadataRequest",
     "ServerMetadataResponse",
     "ModelMetadataRequest",
+    "ModelConfigRequest",
+    "ModelConfigResponse",
     "InferParameter",
     "InferTensorContents",
     "ModelInferRequest",
@@ -128,6 +131,44 @@ def test_extensions_beyond_triton_are_new_fields_only() -> None:
         POOL.FindMessageTypeByName(f"inference.{name}").CopyToProto(ours)
         theirs_fields, ours_fields = _fields(theirs), _fields(ours)
         assert {k: ours_fields[k] for k in theirs_fields} == theirs_fields
+
+
+def _enums(descriptor: descriptor_pb2.DescriptorProto) -> dict[str, dict[str, int]]:
+    found = {e.name: {v.name: v.number for v in e.value} for e in descriptor.enum_type}
+    for nested in descriptor.nested_type:
+        for name, values in _enums(nested).items():
+            found[f"{nested.name}.{name}"] = values
+    return found
+
+
+def test_model_config_is_a_subset_of_tritons_field_for_field() -> None:
+    """model_config.proto declares Triton's ModelConfig messages with only the fields Podium
+    fills: each is Triton's (number, type, label, type), and every enum has all of Triton's
+    values, so tritonclient reads Podium's ModelConfig as its own."""
+    from tritonclient.grpc import model_config_pb2
+
+    from podium.server.grpc._pool import POOL
+
+    ours_file = descriptor_pb2.FileDescriptorProto()
+    POOL.FindFileByName("model_config.proto").CopyToProto(ours_file)
+    theirs_file = descriptor_pb2.FileDescriptorProto()
+    model_config_pb2.DESCRIPTOR.CopyToProto(theirs_file)
+    assert (ours_file.package, ours_file.syntax) == (theirs_file.package, "proto3")
+    theirs = {m.name: m for m in theirs_file.message_type}
+    assert len(ours_file.message_type) >= 10
+    for message in ours_file.message_type:
+        ours_fields, theirs_fields = _fields(message), _fields(theirs[message.name])
+        assert {k: theirs_fields[k] for k in ours_fields} == ours_fields, message.name
+        for name, values in _enums(message).items():
+            assert values == _enums(theirs[message.name])[name], name
+    their_enums = {e.name: {v.name: v.number for v in e.value} for e in theirs_file.enum_type}
+    for enum in ours_file.enum_type:
+        assert {v.name: v.number for v in enum.value} == their_enums[enum.name]
+    # The oneofs a client switches on have Triton's names.
+    config = POOL.FindMessageTypeByName("inference.ModelConfig")
+    assert set(config.oneofs_by_name) == {"scheduling_choice"}
+    policy = POOL.FindMessageTypeByName("inference.ModelVersionPolicy")
+    assert set(policy.oneofs_by_name) == {"policy_choice"}
 
 
 # -- tritonclient in the same process, in either order ------------------------------------------

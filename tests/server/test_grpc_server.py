@@ -213,10 +213,17 @@ def test_repository_errors(repository_server: Server, pb: Any) -> None:
             call()
         assert caught.value.status() == "StatusCode.NOT_FOUND"
         assert "model 'nope' is not known" in caught.value.message()
+    # A config that changes what Podium does not let a load change (issue 12, item 1: a load's
+    # config changes what the model declares, test_oip_repository.py), and a model sent as files.
     with pytest.raises(triton.InferenceServerException) as caught:
-        client.load_model("fine", config='{"max_batch_size": 8}')
+        client.load_model("fine", config='{"instance_group": [{"count": 2}]}')
     assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "parameter(s) config is not supported" in caught.value.message()
+    assert "failed to load model 'fine'" in caught.value.message()
+    assert "workers are scaled through the management API" in caught.value.message()
+    with pytest.raises(triton.InferenceServerException) as caught:
+        client.load_model("fine", config="{}", files={"file:1/model.py": b"print()"})
+    assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "file:1/model.py" in caught.value.message() and "not supported" in caught.value.message()
     assert client.is_model_ready("fine")
 
 

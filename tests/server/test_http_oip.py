@@ -147,7 +147,8 @@ async def test_every_model_route_reaches_the_version(
     assert (body["model_name"], body["model_version"]) == ("versioned", expected)
     assert outputs_by_name(body)["version"]["data"] == [expected]
 
-    r = await client.post(base + "/generate", json={"text_input": "hi"})
+    # Triton's generate form: the field is the model's declared input x (FP64 [-1]).
+    r = await client.post(base + "/generate", json={"x": 1.5})
     assert r.status_code == 200, r.text
     assert r.json()["version"] == expected
     assert r.json()["model_version"] == expected

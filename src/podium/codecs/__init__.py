@@ -1,5 +1,9 @@
 """Open Inference Protocol (v2) tensors to Python values and back.
 
+Checking without decoding: :func:`check_input` / :func:`check_request` raise exactly what decoding
+would, for a model that takes the request itself; :func:`check_declared` checks a request against
+the inputs a model declares (names, datatypes, shapes with ``-1`` wildcards, batch size).
+
 Decoding (request side): :func:`decode_input` turns one ``RequestInput`` into a numpy array of
 the exact dtype its datatype names, or, for ``BYTES``, into a flat ``list[bytes]`` (or
 ``list[str]`` when the input's parameters say ``content_type: "str"``). Every way a tensor can
@@ -31,7 +35,9 @@ This package knows nothing about HTTP or gRPC: front ends hand it the neutral st
 
 Layout (private modules; import the names below from ``podium.codecs``)::
 
-    _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json
+    _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json;
+                   the same checks without decoding: check_input, check_request
+    _declared.py   a request against the tensors its model declares: check_declared
     _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default
     _raw.py        the binary tensor extension / raw contents: decode_raw, encode_raw
     _bytes.py      BYTES elements: as JSON strings or bytes, and length-prefixed raw
@@ -45,13 +51,17 @@ Imports point up this list's reverse: ``_shape`` and ``_datatypes`` import no si
 
 from __future__ import annotations
 
-from ._inputs import decode_input, decode_request, inputs_as_json
+from ._declared import check_declared
+from ._inputs import check_input, check_request, decode_input, decode_request, inputs_as_json
 from ._json import JSON_ERRORS, json_problem
 from ._outputs import concat_outputs, encode_output, encode_outputs, json_default
 from ._raw import decode_raw, encode_raw
 
 __all__ = [
     "JSON_ERRORS",
+    "check_declared",
+    "check_input",
+    "check_request",
     "concat_outputs",
     "decode_input",
     "decode_raw",

@@ -13,7 +13,7 @@ from podium.types import RequestInput
 
 from ._shape import RaggedError, count_error, describe, flatten, plural, ragged_error
 
-__all__ = ["decode_bytes", "decode_raw_bytes", "encode_raw_bytes"]
+__all__ = ["check_bytes", "decode_bytes", "decode_raw_bytes", "encode_raw_bytes"]
 
 
 def decode_bytes(inp: RequestInput, shape: list[int], count: int) -> list[str] | list[bytes]:
@@ -58,6 +58,32 @@ def decode_bytes(inp: RequestInput, shape: list[int], count: int) -> list[str] |
         else:
             raise _bad_bytes_element(name, item)
     return blobs
+
+
+_TEXT_OR_BYTES = {str, bytes}
+_TEXT = {str}
+
+
+def check_bytes(inp: RequestInput, shape: list[int], count: int) -> None:
+    """Raise what :func:`decode_bytes` raises for ``inp``, without making the list it returns."""
+    data = inp.data
+    kinds = set(map(type, data)) if type(data) is list else None
+    if kinds is None or not kinds <= _TEXT_OR_BYTES:
+        decode_bytes(inp, shape, count)  # nested, or an element of another type: it says which
+        return
+    if len(data) != count:
+        raise count_error(inp.name, shape, count, len(data))
+    params = inp.parameters
+    if isinstance(params, dict) and params.get("content_type") == "str":
+        if bytes in kinds:
+            decode_bytes(inp, shape, count)  # names the element that is not UTF-8
+    elif kinds == _TEXT:
+        try:
+            "".join(data).encode("utf-8")
+        except UnicodeEncodeError:
+            decode_bytes(inp, shape, count)  # names the element that cannot be encoded
+    elif str in kinds:
+        decode_bytes(inp, shape, count)
 
 
 def _bad_bytes_element(name: str, item: Any) -> InvalidTensor:

@@ -31,6 +31,14 @@ class RaggedError(ValueError):
 
 def check_shape(name: str, shape: Any) -> list[int]:
     """``shape`` as a list of ints, or :class:`InvalidTensor` naming input ``name``."""
+    if type(shape) is list:
+        # The common case, a list of Python ints as msgspec and protobuf give it: a loop over
+        # the few dimensions costs a fifth of the general test below.
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, list | tuple) and all(
         isinstance(dim, int | np.integer) and not isinstance(dim, bool) and dim >= 0
         for dim in shape

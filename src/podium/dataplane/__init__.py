@@ -24,8 +24,9 @@ shutdown can turn readiness false, drain them, and cut those that outlive its gr
 ``ShuttingDown``, whichever protocol they came through.
 
 Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
-``_repository`` (the repository and its typed descriptions), ``_control`` (who may change what
-is served), ``_memory`` (system shared memory), ``_flight`` (the calls in flight, for the
+``_repository`` (the repository and its typed descriptions), ``_model_config`` (a version's
+configuration as Triton's ``ModelConfig``, and a load's ``config``), ``_control`` (who may change
+what is served), ``_memory`` (system shared memory), ``_flight`` (the calls in flight, for the
 shutdown). Nothing here imports a front end.
 """
 
@@ -33,6 +34,7 @@ from ..runtime import ModelVersion
 from ._control import ControlPolicy, ModelControl
 from ._flight import FlightReport, InFlight
 from ._memory import RegionStatus, SystemSharedMemory, no_cuda, no_cuda_region
+from ._model_config import DATA_TYPES, ModelConfiguration
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
     ConfigOverrides,
@@ -45,12 +47,14 @@ from ._repository import (
 )
 
 __all__ = [
+    "DATA_TYPES",
     "EXTENSIONS",
     "ConfigOverrides",
     "ControlPolicy",
     "DataPlane",
     "FlightReport",
     "InFlight",
+    "ModelConfiguration",
     "ModelControl",
     "ModelEntry",
     "ModelRepository",

@@ -27,7 +27,13 @@ __all__ = ["gather", "inputs_of", "oip_response", "take_headers"]
 
 def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
     """What the model's first parameter asks for (its capabilities' ``input_kind``) made of the
-    call's payload, and the OIP request the call carried (None for other protocols)."""
+    call's payload, and the OIP request the call carried (None for other protocols).
+
+    An OIP request is checked before any model sees it, whatever it asks for: against the
+    protocol (known datatype, shape and element count, element types and ranges: decoding
+    checks that itself, and a request a model takes as it is gets the same checks without the
+    decoding, ``codecs.check_request``), then against the inputs the model declares
+    (``model_metadata``: names, datatypes, shapes, batch size)."""
     inst = mv.instance
     caps = inst.capabilities
     if not caps.needs_inputs:
@@ -37,26 +43,39 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     protocol = call.protocol
     if protocol.oip:
         request: InferenceRequest = raw
+        signature = mv.config.signature
+        declared = signature.inputs and caps.checks_declared_inputs
+        if kind is InputKind.DEFAULT or kind is InputKind.SCHEMA:
+            decoded = codecs.decode_request(request)
+            if declared:
+                codecs.check_declared(request, signature, mv.label)
+            if kind is InputKind.SCHEMA:
+                return inst.validate(codecs.inputs_as_json(decoded)), request
+            return decoded, request
+        codecs.check_request(request)
+        if declared:
+            codecs.check_declared(request, signature, mv.label)
         if kind is InputKind.OIP_REQUEST:
             return request, request
         if kind is InputKind.RAW:
             return _builtins(request), request
-        if kind is InputKind.WIRE:
-            return WireInput(protocol, _builtins(request)), request
-        decoded = codecs.decode_request(request)
-        if kind is InputKind.SCHEMA:
-            return inst.validate(codecs.inputs_as_json(decoded)), request
-        return decoded, request
+        return WireInput(protocol, _builtins(request)), request
     if kind is InputKind.OIP_REQUEST:
         try:
             if isinstance(raw, bytes | str):
-                return msgspec.json.decode(raw, type=InferenceRequest), None
-            return msgspec.convert(raw, InferenceRequest), None
+                request = msgspec.json.decode(raw, type=InferenceRequest)
+            else:
+                request = msgspec.convert(raw, InferenceRequest)
         except msgspec.ValidationError as exc:
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {exc}") from exc
         except codecs.JSON_ERRORS as exc:
             problem = codecs.json_problem(exc, raw)
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {problem}") from exc
+        codecs.check_request(request)
+        signature = mv.config.signature
+        if signature.inputs and caps.checks_declared_inputs:
+            codecs.check_declared(request, signature, mv.label)
+        return request, None
     if kind is InputKind.SCHEMA:
         return inst.validate(raw), None
     if kind is InputKind.WIRE:

@@ -29,12 +29,19 @@ from ..types import (
 from ._convert import gather, inputs_of, oip_response, take_headers
 from ._flight import InFlight
 from ._memory import Placement, SystemSharedMemory, uses_shared_memory
+from ._model_config import ModelConfiguration
 from ._repository import ModelRepository
 
 __all__ = ["EXTENSIONS", "DataPlane"]
 
 #: The OIP extensions the server metadata names (and ``system_shared_memory`` when it is on).
-EXTENSIONS = ("model_repository", "generate", "infer_stream", "binary_tensor_data")
+EXTENSIONS = (
+    "model_repository",
+    "model_configuration",
+    "generate",
+    "infer_stream",
+    "binary_tensor_data",
+)
 
 
 class DataPlane:
@@ -112,8 +119,9 @@ class DataPlane:
         mv = self._registry.get(name, version)
         meta = dict(mv.config.model_metadata)
         platform = meta.pop("platform", "podium")
-        inputs = meta.pop("inputs", [])
-        outputs = meta.pop("outputs", [])
+        inputs = meta.pop("inputs", None) or []
+        outputs = meta.pop("outputs", None) or []
+        meta.pop("max_batch_size", None)  # the configuration's (model_config), not a parameter
         state = {"state": mv.state.value}
         if mv.reason:
             state["reason"] = mv.reason
@@ -129,6 +137,11 @@ class DataPlane:
             version=mv.version or None,
             parameters={**meta, **state},
         )
+
+    def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
+        """That version's configuration as Triton's ``ModelConfig`` (OIP's model configuration
+        extension; the default version when None); ``NotFound`` if unknown."""
+        return self.repository.configuration(name, version)
 
     # -- inference -----------------------------------------------------------------------
 

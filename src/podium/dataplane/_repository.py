@@ -38,6 +38,7 @@ from ..runtime import (
 )
 from ..types import ModelState, RepositoryModel, WireProtocol
 from ._control import ControlPolicy
+from ._model_config import ModelConfiguration, configuration, overlay
 
 __all__ = [
     "ConfigOverrides",
@@ -180,6 +181,8 @@ class ModelRepository:
         self._started = {id(mv): _now() for mv in registry}
         self._given: dict[int, str] = {}  # id(mv) → its source as the paths given at start say
         self._serving = False  # start-up (load_all) has ended
+        # id(mv) → the version and its config as found, while a load's config changes it.
+        self._found: dict[int, tuple[ModelVersion, ModelConfig]] = {}
         #: Which listeners may load and unload models; the server sets it at start.
         self.control = ControlPolicy()
 
@@ -280,16 +283,54 @@ class ModelRepository:
         when it has more to check, so that a refused client learns nothing else."""
         self.control.check(action, via)
 
-    async def load(self, name: str, *, via: WireProtocol | None) -> None:
+    async def load(self, name: str, *, via: WireProtocol | None, config: str | None = None) -> None:
         """Make every version of ``name`` serve again (a failed or unloaded one loads again);
         ``via``: the front end the call came through (:meth:`check_control`). ``Forbidden`` if
-        it may not, ``NotFound`` if unknown, ``ModelError`` naming each version that failed."""
+        it may not, ``NotFound`` if unknown, ``ModelError`` naming each version that failed.
+
+        ``config``: Triton's ``ModelConfig`` as JSON (a load's ``config`` parameter), applied
+        to every version as :func:`overlay` says (what the model declares of its tensors), in
+        place of the config the version was found with; ``InvalidInput`` if it cannot be. A
+        load without one puts the found config back, as Triton reads its repository again."""
         self.control.check(f"loading model '{name}'", via)
+        try:
+            versions = self._registry.versions(name)
+        except NotFound as exc:
+            raise NotFound(f"failed to load: {exc.message}") from None
+        if config is None:
+            for mv in versions:
+                found = self._found.pop(id(mv), None)
+                if found is not None:
+                    mv.config = found[1]
+        else:
+            changed = []
+            for mv in versions:
+                entry = self._found.get(id(mv))
+                base = entry[1] if entry is not None else mv.config
+                try:
+                    changed.append((mv, base, overlay(base, self._configuration(mv), config)))
+                except InvalidInput as exc:
+                    raise InvalidInput(f"failed to load {mv.label}: {exc.message}") from None
+            for mv, base, new in changed:  # all or none
+                self._found.setdefault(id(mv), (mv, base))
+                mv.config = new
         versions = await self._registry.load(name)
         failed = [mv for mv in versions if mv.state is not ModelState.READY]
         if failed:
             reasons = "; ".join(f"{mv.label}: {mv.reason}" for mv in failed)
             raise ModelError(f"model '{name}' failed to load: {reasons}")
+
+    def configuration(self, name: str, version: str | None = None) -> ModelConfiguration:
+        """That version's configuration as Triton's ``ModelConfig`` (the default version when
+        None; OIP's model configuration extension); ``NotFound`` if unknown."""
+        return self._configuration(self._registry.get(name, version))
+
+    def _configuration(self, mv: ModelVersion) -> ModelConfiguration:
+        config = mv.config
+        workers, _ = self._scaled.get(
+            (mv.name, mv.version), (config.min_workers, config.max_workers)
+        )
+        return configuration(mv, workers)
 
     async def unload(self, name: str, *, via: WireProtocol | None) -> None:
         """Stop serving every version of ``name`` (requests in flight finish); ``via`` as for
@@ -416,6 +457,7 @@ class ModelRepository:
             self._scaled.pop((name, mv.version), None)
             self._started.pop(id(mv), None)
             self._given.pop(id(mv), None)
+            self._found.pop(id(mv), None)
 
     # -- scale, set-default ----------------------------------------------------------------
 

@@ -289,8 +289,10 @@ def start_podium(
     paths: list[Path], workdir: Path, store: Path, args: tuple[str, ...] = (), timeout=120
 ) -> Service:
     """``python -m podium serve PATHS`` on 127.0.0.1, every port free, management open (no key,
-    as TorchServe with ``--disable-token-auth``), system shared memory on (as the Triton it is
-    compared with: 2.51 has it on; from 2.69 Triton needs ``--allow-client-shm=true`` too)."""
+    as TorchServe with ``--disable-token-auth``), load/unload open on the inference ports
+    (``--model-control inference``, as Triton's ``--model-control-mode=explicit``), and system
+    shared memory on (as the Triton it is compared with: 2.51 has it on; from 2.69 Triton needs
+    ``--allow-client-shm=true`` too)."""
     cmd = [
         sys.executable,
         "-m",
@@ -308,6 +310,8 @@ def start_podium(
         "--grpc-management-port",
         "0",
         "--no-auth",
+        "--model-control",
+        "inference",
         "--shared-memory",
         "system",
         "--model-store",

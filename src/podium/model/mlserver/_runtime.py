@@ -128,6 +128,8 @@ class MLServerModel:
             # plane calls predict on non-streaming routes instead of gathering predict_stream.
             predict_on_infer=True,
             predict_in_thread=not inspect.iscoroutinefunction(getattr(runtime, "predict", None)),
+            # The inputs of model-settings.json are content-type hints, not a signature.
+            checks_declared_inputs=False,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

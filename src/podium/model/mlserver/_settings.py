@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig
+from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig, signature_of
 from ...errors import DefinitionError
 from .._source import Contract, MLServerParts, ModelSource
 
@@ -195,6 +195,10 @@ def read_settings(path: Path) -> ModelSource:
         metadata["content_type"] = params["content_type"]
     if metadata:
         config["model_metadata"] = metadata
+        try:
+            signature_of(metadata, prefix="")  # named as this file names them
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
     own = data.get("podium")
     if own is not None:
         if not isinstance(own, dict):

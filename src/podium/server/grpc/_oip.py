@@ -8,7 +8,9 @@ The shared memory RPCs (``SystemSharedMemory*``, ``CudaSharedMemory*``) are in :
 
 The repository RPCs: ``RepositoryIndex`` is open; ``RepositoryModelLoad`` / ``Unload`` change what
 is served, so the data plane's model repository refuses them here (``PERMISSION_DENIED``, naming
-the management API) unless the server runs with ``--model-control inference``.
+the management API) unless the server runs with ``--model-control inference``; their parameters
+are read as on REST (``server/_repository.py``). ``ModelConfig`` answers Triton's ``ModelConfig``
+message (``protos/model_config.proto``), filled from the data plane's struct.
 
 ``ModelStreamInfer`` answers every request on the stream, in the order the requests came, with
 one response per item (one for a non-streaming model). A model that reads a stream of requests
@@ -39,11 +41,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+import msgspec
+from google.protobuf import json_format
 
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, NotFound, PodiumError
-from ...types import Call, InferenceResponse, ModelMetadata, ModelState, WireProtocol
-from .. import _sequences
+from ...types import Call, InferenceResponse, ModelMetadata, WireProtocol
+from .. import _repository, _sequences
 from .._headers import grpc_metadata
 from . import _memory
 from ._call import GrpcCall
@@ -82,12 +86,6 @@ _STREAM_PATH = f"/{SERVICE}/ModelStreamInfer"
 
 _m = message_class
 ModelStreamInferResponse: Any = _m("inference.ModelStreamInferResponse")
-_STATE_NAMES = {
-    ModelState.READY: "READY",
-    ModelState.LOADING: "LOADING",
-    ModelState.FAILED: "UNAVAILABLE",
-    ModelState.UNLOADED: "UNAVAILABLE",
-}
 
 
 class _End:
@@ -183,6 +181,9 @@ class OipService:
                 "inference.ModelMetadataRequest",
                 "inference.ModelMetadataResponse",
             ),
+            "ModelConfig": _unary(
+                self.model_config, "inference.ModelConfigRequest", "inference.ModelConfigResponse"
+            ),
             "ModelInfer": _unary(
                 self.model_infer, "inference.ModelInferRequest", "inference.ModelInferResponse"
             ),
@@ -244,6 +245,13 @@ class OipService:
         _tensors_metadata(response.inputs, meta, "inputs", meta.inputs)
         _tensors_metadata(response.outputs, meta, "outputs", meta.outputs)
         fill_parameters(response.parameters, meta.parameters or {})
+        return response
+
+    async def model_config(self, message: Any, context: Any) -> Any:
+        config = self.dataplane.model_config(message.name, message.version or None)
+        response = _m("inference.ModelConfigResponse")()
+        # The struct's JSON form is protobuf's JSON of Triton's ModelConfig: one source for both.
+        json_format.ParseDict(msgspec.to_builtins(config), response.config)
         return response
 
     # -- inference -------------------------------------------------------------------------
@@ -439,7 +447,7 @@ class OipService:
             response.models.add(
                 name=model.name,
                 version=model.version or "",
-                state=_STATE_NAMES[model.state],
+                state=_repository.STATE_NAMES[model.state],
                 reason=model.reason,
             )
         return response
@@ -449,19 +457,16 @@ class OipService:
         repository = self.dataplane.repository
         # Refused first: a client that may not load learns nothing else about its request.
         repository.check_control(f"loading model '{name}'", WireProtocol.OIP_GRPC)
-        unsupported = sorted(k for k in message.parameters if k == "config" or ":" in k)
-        if unsupported:
-            raise InvalidInput(
-                f"RepositoryModelLoad of model '{name}' with parameter(s) "
-                f"{', '.join(unsupported)} is not supported: Podium loads models only from the "
-                "paths it serves (loading a sent config or files comes with the management API)"
-            )
-        await repository.load(name, via=WireProtocol.OIP_GRPC)
+        config = _repository.load_config(parameters_of(message.parameters) or {}, name)
+        await repository.load(name, via=WireProtocol.OIP_GRPC, config=config)
         return _m("inference.RepositoryModelLoadResponse")(model_name=name, isLoaded=True)
 
     async def repository_model_unload(self, message: Any, context: Any) -> Any:
         name = _model_name(message, "RepositoryModelUnload")
-        await self.dataplane.repository.unload(name, via=WireProtocol.OIP_GRPC)
+        repository = self.dataplane.repository
+        repository.check_control(f"unloading model '{name}'", WireProtocol.OIP_GRPC)
+        _repository.unload_dependents(parameters_of(message.parameters) or {}, name)
+        await repository.unload(name, via=WireProtocol.OIP_GRPC)
         return _m("inference.RepositoryModelUnloadResponse")(model_name=name, isUnloaded=True)
 
 

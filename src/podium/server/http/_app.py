@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import MethodNotAllowed, PodiumError
+from ...errors import InvalidInput, MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
-from .. import _sequences
+from .. import _repository, _sequences
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
@@ -25,7 +25,7 @@ from . import _memory, _oip, _responses
 from ._docs import PAGE
 from ._exchange import Exchange
 from ._openapi import description
-from ._responses import chunk_of, send_body, send_error, send_json
+from ._responses import JSON, chunk_of, send_body, send_error, send_json
 from ._routing import Api, Route, RouteTable
 
 __all__ = ["INFERENCE_ROUTES", "HttpApp"]
@@ -113,6 +113,46 @@ class HttpApp:
         if version:
             body["version"] = version
         await send_json(send, 200 if ready else 503, body)
+
+    async def _model_config(
+        self, ex: Exchange, send: Send, model: str, version: str | None
+    ) -> None:
+        await send_json(send, 200, self.dataplane.model_config(model, version))
+
+    # -- the model repository (OIP's extension, as Triton serves it) -------------------------
+
+    async def _body_object(self, ex: Exchange, what: str) -> dict[str, Any]:
+        ex.check_length()
+        return _oip.parse_object(await ex.body(), what)
+
+    async def _repository_index(self, ex: Exchange, send: Send) -> None:
+        body = await self._body_object(ex, "repository index request")
+        ready = body.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidInput(
+                f"'ready' of a repository index request must be true or false, got {ready!r}"
+            )
+        index = self.dataplane.repository.index(ready_only=ready)
+        await send_json(send, 200, [_repository.index_entry(model) for model in index])
+
+    async def _repository_load(self, ex: Exchange, send: Send, model: str) -> None:
+        repository = self.dataplane.repository
+        # Refused first: a client that may not load learns nothing else about its request.
+        repository.check_control(f"loading model '{model}'", WireProtocol.OIP_REST)
+        what = "repository load request"
+        parameters = _oip.parameters_of(await self._body_object(ex, what), what)
+        config = _repository.load_config(parameters, model)
+        await repository.load(model, via=WireProtocol.OIP_REST, config=config)
+        await send_body(send, 200, JSON, b"")  # Triton's answer: 200, nothing more
+
+    async def _repository_unload(self, ex: Exchange, send: Send, model: str) -> None:
+        repository = self.dataplane.repository
+        repository.check_control(f"unloading model '{model}'", WireProtocol.OIP_REST)
+        what = "repository unload request"
+        parameters = _oip.parameters_of(await self._body_object(ex, what), what)
+        _repository.unload_dependents(parameters, model)  # checked; nothing depends on a model
+        await repository.unload(model, via=WireProtocol.OIP_REST)
+        await send_body(send, 200, JSON, b"")
 
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
@@ -409,6 +449,21 @@ INFERENCE_ROUTES = RouteTable(
             "modelVersionReady",
         ),
         Route(
+            "GET",
+            "/v2/models/{model}/config",
+            HttpApp._model_config,
+            _OIP,
+            "modelConfig",
+            args=_UNVERSIONED,
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/versions/{version}/config",
+            HttpApp._model_config,
+            _OIP,
+            "modelVersionConfig",
+        ),
+        Route(
             "POST",
             "/v2/models/{model}/infer",
             HttpApp._oip,
@@ -471,6 +526,22 @@ INFERENCE_ROUTES = RouteTable(
             _OIP,
             "modelVersionGenerateStream",
             args={"action": "generate_stream"},
+        ),
+        # The model repository extension (load and unload: --model-control inference)
+        Route("POST", "/v2/repository/index", HttpApp._repository_index, _OIP, "repositoryIndex"),
+        Route(
+            "POST",
+            "/v2/repository/models/{model}/load",
+            HttpApp._repository_load,
+            _OIP,
+            "repositoryModelLoad",
+        ),
+        Route(
+            "POST",
+            "/v2/repository/models/{model}/unload",
+            HttpApp._repository_unload,
+            _OIP,
+            "repositoryModelUnload",
         ),
         # Triton's shared memory extensions (system; CUDA answered as without GPUs)
         Route("GET", "/v2/systemsharedmemory/status", _memory.system_status, _OIP, "shmStatus"),

@@ -67,6 +67,29 @@ def decode_json(body: bytes) -> Any:
     return _decode(_any_decoder, body, "JSON")
 
 
+def parse_object(body: bytes, what: str) -> dict[str, Any]:
+    """The JSON object of a repository request's body (``what``: its name, for errors); an empty
+    body is an empty object, as Triton takes it."""
+    if not body.strip():
+        return {}
+    value = decode_json(body)
+    if not isinstance(value, dict):
+        raise InvalidInput(f"the body of a {what} must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+def parameters_of(body: dict[str, Any], what: str) -> dict[str, Any]:
+    """The ``parameters`` object of a repository request's body (empty when absent)."""
+    parameters = body.get("parameters")
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise InvalidInput(
+            f"'parameters' of a {what} must be a JSON object, got {_json_type(parameters)}"
+        )
+    return parameters
+
+
 def parse(body: bytes, action: str, form: Form) -> InferenceRequest:
     """The inference request in ``body``; a 400 names what is wrong and where."""
     if action.startswith("generate"):

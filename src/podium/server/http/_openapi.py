@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import __version__
+from ...dataplane import ModelConfiguration
 from ...types import (
     DATATYPES,
     InferenceRequest,
@@ -27,6 +28,48 @@ __all__ = ["description"]
 _BINARY_HEADER = "Inference-Header-Content-Length"
 
 # -- the bodies that no msgspec type parses --------------------------------------------------
+
+_INDEX = {
+    "type": "array",
+    "description": "Every model version, by name then version (Triton's repository index).",
+    "items": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "version": {"type": "string", "description": "Empty for an unversioned model."},
+            "state": {"type": "string", "enum": ["READY", "LOADING", "UNAVAILABLE"]},
+            "reason": {"type": "string", "description": "Why it is not ready (when it is not)."},
+        },
+        "required": ["name", "version", "state"],
+    },
+}
+_INDEX_BODY = {
+    "description": 'Optional: {"ready": true} lists only the versions that are ready.',
+    "required": False,
+    "content": {
+        "application/json": {
+            "schema": {"type": "object", "properties": {"ready": {"type": "boolean"}}}
+        }
+    },
+}
+
+
+def _control_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "description": "Optional: Triton's parameters.",
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"parameters": {"type": "object", "properties": parameters}},
+                }
+            }
+        },
+    }
+
+
+_LOADED = {"description": "Done (an empty body, as Triton answers)."}
 
 _ERROR = {
     "type": "object",
@@ -98,7 +141,9 @@ _GENERATE_ANSWER = {
 
 
 def _components() -> dict[str, Any]:
-    found = schemas((InferenceRequest, InferenceResponse, ServerMetadata, ModelMetadata))
+    found = schemas(
+        (InferenceRequest, InferenceResponse, ServerMetadata, ModelMetadata, ModelConfiguration)
+    )
     # The codecs accept exactly the OIP datatypes (any other is a 400): say which they are.
     for name in ("RequestInput", "ResponseOutput"):
         found[name]["properties"]["datatype"] = {"type": "string", "enum": sorted(DATATYPES)}
@@ -111,6 +156,7 @@ def _components() -> dict[str, Any]:
         Ping=_PING,
         GenerateRequest=_GENERATE_FORM,
         GenerateResponse=_GENERATE_ANSWER,
+        RepositoryIndex=_INDEX,
         OpenApiDocument=DOCUMENT_SCHEMA,
     )
     return {"schemas": found, "responses": _ERROR_RESPONSES}
@@ -121,7 +167,10 @@ def _components() -> dict[str, Any]:
 _WHY = {
     "400": "The request is malformed: its body, a tensor, or the binary framing (named).",
     "401": "Token authorization is on (--auth) and the request has no valid inference key.",
-    "403": "Refused by the server's settings (shared memory is off: --shared-memory system).",
+    "403": (
+        "Refused by the server's settings: shared memory is off (--shared-memory system), or "
+        "loading and unloading models are not open here (--model-control inference)."
+    ),
     "404": "No such model, version or shared memory region.",
     "409": "A shared memory region of that name is registered already.",
     "410": "The request names a sequence that is over (ended, expired, or its state was lost).",
@@ -364,6 +413,36 @@ _OPERATIONS: dict[str, Operation] = {
     "modelVersionMetadata": _metadata("A version's metadata."),
     "modelReady": _model_ready("Whether the default version is ready."),
     "modelVersionReady": _model_ready("Whether a version is ready."),
+    "modelConfig": Operation(
+        "The default version's configuration, as Triton's ModelConfig.",
+        {"200": _ok("The configuration.", ref("ModelConfiguration")), **_errors("404")},
+    ),
+    "modelVersionConfig": Operation(
+        "A version's configuration, as Triton's ModelConfig.",
+        {"200": _ok("The configuration.", ref("ModelConfiguration")), **_errors("404")},
+    ),
+    "repositoryIndex": Operation(
+        "Every model version and its state (Triton's repository index).",
+        {"200": _ok("The index.", ref("RepositoryIndex")), **_errors("400", "413")},
+        body=_INDEX_BODY,
+    ),
+    "repositoryModelLoad": Operation(
+        "Load every version of the model again (with --model-control inference).",
+        {"200": _LOADED, **_errors("400", "403", "404", "413", "500")},
+        body=_control_body(
+            {
+                "config": {
+                    "type": "string",
+                    "description": "Triton's ModelConfig as JSON: what the model declares.",
+                }
+            }
+        ),
+    ),
+    "repositoryModelUnload": Operation(
+        "Stop serving every version of the model (with --model-control inference).",
+        {"200": _LOADED, **_errors("400", "403", "404", "413")},
+        body=_control_body({"unload_dependents": {"type": "boolean"}}),
+    ),
     "modelInfer": _infer("Inference on the default version."),
     "modelVersionInfer": _infer("Inference on a version."),
     "modelInferStream": _infer("Streaming inference (server-sent events).", stream=True),

@@ -1,0 +1,96 @@
+"""Property tests of checking without decoding (issue 12, item 5): a model that takes the request
+itself must get only tensors a decoding model would get, so :func:`codecs.check_input` raises
+exactly when :func:`codecs.decode_input` raises, with the same error, for anything a client
+sends (any datatype, shape, data, parameters); and :func:`codecs.check_request` as
+:func:`codecs.decode_request` for whole requests (duplicate names included)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from tensor_strategies import (
+    FIXED,
+    any_datatypes,
+    any_shapes,
+    awkward_numbers,
+    json_values,
+    nest,
+    shapes,
+    texts,
+)
+
+from podium import codecs
+from podium.errors import InvalidInput
+from podium.types import InferenceRequest, RequestInput
+
+parameters = st.one_of(
+    st.none(),
+    st.just({"content_type": "str"}),
+    st.dictionaries(texts, json_values, max_size=2),
+)
+
+
+def outcome(call: Any, value: Any) -> tuple[str, str] | None:
+    """None when ``call(value)`` passes, else the error's class and message."""
+    try:
+        call(value)
+    except InvalidInput as exc:
+        return type(exc).__name__, exc.message
+    return None
+
+
+def same_verdict(inp: RequestInput) -> None:
+    assert outcome(codecs.check_input, inp) == outcome(codecs.decode_input, inp)
+
+
+@given(any_shapes, any_datatypes, json_values, parameters)
+@example([2], "FP32", {"a": 1}, None)
+@example([2**62], "FP32", [1.0, 2.0], None)
+@example([2], "FP32", [1.0, 2.0, 3.0], None)
+@example([2], "INT322", [1, 2], None)
+@example([1], "FP16", [65519.0], None)  # rounds to the largest float16: accepted
+@example([1], "FP16", [65520.0], None)  # rounds to infinity: refused
+@example([2], "FP32", [1e39, float("inf")], None)
+@example([2], "FP32", [float("nan"), 1e39], None)
+@example([1], "BYTES", [b"\xff"], {"content_type": "str"})
+@example([1], "BYTES", ["\ud800"], None)
+def test_checking_refuses_exactly_what_decoding_refuses(
+    shape: Any, datatype: Any, data: Any, params: Any
+) -> None:
+    same_verdict(
+        RequestInput(name="x", shape=shape, datatype=datatype, parameters=params, data=data)
+    )
+
+
+@st.composite
+def right_count(draw: st.DrawFn) -> tuple[list[int], Any]:
+    shape = draw(shapes(max_side=3))
+    flat = draw(st.lists(awkward_numbers, min_size=math.prod(shape), max_size=math.prod(shape)))
+    return shape, nest(flat, shape) if draw(st.booleans()) else flat
+
+
+@given(right_count(), st.sampled_from([*FIXED, "BYTES"]), parameters)
+@example(([2], [2**63, -1]), "UINT64", None)
+@example(([70], list(range(70))), "INT8", None)  # past the small-list path, numpy's bounds
+@example(([70], [*range(69), 1e39]), "FP32", None)
+def test_checking_data_of_the_right_count(
+    case: tuple[list[int], Any], datatype: str, params: Any
+) -> None:
+    shape, data = case
+    same_verdict(
+        RequestInput(name="x", shape=shape, datatype=datatype, parameters=params, data=data)
+    )
+
+
+def test_a_request_is_checked_as_it_is_decoded() -> None:
+    ok = RequestInput(name="a", shape=[2], datatype="INT32", data=[1, 2])
+    bad = RequestInput(name="b", shape=[2], datatype="INT32", data=[1, 2, 3])
+    for inputs in ([ok], [ok, bad], [ok, ok], [bad, bad], []):
+        request = InferenceRequest(inputs=inputs)
+        assert outcome(codecs.check_request, request) == outcome(codecs.decode_request, request)
+    with pytest.raises(InvalidInput, match="input 'a' appears more than once"):
+        codecs.check_request(InferenceRequest(inputs=[ok, ok]))
