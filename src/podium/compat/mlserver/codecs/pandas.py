@@ -9,6 +9,7 @@ raises an ``ImportError`` that says so.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -24,7 +25,7 @@ from ..types import (
 )
 from .base import RequestCodec, register_request_codec
 from .json import decode_json_input_or_output, encode_to_json
-from .numpy import convert_nan, to_datatype, to_dtype
+from .numpy import to_datatype, to_dtype
 from .string import StringCodec, encode_str
 from .utils import get_decoded_or_raw, has_decoded, inject_batch_dimension
 
@@ -83,11 +84,28 @@ def _process_bytes(data: list[Any], use_bytes: bool) -> tuple[list[Any], str | N
     return processed, content_type
 
 
+def _datatype(dtype: Any) -> Datatype:
+    # pandas >= 3 keeps text in its own "str" dtype (kind "O", not a numpy dtype): BYTES, as a
+    # column of Python strings. (MLServer 1.7 raises KeyError('O') on such a column.)
+    if getattr(dtype, "kind", None) == "O":
+        return Datatype.BYTES
+    return to_datatype(dtype)
+
+
+def _missing_as_none(value: Any) -> Any:
+    # NaN, None and pd.NA all mean "missing"; JSON has only null. (MLServer's convert_nan calls
+    # np.isnan on every element, which raises on the strings of a text column with a gap.)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    pandas = sys.modules.get("pandas")
+    return None if pandas is not None and value is pandas.NA else value
+
+
 def _to_response_output(series: Any, use_bytes: bool = True) -> ResponseOutput:
-    datatype = to_datatype(series.dtype)
+    datatype = _datatype(series.dtype)
     data = series.tolist()
     if series.isnull().any():  # JSON has no NaN: null instead
-        data = [convert_nan(v) for v in data]
+        data = [_missing_as_none(v) for v in data]
     content_type = None
     if datatype == Datatype.BYTES:
         processed, content_type = _process_bytes(data, use_bytes)
