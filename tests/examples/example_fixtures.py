@@ -3,6 +3,8 @@ conftest.py (see tests/server/e2e_fixtures.py for why). Test modules must not im
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +25,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def podium_server(built: Built) -> Iterator[Server]:
     """The examples served by Podium alone: ``mlserver`` and ``ts`` are Podium's own
     (podium.compat), as MLServer and TorchServe are not installed in the development venv."""
+    for module, package in (("mlserver", "MLServer"), ("ts", "TorchServe")):
+        if importlib.util.find_spec(module) is not None:  # the point of these tests would be lost
+            pytest.fail(
+                f"{package} ({module!r}) is installed in {sys.prefix}: the tests of Podium "
+                "serving the peers' runtimes without them need a venv without it",
+                pytrace=False,
+            )
     with run_server(*built.serve_paths(), timeout=STARTUP) as server:
         yield server
 
