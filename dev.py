@@ -110,7 +110,7 @@ def _install_examples(env: Path, stamp: str) -> None:
     if marker.exists() and marker.read_text() == stamp:
         return
     print(f"dev.py: installing the examples' libraries into {env.name} (torch, scikit-learn, "
-          "LightGBM, MLServer's runtimes; about two minutes the first time)", flush=True)  # fmt: skip
+          "LightGBM, MLServer's runtimes)", flush=True)  # fmt: skip
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pip = [str(_bin(env) / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     said = []
