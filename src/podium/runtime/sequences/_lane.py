@@ -3,18 +3,22 @@ their requests run there."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import Unavailable
 from ...types import Context, current_context
 from .._collector import BatchCollector
+from .._stats import VersionStats
 
 if TYPE_CHECKING:
     from .._gate import WorkerGate
     from ._seq import Sequence
 
 __all__ = ["Lane"]
+
+_now = time.perf_counter_ns
 
 
 class Lane:
@@ -26,9 +30,11 @@ class Lane:
     Context: preprocess, then a slot on the worker (at once if free, else in the gate's line for
     this worker) or a place in the worker's next batch, then postprocess. Once the worker is
     lost (``lost`` says why) nothing new runs here: requests get ``closed_error(sid, why)``.
+    The wait for a slot (not for the sequence's turn) and preprocess and postprocess are counted
+    in ``stats``.
     """
 
-    __slots__ = ("worker", "sequences", "batches", "lost", "_gate", "_closed_error")
+    __slots__ = ("worker", "sequences", "batches", "lost", "_gate", "_closed_error", "_stats")
 
     def __init__(
         self,
@@ -36,6 +42,7 @@ class Lane:
         gate: WorkerGate,
         batches: BatchCollector[Any],
         closed_error: Callable[[str, str], BaseException],
+        stats: VersionStats | None = None,
     ) -> None:
         self.worker = worker
         self.sequences: set[Sequence] = set()
@@ -43,6 +50,7 @@ class Lane:
         self.lost: str | None = None  # why its sequences are gone, once the worker is
         self._gate = gate
         self._closed_error = closed_error
+        self._stats = stats if stats is not None else VersionStats()
 
     @property
     def queued(self) -> int:
@@ -57,11 +65,11 @@ class Lane:
         token = current_context.set(ctx)
         try:
             if caps.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
+                inputs = await self._preprocess(inst, inputs, request)
             await self._acquire_slot(seq.id)
             outputs = await worker.infer(inputs, request)  # gives the slot back
             if caps.has_postprocess:
-                outputs = await inst.postprocess(outputs, request)
+                outputs = await self._postprocess(inst, outputs, request)
             return outputs
         finally:
             current_context.reset(token)
@@ -73,13 +81,13 @@ class Lane:
         token = current_context.set(ctx)
         try:
             if caps.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
+                inputs = await self._preprocess(inst, inputs, request)
             if self.lost is not None:
                 raise self._closed_error(seq.id, self.lost)
             pending = seq.batched = self.batches.add(inputs, request, ctx)
             outputs = await pending.future
             if caps.has_postprocess:
-                outputs = await inst.postprocess(outputs, request)
+                outputs = await self._postprocess(inst, outputs, request)
             return outputs
         finally:
             current_context.reset(token)
@@ -95,7 +103,7 @@ class Lane:
         token = current_context.set(ctx)
         try:
             if inst.capabilities.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
+                inputs = await self._preprocess(inst, inputs, request)
             await self._acquire_slot(seq.id)
             items = worker.stream(inputs, request)  # gives the slot back when it ends
             try:
@@ -111,13 +119,28 @@ class Lane:
         finally:
             await items.aclose()
 
+    async def _preprocess(self, inst: Any, inputs: Any, request: Any) -> Any:
+        start = _now()
+        inputs = await inst.preprocess(inputs, request)
+        self._stats.compute_input.add(_now() - start)
+        return inputs
+
+    async def _postprocess(self, inst: Any, outputs: Any, request: Any) -> Any:
+        start = _now()
+        outputs = await inst.postprocess(outputs, request)
+        self._stats.compute_output.add(_now() - start)
+        return outputs
+
     async def _acquire_slot(self, sid: str) -> None:
         lost = self.lost
         if lost is None:
             if self._gate.try_acquire_on(self.worker):
+                self._stats.unqueued += 1
                 return
             try:
+                start = _now()
                 await self._gate.acquire_on(self.worker)
+                self._stats.queue.add(_now() - start)
                 return
             except Unavailable:  # the gate let the worker go while this waited
                 lost = self.lost

@@ -25,6 +25,7 @@ from ...types import Context, SequenceRef, current_context
 from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
 from .._scheduler import Activity, TaskSet
+from .._stats import SequenceEnd
 from ..direct import stream_inputs_through
 from ..workers import Worker, WorkerPool, WorkerState
 from ._lane import Lane
@@ -78,6 +79,7 @@ class SequenceScheduler:
         self._sweeper: Timer | None = None
         self._closed = False
         self._activity = Activity()
+        self._stats = pool.stats
         self.batches_run = 0
         pool.on_worker_lost = self._on_worker_lost
 
@@ -206,10 +208,11 @@ class SequenceScheduler:
         sid = ref.id
         seq = self._seqs.get(sid)
         if seq is not None:
-            reason = self._expiry(seq, self._now())
-            if reason is None:
+            expired = self._expiry(seq, self._now())
+            if expired is None:
                 return seq
-            self._close(seq, reason)  # expired, the sweep has not come by yet
+            why, reason = expired
+            self._close(seq, reason, why)  # expired, the sweep has not come by yet
         else:
             reason = self._ended.get(sid)
             if reason is None:
@@ -235,7 +238,9 @@ class SequenceScheduler:
                 raise Unavailable(f"{self._label} has no ready worker for a new sequence")
         lane = self._lanes.get(worker)
         if lane is None:
-            lane = Lane(worker, self._gate, self._make_collector(worker), self._closed_error)
+            lane = Lane(
+                worker, self._gate, self._make_collector(worker), self._closed_error, self._stats
+            )
             self._lanes[worker] = lane
         seq = Sequence(sid, lane, self._now(), self._max_waiting)
         lane.sequences.add(seq)
@@ -289,9 +294,9 @@ class SequenceScheduler:
             ref.ended = True
             return
         if ref.end:
-            reason = "ended by a request"
+            reason, why = "ended by a request", SequenceEnd.REQUEST
         elif ctx.ended:
-            reason = "ended by the model"
+            reason, why = "ended by the model", SequenceEnd.MODEL
         else:
             if not passed:
                 self._pass_turn(seq)
@@ -299,12 +304,12 @@ class SequenceScheduler:
                 seq.last = self._now()  # the idle clock starts again
             return
         ref.ended = True
-        self._close(seq, reason)
+        self._close(seq, reason, why)
 
-    def _expiry(self, seq: Sequence, now: float) -> str | None:
+    def _expiry(self, seq: Sequence, now: float) -> tuple[SequenceEnd, str] | None:
         """Why ``seq`` is expired at ``now``, or None while it is not."""
         if self._age_ms and now - seq.created >= self._age_ms / 1000.0:
-            return f"older than sequence_timeout_ms ({self._age_ms:g} ms)"
+            return SequenceEnd.TIMEOUT, f"older than sequence_timeout_ms ({self._age_ms:g} ms)"
         if (
             self._idle_ms
             and not seq.busy
@@ -312,14 +317,19 @@ class SequenceScheduler:
             and not seq.turns
             and now - seq.last >= self._idle_ms / 1000.0
         ):
-            return f"idle for more than sequence_max_idle_ms ({self._idle_ms:g} ms)"
+            return (
+                SequenceEnd.IDLE,
+                f"idle for more than sequence_max_idle_ms ({self._idle_ms:g} ms)",
+            )
         return None
 
-    def _close(self, seq: Sequence, reason: str) -> None:
+    def _close(self, seq: Sequence, reason: str, why: SequenceEnd) -> None:
         """End ``seq``: its id is remembered with ``reason``, its state dropped, and the requests
-        waiting for its turn get ``SequenceClosed``. A request already running finishes."""
+        waiting for its turn get ``SequenceClosed``. A request already running finishes.
+        ``why`` is counted (sequences ended, by reason)."""
         if seq.closed is not None:
             return
+        self._stats.sequence_ended(why)
         seq.closed = reason
         if self._seqs.get(seq.id) is seq:
             del self._seqs[seq.id]
@@ -348,9 +358,9 @@ class SequenceScheduler:
             return
         now = self._now()
         for seq in list(self._seqs.values()):
-            reason = self._expiry(seq, now)
-            if reason is not None:
-                self._close(seq, reason)
+            expired = self._expiry(seq, now)
+            if expired is not None:
+                self._close(seq, expired[1], expired[0])
         self._schedule_sweep()
 
     def _on_worker_lost(self, worker: Worker, how: str) -> None:
@@ -363,7 +373,7 @@ class SequenceScheduler:
         reason = f"its state was lost when worker {worker.id} {how}"
         lane.lose(reason)
         for seq in list(lane.sequences):
-            self._close(seq, reason)
+            self._close(seq, reason, SequenceEnd.WORKER_LOST)
 
     # -- batches on the pinned worker --------------------------------------------------------------
 
@@ -384,6 +394,7 @@ class SequenceScheduler:
             tasks=self._tasks,
             stopped=self._stopped_error,
             clock=self._clock,
+            stats=self._stats,
         )
 
     def _run_batch(self, worker: Worker, batch: list[Pending]) -> Awaitable[Any]:
