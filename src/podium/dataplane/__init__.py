@@ -16,14 +16,36 @@ What is served changes only through the management listeners unless the operator
 (:class:`ControlPolicy`, ``--model-control``): the repository's load and unload take the front end
 a call came through and refuse an inference one with ``Forbidden``.
 
-Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
-``_repository`` (the repository and its typed descriptions), ``_control`` (who may change what
-is served). Nothing here imports a front end.
+Every call is counted in its version's :class:`VersionStats` (by outcome, code and protocol,
+with its duration; the schedulers and workers add queue, preprocess, predict and postprocess
+times): the Prometheus metrics and the statistics extension (:meth:`DataPlane.statistics`,
+Triton's ``ModelStatistics``) read the same counters.
+
+Layout: ``_plane`` (inference, health, metadata, statistics), ``_convert`` (payloads in, values
+out), ``_repository`` (the repository and its typed descriptions), ``_control`` (who may change
+what is served), ``_statistics`` (the statistics extension's structs). Nothing here imports a
+front end.
 """
 
-from ..runtime import ModelVersion
+from ..runtime import (
+    DURATION_BUCKETS_NS,
+    UNVERSIONED,
+    Durations,
+    ModelVersion,
+    Outcome,
+    RestartReason,
+    SequenceEnd,
+    VersionStats,
+    WorkerState,
+)
 from ._control import ControlPolicy, ModelControl
 from ._plane import EXTENSIONS, DataPlane
+from ._statistics import (
+    BatchStatistics,
+    InferStatistics,
+    ModelStatistics,
+    StatisticDuration,
+)
 from ._repository import (
     ConfigOverrides,
     ModelEntry,
@@ -35,16 +57,28 @@ from ._repository import (
 )
 
 __all__ = [
+    "DURATION_BUCKETS_NS",
     "EXTENSIONS",
+    "UNVERSIONED",
+    "BatchStatistics",
     "ConfigOverrides",
     "ControlPolicy",
     "DataPlane",
+    "Durations",
+    "InferStatistics",
     "ModelControl",
     "ModelEntry",
     "ModelRepository",
+    "ModelStatistics",
     "ModelVersion",
+    "Outcome",
     "Registered",
+    "RestartReason",
     "Scaled",
+    "SequenceEnd",
+    "StatisticDuration",
     "VersionDescription",
+    "VersionStats",
     "WorkerDescription",
+    "WorkerState",
 ]

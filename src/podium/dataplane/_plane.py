@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
@@ -16,17 +17,21 @@ from ..types import (
     InferenceResponse,
     ModelMetadata,
     ModelState,
+    Reply,
     SequenceRef,
     ServerMetadata,
     WireProtocol,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
 from ._repository import ModelRepository
+from ._statistics import ModelStatistics, model_statistics
 
 __all__ = ["EXTENSIONS", "DataPlane"]
 
 #: The OIP extensions the server metadata names.
-EXTENSIONS = ("model_repository", "generate", "infer_stream", "binary_tensor_data")
+EXTENSIONS = ("model_repository", "generate", "infer_stream", "binary_tensor_data", "statistics")
+
+_now = time.perf_counter_ns
 
 
 class DataPlane:
@@ -95,6 +100,22 @@ class DataPlane:
             parameters={**meta, **state},
         )
 
+    def statistics(self, name: str | None = None, version: str | None = None) -> list[ModelStatistics]:
+        """The statistics extension: every version of every model (``name`` None), of one
+        model (``version`` None), or one version; ``NotFound`` for an unknown model or
+        version."""
+        if not name:
+            versions = self.versions()
+        elif not version:
+            versions = self._registry.versions(name)
+        else:
+            versions = [self._registry.get(name, version)]
+        return [model_statistics(mv) for mv in versions]
+
+    def versions(self) -> list[ModelVersion]:
+        """Every model version registered (for the metrics)."""
+        return [mv for model in self._registry.names() for mv in self._registry.versions(model)]
+
     # -- inference -----------------------------------------------------------------------
 
     def resolve(self, model: str, version: str | None = None) -> ModelVersion:
@@ -111,32 +132,58 @@ class DataPlane:
 
         For a model with ``sequence_batching`` the call runs in the sequence it names (a new one
         when it names none); the answer says which, and whether the sequence ended.
+
+        The call is counted in the version's :attr:`~ModelVersion.stats`: in flight while it
+        runs, then by outcome and code (of its protocol) with its duration.
         """
         if mv is None:
             mv = self._registry.ready(call.model, call.version)
-        inputs, oip = inputs_of(mv, call)
-        sequence = _sequence(mv, call)
-        caps = mv.instance.capabilities
-        if caps.streaming and not caps.predict_on_infer:
-            async with contextlib.aclosing(
-                _stream_from_scheduler(mv, inputs, call, sequence)
-            ) as stream:
-                items = [item async for item in stream]
-            value = gather(mv, call.protocol, items, oip, sequence)
-            return Answer(value, None, None if sequence is None else sequence.outcome())
-        if sequence is None:
-            result = await mv.scheduler.infer(inputs, call.request)
+        stats = mv.stats
+        start = _now()
+        stats.in_flight += 1
+        try:
+            inputs, oip = inputs_of(mv, call)
+            sequence = _sequence(mv, call)
+            caps = mv.instance.capabilities
+            if caps.streaming and not caps.predict_on_infer:
+                async with contextlib.aclosing(
+                    _stream_from_scheduler(mv, inputs, call, sequence)
+                ) as stream:
+                    items = [item async for item in stream]
+                value = gather(mv, call.protocol, items, oip, sequence)
+                answer = Answer(value, None, None if sequence is None else sequence.outcome())
+            else:
+                if sequence is None:
+                    result = await mv.scheduler.infer(inputs, call.request)
+                else:
+                    scheduler = cast(SequenceScheduling, mv.scheduler)
+                    result = await scheduler.infer_in(sequence, inputs, call.request)
+                if call.protocol.oip:
+                    result = oip_response(mv, result, oip, sequence)
+                headers = None
+                if isinstance(result, InferenceResponse) and result.parameters:
+                    headers = take_headers(result)
+                if sequence is None:
+                    answer = Answer(result, headers)
+                else:
+                    answer = Answer(result, headers, sequence.outcome())
+        except BaseException as exc:
+            stats.in_flight -= 1
+            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
+            raise
+        stats.in_flight -= 1
+        stats.last_ns = end = _now()
+        value = answer.value
+        if type(value) is Reply:  # the status a handler chose
+            stats.protocols[call.protocol.index].answered(value.status, end - start)
         else:
-            scheduler = cast(SequenceScheduling, mv.scheduler)
-            result = await scheduler.infer_in(sequence, inputs, call.request)
-        if call.protocol.oip:
-            result = oip_response(mv, result, oip, sequence)
-        headers = None
-        if isinstance(result, InferenceResponse) and result.parameters:
-            headers = take_headers(result)
-        if sequence is None:
-            return Answer(result, headers)
-        return Answer(result, headers, sequence.outcome())
+            stats.protocols[call.protocol.index].ok.add(end - start)
+        return answer
+
+    def refused(self, mv: ModelVersion, protocol: WireProtocol, exc: BaseException) -> None:
+        """Count a call to ``mv`` that a front end refused before handing it over (its body
+        did not parse): by outcome and code, without a duration."""
+        mv.stats.protocols[protocol.index].refused(exc)
 
     def stream(self, call: Call, mv: ModelVersion | None = None) -> AnswerStream:
         """The items of ``call`` (OIP: each an :class:`InferenceResponse`); a non-streaming
@@ -150,17 +197,41 @@ class DataPlane:
     async def _stream(
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
-        inputs, oip = inputs_of(mv, call)
-        items = _stream_from_scheduler(mv, inputs, call, sequence)
+        # Counted as infer() counts, and: open while it runs, its first item's delay, its items.
+        stats = mv.stats
+        start = _now()
+        stats.in_flight += 1
+        stats.streams_open += 1
         try:
-            if call.protocol.oip:
-                async for item in items:
-                    yield oip_response(mv, item, oip, sequence)
-            else:
-                async for item in items:
-                    yield item
-        finally:
-            await items.aclose()
+            inputs, oip = inputs_of(mv, call)
+            items = _stream_from_scheduler(mv, inputs, call, sequence)
+            try:
+                first = True
+                if call.protocol.oip:
+                    async for item in items:
+                        if first:
+                            first = False
+                            stats.first_item.add(_now() - start)
+                        stats.items += 1
+                        yield oip_response(mv, item, oip, sequence)
+                else:
+                    async for item in items:
+                        if first:
+                            first = False
+                            stats.first_item.add(_now() - start)
+                        stats.items += 1
+                        yield item
+            finally:
+                await items.aclose()
+        except BaseException as exc:  # GeneratorExit too: the reader stopped (the client left)
+            stats.in_flight -= 1
+            stats.streams_open -= 1
+            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
+            raise
+        stats.in_flight -= 1
+        stats.streams_open -= 1
+        stats.last_ns = end = _now()
+        stats.protocols[call.protocol.index].ok.add(end - start)
 
     def stream_inputs(
         self,
@@ -181,11 +252,26 @@ class DataPlane:
             async for call in calls:
                 yield inputs_of(mv, call)[0]
 
-        async with contextlib.aclosing(
-            mv.scheduler.stream_inputs(convert_each(), request)
-        ) as items:
-            async for item in items:
-                yield oip_response(mv, item, None) if protocol.oip else item
+        stats = mv.stats  # the whole stream counts as one request
+        start = _now()
+        stats.in_flight += 1
+        stats.streams_open += 1
+        try:
+            async with contextlib.aclosing(
+                mv.scheduler.stream_inputs(convert_each(), request)
+            ) as items:
+                async for item in items:
+                    stats.items += 1
+                    yield oip_response(mv, item, None) if protocol.oip else item
+        except BaseException as exc:
+            stats.in_flight -= 1
+            stats.streams_open -= 1
+            stats.protocols[protocol.index].failed_with(exc, _now() - start)
+            raise
+        stats.in_flight -= 1
+        stats.streams_open -= 1
+        stats.last_ns = end = _now()
+        stats.protocols[protocol.index].ok.add(end - start)
 
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:

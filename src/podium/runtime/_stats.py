@@ -127,7 +127,7 @@ def outcome_of(exc: BaseException, grpc: bool) -> tuple[Outcome, str]:
     found = _classified.get(key)
     if found is not None:
         return found
-    if isinstance(exc, asyncio.CancelledError | Cancelled):
+    if isinstance(exc, asyncio.CancelledError | Cancelled | GeneratorExit):
         found = (Outcome.CANCELLED, _CANCELLED[grpc])
     elif isinstance(exc, PodiumError):
         status = http_status(exc)
@@ -180,6 +180,12 @@ class ProtocolStats:
     def failed_with(self, exc: BaseException, ns: int) -> None:
         outcome, code = outcome_of(exc, self.protocol.grpc)
         self.ended(outcome, code, ns)
+
+    def refused(self, exc: BaseException) -> None:
+        """A request refused before it reached the model (its body did not parse): counted by
+        outcome and code, not in the durations (Triton's statistics leave it out too)."""
+        key = outcome_of(exc, self.protocol.grpc)
+        self.codes[key] = self.codes.get(key, 0) + 1
 
     def answered(self, status: int, ns: int) -> None:
         """A success whose HTTP status the model chose (a handler's reply)."""

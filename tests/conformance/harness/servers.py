@@ -306,6 +306,8 @@ def start_podium(
         "0",
         "--grpc-management-port",
         "0",
+        "--metrics-port",
+        "0",
         "--no-auth",
         "--model-store",
         str(store),

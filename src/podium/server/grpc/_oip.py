@@ -248,7 +248,11 @@ class OipService:
         version = message.model_version or None
         mv = self.dataplane.resolve(message.model_name, version)
         caps = mv.instance.capabilities
-        payload = to_request(message) if caps.needs_inputs else None
+        try:
+            payload = to_request(message) if caps.needs_inputs else None
+        except PodiumError as exc:
+            self.dataplane.refused(mv, WireProtocol.OIP_GRPC, exc)
+            raise
         request = grpc_call().request() if caps.needs_request else None
         call = Call(message.model_name, version, WireProtocol.OIP_GRPC, payload, request)
         if mv.config.sequence_batching:  # Triton's sequence parameters

@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from . import _channelz
 from ._errors import abort_with, unhandled_status
 from ._pool import reflection_pool
 from .bridge import Bridge, Decision, decide
@@ -167,6 +168,7 @@ class GrpcServer:
         self._pools: list[ThreadPoolExecutor] = []
         self._bridge: Bridge | None = None
         self._server: Any
+        before = _channelz.server_ids()  # the server's channelz id is made with it
         if threads > 0:
             handlers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc")
             readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
@@ -174,6 +176,8 @@ class GrpcServer:
             self._server = grpc.server(handlers, options=options)
         else:
             self._server = grpc.aio.server(options=options)
+        after = _channelz.server_ids()
+        self._channelz = None if before is None or after is None else after - before
         names = [s.name for s in self.services]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
         outputs = {
@@ -190,6 +194,12 @@ class GrpcServer:
     @property
     def threaded(self) -> bool:
         return bool(self._pools)
+
+    def open_connections(self) -> int | None:
+        """Connections open now (grpc's channelz; None where it does not say)."""
+        if not self._channelz:
+            return None
+        return _channelz.open_connections(self._channelz)
 
     async def start(self) -> str:
         """Decide how the bridge serves calls, register the services, bind and start serving;

@@ -164,9 +164,14 @@ class HttpApp:
     async def _read(
         self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
     ) -> None:
-        """Read and parse the body if the model takes the inputs; then watch for disconnects."""
+        """Read and parse the body if the model takes the inputs; then watch for disconnects.
+        A body that cannot be read or parsed is counted as a refused call of the model."""
         if mv.instance.capabilities.needs_inputs:
-            call.payload = parse(await ex.body())
+            try:
+                call.payload = parse(await ex.body())
+            except PodiumError as exc:
+                self.dataplane.refused(mv, call.protocol, exc)
+                raise
             if mv.config.sequence_batching and isinstance(call.payload, InferenceRequest):
                 found = _sequences.from_parameters(call.payload.parameters)
                 call.sequence = _sequences.merged(call.sequence, found)

@@ -1,0 +1,108 @@
+"""The statistics extension (Triton's): per model version, what ``/metrics`` counts too.
+
+``GET /v2/models[/{m}[/versions/{v}]]/stats`` and gRPC ``ModelStatistics`` answer with these
+structs, read from each version's :class:`~podium.runtime.VersionStats` (the counters the
+Prometheus metrics read): Triton's fields, in Triton's JSON form (``tritonclient``'s
+``get_inference_statistics`` and ``perf_analyzer`` read them).
+
+What Podium counts in each (docs/metrics.md): ``success`` / ``fail`` every request that reached
+the model (its whole time in the server's data plane); ``queue`` the wait for a predict slot or
+a batch; ``compute_input`` / ``compute_output`` the model's ``preprocess`` / ``postprocess``;
+``compute_infer`` its ``predict`` (a batch's time once for each of its requests);
+``execution_count`` the executions of ``predict`` (batches), ``inference_count`` the requests
+they ran; ``batch_stats`` the executions by batch size (``compute_infer``; Podium runs
+``preprocess`` and ``postprocess`` per request, outside the batch, so their per-batch entries
+are zero); ``cache_hit`` / ``cache_miss`` are zero (Podium has no response cache).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..runtime import UNVERSIONED, Durations, ModelVersion
+
+__all__ = [
+    "BatchStatistics",
+    "InferStatistics",
+    "ModelStatistics",
+    "StatisticDuration",
+    "model_statistics",
+]
+
+
+class StatisticDuration(msgspec.Struct):
+    """How many, and how many nanoseconds in all."""
+
+    count: int = 0
+    ns: int = 0
+
+
+class InferStatistics(msgspec.Struct):
+    success: StatisticDuration
+    fail: StatisticDuration
+    queue: StatisticDuration
+    compute_input: StatisticDuration
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+    cache_hit: StatisticDuration
+    cache_miss: StatisticDuration
+
+
+class BatchStatistics(msgspec.Struct):
+    batch_size: int
+    compute_input: StatisticDuration
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+
+
+class ModelStatistics(msgspec.Struct):
+    """One model version's statistics (Triton's ``ModelStatistics``); ``last_inference`` is in
+    milliseconds since the epoch (0: none yet)."""
+
+    name: str
+    version: str
+    last_inference: int
+    inference_count: int
+    execution_count: int
+    inference_stats: InferStatistics
+    batch_stats: list[BatchStatistics]
+    memory_usage: list[dict[str, object]] = msgspec.field(default_factory=list)
+    response_stats: dict[str, object] = msgspec.field(default_factory=dict)
+
+
+def _duration(d: Durations) -> StatisticDuration:
+    return StatisticDuration(d.count, d.ns)
+
+
+def model_statistics(mv: ModelVersion) -> ModelStatistics:
+    """The statistics of one version, now."""
+    stats = mv.stats
+    infer = InferStatistics(
+        success=_duration(stats.success()),
+        fail=_duration(stats.fail()),
+        queue=_duration(stats.queue_durations()),
+        compute_input=_duration(stats.compute_input),
+        compute_infer=StatisticDuration(stats.infer_count, stats.infer_ns),
+        compute_output=_duration(stats.compute_output),
+        cache_hit=StatisticDuration(),
+        cache_miss=StatisticDuration(),
+    )
+    batches = [
+        BatchStatistics(
+            batch_size=size,
+            compute_input=StatisticDuration(),
+            compute_infer=StatisticDuration(batch.count, batch.ns),
+            compute_output=StatisticDuration(),
+        )
+        for size, batch in sorted(stats.batches.items())
+        if batch.count
+    ]
+    return ModelStatistics(
+        name=mv.name,
+        version=mv.version or UNVERSIONED,
+        last_inference=stats.last_inference_ms(),
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+        inference_stats=infer,
+        batch_stats=batches,
+    )
