@@ -131,7 +131,9 @@ Delta = tuple[tuple[str, str, str, tuple[str, ...], tuple[float, ...]], tuple[st
 
 def _check_name(name: str, labelnames: Sequence[str], kind: Kind) -> tuple[str, ...]:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"metric name {name!r} is not a Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
+        raise ValueError(
+            f"metric name {name!r} is not a Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
+        )
     labels = tuple(labelnames)
     for label in labels:
         if not isinstance(label, str) or not _LABEL.match(label) or label.startswith("__"):
@@ -252,7 +254,9 @@ class MetricStore:
             changed, self._changed = self._changed, {}
             self.dirty = False
             families = self.families
-            return [(families[name].spec(), labels, value) for (name, labels), value in changed.items()]
+            return [
+                (families[name].spec(), labels, value) for (name, labels), value in changed.items()
+            ]
 
     def apply(self, deltas: list[Delta]) -> None:
         """Add what a worker process reported (its families are made here if new; one that

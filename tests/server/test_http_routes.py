@@ -26,16 +26,23 @@ from podium.server.management._openapi import description
 from podium.types import WireProtocol
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
-_PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
+_PARAM = re.compile(r"\{(\w+)(?::(!?[\w,]+))?\}")
 
 
 @functools.cache
 def reference_regex(path: str) -> re.Pattern[str]:
-    """``path`` as Starlette would compile it, with ``noverb`` as "no ':' in the segment"."""
+    """``path`` as Starlette would compile it, with ``noverb`` as "no ':' in the segment" and
+    ``!a,b`` as "neither a nor b"."""
     out, last = "^", 0
     for found in _PARAM.finditer(path):
         out += re.escape(path[last : found.start()])
-        out += f"(?P<{found[1]}>{'[^/:]+' if found[2] == 'noverb' else '[^/]+'})"
+        convertor = found[2] or ""
+        if convertor.startswith("!"):
+            words = "|".join(re.escape(w) for w in convertor[1:].split(","))
+            segment = f"(?!(?:{words})(?:/|$))[^/]+"
+        else:
+            segment = "[^/:]+" if convertor == "noverb" else "[^/]+"
+        out += f"(?P<{found[1]}>{segment})"
         last = found.end()
     return re.compile(out + re.escape(path[last:]) + "$")
 

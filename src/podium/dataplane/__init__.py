@@ -40,12 +40,6 @@ from ..runtime import (
 )
 from ._control import ControlPolicy, ModelControl
 from ._plane import EXTENSIONS, DataPlane
-from ._statistics import (
-    BatchStatistics,
-    InferStatistics,
-    ModelStatistics,
-    StatisticDuration,
-)
 from ._repository import (
     ConfigOverrides,
     ModelEntry,
@@ -54,6 +48,12 @@ from ._repository import (
     Scaled,
     VersionDescription,
     WorkerDescription,
+)
+from ._statistics import (
+    BatchStatistics,
+    InferStatistics,
+    ModelStatistics,
+    StatisticDuration,
 )
 
 __all__ = [

@@ -100,7 +100,9 @@ class DataPlane:
             parameters={**meta, **state},
         )
 
-    def statistics(self, name: str | None = None, version: str | None = None) -> list[ModelStatistics]:
+    def statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> list[ModelStatistics]:
         """The statistics extension: every version of every model (``name`` None), of one
         model (``version`` None), or one version; ``NotFound`` for an unknown model or
         version."""

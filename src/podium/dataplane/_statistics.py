@@ -77,13 +77,17 @@ def _duration(d: Durations) -> StatisticDuration:
 def model_statistics(mv: ModelVersion) -> ModelStatistics:
     """The statistics of one version, now."""
     stats = mv.stats
+    # A model without preprocess (postprocess) spends no time in it: each request executed
+    # counts with 0 ns, as every request of Triton's has a compute_input and compute_output.
+    executed = stats.infer_count
+    pre, post = stats.compute_input, stats.compute_output
     infer = InferStatistics(
         success=_duration(stats.success()),
         fail=_duration(stats.fail()),
         queue=_duration(stats.queue_durations()),
-        compute_input=_duration(stats.compute_input),
-        compute_infer=StatisticDuration(stats.infer_count, stats.infer_ns),
-        compute_output=_duration(stats.compute_output),
+        compute_input=StatisticDuration(pre.count or executed, pre.ns),
+        compute_infer=StatisticDuration(executed, stats.infer_ns),
+        compute_output=StatisticDuration(post.count or executed, post.ns),
         cache_hit=StatisticDuration(),
         cache_miss=StatisticDuration(),
     )

@@ -24,6 +24,7 @@ import asyncio
 import enum
 import time
 from bisect import bisect_left
+
 from ..errors import (
     Cancelled,
     PodiumError,
@@ -246,7 +247,6 @@ class ComputeDelta:
         self.infer_count = 0
         self.infer_ns = 0
         self.batches: dict[int, tuple[int, int]] = {}
-
 
 
 class VersionStats:

@@ -104,7 +104,9 @@ class PodiumCollector:
     def _server(self) -> Iterator[Metric]:
         http = self._connections()
         open_ = GaugeMetricFamily(
-            "podium_http_connections_open", "HTTP connections open, by listener.", labels=["listener"]
+            "podium_http_connections_open",
+            "HTTP connections open, by listener.",
+            labels=["listener"],
         )
         accepted = CounterMetricFamily(
             "podium_http_connections", "HTTP connections served, by listener.", labels=["listener"]
@@ -134,7 +136,9 @@ class PodiumCollector:
                 closed.add_metric([name, limit], value)
         yield from (open_, accepted, refused, closed)
         grpc_open = GaugeMetricFamily(
-            "podium_grpc_connections_open", "gRPC connections open, by listener.", labels=["listener"]
+            "podium_grpc_connections_open",
+            "gRPC connections open, by listener.",
+            labels=["listener"],
         )
         for name, count in self._grpc_connections().items():
             if count is not None:
@@ -187,7 +191,9 @@ class PodiumCollector:
             labels=_MV,
         )
         batches = CounterMetricFamily(
-            "podium_batches", "Executions of predict (each a batch, of 1 without batching).", labels=_MV
+            "podium_batches",
+            "Executions of predict (each a batch, of 1 without batching).",
+            labels=_MV,
         )
         steps = CounterMetricFamily(
             "podium_continuous_steps", "Steps of continuous batching.", labels=_MV
@@ -234,7 +240,9 @@ class PodiumCollector:
         yield from (steps, ended, restarts)
 
     @staticmethod
-    def _batches(family: HistogramMetricFamily, labels: list[str], by_size: Mapping[int, Any]) -> None:
+    def _batches(
+        family: HistogramMetricFamily, labels: list[str], by_size: Mapping[int, Any]
+    ) -> None:
         counts = [0] * (len(BATCH_BUCKETS) + 1)
         requests = 0
         for size, batch in by_size.items():
@@ -275,7 +283,9 @@ class PodiumCollector:
             "podium_sequences_open", "Stateful sequences open.", labels=_MV
         )
         workers = GaugeMetricFamily(
-            "podium_workers", "Workers by state (starting, ready, stopping).", labels=[*_MV, "state"]
+            "podium_workers",
+            "Workers by state (starting, ready, stopping).",
+            labels=[*_MV, "state"],
         )
         ready = GaugeMetricFamily(
             "podium_model_ready", "1 if the model version serves requests, else 0.", labels=_MV
@@ -410,4 +420,3 @@ class MetricsApp:
         except Exception as exc:  # a collector failed: say so, the listener stays up
             logger.exception("collecting metrics failed")
             await send_error(send, PodiumError(f"collecting metrics failed: {exc}"))
-

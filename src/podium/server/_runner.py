@@ -335,7 +335,9 @@ class Podium:
             grpc_connections=self.grpc_connections,
         )
         app = MetricsApp(metrics_registry(collector))
-        await self._serve_http("http-metrics", app, self.config.metrics_host, self.config.metrics_port)
+        await self._serve_http(
+            "http-metrics", app, self.config.metrics_host, self.config.metrics_port
+        )
 
     def grpc_connections(self) -> dict[str, int | None]:
         """Each gRPC listener's open connections (None where grpc does not say), by name."""

@@ -105,7 +105,9 @@ class TorchServeMetric:
         else:
             store.observe(family, labels, float(value))
 
-    def update(self, value: float, request_id: str = "", dimensions: list[Any] | None = None) -> None:
+    def update(
+        self, value: float, request_id: str = "", dimensions: list[Any] | None = None
+    ) -> None:
         """TorchServe's older form: the dimensions as ``Dimension`` objects."""
         dimensions = dimensions or []
         names = [d.name for d in dimensions]
@@ -220,7 +222,9 @@ class TorchServeMetrics:
     def add_error(self, name: str, value: float, dimensions: list[Any] | None = None) -> None:
         self._record(name, value, "", dimensions, MetricTypes.COUNTER)
 
-    def get_metric(self, metric_name: str, metric_type: Any = MetricTypes.COUNTER) -> TorchServeMetric:
+    def get_metric(
+        self, metric_name: str, metric_type: Any = MetricTypes.COUNTER
+    ) -> TorchServeMetric:
         """A metric added before (``add_metric_to_cache`` or one of the ``add_*``); ``KeyError``
         (TorchServe's ``MetricsCacheKeyError`` is one) if there is none."""
         found = self._cache.get((metric_name, _kind(metric_type).value))

@@ -4,6 +4,8 @@ A thin adapter over the data plane: each RPC turns its message into a :class:`po
 (or a call on the data plane's model repository), and the answer back into a message (tensor
 conversions in :mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
 
+``ModelStatistics`` is the statistics extension (Triton's), from the data plane's counters.
+
 The repository RPCs: ``RepositoryIndex`` is open; ``RepositoryModelLoad`` / ``Unload`` change what
 is served, so the data plane's model repository refuses them here (``PERMISSION_DENIED``, naming
 the management API) unless the server runs with ``--model-control inference``.
@@ -37,6 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+import msgspec
 
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, NotFound, PodiumError
@@ -201,6 +204,11 @@ class OipService:
                 "inference.RepositoryModelUnloadRequest",
                 "inference.RepositoryModelUnloadResponse",
             ),
+            "ModelStatistics": _unary(
+                self.model_statistics,
+                "inference.ModelStatisticsRequest",
+                "inference.ModelStatisticsResponse",
+            ),
         }
         served = {} if self.triton else {"ModelStreamInfer": "inference.ModelInferResponse"}
         return Service(SERVICE, methods, healthy=self.dataplane.ready, served_outputs=served)
@@ -238,6 +246,33 @@ class OipService:
         _tensors_metadata(response.inputs, meta, "inputs", meta.inputs)
         _tensors_metadata(response.outputs, meta, "outputs", meta.outputs)
         fill_parameters(response.parameters, meta.parameters or {})
+        return response
+
+    async def model_statistics(self, message: Any, context: Any) -> Any:
+        """The statistics extension: every model (no name), one model (no version), one
+        version, as Triton answers it."""
+        found = self.dataplane.statistics(message.name or None, message.version or None)
+        response = _m("inference.ModelStatisticsResponse")()
+        for stats in found:
+            entry = response.model_stats.add(
+                name=stats.name,
+                version=stats.version,
+                last_inference=stats.last_inference,
+                inference_count=stats.inference_count,
+                execution_count=stats.execution_count,
+            )
+            infer = stats.inference_stats
+            into = entry.inference_stats
+            for field in msgspec.structs.fields(infer):
+                duration = getattr(infer, field.name)
+                target = getattr(into, field.name)
+                target.count, target.ns = duration.count, duration.ns
+            for batch in stats.batch_stats:
+                added = entry.batch_stats.add(batch_size=batch.batch_size)
+                for part in ("compute_input", "compute_infer", "compute_output"):
+                    duration = getattr(batch, part)
+                    target = getattr(added, part)
+                    target.count, target.ns = duration.count, duration.ns
         return response
 
     # -- inference -------------------------------------------------------------------------

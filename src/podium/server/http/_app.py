@@ -114,6 +114,12 @@ class HttpApp:
             body["version"] = version
         await send_json(send, 200 if ready else 503, body)
 
+    async def _statistics(
+        self, ex: Exchange, send: Send, model: str | None, version: str | None
+    ) -> None:
+        """The statistics extension (Triton's): every model's, one model's, one version's."""
+        await send_json(send, 200, {"model_stats": self.dataplane.statistics(model, version)})
+
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
@@ -340,7 +346,7 @@ INFERENCE_ROUTES = RouteTable(
         Route("GET", "/v2/health/ready", HttpApp._ready, _OIP, "serverReady"),
         Route(
             "GET",
-            "/v2/models/{model}",
+            "/v2/models/{model:!stats}",  # /v2/models/stats is the statistics of every model
             HttpApp._model_metadata,
             _OIP,
             "modelMetadata",
@@ -367,6 +373,30 @@ INFERENCE_ROUTES = RouteTable(
             HttpApp._model_ready,
             _OIP,
             "modelVersionReady",
+        ),
+        # The statistics extension (Triton's)
+        Route(
+            "GET",
+            "/v2/models/stats",
+            HttpApp._statistics,
+            _OIP,
+            "statistics",
+            args={"model": None, "version": None},
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/stats",
+            HttpApp._statistics,
+            _OIP,
+            "modelStatistics",
+            args=_UNVERSIONED,
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/versions/{version}/stats",
+            HttpApp._statistics,
+            _OIP,
+            "modelVersionStatistics",
         ),
         Route(
             "POST",
