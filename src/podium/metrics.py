@@ -134,6 +134,8 @@ def _check_name(name: str, labelnames: Sequence[str], kind: Kind) -> tuple[str, 
         raise ValueError(
             f"metric name {name!r} is not a Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
         )
+    if name.startswith("podium_"):
+        raise ValueError(f"metric name {name!r}: names starting with 'podium_' are Podium's own")
     labels = tuple(labelnames)
     for label in labels:
         if not isinstance(label, str) or not _LABEL.match(label) or label.startswith("__"):

@@ -41,6 +41,7 @@ def test_messages_live_in_a_private_pool_under_their_wire_names() -> None:
         "RepositoryIndex",
         "RepositoryModelLoad",
         "RepositoryModelUnload",
+        "ModelStatistics",
     ]
     stream = service.methods_by_name["ModelStreamInfer"]
     assert stream.input_type.full_name == "inference.ModelInferRequest"

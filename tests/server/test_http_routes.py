@@ -456,6 +456,31 @@ def test_a_table_refuses_what_would_be_ambiguous_or_uncallable(
         table(*routes)
 
 
+def test_a_parameter_may_exclude_words_that_are_routes_of_their_own() -> None:
+    """``{name:!a,b}`` matches any segment but those words, so that a fixed route beside it
+    (``/v2/models/stats`` beside ``/v2/models/{model}``) does not overlap it."""
+    routes = table(
+        Route("GET", "/a/{model:!stats,all}", Handlers.one, API, "one"),
+        Route("GET", "/a/stats", Handlers.none, API, "stats"),
+        Route("POST", "/a/all", Handlers.none, API, "all"),
+    )
+    owner = Handlers()
+    match = routes.compile(owner).match
+    assert match("GET", "/a/x") == (owner.one, ("x",))
+    assert match("GET", "/a/statsx") == (owner.one, ("statsx",))
+    assert match("GET", "/a/stats") == (owner.none, ())
+    with pytest.raises(MethodNotAllowed):
+        match("GET", "/a/all")  # the word's own route answers, with its Allow
+    assert reference_regex("/a/{model:!stats,all}").match("/a/stats") is None
+    with pytest.raises(ValueError, match="match the same paths"):
+        table(
+            Route("GET", "/a/{model:!stats}", Handlers.one, API, "one"),
+            Route("GET", "/a/other", Handlers.none, API, "other"),
+        )
+    with pytest.raises(ValueError, match="has no ending"):
+        table(Route("GET", "/a/{model:!stats}:go", Handlers.one, API, "one"))
+
+
 def test_patterns_that_only_look_alike_are_accepted() -> None:
     """A verb and a name without one, two different verbs, a parameter beside a fixed text it
     cannot be: none of these overlap, and each path finds its own route."""

@@ -325,7 +325,7 @@ class PodiumCollector:
     def _custom(self, versions: list[ModelVersion]) -> Iterator[Metric]:
         """The models' own metrics: one family per name across versions (a name that two
         models use with another kind or other labels keeps the first, with a warning)."""
-        families: dict[str, tuple[Metric, Any]] = {}
+        families: dict[str, tuple[Any, Any]] = {}
         for mv in versions:
             labels = _labels(mv)
             for family, series in mv.stats.custom.collect():
@@ -346,7 +346,7 @@ class PodiumCollector:
                             list(found[1].labelnames),
                         )
                     continue
-                metric = found[0]
+                metric: Any = found[0]
                 for values, value in series:
                     if family.kind is Kind.HISTOGRAM:
                         if found[1].buckets != family.buckets:
@@ -363,7 +363,7 @@ class PodiumCollector:
             yield metric
 
     @staticmethod
-    def _family(family: Any) -> Metric:
+    def _family(family: Any) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
         labels = [*_MV, *family.labelnames]
         doc = family.documentation or family.name
         if family.kind is Kind.COUNTER:
@@ -385,7 +385,7 @@ def metrics_registry(collector: PodiumCollector) -> CollectorRegistry:
     """A registry of Podium's collector and prometheus-client's default one."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    registry.register(_Default())  # type: ignore[arg-type]
+    registry.register(_Default())
     return registry
 
 

@@ -214,9 +214,10 @@ class SequenceScheduler:
             why, reason = expired
             self._close(seq, reason, why)  # expired, the sweep has not come by yet
         else:
-            reason = self._ended.get(sid)
-            if reason is None:
+            ended = self._ended.get(sid)
+            if ended is None:
                 return await self._start(sid)  # a client-chosen id starts a sequence
+            reason = ended
         raise self._closed_error(sid, reason)
 
     async def _start(self, sid: str) -> Sequence:
