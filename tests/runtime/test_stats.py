@@ -26,18 +26,26 @@ from podium.types import WireProtocol
 
 
 def test_durations_count_sum_and_bucket() -> None:
+    assert DURATION_BUCKETS_NS[0] == 65_536 and DURATION_BUCKETS_NS[-1] == 2**36  # 68.7 s
     d = Durations()
-    for ns in (0, 100_000, 100_001, 59_000_000_000, 61_000_000_000):
+    for ns in (0, 1, 65_536, 65_537, 2**36, 2**36 + 1, 2**62):
         d.add(ns)
-    assert (d.count, d.ns) == (5, 120_000_200_001)
-    assert d.buckets[0] == 2  # <= 100 µs (the bound is inclusive, as Prometheus's le)
-    assert d.buckets[1] == 1  # <= 250 µs
-    assert d.buckets[len(DURATION_BUCKETS_NS) - 1] == 1  # <= 60 s
-    assert d.buckets[-1] == 1  # +Inf
+    assert (d.count, d.ns) == (7, 1 + 65_536 + 65_537 + 2**36 + 2**36 + 1 + 2**62)
+    cumulative = d.cumulative()
+    assert len(cumulative) == len(DURATION_BUCKETS_NS) + 1
+    assert cumulative[0] == 3  # <= 65.5 µs (the bound is inclusive, as Prometheus's le)
+    assert cumulative[1] == 4  # <= 131 µs
+    assert cumulative[-3] == 4 and cumulative[-2] == 5  # <= 2**35, <= 2**36 ns
+    assert cumulative[-1] == 7  # +Inf
+    for i, bound in enumerate(DURATION_BUCKETS_NS):  # each bound falls in its own bucket
+        one = Durations()
+        one.add(bound)
+        one.add(bound + 1)
+        assert one.cumulative()[i] == 1 and one.cumulative()[-1] == 2
     other = Durations()
     other.merge(d)
     other.merge(d)
-    assert other.count == 10 and sum(other.buckets) == 10
+    assert other.count == 14 and other.cumulative()[-1] == 14
 
 
 @pytest.mark.parametrize(
@@ -102,14 +110,17 @@ def test_executions_are_counted_per_execution_and_per_request() -> None:
     stats.executed(1, 100)
     stats.executed(4, 1_000)
     stats.executed(4, 3_000)
-    assert stats.execution_count == 3
-    assert stats.inference_count == 9
-    assert (stats.infer_count, stats.infer_ns) == (9, 100 + 4 * 1_000 + 4 * 3_000)
-    assert {s: (b.count, b.ns) for s, b in stats.batches.items()} == {1: (1, 100), 4: (2, 4_000)}
+    stats.executed(1, 200)
+    assert stats.execution_count == 4
+    assert stats.inference_count == 10
+    assert (stats.infer_count, stats.infer_ns) == (10, 300 + 4 * 1_000 + 4 * 3_000)
+    assert stats.by_size() == {1: (2, 300), 4: (2, 4_000)}
     stats.stepped(3, 500)  # a continuous batch's step...
+    stats.stepped(1, 50)
     stats.generated(2_000)  # ...and one of its requests, when it ends
-    assert stats.steps == 1 and stats.execution_count == 4
-    assert stats.inference_count == 10 and stats.infer_ns == 16_100 + 2_000
+    assert stats.steps == 2 and stats.execution_count == 6
+    assert stats.by_size() == {1: (3, 350), 3: (1, 500), 4: (2, 4_000)}
+    assert stats.inference_count == 11 and stats.infer_ns == 16_300 + 2_000
 
 
 def test_requests_that_did_not_wait_count_as_zero_queue_time() -> None:
@@ -131,17 +142,20 @@ def test_last_inference_is_in_epoch_milliseconds() -> None:
 def test_a_worker_process_reports_its_compute_counters_once() -> None:
     worker = VersionStats()
     assert worker.take_compute() is None
+    predict = worker.predict  # a worker keeps a reference: zeroed in place, never replaced
     worker.compute_input.add(10)
     worker.executed(2, 100)
+    worker.executed(1, 30)
     worker.compute_output.add(20)
     worker.queue.add(5)  # the worker's own wait: not reported (the server counts the queue)
     delta = pickle.loads(pickle.dumps(worker.take_compute()))
     assert worker.take_compute() is None  # taken: zeroed
+    assert worker.predict is predict and predict.count == 0 and sum(predict.buckets) == 0
     server = VersionStats()
     server.executed(1, 7)
     server.merge_compute(delta)
     server.merge_compute(delta)  # a second worker process's report adds up too
-    assert server.execution_count == 3 and server.inference_count == 5
+    assert server.execution_count == 5 and server.inference_count == 7
     assert (server.compute_input.count, server.compute_output.ns) == (2, 40)
-    assert {s: (b.count, b.ns) for s, b in server.batches.items()} == {1: (1, 7), 2: (2, 200)}
+    assert server.by_size() == {1: (3, 67), 2: (2, 200)}
     assert server.queue.count == 0

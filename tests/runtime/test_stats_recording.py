@@ -151,8 +151,9 @@ async def test_a_batch_is_one_execution_and_each_request_waited_in_the_queue(
         assert await asyncio.gather(first, *rest) == [2, 4, 6]
         stats = mv.stats
         assert stats.execution_count == 1 and stats.inference_count == 3
-        assert {s: b.count for s, b in stats.batches.items() if b.count} == {3: 1}
-        assert stats.infer_count == 3 and stats.infer_ns == 3 * stats.batches[3].ns
+        ((size, (count, ns)),) = stats.by_size().items()
+        assert (size, count) == (3, 1)
+        assert stats.infer_count == 3 and stats.infer_ns == 3 * ns
         queue = stats.queue_durations()
         assert queue.count == 3 and queue.ns == 62_500_000  # the first waited 62.5 ms
     finally:

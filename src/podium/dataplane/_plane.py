@@ -135,14 +135,13 @@ class DataPlane:
         For a model with ``sequence_batching`` the call runs in the sequence it names (a new one
         when it names none); the answer says which, and whether the sequence ended.
 
-        The call is counted in the version's :attr:`~ModelVersion.stats`: in flight while it
-        runs, then by outcome and code (of its protocol) with its duration.
+        The call is counted in the version's :attr:`~ModelVersion.stats`, by outcome and code
+        (of its protocol), with its duration.
         """
         if mv is None:
             mv = self._registry.ready(call.model, call.version)
         stats = mv.stats
         start = _now()
-        stats.in_flight += 1
         try:
             inputs, oip = inputs_of(mv, call)
             sequence = _sequence(mv, call)
@@ -170,10 +169,8 @@ class DataPlane:
                 else:
                     answer = Answer(result, headers, sequence.outcome())
         except BaseException as exc:
-            stats.in_flight -= 1
             stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
             raise
-        stats.in_flight -= 1
         stats.last_ns = end = _now()
         value = answer.value
         if type(value) is Reply:  # the status a handler chose
@@ -202,7 +199,6 @@ class DataPlane:
         # Counted as infer() counts, and: open while it runs, its first item's delay, its items.
         stats = mv.stats
         start = _now()
-        stats.in_flight += 1
         stats.streams_open += 1
         try:
             inputs, oip = inputs_of(mv, call)
@@ -226,11 +222,9 @@ class DataPlane:
             finally:
                 await items.aclose()
         except BaseException as exc:  # GeneratorExit too: the reader stopped (the client left)
-            stats.in_flight -= 1
             stats.streams_open -= 1
             stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
             raise
-        stats.in_flight -= 1
         stats.streams_open -= 1
         stats.last_ns = end = _now()
         stats.protocols[call.protocol.index].ok.add(end - start)
@@ -256,7 +250,6 @@ class DataPlane:
 
         stats = mv.stats  # the whole stream counts as one request
         start = _now()
-        stats.in_flight += 1
         stats.streams_open += 1
         try:
             async with contextlib.aclosing(
@@ -266,11 +259,9 @@ class DataPlane:
                     stats.items += 1
                     yield oip_response(mv, item, None) if protocol.oip else item
         except BaseException as exc:
-            stats.in_flight -= 1
             stats.streams_open -= 1
             stats.protocols[protocol.index].failed_with(exc, _now() - start)
             raise
-        stats.in_flight -= 1
         stats.streams_open -= 1
         stats.last_ns = end = _now()
         stats.protocols[protocol.index].ok.add(end - start)

@@ -95,11 +95,10 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
         BatchStatistics(
             batch_size=size,
             compute_input=StatisticDuration(),
-            compute_infer=StatisticDuration(batch.count, batch.ns),
+            compute_infer=StatisticDuration(count, ns),
             compute_output=StatisticDuration(),
         )
-        for size, batch in sorted(stats.batches.items())
-        if batch.count
+        for size, (count, ns) in sorted(stats.by_size().items())
     ]
     return ModelStatistics(
         name=mv.name,

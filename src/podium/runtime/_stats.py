@@ -7,7 +7,7 @@ readers run on the loop too and see a consistent state. Durations are nanosecond
 ``time.perf_counter_ns``. Who records what:
 
 - the data plane: each request's end (:meth:`ProtocolStats.ended`: outcome, code, duration, by
-  the protocol it came through), requests in flight, streams (open, first item, items);
+  the protocol it came through), streams (open, first item, items);
 - the schedulers: time waiting for a slot or a batch (``queue``), ``preprocess``
   (``compute_input``) and ``postprocess`` (``compute_output``) of each request;
 - the workers: each execution of ``predict`` (:meth:`VersionStats.executed`: a request, a
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from bisect import bisect_left
 
 from ..errors import (
     Cancelled,
@@ -50,55 +49,55 @@ __all__ = [
     "outcome_of",
 ]
 
-#: Upper bounds of every duration histogram, in ns: 100 µs to 60 s (then +Inf), for
-#: sub-millisecond and multi-second models alike.
-DURATION_BUCKETS_NS: tuple[int, ...] = (
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    50_000_000,
-    100_000_000,
-    250_000_000,
-    500_000_000,
-    1_000_000_000,
-    2_500_000_000,
-    5_000_000_000,
-    10_000_000_000,
-    30_000_000_000,
-    60_000_000_000,
-)
+_SHIFT = 16
 
-_BOUNDS = DURATION_BUCKETS_NS
+#: Upper bounds of every duration histogram, in ns: powers of two from 2**16 (65.5 µs) to
+#: 2**36 (68.7 s), then +Inf, for sub-millisecond and multi-second models alike. Powers of two,
+#: so that a duration's bucket is its bit length (no search: see :meth:`Durations.add`).
+DURATION_BUCKETS_NS: tuple[int, ...] = tuple(2 ** (_SHIFT + i) for i in range(21))
+
+#: Bucket slots kept: one per bit length a duration (an int64 of ns) can have; those past the
+#: last bound are all +Inf (folded when read: :meth:`Durations.cumulative`).
+_SLOTS = 64 - _SHIFT
 
 
 class Durations:
-    """How many, how long in all (Triton's ``StatisticDuration``: ``count``, ``ns``), and how
-    many fell in each bucket of :data:`DURATION_BUCKETS_NS` (``buckets``, not cumulative; the
-    last is +Inf)."""
+    """How many (:attr:`count`), how long in all (``ns``): Triton's ``StatisticDuration``; and
+    how many fell in each bucket of :data:`DURATION_BUCKETS_NS` (``buckets``, not cumulative;
+    read them with :meth:`cumulative`). The count is the buckets' sum, so that an observation
+    costs two increments (every integer past 256 is a new object)."""
 
-    __slots__ = ("count", "ns", "buckets")
+    __slots__ = ("ns", "buckets")
 
     def __init__(self) -> None:
-        self.count = 0
         self.ns = 0
-        self.buckets = [0] * (len(_BOUNDS) + 1)
+        self.buckets = [0] * _SLOTS
+
+    @property
+    def count(self) -> int:
+        return sum(self.buckets)
 
     def add(self, ns: int) -> None:
-        self.count += 1
         self.ns += ns
-        self.buckets[bisect_left(_BOUNDS, ns)] += 1
+        # bucket i holds (2**(15+i), 2**(16+i)] ns; a search over the bounds costs ~10 times more
+        self.buckets[((ns or 1) - 1 >> _SHIFT).bit_length()] += 1
 
     def merge(self, other: Durations) -> None:
-        self.count += other.count
         self.ns += other.ns
         buckets = self.buckets
         for i, n in enumerate(other.buckets):
             buckets[i] += n
+
+    def cumulative(self) -> list[int]:
+        """How many took at most each bound of :data:`DURATION_BUCKETS_NS`, then in all
+        (+Inf): what a Prometheus histogram's buckets say."""
+        found = []
+        total = 0
+        for n in self.buckets[: len(DURATION_BUCKETS_NS)]:
+            total += n
+            found.append(total)
+        found.append(total + sum(self.buckets[len(DURATION_BUCKETS_NS) :]))
+        return found
 
     def __repr__(self) -> str:
         return f"Durations(count={self.count}, ns={self.ns})"
@@ -236,27 +235,29 @@ class RestartReason(enum.Enum):
 
 class ComputeDelta:
     """What a worker process adds to its version's counters between two reports (picklable):
-    ``preprocess`` / ``postprocess`` / ``predict`` durations and the executions by size."""
+    ``preprocess`` / ``postprocess`` / ``predict`` durations and the batches by size."""
 
-    __slots__ = ("compute_input", "compute_output", "predict", "infer_count", "infer_ns", "batches")
+    __slots__ = ("compute_input", "compute_output", "predict", "batched")
 
     def __init__(self) -> None:
         self.compute_input = Durations()
         self.compute_output = Durations()
         self.predict = Durations()
-        self.infer_count = 0
-        self.infer_ns = 0
-        self.batches: dict[int, tuple[int, int]] = {}
+        self.batched: dict[int, tuple[int, int]] = {}
 
 
 class VersionStats:
     """The counters of one model version (see the module's docstring).
 
     Triton's statistics: ``success`` / ``fail`` are the sums of :attr:`protocols` (``ok``,
-    ``failed``); ``queue``, ``compute_input``, ``compute_output`` are per request,
-    ``infer_count`` / ``infer_ns`` too (a batch's time counted once for each of its
+    ``failed``); ``queue``, ``compute_input``, ``compute_output`` are per request;
+    :attr:`infer_count` / :attr:`infer_ns` too (a batch's time counted once for each of its
     requests); ``predict`` is per execution (its count is ``execution_count``), and
-    ``batches`` by execution size; ``inference_count`` counts requests run.
+    :meth:`by_size` gives the executions by the number of requests they ran.
+
+    Executions over one request, the common case, cost one :meth:`Durations.add`: only the
+    others are kept by size (``batched``: batches; ``stepped``: continuous steps), and those of
+    one request are what ``predict`` holds beyond them.
     """
 
     __slots__ = (
@@ -266,13 +267,11 @@ class VersionStats:
         "compute_input",
         "compute_output",
         "predict",
-        "infer_count",
-        "infer_ns",
-        "inference_count",
-        "single",
-        "batches",
+        "batched",
+        "stepped_by",
+        "generated_count",
+        "generated_ns",
         "last_ns",
-        "in_flight",
         "streams_open",
         "first_item",
         "items",
@@ -293,13 +292,11 @@ class VersionStats:
         self.compute_input = Durations()
         self.compute_output = Durations()
         self.predict = Durations()
-        self.infer_count = 0
-        self.infer_ns = 0
-        self.inference_count = 0
-        self.single = BatchStats(1)  # executions over one request: no dict lookup
-        self.batches: dict[int, BatchStats] = {1: self.single}
+        self.batched: dict[int, BatchStats] = {}  # executions over 2 or more requests
+        self.stepped_by: dict[int, BatchStats] = {}  # continuous steps, by batch size
+        self.generated_count = 0  # requests of continuous batches that ended...
+        self.generated_ns = 0  # ...and their time from joining a batch to their end
         self.last_ns = 0  # perf_counter_ns when the last request ended; 0: none yet
-        self.in_flight = 0
         self.streams_open = 0
         self.first_item = Durations()
         self.items = 0
@@ -314,33 +311,31 @@ class VersionStats:
 
     def executed(self, size: int, ns: int) -> None:
         """One execution of ``predict`` over ``size`` requests that took ``ns``."""
-        self.predict.add(ns)
-        self.infer_count += size
-        self.infer_ns += size * ns
-        self.inference_count += size
-        if size == 1:
-            batch = self.single
-        else:
-            found = self.batches.get(size)
-            batch = found if found is not None else self.batches.setdefault(size, BatchStats(size))
-        batch.count += 1
-        batch.ns += ns
+        predict = self.predict  # Durations.add, inlined: this runs for every request
+        predict.ns += ns
+        predict.buckets[((ns or 1) - 1 >> _SHIFT).bit_length()] += 1
+        if size != 1:
+            batch = self.batched.get(size)
+            if batch is None:
+                batch = self.batched[size] = BatchStats(size)
+            batch.count += 1
+            batch.ns += ns
 
     def stepped(self, size: int, ns: int) -> None:
         """One step of a continuous batch of ``size`` requests (an execution); each request's
         own compute time is counted when it ends (:meth:`generated`)."""
         self.steps += 1
         self.predict.add(ns)
-        found = self.batches.get(size)
-        batch = found if found is not None else self.batches.setdefault(size, BatchStats(size))
+        batch = self.stepped_by.get(size)
+        if batch is None:
+            batch = self.stepped_by[size] = BatchStats(size)
         batch.count += 1
         batch.ns += ns
 
     def generated(self, ns: int) -> None:
         """A request of a continuous batch ended, ``ns`` after it joined the batch."""
-        self.infer_count += 1
-        self.infer_ns += ns
-        self.inference_count += 1
+        self.generated_count += 1
+        self.generated_ns += ns
 
     def sequence_ended(self, reason: SequenceEnd) -> None:
         self.sequences_ended[reason] = self.sequences_ended.get(reason, 0) + 1
@@ -348,17 +343,54 @@ class VersionStats:
     def restarted(self, reason: RestartReason) -> None:
         self.restarts[reason] = self.restarts.get(reason, 0) + 1
 
-    # -- reading --------------------------------------------------------------------------------
+    # -- reading ------------------------------------------------------------------------------
 
     @property
     def execution_count(self) -> int:
         return self.predict.count
 
+    def _single(self) -> tuple[int, int]:
+        """Executions over one request (batches and steps aside): their count and ns."""
+        count, ns = self.predict.count, self.predict.ns
+        for by in (self.batched, self.stepped_by):
+            for batch in by.values():
+                count -= batch.count
+                ns -= batch.ns
+        return count, ns
+
+    def by_size(self) -> dict[int, tuple[int, int]]:
+        """Executions by how many requests they ran (continuous steps by their batch's size):
+        (count, ns) each."""
+        found: dict[int, tuple[int, int]] = {}
+        single = self._single()
+        if single[0]:
+            found[1] = single
+        for by in (self.batched, self.stepped_by):
+            for size, batch in by.items():
+                count, ns = found.get(size, (0, 0))
+                found[size] = (count + batch.count, ns + batch.ns)
+        return found
+
+    @property
+    def infer_count(self) -> int:
+        """Requests run through ``predict`` (Triton's compute_infer count, inference_count)."""
+        single = self._single()[0]
+        return single + sum(b.size * b.count for b in self.batched.values()) + self.generated_count
+
+    @property
+    def infer_ns(self) -> int:
+        """Their time in ``predict``, a batch's counted once for each of its requests."""
+        single = self._single()[1]
+        return single + sum(b.size * b.ns for b in self.batched.values()) + self.generated_ns
+
+    @property
+    def inference_count(self) -> int:
+        return self.infer_count
+
     def queue_durations(self) -> Durations:
         """``queue`` with the requests that did not wait (0 ns) counted in."""
         found = Durations()
         found.merge(self.queue)
-        found.count += self.unqueued
         found.buckets[0] += self.unqueued
         return found
 
@@ -386,19 +418,20 @@ class VersionStats:
     # -- worker processes -----------------------------------------------------------------------
 
     def take_compute(self) -> ComputeDelta | None:
-        """What was added to the compute counters since the last call, which are zeroed (in a
-        worker process, whose counters only feed the server's); None if nothing was."""
+        """What was added to the compute counters since the last call, which are zeroed in
+        place (in a worker process, whose counters only feed the server's); None if nothing
+        was."""
         if not (self.predict.count or self.compute_input.count or self.compute_output.count):
             return None
         delta = ComputeDelta()
-        delta.compute_input, self.compute_input = self.compute_input, Durations()
-        delta.compute_output, self.compute_output = self.compute_output, Durations()
-        delta.predict, self.predict = self.predict, Durations()
-        delta.infer_count, delta.infer_ns = self.infer_count, self.infer_ns
-        self.infer_count = self.infer_ns = self.inference_count = 0
-        delta.batches = {size: (b.count, b.ns) for size, b in self.batches.items() if b.count}
-        self.single = BatchStats(1)
-        self.batches = {1: self.single}
+        for name in ("compute_input", "compute_output", "predict"):
+            mine: Durations = getattr(self, name)
+            taken = getattr(delta, name)
+            taken.merge(mine)
+            mine.ns = 0
+            mine.buckets = [0] * len(mine.buckets)
+        delta.batched = {size: (b.count, b.ns) for size, b in self.batched.items()}
+        self.batched.clear()
         return delta
 
     def merge_compute(self, delta: ComputeDelta) -> None:
@@ -406,12 +439,9 @@ class VersionStats:
         self.compute_input.merge(delta.compute_input)
         self.compute_output.merge(delta.compute_output)
         self.predict.merge(delta.predict)
-        self.infer_count += delta.infer_count
-        self.infer_ns += delta.infer_ns
-        self.inference_count += delta.infer_count
-        for size, (count, ns) in delta.batches.items():
-            batch = self.batches.get(size)
+        for size, (count, ns) in delta.batched.items():
+            batch = self.batched.get(size)
             if batch is None:
-                batch = self.batches[size] = BatchStats(size)
+                batch = self.batched[size] = BatchStats(size)
             batch.count += count
             batch.ns += ns

@@ -105,6 +105,11 @@ class BatchScheduler:
     def _stopped_error(self) -> Unavailable:
         return Unavailable(f"model '{self._model}' stopped before this request finished")
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (queued or running)."""
+        return self._activity.count
+
     def statistics(self) -> dict[str, int]:
         stats = self._pool.statistics()
         stats["queued"] = self._batches.queued

@@ -140,6 +140,11 @@ class ContinuousScheduler:
         """Return once no request is in this scheduler (new ones may still arrive)."""
         await self._activity.drain()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (waiting or in a batch)."""
+        return self._activity.count
+
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
         and ``steps`` (steps run)."""

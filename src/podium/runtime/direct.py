@@ -79,6 +79,11 @@ class DirectScheduler:
     def statistics(self) -> dict[str, int]:
         return self._pool.statistics()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (waiting or running)."""
+        return self._activity.count
+
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
         caps = pool.instance.capabilities

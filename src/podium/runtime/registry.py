@@ -133,8 +133,9 @@ class ModelVersion:
 
     def statistics(self) -> dict[str, int]:
         """Queue depth ("waiting", and "queued" when batching), "busy", "slots", "workers",
-        "ready_workers"."""
+        "ready_workers", "in_flight" (requests in its scheduler)."""
         stats = dict(self.scheduler.statistics())
+        stats["in_flight"] = getattr(self.scheduler, "in_flight", 0)
         pool = self._workers_pool()
         if pool is not None:
             stats.update(pool.counts())

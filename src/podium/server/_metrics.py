@@ -56,12 +56,7 @@ _MV = ["model", "version"]
 
 
 def _histogram(family: HistogramMetricFamily, labels: list[str], d: Durations) -> None:
-    cumulative = []
-    total = 0
-    for bound, n in zip(_BOUNDS, d.buckets, strict=True):
-        total += n
-        cumulative.append((bound, total))
-    family.add_metric(labels, cumulative, d.ns / 1e9)
+    family.add_metric(labels, list(zip(_BOUNDS, d.cumulative(), strict=True)), d.ns / 1e9)
 
 
 def _labels(mv: ModelVersion) -> list[str]:
@@ -228,7 +223,7 @@ class PodiumCollector:
             if stats.first_item.count:
                 _histogram(first, labels, stats.first_item)
             items.add_metric(labels, stats.items)
-            self._batches(batch_size, labels, stats.batches)
+            self._batches(batch_size, labels, stats.by_size())
             batches.add_metric(labels, stats.execution_count)
             if stats.steps:
                 steps.add_metric(labels, stats.steps)
@@ -241,14 +236,14 @@ class PodiumCollector:
 
     @staticmethod
     def _batches(
-        family: HistogramMetricFamily, labels: list[str], by_size: Mapping[int, Any]
+        family: HistogramMetricFamily, labels: list[str], by_size: Mapping[int, tuple[int, int]]
     ) -> None:
         counts = [0] * (len(BATCH_BUCKETS) + 1)
         requests = 0
-        for size, batch in by_size.items():
+        for size, (count, _) in by_size.items():
             index = next((i for i, b in enumerate(BATCH_BUCKETS) if size <= b), len(BATCH_BUCKETS))
-            counts[index] += batch.count
-            requests += size * batch.count
+            counts[index] += count
+            requests += size * count
         cumulative = []
         total = 0
         for bound, n in zip([*map(str, BATCH_BUCKETS), "+Inf"], counts, strict=True):
@@ -297,7 +292,7 @@ class PodiumCollector:
             labels = _labels(mv)
             stats = mv.stats
             counters = mv.statistics()
-            in_flight.add_metric(labels, stats.in_flight)
+            in_flight.add_metric(labels, counters.get("in_flight", 0))
             queued.add_metric(labels, counters.get("waiting", 0) + counters.get("queued", 0))
             streams.add_metric(labels, stats.streams_open)
             slots.add_metric(labels, counters.get("slots", 0))

@@ -110,6 +110,11 @@ class SequenceScheduler:
         """Return once no request is in this scheduler (new ones may still arrive)."""
         await self._activity.drain()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (waiting for their turn, a slot or a batch, or running)."""
+        return self._activity.count
+
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``sequences`` (open), ``queued`` (requests waiting for their
         sequence's turn, a slot or a batch) and ``batches`` when batching."""
