@@ -37,6 +37,7 @@ from ..runtime import (
     SequenceEnd,
     VersionStats,
     WorkerState,
+    outcome_of,
 )
 from ._control import ControlPolicy, ModelControl
 from ._plane import EXTENSIONS, DataPlane
@@ -81,4 +82,5 @@ __all__ = [
     "VersionStats",
     "WorkerDescription",
     "WorkerState",
+    "outcome_of",
 ]

@@ -23,6 +23,7 @@ from ._stats import (
     RestartReason,
     SequenceEnd,
     VersionStats,
+    outcome_of,
 )
 from .loading import build_path, check_paths, register_paths
 from .registry import UNVERSIONED, ModelVersion, Registry
@@ -46,5 +47,6 @@ __all__ = [
     "WorkerState",
     "build_path",
     "check_paths",
+    "outcome_of",
     "register_paths",
 ]
