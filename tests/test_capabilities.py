@@ -35,7 +35,7 @@ def test_frozen_and_slotted() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         caps.streaming = True  # type: ignore[misc]
     assert not hasattr(caps, "__dict__")
-    assert len(dataclasses.fields(Capabilities)) == 11
+    assert len(dataclasses.fields(Capabilities)) == 12
 
 
 def test_the_defaults_are_an_async_predict_that_takes_the_inputs(
@@ -78,6 +78,7 @@ def test_a_process_workers_instance_takes_its_workers_less_what_runs_there() -> 
         predict_on_infer=True,
         consumes_stream=True,
         predict_in_thread=True,
+        device="gpu",  # what the worker's instance was given, as management describes it
     )
     remote.describe(Ready(worker))
     assert remote.pipelined  # preprocess runs in the worker process

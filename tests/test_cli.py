@@ -166,6 +166,67 @@ def test_check_names_each_version() -> None:
     assert "4 model(s) checked" in result.stdout
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from ts.torch_handler.base_handler import BaseHandler\n\n"
+        "class Handler(BaseHandler):\n    pass\n",
+        "def handle(data, context):\n    return data\n",
+    ],
+)
+def test_check_of_a_bare_torchserve_handler_says_how_to_check_it(
+    tmp_path: Path, source: str
+) -> None:
+    """A handler file alone is not a TorchServe model (TorchServe's is an archive, or a directory
+    with its manifest): the error says how to make one (issue 12)."""
+    handler = tmp_path / "handler.py"
+    handler.write_text(source)
+    result = podium("check", handler)
+    assert result.returncode == 1
+    assert "This looks like a TorchServe handler" in result.stderr
+    assert "podium archive --model-name NAME --handler handler.py --archive-format no-archive" in (
+        result.stderr
+    )
+    made = podium(
+        "archive", "--model-name", "h", "--handler", handler, "--archive-format", "no-archive",
+        "--export-path", tmp_path / "out",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    checked = podium("check", tmp_path / "out" / "h")
+    assert "This looks like" not in checked.stderr  # now judged as a handler
+
+
+def test_the_start_log_names_what_failed_first_and_serves_only_what_loaded() -> None:
+    """The ready line never names a model that failed to load, and comes after the failure."""
+    proc = subprocess.Popen(
+        [*PODIUM, "serve", TEST_MODELS / "failing-load", "--host", "127.0.0.1",
+         "--http-port", "0", "--grpc-port", "0", "--management-port", "0",
+         "--grpc-management-port", "0", "--no-auth"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Podium is ready" in line:
+                break
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    ready = lines[-1]
+    assert "serving model 'fine'; not serving model 'failing'" in ready, ready
+    assert "WARNING" in ready
+    failed = [i for i, line in enumerate(lines) if "model 'failing'" in line]
+    assert failed[0] < len(lines) - 1  # its failure was told before the ready line
+
+
 # -- --config -------------------------------------------------------------------------------------
 
 

@@ -131,6 +131,8 @@ MODEL_KEYS = frozenset(FIELDS)
 
 #: ``model_control``'s values: which listeners may load and unload models.
 MODEL_CONTROLS = ("management", "inference")
+#: ``shared_memory``'s values: whether clients may register system shared memory regions.
+SHARED_MEMORY = ("off", "system")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +166,14 @@ class ServerConfig:
     # Which listeners may load and unload models (OIP's repository load/unload): "management"
     # (the management listeners only) or "inference" (the inference listeners too).
     model_control: str = "management"
+    # System shared memory (Triton's extension; docs/security.md): "off" or "system" (clients
+    # on the server's host may register regions of POSIX shared memory objects); only objects
+    # whose names start with shm_key_prefix (empty: any); at most max_shm_regions regions and
+    # max_shm_size bytes mapped at once.
+    shared_memory: str = "off"
+    shm_key_prefix: str = ""
+    max_shm_regions: int = 64
+    max_shm_size: int = 16 << 30
     max_request_size: int = 64 * 1024 * 1024
     # Every HTTP listener's connection limits (docs/security.md, server/_limits.py).
     max_url_size: int = 8 * 1024  # bytes of a request target; longer: 414
@@ -180,6 +190,15 @@ class ServerConfig:
     # contents otherwise) or "raw" (always raw_output_contents, as Triton).
     grpc_output_contents: str = "request"
     grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
+    # Both gRPC listeners' limits (docs/security.md "gRPC limits", server/grpc/_limits.py);
+    # seconds. Their connections are capped by max_connections, the handshake by header_timeout.
+    grpc_max_concurrent_streams: int = 100  # calls at once per connection; more wait (HTTP/2)
+    grpc_max_connection_idle: float = 300.0  # a connection without calls is closed; 0: never
+    grpc_max_connection_age: float = 1800.0  # then GOAWAY: new calls on a new connection; 0: never
+    grpc_max_connection_age_grace: float | None = None  # then calls in flight are cut; None: never
+    grpc_keepalive_time: float = 60.0  # the server pings a connection quiet this long; 0: never
+    grpc_keepalive_timeout: float = 20.0  # an unanswered ping closes the connection
+    grpc_min_ping_interval: float = 5.0  # a client pinging more often gets GOAWAY (3rd strike)
     # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
     sequence_header: str = "ts_request_sequence_id"
     # What registration may read and fetch, and how much (docs/security.md, "Archives and
@@ -194,6 +213,11 @@ class ServerConfig:
     threads: int = 64
     log_level: str = "info"
     models: tuple[str, ...] = ()
+    # Shutdown (docs/operations.md): seconds calls in flight get to finish after SIGTERM, and
+    # seconds between readiness turning false and new connections being refused (None: 5 in a
+    # Kubernetes pod, where endpoints learn of it late, else 0).
+    graceful_timeout: float = 30.0
+    shutdown_delay: float | None = None
 
     def _check_archives(self) -> None:
         timeout = self.download_timeout
@@ -230,6 +254,8 @@ class ServerConfig:
             ("max_request_size", " byte"),
             ("grpc_max_message_size", " byte"),
             ("threads", ""),
+            ("max_shm_regions", ""),
+            ("max_shm_size", " byte"),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -269,12 +295,43 @@ class ServerConfig:
             )
         if not isinstance(self.metrics, bool):
             raise ValueError(f"metrics must be true or false, got {self.metrics!r}")
+        if self.shared_memory not in SHARED_MEMORY:
+            raise ValueError(
+                f"shared-memory must be {' or '.join(SHARED_MEMORY)}, got {self.shared_memory!r}"
+            )
+        if self.shared_memory == "system" and not os.path.isdir("/dev/shm"):
+            raise ValueError(
+                "shared-memory system needs POSIX shared memory objects in /dev/shm (Linux); "
+                "this system has none"
+            )
+        prefix = self.shm_key_prefix
+        if not isinstance(prefix, str) or "/" in prefix.lstrip("/"):
+            raise ValueError(
+                f"shm-key-prefix must be the start of an object name (no '/'), got {prefix!r}"
+            )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(
                 f"log-level must be debug, info, warning or error, got {self.log_level!r}"
             )
         self._check_management()
         self._check_connection_limits()
+        self._check_grpc_limits()
+        self._check_shutdown()
+
+    def _check_shutdown(self) -> None:
+        for name in ("graceful_timeout", "shutdown_delay"):
+            value = getattr(self, name)
+            if value is None and name == "shutdown_delay":
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value < 1e6
+            ):
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be a number of seconds >= 0, got {value!r}"
+                )
+            object.__setattr__(self, name, float(value))
 
     def _check_connection_limits(self) -> None:
         for name in ("max_url_size", "max_header_size", "max_headers", "min_body_rate"):
@@ -295,6 +352,35 @@ class ServerConfig:
         cap = self.max_connections
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ValueError(f"max-connections must be an integer >= 1, got {cap!r}")
+
+    def _check_grpc_limits(self) -> None:
+        streams = self.grpc_max_concurrent_streams
+        if isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams < 2**31:
+            raise ValueError(
+                f"grpc-max-concurrent-streams must be an integer >= 1, got {streams!r}"
+            )
+        for name in (
+            "grpc_max_connection_idle",
+            "grpc_max_connection_age",
+            "grpc_max_connection_age_grace",
+            "grpc_keepalive_time",
+            "grpc_keepalive_timeout",
+            "grpc_min_ping_interval",
+        ):
+            value = getattr(self, name)
+            if value is None and name == "grpc_max_connection_age_grace":
+                continue
+            least = 0.001 if name == "grpc_keepalive_timeout" else 0
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not least <= value < 1e9
+            ):
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be a number of seconds >= {least:g} "
+                    f"(and < 1e9), got {value!r}"
+                )
+            object.__setattr__(self, name, float(value))
 
     def _check_management(self) -> None:
         # YAML gives strings and lists: normalise them (a frozen dataclass, hence __setattr__).

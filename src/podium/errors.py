@@ -6,6 +6,7 @@
     │   ├── ValidationFailed         the body failed the model's own schema (pydantic)
     │   └── UnsupportedRepresentation  the value cannot be carried by this protocol
     ├── NotFound                     unknown model, version or route (404 / NOT_FOUND)
+    │   └── VersionNotFound          the model is known, this version is not
     ├── Conflict                     it exists already, e.g. a model version (409 / ALREADY_EXISTS)
     ├── Unauthenticated              a missing or wrong API key (401 / UNAUTHENTICATED)
     ├── Forbidden                    not allowed on this listener, e.g. unloading a model (403 / PERMISSION_DENIED)
@@ -14,7 +15,8 @@
     ├── Unavailable                  try again later (503 / UNAVAILABLE)
     │   ├── ModelNotReady            the model is loading or failed to load
     │   ├── QueueFull                the model's queue is at max_queue_size
-    │   └── SequenceLimit            a sequence's queue is full, or too many sequences are open
+    │   ├── SequenceLimit            a sequence's queue is full, or too many sequences are open
+    │   └── ShuttingDown             the server is stopping: the call was cut, or came too late
     ├── SequenceClosed               the sequence ended, expired or lost its state (410 / FAILED_PRECONDITION)
     ├── Cancelled                    the client went away; nobody is waiting for the answer
     ├── ModelError                   the user's code raised (500 / INTERNAL)
@@ -59,10 +61,12 @@ __all__ = [
     "SequenceClosed",
     "SequenceLimit",
     "STATUS",
+    "ShuttingDown",
     "Unauthenticated",
     "Unavailable",
     "UnsupportedRepresentation",
     "ValidationFailed",
+    "VersionNotFound",
     "WorkerDied",
     "bounded",
     "grpc_code",
@@ -146,6 +150,13 @@ class NotFound(PodiumError):
     code = "not_found"
 
 
+class VersionNotFound(NotFound):
+    """The model is known but has no such version (TorchServe tells the two apart:
+    ``ModelVersionNotFoundException``)."""
+
+    code = "version_not_found"
+
+
 class Conflict(PodiumError):
     """What the request would create exists already (a model version registered twice)."""
 
@@ -211,6 +222,13 @@ class SequenceLimit(Unavailable):
     ``max_num_sequences`` open sequences; nothing else is disturbed."""
 
     code = "sequence_limit"
+
+
+class ShuttingDown(Unavailable):
+    """The server is stopping: the call was still running when ``--graceful-timeout`` ran out
+    (or a second signal came), or it arrived after that; another replica may take it."""
+
+    code = "shutting_down"
 
 
 class SequenceClosed(PodiumError):

@@ -80,12 +80,13 @@ async def test_binary_body_is_a_bytearray_text_is_a_str(
 
 
 @pytest.mark.anyio
-async def test_query_parameters_and_form_fields_are_parameters(
+async def test_form_fields_are_parameters_and_the_query_is_not(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     inst = await load(archive("module-style", tmp_path), executor)
+    # TorchServe 0.12's /predictions passes no query parameters to the handler (issue 12)
     out = json.loads(await inst.predict(b"x", FakeRequest(query=b"top_k=3")))
-    assert out["keys"] == ["body", "top_k"]
+    assert out["keys"] == ["body"]
     boundary = "XyZ"
     body = (
         f'--{boundary}\r\nContent-Disposition: form-data; name="data"; filename="a.bin"\r\n'
@@ -148,6 +149,7 @@ async def test_class_style_context_and_headers_in_and_out(
     assert body["header"] == "abc" and body["all_headers_has_custom"]
     assert body["model_name"] == "class-style" and body["manifest_handler"] == "handler.py"
     assert body["batch_size"] == 1 and body["gpu_id"] is None and body["server_name"] == "Podium"
+    assert inst.capabilities.device == "cpu"  # no GPU given: management describes "cpu"
     assert body["same_context"] and body["sequence_id"] is None
     text = await inst.predict(b"ann", FakeRequest({"x-want-text": "1"}))
     assert text.content_type == "text/x-greeting" and text.body == "hello ann"

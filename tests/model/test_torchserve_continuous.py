@@ -220,16 +220,21 @@ async def test_a_failing_handler_fails_the_step(
 
 
 @pytest.mark.anyio
-async def test_continuous_with_sequences_overlaps_a_sequences_requests_instead(
+async def test_continuous_with_sequences_steps_unless_the_handler_streams_itself(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    """With sequenceBatching, continuousBatching is not a step loop: the sequence scheduler
-    runs the handler's calls, several at once so that a cancel can overlap a stream."""
+    """With sequenceBatching, a handler that does not call send_intermediate_predict_response is
+    stepped as TorchServe's sequence continuous batching steps it (the sequence scheduler runs
+    each worker's step loop: ``continuous``); one that does runs one call per request, several
+    at once, so that a cancel can overlap a stream (``continuous`` false, ``streaming``)."""
     from podium.model.discovery import discover
 
-    model = handler_model(tmp_path, ONE_SHOT, "continuousBatching: true\nsequenceBatching: true\n")
+    both = "continuousBatching: true\nsequenceBatching: true\n"
+    model = handler_model(tmp_path / "one", ONE_SHOT, both)
     (source,) = discover(model)
     assert source.config.sequence_batching and source.config.continuous_batching
     assert source.config.predict_concurrency >= 2
     inst = await load(model, executor)
-    assert inst.capabilities.continuous is False
+    assert inst.capabilities.continuous and inst.capabilities.streaming
+    chatty = await load(handler_model(tmp_path / "chatty", COUNTDOWN, both), executor)
+    assert not chatty.capabilities.continuous and chatty.capabilities.streaming

@@ -195,3 +195,14 @@ class RawHttp:
             await self.writer.wait_closed()
         except (ConnectionError, OSError):
             pass
+
+
+def error_text(response: Any) -> str:
+    """An error answer's message: ``{"error": ...}``, or on TorchServe's routes TorchServe's
+    ``{"code", "type", "message"}`` (checked to be that shape there)."""
+    body = response.json()
+    if response.request.url.path.startswith("/predictions"):
+        assert {"code", "type", "message"} <= set(body), body
+        assert body["code"] == response.status_code, body
+        return str(body["message"])
+    return str(body["error"])

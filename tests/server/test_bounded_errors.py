@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from conftest import Server, run_server
-from e2e_helpers import PATIENCE, SERVE_MODELS
+from e2e_helpers import PATIENCE, SERVE_MODELS, error_text
 from grpc_helpers import target
 
 pytest_plugins = ["e2e_fixtures"]
@@ -50,7 +50,7 @@ def bytes_input(value: str) -> dict[str, Any]:
 def check_http(server: Server, response: httpx.Response, status: int, starts: str) -> None:
     assert response.status_code == status
     assert len(response.content) < 2048, len(response.content)
-    message = response.json()["error"]
+    message = error_text(response)
     assert message.startswith(starts), message[:200]
     assert message.endswith(" characters)") and "… (cut at 1024 of " in message
 

@@ -41,6 +41,12 @@ def test_messages_live_in_a_private_pool_under_their_wire_names() -> None:
         "RepositoryIndex",
         "RepositoryModelLoad",
         "RepositoryModelUnload",
+        "SystemSharedMemoryStatus",
+        "SystemSharedMemoryRegister",
+        "SystemSharedMemoryUnregister",
+        "CudaSharedMemoryStatus",
+        "CudaSharedMemoryRegister",
+        "CudaSharedMemoryUnregister",
         "ModelStatistics",
     ]
     stream = service.methods_by_name["ModelStreamInfer"]
@@ -78,6 +84,18 @@ TRITON_MESSAGES = [
     "RepositoryIndexResponse",
     "RepositoryModelLoadRequest",
     "RepositoryModelUnloadRequest",
+    "SystemSharedMemoryStatusRequest",
+    "SystemSharedMemoryStatusResponse",
+    "SystemSharedMemoryRegisterRequest",
+    "SystemSharedMemoryRegisterResponse",
+    "SystemSharedMemoryUnregisterRequest",
+    "SystemSharedMemoryUnregisterResponse",
+    "CudaSharedMemoryStatusRequest",
+    "CudaSharedMemoryStatusResponse",
+    "CudaSharedMemoryRegisterRequest",
+    "CudaSharedMemoryRegisterResponse",
+    "CudaSharedMemoryUnregisterRequest",
+    "CudaSharedMemoryUnregisterResponse",
 ]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import RawHttp, info, outputs_by_name, tensor, text
+from e2e_helpers import RawHttp, error_text, info, outputs_by_name, tensor, text
 
 pytest_plugins = ["e2e_fixtures"]
 
@@ -193,7 +193,7 @@ async def test_triton_form_rejects_fields_that_are_no_tensor(client: httpx.Async
     # Triton form: a field that is not a string, number, bool or (rectangular) list of them → 400.
     r = await client.post("/v2/models/probe/generate", json={"text_input": {"a": 1}})
     assert r.status_code == 400
-    assert "text_input" in r.json()["error"]
+    assert "text_input" in error_text(r)
 
 
 # -- row: Truss :predict ------------------------------------------------------------------------
@@ -220,7 +220,7 @@ async def test_truss_x_inference_request(client: httpx.AsyncClient) -> None:
     assert info(r.json()) == {"type": "InferenceRequest", "request": TENSOR_REQUEST}
     r = await client.post("/v1/models/probe-oip:predict", json={"prompt": "not a request"})
     assert r.status_code == 400
-    assert "probe-oip" in r.json()["error"]
+    assert "probe-oip" in error_text(r)
 
 
 @pytest.mark.anyio
@@ -264,7 +264,7 @@ async def test_torchserve_json_x_inference_request(client: httpx.AsyncClient) ->
     assert info(r.json()) == {"type": "InferenceRequest", "request": TENSOR_REQUEST}
     r = await client.post("/predictions/probe-oip", json=[1, 2])
     assert r.status_code == 400
-    assert "probe-oip" in r.json()["error"]
+    assert "probe-oip" in error_text(r)
 
 
 @pytest.mark.anyio
@@ -304,7 +304,7 @@ async def test_torchserve_other_x_inference_request(client: httpx.AsyncClient) -
     assert info(r.json()) == {"type": "InferenceRequest", "request": TENSOR_REQUEST}
     r = await client.post("/predictions/probe-oip", content=b"\x00\x01 not json", headers=headers)
     assert r.status_code == 400
-    assert "probe-oip" in r.json()["error"]
+    assert "probe-oip" in error_text(r)
 
 
 @pytest.mark.anyio
@@ -444,7 +444,7 @@ async def test_outputs_x_oip_infer_unrepresentable(client: httpx.AsyncClient, ki
     # carry (None, nested dicts, ragged lists, objects): 400 naming the model and the reason.
     r = await client.post("/v2/models/emit/infer", json={"inputs": [text("kind", kind)]})
     assert r.status_code == 400, r.text
-    message = r.json()["error"]
+    message = error_text(r)
     assert "'emit'" in message
     assert "cannot carry" in message or "not representable" in message
     r = await client.post("/v2/models/emit/infer", json={"inputs": [text("kind", "number")]})
@@ -469,7 +469,7 @@ async def test_outputs_x_triton_generate_unrepresentable(
     # Cells: column Triton generate, rows starlette Response and what OIP cannot carry: 400.
     r = await client.post("/v2/models/emit/generate", json={"kind": kind})
     assert r.status_code == 400, r.text
-    assert "'emit'" in r.json()["error"]
+    assert "'emit'" in error_text(r)
 
 
 @pytest.mark.anyio
@@ -531,6 +531,6 @@ async def test_outputs_that_json_cannot_encode_are_400(
     # Cells: "anything OIP cannot carry" × Truss / TorchServe: 400 when not even JSON can encode it.
     r = await client.post(path, json={"kind": "object"})
     assert r.status_code == 400
-    assert "Opaque" in r.json()["error"]
+    assert "Opaque" in error_text(r)
     r = await client.post(path, json={"kind": "number"})
     assert r.status_code == 200

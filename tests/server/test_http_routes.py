@@ -32,16 +32,18 @@ _PARAM = re.compile(r"\{(\w+)(?::(!?[\w,]+))?\}")
 @functools.cache
 def reference_regex(path: str) -> re.Pattern[str]:
     """``path`` as Starlette would compile it, with ``noverb`` as "no ':' in the segment" and
-    ``!a,b`` as "neither a nor b"."""
+    ``path`` as the rest of the path (non-empty: empty segments never match), and ``!a,b`` as
+    "neither a nor b"."""
     out, last = "^", 0
+    convertors = {"noverb": "[^/:]+", "path": ".+", None: "[^/]+"}
     for found in _PARAM.finditer(path):
         out += re.escape(path[last : found.start()])
-        convertor = found[2] or ""
-        if convertor.startswith("!"):
+        convertor = found[2]
+        if convertor and convertor.startswith("!"):
             words = "|".join(re.escape(w) for w in convertor[1:].split(","))
             segment = f"(?!(?:{words})(?:/|$))[^/]+"
         else:
-            segment = "[^/:]+" if convertor == "noverb" else "[^/]+"
+            segment = convertors[convertor]
         out += f"(?P<{found[1]}>{segment})"
         last = found.end()
     return re.compile(out + re.escape(path[last:]) + "$")
@@ -268,7 +270,8 @@ def test_a_wrong_method_is_405_with_the_tables_allow(which: str) -> None:
                 status, headers, body = await call(app, method, example(route))
                 assert (status, headers["allow"]) == (405, allow), (method, route.name)
                 answer = json.loads(body)
-                if which == "inference":
+                # TorchServe's paths answer in TorchServe's shape (issue 12, item 19)
+                if which == "inference" and not route.path.startswith("/predictions"):
                     assert set(answer) == {"error"} and method in answer["error"]
                 else:
                     assert answer["type"] == "MethodNotAllowedException"
@@ -282,7 +285,14 @@ def test_allow_lists_are_todays() -> None:
     allowed = {r.path: INFERENCE_ROUTES.allowed(r.path) for r in INFERENCE_ROUTES}
     assert allowed["/v2"] == ("GET", "HEAD")
     assert allowed["/ping"] == ("GET", "POST", "HEAD")
-    assert allowed["/predictions/{model}/{version}"] == ("POST", "PUT")
+    # TorchServe runs the handler on GET too (issue 12, item 19)
+    assert allowed["/predictions/{model}/{version}"] == ("POST", "PUT", "GET", "HEAD")
+    assert allowed["/predictions/{model}/{version}/{url_path:path}"] == (
+        "POST",
+        "PUT",
+        "GET",
+        "HEAD",
+    )
     assert allowed["/v1/models/{model}:predict"] == ("POST",)
     assert allowed["/v2/models/{model}/versions/{version}/generate_stream"] == ("POST",)
     management = {r.path: MANAGEMENT_ROUTES.allowed(r.path) for r in MANAGEMENT_ROUTES}
@@ -295,7 +305,6 @@ def test_allow_lists_are_todays() -> None:
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/"),
         ("GET", "/nope"),
         ("GET", "/v2/nope"),
         ("POST", "/v2/models/m/explain"),
@@ -306,13 +315,22 @@ def test_allow_lists_are_todays() -> None:
         ("POST", "/v1/models/:predict"),
         ("GET", "/v1/models/a:b"),
         ("POST", "/predictions"),
-        ("POST", "/predictions/m/1/extra"),
+        ("POST", "/predictions/m/1//extra"),
+        ("DELETE", "/nope/m/1/extra"),
     ],
 )
 def test_unknown_inference_paths_keep_their_404_body(method: str, path: str) -> None:
     status, headers, body = asyncio.run(call(HttpApp(None), method, path))  # type: ignore[arg-type]
     assert (status, headers["content-type"]) == (404, "application/json")
-    assert json.loads(body) == {"error": f"no route for {method} {path}"}
+    message = f"no route for {method} {path}"
+    if path.startswith("/predictions"):  # TorchServe's shape there
+        assert json.loads(body) == {
+            "code": 404,
+            "type": "ResourceNotFoundException",
+            "message": message,
+        }
+    else:
+        assert json.loads(body) == {"error": message}
 
 
 @pytest.mark.parametrize(
@@ -344,8 +362,12 @@ def test_paths_that_routing_splits_with_care() -> None:
     assert match("POST", "/v2/models/a:b/versions/1/infer") == (app._oip, ("a:b", "1", "infer"))
     assert match("GET", "/v2/models/versions/ready") == (app._model_ready, ("versions", None))
     assert match("GET", "/v2/models/m/versions/ready") == (app._model_metadata, ("m", "ready"))
-    assert match("PUT", "/predictions/m/") == (app._torchserve, ("m", None))
+    assert match("PUT", "/predictions/m/") == (app._torchserve, ("m", None, ""))
     assert match("POST", "/predictions/m//") is None
+    # TorchServe's url_path: the segments after the version, '/' included (issue 12, item 19)
+    assert match("POST", "/predictions/m/1/a") == (app._torchserve, ("m", "1", "a"))
+    assert match("GET", "/predictions/m/1/a/b:c/d/") == (app._torchserve, ("m", "1", "a/b:c/d"))
+    assert match("POST", "/predictions/m/1/a//b") is None
     management = ManagementApp(None)  # type: ignore[arg-type]
     status, _, body = asyncio.run(call(management, "OPTIONS", "//"))  # empty segments dropped
     assert status == 200 and json.loads(body)["openapi"].startswith("3.")
@@ -447,6 +469,29 @@ API = Api.OIP_REST
         ([Route("GET", "/a/", Handlers.none, API, "x")], "must not end with '/'"),
         ([Route("GET", "a", Handlers.none, API, "x")], "must start with '/'"),
         ([Route("GET", "/a", Route, API, "x")], "must take (ex, send, ...) first"),
+        (
+            [
+                Route("GET", "/a/{model:path}", Handlers.one, API, "x"),
+                Route("GET", "/a/b/c", Handlers.none, API, "y"),
+            ],
+            "match the same paths",
+        ),
+        (
+            [
+                Route("GET", "/a/{model:path}", Handlers.one, API, "x"),
+                Route("POST", "/{model}/b/{version:path}", Handlers.two, API, "y"),
+            ],
+            "match the same paths",
+        ),
+        (
+            [
+                Route("GET", "/a/{model:path}", Handlers.one, API, "x"),
+                Route("POST", "/a/{model}:run", Handlers.one, API, "y"),
+            ],
+            "match the same paths",
+        ),
+        ([Route("GET", "/a/{model:path}/b", Handlers.one, API, "x")], "only the last segment"),
+        ([Route("GET", "/a/{model:path}.json", Handlers.one, API, "x")], "has no ending"),
     ],
 )
 def test_a_table_refuses_what_would_be_ambiguous_or_uncallable(
@@ -507,6 +552,30 @@ def test_patterns_that_only_look_alike_are_accepted() -> None:
         match("GET", "/a/x:run")
     assert refused.value.allowed == ("POST",)
     for path in ("//", "/a/c/d/e", "/a//x", "/z//", "/a/b/c/d/e"):
+        assert match("GET", path) is None, path
+
+
+def test_the_rest_of_a_path_is_one_parameter() -> None:
+    """``{name:path}`` takes one or more segments, '/' included, and only where no pattern of a
+    fixed length answers (they never overlap)."""
+    routes = table(
+        Route("GET", "/a/{model:path}", Handlers.one, API, "rest"),
+        Route("GET", "/b/{model}/{version:path}", Handlers.two, API, "deep"),
+        Route("GET", "/b/{model}", Handlers.one, API, "short"),
+        Route("POST", "/c/{model}", Handlers.one, API, "fixed"),
+    )
+    owner = Handlers()
+    match = routes.compile(owner).match
+    assert match("GET", "/a/x") == (owner.one, ("x",))
+    assert match("GET", "/a/x/y:z/w/") == (owner.one, ("x/y:z/w",))
+    assert match("HEAD", "/a/x/y") == (owner.one, ("x/y",))
+    assert match("GET", "/b/m") == (owner.one, ("m",))
+    assert match("GET", "/b/m/1") == (owner.two, ("m", "1"))
+    assert match("GET", "/b/m/1/2/3") == (owner.two, ("m", "1/2/3"))
+    with pytest.raises(MethodNotAllowed) as refused:
+        match("POST", "/a/x/y")
+    assert refused.value.allowed == ("GET", "HEAD")
+    for path in ("/a", "/a/", "/a//x", "/a/x//y", "/c/m/n", "/b"):
         assert match("GET", path) is None, path
 
 

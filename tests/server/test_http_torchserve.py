@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from e2e_helpers import info
+from e2e_helpers import error_text, info
 
 pytest_plugins = ["e2e_fixtures"]
 
@@ -36,7 +36,7 @@ async def test_an_unversioned_model_answers_to_version_1(client: httpx.AsyncClie
     assert (r.status_code, r.json()) == (200, [1.5, 2.5])
     r = await client.post("/predictions/emit/2", json={"kind": "list"})
     assert r.status_code == 404
-    assert "model 'emit' has no version '2' (versions: 1 (unversioned))" in r.json()["error"]
+    assert "model 'emit' has no version '2' (versions: 1 (unversioned))" in error_text(r)
 
 
 @pytest.mark.anyio

@@ -242,7 +242,7 @@ def test_default_max_connections_fits_the_open_files_limit() -> None:
     assert default_max_connections(None) == 1000
     assert default_max_connections(-1) == 1000  # unlimited
     assert default_max_connections(1_048_576) == 1000
-    assert default_max_connections(1024) == (1024 - 256) // 3
+    assert default_max_connections(1024) == (1024 - 256) // 5  # 3 HTTP + 2 gRPC listeners
     assert default_max_connections(100) == 16
 
 

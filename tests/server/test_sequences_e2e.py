@@ -15,7 +15,7 @@ import grpc
 import httpx
 import pytest
 from conftest import TEST_MODELS, Server, run_server
-from e2e_helpers import PATIENCE
+from e2e_helpers import PATIENCE, error_text
 from grpc_helpers import Stubs, target
 
 pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]
@@ -83,12 +83,12 @@ async def test_ended_sequences_are_refused_with_the_reason(client: httpx.AsyncCl
     assert r.status_code == 200 and r.headers[SEQ + "_end"] == "true"
     again = await add(client, 1, "by-request")
     assert again.status_code == 410, again.text
-    assert "by-request" in again.json()["error"] and "ended by a request" in again.json()["error"]
+    assert "by-request" in error_text(again) and "ended by a request" in error_text(again)
 
     r = await add(client, 3, "by-model", finish=True)
     assert r.status_code == 200 and r.headers[SEQ + "_end"] == "true"
     again = await add(client, 1, "by-model")
-    assert again.status_code == 410 and "ended by the model" in again.json()["error"]
+    assert again.status_code == 410 and "ended by the model" in error_text(again)
 
 
 @pytest.mark.anyio
@@ -131,6 +131,7 @@ def test_oip_grpc_sequence_parameters(server: Server, pb: SimpleNamespace) -> No
         for n, end in ((1, False), (2, False), (3, True)):
             request = pb.ModelInferRequest(model_name="running-sum")
             request.parameters["sequence_id"].string_param = "grpc-1"
+            request.parameters["sequence_start"].bool_param = n == 1
             request.parameters["sequence_end"].bool_param = end
             tensor = request.inputs.add(name="add", datatype="INT64", shape=[1])
             tensor.contents.int64_contents.append(n)
@@ -140,9 +141,11 @@ def test_oip_grpc_sequence_parameters(server: Server, pb: SimpleNamespace) -> No
             totals.append(list(out["total"].contents.int64_contents))
         assert totals == [[1], [3], [6]]
         assert response.parameters["sequence_end"].bool_param is True
-        with pytest.raises(grpc.RpcError) as caught:
+        with pytest.raises(grpc.RpcError) as caught:  # Triton's rule on OIP: START needed
             stubs.ModelInfer(request, timeout=PATIENCE)
-        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "must specify the START flag" in str(caught.value.details())
+        assert "ended by a request" in str(caught.value.details())
 
 
 def test_torchserve_stream_predictions2_carries_a_sequence(
@@ -188,7 +191,7 @@ async def test_the_sequence_examples(examples_server: Server) -> None:
             sums.append(r.json())
         assert sums == [3, 7, 12, 12] and r.headers[SEQ + "_end"] == "true"
         again = await client.post("/predictions/stateful-sum", content=b"1", headers={SEQ: seq})
-        assert again.status_code == 410 and "ended by the model" in again.json()["error"]
+        assert again.status_code == 410 and "ended by the model" in error_text(again)
 
         # examples/running-total: a native model with podium.Context.
         url = "/v1/models/running-total:predict"
@@ -224,7 +227,7 @@ async def test_a_request_on_the_same_sequence_stops_a_running_stream(
     assert ended.text.startswith("ended; total")
     # (a stream's headers leave before it ends, so its end shows on the next request)
     after = await client.post(url, json={"value": 1}, headers={SEQ: seq})
-    assert after.status_code == 410 and "ended by the model" in after.json()["error"]
+    assert after.status_code == 410 and "ended by the model" in error_text(after)
 
 
 @pytest.mark.anyio
@@ -237,7 +240,7 @@ async def test_the_torchserve_stateful_stream_example(examples_server: Server) -
         ended = await client.post(url, content=b"0", headers={SEQ: seq})
         assert ended.status_code == 200 and ended.text.startswith("ended; total")
         after = await client.post(url, content=b"1", headers={SEQ: seq})
-        assert after.status_code == 410 and "ended by the model" in after.json()["error"]
+        assert after.status_code == 410 and "ended by the model" in error_text(after)
 
 
 def test_oip_model_stream_infer_carries_a_sequence(
@@ -251,6 +254,7 @@ def test_oip_model_stream_infer_carries_a_sequence(
         def request(n: int) -> Any:
             message = mlserver.ModelInferRequest(model_name="running-sum")
             message.parameters["sequence_id"].string_param = "stream-seq"
+            message.parameters["sequence_start"].bool_param = n == 1
             tensor = message.inputs.add(name="add", datatype="INT64", shape=[1])
             tensor.contents.int64_contents.append(n)
             return message

@@ -21,10 +21,18 @@ with its duration; the schedulers and workers add queue, preprocess, predict and
 times): the Prometheus metrics and the statistics extension (:meth:`DataPlane.statistics`,
 Triton's ``ModelStatistics``) read the same counters.
 
+The system shared memory extension (Triton's) is the :class:`SystemSharedMemory` it owns
+(:attr:`DataPlane.shared_memory`): the regions clients register, whichever front end they use,
+and the tensors of every OIP call that name a region, read from it and written into it here.
+The calls in flight are counted (:class:`InFlight`, :attr:`DataPlane.flight`) so that a
+shutdown can turn readiness false, drain them, and cut those that outlive its grace with
+``ShuttingDown``, whichever protocol they came through.
+
 Layout: ``_plane`` (inference, health, metadata, statistics), ``_convert`` (payloads in, values
 out), ``_repository`` (the repository and its typed descriptions), ``_control`` (who may change
-what is served), ``_statistics`` (the statistics extension's structs). Nothing here imports a
-front end.
+what is served), ``_memory`` (system shared memory), ``_flight`` (the calls in flight, for the
+shutdown), ``_statistics`` (the statistics extension's structs). Nothing here imports a front
+end.
 """
 
 from ..runtime import (
@@ -40,6 +48,8 @@ from ..runtime import (
     outcome_of,
 )
 from ._control import ControlPolicy, ModelControl
+from ._flight import FlightReport, InFlight
+from ._memory import RegionStatus, SystemSharedMemory, no_cuda, no_cuda_region
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
     ConfigOverrides,
@@ -67,20 +77,26 @@ __all__ = [
     "DataPlane",
     "Durations",
     "InferStatistics",
+    "FlightReport",
+    "InFlight",
     "ModelControl",
     "ModelEntry",
     "ModelRepository",
     "ModelStatistics",
     "ModelVersion",
     "Outcome",
+    "RegionStatus",
     "Registered",
     "RestartReason",
     "Scaled",
     "SequenceEnd",
     "StatisticDuration",
+    "SystemSharedMemory",
     "VersionDescription",
     "VersionStats",
     "WorkerDescription",
     "WorkerState",
+    "no_cuda",
+    "no_cuda_region",
     "outcome_of",
 ]

@@ -33,7 +33,6 @@ from ..runtime import (
     ModelVersion,
     Registry,
     RequestCodec,
-    WorkerKind,
     build_path,
     register_paths,
 )
@@ -123,7 +122,10 @@ class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
     ``url``: what it was registered from (else its source on disk); ``min_workers`` /
     ``max_workers``: as last scaled, else as configured; ``loaded_at_startup``: found in the
     paths the server started with, not registered since; ``default``: the model's default
-    version; ``queue``: the scheduler's and workers' counters.
+    version; ``queue``: the scheduler's and workers' counters; ``trouble``: why a READY version
+    is not serving well (every worker stuck, workers crash-looping), else ``""``; ``ready``:
+    whether its readiness says yes (READY and no trouble); ``device``: where the instance
+    computes when its contract decides it (:attr:`podium.types.Capabilities.device`).
     """
 
     name: str
@@ -138,6 +140,18 @@ class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     workers: list[WorkerDescription]
     queue: dict[str, int]
+    trouble: str = ""
+    device: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY and not self.trouble
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting in the version's queues, not running yet (the gate's line, and the
+        scheduler's own: batches, sequences' turns, continuous batching's line)."""
+        return self.queue.get("waiting", 0) + self.queue.get("queued", 0)
 
 
 class ModelRepository:
@@ -354,10 +368,17 @@ class ModelRepository:
                 which = ", ".join(f"'{v}'" for v in sorted(v for v in clash if v is not None))
                 raise Conflict(f"model '{name}' version {which} is already registered")
             raise Conflict(f"model '{name}' is already registered")
+        # As TorchServe: new versions of a model already served do not change its default
+        # (set-default does); a new model's default is its config's, else its highest version.
+        kept = self._registry.default_version(name) if existing else None
         for mv in versions:
             self._registry.add(mv)
             self._registered[(mv.name, mv.version)] = url
             self._started[id(mv)] = _now()
+        if kept is not None:
+            if kept.version is not None:  # (an unversioned model takes no other version)
+                self._registry.set_default(name, kept.version)
+            return
         defaults = {mv.config.default_version for mv in versions if mv.config.default_version}
         if len(defaults) == 1:  # build_path checked that they agree
             self._registry.set_default(name, defaults.pop())
@@ -464,6 +485,8 @@ class ModelRepository:
             reason=mv.reason,
             workers=self._workers(mv),
             queue=dict(mv.statistics()),
+            trouble=mv.trouble(),
+            device=mv.instance.capabilities.device,
         )
 
     def _workers(self, mv: ModelVersion) -> list[WorkerDescription]:
@@ -475,7 +498,8 @@ class ModelRepository:
                 state=info.state,
                 busy=info.busy,
                 started=info.started or self._started.get(id(mv), _now()),
-                memory=_memory(info.pid) if info.kind is WorkerKind.PROCESS else None,
+                # a thread worker's pid is the server's: the memory it shares
+                memory=_memory(info.pid),
             )
             for info in mv.workers()
         ]

@@ -116,6 +116,24 @@ def _source(
     return ModelSource(config, file.resolve(), model_dir.resolve())
 
 
+#: What to do with a bare TorchServe handler given as a model file (it imports ``ts``, which
+#: Podium provides to TorchServe models only, or it defines ``handle``).
+_HANDLER_HINT = (
+    ". This looks like a TorchServe handler: Podium serves one as TorchServe does, from an "
+    "archive or a directory holding MAR-INF/MANIFEST.json. Make one with 'podium archive "
+    "--model-name NAME --handler {file} --archive-format no-archive --export-path DIR' "
+    "(add --config-file model-config.yaml and --extra-files as torch-model-archiver takes "
+    "them), then check or serve DIR/NAME"
+)
+
+
+def _torchserve_hint(exc: Exception, file: Path) -> str:
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing is None or missing.split(".")[0] != "ts":
+        return ""
+    return _HANDLER_HINT.format(file=file.name)
+
+
 def import_model(source: ModelSource) -> ModelSpec:
     """Import the model's file and check its class; errors name the model, the file and the rule."""
     file = source.file
@@ -137,11 +155,17 @@ def import_model(source: ModelSource) -> ModelSpec:
     except Exception as exc:
         raise DefinitionError(
             f"{source.label}: importing the file raised {type(exc).__name__}: {exc}"
+            + _torchserve_hint(exc, file)
         ) from exc
     class_name = source.config.model_class_name
     cls = getattr(module, class_name, None)
     if cls is None:
-        raise DefinitionError(f"{source.label}: the file defines no class '{class_name}'")
+        handles = callable(getattr(module, "handle", None)) or any(
+            isinstance(v, type) and v.__module__ == module_name and hasattr(v, "handle")
+            for v in vars(module).values()
+        )
+        hint = _HANDLER_HINT.format(file=file.name) if handles else ""
+        raise DefinitionError(f"{source.label}: the file defines no class '{class_name}'{hint}")
     try:
         return inspect_class(cls)
     except DefinitionError as exc:

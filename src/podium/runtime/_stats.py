@@ -224,6 +224,7 @@ class SequenceEnd(enum.Enum):
     IDLE = "idle"  # idle longer than sequence_max_idle_ms
     TIMEOUT = "timeout"  # older than sequence_timeout_ms
     WORKER_LOST = "worker_lost"  # its worker died or was retired: its state is gone
+    RESTARTED = "restarted"  # a request with the start flag began a new one under its id
 
 
 class RestartReason(enum.Enum):

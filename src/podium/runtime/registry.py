@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import ModelNotReady, NotFound, PodiumError
+from ..errors import ModelNotReady, NotFound, PodiumError, VersionNotFound
 from ..metrics import recording_to
 from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
@@ -130,6 +130,16 @@ class ModelVersion:
         if self.state is ModelState.FAILED and pool.counts()["ready_workers"] >= pool.min_workers:
             self.state = ModelState.READY
             self.reason = ""
+
+    def trouble(self) -> str:
+        """Why this version, though READY, does not serve well, or ``""``: every worker stuck
+        past ``response_timeout``, or workers lost again and again (:meth:`WorkerPool.trouble`).
+        Its readiness then says false, with this reason; its requests are still taken (it may
+        recover by itself, and one bad request must not take it out of service)."""
+        if self.state is not ModelState.READY:
+            return ""
+        pool = self._workers_pool()
+        return "" if pool is None else pool.trouble()
 
     def statistics(self) -> dict[str, int]:
         """Queue depth ("waiting", and "queued" when batching), "busy", "slots", "workers",
@@ -266,7 +276,7 @@ class Registry:
             known = ", ".join(
                 v.version or f"{UNVERSIONED} (unversioned)" for v in self.versions(name)
             )
-            raise NotFound(f"model '{name}' has no version '{version}' (versions: {known})")
+            raise VersionNotFound(f"model '{name}' has no version '{version}' (versions: {known})")
         return mv
 
     def ready(self, name: str, version: str | None = None) -> ModelVersion:

@@ -66,11 +66,12 @@ LINGER = 2.0
 #: Seconds between two warnings of one kind on one listener.
 LOG_EVERY = 10.0
 
-#: File descriptors kept for everything but HTTP connections (gRPC, model files, workers).
+#: File descriptors kept for everything but connections (model files, workers, grpc's own).
 RESERVED_FDS = 256
 
-#: HTTP listeners that share the open-files limit (inference, management, metrics).
-HTTP_LISTENERS = 3
+#: Listeners that share the open-files limit: inference, management and metrics over HTTP,
+#: inference and management over gRPC (whose connections --max-connections caps too).
+LISTENERS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,8 +537,8 @@ def raise_open_files_limit() -> tuple[int, int] | None:
 
 
 def default_max_connections(open_files: int | None) -> int:
-    """1000 per HTTP listener, or fewer where the open-files limit cannot hold that many on
-    every HTTP listener plus RESERVED_FDS for the rest of the server."""
+    """1000 per listener, or fewer where the open-files limit cannot hold that many on every
+    listener (HTTP and gRPC) plus RESERVED_FDS for the rest of the server."""
     if open_files is None or open_files < 0:  # unknown or unlimited
         return 1000
-    return max(16, min(1000, (open_files - RESERVED_FDS) // HTTP_LISTENERS))
+    return max(16, min(1000, (open_files - RESERVED_FDS) // LISTENERS))

@@ -209,7 +209,15 @@ def default_version(addr):
 # --- 18. TorchServe's sequence flags ------------------------------------------------------
 
 
-@scenario("18", "18", "ts_request_sequence_start / _end headers on ts_stateful", "torchserve")
+@scenario(
+    "18",
+    "18",
+    "ts_request_sequence_start / _end headers on ts_stateful",
+    "torchserve",
+    improvement="TorchServe 0.12 hands the flags to the handler only (and times out here); Podium "
+    "begins a new sequence on the start flag, ends it after the end flag, and refuses the ended "
+    "id with a 410 instead of a silent new sequence (docs/sequences.md)",
+)
 def sequence_flags(addr):
     raw: dict[str, Any] = {}
     first = http("POST", _inf(addr, "/predictions/ts_stateful"), content=b"5")
@@ -239,7 +247,13 @@ def sequence_flags(addr):
 
 
 @scenario(
-    "19", "19", "GET /predictions, extra path segments, error body, unknown version", "torchserve"
+    "19",
+    "19",
+    "GET /predictions, extra path segments, error body, unknown version",
+    "torchserve",
+    improvement="a handler that raises is a 500 InternalServerException (Podium's one error "
+    "table: the model failed, the server did not), where TorchServe answers 503; the rest is "
+    "TorchServe's (docs/torchserve.md, Differences from TorchServe)",
 )
 def http_details(addr):
     raw = {
@@ -262,7 +276,15 @@ def http_details(addr):
 # --- 20. management details ---------------------------------------------------------------
 
 
-@scenario("20", "20", "describe fields (REST) and gRPC management msg texts", "torchserve")
+@scenario(
+    "20",
+    "20",
+    "describe fields (REST) and gRPC management msg texts",
+    "torchserve",
+    improvement="describe has every field of TorchServe 0.12's, then Podium's additions "
+    "(jobQueueSize, default, state, workerKind, queue; per worker kind and busy): "
+    "docs/management.md",
+)
 def management(addr):
     described = http("GET", _mgmt(addr, "/models/ts_stateful"))
     body = described.get("body")
@@ -324,7 +346,12 @@ def management(addr):
 
 
 @scenario(
-    "21", "21", "six anonymous requests to ts_capacity (maxNumSequence not set)", "torchserve"
+    "21",
+    "21",
+    "six anonymous requests to ts_capacity (maxNumSequence not set)",
+    "torchserve",
+    improvement="TorchServe's default maxNumSequence (1) locks new sequences out; Podium's "
+    "default is 10,000 open sequences (docs/sequences.md, why these defaults)",
 )
 def capacity(addr):
     raw = [http("POST", _inf(addr, "/predictions/ts_capacity"), content=b"1") for _ in range(6)]

@@ -228,12 +228,9 @@ def _row(
         else:
             row = {"data": bytearray(payload or b"")}  # what TorchServe's gRPC clients send
         return row, headers
+    # TorchServe 0.12's /predictions (and KServe v1 :predict) pass no query parameters: only
+    # its legacy /{model}/predict route did, which neither serves.
     row = {}
-    if request is not None and not protocol.oip:  # an HTTP query's fields, as TorchServe
-        query = getattr(request, "scope", {}).get("query_string", b"")
-        if query:
-            for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-                row[key] = bytearray(value.encode())
     content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
     if isinstance(payload, bytes | bytearray):
         if content_type == "multipart/form-data":
@@ -275,6 +272,17 @@ def _gather(items: list[Any]) -> Any:
     return items
 
 
+def _sequence_headers(headers: dict[str, Any], sequence: SequenceContext) -> None:
+    """The request headers TorchServe's frontend adds for a request of a sequence: its id, the
+    start flag on the sequence's first request, the end flag when the client ends it (on any
+    protocol)."""
+    headers[Context.header_key_sequence_id] = sequence.sequence_id
+    if sequence.first:
+        headers[Context.header_key_sequence_start] = "true"
+    if sequence.last:
+        headers[Context.header_key_sequence_end] = "true"
+
+
 def _end_sequences(
     processors: list[RequestProcessor], contexts: list[SequenceContext | None]
 ) -> None:
@@ -305,10 +313,16 @@ class TorchServeModel:
         self._executor = executor
         self._batched = config.batch_size > 1
         self._buffer = config.stream_buffer
-        # continuousBatching: one handle call per step with the active requests (``step``);
-        # with sequenceBatching it means a sequence's requests overlap (the sequence
-        # scheduler calls predict_stream, a streaming handler is needed)
-        continuous = config.continuous_batching and not config.sequence_batching
+        # continuousBatching: one handle call per step with the active requests (``step``),
+        # each request going on while context.stopping_criteria says so. With sequenceBatching
+        # too, the sequence scheduler steps each worker's requests the same way (TorchServe's
+        # sequence continuous batching), unless the handler streams itself with
+        # send_intermediate_predict_response: then each request is one handle call in its own
+        # thread (predict_stream), so that a sequence's next request runs while one streams.
+        self._sequences = config.sequence_batching
+        continuous = config.continuous_batching and not (self._sequences and handler.streams)
+        parts = source.torchserve_parts()
+        gpu_id = _gpu_id(config.name, parts.settings)
         self.capabilities = Capabilities(
             needs_request=True,
             input_kind=InputKind.WIRE,  # each protocol gets its own answer (a Reply, OIP's)
@@ -316,14 +330,14 @@ class TorchServeModel:
             streaming=continuous or (handler.streams and not self._batched),
             predict_in_thread=True,  # handlers are sync code
             continuous=continuous,
+            device="cpu" if gpu_id is None else "gpu",
         )
-        parts = source.torchserve_parts()
         self.context = Context(
             config.name,
             str(source.model_dir),
             parts.manifest,
             config.batch_size,
-            _gpu_id(config.name, parts.settings),
+            gpu_id,
             __version__,
             # what the handler records goes to this version's metrics (built under its store)
             metrics=TorchServeMetrics(current_store(), config.name),
@@ -415,6 +429,10 @@ class TorchServeModel:
         (a list, or a dict keyed by idx or request id; a callable given the returned value, or
         a bool) decides whether the request goes on: true ends it, false keeps it, anything else
         (no criterion) ends it after this step, as TorchServe does.
+
+        On a sequence model each request's headers carry its sequence as for any call of a
+        sequence (:meth:`_handle`), and a handler that sets ``ts_request_sequence_end`` on a
+        request's response ends that request's sequence.
         """
         if not self.capabilities.continuous:
             raise RuntimeError(
@@ -423,7 +441,8 @@ class TorchServeModel:
             )
         if not batch:
             return
-        await run_sync(self._executor, self._step, batch)
+        contexts = _contexts(len(batch)) if self._sequences else None
+        await run_sync(self._executor, self._step, batch, contexts)
 
     async def _stream(
         self, inputs: Any, request: Any, contexts: list[SequenceContext | None] | None
@@ -486,11 +505,7 @@ class TorchServeModel:
             row, headers = _row(protocol, payload, request)
             sequence = contexts[i] if contexts is not None else None
             if sequence is not None:
-                headers[Context.header_key_sequence_id] = sequence.sequence_id
-                if sequence.first:
-                    headers[Context.header_key_sequence_start] = "true"
-                if sequence.last:  # the client ends it with this request (any protocol)
-                    headers[Context.header_key_sequence_end] = "true"
+                _sequence_headers(headers, sequence)
             data.append(row)
             processors.append(RequestProcessor(headers))
         batch = self.context._batch
@@ -517,7 +532,9 @@ class TorchServeModel:
             if contexts is not None:
                 _end_sequences(processors, contexts)
 
-    def _step(self, gens: list[Generation]) -> None:
+    def _step(
+        self, gens: list[Generation], contexts: list[SequenceContext | None] | None = None
+    ) -> None:
         """One continuous step, in a worker thread (see :meth:`step`)."""
         count = len(gens)
         data: list[dict[str, Any]] = []
@@ -530,6 +547,9 @@ class TorchServeModel:
             state = gen.state
             if _TS_ID not in state:
                 row, headers = _row(protocol, payload, gen.request)
+                sequence = contexts[i] if contexts is not None else None
+                if sequence is not None:
+                    _sequence_headers(headers, sequence)
                 state[_TS_ID] = str(uuid.uuid4())
                 state[_TS_HEADERS] = headers
             else:
@@ -559,6 +579,8 @@ class TorchServeModel:
         finally:
             batch.emit = None
             batch.kept = None
+            if contexts is not None:
+                _end_sequences(processors, contexts)
 
     def _call_handler(
         self,
@@ -657,8 +679,8 @@ class TorchServeModel:
         logger.warning(
             "model '%s' handler '%s' answered %s: %s", self.name, self._label, code, message
         )
-        return Reply(
-            {"code": code, "type": "PredictionException", "message": message},
+        return Reply(  # TorchServe names every failure of a handler InternalServerException
+            {"code": code, "type": "InternalServerException", "message": message},
             code,
             {},
             "application/json",

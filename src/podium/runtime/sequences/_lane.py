@@ -3,6 +3,7 @@ their requests run there."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from .._stats import VersionStats
 if TYPE_CHECKING:
     from .._gate import WorkerGate
     from ._seq import Sequence
+    from ._steps import Steps
 
 __all__ = ["Lane"]
 
@@ -28,13 +30,23 @@ class Lane:
 
     A request holding its sequence's turn runs here with ``types.current_context`` set to its
     Context: preprocess, then a slot on the worker (at once if free, else in the gate's line for
-    this worker) or a place in the worker's next batch, then postprocess. Once the worker is
-    lost (``lost`` says why) nothing new runs here: requests get ``closed_error(sid, why)``.
-    The wait for a slot (not for the sequence's turn) and preprocess and postprocess are counted
-    in ``stats``.
+    this worker) or a place in the worker's next batch, then postprocess. For a ``continuous``
+    instance, ``steps`` (set by the scheduler) is the worker's continuous batch, and streaming
+    requests join it instead (``_steps``). Once the worker is lost (``lost`` says why) nothing
+    new runs here: requests get ``closed_error(sid, why)``. The wait for a slot (not for the
+    sequence's turn), preprocess and postprocess are counted in ``stats``.
     """
 
-    __slots__ = ("worker", "sequences", "batches", "lost", "_gate", "_closed_error", "_stats")
+    __slots__ = (
+        "worker",
+        "sequences",
+        "batches",
+        "lost",
+        "steps",
+        "_gate",
+        "_closed_error",
+        "_stats",
+    )
 
     def __init__(
         self,
@@ -48,6 +60,7 @@ class Lane:
         self.sequences: set[Sequence] = set()
         self.batches = batches
         self.lost: str | None = None  # why its sequences are gone, once the worker is
+        self.steps: Steps | None = None  # the worker's continuous batch (a continuous instance)
         self._gate = gate
         self._closed_error = closed_error
         self._stats = stats if stats is not None else VersionStats()
@@ -55,7 +68,8 @@ class Lane:
     @property
     def queued(self) -> int:
         """Requests waiting for one of the worker's slots or for a batch."""
-        return self._gate.waiting_on(self.worker) + self.batches.queued
+        steps = self.steps.waiting if self.steps is not None else 0
+        return self._gate.waiting_on(self.worker) + self.batches.queued + steps
 
     async def infer(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
         """One request, on a slot of its own."""
@@ -95,9 +109,15 @@ class Lane:
     async def stream(
         self, seq: Sequence, ctx: Context, inputs: Any, request: Any
     ) -> AsyncGenerator[Any, None]:
-        """The items of one request of a streaming model, on a slot held until they end."""
+        """The items of one request of a streaming model, on a slot held until they end (for a
+        continuous instance: the items the worker's steps emit for it)."""
         worker = self.worker
         inst = worker.instance
+        if self.steps is not None:
+            async with contextlib.aclosing(self._step(seq, ctx, inputs, request)) as items:
+                async for item in items:
+                    yield item
+            return
         # Set only until the first item: the producer task the worker starts copies it, and the
         # consumer's own context must not keep it between items.
         token = current_context.set(ctx)
@@ -118,6 +138,23 @@ class Lane:
                 yield item
         finally:
             await items.aclose()
+
+    async def _step(
+        self, seq: Sequence, ctx: Context, inputs: Any, request: Any
+    ) -> AsyncGenerator[Any, None]:
+        assert self.steps is not None
+        inst = self.worker.instance
+        if inst.capabilities.has_preprocess:
+            token = current_context.set(ctx)
+            try:
+                inputs = await self._preprocess(inst, inputs, request)
+            finally:
+                current_context.reset(token)
+        if self.lost is not None:
+            raise self._closed_error(seq.id, self.lost)
+        async with contextlib.aclosing(self.steps.stream(ctx, inputs, request)) as items:
+            async for item in items:
+                yield item
 
     async def _preprocess(self, inst: Any, inputs: Any, request: Any) -> Any:
         start = _now()
@@ -153,6 +190,8 @@ class Lane:
         fail with ``closed_error`` (those waiting for a slot were failed by the gate as it let
         the worker go, and learn why from ``lost``)."""
         self.lost = reason
+        if self.steps is not None:
+            self.steps.lose(lambda ctx: self._closed_error(ctx.sequence_id, reason))
         self.batches.stop()
         self.batches.fail_queued(lambda p: self._closed_error(p.tag.sequence_id, reason))
 

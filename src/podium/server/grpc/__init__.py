@@ -4,6 +4,8 @@ to the event loop, or ``grpc.aio``).
 Layout: ``protos/`` holds the ``.proto`` files and their compiled descriptor set; ``_pool`` loads
 it into a private descriptor pool (never protobuf's default one) and makes the message classes;
 ``_server`` builds the listener from a list of :class:`Service` (plus health and reflection);
+``_limits`` holds what a listener allows its clients (:class:`GrpcLimits`: connections, streams,
+pings, connection age; the threads streams may hold);
 ``bridge/`` (a subpackage) serves the coroutine handlers from the thread-pool server's threads,
 relayed through grpcio's internals where a start-up check finds them as expected;
 ``_errors`` is the one place an exception becomes a status (``status_of``); ``_call`` is what a model sees of a
@@ -19,6 +21,7 @@ it to :func:`inference_services`.
 from __future__ import annotations
 
 from ...dataplane import DataPlane
+from ._limits import GrpcLimits
 from ._oip import OUTPUT_CONTENTS, STREAM_FORMATS, OipService
 from ._server import GrpcServer, Service
 from ._torchserve import torchserve_service
@@ -26,6 +29,7 @@ from ._torchserve import torchserve_service
 __all__ = [
     "OUTPUT_CONTENTS",
     "STREAM_FORMATS",
+    "GrpcLimits",
     "GrpcServer",
     "OipService",
     "Service",

@@ -2,7 +2,9 @@
 
 Wire-compatible with TorchServe's ``management.proto`` (``protos/torchserve_management.proto``).
 Each RPC does what its REST route does (``server/management``), and the reply's ``msg`` carries
-the same JSON as the REST body; failures are statuses from the one table in ``errors.py``. With
+what TorchServe's does: the status text for register, scale, set-default and unregister, the
+REST body's JSON for list and describe; failures are statuses from the one table in
+``errors.py``. With
 ``--auth``, every call needs the management key in its ``authorization`` metadata
 (``Bearer <key>``), checked before anything else runs.
 """
@@ -81,6 +83,8 @@ class ManagementService:
                 if self.authorizer is not None:  # before anything of the call runs
                     self.authorizer.check_metadata(context.invocation_metadata(), MANAGEMENT)
                 reply = await handler(request)
+                if reply.text is not None:  # as TorchServe: the status text, not its JSON
+                    return ManagementResponse(msg=reply.text)
                 return ManagementResponse(msg=_encoder.encode(reply.body).decode())
             except Exception as exc:
                 await abort_with(context, exc, where)

@@ -24,10 +24,11 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
-from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from . import _channelz
 from ._errors import abort_with, unhandled_status
+from ._limits import GrpcLimits, StreamBudget
 from ._pool import reflection_pool
 from .bridge import Bridge, Decision, decide
 
@@ -134,6 +135,9 @@ class GrpcServer:
     either way.
 
     Messages larger than ``max_message_size`` bytes, either way, end the call with
+    ``RESOURCE_EXHAUSTED``. ``limits`` (default: ``GrpcLimits()``) bound connections, streams,
+    pings and the life of a connection, either way (:mod:`._limits`). On a thread-pool server,
+    streams (blocking ones and reflection's) hold at most half the ``threads``; more end with
     ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
     """
 
@@ -148,6 +152,7 @@ class GrpcServer:
         threads: int = 128,
         authorize: Callable[[Any], None] | None = None,
         relay: bool = True,
+        limits: GrpcLimits | None = None,
     ) -> None:
         self.services = list(services)
         self.host = host
@@ -159,25 +164,41 @@ class GrpcServer:
         self.decision: Decision | None = None
         self._authorize = authorize
         self.health = _Health(self.services)
+        if limits is None:
+            limits = GrpcLimits()
         options = [
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
             # A port that another process listens on must fail here, not be shared.
             ("grpc.so_reuseport", 0),
+            *limits.options(),
         ]
+        self.limits = limits
         self._pools: list[ThreadPoolExecutor] = []
         self._bridge: Bridge | None = None
+        #: How many streams may hold pool threads (thread-pool servers only).
+        self.streams: StreamBudget | None = None
         self._server: Any
         before = _channelz.server_ids()  # the server's channelz id is made with it
         if threads > 0:
             handlers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc")
             readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
             self._pools = [handlers, readers]
+            self.streams = StreamBudget(max(1, threads // 2))
+            # No maximum_concurrent_rpcs: grpc's count never sees relayed calls (they end, for
+            # it, when handed to the loop), and blocking unary calls waiting for a thread are
+            # bounded by connections x streams, as relayed ones in flight (see _limits).
             self._server = grpc.server(handlers, options=options)
         else:
+            # No thread per call: calls in flight are bounded by connections x streams alone.
             self._server = grpc.aio.server(options=options)
         after = _channelz.server_ids()
         self._channelz = None if before is None or after is None else after - before
+        self._enable_reflection()
+
+    def _enable_reflection(self) -> None:
+        """Reflection, from a private descriptor pool; on a thread-pool server its streams
+        (each holds a pool thread while open) count against the stream budget."""
         names = [s.name for s in self.services]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
         outputs = {
@@ -185,11 +206,14 @@ class GrpcServer:
             for s in self.services
             for method, message in s.served_outputs.items()
         }
-        reflection.enable_server_reflection(
-            [*names, health_name, reflection.SERVICE_NAME],
-            self._server,
-            pool=reflection_pool(outputs, [health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR]),
-        )
+        served = [*names, health_name, reflection.SERVICE_NAME]
+        pool = reflection_pool(outputs, [health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR])
+        if self.streams is None:
+            reflection.enable_server_reflection(served, self._server, pool=pool)
+            return
+        servicer = reflection.ReflectionServicer(served, pool=pool)
+        servicer.ServerReflectionInfo = self.streams.limited(servicer.ServerReflectionInfo)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, self._server)
 
     @property
     def threaded(self) -> bool:
@@ -213,13 +237,16 @@ class GrpcServer:
                 self.decision = await decide(unhandled_status)
             else:
                 self.decision = Decision.blocking("relay=False")
-            self._bridge = Bridge(
+            bridge = Bridge(
                 asyncio.get_running_loop(),
                 self._pools[1],
                 internals=self.decision.internals,
                 status=unhandled_status,
             )
-            adapt = self._bridge.handler
+            self._bridge = bridge
+            adapt = bridge.handler
+            if self.decision.internals is None and self.streams is not None:
+                adapt = _counted(self.streams, bridge.handler)  # blocking: streams hold threads
         guard = _guarded(self._authorize) if self._authorize is not None else _unchanged
         for service in self.services:
             methods = {name: adapt(guard(handler)) for name, handler in service.methods.items()}
@@ -254,24 +281,51 @@ class GrpcServer:
             )
         return self.address
 
-    async def stop(self) -> None:
-        """Refuse new calls, let calls in flight finish for up to ``grace`` seconds, then
-        cancel the rest (their models' work is cancelled as for a client that left)."""
+    def not_serving(self) -> None:
+        """Health says ``NOT_SERVING`` for everything from now on (the server is stopping);
+        calls are still served until :meth:`stop`."""
         self.health.stopping = True
         self.health.changed()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Refuse new calls and connections, let calls in flight finish for up to ``grace``
+        seconds (the server's own when None), then cancel the rest: their clients get
+        ``UNAVAILABLE``, their models' work is cancelled as for a client that left. Called
+        again with a shorter grace (0: :meth:`abort`), the shorter one holds."""
+        self.not_serving()
+        grace = self.grace if grace is None else grace
         if not self.threaded:
-            await self._server.stop(self.grace)
+            await self._server.stop(grace)
             return
-        stopped = self._server.stop(self.grace)  # in-flight calls still need this loop
+        stopped = self._server.stop(grace)  # in-flight calls still need this loop
         await asyncio.to_thread(stopped.wait)
         if self._bridge is not None:
             await asyncio.to_thread(self._bridge.close)
         for pool in self._pools:
             pool.shutdown(wait=False, cancel_futures=True)
 
+    async def abort(self) -> None:
+        """Cancel every call now (a :meth:`stop` under way ends at once)."""
+        self.not_serving()
+        if self.threaded:
+            self._server.stop(0)
+        else:
+            await self._server.stop(0)
+
 
 def _unchanged(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return handler
+
+
+def _counted(
+    budget: StreamBudget, adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]
+) -> Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]:
+    """``adapt``, then the streams of the handler it makes counted against ``budget``."""
+
+    def counted(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return budget.handler(adapt(handler))
+
+    return counted
 
 
 def _guarded(

@@ -15,13 +15,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import MethodNotAllowed, NotFound, PodiumError
+from ...errors import MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
-from . import _oip, _responses
+from .._ts_errors import NoRoute, torchserve_error
+from . import _memory, _oip, _responses
+from ._docs import PAGE
 from ._exchange import Exchange
+from ._openapi import description
 from ._responses import chunk_of, send_body, send_error, send_json
 from ._routing import Api, Route, RouteTable
 
@@ -46,6 +49,7 @@ class HttpApp:
         self.max_request_size = max_request_size
         self.sequence_header = sequence_header
         self._router = INFERENCE_ROUTES.compile(self)
+        self._description = _responses.encoder.encode(description(INFERENCE_ROUTES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -67,14 +71,11 @@ class HttpApp:
         try:
             found = self._router.match(scope["method"], scope["path"])
             if found is None:
-                raise NotFound(f"no route for {scope['method']} {scope['path']}")
+                raise NoRoute(f"no route for {scope['method']} {scope['path']}")
             handler, args = found
             await handler(ex, send, *args)
-        except MethodNotAllowed as exc:
-            allow = [(b"allow", ", ".join(exc.allowed).encode())]
-            await send_error(send, exc, allow)
         except PodiumError as exc:
-            await send_error(send, exc)
+            await _fail(scope, send, exc)
         except asyncio.CancelledError:
             if ex.failure is None and not ex.disconnected:
                 raise
@@ -82,11 +83,10 @@ class HttpApp:
             if task is not None:
                 task.uncancel()
             if ex.failure is not None and not ex.disconnected:
-                await send_error(send, ex.failure)
+                await _fail(scope, send, ex.failure)
         except Exception as exc:
             logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            err = PodiumError(f"internal error: {type(exc).__name__}: {exc}")
-            await send_error(send, err)
+            await _fail(scope, send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
         finally:
             ex.unwatch()
 
@@ -123,12 +123,22 @@ class HttpApp:
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
+        elif self.dataplane.stopping:  # TorchServe's answer when nothing will serve
+            await send_json(send, 500, {"status": "Unhealthy"})
         else:
             await send_json(send, 500, {"status": "Partial Healthy"})
 
     async def _truss_ready(self, ex: Exchange, send: Send, model: str) -> None:
         ready = self.dataplane.model_ready(model)
         await send_json(send, 200 if ready else 503, {"name": model, "ready": ready})
+
+    # -- the API description -----------------------------------------------------------------
+
+    async def _api_description(self, ex: Exchange, send: Send) -> None:
+        await send_body(send, 200, _responses.JSON, self._description)
+
+    async def _docs_page(self, ex: Exchange, send: Send) -> None:
+        await send_body(send, 200, _responses.HTML, PAGE)
 
     # -- inference -------------------------------------------------------------------------
 
@@ -153,7 +163,9 @@ class HttpApp:
     def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
         response of a call to a sequence model, as the answer says them when the response
-        starts; ``send`` itself for any other model."""
+        starts; ``send`` itself for any other model. A header the response has already (one a
+        TorchServe handler set, as TorchServe's stateful examples set the id) is not sent twice:
+        HTTP clients would join the two lines into ``"id, id"``."""
         if not mv.config.sequence_batching:
             return send
         name = self.sequence_header
@@ -162,7 +174,9 @@ class HttpApp:
             if message["type"] == "http.response.start":
                 extra = _sequences.response_headers(answer.sequence, name)
                 if extra:
-                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                    headers = list(message.get("headers", ()))
+                    extra = _sequences.without(extra, {k.lower() for k, _ in headers})
+                    message = {**message, "headers": [*headers, *extra]}
             await send(message)
 
         return send_with_sequence
@@ -251,7 +265,20 @@ class HttpApp:
             return
         await send_body(send, 200, _json(answer), _responses.encode_json(result))
 
-    async def _torchserve(self, ex: Exchange, send: Send, model: str, version: str | None) -> None:
+    async def _torchserve(
+        self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
+    ) -> None:
+        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]``; errors in TorchServe's shape."""
+        # As TorchServe's frontend, the request headers tell the handler the path's segments
+        # after the version (url_path, "" when none) and that this is no explanation.
+        # (Its errors are answered in TorchServe's shape: _http does it for every /predictions
+        # path.)
+        scope = ex.scope
+        scope["headers"] = [
+            *scope["headers"],
+            (b"url_path", url_path.encode()),
+            (b"explain", b"False"),
+        ]
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
@@ -315,6 +342,24 @@ class HttpApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await items.aclose()
+
+
+_TS_PREFIX = "/predictions"
+
+
+async def _fail(scope: Scope, send: Send, exc: PodiumError) -> None:
+    """The error response: ``{"error": ...}``, or TorchServe's ``{"code", "type", "message"}``
+    under TorchServe's ``/predictions`` (``_ts_errors``); a 405 lists what is allowed."""
+    extra = []
+    if isinstance(exc, MethodNotAllowed):
+        extra.append((b"allow", ", ".join(exc.allowed).encode()))
+    if not scope["path"].startswith(_TS_PREFIX):
+        await send_error(send, exc, extra)
+        return
+    status, body = torchserve_error(exc)
+    if status >= 500:
+        logger.warning("%s %s", status, exc.message)
+    await send_body(send, status, [*_responses.JSON, *extra], _responses.encode_json(body))
 
 
 def _parse_json(body: bytes) -> Any:
@@ -462,10 +507,72 @@ INFERENCE_ROUTES = RouteTable(
             "modelVersionGenerateStream",
             args={"action": "generate_stream"},
         ),
+        # Triton's shared memory extensions (system; CUDA answered as without GPUs)
+        Route("GET", "/v2/systemsharedmemory/status", _memory.system_status, _OIP, "shmStatus"),
+        Route(
+            "GET",
+            "/v2/systemsharedmemory/region/{name}/status",
+            _memory.system_status,
+            _OIP,
+            "shmRegionStatus",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/region/{name}/register",
+            _memory.system_register,
+            _OIP,
+            "shmRegister",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/unregister",
+            _memory.system_unregister,
+            _OIP,
+            "shmUnregisterAll",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/region/{name}/unregister",
+            _memory.system_unregister,
+            _OIP,
+            "shmUnregister",
+        ),
+        Route("GET", "/v2/cudasharedmemory/status", _memory.cuda_status, _OIP, "cudaShmStatus"),
+        Route(
+            "GET",
+            "/v2/cudasharedmemory/region/{name}/status",
+            _memory.cuda_status,
+            _OIP,
+            "cudaShmRegionStatus",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/region/{name}/register",
+            _memory.cuda_register,
+            _OIP,
+            "cudaShmRegister",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/unregister",
+            _memory.cuda_unregister,
+            _OIP,
+            "cudaShmUnregisterAll",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/region/{name}/unregister",
+            _memory.cuda_unregister,
+            _OIP,
+            "cudaShmUnregister",
+        ),
         # TorchServe's inference API
         Route(("GET", "POST"), "/ping", HttpApp._ping, _TS, "ping"),
+        # TorchServe runs the handler whatever the method; GET (a body-less call) is the one
+        # clients use besides POST and PUT. Segments after the version reach the handler as
+        # the request header url_path, as TorchServe sends them.
         Route(
-            ("POST", "PUT"),
+            ("POST", "PUT", "GET"),
             "/predictions/{model}",
             HttpApp._torchserve,
             _TS,
@@ -473,15 +580,34 @@ INFERENCE_ROUTES = RouteTable(
             args=_UNVERSIONED,
         ),
         Route(
-            ("POST", "PUT"),
+            ("POST", "PUT", "GET"),
             "/predictions/{model}/{version}",
             HttpApp._torchserve,
             _TS,
             "versionPredictions",
         ),
+        Route(
+            ("POST", "PUT", "GET"),
+            "/predictions/{model}/{version}/{url_path:path}",
+            HttpApp._torchserve,
+            _TS,
+            "versionPredictionsPath",
+        ),
         # Truss-style: a ':' in the last segment is a verb, so readiness takes names without one
         Route("GET", "/v1/models/{model:noverb}", HttpApp._truss_ready, _TRUSS, "trussReady"),
         Route("POST", "/v1/models/{model}:predict", HttpApp._truss, _TRUSS, "trussPredict"),
+        # The API description (last: the compiled router tests the routes above first):
+        # MLServer's place, a page to try it, and TorchServe's places
+        Route("GET", "/v2/docs/openapi.json", HttpApp._api_description, _OIP, "openApiDocument"),
+        Route("GET", "/v2/docs", HttpApp._docs_page, _OIP, "docsPage"),
+        Route("OPTIONS", "/", HttpApp._api_description, _TS, "inferenceApiDescription"),
+        Route(
+            "GET",
+            "/api-description",
+            HttpApp._api_description,
+            _TS,
+            "inferenceApiDescriptionLegacy",
+        ),
     ],
     leading=("ex", "send"),
     head=True,

@@ -13,6 +13,9 @@ a convertor or an ending)::
     /v2/models/{model}/versions/{version}/infer    {name}         any non-empty segment
     /v1/models/{model:noverb}                      {name:noverb}  one that holds no ':'
     /v1/models/{model}:predict                     {name}text     one that ends with text
+    /predictions/{model}/{version}/{rest:path}     {name:path}    the rest of the path: one or
+                                                                  more segments, '/' included
+                                                                  (the last segment only)
     /v2/models/{model:!stats}                      {name:!a,b}    any but these words (so that
                                                                   /v2/models/stats can be a
                                                                   route of its own)
@@ -45,7 +48,7 @@ Handler = Callable[..., Any]
 Found = tuple[Handler, tuple[Any, ...]]
 
 _PARAM = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_]+|![A-Za-z0-9_.,-]+))?\}(.*)$")
-_CONVERTORS = ("str", "noverb")
+_CONVERTORS = ("str", "noverb", "path")
 _METHOD = re.compile(r"^[A-Z]+$")
 
 
@@ -107,6 +110,15 @@ class Route:
         return tuple(s.param for s in _segments(self.path) if s.param is not None)
 
     @property
+    def convertors(self) -> dict[str, str]:
+        """Each path parameter's convertor (``str`` or ``noverb``), by name."""
+        return {
+            s.param: "noverb" if s.noverb else "str"
+            for s in _segments(self.path)
+            if s.param is not None
+        }
+
+    @property
     def template(self) -> str:
         """The path with its parameters as ``{name}`` (OpenAPI's form): no convertors."""
         return "/".join(s.template for s in _segments(self.path))
@@ -114,12 +126,14 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class _Segment:
-    """One ``/``-separated piece of a pattern: fixed ``text``, or a parameter ending in it."""
+    """One ``/``-separated piece of a pattern: fixed ``text``, or a parameter ending in it;
+    ``rest``: the parameter takes the rest of the path (``{name:path}``, the last segment)."""
 
     text: str
     param: str | None = None
     noverb: bool = False
-    excluded: tuple[str, ...] = ()  # words the parameter is never
+    rest: bool = False
+    excluded: tuple[str, ...] = ()  # words the parameter is never ({name:!a,b})
 
     @property
     def template(self) -> str:
@@ -129,6 +143,8 @@ class _Segment:
         """Whether a path segment ``value`` matches this one."""
         if self.param is None:
             return value == self.text
+        if self.rest:
+            return bool(value)
         if len(value) <= len(self.text) or not value.endswith(self.text):
             return False
         if value in self.excluded:
@@ -140,6 +156,8 @@ class _Segment:
         if self.param is None or other.param is None:
             fixed, pattern = (self, other) if self.param is None else (other, self)
             return pattern.accepts(fixed.text)
+        if self.rest or other.rest:
+            return True  # the rest takes any segment, and every parameter accepts one
         # Two parameters: a value ends with both texts only if one text ends with the other;
         # the shortest candidate then also holds no ':' beyond the longer text's.
         longer, shorter = sorted((self.text, other.text), key=len, reverse=True)
@@ -178,9 +196,11 @@ def _segments(path: str) -> tuple[_Segment, ...]:
                 f"route path {path!r}: unknown convertor {convertor!r} "
                 f"(known: {', '.join(_CONVERTORS)})"
             )
-        if convertor == "noverb" and suffix:
-            raise ValueError(f"route path {path!r}: a {{name:noverb}} segment has no ending")
-        out.append(_Segment(suffix, name, convertor == "noverb"))
+        if convertor in ("noverb", "path") and suffix:
+            raise ValueError(f"route path {path!r}: a {{name:{convertor}}} segment has no ending")
+        out.append(_Segment(suffix, name, convertor == "noverb", convertor == "path"))
+    if any(s.rest for s in out[:-1]):
+        raise ValueError(f"route path {path!r}: only the last segment may be {{name:path}}")
     if sum(1 for s in out if s.param is not None and (s.text or s.noverb or s.excluded)) > 1:
         raise ValueError(
             f"route path {path!r}: one parameter at most may have an ending or a convertor"
@@ -189,7 +209,15 @@ def _segments(path: str) -> tuple[_Segment, ...]:
 
 
 def _overlap(a: tuple[_Segment, ...], b: tuple[_Segment, ...]) -> bool:
-    return len(a) == len(b) and all(x.overlaps(y) for x, y in zip(a, b, strict=True))
+    if not a[-1].rest and not b[-1].rest:
+        return len(a) == len(b) and all(x.overlaps(y) for x, y in zip(a, b, strict=True))
+    if not a[-1].rest:
+        a, b = b, a  # a ends with the rest of the path: it matches len(a) segments or more
+    if len(b) < len(a) and not b[-1].rest:
+        return False
+    # Up to the shorter one's rest, segment by segment; beyond it, the rest takes anything.
+    shared = min(len(a), len(b)) - 1
+    return all(x.overlaps(y) for x, y in zip(a[:shared], b[:shared], strict=True))
 
 
 class RouteTable:
@@ -369,12 +397,14 @@ class Router:
             for method in route.methods:
                 node.targets[method] = (handler, constants)  # the args, if no path parameter
         by_size: dict[int, list[_Node]] = {}
+        at_least: dict[int, list[_Node]] = {}  # patterns that end with the rest of the path
         for path, node in nodes.items():
             node.allow = table.allowed(path)
             if table.head and "GET" in node.targets:
                 node.targets["HEAD"] = node.targets["GET"]
-            by_size.setdefault(len(node.pattern), []).append(node)
-        self.source, namespace = _Generator(by_size, table.leading).generate()
+            sizes = at_least if node.pattern[-1].rest else by_size
+            sizes.setdefault(len(node.pattern), []).append(node)
+        self.source, namespace = _Generator(by_size, table.leading, at_least).generate()
         exec(compile(self.source, "<podium route table>", "exec"), namespace)
         self.match = namespace["match"]
 
@@ -382,8 +412,14 @@ class Router:
 class _Generator:
     """Writes the source of :attr:`Router.match` (see there)."""
 
-    def __init__(self, by_size: dict[int, list[_Node]], leading: tuple[str, str]) -> None:
+    def __init__(
+        self,
+        by_size: dict[int, list[_Node]],
+        leading: tuple[str, str],
+        at_least: dict[int, list[_Node]] | None = None,
+    ) -> None:
         self.by_size = by_size
+        self.at_least = at_least or {}
         self.leading = leading
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = {}
@@ -412,6 +448,11 @@ class _Generator:
             emit(1, f"{keyword} n == {n}:")
             self.trie(self.by_size[n], 1, 2)
             keyword = "elif"
+        # Patterns ending with {name:path}: tried once no fixed-size pattern answered (they
+        # never overlap one, so the order does not change the answer).
+        for n in sorted(self.at_least):
+            emit(1, f"if n >= {n}:")
+            self.trie(self.at_least[n], 1, 2)
         emit(1, "return None")
         return "\n".join(self.lines) + "\n", self.namespace
 
@@ -450,9 +491,15 @@ class _Generator:
     def node(self, node: _Node, depth: int) -> None:
         """The test of a pattern's one checked parameter (if any) and the code that answers
         its handler and arguments, or raises 405."""
-        values = {i: f"parts[{i}]" for i, s in enumerate(node.pattern) if s.param is not None}
+        values = {
+            i: f'"/".join(parts[{i}:])' if s.rest else f"parts[{i}]"
+            for i, s in enumerate(node.pattern)
+            if s.param is not None
+        }
         for i, segment in enumerate(node.pattern):
-            if segment.param is None or not (segment.text or segment.noverb or segment.excluded):
+            if segment.param is None or segment.rest:
+                continue
+            if not (segment.text or segment.noverb or segment.excluded):
                 continue
             self.emit(depth, f"v{i} = parts[{i}]")
             if segment.excluded:

@@ -10,7 +10,8 @@ dispatches them, answers 405 with ``Allow``, and is what ``OPTIONS /`` describes
     PUT    /models/{m}/{v}/set-default     set the default version
     DELETE /models/{m}[/{v}]               unregister
     POST   /token?type=management|inference  new key (with --auth; needs the API key)
-    OPTIONS /                              the API's description (OpenAPI 3)
+    OPTIONS /                              the API's description (OpenAPI 3.1)
+    GET    /api-description                the same (TorchServe's legacy path)
 
 Empty segments and trailing slashes are ignored, as TorchServe does. Answers are TorchServe's:
 ``{"status": "..."}`` on success, ``{"code", "type", "message"}`` on failure, with the status
@@ -27,19 +28,10 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from ...codecs import JSON_ERRORS, json_problem
-from ...errors import (
-    Conflict,
-    InvalidInput,
-    MethodNotAllowed,
-    NotFound,
-    PayloadTooLarge,
-    PodiumError,
-    Unauthenticated,
-    Unavailable,
-    http_status,
-)
+from ...errors import InvalidInput, MethodNotAllowed, PayloadTooLarge, PodiumError, Unauthenticated
 from .._asgi import Receive, Scope, Send
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
+from .._ts_errors import NoRoute, torchserve_error
 from ..http import Api, Route, RouteTable
 from ..http._responses import JSON, send_body
 from ._core import Management, Outcome
@@ -56,32 +48,9 @@ MAX_BODY = 1024 * 1024
 _encoder = msgspec.json.Encoder()
 
 
-class NoRoute(NotFound):
-    """No management route has this path."""
-
-
-def _type(exc: PodiumError) -> str:
-    """TorchServe's name for the error, in the ``type`` field of an error body."""
-    if isinstance(exc, NoRoute):
-        return "ResourceNotFoundException"
-    for cls, name in (
-        (NotFound, "ModelNotFoundException"),
-        (Conflict, "ConflictStatusException"),
-        (InvalidInput, "BadRequestException"),
-        (PayloadTooLarge, "BadRequestException"),
-        (MethodNotAllowed, "MethodNotAllowedException"),
-        (Unavailable, "ServiceUnavailableException"),
-        (Unauthenticated, "InvalidKeyException"),
-    ):
-        if isinstance(exc, cls):
-            return name
-    return "InternalServerException"
-
-
 def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
-    """The status and TorchServe's error body for ``exc``."""
-    status = http_status(exc)
-    return status, {"code": status, "type": _type(exc), "message": exc.message}
+    """The status and TorchServe's error body for ``exc`` (``server/_ts_errors``)."""
+    return torchserve_error(exc)
 
 
 def render_unauthenticated(exc: Unauthenticated) -> tuple[int, bytes]:
@@ -240,6 +209,9 @@ _M, _MV = "/models/{model_name}", "/models/{model_name}/{model_version}"
 MANAGEMENT_ROUTES = RouteTable(
     [
         Route("OPTIONS", "/", ManagementApp._api_description, _API, "apiDescription"),
+        Route(
+            "GET", "/api-description", ManagementApp._api_description, _API, "apiDescriptionLegacy"
+        ),
         Route("GET", "/models", ManagementApp._list, _API, "listModels"),
         Route("POST", "/models", ManagementApp._register, _API, "registerModel"),
         Route("GET", _M, ManagementApp._describe, _API, "describeModel", args=_DEFAULT_VERSION),

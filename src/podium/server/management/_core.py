@@ -1,7 +1,9 @@
 """What the management API does, shared by the REST app and the gRPC service.
 
 Each operation returns an :class:`Outcome`: the HTTP status (200, or 202 when work goes on in the
-background) and the JSON body TorchServe sends (the gRPC ``msg`` carries the same JSON).
+background) and the JSON body TorchServe sends; the gRPC ``msg`` carries, as TorchServe's does,
+the status text alone for register, scale, set-default and unregister, and the JSON of list and
+describe.
 Failures are :mod:`podium.errors` exceptions; the front ends map them through the one table.
 
 The work is the data plane's :class:`~podium.dataplane.ModelRepository`'s: this module resolves
@@ -32,14 +34,16 @@ PROCESSING = "Processing worker updates..."
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What a management operation answers: the HTTP status and TorchServe's JSON body (not a
-    model's :class:`podium.types.Reply`)."""
+    model's :class:`podium.types.Reply`); ``text``: the status text of an operation that
+    answers one (REST sends ``{"status": text}``, gRPC the text itself)."""
 
     status: int
     body: Any
+    text: str | None = None
 
 
 def _status(text: str, status: int = 200) -> Outcome:
-    return Outcome(status, {"status": text})
+    return Outcome(status, {"status": text}, text)
 
 
 def _iso(epoch: float) -> str:
@@ -130,7 +134,8 @@ class Management:
 
     def describe(self, name: str, version: str | None = None) -> Outcome:
         """``GET /models/{m}[/{v}|/all]``: TorchServe's description of each version, with
-        Podium's additions (state, load error, default, queue, worker kind)."""
+        Podium's additions (state, readiness and its trouble, load error, default, queue,
+        worker kind)."""
         if version == "all":
             versions = self.repository.describe(name, every=True)
         else:
@@ -138,8 +143,21 @@ class Management:
         return Outcome(200, [_describe(d) for d in versions])
 
 
+#: TorchServe's frontend keys that Podium accepts and does not enforce (docs/torchserve.md),
+#: described as the model's config sets them, else with TorchServe's defaults.
+_ACCEPTED = (
+    ("startupTimeout", 120),
+    ("maxRetryTimeoutInSec", 300),
+    ("clientTimeoutInMills", 0),
+)
+
+
 def _describe(d: VersionDescription) -> dict[str, Any]:
+    """TorchServe 0.12's description of one version (its fields in its order), then Podium's
+    additions."""
     config = d.config
+    raw = config.raw
+    gpu = d.device == "gpu"
     out: dict[str, Any] = {
         "modelName": d.name,
         "modelVersion": d.version,
@@ -150,30 +168,59 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
         "batchSize": config.batch_size,
         "maxBatchDelay": config.max_batch_delay_ms,
         "responseTimeout": config.response_timeout_s,
-        "jobQueueSize": config.max_queue_size,
-        "loadedAtStartup": d.loaded_at_startup,
-        "workers": [_worker(w) for w in d.workers],
-        # Podium's additions
-        "default": d.default,
-        "state": d.state.value,
-        "workerKind": config.workers,
-        "queue": d.queue,
     }
+    for key, default in _ACCEPTED:
+        out[key] = raw.get(key, default)
+    out["parallelType"] = ""  # model parallelism (torchrun) is refused at load
+    out["parallelLevel"] = 0
+    out["deviceType"] = "gpu" if gpu else "cpu"
+    if isinstance(raw.get("deviceIds"), list):
+        out["deviceIds"] = raw["deviceIds"]
+    out["continuousBatching"] = config.continuous_batching
+    out["useJobTicket"] = False  # refused at load
+    out["useVenv"] = bool(raw.get("useVenv", False))
+    out["stateful"] = config.sequence_batching
+    out["sequenceMaxIdleMSec"] = _whole(config.sequence_max_idle_ms)  # TorchServe: integers
+    out["sequenceTimeoutMSec"] = _whole(config.sequence_timeout_ms)
+    out["maxNumSequence"] = config.max_num_sequences
+    out["maxSequenceJobQueueSize"] = config.max_sequence_queue_size
+    out["loadedAtStartup"] = d.loaded_at_startup
+    out["workers"] = [_worker(w, gpu) for w in d.workers]
+    pending = d.pending
+    out["jobQueueStatus"] = {
+        "remainingCapacity": max(config.max_queue_size - pending, 0),
+        "pendingRequests": pending,
+    }
+    # Podium's additions
+    out["jobQueueSize"] = config.max_queue_size
+    out["default"] = d.default
+    out["state"] = d.state.value
+    out["ready"] = d.ready
+    out["workerKind"] = config.workers
+    out["queue"] = d.queue
     if d.reason:
         out["loadError" if d.state is ModelState.FAILED else "reason"] = d.reason
+    if d.trouble:
+        out["trouble"] = d.trouble
     return out
 
 
-def _worker(w: WorkerDescription) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def _whole(value: float) -> float | int:
+    """A number as an integer when it is one."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _worker(w: WorkerDescription, gpu: bool) -> dict[str, Any]:
+    return {
         "id": w.id,
         "startTime": _iso(w.started),
         "status": w.state.upper(),
+        # resident bytes of the worker's process: for a thread worker, the server's (shared)
+        "memoryUsage": w.memory if w.memory is not None else 0,
         "pid": w.pid,
-        "gpu": False,
+        "gpu": gpu,
+        "gpuUsage": "N/A",  # Podium does not measure it
+        # Podium's additions
         "kind": w.kind,
         "busy": w.busy,
     }
-    if w.memory is not None:
-        entry["memoryUsage"] = w.memory
-    return entry

@@ -1,0 +1,217 @@
+"""Continuous batching on one worker, for the requests of the sequences pinned to it:
+TorchServe's sequence continuous batching, for a ``continuous`` instance on a sequence model (a
+TorchServe handler with ``sequenceBatching`` and ``continuousBatching`` that steps its requests
+with ``context.stopping_criteria``).
+
+One task loops while the worker has requests: it calls the instance's ``step`` with the requests
+active on the worker, ``types.current_context`` set to their Contexts (a list, in the batch's
+order), and hands each request the items the step emitted for it. A request joins between two
+steps, at most ``limit`` at a time (TorchServe: twice ``batchSize``; the others wait in arrival
+order), and leaves once it is finished, failed, or its reader left. As in the continuous
+scheduler (``runtime/continuous``), each request has a buffer of ``stream_buffer`` items: a request
+whose reader lags sits out the following steps until it catches up. A sequence's next request
+may join while its previous one still streams (the scheduler passes the turn on at the first
+item), so one step can hold both: a running stream and the request that cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from ...types import Context, Generation, current_context
+from .._scheduler import TaskSet
+from .._stats import VersionStats
+
+__all__ = ["Steps"]
+
+
+class _Request:
+    """One request: its :class:`Generation`, its sequence's Context, the items its reader has
+    not taken yet, and how it ended (``done``, with ``error`` when it failed)."""
+
+    __slots__ = ("gen", "ctx", "items", "limit", "wake", "done", "error")
+
+    def __init__(self, gen: Generation, ctx: Context, limit: int) -> None:
+        self.gen = gen
+        self.ctx = ctx
+        self.items: collections.deque[Any] = collections.deque()
+        self.limit = limit
+        self.wake = asyncio.Event()
+        self.done = False
+        self.error: BaseException | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self.done or self.gen.cancelled
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.limit
+
+    def end(self, error: BaseException | None = None) -> None:
+        if not self.done:
+            self.done = True
+            self.error = error
+            self.wake.set()
+
+
+class Steps:
+    """The continuous batch of one worker (see the module docstring).
+
+    ``gate`` gives the worker's slots: the loop holds one while it has requests (so the worker
+    shows busy and a retiring worker waits). ``tasks`` owns the loop's task (the scheduler
+    cancels them on close: the requests then end with ``stopped()``). :meth:`lose` ends every
+    request, and refuses new ones, once the worker is gone.
+    """
+
+    __slots__ = (
+        "_worker",
+        "_gate",
+        "_limit",
+        "_buffer",
+        "_tasks",
+        "_stopped",
+        "_active",
+        "_joining",
+        "_wake",
+        "_task",
+        "_lost",
+        "_stats",
+        "steps",
+    )
+
+    def __init__(
+        self,
+        worker: Any,
+        gate: Any,
+        *,
+        limit: int,
+        buffer: int,
+        tasks: TaskSet,
+        stopped: Callable[[], BaseException],
+        stats: VersionStats | None = None,
+    ) -> None:
+        self._worker = worker
+        self._stats = stats if stats is not None else VersionStats()
+        self._gate = gate
+        self._limit = max(limit, 1)
+        self._buffer = max(buffer, 1)
+        self._tasks = tasks
+        self._stopped = stopped
+        self._active: list[_Request] = []
+        self._joining: collections.deque[_Request] = collections.deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._lost: Callable[[Context], BaseException] | None = None
+        self.steps = 0  # steps run
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting to join the batch."""
+        return sum(1 for r in self._joining if not r.gone)
+
+    async def stream(self, ctx: Context, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        """The items the steps emit for this request, in order, until it finishes. Leaving early
+        (the client left) takes it out of the batch before the next step."""
+        if self._lost is not None:
+            raise self._lost(ctx)
+        req = _Request(Generation(inputs, request), ctx, self._buffer)
+        self._joining.append(req)
+        self._wake.set()
+        if self._task is None:
+            self._task = self._tasks.spawn(self._run())
+        try:
+            while True:
+                if req.items:
+                    was_full = req.full
+                    item = req.items.popleft()
+                    if was_full:
+                        self._wake.set()  # it may step again
+                    yield item
+                    continue
+                if req.done:
+                    if req.error is not None:
+                        raise req.error
+                    return
+                req.wake.clear()
+                await req.wake.wait()
+        finally:
+            if not req.done:
+                req.gen.cancelled = True  # out before the next step
+                self._wake.set()
+
+    def lose(self, error: Callable[[Context], BaseException]) -> None:
+        """The worker is gone: every request ends with ``error(its context)``, new ones are
+        refused with it."""
+        self._lost = error
+        for req in (*self._active, *self._joining):
+            req.end(error(req.ctx))
+        self._active.clear()
+        self._joining.clear()
+        self._wake.set()
+
+    def _refill(self) -> None:
+        """Between steps: drop finished and cancelled requests, admit waiting ones."""
+        self._active = [r for r in self._active if not r.gone]
+        joining = self._joining
+        while joining and len(self._active) < self._limit:
+            req = joining.popleft()
+            if not req.gone:
+                self._active.append(req)
+
+    async def _run(self) -> None:
+        worker = self._worker
+        holds_slot = False
+        try:
+            while self._lost is None:
+                self._refill()
+                if not self._active:
+                    if not self._joining:
+                        return  # the next request starts a new task
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                if not holds_slot:
+                    holds_slot = self._gate.try_acquire_on(worker)  # busy shows, retiring waits
+                batch = [r for r in self._active if not r.full]  # a full buffer sits out
+                if not batch:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                await self._step(batch)
+        finally:
+            self._task = None
+            if holds_slot:
+                self._gate.release(worker)
+            for req in (*self._active, *self._joining):
+                req.end(self._stopped())
+
+    async def _step(self, batch: list[_Request]) -> None:
+        self.steps += 1
+        token = current_context.set([r.ctx for r in batch])  # this task's own context
+        start = time.perf_counter_ns()
+        try:
+            await self._worker.instance.step([r.gen for r in batch])
+        except Exception as exc:  # the instance names the model and the step
+            for req in batch:
+                req.gen.take()
+                req.end(exc)
+            return
+        finally:
+            current_context.reset(token)
+        self._stats.stepped(len(batch), time.perf_counter_ns() - start)
+        for req in batch:
+            gen = req.gen
+            gen.first = False
+            items = gen.take()
+            if gen.cancelled:
+                continue
+            if items:
+                req.items.extend(items)
+                req.wake.set()
+            if gen.finished:
+                req.end()
