@@ -65,6 +65,7 @@ from ._statistics import (
     InferStatistics,
     ModelStatistics,
     StatisticDuration,
+    StatisticsResponse,
 )
 
 __all__ = [
@@ -76,9 +77,9 @@ __all__ = [
     "ControlPolicy",
     "DataPlane",
     "Durations",
-    "InferStatistics",
     "FlightReport",
     "InFlight",
+    "InferStatistics",
     "ModelControl",
     "ModelEntry",
     "ModelRepository",
@@ -91,6 +92,7 @@ __all__ = [
     "Scaled",
     "SequenceEnd",
     "StatisticDuration",
+    "StatisticsResponse",
     "SystemSharedMemory",
     "VersionDescription",
     "VersionStats",

@@ -17,6 +17,8 @@ are zero); ``cache_hit`` / ``cache_miss`` are zero (Podium has no response cache
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from ..runtime import UNVERSIONED, Durations, ModelVersion
@@ -26,6 +28,7 @@ __all__ = [
     "InferStatistics",
     "ModelStatistics",
     "StatisticDuration",
+    "StatisticsResponse",
     "model_statistics",
 ]
 
@@ -55,6 +58,14 @@ class BatchStatistics(msgspec.Struct):
     compute_output: StatisticDuration
 
 
+class MemoryUsage(msgspec.Struct):
+    """Triton's memory a model version holds (Podium reports none)."""
+
+    type: str
+    id: int
+    byte_size: int
+
+
 class ModelStatistics(msgspec.Struct):
     """One model version's statistics (Triton's ``ModelStatistics``); ``last_inference`` is in
     milliseconds since the epoch (0: none yet)."""
@@ -66,8 +77,14 @@ class ModelStatistics(msgspec.Struct):
     execution_count: int
     inference_stats: InferStatistics
     batch_stats: list[BatchStatistics]
-    memory_usage: list[dict[str, object]] = msgspec.field(default_factory=list)
-    response_stats: dict[str, object] = msgspec.field(default_factory=dict)
+    memory_usage: list[MemoryUsage] = msgspec.field(default_factory=list)
+    response_stats: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class StatisticsResponse(msgspec.Struct):
+    """What ``GET /v2/models[/{m}[/versions/{v}]]/stats`` answers."""
+
+    model_stats: list[ModelStatistics]
 
 
 def _duration(d: Durations) -> StatisticDuration:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ...dataplane import DataPlane, ModelVersion
+from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _sequences
@@ -118,7 +118,7 @@ class HttpApp:
         self, ex: Exchange, send: Send, model: str | None, version: str | None
     ) -> None:
         """The statistics extension (Triton's): every model's, one model's, one version's."""
-        await send_json(send, 200, {"model_stats": self.dataplane.statistics(model, version)})
+        await send_json(send, 200, StatisticsResponse(self.dataplane.statistics(model, version)))
 
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
