@@ -309,6 +309,8 @@ def start_podium(
         "0",
         "--grpc-management-port",
         "0",
+        "--metrics-port",
+        "0",
         "--no-auth",
         "--model-control",
         "inference",

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ...types import Context, Generation, current_context
 from .._scheduler import TaskSet
+from .._stats import VersionStats
 
 __all__ = ["Steps"]
 
@@ -78,6 +80,7 @@ class Steps:
         "_wake",
         "_task",
         "_lost",
+        "_stats",
         "steps",
     )
 
@@ -90,8 +93,10 @@ class Steps:
         buffer: int,
         tasks: TaskSet,
         stopped: Callable[[], BaseException],
+        stats: VersionStats | None = None,
     ) -> None:
         self._worker = worker
+        self._stats = stats if stats is not None else VersionStats()
         self._gate = gate
         self._limit = max(limit, 1)
         self._buffer = max(buffer, 1)
@@ -188,6 +193,7 @@ class Steps:
     async def _step(self, batch: list[_Request]) -> None:
         self.steps += 1
         token = current_context.set([r.ctx for r in batch])  # this task's own context
+        start = time.perf_counter_ns()
         try:
             await self._worker.instance.step([r.gen for r in batch])
         except Exception as exc:  # the instance names the model and the step
@@ -197,6 +203,7 @@ class Steps:
             return
         finally:
             current_context.reset(token)
+        self._stats.stepped(len(batch), time.perf_counter_ns() - start)
         for req in batch:
             gen = req.gen
             gen.first = False

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ...dataplane import DataPlane, ModelVersion
+from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _repository, _sequences
@@ -154,6 +154,12 @@ class HttpApp:
         await repository.unload(model, via=WireProtocol.OIP_REST)
         await send_body(send, 200, JSON, b"")
 
+    async def _statistics(
+        self, ex: Exchange, send: Send, model: str | None, version: str | None
+    ) -> None:
+        """The statistics extension (Triton's): every model's, one model's, one version's."""
+        await send_json(send, 200, StatisticsResponse(self.dataplane.statistics(model, version)))
+
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
@@ -218,9 +224,14 @@ class HttpApp:
     async def _read(
         self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
     ) -> None:
-        """Read and parse the body if the model takes the inputs; then watch for disconnects."""
+        """Read and parse the body if the model takes the inputs; then watch for disconnects.
+        A body that cannot be read or parsed is counted as a refused call of the model."""
         if mv.instance.capabilities.needs_inputs:
-            call.payload = parse(await ex.body())
+            try:
+                call.payload = parse(await ex.body())
+            except PodiumError as exc:
+                self.dataplane.refused(mv, call.protocol, exc)
+                raise
             if mv.config.sequence_batching and isinstance(call.payload, InferenceRequest):
                 found = _sequences.from_parameters(call.payload.parameters)
                 call.sequence = _sequences.merged(call.sequence, found)
@@ -420,7 +431,7 @@ INFERENCE_ROUTES = RouteTable(
         Route("GET", "/v2/health/ready", HttpApp._ready, _OIP, "serverReady"),
         Route(
             "GET",
-            "/v2/models/{model}",
+            "/v2/models/{model:!stats}",  # /v2/models/stats is the statistics of every model
             HttpApp._model_metadata,
             _OIP,
             "modelMetadata",
@@ -447,6 +458,30 @@ INFERENCE_ROUTES = RouteTable(
             HttpApp._model_ready,
             _OIP,
             "modelVersionReady",
+        ),
+        # The statistics extension (Triton's)
+        Route(
+            "GET",
+            "/v2/models/stats",
+            HttpApp._statistics,
+            _OIP,
+            "statistics",
+            args={"model": None, "version": None},
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/stats",
+            HttpApp._statistics,
+            _OIP,
+            "modelStatistics",
+            args=_UNVERSIONED,
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/versions/{version}/stats",
+            HttpApp._statistics,
+            _OIP,
+            "modelVersionStatistics",
         ),
         Route(
             "GET",

@@ -87,8 +87,8 @@ _WHY = {
     "503": "The model cannot take the change now.",
 }
 _ERRORS: dict[str, Any] = {f"Error{s}": response(t, ref("Error")) for s, t in _WHY.items()}
-for _status in ("414", "431"):  # refused by the connection's guard, before the app
-    _ERRORS[f"Error{_status}"] = response(_WHY[_status], {"type": "string"}, "text/plain")
+for _code in ("414", "431"):  # refused by the connection's guard, before the app
+    _ERRORS[f"Error{_code}"] = response(_WHY[_code], {"type": "string"}, "text/plain")
 #: What every route can answer: the key, the browser guard's and the connection's refusals.
 _ALWAYS = ("401", "403", "414", "415", "421", "431")
 
