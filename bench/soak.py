@@ -37,6 +37,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -165,6 +166,78 @@ def _merged(config: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 
 def option(argv: list[str], name: str) -> int:
     return int(argv[argv.index(name) + 1])
+
+
+# --------------------------------------------------------------------------- tracemalloc
+
+#: Loaded by every Python process of the server (its folder is put first on their PYTHONPATH):
+#: SIGUSR1 makes the process write a tracemalloc snapshot (PYTHONTRACEMALLOC turns tracing on).
+_SITECUSTOMIZE = """\
+import itertools, os, signal, tracemalloc
+
+_numbers = itertools.count()
+
+
+def _snapshot(signum, frame):
+    path = os.path.join(os.environ["PODIUM_SOAK_SNAPSHOTS"], f"snapshot-{next(_numbers)}")
+    tracemalloc.take_snapshot().dump(path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+signal.signal(signal.SIGUSR1, _snapshot)
+"""
+
+
+def tracing_env(root: Path) -> dict[str, str]:
+    """Environment for a server that traces its Python allocations (8 frames each)."""
+    hook = root / "tracing"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    (root / "snapshots").mkdir()
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    return {
+        "PYTHONPATH": path,
+        "PYTHONTRACEMALLOC": "8",
+        "PODIUM_SOAK_SNAPSHOTS": str(root / "snapshots"),
+    }
+
+
+async def take_snapshot(pid: int, folder: Path, number: int) -> None:
+    """Have the server write tracemalloc snapshot `number`, and wait for it."""
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 300
+    while not (folder / f"snapshot-{number}").exists():
+        if time.monotonic() > deadline:
+            raise BenchError(f"the server wrote no tracemalloc snapshot {number} in 300 s")
+        await asyncio.sleep(0.5)
+
+
+def allocation_growth(folder: Path, top: int = 12) -> list[str]:
+    """Where the Python memory held at the end and not at the start was allocated: the sites
+    (the allocating line, after its callers) that grew most, with the traced total."""
+    import tracemalloc
+
+    ignore = [
+        tracemalloc.Filter(False, tracemalloc.__file__),
+        tracemalloc.Filter(False, "<frozen *>"),
+    ]
+    first = tracemalloc.Snapshot.load(str(folder / "snapshot-0")).filter_traces(ignore)
+    last = tracemalloc.Snapshot.load(str(folder / "snapshot-1")).filter_traces(ignore)
+    total = sum(t.size for t in last.traces) - sum(t.size for t in first.traces)
+    lines = [f"traced Python memory, end − start: {total / 1024:+,.0f} KiB"]
+    for stat in last.compare_to(first, "traceback")[:top]:
+        if stat.size_diff <= 0:
+            break
+        frames = " → ".join(f"{_short(f.filename)}:{f.lineno}" for f in reversed(stat.traceback))
+        lines.append(
+            f"{stat.size_diff / 1024:+,.1f} KiB, {stat.count_diff:+,} blocks "
+            f"(now {stat.size / 1024:,.1f} KiB): `{frames}`"
+        )
+    return lines
+
+
+def _short(filename: str) -> str:
+    return re.sub(r"^.*?/(site-packages|src|lib/python3\.\d+|bench)/", "", filename)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -357,9 +430,12 @@ class Result:
     settle_problems: list[str]
     flags: list[str] = field(default_factory=list)
     log_summary: dict[str, Any] = field(default_factory=dict)
+    allocations: list[str] = field(default_factory=list)  # with --tracemalloc
 
 
-async def soak(srv: Server, ports: dict[str, int], key: str, args: argparse.Namespace) -> Result:
+async def soak(
+    srv: Server, ports: dict[str, int], key: str, args: argparse.Namespace, snapshots: Path
+) -> Result:
     assert srv.proc is not None
     rng = random.Random(args.seed)
     traffic_args = (srv.port, ports["--grpc-port"])
@@ -379,6 +455,9 @@ async def soak(srv: Server, ports: dict[str, int], key: str, args: argparse.Name
         probe.t0 = time.monotonic()
         samples = [await probe.sample("start")]
         log(f"start: {brief(samples[0])}")
+        if args.tracemalloc:
+            log("tracemalloc snapshot")
+            await take_snapshot(probe.pid, snapshots, 0)
 
         async def sample_every() -> None:
             while True:
@@ -404,6 +483,9 @@ async def soak(srv: Server, ports: dict[str, int], key: str, args: argparse.Name
             settle_problems.append(f"after the measured load: {problem}")
         samples.append(await probe.sample("end"))
         log(f"end: {brief(samples[-1])}")
+        if args.tracemalloc:
+            log("tracemalloc snapshot")
+            await take_snapshot(probe.pid, snapshots, 1)
         log("every scenario once more")
         after = await run_each(traffic_args, rng)
     return Result(samples, smoke, warmup, measured, after, measured_s, loadgen_cpu, settle_problems)
@@ -599,6 +681,9 @@ def report(result: Result, args: argparse.Namespace, argv: list[str]) -> str:
     )
     for message, count in result.log_summary.get("top", []):
         lines.append(f"  - {count:,} × `{message}`")
+    if result.allocations:
+        lines += ["", "tracemalloc (the server's Python allocations, start → end):", ""]
+        lines += [f"- {line}" for line in result.allocations]
     lines.append("")
     if result.flags:
         lines.append("**FLAGGED:**")
@@ -677,14 +762,31 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="60 s, 10 s warm-up: a smoke test")
     parser.add_argument("--json", type=Path, help="also write every sample and count here")
     parser.add_argument("--server-log", type=Path, help="keep a copy of the server's log here")
+    parser.add_argument(
+        "--only",
+        metavar="REGEX",
+        help="only the scenarios whose 'protocol name' this matches (to find what grows)",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="the server traces Python allocations (slower); the report lists where the memory "
+        "held at the end and not at the start was allocated",
+    )
     args = parser.parse_args()
     if args.quick:
         args.duration, args.warmup, args.interval = 60, 10, 5
+    if args.only:
+        chosen = [sc for sc in SCENARIOS if re.search(args.only, f"{sc.protocol} {sc.name}")]
+        if not chosen:
+            parser.error(f"--only {args.only!r} matches no scenario")
+        SCENARIOS[:] = chosen
     exit_on_signals()
     pin_self(CLIENT_CPU)
     root = Path(tempfile.mkdtemp(prefix="podium-bench-soak-"))
     try:
         repo = make_repository(root)
+        env = tracing_env(root) if args.tracemalloc else {}
         port = free_port()
         key_file = root / "key_file.json"
         argv = podium_argv(repo, port, None) + [
@@ -699,14 +801,16 @@ def main() -> int:
             name: option(argv, name)
             for name in ("--grpc-port", "--management-port", "--metrics-port")
         }
-        with Server(name="podium-soak", argv=argv, port=port, cwd=root) as srv:
+        with Server(name="podium-soak", argv=argv, port=port, cwd=root, env=env) as srv:
             key = json.loads(key_file.read_text())["management"]["key"]
-            result = asyncio.run(soak(srv, ports, key, args))
+            result = asyncio.run(soak(srv, ports, key, args, root / "snapshots"))
             assert srv.log_path is not None
             server_log = srv.log_path.read_text(errors="replace")
             result.log_summary = summarise_log(server_log)
             if args.server_log:
                 args.server_log.write_text(server_log)
+        if args.tracemalloc:
+            result.allocations = allocation_growth(root / "snapshots")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     judge(result)
@@ -724,6 +828,7 @@ def main() -> int:
                     "warmup": tally_json(result.warmup),
                     "after": tally_json(result.after),
                     "log": result.log_summary,
+                    "allocations": result.allocations,
                     "flags": result.flags,
                 },
                 indent=1,
