@@ -216,6 +216,23 @@ def test_registration_limits_default_and_are_checked() -> None:
             ServerConfig(**{key: value})
 
 
+def test_shared_memory_is_off_by_default_and_checked() -> None:
+    config = ServerConfig()
+    assert (config.shared_memory, config.shm_key_prefix) == ("off", "")
+    assert (config.max_shm_regions, config.max_shm_size) == (64, 16 << 30)
+    on = ServerConfig(shared_memory="system", shm_key_prefix="/job-", max_shm_regions=2)
+    assert (on.shared_memory, on.shm_key_prefix, on.max_shm_regions) == ("system", "/job-", 2)
+    for key, value, fragment in (
+        ("shared_memory", "cuda", "shared-memory must be off or system"),
+        ("shm_key_prefix", "a/b", "shm-key-prefix must be the start of an object name"),
+        ("shm_key_prefix", 3, "shm-key-prefix must be the start of an object name"),
+        ("max_shm_regions", 0, "max-shm-regions must be >= 1"),
+        ("max_shm_size", 0, "max-shm-size must be >= 1 byte"),
+    ):
+        with pytest.raises(ValueError, match=fragment):
+            ServerConfig(**{key: value})
+
+
 @pytest.mark.parametrize("key", PORTS)
 @pytest.mark.parametrize("port", [0, 1, 65535])
 def test_valid_ports(key: str, port: int) -> None:

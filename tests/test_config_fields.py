@@ -39,8 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "sequence_batching": False,
     "sequence_max_idle_ms": 60_000.0,
     "sequence_timeout_ms": 0.0,
-    "max_sequence_queue_size": 1,
-    "max_num_sequences": 0,
+    "max_sequence_queue_size": 16,
+    "max_num_sequences": 10_000,
     "continuous_batching": False,
     "model_metadata": {},
 }

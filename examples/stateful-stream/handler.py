@@ -6,8 +6,10 @@ streaming example: each request of a sequence sends an integer.
   with ``continuousBatching`` the sequence's next request runs while its previous one streams;
 - ``0`` ends the sequence (the ``ts_request_sequence_end`` response header).
 
-    curl -siN localhost:8080/predictions/stateful-stream -d 21                  # note the id
-    curl -s localhost:8080/predictions/stateful-stream -d -1 -H 'ts_request_sequence_id: <id>'
+    curl -siN localhost:8080/predictions/stateful-stream -H 'content-type: text/plain' \
+        --data-binary 21                                                        # note the id
+    curl -s localhost:8080/predictions/stateful-stream -H 'content-type: text/plain' \
+        --data-binary -1 -H 'ts_request_sequence_id: <id>'
 """
 
 import time

@@ -3,11 +3,15 @@ sequence sends an integer; the answer is the sum of every integer the sequence h
 
 The state lives in the handler's own LRU cache, keyed by the sequence id, as TorchServe's
 stateful handlers keep it: a sequence stays on one worker, so the cache always has its entry.
-The handler ends a sequence itself when a request sends 0 (the ``ts_request_sequence_end``
-response header, as TorchServe's handlers do).
+The first request of a sequence (the ``ts_request_sequence_start`` request header) starts from
+0. As TorchServe's stateful examples, the handler sets the id response header itself (Podium
+then sends it once), and ends a sequence itself when a request sends 0 (the
+``ts_request_sequence_end`` response header, as TorchServe's handlers do).
 
-    curl -si localhost:8080/predictions/stateful-sum -d 3          # starts one: see its id header
-    curl -s localhost:8080/predictions/stateful-sum -d 4 -H 'ts_request_sequence_id: <id>'
+    curl -si localhost:8080/predictions/stateful-sum -H 'content-type: text/plain' \
+        --data-binary 3                                   # starts one: see its id header
+    curl -s localhost:8080/predictions/stateful-sum -H 'content-type: text/plain' \
+        --data-binary 4 -H 'ts_request_sequence_id: <id>'
 """
 
 from collections import OrderedDict
@@ -28,6 +32,9 @@ class StatefulSum:
                 body = body.decode()
             value = int(body)
             sequence = context.get_sequence_id(idx)
+            context.set_response_header(idx, context.header_key_sequence_id, sequence)
+            if context.get_request_header(idx, context.header_key_sequence_start):
+                self.cache.pop(sequence, None)  # a new sequence, perhaps under an old id
             total = self.cache.pop(sequence, 0) + value
             if value == 0:  # the client's way to say "done": end the sequence
                 context.set_response_header(idx, "ts_request_sequence_end", sequence)

@@ -291,16 +291,17 @@ _TABLE = (
     ),
     # a sequence older than this ends; 0: no absolute limit
     Field("sequence_timeout_ms", Kind.NUMBER, 0.0, unit=_MS, torchserve="sequenceTimeoutMSec"),
-    # requests one sequence may have waiting
+    # requests one sequence may have waiting behind the one running (a request stream waits
+    # for room instead of being refused)
     Field(
         "max_sequence_queue_size",
         Kind.INTEGER,
-        1,
+        16,
         minimum=1,
         torchserve="maxSequenceJobQueueSize",
     ),
-    # open sequences at once; 0: max_workers x batch_size x 4
-    Field("max_num_sequences", Kind.INTEGER, 0, minimum=0, torchserve="maxNumSequence"),
+    # open sequences at once; 0: no limit
+    Field("max_num_sequences", Kind.INTEGER, 10_000, minimum=0, torchserve="maxNumSequence"),
     Field("continuous_batching", Kind.FLAG, False, torchserve="continuousBatching"),
     # free-form, returned in the model's metadata (a fresh dict each)
     Field("model_metadata", Kind.MAPPING, {}),

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -320,10 +324,51 @@ def main() -> None:
     "use with --auth) [management].",
 )
 @click.option(
+    "--shared-memory",
+    type=click.Choice(["off", "system"]),
+    default=None,
+    help="Triton's system shared memory extension: 'system' lets clients on this host register "
+    "regions of POSIX shared memory objects (/dev/shm) and pass tensors through them; any "
+    "client of the inference listeners can then map any such object the server's user can "
+    "open (see --shm-key-prefix, --auth) [off].",
+)
+@click.option(
+    "--shm-key-prefix",
+    default=None,
+    help="Map only shared memory objects whose names (after the leading '/') start with this "
+    "[any].",
+)
+@click.option(
+    "--max-shm-regions",
+    type=int,
+    default=None,
+    help="Most system shared memory regions registered at once [64].",
+)
+@click.option(
+    "--max-shm-size",
+    type=int,
+    default=None,
+    help="Most bytes of system shared memory mapped at once, all regions together [16 GiB].",
+)
+@click.option(
     "--token-expiration",
     type=float,
     default=None,
     help="Minutes the management and inference keys last; 0: no expiry [0].",
+)
+@click.option(
+    "--graceful-timeout",
+    type=float,
+    default=None,
+    help="Seconds calls in flight and open streams get to finish after SIGTERM/SIGINT; those "
+    "still running are then cut with 'server shutting down' (a second signal: at once) [30].",
+)
+@click.option(
+    "--shutdown-delay",
+    type=float,
+    default=None,
+    help="Seconds between readiness turning false on SIGTERM/SIGINT and new connections being "
+    "refused, so that load balancers stop sending first [5 in a Kubernetes pod, else 0].",
 )
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> None:
@@ -343,12 +388,18 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
     podium = Podium(config, all_paths)
 
     async def run() -> int:
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, podium.signal, sig)
+        starting = asyncio.ensure_future(podium.start())
+        signalled = asyncio.ensure_future(podium.signalled())
+        await asyncio.wait([starting, signalled], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # told to stop while starting: stop starting
+            starting.cancel()
         try:
-            await podium.start()
+            await starting
+        except asyncio.CancelledError:
+            logging.getLogger("podium").info("stopped while starting")
         except DefinitionError as exc:
             click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
             for problem in exc.problems:
@@ -363,12 +414,58 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
             click.echo(f"podium: refusing to start: {exc}", err=True)
             await podium.stop()
             return 1
-        await stop.wait()
-        logging.getLogger("podium").info("shutting down")
-        await podium.stop()
-        return 0
+        code = await podium.shutdown(await signalled)
+        if not await _leftovers_end():
+            _exit(code, "tasks of model code ignore their cancellation")
+        return code
 
-    sys.exit(_run(run()))
+    code = _run(run())
+    stuck = _stuck_threads()
+    if stuck:
+        _exit(code, f"{len(stuck)} thread(s) still run model code ({', '.join(stuck)})")
+    sys.exit(code)
+
+
+#: Seconds the tasks and threads left after a shutdown get to end before the process exits
+#: without them.
+LEFTOVER_GRACE = 1.0
+
+
+async def _leftovers_end() -> bool:
+    """Cancel the tasks still running (there should be none); whether they all ended within
+    LEFTOVER_GRACE (a model's coroutine may swallow its cancellation: then the process exits
+    without waiting for it, rather than hanging where asyncio waits for every task)."""
+    tasks = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return True
+    _, pending = await asyncio.wait(tasks, timeout=LEFTOVER_GRACE)
+    return not pending
+
+
+def _stuck_threads() -> list[str]:
+    """The threads still alive after LEFTOVER_GRACE (sync model code that never returns):
+    the interpreter would wait for them forever at exit."""
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    alive = []
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            alive.append(thread.name)
+    return alive
+
+
+def _exit(code: int, why: str) -> None:
+    """Exit with ``code`` without waiting for what is left (``why``), logs flushed."""
+    logging.getLogger("podium").warning("exiting without waiting: %s", why)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _run(coro: Any) -> int:

@@ -131,6 +131,8 @@ MODEL_KEYS = frozenset(FIELDS)
 
 #: ``model_control``'s values: which listeners may load and unload models.
 MODEL_CONTROLS = ("management", "inference")
+#: ``shared_memory``'s values: whether clients may register system shared memory regions.
+SHARED_MEMORY = ("off", "system")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,14 @@ class ServerConfig:
     # Which listeners may load and unload models (OIP's repository load/unload): "management"
     # (the management listeners only) or "inference" (the inference listeners too).
     model_control: str = "management"
+    # System shared memory (Triton's extension; docs/security.md): "off" or "system" (clients
+    # on the server's host may register regions of POSIX shared memory objects); only objects
+    # whose names start with shm_key_prefix (empty: any); at most max_shm_regions regions and
+    # max_shm_size bytes mapped at once.
+    shared_memory: str = "off"
+    shm_key_prefix: str = ""
+    max_shm_regions: int = 64
+    max_shm_size: int = 16 << 30
     max_request_size: int = 64 * 1024 * 1024
     # Every HTTP listener's connection limits (docs/security.md, server/_limits.py).
     max_url_size: int = 8 * 1024  # bytes of a request target; longer: 414
@@ -202,6 +212,11 @@ class ServerConfig:
     threads: int = 64
     log_level: str = "info"
     models: tuple[str, ...] = ()
+    # Shutdown (docs/operations.md): seconds calls in flight get to finish after SIGTERM, and
+    # seconds between readiness turning false and new connections being refused (None: 5 in a
+    # Kubernetes pod, where endpoints learn of it late, else 0).
+    graceful_timeout: float = 30.0
+    shutdown_delay: float | None = None
 
     def _check_archives(self) -> None:
         timeout = self.download_timeout
@@ -238,6 +253,8 @@ class ServerConfig:
             ("max_request_size", " byte"),
             ("grpc_max_message_size", " byte"),
             ("threads", ""),
+            ("max_shm_regions", ""),
+            ("max_shm_size", " byte"),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -275,6 +292,20 @@ class ServerConfig:
                 "sequence-header must be a header name (letters, digits, '-' and '_'), "
                 f"got {self.sequence_header!r}"
             )
+        if self.shared_memory not in SHARED_MEMORY:
+            raise ValueError(
+                f"shared-memory must be {' or '.join(SHARED_MEMORY)}, got {self.shared_memory!r}"
+            )
+        if self.shared_memory == "system" and not os.path.isdir("/dev/shm"):
+            raise ValueError(
+                "shared-memory system needs POSIX shared memory objects in /dev/shm (Linux); "
+                "this system has none"
+            )
+        prefix = self.shm_key_prefix
+        if not isinstance(prefix, str) or "/" in prefix.lstrip("/"):
+            raise ValueError(
+                f"shm-key-prefix must be the start of an object name (no '/'), got {prefix!r}"
+            )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(
                 f"log-level must be debug, info, warning or error, got {self.log_level!r}"
@@ -282,6 +313,22 @@ class ServerConfig:
         self._check_management()
         self._check_connection_limits()
         self._check_grpc_limits()
+        self._check_shutdown()
+
+    def _check_shutdown(self) -> None:
+        for name in ("graceful_timeout", "shutdown_delay"):
+            value = getattr(self, name)
+            if value is None and name == "shutdown_delay":
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value < 1e6
+            ):
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be a number of seconds >= 0, got {value!r}"
+                )
+            object.__setattr__(self, name, float(value))
 
     def _check_connection_limits(self) -> None:
         for name in ("max_url_size", "max_header_size", "max_headers", "min_body_rate"):

@@ -14,7 +14,8 @@
     ├── Unavailable                  try again later (503 / UNAVAILABLE)
     │   ├── ModelNotReady            the model is loading or failed to load
     │   ├── QueueFull                the model's queue is at max_queue_size
-    │   └── SequenceLimit            a sequence's queue is full, or too many sequences are open
+    │   ├── SequenceLimit            a sequence's queue is full, or too many sequences are open
+    │   └── ShuttingDown             the server is stopping: the call was cut, or came too late
     ├── SequenceClosed               the sequence ended, expired or lost its state (410 / FAILED_PRECONDITION)
     ├── Cancelled                    the client went away; nobody is waiting for the answer
     ├── ModelError                   the user's code raised (500 / INTERNAL)
@@ -59,6 +60,7 @@ __all__ = [
     "SequenceClosed",
     "SequenceLimit",
     "STATUS",
+    "ShuttingDown",
     "Unauthenticated",
     "Unavailable",
     "UnsupportedRepresentation",
@@ -211,6 +213,13 @@ class SequenceLimit(Unavailable):
     ``max_num_sequences`` open sequences; nothing else is disturbed."""
 
     code = "sequence_limit"
+
+
+class ShuttingDown(Unavailable):
+    """The server is stopping: the call was still running when ``--graceful-timeout`` ran out
+    (or a second signal came), or it arrived after that; another replica may take it."""
+
+    code = "shutting_down"
 
 
 class SequenceClosed(PodiumError):

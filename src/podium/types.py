@@ -11,6 +11,7 @@ TorchServe) adapts user code to. Nothing here knows about HTTP or gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from contextvars import ContextVar
@@ -295,9 +296,17 @@ class SequenceRef:
     A front end fills ``id`` / ``start`` / ``end`` from what the client sent (the
     ``ts_request_sequence_id`` headers, the OIP parameters ``sequence_id`` / ``sequence_start`` /
     ``sequence_end``, TorchServe gRPC's ``sequence_id``) into :attr:`Call.sequence`. ``id`` None
-    starts a new sequence. The data plane hands the sequence scheduler a copy of its own, on which
-    the scheduler sets ``id`` (the one it made, with ``created``), ``ended`` (the sequence is over
-    after this request) and ``headers``; the front end reads them as a :class:`SequenceOutcome`.
+    starts a new sequence; ``start`` always begins a new sequence under ``id`` (one still open
+    under it ends once its requests already queued have run). ``needs_start`` is Triton's rule
+    (the data plane sets it on OIP calls): an id with no open sequence must come with ``start``;
+    without it an unknown id starts a sequence and a closed one is refused. ``joined``, when
+    given, makes the request wait for room in a full sequence queue instead of being refused,
+    and is resolved once the request holds its sequence's turn or has its place in the queue
+    (how a request stream stops reading while the queue is full).
+
+    The data plane hands the sequence scheduler a copy of its own, on which the scheduler sets
+    ``id`` (the one it made, with ``created``), ``ended`` (the sequence is over after this
+    request) and ``headers``; the front end reads them as a :class:`SequenceOutcome`.
     """
 
     id: str | None = None
@@ -306,6 +315,8 @@ class SequenceRef:
     created: bool = False
     ended: bool = False
     headers: dict[str, str] = field(default_factory=dict)  # set by the model (Context.headers)
+    needs_start: bool = False
+    joined: asyncio.Future[None] | None = None
 
     def outcome(self) -> SequenceOutcome | None:
         """Where the call stands in its sequence now; None before it has joined one."""

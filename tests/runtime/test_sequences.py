@@ -18,6 +18,7 @@ from helpers import wait_until
 
 from podium.errors import (
     DefinitionError,
+    InvalidInput,
     ResponseTimeout,
     SequenceClosed,
     SequenceLimit,
@@ -398,7 +399,8 @@ async def test_ended_ids_are_remembered_in_a_bounded_lru(
 async def test_a_full_sequence_queue_is_refused_at_once_and_disturbs_nothing(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    mv = version_from(tmp_path, SUM, SEQ + "predict_concurrency: 2\n", executor)
+    config = SEQ + "predict_concurrency: 2\nmax_sequence_queue_size: 1\n"
+    mv = version_from(tmp_path, SUM, config, executor)
     await mv.load()
     module = model_module(mv)
     module.GATE.clear()
@@ -440,16 +442,28 @@ async def test_too_many_open_sequences_are_refused_until_one_ends(
 
 
 @pytest.mark.anyio
-async def test_the_default_sequence_limit_is_workers_times_batch_size_times_4(
+async def test_the_default_limits_let_a_real_service_live(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
+    """Anonymous calls (a new sequence each, never sent back) do not lock new sequences out:
+    10,000 may be open at once by default; 0 is no limit."""
     mv = version_from(tmp_path, SUM, SEQ, executor)
+    assert (mv.config.max_num_sequences, mv.config.max_sequence_queue_size) == (10_000, 16)
     await mv.load()
     try:
-        for n in range(4):
+        for _ in range(200):
+            await sched(mv).infer({"x": 1}, None)
+        assert (await send(mv, "mine", 1))["first"] is True
+        assert sched(mv).statistics()["sequences"] == 201
+    finally:
+        await mv.close()
+    (tmp_path / "unlimited").mkdir()
+    mv = version_from(tmp_path / "unlimited", SUM, SEQ + "max_num_sequences: 0\n", executor)
+    await mv.load()
+    try:
+        for n in range(300):
             await send(mv, f"s{n}", 1)
-        with pytest.raises(SequenceLimit, match="max_num_sequences 4"):
-            await send(mv, "s4", 1)
+        assert sched(mv).statistics()["sequences"] == 300
     finally:
         await mv.close()
 
@@ -732,3 +746,223 @@ async def test_overlapping_sequences_need_a_streaming_predict_and_room(
     (tmp_path / "m").rename(tmp_path / "m1")
     with pytest.raises(DefinitionError, match="predict must be a generator"):
         version_from(tmp_path, plain, config + "predict_concurrency: 2\n", executor)
+
+
+# -- the start flag and the routes' rules (Triton's on OIP, TorchServe's elsewhere) ---------------
+
+
+def ref(sid: str | None, *, start: bool = False, end: bool = False, oip: bool = False) -> Any:
+    return SequenceRef(id=sid, start=start, end=end, needs_start=oip)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("oip", [True, False])
+async def test_start_begins_a_fresh_sequence_on_an_ended_id(
+    tmp_path: Path, executor: ThreadPoolExecutor, oip: bool
+) -> None:
+    """Triton's example clients reuse ids 1000 and 1001 run after run: each run starts them."""
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        for _ in range(3):
+            first = await sched(mv).infer_in(ref("1000", start=True, oip=oip), {"x": 5}, None)
+            assert (first["sum"], first["first"]) == (5, True)
+            assert (await sched(mv).infer_in(ref("1000", oip=oip), {"x": 2}, None))["sum"] == 7
+            last = ref("1000", end=True, oip=oip)
+            assert (await sched(mv).infer_in(last, {"x": 1}, None))["sum"] == 8
+            assert last.ended
+        assert sched(mv).statistics()["sequences"] == 0
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_start_on_a_live_id_ends_the_old_sequence_after_its_queued_requests(
+    tmp_path: Path, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Triton: the previous sequence's requests already queued run with its state, then the
+    start request begins a new one (fresh state) and the requests after it continue that."""
+    mv = version_from(tmp_path, SUM, SEQ + "max_sequence_queue_size: 4\n", executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    try:
+        running = asyncio.ensure_future(send(mv, "s", 1, hold=True))
+        await wait_until(lambda: len(module.SEEN) == 1)
+        old = asyncio.ensure_future(send(mv, "s", 2))
+        fresh = asyncio.ensure_future(sched(mv).infer_in(ref("s", start=True), {"x": 10}, None))
+        after = asyncio.ensure_future(send(mv, "s", 20))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 3)
+        module.GATE.set()
+        results = [await f for f in (running, old, fresh, after)]
+        assert [r["sum"] for r in results] == [1, 3, 10, 30]
+        assert [r["first"] for r in results] == [True, False, True, False]
+        assert "had not ended when a request started a new one" in caplog.text
+        assert sched(mv).statistics()["sequences"] == 1
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_an_oip_request_without_start_needs_an_open_sequence(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ, executor)
+    await mv.load()
+    try:
+        with pytest.raises(InvalidInput) as caught:
+            await sched(mv).infer_in(ref("1000", oip=True), {"x": 1}, None)
+        assert http_status(caught.value) == 400
+        assert str(caught.value).startswith(
+            "inference request for sequence '1000' to model 'm' must specify the START flag "
+            "on the first request of the sequence (no sequence with this id is open)"
+        )
+        await sched(mv).infer_in(ref("1000", start=True, oip=True), {"x": 1}, None)
+        await sched(mv).infer_in(ref("1000", end=True, oip=True), {"x": 1}, None)
+        with pytest.raises(InvalidInput, match=r"START flag .*\(it is closed: ended by a request"):
+            await sched(mv).infer_in(ref("1000", oip=True), {"x": 1}, None)
+        assert model_module(mv).SEEN == [("1000", 1), ("1000", 1)]
+        # no id at all: a new sequence, whose id the server makes (a Podium extension)
+        made = ref(None, oip=True)
+        assert (await sched(mv).infer_in(made, {"x": 4}, None))["first"] is True
+        assert made.created
+    finally:
+        await mv.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("oip", [True, False])
+async def test_requests_queued_after_an_end_are_refused_and_a_start_among_them_begins_anew(
+    tmp_path: Path, executor: ThreadPoolExecutor, oip: bool
+) -> None:
+    """A stream that ends sequence 1000 and starts it again at once: the end is answered, a
+    stray request between is refused by the route's rule, the start begins a new sequence."""
+    mv = version_from(tmp_path, SUM, SEQ + "max_sequence_queue_size: 4\n", executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    try:
+        scheduler = sched(mv)
+        first = asyncio.ensure_future(
+            scheduler.infer_in(ref("1000", start=True, oip=oip), {"x": 1, "hold": True}, None)
+        )
+        await wait_until(lambda: len(module.SEEN) == 1)
+        end = asyncio.ensure_future(
+            scheduler.infer_in(ref("1000", end=True, oip=oip), {"x": 2}, None)
+        )
+        stray = asyncio.ensure_future(scheduler.infer_in(ref("1000", oip=oip), {"x": 100}, None))
+        again = asyncio.ensure_future(
+            scheduler.infer_in(ref("1000", start=True, oip=oip), {"x": 7}, None)
+        )
+        more = asyncio.ensure_future(scheduler.infer_in(ref("1000", oip=oip), {"x": 3}, None))
+        await wait_until(lambda: scheduler.statistics()["queued"] == 4)
+        module.GATE.set()
+        assert [(await first)["sum"], (await end)["sum"]] == [1, 3]
+        expected = InvalidInput if oip else SequenceClosed
+        with pytest.raises(expected, match="ended by a request"):
+            await stray
+        assert [(await again)["sum"], (await more)["sum"]] == [7, 10]
+        assert (await again)["first"] is True
+        assert [x for _, x in module.SEEN] == [1, 2, 7, 3]  # the stray one never ran
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_an_old_stream_ending_after_a_restart_does_not_end_the_new_sequence(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    """With continuous batching a stream of the old sequence may still run when a start
+    request has begun the new one: its end belongs to the old sequence."""
+    code = OVERLAP.replace(
+        '        for i in range(inputs["n"]):',
+        '        if inputs.get("end"):\n            context.end()\n'
+        '        for i in range(inputs["n"]):',
+    )
+    config = SEQ + "continuous_batching: true\npredict_concurrency: 4\n"
+    mv = version_from(tmp_path, code, config, executor)
+    await mv.load()
+    try:
+        scheduler = sched(mv)
+        old_ref = ref("talk")
+        old = scheduler.stream_in(old_ref, {"n": 30, "end": True}, None)
+        assert await anext(old) == 0  # started: the turn has passed on
+        new_ref = ref("talk", start=True)
+        assert [i async for i in scheduler.stream_in(new_ref, {"n": 2}, None)] == [0, 1]
+        assert [i async for i in old][-1] == 29
+        assert old_ref.ended and not new_ref.ended
+        assert [i async for i in scheduler.stream_in(ref("talk"), {"n": 1}, None)] == [0]
+    finally:
+        await mv.close()
+
+
+# -- back-pressure: waiting for room instead of a refusal ------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_request_with_joined_waits_for_room_and_says_when_it_has_its_place(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, SUM, SEQ + "max_sequence_queue_size: 1\n", executor)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    loop = asyncio.get_running_loop()
+    try:
+        scheduler = sched(mv)
+
+        def patient(x: int, **extra: Any) -> tuple[asyncio.Future[None], asyncio.Future[Any]]:
+            joined: asyncio.Future[None] = loop.create_future()
+            seq = SequenceRef(id="s", joined=joined)
+            return joined, asyncio.ensure_future(scheduler.infer_in(seq, {"x": x, **extra}, None))
+
+        j1, r1 = patient(1, hold=True)
+        await asyncio.wait_for(j1, 2)  # holds the turn
+        j2, r2 = patient(2)
+        await asyncio.wait_for(j2, 2)  # waits in the queue (its one place)
+        j3, r3 = patient(3)
+        await asyncio.sleep(0.05)
+        assert not j3.done() and not r3.done()  # no room: it waits, nothing refused
+        with pytest.raises(SequenceLimit):  # a caller without joined is still refused at once
+            await send(mv, "s", 100)
+        module.GATE.set()
+        await asyncio.wait_for(j3, 2)
+        assert [(await r)["sum"] for r in (r1, r2, r3)] == [1, 3, 6]
+        assert [x for _, x in module.SEEN] == [1, 2, 3]
+    finally:
+        module.GATE.set()
+        await mv.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_waiting_for_room_fails_when_its_sequence_closes(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    clock = ManualClock()
+    config = SEQ + "max_sequence_queue_size: 1\nsequence_timeout_ms: 125\n"
+    mv = version_from(tmp_path, SUM, config, executor, clock)
+    await mv.load()
+    module = model_module(mv)
+    module.GATE.clear()
+    loop = asyncio.get_running_loop()
+    try:
+        running = asyncio.ensure_future(send(mv, "s", 1, hold=True))
+        await wait_until(lambda: len(module.SEEN) == 1)
+        queued = asyncio.ensure_future(send(mv, "s", 2))
+        await wait_until(lambda: sched(mv).statistics()["queued"] == 1)
+        joined: asyncio.Future[None] = loop.create_future()
+        waiting = asyncio.ensure_future(
+            sched(mv).infer_in(SequenceRef(id="s", joined=joined), {"x": 3}, None)
+        )
+        await asyncio.sleep(0.01)
+        clock.advance(0.125)
+        for doomed in (queued, waiting):
+            with pytest.raises(SequenceClosed, match="older than sequence_timeout_ms"):
+                await doomed
+        module.GATE.set()
+        assert (await running)["sum"] == 1
+    finally:
+        module.GATE.set()
+        await mv.close()

@@ -41,6 +41,12 @@ def test_messages_live_in_a_private_pool_under_their_wire_names() -> None:
         "RepositoryIndex",
         "RepositoryModelLoad",
         "RepositoryModelUnload",
+        "SystemSharedMemoryStatus",
+        "SystemSharedMemoryRegister",
+        "SystemSharedMemoryUnregister",
+        "CudaSharedMemoryStatus",
+        "CudaSharedMemoryRegister",
+        "CudaSharedMemoryUnregister",
     ]
     stream = service.methods_by_name["ModelStreamInfer"]
     assert stream.input_type.full_name == "inference.ModelInferRequest"
@@ -77,6 +83,18 @@ TRITON_MESSAGES = [
     "RepositoryIndexResponse",
     "RepositoryModelLoadRequest",
     "RepositoryModelUnloadRequest",
+    "SystemSharedMemoryStatusRequest",
+    "SystemSharedMemoryStatusResponse",
+    "SystemSharedMemoryRegisterRequest",
+    "SystemSharedMemoryRegisterResponse",
+    "SystemSharedMemoryUnregisterRequest",
+    "SystemSharedMemoryUnregisterResponse",
+    "CudaSharedMemoryStatusRequest",
+    "CudaSharedMemoryStatusResponse",
+    "CudaSharedMemoryRegisterRequest",
+    "CudaSharedMemoryRegisterResponse",
+    "CudaSharedMemoryUnregisterRequest",
+    "CudaSharedMemoryUnregisterResponse",
 ]
 
 

@@ -334,7 +334,6 @@ async def test_wrong_method_is_405_with_allow(
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/"),
         ("GET", "/nope"),
         ("GET", "/v2/nope"),
         ("GET", "/v2/health"),

@@ -288,7 +288,6 @@ def test_allow_lists_are_todays() -> None:
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/"),
         ("GET", "/nope"),
         ("GET", "/v2/nope"),
         ("POST", "/v2/models/m/explain"),

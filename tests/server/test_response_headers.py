@@ -96,6 +96,7 @@ def test_a_sequence_model_s_context_headers_reach_grpc_clients(
 ) -> None:
     request = pb.ModelInferRequest(model_name="running-sum")
     request.parameters["sequence_id"].string_param = "headers-1"
+    request.parameters["sequence_start"].bool_param = True  # Triton's rule on OIP
     tensor = request.inputs.add(name="add", datatype="INT64", shape=[1])
     tensor.contents.int64_contents.append(4)
     with grpc.insecure_channel(target(server)) as channel:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from podium.errors import InvalidInput, http_status
 from podium.server import _sequences
 from podium.types import SequenceRef
 
@@ -39,6 +40,28 @@ def test_from_headers() -> None:
     assert _sequences.from_headers(headers(ts_request_sequence_id=""), NAME) == SequenceRef()
 
 
+def test_from_headers_takes_torchserve_s_own_flag_names() -> None:
+    ref = _sequences.from_headers(
+        headers(ts_request_sequence_id="a", ts_request_sequence_start="true"), NAME
+    )
+    assert ref == SequenceRef(id="a", start=True)
+    ref = _sequences.from_headers(headers(ts_request_sequence_end="1"), NAME)
+    assert ref == SequenceRef(end=True)
+    # with another id header name, TorchServe's flag names still count
+    ref = _sequences.from_headers(headers(session="s", ts_request_sequence_end="yes"), "session")
+    assert ref == SequenceRef(id="s", end=True)
+
+
+def test_an_id_joined_from_repeated_lines_is_that_id_or_a_clear_refusal() -> None:
+    ref = _sequences.from_headers(headers(ts_request_sequence_id="abc, abc"), NAME)
+    assert ref == SequenceRef(id="abc")
+    ref = _sequences.from_headers(headers(ts_request_sequence_id=b"abc,abc, abc"), NAME)
+    assert ref == SequenceRef(id="abc")
+    with pytest.raises(InvalidInput, match="names 2 different sequences") as caught:
+        _sequences.from_headers(headers(ts_request_sequence_id="abc, xyz"), NAME)
+    assert http_status(caught.value) == 400
+
+
 def test_from_parameters_as_triton_sends_them() -> None:
     assert _sequences.from_parameters(None) is None
     assert _sequences.from_parameters({"other": 1}) is None
@@ -65,3 +88,6 @@ def test_response_headers() -> None:
         (b"ts_request_sequence_id_end", b"true"),
         (b"x-step", b"3"),
     ]
+    # a header the model set replaces Podium's own of the same name (one line each)
+    ref = SequenceRef(id="abc", headers={"TS_Request_Sequence_Id": "abc"})
+    assert _sequences.response_headers(ref, NAME) == [(b"ts_request_sequence_id", b"abc")]

@@ -131,6 +131,7 @@ def test_oip_grpc_sequence_parameters(server: Server, pb: SimpleNamespace) -> No
         for n, end in ((1, False), (2, False), (3, True)):
             request = pb.ModelInferRequest(model_name="running-sum")
             request.parameters["sequence_id"].string_param = "grpc-1"
+            request.parameters["sequence_start"].bool_param = n == 1
             request.parameters["sequence_end"].bool_param = end
             tensor = request.inputs.add(name="add", datatype="INT64", shape=[1])
             tensor.contents.int64_contents.append(n)
@@ -140,9 +141,11 @@ def test_oip_grpc_sequence_parameters(server: Server, pb: SimpleNamespace) -> No
             totals.append(list(out["total"].contents.int64_contents))
         assert totals == [[1], [3], [6]]
         assert response.parameters["sequence_end"].bool_param is True
-        with pytest.raises(grpc.RpcError) as caught:
+        with pytest.raises(grpc.RpcError) as caught:  # Triton's rule on OIP: START needed
             stubs.ModelInfer(request, timeout=PATIENCE)
-        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "must specify the START flag" in str(caught.value.details())
+        assert "ended by a request" in str(caught.value.details())
 
 
 def test_torchserve_stream_predictions2_carries_a_sequence(
@@ -251,6 +254,7 @@ def test_oip_model_stream_infer_carries_a_sequence(
         def request(n: int) -> Any:
             message = mlserver.ModelInferRequest(model_name="running-sum")
             message.parameters["sequence_id"].string_param = "stream-seq"
+            message.parameters["sequence_start"].bool_param = n == 1
             tensor = message.inputs.add(name="add", datatype="INT64", shape=[1])
             tensor.contents.int64_contents.append(n)
             return message

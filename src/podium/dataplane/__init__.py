@@ -16,13 +16,23 @@ What is served changes only through the management listeners unless the operator
 (:class:`ControlPolicy`, ``--model-control``): the repository's load and unload take the front end
 a call came through and refuse an inference one with ``Forbidden``.
 
+The system shared memory extension (Triton's) is the :class:`SystemSharedMemory` it owns
+(:attr:`DataPlane.shared_memory`): the regions clients register, whichever front end they use,
+and the tensors of every OIP call that name a region, read from it and written into it here.
+The calls in flight are counted (:class:`InFlight`, :attr:`DataPlane.flight`) so that a
+shutdown can turn readiness false, drain them, and cut those that outlive its grace with
+``ShuttingDown``, whichever protocol they came through.
+
 Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
 ``_repository`` (the repository and its typed descriptions), ``_control`` (who may change what
-is served). Nothing here imports a front end.
+is served), ``_memory`` (system shared memory), ``_flight`` (the calls in flight, for the
+shutdown). Nothing here imports a front end.
 """
 
 from ..runtime import ModelVersion
 from ._control import ControlPolicy, ModelControl
+from ._flight import FlightReport, InFlight
+from ._memory import RegionStatus, SystemSharedMemory, no_cuda, no_cuda_region
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
     ConfigOverrides,
@@ -39,12 +49,18 @@ __all__ = [
     "ConfigOverrides",
     "ControlPolicy",
     "DataPlane",
+    "FlightReport",
+    "InFlight",
     "ModelControl",
     "ModelEntry",
     "ModelRepository",
     "ModelVersion",
+    "RegionStatus",
     "Registered",
     "Scaled",
+    "SystemSharedMemory",
     "VersionDescription",
     "WorkerDescription",
+    "no_cuda",
+    "no_cuda_region",
 ]

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
 
+from msgspec.structs import replace
+
 from .. import __version__
+from ..errors import InvalidInput
 from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
     AnswerStream,
     Call,
+    InferenceRequest,
     InferenceResponse,
     ModelMetadata,
     ModelState,
@@ -21,11 +27,13 @@ from ..types import (
     WireProtocol,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
+from ._flight import InFlight
+from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._repository import ModelRepository
 
 __all__ = ["EXTENSIONS", "DataPlane"]
 
-#: The OIP extensions the server metadata names.
+#: The OIP extensions the server metadata names (and ``system_shared_memory`` when it is on).
 EXTENSIONS = ("model_repository", "generate", "infer_stream", "binary_tensor_data")
 
 
@@ -35,7 +43,8 @@ class DataPlane:
     ``registry`` holds the models served (a new, empty one when None); ``secrets``,
     ``executor`` and ``codec`` are what the :attr:`repository` builds models with (the secrets a
     model may read, the pool its sync code runs in, how request objects reach worker
-    processes).
+    processes). ``shared_memory``: the system shared memory regions clients register (off when
+    None: see :class:`SystemSharedMemory`).
     """
 
     def __init__(
@@ -45,6 +54,7 @@ class DataPlane:
         secrets: Mapping[str, str] | None = None,
         executor: Executor | None = None,
         codec: RequestCodec | None = None,
+        shared_memory: SystemSharedMemory | None = None,
     ) -> None:
         if registry is None:
             registry = Registry()
@@ -52,28 +62,50 @@ class DataPlane:
         #: The models served and the operations that change them (index, load, unload,
         #: register, unregister, scale, set-default, describe).
         self.repository = ModelRepository(registry, secrets=secrets, executor=executor, codec=codec)
+        #: The system shared memory regions (Triton's extension), for every front end; every
+        #: OIP call's tensors that name a region are read from and written to it here.
+        self.shared_memory = shared_memory if shared_memory is not None else SystemSharedMemory()
+        extensions = list(EXTENSIONS)
+        if self.shared_memory.enabled:
+            extensions.append("system_shared_memory")
+        self._extensions = tuple(extensions)
+        #: The calls in flight, and the shutdown's view of them (readiness, drain, cut).
+        self.flight = InFlight()
 
     async def close(self) -> None:
-        """Stop the repository's background work, then every model version."""
+        """Stop the repository's background work, then every model version; unmap every
+        shared memory region."""
         await self.repository.close()
         await self._registry.close()
+        self.shared_memory.close()
 
     # -- health and metadata -------------------------------------------------------------
 
     def live(self) -> bool:
+        """True while the process answers, draining included: liveness never fails for a
+        model's trouble (``docs/operations.md``)."""
         return True
 
     def ready(self) -> bool:
-        """The server's readiness, by the repository's rule (:meth:`ModelRepository.ready`):
-        no version failed, none is still loading at start-up; unloaded ones do not count."""
-        return self.repository.ready()
+        """The server's readiness: false from the moment it begins to stop
+        (:attr:`stopping`), else by the repository's rule (:meth:`ModelRepository.ready`): no
+        version failed, none is still loading at start-up; unloaded ones do not count."""
+        return not self.flight.stopping and self.repository.ready()
+
+    @property
+    def stopping(self) -> bool:
+        """The server is shutting down (``SIGTERM``): not ready, draining its calls."""
+        return self.flight.stopping
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Whether that version is ready; ``NotFound`` if it does not exist."""
-        return self._registry.get(name, version).state is ModelState.READY
+        """Whether that version is ready: loaded, and not in trouble (every worker stuck, or
+        its workers crash-looping: :meth:`ModelVersion.trouble`); ``NotFound`` if it does not
+        exist."""
+        mv = self._registry.get(name, version)
+        return mv.state is ModelState.READY and not mv.trouble()
 
     def server_metadata(self) -> ServerMetadata:
-        return ServerMetadata(name="podium", version=__version__, extensions=list(EXTENSIONS))
+        return ServerMetadata(name="podium", version=__version__, extensions=list(self._extensions))
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """The metadata of that version (the default one when None); ``NotFound`` if unknown."""
@@ -85,6 +117,9 @@ class DataPlane:
         state = {"state": mv.state.value}
         if mv.reason:
             state["reason"] = mv.reason
+        trouble = mv.trouble()
+        if trouble:  # ready, yet not serving well: its readiness says false, and why
+            state["trouble"] = trouble
         return ModelMetadata(
             name=mv.name,
             versions=[v.version or UNVERSIONED for v in self._registry.versions(name)],
@@ -110,33 +145,72 @@ class DataPlane:
         """Run ``call`` to completion. A streaming model's items are gathered into one value.
 
         For a model with ``sequence_batching`` the call runs in the sequence it names (a new one
-        when it names none); the answer says which, and whether the sequence ended.
+        when it names none); the answer says which, and whether the sequence ended. While the
+        server stops, the call is counted in :attr:`flight`; one still running when the grace
+        is over fails with ``ShuttingDown`` (as does one that comes after).
         """
+        # InFlight.enter and .leave, inlined: this runs for every call.
+        flight = self.flight
+        if flight.closed:
+            raise flight.refusal(call)
+        running = flight.running
+        task = current_task(flight.loop or flight.running_loop())
+        if task is None:  # the loop seen last is not the one running
+            task = flight.current()
+        if task is None or task in running:  # this task runs a call already: that one counts
+            return await self._infer(call, mv)
+        running[task] = call
+        try:
+            return await self._infer(call, mv)
+        except asyncio.CancelledError:
+            error = flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            del running[task]
+            if flight.stopping:
+                flight.ended(task, call)
+
+    async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
         if mv is None:
             mv = self._registry.ready(call.model, call.version)
-        inputs, oip = inputs_of(mv, call)
-        sequence = _sequence(mv, call)
-        caps = mv.instance.capabilities
-        if caps.streaming and not caps.predict_on_infer:
-            async with contextlib.aclosing(
-                _stream_from_scheduler(mv, inputs, call, sequence)
-            ) as stream:
-                items = [item async for item in stream]
-            value = gather(mv, call.protocol, items, oip, sequence)
-            return Answer(value, None, None if sequence is None else sequence.outcome())
-        if sequence is None:
-            result = await mv.scheduler.infer(inputs, call.request)
-        else:
-            scheduler = cast(SequenceScheduling, mv.scheduler)
-            result = await scheduler.infer_in(sequence, inputs, call.request)
-        if call.protocol.oip:
-            result = oip_response(mv, result, oip, sequence)
-        headers = None
-        if isinstance(result, InferenceResponse) and result.parameters:
-            headers = take_headers(result)
-        if sequence is None:
-            return Answer(result, headers)
-        return Answer(result, headers, sequence.outcome())
+        placement: Placement | None = None
+        payload = call.payload
+        if call.protocol.oip and type(payload) is InferenceRequest and uses_shared_memory(payload):
+            placement = self.shared_memory.place(payload)
+            call = replace(call, payload=placement.request)  # the front end's call stays as sent
+        try:
+            inputs, oip = inputs_of(mv, call)
+            sequence = _sequence(mv, call)
+            caps = mv.instance.capabilities
+            if caps.streaming and not caps.predict_on_infer:
+                async with contextlib.aclosing(
+                    _stream_from_scheduler(mv, inputs, call, sequence)
+                ) as stream:
+                    items = [item async for item in stream]
+                value = gather(mv, call.protocol, items, oip, sequence)
+                if placement is not None:
+                    placement.write(value)
+                return Answer(value, None, None if sequence is None else sequence.outcome())
+            if sequence is None:
+                result = await mv.scheduler.infer(inputs, call.request)
+            else:
+                scheduler = cast(SequenceScheduling, mv.scheduler)
+                result = await scheduler.infer_in(sequence, inputs, call.request)
+            if call.protocol.oip:
+                result = oip_response(mv, result, oip, sequence)
+                if placement is not None:
+                    placement.write(result)
+            headers = None
+            if isinstance(result, InferenceResponse) and result.parameters:
+                headers = take_headers(result)
+            if sequence is None:
+                return Answer(result, headers)
+            return Answer(result, headers, sequence.outcome())
+        finally:
+            if placement is not None:
+                placement.release()
 
     def stream(self, call: Call, mv: ModelVersion | None = None) -> AnswerStream:
         """The items of ``call`` (OIP: each an :class:`InferenceResponse`); a non-streaming
@@ -150,17 +224,45 @@ class DataPlane:
     async def _stream(
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
-        inputs, oip = inputs_of(mv, call)
-        items = _stream_from_scheduler(mv, inputs, call, sequence)
+        # In flight from its first item to its end, under the task that reads it.
+        flight = self.flight
+        task = flight.enter(call)
+        placement: Placement | None = None
         try:
-            if call.protocol.oip:
-                async for item in items:
-                    yield oip_response(mv, item, oip, sequence)
-            else:
-                async for item in items:
-                    yield item
+            payload = call.payload
+            if (
+                call.protocol.oip
+                and type(payload) is InferenceRequest
+                and uses_shared_memory(payload)
+            ):
+                placement = self.shared_memory.place(payload)
+                call = replace(call, payload=placement.request)
+            inputs, oip = inputs_of(mv, call)
+            items = _stream_from_scheduler(mv, inputs, call, sequence)
+            try:
+                if placement is not None:  # each item is written where the request asked
+                    async for item in items:
+                        response = oip_response(mv, item, oip, sequence)
+                        placement.write(response)
+                        yield response
+                elif call.protocol.oip:
+                    async for item in items:
+                        yield oip_response(mv, item, oip, sequence)
+                else:
+                    async for item in items:
+                        yield item
+            finally:
+                await items.aclose()
+        except asyncio.CancelledError:
+            error = None if task is None else flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
         finally:
-            await items.aclose()
+            if placement is not None:
+                placement.release()
+            if task is not None:
+                flight.leave(task)
 
     def stream_inputs(
         self,
@@ -179,24 +281,46 @@ class DataPlane:
     ) -> AsyncGenerator[Any, None]:
         async def convert_each() -> AsyncGenerator[Any, None]:
             async for call in calls:
+                payload = call.payload
+                if type(payload) is InferenceRequest and uses_shared_memory(payload):
+                    raise InvalidInput(
+                        f"{mv.label} reads a whole stream of requests, whose tensors cannot "
+                        "be in shared memory; send them in the requests"
+                    )
                 yield inputs_of(mv, call)[0]
 
-        async with contextlib.aclosing(
-            mv.scheduler.stream_inputs(convert_each(), request)
-        ) as items:
-            async for item in items:
-                yield oip_response(mv, item, None) if protocol.oip else item
+        # The whole stream is one call in flight, under the task that reads its answers.
+        flight = self.flight
+        task = flight.enter(Call(mv.name, mv.version, protocol))
+        try:
+            async with contextlib.aclosing(
+                mv.scheduler.stream_inputs(convert_each(), request)
+            ) as items:
+                async for item in items:
+                    yield oip_response(mv, item, None) if protocol.oip else item
+        except asyncio.CancelledError:
+            error = None if task is None else flight.cut_error(task)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            if task is not None:
+                flight.leave(task)
 
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:
     """The data plane's own copy of the sequence a call names, for the scheduler to fill in
-    (the call stays as the front end made it); a new sequence when it names none."""
+    (the call stays as the front end made it); a new sequence when it names none. OIP calls
+    follow Triton's rule (``needs_start``: an id with no open sequence needs the start flag);
+    the others TorchServe's (docs/sequences.md)."""
     if not mv.config.sequence_batching:
         return None
     asked = call.sequence
     if asked is None:
         return SequenceRef()  # no id sent: a new sequence
-    return SequenceRef(asked.id, asked.start, asked.end)
+    return SequenceRef(
+        asked.id, asked.start, asked.end, needs_start=call.protocol.oip, joined=asked.joined
+    )
 
 
 def _stream_from_scheduler(

@@ -123,7 +123,9 @@ class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
     ``url``: what it was registered from (else its source on disk); ``min_workers`` /
     ``max_workers``: as last scaled, else as configured; ``loaded_at_startup``: found in the
     paths the server started with, not registered since; ``default``: the model's default
-    version; ``queue``: the scheduler's and workers' counters.
+    version; ``queue``: the scheduler's and workers' counters; ``trouble``: why a READY version
+    is not serving well (every worker stuck, workers crash-looping), else ``""``; ``ready``:
+    whether its readiness says yes (READY and no trouble).
     """
 
     name: str
@@ -138,6 +140,11 @@ class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     workers: list[WorkerDescription]
     queue: dict[str, int]
+    trouble: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY and not self.trouble
 
 
 class ModelRepository:
@@ -464,6 +471,7 @@ class ModelRepository:
             reason=mv.reason,
             workers=self._workers(mv),
             queue=dict(mv.statistics()),
+            trouble=mv.trouble(),
         )
 
     def _workers(self, mv: ModelVersion) -> list[WorkerDescription]:

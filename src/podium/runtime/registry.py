@@ -118,6 +118,16 @@ class ModelVersion:
             self.state = ModelState.READY
             self.reason = ""
 
+    def trouble(self) -> str:
+        """Why this version, though READY, does not serve well, or ``""``: every worker stuck
+        past ``response_timeout``, or workers lost again and again (:meth:`WorkerPool.trouble`).
+        Its readiness then says false, with this reason; its requests are still taken (it may
+        recover by itself, and one bad request must not take it out of service)."""
+        if self.state is not ModelState.READY:
+            return ""
+        pool = self._workers_pool()
+        return "" if pool is None else pool.trouble()
+
     def statistics(self) -> dict[str, int]:
         """Queue depth ("waiting", and "queued" when batching), "busy", "slots", "workers",
         "ready_workers"."""

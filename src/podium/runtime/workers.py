@@ -12,12 +12,15 @@ the worker they got; the worker gives the slot back when its instance is done wi
   builds on this module; this one does not import it).
 
 The pool restarts workers that die (with a back-off), retires workers on ``scale`` once they have
-finished what they hold, and replaces a worker whose predict ran past ``response_timeout``.
+finished what they hold, and replaces a worker whose predict ran past ``response_timeout``. It
+says when that is not enough (:meth:`WorkerPool.trouble`): every worker stuck, or workers lost
+again and again; the version is then reported not ready, with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import logging
@@ -53,6 +56,10 @@ BACKOFF_MAX = 5.0
 MAX_START_FAILURES = 5
 #: A worker that lived at least this long before dying resets the back-off.
 STABLE_AFTER = 10.0
+#: Workers lost (died, killed past response_timeout, replaced when stuck) this many times within
+#: RESTART_WINDOW seconds: the version is crash-looping (:meth:`WorkerPool.trouble`).
+RESTART_LIMIT = 5
+RESTART_WINDOW = 60.0
 
 
 class WorkerKind(enum.StrEnum):
@@ -129,6 +136,10 @@ class Worker(Protocol):
 
     async def wait_idle(self) -> None: ...
 
+    def stuck(self) -> int:
+        """Calls it still runs more than STUCK_GRACE seconds past their response_timeout."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -174,9 +185,12 @@ class ThreadWorker:
         self._on_stuck = on_stuck
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
         self._idle: asyncio.Event | None = None
-        # response_timeout of async predicts: each running one's deadline, swept periodically
+        # response_timeout of async predicts: each running one's deadline, swept periodically;
+        # the expired ones (cancelled) until they return, with their deadline
         self._deadlines: dict[asyncio.Task[Any], float] = {}
-        self._expired: set[asyncio.Task[Any]] = set()
+        self._expired: dict[asyncio.Task[Any], float] = {}
+        # sync predicts past response_timeout, still running in their thread, by deadline
+        self._late: dict[asyncio.Future[Any], float] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self._tick = min(response_timeout / 4, 1.0) if response_timeout else 1.0
 
@@ -221,8 +235,7 @@ class ThreadWorker:
         try:
             return await self.instance.predict(inputs, request)
         except asyncio.CancelledError:
-            if task in self._expired:
-                self._expired.discard(task)
+            if self._expired.pop(task, None) is not None:
                 if task.uncancel() == 0:  # ours alone, not the client leaving as well
                     raise ResponseTimeout(
                         f"{self._label} predict did not finish within response_timeout "
@@ -231,6 +244,7 @@ class ThreadWorker:
             raise
         finally:
             self._deadlines.pop(task, None)
+            self._expired.pop(task, None)  # a predict that swallowed its cancellation
             self._release()
 
     def _sweep(self) -> None:
@@ -239,7 +253,7 @@ class ThreadWorker:
         for task, deadline in list(self._deadlines.items()):
             if deadline <= now:
                 del self._deadlines[task]
-                self._expired.add(task)
+                self._expired[task] = deadline
                 task.cancel()
         self._sweeper = loop.call_later(self._tick, self._sweep) if self._deadlines else None
 
@@ -261,12 +275,28 @@ class ThreadWorker:
         if done:
             return task.result()
         task.cancel()
+        if not task.done():  # a thread cannot be stopped: it runs on, holding its slot
+            self._late[task] = asyncio.get_running_loop().time()
+            task.add_done_callback(self._returned)
         if self._on_stuck is not None:
             asyncio.get_running_loop().call_later(STUCK_GRACE, self._check_stuck, task)
         raise ResponseTimeout(
             f"{self._label} predict did not finish within response_timeout "
             f"{self._timeout:g} s (thread worker {self.id})"
         )
+
+    def _returned(self, task: asyncio.Future[Any]) -> None:
+        self._late.pop(task, None)
+
+    def stuck(self) -> int:
+        """Calls this worker still runs more than STUCK_GRACE seconds past their
+        response_timeout (an async predict that ignores its cancellation, a sync one whose
+        thread runs on)."""
+        if not self._expired and not self._late:
+            return 0
+        limit = asyncio.get_running_loop().time() - STUCK_GRACE
+        late = [*self._expired.values(), *self._late.values()]
+        return sum(1 for deadline in late if deadline <= limit)
 
     def _check_stuck(self, task: asyncio.Future[Any]) -> None:
         if not task.done() and self.state is WorkerState.READY and self._on_stuck is not None:
@@ -407,6 +437,8 @@ class WorkerPool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._failures = 0  # deaths and failed starts in a row: the back-off
         self._start_failures = 0  # failed starts in a row: giving up
+        # workers lost lately (monotonic time, what happened), for trouble()
+        self._losses: collections.deque[tuple[float, str]] = collections.deque(maxlen=RESTART_LIMIT)
         self._closing = False
         self._started = False
         #: called with the reason when workers cannot be (re)started: the version has failed
@@ -496,6 +528,33 @@ class WorkerPool:
         live = self._live()
         ready = sum(w.state is WorkerState.READY for w in live)
         return {"workers": len(live), "ready_workers": ready}
+
+    def trouble(self) -> str:
+        """Why the workers do not serve well, or ``""``: workers lost RESTART_LIMIT times within
+        RESTART_WINDOW seconds (crash-looping; it clears once the window holds fewer), or every
+        ready worker with all its slots held by calls stuck past ``response_timeout``."""
+        losses = self._losses
+        if len(losses) >= RESTART_LIMIT:
+            since = time.monotonic() - RESTART_WINDOW
+            recent = [what for when, what in losses if when >= since]
+            if len(recent) >= RESTART_LIMIT:
+                return (
+                    f"crash-looping: {len(recent)} workers lost in the last "
+                    f"{RESTART_WINDOW:g} s (the last: {recent[-1]})"
+                )
+        ready = [w for w in self._workers if w.state is WorkerState.READY]
+        if not ready:
+            return ""
+        stuck = [w.stuck() for w in ready]
+        if all(n >= w.capacity for n, w in zip(stuck, ready, strict=True)):
+            return (
+                f"every worker is stuck: {sum(stuck)} call(s) still running more than "
+                f"{STUCK_GRACE:g} s past response_timeout"
+            )
+        return ""
+
+    def _note_loss(self, what: str) -> None:
+        self._losses.append((time.monotonic(), what))
 
     def preprocessor(self) -> ModelInstance:
         """The instance a thread version's ``preprocess`` runs on: the least-loaded ready one."""
@@ -596,6 +655,7 @@ class WorkerPool:
         if self._closing:
             return
         self._report_lost(worker, "died")
+        self._note_loss(reason)
         if crashed:
             logger.error("%s: %s", self.label, reason)
             self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
@@ -612,6 +672,7 @@ class WorkerPool:
         worker.state = WorkerState.STOPPING
         self.gate.remove(worker)
         self._report_lost(worker, "died (stuck past response_timeout, replaced)")
+        self._note_loss(f"thread worker {worker.id} stuck past response_timeout, replaced")
         self._spawn_replace()
         self._spawn(self._retire(worker, how=""))
 

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
+import signal
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Secrets, ServerConfig
-from ..dataplane import ControlPolicy, DataPlane, ModelControl
+from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
@@ -24,13 +26,11 @@ from ._limits import (
     raise_open_files_limit,
 )
 from ._requests import RequestSnapshots
+from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
 from .http import HttpApp
 from .management import Management, ManagementApp, UrlPolicy, render_unauthenticated
-
-#: Seconds that calls and requests in flight get to finish when the server stops.
-GRACE = 10
 
 __all__ = ["Podium", "bind"]
 
@@ -61,10 +61,12 @@ def _url(sock: socket.socket) -> str:
 
 class _Uvicorn:
     """uvicorn on a socket we bound, without its signal handling (we own the process's signals),
-    with the connection limits of ``guard`` on every connection (see ``_limits``)."""
+    with the connection limits of ``guard`` on every connection (see ``_limits``). It is a
+    :class:`~._shutdown.Listener`: :meth:`stop` gives the connections open ``graceful`` seconds
+    (or the grace it is given), then closes them."""
 
     def __init__(
-        self, app: Any, sock: socket.socket, graceful: int, guard: ConnectionGuard
+        self, app: Any, sock: socket.socket, graceful: float, guard: ConnectionGuard
     ) -> None:
         import uvicorn
 
@@ -75,7 +77,9 @@ class _Uvicorn:
             log_config=None,
             access_log=False,
             server_header=False,
-            timeout_graceful_shutdown=graceful,
+            # uvicorn's own last resort, after stop() closed the connections: it cancels the
+            # requests left (annotated int, used as a float by wait_for)
+            timeout_graceful_shutdown=graceful + 1,  # type: ignore[arg-type]
             # seconds, used as a float by uvicorn's call_later, though annotated int
             timeout_keep_alive=guard.limits.keep_alive_timeout,  # type: ignore[arg-type]
             http=guard.protocol,
@@ -89,7 +93,10 @@ class _Uvicorn:
 
         self.server = Server(config)
         self.sock = sock
+        self.graceful = graceful
         self.task: asyncio.Task[None] | None = None
+        #: connections still open when the grace ran out, closed by :meth:`stop`
+        self.closed_connections = 0
 
     async def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[self.sock]))
@@ -99,10 +106,47 @@ class _Uvicorn:
                 raise RuntimeError("HTTP server stopped during start-up")
             await asyncio.sleep(0.01)
 
-    async def stop(self) -> None:
+    def not_serving(self) -> None:
+        """Nothing to do: HTTP readiness is the data plane's."""
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Close the listening socket and the idle connections; the others close after their
+        response. Those still open after ``grace`` seconds (``graceful`` when None) are closed."""
+        grace = self.graceful if grace is None else grace
+        server = self.server
+        server.config.timeout_graceful_shutdown = grace + 1  # type: ignore[assignment]
+        server.should_exit = True
+        task = self.task
+        if task is None:
+            return
+        try:
+            async with asyncio.timeout(grace):
+                await asyncio.shield(task)
+        except TimeoutError:
+            self._close_connections()
+            await task
+
+    async def abort(self) -> None:
+        """Close every connection now; :meth:`stop` ends at once."""
         self.server.should_exit = True
-        if self.task is not None:
-            await self.task
+        self.server.force_exit = True
+        self._close_connections()
+
+    def _close_connections(self) -> None:
+        closed = 0
+        for connection in list(self.server.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None and not transport.is_closing():
+                closed += 1
+                transport.abort()  # a client not reading must not hold the stop up
+        if closed:
+            self.closed_connections += closed
+            logger.warning(
+                "%s: closed %d connection(s) still open after the grace (an upload still "
+                "arriving, a response not read)",
+                self.guard.name,
+                closed,
+            )
 
 
 class Podium:
@@ -120,6 +164,12 @@ class Podium:
             secrets=self.secrets,
             executor=self.executor,
             codec=self.request_codec,
+            shared_memory=SystemSharedMemory(
+                enabled=config.shared_memory == "system",
+                key_prefix=config.shm_key_prefix,
+                max_regions=config.max_shm_regions,
+                max_size=config.max_shm_size,
+            ),
         )
         self.addresses: dict[str, str] = {}
         self._guards: dict[str, ConnectionGuard] = {}
@@ -128,6 +178,9 @@ class Podium:
         self._servers: list[_Uvicorn | GrpcServer] = []
         self.authorizer: Authorizer | None = None
         self.management: Management | None = None
+        self._signal: int | None = None  # the first stop signal
+        self._signalled = asyncio.Event()
+        self._shutdown: Shutdown | None = None
 
     async def start(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
@@ -147,6 +200,7 @@ class Podium:
         # for this process's extractions, start-up models' included
         repository.set_archive_limits(config.max_archive_size, config.max_archive_ratio)
         self._warn_model_control()
+        self._warn_shared_memory()
         # Importing user code runs it: never on the event loop.
         await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
         inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
@@ -168,7 +222,7 @@ class Podium:
             host=self.config.host,
             port=self.config.grpc_port,
             max_message_size=self.config.grpc_max_message_size,
-            grace=GRACE,
+            grace=self.config.graceful_timeout,
             threads=self.config.grpc_threads,
             authorize=None if inference_keys is None else self._authorize_inference,
             limits=self._grpc_limits,
@@ -213,6 +267,32 @@ class Podium:
             config.host,
             config.http_port,
             config.grpc_port,
+        )
+
+    def _warn_shared_memory(self) -> None:
+        """A warning when any client of the inference listeners may map shared memory."""
+        config = self.config
+        if config.shared_memory != "system":
+            return
+        which = (
+            f"objects named '{config.shm_key_prefix}*'"
+            if config.shm_key_prefix
+            else "any POSIX shared memory object this server's user can open"
+        )
+        if config.auth:
+            logger.info(
+                "system shared memory is on: clients with the inference key can map %s", which
+            )
+            return
+        logger.warning(
+            "system shared memory is on (--shared-memory system) without --auth: every client "
+            "that can reach the inference listeners (%s, HTTP port %s, gRPC port %s) can make "
+            "the server map %s and read or write it through a model; add --auth, or "
+            "--shm-key-prefix, or listen on loopback only",
+            config.host,
+            config.http_port,
+            config.grpc_port,
+            which,
         )
 
     def _keys(self) -> Authorizer | None:
@@ -290,7 +370,7 @@ class Podium:
         guard = ConnectionGuard(name, self._limits)
         sock = bind(host, port)
         self.addresses[name] = _url(sock)
-        server = _Uvicorn(app, sock, graceful=GRACE, guard=guard)
+        server = _Uvicorn(app, sock, graceful=self.config.graceful_timeout, guard=guard)
         await server.start()
         self._servers.append(server)
         self._guards[name] = guard
@@ -331,7 +411,7 @@ class Podium:
             host=config.management_host,
             port=config.grpc_management_port,
             max_message_size=config.grpc_max_message_size,
-            grace=GRACE,
+            grace=config.graceful_timeout,
             threads=0,  # grpc.aio: management calls are few, and none holds a thread
             limits=self._grpc_limits,
         )
@@ -342,10 +422,59 @@ class Podium:
             f"{self.addresses['http-management']}, gRPC {self.addresses['grpc-management']}"
         )
 
+    # -- stopping ------------------------------------------------------------------------
+
+    def signal(self, signum: int) -> None:
+        """A stop signal (``SIGTERM``, ``SIGINT``): the first begins the shutdown
+        (:meth:`signalled` returns), the next one stops at once (:meth:`Shutdown.force`)."""
+        if self._signal is None:
+            self._signal = signum
+            self.dataplane.flight.begin()  # not ready from this moment, start-up included
+            self._signalled.set()
+        elif self._shutdown is not None:
+            self._shutdown.force(signum)
+        else:  # still starting: nothing to drain
+            Shutdown.exit_now(128 + signum, self.kill_workers)
+
+    async def signalled(self) -> int:
+        """Wait for the first stop signal; its number."""
+        await self._signalled.wait()
+        assert self._signal is not None
+        return self._signal
+
+    async def shutdown(self, signum: int | None = None) -> int:
+        """Stop as ``docs/operations.md`` says (:class:`~._shutdown.Shutdown`): not ready at
+        once, new connections refused after ``--shutdown-delay``, calls in flight drained for
+        up to ``--graceful-timeout``, the rest cut, workers stopped; the exit code (0, or
+        128 + the signal's number when a second signal forced it)."""
+        self._shutdown = Shutdown(
+            self.dataplane,
+            self._servers,
+            delay=delay_for(self.config.shutdown_delay),
+            graceful=self.config.graceful_timeout,
+            close=self._close,
+            kill_workers=self.kill_workers,
+        )
+        return await self._shutdown.run(signum)
+
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close the models."""
         await asyncio.gather(*(server.stop() for server in self._servers))
+        await self._close()
+
+    async def _close(self) -> None:
         await self.dataplane.close()  # background loads and scaling, then the models
         if self.authorizer is not None:
             self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def kill_workers(self) -> int:
+        """Kill every worker process now (a forced stop); how many were sent SIGKILL."""
+        killed = 0
+        for mv in self.dataplane.repository.versions():
+            for info in mv.workers():
+                if info.kind == "process" and info.pid and info.pid != os.getpid():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(info.pid, signal.SIGKILL)
+                        killed += 1
+        return killed

@@ -289,7 +289,8 @@ def start_podium(
     paths: list[Path], workdir: Path, store: Path, args: tuple[str, ...] = (), timeout=120
 ) -> Service:
     """``python -m podium serve PATHS`` on 127.0.0.1, every port free, management open (no key,
-    as TorchServe with ``--disable-token-auth``)."""
+    as TorchServe with ``--disable-token-auth``), system shared memory on (as the Triton it is
+    compared with: 2.51 has it on; from 2.69 Triton needs ``--allow-client-shm=true`` too)."""
     cmd = [
         sys.executable,
         "-m",
@@ -307,6 +308,8 @@ def start_podium(
         "--grpc-management-port",
         "0",
         "--no-auth",
+        "--shared-memory",
+        "system",
         "--model-store",
         str(store),
         *args,

@@ -209,7 +209,15 @@ def default_version(addr):
 # --- 18. TorchServe's sequence flags ------------------------------------------------------
 
 
-@scenario("18", "18", "ts_request_sequence_start / _end headers on ts_stateful", "torchserve")
+@scenario(
+    "18",
+    "18",
+    "ts_request_sequence_start / _end headers on ts_stateful",
+    "torchserve",
+    improvement="TorchServe 0.12 hands the flags to the handler only (and times out here); Podium "
+    "begins a new sequence on the start flag, ends it after the end flag, and refuses the ended "
+    "id with a 410 instead of a silent new sequence (docs/sequences.md)",
+)
 def sequence_flags(addr):
     raw: dict[str, Any] = {}
     first = http("POST", _inf(addr, "/predictions/ts_stateful"), content=b"5")
@@ -324,7 +332,12 @@ def management(addr):
 
 
 @scenario(
-    "21", "21", "six anonymous requests to ts_capacity (maxNumSequence not set)", "torchserve"
+    "21",
+    "21",
+    "six anonymous requests to ts_capacity (maxNumSequence not set)",
+    "torchserve",
+    improvement="TorchServe's default maxNumSequence (1) locks new sequences out; Podium's "
+    "default is 10,000 open sequences (docs/sequences.md, why these defaults)",
 )
 def capacity(addr):
     raw = [http("POST", _inf(addr, "/predictions/ts_capacity"), content=b"1") for _ in range(6)]

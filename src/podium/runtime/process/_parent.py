@@ -340,6 +340,11 @@ class ProcessWorker:
             self._idle = asyncio.Event()
             await self._idle.wait()
 
+    def stuck(self) -> int:
+        """None: a predict past response_timeout gets its process killed (and counted as a
+        worker lost, :meth:`WorkerPool.trouble`)."""
+        return 0
+
     def _release(self) -> None:
         self._gate.release(self)
         if self.busy == 0 and self._idle is not None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
 from ...config import ModelConfig
-from ...errors import SequenceClosed, SequenceLimit, Unavailable
+from ...errors import InvalidInput, SequenceClosed, SequenceLimit, Unavailable
 from ...types import Context, SequenceRef, current_context
 from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
@@ -31,6 +32,8 @@ from ._lane import Lane
 from ._seq import ClosedIds, Sequence
 
 __all__ = ["CLOSED_IDS", "SWEEP_MAX", "SequenceScheduler"]
+
+logger = logging.getLogger("podium.sequences")
 
 #: How many closed sequence ids are remembered (with why they closed).
 CLOSED_IDS = 10_000
@@ -99,7 +102,7 @@ class SequenceScheduler:
             self._sweeper = None
         await self._tasks.cancel()
         for seq in list(self._seqs.values()):
-            seq.turns.fail_all(self._stopped_error)
+            seq.fail_waiting(self._stopped_error)
         for lane in list(self._lanes.values()):
             lane.fail_waiting(self._stopped_error)
         await self._pool.close()
@@ -140,8 +143,10 @@ class SequenceScheduler:
         self._activity.enter()
         try:
             seq = await self._open(sequence)
-            await self._take_turn(seq)
+            await self._take_turn(seq, sequence)
+            self._begin(seq, sequence)
             ctx = seq.context(last=sequence.end)
+            generation = seq.generation
             try:
                 if self._batch_size > 1:
                     return await seq.lane.infer_batched(seq, ctx, inputs, request)
@@ -155,9 +160,11 @@ class SequenceScheduler:
                     and pending.future.cancelled()
                 ):
                     # left while its batch runs: the sequence's next request waits for the batch
-                    pending.task.add_done_callback(lambda _: self._finish(seq, sequence, ctx))
+                    pending.task.add_done_callback(
+                        lambda _: self._finish(seq, sequence, ctx, generation)
+                    )
                 else:
-                    self._finish(seq, sequence, ctx)
+                    self._finish(seq, sequence, ctx, generation)
         finally:
             self._activity.leave()
 
@@ -174,8 +181,10 @@ class SequenceScheduler:
         self._activity.enter()
         try:
             seq = await self._open(sequence)
-            await self._take_turn(seq)
+            await self._take_turn(seq, sequence)
+            self._begin(seq, sequence)
             ctx = seq.context(last=sequence.end)
+            generation = seq.generation
             passed = False
             seq.running += 1
             try:
@@ -187,14 +196,16 @@ class SequenceScheduler:
                         yield item
             finally:
                 seq.running -= 1
-                self._finish(seq, sequence, ctx, passed=passed)
+                self._finish(seq, sequence, ctx, generation, passed=passed)
         finally:
             self._activity.leave()
 
     # -- opening, turns, closing -----------------------------------------------------------------
 
     async def _open(self, ref: SequenceRef) -> Sequence:
-        """The open sequence ``ref`` names, or a new one; ``SequenceClosed`` for a closed id."""
+        """The sequence ``ref`` names: the one open under its id (a start flag begins a new one
+        there when its turn comes), or a new one; refused by the route's rule when the id has
+        no open sequence (``SequenceRef.needs_start``)."""
         if self._closed:
             raise Unavailable(f"{self._label} is stopped")
         if ref.id is None:
@@ -212,8 +223,12 @@ class SequenceScheduler:
             self._close(seq, reason)  # expired, the sweep has not come by yet
         else:
             reason = self._ended.get(sid)
-            if reason is None:
-                return await self._start(sid)  # a client-chosen id starts a sequence
+        if ref.start:
+            return await self._start(sid)
+        if ref.needs_start:
+            raise self._start_needed(sid, reason)
+        if reason is None:
+            return await self._start(sid)  # a client-chosen id starts a sequence
         raise self._closed_error(sid, reason)
 
     async def _start(self, sid: str) -> Sequence:
@@ -237,15 +252,15 @@ class SequenceScheduler:
         if lane is None:
             lane = Lane(worker, self._gate, self._make_collector(worker), self._closed_error)
             self._lanes[worker] = lane
-        seq = Sequence(sid, lane, self._now(), self._max_waiting)
+        seq = Sequence(sid, lane, self._now(), self._max_waiting, self._pass_turn)
         lane.sequences.add(seq)
         self._seqs[sid] = seq
         self._schedule_sweep()
         return seq
 
     def _check_room(self) -> None:
-        limit = self._max_sequences or self._pool.max_workers * self._batch_size * 4
-        if len(self._seqs) >= limit:
+        limit = self._max_sequences
+        if limit and len(self._seqs) >= limit:
             raise SequenceLimit(
                 f"{self._label} has {len(self._seqs)} open sequences (max_num_sequences "
                 f"{limit}); end one or wait for one to expire"
@@ -264,54 +279,96 @@ class SequenceScheduler:
                 best, fewest = worker, held
         return best
 
-    async def _take_turn(self, seq: Sequence) -> None:
-        """Wait for the sequence's earlier requests; ``SequenceLimit`` if too many wait."""
+    async def _take_turn(self, seq: Sequence, ref: SequenceRef) -> None:
+        """Wait for the sequence's earlier requests. If too many wait: ``SequenceLimit``, or,
+        for a request with ``ref.joined``, wait for room (resolving ``joined`` once it has its
+        place)."""
         if seq.try_take_turn():
+            _joined(ref)
             return
-        if seq.turns.full():
-            raise SequenceLimit(
-                f"{self._label}: sequence '{seq.id}' already has {seq.turns.waiting} requests "
-                f"waiting behind the one running (max_sequence_queue_size {self._max_waiting})"
-            )
+        while seq.turns.full():
+            if ref.joined is None:
+                raise SequenceLimit(
+                    f"{self._label}: sequence '{seq.id}' already has {seq.turns.waiting} "
+                    f"requests waiting behind the one running (max_sequence_queue_size "
+                    f"{self._max_waiting})"
+                )
+            await seq.wait_for_room()  # woken when the turn passes; closing fails it
+            if seq.try_take_turn():
+                _joined(ref)
+                return
+        _joined(ref)  # before wait() appends it to the line, with no await between
         await seq.turns.wait()  # the turn is handed over with busy still set
+
+    def _begin(self, seq: Sequence, ref: SequenceRef) -> None:
+        """The request now holding the turn: a start flag begins a new sequence under the id
+        (ending one still open, as Triton does); a request after the sequence ended is refused
+        (and passes the turn on)."""
+        if ref.start:
+            if not seq.first or seq.ended is not None:
+                if seq.ended is None:
+                    logger.warning(
+                        "%s: sequence '%s' had not ended when a request started a new one with "
+                        "its id; the previous sequence ends early",
+                        self._label,
+                        seq.id,
+                    )
+                seq.restart(self._now())
+            return
+        reason = seq.ended
+        if reason is not None:
+            self._pass_turn(seq)
+            if ref.needs_start:
+                raise self._start_needed(seq.id, reason)
+            raise self._closed_error(seq.id, reason)
 
     def _pass_turn(self, seq: Sequence) -> None:
         seq.last = self._now()
         seq.pass_turn()
+        self._settle(seq)
+
+    def _settle(self, seq: Sequence) -> None:
+        """Close a sequence that ended once nothing of its id is left in flight."""
+        if seq.ended is not None and seq.closed is None and seq.quiet:
+            self._close(seq, seq.ended)
 
     def _finish(
-        self, seq: Sequence, ref: SequenceRef, ctx: Context, *, passed: bool = False
+        self,
+        seq: Sequence,
+        ref: SequenceRef,
+        ctx: Context,
+        generation: int,
+        *,
+        passed: bool = False,
     ) -> None:
-        """The request holding the turn is done: end the sequence if it asked to, else pass on
+        """The request holding the turn is done: end the sequence if it asked to, then pass on
         (``passed``: it gave the turn away already, when it started streaming)."""
         ref.headers.update(ctx.headers)
         if seq.closed is not None:  # closed while it ran (timeout, worker lost)
             ref.ended = True
             return
-        if ref.end:
-            reason = "ended by a request"
+        if generation != seq.generation or seq.ended is not None:
+            ref.ended = True  # a later request began a new sequence, or this one ended already
+        elif ref.end:
+            ref.ended = True
+            seq.end("ended by a request")
         elif ctx.ended:
-            reason = "ended by the model"
+            ref.ended = True
+            seq.end("ended by the model")
+        if not passed:
+            self._pass_turn(seq)
         else:
-            if not passed:
-                self._pass_turn(seq)
-            else:
-                seq.last = self._now()  # the idle clock starts again
-            return
-        ref.ended = True
-        self._close(seq, reason)
+            seq.last = self._now()  # the idle clock starts again
+            self._settle(seq)
 
     def _expiry(self, seq: Sequence, now: float) -> str | None:
         """Why ``seq`` is expired at ``now``, or None while it is not."""
+        quiet = seq.quiet
+        if quiet and seq.ended is not None:
+            return seq.ended  # ended, and the last of its requests has left
         if self._age_ms and now - seq.created >= self._age_ms / 1000.0:
             return f"older than sequence_timeout_ms ({self._age_ms:g} ms)"
-        if (
-            self._idle_ms
-            and not seq.busy
-            and not seq.running
-            and not seq.turns
-            and now - seq.last >= self._idle_ms / 1000.0
-        ):
+        if quiet and self._idle_ms and now - seq.last >= self._idle_ms / 1000.0:
             return f"idle for more than sequence_max_idle_ms ({self._idle_ms:g} ms)"
         return None
 
@@ -326,12 +383,22 @@ class SequenceScheduler:
         seq.lane.sequences.discard(seq)
         self._ended.add(seq.id, reason)
         seq.state = {}
-        seq.turns.fail_all(lambda: self._closed_error(seq.id, reason))
+        seq.fail_waiting(lambda: self._closed_error(seq.id, reason))
 
     def _closed_error(self, sid: str, reason: str) -> SequenceClosed:
         return SequenceClosed(
-            f"{self._label}: sequence '{sid}' is closed: {reason}; it is not started again "
-            f"(send a request without a sequence id, or a new id, to start a new sequence)"
+            f"{self._label}: sequence '{sid}' is closed: {reason}; a request without the "
+            f"start flag does not begin it again (send the start flag to begin a new sequence "
+            f"with this id, or send no id to get a new one)"
+        )
+
+    def _start_needed(self, sid: str, reason: str | None) -> InvalidInput:
+        """Triton's refusal of a request without the start flag for an id with no open
+        sequence (and why there is none, when Podium remembers)."""
+        why = "no sequence with this id is open" if reason is None else f"it is closed: {reason}"
+        return InvalidInput(
+            f"inference request for sequence '{sid}' to {self._label} must specify the START "
+            f"flag on the first request of the sequence ({why})"
         )
 
     def _stopped_error(self) -> Unavailable:
@@ -392,3 +459,9 @@ class SequenceScheduler:
         self.batches_run += 1
         current_context.set([p.tag for p in batch])  # this task's own context
         return worker.batch([p.inputs for p in batch], [p.request for p in batch])
+
+
+def _joined(ref: SequenceRef) -> None:
+    joined = ref.joined
+    if joined is not None and not joined.done():
+        joined.set_result(None)

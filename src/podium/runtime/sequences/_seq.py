@@ -4,6 +4,7 @@ ids."""
 from __future__ import annotations
 
 import collections
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...types import Context
@@ -17,11 +18,18 @@ __all__ = ["ClosedIds", "Sequence"]
 
 
 class Sequence:
-    """One open sequence: its state, the lane (worker) it is pinned to, and its turn.
+    """The sequence open under one id: its state, the lane (worker) it is pinned to, and its turn.
 
-    Exactly one request of a sequence holds the turn (``busy``) at a time; the others wait in
+    Exactly one request of the id holds the turn (``busy``) at a time; the others wait in
     ``turns`` in arrival order, and the turn is handed straight to the oldest of them (with
-    ``busy`` still set). ``turns`` is bounded by ``max_sequence_queue_size``.
+    ``busy`` still set). ``turns`` is bounded by ``max_sequence_queue_size``; requests that may
+    wait for room in it (a request stream's) wait in ``room``, woken whenever the turn passes.
+
+    A request with the start flag begins a new sequence under the same id when its turn comes
+    (:meth:`restart`: fresh state, a new ``generation``), after the requests queued before it;
+    ``ended`` says why the current one is over once a request or the model ended it while other
+    requests of the id were still queued (each is then refused at its turn, unless it starts a
+    new one).
     """
 
     __slots__ = (
@@ -33,12 +41,22 @@ class Sequence:
         "busy",
         "running",
         "turns",
+        "room",
         "first",
+        "generation",
+        "ended",
         "closed",
         "batched",
     )
 
-    def __init__(self, sid: str, lane: Lane, now: float, max_waiting: int) -> None:
+    def __init__(
+        self,
+        sid: str,
+        lane: Lane,
+        now: float,
+        max_waiting: int,
+        release: Callable[[Sequence], object] | None = None,
+    ) -> None:
         self.id = sid
         self.state: dict[str, Any] = {}
         self.lane = lane
@@ -46,10 +64,15 @@ class Sequence:
         self.last = now  # when it last had nothing running: the idle clock
         self.busy = False
         self.running = 0  # streams still running (with continuous batching, several at once)
-        # the turn handed to a request cancelled as it was handed goes to the next one
-        self.turns: Line[Sequence] = Line(Sequence.pass_turn, max_waiting)
+        # the turn handed to a request cancelled as it was handed goes on (``release``: the
+        # owner's way to pass it, default :meth:`pass_turn`)
+        self.turns: Line[Sequence] = Line(release or Sequence.pass_turn, max_waiting)
+        # made when first needed (a deque costs ~600 bytes, and most sequences never need it)
+        self.room: Line[None] | None = None
         self.first = True  # no request of it has started yet
-        self.closed: str | None = None  # why it is over, once it is
+        self.generation = 0  # how many times a start flag began it again
+        self.ended: str | None = None  # why the current sequence is over, while requests queue
+        self.closed: str | None = None  # why it is over, once the id has no sequence open
         self.batched: Pending | None = None  # its request in a batch (queued or running)
 
     def try_take_turn(self) -> bool:
@@ -61,9 +84,45 @@ class Sequence:
 
     def pass_turn(self) -> None:
         """The request holding the turn is done with it: the oldest waiting request takes it,
-        or it is free."""
+        or it is free; the requests waiting for room look again."""
         if not (self.turns and self.turns.hand(self)):
             self.busy = False
+        room = self.room
+        if room:
+            while room.hand(None):
+                pass
+
+    def wait_for_room(self) -> Awaitable[None]:
+        """Wait until the turn passes next (then look at ``turns`` again)."""
+        if self.room is None:
+            # woken all at once and each looks again: a wake-up lost to a cancellation is harmless
+            self.room = Line(_nothing)
+        return self.room.wait()
+
+    def fail_waiting(self, error: Callable[[], BaseException]) -> None:
+        """Every request waiting for the turn or for room leaves with ``error()``."""
+        self.turns.fail_all(error)
+        if self.room is not None:
+            self.room.fail_all(error)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing of it runs, holds the turn or waits."""
+        return not (self.busy or self.running or self.turns or self.room)
+
+    def restart(self, now: float) -> None:
+        """Begin a new sequence under the same id: fresh state, its age counted from ``now``."""
+        self.state = {}
+        self.first = True
+        self.created = now
+        self.ended = None
+        self.generation += 1
+
+    def end(self, reason: str) -> None:
+        """The current sequence is over (its state dropped) while requests of the id may still
+        be queued."""
+        self.ended = reason
+        self.state = {}
 
     def context(self, last: bool = False) -> Context:
         """The context of the request that takes the turn now (``last``: the client says it
@@ -71,6 +130,10 @@ class Sequence:
         ctx = Context(self.id, first=self.first, state=self.state, last=last)
         self.first = False
         return ctx
+
+
+def _nothing(_: object) -> None:
+    return None
 
 
 class ClosedIds:

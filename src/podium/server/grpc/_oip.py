@@ -4,6 +4,8 @@ A thin adapter over the data plane: each RPC turns its message into a :class:`po
 (or a call on the data plane's model repository), and the answer back into a message (tensor
 conversions in :mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
 
+The shared memory RPCs (``SystemSharedMemory*``, ``CudaSharedMemory*``) are in :mod:`._memory`.
+
 The repository RPCs: ``RepositoryIndex`` is open; ``RepositoryModelLoad`` / ``Unload`` change what
 is served, so the data plane's model repository refuses them here (``PERMISSION_DENIED``, naming
 the management API) unless the server runs with ``--model-control inference``.
@@ -43,6 +45,7 @@ from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, ModelMetadata, ModelState, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
+from . import _memory
 from ._call import GrpcCall
 from ._errors import abort_with, status_of
 from ._pool import message_class
@@ -54,6 +57,7 @@ from ._tensors import (
     parameters_of,
     to_message,
     to_request,
+    uses_shared_memory,
 )
 
 __all__ = ["OUTPUT_CONTENTS", "SERVICE", "STREAM_FORMATS", "OipService"]
@@ -69,6 +73,7 @@ STREAM_WINDOW = 16
 STREAM_BUFFER = 16
 
 _FINAL_ASKED = "triton_enable_empty_final_response"
+_SEQUENCE_ID = "sequence_id"  # Triton's sequence parameter: the request may have to wait
 _FINAL = "triton_final_response"
 
 # Where the model's request object says it came from.
@@ -202,6 +207,7 @@ class OipService:
                 "inference.RepositoryModelUnloadResponse",
             ),
         }
+        methods.update(_memory.methods(self.dataplane, _unary))
         served = {} if self.triton else {"ModelStreamInfer": "inference.ModelInferResponse"}
         return Service(SERVICE, methods, healthy=self.dataplane.ready, served_outputs=served)
 
@@ -362,15 +368,23 @@ class OipService:
         running: set[asyncio.Task[None]],
         grpc_call: Callable[[], GrpcCall],
     ) -> None:
-        """Start a task per request, in order, each with its own lane of responses."""
+        """Start a task per request, in order, each with its own lane of responses.
+
+        Back-pressure for sequences: a request that names one is started, and the next one read,
+        only once it has its place in its sequence's queue, so a client writing a sequence's
+        requests back to back waits while that queue is full instead of being refused (and the
+        requests join the sequence in the stream's order)."""
         loop = asyncio.get_running_loop()
         try:
             async for message in requests:
                 lane: asyncio.Queue[Any] = asyncio.Queue(STREAM_BUFFER)
                 await lanes.put(lane)  # blocks while STREAM_WINDOW requests are pending
-                task = loop.create_task(self._answer(message, lane, grpc_call))
+                joined = loop.create_future() if _SEQUENCE_ID in message.parameters else None
+                task = loop.create_task(self._answer(message, lane, grpc_call, joined))
                 running.add(task)
                 task.add_done_callback(running.discard)
+                if joined is not None:
+                    await joined  # resolved once it has its place, or by _answer as it ends
         except Exception as exc:
             failed: asyncio.Queue[Any] = asyncio.Queue()
             failed.put_nowait(_Failure(exc, fatal=True))
@@ -379,11 +393,22 @@ class OipService:
             await lanes.put(None)
 
     async def _answer(
-        self, message: Any, lane: asyncio.Queue[Any], grpc_call: Callable[[], GrpcCall]
+        self,
+        message: Any,
+        lane: asyncio.Queue[Any],
+        grpc_call: Callable[[], GrpcCall],
+        joined: asyncio.Future[None] | None = None,
     ) -> None:
-        """Queue the responses to one request of a stream, then ``_END`` (or a failure)."""
+        """Queue the responses to one request of a stream, then ``_END`` (or a failure).
+        ``joined``: the request names a sequence; it waits for room in the sequence's queue and
+        resolves ``joined`` once it has its place (here too when it ends before)."""
         try:
             call, mv = self._call(message, grpc_call)
+            if joined is not None:
+                if call.sequence is not None:
+                    call.sequence.joined = joined
+                else:  # not a sequence model: nothing to wait for
+                    joined.set_result(None)
             triton = self.triton
             # A generator model is Triton's decoupled model: its last item is known only after
             # it, so no item is final; a plain model's one response is.
@@ -402,6 +427,9 @@ class OipService:
             await lane.put(_END)
         except Exception as exc:
             await lane.put(_Failure(exc, message))
+        finally:
+            if joined is not None and not joined.done():
+                joined.set_result(None)
 
     # -- repository ------------------------------------------------------------------------
 
@@ -447,7 +475,9 @@ def _response(response: InferenceResponse, request: Any, raw: bool, into: Any = 
         raise PodiumError(f"the data plane returned {type(response).__name__} for an OIP call")
     if response.id is None and request.id:
         response.id = request.id  # the request was not decoded (the model takes no inputs)
-    return to_message(response, raw or bool(request.raw_input_contents), into)
+    # A request with tensors in shared memory comes from a Triton client: raw, as Triton.
+    raw = raw or bool(request.raw_input_contents) or uses_shared_memory(request)
+    return to_message(response, raw, into)
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:

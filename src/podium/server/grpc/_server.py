@@ -271,20 +271,36 @@ class GrpcServer:
             )
         return self.address
 
-    async def stop(self) -> None:
-        """Refuse new calls, let calls in flight finish for up to ``grace`` seconds, then
-        cancel the rest (their models' work is cancelled as for a client that left)."""
+    def not_serving(self) -> None:
+        """Health says ``NOT_SERVING`` for everything from now on (the server is stopping);
+        calls are still served until :meth:`stop`."""
         self.health.stopping = True
         self.health.changed()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Refuse new calls and connections, let calls in flight finish for up to ``grace``
+        seconds (the server's own when None), then cancel the rest: their clients get
+        ``UNAVAILABLE``, their models' work is cancelled as for a client that left. Called
+        again with a shorter grace (0: :meth:`abort`), the shorter one holds."""
+        self.not_serving()
+        grace = self.grace if grace is None else grace
         if not self.threaded:
-            await self._server.stop(self.grace)
+            await self._server.stop(grace)
             return
-        stopped = self._server.stop(self.grace)  # in-flight calls still need this loop
+        stopped = self._server.stop(grace)  # in-flight calls still need this loop
         await asyncio.to_thread(stopped.wait)
         if self._bridge is not None:
             await asyncio.to_thread(self._bridge.close)
         for pool in self._pools:
             pool.shutdown(wait=False, cancel_futures=True)
+
+    async def abort(self) -> None:
+        """Cancel every call now (a :meth:`stop` under way ends at once)."""
+        self.not_serving()
+        if self.threaded:
+            self._server.stop(0)
+        else:
+            await self._server.stop(0)
 
 
 def _unchanged(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

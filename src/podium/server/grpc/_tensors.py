@@ -8,6 +8,11 @@ and BF16 have no typed field, so they travel raw only. The response is raw when 
 (or always, with ``--grpc-output-contents raw``), or when an output's datatype has no typed field;
 typed otherwise.
 
+Inputs in system shared memory (Triton's extension: parameter ``shared_memory_region``) have no
+contents here and no entry in ``raw_input_contents``; the data plane reads them. Outputs written
+into shared memory have no data: typed, no contents; raw, an empty entry, so that the entries stay
+in the order of the outputs (as Triton).
+
 Parameters of every kind (``bool``, ``int64``, ``string``, ``double``, ``uint64``) become plain
 Python values and back: ``bool`` → bool, ``int`` → int64 (uint64 above the int64 range),
 ``float`` → double, ``str`` → string. ``None`` is left out, and any other value (a list, a
@@ -33,7 +38,11 @@ __all__ = [
     "parameters_of",
     "to_message",
     "to_request",
+    "uses_shared_memory",
 ]
+
+#: The parameter naming a tensor's shared memory region (Triton's extension).
+_REGION = "shared_memory_region"
 
 ModelInferRequest: Any = message_class("inference.ModelInferRequest")
 ModelInferResponse: Any = message_class("inference.ModelInferResponse")
@@ -115,23 +124,33 @@ def to_request(message: Any) -> InferenceRequest:
     """
     raw = message.raw_input_contents
     inputs = message.inputs
+    in_memory = 0  # inputs in shared memory have no raw entry (as Triton pairs them)
     if raw and len(raw) != len(inputs):
-        raise InvalidInput(
-            f"the request has {len(inputs)} inputs but {len(raw)} raw_input_contents; "
-            "with raw contents every input has exactly one entry, in the order of the inputs"
-        )
+        in_memory = sum(1 for tensor in inputs if _REGION in tensor.parameters)
+        if len(raw) + in_memory != len(inputs):
+            raise InvalidInput(
+                f"the request has {len(inputs)} inputs ({in_memory} in shared memory) but "
+                f"{len(raw)} raw_input_contents; with raw contents every input not in shared "
+                "memory has exactly one entry, in the order of the inputs"
+            )
     decoded = []
-    for index, tensor in enumerate(inputs):
+    index = 0
+    for tensor in inputs:
         name, datatype, shape = tensor.name, tensor.datatype, list(tensor.shape)
-        if raw:
+        if in_memory and _REGION in tensor.parameters:
+            data: Any = None  # the data plane reads it from its region
+        elif raw:
             if tensor.HasField("contents"):
                 raise InvalidTensor(
                     f"input '{name}' has both typed contents and raw_input_contents; "
                     "a request uses one or the other for all its inputs"
                 )
-            data: Any = codecs.decode_raw(name, datatype, shape, raw[index])
-        else:
+            data = codecs.decode_raw(name, datatype, shape, raw[index])
+            index += 1
+        elif tensor.HasField("contents") or _REGION not in tensor.parameters:
             data = _typed_input(tensor, name, datatype)
+        else:
+            data = None  # in shared memory, as every input of a request without raw contents
         decoded.append(
             RequestInput(
                 name=name,
@@ -150,6 +169,14 @@ def to_request(message: Any) -> InferenceRequest:
         id=message.id or None,
         parameters=parameters_of(message.parameters),
         outputs=outputs or None,
+    )
+
+
+def uses_shared_memory(message: Any) -> bool:
+    """Whether an input or a requested output of a ``ModelInferRequest`` names a shared memory
+    region (Triton's ``shared_memory_region`` parameter)."""
+    return any(_REGION in t.parameters for t in message.inputs) or any(
+        _REGION in t.parameters for t in message.outputs
     )
 
 
@@ -197,7 +224,10 @@ def to_message(response: InferenceResponse, raw: bool, into: Any = None) -> Any:
         tensor = message.outputs.add(name=out.name, datatype=out.datatype, shape=out.shape)
         if out.parameters:
             fill_parameters(tensor.parameters, out.parameters)
-        if raw:
+        if out.data is None:  # written into shared memory: an empty entry keeps the order
+            if raw:
+                message.raw_output_contents.append(b"")
+        elif raw:
             message.raw_output_contents.append(codecs.encode_raw(out))
         else:
             _fill_typed(tensor.contents, out.name, out.datatype, out.data)

@@ -59,6 +59,7 @@ _json = msgspec.json.Encoder(enc_hook=codecs.json_default)
 # The JSON of TorchServe's (and Podium's HTTP) /ping, byte for byte.
 _HEALTHY = _json.encode({"status": "Healthy"}).decode()
 _PARTIAL = _json.encode({"status": "Partial Healthy"}).decode()
+_UNHEALTHY = _json.encode({"status": "Unhealthy"}).decode()
 
 
 def payload_of(inputs: Mapping[str, bytes]) -> Any:
@@ -190,6 +191,7 @@ class TorchServeInference:
     ) -> None:
         self.dataplane = dataplane
         self.sequence_header = sequence_header
+        self._flags = _sequences.flag_names(sequence_header)  # (start names, end names)
 
     def service(self) -> Service:
         read = PredictionsRequest.FromString
@@ -216,7 +218,11 @@ class TorchServeInference:
 
     async def ping(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         # Always OK, as TorchServe's Ping: the health is in the JSON, as on HTTP /ping.
-        health = _HEALTHY if self.dataplane.ready() else _PARTIAL
+        dataplane = self.dataplane
+        if dataplane.ready():
+            health = _HEALTHY
+        else:
+            health = _UNHEALTHY if dataplane.stopping else _PARTIAL
         return TorchServeHealthResponse(health=health)
 
     async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -288,9 +294,10 @@ class TorchServeInference:
         payload = raw = None
         entries: Mapping[str, bytes] = request.input
         as_sent = caps.input_kind in (InputKind.RAW, InputKind.WIRE)
+        starts, ends = self._flags
         if mv.config.sequence_batching and not as_sent:
             # A sequence's start/end flags are the protocol's, not the model's input.
-            flags = (self.sequence_header + "_start", self.sequence_header + "_end")
+            flags = (*starts, *ends)
             if any(name in entries for name in flags):
                 entries = {k: v for k, v in entries.items() if k not in flags}
         if caps.needs_inputs or caps.needs_request:
@@ -312,12 +319,13 @@ class TorchServeInference:
         )
         if mv.config.sequence_batching:
             # The id in its field; start and end as entries of the input map, as TorchServe
-            # reads them. No id: a new sequence, whose id every response then carries.
-            name = self.sequence_header
+            # reads them (its names, or Podium's). No id: a new sequence, whose id every
+            # response then carries.
+            found = request.input
             call.sequence = SequenceRef(
                 id=request.sequence_id or None if request.HasField("sequence_id") else None,
-                start=_sequences.flag(request.input.get(name + "_start")),
-                end=_sequences.flag(request.input.get(name + "_end")),
+                start=any(_sequences.flag(found.get(k)) for k in starts),
+                end=any(_sequences.flag(found.get(k)) for k in ends),
             )
         return mv, call
 

@@ -20,8 +20,10 @@ from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WirePr
 from .. import _sequences
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
-from . import _oip, _responses
+from . import _memory, _oip, _responses
+from ._docs import PAGE
 from ._exchange import Exchange
+from ._openapi import description
 from ._responses import chunk_of, send_body, send_error, send_json
 from ._routing import Api, Route, RouteTable
 
@@ -46,6 +48,7 @@ class HttpApp:
         self.max_request_size = max_request_size
         self.sequence_header = sequence_header
         self._router = INFERENCE_ROUTES.compile(self)
+        self._description = _responses.encoder.encode(description(INFERENCE_ROUTES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -117,12 +120,22 @@ class HttpApp:
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
+        elif self.dataplane.stopping:  # TorchServe's answer when nothing will serve
+            await send_json(send, 500, {"status": "Unhealthy"})
         else:
             await send_json(send, 500, {"status": "Partial Healthy"})
 
     async def _truss_ready(self, ex: Exchange, send: Send, model: str) -> None:
         ready = self.dataplane.model_ready(model)
         await send_json(send, 200 if ready else 503, {"name": model, "ready": ready})
+
+    # -- the API description -----------------------------------------------------------------
+
+    async def _api_description(self, ex: Exchange, send: Send) -> None:
+        await send_body(send, 200, _responses.JSON, self._description)
+
+    async def _docs_page(self, ex: Exchange, send: Send) -> None:
+        await send_body(send, 200, _responses.HTML, PAGE)
 
     # -- inference -------------------------------------------------------------------------
 
@@ -147,7 +160,9 @@ class HttpApp:
     def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
         response of a call to a sequence model, as the answer says them when the response
-        starts; ``send`` itself for any other model."""
+        starts; ``send`` itself for any other model. A header the response has already (one a
+        TorchServe handler set, as TorchServe's stateful examples set the id) is not sent twice:
+        HTTP clients would join the two lines into ``"id, id"``."""
         if not mv.config.sequence_batching:
             return send
         name = self.sequence_header
@@ -156,7 +171,9 @@ class HttpApp:
             if message["type"] == "http.response.start":
                 extra = _sequences.response_headers(answer.sequence, name)
                 if extra:
-                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                    headers = list(message.get("headers", ()))
+                    extra = _sequences.without(extra, {k.lower() for k, _ in headers})
+                    message = {**message, "headers": [*headers, *extra]}
             await send(message)
 
         return send_with_sequence
@@ -427,6 +444,65 @@ INFERENCE_ROUTES = RouteTable(
             "modelVersionGenerateStream",
             args={"action": "generate_stream"},
         ),
+        # Triton's shared memory extensions (system; CUDA answered as without GPUs)
+        Route("GET", "/v2/systemsharedmemory/status", _memory.system_status, _OIP, "shmStatus"),
+        Route(
+            "GET",
+            "/v2/systemsharedmemory/region/{name}/status",
+            _memory.system_status,
+            _OIP,
+            "shmRegionStatus",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/region/{name}/register",
+            _memory.system_register,
+            _OIP,
+            "shmRegister",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/unregister",
+            _memory.system_unregister,
+            _OIP,
+            "shmUnregisterAll",
+        ),
+        Route(
+            "POST",
+            "/v2/systemsharedmemory/region/{name}/unregister",
+            _memory.system_unregister,
+            _OIP,
+            "shmUnregister",
+        ),
+        Route("GET", "/v2/cudasharedmemory/status", _memory.cuda_status, _OIP, "cudaShmStatus"),
+        Route(
+            "GET",
+            "/v2/cudasharedmemory/region/{name}/status",
+            _memory.cuda_status,
+            _OIP,
+            "cudaShmRegionStatus",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/region/{name}/register",
+            _memory.cuda_register,
+            _OIP,
+            "cudaShmRegister",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/unregister",
+            _memory.cuda_unregister,
+            _OIP,
+            "cudaShmUnregisterAll",
+        ),
+        Route(
+            "POST",
+            "/v2/cudasharedmemory/region/{name}/unregister",
+            _memory.cuda_unregister,
+            _OIP,
+            "cudaShmUnregister",
+        ),
         # TorchServe's inference API
         Route(("GET", "POST"), "/ping", HttpApp._ping, _TS, "ping"),
         Route(
@@ -447,6 +523,18 @@ INFERENCE_ROUTES = RouteTable(
         # Truss-style: a ':' in the last segment is a verb, so readiness takes names without one
         Route("GET", "/v1/models/{model:noverb}", HttpApp._truss_ready, _TRUSS, "trussReady"),
         Route("POST", "/v1/models/{model}:predict", HttpApp._truss, _TRUSS, "trussPredict"),
+        # The API description (last: the compiled router tests the routes above first):
+        # MLServer's place, a page to try it, and TorchServe's places
+        Route("GET", "/v2/docs/openapi.json", HttpApp._api_description, _OIP, "openApiDocument"),
+        Route("GET", "/v2/docs", HttpApp._docs_page, _OIP, "docsPage"),
+        Route("OPTIONS", "/", HttpApp._api_description, _TS, "inferenceApiDescription"),
+        Route(
+            "GET",
+            "/api-description",
+            HttpApp._api_description,
+            _TS,
+            "inferenceApiDescriptionLegacy",
+        ),
     ],
     leading=("ex", "send"),
     head=True,

@@ -390,7 +390,8 @@ def render_binary(
     for out in response.outputs:
         params = dict(out.parameters) if out.parameters else {}
         params.pop("binary_data_size", None)
-        if by_name.get(out.name, default):
+        # An output written into shared memory has no data, and stays so.
+        if out.data is not None and by_name.get(out.name, default):
             try:
                 blob = codecs.encode_raw(out)
             except UnsupportedRepresentation as exc:

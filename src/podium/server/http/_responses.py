@@ -18,6 +18,7 @@ logger = logging.getLogger("podium.http")
 JSON = [(b"content-type", b"application/json")]
 TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 OCTETS = [(b"content-type", b"application/octet-stream")]
+HTML = [(b"content-type", b"text/html; charset=utf-8")]
 SSE = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),

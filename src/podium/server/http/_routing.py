@@ -104,6 +104,15 @@ class Route:
         return tuple(s.param for s in _segments(self.path) if s.param is not None)
 
     @property
+    def convertors(self) -> dict[str, str]:
+        """Each path parameter's convertor (``str`` or ``noverb``), by name."""
+        return {
+            s.param: "noverb" if s.noverb else "str"
+            for s in _segments(self.path)
+            if s.param is not None
+        }
+
+    @property
     def template(self) -> str:
         """The path with its parameters as ``{name}`` (OpenAPI's form): no convertors."""
         return "/".join(s.template for s in _segments(self.path))

@@ -10,7 +10,8 @@ dispatches them, answers 405 with ``Allow``, and is what ``OPTIONS /`` describes
     PUT    /models/{m}/{v}/set-default     set the default version
     DELETE /models/{m}[/{v}]               unregister
     POST   /token?type=management|inference  new key (with --auth; needs the API key)
-    OPTIONS /                              the API's description (OpenAPI 3)
+    OPTIONS /                              the API's description (OpenAPI 3.1)
+    GET    /api-description                the same (TorchServe's legacy path)
 
 Empty segments and trailing slashes are ignored, as TorchServe does. Answers are TorchServe's:
 ``{"status": "..."}`` on success, ``{"code", "type", "message"}`` on failure, with the status
@@ -240,6 +241,9 @@ _M, _MV = "/models/{model_name}", "/models/{model_name}/{model_version}"
 MANAGEMENT_ROUTES = RouteTable(
     [
         Route("OPTIONS", "/", ManagementApp._api_description, _API, "apiDescription"),
+        Route(
+            "GET", "/api-description", ManagementApp._api_description, _API, "apiDescriptionLegacy"
+        ),
         Route("GET", "/models", ManagementApp._list, _API, "listModels"),
         Route("POST", "/models", ManagementApp._register, _API, "registerModel"),
         Route("GET", _M, ManagementApp._describe, _API, "describeModel", args=_DEFAULT_VERSION),

@@ -130,7 +130,8 @@ class Management:
 
     def describe(self, name: str, version: str | None = None) -> Outcome:
         """``GET /models/{m}[/{v}|/all]``: TorchServe's description of each version, with
-        Podium's additions (state, load error, default, queue, worker kind)."""
+        Podium's additions (state, readiness and its trouble, load error, default, queue,
+        worker kind)."""
         if version == "all":
             versions = self.repository.describe(name, every=True)
         else:
@@ -156,11 +157,14 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
         # Podium's additions
         "default": d.default,
         "state": d.state.value,
+        "ready": d.ready,
         "workerKind": config.workers,
         "queue": d.queue,
     }
     if d.reason:
         out["loadError" if d.state is ModelState.FAILED else "reason"] = d.reason
+    if d.trouble:
+        out["trouble"] = d.trouble
     return out
 
 

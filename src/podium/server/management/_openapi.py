@@ -1,9 +1,11 @@
-"""The management API's description (``OPTIONS /``), an OpenAPI 3.0.1 document as TorchServe
-answers there: enough for a client generator to know every route and parameter.
+"""The management listener's description: what :data:`MANAGEMENT_ROUTES` does not say about its
+operations (summaries, query parameters, every status each route answers), for
+``server/_openapi.py``. Served as TorchServe serves it (``OPTIONS /``, ``GET /api-description``),
+in OpenAPI 3.1 (TorchServe's is 3.0.1; the routes and parameters are the same).
 
-Its paths and methods are the route table's (:data:`MANAGEMENT_ROUTES`), so the description
-cannot drift from what is served; this module adds what a table does not know: per operation
-(the route's name) a summary and the query parameters, per path parameter a description.
+Every answer is TorchServe's JSON: ``{"status": "..."}`` on success (or the list and
+descriptions), ``{"code", "type", "message"}`` on failure, including the browser guard's
+refusals (403, 415, 421; ``server/_guard.py``).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from ... import __version__
+from .._openapi import DOCUMENT_SCHEMA, Operation, describe, param, ref, response
 from ..http import RouteTable
 
 __all__ = ["description"]
-_STATUS = {"type": "object", "properties": {"status": {"type": "string"}}}
+
+_STATUS = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
 _ERROR = {
     "type": "object",
     "properties": {
@@ -22,97 +26,175 @@ _ERROR = {
         "type": {"type": "string"},
         "message": {"type": "string"},
     },
+    "required": ["code", "type", "message"],
 }
-
-
-def _param(name: str, where: str, kind: str, text: str, required: bool = False) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": where,
-        "required": required or where == "path",
-        "description": text,
-        "schema": {"type": kind},
-    }
-
-
-_M = _param("model_name", "path", "string", "The model's name.")
-_V = _param("model_version", "path", "string", "A version of the model ('all' to describe all).")
-_SYNC = _param("synchronous", "query", "boolean", "Wait for the workers (else 202).")
-_SCALE = [
-    _param("min_worker", "query", "integer", "Workers to run [1]."),
-    _param("max_worker", "query", "integer", "Most workers [min_worker]."),
-    _SYNC,
-    _param("timeout", "query", "integer", "Accepted and ignored."),
-]
-_REGISTER = [
-    _param("url", "query", "string", "Local path, model-store file or allowed URL.", True),
-    _param("model_name", "query", "string", "Name to register the model under."),
-    _param("batch_size", "query", "integer", "Dynamic batch size."),
-    _param("max_batch_delay", "query", "integer", "Batch delay in milliseconds."),
-    _param("initial_workers", "query", "integer", "Workers to start (min_workers)."),
-    _param("response_timeout", "query", "integer", "Seconds a predict may run."),
-    _SYNC,
-]
-
-
-def _op(op_id: str, summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "operationId": op_id,
-        "summary": summary,
-        "parameters": params,
-        "responses": {
-            "200": {"description": "OK", "content": {"application/json": {"schema": _STATUS}}},
-            "default": {
-                "description": "Error",
-                "content": {"application/json": {"schema": _ERROR}},
+_LIST = {
+    "type": "object",
+    "properties": {
+        "nextPageToken": {"type": "string"},
+        "models": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"modelName": {"type": "string"}, "modelUrl": {"type": "string"}},
+                "required": ["modelName", "modelUrl"],
             },
         },
-    }
+    },
+    "required": ["models"],
+}
+_DESCRIPTION = {
+    "type": "array",
+    "description": "TorchServe's description of each version, with Podium's additions.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "modelName": {"type": "string"},
+            "modelVersion": {"type": ["string", "null"]},
+            "modelUrl": {"type": "string"},
+            "runtime": {"type": "string"},
+            "minWorkers": {"type": "integer"},
+            "maxWorkers": {"type": "integer"},
+            "batchSize": {"type": "integer"},
+            "maxBatchDelay": {"type": "number"},
+            "responseTimeout": {"type": ["number", "null"]},
+            "jobQueueSize": {"type": ["integer", "null"]},
+            "loadedAtStartup": {"type": "boolean"},
+            "workers": {"type": "array", "items": {"type": "object"}},
+            "default": {"type": "boolean"},
+            "state": {"type": "string"},
+            "workerKind": {"type": "string"},
+            "queue": {"type": "object"},
+            "loadError": {"type": "string"},
+            "reason": {"type": "string"},
+        },
+        "required": ["modelName", "modelVersion", "workers", "state"],
+    },
+}
+
+_WHY = {
+    "400": "A parameter is missing or wrong (named).",
+    "401": "No valid key: the management key (the API key for /token).",
+    "403": "A web page's request (Origin or Sec-Fetch-Site); see docs/security.md.",
+    "404": "No such model, version or url (or /token without --auth).",
+    "409": "The model version is registered already.",
+    "413": "The body is larger than 1 MiB.",
+    "415": "A body type a web page can send (text/plain, forms); send JSON or none.",
+    "421": "A Host that is neither an IP address, localhost nor an allowed name.",
+    "500": "The model failed to load, or the operation failed (the message says which).",
+    "503": "The model cannot take the change now.",
+}
+_ERRORS: dict[str, Any] = {f"Error{s}": response(t, ref("Error")) for s, t in _WHY.items()}
+#: What every route can answer: the key, and the browser guard's refusals.
+_ALWAYS = ("401", "403", "415", "421")
 
 
-#: Per operation id: its summary and its query parameters.
-_OPERATIONS: dict[str, tuple[str, list[dict[str, Any]]]] = {
-    "apiDescription": ("This description.", []),
-    "listModels": (
+def _answers(ok: dict[str, Any], *statuses: str) -> dict[str, Any]:
+    errors = {s: ref(f"Error{s}", "responses") for s in sorted({*_ALWAYS, *statuses})}
+    return {**ok, **errors}
+
+
+def _status(text: str = "Done.", accepted: bool = False) -> dict[str, Any]:
+    out = {"200": response(text, ref("Status"))}
+    if accepted:
+        out["202"] = response("Accepted: the workers are updated in the background.", ref("Status"))
+    return out
+
+
+_SYNC = param("synchronous", "query", {"type": "boolean"}, "Wait for the workers (else 202).")
+_SCALE = (
+    param("min_worker", "query", {"type": "integer"}, "Workers to run [1]."),
+    param("max_worker", "query", {"type": "integer"}, "Most workers [min_worker]."),
+    _SYNC,
+    param("timeout", "query", {"type": "integer"}, "Accepted and ignored."),
+)
+_REGISTER = (
+    param("url", "query", {"type": "string"}, "Local path, model-store file or allowed URL.", True),
+    param("model_name", "query", {"type": "string"}, "Name to register the model under."),
+    param("batch_size", "query", {"type": "integer"}, "Dynamic batch size."),
+    param("max_batch_delay", "query", {"type": "integer"}, "Batch delay in milliseconds."),
+    param("initial_workers", "query", {"type": "integer"}, "Workers to start (min_workers)."),
+    param("response_timeout", "query", {"type": "integer"}, "Seconds a predict may run."),
+    _SYNC,
+)
+_REGISTER_BODY = {
+    "description": "The same parameters as a JSON object (they override the query's).",
+    "required": False,
+    "content": {"application/json": {"schema": {"type": "object"}}},
+}
+_TOKEN = (param("type", "query", {"type": "string"}, "management or inference", True),)
+_DOCUMENT = {"200": response("This document (OpenAPI 3.1).", ref("OpenApiDocument"))}
+_SCALED = _answers(_status("Scaled.", accepted=True), "400", "404", "500", "503")
+_GONE = _answers(_status("Unregistered."), "400", "404", "500")
+
+#: Per operation id of :data:`MANAGEMENT_ROUTES`: what the table does not say.
+_OPERATIONS: dict[str, Operation] = {
+    "apiDescription": Operation("This description.", _answers(_DOCUMENT)),
+    "apiDescriptionLegacy": Operation(
+        "This description (TorchServe's legacy path).", _answers(_DOCUMENT), deprecated=True
+    ),
+    "listModels": Operation(
         "List registered models.",
-        [
-            _param("limit", "query", "integer", "Page size (1-100) [100]."),
-            _param("next_page_token", "query", "integer", "Where the page starts."),
-        ],
+        _answers({"200": response("A page of models.", ref("ModelList"))}, "400"),
+        parameters=(
+            param("limit", "query", {"type": "integer"}, "Page size (1-100) [100]."),
+            param("next_page_token", "query", {"type": "integer"}, "Where the page starts."),
+        ),
     ),
-    "registerModel": ("Register a model.", _REGISTER),
-    "describeModel": ("Describe the default version.", []),
-    "setAutoScale": ("Scale the default version's workers.", _SCALE),
-    "unregisterModel": ("Unregister every version.", []),
-    "describeModelVersion": ("Describe a version (or all).", []),
-    "setAutoScaleVersion": ("Scale a version's workers.", _SCALE),
-    "unregisterModelVersion": ("Unregister a version.", []),
-    "setDefault": ("Make a version the default.", []),
-    "token": (
+    "registerModel": Operation(
+        "Register a model.",
+        _answers(_status("Registered.", accepted=True), "400", "404", "409", "413", "500", "503"),
+        parameters=_REGISTER,
+        body=_REGISTER_BODY,
+    ),
+    "describeModel": Operation(
+        "Describe the default version.",
+        _answers({"200": response("The description.", ref("ModelDescription"))}, "404"),
+    ),
+    "setAutoScale": Operation("Scale the default version's workers.", _SCALED, _SCALE),
+    "unregisterModel": Operation("Unregister every version.", _GONE),
+    "describeModelVersion": Operation(
+        "Describe a version (or all).",
+        _answers({"200": response("The description.", ref("ModelDescription"))}, "404"),
+    ),
+    "setAutoScaleVersion": Operation("Scale a version's workers.", _SCALED, _SCALE),
+    "unregisterModelVersion": Operation("Unregister a version.", _GONE),
+    "setDefault": Operation(
+        "Make a version the default.", _answers(_status("Done."), "400", "404")
+    ),
+    "token": Operation(
         "Replace a key (with --auth; needs the API key).",
-        [_param("type", "query", "string", "management or inference", True)],
+        _answers(_status("Replaced."), "400", "404"),
+        _TOKEN,
     ),
-    "tokenGet": (
+    "tokenGet": Operation(
         "Replace a key, as TorchServe 0.9's token plugin answered GET.",
-        [_param("type", "query", "string", "management or inference", True)],
+        _answers(_status("Replaced."), "400", "404"),
+        _TOKEN,
     ),
 }
-_PATH_PARAMS = {"model_name": _M, "model_version": _V}
+_PATH_PARAMS = {
+    "model_name": "The model's name.",
+    "model_version": "A version of the model ('all' to describe all).",
+}
 
 
 def description(routes: RouteTable) -> dict[str, Any]:
-    """The OpenAPI document of every route of ``routes`` (the management table).
-
-    ``KeyError`` names an operation or a path parameter this module does not describe (a test
-    builds the document from the real table).
-    """
-    paths: dict[str, dict[str, Any]] = {}
-    for template, method, op_id, route in routes.operations():
-        summary, query = _OPERATIONS[op_id]
-        params = [_PATH_PARAMS[name] for name in route.params]
-        paths.setdefault(template, {})[method.lower()] = _op(op_id, summary, [*params, *query])
-    return {
-        "openapi": "3.0.1",
-        "info": {"title": "Podium management API (TorchServe-compatible)", "version": __version__},
-        "paths": paths,
-    }
+    """The OpenAPI 3.1 document of the management listener's ``routes``."""
+    return describe(
+        routes,
+        info={"title": "Podium management API (TorchServe-compatible)", "version": __version__},
+        operations=_OPERATIONS,
+        path_params=_PATH_PARAMS,
+        components={
+            "schemas": {
+                "Status": _STATUS,
+                "Error": _ERROR,
+                "ModelList": _LIST,
+                "ModelDescription": _DESCRIPTION,
+                "OpenApiDocument": DOCUMENT_SCHEMA,
+            },
+            "responses": _ERRORS,
+        },
+        tags=[{"name": "management", "description": "TorchServe's management API."}],
+    )

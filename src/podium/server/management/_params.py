@@ -14,7 +14,16 @@ from typing import Any
 from ...dataplane import ConfigOverrides
 from ...errors import InvalidInput
 
-__all__ = ["REGISTER_KEYS", "SCALE_KEYS", "Registration", "Scaling", "flag", "integer", "page"]
+__all__ = [
+    "MAX_WORKERS",
+    "REGISTER_KEYS",
+    "SCALE_KEYS",
+    "Registration",
+    "Scaling",
+    "flag",
+    "integer",
+    "page",
+]
 
 REGISTER_KEYS = frozenset(
     {
@@ -31,16 +40,22 @@ REGISTER_KEYS = frozenset(
     }
 )
 SCALE_KEYS = frozenset({"min_worker", "max_worker", "synchronous", "timeout", "model_version"})
+#: The most workers one request may ask a model version for. Each is a model instance (or a
+#: process); without a bound, one request for millions of them kept the server busy building
+#: them and answering nothing else (found by fuzzing the management API).
+MAX_WORKERS = 1024
 
 
-def integer(name: str, value: Any, minimum: int) -> int:
-    """``value`` (an int, or the text of one) as an int >= ``minimum``."""
+def integer(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """``value`` (an int, or the text of one) as an int >= ``minimum`` (and <= ``maximum``)."""
     if isinstance(value, str):
         text = value.strip()
         if text.lstrip("-").isdigit():
             value = int(text)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidInput(f"parameter {name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidInput(f"parameter {name} must be at most {maximum}, got {value}")
     return value
 
 
@@ -118,7 +133,7 @@ class Registration:
             model_name=name.strip() if name else None,
             batch_size=get("batch_size", integer, 1),
             max_batch_delay=get("max_batch_delay", number, 0),
-            initial_workers=get("initial_workers", integer, 0),
+            initial_workers=_workers("initial_workers", values),
             response_timeout=get("response_timeout", number, 0),
             synchronous=flag("synchronous", values["synchronous"])
             if "synchronous" in values
@@ -151,9 +166,13 @@ class Scaling:
         (default ``min_worker``, at least 1), ``synchronous`` (default false); ``timeout`` is accepted and
         ignored (a worker being removed always finishes what it holds)."""
         _unknown(values, SCALE_KEYS)
-        low = integer("min_worker", values["min_worker"], 0) if "min_worker" in values else 1
+        low = (
+            integer("min_worker", values["min_worker"], 0, MAX_WORKERS)
+            if "min_worker" in values
+            else 1
+        )
         high = (
-            integer("max_worker", values["max_worker"], 0)
+            integer("max_worker", values["max_worker"], 0, MAX_WORKERS)
             if "max_worker" in values
             else max(low, 1)  # as a model's config.yaml: max_workers defaults to min, at least 1
         )
@@ -172,7 +191,13 @@ class Scaling:
             )
         if high < 1:
             raise InvalidInput("max_worker must be at least 1")
+        if high > MAX_WORKERS:
+            raise InvalidInput(f"max_worker must be at most {MAX_WORKERS}, got {high}")
         return cls(low, high, synchronous, str(version) if version else None)
+
+
+def _workers(name: str, values: Mapping[str, Any]) -> int | None:
+    return integer(name, values[name], 0, MAX_WORKERS) if name in values else None
 
 
 def page(values: Mapping[str, Any]) -> tuple[int, int]:

@@ -45,6 +45,21 @@ _MAX_REDIRECTS = 5
 _CHUNK = 1024 * 1024
 
 
+def _shown(url: str) -> str:
+    """``url`` as an error message quotes it: the first 200 characters of a longer one, so the
+    message's own words survive (every message is bounded: ``errors.bounded``)."""
+    return url if len(url) <= 200 else f"{url[:200]}… ({len(url)} characters)"
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a name no file can have (too long, a NUL) names nothing, rather
+    than failing with ``OSError`` (found by fuzzing: a 500 for a long ``url``)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 class UrlPolicy:
     """Resolves registration urls under the server's settings (see the module docstring)."""
 
@@ -109,32 +124,40 @@ class UrlPolicy:
         not exist."""
         if not url:
             raise InvalidInput("Parameter url is required.")
+        try:
+            return self._local(url)
+        except (OSError, ValueError) as exc:  # a name no file can have (too long, a NUL)
+            raise NotFound(
+                f"model url '{_shown(url)}' not found: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+
+    def _local(self, url: str) -> Path:
         if _SCHEME.match(url):  # file://
             path = Path(unquote(urlsplit(url).path))
         else:
             path = Path(url)
             if self.model_store is not None and not path.is_absolute():
                 in_store = self.model_store / path
-                if os.path.lexists(in_store):
+                if os.path.lexists(in_store):  # raises OSError for a name no file can have
                     path = in_store
         if not self.allow_any_local_path:
             relative = not path.is_absolute() and ".." not in path.parts
             if relative and self.model_store is not None and not self._placed(path):
                 raise self._not_found(url, anywhere=False)  # not in the store: look no further
             self._check_place(url, path)
-        if not path.exists():
+        if not _exists(path):
             raise self._not_found(url, anywhere=True)
         return path
 
     def _not_found(self, url: str, *, anywhere: bool) -> NotFound:
         if _SCHEME.match(url):
-            return NotFound(f"model url '{url}' not found: no such file or directory")
+            return NotFound(f"model url '{_shown(url)}' not found: no such file or directory")
         places = []
         if self.model_store is not None:
             places.append(f"in the model store ({self.model_store})")
         if anywhere or not places:
             places.append("on disk")
-        return NotFound(f"model url '{url}' not found {' or '.join(places)}")
+        return NotFound(f"model url '{_shown(url)}' not found {' or '.join(places)}")
 
     def _placed(self, path: Path) -> bool:
         """Whether ``path`` lies under a place registration may read from (resolved)."""
@@ -145,16 +168,16 @@ class UrlPolicy:
         """Refuse ``path`` unless it lies under a place registration may read from."""
         rule = self._rule()
         if ".." in path.parts:
-            raise InvalidInput(f"model url '{url}' is refused: it climbs with '..'; {rule}")
+            raise InvalidInput(f"model url '{_shown(url)}' is refused: it climbs with '..'; {rule}")
         if self._placed(path):
             return
         written = Path(os.path.abspath(path))
         if any(_under(written, place) for place, _ in self._places):
             raise InvalidInput(
-                f"model url '{url}' is refused: it is a symbolic link to {path.resolve()}, "
+                f"model url '{_shown(url)}' is refused: it is a symbolic link to {path.resolve()}, "
                 f"outside those places; {rule}"
             )
-        raise InvalidInput(f"model url '{url}' is refused: {rule}")
+        raise InvalidInput(f"model url '{_shown(url)}' is refused: {rule}")
 
     def _rule(self) -> str:
         places = []

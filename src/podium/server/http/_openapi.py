@@ -1,0 +1,435 @@
+"""The inference listener's description: what :data:`INFERENCE_ROUTES` does not say about its
+operations (summaries, bodies, every status each route answers), for ``server/_openapi.py``.
+
+The OIP bodies are described by the msgspec types that parse and encode them
+(:class:`~podium.types.InferenceRequest` and the rest); the error body is the one every route of
+this listener sends (``{"error": "...", "details": [...]}``, ``_responses.error_body``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ... import __version__
+from ...types import (
+    DATATYPES,
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    ServerMetadata,
+)
+from .._openapi import DOCUMENT_SCHEMA, Operation, describe, param, ref, response, schemas
+from ._routing import RouteTable
+
+__all__ = ["description"]
+
+_BINARY_HEADER = "Inference-Header-Content-Length"
+
+# -- the bodies that no msgspec type parses --------------------------------------------------
+
+_ERROR = {
+    "type": "object",
+    "description": "Every error of this listener: what went wrong, naming the thing and the rule.",
+    "properties": {
+        "error": {"type": "string"},
+        "details": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "Where the inputs failed the model's own schema.",
+        },
+    },
+    "required": ["error"],
+}
+_LIVE = {"type": "object", "properties": {"live": {"type": "boolean"}}, "required": ["live"]}
+_READY = {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]}
+_MODEL_READY = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "version": {"type": "string"},
+        "ready": {"type": "boolean"},
+    },
+    "required": ["name", "ready"],
+}
+_PING = {
+    "type": "object",
+    "properties": {"status": {"type": "string", "enum": ["Healthy", "Partial Healthy"]}},
+    "required": ["status"],
+}
+#: Triton's generate form: each top-level field other than ``id`` and ``parameters`` is an input.
+_GENERATE_FORM = {
+    "type": "object",
+    "description": (
+        "Triton's generate form: every field other than id and parameters is an input "
+        "(a string, number, boolean or a flat list of one of those)."
+    ),
+    "properties": {
+        "id": {"type": "string"},
+        "parameters": {"type": "object"},
+    },
+    "not": {"required": ["inputs"]},
+    "additionalProperties": {
+        "anyOf": [
+            {"type": ["string", "number", "boolean"]},
+            {"type": "array", "minItems": 1, "items": {"type": ["string", "number", "boolean"]}},
+        ]
+    },
+}
+_GENERATE_ANSWER = {
+    "type": "object",
+    "description": (
+        "Triton's generate form (the request was in that form): model_name, model_version, "
+        "id, and each output as a top-level field."
+    ),
+    "properties": {"model_name": {"type": "string"}, "model_version": {"type": "string"}},
+    "required": ["model_name"],
+}
+
+
+def _components() -> dict[str, Any]:
+    found = schemas((InferenceRequest, InferenceResponse, ServerMetadata, ModelMetadata))
+    # The codecs accept exactly the OIP datatypes (any other is a 400): say which they are.
+    for name in ("RequestInput", "ResponseOutput"):
+        found[name]["properties"]["datatype"] = {"type": "string", "enum": sorted(DATATYPES)}
+    found.update(
+        Error=_ERROR,
+        ServerLive=_LIVE,
+        ServerReady=_READY,
+        ModelReady=_MODEL_READY,
+        Ping=_PING,
+        GenerateRequest=_GENERATE_FORM,
+        GenerateResponse=_GENERATE_ANSWER,
+        OpenApiDocument=DOCUMENT_SCHEMA,
+    )
+    return {"schemas": found, "responses": _ERROR_RESPONSES}
+
+
+# -- statuses --------------------------------------------------------------------------------
+
+_WHY = {
+    "400": "The request is malformed: its body, a tensor, or the binary framing (named).",
+    "401": "Token authorization is on (--auth) and the request has no valid inference key.",
+    "403": "Refused by the server's settings (shared memory is off: --shared-memory system).",
+    "404": "No such model, version or shared memory region.",
+    "409": "A shared memory region of that name is registered already.",
+    "410": "The request names a sequence that is over (ended, expired, or its state was lost).",
+    "413": "The body is larger than --max-request-size.",
+    "414": "The request target is longer than the listener's limit (text/plain).",
+    "431": "The request head is larger than the listener's limit (text/plain).",
+    "500": "The model raised, or its worker died (the message says which).",
+    "503": "The model is not ready (loading, failed, unloaded) or its queue is full.",
+    "504": "The model ran past its response_timeout.",
+}
+_ERROR_RESPONSES: dict[str, Any] = {
+    f"Error{status}": response(text, ref("Error")) for status, text in _WHY.items()
+}
+for _status in ("414", "431"):  # refused by the connection's guard, before the app
+    _ERROR_RESPONSES[f"Error{_status}"] = response(_WHY[_status], {"type": "string"}, "text/plain")
+
+
+def _errors(*statuses: str) -> dict[str, Any]:
+    """The statuses every route answers (401 with --auth, the head limits) and ``statuses``."""
+    return {s: ref(f"Error{s}", "responses") for s in sorted({"401", "414", "431", *statuses})}
+
+
+#: What a route that runs a model can answer besides its success.
+_CALL = ("400", "404", "410", "413", "500", "503", "504")
+
+
+def _ok(text: str, schema: Mapping[str, Any], media: str = "application/json") -> dict[str, Any]:
+    return response(text, schema, media)
+
+
+# -- the operations --------------------------------------------------------------------------
+
+_PATH_PARAMS = {
+    "model": "The model's name.",
+    "version": "A version of the model.",
+    "name": "A shared memory region's name.",
+}
+
+_BINARY_PARAM = param(
+    _BINARY_HEADER,
+    "header",
+    {"type": "integer", "minimum": 0},
+    "Binary tensor extension: the body is this many bytes of JSON (the inference request), "
+    "then the raw bytes of each input that has parameters.binary_data_size, in input order.",
+)
+_OIP_BODY = {
+    "description": (
+        "An inference request: JSON, or with the binary tensor extension "
+        f"({_BINARY_HEADER}) the JSON followed by raw tensor bytes."
+    ),
+    "required": True,
+    "content": {
+        "application/json": {"schema": ref("InferenceRequest")},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    },
+}
+_GENERATE_BODY = {
+    "description": (
+        "An inference request, or Triton's generate form (the answer comes in the same form)."
+    ),
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {"anyOf": [ref("InferenceRequest"), ref("GenerateRequest")]}
+        },
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    },
+}
+_INFERRED = {
+    "description": (
+        "The inference response: JSON, or (when the request asked for binary outputs, or sent "
+        f"binary inputs) the JSON part of {_BINARY_HEADER} bytes followed by raw output bytes."
+    ),
+    "headers": {
+        _BINARY_HEADER: {
+            "description": "With a binary body: the length of its JSON part.",
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+    "content": {
+        "application/json": {"schema": ref("InferenceResponse")},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    },
+}
+_GENERATED_ITEM = {"anyOf": [ref("InferenceResponse"), ref("GenerateResponse")]}
+_GENERATED = _ok("The response, in the form of the request.", _GENERATED_ITEM)
+
+
+def _events(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A text/event-stream answer; ``schema`` describes one event, as OpenAPI's guidance for
+    server-sent events has it before 3.2's ``itemSchema``: its ``data`` is JSON of ``item``."""
+    event = {
+        "type": "object",
+        "properties": {
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"anyOf": [dict(item), ref("Error")]},
+            },
+            "event": {"type": "string"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"},
+        },
+        "required": ["data"],
+    }
+    return response(
+        "Server-sent events: one 'data: <JSON>' event per item the model yields (in the form "
+        'of the request), and a last event {"error": ...} if the model fails after the '
+        "first item.",
+        event,
+        "text/event-stream",
+    )
+
+
+_ANY_BODY = {
+    "description": "Whatever the model takes: JSON arrives parsed, anything else as bytes.",
+    "required": False,
+    "content": {"*/*": {"schema": {}}},
+}
+_MODEL_SET = response("A status the model's handler set (TorchServe's set_response_status).")
+_MODEL_SET["content"] = {"*/*": {"schema": {}}}
+_PREDICTED = response("What the model returned: JSON, text, bytes, or a stream of chunks.")
+_PREDICTED["content"] = {"*/*": {"schema": {}}}
+_DOCUMENT = _ok("This document (OpenAPI 3.1).", ref("OpenApiDocument"))
+
+
+def _infer(summary: str, stream: bool = False) -> Operation:
+    return Operation(
+        summary,
+        {"200": _events(ref("InferenceResponse")) if stream else _INFERRED, **_errors(*_CALL)},
+        parameters=(_BINARY_PARAM,),
+        body=_OIP_BODY,
+    )
+
+
+def _generate(summary: str, stream: bool = False) -> Operation:
+    return Operation(
+        summary,
+        {"200": _events(_GENERATED_ITEM) if stream else _GENERATED, **_errors(*_CALL)},
+        parameters=(_BINARY_PARAM,),
+        body=_GENERATE_BODY,
+    )
+
+
+def _metadata(summary: str) -> Operation:
+    return Operation(summary, {"200": _ok("The metadata.", ref("ModelMetadata")), **_errors("404")})
+
+
+def _model_ready(summary: str) -> Operation:
+    return Operation(
+        summary,
+        {
+            "200": _ok("Ready.", ref("ModelReady")),
+            "503": _ok("Not ready.", ref("ModelReady")),
+            **_errors("404"),
+        },
+    )
+
+
+def _predictions(summary: str) -> Operation:
+    return Operation(
+        summary,
+        {"200": _PREDICTED, **_errors(*_CALL), "default": _MODEL_SET},
+        body=_ANY_BODY,
+    )
+
+
+_PING_OP = Operation(
+    "TorchServe's health check: Healthy when every model is ready.",
+    {
+        "200": _ok("Every model is ready.", ref("Ping")),
+        "500": _ok("Some model is not ready.", ref("Ping")),
+        **_errors(),
+    },
+)
+_DESCRIBE = Operation("This API description (TorchServe's).", {"200": _DOCUMENT, **_errors()})
+
+# -- Triton's shared memory extensions -------------------------------------------------------
+
+_REGION = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "offset": {"type": "integer", "minimum": 0},
+        "byte_size": {"type": "integer", "minimum": 0},
+    },
+    "required": ["name", "key", "offset", "byte_size"],
+}
+_REGISTER_BODY = {
+    "description": "The shared memory object (its key) and the region in it.",
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "offset": {"type": "integer", "minimum": 0},
+                    "byte_size": {"type": "integer", "minimum": 0},
+                },
+                "required": ["key", "byte_size"],
+            }
+        }
+    },
+}
+_DONE = {"description": "Done (an empty body, as Triton answers)."}
+_REGIONS = _ok(
+    "The registered regions (all, or the one named).", {"type": "array", "items": _REGION}
+)
+_CUDA_REGIONS = _ok("None: Podium has no CUDA shared memory.", {"type": "array", "maxItems": 0})
+
+
+def _shm(summary: str, ok: dict[str, Any], *statuses: str, body: Any = None) -> Operation:
+    return Operation(summary, {"200": ok, **_errors(*statuses)}, body=body)
+
+
+#: Per operation id of :data:`INFERENCE_ROUTES`: what the table does not say.
+_OPERATIONS: dict[str, Operation] = {
+    "serverMetadata": Operation(
+        "The server's name, version and OIP extensions.",
+        {"200": _ok("The metadata.", ref("ServerMetadata")), **_errors()},
+    ),
+    "serverLive": Operation(
+        "Liveness: the server answers.", {"200": _ok("Live.", ref("ServerLive")), **_errors()}
+    ),
+    "serverReady": Operation(
+        "Readiness: every model that should serve does.",
+        {
+            "200": _ok("Ready.", ref("ServerReady")),
+            "503": _ok("Not ready.", ref("ServerReady")),
+            **_errors(),
+        },
+    ),
+    "modelMetadata": _metadata("The default version's metadata."),
+    "modelVersionMetadata": _metadata("A version's metadata."),
+    "modelReady": _model_ready("Whether the default version is ready."),
+    "modelVersionReady": _model_ready("Whether a version is ready."),
+    "modelInfer": _infer("Inference on the default version."),
+    "modelVersionInfer": _infer("Inference on a version."),
+    "modelInferStream": _infer("Streaming inference (server-sent events).", stream=True),
+    "modelVersionInferStream": _infer("Streaming inference on a version.", stream=True),
+    "modelGenerate": _generate("Generate (tensor form or Triton's)."),
+    "modelVersionGenerate": _generate("Generate on a version."),
+    "modelGenerateStream": _generate("Streaming generate (server-sent events).", stream=True),
+    "modelVersionGenerateStream": _generate("Streaming generate on a version.", stream=True),
+    "openApiDocument": Operation(
+        "This API description (MLServer's place).", {"200": _DOCUMENT, **_errors()}
+    ),
+    "docsPage": Operation(
+        "A page that lists these operations and tries them out.",
+        {"200": response("The page.", {"type": "string"}, "text/html"), **_errors()},
+    ),
+    "inferenceApiDescription": _DESCRIBE,
+    "inferenceApiDescriptionLegacy": Operation(
+        "This API description (TorchServe's legacy path).",
+        {"200": _DOCUMENT, **_errors()},
+        deprecated=True,
+    ),
+    "shmStatus": _shm("Every registered system shared memory region.", _REGIONS, "403"),
+    "shmRegionStatus": _shm(
+        "A registered system shared memory region.", _REGIONS, "400", "403", "404"
+    ),
+    "shmRegister": _shm(
+        "Register a region of a POSIX shared memory object (--shared-memory system).",
+        _DONE,
+        "400",
+        "403",
+        "409",
+        "413",
+        body=_REGISTER_BODY,
+    ),
+    "shmUnregisterAll": _shm("Unregister every system shared memory region.", _DONE, "403"),
+    "shmUnregister": _shm("Unregister a system shared memory region.", _DONE, "400", "403", "404"),
+    "cudaShmStatus": _shm("CUDA shared memory regions: none.", _CUDA_REGIONS),
+    "cudaShmRegionStatus": _shm(
+        "A CUDA shared memory region: none exists.", _CUDA_REGIONS, "400", "404"
+    ),
+    "cudaShmRegister": _shm("CUDA shared memory: refused (no GPUs).", _DONE, "400"),
+    "cudaShmUnregisterAll": _shm("Unregister every CUDA shared memory region: none.", _DONE),
+    "cudaShmUnregister": _shm("Unregister a CUDA shared memory region: none.", _DONE),
+    "ping": _PING_OP,
+    "pingPost": _PING_OP,
+    "predictions": _predictions("TorchServe predictions on the default version."),
+    "predictionsPut": _predictions("TorchServe predictions on the default version (PUT)."),
+    "versionPredictions": _predictions("TorchServe predictions on a version."),
+    "versionPredictionsPut": _predictions("TorchServe predictions on a version (PUT)."),
+    "trussReady": Operation(
+        "Truss: whether the model is ready.",
+        {
+            "200": _ok("Ready.", ref("ModelReady")),
+            "503": _ok("Not ready.", ref("ModelReady")),
+            **_errors("404"),
+        },
+    ),
+    "trussPredict": Operation(
+        "Truss: predict (a JSON body; the model may take the raw request).",
+        {"200": _PREDICTED, **_errors(*_CALL), "default": _MODEL_SET},
+        body={**_ANY_BODY, "content": {"application/json": {"schema": {}}}},
+    ),
+}
+
+_TAGS = [
+    {"name": "oip_rest", "description": "Open Inference Protocol v2 (KServe, Triton, MLServer)."},
+    {"name": "torchserve_rest", "description": "TorchServe's inference API."},
+    {"name": "truss", "description": "Truss-style routes."},
+]
+
+
+def description(routes: RouteTable) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the inference listener's ``routes``."""
+    return describe(
+        routes,
+        info={
+            "title": "Podium inference API (OIP v2, TorchServe, Truss)",
+            "version": __version__,
+        },
+        operations=_OPERATIONS,
+        path_params=_PATH_PARAMS,
+        components=_components(),
+        tags=_TAGS,
+    )
