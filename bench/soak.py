@@ -686,6 +686,7 @@ def report(result: Result, args: argparse.Namespace, argv: list[str]) -> str:
             f"{g.slope:+.2f} | {g.late_slope:+.2f} | +{fmt(g.limit)} | "
             f"{'**GROWS**' if g.grows else 'ok'} |"
         )
+    lines.append("")
     for key, attr in KINDS.items():
         lines.append(f"- {key} changed by kind, start → end: {kinds_changed(start, end, attr)}")
     lines += ["", *outcome_table(result.measured, by="protocol")]
