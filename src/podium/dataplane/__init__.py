@@ -33,7 +33,13 @@ shutdown). Nothing here imports a front end.
 from ..runtime import ModelVersion
 from ._control import ControlPolicy, ModelControl
 from ._flight import FlightReport, InFlight
-from ._memory import RegionStatus, SystemSharedMemory, no_cuda, no_cuda_region
+from ._memory import (
+    REGION_PARAMETERS,
+    RegionStatus,
+    SystemSharedMemory,
+    no_cuda,
+    no_cuda_region,
+)
 from ._model_config import DATA_TYPES, ModelConfiguration
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
@@ -49,6 +55,7 @@ from ._repository import (
 __all__ = [
     "DATA_TYPES",
     "EXTENSIONS",
+    "REGION_PARAMETERS",
     "ConfigOverrides",
     "ControlPolicy",
     "DataPlane",
