@@ -50,7 +50,13 @@ from ..runtime import (
 )
 from ._control import ControlPolicy, ModelControl
 from ._flight import FlightReport, InFlight
-from ._memory import RegionStatus, SystemSharedMemory, no_cuda, no_cuda_region
+from ._memory import (
+    REGION_PARAMETERS,
+    RegionStatus,
+    SystemSharedMemory,
+    no_cuda,
+    no_cuda_region,
+)
 from ._model_config import DATA_TYPES, ModelConfiguration
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
@@ -74,6 +80,7 @@ __all__ = [
     "DATA_TYPES",
     "DURATION_BUCKETS_NS",
     "EXTENSIONS",
+    "REGION_PARAMETERS",
     "UNVERSIONED",
     "BatchStatistics",
     "ConfigOverrides",
