@@ -18,7 +18,7 @@ from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _repository, _sequences
-from .._asgi import Message, Receive, Scope, Send
+from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
 from . import _memory, _oip, _responses
@@ -52,19 +52,10 @@ class HttpApp:
         self._description = _responses.encoder.encode(description(INFERENCE_ROUTES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
+        if scope["type"] == "http":
             await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        elif kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
+        else:
+            await serve_other_scope(scope, receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         ex = Exchange(scope, receive, self.max_request_size)
@@ -290,20 +281,7 @@ class HttpApp:
 
     async def _truss(self, ex: Exchange, send: Send, model: str) -> None:
         mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
-        await self._read(ex, mv, call, _parse_json)
-        if mv.instance.capabilities.streaming:
-            await self._stream(ex, send, call, mv, chunk_of, _responses.TEXT, sse=False)
-            return
-        answer = await self.dataplane.infer(call, mv)
-        send = self._sender(mv, answer, send)
-        result = answer.value
-        if _is_response(result):
-            await result(ex.scope, ex.app_receive, send)
-            return
-        if isinstance(result, Reply):  # status and headers a (TorchServe) handler set
-            await _responses.send_reply(send, result)
-            return
-        await send_body(send, 200, _json(answer), _responses.encode_json(result))
+        await self._predict(ex, send, mv, call, _parse_json, _responses.TEXT, raw=False)
 
     async def _torchserve(
         self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
@@ -322,20 +300,38 @@ class HttpApp:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
-        await self._read(ex, mv, call, _parse_json if is_json else bytes)
+        parse = _parse_json if is_json else bytes
+        await self._predict(ex, send, mv, call, parse, _responses.OCTETS, raw=True)
+
+    async def _predict(
+        self,
+        ex: Exchange,
+        send: Send,
+        mv: ModelVersion,
+        call: Call,
+        parse: Callable[[bytes], Any],
+        stream_headers: list[tuple[bytes, bytes]],
+        *,
+        raw: bool,
+    ) -> None:
+        """The Truss and TorchServe calls after their request is taken apart: read the body,
+        stream the items (as ``stream_headers`` say) or answer the result: an ASGI response the
+        model made, a ``Reply`` (the status and headers a handler set), bytes and text as they
+        are when ``raw`` (TorchServe), anything else as JSON."""
+        await self._read(ex, mv, call, parse)
         if mv.instance.capabilities.streaming:
-            await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
+            await self._stream(ex, send, call, mv, chunk_of, stream_headers, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
         send = self._sender(mv, answer, send)
         result = answer.value
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
-        elif isinstance(result, Reply):  # status and headers a TorchServe handler set
+        elif isinstance(result, Reply):
             await _responses.send_reply(send, result)
-        elif isinstance(result, bytes):
+        elif raw and isinstance(result, bytes):
             await send_body(send, 200, _responses.OCTETS, result)
-        elif isinstance(result, str):
+        elif raw and isinstance(result, str):
             await send_body(send, 200, _responses.TEXT, result.encode())
         else:
             await send_body(send, 200, _json(answer), _responses.encode_json(result))
