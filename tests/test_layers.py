@@ -53,6 +53,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime._scheduler",
             "podium.runtime._collector",
             "podium.runtime._clock",
+            "podium.runtime._items",
         ),
     ),
     (

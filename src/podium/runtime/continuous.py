@@ -24,6 +24,7 @@ from typing import Any
 from ..config import ModelConfig
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
+from ._items import ItemBuffer
 from ._scheduler import Activity
 from .workers import Worker, WorkerPool, WorkerState
 
@@ -33,37 +34,17 @@ _READY = WorkerState.READY  # compared for every request placed
 _now = time.perf_counter_ns
 
 
-class _Request:
-    """One request: its :class:`Generation`, the items its reader has not taken yet, and how
-    it ended (``done``, with ``error`` when it failed); when it was placed and when it joined a
-    batch (perf_counter_ns: its queue time, then its compute time)."""
+class _Request(ItemBuffer):
+    """One request (its generation, unread items, end) and when it was placed and when it
+    joined a batch (perf_counter_ns: its queue time, then its compute time)."""
 
-    __slots__ = ("gen", "items", "limit", "wake", "done", "error", "lane", "placed", "joined")
+    __slots__ = ("lane", "placed", "joined")
 
     def __init__(self, gen: Generation, limit: int) -> None:
+        super().__init__(gen, limit)
         self.placed = _now()
         self.joined = 0
-        self.gen = gen
-        self.items: collections.deque[Any] = collections.deque()
-        self.limit = limit
-        self.wake = asyncio.Event()  # the reader's: items arrived, or the request ended
-        self.done = False
-        self.error: BaseException | None = None
         self.lane: _Lane | None = None
-
-    @property
-    def gone(self) -> bool:
-        return self.done or self.gen.cancelled
-
-    @property
-    def full(self) -> bool:
-        return len(self.items) >= self.limit
-
-    def end(self, error: BaseException | None = None) -> None:
-        if not self.done:
-            self.done = True
-            self.error = error
-            self.wake.set()
 
 
 class _Lane:

@@ -23,40 +23,21 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ...types import Context, Generation, current_context
+from .._items import ItemBuffer
 from .._scheduler import TaskSet
 from .._stats import VersionStats
 
 __all__ = ["Steps"]
 
 
-class _Request:
-    """One request: its :class:`Generation`, its sequence's Context, the items its reader has
-    not taken yet, and how it ended (``done``, with ``error`` when it failed)."""
+class _Request(ItemBuffer):
+    """One request (its generation, unread items, end) and its sequence's Context."""
 
-    __slots__ = ("gen", "ctx", "items", "limit", "wake", "done", "error")
+    __slots__ = ("ctx",)
 
     def __init__(self, gen: Generation, ctx: Context, limit: int) -> None:
-        self.gen = gen
+        super().__init__(gen, limit)
         self.ctx = ctx
-        self.items: collections.deque[Any] = collections.deque()
-        self.limit = limit
-        self.wake = asyncio.Event()
-        self.done = False
-        self.error: BaseException | None = None
-
-    @property
-    def gone(self) -> bool:
-        return self.done or self.gen.cancelled
-
-    @property
-    def full(self) -> bool:
-        return len(self.items) >= self.limit
-
-    def end(self, error: BaseException | None = None) -> None:
-        if not self.done:
-            self.done = True
-            self.error = error
-            self.wake.set()
 
 
 class Steps:
