@@ -219,14 +219,7 @@ class DataPlane:
         start = _now()
         placement: Placement | None = None
         try:
-            payload = call.payload
-            if (
-                call.protocol.oip
-                and type(payload) is InferenceRequest
-                and uses_shared_memory(payload)
-            ):
-                placement = self.shared_memory.place(payload)
-                call = replace(call, payload=placement.request)  # the front end's stays as sent
+            call, placement = self._placed(call)
             inputs, oip = inputs_of(mv, call)
             sequence = _sequence(mv, call)
             caps = mv.instance.capabilities
@@ -270,6 +263,16 @@ class DataPlane:
             stats.protocols[call.protocol.index].ok.add(end - start)
         return answer
 
+    def _placed(self, call: Call) -> tuple[Call, Placement | None]:
+        """``call`` with the inputs it names in shared memory (Triton's system shared memory
+        extension) placed as views of their regions, and the placement that holds them (None:
+        the call names no region). The front end's call stays as it was sent."""
+        payload = call.payload
+        if call.protocol.oip and type(payload) is InferenceRequest and uses_shared_memory(payload):
+            placement = self.shared_memory.place(payload)
+            return replace(call, payload=placement.request), placement
+        return call, None
+
     def refused(self, mv: ModelVersion, protocol: WireProtocol, exc: BaseException) -> None:
         """Count a call to ``mv`` that a front end refused before handing it over (its body
         did not parse): by outcome and code, without a duration."""
@@ -296,41 +299,22 @@ class DataPlane:
         stats.streams_open += 1
         placement: Placement | None = None
         try:
-            payload = call.payload
-            if (
-                call.protocol.oip
-                and type(payload) is InferenceRequest
-                and uses_shared_memory(payload)
-            ):
-                placement = self.shared_memory.place(payload)
-                call = replace(call, payload=placement.request)
+            call, placement = self._placed(call)
             inputs, oip = inputs_of(mv, call)
             items = _stream_from_scheduler(mv, inputs, call, sequence)
             try:
                 first = True
-                if placement is not None:  # each item is written where the request asked
-                    async for item in items:
-                        if first:
-                            first = False
-                            stats.first_item.add(_now() - start)
-                        stats.items += 1
-                        response = oip_response(mv, item, oip, sequence)
-                        placement.write(response)
-                        yield response
-                elif call.protocol.oip:
-                    async for item in items:
-                        if first:
-                            first = False
-                            stats.first_item.add(_now() - start)
-                        stats.items += 1
-                        yield oip_response(mv, item, oip, sequence)
-                else:
-                    async for item in items:
-                        if first:
-                            first = False
-                            stats.first_item.add(_now() - start)
-                        stats.items += 1
-                        yield item
+                convert = call.protocol.oip
+                async for item in items:
+                    if first:
+                        first = False
+                        stats.first_item.add(_now() - start)
+                    stats.items += 1
+                    if convert:
+                        item = oip_response(mv, item, oip, sequence)
+                        if placement is not None:  # written where the request asked
+                            placement.write(item)
+                    yield item
             finally:
                 await items.aclose()
         except asyncio.CancelledError as exc:
