@@ -37,7 +37,10 @@ def version_key(version: str | None) -> tuple[Any, ...]:
     """Numeric-aware ordering: "10" > "9", "1.10" > "1.9"; an unversioned model sorts lowest."""
     if version is None:
         return ((-1,),)
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-_]", version))
+    return tuple(
+        (0, int(p)) if p.isdigit() and p.isascii() and len(p) < 4000 else (1, p)
+        for p in re.split(r"[.\-_]", version)
+    )
 
 
 @dataclass(slots=True, eq=False)
