@@ -25,6 +25,14 @@ SDK_SCRIPT = Path(__file__).resolve().parent / "kserve_sdk.py"
 #: KServe's storage path: where its storage initializer puts the model (storageUri).
 KSERVE_MODEL_DIR = "/mnt/models"
 
+#: What kserve_sdk.py's inferences send (the echo model answers each input as an output of the
+#: same name).
+SENT = {
+    "x": {"datatype": "FP32", "shape": [2, 3], "data": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]},
+    "n": {"datatype": "INT64", "shape": [3], "data": [1, -2, 3]},
+    "text": {"datatype": "BYTES", "shape": [2], "data": ["hello", "kserve"]},
+}
+
 
 def _dev() -> Any:
     spec = importlib.util.spec_from_file_location("podium_dev_py", ROOT / "dev.py")

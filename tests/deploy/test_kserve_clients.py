@@ -10,18 +10,11 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLES, run_server
-from kserve_fixtures import run_sdk, tools_python
+from kserve_fixtures import SENT, run_sdk, tools_python
 
 __all__ = ["tools_python"]  # the fixture, imported for the test below
 
 pytestmark = pytest.mark.timeout(600)  # the first use of the tools' venv may install it
-
-#: What kserve_sdk.py sends (the echo model answers each input as an output of the same name).
-SENT = {
-    "x": {"datatype": "FP32", "shape": [2, 3], "data": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]},
-    "n": {"datatype": "INT64", "shape": [3], "data": [1, -2, 3]},
-    "text": {"datatype": "BYTES", "shape": [2], "data": ["hello", "kserve"]},
-}
 
 
 @pytest.fixture(scope="module")
