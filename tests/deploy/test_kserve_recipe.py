@@ -36,6 +36,13 @@ pytestmark = pytest.mark.timeout(600)
 # on 8080, gRPC on 8081.
 HTTP_PORT, GRPC_PORT = 8080, 8081
 
+#: Kubernetes' default terminationGracePeriodSeconds, and Knative's default revision timeout (which
+#: Knative makes the pod's grace period).
+DEFAULT_GRACE_S, KNATIVE_DEFAULT_TIMEOUT_S = 30, 300
+#: After --graceful-timeout: about a second to cut the calls still running, at most 5 s to stop
+#: worker processes (docs/operations.md, "Shutdown").
+CUT_S, WORKERS_STOP_S = 1, 5
+
 
 def _image() -> dict[str, object]:
     stage = final_stage(dockerfile())
@@ -197,18 +204,27 @@ def test_each_runtime_runs_the_image_cmd_and_probes_the_oip_health_routes() -> N
     assert grpc["livenessProbe"]["exec"]["command"] == image["healthcheck"]
 
 
-def test_the_probe_timings_fit_the_shutdown() -> None:
+def test_the_probe_timings_and_the_drain_fit_the_pods_grace_period() -> None:
     """Readiness turns false at once on SIGTERM (docs/operations.md); liveness tolerates a
-    minute, more than a drain takes, so a draining pod is never restarted."""
+    minute, more than a drain takes, so a draining pod is never restarted; and the whole drain
+    ends before the kubelet's SIGKILL."""
     config = _serve_config(_image()["cmd"])  # type: ignore[arg-type]
+    # given, not guessed from KUBERNETES_SERVICE_HOST: the budget below is the one that runs
+    assert config.shutdown_delay is not None
+    # the delay, the grace, ~1 s to cut what still runs, <= 5 s to stop worker processes
+    drain = config.shutdown_delay + config.graceful_timeout + CUT_S + WORKERS_STOP_S
     for runtime in runtimes().values():
         c = container(runtime)
         ready, live = c["readinessProbe"], c["livenessProbe"]
         assert ready["failureThreshold"] == 1
-        assert live["periodSeconds"] * live["failureThreshold"] >= 60
-        # delay 5 s in a pod, the grace, ~1 s to cut, <= 5 s to stop worker processes: within
-        # Kubernetes' default terminationGracePeriodSeconds (30)
-        assert 5 + config.graceful_timeout + 1 + 5 <= 30
+        assert live["periodSeconds"] * live["failureThreshold"] >= 60 > drain
+    for service in documents(SERVICES):
+        predictor = service["spec"]["predictor"]
+        # Standard mode: the pod's own grace (Kubernetes' default when not given); Knative mode
+        # sets it to the revision's timeout, which is longer unless set shorter
+        grace = predictor.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+        assert drain <= grace, service["metadata"]["name"]
+        assert predictor.get("timeout", KNATIVE_DEFAULT_TIMEOUT_S) >= drain
 
 
 def test_each_inference_service_names_a_runtime_that_serves_its_protocol() -> None:
