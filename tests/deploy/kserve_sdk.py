@@ -206,7 +206,19 @@ async def clients(http_url: str, grpc_address: str, model: str) -> dict[str, Any
         await client.close()
 
     grpc: dict[str, Any] = {}
-    channel = InferenceGRPCClient(grpc_address, retries=0, timeout=30)
+    # as docs/kserve.md calls a predictor behind Knative's ingress: another host as :authority
+    # (Podium serves whatever authority a call names); channel_args replace the client's own
+    # unlimited message sizes, so they are given back here
+    channel = InferenceGRPCClient(
+        grpc_address,
+        retries=0,
+        timeout=30,
+        channel_args=[
+            ("grpc.default_authority", "podium-examples-grpc.default.example.com"),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+        ],
+    )
     try:
         await _call(grpc, "server_live", channel.is_server_live())
         await _call(grpc, "server_ready", channel.is_server_ready())
