@@ -78,7 +78,8 @@ def _ensure_base(tmp: Path) -> None:
     debootstrap = shutil.which("debootstrap")
     if debootstrap is None or os.geteuid() != 0:
         pytest.skip(
-            "making the base image needs debootstrap, as root (apt-get install debootstrap)"
+            "the KServe image is not built: its base image needs debootstrap, as root"
+            " (apt-get install debootstrap; docs/kserve.md); hadolint checked the Dockerfile"
         )
     rootfs = tmp / "rootfs"
     include = "python3,python3-venv,ca-certificates"
@@ -169,7 +170,11 @@ def _wait_ready(name: str, url: str, within: float = 90) -> None:
     pytest.fail(f"the container did not become ready within {within} s:\n{logs}")
 
 
-@pytest.mark.skipif(PODMAN is None, reason="podman is not installed (apt-get install podman)")
+@pytest.mark.skipif(
+    PODMAN is None,
+    reason="the KServe image is not built: podman is not installed (apt-get install podman runc"
+    " debootstrap; docs/kserve.md); hadolint checked the Dockerfile",
+)
 def test_the_image_serves_kserve_clients_and_stops_gracefully(
     tools_python: Path, tmp_path: Path
 ) -> None:
