@@ -11,8 +11,8 @@
                            .venv-grpc-high)
 
 A virtual environment is (re)installed only when pyproject.toml changed since the last install
-(.venv-grpc-high also when a newer grpcio is out; .venv-kserve when DEPLOY_TOOLS changed). Extra arguments are passed on (to
-``podium serve`` or to ``pytest``).
+(.venv-grpc-high also when a newer grpcio is out; .venv-kserve when DEPLOY_TOOLS changed).
+Extra arguments are passed on (to ``podium serve`` or to ``pytest``).
 """
 
 from __future__ import annotations
