@@ -123,6 +123,21 @@ def test_the_model_config_reaches_the_handler(server: Server) -> None:
     assert described["batchSize"] == 8 and described["maxBatchDelay"] == 5
 
 
+def test_the_handlers_metrics_reach_prometheus(server: Server) -> None:
+    # context.metrics is Podium's also where the real ts is installed: the handler's own
+    # metrics and BaseHandler's HandlerTime are on /metrics, labelled as TorchServe labels them
+    answer = httpx.post(f"{server.url}/predictions/iris-mlp", json=iris_rows()[:4].tolist())
+    assert answer.status_code == 200, answer.text
+    text = httpx.get(server.addresses["http-metrics"] + "/metrics").text
+    series = [line for line in text.splitlines() if 'model="iris-mlp"' in line]
+    # (counters get Prometheus' _total suffix; the others are gauges)
+    for name in ("IrisRequests_total", "IrisPayloadRows", "IrisBatchFill", "IrisRows_total"):
+        assert any(line.startswith(name + "{") for line in series), (name, series)
+    assert any(line.startswith("HandlerTime{") for line in series), series
+    rows = next(line for line in series if line.startswith("IrisRows_total{"))
+    assert 'ModelName="iris-mlp"' in rows and 'Level="Model"' in rows
+
+
 class Recorder:
     """TorchServe's metrics cache API, recording each call (``add_counter``, ``add_time``, ...)."""
 
