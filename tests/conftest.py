@@ -73,15 +73,17 @@ def run_server(
     timeout: float = 60.0,
     default_auth: bool = False,
     cwd: Path | None = None,
+    python: str = sys.executable,
 ) -> Iterator[Server]:
     """Start ``podium serve PATHS`` on 127.0.0.1 with ports 0 (HTTP and gRPC, inference and
     management); yield once it logs ready. ``args`` come last, so they may name other ports.
 
     With ``--no-auth`` (the management API open to its callers, so that tests need no key),
     unless ``args`` say ``--auth``; ``default_auth``: neither, the server's default (the
-    management key). ``cwd``: the server's working directory (default: the tests')."""
+    management key). ``cwd``: the server's working directory (default: the tests').
+    ``python``: the interpreter that runs Podium (another venv's, for the real peers)."""
     cmd = [
-        sys.executable,
+        python,
         "-m",
         "podium",
         "serve",
@@ -154,10 +156,22 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+#: Examples that need podium[examples] (scikit-learn, LightGBM, torch, MLServer's published
+#: runtimes) and files that their own scripts make: tests/examples/ serves them from a built copy.
+FRAMEWORK_EXAMPLES = ("sklearn-iris", "sklearn-iris-mlserver", "lightgbm-iris", "torchserve-mlp")
+
+
 @pytest.fixture(scope="session")
 def examples_server() -> Iterator[Server]:
-    """One server with every bundled example, shared by the tests that only read from it."""
-    with run_server(EXAMPLES) as server:
+    """One server with every bundled example but the framework ones, shared by the tests that
+    only read from it."""
+    paths = [
+        path
+        for path in sorted(EXAMPLES.iterdir())
+        if path.is_dir() and not path.name.startswith((".", "_"))
+        if path.name not in FRAMEWORK_EXAMPLES
+    ]
+    with run_server(*paths) as server:
         yield server
 
 

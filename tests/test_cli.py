@@ -140,6 +140,7 @@ def test_check_passes_the_examples() -> None:
     assert result.returncode == 0, result.stderr
     oks = sorted(line for line in result.stdout.splitlines() if line.startswith("ok: "))
     names = ["batch-sum", "cancellable", "continuous-words", "cpu-heavy", "echo", "io-bound"]
+    names.append("sklearn-iris")
     native = [f"ok: model '{n}' ({EXAMPLES / n / 'model.py'})" for n in names]
     mlserver = (
         f"ok: model 'mlserver-text' version '1' ({EXAMPLES / 'mlserver-text' / 'text_model.py'})"
@@ -152,8 +153,14 @@ def test_check_passes_the_examples() -> None:
     text = f"ok: model 'text-stream' ({EXAMPLES / 'text-stream' / 'model.py'})"
     handler = EXAMPLES / "torchserve-handler" / "handler.py"
     torchserve = f"ok: model 'ts-sentiment' version '1.0' ({handler})"
-    assert oks == [*native, mlserver, running, streaming, stateful, text, torchserve]
-    assert "12 model(s) checked, no problems" in result.stdout
+    # MLServer's own runtimes (mlserver_sklearn, mlserver_lightgbm), named by model-settings.json
+    runtimes = [
+        f"ok: model '{n}' version '1' ({EXAMPLES / n / 'model-settings.json'})"
+        for n in ("lightgbm-iris", "sklearn-iris-mlserver")
+    ]
+    expected = [*native, mlserver, running, streaming, stateful, text, torchserve, *runtimes]
+    assert oks == sorted(expected)
+    assert f"{len(expected)} model(s) checked, no problems" in result.stdout
     assert result.stderr == ""
 
 

@@ -222,11 +222,6 @@ def test_registering_a_custom_codec() -> None:
     assert codecs.has_decoded(inp) and codecs.get_decoded(inp) == ["A"]
 
 
-def test_pandas_codec_is_not_provided() -> None:
-    with pytest.raises(ImportError, match="PandasCodec"):
-        from podium.compat.mlserver.codecs import PandasCodec  # noqa: F401
-
-
 # -- decode_args ----------------------------------------------------------------------------------
 
 

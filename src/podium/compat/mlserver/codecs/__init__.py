@@ -1,6 +1,6 @@
 """``mlserver.codecs``: conversions between OIP tensors and Python values, found by content type.
 
-``PandasCodec`` is not provided (see docs/mlserver.md); importing it raises ``ImportError``.
+``PandasCodec`` imports pandas only when it first converts something (see ``pandas.py``).
 """
 
 # isort: off
@@ -8,6 +8,7 @@
 # than one can encode a payload (an empty list: StringCodec).
 from .string import StringCodec, StringRequestCodec
 from .numpy import NumpyCodec, NumpyRequestCodec
+from .pandas import PandasCodec
 from .base64 import Base64Codec
 from .datetime import DatetimeCodec
 
@@ -42,6 +43,7 @@ __all__ = [
     "InputCodecLike",
     "NumpyCodec",
     "NumpyRequestCodec",
+    "PandasCodec",
     "RequestCodec",
     "RequestCodecLike",
     "StringCodec",
@@ -57,12 +59,3 @@ __all__ = [
     "register_input_codec",
     "register_request_codec",
 ]
-
-
-def __getattr__(name: str) -> object:
-    if name == "PandasCodec":
-        raise ImportError(
-            "Podium's mlserver.codecs does not provide PandasCodec; install MLServer itself "
-            "(pip install mlserver) to use it, and Podium will use MLServer's codecs"
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
