@@ -4,6 +4,7 @@ settings profiles of the property tests (hypothesis)."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import signal
@@ -152,10 +153,22 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def default_examples() -> list[Path]:
+    """The examples ``python3 dev.py serve`` serves: all but the opt-in ones (dev.py's
+    ``OPT_IN_EXAMPLES``, real models that take seconds to load; tests/examples/ serve those)."""
+    spec = importlib.util.spec_from_file_location("podium_dev_script", ROOT / "dev.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {ROOT / 'dev.py'}")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    return list(dev.example_paths())
+
+
 @pytest.fixture(scope="session")
 def examples_server() -> Iterator[Server]:
-    """One server with every bundled example, shared by the tests that only read from it."""
-    with run_server(EXAMPLES) as server:
+    """One server with the bundled examples that ``dev.py serve`` serves, shared by the tests
+    that only read from it."""
+    with run_server(*default_examples()) as server:
         yield server
 
 
