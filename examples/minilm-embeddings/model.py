@@ -33,7 +33,8 @@ def _sibling(name: str) -> Any:
 
 embedder = _sibling("embedder")
 
-#: torch's intra-op threads (README.md, "Threads": one per predict slot measured best here).
+#: torch's intra-op threads: 1 (README.md beside this file, "Threads, batching, concurrency":
+#: more threads than free cores only contend, and collapse on a shared machine).
 THREADS = int(os.environ.get("MINILM_TORCH_THREADS", "1"))
 
 
