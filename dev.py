@@ -2,10 +2,11 @@
 """Podium's developer entry point; needs only Python >= 3.11.
 
     python3 dev.py serve   create .venv, install Podium, serve examples/ on http://127.0.0.1:8080
-                           (training the framework examples' models first where missing)
+                           (training the framework examples' models first where missing; the
+                           heavy ones only with --with NAME, e.g. --with minilm)
     python3 dev.py test    create .venv, install Podium with its test tools and the examples'
-                           libraries (the extra "examples"), and .venv-kserve (the KServe SDK
-                           and hadolint, for tests/deploy/), run the whole suite
+                           libraries (the extra "examples"), and .venv-kserve (the KServe SDK and
+                           hadolint, for tests/deploy/), run the whole suite
     python3 dev.py lint    ruff check, ruff format --check, mypy
     python3 dev.py test-grpc-range
                            the gRPC tests again at the lowest and at the newest grpcio that
@@ -14,7 +15,8 @@
 
 A virtual environment is (re)installed only when pyproject.toml changed since the last install
 (.venv-grpc-high also when a newer grpcio is out; .venv-kserve when DEPLOY_TOOLS changed).
-Extra arguments are passed on (to ``podium serve`` or to ``pytest``).
+Extra arguments are passed on (to ``podium serve`` or to ``pytest``); ``serve`` with arguments of
+its own serves what they name (and the ``--with`` examples), on the addresses they give.
 """
 
 from __future__ import annotations
@@ -27,11 +29,18 @@ import subprocess
 import sys
 import tomllib
 import venv
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+EXAMPLES = ROOT / "examples"
+
+#: Examples that ``dev.py serve`` (and the test suite's shared examples server) leave out unless
+#: named with ``--with NAME``: each takes seconds to load a real model, which would delay every
+#: other example's start. Name → directory in examples/.
+OPT_IN_EXAMPLES = {"minilm": "minilm-embeddings"}
 
 
 #: The packages whose versions make the gRPC range: the relay runs on grpcio's internals, and the
@@ -80,17 +89,19 @@ def _create(env: Path) -> str:
     return str(_bin(env) / "python")
 
 
-def _install(env: Path, stamp: str, requirements: list[str], label: str = "") -> None:
-    """Podium with its test tools in ``env`` (and ``requirements``), unless ``stamp`` says it
-    is there already."""
+def _install(
+    env: Path, stamp: str, requirements: list[str], label: str = "", extras: str = "dev"
+) -> None:
+    """Podium with ``extras`` (its test tools) in ``env`` (and ``requirements``), unless
+    ``stamp`` says it is there already."""
     marker = env / ".podium-installed"
     if marker.exists() and marker.read_text() == stamp and (_bin(env) / "podium").exists():
         return
     python = _create(env)
-    print(f"dev.py: installing Podium and its test tools into {env.name}{label}", flush=True)
+    print(f"dev.py: installing Podium[{extras}] into {env.name}{label}", flush=True)
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]", *requirements], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[{extras}]", *requirements], check=True)
     marker.write_text(stamp)
 
 
@@ -260,6 +271,48 @@ def _run(*cmd: str) -> int:
     return subprocess.call(list(cmd), cwd=ROOT)
 
 
+def example_paths(wanted: Sequence[str] = ()) -> list[Path]:
+    """The examples served by default, every model in examples/ but :data:`OPT_IN_EXAMPLES`,
+    and those of ``wanted`` (names of :data:`OPT_IN_EXAMPLES`; ``ValueError`` for others)."""
+    unknown = sorted(set(wanted) - set(OPT_IN_EXAMPLES))
+    if unknown:
+        raise ValueError(
+            f"no opt-in example {', '.join(unknown)} (known: {', '.join(sorted(OPT_IN_EXAMPLES))})"
+        )
+    left_out = {name for key, name in OPT_IN_EXAMPLES.items() if key not in wanted}
+    return sorted(
+        path
+        for path in EXAMPLES.iterdir()
+        if path.is_dir() and not path.name.startswith((".", "_")) and path.name not in left_out
+    )
+
+
+def _serve_args(rest: list[str], stores: Sequence[str] = ()) -> list[str]:
+    """``podium serve``'s arguments for ``dev.py serve REST``: ``--with NAME`` (repeatable, or
+    ``--with a,b``) adds an opt-in example; anything else goes to ``podium serve`` as it is.
+    ``stores``: more paths to serve by default (the framework examples' model stores)."""
+    wanted: list[str] = []
+    passed: list[str] = []
+    args = iter(rest)
+    for arg in args:
+        if arg == "--with":
+            value = next(args, None)
+            if value is None:
+                sys.exit("dev.py: --with needs a name")
+            wanted += value.split(",")
+        elif arg.startswith("--with="):
+            wanted += arg.removeprefix("--with=").split(",")
+        else:
+            passed.append(arg)
+    try:
+        paths = example_paths(wanted)
+    except ValueError as exc:
+        sys.exit(f"dev.py: {exc}")
+    if passed:
+        return [*(str(EXAMPLES / OPT_IN_EXAMPLES[name]) for name in wanted), *passed]
+    return [*map(str, paths), *stores, "--host", "127.0.0.1", "--http-port", "8080"]
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test", "lint", "test-grpc-range"}:
         print(__doc__)
@@ -267,10 +320,11 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     if command == "test-grpc-range":
         return _grpc_range(rest)
+    if command == "serve":
+        args = _serve_args(rest)  # a wrong --with fails before any install
     _ensure_venv()
     if command == "serve":
-        examples = [str(ROOT / "examples"), *_build_examples()]
-        args = rest or [*examples, "--host", "127.0.0.1", "--http-port", "8080"]
+        args = _serve_args(rest, _build_examples())
         os.execv(str(BIN / "podium"), [str(BIN / "podium"), "serve", *args])
     if command == "test":
         deploy_tools()  # here, not inside a test and its timeout

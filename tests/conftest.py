@@ -4,6 +4,7 @@ settings profiles of the property tests (hypothesis)."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import signal
@@ -161,16 +162,23 @@ def anyio_backend() -> str:
 FRAMEWORK_EXAMPLES = ("sklearn-iris", "sklearn-iris-mlserver", "lightgbm-iris", "torchserve-mlp")
 
 
+def default_examples() -> list[Path]:
+    """The examples ``python3 dev.py serve`` serves: all but the opt-in ones (dev.py's
+    ``OPT_IN_EXAMPLES``, real models that take seconds to load; tests/examples/ serve those)."""
+    spec = importlib.util.spec_from_file_location("podium_dev_script", ROOT / "dev.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {ROOT / 'dev.py'}")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    return list(dev.example_paths())
+
+
 @pytest.fixture(scope="session")
 def examples_server() -> Iterator[Server]:
-    """One server with every bundled example but the framework ones, shared by the tests that
+    """One server with the bundled examples that ``dev.py serve`` serves but the framework
+    ones (built by their own scripts; tests/examples/ serves them), shared by the tests that
     only read from it."""
-    paths = [
-        path
-        for path in sorted(EXAMPLES.iterdir())
-        if path.is_dir() and not path.name.startswith((".", "_"))
-        if path.name not in FRAMEWORK_EXAMPLES
-    ]
+    paths = [path for path in default_examples() if path.name not in FRAMEWORK_EXAMPLES]
     with run_server(*paths) as server:
         yield server
 
