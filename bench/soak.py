@@ -65,6 +65,15 @@ from common import (
 from soak_traffic import BODY_LIMIT, FAILURES, SCENARIOS, Outcome, Protocol, Tally, Traffic
 
 EXAMPLES = ROOT / "examples"
+#: The real-model examples (torch, scikit-learn, LightGBM; files their own scripts build): the
+#: soak exercises the server, and they would only slow its start and skew its memory figures.
+REAL_MODELS = (
+    "minilm-embeddings",
+    "sklearn-iris",
+    "sklearn-iris-mlserver",
+    "lightgbm-iris",
+    "torchserve-mlp",
+)
 
 #: Configuration the soak changes in its copy of the examples (merged into the file's keys):
 #: - sequences left open idle out in seconds rather than minutes, so that the server can settle
@@ -150,7 +159,7 @@ class Sample:
 def make_repository(root: Path) -> Path:
     """A copy of examples/ with OVERRIDES applied; each subdirectory is one model."""
     repo = root / "models"
-    shutil.copytree(EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__", *REAL_MODELS))
     for model, (name, changes) in OVERRIDES.items():
         path = repo / model / name
         config = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
