@@ -76,7 +76,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.errors",
             "podium.config",
             "podium._model_fields",
-            "podium._logs",
+            "podium.logs",
+            "podium.tracing",
         ),
     ),
 ]

@@ -17,6 +17,7 @@ from typing import Any
 from ..config import Secrets, ServerConfig
 from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ..types import ModelState
+from ._access import AccessLog, RequestIds
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
@@ -30,8 +31,14 @@ from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
-from .http import HttpApp
-from .management import Management, ManagementApp, UrlPolicy, render_unauthenticated
+from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp
+from .management import (
+    MANAGEMENT_ROUTES,
+    Management,
+    ManagementApp,
+    UrlPolicy,
+    render_unauthenticated,
+)
 
 __all__ = ["Podium", "bind"]
 
@@ -93,6 +100,7 @@ class _Uvicorn:
                 return contextlib.nullcontext()
 
         self.server = Server(config)
+        _quiet_uvicorn()
         self.sock = sock
         self.graceful = graceful
         self.task: asyncio.Task[None] | None = None
@@ -150,6 +158,34 @@ class _Uvicorn:
             )
 
 
+#: uvicorn's start and stop lines: one of each per listener (Podium runs several) and nothing
+#: Podium's own ready, shutdown and stop lines do not say.
+_UVICORN_LIFECYCLE = frozenset(
+    {
+        "Started server process [%d]",
+        "Waiting for application startup.",
+        "Application startup complete.",
+        "Shutting down",
+        "Waiting for application shutdown.",
+        "Application shutdown complete.",
+        "Finished server process [%d]",
+        "Waiting for connections to close. (CTRL+C to force quit)",
+        "Waiting for background tasks to complete. (CTRL+C to force quit)",
+    }
+)
+
+
+def _not_lifecycle(record: logging.LogRecord) -> bool:
+    return record.msg not in _UVICORN_LIFECYCLE
+
+
+def _quiet_uvicorn() -> None:
+    """Leave uvicorn's start and stop lines out of the log (its warnings and errors stay)."""
+    logger = logging.getLogger("uvicorn.error")
+    if _not_lifecycle not in logger.filters:
+        logger.addFilter(_not_lifecycle)
+
+
 class Podium:
     """A running Podium: data plane (over a registry) and listeners, built from a
     ``ServerConfig``."""
@@ -172,6 +208,9 @@ class Podium:
                 max_size=config.max_shm_size,
             ),
         )
+        #: every request's access line (``--access-log``) and the ids of requests
+        self.access_log = AccessLog(config.access_log)
+        self.request_ids = RequestIds()
         self.addresses: dict[str, str] = {}
         self._guards: dict[str, ConnectionGuard] = {}
         self._limits: ConnectionLimits | None = None
@@ -212,6 +251,7 @@ class Podium:
         )
         if inference_keys is not None:
             app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
+        app = self._observed(app, INFERENCE_ROUTES)  # outermost: refused requests have lines
         await self._serve_http("http-inference", app, self.config.host, self.config.http_port)
         grpc_server = GrpcServer(
             inference_services(
@@ -227,6 +267,7 @@ class Podium:
             threads=self.config.grpc_threads,
             authorize=None if inference_keys is None else self._authorize_inference,
             limits=self._grpc_limits,
+            access=(self.access_log, self.request_ids),
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
@@ -389,6 +430,12 @@ class Podium:
         self._servers.append(server)
         self._guards[name] = guard
 
+    def _observed(self, app: Any, routes: Any, *, normalize: bool = False) -> Any:
+        """``app`` with every request's id, access line and span (``http/_access.py``)."""
+        return AccessMiddleware(
+            app, log=self.access_log, ids=self.request_ids, routes=routes, normalize=normalize
+        )
+
     def connection_statistics(self) -> dict[str, ConnectionStatistics]:
         """Each HTTP listener's connections and limit counters, by listener name."""
         return {name: guard.statistics() for name, guard in self._guards.items()}
@@ -416,7 +463,8 @@ class Podium:
             app,
             allowed_hosts=config.management_allowed_hosts,
             allowed_origins=config.management_allowed_origins,
-        )  # outermost: a web page's request is refused before anything, key checks included
+        )  # a web page's request is refused before anything, key checks included
+        app = self._observed(app, MANAGEMENT_ROUTES, normalize=True)  # and logged
         await self._serve_http(
             "http-management", app, config.management_host, config.management_port
         )
@@ -428,6 +476,7 @@ class Podium:
             grace=config.graceful_timeout,
             threads=0,  # grpc.aio: management calls are few, and none holds a thread
             limits=self._grpc_limits,
+            access=(self.access_log, self.request_ids),
         )
         self.addresses["grpc-management"] = await grpc_server.start()
         self._servers.append(grpc_server)

@@ -33,7 +33,8 @@ import msgspec
 
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...types import END, Capabilities, Generation, ModelInstance
+from ...logs import current_format
+from ...types import END, Capabilities, Generation, ModelInstance, request_id
 from ..workers import (
     Failure,
     RequestCodec,
@@ -483,7 +484,10 @@ class ProcessWorker:
         cid = next(self._ids)
         call = _Call(None if stream else asyncio.get_running_loop().create_future())
         try:
-            self._send(request(cid, inputs, snapshot))
+            if request is Batch:  # serves several requests
+                self._send(request(cid, inputs, snapshot))
+            else:
+                self._send(request(cid, inputs, snapshot, request_id()))  # type: ignore[call-arg]
         except WorkerGone:
             self._release()
             raise
@@ -594,7 +598,10 @@ def process_pool(
             descriptor=descriptor,
             codec=codec,
             init=msgspec.structs.replace(
-                init, worker=wid, log_level=logging.getLogger().getEffectiveLevel()
+                init,
+                worker=wid,
+                log_level=logging.getLogger().getEffectiveLevel(),
+                log_format=current_format(),
             ),
         )
 
