@@ -67,9 +67,11 @@ def _create(env: Path) -> str:
     return str(_bin(env) / "python")
 
 
-def _install(env: Path, stamp: str, requirements: list[str], label: str = "") -> None:
-    """Podium with its test tools in ``env`` (and ``requirements``), unless ``stamp`` says it
-    is there already."""
+def _install(
+    env: Path, stamp: str, requirements: list[str], label: str = "", extras: str = "dev"
+) -> None:
+    """Podium with its test tools (and ``extras``) in ``env`` (and ``requirements``), unless
+    ``stamp`` says it is there already."""
     marker = env / ".podium-installed"
     if marker.exists() and marker.read_text() == stamp and (_bin(env) / "podium").exists():
         return
@@ -77,7 +79,7 @@ def _install(env: Path, stamp: str, requirements: list[str], label: str = "") ->
     print(f"dev.py: installing Podium and its test tools into {env.name}{label}", flush=True)
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]", *requirements], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[{extras}]", *requirements], check=True)
     marker.write_text(stamp)
 
 
@@ -89,7 +91,8 @@ def _check_python() -> None:
 def _ensure_venv() -> None:
     _check_python()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    _install(VENV, wanted, [], "")
+    # the OpenTelemetry SDK too: the suite traces real requests (tests/server/test_traces_e2e.py)
+    _install(VENV, wanted, [], "", extras="dev,otel")
 
 
 def _pins() -> dict[str, str]:

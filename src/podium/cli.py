@@ -405,7 +405,7 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
     # gRPC in a forked child: grpc's fork handlers would only log "Other threads are currently
     # calling into gRPC, skipping fork() handlers" for each one. Read when grpc starts.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
-    from .server import Podium, UnsafeExposure
+    from .server import Podium, TracingUnavailable, UnsafeExposure
 
     podium = Podium(config, all_paths)
 
@@ -434,6 +434,10 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
             return 1
         except UnsafeExposure as exc:
             click.echo(f"podium: refusing to start: {exc}", err=True)
+            await podium.stop()
+            return 1
+        except TracingUnavailable as exc:
+            click.echo(f"podium: cannot trace: {exc}", err=True)
             await podium.stop()
             return 1
         code = await podium.shutdown(await signalled)

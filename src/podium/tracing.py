@@ -11,7 +11,8 @@ A request's spans: its server span (the front end's: HTTP or gRPC, a child of th
 W3C ``traceparent``), and under it ``queue`` (the wait for a predict slot, where it waited),
 ``preprocess``, ``predict`` and ``postprocess``. A batched request's ``queue`` ends when its
 batch starts and links to the ``batch`` span, which runs the batch's ``predict`` and links to
-every request in it.
+every request in it. A process worker's request has one ``predict`` span, seen from the server:
+its worker process runs preprocess, predict and postprocess untraced.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Hooks(Protocol):
         """The call (its access record) has ended."""
         ...
 
-    def instance(self, instance: ModelInstance, label: str) -> ModelInstance:
+    def instance(self, instance: ModelInstance, model: str, version: str | None) -> ModelInstance:
         """``instance`` with a span around each ``preprocess``, ``predict`` and
         ``postprocess``."""
         ...
@@ -56,6 +57,13 @@ class Hooks(Protocol):
 
     def waiting(self) -> Any:
         """The current request joins a batch queue: what :meth:`batch` gets for it."""
+        ...
+
+    def remote(
+        self, model: str, version: str | None, pid: int | None
+    ) -> AbstractContextManager[Any]:
+        """A request (or a batch) runs in a process worker (``pid``): the ``predict`` span seen
+        from the server, around the worker process's preprocess, predict and postprocess."""
         ...
 
     def batch(self, waiting: list[Any]) -> AbstractContextManager[Any]:

@@ -27,6 +27,7 @@ from ._limits import (
     default_max_connections,
     raise_open_files_limit,
 )
+from ._otel import start as start_tracing
 from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
@@ -190,9 +191,16 @@ class Podium:
     """A running Podium: data plane (over a registry) and listeners, built from a
     ``ServerConfig``."""
 
-    def __init__(self, config: ServerConfig, paths: list[Path]) -> None:
+    def __init__(
+        self, config: ServerConfig, paths: list[Path], *, tracer_provider: Any = None
+    ) -> None:
+        """``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to make spans with,
+        which turns tracing on (tests pass one with the SDK's in-memory exporter); without it
+        ``--otel`` and the ``OTEL_*`` variables decide (``_otel.py``)."""
         self.config = config
         self.paths = paths
+        self._tracer_provider = tracer_provider
+        self.tracing: Any = None  # _otel.Tracing while tracing is on
         self.executor = ThreadPoolExecutor(config.threads, thread_name_prefix="podium-model")
         self.secrets = Secrets(config.secrets_dir)
         #: how request objects reach models in worker processes
@@ -225,8 +233,13 @@ class Podium:
     async def start(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
         loop = asyncio.get_running_loop()
-        self.authorizer = self._keys()
         config = self.config
+        # Before any model is built: its instances make spans from the start. The SDK is
+        # imported only if tracing is on.
+        self.tracing = start_tracing(config.otel, provider=self._tracer_provider)
+        if self.tracing is not None:
+            logger.info("tracing on: OpenTelemetry spans for every request")
+        self.authorizer = self._keys()
         check_exposure(
             config.management_host,
             keys=self.authorizer is not None,
@@ -530,6 +543,9 @@ class Podium:
         if self.authorizer is not None:
             self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.tracing is not None:  # the spans still waiting are exported
+            tracing, self.tracing = self.tracing, None
+            await asyncio.to_thread(tracing.close)
 
     def kill_workers(self) -> int:
         """Kill every worker process now (a forced stop); how many were sent SIGKILL."""

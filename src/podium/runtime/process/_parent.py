@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ... import tracing
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
 from ...logs import current_format
@@ -240,6 +241,7 @@ class ProcessWorker:
         self._codec = codec
         self._gate = pool.gate
         self._label = pool.label
+        self._model, self._version = config.name, config.version  # what its spans name
         self._on_exit = pool.worker_exited
         self._batching = config.batch_size > 1
         self._timeout = config.response_timeout_s
@@ -513,7 +515,13 @@ class ProcessWorker:
             with contextlib.suppress(WorkerGone):
                 self._send(Cancel(cid))
 
-    async def _call(self, request: type[Infer | Batch], inputs: Any, snapshot: Any) -> Any:
+    async def _call(
+        self, request: type[Infer | Batch], inputs: Any, snapshot: Any, traced: bool = False
+    ) -> Any:
+        hooks = tracing.hooks
+        if hooks is not None and not traced:  # its span, around this same call
+            with hooks.remote(self._model, self._version, self.pid):
+                return await self._call(request, inputs, snapshot, True)
         cid, call = self._begin(request, inputs, snapshot, stream=False)
         assert call.future is not None
         try:
@@ -538,7 +546,21 @@ class ProcessWorker:
             raise
         return await self._call(Batch, inputs, snapshots)
 
-    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        hooks = tracing.hooks
+        if hooks is None:
+            return self._items(inputs, request)
+        return self._traced(hooks, inputs, request)
+
+    async def _traced(
+        self, hooks: tracing.Hooks, inputs: Any, request: Any
+    ) -> AsyncGenerator[Any, None]:
+        with hooks.remote(self._model, self._version, self.pid):
+            async with contextlib.aclosing(self._items(inputs, request)) as items:
+                async for item in items:
+                    yield item
+
+    async def _items(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         try:
             snapshot = await self._snapshot(request)
         except BaseException:
