@@ -232,6 +232,24 @@ async def test_a_process_workers_request_has_its_predict_span_from_the_server() 
     assert attributes["podium.worker.pid"] not in (0, os.getpid())  # its worker process
 
 
+@pytest.mark.anyio
+async def test_a_process_workers_stream_has_one_predict_span_to_its_end() -> None:
+    async with serving("count-proc") as (podium, exporter):
+        url = podium.addresses["http-inference"]
+        async with (
+            httpx.AsyncClient() as client,
+            client.stream("POST", f"{url}/v2/models/count-proc/infer_stream", json=BODY) as sse,
+        ):
+            events = [line async for line in sse.aiter_lines() if line.startswith("data:")]
+        assert len(events) == 3
+        found = await spans(exporter, 2)
+    (server,) = named(found, "POST /v2/models/{model}/infer_stream")
+    (predict,) = named(found, "predict")
+    assert child_of(predict, server)
+    assert dict(predict.attributes or {})["podium.worker.pid"] not in (0, os.getpid())
+    assert server.start_time <= predict.start_time <= predict.end_time <= server.end_time
+
+
 # -- off by default; on by the standard variables ------------------------------------------------
 
 _PROBE = """
