@@ -149,6 +149,29 @@ async def test_a_request_without_a_traceparent_starts_a_trace_of_its_own() -> No
 
 
 @pytest.mark.anyio
+async def test_a_request_its_client_did_not_sample_records_nothing() -> None:
+    async with serving("batch-tell", "tell") as (podium, exporter):
+        url = podium.addresses["http-inference"]
+        unsampled = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"}
+        async with httpx.AsyncClient() as client:
+            answers = await asyncio.gather(
+                *(
+                    client.post(f"{url}/v2/models/batch-tell/infer", json=BODY, headers=unsampled)
+                    for _ in range(2)
+                )
+            )
+            assert [a.status_code for a in answers] == [200, 200]
+            # then a sampled one: its spans are there, so none were missed by waiting too little
+            await client.post(f"{url}/v2/models/tell/infer", json=BODY)
+        found = await spans(exporter, 1)
+    assert not named(found, "batch") and not named(found, "queue")
+    # the sampled request's two; and the model's own span, a root now (no batch span around it)
+    assert {s.name for s in found} <= {"POST /v2/models/{model}/infer", "predict", "model.work"}
+    assert all(s.parent is None for s in named(found, "model.work"))
+    assert all(format(s.context.trace_id, "032x") != TRACE_ID for s in found)
+
+
+@pytest.mark.anyio
 async def test_a_grpc_call_is_a_server_span_under_the_metadatas_trace() -> None:
     pb = podium_messages()
     async with serving("tell") as (podium, exporter):

@@ -242,6 +242,9 @@ class OtelHooks:
     def remote(self, model: str, version: str | None, pid: int | None) -> Iterator[None]:
         # Not made current: a stream's generator ends in whichever context closes it, and
         # nothing in this process runs under it.
+        if not self._trace.get_current_span().is_recording():
+            yield
+            return
         attributes = _model_attributes(model, version)
         attributes["podium.worker.pid"] = pid or 0
         span = self._tracer.start_span("predict", attributes=attributes)
@@ -257,6 +260,9 @@ class OtelHooks:
     @contextlib.contextmanager
     def batch(self, waiting: list[Any]) -> Iterator[Any]:
         found = [w for w in waiting if w is not None]
+        if not found:  # no request of the batch is recorded (the sampler left them out)
+            yield None
+            return
         links = [self._Link(context) for context, _ in found]
         with self._tracer.start_as_current_span(
             "batch",
@@ -276,11 +282,17 @@ class OtelHooks:
 
 class _TracedInstance:
     """A model instance with a span around each ``preprocess``, ``predict`` (a stream: from its
-    first item asked to its end) and ``postprocess``; everything else is the instance's own."""
+    first item asked to its end) and ``postprocess``; everything else is the instance's own.
+
+    Only under a span that records: a request the sampler left out (its server span does not
+    record) runs the instance's own methods, with no span made for it."""
 
     def __init__(self, inner: ModelInstance, tracer: Any, attributes: dict[str, Any]) -> None:
+        from opentelemetry.trace import get_current_span
+
         self._inner = inner
         self._tracer = tracer
+        self._current = get_current_span
         self.capabilities = inner.capabilities
         self._attributes = attributes
 
@@ -288,24 +300,32 @@ class _TracedInstance:
         return getattr(self._inner, name)
 
     async def preprocess(self, inputs: Any, request: Any) -> Any:
+        if not self._current().is_recording():
+            return await self._inner.preprocess(inputs, request)
         with self._tracer.start_as_current_span("preprocess", attributes=self._attributes):
             return await self._inner.preprocess(inputs, request)
 
     async def predict(self, inputs: Any, request: Any) -> Any:
+        if not self._current().is_recording():
+            return await self._inner.predict(inputs, request)
         with self._tracer.start_as_current_span("predict", attributes=self._attributes):
             return await self._inner.predict(inputs, request)
 
     async def postprocess(self, outputs: Any, request: Any) -> Any:
+        if not self._current().is_recording():
+            return await self._inner.postprocess(outputs, request)
         with self._tracer.start_as_current_span("postprocess", attributes=self._attributes):
             return await self._inner.postprocess(outputs, request)
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        return self._stream(self._inner.predict_stream(inputs, request))
+        items = self._inner.predict_stream(inputs, request)
+        return self._stream(items) if self._current().is_recording() else items
 
     def predict_input_stream(
         self, inputs: AsyncIterator[Any], request: Any
     ) -> AsyncGenerator[Any, None]:
-        return self._stream(self._inner.predict_input_stream(inputs, request))
+        items = self._inner.predict_input_stream(inputs, request)
+        return self._stream(items) if self._current().is_recording() else items
 
     async def _stream(self, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
         # Not made current: an async generator's frames run in whichever context reads it.

@@ -52,6 +52,7 @@ class AccessMiddleware:
         self.ids = ids
         self._routes = routes.names()
         self._normalize = normalize
+        self._templates: dict[Route, str] = {}  # each route's path template, made once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,7 +108,11 @@ class AccessMiddleware:
             access.peer = f"{client[0]}:{client[1]}"
         hooks = tracing.hooks
         if access.span is not None and hooks is not None:
-            template = None if route is None else route.template
+            template = None
+            if route is not None:
+                template = self._templates.get(route)
+                if template is None:
+                    template = self._templates[route] = route.template
             hooks.http_ended(access.span, access, template)
         self.log.write(access)
 
