@@ -327,6 +327,19 @@ def test_the_standard_variables_turn_tracing_on() -> None:
     assert not wanted(False, {"OTEL_TRACES_EXPORTER": "none"})
 
 
+def test_tracing_asked_for_without_the_sdk_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from podium.server import TracingUnavailable
+    from podium.server._otel import start
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if not installed
+    with pytest.raises(TracingUnavailable, match=r"pip install 'podium\[otel\]'"):
+        start(True)
+    assert tracing.hooks is None
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    assert start(False) is None  # not asked: nothing is imported, nothing refused
+
+
 def test_the_exporter_is_the_one_the_variables_name(monkeypatch: pytest.MonkeyPatch) -> None:
     from podium.server import TracingUnavailable
 
