@@ -138,6 +138,8 @@ def _sender(send: Send, access: Access, counting: bool) -> Send:
         if message["type"] == "http.response.start":
             access.status = message["status"]
             headers: Any = message.get("headers", ())
+            if any(key.lower() == ID_HEADER for key, _ in headers):  # a model set one: ours only
+                headers = [(key, value) for key, value in headers if key.lower() != ID_HEADER]
             message = {**message, "headers": [*headers, (ID_HEADER, access.id.encode())]}
         elif counting:
             body = message.get("body")
