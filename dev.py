@@ -188,7 +188,8 @@ def _check_python() -> None:
 def _ensure_venv() -> None:
     _check_python()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    _install(VENV, wanted, [], "")
+    # the OpenTelemetry SDK too: the suite traces real requests (tests/server/test_traces_e2e.py)
+    _install(VENV, wanted, [], "", extras="dev,otel")
     _install_examples(VENV, wanted)
 
 

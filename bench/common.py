@@ -460,6 +460,8 @@ def podium_http_server(requested: str | None, srv: Server) -> str | None:
             return name
     text = srv.log_tail(20000).lower()
     found = [name for name in ("granian", "uvicorn") if name in text]
+    if not found and "--http-server" not in podium_help():
+        return "uvicorn"  # Podium's only HTTP server, whose start lines it keeps quiet
     return found[0] if len(found) == 1 else None
 
 

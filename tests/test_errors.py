@@ -7,7 +7,6 @@ import logging
 import pytest
 
 from podium import errors
-from podium._logs import MAX_LOG_LINE, MAX_LOG_MESSAGE, MAX_TRACEBACK, BoundedFormatter
 from podium.errors import (
     MAX_DETAILS,
     MAX_MESSAGE,
@@ -20,6 +19,7 @@ from podium.errors import (
     grpc_code,
     http_status,
 )
+from podium.logs import MAX_LOG_LINE, MAX_LOG_MESSAGE, MAX_TRACEBACK, BoundedFormatter
 
 
 def test_forbidden_is_403_and_permission_denied() -> None:

@@ -78,8 +78,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.errors",
             "podium.config",
             "podium._model_fields",
-            "podium._logs",
+            "podium.logs",
             "podium.metrics",
+            "podium.tracing",
         ),
     ),
 ]

@@ -27,6 +27,7 @@ def test_exported_names() -> None:
         "ResponseOutput",
         "Unavailable",
         "__version__",
+        "request_id",
     }
     for name in podium.__all__:
         assert hasattr(podium, name), name

@@ -29,6 +29,7 @@ from .types import (
     RequestInput,
     RequestOutput,
     ResponseOutput,
+    request_id,
 )
 
 __version__ = "0.1.0"
@@ -47,4 +48,5 @@ __all__ = [
     "ResponseOutput",
     "Unavailable",
     "__version__",
+    "request_id",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from ._logs import BoundedFormatter
+from . import logs
 from .config import ServerConfig, load_yaml
 from .errors import DefinitionError
 
@@ -382,6 +382,26 @@ def main() -> None:
     "refused, so that load balancers stop sending first [5 in a Kubernetes pod, else 0].",
 )
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Every log line as text, or as one JSON object per line for log shippers [text].",
+)
+@click.option(
+    "--access-log/--no-access-log",
+    default=None,
+    help="One line per request (logger podium.access, at info): protocol, route or RPC, model, "
+    "version, status, duration, bytes in and out, request id, peer [on].",
+)
+@click.option(
+    "--otel",
+    is_flag=True,
+    default=None,
+    help="OpenTelemetry spans for every request, exported over OTLP as the standard OTEL_* "
+    "variables say; needs podium[otel] [off; on when OTEL_TRACES_EXPORTER or an "
+    "OTEL_EXPORTER_OTLP_*ENDPOINT is set].",
+)
 def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> None:
     """Serve the models at PATHS (model files, model directories or model repositories)."""
     config = _merge(config_file, flags)
@@ -390,11 +410,13 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
         )
-    handler = logging.StreamHandler(sys.stderr)
     # Bounded: no request can make the server write megabytes to its log (docs/security.md).
-    handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
-    from .server import Podium, UnsafeExposure
+    logs.configure(config.log_level.upper(), config.log_format)
+    # Worker processes are started by fork and exec (uvloop's spawn forks), and nothing runs
+    # gRPC in a forked child: grpc's fork handlers would only log "Other threads are currently
+    # calling into gRPC, skipping fork() handlers" for each one. Read when grpc starts.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    from .server import Podium, TracingUnavailable, UnsafeExposure
 
     podium = Podium(config, all_paths)
 
@@ -423,6 +445,10 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
             return 1
         except UnsafeExposure as exc:
             click.echo(f"podium: refusing to start: {exc}", err=True)
+            await podium.stop()
+            return 1
+        except TracingUnavailable as exc:
+            click.echo(f"podium: cannot trace: {exc}", err=True)
             await podium.stop()
             return 1
         code = await podium.shutdown(await signalled)

@@ -299,6 +299,12 @@ class ServerConfig:
     secrets_dir: Path | None = None
     threads: int = 64
     log_level: str = "info"
+    # Logs and traces (docs/operations.md): one access line per request (podium.access, INFO);
+    # every line as text or as JSON; OpenTelemetry spans (also on when the standard OTEL_*
+    # variables name an exporter or an endpoint).
+    access_log: bool = True
+    log_format: str = "text"
+    otel: bool = False
     models: tuple[str, ...] = ()
     # Shutdown (docs/operations.md): seconds calls in flight get to finish after SIGTERM, and
     # seconds between readiness turning false and new connections being refused (None: 5 in a
@@ -400,6 +406,13 @@ class ServerConfig:
             raise ValueError(
                 f"log-level must be debug, info, warning or error, got {self.log_level!r}"
             )
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log-format must be text or json, got {self.log_format!r}")
+        for name in ("access_log", "otel"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be true or false, got {getattr(self, name)!r}"
+                )
         self._check_management()
         self._check_connection_limits()
         self._check_grpc_limits()

@@ -40,6 +40,7 @@ __all__ = [
     "Protocol",
     "Reply",
     "RepositoryModel",
+    "RequestInfo",
     "RequestInput",
     "RequestOutput",
     "ResponseOutput",
@@ -50,6 +51,8 @@ __all__ = [
     "TensorSpec",
     "WireInput",
     "WireProtocol",
+    "current_request",
+    "request_id",
 ]
 
 Parameters = dict[str, Any]
@@ -254,10 +257,13 @@ class InputKind(enum.Enum):
 
 class WireInput(msgspec.Struct, frozen=True):
     """A call's payload as :attr:`InputKind.RAW` gives it, with the protocol the call came on:
-    what an adapter that answers each protocol its own way receives (``InputKind.WIRE``)."""
+    what an adapter that answers each protocol its own way receives (``InputKind.WIRE``).
+    ``request_id``: the call's request id (:func:`request_id`), for adapters that hand each
+    request of a batch its own (TorchServe's ``context.request_ids``)."""
 
     protocol: WireProtocol
     payload: Any
+    request_id: str | None = None
 
 
 class Call(msgspec.Struct):
@@ -456,6 +462,35 @@ END: Final = _End()
 current_context: ContextVar[Context | list[Context] | None] = ContextVar(
     "podium_current_context", default=None
 )
+
+
+class RequestInfo:
+    """The request being served, as every layer may see it (:data:`current_request`): its id
+    (the client's ``X-Request-ID`` / ``x-request-id`` / OIP ``id``, or one the server made), and
+    the model and version it addresses once the data plane has found them. Front ends keep
+    more in a subclass (the access log's fields)."""
+
+    __slots__ = ("id", "model", "version")
+
+    def __init__(self, id: str) -> None:
+        self.id = id
+        self.model: str | None = None
+        self.version: str | None = None
+
+
+#: The request the current task (or the model thread it runs) serves; None outside a request
+#: and in a batch (which serves several). Set by the front end for each request, copied into
+#: the threads that run sync model code, and read by the log lines (``podium.logs``).
+current_request: ContextVar[RequestInfo | None] = ContextVar("podium_current_request", default=None)
+
+
+def request_id() -> str | None:
+    """The id of the request being served (``X-Request-ID`` / gRPC ``x-request-id`` / the OIP
+    request ``id`` when the client sent one, else one the server made; the same id is in the
+    response and in every log line about the request); None outside a request and inside a
+    batched ``predict``, which serves several."""
+    info = current_request.get()
+    return None if info is None else info.id
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from ..types import (
     SequenceRef,
     WireInput,
     WireProtocol,
+    request_id,
 )
 
 __all__ = ["gather", "inputs_of", "oip_response", "take_headers"]
@@ -59,7 +60,7 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
             return request, request
         if kind is InputKind.RAW:
             return _builtins(request), request
-        return WireInput(protocol, _builtins(request)), request
+        return WireInput(protocol, _builtins(request), request_id()), request
     if kind is InputKind.OIP_REQUEST:
         try:
             if isinstance(raw, bytes | str):
@@ -79,7 +80,7 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     if kind is InputKind.SCHEMA:
         return inst.validate(raw), None
     if kind is InputKind.WIRE:
-        return WireInput(protocol, raw), None
+        return WireInput(protocol, raw, request_id()), None
     return raw, None
 
 

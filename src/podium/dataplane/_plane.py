@@ -27,6 +27,7 @@ from ..types import (
     SequenceRef,
     ServerMetadata,
     WireProtocol,
+    current_request,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
 from ._flight import InFlight
@@ -179,9 +180,16 @@ class DataPlane:
 
         Front ends call this before reading the body, then look at what the model asks for
         (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass
-        it on to :meth:`infer` / :meth:`stream`, so one call costs one lookup.
+        it on to :meth:`infer` / :meth:`stream`, so one call costs one lookup. The request
+        being served (:data:`~podium.types.current_request`) names the version from then on
+        (its access line, its span).
         """
-        return self._registry.ready(model, version)
+        mv = self._registry.ready(model, version)
+        info = current_request.get()
+        if info is not None:
+            info.model = mv.name
+            info.version = mv.version
+        return mv
 
     async def infer(self, call: Call, mv: ModelVersion | None = None) -> Answer:
         """Run ``call`` to completion. A streaming model's items are gathered into one value.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -35,8 +36,11 @@ async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> An
     If the caller is cancelled, a call still queued in the pool never runs; one already running
     cannot be stopped, so the cancellation waits for it to return. The caller's resources (a
     predict slot) are then held exactly as long as the user's code really runs.
+
+    ``fn`` runs in a copy of the caller's context (as ``asyncio.to_thread`` runs it): the request
+    it serves (its id in the model's log lines, ``podium.request_id()``) and its span go along.
     """
-    future = executor.submit(functools.partial(fn, *args))
+    future = executor.submit(contextvars.copy_context().run, functools.partial(fn, *args))
     waiter = asyncio.wrap_future(future)
     waiter.add_done_callback(_retrieve)  # after a cancel nobody reads its error: no log noise
     try:
@@ -72,11 +76,12 @@ async def iterate_sync(
                 logger.exception("model '%s' generator raised while closing", model)
 
     loop = asyncio.get_running_loop()
+    run = contextvars.copy_context().run  # the request's context, in the pool's threads too
     finished = False
     try:
         while True:
             try:
-                item = await loop.run_in_executor(executor, step)
+                item = await loop.run_in_executor(executor, run, step)
             except Exception as exc:
                 finished = True
                 raise model_error(model, "predict", exc) from exc

@@ -21,6 +21,7 @@ import collections
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from .. import tracing
 from ..errors import BadModelOutput, QueueFull
 from ._clock import SYSTEM_CLOCK, Clock
 from ._scheduler import TaskSet
@@ -35,10 +36,11 @@ class Pending:
     """One request in a batch queue: what it runs with, and its answer (``future``).
 
     ``tag`` is the owner's (a sequence's Context); ``task`` is the batch it runs in once its
-    batch closed; ``slot`` is where it ran, once answered.
+    batch closed; ``slot`` is where it ran, once answered; ``trace``: where its span was when it
+    joined, while tracing is on (``podium.tracing``).
     """
 
-    __slots__ = ("inputs", "request", "tag", "future", "arrived", "task", "slot")
+    __slots__ = ("inputs", "request", "tag", "future", "arrived", "task", "slot", "trace")
 
     def __init__(
         self, inputs: Any, request: Any, tag: Any, future: asyncio.Future[Any], arrived: float
@@ -50,6 +52,7 @@ class Pending:
         self.arrived = arrived
         self.task: asyncio.Task[None] | None = None
         self.slot: Any = None
+        self.trace: Any = None
 
 
 class BatchCollector(Generic[S]):
@@ -126,6 +129,9 @@ class BatchCollector(Generic[S]):
         pending = Pending(
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
+        hooks = tracing.hooks
+        if hooks is not None:
+            pending.trace = hooks.waiting()
         queue.append(pending)
         self._arrived.set()
         if self._collector is None:
@@ -208,7 +214,12 @@ class BatchCollector(Generic[S]):
             for p in batch:
                 queue.add(int((now - p.arrived) * 1e9))
         try:
-            outputs = await self._run(slot, batch)
+            hooks = tracing.hooks
+            if hooks is None:
+                outputs = await self._run(slot, batch)
+            else:  # the batch's span, linked to each request's (and theirs to it)
+                with hooks.batch([p.trace for p in batch]):
+                    outputs = await self._run(slot, batch)
             self._check(outputs, len(batch))
         except self._retry_on:
             # never reached the slot: back to the front of the line, in order

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .. import tracing
 from ..errors import QueueFull, Unavailable
 from ._line import Line
 
@@ -121,7 +122,11 @@ class WorkerGate:
         line = self._line
         if line.full():
             raise QueueFull.of(self._model, line.waiting, self._max_waiting)
-        return await line.wait()
+        hooks = tracing.hooks  # only a request that waits pays for this test
+        if hooks is None:
+            return await line.wait()
+        with hooks.queue():
+            return await line.wait()
 
     async def acquire_on(self, worker: Any) -> Any:
         """A slot on ``worker`` itself, for a request pinned to it: at once if one is free and
@@ -134,7 +139,11 @@ class WorkerGate:
         pinned = self._pinned.get(worker)
         if pinned is None:
             pinned = self._pinned[worker] = Line(self.release)
-        return await pinned.wait()
+        hooks = tracing.hooks
+        if hooks is None:
+            return await pinned.wait()
+        with hooks.queue():
+            return await pinned.wait()
 
     def release(self, worker: Any) -> None:
         """The request is done with ``worker``'s slot: it goes to the oldest waiter, if any."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -157,8 +158,10 @@ class TaskSet:
         return len(self._tasks)
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``coro`` in a task of this set (it leaves the set when it ends)."""
-        task = asyncio.get_running_loop().create_task(coro)
+        """Run ``coro`` in a task of this set (it leaves the set when it ends), in a context of
+        its own: it serves no one request (a collector, a batch), so it does not carry the
+        request id (nor the span) of the request that happened to start it."""
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -191,7 +192,10 @@ class ContinuousScheduler:
         for worker in self._gate.workers:
             if worker.state is _READY and worker not in self._lanes:
                 lane = self._lanes[worker] = _Lane(worker)
-                lane.task = asyncio.get_running_loop().create_task(self._run_lane(lane))
+                # a context of its own: the lane serves every request, not the one that opened it
+                lane.task = asyncio.get_running_loop().create_task(
+                    self._run_lane(lane), context=contextvars.Context()
+                )
 
     def _place(self, req: _Request) -> None:
         """Into the least-loaded lane with room, else the back of the line (or refused)."""

@@ -11,6 +11,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from .. import tracing
 from ..errors import DefinitionError
 from ..metrics import recording_to
 from ..model import (
@@ -107,18 +108,29 @@ def prepare(source: ModelSource) -> Any:
 def build_instance(
     source: ModelSource, prepared: Any, *, secrets: Mapping[str, str], executor: Executor
 ) -> ModelInstance:
-    """One instance of a prepared model (its ``__init__`` / ``initialize`` runs here)."""
+    """One instance of a prepared model (its ``__init__`` / ``initialize`` runs here); with
+    tracing on, one whose preprocess, predict and postprocess make spans."""
+    instance: ModelInstance
     if source.contract is Contract.TORCHSERVE:
-        return torchserve.build(source, prepared, secrets=secrets, executor=executor)
-    if source.contract is Contract.MLSERVER:
-        return mlserver.build(source, prepared, secrets=secrets, executor=executor)
-    try:
-        return NativeModel(
-            prepared, source.config, model_dir=source.model_dir, secrets=secrets, executor=executor
-        )
-    except DefinitionError as exc:  # __init__ raised: name the file too
-        problems = [f"{p} ({source.file})" for p in exc.problems]
-        raise DefinitionError("; ".join(problems), problems) from exc
+        instance = torchserve.build(source, prepared, secrets=secrets, executor=executor)
+    elif source.contract is Contract.MLSERVER:
+        instance = mlserver.build(source, prepared, secrets=secrets, executor=executor)
+    else:
+        try:
+            instance = NativeModel(
+                prepared,
+                source.config,
+                model_dir=source.model_dir,
+                secrets=secrets,
+                executor=executor,
+            )
+        except DefinitionError as exc:  # __init__ raised: name the file too
+            problems = [f"{p} ({source.file})" for p in exc.problems]
+            raise DefinitionError("; ".join(problems), problems) from exc
+    hooks = tracing.hooks
+    if hooks is None:
+        return instance
+    return hooks.instance(instance, source.config.name, source.config.version)
 
 
 def build_version(

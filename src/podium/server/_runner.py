@@ -17,6 +17,7 @@ from typing import Any
 from ..config import Secrets, ServerConfig
 from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ..types import ModelState
+from ._access import AccessLog, RequestIds
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
@@ -27,12 +28,19 @@ from ._limits import (
     raise_open_files_limit,
 )
 from ._metrics import MetricsApp, PodiumCollector, metrics_registry
+from ._otel import start as start_tracing
 from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
-from .http import HttpApp
-from .management import Management, ManagementApp, UrlPolicy, render_unauthenticated
+from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp
+from .management import (
+    MANAGEMENT_ROUTES,
+    Management,
+    ManagementApp,
+    UrlPolicy,
+    render_unauthenticated,
+)
 
 __all__ = ["Podium", "bind"]
 
@@ -94,6 +102,7 @@ class _Uvicorn:
                 return contextlib.nullcontext()
 
         self.server = Server(config)
+        _quiet_uvicorn()
         self.sock = sock
         self.graceful = graceful
         self.task: asyncio.Task[None] | None = None
@@ -151,13 +160,48 @@ class _Uvicorn:
             )
 
 
+#: uvicorn's start and stop lines: one of each per listener (Podium runs several) and nothing
+#: Podium's own ready, shutdown and stop lines do not say.
+_UVICORN_LIFECYCLE = frozenset(
+    {
+        "Started server process [%d]",
+        "Waiting for application startup.",
+        "Application startup complete.",
+        "Shutting down",
+        "Waiting for application shutdown.",
+        "Application shutdown complete.",
+        "Finished server process [%d]",
+        "Waiting for connections to close. (CTRL+C to force quit)",
+        "Waiting for background tasks to complete. (CTRL+C to force quit)",
+    }
+)
+
+
+def _not_lifecycle(record: logging.LogRecord) -> bool:
+    return record.msg not in _UVICORN_LIFECYCLE
+
+
+def _quiet_uvicorn() -> None:
+    """Leave uvicorn's start and stop lines out of the log (its warnings and errors stay)."""
+    logger = logging.getLogger("uvicorn.error")
+    if _not_lifecycle not in logger.filters:
+        logger.addFilter(_not_lifecycle)
+
+
 class Podium:
     """A running Podium: data plane (over a registry) and listeners, built from a
     ``ServerConfig``."""
 
-    def __init__(self, config: ServerConfig, paths: list[Path]) -> None:
+    def __init__(
+        self, config: ServerConfig, paths: list[Path], *, tracer_provider: Any = None
+    ) -> None:
+        """``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to make spans with,
+        which turns tracing on (tests pass one with the SDK's in-memory exporter); without it
+        ``--otel`` and the ``OTEL_*`` variables decide (``_otel.py``)."""
         self.config = config
         self.paths = paths
+        self._tracer_provider = tracer_provider
+        self.tracing: Any = None  # _otel.Tracing while tracing is on
         self.executor = ThreadPoolExecutor(config.threads, thread_name_prefix="podium-model")
         self.secrets = Secrets(config.secrets_dir)
         #: how request objects reach models in worker processes
@@ -173,6 +217,9 @@ class Podium:
                 max_size=config.max_shm_size,
             ),
         )
+        #: every request's access line (``--access-log``) and the ids of requests
+        self.access_log = AccessLog(config.access_log)
+        self.request_ids = RequestIds()
         self.addresses: dict[str, str] = {}
         self._guards: dict[str, ConnectionGuard] = {}
         self._limits: ConnectionLimits | None = None
@@ -188,8 +235,13 @@ class Podium:
     async def start(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
         """Import every model (raising ``DefinitionError``), bind, serve, then load the models."""
         loop = asyncio.get_running_loop()
-        self.authorizer = self._keys()
         config = self.config
+        # Before any model is built: its instances make spans from the start. The SDK is
+        # imported only if tracing is on.
+        self.tracing = start_tracing(config.otel, provider=self._tracer_provider)
+        if self.tracing is not None:
+            logger.info("tracing on: OpenTelemetry spans for every request")
+        self.authorizer = self._keys()
         check_exposure(
             config.management_host,
             keys=self.authorizer is not None,
@@ -214,6 +266,7 @@ class Podium:
         )
         if inference_keys is not None:
             app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
+        app = self._observed(app, INFERENCE_ROUTES)  # outermost: refused requests have lines
         await self._serve_http("http-inference", app, self.config.host, self.config.http_port)
         grpc_server = GrpcServer(
             inference_services(
@@ -229,6 +282,7 @@ class Podium:
             threads=self.config.grpc_threads,
             authorize=None if inference_keys is None else self._authorize_inference,
             limits=self._grpc_limits,
+            access=(self.access_log, self.request_ids),
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
@@ -394,6 +448,12 @@ class Podium:
         self._servers.append(server)
         self._guards[name] = guard
 
+    def _observed(self, app: Any, routes: Any, *, normalize: bool = False) -> Any:
+        """``app`` with every request's id, access line and span (``http/_access.py``)."""
+        return AccessMiddleware(
+            app, log=self.access_log, ids=self.request_ids, routes=routes, normalize=normalize
+        )
+
     def connection_statistics(self) -> dict[str, ConnectionStatistics]:
         """Each HTTP listener's connections and limit counters, by listener name."""
         return {name: guard.statistics() for name, guard in self._guards.items()}
@@ -421,7 +481,8 @@ class Podium:
             app,
             allowed_hosts=config.management_allowed_hosts,
             allowed_origins=config.management_allowed_origins,
-        )  # outermost: a web page's request is refused before anything, key checks included
+        )  # a web page's request is refused before anything, key checks included
+        app = self._observed(app, MANAGEMENT_ROUTES, normalize=True)  # and logged
         await self._serve_http(
             "http-management", app, config.management_host, config.management_port
         )
@@ -433,6 +494,7 @@ class Podium:
             grace=config.graceful_timeout,
             threads=0,  # grpc.aio: management calls are few, and none holds a thread
             limits=self._grpc_limits,
+            access=(self.access_log, self.request_ids),
         )
         self.addresses["grpc-management"] = await grpc_server.start()
         self._servers.append(grpc_server)
@@ -503,6 +565,9 @@ class Podium:
         if self.authorizer is not None:
             self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.tracing is not None:  # the spans still waiting are exported
+            tracing, self.tracing = self.tracing, None
+            await asyncio.to_thread(tracing.close)
 
     def kill_workers(self) -> int:
         """Kill every worker process now (a forced stop); how many were sent SIGKILL."""

@@ -34,7 +34,14 @@ from ...errors import (
     Unavailable,
 )
 from ...metrics import current_store, recording_to
-from ...types import Capabilities, Generation, InferenceResponse, InputKind, ResponseOutput
+from ...types import (
+    Capabilities,
+    Generation,
+    InferenceResponse,
+    InputKind,
+    ResponseOutput,
+    request_id,
+)
 from .._calls import model_error, run_sync, validation_failed
 from . import _batch
 
@@ -211,7 +218,9 @@ class MLServerModel:
                 raise
             raise failed from exc
         if payload.id is None:
-            payload.id = str(uuid.uuid4())  # MLServer's data plane gives every request an id
+            # MLServer's data plane gives every request an id: Podium's is the request's own
+            # (the access log's, podium.request_id()), else a fresh uuid
+            payload.id = request_id() or str(uuid.uuid4())
         headers = getattr(request, "headers", None)
         if headers is not None:
             if payload.parameters is None:

@@ -165,6 +165,12 @@ def _gpu_id(name: str, settings: TsSettings) -> int | None:
 # -- what a handler receives --------------------------------------------------------------
 
 
+def _request_id(value: Any) -> str:
+    """A request's id: the one it came with (:class:`WireInput`), else a fresh uuid."""
+    found = value.request_id if isinstance(value, WireInput) else None
+    return found or str(uuid.uuid4())
+
+
 def _unwrap(value: Any) -> tuple[WireProtocol, Any]:
     """A request's protocol and payload. The data plane hands a handler a :class:`WireInput`
     (``InputKind.WIRE``); a bare payload (a direct call, as in tests) is TorchServe's REST body."""
@@ -462,7 +468,9 @@ class TorchServeModel:
             item = self._finish(processors[idx], value, protocol, final=False)
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        future = self._executor.submit(self._handle, [inputs], [request], emit, contexts)
+        future = self._executor.submit(
+            contextvars.copy_context().run, self._handle, [inputs], [request], emit, contexts
+        )
         done = asyncio.wrap_future(future)
         done.add_done_callback(lambda _: queue.put_nowait(END))
         try:
@@ -509,7 +517,9 @@ class TorchServeModel:
             data.append(row)
             processors.append(RequestProcessor(headers))
         batch = self.context._batch
-        ids = {i: str(uuid.uuid4()) for i in range(count)}
+        # Each request's own id (the access log's, podium.request_id()), as TorchServe's
+        # frontend gives each request one; a bare call's (in tests) a fresh uuid.
+        ids = {i: _request_id(value) for i, value in enumerate(inputs)}
         try:
             try:
                 ret = self._call_handler(data, ids, processors, emit, "")
@@ -550,7 +560,7 @@ class TorchServeModel:
                 sequence = contexts[i] if contexts is not None else None
                 if sequence is not None:
                     _sequence_headers(headers, sequence)
-                state[_TS_ID] = str(uuid.uuid4())
+                state[_TS_ID] = _request_id(gen.inputs)
                 state[_TS_HEADERS] = headers
             else:
                 row = {}  # cached in the backend: TorchServe sends no parameters again

@@ -35,11 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from ... import logs
 from ...config import Secrets
 from ...errors import ModelError, PodiumError
 from ...metrics import MetricStore, recording_to
 from ...model import model_error
-from ...types import ModelInstance
+from ...types import ModelInstance, RequestInfo, current_request
 from ._messages import (
     Answer,
     Batch,
@@ -178,10 +179,13 @@ class Child(asyncio.Protocol):
         config = init.source.config
         self.name = config.name
         self.stream_buffer = config.stream_buffer
-        logging.basicConfig(
-            level=init.log_level,
-            format=f"%(asctime)s %(levelname)s %(name)s [worker {init.worker} pid {os.getpid()}]: %(message)s",
-            stream=sys.stderr,
+        # The server's format, bounded, each line naming this worker and the request it is about.
+        pid = os.getpid()
+        logs.configure(
+            init.log_level,
+            init.log_format,
+            tag=f"worker {init.worker} pid {pid}",
+            static={"worker": init.worker, "pid": pid},
         )
         secrets = init.secrets
         if isinstance(secrets, EnvSecrets):
@@ -252,6 +256,8 @@ class Child(asyncio.Protocol):
         self, message: Infer | Stream | Batch, gone: asyncio.Event, window: _Window
     ) -> None:
         cid = message.cid
+        if not isinstance(message, Batch) and message.request_id is not None:
+            current_request.set(RequestInfo(message.request_id))  # this request's own task
         try:
             match message:
                 case Infer():

@@ -107,6 +107,7 @@ class Init(msgspec.Struct):
     worker: str
     threads: int
     log_level: int
+    log_format: str = "text"  # the server's --log-format
 
 
 class Infer(msgspec.Struct):
@@ -114,6 +115,7 @@ class Infer(msgspec.Struct):
     cid: int
     inputs: Any
     request: Any  # the request snapshot, or None
+    request_id: str | None = None  # the request's id: its model's log lines name it
 
 
 class Stream(msgspec.Struct):
@@ -121,6 +123,7 @@ class Stream(msgspec.Struct):
     cid: int
     inputs: Any
     request: Any
+    request_id: str | None = None
 
 
 class Batch(msgspec.Struct):

@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ... import tracing
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...types import END, Capabilities, Generation, ModelInstance
+from ...logs import current_format
+from ...types import END, Capabilities, Generation, ModelInstance, request_id
 from .._stats import VersionStats
 from ..workers import (
     Failure,
@@ -242,6 +244,7 @@ class ProcessWorker:
         self._gate = pool.gate
         self._stats = pool.stats
         self._label = pool.label
+        self._model, self._version = config.name, config.version  # what its spans name
         self._on_exit = pool.worker_exited
         self._batching = config.batch_size > 1
         self._timeout = config.response_timeout_s
@@ -491,7 +494,10 @@ class ProcessWorker:
         cid = next(self._ids)
         call = _Call(None if stream else asyncio.get_running_loop().create_future())
         try:
-            self._send(request(cid, inputs, snapshot))
+            if request is Batch:  # serves several requests
+                self._send(request(cid, inputs, snapshot))
+            else:
+                self._send(request(cid, inputs, snapshot, request_id()))  # type: ignore[call-arg]
         except WorkerGone:
             self._release()
             raise
@@ -517,7 +523,13 @@ class ProcessWorker:
             with contextlib.suppress(WorkerGone):
                 self._send(Cancel(cid))
 
-    async def _call(self, request: type[Infer | Batch], inputs: Any, snapshot: Any) -> Any:
+    async def _call(
+        self, request: type[Infer | Batch], inputs: Any, snapshot: Any, traced: bool = False
+    ) -> Any:
+        hooks = tracing.hooks
+        if hooks is not None and not traced:  # its span, around this same call
+            with hooks.remote(self._model, self._version, self.pid):
+                return await self._call(request, inputs, snapshot, True)
         cid, call = self._begin(request, inputs, snapshot, stream=False)
         assert call.future is not None
         try:
@@ -542,7 +554,21 @@ class ProcessWorker:
             raise
         return await self._call(Batch, inputs, snapshots)
 
-    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        hooks = tracing.hooks
+        if hooks is None:
+            return self._items(inputs, request)
+        return self._traced(hooks, inputs, request)
+
+    async def _traced(
+        self, hooks: tracing.Hooks, inputs: Any, request: Any
+    ) -> AsyncGenerator[Any, None]:
+        with hooks.remote(self._model, self._version, self.pid):
+            async with contextlib.aclosing(self._items(inputs, request)) as items:
+                async for item in items:
+                    yield item
+
+    async def _items(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         try:
             snapshot = await self._snapshot(request)
         except BaseException:
@@ -604,7 +630,10 @@ def process_pool(
             descriptor=descriptor,
             codec=codec,
             init=msgspec.structs.replace(
-                init, worker=wid, log_level=logging.getLogger().getEffectiveLevel()
+                init,
+                worker=wid,
+                log_level=logging.getLogger().getEffectiveLevel(),
+                log_format=current_format(),
             ),
         )
 

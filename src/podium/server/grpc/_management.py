@@ -71,7 +71,7 @@ class ManagementService:
             )
             for name, handler in handlers.items()
         }
-        return Service(SERVICE, methods)
+        return Service(SERVICE, methods, protocol="management_grpc")
 
     def _wrap(
         self, name: str, handler: Callable[[Any], Awaitable[Outcome]]

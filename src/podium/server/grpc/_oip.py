@@ -50,6 +50,7 @@ from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, ModelMetadata, WireProtocol
 from .. import _repository, _sequences
+from .._access import adopt, with_request_id
 from .._headers import grpc_metadata
 from . import _memory
 from ._call import GrpcCall
@@ -217,7 +218,13 @@ class OipService:
         }
         methods.update(_memory.methods(self.dataplane, _unary))
         served = {} if self.triton else {"ModelStreamInfer": "inference.ModelInferResponse"}
-        return Service(SERVICE, methods, healthy=self.dataplane.ready, served_outputs=served)
+        return Service(
+            SERVICE,
+            methods,
+            healthy=self.dataplane.ready,
+            served_outputs=served,
+            protocol=WireProtocol.OIP_GRPC.value,
+        )
 
     # -- health and metadata ---------------------------------------------------------------
 
@@ -308,13 +315,15 @@ class OipService:
         return call, mv
 
     async def model_infer(self, message: Any, context: Any) -> Any:
+        adopt(message.id, context)  # the request's id, if the metadata named none
         call, mv = self._call(message, lambda: GrpcCall(context, _INFER_PATH))
         answer = await self.dataplane.infer(call, mv)
         sequence = answer.sequence
         if answer.headers or (sequence is not None and sequence.headers):
-            # Response headers the model set, as trailing metadata (as MLServer sends them).
+            # Response headers the model set, as trailing metadata (as MLServer sends them),
+            # and the request's id (set before, and replaced here).
             by_model = sequence.headers if sequence is not None else None
-            context.set_trailing_metadata(grpc_metadata(answer.headers, by_model))
+            context.set_trailing_metadata(with_request_id(grpc_metadata(answer.headers, by_model)))
         return _response(answer.value, message, self.raw)
 
     async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> None:

@@ -26,7 +26,9 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
+from .._access import AccessLog, RequestIds
 from . import _channelz
+from ._access import observed
 from ._errors import abort_with, unhandled_status
 from ._limits import GrpcLimits, StreamBudget
 from ._pool import reflection_pool
@@ -51,13 +53,14 @@ class Service:
     ``methods`` maps each method name to its handler. ``healthy`` says whether health reports it
     ``SERVING``. ``served_outputs`` names, per method, the message type actually sent where it
     differs from the ``.proto`` file (a server option can change it), so that reflection tells
-    the truth.
+    the truth. ``protocol``: what its calls' access lines name the protocol (``oip_grpc``, ...).
     """
 
     name: str
     methods: dict[str, grpc.RpcMethodHandler]
     healthy: Callable[[], bool] = _always
     served_outputs: dict[str, str] = field(default_factory=dict)
+    protocol: str = "grpc"
 
 
 class _Health:
@@ -95,6 +98,7 @@ class _Health:
                     self.Watch, request_deserializer=request, response_serializer=response
                 ),
             },
+            protocol="grpc_health",
         )
 
     def changed(self) -> None:
@@ -134,8 +138,9 @@ class GrpcServer:
     itself (slower per call, but streams hold no thread). The handlers are the same coroutines
     either way.
 
-    Messages larger than ``max_message_size`` bytes, either way, end the call with
-    ``RESOURCE_EXHAUSTED``. ``limits`` (default: ``GrpcLimits()``) bound connections, streams,
+    ``access``: the access log and the request ids every call gets (:mod:`._access`; None: no
+    line and no id, for servers that are not Podium's listeners). Messages larger than
+    ``max_message_size`` bytes, either way, end the call with ``RESOURCE_EXHAUSTED``. ``limits`` (default: ``GrpcLimits()``) bound connections, streams,
     pings and the life of a connection, either way (:mod:`._limits`). On a thread-pool server,
     streams (blocking ones and reflection's) hold at most half the ``threads``; more end with
     ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
@@ -153,8 +158,10 @@ class GrpcServer:
         authorize: Callable[[Any], None] | None = None,
         relay: bool = True,
         limits: GrpcLimits | None = None,
+        access: tuple[AccessLog, RequestIds] | None = None,
     ) -> None:
         self.services = list(services)
+        self._access = access
         self.host = host
         self.port = port
         self.grace = grace
@@ -249,12 +256,18 @@ class GrpcServer:
                 adapt = _counted(self.streams, bridge.handler)  # blocking: streams hold threads
         guard = _guarded(self._authorize) if self._authorize is not None else _unchanged
         for service in self.services:
-            methods = {name: adapt(guard(handler)) for name, handler in service.methods.items()}
+            methods = {
+                name: adapt(self._observed(service, name, guard(handler)))
+                for name, handler in service.methods.items()
+            }
             self._server.add_generic_rpc_handlers(
                 (grpc.method_handlers_generic_handler(service.name, methods),)
             )
         for service in [self.health.service()]:  # health stays open, for probes
-            methods = {name: adapt(handler) for name, handler in service.methods.items()}
+            methods = {
+                name: adapt(self._observed(service, name, handler))
+                for name, handler in service.methods.items()
+            }
             self._server.add_generic_rpc_handlers(
                 (grpc.method_handlers_generic_handler(service.name, methods),)
             )
@@ -280,6 +293,16 @@ class GrpcServer:
                 self.decision.describe(),
             )
         return self.address
+
+    def _observed(
+        self, service: Service, name: str, handler: grpc.RpcMethodHandler
+    ) -> grpc.RpcMethodHandler:
+        """``handler`` with each call's id and access line (outside authorization: a refused
+        call has its line too), if this server has an access log."""
+        if self._access is None:
+            return handler
+        log, ids = self._access
+        return observed(service.name, name, handler, protocol=service.protocol, log=log, ids=ids)
 
     def not_serving(self) -> None:
         """Health says ``NOT_SERVING`` for everything from now on (the server is stopping);

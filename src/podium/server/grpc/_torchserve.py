@@ -212,7 +212,12 @@ class TorchServeInference:
                 self.stream_predictions2, request_deserializer=read, response_serializer=write
             ),
         }
-        return Service(SERVICE, methods, healthy=self.dataplane.ready)
+        return Service(
+            SERVICE,
+            methods,
+            healthy=self.dataplane.ready,
+            protocol=WireProtocol.TORCHSERVE_GRPC.value,
+        )
 
     # -- the four RPCs ---------------------------------------------------------------------
 

@@ -1,10 +1,21 @@
 """The HTTP front end: one pure ASGI application for OIP REST, Truss and TorchServe routes.
 
 ``_routing`` is the declarative route table (``Route``, ``RouteTable``) that every HTTP
-listener dispatches on; ``_app`` holds the inference app and its table (``INFERENCE_ROUTES``).
+listener dispatches on; ``_app`` holds the inference app and its table (``INFERENCE_ROUTES``);
+``_access`` is the middleware that gives every request of a listener its id, access line and
+span (``AccessMiddleware``).
 """
 
+from ._access import AccessMiddleware
 from ._app import INFERENCE_ROUTES, HttpApp
 from ._routing import Api, Route, Router, RouteTable
 
-__all__ = ["INFERENCE_ROUTES", "Api", "HttpApp", "Route", "RouteTable", "Router"]
+__all__ = [
+    "INFERENCE_ROUTES",
+    "AccessMiddleware",
+    "Api",
+    "HttpApp",
+    "Route",
+    "RouteTable",
+    "Router",
+]

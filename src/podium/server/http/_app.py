@@ -18,6 +18,7 @@ from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _repository, _sequences
+from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
@@ -216,16 +217,20 @@ class HttpApp:
         self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
     ) -> None:
         """Read and parse the body if the model takes the inputs; then watch for disconnects.
-        A body that cannot be read or parsed is counted as a refused call of the model."""
+        An OIP request's ``id`` is the request's id if no ``X-Request-ID`` came (``_access``). A
+        body that cannot be read or parsed is counted as a refused call of the model."""
         if mv.instance.capabilities.needs_inputs:
             try:
-                call.payload = parse(await ex.body())
+                payload = call.payload = parse(await ex.body())
             except PodiumError as exc:
                 self.dataplane.refused(mv, call.protocol, exc)
                 raise
-            if mv.config.sequence_batching and isinstance(call.payload, InferenceRequest):
-                found = _sequences.from_parameters(call.payload.parameters)
-                call.sequence = _sequences.merged(call.sequence, found)
+            if type(payload) is InferenceRequest:
+                if payload.id:
+                    adopt(payload.id)
+                if mv.config.sequence_batching:
+                    found = _sequences.from_parameters(payload.parameters)
+                    call.sequence = _sequences.merged(call.sequence, found)
         ex.watch()
 
     async def _oip(

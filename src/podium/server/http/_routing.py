@@ -299,6 +299,15 @@ class RouteTable:
         """The table as a :class:`Router`, its endpoints bound to ``owner`` (the app)."""
         return Router(self, owner)
 
+    def names(self) -> Router:
+        """The table as a :class:`Router` that answers each path's :class:`Route` where the
+        other answers its handler: what access lines and spans name a request by."""
+        return Router(self, find=_itself)
+
+
+def _itself(route: Route) -> Any:
+    return route
+
 
 def _plan(route: Route, leading: tuple[str, str]) -> tuple[tuple[str, bool, Any], ...]:
     """How a route's handler is called, after the leading arguments: per parameter in the
@@ -382,7 +391,9 @@ class Router:
 
     match: Callable[[str, str], Found | None]
 
-    def __init__(self, table: RouteTable, owner: object = None) -> None:
+    def __init__(
+        self, table: RouteTable, owner: object = None, find: Callable[[Route], Any] | None = None
+    ) -> None:
         self.table = table
         nodes: dict[str, _Node] = {}
         for route in table.routes:
@@ -391,7 +402,9 @@ class Router:
                 node = nodes[route.path] = _Node(table._patterns[route.path])
             node.routes.append(route)
             handler = route.endpoint
-            if owner is not None:
+            if find is not None:  # answer find(route) instead of the handler
+                handler = find(route)
+            elif owner is not None:
                 handler = handler.__get__(owner, type(owner))
             constants = tuple(value for _, from_path, value in _plan(route, table.leading))
             for method in route.methods:

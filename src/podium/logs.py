@@ -1,0 +1,228 @@
+"""Podium's log lines: text or JSON lines, bounded, and each naming the request it is about.
+
+``podium serve`` (and every worker process) logs through one handler on the root logger
+(:func:`configure`), so library and model lines come out the same way as Podium's own:
+
+- ``--log-format text`` (:class:`TextFormatter`): ``2026-01-02 03:04:05,678 INFO name [id]:
+  message``, where ``[id]`` is the id of the request the line is about, if any;
+- ``--log-format json`` (:class:`JsonFormatter`): one JSON object per line, for log shippers,
+  with the stable keys ``ts`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,
+  ``message`` and ``request_id`` (null outside a request), plus ``exception`` / ``stack`` when the
+  record has them and the fields a record carries in its ``fields`` attribute (the access log's:
+  docs/operations.md, "Logs"). Encoded by msgspec: no hand-made escaping.
+
+Which request a line is about comes from :data:`podium.types.current_request`, read by
+:class:`RequestIdFilter` on the handler, in the thread that logs: the front end sets it for each
+request, and it follows the request into the tasks and threads that run its model code, so a
+model's own ``logging`` calls name the request too.
+
+Every line is bounded, in both formats: no request can make Podium write megabytes to its log.
+Error messages are bounded where they are made (:func:`podium.errors.bounded`), but a log line
+can also quote what a model's own exception says (its traceback's last line), and a model that
+raises ``ValueError(f"bad input {value}")`` with a client's 20 MB value would write it out whole.
+:class:`BoundedFormatter` is the last guard: a record's message is cut at
+:data:`MAX_LOG_MESSAGE` characters, each line of a traceback at :data:`MAX_LOG_LINE`, and a
+traceback keeps its first and last :data:`MAX_TRACEBACK` characters.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+import msgspec
+
+from .errors import bounded
+from .types import current_request
+
+__all__ = [
+    "FORMATS",
+    "MAX_LOG_LINE",
+    "MAX_LOG_MESSAGE",
+    "MAX_TRACEBACK",
+    "BoundedFormatter",
+    "JsonFormatter",
+    "RequestIdFilter",
+    "TextFormatter",
+    "bounded_traceback",
+    "configure",
+    "current_format",
+]
+
+#: The longest message of one record (characters): a ready line naming many models fits.
+MAX_LOG_MESSAGE = 16 * 1024
+#: The longest line of a traceback (characters).
+MAX_LOG_LINE = 2 * 1024
+#: A traceback longer than twice this keeps this many characters of its head and of its tail.
+MAX_TRACEBACK = 16 * 1024
+#: The values of ``--log-format``.
+FORMATS = ("text", "json")
+
+
+class BoundedFormatter(logging.Formatter):
+    """A :class:`logging.Formatter` whose output is bounded (see the module's docstring)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = bounded(record.message, MAX_LOG_MESSAGE)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return bounded_traceback(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return bounded_traceback(super().formatStack(stack_info))
+
+
+def bounded_traceback(text: str) -> str:
+    """``text`` (a formatted traceback) with each line :func:`bounded` to :data:`MAX_LOG_LINE`
+    characters, and its middle left out past 2 × :data:`MAX_TRACEBACK`."""
+    if len(text) <= MAX_LOG_LINE:
+        return text
+    text = "\n".join(bounded(line, MAX_LOG_LINE) for line in text.split("\n"))
+    if len(text) > 2 * MAX_TRACEBACK:
+        cut = len(text) - 2 * MAX_TRACEBACK
+        text = f"{text[:MAX_TRACEBACK]}\n… ({cut} characters left out) …\n{text[-MAX_TRACEBACK:]}"
+    return text
+
+
+class RequestIdFilter(logging.Filter):
+    """Sets ``record.request_id``: the id of the request being served where the record was made
+    (:data:`podium.types.current_request`), unless the record names one already (``extra=``).
+    On the handler, so it sees every record that reaches it, whichever logger made it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "request_id" not in record.__dict__:
+            info = current_request.get()
+            record.request_id = None if info is None else info.id
+        return True
+
+
+class _Seconds:
+    """A clock's text, made once per second (``time.strftime`` costs more than a log line's
+    other parts together)."""
+
+    __slots__ = ("_pattern", "_convert", "_second", "_text")
+
+    def __init__(self, pattern: str, convert: Any) -> None:
+        self._pattern = pattern
+        self._convert = convert
+        self._second = -1
+        self._text = ""
+
+    def text(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._text = time.strftime(self._pattern, self._convert(second))
+            self._second = second
+        return self._text
+
+
+class TextFormatter(BoundedFormatter):
+    """Podium's text lines: ``2026-01-02 03:04:05,678 LEVEL logger [tag] [request id]: message``
+    (local time; ``[tag]`` where given, e.g. a worker process's; ``[request id]`` where the
+    record is about a request), then the traceback if any. Bounded as :class:`BoundedFormatter`."""
+
+    def __init__(self, tag: str = "") -> None:
+        super().__init__()
+        self._tag = f" [{tag}]" if tag else ""
+        self._clock = _Seconds("%Y-%m-%d %H:%M:%S", time.localtime)
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.message = bounded(record.getMessage(), MAX_LOG_MESSAGE)
+        created = record.created
+        stamp = f"{self._clock.text(created)},{int((created % 1) * 1000):03d}"
+        request_id = record.__dict__.get("request_id")
+        where = f"{self._tag} [{request_id}]" if request_id else self._tag
+        line = f"{stamp} {record.levelname} {record.name}{where}: {message}"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line = f"{line}\n{record.exc_text}"
+        if record.stack_info:
+            line = f"{line}\n{self.formatStack(record.stack_info)}"
+        return line
+
+
+_encoder = msgspec.json.Encoder()
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (see the module's docstring for the keys).
+
+    ``static``: keys every line carries (a worker process's ``worker`` and ``pid``). A record's
+    ``fields`` (a mapping, or an object whose ``fields()`` returns one, asked only here) add
+    keys; they never replace the standard ones. Values that JSON cannot carry are written as
+    their ``str()``. Bounded as :class:`BoundedFormatter`.
+    """
+
+    def __init__(self, static: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self._static = dict(static or {})
+        self._clock = _Seconds("%Y-%m-%dT%H:%M:%S", time.gmtime)
+
+    def format(self, record: logging.LogRecord) -> str:
+        created = record.created
+        line: dict[str, Any] = {
+            "ts": f"{self._clock.text(created)}.{int((created % 1) * 1000):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": bounded(record.getMessage(), MAX_LOG_MESSAGE),
+            "request_id": record.__dict__.get("request_id"),
+        }
+        if self._static:
+            for key, value in self._static.items():
+                line.setdefault(key, value)
+        fields = record.__dict__.get("fields")
+        if fields is not None:
+            if not isinstance(fields, Mapping):
+                fields = fields.fields()
+            for key, value in fields.items():
+                line.setdefault(key, value)
+        if record.exc_info:
+            line["exception"] = bounded_traceback(self.formatException(record.exc_info))
+        elif record.exc_text:
+            line["exception"] = bounded_traceback(record.exc_text)
+        if record.stack_info:
+            line["stack"] = bounded_traceback(self.formatStack(record.stack_info))
+        try:
+            return _encoder.encode(line).decode()
+        except (TypeError, ValueError):  # a field JSON cannot carry: its text instead
+            return msgspec.json.encode(line, enc_hook=str).decode()
+
+
+_format = "text"
+
+
+def current_format() -> str:
+    """The ``--log-format`` this process logs in (what worker processes are told to use)."""
+    return _format
+
+
+def configure(
+    level: int | str,
+    fmt: str = "text",
+    *,
+    tag: str = "",
+    static: Mapping[str, Any] | None = None,
+    stream: IO[str] | None = None,
+) -> logging.Handler:
+    """Log every record of this process at ``level`` and above to ``stream`` (stderr) in
+    ``fmt`` (:data:`FORMATS`), through one handler on the root logger, with
+    :class:`RequestIdFilter`; the handler. ``tag`` goes into every text line, ``static`` into
+    every JSON one (a worker process's name and pid). Called once, by the process's entry point
+    (``podium serve``, a worker process)."""
+    global _format
+    if fmt not in FORMATS:
+        raise ValueError(f"log-format must be {' or '.join(FORMATS)}, got {fmt!r}")
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler.setFormatter(JsonFormatter(static) if fmt == "json" else TextFormatter(tag))
+    handler.addFilter(RequestIdFilter())
+    # No record of this process's names another process (worker processes are spawned, not
+    # forked through multiprocessing): skip multiprocessing's lookup in every record.
+    logging.logMultiprocessing = False
+    logging.basicConfig(level=level, handlers=[handler])
+    _format = fmt
+    return handler

@@ -1,0 +1,244 @@
+"""Each request's id and its access log line, for every front end (docs/operations.md, "Logs").
+
+Every request gets an id (:class:`RequestIds`): the client's, from the ``X-Request-ID`` header or
+the ``x-request-id`` gRPC metadata, or failing those the OIP request's ``id`` (:func:`adopt`),
+else one the server makes. A client's id is used only if it is at most :data:`MAX_ID`
+characters of :data:`ID_CHARACTERS`; any other is ignored (never echoed: a client must not
+put what it likes into responses and logs). The id goes back in every response (the
+``X-Request-ID`` header, gRPC trailing metadata ``x-request-id``), is in every log line about
+the request (:data:`podium.types.current_request`, read by ``podium.logs``), and reaches the model
+(``podium.request_id()``; TorchServe's ``context.request_ids``; MLServer's ``payload.id``).
+
+The front end keeps one :class:`Access` per request: its protocol, route (or RPC), model and
+version (set by the data plane when it finds them), status, duration, bytes in and out, id and
+peer. When the request ends, :class:`AccessLog` writes it as one line of the ``podium.access``
+logger at INFO (``--access-log``, the default; ``--no-access-log`` writes none): streams at
+their end. The HTTP side is :mod:`.http._access` (an ASGI middleware), the gRPC side
+:mod:`.grpc._access` (a wrapper around each method handler).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from ..types import RequestInfo, current_request
+
+__all__ = [
+    "ID_CHARACTERS",
+    "ID_HEADER",
+    "ID_METADATA",
+    "MAX_ID",
+    "Access",
+    "AccessLog",
+    "RequestIds",
+    "adopt",
+    "client_id",
+    "printable",
+    "with_request_id",
+]
+
+#: The header and the gRPC metadata key that carry a request's id, both ways.
+ID_HEADER = b"x-request-id"
+ID_METADATA = "x-request-id"
+#: The longest id taken from a client (characters).
+MAX_ID = 128
+#: The characters a client's id may hold: enough for UUIDs, ULIDs, base64 and trace ids, and
+#: nothing that a log line or a header would have to escape.
+ID_CHARACTERS = "0-9 A-Z a-z . _ : ; = / + @ -"
+_VALID = re.compile(r"[0-9A-Za-z._:;=/+@-]{1,128}")
+_VALID_BYTES = re.compile(rb"[0-9A-Za-z._:;=/+@-]{1,128}")  # 128: MAX_ID
+
+#: The longest path an access line quotes (characters; the rest is cut).
+MAX_PATH = 512
+
+
+def client_id(value: bytes | str | None) -> str | None:
+    """A client's request id, if it may be used (see the module's docstring); else None."""
+    if not value:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("ascii") if _VALID_BYTES.fullmatch(value) else None
+    return value if _VALID.fullmatch(value) else None
+
+
+class RequestIds:
+    """Makes request ids: this process's random prefix (12 hex digits, so that ids of processes
+    and restarts do not meet) and a counter, ``3f9a2c71b0e4-1a``. A counter costs a tenth of a
+    ``uuid4()`` (which reads the OS's random source every time)."""
+
+    def __init__(self) -> None:
+        self.prefix = os.urandom(6).hex()
+        self._next = itertools.count(1).__next__
+
+    def make(self) -> str:
+        return f"{self.prefix}-{self._next():x}"
+
+
+class Access(RequestInfo):
+    """One request as its access line tells it (see the module's docstring).
+
+    ``status``: the HTTP status sent (None until a response starts), or the gRPC code's value;
+    ``code``: the gRPC code's name (None over HTTP). ``from_client``: the id is the client's
+    (an OIP ``id`` does not replace it then). ``start``: ``perf_counter_ns()`` at its arrival.
+    ``context``: a gRPC call's context (where an adopted id goes as trailing metadata).
+    ``span``: its server span when tracing is on.
+    """
+
+    __slots__ = (
+        "protocol",
+        "route",
+        "method",
+        "path",
+        "status",
+        "code",
+        "start",
+        "bytes_in",
+        "bytes_out",
+        "peer",
+        "from_client",
+        "context",
+        "span",
+        "duration_ms",
+    )
+
+    def __init__(self, id: str, from_client: bool, start: int) -> None:
+        self.id = id
+        self.model: str | None = None
+        self.version: str | None = None
+        self.from_client = from_client
+        self.start = start
+        self.protocol: str | None = None
+        self.route: str | None = None
+        self.method: str | None = None
+        self.path: str = ""
+        self.status: int | None = None
+        self.code: str | None = None
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.peer: str | None = None
+        self.context: Any = None
+        self.span: Any = None
+        self.duration_ms = 0.0  # set when the request ends
+
+    # What the line says, made only when a line is written: in the text format the message
+    # (the formatter puts the id in front of it), in the JSON format the keys.
+
+    def ended(self) -> None:
+        """The request has ended now: its duration."""
+        self.duration_ms = round((_now() - self.start) / 1e6, 3)
+
+    def __str__(self) -> str:
+        status = self.code if self.code is not None else self.status
+        request = f"{self.method} {self.path}" if self.method else self.path
+        return (
+            f'{self.peer or "-"} {self.protocol or "-"} {self.route or "-"} "{request}" '
+            f"{status} {self.duration_ms:.3f}ms in={self.bytes_in} out={self.bytes_out} "
+            f"model={self.model or '-'} version={self.version or '-'}"
+        )
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "route": self.route,
+            "method": self.method,
+            "path": self.path,
+            "status": self.status,
+            "code": self.code,
+            "duration_ms": self.duration_ms,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "model": self.model,
+            "version": self.version,
+            "peer": self.peer,
+        }
+
+
+def printable(text: str, limit: int = MAX_PATH) -> str:
+    """``text`` (a client's: a path) for a log line: cut at ``limit`` characters, and with
+    anything but printable characters, ``"`` and ``\\`` escaped, so it cannot end a quoted
+    field or forge a line."""
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return text
+    return text.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+
+
+_now = time.perf_counter_ns
+#: When logging started (``relativeCreated`` counts from it, as the logging module's records do).
+_START: float = getattr(logging, "_startTime", time.time())
+
+
+class AccessLog:
+    """Writes each request's :class:`Access` as one ``podium.access`` record at INFO, when
+    ``enabled`` and that logger lets INFO through.
+
+    The record is made from a template, not through ``Logger.info``: it is written for every
+    request, and the logging module's own path (looking for the caller's frame, asking for the
+    thread's and the process's names) costs more than the rest of the line. Its message is the
+    :class:`Access` itself (``str()`` is the text line) and its ``fields`` too (the JSON keys),
+    so nothing is formatted that no handler writes.
+    """
+
+    def __init__(self, enabled: bool = True, logger: str = "podium.access") -> None:
+        self.enabled = enabled
+        self.logger = logging.getLogger(logger)
+        made = logging.LogRecord(logger, logging.INFO, __file__, 0, "", (), None)
+        self._template = dict(made.__dict__)
+        self._thread = threading.get_ident()
+
+    def wants(self) -> bool:
+        """Whether a line would be written now (the switch and the logger's level)."""
+        return self.enabled and self.logger.isEnabledFor(logging.INFO)
+
+    def write(self, access: Access) -> None:
+        """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`."""
+        if not self.enabled or not self.logger.isEnabledFor(logging.INFO):
+            return
+        record = logging.LogRecord.__new__(logging.LogRecord)
+        values = record.__dict__
+        values.update(self._template)
+        created = time.time()
+        values["created"] = created
+        values["msecs"] = (created - int(created)) * 1000
+        values["relativeCreated"] = (created - _START) * 1000
+        values["msg"] = access
+        values["fields"] = access
+        values["request_id"] = access.id
+        if threading.get_ident() != self._thread:  # the template's thread is the loop's
+            values["thread"] = threading.get_ident()
+            values["threadName"] = threading.current_thread().name
+        self.logger.handle(record)
+
+
+def adopt(oip_id: str | None, context: Any = None) -> None:
+    """The OIP request's ``id`` becomes the request's id, if the client sent no id of its own
+    (header or metadata) and it may be used (:func:`client_id`); over gRPC, ``context`` gets it
+    as trailing metadata at once."""
+    if not oip_id:
+        return
+    access = current_request.get()
+    if not isinstance(access, Access) or access.from_client:
+        return
+    taken = client_id(oip_id)
+    if taken is None:
+        return
+    access.id = taken
+    access.from_client = True
+    if context is not None:
+        context.set_trailing_metadata(((ID_METADATA, taken),))
+
+
+def with_request_id(metadata: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """gRPC trailing metadata a handler sets (which replaces what was set before), with the
+    current request's id added."""
+    info = current_request.get()
+    if info is None:
+        return metadata
+    return (*(item for item in metadata if item[0] != ID_METADATA), (ID_METADATA, info.id))

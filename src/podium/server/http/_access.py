@@ -1,0 +1,150 @@
+"""Each HTTP request's id, access line and span: a pure ASGI middleware, outermost on a listener.
+
+:class:`AccessMiddleware` takes the request's id from ``X-Request-ID`` (or makes one), sets it
+as the current request for everything below (the app, the data plane, the model, their log
+lines), answers it in the ``X-Request-ID`` response header, and when the request has ended (a
+stream at its end) writes its access line: the route is found in the listener's route table
+then, only if a line is written (``RouteTable.names``). A request whose client left before any
+response started is logged with status 499 (nginx's "client closed request"). Responses that
+the connection layer answers itself (503 past ``--max-connections``, 408 past a timeout) never
+reach an app and have no line; ``server/_limits.py`` counts them.
+
+With tracing on (``podium.tracing.hooks``), the request is a server span, a child of the
+``traceparent`` the client sent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+from ... import tracing
+from ...errors import PodiumError
+from ...types import current_request
+from .._access import ID_HEADER, Access, AccessLog, RequestIds, client_id, printable
+from .._asgi import ASGIApp, Message, Receive, Scope, Send
+from ._routing import Route, RouteTable
+
+__all__ = ["AccessMiddleware"]
+
+_now = time.perf_counter_ns
+
+#: The status logged for a request whose client left before any response started.
+CLIENT_CLOSED = 499
+
+
+class AccessMiddleware:
+    """The request id, access line and span of every HTTP request to ``app`` (see the module's
+    docstring). ``routes``: the listener's route table (what a line names the route by);
+    ``normalize``: find routes as the management API does, with empty segments left out."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        log: AccessLog,
+        ids: RequestIds,
+        routes: RouteTable,
+        normalize: bool = False,
+    ) -> None:
+        self.app = app
+        self.log = log
+        self.ids = ids
+        self._routes = routes.names()
+        self._normalize = normalize
+        self._templates: dict[Route, str] = {}  # each route's path template, made once
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = _now()
+        sent = None
+        for key, value in scope["headers"]:
+            if key == ID_HEADER:
+                sent = value
+                break
+        found = client_id(sent)
+        access = Access(self.ids.make() if found is None else found, found is not None, start)
+        hooks = tracing.hooks
+        if hooks is not None:
+            access.span = hooks.http_request(scope)
+        counting = self.log.wants()
+        if counting:
+            receive = _counted(receive, access)
+        token = current_request.set(access)
+        try:
+            await self.app(scope, receive, _sender(send, access, counting))
+        except BaseException as exc:
+            if access.status is None:
+                access.status = CLIENT_CLOSED if not isinstance(exc, Exception) else 500
+            raise
+        finally:
+            current_request.reset(token)
+            if access.status is None:
+                access.status = CLIENT_CLOSED
+            if counting or access.span is not None:
+                self._finish(scope, access)
+
+    def _finish(self, scope: Scope, access: Access) -> None:
+        access.ended()
+        method = scope["method"]
+        path = scope["path"]
+        access.method = method
+        access.path = printable(path)
+        if self._normalize:
+            path = "/" + "/".join(p for p in path.split("/") if p)
+        try:
+            found = self._routes.match(method, path)
+        except PodiumError:  # a known path with another method (405)
+            found = None
+        route: Route | None = None
+        if found is not None:
+            route = cast(Route, found[0])  # what names() answers in place of a handler
+            access.route = route.name
+            access.protocol = route.protocol.value
+        client = scope.get("client")
+        if client:
+            access.peer = f"{client[0]}:{client[1]}"
+        hooks = tracing.hooks
+        if access.span is not None and hooks is not None:
+            template = None
+            if route is not None:
+                template = self._templates.get(route)
+                if template is None:
+                    template = self._templates[route] = route.template
+            hooks.http_ended(access.span, access, template)
+        self.log.write(access)
+
+
+def _counted(receive: Receive, access: Access) -> Receive:
+    """``receive``, counting the body's bytes into ``access``."""
+
+    async def counted() -> Message:
+        message = await receive()
+        body = message.get("body")
+        if body:
+            access.bytes_in += len(body)
+        return message
+
+    return counted
+
+
+def _sender(send: Send, access: Access, counting: bool) -> Send:
+    """``send``, with the request id added to the response's headers and the status (and,
+    ``counting``, the body's bytes) noted in ``access``."""
+
+    async def send_with_id(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            access.status = message["status"]
+            headers: Any = message.get("headers", ())
+            if any(key.lower() == ID_HEADER for key, _ in headers):  # a model set one: ours only
+                headers = [(key, value) for key, value in headers if key.lower() != ID_HEADER]
+            message = {**message, "headers": [*headers, (ID_HEADER, access.id.encode())]}
+        elif counting:
+            body = message.get("body")
+            if body:
+                access.bytes_out += len(body)
+        await send(message)
+
+    return send_with_id

@@ -1,0 +1,245 @@
+"""podium.logs (the formatters, the request id filter) and the access record's pieces
+(server/_access.py): unit tests. The end-to-end ones are tests/server/test_logs_e2e.py."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from podium import request_id
+from podium.logs import (
+    MAX_LOG_MESSAGE,
+    JsonFormatter,
+    RequestIdFilter,
+    TextFormatter,
+    configure,
+)
+from podium.model._calls import run_sync
+from podium.server._access import (
+    Access,
+    AccessLog,
+    RequestIds,
+    adopt,
+    client_id,
+    printable,
+    with_request_id,
+)
+from podium.server.http import INFERENCE_ROUTES
+from podium.types import RequestInfo, current_request
+
+
+def record(message: str, *args: object, exc: BaseException | None = None) -> logging.LogRecord:
+    info = (type(exc), exc, exc.__traceback__) if exc is not None else None
+    made = logging.LogRecord("podium.test", logging.WARNING, __file__, 1, message, args, info)
+    RequestIdFilter().filter(made)
+    return made
+
+
+def test_json_lines_have_the_stable_keys() -> None:
+    token = current_request.set(RequestInfo("r-1"))
+    try:
+        line = JsonFormatter().format(record("serving %s", "m"))
+    finally:
+        current_request.reset(token)
+    parsed = json.loads(line)
+    assert set(parsed) == {"ts", "level", "logger", "message", "request_id"}
+    assert parsed["level"] == "WARNING"
+    assert parsed["logger"] == "podium.test"
+    assert parsed["message"] == "serving m"
+    assert parsed["request_id"] == "r-1"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", parsed["ts"])
+    assert json.loads(JsonFormatter().format(record("outside")))["request_id"] is None
+
+
+def test_json_lines_escape_and_bound_what_they_carry() -> None:
+    nasty = 'a "quote", a \\ backslash,\na newline, \x00 and \u2028' + "v" * 20_000_000
+    try:
+        raise ValueError("bad input " + "w" * 5_000_000)
+    except ValueError as exc:
+        caught = exc
+    line = JsonFormatter({"worker": "1"}).format(record("%s", nasty, exc=caught))
+    assert "\n" not in line  # one object per line
+    parsed = json.loads(line)
+    assert parsed["message"].startswith(nasty[:60])
+    assert len(parsed["message"]) < MAX_LOG_MESSAGE + 100
+    assert parsed["exception"].startswith("Traceback (most recent call last):")
+    assert len(parsed["exception"]) < 40_000
+    assert parsed["worker"] == "1"
+
+
+def test_a_records_fields_become_keys_without_replacing_the_standard_ones() -> None:
+    made = record("hello")
+    made.fields = {"protocol": "oip_rest", "message": "not this", "size": 3}  # type: ignore[attr-defined]
+    parsed = json.loads(JsonFormatter().format(made))
+    assert parsed["protocol"] == "oip_rest"
+    assert parsed["size"] == 3
+    assert parsed["message"] == "hello"
+
+
+def test_text_lines_put_the_request_id_in_brackets() -> None:
+    formatter = TextFormatter()
+    token = current_request.set(RequestInfo("r-2"))
+    try:
+        line = formatter.format(record("predicting"))
+    finally:
+        current_request.reset(token)
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING podium\.test \[r-2\]: predicting", line
+    )
+    assert formatter.format(record("idle")).endswith(" WARNING podium.test: idle")
+    assert (
+        TextFormatter("worker 1 pid 9")
+        .format(record("x"))
+        .endswith("podium.test [worker 1 pid 9]: x")
+    )
+    huge = formatter.format(record("%s", "v" * 20_000_000))
+    assert len(huge) < MAX_LOG_MESSAGE + 200
+
+
+def test_configure_installs_one_bounded_handler_in_the_chosen_format() -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    stream = io.StringIO()
+    try:
+        root.handlers.clear()
+        configure("INFO", "json", stream=stream)
+        logging.getLogger("models.x").info("hello %d", 1)
+        assert json.loads(stream.getvalue())["message"] == "hello 1"
+        with pytest.raises(ValueError, match="log-format must be text or json"):
+            configure("INFO", "yaml")
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+
+
+@pytest.mark.anyio
+async def test_model_threads_log_with_the_request_they_serve() -> None:
+    """Sync model code runs in the pool's threads with the request's context (run_sync)."""
+    seen: list[tuple[str | None, str]] = []
+
+    def predict() -> None:
+        seen.append((request_id(), threading.current_thread().name))
+
+    with ThreadPoolExecutor(2, thread_name_prefix="model") as pool:
+
+        async def serve(rid: str) -> None:
+            current_request.set(RequestInfo(rid))
+            await run_sync(pool, predict)
+
+        await asyncio.gather(*(asyncio.create_task(serve(f"r{i}")) for i in range(6)))
+        await run_sync(pool, predict)  # outside a request
+    assert sorted(rid or "" for rid, _ in seen) == ["", "r0", "r1", "r2", "r3", "r4", "r5"]
+    assert all(name.startswith("model") for _, name in seen)
+
+
+# -- ids --------------------------------------------------------------------------------------
+
+
+def test_made_ids_are_unique_and_share_a_random_prefix() -> None:
+    ids = RequestIds()
+    made = [ids.make() for _ in range(1000)]
+    assert len(set(made)) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]+", m) for m in made)
+    assert RequestIds().prefix != ids.prefix
+
+
+@pytest.mark.parametrize(
+    ("sent", "taken"),
+    [
+        (b"abc-123", "abc-123"),
+        ("4bf92f3577b34da6a3ce929d0e0e4736", "4bf92f3577b34da6a3ce929d0e0e4736"),
+        (  # AWS's trace header fits: ';' and '=' are allowed
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1",
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1",
+        ),
+        (b"x" * 128, "x" * 128),
+        (b"x" * 129, None),
+        (b"", None),
+        (None, None),
+        (b"has space", None),
+        (b'quote"', None),
+        ("line\nbreak", None),
+        ("ünïcode", None),
+        (b"\xff\xfe", None),
+    ],
+)
+def test_a_client_id_is_taken_only_if_short_and_plain(
+    sent: bytes | str | None, taken: str | None
+) -> None:
+    assert client_id(sent) == taken
+
+
+def test_an_oip_id_is_adopted_only_when_the_client_named_none() -> None:
+    access = Access("made-1", False, 0)
+    token = current_request.set(access)
+    try:
+        adopt("bad id")
+        assert access.id == "made-1"
+        adopt("oip-1")
+        assert access.id == "oip-1"
+        adopt("oip-2")  # the first the client gave stays
+        assert access.id == "oip-1"
+        assert with_request_id((("a", "1"), ("x-request-id", "old"))) == (
+            ("a", "1"),
+            ("x-request-id", "oip-1"),
+        )
+    finally:
+        current_request.reset(token)
+
+
+def test_printable_paths_cannot_forge_lines_or_end_a_field() -> None:
+    assert printable("/v2/models/m/infer") == "/v2/models/m/infer"
+    escaped = printable('/a"b\nc\\d\x1b')
+    assert "\n" not in escaped and '"' not in escaped.replace('\\"', "")
+    assert len(printable("/" + "x" * 10_000)) <= 513
+
+
+# -- the access line ---------------------------------------------------------------------------
+
+
+def test_an_access_line_is_one_record_of_podium_access() -> None:
+    handler_records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, made: logging.LogRecord) -> None:
+            handler_records.append(made)
+
+    log = AccessLog(logger="podium.access.test")
+    log.logger.addHandler(Keep())
+    log.logger.setLevel(logging.INFO)
+    access = Access("r-9", True, time.perf_counter_ns())
+    access.protocol, access.route, access.method, access.path = (
+        "oip_rest",
+        "modelInfer",
+        "POST",
+        "/p",
+    )
+    access.status, access.bytes_in, access.bytes_out, access.peer = 200, 3, 4, "127.0.0.1:1"
+    access.model = "m"
+    access.ended()
+    log.write(access)
+    (made,) = handler_records
+    assert made.getMessage().startswith('127.0.0.1:1 oip_rest modelInfer "POST /p" 200 ')
+    assert made.getMessage().endswith("ms in=3 out=4 model=m version=-")
+    assert json.loads(JsonFormatter().format(made))["bytes_out"] == 4
+    assert TextFormatter().format(made).split(" ", 5)[4] == "[r-9]:"
+    log.enabled = False
+    log.write(access)
+    assert len(handler_records) == 1
+
+
+def test_route_names_come_from_the_same_table() -> None:
+    names = INFERENCE_ROUTES.names()
+    route, _ = names.match("POST", "/v2/models/m/versions/2/infer")
+    assert (route.name, route.protocol.value) == ("modelVersionInfer", "oip_rest")
+    route, _ = names.match("HEAD", "/v2/health/live")
+    assert route.name == "serverLive"
+    assert names.match("GET", "/nowhere") is None
