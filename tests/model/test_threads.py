@@ -167,7 +167,7 @@ async def test_threads_stop_when_closed_or_collected() -> None:
     threads = CallThreads("gone")
     await threads.run(int)
     await threads.close()
-    assert not [t for t in threading.enumerate() if t.name.startswith("gone-")]
+    await wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("gone-")])
 
     collected = CallThreads("collected")
     await collected.run(int)

@@ -224,22 +224,16 @@ class CallThreads:
             raise
 
     async def close(self) -> None:
-        """Stop the threads once the calls already queued have run (new calls are refused)."""
+        """Refuse new calls; each thread stops once the calls queued before have run. Returns
+        at once: a call still running is not waited for (a shutdown does not wait for sync code
+        past its grace, and the threads are daemons: they do not hold up the exit)."""
         if self._closed:
             return
         self._closed = True
-        threads = list(self._threads)
         _stop(self._calls, self._threads)
-        if threads:
-            await asyncio.to_thread(_join, threads)
 
 
 def _stop(calls: queue.SimpleQueue[_Call | None], threads: list[threading.Thread]) -> None:
     for _ in threads:
         calls.put(_STOP)
     threads.clear()
-
-
-def _join(threads: list[threading.Thread]) -> None:
-    for thread in threads:
-        thread.join()

@@ -608,7 +608,8 @@ class NativeModel:
         self._threads.limit = slots
 
     async def close(self) -> None:
-        """Stop the instance's predict threads (once the calls they hold have returned)."""
+        """Stop the instance's predict threads (each once the calls it holds have returned; this
+        does not wait for them)."""
         await self._threads.close()
 
     async def postprocess(self, outputs: Any, request: Any) -> Any:
