@@ -577,7 +577,8 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
     for pt in (
         t
         for t in targets
-        if t.name.startswith("podium") and "sync" not in t.name and "base" not in t.name
+        if t.name.startswith("podium")
+        and not any(word in t.name for word in ("sync", "base", "batch"))
     ):
         pod = med.get(pt.name, nan3)
         on = pt.http_server or pt.note
