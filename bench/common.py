@@ -352,6 +352,11 @@ class Server:
                 start_new_session=True,  # own process group: killed as one
             )
 
+    def usage(self) -> ProcessUsage:
+        """CPU seconds and context switches of the server process so far (all its threads)."""
+        assert self.proc is not None
+        return process_usage(self.proc.pid)
+
     def log_tail(self, chars: int = 3000) -> str:
         if self.log_path is None:
             return ""
@@ -396,6 +401,47 @@ class Server:
             with contextlib.suppress(OSError):
                 self.log_path.unlink()
             self.log_path = None
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """A process's CPU time (user + system, seconds) and context switches, all threads summed
+    (voluntary: it waited, e.g. a thread woken by another; involuntary: preempted)."""
+
+    cpu_s: float
+    voluntary: int
+    involuntary: int
+
+    def __sub__(self, other: ProcessUsage) -> ProcessUsage:
+        return ProcessUsage(
+            self.cpu_s - other.cpu_s,
+            self.voluntary - other.voluntary,
+            self.involuntary - other.involuntary,
+        )
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_usage(pid: int) -> ProcessUsage:
+    """Read from /proc: utime + stime of the process, and the context switches of each of its
+    live threads (a thread that has exited is no longer counted: a server's threads live long).
+    Zeros where /proc cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return ProcessUsage(0.0, 0, 0)
+    vol = invol = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        invol += int(line.split()[1])
+    return ProcessUsage(cpu, vol, invol)
 
 
 def _kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

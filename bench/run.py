@@ -32,6 +32,7 @@ from common import (
     CLIENT_CPU,
     ROOT,
     BenchError,
+    ProcessUsage,
     Server,
     asgi_servers,
     command_line,
@@ -74,6 +75,12 @@ class LoadResult:
     non_2xx: int
     socket_errors: int
     client_cpu_pct: float = math.nan  # the generator's CPU time / run time
+    # the server process over the measured run, per completed request (all its threads):
+    server_cpu_us: float = math.nan  # CPU time (user + system), microseconds
+    server_vcs: float = math.nan  # voluntary context switches (a thread waited to be woken)
+    server_ics: float = math.nan  # involuntary ones (preempted)
+    model_busy: float = math.nan  # share of the run the model spent in predict (batch rows)
+    batch_mean: float = math.nan  # requests per batch over the run (batch rows)
 
     @property
     def errors(self) -> int:
@@ -212,6 +219,8 @@ class Target:
     runs: list[LoadResult] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     note: str = ""
+    connections: int | None = None  # None: --connections
+    busy_probe: bool = False  # the model reports its busy time in its answers' parameters
 
     @property
     def post_json(self) -> bytes | None:
@@ -257,19 +266,72 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
     choices: list[str | None] = (
         list(args.podium_http_server.split(",")) if args.podium_http_server else [None]
     )
-    for http_server in choices:
-        targets.append(
-            Target(
-                name=f"podium-{http_server}" if len(choices) > 1 else "podium",
-                label="Podium",
-                method="POST",
-                path=f"/v2/models/{podium_name}/infer",
-                make_server=functools.partial(_podium_server, podium_dir, http_server),
-                check=check_echo,
-                available=unavailable,
-                http_server=http_server,
+    # the same echo with a plain `def predict` (bench/models/echo_sync): what the hand-off to
+    # a thread and back costs; --base-src adds each Podium row again, run from other sources
+    sources: list[tuple[str, str, dict[str, str]]] = [("", "", {})]
+    if args.base_src is not None:
+        base_env = {"PYTHONPATH": str(Path(args.base_src).resolve() / "src")}
+        sources.append(("-base", f" [base: {args.base_src}]", base_env))
+    sync_dir = BENCH / "models" / "echo_sync"  # and echo_sync_untimed: response_timeout 0
+    for suffix, tag, env in sources:
+        for http_server in choices:
+            stem = f"podium-{http_server}" if len(choices) > 1 else "podium"
+            targets.append(
+                Target(
+                    name=stem + suffix,
+                    label="Podium" + tag,
+                    method="POST",
+                    path=f"/v2/models/{podium_name}/infer",
+                    make_server=functools.partial(_podium_server, podium_dir, http_server, env),
+                    check=check_echo,
+                    available=unavailable,
+                    http_server=http_server,
+                )
             )
-        )
+        for sync_name, sync_label, folder in (
+            ("podium-sync", "Podium, sync `def predict`", "echo_sync"),
+            (
+                "podium-sync-untimed",
+                "Podium, sync `def predict`, response_timeout 0",
+                "echo_sync_untimed",
+            ),
+        ):
+            if args.no_sync:
+                break
+            targets.append(
+                Target(
+                    name=sync_name + suffix,
+                    label=sync_label + tag,
+                    method="POST",
+                    path=f"/v2/models/{folder}/infer",
+                    make_server=functools.partial(
+                        _podium_server, sync_dir.parent / folder, choices[0], env
+                    ),
+                    check=check_echo,
+                    available=unavailable,
+                    http_server=choices[0],
+                )
+            )
+
+    if args.batch:
+        # issue 14's batching workload: 1 ms + 0.05 ms per request, batch_size 32, 128
+        # connections; the model reports how busy it was (bench/models/batch_busy)
+        batch_dir = BENCH / "models" / "batch_busy"
+        for suffix, tag, env in sources:
+            targets.append(
+                Target(
+                    name="podium-batch" + suffix,
+                    label="Podium, dynamic batching 32, 1 ms + 0.05 ms/item" + tag,
+                    method="POST",
+                    path="/v2/models/batch_busy/infer",
+                    make_server=functools.partial(_podium_server, batch_dir, choices[0], env),
+                    check=check_echo,
+                    available=unavailable,
+                    http_server=choices[0],
+                    connections=args.batch_connections,
+                    busy_probe=True,
+                )
+            )
 
     # Podium's own app under granian: the HTTP-server choice measured on Podium's request path.
     targets.append(
@@ -312,7 +374,11 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
     if wanted is not None:
 
         def picked(t: Target) -> bool:
-            return t.name in wanted or (t.name.startswith("podium-") and "podium" in wanted)
+            return (
+                t.name in wanted
+                or t.name.removesuffix("-base") in wanted
+                or (t.name.startswith("podium-") and "podium" in wanted)
+            )
 
         names = {t.name for t in targets} | {"podium"}
         unknown = wanted - names
@@ -326,9 +392,13 @@ def _hello_server(http_server: str) -> Server:
     return asgi_servers([http_server])[0]
 
 
-def _podium_server(model_dir: Path, http_server: str | None) -> Server:
+def _podium_server(
+    model_dir: Path, http_server: str | None, env: dict[str, str] | None = None
+) -> Server:
     port = free_port()
-    return Server(name="podium", argv=podium_argv(model_dir, port, http_server), port=port)
+    return Server(
+        name="podium", argv=podium_argv(model_dir, port, http_server), port=port, env=env or {}
+    )
 
 
 # --------------------------------------------------------------------------- running
@@ -354,9 +424,22 @@ def one_round(
                 if problem:
                     raise BenchError(f"wrong response from {url}: {problem}")
                 if args.warmup > 0:
-                    warm = gen.run(url, target.post_json, args.warmup, args.connections)
+                    warm = gen.run(
+                        url, target.post_json, args.warmup, target.connections or args.connections
+                    )
                     log(f"{tag}: warm-up {warm.rps:,.0f} req/s (discarded)")
-                result = gen.run(url, target.post_json, args.duration, args.connections)
+                connections = target.connections or args.connections
+                busy_before = _busy(srv.port, target) if target.busy_probe else None
+                before = srv.usage()
+                result = gen.run(url, target.post_json, args.duration, connections)
+                note_usage(result, srv.usage() - before)
+                if busy_before is not None:
+                    busy_after = _busy(srv.port, target)
+                    result.model_busy = (busy_after[0] - busy_before[0]) / (
+                        busy_after[1] - busy_before[1]
+                    )
+                    batches = busy_after[2] - busy_before[2] - 1  # the probe's own
+                    result.batch_mean = result.requests / batches if batches > 0 else math.nan
         except (BenchError, OSError, http.client.HTTPException) as exc:
             log(f"{tag}: FAILED: {exc}")
             target.failures.append(f"round {round_no}: {str(exc).splitlines()[0]}")
@@ -371,11 +454,32 @@ def one_round(
         )
 
 
+def _busy(port: int, target: Target) -> tuple[float, float, int]:
+    """The model's busy seconds, its clock and its batches, from one answer's parameters."""
+    status, _, body = http_post_json(port, target.path, INFER_BODY)
+    params = json.loads(body).get("parameters") or {}
+    if status != 200 or "busy_s" not in params:
+        raise BenchError(f"no busy figures in {target.name}'s answer: {body[:200]!r}")
+    return float(params["busy_s"]), float(params["at_s"]), int(params["batches"])
+
+
+def note_usage(result: LoadResult, used: ProcessUsage) -> None:
+    """The server's CPU time and context switches over a run, per completed request."""
+    if result.requests > 0 and used.cpu_s > 0:
+        result.server_cpu_us = 1e6 * used.cpu_s / result.requests
+        result.server_vcs = used.voluntary / result.requests
+        result.server_ics = used.involuntary / result.requests
+
+
 # --------------------------------------------------------------------------- report
 
 
 def _fmt_ms(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:.2f}"
+
+
+def _fmt_num(value: float, digits: int) -> str:
+    return "—" if math.isnan(value) else f"{value:,.{digits}f}"
 
 
 def _ratio(a: float, b: float) -> str:
@@ -402,12 +506,15 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
     lines.append(f"- versions: {', '.join(versions)}")
     lines.append("")
     lines.append(
-        "| server | request | req/s | p50 ms | p99 ms | req/s min–max | load gen CPU "
-        "| rounds | errors |"
+        "| server | request | req/s | p50 ms | p99 ms | req/s min–max | server CPU µs/req "
+        "| server cs/req (vol.+invol.) | load gen CPU | rounds | errors |"
     )
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     gen_bound = False
     med: dict[str, tuple[float, float, float]] = {}
+    cpu_us: dict[str, float] = {}
+    busy: dict[str, float] = {}
+    fill: dict[str, float] = {}
     flagged: list[str] = []
     for t in targets:
         label = t.label
@@ -415,13 +522,21 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
             label += f" (on {t.note or t.http_server})"
         if t.available is not None:
             lines.append(
-                f"| {label} | {t.method} {t.path} | — | — | — | — | — | 0 | n/a: {t.available} |"
+                f"| {label} | {t.method} {t.path} | — | — | — | — | — | — | — | 0 "
+                f"| n/a: {t.available} |"
             )
             continue
         rps = median([r.rps for r in t.runs])
         p50 = median([r.p50_ms for r in t.runs])
         p99 = median([r.p99_ms for r in t.runs])
         med[t.name] = (rps, p50, p99)
+        cpu_us[t.name] = median(
+            [r.server_cpu_us for r in t.runs if not math.isnan(r.server_cpu_us)]
+        )
+        busy[t.name] = median([r.model_busy for r in t.runs if not math.isnan(r.model_busy)])
+        fill[t.name] = median([r.batch_mean for r in t.runs if not math.isnan(r.batch_mean)])
+        vcs = median([r.server_vcs for r in t.runs if not math.isnan(r.server_vcs)])
+        ics = median([r.server_ics for r in t.runs if not math.isnan(r.server_ics)])
         errors = sum(r.errors for r in t.runs)
         spread = (
             f"{min(r.rps for r in t.runs):,.0f}–{max(r.rps for r in t.runs):,.0f}"
@@ -445,7 +560,8 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
             gen_bound = True
         lines.append(
             f"| {label} | {t.method} {t.path} | {rps_text} | {_fmt_ms(p50)} | {_fmt_ms(p99)} "
-            f"| {spread} | {gen_text} | {len(t.runs)}/{args.repeat} | {err_text} |"
+            f"| {spread} | {_fmt_num(cpu_us[t.name], 1)} | {_fmt_num(vcs, 2)}+{_fmt_num(ics, 2)} "
+            f"| {gen_text} | {len(t.runs)}/{args.repeat} | {err_text} |"
         )
 
     if gen_bound:
@@ -458,7 +574,12 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
     nan3 = (math.nan, math.nan, math.nan)
     mls = med.get("mlserver", nan3)
     hellos = {h: med.get(f"hello-{h}", nan3) for h in HTTP_SERVERS}
-    for pt in (t for t in targets if t.name.startswith("podium")):
+    for pt in (
+        t
+        for t in targets
+        if t.name.startswith("podium")
+        and not any(word in t.name for word in ("sync", "base", "batch"))
+    ):
         pod = med.get(pt.name, nan3)
         on = pt.http_server or pt.note
         who = f"Podium on {on}" if on and on != "?" else "Podium"
@@ -474,6 +595,39 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
         )
         for h in HTTP_SERVERS:
             lines.append(f"| p99: {who} / raw hello on {h} | {_ratio(pod[2], hellos[h][2])} |")
+    for suffix, tag in (("", ""), ("-base", " [base]")):
+        async_cpu = cpu_us.get("podium" + suffix)
+        for sync_name, what in (("podium-sync", ""), ("podium-sync-untimed", ", no timeout")):
+            sync_cpu = cpu_us.get(sync_name + suffix)
+            if sync_cpu is None or async_cpu is None:
+                continue
+            ratio = sync_cpu / async_cpu if async_cpu else math.nan
+            verdict = "meets" if ratio <= 1.5 else "**misses**"
+            lines.append(
+                f"| Podium{tag}: sync{what} / async `predict`, server CPU per request "
+                f"(aim ≤ 1.5×: {verdict}) | {_ratio(sync_cpu, async_cpu)} |"
+            )
+    for suffix, tag in (("", ""), ("-base", " [base]")):
+        share = busy.get("podium-batch" + suffix)
+        if share is not None and not math.isnan(share):
+            verdict = "meets" if share >= 0.9 else "**misses**"
+            p99 = med["podium-batch" + suffix][2]
+            lines.append(
+                f"| Podium{tag}: dynamic batching, model busy under saturation "
+                f"(aim ≥ 90 %: {verdict}; p99 {p99:.2f} ms; "
+                f"{fill['podium-batch' + suffix]:.1f} requests per batch) | {100 * share:.0f} % |"
+            )
+    if "podium-batch" in med and "podium-batch-base" in med:
+        lines.append(
+            "| dynamic batching p99: this checkout / base (aim ≤ 1) "
+            f"| {_ratio(med['podium-batch'][2], med['podium-batch-base'][2])} |"
+        )
+    for name in ("podium", "podium-sync", "podium-sync-untimed"):
+        if name in cpu_us and name + "-base" in cpu_us:
+            lines.append(
+                f"| {name}: server CPU per request, this checkout / base "
+                f"| {_ratio(cpu_us[name], cpu_us[name + '-base'])} |"
+            )
     lines.append(
         "| MLServer / raw hello on uvicorn (its HTTP server), req/s "
         f"| {_ratio(mls[0], hellos['uvicorn'][0])} |"
@@ -503,6 +657,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--podium-model", default="examples/echo", help="model dir (from root)")
     parser.add_argument("--podium-model-name", default=None, help="default: the dir's name")
+    parser.add_argument(
+        "--base-src",
+        default=None,
+        metavar="DIR",
+        help="also run each Podium row from the checkout DIR (PYTHONPATH=DIR/src): the 'before'",
+    )
+    parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="add the dynamic-batching row (bench/models/batch_busy: model-busy share, p99)",
+    )
+    parser.add_argument("--batch-connections", type=int, default=128)
+    parser.add_argument(
+        "--no-sync", action="store_true", help="leave out the sync `def predict` echo row"
+    )
     parser.add_argument("--loadgen", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--only", default=None, help="comma-separated subset of servers")
     parser.add_argument("--json", type=Path, default=None, help="also write raw results here")

@@ -214,7 +214,9 @@ async def test_sync_method_gets_the_callers_context_in_its_thread(
     c = ctx()
     assert await with_context(c, lambda: model.predict(2, None)) == 2
     assert await with_context(c, lambda: model.predict(3, None)) == 5
-    assert seen[0].startswith("test-ctx")  # ran in the pool, not on the loop
+    # ran in the model's own predict thread, not on the loop
+    assert seen == ["podium-m-" + seen[0].split("-", 2)[2]] * 2
+    assert seen[0] != threading.current_thread().name
 
 
 @pytest.mark.anyio

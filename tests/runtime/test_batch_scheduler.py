@@ -504,3 +504,71 @@ async def test_close_fails_the_requests_still_waiting(executor: ThreadPoolExecut
         assert "model 'm'" in exc.message
     with pytest.raises(Unavailable, match="model 'm'"):
         await scheduler.infer(3, None)
+
+
+# -- pipelining: the next batch waits for the slot, formed ------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_next_batch_runs_before_the_answers_of_the_one_that_freed_the_slot(
+    executor: ThreadPoolExecutor,
+) -> None:
+    events: list[Any] = []
+    release = asyncio.Event()
+
+    class Model:
+        async def predict(self, inputs):
+            events.append(("start", list(inputs)))
+            if inputs[0] == 0:
+                await release.wait()
+            return list(inputs)
+
+    async def call(i: int) -> None:
+        await scheduler.infer(i, None)
+        events.append(("answered", i))
+
+    scheduler = await batcher(Model, executor, batch_size=2)
+    try:
+        calls = [asyncio.create_task(call(i)) for i in range(2)]
+        await wait_until(lambda: events == [("start", [0, 1])])
+        calls += [asyncio.create_task(call(i)) for i in range(2, 4)]
+        await wait_until(lambda: scheduler.statistics()["queued"] == 2)
+        release.set()
+        await gather_within(*calls)
+        # the model is handed the next batch the moment it is free, not after the server
+        # has delivered the answers of the batch it just finished
+        assert events[:2] == [("start", [0, 1]), ("start", [2, 3])]
+        assert sorted(events[2:]) == [("answered", i) for i in range(4)]
+    finally:
+        await scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_requests_arriving_while_the_next_batch_waits_join_it(
+    executor: ThreadPoolExecutor,
+) -> None:
+    batches: list[list[Any]] = []
+    release = asyncio.Event()
+
+    class Model:
+        async def predict(self, inputs):
+            batches.append(list(inputs))
+            if inputs[0] == 0:
+                await release.wait()
+            return list(inputs)
+
+    scheduler = await batcher(Model, executor, batch_size=4, max_batch_delay_ms=1)
+    try:
+        first = [asyncio.create_task(scheduler.infer(i, None)) for i in range(4)]
+        await wait_until(lambda: batches == [[0, 1, 2, 3]])
+        second = [asyncio.create_task(scheduler.infer(i, None)) for i in (4, 5)]
+        await asyncio.sleep(0.02)  # its delay is over: formed, it waits for the slot
+        gone = asyncio.create_task(scheduler.infer("gone", None))
+        late = [asyncio.create_task(scheduler.infer(i, None)) for i in (6, 7, 8)]
+        await wait_until(lambda: scheduler.statistics()["queued"] == 6)
+        gone.cancel()  # its client left: it is not in the batch
+        release.set()
+        assert await gather_within(*first, *second, *late) == list(range(9))
+        assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    finally:
+        await scheduler.close()

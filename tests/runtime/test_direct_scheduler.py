@@ -319,33 +319,6 @@ async def test_cancelled_sync_predict_holds_its_slot_until_it_returns(
     assert scheduler.statistics()["busy"] == 0
 
 
-@pytest.mark.anyio
-async def test_a_call_still_queued_in_the_pool_is_dropped_when_cancelled() -> None:
-    events: list[str] = []
-    hold = threading.Event()
-
-    class Model:
-        def predict(self, inputs):
-            events.append(inputs)
-            if inputs == "occupier":
-                assert hold.wait(2)
-            return inputs
-
-    with ThreadPoolExecutor(1) as single:
-        scheduler = direct(Model, single, concurrency=2)
-        occupier = asyncio.create_task(scheduler.infer("occupier", None))
-        await wait_until(lambda: events == ["occupier"])
-        queued = asyncio.create_task(scheduler.infer("queued", None))
-        await wait_until(lambda: scheduler.statistics()["busy"] == 2)
-        queued.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await queued  # not held up by the occupied pool: it never started
-        hold.set()
-        assert await occupier == "occupier"
-    assert events == ["occupier"]
-    assert scheduler.statistics()["busy"] == 0
-
-
 # -- SlotGate on its own ---------------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ from ..types import (
     current_context,
 )
 from ._calls import iterate_async, iterate_sync, model_error, run_sync, validation_failed
+from ._threads import CallThreads
 
 __all__ = ["MethodSpec", "ModelSpec", "NativeModel", "check_config", "inspect_class"]
 
@@ -489,6 +490,10 @@ class NativeModel:
         self._pre = self._bind(spec.preprocess)
         self._predict = self._bind(spec.predict)
         self._post = self._bind(spec.postprocess)
+        # a sync predict (or step) runs on threads of the instance's own, as many as its slots
+        # let run at once; they hand calls back to the loop more cheaply than the shared pool
+        # (model/_threads.py)
+        self._threads = CallThreads(name=f"podium-{self.name}")
 
     def _bind(self, spec: MethodSpec | None) -> Any:
         return None if spec is None else getattr(self.obj, spec.name)
@@ -523,6 +528,8 @@ class NativeModel:
         try:
             if spec.flavor is Flavor.ASYNC:
                 return await fn(*args)
+            if fn is self._predict:
+                return await self._threads.run(fn, *args)
             return await run_sync(self._executor, fn, *args)
         except Exception as exc:
             raise model_error(self.name, spec.name, exc) from exc
@@ -564,7 +571,7 @@ class NativeModel:
             if self._step_async:
                 await self._step(batch)
             else:
-                await run_sync(self._executor, self._step, batch)
+                await self._threads.run(self._step, batch)
         except Exception as exc:
             raise model_error(self.name, "step", exc) from exc
 
@@ -593,6 +600,17 @@ class NativeModel:
             raise model_error(self.name, "predict", exc) from exc
         async for item in iterate_sync(gen, self._executor, self.name):
             yield item
+
+    def pipeline(self, slots: int) -> None:
+        """Run a sync predict on ``slots`` threads at most: the caller may then hand over more
+        calls than that, which wait in line for a thread and run the moment one is free, with
+        no wake-up of their own (the worker's requests queued ahead)."""
+        self._threads.limit = slots
+
+    async def close(self) -> None:
+        """Stop the instance's predict threads (each once the calls it holds have returned; this
+        does not wait for them)."""
+        await self._threads.close()
 
     async def postprocess(self, outputs: Any, request: Any) -> Any:
         if self.spec.postprocess is None:

@@ -3,8 +3,12 @@ stateful sequences.
 
 Requests join a queue (bounded: ``QueueFull`` past ``limit``). One collector task closes a
 batch when it holds ``size`` requests, or ``delay`` seconds after the oldest request still
-waiting arrived, whichever comes first; it then takes a slot (``acquire``), and runs the batch in
-a task of its own (``run``), so that the next batch forms while this one runs. A request whose
+waiting arrived, whichever comes first, and hands it to a task of its own, which takes a slot
+(``acquire``) and runs it (``run``). One batch is formed ahead: while every slot is busy, the next
+batch already waits for one, and runs the moment one is freed, before the answers of the batch
+that freed it are delivered (so the model is not idle while the server sends them); requests
+that arrived meanwhile join it then, up to ``size``. The next batch forms once it has its slot,
+while it runs. A request whose
 client left before its batch closed is dropped from it; a running batch whose clients have all
 left is cancelled. A batch's result must be a list (or tuple) as long as the batch; each request
 gets its own item, or every request the batch's error.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -53,6 +58,12 @@ class Pending:
         self.task: asyncio.Task[None] | None = None
         self.slot: Any = None
         self.trace: Any = None
+
+
+def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
+    """A batch whose clients have all left is cancelled."""
+    if all(p.future.cancelled() for p in batch):
+        task.cancel()
 
 
 class BatchCollector(Generic[S]):
@@ -104,12 +115,17 @@ class BatchCollector(Generic[S]):
         self._queue: collections.deque[Pending] = collections.deque()
         self._arrived = asyncio.Event()
         self._collector: asyncio.Task[None] | None = None
+        self._slotted = asyncio.Event()  # the batch formed ahead has its slot, or is gone
+        self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
         self.batches_run = 0
+        #: seconds the batches ran (from slot to answer), for the model-busy figure of benches
+        self.busy_time = 0.0
 
     @property
     def queued(self) -> int:
-        """Requests in the queue (a request that left is counted until the collector drops it)."""
-        return len(self._queue)
+        """Requests waiting: in the queue, or in the batch formed ahead that waits for its slot
+        (a request that left is counted until the collector drops it)."""
+        return len(self._queue) + len(self._ahead)
 
     def start(self) -> None:
         """Start the collector task (:meth:`add` starts it too, if need be)."""
@@ -124,8 +140,8 @@ class BatchCollector(Generic[S]):
     def add(self, inputs: Any, request: Any, tag: Any = None) -> Pending:
         """Queue one request; its answer is ``.future``. ``QueueFull`` past ``limit``."""
         queue = self._queue
-        if self._limit is not None and len(queue) >= self._limit:
-            raise QueueFull.of(self._model, len(queue), self._limit)
+        if self._limit is not None and len(queue) + len(self._ahead) >= self._limit:
+            raise QueueFull.of(self._model, len(queue) + len(self._ahead), self._limit)
         pending = Pending(
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
@@ -172,16 +188,14 @@ class BatchCollector(Generic[S]):
                     await arrived.wait()
                 finally:
                     timer.cancel()
-            slot = await self._acquire()
             batch: list[Pending] = []
-            while self._queue and len(batch) < self._size:
-                pending = self._queue.popleft()
-                if not pending.future.done():
-                    batch.append(pending)
+            self._take(batch)
             if not batch:
-                self._release(slot)
                 continue
-            task = self._tasks.spawn(self._run_batch(slot, batch))
+            slotted = self._slotted
+            slotted.clear()
+            self._ahead = batch
+            task = self._tasks.spawn(self._run_batch(batch))
             for pending in batch:
                 pending.task = task
 
@@ -202,17 +216,54 @@ class BatchCollector(Generic[S]):
                     task.cancel()
 
             task.add_done_callback(fail_unanswered)
+            task.add_done_callback(functools.partial(self._gone, slotted, batch))
             for pending in batch:
                 pending.future.add_done_callback(abandon)
+            await slotted.wait()  # one batch ahead at most
 
-    async def _run_batch(self, slot: S, batch: list[Pending]) -> None:
+    def _gone(self, slotted: asyncio.Event, batch: list[Pending], _: object) -> None:
+        # a batch task that ended (cancelled before it ran, even) is no longer ahead
+        if self._ahead is batch:
+            self._ahead = []
+        slotted.set()
+
+    def _take(self, batch: list[Pending]) -> None:
+        """Move requests still waiting from the front of the queue into ``batch``, up to
+        ``size`` (the ones whose client left are dropped)."""
+        queue, size = self._queue, self._size
+        while queue and len(batch) < size:
+            pending = queue.popleft()
+            if not pending.future.done():
+                batch.append(pending)
+
+    async def _run_batch(self, batch: list[Pending]) -> None:
+        try:
+            slot = await self._acquire()
+        finally:
+            if self._ahead is batch:
+                self._ahead = []
+            self._slotted.set()
+        # requests that arrived while it waited join it; those that left are dropped
+        before = len(batch)
+        if before < self._size:
+            self._take(batch)
+            task = asyncio.current_task()
+            assert task is not None
+            abandon = functools.partial(_abandon, task, batch)
+            for pending in batch[before:]:
+                pending.task = task
+                pending.future.add_done_callback(abandon)
+        batch[:] = [p for p in batch if not p.future.done()]
+        if not batch:
+            self._release(slot)
+            return
         self.batches_run += 1
+        started = self._now()
         stats = self._stats
         if stats is not None:
-            now = self._now()
             queue = stats.queue
             for p in batch:
-                queue.add(int((now - p.arrived) * 1e9))
+                queue.add(int((started - p.arrived) * 1e9))
         try:
             hooks = tracing.hooks
             if hooks is None:
@@ -232,6 +283,8 @@ class BatchCollector(Generic[S]):
                 if not p.future.done():
                     p.future.set_exception(exc)
             return
+        finally:
+            self.busy_time += self._now() - started
         for p, out in zip(batch, outputs, strict=True):
             if not p.future.done():
                 p.slot = slot

@@ -61,6 +61,11 @@ BACKOFF_MAX = 5.0
 MAX_START_FAILURES = 5
 #: A worker that lived at least this long before dying resets the back-off.
 STABLE_AFTER = 10.0
+#: Requests a thread worker of a sync ``predict`` takes beyond its slots (at least; as many as
+#: its slots if more): they wait in the instance's own line for a predict thread, so that a
+#: thread that finishes one finds the next already there, instead of sleeping until the event
+#: loop has freed the slot and handed it on (bench/run.py, ``podium-sync``).
+PREDICT_AHEAD = 4
 #: Workers lost (died, killed past response_timeout, replaced when stuck) this many times within
 #: RESTART_WINDOW seconds: the version is crash-looping (:meth:`WorkerPool.trouble`).
 RESTART_LIMIT = 5
@@ -199,7 +204,9 @@ class ThreadWorker:
         # the expired ones (cancelled) until they return, with their deadline
         self._deadlines: dict[asyncio.Task[Any], float] = {}
         self._expired: dict[asyncio.Task[Any], float] = {}
-        # sync predicts past response_timeout, still running in their thread, by deadline
+        # sync predicts: each running one's deadline and its caller's waiter, swept likewise;
+        # those past response_timeout, still running in their thread, since when
+        self._threaded: dict[asyncio.Task[Any], tuple[float, asyncio.Future[Any]]] = {}
         self._late: dict[asyncio.Future[Any], float] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self._tick = min(response_timeout / 4, 1.0) if response_timeout else 1.0
@@ -229,7 +236,7 @@ class ThreadWorker:
             finally:
                 self._release()
         elif self.instance.capabilities.predict_in_thread:
-            outputs = await self._timed(self.instance.predict(inputs, request))
+            outputs = await self._timed(inputs, request)
         else:
             outputs = await self._timed_inline(inputs, request)
         self._stats.executed(size, _now() - start)
@@ -270,38 +277,70 @@ class ThreadWorker:
                 del self._deadlines[task]
                 self._expired[task] = deadline
                 task.cancel()
-        self._sweeper = loop.call_later(self._tick, self._sweep) if self._deadlines else None
+        for task, (deadline, waiter) in list(self._threaded.items()):
+            if deadline <= now:
+                del self._threaded[task]
+                self._timed_out(task, waiter, now)
+        self._sweeper = (
+            loop.call_later(self._tick, self._sweep) if self._deadlines or self._threaded else None
+        )
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests, len(inputs))
 
-    async def _timed(self, call: Awaitable[Any]) -> Any:
-        """``call`` bounded by response_timeout. A thread cannot be killed: past the timeout the
-        request fails at once, the slot stays taken until the call really returns (so
-        predict_concurrency stays a true bound), and a call still running after STUCK_GRACE
-        gets this worker replaced (:meth:`WorkerPool._replace_stuck`)."""
-        task = asyncio.ensure_future(call)
-        task.add_done_callback(lambda _: self._release())
+    async def _timed(self, inputs: Any, request: Any) -> Any:
+        """A sync predict bounded by response_timeout. A thread cannot be killed: past the
+        timeout the request fails at once, the slot stays taken until the call really returns
+        (so predict_concurrency stays a true bound), and a call still running after STUCK_GRACE
+        gets this worker replaced (:meth:`WorkerPool._replace_stuck`). The predict runs in a
+        task of its own, which holds the slot; the caller waits on a future that the task's end
+        or the deadline settles. No timer per call: the worker's one sweep (see
+        :meth:`_timed_inline`) finds the calls past their deadline."""
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self.instance.predict(inputs, request))
+        waiter = loop.create_future()
+        self._threaded[task] = (loop.time() + self._timeout, waiter)
+        task.add_done_callback(self._threaded_done)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._tick, self._sweep)
         try:
-            done, _ = await asyncio.wait((task,), timeout=self._timeout)
+            return await waiter
         except asyncio.CancelledError:
-            task.cancel()
+            if not waiter.done() or waiter.cancelled():  # the caller left: so does the call
+                task.cancel()
             raise
-        if done:
-            return task.result()
+
+    def _threaded_done(self, task: asyncio.Task[Any]) -> None:
+        self._release()
+        self._late.pop(task, None)
+        entry = self._threaded.pop(task, None)
+        if entry is None or entry[1].done():  # timed out already, or the caller left
+            if not task.cancelled():
+                task.exception()  # nobody reads it: no "never retrieved" noise
+            return
+        waiter = entry[1]
+        if task.cancelled():
+            waiter.cancel()
+        elif (exc := task.exception()) is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(task.result())
+
+    def _timed_out(self, task: asyncio.Task[Any], waiter: asyncio.Future[Any], now: float) -> None:
+        """A sync predict ran past response_timeout: its caller fails at once; the call runs on
+        in its thread, holding its slot, and counts as late until it returns."""
+        if not waiter.done():
+            waiter.set_exception(
+                ResponseTimeout(
+                    f"{self._label} predict did not finish within response_timeout "
+                    f"{self._timeout:g} s (thread worker {self.id})"
+                )
+            )
         task.cancel()
         if not task.done():  # a thread cannot be stopped: it runs on, holding its slot
-            self._late[task] = asyncio.get_running_loop().time()
-            task.add_done_callback(self._returned)
+            self._late[task] = now
         if self._on_stuck is not None:
             asyncio.get_running_loop().call_later(STUCK_GRACE, self._check_stuck, task)
-        raise ResponseTimeout(
-            f"{self._label} predict did not finish within response_timeout "
-            f"{self._timeout:g} s (thread worker {self.id})"
-        )
-
-    def _returned(self, task: asyncio.Future[Any]) -> None:
-        self._late.pop(task, None)
 
     def stuck(self) -> int:
         """Calls this worker still runs more than STUCK_GRACE seconds past their
@@ -795,11 +834,12 @@ def thread_pool(
             # in this task's context: the metrics its __init__ creates are the version's
             run = contextvars.copy_context().run
             made = await asyncio.get_running_loop().run_in_executor(executor, run, build)
+        slots = config.predict_concurrency
         return ThreadWorker(
             wid,
             made,
             gate=pool.gate,
-            capacity=config.predict_concurrency,
+            capacity=slots + _ahead(config, made),
             label=pool.label,
             response_timeout=config.response_timeout_s,
             stream_buffer=config.stream_buffer,
@@ -809,3 +849,26 @@ def thread_pool(
 
     pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats)
     return pool
+
+
+def _ahead(config: Any, instance: ModelInstance) -> int:
+    """How many requests a thread worker takes queued ahead (PREDICT_AHEAD) beyond its slots:
+    only for a plain sync ``predict`` whose instance bounds its own predict threads to the
+    slots (``pipeline``), so predict_concurrency stays the bound of predicts at once. Not with
+    response_timeout (a request's time would then include its wait behind another), streaming,
+    batching or sequences (their schedulers count slots as batches or turns)."""
+    caps = instance.capabilities
+    pipeline = getattr(instance, "pipeline", None)
+    if (
+        pipeline is None
+        or not caps.predict_in_thread
+        or caps.streaming
+        or caps.continuous
+        or config.response_timeout_s
+        or config.batch_size > 1
+        or config.sequence_batching
+    ):
+        return 0
+    slots = config.predict_concurrency
+    pipeline(slots)
+    return max(PREDICT_AHEAD, slots)

@@ -1,0 +1,239 @@
+"""Long-lived threads that run one instance's blocking calls, with batched completion signals.
+
+A sync ``predict`` handed to a ``ThreadPoolExecutor`` costs, per call, a ``Future`` with its
+``Condition``, ``asyncio.wrap_future``'s chaining and a ``call_soon_threadsafe`` (a write that
+wakes the event loop), plus ``asyncio.shield``: ~90 µs of server CPU per request on a one-core
+server, twice the whole of an ``async def predict`` request (bench/run.py, ``podium-sync``).
+:class:`CallThreads` does the same hand-off with less:
+
+- the loop puts a call on a C ``SimpleQueue`` that long-lived threads read; a thread is added
+  only when more calls are in flight than there are threads, so the threads number the most
+  calls its caller ever let run at once (the predict slots): a model that is not thread-safe,
+  at ``predict_concurrency`` 1, always runs on one and the same thread;
+- a thread that finishes a call posts it to a completion list and wakes the loop only if no
+  wake-up is pending already: calls that finish close together (several threads, or calls
+  queued behind each other) cost one wake-up for all, read in one loop callback;
+- a thread that finds the next call already queued runs it at once, without sleeping.
+
+Cancellation keeps ``run_sync``'s promise: a call still queued never runs (the caller goes at
+once); one already running cannot be stopped, so the cancellation waits for it to return, and
+the caller's resources (a predict slot) are held exactly as long as the user's code runs; a
+second cancellation lets the caller go (a shutdown cutting what still runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CallThreads"]
+
+_STOP = None  # put once per thread on its queue: the thread returns
+_names = itertools.count(1)
+
+
+class _Call:
+    """One blocking call: what to run and, once run, its outcome. ``started`` (set by the
+    thread) and ``cancelled`` (set by the loop) are each written first and the other's read
+    after (Dekker's way; the GIL orders them): a call is either run or skipped, and reported
+    back either way, so a caller that saw it start always hears that it ended."""
+
+    __slots__ = (
+        "counted",
+        "fn",
+        "args",
+        "future",
+        "inbox",
+        "started",
+        "cancelled",
+        "reported",
+        "ended",
+        "result",
+        "error",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        future: asyncio.Future[Any],
+        inbox: _Inbox,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.future = future
+        self.inbox = inbox
+        self.started = False
+        self.cancelled = False
+        self.reported = False  # read back on the loop
+        self.counted = True  # still counted in flight (not skipped, not read back)
+        self.ended: asyncio.Future[None] | None = None  # a cancelled caller waits on it
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Inbox:
+    """Finished calls on their way back to one event loop: one wake-up for all that finish
+    before the loop reads them."""
+
+    __slots__ = ("loop", "done", "pending", "owner", "__weakref__")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, owner: CallThreads) -> None:
+        self.loop = loop
+        self.owner = weakref.ref(owner)  # a pending wake-up must not keep the threads alive
+        self.done: collections.deque[_Call] = collections.deque()
+        self.pending = False  # a wake-up is on its way: the loop will read ``done``
+
+    def post(self, call: _Call) -> None:
+        """In a thread: hand ``call`` back. Appended first, the flag read after: a call
+        appended while a read is pending is taken by that read, or finds the flag down (the
+        read has begun) and wakes the loop once more."""
+        self.done.append(call)
+        if not self.pending:
+            self.pending = True
+            try:
+                self.loop.call_soon_threadsafe(self.read)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+    def read(self) -> None:
+        """On the loop: settle the future of every finished call."""
+        self.pending = False  # before reading: a call posted from now on wakes us again
+        done = self.done
+        owner = self.owner()
+        while done:
+            call = done.popleft()
+            call.reported = True
+            if call.counted:
+                call.counted = False
+                if owner is not None:
+                    owner.in_flight -= 1
+            future = call.future
+            ended = call.ended
+            if ended is not None and not ended.done():  # its caller, cancelled, waits
+                ended.set_result(None)
+            if future.done():  # cancelled: nobody reads the outcome
+                call.error = None
+                continue
+            if call.error is not None:
+                future.set_exception(call.error)
+                call.error = None  # no cycle through the traceback
+            else:
+                future.set_result(call.result)
+
+
+def _serve(calls: queue.SimpleQueue[_Call | None]) -> None:
+    """A thread's life: run calls until told to stop. It holds only the queue, so that the
+    :class:`CallThreads` it serves can be collected (whose finalizer stops the threads)."""
+    while True:
+        call = calls.get()
+        if call is None:
+            return
+        call.started = True
+        if not call.cancelled:
+            try:
+                call.result = call.fn(*call.args)
+            except BaseException as exc:  # the caller gets whatever it raised
+                call.error = exc
+        call.inbox.post(call)
+        del call
+
+
+class CallThreads:
+    """``threads`` long-lived threads running blocking calls in arrival order (see the module
+    docstring), as many as the calls in flight have ever been, or at most ``limit`` (further
+    calls wait in line for a thread). :meth:`close` stops them once the calls queued have run;
+    so does collecting the object."""
+
+    def __init__(self, name: str = "podium-model", *, limit: int | None = None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self._name = name
+        self._limit = limit
+        self._number = next(_names)
+        #: calls queued or running (on the loop: a call leaves when read back, or at once when
+        #: its caller is cancelled before it started)
+        self.in_flight = 0
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._closed = False
+        weakref.finalize(self, _stop, self._calls, self._threads)
+
+    @property
+    def limit(self) -> int | None:
+        """The most threads it starts (None: as many as calls in flight)."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int | None) -> None:
+        if value is not None and value < 1:
+            raise ValueError(f"limit must be at least 1, got {value}")
+        self._limit = value
+
+    @property
+    def threads(self) -> int:
+        """Threads started so far."""
+        return len(self._threads)
+
+    def _add_thread(self) -> None:
+        thread = threading.Thread(
+            target=_serve,
+            args=(self._calls,),
+            name=f"{self._name}-{self._number}-{len(self._threads) + 1}",
+            daemon=True,
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in one of the threads: its result, or what it raised."""
+        if self._closed:
+            raise RuntimeError("these model threads are closed")
+        self.in_flight += 1
+        if self.in_flight > len(self._threads) and (
+            self._limit is None or len(self._threads) < self._limit
+        ):
+            self._add_thread()
+        loop = asyncio.get_running_loop()
+        inbox = self._inboxes.get(loop)
+        if inbox is None:
+            inbox = self._inboxes[loop] = _Inbox(loop, self)
+        future = loop.create_future()
+        call = _Call(fn, args, future, inbox)
+        self._calls.put(call)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            call.cancelled = True
+            if not call.started:  # it will be skipped: it holds no thread
+                if call.counted:
+                    call.counted = False
+                    self.in_flight -= 1
+            elif not call.reported:  # it runs: it finishes whatever we do, and we wait
+                ended = call.ended = loop.create_future()
+                await ended  # a second cancellation lets the caller go (a shutdown's cut)
+            raise
+
+    async def close(self) -> None:
+        """Refuse new calls; each thread stops once the calls queued before have run. Returns
+        at once: a call still running is not waited for (a shutdown does not wait for sync code
+        past its grace, and the threads are daemons: they do not hold up the exit)."""
+        if self._closed:
+            return
+        self._closed = True
+        _stop(self._calls, self._threads)
+
+
+def _stop(calls: queue.SimpleQueue[_Call | None], threads: list[threading.Thread]) -> None:
+    for _ in threads:
+        calls.put(_STOP)
+    threads.clear()

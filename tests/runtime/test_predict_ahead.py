@@ -1,0 +1,124 @@
+"""A thread worker of a plain sync predict takes requests queued ahead of its predict threads
+(runtime/workers.py, PREDICT_AHEAD): predict_concurrency stays the bound of predicts at once,
+on the same threads, and a request whose client left before its predict started never runs."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import wait_until
+
+from podium.model.discovery import discover_all
+from podium.runtime.loading import build_version
+from podium.runtime.registry import ModelVersion
+from podium.runtime.workers import PREDICT_AHEAD
+
+CODE = """
+import threading
+
+HOLD = threading.Event()
+LOCK = threading.Lock()
+RAN = []
+THREADS = set()
+RUNNING = [0, 0]
+
+
+class Model:
+    def predict(self, inputs):
+        with LOCK:
+            RUNNING[0] += 1
+            RUNNING[1] = max(RUNNING)
+            RAN.append(inputs)
+            THREADS.add(threading.get_ident())
+        if inputs == "hold":
+            assert HOLD.wait(5)
+        threading.Event().wait(0.0002)  # a real wait: another thread could come in
+        with LOCK:
+            RUNNING[0] -= 1
+        return inputs
+"""
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(8, thread_name_prefix="test-ahead") as pool:
+        yield pool
+
+
+def version(tmp_path: Path, config: str, executor: ThreadPoolExecutor) -> ModelVersion:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.py").write_text(CODE)
+    (folder / "config.yaml").write_text(config)
+    found, problems = discover_all(folder)
+    assert not problems
+    return build_version(found[0], secrets={}, executor=executor)
+
+
+def module(mv: ModelVersion) -> Any:
+    return sys.modules[type(mv.instance.obj).__module__]  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("slots", [1, 2])
+async def test_requests_ahead_keep_predict_concurrency(
+    tmp_path: Path, executor: ThreadPoolExecutor, slots: int
+) -> None:
+    mv = version(tmp_path, f"response_timeout: 0\npredict_concurrency: {slots}\n", executor)
+    mod = module(mv)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        stats = mv.scheduler.statistics()
+        assert stats["slots"] == slots + max(PREDICT_AHEAD, slots)  # slots, and those ahead
+        results = await asyncio.gather(*(mv.scheduler.infer(i, None) for i in range(60)))
+        assert results == list(range(60))
+        assert mod.RUNNING[1] == slots  # never more at once
+        assert len(mod.THREADS) == slots  # and always on the same threads
+        assert threading.get_ident() not in mod.THREADS
+    finally:
+        await mv.scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_ahead_whose_client_left_never_runs(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version(tmp_path, "response_timeout: 0\n", executor)
+    mod = module(mv)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        held = asyncio.create_task(mv.scheduler.infer("hold", None))
+        await wait_until(lambda: mod.RAN == ["hold"])
+        gone = asyncio.create_task(mv.scheduler.infer("gone", None))
+        after = asyncio.create_task(mv.scheduler.infer("after", None))
+        await wait_until(lambda: mv.scheduler.statistics()["busy"] == 3)  # taken ahead
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone  # at once: its predict had not started
+        assert mv.scheduler.statistics()["busy"] == 2
+        mod.HOLD.set()
+        assert (await held, await after) == ("hold", "after")
+        assert mod.RAN == ["hold", "after"]
+    finally:
+        mod.HOLD.set()
+        await mv.scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_no_requests_ahead_with_response_timeout(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # a request's response_timeout must not count a wait behind another's predict
+    mv = version(tmp_path, "response_timeout: 30\npredict_concurrency: 2\n", executor)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        assert mv.scheduler.statistics()["slots"] == 2
+    finally:
+        await mv.scheduler.close()
