@@ -7,7 +7,7 @@ gRPC service is ``grpc/_management``); beside them what they share: ``_asgi`` (t
 written against), ``_auth`` (token authorization), ``_guard`` (the management API refuses web
 pages; the start-up exposure rule), ``_limits`` (every HTTP listener's connection limits),
 ``_headers`` and ``_sequences`` (headers and sequence ids on the wire), ``_requests`` (request
-objects for worker processes); and ``_runner`` (:class:`Podium`: builds and wires everything,
+objects for worker processes, and for Ray Serve replicas: podium.ray); and ``_runner`` (:class:`Podium`: builds and wires everything,
 owns the listeners). They reach the layers below through the data plane only.
 """
 
@@ -17,11 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 from ._asgi import ASGIApp, Message, Receive, Scope, Send
 from ._guard import UnsafeExposure
+from ._requests import RequestSnapshots, Snapshot, rebuild
 
 if TYPE_CHECKING:
     from ._runner import Podium
 
-__all__ = ["ASGIApp", "Message", "Podium", "Receive", "Scope", "Send", "UnsafeExposure"]
+__all__ = [
+    "ASGIApp",
+    "Message",
+    "Podium",
+    "Receive",
+    "RequestSnapshots",
+    "Scope",
+    "Send",
+    "Snapshot",
+    "UnsafeExposure",
+    "rebuild",
+]
 
 
 def __getattr__(name: str) -> Any:
