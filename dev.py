@@ -2,7 +2,7 @@
 """Podium's developer entry point; needs only Python >= 3.11.
 
     python3 dev.py serve   create .venv, install Podium, serve examples/ on http://127.0.0.1:8080
-    python3 dev.py test    create .venv, install Podium with its test tools, run the whole suite
+    python3 dev.py test    create .venv, install Podium with its test tools and Ray, run the whole suite
     python3 dev.py lint    ruff check, ruff format --check, mypy
     python3 dev.py test-grpc-range
                            the gRPC tests again at the lowest and at the newest grpcio that
@@ -67,9 +67,11 @@ def _create(env: Path) -> str:
     return str(_bin(env) / "python")
 
 
-def _install(env: Path, stamp: str, requirements: list[str], label: str = "") -> None:
-    """Podium with its test tools in ``env`` (and ``requirements``), unless ``stamp`` says it
-    is there already."""
+def _install(
+    env: Path, stamp: str, requirements: list[str], label: str = "", extras: str = "dev"
+) -> None:
+    """Podium with ``extras`` (its test tools) in ``env`` (and ``requirements``), unless
+    ``stamp`` says it is there already."""
     marker = env / ".podium-installed"
     if marker.exists() and marker.read_text() == stamp and (_bin(env) / "podium").exists():
         return
@@ -77,7 +79,7 @@ def _install(env: Path, stamp: str, requirements: list[str], label: str = "") ->
     print(f"dev.py: installing Podium and its test tools into {env.name}{label}", flush=True)
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]", *requirements], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[{extras}]", *requirements], check=True)
     marker.write_text(stamp)
 
 
@@ -89,7 +91,8 @@ def _check_python() -> None:
 def _ensure_venv() -> None:
     _check_python()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    _install(VENV, wanted, [], "")
+    # The main venv has Ray too (the `ray` extra): tests/ray_serve runs Podium on Ray Serve.
+    _install(VENV, wanted, [], "", extras="dev,ray")
 
 
 def _pins() -> dict[str, str]:

@@ -89,6 +89,23 @@ MODELS = {
         """,
         "config.yaml": "ray: {num_cpus: 0.25}\nmodel_metadata: {log: LOG}\n",
     },
+    "echo": {
+        "model.py": """
+            from podium import InferenceRequest, InferenceResponse, ResponseOutput
+
+            class Model:
+                def predict(self, request: InferenceRequest) -> InferenceResponse:
+                    return InferenceResponse(
+                        outputs=[
+                            ResponseOutput(
+                                name=i.name, shape=i.shape, datatype=i.datatype, data=i.data
+                            )
+                            for i in request.inputs
+                        ]
+                    )
+        """,
+        "config.yaml": "ray: {num_cpus: 0}\n",
+    },
     "slow": {
         "model.py": """
             import asyncio
@@ -185,6 +202,27 @@ def test_oip_infer_and_metadata_through_the_ingress(cluster: Cluster) -> None:
         r = client.post("/v2/models/slow/infer", json=body)
         assert r.status_code == 200, r.text
         assert r.json()["model_name"] == "slow"
+
+
+def test_oip_binary_tensors_and_torchserve_through_the_ingress(cluster: Cluster) -> None:
+    import numpy as np
+    import tritonclient.http as triton
+
+    client = triton.InferenceServerClient(cluster.url.removeprefix("http://"))
+    try:
+        tensor = triton.InferInput("x", [3], "FP32")
+        values = np.array([1.5, -2.0, 3.25], dtype=np.float32)
+        tensor.set_data_from_numpy(values, binary_data=True)
+        asked = [triton.InferRequestedOutput("x", binary_data=True)]
+        result = client.infer("echo", [tensor], outputs=asked)
+        assert result.get_response()["outputs"][0]["parameters"]["binary_data_size"] == 12
+        np.testing.assert_array_equal(result.as_numpy("x"), values)
+    finally:
+        client.close()
+    with httpx.Client(base_url=cluster.url, timeout=30) as http:
+        r = http.post("/predictions/who", json={})
+        assert r.status_code == 200, r.text
+        assert "pid" in r.json()
 
 
 def test_an_unknown_model_is_a_404(cluster: Cluster) -> None:
