@@ -603,6 +603,12 @@ def archive(
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Serve's HTTP proxy address.")
 @click.option("--port", type=int, default=8000, show_default=True, help="Serve's HTTP proxy port.")
+@click.option(
+    "--grpc-port",
+    type=int,
+    default=None,
+    help="Serve's gRPC proxy port, serving OIP's GRPCInferenceService [none: no gRPC].",
+)
 @click.option("--name", default="podium", show_default=True, help="The Serve application's name.")
 @click.option(
     "--ingress-replicas",
@@ -617,6 +623,7 @@ def ray_command(
     address: str | None,
     host: str,
     port: int,
+    grpc_port: int | None,
     name: str,
     ingress_replicas: int | None,
     log_level: str | None,
@@ -645,7 +652,7 @@ def ray_command(
     handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=settings.replica.log_level.upper(), handlers=[handler])
     try:
-        code = run(settings, address=address, host=host, port=port, name=name)
+        code = run(settings, address=address, host=host, port=port, grpc_port=grpc_port, name=name)
     except DefinitionError as exc:
         click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
         for problem in exc.problems:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import socket
 import textwrap
 import time
@@ -20,7 +21,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from podium.ray import AppSettings, build
+from podium.ray import OIP_SERVICER, AppSettings, build
 
 # Ray comes with the `ray` extra, which dev.py installs (CI too, where a missing Ray fails);
 # elsewhere, a venv without it skips these tests and says why.
@@ -140,9 +141,10 @@ def write_models(root: Path) -> Path:
 
 
 class Cluster:
-    def __init__(self, url: str, log: Path) -> None:
+    def __init__(self, url: str, log: Path, grpc: str) -> None:
         self.url = url
         self.log = log
+        self.grpc = grpc
 
     def steps(self, tag: str) -> int:
         if not self.log.exists():
@@ -154,13 +156,16 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("ray")
     log = write_models(root)
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.start(
+            http_options={"host": "127.0.0.1", "port": port},
+            grpc_options={"port": grpc_port, "grpc_servicer_functions": [OIP_SERVICER]},
+        )
         application = build(AppSettings.from_args({"paths": str(root / "models")}))
         serve.run(application, name=APP, route_prefix="/")
-        yield Cluster(f"http://127.0.0.1:{port}", log)
+        yield Cluster(f"http://127.0.0.1:{port}", log, f"127.0.0.1:{grpc_port}")
     finally:
         try:
             serve.shutdown()
@@ -225,6 +230,50 @@ def test_oip_binary_tensors_and_torchserve_through_the_ingress(cluster: Cluster)
         assert "pid" in r.json()
 
 
+def test_oip_grpc_through_serves_grpc_proxy(cluster: Cluster) -> None:
+    import numpy as np
+    import tritonclient.grpc as triton
+    from tritonclient.utils import InferenceServerException
+
+    client = triton.InferenceServerClient(cluster.grpc)
+    try:
+        assert client.is_server_live() and client.is_model_ready("echo")
+        assert not client.is_model_ready("nowhere")
+        assert client.get_model_metadata("echo").name == "echo"
+        tensor = triton.InferInput("x", [3], "INT64")
+        tensor.set_data_from_numpy(np.array([4, 5, 6], dtype=np.int64))
+        result = client.infer("echo", [tensor])
+        np.testing.assert_array_equal(result.as_numpy("x"), [4, 5, 6])
+        # Podium's status for an unknown model, through Serve's proxy
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("nowhere", [tensor])
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        assert "nowhere" in info.value.message()
+        # a sequence over gRPC: its id comes back, and its state holds on one replica
+        one = triton.InferInput("x", [1], "INT64")
+        one.set_data_from_numpy(np.array([2], dtype=np.int64))
+        results = [
+            client.infer("tally", [one], sequence_id=77, sequence_start=(i == 0)) for i in range(3)
+        ]
+        assert [int(r.as_numpy("total").reshape(-1)[0]) for r in results] == [2, 4, 6]
+        assert len({int(r.as_numpy("pid").reshape(-1)[0]) for r in results}) == 1
+        # ModelStreamInfer (bidirectional): a generator model's items, each a response
+        got: queue.Queue[tuple[object, object]] = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        count = triton.InferInput("n", [1], "INT64")
+        count.set_data_from_numpy(np.array([3], dtype=np.int64))
+        client.async_stream_infer("drip", [count])
+        items = []
+        for _ in range(3):
+            result, error = got.get(timeout=30)
+            assert error is None, error
+            items.append(int(result.as_numpy("i").reshape(-1)[0]))
+        assert items == [0, 1, 2]
+        client.stop_stream()
+    finally:
+        client.close()
+
+
 def test_an_unknown_model_is_a_404(cluster: Cluster) -> None:
     with httpx.Client(base_url=cluster.url, timeout=30) as client:
         r = client.post("/v2/models/nowhere/infer", json={"inputs": []})
@@ -238,7 +287,7 @@ def test_a_sequence_stays_on_the_replica_that_holds_its_state(cluster: Cluster) 
     header = "ts_request_sequence_id"
     with httpx.Client(base_url=cluster.url, timeout=30) as client:
         sequences = []
-        for _ in range(6):  # new sequences go to the least busy replica: both get some
+        for _ in range(6):  # new sequences go to the replica holding fewest: both get some
             r = client.post("/predictions/tally", json={"x": 1})
             assert r.status_code == 200, r.text
             sequences.append((r.headers[header], r.json()["pid"]))
@@ -337,3 +386,18 @@ async def test_a_sequence_whose_replica_died_ends_with_410(cluster: Cluster) -> 
         )
         assert r.status_code == 200, r.text
         assert r.json()["total"] == 7 and r.json()["pid"] != pid
+
+
+def test_pins_count_the_sequences_of_each_replica_and_forget_the_oldest() -> None:
+    from podium.ray._router import Pins
+
+    pins = Pins(limit=3)
+    for sid, replica in (("a", "r1"), ("b", "r1"), ("c", "r2")):
+        pins.pin(sid, replica)
+    assert (pins.count("r1"), pins.count("r2")) == (2, 1)
+    pins.pin("b", "r2")  # begun again elsewhere (start flag after its replica died)
+    assert (pins.count("r1"), pins.count("r2")) == (1, 2)
+    assert pins.get("a") == "r1"  # used: now the most recent
+    pins.pin("d", "r1")  # over the limit: the least recently used ("c") goes
+    assert pins.get("c") is None and len(pins) == 3
+    assert (pins.count("r1"), pins.count("r2")) == (2, 1)

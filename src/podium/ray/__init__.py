@@ -9,7 +9,9 @@ docs/scaling.md when to.
 Layout: ``_app`` (the application builder :func:`app`, :func:`build`, and ``podium ray``'s
 :func:`run`), ``_options`` (the builder's arguments, each version's deployment options from its
 config and its ``ray:`` section), ``_replica`` (:class:`ModelReplica`: one version in a
-replica), ``_ingress`` (:class:`Ingress`: ``HttpApp`` in a replica), ``_remote`` (the ingress's
+replica), ``_ingress`` (:class:`Ingress`: ``HttpApp`` in a replica, and the OIP gRPC methods
+Serve's gRPC proxy calls), ``_grpc`` (what that proxy is given, and Podium's gRPC handlers behind
+those methods), ``_remote`` (the ingress's
 data plane, whose versions run in their deployments: the seam), ``_router`` (sticky routing of
 stateful sequences), ``_messages`` (what crosses besides calls and answers).
 
@@ -18,6 +20,7 @@ where it is used (``pip install 'podium[ray]'``), so this package imports withou
 """
 
 from ._app import app, build, discover_versions, run
+from ._grpc import OIP_SERVICER, add_GRPCInferenceServiceServicer_to_server
 from ._options import AppSettings, IngressSettings, ReplicaSettings, deployment_options
 from ._replica import ModelReplica
 
@@ -25,7 +28,9 @@ __all__ = [
     "AppSettings",
     "IngressSettings",
     "ModelReplica",
+    "OIP_SERVICER",
     "ReplicaSettings",
+    "add_GRPCInferenceServiceServicer_to_server",
     "app",
     "build",
     "deployment_options",

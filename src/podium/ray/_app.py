@@ -21,6 +21,7 @@ from typing import Any
 from ..config import ModelConfig
 from ..errors import DefinitionError
 from ..model import discover_all, model_paths, release_all
+from ._grpc import OIP_SERVICER
 from ._options import (
     INGRESS_NAME,
     AppSettings,
@@ -126,12 +127,15 @@ def run(
     address: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
+    grpc_port: int | None = None,
     name: str = "podium",
 ) -> int:
     """Deploy the application and serve it until SIGINT or SIGTERM (``podium ray``): on the
     Ray cluster at ``address``, else on a local Ray instance started here (with as many
     logical CPUs as the replicas reserve, at least the machine's cores), which stops with it.
-    Serve's HTTP proxy listens on ``host:port``. Returns the exit status."""
+    Serve's HTTP proxy listens on ``host:port``; with ``grpc_port``, Serve's gRPC proxy serves
+    OIP's ``GRPCInferenceService`` there too (:data:`~podium.ray._grpc.OIP_SERVICER`). Returns
+    the exit status."""
     import ray
     from ray import serve
 
@@ -146,9 +150,15 @@ def run(
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _SIGNALS}
     try:
-        serve.start(http_options={"host": host, "port": port})
+        grpc = (
+            {"port": grpc_port, "grpc_servicer_functions": [OIP_SERVICER]}
+            if grpc_port is not None
+            else None
+        )
+        serve.start(http_options={"host": host, "port": port}, grpc_options=grpc)
         serve.run(application, name=name, route_prefix="/")
-        print(f"podium: serving on Ray Serve at http://{host}:{port} (application '{name}')")
+        where = f"http://{host}:{port}" + (f", gRPC port {grpc_port}" if grpc_port else "")
+        print(f"podium: serving on Ray Serve at {where} (application '{name}')", flush=True)
         stop.wait()
         logger.info("stopping: deleting application '%s'", name)
         serve.delete(name)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
 from ..server.http import HttpApp
+from ._grpc import GrpcFront
 from ._options import IngressSettings
 from ._remote import RemotePlane
 
@@ -42,6 +44,7 @@ class Ingress:
         described = await asyncio.gather(*(handle.describe.remote() for _, handle in models))
         for (config, handle), capabilities in zip(models, described, strict=True):
             self.podium_plane.add(config, capabilities, handle)
+        self.podium_grpc = GrpcFront(self.podium_plane)
         self.podium_app = HttpApp(
             self.podium_plane,
             max_request_size=settings.max_request_size,
@@ -53,3 +56,35 @@ class Ingress:
     def __serve_build_asgi_app__(self) -> HttpApp:
         """The ASGI app Serve's proxy sends requests to."""
         return self.podium_app
+
+    # -- OIP gRPC, as Serve's gRPC proxy calls it (_grpc.py): one method per RPC, by name -----
+
+    async def ServerLive(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("ServerLive", request, grpc_context)
+
+    async def ServerReady(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("ServerReady", request, grpc_context)
+
+    async def ModelReady(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("ModelReady", request, grpc_context)
+
+    async def ServerMetadata(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("ServerMetadata", request, grpc_context)
+
+    async def ModelMetadata(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("ModelMetadata", request, grpc_context)
+
+    async def ModelConfig(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("ModelConfig", request, grpc_context)
+
+    async def ModelInfer(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("ModelInfer", request, grpc_context)
+
+    async def RepositoryIndex(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self.podium_grpc.unary("RepositoryIndex", request, grpc_context)
+
+    async def ModelStreamInfer(  # noqa: N802
+        self, requests: AsyncIterator[Any], grpc_context: Any
+    ) -> AsyncIterator[Any]:
+        async for response in self.podium_grpc.stream("ModelStreamInfer", requests, grpc_context):
+            yield response

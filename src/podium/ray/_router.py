@@ -2,7 +2,7 @@
 
 A model with ``sequence_batching`` holds each sequence's state in one replica, so every request of
 a sequence must reach that replica. :class:`SequenceRouter` pins a sequence's id to a replica when
-its first request is routed (to the least busy replica, as Serve knows it) and routes every later
+its first request is routed (to the replica holding the fewest sequences) and routes every later
 request with that id there, waiting as any request does while that replica is at its
 ``max_ongoing_requests``. The ingress gives every call a sequence id before routing it (one it
 makes, with the start flag, when the client sent none), so the pin is made before the first
@@ -28,7 +28,7 @@ a router per handle.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
@@ -42,12 +42,14 @@ __all__ = ["Pins", "SequenceRouter", "pins_for"]
 class Pins:
     """Sequence id → the replica (its unique id) that holds the sequence, least recently used
     first; at most ``limit`` (the oldest go: a sequence that old has long ended or expired in
-    its replica, whose own memory of ended ids then answers for it as long as it can)."""
+    its replica, whose own memory of ended ids then answers for it as long as it can); and how
+    many are pinned to each replica (:meth:`count`)."""
 
-    __slots__ = ("_pins", "limit")
+    __slots__ = ("_counts", "_pins", "limit")
 
     def __init__(self, limit: int = 100_000) -> None:
         self._pins: OrderedDict[str, str] = OrderedDict()
+        self._counts: Counter[str] = Counter()
         self.limit = limit
 
     def get(self, sequence_id: str) -> str | None:
@@ -57,10 +59,19 @@ class Pins:
         return replica
 
     def pin(self, sequence_id: str, replica: str) -> None:
+        previous = self._pins.get(sequence_id)
+        if previous is not None:
+            self._counts[previous] -= 1
         self._pins[sequence_id] = replica
+        self._counts[replica] += 1
         self._pins.move_to_end(sequence_id)
         while len(self._pins) > self.limit:
-            self._pins.popitem(last=False)
+            _, gone = self._pins.popitem(last=False)
+            self._counts[gone] -= 1
+
+    def count(self, replica: str) -> int:
+        """How many sequences are pinned to ``replica``."""
+        return self._counts[replica]
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -118,16 +129,18 @@ class SequenceRouter(RequestRouter):
                 if not pending_request.future.done():
                     pending_request.future.set_exception(self._lost(sequence_id, pinned))
                 return [candidate_replicas[:1]]
-        chosen = self._least_busy(candidate_replicas)
+        chosen = self._fewest_pinned(candidate_replicas)
         self._pins.pin(sequence_id, chosen.replica_id.unique_id)
         return [[chosen]]
 
-    def _least_busy(self, replicas: list[RunningReplica]) -> RunningReplica:
-        """The replica with the fewest requests as last known (unknown counts as none), ties
-        broken at random."""
-        cache = self.replica_queue_len_cache
-        best = min((cache.get(r.replica_id) or 0) for r in replicas)
-        return random.choice([r for r in replicas if (cache.get(r.replica_id) or 0) == best])
+    def _fewest_pinned(self, replicas: list[RunningReplica]) -> RunningReplica:
+        """The replica holding the fewest sequences pinned here, ties broken at random: new
+        sequences spread evenly, whatever their requests' timing. (Not the queue lengths Serve
+        last probed: this router never probes, so they go stale and would send every new
+        sequence to the same replica.)"""
+        counts = [self._pins.count(r.replica_id.unique_id) for r in replicas]
+        best = min(counts)
+        return random.choice([r for r, n in zip(replicas, counts, strict=True) if n == best])
 
     def _lost(self, sequence_id: str, replica: str) -> SequenceClosed:
         return SequenceClosed(
