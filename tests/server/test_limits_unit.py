@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import click
 import pytest
+from helpers import wait_until
 
 from podium.cli import _merge
 from podium.config import ServerConfig
@@ -28,6 +29,7 @@ from podium.server._limits import (
 from podium.server._runner import _Uvicorn, bind
 
 PATIENCE = 5.0
+RELEASE: list[asyncio.Event] = []  # ``/gated`` reads its body once the test sets this event
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -36,6 +38,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
     if scope["path"] == "/late":
         await asyncio.sleep(1.5)
+    elif scope["path"] == "/gated":
+        await RELEASE[0].wait()
     body = b""
     while True:
         message = await receive()
@@ -174,6 +178,41 @@ async def test_a_pipelined_head_is_not_charged_with_the_body_before_it() -> None
         assert await response(reader) == (200, b"")
         await shut(writer)
         assert guard.statistics().oversized_heads == 0
+
+
+@pytest.mark.anyio
+async def test_100_continue_sent_just_before_a_window_closes_leaves_the_client_a_whole_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The application asks for the body (uvicorn sends 100 Continue) 0.1 s before a body window
+    closes; the client answers 0.2 s later. That window is not the client's to account for: it
+    gets the whole next one."""
+    deadlines: list[float] = []
+    wait = _limits._GuardedProtocol._wait
+
+    def recording(self: Any, what: Any, seconds: float) -> None:
+        wait(self, what, seconds)
+        if what is _limits._Wait.BODY:
+            deadlines.append(self.loop.time() + seconds)
+
+    monkeypatch.setattr(_limits._GuardedProtocol, "_wait", recording)
+    RELEASE[:] = [asyncio.Event()]
+    loop = asyncio.get_running_loop()
+    async with serving(body_timeout=0.5, min_body_rate=1024) as (guard, port):
+        reader, writer = await connect(port)
+        writer.write(
+            b"POST /gated HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+        )
+        await wait_until(lambda: deadlines, PATIENCE, what="a body window")
+        await asyncio.sleep(max(0.0, deadlines[-1] - loop.time() - 0.1))
+        RELEASE[0].set()
+        with anyio.fail_after(PATIENCE):
+            assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+        await asyncio.sleep(0.2)
+        writer.write(b"hello")
+        assert await response(reader) == (200, b"hello")
+        await shut(writer)
+        assert guard.statistics().slow_bodies == 0
 
 
 @pytest.mark.anyio

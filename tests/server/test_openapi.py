@@ -131,8 +131,9 @@ def test_every_status_a_route_can_answer_is_listed() -> None:
         assert {"400", "404", "410", "413", "500", "503", "504"} <= set(op["responses"])
     management = management_description(MANAGEMENT_ROUTES)["paths"]
     for ops in management.values():
-        for op in ops.values():  # the key, and the browser guard's refusals
-            assert {"401", "403", "415", "421"} <= set(op["responses"]), op["operationId"]
+        for op in ops.values():  # the key, the browser guard's and the connection's refusals
+            expected = {"401", "403", "414", "415", "421", "431"}
+            assert expected <= set(op["responses"]), op["operationId"]
 
 
 def test_path_parameters_follow_the_routes_convertors() -> None:

@@ -195,6 +195,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._chunk = 0  # bytes of the read being parsed
         self._body_wire = 0
         self._body_mark = 0
+        self._body_owed = True  # the client owed bytes when the current body window began
 
     # -- uvicorn's protocol interface ------------------------------------------------------------
 
@@ -310,6 +311,7 @@ class _GuardedProtocol(HttpToolsProtocol):
                 self._body_wire += received
                 if self._waiting is not _Wait.BODY:
                     self._body_mark = self._body_wire
+                    self._body_owed = not self._excused(cycle)
                     self._wait(_Wait.BODY, limits.body_timeout)
             elif self._timer is not None:
                 self._cancel()
@@ -403,14 +405,12 @@ class _GuardedProtocol(HttpToolsProtocol):
             return
         progress = self._body_wire - self._body_mark
         self._body_mark = self._body_wire
-        if (
-            progress >= max(1, limits.min_body_rate * limits.body_timeout)
-            # Not the client's fault: the application has not read what arrived (reading is
-            # paused past uvicorn's high-water mark), or the client waits for 100 Continue.
-            or cycle.body
-            or self.flow.read_paused
-            or cycle.waiting_for_100_continue
-        ):
+        owed, excused = self._body_owed, self._excused(cycle)
+        self._body_owed = not excused
+        # A window is judged only if the client owed bytes through all of it: not one that
+        # ended, or began, while the fault was not the client's (100 Continue sent just before
+        # the window closed leaves the client the whole next window to answer it).
+        if progress >= max(1, limits.min_body_rate * limits.body_timeout) or excused or not owed:
             self._wait(_Wait.BODY, limits.body_timeout)
             return
         self.guard.slow_bodies += 1
@@ -420,6 +420,12 @@ class _GuardedProtocol(HttpToolsProtocol):
         )
         self.guard.warn("slow-body", "%s from %s", reason, self._peer())
         self._refuse(408, reason, answers=cycle)
+
+    def _excused(self, cycle: RequestResponseCycle) -> bool:
+        """Not the client's fault that no body arrives: the application has not read what did
+        (reading is paused past uvicorn's high-water mark), or the client waits for 100
+        Continue."""
+        return bool(cycle.body) or self.flow.read_paused or cycle.waiting_for_100_continue
 
     def _refuse(
         self, status: int, reason: str, *, answers: RequestResponseCycle | None = None

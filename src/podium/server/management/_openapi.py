@@ -79,14 +79,18 @@ _WHY = {
     "404": "No such model, version or url (or /token without --auth).",
     "409": "The model version is registered already.",
     "413": "The body is larger than 1 MiB.",
+    "414": "The request target is longer than the listener's limit (text/plain).",
     "415": "A body type a web page can send (text/plain, forms); send JSON or none.",
     "421": "A Host that is neither an IP address, localhost nor an allowed name.",
+    "431": "The request head is larger than the listener's limit (text/plain).",
     "500": "The model failed to load, or the operation failed (the message says which).",
     "503": "The model cannot take the change now.",
 }
 _ERRORS: dict[str, Any] = {f"Error{s}": response(t, ref("Error")) for s, t in _WHY.items()}
-#: What every route can answer: the key, and the browser guard's refusals.
-_ALWAYS = ("401", "403", "415", "421")
+for _code in ("414", "431"):  # refused by the connection's guard, before the app
+    _ERRORS[f"Error{_code}"] = response(_WHY[_code], {"type": "string"}, "text/plain")
+#: What every route can answer: the key, the browser guard's and the connection's refusals.
+_ALWAYS = ("401", "403", "414", "415", "421", "431")
 
 
 def _answers(ok: dict[str, Any], *statuses: str) -> dict[str, Any]:
