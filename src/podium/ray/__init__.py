@@ -25,10 +25,10 @@ from ._options import AppSettings, IngressSettings, ReplicaSettings, deployment_
 from ._replica import ModelReplica
 
 __all__ = [
+    "OIP_SERVICER",
     "AppSettings",
     "IngressSettings",
     "ModelReplica",
-    "OIP_SERVICER",
     "ReplicaSettings",
     "add_GRPCInferenceServiceServicer_to_server",
     "app",
