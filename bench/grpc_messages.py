@@ -148,7 +148,7 @@ def stream_item_index(data: bytes, framing: str) -> int:
 @functools.cache
 def _torchserve_messages() -> tuple[Any, Any]:
     """PredictionsRequest and PredictionResponse, as in TorchServe's inference.proto
-    (same package, names and field numbers; only the fields this benchmark uses)."""
+    (same package, names and field numbers; only the fields the benchmarks use)."""
     file = descriptor_pb2.FileDescriptorProto(
         name="podium_bench/torchserve_inference.proto",
         package="org.pytorch.serve.grpc.inference",
@@ -169,8 +169,11 @@ def _torchserve_messages() -> tuple[Any, Any]:
         label=F.LABEL_REPEATED,
         type_name=".org.pytorch.serve.grpc.inference.PredictionsRequest.InputEntry",
     )
+    # sequence_id (bench/soak.py's stateful sequences): empty is "none", as the server reads it
+    req.field.add(name="sequence_id", number=4, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     resp = file.message_type.add(name="PredictionResponse")
     resp.field.add(name="prediction", number=1, type=F.TYPE_BYTES, label=F.LABEL_OPTIONAL)
+    resp.field.add(name="sequence_id", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(file.SerializeToString())
     return (
@@ -199,3 +202,9 @@ def torchserve_prediction(data: bytes) -> bytes:
     """The `prediction` bytes of one serialized PredictionResponse."""
     _, response_cls = _torchserve_messages()
     return bytes(response_cls.FromString(data).prediction)
+
+
+def torchserve_messages() -> tuple[Any, Any]:
+    """TorchServe's `PredictionsRequest` and `PredictionResponse` classes (private pool), with
+    `model_name`, `model_version`, `input`, `sequence_id` / `prediction`, `sequence_id`."""
+    return _torchserve_messages()

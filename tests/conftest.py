@@ -96,6 +96,8 @@ def run_server(
         "0",
         "--grpc-management-port",
         "0",
+        "--metrics-port",
+        "0",
         *(() if default_auth else ("--no-auth",)),
         *args,
     ]

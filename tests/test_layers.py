@@ -55,6 +55,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime._scheduler",
             "podium.runtime._collector",
             "podium.runtime._clock",
+            "podium.runtime._items",
         ),
     ),
     (
@@ -64,6 +65,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime.process",
             "podium.runtime._gate",
             "podium.runtime._line",
+            "podium.runtime._stats",
         ),
     ),
     # compat/ is the import paths the contracts give user code: ts.* re-exports the TorchServe
@@ -79,6 +81,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.config",
             "podium._model_fields",
             "podium._logs",
+            "podium.metrics",
         ),
     ),
 ]

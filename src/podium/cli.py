@@ -86,7 +86,18 @@ def main() -> None:
     help="Address for the management listeners, REST and gRPC [127.0.0.1].",
 )
 @click.option("--management-port", type=int, default=None, help="Management API port [8081].")
+@click.option(
+    "--metrics-host",
+    default=None,
+    help="Address for the metrics listener (GET /metrics, Prometheus) [127.0.0.1].",
+)
 @click.option("--metrics-port", type=int, default=None, help="Prometheus metrics port [8082].")
+@click.option(
+    "--metrics/--no-metrics",
+    default=None,
+    help="Serve GET /metrics on --metrics-host:--metrics-port; --no-metrics: no metrics "
+    "listener (the statistics extension still counts) [on].",
+)
 @click.option("--grpc-port", type=int, default=None, help="gRPC inference port [7070].")
 @click.option("--grpc-management-port", type=int, default=None, help="gRPC management port [7071].")
 @click.option(

@@ -234,6 +234,7 @@ class ServerConfig:
     management_port: int = 8081
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8082
+    metrics: bool = True  # the metrics listener (GET /metrics); the counters run either way
     grpc_port: int = 7070
     grpc_management_port: int = 7071
     # The management API (REST and gRPC): where `url`s are found, which remote ones may be fetched.
@@ -381,6 +382,8 @@ class ServerConfig:
                 "sequence-header must be a header name (letters, digits, '-' and '_'), "
                 f"got {self.sequence_header!r}"
             )
+        if not isinstance(self.metrics, bool):
+            raise ValueError(f"metrics must be true or false, got {self.metrics!r}")
         if self.shared_memory not in SHARED_MEMORY:
             raise ValueError(
                 f"shared-memory must be {' or '.join(SHARED_MEMORY)}, got {self.shared_memory!r}"

@@ -213,6 +213,9 @@ class RepositoryModel(msgspec.Struct, frozen=True):
     reason: str = ""
 
 
+_PROTOCOL_ORDER: list[str] = []
+
+
 class WireProtocol(enum.Enum):
     """The front end a call came through: it decides the input and output forms, and it is the
     ``protocol`` label of logs and metrics (the member's value).
@@ -231,6 +234,10 @@ class WireProtocol(enum.Enum):
         # Plain attributes, read on every call: cheaper than a property or a set lookup.
         self.oip = value.startswith("oip_")
         self.grpc = value.endswith("_grpc")
+        #: 0, 1, ... in definition order: where per-protocol counters keep this one (a list
+        #: index, where an Enum as a dict key would cost a call to its __hash__)
+        self.index = len(_PROTOCOL_ORDER)
+        _PROTOCOL_ORDER.append(value)
 
 
 class InputKind(enum.Enum):

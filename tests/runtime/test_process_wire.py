@@ -42,6 +42,7 @@ SAMPLES: list[m.Message] = [
     m.Item(8, "token"),
     m.End(9),
     m.Stopped(10),
+    m.Report(None, [(("tokens", "counter", "", ("kind",), ()), ("a",), 2.0)]),
 ]
 
 

@@ -66,6 +66,9 @@ def test_version_key_is_numeric_aware() -> None:
     assert version_key("2-rc1") > version_key("2")
     # letters and digits mixed in one version never fail to compare
     assert sorted(["b", "2", "a", "10"], key=version_key) == ["2", "10", "a", "b"]
+    # digits int() refuses ("²" is a digit to str.isdigit; 5,000 digits pass int's limit)
+    huge = "9" * 5000
+    assert sorted([huge, "²", "3"], key=version_key) == ["3", huge, "²"]
 
 
 def test_default_is_the_highest_version() -> None:

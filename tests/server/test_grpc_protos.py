@@ -48,6 +48,7 @@ def test_messages_live_in_a_private_pool_under_their_wire_names() -> None:
         "CudaSharedMemoryStatus",
         "CudaSharedMemoryRegister",
         "CudaSharedMemoryUnregister",
+        "ModelStatistics",
     ]
     stream = service.methods_by_name["ModelStreamInfer"]
     assert stream.input_type.full_name == "inference.ModelInferRequest"
@@ -198,7 +199,12 @@ assert _tensors.ModelInferRequest.DESCRIPTOR.file.pool is not descriptor_pool.De
 
 async def main() -> None:
     config = ServerConfig(
-        host="127.0.0.1", http_port=0, grpc_port=0, management_port=0, grpc_management_port=0
+        host="127.0.0.1",
+        http_port=0,
+        grpc_port=0,
+        management_port=0,
+        grpc_management_port=0,
+        metrics_port=0,
     )
     podium = Podium(config, [Path(sys.argv[2])])
     await podium.start()

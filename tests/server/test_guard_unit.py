@@ -101,6 +101,7 @@ async def test_hosts_that_pass(inner: Inner, host: str) -> None:
         "[::1]x",
         "localhost:80:80",
         "localhost:http",
+        "localhost:\u00b2",  # a digit to str.isdigit, not a port
     ],
 )
 async def test_hosts_that_are_misdirected(inner: Inner, host: str) -> None:

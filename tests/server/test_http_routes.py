@@ -26,18 +26,25 @@ from podium.server.management._openapi import description
 from podium.types import WireProtocol
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
-_PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
+_PARAM = re.compile(r"\{(\w+)(?::(!?[\w,]+))?\}")
 
 
 @functools.cache
 def reference_regex(path: str) -> re.Pattern[str]:
     """``path`` as Starlette would compile it, with ``noverb`` as "no ':' in the segment" and
-    ``path`` as the rest of the path (non-empty: empty segments never match)."""
+    ``path`` as the rest of the path (non-empty: empty segments never match), and ``!a,b`` as
+    "neither a nor b"."""
     out, last = "^", 0
     convertors = {"noverb": "[^/:]+", "path": ".+", None: "[^/]+"}
     for found in _PARAM.finditer(path):
         out += re.escape(path[last : found.start()])
-        out += f"(?P<{found[1]}>{convertors[found[2]]})"
+        convertor = found[2]
+        if convertor and convertor.startswith("!"):
+            words = "|".join(re.escape(w) for w in convertor[1:].split(","))
+            segment = f"(?!(?:{words})(?:/|$))[^/]+"
+        else:
+            segment = convertors[convertor]
+        out += f"(?P<{found[1]}>{segment})"
         last = found.end()
     return re.compile(out + re.escape(path[last:]) + "$")
 
@@ -492,6 +499,31 @@ def test_a_table_refuses_what_would_be_ambiguous_or_uncallable(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(words)):
         table(*routes)
+
+
+def test_a_parameter_may_exclude_words_that_are_routes_of_their_own() -> None:
+    """``{name:!a,b}`` matches any segment but those words, so that a fixed route beside it
+    (``/v2/models/stats`` beside ``/v2/models/{model}``) does not overlap it."""
+    routes = table(
+        Route("GET", "/a/{model:!stats,all}", Handlers.one, API, "one"),
+        Route("GET", "/a/stats", Handlers.none, API, "stats"),
+        Route("POST", "/a/all", Handlers.none, API, "all"),
+    )
+    owner = Handlers()
+    match = routes.compile(owner).match
+    assert match("GET", "/a/x") == (owner.one, ("x",))
+    assert match("GET", "/a/statsx") == (owner.one, ("statsx",))
+    assert match("GET", "/a/stats") == (owner.none, ())
+    with pytest.raises(MethodNotAllowed):
+        match("GET", "/a/all")  # the word's own route answers, with its Allow
+    assert reference_regex("/a/{model:!stats,all}").match("/a/stats") is None
+    with pytest.raises(ValueError, match="match the same paths"):
+        table(
+            Route("GET", "/a/{model:!stats}", Handlers.one, API, "one"),
+            Route("GET", "/a/other", Handlers.none, API, "other"),
+        )
+    with pytest.raises(ValueError, match="has no ending"):
+        table(Route("GET", "/a/{model:!stats}:go", Handlers.one, API, "one"))
 
 
 def test_patterns_that_only_look_alike_are_accepted() -> None:

@@ -28,7 +28,7 @@ from podium.server.management import (
     UrlPolicy,
 )
 from podium.server.management._openapi import description as management_description
-from podium.server.management._params import MAX_WORKERS
+from podium.server.management._params import MAX_WORKERS, page
 from podium.types import DATATYPES, InferenceRequest, InferenceResponse
 
 DOCUMENTS = {
@@ -258,6 +258,16 @@ def test_a_scale_request_for_absurdly_many_workers_is_a_400(values: dict[str, st
     with pytest.raises(InvalidInput, match=f"at most {MAX_WORKERS}"):
         Scaling.parse(values)
     assert Scaling.parse({"min_worker": str(MAX_WORKERS)}).max_workers == MAX_WORKERS
+
+
+@pytest.mark.parametrize("text", ["²", "٣", "1" * 5000])
+def test_digits_int_refuses_are_a_400_not_a_500(text: str) -> None:
+    """``GET /models?limit=²`` was a 500 (``str.isdigit`` takes "²", ``int`` does not; found
+    by fuzzing); so were 5,000 digits (past ``int``'s limit on text)."""
+    with pytest.raises(InvalidInput, match="limit must be an integer"):
+        page({"limit": text})
+    with pytest.raises(InvalidInput, match="min_worker must be an integer"):
+        Scaling.parse({"min_worker": text})
 
 
 def test_a_grpc_scale_and_a_registration_are_bounded_too() -> None:

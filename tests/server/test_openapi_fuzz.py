@@ -203,7 +203,7 @@ def good_inference_requests_succeed(server: Server) -> None:
 @pytest.mark.parametrize(
     ("examples", "derandomize"),
     [
-        pytest.param(6, True, id="default"),
+        pytest.param(6, True, id="default", marks=[pytest.mark.timeout(600)]),
         pytest.param(100, False, id="deep", marks=[pytest.mark.slow, pytest.mark.timeout(1800)]),
     ],
 )
@@ -254,7 +254,7 @@ def no_real_model_url(case: Any, assume: Callable[[bool], object]) -> None:
 @pytest.mark.parametrize(
     ("examples", "derandomize"),
     [
-        pytest.param(10, True, id="default"),
+        pytest.param(10, True, id="default", marks=[pytest.mark.timeout(600)]),
         pytest.param(200, False, id="deep", marks=[pytest.mark.slow, pytest.mark.timeout(1800)]),
     ],
 )

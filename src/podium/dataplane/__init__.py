@@ -16,6 +16,11 @@ What is served changes only through the management listeners unless the operator
 (:class:`ControlPolicy`, ``--model-control``): the repository's load and unload take the front end
 a call came through and refuse an inference one with ``Forbidden``.
 
+Every call is counted in its version's :class:`VersionStats` (by outcome, code and protocol,
+with its duration; the schedulers and workers add queue, preprocess, predict and postprocess
+times): the Prometheus metrics and the statistics extension (:meth:`DataPlane.statistics`,
+Triton's ``ModelStatistics``) read the same counters.
+
 The system shared memory extension (Triton's) is the :class:`SystemSharedMemory` it owns
 (:attr:`DataPlane.shared_memory`): the regions clients register, whichever front end they use,
 and the tensors of every OIP call that name a region, read from it and written into it here.
@@ -23,18 +28,36 @@ The calls in flight are counted (:class:`InFlight`, :attr:`DataPlane.flight`) so
 shutdown can turn readiness false, drain them, and cut those that outlive its grace with
 ``ShuttingDown``, whichever protocol they came through.
 
-Layout: ``_plane`` (inference, health, metadata), ``_convert`` (payloads in, values out),
-``_repository`` (the repository and its typed descriptions), ``_remote`` (versions whose model
-runs elsewhere, for a data plane that forwards their calls: podium.ray), ``_model_config`` (a version's
+Layout: ``_plane`` (inference, health, metadata, statistics), ``_convert`` (payloads in, values
+out), ``_repository`` (the repository and its typed descriptions), ``_remote`` (versions whose
+model runs elsewhere, for a data plane that forwards their calls: podium.ray), ``_model_config`` (a version's
 configuration as Triton's ``ModelConfig``, and a load's ``config``), ``_control`` (who may change
 what is served), ``_memory`` (system shared memory), ``_flight`` (the calls in flight, for the
-shutdown). Nothing here imports a front end.
+shutdown), ``_statistics`` (the statistics extension's structs). Nothing here imports a front
+end.
 """
 
-from ..runtime import ModelVersion
+from ..runtime import (
+    DURATION_BUCKETS_NS,
+    UNVERSIONED,
+    Durations,
+    ModelVersion,
+    Outcome,
+    RestartReason,
+    SequenceEnd,
+    VersionStats,
+    WorkerState,
+    outcome_of,
+)
 from ._control import ControlPolicy, ModelControl
 from ._flight import FlightReport, InFlight
-from ._memory import RegionStatus, SystemSharedMemory, no_cuda, no_cuda_region
+from ._memory import (
+    REGION_PARAMETERS,
+    RegionStatus,
+    SystemSharedMemory,
+    no_cuda,
+    no_cuda_region,
+)
 from ._model_config import DATA_TYPES, ModelConfiguration
 from ._plane import EXTENSIONS, DataPlane
 from ._repository import (
@@ -46,26 +69,48 @@ from ._repository import (
     VersionDescription,
     WorkerDescription,
 )
+from ._statistics import (
+    BatchStatistics,
+    InferStatistics,
+    ModelStatistics,
+    StatisticDuration,
+    StatisticsResponse,
+)
 
 __all__ = [
     "DATA_TYPES",
+    "DURATION_BUCKETS_NS",
     "EXTENSIONS",
+    "REGION_PARAMETERS",
+    "UNVERSIONED",
+    "BatchStatistics",
     "ConfigOverrides",
     "ControlPolicy",
     "DataPlane",
+    "Durations",
     "FlightReport",
     "InFlight",
+    "InferStatistics",
     "ModelConfiguration",
     "ModelControl",
     "ModelEntry",
     "ModelRepository",
+    "ModelStatistics",
     "ModelVersion",
+    "Outcome",
     "RegionStatus",
     "Registered",
+    "RestartReason",
     "Scaled",
+    "SequenceEnd",
+    "StatisticDuration",
+    "StatisticsResponse",
     "SystemSharedMemory",
     "VersionDescription",
+    "VersionStats",
     "WorkerDescription",
+    "WorkerState",
     "no_cuda",
     "no_cuda_region",
+    "outcome_of",
 ]

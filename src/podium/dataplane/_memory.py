@@ -47,6 +47,7 @@ from ..types import InferenceRequest, InferenceResponse, RequestInput, ResponseO
 
 __all__ = [
     "REGION",
+    "REGION_PARAMETERS",
     "RegionStatus",
     "SystemSharedMemory",
     "no_cuda",
@@ -58,6 +59,8 @@ __all__ = [
 REGION = "shared_memory_region"
 BYTE_SIZE = "shared_memory_byte_size"
 OFFSET = "shared_memory_offset"
+#: The parameters of an output written into a region, in the data plane's answer.
+REGION_PARAMETERS = frozenset((REGION, OFFSET, BYTE_SIZE))
 
 #: Where Linux keeps POSIX shared memory objects (what ``shm_open`` opens).
 SHM_DIR = "/dev/shm"

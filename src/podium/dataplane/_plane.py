@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
@@ -22,6 +23,7 @@ from ..types import (
     InferenceResponse,
     ModelMetadata,
     ModelState,
+    Reply,
     SequenceRef,
     ServerMetadata,
     WireProtocol,
@@ -31,6 +33,7 @@ from ._flight import InFlight
 from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._model_config import ModelConfiguration
 from ._repository import ModelRepository
+from ._statistics import ModelStatistics, model_statistics
 
 __all__ = ["EXTENSIONS", "DataPlane"]
 
@@ -41,7 +44,10 @@ EXTENSIONS = (
     "generate",
     "infer_stream",
     "binary_tensor_data",
+    "statistics",
 )
+
+_now = time.perf_counter_ns
 
 
 class DataPlane:
@@ -143,6 +149,24 @@ class DataPlane:
         extension; the default version when None); ``NotFound`` if unknown."""
         return self.repository.configuration(name, version)
 
+    def statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> list[ModelStatistics]:
+        """The statistics extension: every version of every model (``name`` None), of one
+        model (``version`` None), or one version; ``NotFound`` for an unknown model or
+        version."""
+        if not name:
+            versions = self.versions()
+        elif not version:
+            versions = self._registry.versions(name)
+        else:
+            versions = [self._registry.get(name, version)]
+        return [model_statistics(mv) for mv in versions]
+
+    def versions(self) -> list[ModelVersion]:
+        """Every model version registered (for the metrics)."""
+        return [mv for model in self._registry.names() for mv in self._registry.versions(model)]
+
     # -- inference -----------------------------------------------------------------------
 
     def resolve(self, model: str, version: str | None = None) -> ModelVersion:
@@ -161,6 +185,9 @@ class DataPlane:
         when it names none); the answer says which, and whether the sequence ended. While the
         server stops, the call is counted in :attr:`flight`; one still running when the grace
         is over fails with ``ShuttingDown`` (as does one that comes after).
+
+        The call is counted in the version's :attr:`~ModelVersion.stats`, by outcome and code
+        (of its protocol), with its duration.
         """
         # InFlight.enter and .leave, inlined: this runs for every call.
         flight = self.flight
@@ -188,12 +215,11 @@ class DataPlane:
     async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
         if mv is None:
             mv = self._registry.ready(call.model, call.version)
+        stats = mv.stats
+        start = _now()
         placement: Placement | None = None
-        payload = call.payload
-        if call.protocol.oip and type(payload) is InferenceRequest and uses_shared_memory(payload):
-            placement = self.shared_memory.place(payload)
-            call = replace(call, payload=placement.request)  # the front end's call stays as sent
         try:
+            call, placement = self._placed(call)
             inputs, oip = inputs_of(mv, call)
             sequence = _sequence(mv, call)
             caps = mv.instance.capabilities
@@ -205,25 +231,52 @@ class DataPlane:
                 value = gather(mv, call.protocol, items, oip, sequence)
                 if placement is not None:
                     placement.write(value)
-                return Answer(value, None, None if sequence is None else sequence.outcome())
-            if sequence is None:
-                result = await mv.scheduler.infer(inputs, call.request)
+                answer = Answer(value, None, None if sequence is None else sequence.outcome())
             else:
-                scheduler = cast(SequenceScheduling, mv.scheduler)
-                result = await scheduler.infer_in(sequence, inputs, call.request)
-            if call.protocol.oip:
-                result = oip_response(mv, result, oip, sequence)
-                if placement is not None:
-                    placement.write(result)
-            headers = None
-            if isinstance(result, InferenceResponse) and result.parameters:
-                headers = take_headers(result)
-            if sequence is None:
-                return Answer(result, headers)
-            return Answer(result, headers, sequence.outcome())
+                if sequence is None:
+                    result = await mv.scheduler.infer(inputs, call.request)
+                else:
+                    scheduler = cast(SequenceScheduling, mv.scheduler)
+                    result = await scheduler.infer_in(sequence, inputs, call.request)
+                if call.protocol.oip:
+                    result = oip_response(mv, result, oip, sequence)
+                    if placement is not None:
+                        placement.write(result)
+                headers = None
+                if isinstance(result, InferenceResponse) and result.parameters:
+                    headers = take_headers(result)
+                if sequence is None:
+                    answer = Answer(result, headers)
+                else:
+                    answer = Answer(result, headers, sequence.outcome())
+        except BaseException as exc:
+            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
+            raise
         finally:
             if placement is not None:
                 placement.release()
+        stats.last_ns = end = _now()
+        value = answer.value
+        if type(value) is Reply:  # the status a handler chose
+            stats.protocols[call.protocol.index].answered(value.status, end - start)
+        else:
+            stats.protocols[call.protocol.index].ok.add(end - start)
+        return answer
+
+    def _placed(self, call: Call) -> tuple[Call, Placement | None]:
+        """``call`` with the inputs it names in shared memory (Triton's system shared memory
+        extension) placed as views of their regions, and the placement that holds them (None:
+        the call names no region). The front end's call stays as it was sent."""
+        payload = call.payload
+        if call.protocol.oip and type(payload) is InferenceRequest and uses_shared_memory(payload):
+            placement = self.shared_memory.place(payload)
+            return replace(call, payload=placement.request), placement
+        return call, None
+
+    def refused(self, mv: ModelVersion, protocol: WireProtocol, exc: BaseException) -> None:
+        """Count a call to ``mv`` that a front end refused before handing it over (its body
+        did not parse): by outcome and code, without a duration."""
+        mv.stats.protocols[protocol.index].refused(exc)
 
     def stream(self, call: Call, mv: ModelVersion | None = None) -> AnswerStream:
         """The items of ``call`` (OIP: each an :class:`InferenceResponse`); a non-streaming
@@ -237,41 +290,47 @@ class DataPlane:
     async def _stream(
         self, mv: ModelVersion, call: Call, sequence: SequenceRef | None
     ) -> AsyncGenerator[Any, None]:
-        # In flight from its first item to its end, under the task that reads it.
+        # In flight from its first item to its end, under the task that reads it. Counted as
+        # infer() counts, and: open while it runs, its first item's delay, its items.
         flight = self.flight
         task = flight.enter(call)
+        stats = mv.stats
+        start = _now()
+        stats.streams_open += 1
         placement: Placement | None = None
         try:
-            payload = call.payload
-            if (
-                call.protocol.oip
-                and type(payload) is InferenceRequest
-                and uses_shared_memory(payload)
-            ):
-                placement = self.shared_memory.place(payload)
-                call = replace(call, payload=placement.request)
+            call, placement = self._placed(call)
             inputs, oip = inputs_of(mv, call)
             items = _stream_from_scheduler(mv, inputs, call, sequence)
             try:
-                if placement is not None:  # each item is written where the request asked
-                    async for item in items:
-                        response = oip_response(mv, item, oip, sequence)
-                        placement.write(response)
-                        yield response
-                elif call.protocol.oip:
-                    async for item in items:
-                        yield oip_response(mv, item, oip, sequence)
-                else:
-                    async for item in items:
-                        yield item
+                first = True
+                convert = call.protocol.oip
+                async for item in items:
+                    if first:
+                        first = False
+                        stats.first_item.add(_now() - start)
+                    stats.items += 1
+                    if convert:
+                        item = oip_response(mv, item, oip, sequence)
+                        if placement is not None:  # written where the request asked
+                            placement.write(item)
+                    yield item
             finally:
                 await items.aclose()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
             error = None if task is None else flight.cut_error(task)
             if error is None:
                 raise
             raise error from None
+        except BaseException as exc:  # GeneratorExit too: the reader stopped (the client left)
+            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
+            raise
+        else:
+            stats.last_ns = end = _now()
+            stats.protocols[call.protocol.index].ok.add(end - start)
         finally:
+            stats.streams_open -= 1
             if placement is not None:
                 placement.release()
             if task is not None:
@@ -302,21 +361,34 @@ class DataPlane:
                     )
                 yield inputs_of(mv, call)[0]
 
-        # The whole stream is one call in flight, under the task that reads its answers.
+        # The whole stream is one call in flight, under the task that reads its answers, and
+        # one request counted.
         flight = self.flight
         task = flight.enter(Call(mv.name, mv.version, protocol))
+        stats = mv.stats
+        start = _now()
+        stats.streams_open += 1
         try:
             async with contextlib.aclosing(
                 mv.scheduler.stream_inputs(convert_each(), request)
             ) as items:
                 async for item in items:
+                    stats.items += 1
                     yield oip_response(mv, item, None) if protocol.oip else item
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            stats.protocols[protocol.index].failed_with(exc, _now() - start)
             error = None if task is None else flight.cut_error(task)
             if error is None:
                 raise
             raise error from None
+        except BaseException as exc:
+            stats.protocols[protocol.index].failed_with(exc, _now() - start)
+            raise
+        else:
+            stats.last_ns = end = _now()
+            stats.protocols[protocol.index].ok.add(end - start)
         finally:
+            stats.streams_open -= 1
             if task is not None:
                 flight.leave(task)
 

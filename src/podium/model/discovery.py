@@ -39,7 +39,12 @@ __all__ = [
 
 
 def _is_version_dir(path: Path) -> bool:
-    return path.is_dir() and path.name.isdigit() and (path / "model.py").is_file()
+    return (
+        path.is_dir()
+        and path.name.isdigit()
+        and path.name.isascii()
+        and (path / "model.py").is_file()
+    )
 
 
 def _config_of(directory: Path) -> tuple[dict[str, Any], Path]:

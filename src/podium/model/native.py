@@ -16,6 +16,7 @@ Those rules depend on the config, so ``check_config`` checks them (docs/continuo
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import inspect
 import types
@@ -512,7 +513,8 @@ class NativeModel:
         if inspect.iscoroutinefunction(load):
             await load()
         else:
-            result = await run_sync(self._executor, load)
+            # in this task's context: the metrics load() creates are this version's
+            result = await run_sync(self._executor, contextvars.copy_context().run, load)
             if inspect.isawaitable(result):
                 await result
 

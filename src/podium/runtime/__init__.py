@@ -8,28 +8,45 @@ Layers, from the top (imports only point down; docs/architecture.md)::
     scheduling   direct, batcher, sequences/, continuous; _scheduler (the Scheduler protocol,
                  SlotGate, TaskSet), _collector (BatchCollector), _clock
     execution    workers (WorkerPool, thread workers), process/ (process workers), _gate
-                 (WorkerGate), _line (Line: the one fair waiting queue)
+                 (WorkerGate), _line (Line: the one fair waiting queue), _stats
+                 (VersionStats: a version's counters, for metrics and statistics)
 
 Other packages import the names below from here (or from a public module: ``registry``,
 ``loading``, ...), never from a private one.
 """
 
 from ._scheduler import Scheduler, SequenceScheduling
+from ._stats import (
+    DURATION_BUCKETS_NS,
+    Durations,
+    Outcome,
+    RestartReason,
+    SequenceEnd,
+    VersionStats,
+    outcome_of,
+)
 from .loading import build_path, check_paths, register_paths
 from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 
 __all__ = [
+    "DURATION_BUCKETS_NS",
     "UNVERSIONED",
+    "Durations",
     "ModelVersion",
+    "Outcome",
     "Registry",
     "RequestCodec",
+    "RestartReason",
     "Scheduler",
+    "SequenceEnd",
     "SequenceScheduling",
+    "VersionStats",
     "WorkerInfo",
     "WorkerKind",
     "WorkerState",
     "build_path",
     "check_paths",
+    "outcome_of",
     "register_paths",
 ]

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 from ..errors import BadModelOutput, QueueFull
 from ._clock import SYSTEM_CLOCK, Clock
 from ._scheduler import TaskSet
+from ._stats import VersionStats
 
 __all__ = ["BatchCollector", "Pending"]
 
@@ -61,7 +62,9 @@ class BatchCollector(Generic[S]):
     batch on; ``run(slot, batch)`` runs it and returns its results (the slot is the runner's to
     give back). A batch that raises one of ``retry_on`` never reached its slot: it goes back to
     the front of the queue, in order. ``stopped()`` is the error of a request whose batch was
-    cancelled under it (the owner closing). Tasks run in the owner's ``tasks``.
+    cancelled under it (the owner closing). Tasks run in the owner's ``tasks``. ``stats``: where
+    each request's wait, from joining the queue to its batch starting, is counted (on
+    ``clock``).
     """
 
     def __init__(
@@ -79,8 +82,10 @@ class BatchCollector(Generic[S]):
         stopped: Callable[[], BaseException],
         retry_on: tuple[type[BaseException], ...] = (),
         clock: Clock = SYSTEM_CLOCK,
+        stats: VersionStats | None = None,
     ) -> None:
         self._model = model
+        self._stats = stats
         self._label = label
         self._size = size
         self._delay = delay
@@ -196,6 +201,12 @@ class BatchCollector(Generic[S]):
 
     async def _run_batch(self, slot: S, batch: list[Pending]) -> None:
         self.batches_run += 1
+        stats = self._stats
+        if stats is not None:
+            now = self._now()
+            queue = stats.queue
+            for p in batch:
+                queue.add(int((now - p.arrived) * 1e9))
         try:
             outputs = await self._run(slot, batch)
             self._check(outputs, len(batch))

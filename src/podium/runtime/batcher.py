@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
@@ -26,6 +27,8 @@ from .workers import Worker, WorkerPool
 __all__ = ["BatchScheduler"]
 
 logger = logging.getLogger("podium.batcher")
+
+_now = time.perf_counter_ns
 
 
 class BatchScheduler:
@@ -74,6 +77,7 @@ class BatchScheduler:
             stopped=self._stopped_error,
             retry_on=(WorkerGone,),
             clock=clock,
+            stats=self._pool.stats,
         )
 
     @property
@@ -101,6 +105,11 @@ class BatchScheduler:
     def _stopped_error(self) -> Unavailable:
         return Unavailable(f"model '{self._model}' stopped before this request finished")
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (queued or running)."""
+        return self._activity.count
+
     def statistics(self) -> dict[str, int]:
         stats = self._pool.statistics()
         stats["queued"] = self._batches.queued
@@ -118,7 +127,9 @@ class BatchScheduler:
         pool = self._pool
         caps = pool.instance.capabilities
         if caps.has_preprocess:
+            start = _now()
             inputs = await pool.preprocessor().preprocess(inputs, request)
+            pool.stats.compute_input.add(_now() - start)
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
         pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
@@ -126,7 +137,9 @@ class BatchScheduler:
         if isinstance(outputs, Failed):  # this request's own failure in a worker process
             raise outputs.exception()
         if caps.has_postprocess and pending.slot is not None:
+            start = _now()
             outputs = await pending.slot.instance.postprocess(outputs, request)
+            pool.stats.compute_output.add(_now() - start)
         return outputs
 
     def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:

@@ -17,48 +17,34 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
+from ._items import ItemBuffer
 from ._scheduler import Activity
 from .workers import Worker, WorkerPool, WorkerState
 
 __all__ = ["ContinuousScheduler"]
 
 _READY = WorkerState.READY  # compared for every request placed
+_now = time.perf_counter_ns
 
 
-class _Request:
-    """One request: its :class:`Generation`, the items its reader has not taken yet, and how
-    it ended (``done``, with ``error`` when it failed)."""
+class _Request(ItemBuffer):
+    """One request (its generation, unread items, end) and when it was placed and when it
+    joined a batch (perf_counter_ns: its queue time, then its compute time)."""
 
-    __slots__ = ("gen", "items", "limit", "wake", "done", "error", "lane")
+    __slots__ = ("lane", "placed", "joined")
 
     def __init__(self, gen: Generation, limit: int) -> None:
-        self.gen = gen
-        self.items: collections.deque[Any] = collections.deque()
-        self.limit = limit
-        self.wake = asyncio.Event()  # the reader's: items arrived, or the request ended
-        self.done = False
-        self.error: BaseException | None = None
+        super().__init__(gen, limit)
+        self.placed = _now()
+        self.joined = 0
         self.lane: _Lane | None = None
-
-    @property
-    def gone(self) -> bool:
-        return self.done or self.gen.cancelled
-
-    @property
-    def full(self) -> bool:
-        return len(self.items) >= self.limit
-
-    def end(self, error: BaseException | None = None) -> None:
-        if not self.done:
-            self.done = True
-            self.error = error
-            self.wake.set()
 
 
 class _Lane:
@@ -100,6 +86,7 @@ class ContinuousScheduler:
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
         self._activity = Activity()
+        self._stats = pool.stats
         self.steps = 0
         pool.on_worker_lost = self._on_worker_lost
 
@@ -134,6 +121,11 @@ class ContinuousScheduler:
         """Return once no request is in this scheduler (new ones may still arrive)."""
         await self._activity.drain()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (waiting or in a batch)."""
+        return self._activity.count
+
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
         and ``steps`` (steps run)."""
@@ -164,7 +156,9 @@ class ContinuousScheduler:
             if self._closed:
                 raise Unavailable(f"{self._label} is stopped")
             if self._pool.instance.capabilities.has_preprocess:
+                start = _now()
                 inputs = await self._pool.preprocessor().preprocess(inputs, request)
+                self._stats.compute_input.add(_now() - start)
             req = _Request(Generation(inputs, request), self._buffer)
             self._place(req)
             try:
@@ -179,6 +173,7 @@ class ContinuousScheduler:
                     if req.done:
                         if req.error is not None:
                             raise req.error
+                        self._stats.generated(_now() - req.joined)
                         return
                     req.wake.clear()
                     await req.wake.wait()
@@ -250,15 +245,21 @@ class ContinuousScheduler:
     def _refill(self, lane: _Lane) -> None:
         """Between steps: drop finished and cancelled requests, admit joining and waiting ones."""
         lane.active = [r for r in lane.active if not r.gone]
+        queue = self._stats.queue
+        now = _now()
         for req in lane.joining:
             if not req.gone:
                 lane.active.append(req)
+                req.joined = now
+                queue.add(now - req.placed)
         lane.joining.clear()
         while not lane.lost and self._waiting and len(lane.active) < self._batch_size:
             req = self._waiting.popleft()
             if not req.gone:
                 req.lane = lane
                 lane.active.append(req)
+                req.joined = now
+                queue.add(now - req.placed)
 
     async def _run_lane(self, lane: _Lane) -> None:
         worker = lane.worker
@@ -292,6 +293,7 @@ class ContinuousScheduler:
 
     async def _run_step(self, worker: Worker, batch: list[_Request]) -> None:
         self.steps += 1
+        start = _now()
         try:
             await worker.instance.step([r.gen for r in batch])
         except Exception as exc:  # the instance names the model and step
@@ -299,6 +301,7 @@ class ContinuousScheduler:
                 req.gen.take()
                 req.end(exc)
             return
+        self._stats.stepped(len(batch), _now() - start)
         for req in batch:
             gen = req.gen
             gen.first = False

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
 from ._scheduler import Activity
+from ._stats import VersionStats
 from .process import WorkerGone
 from .workers import Worker, WorkerPool
 
 __all__ = ["DirectScheduler"]
+
+_now = time.perf_counter_ns
 
 
 class DirectScheduler:
@@ -24,7 +28,8 @@ class DirectScheduler:
     the worker's bounded buffer of ``stream_buffer`` items (back-pressure); the slot is freed as
     soon as the generator finishes. Stopping the consumer (client gone) cancels the producer,
     which closes the generator. A request whose worker process died before it was sent is
-    given to another worker.
+    given to another worker. The time each request waits for a slot, and its preprocess and
+    postprocess, are counted in the pool's :attr:`~WorkerPool.stats`.
     """
 
     def __init__(
@@ -49,10 +54,16 @@ class DirectScheduler:
         self._gate = self._pool.gate
         self._model = model
         self._activity = Activity()
+        self._stats = self._pool.stats
 
     @property
     def pool(self) -> WorkerPool:
         return self._pool
+
+    @property
+    def stats(self) -> VersionStats:
+        """The counters of the version this scheduler runs (its pool's)."""
+        return self._stats
 
     async def start(self) -> None:
         return None
@@ -68,28 +79,38 @@ class DirectScheduler:
     def statistics(self) -> dict[str, int]:
         return self._pool.statistics()
 
-    async def _acquire_worker(self) -> Worker:
-        worker = self._gate.try_acquire()
-        if worker is None:
-            worker = await self._gate.acquire()
-        return worker
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (waiting or running)."""
+        return self._activity.count
 
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
         caps = pool.instance.capabilities
+        stats = self._stats
         self._activity.enter()
         try:
             if caps.has_preprocess:
+                start = _now()
                 inputs = await pool.preprocessor().preprocess(inputs, request)
+                stats.compute_input.add(_now() - start)
             while True:
-                worker = await self._acquire_worker()
+                worker: Worker = self._gate.try_acquire()
+                if worker is None:
+                    start = _now()
+                    worker = await self._gate.acquire()
+                    stats.queue.add(_now() - start)
+                else:
+                    stats.unqueued += 1
                 try:
                     outputs = await worker.infer(inputs, request)
                     break
                 except WorkerGone:
                     continue  # died before it got the request: the next worker takes it
             if caps.has_postprocess:
+                start = _now()
                 outputs = await worker.instance.postprocess(outputs, request)
+                stats.compute_output.add(_now() - start)
             return outputs
         finally:
             self._activity.leave()
@@ -119,7 +140,7 @@ async def stream_inputs_through(
         pre = pool.preprocessor()
         inputs = _preprocess_each(pre, inputs, request)
     gate = pool.gate
-    worker = gate.try_acquire() or await gate.acquire()
+    worker = await _slot(pool)
     stream_inputs = getattr(worker, "stream_inputs", None)
     if stream_inputs is None:
         gate.release(worker)
@@ -139,15 +160,29 @@ async def _preprocess_each(
         yield await pre.preprocess(item, request)
 
 
+async def _slot(pool: WorkerPool) -> Any:
+    """A slot on the least-loaded ready worker; the wait is counted as queue time."""
+    gate = pool.gate
+    worker = gate.try_acquire()
+    if worker is None:
+        start = _now()
+        worker = await gate.acquire()
+        pool.stats.queue.add(_now() - start)
+    else:
+        pool.stats.unqueued += 1
+    return worker
+
+
 async def stream_through(pool: WorkerPool, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
     """One request through a streaming model: preprocess, then the items of the least-loaded
     ready worker's ``predict_stream`` (a worker that died before it got the request is
     skipped). The worker's slot is held until its stream ends."""
     if pool.instance.capabilities.has_preprocess:
+        start = _now()
         inputs = await pool.preprocessor().preprocess(inputs, request)
-    gate = pool.gate
+        pool.stats.compute_input.add(_now() - start)
     while True:
-        worker = gate.try_acquire() or await gate.acquire()
+        worker = await _slot(pool)
         items = worker.stream(inputs, request)
         try:
             first = await anext(items)

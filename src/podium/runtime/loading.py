@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DefinitionError
+from ..metrics import recording_to
 from ..model import (
     Contract,
     ModelSource,
@@ -25,6 +27,7 @@ from ..model import (
 )
 from ..types import ModelInstance
 from ._scheduler import Scheduler
+from ._stats import VersionStats
 from .batcher import BatchScheduler
 from .continuous import ContinuousScheduler
 from .direct import DirectScheduler
@@ -125,24 +128,30 @@ def build_version(
     executor: Executor,
     spec: Any = None,
     codec: RequestCodec | None = None,
+    stats: VersionStats | None = None,
 ) -> ModelVersion:
     """Prepare (unless ``spec`` is given), check and instantiate one model version, with the
     workers and the scheduler its config asks for. Thread workers: the first instance is built
     here (``__init__`` errors surface now); process workers build theirs when the version loads.
-    ``codec`` carries request objects into worker processes."""
+    ``codec`` carries request objects into worker processes. ``stats``: the version's counters,
+    made by whoever prepared it (the metrics its code created at import are in them)."""
+    if stats is None:
+        stats = VersionStats()
     if spec is None:
-        spec = prepare(source)
+        with recording_to(stats.custom):
+            spec = prepare(source)
     config = source.config
     pool: WorkerPool
     if WorkerKind(config.workers) is WorkerKind.PROCESS:
         threads = getattr(executor, "_max_workers", 16)
         pool = process_pool(
-            source, secrets=secrets, codec=codec, host=host_in_worker, threads=threads
+            source, secrets=secrets, codec=codec, host=host_in_worker, threads=threads, stats=stats
         )
     else:
-        instance = build_instance(source, spec, secrets=secrets, executor=executor)
+        with recording_to(stats.custom):
+            instance = build_instance(source, spec, secrets=secrets, executor=executor)
         build = functools.partial(build_instance, source, spec, secrets=secrets, executor=executor)
-        pool = thread_pool(source, instance, build=build, executor=executor)
+        pool = thread_pool(source, instance, build=build, executor=executor, stats=stats)
     scheduler: Scheduler
     if config.continuous_batching and not config.sequence_batching:
         scheduler = ContinuousScheduler(pool, config=config)
@@ -185,34 +194,39 @@ def _discover(paths: list[Path]) -> tuple[list[ModelSource], list[str]]:
     return sources, problems
 
 
-def _check(
-    sources: list[ModelSource], problems: list[str]
-) -> tuple[list[tuple[ModelSource, Any]], list[str]]:
+#: A model version imported and checked: its source, what ``prepare`` made of it, and the
+#: counters of the version it becomes (the metrics its code created at import are there).
+Checked = tuple[ModelSource, Any, VersionStats]
+
+
+def _check(sources: list[ModelSource], problems: list[str]) -> tuple[list[Checked], list[str]]:
     """Import every model once; the checked ones, and every problem found (added to ``problems``)."""
     seen: dict[tuple[str, str | None], ModelSource] = {}
-    checked: list[tuple[ModelSource, Any]] = []
+    checked: list[Checked] = []
     for source in sources:
         key = (source.config.name, source.config.version)
         if key in seen:
             problems.append(f"{source.label}: defined twice (also in {seen[key].file})")
         seen[key] = source
+        stats = VersionStats()
         try:
-            spec = prepare(source)
+            with recording_to(stats.custom):
+                spec = prepare(source)
         except DefinitionError as exc:
             problems.extend(exc.problems)
             continue
-        checked.append((source, spec))
+        checked.append((source, spec, stats))
     problems.extend(_defaults(sources)[1])
     return checked, problems
 
 
-def _collect(paths: list[Path]) -> tuple[list[tuple[ModelSource, Any]], list[str]]:
+def _collect(paths: list[Path]) -> tuple[list[Checked], list[str]]:
     """Discover and import every model once; the checked ones, and every problem found."""
     return _check(*_discover(paths))
 
 
 def _build(
-    checked: list[tuple[ModelSource, Any]],
+    checked: list[Checked],
     *,
     secrets: Mapping[str, str],
     executor: Executor,
@@ -221,10 +235,17 @@ def _build(
     """Every checked model instantiated, or one ``DefinitionError`` listing every failure."""
     problems: list[str] = []
     versions: list[ModelVersion] = []
-    for source, spec in checked:
+    for source, spec, stats in checked:
         try:
             versions.append(
-                build_version(source, secrets=secrets, executor=executor, spec=spec, codec=codec)
+                build_version(
+                    source,
+                    secrets=secrets,
+                    executor=executor,
+                    spec=spec,
+                    codec=codec,
+                    stats=stats,
+                )
             )
         except DefinitionError as exc:
             problems.extend(exc.problems)
@@ -299,7 +320,7 @@ def register_paths(
     versions = _build(checked, secrets=secrets, executor=executor, codec=codec)
     for mv in versions:
         registry.add(mv)
-    for name, wanted in _defaults([source for source, _ in checked])[0].items():
+    for name, wanted in _defaults([source for source, _, _ in checked])[0].items():
         registry.set_default(name, wanted)
 
 
@@ -341,11 +362,14 @@ async def host_in_worker(
 ) -> tuple[ModelInstance, DirectScheduler]:
     """The model of a process worker, built and loaded in its worker process, and the scheduler
     that runs each request through it there (the ``HostFactory`` handed to ``process_pool``:
-    the worker process imports this module by reference, ``runtime.process`` never names it)."""
+    the worker process imports this module by reference, ``runtime.process`` never names it).
+    The metrics its code creates record to the store the worker process set
+    (:func:`podium.metrics.recording_to`), which it reports to the server."""
     loop = asyncio.get_running_loop()
-    prepared = await loop.run_in_executor(executor, prepare, source)
+    run = contextvars.copy_context().run  # the worker's metric store, in the pool's threads too
+    prepared = await loop.run_in_executor(executor, run, prepare, source)
     build = functools.partial(build_instance, source, prepared, secrets=secrets, executor=executor)
-    instance = await loop.run_in_executor(executor, build)
+    instance = await loop.run_in_executor(executor, run, build)
     await instance.load()
     config = source.config
     scheduler = DirectScheduler(

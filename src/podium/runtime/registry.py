@@ -7,15 +7,18 @@ import contextlib
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ModelConfig
 from ..errors import ModelNotReady, NotFound, PodiumError, VersionNotFound
+from ..metrics import recording_to
 from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
+from ._stats import VersionStats
 from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
 
 __all__ = ["UNVERSIONED", "ModelState", "ModelVersion", "Registry", "version_key"]
@@ -34,7 +37,10 @@ def version_key(version: str | None) -> tuple[Any, ...]:
     """Numeric-aware ordering: "10" > "9", "1.10" > "1.9"; an unversioned model sorts lowest."""
     if version is None:
         return ((-1,),)
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-_]", version))
+    return tuple(
+        (0, int(p)) if p.isdigit() and p.isascii() and len(p) < 4000 else (1, p)
+        for p in re.split(r"[.\-_]", version)
+    )
 
 
 @dataclass(slots=True, eq=False)
@@ -44,7 +50,8 @@ class ModelVersion:
     ``instance`` describes the model to the front ends (its ``capabilities``);
     ``pool`` runs its workers (``min_workers`` of them, threads or processes). A version is
     READY once its ``min_workers`` workers are; with ``min_workers`` 0 it is READY with no
-    worker, and its requests get 503 until it is scaled up.
+    worker, and its requests get 503 until it is scaled up. ``stats`` are its counters (its
+    pool's: what its workers, its scheduler and the data plane record).
     """
 
     config: ModelConfig
@@ -58,6 +65,11 @@ class ModelVersion:
     #: What Podium made on disk for this version (its archive's extraction, its download),
     #: let go of by :meth:`release` once the version is removed.
     owned: list[Owned] = field(default_factory=list)
+    stats: VersionStats = field(init=False)
+
+    def __post_init__(self) -> None:
+        pool = self._workers_pool()
+        self.stats = pool.stats if pool is not None else VersionStats()
 
     @property
     def name(self) -> str:
@@ -72,13 +84,16 @@ class ModelVersion:
         return f"model '{self.name}'" + (f" version '{self.version}'" if self.version else "")
 
     async def load(self) -> None:
-        """Run the model's ``load()``; a failure marks this version FAILED with the reason."""
+        """Run the model's ``load()``; a failure marks this version FAILED with the reason.
+        The time it took is :attr:`VersionStats.load_ns`."""
+        start = time.perf_counter_ns()
         try:
             if self.pool is not None:
                 self.pool.on_failed = self._failed
                 await self.pool.start()
             else:
-                await self.instance.load()
+                with recording_to(self.stats.custom):
+                    await self.instance.load()
             await self.scheduler.start()
         except Exception as exc:  # the model stays registered, reported not ready
             self.state = ModelState.FAILED
@@ -86,6 +101,7 @@ class ModelVersion:
             logger.error("%s failed to load: %s", self.label, self.reason, exc_info=exc)
         else:
             self.state = ModelState.READY
+            self.stats.load_ns = time.perf_counter_ns() - start
             logger.info("%s is ready", self.label)
         finally:
             self._loaded.set()
@@ -130,8 +146,9 @@ class ModelVersion:
 
     def statistics(self) -> dict[str, int]:
         """Queue depth ("waiting", and "queued" when batching), "busy", "slots", "workers",
-        "ready_workers"."""
+        "ready_workers", "in_flight" (requests in its scheduler)."""
         stats = dict(self.scheduler.statistics())
+        stats["in_flight"] = getattr(self.scheduler, "in_flight", 0)
         pool = self._workers_pool()
         if pool is not None:
             stats.update(pool.counts())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import enum
 import logging
 import os
@@ -31,8 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, ModelNotReady, ResponseTimeout, Unavailable
+from ..metrics import recording_to
 from ..types import END, ModelInstance
 from ._gate import WorkerGate
+from ._stats import RestartReason, VersionStats
 
 __all__ = [
     "Failure",
@@ -47,6 +50,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("podium.workers")
+
+_now = time.perf_counter_ns
 
 #: Seconds a timed-out sync predict gets to return before its thread worker is replaced.
 STUCK_GRACE = 1.0
@@ -153,7 +158,10 @@ class Failure:
 
 
 class ThreadWorker:
-    """One instance in the server process, with ``capacity`` (= predict_concurrency) slots."""
+    """One instance in the server process, with ``capacity`` (= predict_concurrency) slots.
+
+    Each execution of ``predict`` (a request, a batch, a stream until its end) is counted in
+    ``stats`` (:meth:`VersionStats.executed`) when it succeeds."""
 
     kind = WorkerKind.THREAD
 
@@ -169,6 +177,7 @@ class ThreadWorker:
         stream_buffer: int = 16,
         loaded: bool = False,
         on_stuck: Callable[[ThreadWorker], None] | None = None,
+        stats: VersionStats | None = None,
     ) -> None:
         self.id = wid
         self.instance = instance
@@ -183,6 +192,7 @@ class ThreadWorker:
         self._buffer = stream_buffer
         self._loaded = loaded
         self._on_stuck = on_stuck
+        self._stats = stats if stats is not None else VersionStats()
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
         self._idle: asyncio.Event | None = None
         # response_timeout of async predicts: each running one's deadline, swept periodically;
@@ -210,15 +220,20 @@ class ThreadWorker:
             self._idle = asyncio.Event()
             await self._idle.wait()
 
-    async def infer(self, inputs: Any, request: Any) -> Any:
+    async def infer(self, inputs: Any, request: Any, size: int = 1) -> Any:
+        """``predict`` on ``inputs`` (``size`` requests: a batch's length)."""
+        start = _now()
         if not self._timeout:
             try:
-                return await self.instance.predict(inputs, request)
+                outputs = await self.instance.predict(inputs, request)
             finally:
                 self._release()
-        if self.instance.capabilities.predict_in_thread:
-            return await self._timed(self.instance.predict(inputs, request))
-        return await self._timed_inline(inputs, request)
+        elif self.instance.capabilities.predict_in_thread:
+            outputs = await self._timed(self.instance.predict(inputs, request))
+        else:
+            outputs = await self._timed_inline(inputs, request)
+        self._stats.executed(size, _now() - start)
+        return outputs
 
     async def _timed_inline(self, inputs: Any, request: Any) -> Any:
         """An async predict bounded by response_timeout, in the caller's own task: past the
@@ -258,7 +273,7 @@ class ThreadWorker:
         self._sweeper = loop.call_later(self._tick, self._sweep) if self._deadlines else None
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
-        return await self.infer(inputs, requests)
+        return await self.infer(inputs, requests, len(inputs))
 
     async def _timed(self, call: Awaitable[Any]) -> Any:
         """``call`` bounded by response_timeout. A thread cannot be killed: past the timeout the
@@ -357,6 +372,7 @@ class ThreadWorker:
         released: list[bool],
     ) -> None:
         outcome: Any = END
+        start = _now()
         try:
             items = make()
         except Exception as exc:
@@ -365,6 +381,7 @@ class ThreadWorker:
         try:
             async for item in items:
                 await queue.put(item)
+            self._stats.executed(1, _now() - start)
         except Exception as exc:
             outcome = Failure(exc)
         finally:
@@ -421,8 +438,11 @@ class WorkerPool:
         max_workers: int,
         max_waiting: int,
         slots_per_worker: int = 1,
+        stats: VersionStats | None = None,
     ) -> None:
         self.model = model
+        #: the version's counters (what its workers and schedulers record; metrics read them)
+        self.stats = stats if stats is not None else VersionStats()
         self._slots_per_worker = slots_per_worker
         self.label = label
         self.kind = kind
@@ -478,6 +498,7 @@ class WorkerPool:
             label=pool.label,
             stream_buffer=stream_buffer,
             loaded=True,
+            stats=pool.stats,
         )
         worker.state = WorkerState.READY
         pool._workers.append(worker)
@@ -488,7 +509,12 @@ class WorkerPool:
 
     @classmethod
     def for_config(
-        cls, config: Any, kind: WorkerKind, instance: Any, new_worker: WorkerFactory
+        cls,
+        config: Any,
+        kind: WorkerKind,
+        instance: Any,
+        new_worker: WorkerFactory,
+        stats: VersionStats | None = None,
     ) -> WorkerPool:
         """The pool a model's config asks for: its workers, slots and waiting line."""
         label = f"model '{config.name}'" + (
@@ -504,6 +530,7 @@ class WorkerPool:
             max_workers=config.max_workers,
             max_waiting=config.max_queue_size,
             slots_per_worker=config.predict_concurrency,
+            stats=stats,
         )
 
     # -- views -----------------------------------------------------------------------------
@@ -582,11 +609,14 @@ class WorkerPool:
 
     async def _start_one(self) -> Worker:
         self._count += 1
-        worker = await self._new_worker(str(self._count))
+        # What the model's code creates while it is built and loaded records to this version.
+        with recording_to(self.stats.custom):
+            worker = await self._new_worker(str(self._count))
         self._workers.append(worker)
         self.gate.starting += 1
         try:
-            await worker.start()
+            with recording_to(self.stats.custom):
+                await worker.start()
         except BaseException:
             worker.state = WorkerState.DEAD
             self._workers.remove(worker)
@@ -659,6 +689,7 @@ class WorkerPool:
         if crashed:
             logger.error("%s: %s", self.label, reason)
             self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
+        self.stats.restarted(RestartReason.CRASHED if crashed else RestartReason.RESPONSE_TIMEOUT)
         self._spawn_replace()
 
     def _replace_stuck(self, worker: ThreadWorker) -> None:
@@ -673,6 +704,7 @@ class WorkerPool:
         self.gate.remove(worker)
         self._report_lost(worker, "died (stuck past response_timeout, replaced)")
         self._note_loss(f"thread worker {worker.id} stuck past response_timeout, replaced")
+        self.stats.restarted(RestartReason.RESPONSE_TIMEOUT)
         self._spawn_replace()
         self._spawn(self._retire(worker, how=""))
 
@@ -748,9 +780,11 @@ def thread_pool(
     *,
     build: Callable[[], ModelInstance],
     executor: Any,
+    stats: VersionStats | None = None,
 ) -> WorkerPool:
     """A pool of thread workers: ``instance`` (already built) is the first worker's; more are
-    made with ``build`` (the model's ``__init__``) in ``executor``."""
+    made with ``build`` (the model's ``__init__``) in ``executor``. ``stats``: the version's
+    counters."""
     config = source.config
     spare = [instance]
 
@@ -758,7 +792,9 @@ def thread_pool(
         if spare:
             made = spare.pop()
         else:
-            made = await asyncio.get_running_loop().run_in_executor(executor, build)
+            # in this task's context: the metrics its __init__ creates are the version's
+            run = contextvars.copy_context().run
+            made = await asyncio.get_running_loop().run_in_executor(executor, run, build)
         return ThreadWorker(
             wid,
             made,
@@ -768,7 +804,8 @@ def thread_pool(
             response_timeout=config.response_timeout_s,
             stream_buffer=config.stream_buffer,
             on_stuck=pool._replace_stuck,
+            stats=pool.stats,
         )
 
-    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker)
+    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats)
     return pool

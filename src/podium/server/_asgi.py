@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeAlias
 
-__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send"]
+__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "serve_other_scope"]
 
 Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]
@@ -22,3 +22,20 @@ Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
 
 ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+async def serve_other_scope(scope: Scope, receive: Receive, send: Send) -> None:
+    """What Podium's apps answer to a scope that is not ``http``: the lifespan (nothing to set
+    up or tear down: the runner owns the models and workers) is acknowledged, a WebSocket is
+    closed (1003: Podium serves none), anything else is left alone."""
+    kind = scope["type"]
+    if kind == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    elif kind == "websocket":
+        await send({"type": "websocket.close", "code": 1003})

@@ -189,7 +189,7 @@ def _host_name(value: bytes) -> str | None:
     else:
         host, sep, rest = text.partition(":")
         rest = sep + rest
-    if rest and (not rest.startswith(":") or not rest[1:].isdigit()):
+    if rest and (not rest.startswith(":") or not (rest[1:].isdigit() and rest[1:].isascii())):
         return None
     host = host.rstrip(".") if not host.startswith("[") else host
     return host or None

@@ -26,6 +26,7 @@ from ._limits import (
     default_max_connections,
     raise_open_files_limit,
 )
+from ._metrics import MetricsApp, PodiumCollector, metrics_registry
 from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
@@ -177,6 +178,7 @@ class Podium:
         self._limits: ConnectionLimits | None = None
         self._grpc_limits: GrpcLimits | None = None
         self._servers: list[_Uvicorn | GrpcServer] = []
+        self._grpc: dict[str, GrpcServer] = {}  # by listener name (their connections, for metrics)
         self.authorizer: Authorizer | None = None
         self.management: Management | None = None
         self._signal: int | None = None  # the first stop signal
@@ -230,7 +232,10 @@ class Podium:
         )
         self.addresses["grpc-inference"] = await grpc_server.start()
         self._servers.append(grpc_server)
+        self._grpc["grpc-inference"] = grpc_server
         await self._start_management()
+        if config.metrics:
+            await self._start_metrics()
         await repository.load_all()
         grpc_server.health.changed()
         # Everything built so far lives as long as the server: keep it out of every future
@@ -431,10 +436,27 @@ class Podium:
         )
         self.addresses["grpc-management"] = await grpc_server.start()
         self._servers.append(grpc_server)
+        self._grpc["grpc-management"] = grpc_server
         # Where to go instead, for the inference listeners' refusal to load or unload.
         self.dataplane.repository.control.management = (
             f"{self.addresses['http-management']}, gRPC {self.addresses['grpc-management']}"
         )
+
+    async def _start_metrics(self) -> None:
+        """The metrics listener (``GET /metrics``) on the metrics host (loopback by default)."""
+        collector = PodiumCollector(
+            self.dataplane,
+            connections=self.connection_statistics,
+            grpc_connections=self.grpc_connections,
+        )
+        app = MetricsApp(metrics_registry(collector))
+        await self._serve_http(
+            "http-metrics", app, self.config.metrics_host, self.config.metrics_port
+        )
+
+    def grpc_connections(self) -> dict[str, int | None]:
+        """Each gRPC listener's open connections (None where grpc does not say), by name."""
+        return {name: server.open_connections() for name, server in self._grpc.items()}
 
     # -- stopping ------------------------------------------------------------------------
 

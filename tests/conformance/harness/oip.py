@@ -9,12 +9,14 @@ are twins (``models/triton`` and ``models/podium``): ``simple`` (INT32 sum/diffe
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -698,6 +700,64 @@ def generate_nested(addr):
             "status": r["status"],
             "OUTPUT0": body.get("OUTPUT0") if isinstance(body, dict) else None,
         }
+    return compare, raw
+
+
+# --- 14. perf_analyzer ---------------------------------------------------------------------
+
+_ROOT = Path(__file__).resolve().parents[3]
+#: perf_analyzer's modes run against each server: what it sends, and over which protocol.
+_PERF_MODES = {
+    "http": ("http", []),
+    "grpc": ("grpc", []),
+    "http -x 1": ("http", ["-x", "1"]),
+    "grpc --async": ("grpc", ["--async"]),
+    "grpc --streaming": ("grpc", ["--streaming"]),
+    "http --shared-memory system": ("http", ["--shared-memory", "system"]),
+    "grpc --shared-memory system": ("grpc", ["--shared-memory", "system"]),
+}
+
+
+@functools.cache
+def _perf_analyzer() -> tuple[str | None, str]:
+    """perf_analyzer (tritonclient 2.51.0's binary), as ``bench/perf_analyzer.py --setup``
+    installs it, or None and why not."""
+    done = subprocess.run(
+        [sys.executable, str(_ROOT / "bench" / "perf_analyzer.py"), "--setup"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        return None, (done.stdout + done.stderr)[-1000:]
+    return done.stdout.strip().splitlines()[-1], ""
+
+
+@scenario(
+    "14",
+    "14",
+    "perf_analyzer (2.51) on identity_fp32: REST, gRPC, a pinned version, async, streaming, "
+    "system shared memory; does it read the server's statistics?",
+    "oip",
+)
+def perf_analyzer(addr):
+    binary, why = _perf_analyzer()
+    if binary is None:
+        return {"perf_analyzer": "cannot be installed"}, {"setup": why}
+    compare: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
+    for mode, (protocol, extra) in _PERF_MODES.items():
+        argv = [binary, "-m", "identity_fp32", "-u", addr[protocol], "-i", protocol]
+        argv += ["--shape", "INPUT0:16", "--concurrency-range", "2", "-p", "300"]
+        argv += ["-s", "1000", "-r", "3", *extra]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        if done.returncode == 0:
+            compare[mode] = "measured, server statistics read" if "Server:" in said else "measured"
+            raw[mode] = [line for line in said if "throughput" in line.lower()][-1:]
+        else:
+            compare[mode] = f"failed (exit {done.returncode})"
+            raw[mode] = said[-3:]
     return compare, raw
 
 

@@ -16,17 +16,17 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from .triton_layout import lay_out, triton_argv
 
 HERE = Path(__file__).resolve().parent.parent
 MODELS = HERE / "models"
@@ -114,47 +114,13 @@ def _http_ok(url: str) -> bool:
 # --- Triton -------------------------------------------------------------------------------
 
 
-def triton_dist() -> Path:
-    import pytriton
-
-    return Path(pytriton.__file__).resolve().parent / "tritonserver"
-
-
 def start_triton(repositories: list[Path], workdir: Path, timeout: float = 180) -> Service:
-    """The real ``tritonserver`` on 127.0.0.1, explicit model control with every model loaded."""
-    dist = triton_dist()
-    server = workdir / "tritonserver"
-    shutil.copytree(dist, server, ignore=shutil.ignore_patterns("python_backend_stubs"))
-    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    shutil.copy(
-        dist / "python_backend_stubs" / version / "triton_python_backend_stub",
-        server / "backends" / "python" / "triton_python_backend_stub",
-    )
-    libs = dist.parent.parent / "nvidia_pytriton.libs"
-    pylib = sysconfig.get_config_var("LIBDIR") or str(Path(sys.base_prefix) / "lib")
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = ":".join(
-        p for p in (str(libs), pylib, env.get("LD_LIBRARY_PATH", "")) if p
-    )
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    """The real ``tritonserver`` on 127.0.0.1, explicit model control with every model loaded
+    (laid out by :mod:`harness.triton_layout`, which ``bench/perf_analyzer.py`` shares)."""
+    install = lay_out(Path(sys.executable), workdir)
     http, grpc = free_port(), free_port()
-    cmd = [
-        str(server / "bin" / "tritonserver"),
-        *(f"--model-repository={r}" for r in repositories),
-        f"--backend-directory={server / 'backends'}",
-        f"--cache-directory={server / 'caches'}",
-        "--http-address=127.0.0.1",
-        f"--http-port={http}",
-        "--grpc-address=127.0.0.1",
-        f"--grpc-port={grpc}",
-        "--allow-metrics=false",
-        "--allow-sagemaker=false",
-        "--allow-vertex-ai=false",
-        "--model-control-mode=explicit",
-        "--load-model=*",
-        "--log-verbose=0",
-        "--exit-timeout-secs=5",
-    ]
+    cmd = triton_argv(install, repositories, http, grpc)
+    env = install.env
     service = _spawn("triton", cmd, workdir, env)
     service.addr = {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}"}
     try:
@@ -308,6 +274,8 @@ def start_podium(
         "--management-port",
         "0",
         "--grpc-management-port",
+        "0",
+        "--metrics-port",
         "0",
         "--no-auth",
         "--model-control",

@@ -1,18 +1,37 @@
-"""``mlserver.metrics``: custom metrics a runtime registers and logs.
+"""``mlserver.metrics``: custom metrics a runtime registers and logs, exported on Podium's
+``/metrics`` with the model's labels.
 
-Accepted and not recorded yet: Podium's metrics endpoint does not exist yet (see docs/mlserver.md).
+As in MLServer, each metric is a histogram; ``log(name=value)`` makes one if ``register`` did
+not. The metrics belong to the model version whose runtime
+calls them (its ``load``, ``predict``, ``predict_stream``); their labels are Podium's
+``model`` and ``version`` (MLServer's are ``model_name`` and ``model_version``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from podium import metrics as _metrics
+
 __all__ = ["log", "register"]
 
 
-def register(name: str, description: str) -> None:
-    """Declare a custom metric (recorded nowhere yet)."""
+def register(name: str, description: str) -> Any:
+    """Declare a custom metric (a histogram) of the model version running now; returns it
+    (``observe(value)``). Registering an existing name returns the one there is."""
+    return _metrics.histogram(name, description)
 
 
 def log(**metrics: Any) -> None:
-    """Observe values of custom metrics (recorded nowhere yet)."""
+    """Observe one value of each custom metric named (made if not registered)."""
+    store = _metrics.current_store()
+    if store is None:
+        return
+    for name, value in metrics.items():
+        family = store.families.get(name)
+        if family is None:
+            _metrics.histogram(name, f"{name} (mlserver.log)").observe(value)
+        elif family.kind is not _metrics.Kind.HISTOGRAM or family.labelnames:
+            raise ValueError(f"metric '{name}' is not a histogram that mlserver.log can observe")
+        else:
+            store.observe(family, (), float(value))

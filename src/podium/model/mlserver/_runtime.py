@@ -12,6 +12,7 @@ runtime's ``predict`` (a batch: one merged request, see ``_batch``) and converts
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import uuid
@@ -32,6 +33,7 @@ from ...errors import (
     PodiumError,
     Unavailable,
 )
+from ...metrics import current_store, recording_to
 from ...types import Capabilities, Generation, InferenceResponse, InputKind, ResponseOutput
 from .._calls import model_error, run_sync, validation_failed
 from . import _batch
@@ -114,6 +116,7 @@ class MLServerModel:
     ) -> None:
         self.runtime = runtime
         self.name = name
+        self._metrics = current_store()  # built under its version's metric store
         self._types = types
         self._executor = executor
         self._batched = batched
@@ -136,12 +139,16 @@ class MLServerModel:
 
     async def _call(self, method: str, *args: Any) -> Any:
         fn: Callable[..., Any] = getattr(self.runtime, method)
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args)
-        result = await run_sync(self._executor, fn, *args)  # a sync method: not on the loop
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        # mlserver.register / mlserver.log inside record to this version's metrics
+        with recording_to(self._metrics):
+            if inspect.iscoroutinefunction(fn):
+                return await fn(*args)
+            # a sync method: not on the loop (in this context, for the metrics)
+            run = contextvars.copy_context().run
+            result = await run_sync(self._executor, run, fn, *args)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
 
     async def load(self) -> None:
         """Run the runtime's ``load()``; returning ``False`` means it is not ready (an error)."""
@@ -313,17 +320,20 @@ class MLServerModel:
     async def _stream(
         self, payloads: AsyncGenerator[Any, None], request_id: str | None
     ) -> AsyncGenerator[Any, None]:
+        metrics = self._metrics  # mlserver.log inside records to this version's metrics
         try:
-            items = self.runtime.predict_stream(payloads)
-            if inspect.isawaitable(items):  # a coroutine returning an async iterator
-                items = await items
+            with recording_to(metrics):
+                items = self.runtime.predict_stream(payloads)
+                if inspect.isawaitable(items):  # a coroutine returning an async iterator
+                    items = await items
         except Exception as exc:
             await payloads.aclose()
             raise runtime_error(self.name, "predict_stream", exc) from exc
         try:
             while True:
                 try:
-                    item = await anext(items)
+                    with recording_to(metrics):
+                        item = await anext(items)
                 except StopAsyncIteration:
                     return
                 except Exception as exc:

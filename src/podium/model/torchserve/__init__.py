@@ -7,6 +7,7 @@ Layout: ``_model`` is the adapter (``is_source`` / ``sources`` / ``prepare`` / `
 does; ``_config`` maps ``model-config.yaml`` onto ``ModelConfig``; ``_handler`` finds and imports
 a handler as TorchServe's model loader does, and makes ``import ts`` resolve to
 ``podium.compat.ts`` when TorchServe is absent; ``_context`` is TorchServe's ``Context``.
+``_metrics`` is ``context.metrics`` (what a handler records lands in Podium's ``/metrics``).
 ``podium.compat.ts`` re-exports the names below that handlers import from ``ts.*``, so every
 import path gives the same classes. What differs from TorchServe: ``docs/torchserve.md``.
 """
@@ -20,6 +21,7 @@ from ._handler import (
     list_classes_from_module,
     load_label_mapping,
 )
+from ._metrics import Dimension, MetricTypes, TorchServeMetrics
 from ._model import (
     ArchiveLimits,
     TorchServeModel,
@@ -33,8 +35,11 @@ from ._model import (
 __all__ = [
     "ArchiveLimits",
     "Context",
+    "Dimension",
+    "MetricTypes",
     "PredictionException",
     "RequestProcessor",
+    "TorchServeMetrics",
     "TorchServeModel",
     "TsSettings",
     "archive_model",

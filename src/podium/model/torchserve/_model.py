@@ -12,6 +12,7 @@ and runs behind :class:`TorchServeModel`, which gives it TorchServe's ``data`` l
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import os
@@ -32,6 +33,7 @@ from ... import __version__
 from ...codecs import JSON_ERRORS
 from ...config import load_yaml
 from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
+from ...metrics import current_store
 from ...types import (
     END,
     Capabilities,
@@ -53,6 +55,7 @@ from ._archive import set_limits as set_archive_limits
 from ._config import TsSettings, model_config
 from ._context import Context, RequestProcessor
 from ._handler import HandlerSpec, load_handler, on_path
+from ._metrics import TorchServeMetrics
 
 __all__ = [
     "ArchiveLimits",
@@ -336,6 +339,8 @@ class TorchServeModel:
             config.batch_size,
             gpu_id,
             __version__,
+            # what the handler records goes to this version's metrics (built under its store)
+            metrics=TorchServeMetrics(current_store(), config.name),
             model_yaml_config=parts.yaml_config,
         )
         self._model_dir = source.model_dir
@@ -352,7 +357,8 @@ class TorchServeModel:
     async def load(self) -> None:
         """Run the handler's ``initialize(context)`` (module style: ``handle(None, context)``)."""
         if self._init is not None:
-            await run_sync(self._executor, self._initialize)
+            # in this task's context: metrics initialize creates are the version's
+            await run_sync(self._executor, contextvars.copy_context().run, self._initialize)
 
     def _initialize(self) -> None:
         try:

@@ -8,6 +8,12 @@ that runs one request through it (``preprocess`` and ``postprocess`` outside the
 through a window of ``stream_buffer`` items that the server's reader refills (back-pressure);
 async work is cancelled and generators closed when the server says the client left.
 
+What the worker counts (preprocess, predict, postprocess) and what the model records of its
+own metrics (``podium.metrics``, TorchServe's ``context.metrics``, ``mlserver.log``) reach the
+server in :class:`Report` messages: the model's metrics before the answer to the request that
+recorded them, the counters at most every :data:`REPORT_EVERY` seconds (before an answer, or on
+a periodic tick), so the server's totals survive the worker process.
+
 It never outlives the server: it exits when its socket reaches EOF (the server closed it or
 died), and on Linux the kernel kills it if the server dies (``PR_SET_PDEATHSIG``). It ignores
 SIGINT and runs in its own session: the server decides when it stops.
@@ -23,6 +29,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -30,6 +37,7 @@ from typing import Any
 
 from ...config import Secrets
 from ...errors import ModelError, PodiumError
+from ...metrics import MetricStore, recording_to
 from ...model import model_error
 from ...types import ModelInstance
 from ._messages import (
@@ -46,6 +54,7 @@ from ._messages import (
     Item,
     Message,
     Ready,
+    Report,
     StartFailed,
     Stopped,
     Stream,
@@ -60,6 +69,10 @@ logger = logging.getLogger("podium.worker")
 
 #: Seconds a model's unload hook may take when its worker process is stopped.
 UNLOAD_GRACE = 5.0
+#: Seconds between two reports of the worker's counters (at most; a tick sends what is left).
+REPORT_EVERY = 0.05
+#: Seconds between two periodic reports.
+REPORT_TICK = 1.0
 
 
 def _die_with_parent(parent: int) -> None:
@@ -115,6 +128,10 @@ class Child(asyncio.Protocol):
         self.rebuild: Callable[[Any, Callable[[], Awaitable[Any]]], Any] | None = None
         self.name = "?"
         self.stream_buffer = 16
+        #: the model's own metrics, reported to the server
+        self.metrics = MetricStore(forward=True)
+        self._reported = 0.0
+        self._tick: asyncio.TimerHandle | None = None
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -171,7 +188,8 @@ class Child(asyncio.Protocol):
             secrets = Secrets(secrets.directory)
         executor = ThreadPoolExecutor(init.threads, thread_name_prefix="podium-model")
         try:
-            instance, runner = await init.host(init.source, secrets, executor)
+            with recording_to(self.metrics):
+                instance, runner = await init.host(init.source, secrets, executor)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, PodiumError):
@@ -183,7 +201,30 @@ class Child(asyncio.Protocol):
         self.runner = runner
         self.slots = asyncio.Semaphore(config.predict_concurrency)
         self.rebuild = init.rebuild
+        self.report(force=True)  # what load() recorded
         self.send(_ready(instance))
+        self._tick = asyncio.get_running_loop().call_later(REPORT_TICK, self._on_tick)
+
+    # -- reports -----------------------------------------------------------------------------
+
+    def report(self, force: bool = False) -> None:
+        """Send what the counters and the model's metrics added since the last report: the
+        metrics whenever they changed, the counters at most every REPORT_EVERY s (``force``:
+        now)."""
+        metrics = self.metrics
+        now = time.monotonic()
+        if not (force or metrics.dirty or now - self._reported >= REPORT_EVERY):
+            return
+        self._reported = now
+        stats = getattr(self.runner, "stats", None)
+        compute = None if stats is None else stats.take_compute()
+        taken = metrics.take() if metrics.dirty else []
+        if compute is not None or taken:
+            self.send(Report(compute, taken))
+
+    def _on_tick(self) -> None:
+        self.report(force=True)
+        self._tick = asyncio.get_running_loop().call_later(REPORT_TICK, self._on_tick)
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -217,6 +258,7 @@ class Child(asyncio.Protocol):
                     request = self._request(message.request, gone)
                     inputs = self._validated(message.inputs)
                     outputs = await self.runner.infer(inputs, request)
+                    self.report()
                     self._reply(Answer(cid, outputs))
                 case Stream():
                     request = self._request(message.request, gone)
@@ -227,19 +269,25 @@ class Child(asyncio.Protocol):
                             self._reply(Item(cid, item))
                     finally:
                         await items.aclose()
+                    self.report()
                     self.send(End(cid))
                 case Batch():
                     requests = [self._request(s, gone) for s in message.requests]
-                    self._reply(Answer(cid, await self._run_batch(message.inputs, requests)))
+                    results = await self._run_batch(message.inputs, requests)
+                    self.report()
+                    self._reply(Answer(cid, results))
         except asyncio.CancelledError:
+            self.report()
             self.send(Stopped(cid))
         except Exception as exc:
             error = exc if isinstance(exc, PodiumError) else model_error(self.name, message.op, exc)
+            self.report()
             self.send(Error(cid, *pack_error(error)))
 
     async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
         inst = self.instance
         caps = inst.capabilities
+        stats = self.runner.stats
         n = len(inputs)
         failed: list[Any] = [None] * n
 
@@ -247,7 +295,9 @@ class Child(asyncio.Protocol):
             try:
                 value = self._validated(inputs[i])
                 if caps.has_preprocess:
+                    start = time.perf_counter_ns()
                     value = await inst.preprocess(value, requests[i])
+                    stats.compute_input.add(time.perf_counter_ns() - start)
                 return value
             except Exception as exc:
                 failed[i] = Failed.of(exc)
@@ -258,7 +308,9 @@ class Child(asyncio.Protocol):
         if not live:
             return failed
         async with self.slots:
+            start = time.perf_counter_ns()
             outputs = await inst.predict([values[i] for i in live], [requests[i] for i in live])
+            stats.executed(len(live), time.perf_counter_ns() - start)
         if not isinstance(outputs, list | tuple) or len(outputs) != len(live):
             return outputs  # the server checks the shape and names the problem
         results: list[Any] = list(failed)
@@ -267,7 +319,9 @@ class Child(asyncio.Protocol):
 
         async def post(i: int) -> None:
             try:
+                start = time.perf_counter_ns()
                 results[i] = await inst.postprocess(results[i], requests[i])
+                stats.compute_output.add(time.perf_counter_ns() - start)
             except Exception as exc:
                 results[i] = Failed.of(exc)
 

@@ -8,6 +8,8 @@
                       Answer(cid, value) / Error    the answer to Infer or Batch
                       Item(cid, value) ... End(cid) a stream (or Error)
                       Stopped(cid)                  a cancelled request has stopped
+                      Report(compute, metrics)      what its counters and the model's own
+                                                    metrics added since the last Report
 
 Every request ends with exactly one of Answer, Error, End or Stopped; the server frees its slot
 then. Both sides dispatch on the class (``match``).
@@ -27,7 +29,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import msgspec
 
+from ...metrics import Delta
 from ...types import Capabilities, ModelInstance
+from .._stats import ComputeDelta, VersionStats
 
 if TYPE_CHECKING:
     from ...model import ModelSource
@@ -48,6 +52,7 @@ __all__ = [
     "Item",
     "Message",
     "Ready",
+    "Report",
     "Runner",
     "StartFailed",
     "Stopped",
@@ -63,7 +68,11 @@ PackedError = tuple[type[BaseException], str, dict[str, Any]]
 
 class Runner(Protocol):
     """Runs one request through the worker's model: preprocess, predict under
-    ``predict_concurrency``, postprocess (a scheduler over the worker's one instance)."""
+    ``predict_concurrency``, postprocess (a scheduler over the worker's one instance);
+    ``stats`` are the counters it records to, which the worker reports."""
+
+    @property
+    def stats(self) -> VersionStats: ...
 
     async def infer(self, inputs: Any, request: Any) -> Any: ...
 
@@ -172,6 +181,15 @@ class Stopped(msgspec.Struct):
     cid: int
 
 
+class Report(msgspec.Struct):
+    """What the worker's counters (``compute``: preprocess, predict, postprocess) and the
+    model's own metrics (``metrics``) added since its last report; the server adds them to the
+    version's, so they outlive the worker process."""
+
+    compute: ComputeDelta | None
+    metrics: list[Delta]
+
+
 Message = (
     Init
     | Infer
@@ -186,6 +204,7 @@ Message = (
     | Item
     | End
     | Stopped
+    | Report
 )
 
 #: Every message class; its index is its tag in a frame's header (both sides run this module).
@@ -203,6 +222,7 @@ MESSAGES: tuple[type[Message], ...] = (
     Item,
     End,
     Stopped,
+    Report,
 )
 
 

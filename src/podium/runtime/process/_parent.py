@@ -34,6 +34,7 @@ import msgspec
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
 from ...types import END, Capabilities, Generation, ModelInstance
+from .._stats import VersionStats
 from ..workers import (
     Failure,
     RequestCodec,
@@ -56,6 +57,7 @@ from ._messages import (
     Item,
     Message,
     Ready,
+    Report,
     StartFailed,
     Stopped,
     Stream,
@@ -238,6 +240,7 @@ class ProcessWorker:
         self._init = init
         self._codec = codec
         self._gate = pool.gate
+        self._stats = pool.stats
         self._label = pool.label
         self._on_exit = pool.worker_exited
         self._batching = config.batch_size > 1
@@ -383,6 +386,11 @@ class ProcessWorker:
                 if call is not None:
                     call.fail(message.exception())
                     self._release()
+            case Report():
+                if message.compute is not None:
+                    self._stats.merge_compute(message.compute)
+                if message.metrics:
+                    self._stats.custom.apply(message.metrics)
             case Ready():
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_result(message)
@@ -571,10 +579,12 @@ def process_pool(
     codec: RequestCodec | None,
     host: HostFactory,
     threads: int = 16,
+    stats: VersionStats | None = None,
 ) -> WorkerPool:
     """A pool of worker processes, each building the model from ``source`` itself: ``host`` is
     called there to build and schedule it (the caller names it; this package imports nothing
-    above the execution layer), ``codec`` carries request objects across."""
+    above the execution layer), ``codec`` carries request objects across. ``stats``: the
+    version's counters, to which each worker's reports are added."""
     config = source.config
     descriptor = RemoteInstance()
     init = Init(
@@ -598,5 +608,5 @@ def process_pool(
             ),
         )
 
-    pool = WorkerPool.for_config(config, WorkerKind.PROCESS, descriptor, new_worker)
+    pool = WorkerPool.for_config(config, WorkerKind.PROCESS, descriptor, new_worker, stats)
     return pool

@@ -4,12 +4,14 @@ their requests run there."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import Unavailable
 from ...types import Context, current_context
 from .._collector import BatchCollector
+from .._stats import VersionStats
 
 if TYPE_CHECKING:
     from .._gate import WorkerGate
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     from ._steps import Steps
 
 __all__ = ["Lane"]
+
+_now = time.perf_counter_ns
 
 
 class Lane:
@@ -29,10 +33,20 @@ class Lane:
     this worker) or a place in the worker's next batch, then postprocess. For a ``continuous``
     instance, ``steps`` (set by the scheduler) is the worker's continuous batch, and streaming
     requests join it instead (``_steps``). Once the worker is lost (``lost`` says why) nothing
-    new runs here: requests get ``closed_error(sid, why)``.
+    new runs here: requests get ``closed_error(sid, why)``. The wait for a slot (not for the
+    sequence's turn), preprocess and postprocess are counted in ``stats``.
     """
 
-    __slots__ = ("worker", "sequences", "batches", "lost", "steps", "_gate", "_closed_error")
+    __slots__ = (
+        "worker",
+        "sequences",
+        "batches",
+        "lost",
+        "steps",
+        "_gate",
+        "_closed_error",
+        "_stats",
+    )
 
     def __init__(
         self,
@@ -40,6 +54,7 @@ class Lane:
         gate: WorkerGate,
         batches: BatchCollector[Any],
         closed_error: Callable[[str, str], BaseException],
+        stats: VersionStats | None = None,
     ) -> None:
         self.worker = worker
         self.sequences: set[Sequence] = set()
@@ -48,6 +63,7 @@ class Lane:
         self.steps: Steps | None = None  # the worker's continuous batch (a continuous instance)
         self._gate = gate
         self._closed_error = closed_error
+        self._stats = stats if stats is not None else VersionStats()
 
     @property
     def queued(self) -> int:
@@ -63,11 +79,11 @@ class Lane:
         token = current_context.set(ctx)
         try:
             if caps.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
+                inputs = await self._preprocess(inst, inputs, request)
             await self._acquire_slot(seq.id)
             outputs = await worker.infer(inputs, request)  # gives the slot back
             if caps.has_postprocess:
-                outputs = await inst.postprocess(outputs, request)
+                outputs = await self._postprocess(inst, outputs, request)
             return outputs
         finally:
             current_context.reset(token)
@@ -79,13 +95,13 @@ class Lane:
         token = current_context.set(ctx)
         try:
             if caps.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
+                inputs = await self._preprocess(inst, inputs, request)
             if self.lost is not None:
                 raise self._closed_error(seq.id, self.lost)
             pending = seq.batched = self.batches.add(inputs, request, ctx)
             outputs = await pending.future
             if caps.has_postprocess:
-                outputs = await inst.postprocess(outputs, request)
+                outputs = await self._postprocess(inst, outputs, request)
             return outputs
         finally:
             current_context.reset(token)
@@ -107,7 +123,7 @@ class Lane:
         token = current_context.set(ctx)
         try:
             if inst.capabilities.has_preprocess:
-                inputs = await inst.preprocess(inputs, request)
+                inputs = await self._preprocess(inst, inputs, request)
             await self._acquire_slot(seq.id)
             items = worker.stream(inputs, request)  # gives the slot back when it ends
             try:
@@ -131,7 +147,7 @@ class Lane:
         if inst.capabilities.has_preprocess:
             token = current_context.set(ctx)
             try:
-                inputs = await inst.preprocess(inputs, request)
+                inputs = await self._preprocess(inst, inputs, request)
             finally:
                 current_context.reset(token)
         if self.lost is not None:
@@ -140,13 +156,28 @@ class Lane:
             async for item in items:
                 yield item
 
+    async def _preprocess(self, inst: Any, inputs: Any, request: Any) -> Any:
+        start = _now()
+        inputs = await inst.preprocess(inputs, request)
+        self._stats.compute_input.add(_now() - start)
+        return inputs
+
+    async def _postprocess(self, inst: Any, outputs: Any, request: Any) -> Any:
+        start = _now()
+        outputs = await inst.postprocess(outputs, request)
+        self._stats.compute_output.add(_now() - start)
+        return outputs
+
     async def _acquire_slot(self, sid: str) -> None:
         lost = self.lost
         if lost is None:
             if self._gate.try_acquire_on(self.worker):
+                self._stats.unqueued += 1
                 return
             try:
+                start = _now()
                 await self._gate.acquire_on(self.worker)
+                self._stats.queue.add(_now() - start)
                 return
             except Unavailable:  # the gate let the worker go while this waited
                 lost = self.lost

@@ -26,6 +26,7 @@ from ...types import Context, SequenceRef, current_context
 from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
 from .._scheduler import Activity, TaskSet
+from .._stats import SequenceEnd
 from ..direct import stream_inputs_through
 from ..workers import Worker, WorkerPool, WorkerState
 from ._lane import Lane
@@ -86,6 +87,7 @@ class SequenceScheduler:
         self._sweeper: Timer | None = None
         self._closed = False
         self._activity = Activity()
+        self._stats = pool.stats
         self.batches_run = 0
         pool.on_worker_lost = self._on_worker_lost
 
@@ -115,6 +117,11 @@ class SequenceScheduler:
     async def drain(self) -> None:
         """Return once no request is in this scheduler (new ones may still arrive)."""
         await self._activity.drain()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler (waiting for their turn, a slot or a batch, or running)."""
+        return self._activity.count
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``sequences`` (open), ``queued`` (requests waiting for their
@@ -221,11 +228,13 @@ class SequenceScheduler:
             return made
         sid = ref.id
         seq = self._seqs.get(sid)
+        reason: str | None
         if seq is not None:
-            reason = self._expiry(seq, self._now())
-            if reason is None:
+            expired = self._expiry(seq, self._now())
+            if expired is None:
                 return seq
-            self._close(seq, reason)  # expired, the sweep has not come by yet
+            reason, why = expired
+            self._close(seq, reason, why)  # expired, the sweep has not come by yet
         else:
             reason = self._ended.get(sid)
         if ref.start:
@@ -255,7 +264,9 @@ class SequenceScheduler:
                 raise Unavailable(f"{self._label} has no ready worker for a new sequence")
         lane = self._lanes.get(worker)
         if lane is None:
-            lane = Lane(worker, self._gate, self._make_collector(worker), self._closed_error)
+            lane = Lane(
+                worker, self._gate, self._make_collector(worker), self._closed_error, self._stats
+            )
             if worker.instance.capabilities.continuous:
                 lane.steps = Steps(
                     worker,
@@ -264,6 +275,7 @@ class SequenceScheduler:
                     buffer=self._stream_buffer,
                     tasks=self._tasks,
                     stopped=self._stopped_error,
+                    stats=self._stats,
                 )
             self._lanes[worker] = lane
         seq = Sequence(sid, lane, self._now(), self._max_waiting, self._pass_turn)
@@ -321,6 +333,7 @@ class SequenceScheduler:
         if ref.start:
             if not seq.first or seq.ended is not None:
                 if seq.ended is None:
+                    self._stats.sequence_ended(SequenceEnd.RESTARTED)
                     logger.warning(
                         "%s: sequence '%s' had not ended when a request started a new one with "
                         "its id; the previous sequence ends early",
@@ -366,31 +379,41 @@ class SequenceScheduler:
         elif ref.end:
             ref.ended = True
             seq.end("ended by a request")
+            self._stats.sequence_ended(SequenceEnd.REQUEST)
         elif ctx.ended:
             ref.ended = True
             seq.end("ended by the model")
+            self._stats.sequence_ended(SequenceEnd.MODEL)
         if not passed:
             self._pass_turn(seq)
         else:
             seq.last = self._now()  # the idle clock starts again
             self._settle(seq)
 
-    def _expiry(self, seq: Sequence, now: float) -> str | None:
-        """Why ``seq`` is expired at ``now``, or None while it is not."""
+    def _expiry(self, seq: Sequence, now: float) -> tuple[str, SequenceEnd | None] | None:
+        """Why ``seq`` is expired at ``now`` (and how it ended, unless it had already), or None
+        while it is not."""
         quiet = seq.quiet
         if quiet and seq.ended is not None:
-            return seq.ended  # ended, and the last of its requests has left
+            return seq.ended, None  # ended, and the last of its requests has left
         if self._age_ms and now - seq.created >= self._age_ms / 1000.0:
-            return f"older than sequence_timeout_ms ({self._age_ms:g} ms)"
+            return f"older than sequence_timeout_ms ({self._age_ms:g} ms)", SequenceEnd.TIMEOUT
         if quiet and self._idle_ms and now - seq.last >= self._idle_ms / 1000.0:
-            return f"idle for more than sequence_max_idle_ms ({self._idle_ms:g} ms)"
+            return (
+                f"idle for more than sequence_max_idle_ms ({self._idle_ms:g} ms)",
+                SequenceEnd.IDLE,
+            )
         return None
 
-    def _close(self, seq: Sequence, reason: str) -> None:
+    def _close(self, seq: Sequence, reason: str, why: SequenceEnd | None = None) -> None:
         """End ``seq``: its id is remembered with ``reason``, its state dropped, and the requests
-        waiting for its turn get ``SequenceClosed``. A request already running finishes."""
+        waiting for its turn get ``SequenceClosed``. A request already running finishes.
+        ``why`` is counted (sequences ended, by reason) unless the sequence had ended already
+        (counted then)."""
         if seq.closed is not None:
             return
+        if why is not None and seq.ended is None:
+            self._stats.sequence_ended(why)
         seq.closed = reason
         if self._seqs.get(seq.id) is seq:
             del self._seqs[seq.id]
@@ -429,9 +452,9 @@ class SequenceScheduler:
             return
         now = self._now()
         for seq in list(self._seqs.values()):
-            reason = self._expiry(seq, now)
-            if reason is not None:
-                self._close(seq, reason)
+            expired = self._expiry(seq, now)
+            if expired is not None:
+                self._close(seq, *expired)
         self._schedule_sweep()
 
     def _on_worker_lost(self, worker: Worker, how: str) -> None:
@@ -444,7 +467,7 @@ class SequenceScheduler:
         reason = f"its state was lost when worker {worker.id} {how}"
         lane.lose(reason)
         for seq in list(lane.sequences):
-            self._close(seq, reason)
+            self._close(seq, reason, SequenceEnd.WORKER_LOST)
 
     # -- batches on the pinned worker --------------------------------------------------------------
 
@@ -465,6 +488,7 @@ class SequenceScheduler:
             tasks=self._tasks,
             stopped=self._stopped_error,
             clock=self._clock,
+            stats=self._stats,
         )
 
     def _run_batch(self, worker: Worker, batch: list[Pending]) -> Awaitable[Any]:

@@ -18,43 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ...types import Context, Generation, current_context
+from .._items import ItemBuffer
 from .._scheduler import TaskSet
+from .._stats import VersionStats
 
 __all__ = ["Steps"]
 
 
-class _Request:
-    """One request: its :class:`Generation`, its sequence's Context, the items its reader has
-    not taken yet, and how it ended (``done``, with ``error`` when it failed)."""
+class _Request(ItemBuffer):
+    """One request (its generation, unread items, end) and its sequence's Context."""
 
-    __slots__ = ("gen", "ctx", "items", "limit", "wake", "done", "error")
+    __slots__ = ("ctx",)
 
     def __init__(self, gen: Generation, ctx: Context, limit: int) -> None:
-        self.gen = gen
+        super().__init__(gen, limit)
         self.ctx = ctx
-        self.items: collections.deque[Any] = collections.deque()
-        self.limit = limit
-        self.wake = asyncio.Event()
-        self.done = False
-        self.error: BaseException | None = None
-
-    @property
-    def gone(self) -> bool:
-        return self.done or self.gen.cancelled
-
-    @property
-    def full(self) -> bool:
-        return len(self.items) >= self.limit
-
-    def end(self, error: BaseException | None = None) -> None:
-        if not self.done:
-            self.done = True
-            self.error = error
-            self.wake.set()
 
 
 class Steps:
@@ -78,6 +61,7 @@ class Steps:
         "_wake",
         "_task",
         "_lost",
+        "_stats",
         "steps",
     )
 
@@ -90,8 +74,10 @@ class Steps:
         buffer: int,
         tasks: TaskSet,
         stopped: Callable[[], BaseException],
+        stats: VersionStats | None = None,
     ) -> None:
         self._worker = worker
+        self._stats = stats if stats is not None else VersionStats()
         self._gate = gate
         self._limit = max(limit, 1)
         self._buffer = max(buffer, 1)
@@ -188,6 +174,7 @@ class Steps:
     async def _step(self, batch: list[_Request]) -> None:
         self.steps += 1
         token = current_context.set([r.ctx for r in batch])  # this task's own context
+        start = time.perf_counter_ns()
         try:
             await self._worker.instance.step([r.gen for r in batch])
         except Exception as exc:  # the instance names the model and the step
@@ -197,6 +184,7 @@ class Steps:
             return
         finally:
             current_context.reset(token)
+        self._stats.stepped(len(batch), time.perf_counter_ns() - start)
         for req in batch:
             gen = req.gen
             gen.first = False

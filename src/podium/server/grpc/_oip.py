@@ -4,6 +4,8 @@ A thin adapter over the data plane: each RPC turns its message into a :class:`po
 (or a call on the data plane's model repository), and the answer back into a message (tensor
 conversions in :mod:`._tensors`). Every failure ends in :func:`._errors.abort_with`.
 
+``ModelStatistics`` is the statistics extension (Triton's), from the data plane's counters.
+
 The shared memory RPCs (``SystemSharedMemory*``, ``CudaSharedMemory*``) are in :mod:`._memory`.
 
 The repository RPCs: ``RepositoryIndex`` is open; ``RepositoryModelLoad`` / ``Unload`` change what
@@ -207,6 +209,11 @@ class OipService:
                 "inference.RepositoryModelUnloadRequest",
                 "inference.RepositoryModelUnloadResponse",
             ),
+            "ModelStatistics": _unary(
+                self.model_statistics,
+                "inference.ModelStatisticsRequest",
+                "inference.ModelStatisticsResponse",
+            ),
         }
         methods.update(_memory.methods(self.dataplane, _unary))
         served = {} if self.triton else {"ModelStreamInfer": "inference.ModelInferResponse"}
@@ -254,6 +261,33 @@ class OipService:
         json_format.ParseDict(msgspec.to_builtins(config), response.config)
         return response
 
+    async def model_statistics(self, message: Any, context: Any) -> Any:
+        """The statistics extension: every model (no name), one model (no version), one
+        version, as Triton answers it."""
+        found = self.dataplane.statistics(message.name or None, message.version or None)
+        response = _m("inference.ModelStatisticsResponse")()
+        for stats in found:
+            entry = response.model_stats.add(
+                name=stats.name,
+                version=stats.version,
+                last_inference=stats.last_inference,
+                inference_count=stats.inference_count,
+                execution_count=stats.execution_count,
+            )
+            infer = stats.inference_stats
+            into = entry.inference_stats
+            for field in msgspec.structs.fields(infer):
+                duration = getattr(infer, field.name)
+                target = getattr(into, field.name)
+                target.count, target.ns = duration.count, duration.ns
+            for batch in stats.batch_stats:
+                added = entry.batch_stats.add(batch_size=batch.batch_size)
+                for part in ("compute_input", "compute_infer", "compute_output"):
+                    duration = getattr(batch, part)
+                    target = getattr(added, part)
+                    target.count, target.ns = duration.count, duration.ns
+        return response
+
     # -- inference -------------------------------------------------------------------------
 
     def _call(self, message: Any, grpc_call: Callable[[], GrpcCall]) -> tuple[Call, ModelVersion]:
@@ -262,7 +296,11 @@ class OipService:
         version = message.model_version or None
         mv = self.dataplane.resolve(message.model_name, version)
         caps = mv.instance.capabilities
-        payload = to_request(message) if caps.needs_inputs else None
+        try:
+            payload = to_request(message) if caps.needs_inputs else None
+        except PodiumError as exc:
+            self.dataplane.refused(mv, WireProtocol.OIP_GRPC, exc)
+            raise
         request = grpc_call().request() if caps.needs_request else None
         call = Call(message.model_name, version, WireProtocol.OIP_GRPC, payload, request)
         if mv.config.sequence_batching:  # Triton's sequence parameters

@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
+from . import _channelz
 from ._errors import abort_with, unhandled_status
 from ._limits import GrpcLimits, StreamBudget
 from ._pool import reflection_pool
@@ -178,6 +179,7 @@ class GrpcServer:
         #: How many streams may hold pool threads (thread-pool servers only).
         self.streams: StreamBudget | None = None
         self._server: Any
+        before = _channelz.server_ids()  # the server's channelz id is made with it
         if threads > 0:
             handlers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc")
             readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
@@ -190,6 +192,8 @@ class GrpcServer:
         else:
             # No thread per call: calls in flight are bounded by connections x streams alone.
             self._server = grpc.aio.server(options=options)
+        after = _channelz.server_ids()
+        self._channelz = None if before is None or after is None else after - before
         self._enable_reflection()
 
     def _enable_reflection(self) -> None:
@@ -214,6 +218,12 @@ class GrpcServer:
     @property
     def threaded(self) -> bool:
         return bool(self._pools)
+
+    def open_connections(self) -> int | None:
+        """Connections open now (grpc's channelz; None where it does not say)."""
+        if not self._channelz:
+            return None
+        return _channelz.open_connections(self._channelz)
 
     async def start(self) -> str:
         """Decide how the bridge serves calls, register the services, bind and start serving;

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ...dataplane import DataPlane, ModelVersion
+from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
 from .. import _repository, _sequences
-from .._asgi import Message, Receive, Scope, Send
+from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
 from . import _memory, _oip, _responses
@@ -52,19 +52,10 @@ class HttpApp:
         self._description = _responses.encoder.encode(description(INFERENCE_ROUTES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
+        if scope["type"] == "http":
             await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        elif kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
+        else:
+            await serve_other_scope(scope, receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         ex = Exchange(scope, receive, self.max_request_size)
@@ -154,6 +145,12 @@ class HttpApp:
         await repository.unload(model, via=WireProtocol.OIP_REST)
         await send_body(send, 200, JSON, b"")
 
+    async def _statistics(
+        self, ex: Exchange, send: Send, model: str | None, version: str | None
+    ) -> None:
+        """The statistics extension (Triton's): every model's, one model's, one version's."""
+        await send_json(send, 200, StatisticsResponse(self.dataplane.statistics(model, version)))
+
     async def _ping(self, ex: Exchange, send: Send) -> None:
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
@@ -218,9 +215,14 @@ class HttpApp:
     async def _read(
         self, ex: Exchange, mv: ModelVersion, call: Call, parse: Callable[[bytes], Any]
     ) -> None:
-        """Read and parse the body if the model takes the inputs; then watch for disconnects."""
+        """Read and parse the body if the model takes the inputs; then watch for disconnects.
+        A body that cannot be read or parsed is counted as a refused call of the model."""
         if mv.instance.capabilities.needs_inputs:
-            call.payload = parse(await ex.body())
+            try:
+                call.payload = parse(await ex.body())
+            except PodiumError as exc:
+                self.dataplane.refused(mv, call.protocol, exc)
+                raise
             if mv.config.sequence_batching and isinstance(call.payload, InferenceRequest):
                 found = _sequences.from_parameters(call.payload.parameters)
                 call.sequence = _sequences.merged(call.sequence, found)
@@ -279,20 +281,7 @@ class HttpApp:
 
     async def _truss(self, ex: Exchange, send: Send, model: str) -> None:
         mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
-        await self._read(ex, mv, call, _parse_json)
-        if mv.instance.capabilities.streaming:
-            await self._stream(ex, send, call, mv, chunk_of, _responses.TEXT, sse=False)
-            return
-        answer = await self.dataplane.infer(call, mv)
-        send = self._sender(mv, answer, send)
-        result = answer.value
-        if _is_response(result):
-            await result(ex.scope, ex.app_receive, send)
-            return
-        if isinstance(result, Reply):  # status and headers a (TorchServe) handler set
-            await _responses.send_reply(send, result)
-            return
-        await send_body(send, 200, _json(answer), _responses.encode_json(result))
+        await self._predict(ex, send, mv, call, _parse_json, _responses.TEXT, raw=False)
 
     async def _torchserve(
         self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
@@ -311,20 +300,38 @@ class HttpApp:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
-        await self._read(ex, mv, call, _parse_json if is_json else bytes)
+        parse = _parse_json if is_json else bytes
+        await self._predict(ex, send, mv, call, parse, _responses.OCTETS, raw=True)
+
+    async def _predict(
+        self,
+        ex: Exchange,
+        send: Send,
+        mv: ModelVersion,
+        call: Call,
+        parse: Callable[[bytes], Any],
+        stream_headers: list[tuple[bytes, bytes]],
+        *,
+        raw: bool,
+    ) -> None:
+        """The Truss and TorchServe calls after their request is taken apart: read the body,
+        stream the items (as ``stream_headers`` say) or answer the result: an ASGI response the
+        model made, a ``Reply`` (the status and headers a handler set), bytes and text as they
+        are when ``raw`` (TorchServe), anything else as JSON."""
+        await self._read(ex, mv, call, parse)
         if mv.instance.capabilities.streaming:
-            await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
+            await self._stream(ex, send, call, mv, chunk_of, stream_headers, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
         send = self._sender(mv, answer, send)
         result = answer.value
         if _is_response(result):
             await result(ex.scope, ex.app_receive, send)
-        elif isinstance(result, Reply):  # status and headers a TorchServe handler set
+        elif isinstance(result, Reply):
             await _responses.send_reply(send, result)
-        elif isinstance(result, bytes):
+        elif raw and isinstance(result, bytes):
             await send_body(send, 200, _responses.OCTETS, result)
-        elif isinstance(result, str):
+        elif raw and isinstance(result, str):
             await send_body(send, 200, _responses.TEXT, result.encode())
         else:
             await send_body(send, 200, _json(answer), _responses.encode_json(result))
@@ -420,7 +427,7 @@ INFERENCE_ROUTES = RouteTable(
         Route("GET", "/v2/health/ready", HttpApp._ready, _OIP, "serverReady"),
         Route(
             "GET",
-            "/v2/models/{model}",
+            "/v2/models/{model:!stats}",  # /v2/models/stats is the statistics of every model
             HttpApp._model_metadata,
             _OIP,
             "modelMetadata",
@@ -447,6 +454,30 @@ INFERENCE_ROUTES = RouteTable(
             HttpApp._model_ready,
             _OIP,
             "modelVersionReady",
+        ),
+        # The statistics extension (Triton's)
+        Route(
+            "GET",
+            "/v2/models/stats",
+            HttpApp._statistics,
+            _OIP,
+            "statistics",
+            args={"model": None, "version": None},
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/stats",
+            HttpApp._statistics,
+            _OIP,
+            "modelStatistics",
+            args=_UNVERSIONED,
+        ),
+        Route(
+            "GET",
+            "/v2/models/{model}/versions/{version}/stats",
+            HttpApp._statistics,
+            _OIP,
+            "modelVersionStatistics",
         ),
         Route(
             "GET",

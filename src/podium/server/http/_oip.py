@@ -27,6 +27,7 @@ import msgspec
 from msgspec.structs import replace
 
 from ... import codecs
+from ...dataplane import REGION_PARAMETERS
 from ...errors import InvalidInput, UnsupportedRepresentation
 from ...types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 from ._responses import encoder
@@ -204,15 +205,31 @@ def encode_response(response: InferenceResponse) -> bytes:
     elements that are ``bytes`` as UTF-8 text; :class:`UnsupportedRepresentation` (a 400)
     names an output whose bytes are not UTF-8."""
     outputs = response.outputs
-    for index, out in enumerate(outputs):  # numeric outputs cost one comparison each
-        if out.datatype == "BYTES" and _has_bytes(out.data):
+    for index, out in enumerate(outputs):  # numeric outputs cost two comparisons each
+        if out.data is None or (out.datatype == "BYTES" and _has_bytes(out.data)):
             texts = outputs[:index]
             for rest in outputs[index:]:
-                if rest.datatype == "BYTES" and _has_bytes(rest.data):
+                if rest.data is None:
+                    rest = _in_region(rest)
+                elif rest.datatype == "BYTES" and _has_bytes(rest.data):
                     rest = replace(rest, data=_texts(response, rest, rest.data))
                 texts.append(rest)
             return encoder.encode(replace(response, outputs=texts))
     return encoder.encode(response)
+
+
+def _in_region(out: ResponseOutput) -> ResponseOutput:
+    """An output written into shared memory (it has no data), as Triton answers it over REST:
+    without the extension's parameters. Triton's C++ HTTP client (``perf_analyzer``'s) reads any
+    output ``parameters`` as the binary extension's and fails when ``binary_data_size`` is not
+    there; gRPC answers keep them (docs/protocols.md)."""
+    params = out.parameters
+    if not params:
+        return out
+    rest = {k: v for k, v in params.items() if k not in REGION_PARAMETERS}
+    return ResponseOutput(
+        name=out.name, shape=out.shape, datatype=out.datatype, parameters=rest or None
+    )
 
 
 _BLOB = (bytes, bytearray, memoryview)
@@ -411,10 +428,12 @@ def render_binary(
     outputs: list[ResponseOutput] = []
     blobs: list[bytes] = []
     for out in response.outputs:
+        if out.data is None:  # written into shared memory: no data, and stays so
+            outputs.append(_in_region(out))
+            continue
         params = dict(out.parameters) if out.parameters else {}
         params.pop("binary_data_size", None)
-        # An output written into shared memory has no data, and stays so.
-        if out.data is not None and by_name.get(out.name, default):
+        if by_name.get(out.name, default):
             try:
                 blob = codecs.encode_raw(out)
             except UnsupportedRepresentation as exc:

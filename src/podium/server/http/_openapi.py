@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import __version__
-from ...dataplane import ModelConfiguration
+from ...dataplane import ModelConfiguration, StatisticsResponse
 from ...types import (
     DATATYPES,
     InferenceRequest,
@@ -142,7 +142,14 @@ _GENERATE_ANSWER = {
 
 def _components() -> dict[str, Any]:
     found = schemas(
-        (InferenceRequest, InferenceResponse, ServerMetadata, ModelMetadata, ModelConfiguration)
+        (
+            InferenceRequest,
+            InferenceResponse,
+            ServerMetadata,
+            ModelMetadata,
+            ModelConfiguration,
+            StatisticsResponse,
+        )
     )
     # The codecs accept exactly the OIP datatypes (any other is a 400): say which they are.
     for name in ("RequestInput", "ResponseOutput"):
@@ -392,6 +399,10 @@ def _shm(summary: str, ok: dict[str, Any], *statuses: str, body: Any = None) -> 
     return Operation(summary, {"200": ok, **_errors(*statuses)}, body=body)
 
 
+_STATISTICS = _ok(
+    "Each version's requests and their times (docs/metrics.md).", ref("StatisticsResponse")
+)
+
 #: Per operation id of :data:`INFERENCE_ROUTES`: what the table does not say.
 _OPERATIONS: dict[str, Operation] = {
     "serverMetadata": Operation(
@@ -451,6 +462,16 @@ _OPERATIONS: dict[str, Operation] = {
     "modelVersionGenerate": _generate("Generate on a version."),
     "modelGenerateStream": _generate("Streaming generate (server-sent events).", stream=True),
     "modelVersionGenerateStream": _generate("Streaming generate on a version.", stream=True),
+    "statistics": Operation(
+        "Statistics of every version of every model (Triton's statistics extension).",
+        {"200": _STATISTICS, **_errors()},
+    ),
+    "modelStatistics": Operation(
+        "Statistics of every version of a model.", {"200": _STATISTICS, **_errors("404")}
+    ),
+    "modelVersionStatistics": Operation(
+        "Statistics of a version.", {"200": _STATISTICS, **_errors("404")}
+    ),
     "openApiDocument": Operation(
         "This API description (MLServer's place).", {"200": _DOCUMENT, **_errors()}
     ),

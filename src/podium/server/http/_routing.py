@@ -16,6 +16,9 @@ a convertor or an ending)::
     /predictions/{model}/{version}/{rest:path}     {name:path}    the rest of the path: one or
                                                                   more segments, '/' included
                                                                   (the last segment only)
+    /v2/models/{model:!stats}                      {name:!a,b}    any but these words (so that
+                                                                  /v2/models/stats can be a
+                                                                  route of its own)
 
 A handler is called as ``handler(a, b, *args)``: ``a`` and ``b`` are what the app passes every
 handler (the table's ``leading`` names, e.g. ``ex, send``); ``args`` fill the handler's other
@@ -44,7 +47,7 @@ Handler = Callable[..., Any]
 #: What :attr:`Router.match` finds: the handler (bound to the app) and its route arguments.
 Found = tuple[Handler, tuple[Any, ...]]
 
-_PARAM = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_]+))?\}(.*)$")
+_PARAM = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_]+|![A-Za-z0-9_.,-]+))?\}(.*)$")
 _CONVERTORS = ("str", "noverb", "path")
 _METHOD = re.compile(r"^[A-Z]+$")
 
@@ -130,6 +133,7 @@ class _Segment:
     param: str | None = None
     noverb: bool = False
     rest: bool = False
+    excluded: tuple[str, ...] = ()  # words the parameter is never ({name:!a,b})
 
     @property
     def template(self) -> str:
@@ -142,6 +146,8 @@ class _Segment:
         if self.rest:
             return bool(value)
         if len(value) <= len(self.text) or not value.endswith(self.text):
+            return False
+        if value in self.excluded:
             return False
         return not (self.noverb and ":" in value)
 
@@ -158,6 +164,8 @@ class _Segment:
         if not longer.endswith(shorter):
             return False
         value = "x" + longer
+        while value in self.excluded or value in other.excluded:  # finitely many
+            value = "x" + value
         return self.accepts(value) and other.accepts(value)
 
 
@@ -178,6 +186,11 @@ def _segments(path: str) -> tuple[_Segment, ...]:
                 "'{name}', '{name:convertor}', optionally followed by fixed text"
             )
         name, convertor, suffix = found[1], found[2] or "str", found[3]
+        if convertor.startswith("!"):
+            if suffix:
+                raise ValueError(f"route path {path!r}: a {{name:!words}} segment has no ending")
+            out.append(_Segment("", name, excluded=tuple(convertor[1:].split(","))))
+            continue
         if convertor not in _CONVERTORS:
             raise ValueError(
                 f"route path {path!r}: unknown convertor {convertor!r} "
@@ -188,7 +201,7 @@ def _segments(path: str) -> tuple[_Segment, ...]:
         out.append(_Segment(suffix, name, convertor == "noverb", convertor == "path"))
     if any(s.rest for s in out[:-1]):
         raise ValueError(f"route path {path!r}: only the last segment may be {{name:path}}")
-    if sum(1 for s in out if s.param is not None and (s.text or s.noverb)) > 1:
+    if sum(1 for s in out if s.param is not None and (s.text or s.noverb or s.excluded)) > 1:
         raise ValueError(
             f"route path {path!r}: one parameter at most may have an ending or a convertor"
         )
@@ -484,10 +497,15 @@ class _Generator:
             if s.param is not None
         }
         for i, segment in enumerate(node.pattern):
-            if segment.param is None or segment.rest or not (segment.text or segment.noverb):
+            if segment.param is None or segment.rest:
+                continue
+            if not (segment.text or segment.noverb or segment.excluded):
                 continue
             self.emit(depth, f"v{i} = parts[{i}]")
-            if segment.text:
+            if segment.excluded:
+                self.emit(depth, f"if v{i} not in {segment.excluded!r}:")
+                values[i] = f"v{i}"
+            elif segment.text:
                 size = len(segment.text)
                 self.emit(depth, f"if len(v{i}) > {size} and v{i}.endswith({segment.text!r}):")
                 values[i] = f"v{i}[:-{size}]"

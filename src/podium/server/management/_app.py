@@ -29,7 +29,7 @@ import msgspec
 
 from ...codecs import JSON_ERRORS, json_problem
 from ...errors import InvalidInput, MethodNotAllowed, PayloadTooLarge, PodiumError, Unauthenticated
-from .._asgi import Receive, Scope, Send
+from .._asgi import Receive, Scope, Send, serve_other_scope
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
 from .._ts_errors import NoRoute, torchserve_error
 from ..http import Api, Route, RouteTable
@@ -69,17 +69,8 @@ class ManagementApp:
         self._description = description(MANAGEMENT_ROUTES)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
         if scope["type"] != "http":
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1003})
+            await serve_other_scope(scope, receive, send)
             return
         try:
             reply = await self._handle(scope, receive)

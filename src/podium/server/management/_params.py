@@ -7,6 +7,7 @@ REST gives strings (a query) or JSON values (a body); gRPC gives typed fields wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,13 +45,16 @@ SCALE_KEYS = frozenset({"min_worker", "max_worker", "synchronous", "timeout", "m
 #: process); without a bound, one request for millions of them kept the server busy building
 #: them and answering nothing else (found by fuzzing the management API).
 MAX_WORKERS = 1024
+#: An integer as text: ASCII digits only (``str.isdigit`` takes "²", which ``int`` refuses),
+#: and few enough that ``int`` takes them (it refuses more than 4,300).
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
 def integer(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
     """``value`` (an int, or the text of one) as an int >= ``minimum`` (and <= ``maximum``)."""
     if isinstance(value, str):
         text = value.strip()
-        if text.lstrip("-").isdigit():
+        if _INTEGER.fullmatch(text):
             value = int(text)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidInput(f"parameter {name} must be an integer >= {minimum}, got {value!r}")
@@ -215,6 +219,6 @@ def _int_or(value: Any, name: str, default: int) -> int:
         return default
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
         return int(value)
     raise InvalidInput(f"parameter {name} must be an integer, got {value!r}")

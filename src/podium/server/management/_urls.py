@@ -266,7 +266,12 @@ class UrlPolicy:
                         f"url '{url}' could not be downloaded: HTTP {response.status_code}"
                     )
                 length = response.headers.get("content-length")
-                if length is not None and length.isdigit() and int(length) > self.max_download_size:
+                if (
+                    length is not None
+                    and length.isascii()
+                    and length.isdigit()
+                    and (len(length) > 18 or int(length) > self.max_download_size)
+                ):
                     raise InvalidInput(self._too_big(url))
                 size = 0
                 with part.open("wb") as out:

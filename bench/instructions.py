@@ -1,0 +1,185 @@
+"""Instructions per request of a whole ``podium serve`` process, this tree against another one:
+a measure that load on the machine does not move (timings on a shared 2-core machine do).
+
+    .venv/bin/python bench/instructions.py --other /path/to/other/checkout/src
+    .venv/bin/python bench/instructions.py --other ... --path /v1/models/echo:predict --body '{}'
+
+Each tree's server runs under valgrind's callgrind (user-space instructions of every thread of
+the server process), serving ``--model`` on loopback ports. One keep-alive client in this
+process waits for the first 200, sends 200 requests to warm up, then ``callgrind_control``
+zeroes the counters, the client sends ``--requests`` identical requests one after another and
+the counters are dumped ("busy"); then the server idles as long as that took and they are
+dumped again ("idle": timers, pollers). Per request: (busy − idle) / requests. The kernel's
+share (socket reads and writes) is not counted. ``--repeat`` alternates the trees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = '{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _request(path: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def _read_response(sock: socket.socket, pending: bytearray) -> int:
+    """Read one response with a Content-Length; its status."""
+    while b"\r\n\r\n" not in pending:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        pending += chunk
+    head, _, rest = bytes(pending).partition(b"\r\n\r\n")
+    match = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    length = int(match.group(1)) if match else 0
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        rest += chunk
+    pending[:] = rest[length:]
+    return int(head.split(b" ", 2)[1])
+
+
+def _callgrind(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=300)
+
+
+def _totals(out: Path, label: str) -> int:
+    """The instructions of the dump ``label`` (callgrind writes each dump to its own file)."""
+    for dump in sorted(out.parent.glob(out.name + ".*")):
+        text = dump.read_text(errors="replace")
+        if re.search(rf"(?m)^desc: Trigger: Client Request: {label}$|^desc: .*{label}", text):
+            totals = re.findall(r"(?m)^(?:summary|totals):\s*(\d+)", text)
+            if totals:
+                return int(totals[0])
+    raise RuntimeError(f"callgrind wrote no dump {label!r}")
+
+
+def _count(src: Path, model: Path, path: str, body: bytes, requests: int) -> tuple[float, float]:
+    """One server under callgrind: the instructions of ``requests`` requests (after a warm-up),
+    less those of the same time idle; per request. Also the idle instructions per second."""
+    ports = [_free_port() for _ in range(5)]
+    flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
+    argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
+    for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
+        argv += [flag, str(port)]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+        env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
+        server = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        pid = str(server.pid)
+        try:
+            deadline = time.monotonic() + 600
+            while True:
+                if server.poll() is not None:
+                    error = server.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                    raise RuntimeError(f"the server exited: {error}")
+                try:
+                    sock = socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            with sock:
+                message = _request(path, body)
+                pending = bytearray()
+
+                def send(count: int) -> None:
+                    for _ in range(count):
+                        sock.sendall(message)
+                        status = _read_response(sock, pending)
+                        if status != 200:
+                            raise RuntimeError(f"{path} answered {status}")
+
+                while True:  # the model may still be loading: wait for the first 200
+                    sock.sendall(message)
+                    if _read_response(sock, pending) == 200:
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{path} never answered 200")
+                    time.sleep(0.5)
+                send(200)  # warm-up: caches, lazily built objects
+                _callgrind("--zero", pid)
+                start = time.monotonic()
+                send(requests)
+                busy_s = time.monotonic() - start
+                _callgrind("--dump=busy", pid)  # a dump zeroes the counters
+                time.sleep(busy_s)
+                _callgrind("--dump=idle", pid)
+            busy, idle = _totals(out, "busy"), _totals(out, "idle")
+        finally:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    return (busy - idle) / requests, idle / busy_s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--other", required=True, type=Path, help="the other tree's src/")
+    parser.add_argument("--model", type=Path, default=ROOT / "examples" / "echo")
+    parser.add_argument("--path", default="/v2/models/echo/infer")
+    parser.add_argument("--body", default=BODY)
+    parser.add_argument("--requests", type=int, default=1000, help="requests measured")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    trees = {"this": ROOT / "src", "other": args.other.resolve()}
+    per: dict[str, list[float]] = {name: [] for name in trees}
+    idle: dict[str, list[float]] = {name: [] for name in trees}
+    for round_ in range(args.repeat):
+        order = list(trees.items())
+        for name, src in order if round_ % 2 == 0 else reversed(order):
+            request, per_second = _count(
+                src, args.model, args.path, args.body.encode(), args.requests
+            )
+            per[name].append(request)
+            idle[name].append(per_second)
+            print(
+                f"round {round_ + 1}, {name}: {request:,.0f} instructions/request "
+                f"(idle: {per_second:,.0f}/s)",
+                flush=True,
+            )
+    print()
+    print("| tree | src | instructions per request, each run | mean | idle instructions/s |")
+    print("|---|---|---|---:|---:|")
+    for name, src in trees.items():
+        runs = ", ".join(f"{v:,.0f}" for v in per[name])
+        mean = sum(per[name]) / len(per[name])
+        quiet = sum(idle[name]) / len(idle[name])
+        print(f"| {name} | `{src}` | {runs} | {mean:,.0f} | {quiet:,.0f} |")
+    ratio = (sum(per["this"]) / len(per["this"])) / (sum(per["other"]) / len(per["other"]))
+    print(f"\nthis / other: {ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

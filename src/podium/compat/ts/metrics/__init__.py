@@ -1,0 +1,1 @@
+"""``ts.metrics``: what handlers import to record metrics through ``context.metrics``."""

@@ -1,0 +1,128 @@
+"""The statistics extension (Triton's): per model version, what ``/metrics`` counts too.
+
+``GET /v2/models[/{m}[/versions/{v}]]/stats`` and gRPC ``ModelStatistics`` answer with these
+structs, read from each version's :class:`~podium.runtime.VersionStats` (the counters the
+Prometheus metrics read): Triton's fields, in Triton's JSON form (``tritonclient``'s
+``get_inference_statistics`` and ``perf_analyzer`` read them).
+
+What Podium counts in each (docs/metrics.md): ``success`` / ``fail`` every request that reached
+the model (its whole time in the server's data plane); ``queue`` the wait for a predict slot or
+a batch; ``compute_input`` / ``compute_output`` the model's ``preprocess`` / ``postprocess``;
+``compute_infer`` its ``predict`` (a batch's time once for each of its requests);
+``execution_count`` the executions of ``predict`` (batches), ``inference_count`` the requests
+they ran; ``batch_stats`` the executions by batch size (``compute_infer``; Podium runs
+``preprocess`` and ``postprocess`` per request, outside the batch, so their per-batch entries
+are zero); ``cache_hit`` / ``cache_miss`` are zero (Podium has no response cache).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..runtime import UNVERSIONED, Durations, ModelVersion
+
+__all__ = [
+    "BatchStatistics",
+    "InferStatistics",
+    "ModelStatistics",
+    "StatisticDuration",
+    "StatisticsResponse",
+    "model_statistics",
+]
+
+
+class StatisticDuration(msgspec.Struct):
+    """How many, and how many nanoseconds in all."""
+
+    count: int = 0
+    ns: int = 0
+
+
+class InferStatistics(msgspec.Struct):
+    success: StatisticDuration
+    fail: StatisticDuration
+    queue: StatisticDuration
+    compute_input: StatisticDuration
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+    cache_hit: StatisticDuration
+    cache_miss: StatisticDuration
+
+
+class BatchStatistics(msgspec.Struct):
+    batch_size: int
+    compute_input: StatisticDuration
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+
+
+class MemoryUsage(msgspec.Struct):
+    """Triton's memory a model version holds (Podium reports none)."""
+
+    type: str
+    id: int
+    byte_size: int
+
+
+class ModelStatistics(msgspec.Struct):
+    """One model version's statistics (Triton's ``ModelStatistics``); ``last_inference`` is in
+    milliseconds since the epoch (0: none yet)."""
+
+    name: str
+    version: str
+    last_inference: int
+    inference_count: int
+    execution_count: int
+    inference_stats: InferStatistics
+    batch_stats: list[BatchStatistics]
+    memory_usage: list[MemoryUsage] = msgspec.field(default_factory=list)
+    response_stats: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class StatisticsResponse(msgspec.Struct):
+    """What ``GET /v2/models[/{m}[/versions/{v}]]/stats`` answers."""
+
+    model_stats: list[ModelStatistics]
+
+
+def _duration(d: Durations) -> StatisticDuration:
+    return StatisticDuration(d.count, d.ns)
+
+
+def model_statistics(mv: ModelVersion) -> ModelStatistics:
+    """The statistics of one version, now."""
+    stats = mv.stats
+    # A model without preprocess (postprocess) spends no time in it: each request executed
+    # counts with 0 ns, as every request of Triton's has a compute_input and compute_output.
+    executed = stats.infer_count
+    pre, post = stats.compute_input, stats.compute_output
+    infer = InferStatistics(
+        success=_duration(stats.success()),
+        fail=_duration(stats.fail()),
+        queue=_duration(stats.queue_durations()),
+        compute_input=StatisticDuration(pre.count or executed, pre.ns),
+        compute_infer=StatisticDuration(executed, stats.infer_ns),
+        compute_output=StatisticDuration(post.count or executed, post.ns),
+        cache_hit=StatisticDuration(),
+        cache_miss=StatisticDuration(),
+    )
+    batches = [
+        BatchStatistics(
+            batch_size=size,
+            compute_input=StatisticDuration(),
+            compute_infer=StatisticDuration(count, ns),
+            compute_output=StatisticDuration(),
+        )
+        for size, (count, ns) in sorted(stats.by_size().items())
+    ]
+    return ModelStatistics(
+        name=mv.name,
+        version=mv.version or UNVERSIONED,
+        last_inference=stats.last_inference_ms(),
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+        inference_stats=infer,
+        batch_stats=batches,
+    )

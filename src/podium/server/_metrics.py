@@ -1,0 +1,417 @@
+"""The metrics listener: ``GET /metrics`` in Prometheus's exposition formats.
+
+:class:`PodiumCollector` turns what the data plane counts (each model version's
+``VersionStats``, its scheduler's and workers' state, the model's own metrics) and the
+listeners' connection counters into metric families when Prometheus scrapes; prometheus-client
+writes the exposition (text, or OpenMetrics when asked for). Nothing is computed per request
+here: requests pay only for the counters' increments (``runtime/_stats``), and label sets are
+made at scrape time from the versions registered then. A scrape runs on the event loop, where
+every counter is written, so it reads a consistent state without a lock.
+
+Every metric, with its labels and the nearest TorchServe, MLServer and Triton names, is in
+docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.utils import floatToGoString
+
+from .. import __version__
+from ..dataplane import (
+    DURATION_BUCKETS_NS,
+    UNVERSIONED,
+    DataPlane,
+    Durations,
+    ModelVersion,
+    WorkerState,
+)
+from ..errors import MethodNotAllowed, NotFound, PodiumError
+from ..metrics import Kind
+from ..types import ModelState
+from ._asgi import Receive, Scope, Send
+from ._limits import ConnectionStatistics
+from .http._responses import send_body, send_error
+
+__all__ = ["MetricsApp", "PodiumCollector", "metrics_registry"]
+
+logger = logging.getLogger("podium.metrics")
+
+_BOUNDS = [floatToGoString(ns / 1e9) for ns in DURATION_BUCKETS_NS] + ["+Inf"]
+#: Upper bounds of the batch size histogram.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_MV = ["model", "version"]
+
+
+def _histogram(family: HistogramMetricFamily, labels: list[str], d: Durations) -> None:
+    family.add_metric(labels, list(zip(_BOUNDS, d.cumulative(), strict=True)), d.ns / 1e9)
+
+
+def _labels(mv: ModelVersion) -> list[str]:
+    return [mv.name, mv.version or UNVERSIONED]
+
+
+class PodiumCollector:
+    """Podium's metrics, read when Prometheus scrapes (a prometheus-client collector).
+
+    ``connections()`` gives each HTTP listener's connection counters by name;
+    ``grpc_connections()`` each gRPC listener's open connections (None where grpc does not
+    say).
+    """
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        connections: Callable[[], Mapping[str, ConnectionStatistics]] = dict,
+        grpc_connections: Callable[[], Mapping[str, int | None]] = dict,
+    ) -> None:
+        self.dataplane = dataplane
+        self._connections = connections
+        self._grpc_connections = grpc_connections
+        self._clashes: set[str] = set()
+
+    def describe(self) -> list[Metric]:
+        return []  # names are not claimed ahead: each scrape says what there is
+
+    def collect(self) -> Iterator[Metric]:
+        yield InfoMetricFamily("podium_build", "Podium's version.", value={"version": __version__})
+        yield from self._server()
+        versions = self.dataplane.versions()
+        yield from self._requests(versions)
+        yield from self._state(versions)
+        yield from self._custom(versions)
+
+    # -- server-wide -----------------------------------------------------------------------------
+
+    def _server(self) -> Iterator[Metric]:
+        http = self._connections()
+        open_ = GaugeMetricFamily(
+            "podium_http_connections_open",
+            "HTTP connections open, by listener.",
+            labels=["listener"],
+        )
+        accepted = CounterMetricFamily(
+            "podium_http_connections", "HTTP connections served, by listener.", labels=["listener"]
+        )
+        refused = CounterMetricFamily(
+            "podium_http_connections_refused",
+            "HTTP connections refused because --max-connections were open.",
+            labels=["listener"],
+        )
+        closed = CounterMetricFamily(
+            "podium_http_connections_closed",
+            "HTTP connections or requests cut by a limit, by listener and limit (header_timeout, "
+            "idle_timeout, slow_body, oversized_head, bad_request).",
+            labels=["listener", "limit"],
+        )
+        for name, s in http.items():
+            open_.add_metric([name], s.open)
+            accepted.add_metric([name], s.accepted)
+            refused.add_metric([name], s.refused)
+            for limit, value in (
+                ("header_timeout", s.header_timeouts),
+                ("idle_timeout", s.idle_timeouts),
+                ("slow_body", s.slow_bodies),
+                ("oversized_head", s.oversized_heads),
+                ("bad_request", s.bad_requests),
+            ):
+                closed.add_metric([name, limit], value)
+        yield from (open_, accepted, refused, closed)
+        grpc_open = GaugeMetricFamily(
+            "podium_grpc_connections_open",
+            "gRPC connections open, by listener.",
+            labels=["listener"],
+        )
+        for name, count in self._grpc_connections().items():
+            if count is not None:
+                grpc_open.add_metric([name], count)
+        yield grpc_open
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def _requests(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+        total = CounterMetricFamily(
+            "podium_requests",
+            "Inference requests by how they ended (outcome) and the status or gRPC code sent.",
+            labels=[*_MV, "protocol", "outcome", "code"],
+        )
+        duration = HistogramMetricFamily(
+            "podium_request_duration_seconds",
+            "Time from a request reaching the model's data plane to its answer (a stream: to "
+            "its last item), every outcome.",
+            labels=[*_MV, "protocol"],
+        )
+        parts = {
+            "queue": HistogramMetricFamily(
+                "podium_queue_duration_seconds",
+                "Time a request waited for a predict slot or for its batch to start.",
+                labels=_MV,
+            ),
+            "preprocess": HistogramMetricFamily(
+                "podium_preprocess_duration_seconds", "Time in the model's preprocess.", labels=_MV
+            ),
+            "predict": HistogramMetricFamily(
+                "podium_predict_duration_seconds",
+                "Time in the model's predict (handle, step), per execution (a batch is one).",
+                labels=_MV,
+            ),
+            "postprocess": HistogramMetricFamily(
+                "podium_postprocess_duration_seconds",
+                "Time in the model's postprocess.",
+                labels=_MV,
+            ),
+        }
+        first = HistogramMetricFamily(
+            "podium_stream_first_item_seconds",
+            "Time from a streaming request's arrival to its first item.",
+            labels=_MV,
+        )
+        items = CounterMetricFamily("podium_stream_items", "Items streamed.", labels=_MV)
+        batch_size = HistogramMetricFamily(
+            "podium_batch_size",
+            "Requests per execution of predict (1 without batching; a continuous batch's step).",
+            labels=_MV,
+        )
+        batches = CounterMetricFamily(
+            "podium_batches",
+            "Executions of predict (each a batch, of 1 without batching).",
+            labels=_MV,
+        )
+        steps = CounterMetricFamily(
+            "podium_continuous_steps", "Steps of continuous batching.", labels=_MV
+        )
+        ended = CounterMetricFamily(
+            "podium_sequences_ended",
+            "Stateful sequences ended, by reason (request, model, idle, timeout, worker_lost).",
+            labels=[*_MV, "reason"],
+        )
+        restarts = CounterMetricFamily(
+            "podium_worker_restarts",
+            "Workers replaced, by reason (crashed, response_timeout).",
+            labels=[*_MV, "reason"],
+        )
+        for mv in versions:
+            labels = _labels(mv)
+            stats = mv.stats
+            for p in stats.protocols:
+                if not (p.ok.count or p.failed.count or p.codes):
+                    continue
+                with_protocol = [*labels, p.protocol.value]
+                for (outcome, code), n in sorted(p.counts().items(), key=lambda kv: kv[0][1]):
+                    total.add_metric([*with_protocol, outcome.value, code], n)
+                both = Durations()
+                both.merge(p.ok)
+                both.merge(p.failed)
+                _histogram(duration, with_protocol, both)
+            _histogram(parts["queue"], labels, stats.queue_durations())
+            _histogram(parts["preprocess"], labels, stats.compute_input)
+            _histogram(parts["predict"], labels, stats.predict)
+            _histogram(parts["postprocess"], labels, stats.compute_output)
+            if stats.first_item.count:
+                _histogram(first, labels, stats.first_item)
+            items.add_metric(labels, stats.items)
+            self._batches(batch_size, labels, stats.by_size())
+            batches.add_metric(labels, stats.execution_count)
+            if stats.steps:
+                steps.add_metric(labels, stats.steps)
+            for reason, n in stats.sequences_ended.items():
+                ended.add_metric([*labels, reason.value], n)
+            for why, n in stats.restarts.items():
+                restarts.add_metric([*labels, why.value], n)
+        yield from (total, duration, *parts.values(), first, items, batch_size, batches)
+        yield from (steps, ended, restarts)
+
+    @staticmethod
+    def _batches(
+        family: HistogramMetricFamily, labels: list[str], by_size: Mapping[int, tuple[int, int]]
+    ) -> None:
+        counts = [0] * (len(BATCH_BUCKETS) + 1)
+        requests = 0
+        for size, (count, _) in by_size.items():
+            index = next((i for i, b in enumerate(BATCH_BUCKETS) if size <= b), len(BATCH_BUCKETS))
+            counts[index] += count
+            requests += size * count
+        cumulative = []
+        total = 0
+        for bound, n in zip([*map(str, BATCH_BUCKETS), "+Inf"], counts, strict=True):
+            total += n
+            cumulative.append((bound, total))
+        family.add_metric(labels, cumulative, requests)
+
+    # -- the state of each version ---------------------------------------------------------------
+
+    def _state(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+        in_flight = GaugeMetricFamily(
+            "podium_requests_in_flight", "Requests being served (waiting or running).", labels=_MV
+        )
+        queued = GaugeMetricFamily(
+            "podium_requests_queued",
+            "Requests waiting for a predict slot, a batch or room in a continuous batch.",
+            labels=_MV,
+        )
+        streams = GaugeMetricFamily("podium_streams_open", "Streaming requests open.", labels=_MV)
+        slots = GaugeMetricFamily(
+            "podium_predict_slots", "predict_concurrency slots of the ready workers.", labels=_MV
+        )
+        busy = GaugeMetricFamily(
+            "podium_predict_slots_busy", "predict_concurrency slots in use.", labels=_MV
+        )
+        running = GaugeMetricFamily(
+            "podium_continuous_batch_requests",
+            "Requests in the running continuous batches.",
+            labels=_MV,
+        )
+        sequences = GaugeMetricFamily(
+            "podium_sequences_open", "Stateful sequences open.", labels=_MV
+        )
+        workers = GaugeMetricFamily(
+            "podium_workers",
+            "Workers by state (starting, ready, stopping).",
+            labels=[*_MV, "state"],
+        )
+        ready = GaugeMetricFamily(
+            "podium_model_ready", "1 if the model version serves requests, else 0.", labels=_MV
+        )
+        load = GaugeMetricFamily(
+            "podium_model_load_seconds", "How long the model version's last load took.", labels=_MV
+        )
+        for mv in versions:
+            labels = _labels(mv)
+            stats = mv.stats
+            counters = mv.statistics()
+            in_flight.add_metric(labels, counters.get("in_flight", 0))
+            queued.add_metric(labels, counters.get("waiting", 0) + counters.get("queued", 0))
+            streams.add_metric(labels, stats.streams_open)
+            slots.add_metric(labels, counters.get("slots", 0))
+            busy.add_metric(labels, counters.get("busy", 0))
+            if "active" in counters:
+                running.add_metric(labels, counters["active"])
+            if "sequences" in counters:
+                sequences.add_metric(labels, counters["sequences"])
+            by_state = dict.fromkeys(
+                (WorkerState.STARTING, WorkerState.READY, WorkerState.STOPPING), 0
+            )
+            for info in mv.workers():
+                if info.state in by_state:
+                    by_state[info.state] += 1
+            for state, n in by_state.items():
+                workers.add_metric([*labels, state.value], n)
+            ready.add_metric(labels, 1 if mv.state is ModelState.READY else 0)
+            if stats.load_ns:
+                load.add_metric(labels, stats.load_ns / 1e9)
+        yield from (in_flight, queued, streams, slots, busy, running, sequences, workers)
+        yield from (ready, load)
+
+    # -- the models' own -------------------------------------------------------------------------
+
+    def _custom(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+        """The models' own metrics: one family per name across versions (a name that two
+        models use with another kind or other labels keeps the first, with a warning)."""
+        families: dict[str, tuple[Any, Any]] = {}
+        for mv in versions:
+            labels = _labels(mv)
+            for family, series in mv.stats.custom.collect():
+                found = families.get(family.name)
+                if found is None:
+                    found = families[family.name] = (self._family(family), family)
+                elif found[1].kind is not family.kind or found[1].labelnames != family.labelnames:
+                    if family.name not in self._clashes:
+                        self._clashes.add(family.name)
+                        logger.warning(
+                            "metric '%s' of %s is a %s with labels %s, another model's is a %s "
+                            "with labels %s: only the first is exported",
+                            family.name,
+                            mv.label,
+                            family.kind.value,
+                            list(family.labelnames),
+                            found[1].kind.value,
+                            list(found[1].labelnames),
+                        )
+                    continue
+                metric: Any = found[0]
+                for values, value in series:
+                    if family.kind is Kind.HISTOGRAM:
+                        if found[1].buckets != family.buckets:
+                            continue
+                        cumulative = []
+                        total = 0.0
+                        for bound, n in zip(family.buckets, value[:-1], strict=True):
+                            total += n
+                            cumulative.append((floatToGoString(bound), total))
+                        metric.add_metric([*labels, *values], cumulative, value[-1])
+                    else:
+                        metric.add_metric([*labels, *values], value)
+        for metric, _ in families.values():
+            yield metric
+
+    @staticmethod
+    def _family(family: Any) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
+        labels = [*_MV, *family.labelnames]
+        doc = family.documentation or family.name
+        if family.kind is Kind.COUNTER:
+            return CounterMetricFamily(family.name, doc, labels=labels)
+        if family.kind is Kind.GAUGE:
+            return GaugeMetricFamily(family.name, doc, labels=labels)
+        return HistogramMetricFamily(family.name, doc, labels=labels)
+
+
+class _Default:
+    """prometheus-client's default registry (the process and platform collectors, and what a
+    model records with prometheus-client itself in the server process), as one collector."""
+
+    def collect(self) -> Iterable[Metric]:
+        return REGISTRY.collect()
+
+
+def metrics_registry(collector: PodiumCollector) -> CollectorRegistry:
+    """A registry of Podium's collector and prometheus-client's default one."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    registry.register(_Default())
+    return registry
+
+
+class MetricsApp:
+    """The metrics listener's ASGI app: ``GET /metrics`` (and ``HEAD``), rendered by
+    prometheus-client in the format the ``Accept`` header asks for."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            if scope["path"].rstrip("/") != "/metrics":
+                raise NotFound(f"no route for {scope['method']} {scope['path']} (try GET /metrics)")
+            if scope["method"] not in ("GET", "HEAD"):
+                raise MethodNotAllowed(
+                    f"/metrics does not accept {scope['method']}; use GET, HEAD", ("GET", "HEAD")
+                )
+            accept = ""
+            for name, value in scope.get("headers", ()):
+                if name == b"accept":
+                    accept = value.decode("latin-1")
+            encoder, content_type = choose_encoder(accept)
+            body = encoder(self.registry)
+            await send_body(send, 200, [(b"content-type", content_type.encode())], body)
+        except MethodNotAllowed as exc:
+            await send_error(send, exc, [(b"allow", b"GET, HEAD")])
+        except PodiumError as exc:
+            await send_error(send, exc)
+        except Exception as exc:  # a collector failed: say so, the listener stays up
+            logger.exception("collecting metrics failed")
+            await send_error(send, PodiumError(f"collecting metrics failed: {exc}"))
