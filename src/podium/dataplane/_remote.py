@@ -85,6 +85,11 @@ class RemoteScheduler:
     def statistics(self) -> dict[str, int]:
         return {}
 
+    @property
+    def in_flight(self) -> int:
+        """None here: the calls run (and drain) where the model runs."""
+        return 0
+
     async def start(self) -> None:
         """Nothing runs here."""
 
