@@ -353,7 +353,10 @@ async def test_a_killed_replica_fails_only_its_own_requests(cluster: Cluster) ->
         failed = [r for r in answers if r.status_code != 200]
         served = [r for r in answers if r.status_code == 200]
         assert failed and served
-        assert {r.json()["pid"] for r in served} == {kept}
+        # the survivor served its own; a call that had not reached a replica yet when the kill
+        # came (a loaded machine) may be served by Serve's replacement, never by the killed one
+        assert kept in {r.json()["pid"] for r in served}
+        assert killed not in {r.json()["pid"] for r in served}
         for r in failed:
             assert r.status_code == 500
             assert "died" in r.json()["error"], r.text
