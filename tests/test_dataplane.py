@@ -575,9 +575,10 @@ def test_model_metadata_is_a_struct_with_the_same_json() -> None:
     dp = plane(v1, v2, fake("plain"))
     meta = dp.model_metadata("m", "2")
     assert isinstance(meta, ModelMetadata)
+    assert dp.model_metadata("m").versions == ["1", "2"]  # every version, asked for none
     before = {
         "name": "m",
-        "versions": ["1", "2"],
+        "versions": ["2"],  # the one asked for, as Triton answers /versions/{v}
         "platform": "onnx",
         "inputs": tensors["inputs"],
         "outputs": tensors["outputs"],
@@ -634,7 +635,7 @@ async def test_index_lists_every_version_by_name_then_version() -> None:
     failed.reason = "broken"
     dp = plane(fake("b", "9"), failed, fake("a"))
     assert dp.repository.index() == [
-        RepositoryModel("a", None, ModelState.READY, ""),
+        RepositoryModel("a", "1", ModelState.READY, ""),
         RepositoryModel("b", "9", ModelState.READY, ""),
         RepositoryModel("b", "10", ModelState.FAILED, "broken"),
     ]
@@ -676,7 +677,7 @@ async def test_inference_front_ends_may_not_load_or_unload_by_default(
     with pytest.raises(Forbidden):  # refused before the name is even looked up
         await dp.repository.unload("nope", via=protocol)
     assert mv.state is ModelState.READY and dp.ready()
-    assert dp.repository.index() == [RepositoryModel("m", None, ModelState.READY, "")]
+    assert dp.repository.index() == [RepositoryModel("m", "1", ModelState.READY, "")]
 
 
 async def test_model_control_inference_opens_load_and_unload() -> None:

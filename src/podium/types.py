@@ -205,10 +205,11 @@ class ModelMetadata(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class RepositoryModel(msgspec.Struct, frozen=True):
-    """One model version in the repository index (OIP's repository extension)."""
+    """One model version in the repository index (OIP's repository extension): ``version``
+    is ``"1"`` for an unversioned model, as its metadata lists it and Triton's index does."""
 
     name: str
-    version: str | None
+    version: str
     state: ModelState
     reason: str = ""
 

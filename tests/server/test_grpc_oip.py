@@ -107,7 +107,7 @@ def test_repository_index_lists_every_version_with_its_state(
     index = client.get_model_repository_index(as_json=True)["models"]
     versions = [(m["name"], m.get("version", "")) for m in index]
     assert ("versioned", "1") in versions and ("versioned", "10") in versions
-    assert ("echo", "") not in versions and ("tensors", "") in versions
+    assert ("echo", "1") not in versions and ("tensors", "1") in versions  # unversioned: "1"
     assert all(m["state"] == "READY" for m in index)
 
     failing = triton.InferenceServerClient(target(failing_server))

@@ -156,3 +156,26 @@ def test_tritonclient_still_gets_its_answers(server: Server) -> None:
     x = tgrpc.InferInput("INPUT0", [3], "FP32")
     x.set_data_from_numpy(np.array([1, 2, 3], dtype=np.float32))
     assert client.infer("identity", [x]).as_numpy("OUTPUT0").tolist() == [1, 2, 3]
+
+
+# -- Triton's generate form: JSON numbers take the declared datatype ---------------------------
+
+
+def test_generate_numbers_take_the_declared_datatype(server: Server) -> None:
+    """Triton converts ``{"INPUT0": [1.5, 2.5]}`` to its config's FP32; without a declaration
+    the numbers would be FP64 and the declared-input check would refuse them (the conformance
+    harness's scenario 12)."""
+    for value in ([1.5, 2.5], [1, 2]):
+        r = httpx.post(
+            f"{server.url}/v2/models/identity/generate", json={"INPUT0": value}, timeout=PATIENCE
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["OUTPUT0"] == [float(v) for v in value]
+
+
+def test_generate_still_refuses_what_the_declaration_refuses(server: Server) -> None:
+    url = f"{server.url}/v2/models/identity/generate"
+    nested = httpx.post(url, json={"INPUT0": [[1.5, 2.5]]}, timeout=PATIENCE)  # rank 2, not 1
+    assert nested.status_code == 400 and "INPUT0" in nested.json()["error"]
+    text = httpx.post(url, json={"INPUT0": ["a"]}, timeout=PATIENCE)  # BYTES, not FP32
+    assert text.status_code == 400 and "declares it FP32" in text.json()["error"]

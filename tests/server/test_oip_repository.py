@@ -50,8 +50,8 @@ def failure(call) -> thttp.InferenceServerException:  # type: ignore[no-untyped-
 def test_the_index_lists_every_version_as_triton_does(opened: Server) -> None:
     index = http_client(opened).get_model_repository_index()
     assert [entry["name"] for entry in index] == NAMES
-    # Triton's fields; no reason while ready; an unversioned model's version is empty (as gRPC's).
-    assert index[3] == {"name": "simple", "version": "", "state": "READY"}
+    # Triton's fields; no reason while ready; an unversioned model is version "1", as Triton's.
+    assert index[3] == {"name": "simple", "version": "1", "state": "READY"}
     r = httpx.post(f"{opened.url}/v2/repository/index", json={"ready": True}, timeout=PATIENCE)
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     assert [entry["name"] for entry in r.json()] == NAMES
@@ -66,7 +66,7 @@ def test_unload_and_load_with_tritonclient(opened: Server) -> None:
     unloaded = {e["name"]: e for e in client.get_model_repository_index()}["simple"]
     assert unloaded == {
         "name": "simple",
-        "version": "",
+        "version": "1",
         "state": "UNAVAILABLE",
         "reason": "unloaded on request",
     }

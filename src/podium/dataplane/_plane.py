@@ -121,7 +121,9 @@ class DataPlane:
         return ServerMetadata(name="podium", version=__version__, extensions=list(self._extensions))
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
-        """The metadata of that version (the default one when None); ``NotFound`` if unknown."""
+        """The metadata of that version (the default one when None); ``NotFound`` if unknown.
+        ``versions`` lists every version of the model, or, when one was asked for, that one
+        (as Triton answers ``/v2/models/{m}/versions/{v}``)."""
         mv = self._registry.get(name, version)
         meta = dict(mv.config.model_metadata)
         platform = meta.pop("platform", "podium")
@@ -136,7 +138,10 @@ class DataPlane:
             state["trouble"] = trouble
         return ModelMetadata(
             name=mv.name,
-            versions=[v.version or UNVERSIONED for v in self._registry.versions(name)],
+            versions=[
+                v.version or UNVERSIONED
+                for v in ([mv] if version else self._registry.versions(name))
+            ],
             platform=platform,
             inputs=inputs,
             outputs=outputs,

@@ -30,6 +30,7 @@ from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFou
 from ..model import Owned
 from ..model.torchserve import ArchiveLimits, set_archive_limits
 from ..runtime import (
+    UNVERSIONED,
     ModelVersion,
     Registry,
     RequestCodec,
@@ -305,7 +306,7 @@ class ModelRepository:
         ``ready_only``)."""
         registry = self._registry
         return [
-            RepositoryModel(mv.name, mv.version, mv.state, mv.reason)
+            RepositoryModel(mv.name, mv.version or UNVERSIONED, mv.state, mv.reason)
             for name in registry.names()
             for mv in registry.versions(name)
             if not ready_only or mv.state is ModelState.READY

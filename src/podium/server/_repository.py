@@ -29,9 +29,9 @@ STATE_NAMES = {
 
 
 def index_entry(model: RepositoryModel) -> dict[str, str]:
-    """One version in the REST index: ``name``, ``version`` (empty for an unversioned model,
-    as gRPC's), ``state`` and, when there is one, ``reason`` (Triton leaves it out then)."""
-    entry = {"name": model.name, "version": model.version or "", "state": STATE_NAMES[model.state]}
+    """One version in the REST index: ``name``, ``version`` (``"1"`` for an unversioned model,
+    as Triton's), ``state`` and, when there is one, ``reason`` (Triton leaves it out then)."""
+    entry = {"name": model.name, "version": model.version, "state": STATE_NAMES[model.state]}
     if model.reason:
         entry["reason"] = model.reason
     return entry

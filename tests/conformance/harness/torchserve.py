@@ -37,6 +37,12 @@ def basics(addr):
         "list": http("GET", _mgmt(addr, "/models")),
     }
     compare = {k: status_and_shape(v) for k, v in raw.items()}
+    # One Podium serves the Triton scenarios' models too: compare the TorchServe models only.
+    listed = compare["list"].get("body")
+    if isinstance(listed, dict) and isinstance(listed.get("models"), list):
+        listed["models"] = [
+            m for m in listed["models"] if str(m.get("modelName", "")).startswith("ts_")
+        ]
     return compare, raw
 
 

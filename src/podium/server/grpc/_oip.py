@@ -484,7 +484,7 @@ class OipService:
         for model in self.dataplane.repository.index(ready_only=message.ready):
             response.models.add(
                 name=model.name,
-                version=model.version or "",
+                version=model.version,
                 state=_repository.STATE_NAMES[model.state],
                 reason=model.reason,
             )

@@ -256,7 +256,8 @@ class HttpApp:
             return
         form = _oip.Form()
         if header is None:
-            await self._read(ex, mv, call, lambda body: _oip.parse(body, action, form))
+            signature = mv.config.signature
+            await self._read(ex, mv, call, lambda body: _oip.parse(body, action, form, signature))
         else:
             form.binary = True  # binary inputs; these routes answer in JSON
             await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))

@@ -29,7 +29,15 @@ from msgspec.structs import replace
 from ... import codecs
 from ...dataplane import REGION_PARAMETERS
 from ...errors import InvalidInput, UnsupportedRepresentation
-from ...types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
+from ...types import (
+    DATATYPES,
+    InferenceRequest,
+    InferenceResponse,
+    RequestInput,
+    ResponseOutput,
+    Signature,
+    TensorSpec,
+)
 from ._responses import encoder
 
 _request_decoder = msgspec.json.Decoder(InferenceRequest)
@@ -91,15 +99,18 @@ def parameters_of(body: dict[str, Any], what: str) -> dict[str, Any]:
     return parameters
 
 
-def parse(body: bytes, action: str, form: Form) -> InferenceRequest:
-    """The inference request in ``body``; a 400 names what is wrong and where."""
+def parse(
+    body: bytes, action: str, form: Form, signature: Signature | None = None
+) -> InferenceRequest:
+    """The inference request in ``body``; a 400 names what is wrong and where. In Triton's
+    generate form, a field the model declares (``signature``) takes its declared datatype."""
     if action.startswith("generate"):
         value = decode_json(body)
         if not isinstance(value, dict):
             raise InvalidInput(f"generate body must be a JSON object, got {_json_type(value)}")
         if "inputs" not in value:
             form.triton = True
-            return _from_generate(value)
+            return _from_generate(value, signature)
         return _convert(value)
     return parse_request(body)
 
@@ -128,13 +139,23 @@ def _json_type(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _generate_input(name: str, value: Any) -> RequestInput:
+def _generate_input(name: str, value: Any, declared: TensorSpec | None) -> RequestInput:
     """One top-level field of Triton's generate form as an input: a scalar as shape ``[1]``, a
-    list (nested as Triton accepts it, ``[["hello"]]``) as the shape of its nesting."""
+    list (nested as Triton accepts it, ``[["hello"]]``) as the shape of its nesting. JSON has
+    no datatypes: numbers take the ``declared`` one when the model declares a numeric type
+    for the field (as Triton converts them to its config's), else INT64 / FP64; the codecs
+    then check that every number fits it."""
     if isinstance(value, list):
         shape, leaves = _nesting(name, value)
     else:
         shape, leaves = [1], [value]
+    if (
+        leaves
+        and declared is not None
+        and declared.datatype in _NUMERIC
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves)
+    ):
+        return RequestInput(name=name, shape=shape, datatype=declared.datatype, data=leaves)
     if leaves:
         if all(isinstance(v, str) for v in leaves):
             return RequestInput(
@@ -189,14 +210,23 @@ def _nesting(name: str, value: list[Any]) -> tuple[list[int], list[Any]]:
     return shape, leaves
 
 
-def _from_generate(value: dict[str, Any]) -> InferenceRequest:
+#: The datatypes a JSON number may take in the generate form.
+_NUMERIC = frozenset(DATATYPES) - {"BOOL", "BYTES"}
+
+
+def _from_generate(value: dict[str, Any], signature: Signature | None = None) -> InferenceRequest:
     parameters = value.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
         raise InvalidInput("generate field 'parameters' must be an object")
     request_id = value.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidInput("generate field 'id' must be a string")
-    inputs = [_generate_input(k, v) for k, v in value.items() if k not in ("id", "parameters")]
+    declared = signature.by_name if signature is not None else {}
+    inputs = [
+        _generate_input(k, v, declared.get(k))
+        for k, v in value.items()
+        if k not in ("id", "parameters")
+    ]
     return InferenceRequest(inputs=inputs, id=request_id, parameters=parameters)
 
 
