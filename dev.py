@@ -4,9 +4,9 @@
     python3 dev.py serve   create .venv, install Podium, serve examples/ on http://127.0.0.1:8080
                            (training the framework examples' models first where missing; the
                            heavy ones only with --with NAME, e.g. --with minilm)
-    python3 dev.py test    create .venv, install Podium with its test tools and the examples'
-                           libraries (the extra "examples"), and .venv-kserve (the KServe SDK and
-                           hadolint, for tests/deploy/), run the whole suite
+    python3 dev.py test    create .venv, install Podium with its test tools, Ray, OpenTelemetry
+                           and the examples' libraries (the extra "examples"), and .venv-kserve
+                           (the KServe SDK and hadolint, for tests/deploy/), run the whole suite
     python3 dev.py lint    ruff check, ruff format --check, mypy
     python3 dev.py test-grpc-range
                            the gRPC tests again at the lowest and at the newest grpcio that
@@ -188,8 +188,9 @@ def _check_python() -> None:
 def _ensure_venv() -> None:
     _check_python()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    # the OpenTelemetry SDK too: the suite traces real requests (tests/server/test_traces_e2e.py)
-    _install(VENV, wanted, [], "", extras="dev,otel")
+    # The OpenTelemetry SDK (tests/server/test_traces_e2e.py traces real requests) and Ray
+    # (tests/ray_serve runs Podium on Ray Serve) too; then the examples' libraries.
+    _install(VENV, wanted, [], "", extras="dev,otel,ray")
     _install_examples(VENV, wanted)
 
 

@@ -96,6 +96,7 @@ def test_model_config_all_keys() -> None:
         "max_sequence_queue_size": 2,
         "max_num_sequences": 8,
         "continuous_batching": True,
+        "ray": {"num_cpus": 2, "max_ongoing_requests": 8},
     }
     assert set(data) == MODEL_KEYS
     config = build(data)
@@ -113,6 +114,7 @@ def test_model_config_all_keys() -> None:
     assert (config.sequence_max_idle_ms, config.sequence_timeout_ms) == (500.0, 10_000.0)
     assert (config.max_sequence_queue_size, config.max_num_sequences) == (2, 8)
     assert config.continuous_batching is True
+    assert config.ray == {"num_cpus": 2, "max_ongoing_requests": 8}
     assert config.raw == data and config.raw is not data
 
 

@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "max_num_sequences": 10_000,
     "continuous_batching": False,
     "model_metadata": {},
+    "ray": {},
 }
 
 #: The lower bound of every numeric key: (bound, "integer" or the unit of a number).
@@ -83,6 +84,7 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "max_num_sequences": (8, 8),
     "continuous_batching": (True, True),
     "model_metadata": ({"platform": "onnx"}, {"platform": "onnx"}),
+    "ray": ({"num_cpus": 2}, {"num_cpus": 2}),
 }
 
 #: TorchServe's model-config.yaml keys (docs/torchserve.md), in the same units as Podium's.

@@ -305,6 +305,9 @@ _TABLE = (
     Field("continuous_batching", Kind.FLAG, False, torchserve="continuousBatching"),
     # free-form, returned in the model's metadata (a fresh dict each)
     Field("model_metadata", Kind.MAPPING, {}),
+    # Ray Serve's options for this model's deployment (podium.ray, docs/ray.md): passed on,
+    # checked there (a fresh dict each); `podium serve` ignores it
+    Field("ray", Kind.MAPPING, {}),
 )
 
 #: Every field by its ``config.yaml`` key, in validation order.

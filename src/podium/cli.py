@@ -1,4 +1,4 @@
-"""The ``podium`` command: ``serve``, ``check`` and ``archive``."""
+"""The ``podium`` command: ``serve``, ``check``, ``archive`` and ``ray``."""
 
 from __future__ import annotations
 
@@ -622,3 +622,77 @@ def archive(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {dest}")
+
+
+@main.command("ray")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="podium serve's YAML config file (its models and the settings that apply on Ray).",
+)
+@click.option(
+    "--address",
+    default=None,
+    help="The Ray cluster to deploy to (e.g. 'auto', 'ray://head:10001'); none: start a local "
+    "Ray instance that stops with this command.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Serve's HTTP proxy address.")
+@click.option("--port", type=int, default=8000, show_default=True, help="Serve's HTTP proxy port.")
+@click.option(
+    "--grpc-port",
+    type=int,
+    default=None,
+    help="Serve's gRPC proxy port, serving OIP's GRPCInferenceService [none: no gRPC].",
+)
+@click.option("--name", default="podium", show_default=True, help="The Serve application's name.")
+@click.option(
+    "--ingress-replicas",
+    type=int,
+    default=None,
+    help="Replicas of the ingress (HTTP parsing and rendering) [1].",
+)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+def ray_command(
+    paths: tuple[Path, ...],
+    config_file: Path | None,
+    address: str | None,
+    host: str,
+    port: int,
+    grpc_port: int | None,
+    name: str,
+    ingress_replicas: int | None,
+    log_level: str | None,
+) -> None:
+    """Serve the models at PATHS on Ray Serve: a deployment per model version, Podium's HTTP
+    protocols through Serve's HTTP proxy (docs/ray.md). Needs Ray: pip install 'podium[ray]'."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise click.UsageError("podium ray needs Ray: pip install 'podium[ray]'") from None
+    from .ray import AppSettings, run
+
+    args: dict[str, Any] = {"paths": [str(p) for p in paths]}
+    for key, value in (
+        ("config", config_file),
+        ("ingress_replicas", ingress_replicas),
+        ("log_level", log_level),
+    ):
+        if value is not None:
+            args[key] = str(value) if isinstance(value, Path) else value
+    try:
+        settings = AppSettings.from_args(args)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.replica.log_level.upper(), handlers=[handler])
+    try:
+        code = run(settings, address=address, host=host, port=port, grpc_port=grpc_port, name=name)
+    except DefinitionError as exc:
+        click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
+        for problem in exc.problems:
+            click.echo(f"  - {problem}", err=True)
+        code = 1
+    sys.exit(code)

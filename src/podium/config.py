@@ -93,6 +93,8 @@ class ModelConfig:
     # requests join and leave between steps.
     continuous_batching: bool = _default("continuous_batching")
     model_metadata: dict[str, Any] = field(default_factory=dict)
+    # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
+    ray: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed file, handed to __init__
     #: The tensors ``model_metadata`` declares (:func:`signature_of`), made when the config is.
     signature: Signature = field(init=False, repr=False, compare=False)

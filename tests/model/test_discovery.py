@@ -201,6 +201,7 @@ VALID: dict[str, tuple[str, Any]] = {
     "max_sequence_queue_size": ("3", 3),
     "max_num_sequences": ("16", 16),
     "continuous_batching": ("true", True),
+    "ray": ("{num_cpus: 2}", {"num_cpus": 2}),
 }
 
 INVALID: dict[str, str] = {
@@ -224,6 +225,7 @@ INVALID: dict[str, str] = {
     "max_sequence_queue_size": "0",
     "max_num_sequences": "-1",
     "continuous_batching": "1",
+    "ray": "[1, 2]",
 }
 
 

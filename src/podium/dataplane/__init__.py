@@ -29,7 +29,8 @@ shutdown can turn readiness false, drain them, and cut those that outlive its gr
 ``ShuttingDown``, whichever protocol they came through.
 
 Layout: ``_plane`` (inference, health, metadata, statistics), ``_convert`` (payloads in, values
-out), ``_repository`` (the repository and its typed descriptions), ``_model_config`` (a version's
+out), ``_repository`` (the repository and its typed descriptions), ``_remote`` (versions whose
+model runs elsewhere, for a data plane that forwards their calls: podium.ray), ``_model_config`` (a version's
 configuration as Triton's ``ModelConfig``, and a load's ``config``), ``_control`` (who may change
 what is served), ``_memory`` (system shared memory), ``_flight`` (the calls in flight, for the
 shutdown), ``_statistics`` (the statistics extension's structs). Nothing here imports a front

@@ -37,9 +37,10 @@ from ..runtime import (
     build_path,
     register_paths,
 )
-from ..types import ModelState, RepositoryModel, WireProtocol
+from ..types import Capabilities, ModelState, RepositoryModel, WireProtocol
 from ._control import ControlPolicy
 from ._model_config import ModelConfiguration, configuration, overlay
+from ._remote import RemoteInstance, RemoteScheduler
 
 __all__ = [
     "ConfigOverrides",
@@ -189,22 +190,56 @@ class ModelRepository:
 
     # -- start-up and shutdown -----------------------------------------------------------
 
-    def add_paths(self, paths: list[Path]) -> None:
+    def add_paths(
+        self,
+        paths: list[Path],
+        *,
+        only: tuple[str, str | None] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
         """Discover and build every model under ``paths`` into the registry (``DefinitionError``
         lists every problem, and then none is added). Blocking (user code is imported and
-        instantiated): call it off the event loop, before serving."""
+        instantiated): call it off the event loop, before serving.
+
+        ``only``: build just that version (name, version) of those found, importing no other
+        model's code; ``overrides``: ``ModelConfig`` fields in place of each config's own
+        (a Ray Serve replica runs one version with one worker: podium.ray)."""
         register_paths(
             self._registry,
             paths,
             secrets=self._secrets,
             executor=self._build_executor(),
             codec=self._codec,
+            only=only,
+            overrides=overrides,
         )
         now = _now()
         for mv in self._registry:
             if id(mv) not in self._started:
                 self._started[id(mv)] = now
                 self._given[id(mv)] = _as_given(mv.source, paths)
+
+    def add_remote(self, config: ModelConfig, capabilities: Capabilities) -> ModelVersion:
+        """Register a version whose model runs elsewhere (``dataplane/_remote.py``): ready at
+        once, answering health, metadata and configuration from ``config`` and telling front ends
+        what it asks for (``capabilities``); its calls must be forwarded by the data plane that
+        holds it (podium.ray's ingress), as its scheduler runs nothing. The model's configured
+        ``default_version`` applies. ``PodiumError`` if that version is registered already."""
+        label = f"model '{config.name}'" + (
+            f" version '{config.version}'" if config.version else ""
+        )
+        mv = ModelVersion(
+            config,
+            RemoteInstance(label, capabilities),
+            RemoteScheduler(label),
+            state=ModelState.READY,
+            source=label,
+        )
+        self._registry.add(mv)
+        self._started[id(mv)] = _now()
+        if config.default_version is not None and config.default_version == config.version:
+            self._registry.set_default(config.name, config.default_version)
+        return mv
 
     async def load_all(self) -> None:
         """Load every version not loaded yet, concurrently; failures are recorded, not raised.

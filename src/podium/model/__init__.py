@@ -14,7 +14,7 @@ gRPC library.
 from ._calls import model_error
 from ._owned import Hold, Owned, Shared, release_all
 from ._source import Contract, ModelSource
-from .discovery import discover, discover_all, import_model
+from .discovery import discover, discover_all, import_model, model_paths
 from .native import ModelSpec, NativeModel, check_config
 
 __all__ = [
@@ -30,5 +30,6 @@ __all__ = [
     "discover_all",
     "import_model",
     "model_error",
+    "model_paths",
     "release_all",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "discover",
     "discover_all",
     "import_model",
+    "model_paths",
 ]
 
 
@@ -67,6 +68,33 @@ def discover_all(path: Path) -> tuple[list[ModelSource], list[str]]:
     found: list[ModelSource] = []
     _discover(path, found, problems, top=True)
     return found, problems
+
+
+def _is_model(path: Path) -> bool:
+    """Whether ``path`` is one model (its versions), not a repository: a file, a model written
+    for MLServer or TorchServe, a model directory or a versioned one."""
+    if not path.is_dir():
+        return True
+    if mlserver.is_source(path) or torchserve.is_source(path) or (path / "model.py").is_file():
+        return True
+    return any(_is_version_dir(p) for p in path.iterdir())
+
+
+def model_paths(path: Path) -> list[Path]:
+    """The path of each model that ``path`` holds, as :func:`discover` finds them: ``path``
+    itself when it is one model (a file, a model directory, a versioned model directory, an
+    archive, ...), else each entry of the repository that is one. Discovering one of them finds
+    that model's versions and nothing else (podium.ray gives each replica the path of its own
+    model, so that it imports no other model's code and extracts no other archive)."""
+    if not path.exists() or _is_model(path):
+        return [path]
+    return sorted(
+        p
+        for p in path.iterdir()
+        if not p.name.startswith((".", "_"))
+        and (p.is_dir() or torchserve.is_source(p))
+        and _is_model(p)
+    )
 
 
 def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top: bool) -> None:

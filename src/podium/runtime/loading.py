@@ -301,14 +301,32 @@ def register_paths(
     secrets: Mapping[str, str],
     executor: Executor,
     codec: RequestCodec | None = None,
+    only: tuple[str, str | None] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> None:
     """Discover and instantiate every model under ``paths`` into ``registry``.
 
     Each model file is imported once. Raises one ``DefinitionError`` listing every model that
     cannot be loaded (import errors, contract violations, ``__init__`` failures), and then
     registers none of them; ``load()`` runs later, per model.
+
+    ``only``: the one version (name, version) to take of those found; the others are not
+    imported (``DefinitionError`` if it is not there). ``overrides``: ``ModelConfig`` fields in
+    place of each config's own (``dataclasses.replace``; the caller validated them).
     """
-    checked, problems = _collect(paths)
+    sources, problems = _discover(paths)
+    if only is not None:
+        sources = [s for s in sources if (s.config.name, s.config.version) == only]
+        if not sources and not problems:
+            name, version = only
+            which = f"model '{name}'" + (f" version '{version}'" if version else "")
+            problems.append(f"{which} is not under {', '.join(str(p) for p in paths)}")
+    if overrides:
+        sources = [
+            dataclasses.replace(s, config=dataclasses.replace(s.config, **overrides))
+            for s in sources
+        ]
+    checked, problems = _check(sources, problems)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     versions = _build(checked, secrets=secrets, executor=executor, codec=codec)

@@ -7,10 +7,10 @@ gRPC service is ``grpc/_management``); beside them what they share: ``_asgi`` (t
 written against), ``_auth`` (token authorization), ``_guard`` (the management API refuses web
 pages; the start-up exposure rule), ``_limits`` (every HTTP listener's connection limits),
 ``_headers`` and ``_sequences`` (headers and sequence ids on the wire), ``_requests`` (request
-objects for worker processes), ``_access`` (request ids and access lines; the HTTP middleware
-is ``http/_access``, the gRPC wrapper ``grpc/_access``), ``_otel`` (OpenTelemetry, opt-in:
-the SDK and the spans' hooks); and ``_runner`` (:class:`Podium`: builds and wires everything,
-owns the listeners). They reach the layers below through the data plane only.
+objects for worker processes and for Ray Serve replicas: podium.ray), ``_access`` (request ids
+and access lines; the HTTP middleware is ``http/_access``, the gRPC wrapper ``grpc/_access``),
+``_otel`` (OpenTelemetry, opt-in: the SDK and the spans' hooks); and ``_runner``
+(:class:`Podium`: builds and wires everything, owns the listeners). They reach the layers below through the data plane only.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ._asgi import ASGIApp, Message, Receive, Scope, Send
 from ._guard import UnsafeExposure
 from ._otel import TracingUnavailable
+from ._requests import RequestSnapshots, Snapshot, rebuild
 
 if TYPE_CHECKING:
     from ._runner import Podium
@@ -29,10 +30,13 @@ __all__ = [
     "Message",
     "Podium",
     "Receive",
+    "RequestSnapshots",
     "Scope",
     "Send",
+    "Snapshot",
     "TracingUnavailable",
     "UnsafeExposure",
+    "rebuild",
 ]
 
 
