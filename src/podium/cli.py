@@ -685,9 +685,7 @@ def ray_command(
         settings = AppSettings.from_args(args)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=settings.replica.log_level.upper(), handlers=[handler])
+    logs.configure(settings.replica.log_level.upper())
     try:
         code = run(settings, address=address, host=host, port=port, grpc_port=grpc_port, name=name)
     except DefinitionError as exc:
