@@ -5,6 +5,7 @@ thread-safe, batched completion signals."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import threading
 from collections.abc import Iterator
@@ -256,3 +257,23 @@ async def test_a_request_cancelled_while_waiting_for_the_slot_never_runs(
     assert (await first, await after) == ("first", "after")
     assert events == ["first", "after"]
     assert scheduler.statistics() == {"slots": 1, "busy": 0, "waiting": 0}
+
+
+@pytest.mark.anyio
+async def test_a_call_runs_in_the_callers_context() -> None:
+    """The request id, a sequence's Context and a trace's span are contextvars: a model's sync
+    code on these threads must see the caller's values (and its changes stay its own)."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    threads = CallThreads()
+    try:
+
+        def read_and_change() -> str:
+            seen = var.get()
+            var.set("changed in the thread")
+            return seen
+
+        var.set("the caller's")
+        assert await threads.run(read_and_change) == "the caller's"
+        assert var.get() == "the caller's"
+    finally:
+        await threads.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import itertools
 import queue
 import threading
@@ -195,7 +196,8 @@ class CallThreads:
         self._threads.append(thread)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in one of the threads: its result, or what it raised."""
+        """``fn(*args)`` in one of the threads, in a copy of the caller's context (its
+        contextvars): its result, or what it raised."""
         if self._closed:
             raise RuntimeError("these model threads are closed")
         self.in_flight += 1
@@ -208,7 +210,9 @@ class CallThreads:
         if inbox is None:
             inbox = self._inboxes[loop] = _Inbox(loop, self)
         future = loop.create_future()
-        call = _Call(fn, args, future, inbox)
+        # In the caller's context, as run_sync's pool threads: the request id, the sequence's
+        # Context, the trace's span reach the model's code and its log lines.
+        call = _Call(contextvars.copy_context().run, (fn, *args), future, inbox)
         self._calls.put(call)
         try:
             return await future
