@@ -96,7 +96,7 @@ def arrays(
     size = 2 if datatype == "BF16" else dtype.itemsize
     raw = draw(hnp.arrays(_UNSIGNED_OF_SIZE[size], tuple(shape)))
     if datatype == "BF16":
-        values = (raw.astype(np.uint32) << 16).view(np.float32)
+        values = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)  # uint32 on numpy 1 too
     else:
         values = raw.view(dtype)
     if finite:
