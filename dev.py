@@ -282,6 +282,8 @@ def example_paths(wanted: Sequence[str] = ()) -> list[Path]:
             f"no opt-in example {', '.join(unknown)} (known: {', '.join(sorted(OPT_IN_EXAMPLES))})"
         )
     left_out = {name for key, name in OPT_IN_EXAMPLES.items() if key not in wanted}
+    # a folder that holds a model store is no model: its store is served (EXAMPLE_STORES)
+    left_out |= {Path(store).parts[1] for store in EXAMPLE_STORES}
     return sorted(
         path
         for path in EXAMPLES.iterdir()

@@ -30,6 +30,22 @@ def test_the_default_serve_leaves_the_opt_in_examples_out() -> None:
     assert [str(p) for p in default_examples()] == served
 
 
+def test_the_default_serve_names_only_what_podium_can_serve() -> None:
+    """``examples/torchserve-mlp`` holds a model store, no model: naming it made ``podium serve``
+    refuse to start ("holds no model"); its store is served instead (``EXAMPLE_STORES``)."""
+    dev = _dev()
+    served = dev._serve_args([], ["STORE"])[:-4]
+    assert str(EXAMPLES / "torchserve-mlp") not in served and served[-1] == "STORE"
+    paths = served[:-1]
+    done = subprocess.run(
+        [sys.executable, "-m", "podium", "check", *paths],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_with_adds_an_opt_in_example() -> None:
     dev = _dev()
     for asked in (["--with", "minilm"], ["--with=minilm"]):
