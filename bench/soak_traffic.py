@@ -427,18 +427,24 @@ async def oip_infer_stream(t: Traffic, r: Rec) -> None:
     r.add()
 
 
-@scenario(P, 2)
-async def oip_stream_leave(t: Traffic, r: Rec) -> None:
-    """A client that reads the first event of a stream and goes."""
-    async with t.http.stream(
-        "POST", "/v2/models/text-stream/generate_stream", json={"prompt": PROMPT}
-    ) as resp:
+async def _leave_after_first(t: Traffic, r: Rec, path: str, **request: Any) -> None:
+    """A client that POSTs a streaming request, reads its first chunk and goes (a refusal is
+    checked as any answer is)."""
+    async with t.http.stream("POST", path, **request) as resp:
         if resp.status_code != 200:
             await resp.aread()
             r.check(resp)
         async for _ in resp.aiter_raw():
             break
     r.add(Outcome.LEFT)
+
+
+@scenario(P, 2)
+async def oip_stream_leave(t: Traffic, r: Rec) -> None:
+    """A client that reads the first event of a stream and goes."""
+    await _leave_after_first(
+        t, r, "/v2/models/text-stream/generate_stream", json={"prompt": PROMPT}
+    )
 
 
 @scenario(P, 2)
@@ -580,15 +586,7 @@ async def truss_stream(t: Traffic, r: Rec) -> None:
 
 @scenario(P, 2)
 async def truss_stream_leave(t: Traffic, r: Rec) -> None:
-    async with t.http.stream(
-        "POST", "/v1/models/text-stream:predict", json={"prompt": PROMPT}
-    ) as resp:
-        if resp.status_code != 200:
-            await resp.aread()
-            r.check(resp)
-        async for _ in resp.aiter_raw():
-            break
-    r.add(Outcome.LEFT)
+    await _leave_after_first(t, r, "/v1/models/text-stream:predict", json={"prompt": PROMPT})
 
 
 @scenario(P, 2)
@@ -602,13 +600,7 @@ async def truss_continuous(t: Traffic, r: Rec) -> None:
 
 @scenario(P, 1)
 async def truss_continuous_leave(t: Traffic, r: Rec) -> None:
-    async with t.http.stream("POST", "/v1/models/continuous-words:predict", json={"n": 40}) as resp:
-        if resp.status_code != 200:
-            await resp.aread()
-            r.check(resp)
-        async for _ in resp.aiter_raw():
-            break
-    r.add(Outcome.LEFT)
+    await _leave_after_first(t, r, "/v1/models/continuous-words:predict", json={"n": 40})
 
 
 async def _truss_sequence(t: Traffic, r: Rec, values: list[int], end: bool) -> None:
@@ -749,15 +741,9 @@ async def ts_streaming_sequence(t: Traffic, r: Rec) -> None:
 
 @scenario(P, 1)
 async def ts_stream_leave(t: Traffic, r: Rec) -> None:
-    async with t.http.stream(
-        "POST", "/predictions/text-stream", content=PROMPT.encode(), headers=TEXT
-    ) as resp:
-        if resp.status_code != 200:
-            await resp.aread()
-            r.check(resp)
-        async for _ in resp.aiter_raw():
-            break
-    r.add(Outcome.LEFT)
+    await _leave_after_first(
+        t, r, "/predictions/text-stream", content=PROMPT.encode(), headers=TEXT
+    )
 
 
 @scenario(P, 1)
