@@ -59,6 +59,7 @@ __all__ = [
     "Stream",
     "Unvalidated",
     "pack_error",
+    "queues_ahead",
     "unpack_error",
 ]
 
@@ -227,6 +228,19 @@ MESSAGES: tuple[type[Message], ...] = (
     Stopped,
     Report,
 )
+
+
+def queues_ahead(caps: Capabilities) -> bool:
+    """Whether a worker process of an instance with these capabilities takes requests queued
+    ahead of its ``predict_concurrency`` slots (both sides decide it from the same capabilities).
+
+    Only where a request is all predict: the worker then starts them in the order they were
+    sent, at most ``predict_concurrency`` at once, and starts the next only once the answer of the
+    one before has left (so the server knows which ones have not started: a crash re-routes them
+    and a deadline starts when the predict does). Not with ``preprocess`` / ``postprocess`` (they
+    run outside the slots, so the order is the model's) nor streams (a stream holds its slot
+    until its end, which the worker cannot answer before)."""
+    return not (caps.has_preprocess or caps.has_postprocess or caps.streaming or caps.continuous)
 
 
 # -- values inside messages --------------------------------------------------------------------

@@ -6,8 +6,17 @@ and runs preprocess → predict → postprocess for each request (``_child``). T
 worker's socket from the event loop (an ``asyncio.Protocol``: no polling) and writes one frame per
 request (``_wire``; the messages are in ``_messages``).
 
-A worker process that dies fails the requests it held at once with ``WorkerDied`` (naming its
-pid and how it ended); the pool starts another. A predict past ``response_timeout`` fails with
+Pipelining: where a request is all predict (:func:`~._messages.queues_ahead`), a worker holds
+up to ``PIPELINE_AHEAD`` requests (one batch, with dynamic batching) queued ahead of its
+``predict_concurrency`` slots, so that the next request is already in the worker process when a
+predict ends. Frames written in one turn of the event loop leave in one write, and the worker
+answers likewise. The worker starts queued requests in the order they were sent, and only once
+the answer of the one before has left; so the server knows which have not started: a deadline
+(``response_timeout``) starts when a request's predict does, and when the process dies the
+requests queued in it that had not started go to another worker (``WorkerGone``).
+
+A worker process that dies fails the requests it was running at once with ``WorkerDied`` (naming
+its pid and how it ended); the pool starts another. A predict past ``response_timeout`` fails with
 ``ResponseTimeout`` and the process is killed and replaced (the only way to stop a sync call).
 """
 
@@ -64,6 +73,7 @@ from ._messages import (
     Stopped,
     Stream,
     Unvalidated,
+    queues_ahead,
 )
 from ._wire import Decoder, encode
 
@@ -79,6 +89,10 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 #: Seconds a worker process gets to exit after its socket is closed before it is killed.
 STOP_TIMEOUT = 5.0
+#: Requests a worker process holds queued ahead of its slots (where it may: ``queues_ahead``).
+#: Enough that one wake-up of the worker serves several requests at 64 connections, few enough
+#: that a long predict holds little work back from the other workers.
+PIPELINE_AHEAD = 8
 
 _READY = WorkerState.READY  # compared on every request
 
@@ -159,13 +173,16 @@ class _Call:
     """A request sent to the worker process: a call's future, or a stream's items (its values,
     then ``END`` or a ``Failure``) and its reader's wake-up."""
 
-    __slots__ = ("future", "items", "wake", "timer")
+    __slots__ = ("future", "items", "wake", "timer", "started")
 
     def __init__(self, future: asyncio.Future[Any] | None) -> None:
         self.future = future
         self.items: collections.deque[Any] = collections.deque()
         self.wake: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
+        #: counted as running in the worker (one of its first ``predict_concurrency`` calls);
+        #: False while it is queued ahead there
+        self.started = False
 
     def push(self, item: Any) -> None:
         self.items.append(item)
@@ -251,6 +268,12 @@ class ProcessWorker:
         self._window = config.stream_buffer
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count(1)
+        self._slots = config.predict_concurrency
+        self._ahead = 0  # requests it takes queued ahead of its slots (set once it is ready)
+        self._running = 0  # calls counted as started
+        self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
+        self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
+        self._flushing = False
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[Ready] | None = None
@@ -300,7 +323,11 @@ class ProcessWorker:
             await self.close()
             raise
         self._descriptor.describe(ready)
-        if self._descriptor.pipelined and not self._batching:
+        if queues_ahead(ready.capabilities):
+            # the next request waits in the worker, not here: no round trip between two predicts
+            self._ahead = 1 if self._batching else max(PIPELINE_AHEAD, self._slots)
+            self.capacity = self._slots + self._ahead
+        elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
             self.capacity *= 2
@@ -315,6 +342,7 @@ class ProcessWorker:
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
         if self._transport is not None:
+            self._flush()
             self._transport.close()
         proc = self._proc
         if proc is not None and proc.returncode is None:
@@ -359,10 +387,21 @@ class ProcessWorker:
     # -- the socket ------------------------------------------------------------------------
 
     def _send(self, message: Message) -> None:
+        """Queue a frame; every frame of this turn of the loop leaves in one write."""
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        transport.writelines(encode(message))
+        self._out += encode(message)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        out, self._out = self._out, []
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.writelines(out)
 
     def _on_message(self, message: Message) -> None:
         # Bare class patterns, the most frequent first: each class that does not match costs an
@@ -406,11 +445,32 @@ class ProcessWorker:
                     )
 
     def _last(self, cid: int) -> _Call | None:
-        """The call ``cid`` has had its last message: forget it (its slot is freed next)."""
+        """The call ``cid`` has had its last message: forget it (its slot is freed next). The
+        worker starts the next queued call now: its deadline starts."""
         call = self._calls.pop(cid, None)
-        if call is not None and call.timer is not None:
-            call.timer.cancel()
+        if call is not None:
+            if call.timer is not None:
+                call.timer.cancel()
+            if call.started:
+                self._running -= 1
+                if self._queued:
+                    self._start_queued()
         return call
+
+    def _start_queued(self) -> None:
+        if self._ending is _Ending.RECYCLED:  # being killed: what is queued goes elsewhere
+            return
+        queued, calls = self._queued, self._calls
+        while queued and self._running < self._slots:
+            cid = queued.popleft()
+            call = calls.get(cid)
+            if call is not None:  # not cancelled meanwhile
+                self._start(cid, call)
+
+    def _start(self, cid: int, call: _Call) -> None:
+        call.started = True
+        self._running += 1
+        self._arm(cid, call)
 
     def _hold_place(self) -> None:
         """Leave the gate, but count as starting until the pool has taken over the restart:
@@ -446,10 +506,15 @@ class ProcessWorker:
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(WorkerDied(reason))
         calls, self._calls = self._calls, {}
+        self._queued.clear()
+        self._running = 0
         for call in calls.values():
             if call.timer is not None:
                 call.timer.cancel()
-            call.fail(WorkerDied(f"{reason}; the request it was running failed"))
+            if call.started or not self._ahead:
+                call.fail(WorkerDied(f"{reason}; the request it was running failed"))
+            else:  # queued there, never started: another worker takes it
+                call.fail(WorkerGone(f"{reason}; the request queued in it had not started"))
             self._release()
         was_ready = self._was_ready
         self.state = WorkerState.DEAD
@@ -476,6 +541,8 @@ class ProcessWorker:
         call = self._calls.pop(cid, None)
         if call is None:
             return
+        call.timer = None
+        self._running -= 1  # a started call: the process goes, the queued ones with it
         error = ResponseTimeout(
             f"{self._label} predict did not answer within response_timeout {self._timeout:g} s; "
             f"worker process {self.pid} is being restarted"
@@ -507,7 +574,10 @@ class ProcessWorker:
                 f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
             ) from exc
         self._calls[cid] = call
-        self._arm(cid, call)
+        if not self._ahead or self._running < self._slots:
+            self._start(cid, call)
+        else:
+            self._queued.append(cid)
         return cid, call
 
     async def _snapshot(self, request: Any) -> Any:
