@@ -6,15 +6,19 @@ What happened is read from the model's own event file (order, counts), never fro
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from test_process_workers import Lab, _alive, executor, lab  # noqa: F401 (fixtures)
 
-from podium.errors import ResponseTimeout
+from podium.errors import ResponseTimeout, WorkerDied
 from podium.runtime.process import _child
 from podium.runtime.process._messages import Answer, Cancel, Infer, Stopped
-from podium.runtime.process._wire import Decoder, encode
+from podium.runtime.process._wire import Decoder, Segments, encode
 
 GATED = """
 class Model:
@@ -195,3 +199,44 @@ async def test_a_cancel_that_arrives_with_its_request_still_answers_stopped() ->
         await asyncio.sleep(0)
     assert [m for m in log if isinstance(m, Stopped | Answer)] == [Stopped(1)]
     assert not any(isinstance(m, tuple) for m in log)  # it never started
+
+
+# -- large tensors through shared memory -----------------------------------------------------
+
+
+def _segments() -> list[str]:
+    return sorted(p.name for p in Path("/dev/shm").glob(f"podium-{os.getpid()}-*"))
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not Segments.available(), reason="no /dev/shm")
+async def test_large_arrays_cross_through_shared_memory_and_none_is_left_when_a_worker_dies(
+    lab: Lab,
+) -> None:
+    mv = lab.version(
+        """
+        class Model:
+            def predict(self, inputs):
+                record("got", n=int(inputs["x"].size), writable=bool(inputs["x"].flags.writeable))
+                return {"y": inputs["x"] * 2}
+        """
+    )
+    await mv.load()
+    big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB each way
+    answer = await mv.scheduler.infer({"x": big}, None)
+    np.testing.assert_array_equal(answer["y"], big * 2)
+    assert lab.recorded("got") == [
+        {"event": "got", "pid": lab.recorded()[0]["pid"], "n": 1 << 20, "writable": True}
+    ]
+    assert _segments() == []  # each reader removed what it read
+    # a worker that dies before it reads its request: the server removes the file
+    (pid,) = [w.pid for w in mv.workers()]
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    call = asyncio.ensure_future(mv.scheduler.infer({"x": big}, None))
+    await lab.wait(lambda: len(_segments()) == 1)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(WorkerDied):
+        await call
+    await lab.wait(lambda: [w.state for w in mv.workers()] == ["ready"])
+    assert _segments() == []

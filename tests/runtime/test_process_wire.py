@@ -3,8 +3,11 @@ podium.runtime.process._messages and _wire, without a process."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import typing
+import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +15,7 @@ import pytest
 
 from podium.errors import ModelError, WorkerDied
 from podium.runtime.process import _messages as m
-from podium.runtime.process._wire import Decoder, encode
+from podium.runtime.process._wire import SHARED_MIN, Decoder, Segments, encode
 from podium.types import Capabilities, InputKind
 
 
@@ -78,6 +81,36 @@ def test_large_arrays_travel_out_of_band_and_arrive_writable() -> None:
     np.testing.assert_array_equal(got.value["big"], big)
     np.testing.assert_array_equal(got.value["small"], small)
     got.value["big"][0] = -1.0  # a writable array over the received frame
+
+
+@pytest.mark.skipif(not Segments.available(), reason="no /dev/shm")
+def test_very_large_arrays_go_through_shared_memory_which_the_reader_removes() -> None:
+    prefix = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: at least SHARED_MIN
+    middle = np.arange(SHARED_MIN // 8 - 1, dtype=np.float64)  # under it: through the socket
+    pieces = encode(m.Answer(1, {"big": big, "middle": middle}), Segments(prefix))
+    data = b"".join(bytes(p) for p in pieces)
+    assert len(data) < middle.nbytes + 1000  # the big array is not in the frame
+    assert [p.name for p in Path("/dev/shm").glob(f"{prefix}-*")] == [f"{prefix}-0"]
+    (got,) = _decode(data, chunk=4096)
+    assert isinstance(got, m.Answer)
+    assert not list(Path("/dev/shm").glob(f"{prefix}-*"))  # the reader unlinked it at once
+    np.testing.assert_array_equal(got.value["big"], big)
+    np.testing.assert_array_equal(got.value["middle"], middle)
+    got.value["big"][0] = -1.0  # writable, over the mapping
+    # without Segments (or where /dev/shm is full) the socket carries everything
+    assert sum(bytes(p).__len__() for p in encode(m.Answer(1, big))) > big.nbytes
+
+
+def test_sweep_removes_what_no_reader_took() -> None:
+    prefix = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    encode(m.Infer(1, np.zeros(1 << 18, np.float32), None), Segments(f"{prefix}-s"))
+    encode(m.Answer(1, np.zeros(1 << 18, np.float32)), Segments(f"{prefix}-c"))
+    if not Segments.available():
+        return
+    assert len(list(Path("/dev/shm").glob(f"{prefix}-*"))) == 2
+    assert Segments.sweep(prefix) == 2
+    assert not list(Path("/dev/shm").glob(f"{prefix}-*"))
 
 
 def test_a_frame_is_no_larger_than_a_string_tagged_tuple() -> None:

@@ -69,7 +69,7 @@ from ._messages import (
     pack_error,
     queues_ahead,
 )
-from ._wire import Decoder, encode
+from ._wire import Decoder, Segments, encode
 
 __all__ = ["main"]
 
@@ -148,6 +148,7 @@ class Child(asyncio.Protocol):
         self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
         self._flushing = False
+        self._segments: Segments | None = None  # large buffers to the server (Init.shm)
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -168,7 +169,7 @@ class Child(asyncio.Protocol):
         then do queued requests start."""
         if self._transport.is_closing():
             return
-        self._out += encode(message)
+        self._out += encode(message, self._segments)
         if not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -228,6 +229,8 @@ class Child(asyncio.Protocol):
 
     async def _start(self, init: Init) -> None:
         config = init.source.config
+        if init.shm:
+            self._segments = Segments(f"{init.shm}-c")
         self.name = config.name
         self.stream_buffer = config.stream_buffer
         # The server's format, bounded, each line naming this worker and the request it is about.

@@ -109,6 +109,8 @@ class Init(msgspec.Struct):
     threads: int
     log_level: int
     log_format: str = "text"  # the server's --log-format
+    #: the names of this worker's shared memory files start with it ("": the socket carries all)
+    shm: str = ""
 
 
 class Infer(msgspec.Struct):

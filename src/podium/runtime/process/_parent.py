@@ -29,6 +29,7 @@ import enum
 import itertools
 import logging
 import os
+import secrets as _secrets
 import signal
 import socket
 import sys
@@ -75,7 +76,7 @@ from ._messages import (
     Unvalidated,
     queues_ahead,
 )
-from ._wire import Decoder, encode
+from ._wire import Decoder, Segments, encode
 
 if TYPE_CHECKING:
     from ...model import ModelSource
@@ -274,6 +275,8 @@ class ProcessWorker:
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
         self._flushing = False
+        # large buffers to the worker go through shared memory files named after init.shm
+        self._segments = Segments(f"{init.shm}-s") if init.shm else None
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[Ready] | None = None
@@ -391,7 +394,7 @@ class ProcessWorker:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out += encode(message)
+        self._out += encode(message, self._segments)
         if not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -497,6 +500,8 @@ class ProcessWorker:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 code = await proc.wait()
+        if self._init.shm:  # what either side wrote that the other never read
+            Segments.sweep(self._init.shm)
         how = describe_exit(code)
         ending = self._ending
         if ending is None:
@@ -693,6 +698,8 @@ def process_pool(
         log_level=logging.NOTSET,
     )
 
+    shared = Segments.available()
+
     async def new_worker(wid: str) -> Worker:
         return ProcessWorker(
             wid,
@@ -704,6 +711,7 @@ def process_pool(
                 worker=wid,
                 log_level=logging.getLogger().getEffectiveLevel(),
                 log_format=current_format(),
+                shm=f"podium-{os.getpid()}-{_secrets.token_hex(4)}-{wid}" if shared else "",
             ),
         )
 
