@@ -256,9 +256,9 @@ def main() -> int:
     try:
         echo = EXAMPLES / "echo"
         heavy = EXAMPLES / "cpu-heavy"
-        heavy_meta = "model_metadata:" + (heavy / "config.yaml").read_text().split(
-            "model_metadata:", 1
-        )[1]
+        heavy_meta = (
+            "model_metadata:" + (heavy / "config.yaml").read_text().split("model_metadata:", 1)[1]
+        )
         models = {
             "echo-thread": make_model(root, "echo-thread", echo, "workers: thread\n"),
             "echo-process": make_model(root, "echo-process", echo, "workers: process\n"),

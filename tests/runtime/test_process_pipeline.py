@@ -13,12 +13,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_process_workers import Lab, _alive, executor, lab  # noqa: F401 (fixtures)
+import test_process_workers as _base
 
 from podium.errors import ResponseTimeout, WorkerDied
 from podium.runtime.process import _child
 from podium.runtime.process._messages import Answer, Cancel, Infer, Stopped
-from podium.runtime.process._wire import Decoder, Segments, encode
+from podium.runtime.process._wire import Decoder, Ring, encode
+
+Lab, _alive = _base.Lab, _base._alive
+executor, lab = _base.executor, _base.lab  # the fixtures, shared
 
 GATED = """
 class Model:
@@ -209,7 +212,7 @@ def _segments() -> list[str]:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(not Segments.available(), reason="no /dev/shm")
+@pytest.mark.skipif(not Ring.available(), reason="no /dev/shm")
 async def test_large_arrays_cross_through_shared_memory_and_none_is_left_when_a_worker_dies(
     lab: Lab,
 ) -> None:
@@ -217,19 +220,14 @@ async def test_large_arrays_cross_through_shared_memory_and_none_is_left_when_a_
         """
         class Model:
             def predict(self, inputs):
-                record("got", n=int(inputs["x"].size), writable=bool(inputs["x"].flags.writeable))
-                return {"y": inputs["x"] * 2}
+                x = inputs["x"]
+                record("got", n=int(x.size), writable=bool(x.flags.writeable))
+                return {"y": x * 2}
         """
     )
     await mv.load()
     big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB each way
-    answer = await mv.scheduler.infer({"x": big}, None)
-    np.testing.assert_array_equal(answer["y"], big * 2)
-    assert lab.recorded("got") == [
-        {"event": "got", "pid": lab.recorded()[0]["pid"], "n": 1 << 20, "writable": True}
-    ]
-    assert _segments() == []  # each reader removed what it read
-    # a worker that dies before it reads its request: the server removes the file
+    # a worker that dies before it maps the server's ring: the server removes the file
     (pid,) = [w.pid for w in mv.workers()]
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
@@ -240,3 +238,9 @@ async def test_large_arrays_cross_through_shared_memory_and_none_is_left_when_a_
         await call
     await lab.wait(lambda: [w.state for w in mv.workers()] == ["ready"])
     assert _segments() == []
+    # the replacement: arrays both ways, several times round each ring
+    for i in range(40):
+        answer = await mv.scheduler.infer({"x": big + i}, None)
+        np.testing.assert_array_equal(answer["y"], (big + i) * 2)
+    assert [(e["n"], e["writable"]) for e in lab.recorded("got")] == [(1 << 20, True)] * 40
+    assert _segments() == []  # each reader unlinked the other's ring when it mapped it

@@ -15,7 +15,7 @@ import pytest
 
 from podium.errors import ModelError, WorkerDied
 from podium.runtime.process import _messages as m
-from podium.runtime.process._wire import SHARED_MIN, Decoder, Segments, encode
+from podium.runtime.process._wire import SHARED_MIN, Decoder, Ring, encode
 from podium.types import Capabilities, InputKind
 
 
@@ -46,6 +46,7 @@ SAMPLES: list[m.Message] = [
     m.End(9),
     m.Stopped(10),
     m.Report(None, [(("tokens", "counter", "", ("kind",), ()), ("a",), 2.0)]),
+    m.Release(1 << 22),
 ]
 
 
@@ -83,33 +84,53 @@ def test_large_arrays_travel_out_of_band_and_arrive_writable() -> None:
     got.value["big"][0] = -1.0  # a writable array over the received frame
 
 
-@pytest.mark.skipif(not Segments.available(), reason="no /dev/shm")
-def test_very_large_arrays_go_through_shared_memory_which_the_reader_removes() -> None:
-    prefix = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+@pytest.mark.skipif(not Ring.available(), reason="no /dev/shm")
+def test_very_large_arrays_go_through_a_shared_memory_ring_that_the_reader_releases() -> None:
+    name = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    ring = Ring(name, size=16 << 20)
     big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: at least SHARED_MIN
     middle = np.arange(SHARED_MIN // 8 - 1, dtype=np.float64)  # under it: through the socket
-    pieces = encode(m.Answer(1, {"big": big, "middle": middle}), Segments(prefix))
-    data = b"".join(bytes(p) for p in pieces)
-    assert len(data) < middle.nbytes + 1000  # the big array is not in the frame
-    assert [p.name for p in Path("/dev/shm").glob(f"{prefix}-*")] == [f"{prefix}-0"]
-    (got,) = _decode(data, chunk=4096)
-    assert isinstance(got, m.Answer)
-    assert not list(Path("/dev/shm").glob(f"{prefix}-*"))  # the reader unlinked it at once
-    np.testing.assert_array_equal(got.value["big"], big)
-    np.testing.assert_array_equal(got.value["middle"], middle)
-    got.value["big"][0] = -1.0  # writable, over the mapping
-    # without Segments (or where /dev/shm is full) the socket carries everything
-    assert sum(bytes(p).__len__() for p in encode(m.Answer(1, big))) > big.nbytes
+    got: list[m.Message] = []
+    decoder = Decoder(got.append)
+    try:
+        data = b"".join(bytes(p) for p in encode(m.Answer(1, {"big": big, "middle": middle}), ring))
+        assert len(data) < middle.nbytes + 1000  # the big array is not in the frame
+        assert Path("/dev/shm", name).exists()
+        for at in range(0, len(data), 4096):
+            decoder.feed(data[at : at + 4096])
+        assert not Path("/dev/shm", name).exists()  # the reader mapped it and unlinked the name
+        (came,) = got
+        assert isinstance(came, m.Answer)
+        np.testing.assert_array_equal(came.value["big"], big)
+        np.testing.assert_array_equal(came.value["middle"], middle)
+        came.value["big"][0] = -1.0  # writable, and the reader's own copy:
+        assert ring.put(memoryview(big)) is not None  # the ring's region may be reused
+        # 16 MiB taken of 16, none released: the next does not fit (it takes the socket)
+        assert ring.put(memoryview(big)) is not None
+        assert ring.put(memoryview(big)) is not None
+        assert ring.put(memoryview(big)) is None
+        released = decoder.take_released()
+        assert released == 4 << 20 and decoder.take_released() == 0
+        ring.release(released)
+        assert ring.put(memoryview(big)) is not None
+        # without a ring the socket carries everything
+        assert sum(len(bytes(p)) for p in encode(m.Answer(1, big))) > big.nbytes
+    finally:
+        ring.close()
+        decoder.close()
+        Ring.sweep(name)
 
 
-def test_sweep_removes_what_no_reader_took() -> None:
+def test_sweep_removes_a_ring_no_reader_mapped() -> None:
     prefix = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    encode(m.Infer(1, np.zeros(1 << 18, np.float32), None), Segments(f"{prefix}-s"))
-    encode(m.Answer(1, np.zeros(1 << 18, np.float32)), Segments(f"{prefix}-c"))
-    if not Segments.available():
+    rings = [Ring(f"{prefix}-s"), Ring(f"{prefix}-c")]
+    for ring in rings:
+        encode(m.Answer(1, np.zeros(1 << 18, np.float32)), ring)
+        ring.close()
+    if not Ring.available():
         return
     assert len(list(Path("/dev/shm").glob(f"{prefix}-*"))) == 2
-    assert Segments.sweep(prefix) == 2
+    assert Ring.sweep(prefix) == 2
     assert not list(Path("/dev/shm").glob(f"{prefix}-*"))
 
 

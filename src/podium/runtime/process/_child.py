@@ -61,6 +61,7 @@ from ._messages import (
     Item,
     Message,
     Ready,
+    Release,
     Report,
     StartFailed,
     Stopped,
@@ -69,7 +70,7 @@ from ._messages import (
     pack_error,
     queues_ahead,
 )
-from ._wire import Decoder, Segments, encode
+from ._wire import Decoder, Ring, encode
 
 __all__ = ["main"]
 
@@ -148,7 +149,7 @@ class Child(asyncio.Protocol):
         self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
         self._flushing = False
-        self._segments: Segments | None = None  # large buffers to the server (Init.shm)
+        self._ring: Ring | None = None  # large buffers to the server (Init.shm)
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -156,7 +157,11 @@ class Child(asyncio.Protocol):
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self._decoder.feed(data)
+        decoder = self._decoder
+        decoder.feed(data)
+        released = decoder.take_released()
+        if released:
+            self.send(Release(released))
 
     def eof_received(self) -> bool:
         return False
@@ -169,7 +174,7 @@ class Child(asyncio.Protocol):
         then do queued requests start."""
         if self._transport.is_closing():
             return
-        self._out += encode(message, self._segments)
+        self._out += encode(message, self._ring)
         if not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -222,6 +227,9 @@ class Child(asyncio.Protocol):
                 request = self._requests.get(message.cid)
                 if request is not None:
                     request.window.add(message.n)
+            case Release():
+                if self._ring is not None:
+                    self._ring.release(message.upto)
             case Init():
                 self._setup = asyncio.get_running_loop().create_task(self._start(message))
 
@@ -230,7 +238,7 @@ class Child(asyncio.Protocol):
     async def _start(self, init: Init) -> None:
         config = init.source.config
         if init.shm:
-            self._segments = Segments(f"{init.shm}-c")
+            self._ring = Ring(f"{init.shm}-c")
         self.name = config.name
         self.stream_buffer = config.stream_buffer
         # The server's format, bounded, each line naming this worker and the request it is about.

@@ -4,6 +4,8 @@
                       Infer / Stream / Batch        a request (``cid`` names it from then on)
                       Cancel(cid)                   the client left: cancel it; is_disconnected()
                       Credit(cid, n)                a stream's reader took ``n`` more items
+    both ways         Release(upto)                 the reader copied the sender's shared memory
+                                                    ring out up to ``upto``: it may reuse it
     worker → server   Ready / StartFailed           once, after building the model
                       Answer(cid, value) / Error    the answer to Infer or Batch
                       Item(cid, value) ... End(cid) a stream (or Error)
@@ -52,6 +54,7 @@ __all__ = [
     "Item",
     "Message",
     "Ready",
+    "Release",
     "Report",
     "Runner",
     "StartFailed",
@@ -145,6 +148,12 @@ class Credit(msgspec.Struct):
     n: int
 
 
+class Release(msgspec.Struct):
+    """The receiver has copied the sender's shared memory ring out up to position ``upto``."""
+
+    upto: int
+
+
 # -- worker → server ---------------------------------------------------------------------------
 
 
@@ -211,6 +220,7 @@ Message = (
     | End
     | Stopped
     | Report
+    | Release
 )
 
 #: Every message class; its index is its tag in a frame's header (both sides run this module).
@@ -229,6 +239,7 @@ MESSAGES: tuple[type[Message], ...] = (
     End,
     Stopped,
     Report,
+    Release,
 )
 
 

@@ -69,6 +69,7 @@ from ._messages import (
     Item,
     Message,
     Ready,
+    Release,
     Report,
     StartFailed,
     Stopped,
@@ -76,7 +77,7 @@ from ._messages import (
     Unvalidated,
     queues_ahead,
 )
-from ._wire import Decoder, Segments, encode
+from ._wire import Decoder, Ring, encode
 
 if TYPE_CHECKING:
     from ...model import ModelSource
@@ -215,12 +216,22 @@ class _Call:
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, on_message: Callable[[Message], None], on_lost: Callable[[], None]) -> None:
-        self._decoder = Decoder(on_message)
+    def __init__(
+        self,
+        on_message: Callable[[Message], None],
+        on_lost: Callable[[], None],
+        on_released: Callable[[int], None],
+    ) -> None:
+        self.decoder = Decoder(on_message)
         self._on_lost = on_lost
+        self._on_released = on_released
 
     def data_received(self, data: bytes) -> None:
-        self._decoder.feed(data)
+        decoder = self.decoder
+        decoder.feed(data)
+        released = decoder.take_released()
+        if released:
+            self._on_released(released)
 
     def eof_received(self) -> bool:
         return False
@@ -275,10 +286,11 @@ class ProcessWorker:
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
         self._flushing = False
-        # large buffers to the worker go through shared memory files named after init.shm
-        self._segments = Segments(f"{init.shm}-s") if init.shm else None
+        # large buffers to the worker go through a shared memory ring named after init.shm
+        self._ring = Ring(f"{init.shm}-s") if init.shm else None
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
+        self._connection: _Connection | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
         self._ending: _Ending | None = None  # why we are ending it: not a crash
@@ -315,10 +327,10 @@ class ProcessWorker:
         self.pid = self._proc.pid
         self._ready = loop.create_future()
         self._exited = loop.create_future()
-        transport, _ = await loop.create_unix_connection(
-            lambda: _Connection(self._on_message, self._on_lost), sock=ours
-        )
+        connection = _Connection(self._on_message, self._on_lost, self._on_released)
+        transport, _ = await loop.create_unix_connection(lambda: connection, sock=ours)
         self._transport = transport
+        self._connection = connection
         self._send(self._init)
         try:
             ready = await self._ready
@@ -394,10 +406,14 @@ class ProcessWorker:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out += encode(message, self._segments)
+        self._out += encode(message, self._ring)
         if not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
+
+    def _on_released(self, upto: int) -> None:
+        with contextlib.suppress(WorkerGone):
+            self._send(Release(upto))
 
     def _flush(self) -> None:
         self._flushing = False
@@ -431,6 +447,9 @@ class ProcessWorker:
                 if call is not None:
                     call.fail(message.exception())
                     self._release()
+            case Release():
+                if self._ring is not None:
+                    self._ring.release(message.upto)
             case Report():
                 if message.compute is not None:
                     self._stats.merge_compute(message.compute)
@@ -500,8 +519,12 @@ class ProcessWorker:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 code = await proc.wait()
-        if self._init.shm:  # what either side wrote that the other never read
-            Segments.sweep(self._init.shm)
+        if self._init.shm:  # the rings: a name that no reader mapped, our own mappings
+            Ring.sweep(self._init.shm)
+            if self._ring is not None:
+                self._ring.close()
+            if self._connection is not None:
+                self._connection.decoder.close()
         how = describe_exit(code)
         ending = self._ending
         if ending is None:
@@ -698,7 +721,7 @@ def process_pool(
         log_level=logging.NOTSET,
     )
 
-    shared = Segments.available()
+    shared = Ring.available()
 
     async def new_worker(wid: str) -> Worker:
         return ProcessWorker(

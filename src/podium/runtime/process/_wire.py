@@ -13,29 +13,32 @@ memory to the socket (``transport.writelines``), and the receiver rebuilds them 
 the frame it read (writable, no further copy).
 
 Buffers of :data:`SHARED_MIN` bytes or more go through shared memory instead, where the sender
-has :class:`Segments`: it writes each into a file of its own in ``/dev/shm`` (one copy), the frame
-carries the file's name (its length field has :data:`_SHARED` set), and the receiver maps the
-file, unlinks it at once and rebuilds the array over the mapping (no copy; the memory goes with
-the array). A segment whose receiver never read it (the worker process died first) is removed by
-:meth:`Segments.sweep`, which the server runs for both directions when a worker process ends.
+has a :class:`Ring`: one file in ``/dev/shm`` per direction and worker, mapped by both sides and
+made once, so its pages stay in memory. The sender copies the buffer into the ring's next free
+region, the frame carries where (its length field has :data:`_SHARED` set), and the receiver
+copies it out into the frame's own memory as it decodes the frame (two copies, no system call,
+where the socket made three and woke the reader once per chunk). The receiver's
+:meth:`Decoder.take_released` then says how far the sender may reuse the ring (a ``Release``
+message). The receiver unlinks the file when it first maps it; :meth:`Ring.sweep`, which the
+server runs when a worker process ends, removes one that no reader mapped.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import mmap
 import os
 import pickle
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from msgspec.structs import astuple
 
 from ._messages import MESSAGES, Message
 
-__all__ = ["SHARED_MIN", "Decoder", "Segments", "encode"]
+__all__ = ["SHARED_MIN", "Decoder", "Ring", "encode"]
 
 _HEAD = struct.Struct("<BII")
 _LEN = struct.Struct("<Q")
@@ -43,45 +46,66 @@ _TAGS = {cls: tag for tag, cls in enumerate(MESSAGES)}
 
 #: Buffers smaller than this are pickled in-band: a separate buffer costs more than a copy.
 _OUT_OF_BAND_MIN = 4096
-#: Buffers this large or larger go through shared memory (where the sender has ``Segments``):
-#: below it, the socket's copies cost less than making, mapping and removing a file.
+#: Buffers this large or larger go through shared memory (where the sender has a ``Ring``).
 SHARED_MIN = 1 << 20
-#: Set in a buffer's length field: the frame holds the name of a shared memory file instead.
+#: The size of each direction's ring: a buffer larger than half of it takes the socket.
+RING_SIZE = 64 << 20
+#: Set in a buffer's length field: the frame holds where in the sender's ring the buffer is.
 _SHARED = 1 << 63
+_PLACE = struct.Struct("<QQQ")  # offset, length, the ring's position after it; then its name
 _SHM = Path("/dev/shm")
 
 
-class Segments:
-    """The shared memory files one side writes for the other: ``<prefix>-<n>`` in /dev/shm."""
+class Ring:
+    """The shared memory one side writes its large buffers into (``/dev/shm/<name>``, made on
+    first use). Regions are taken in order and given back in order (:meth:`release`)."""
 
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self._numbers = itertools.count()
+    def __init__(self, name: str, size: int = RING_SIZE) -> None:
+        self.name = name
+        self.size = size
+        self._map: mmap.mmap | None = None
+        self._head = 0  # bytes ever taken (the next region starts at head % size)
+        self._tail = 0  # bytes the reader has released
 
     @staticmethod
     def available() -> bool:
         return _SHM.is_dir() and os.access(_SHM, os.W_OK)
 
-    def put(self, raw: memoryview) -> bytes:
-        """A new file holding ``raw``; its name, for the frame."""
-        name = f"{self.prefix}-{next(self._numbers)}"
-        fd = os.open(_SHM / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            view = raw.cast("B")
-            written = 0
-            while written < len(view):
-                written += os.write(fd, view[written:])
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(_SHM / name)
-            raise
-        finally:
-            os.close(fd)
-        return name.encode()
+    def put(self, raw: memoryview) -> bytes | None:
+        """Copy ``raw`` into the ring; where it is, for the frame (None: no room, or no ring)."""
+        n = raw.nbytes
+        if n > self.size // 2:
+            return None
+        at = self._head % self.size
+        skip = self.size - at if at + n > self.size else 0  # a region never wraps
+        if self._head + skip + n - self._tail > self.size:
+            return None  # the reader has not released enough yet
+        if self._map is None:
+            try:
+                self._map = _open_map(self.name, create=self.size)
+            except OSError:
+                self.size = 0  # no shared memory here: the socket carries everything
+                return None
+        if skip:
+            at = 0
+        self._map[at : at + n] = raw.cast("B")
+        self._head += skip + n
+        return _PLACE.pack(at, n, self._head) + self.name.encode()
+
+    def release(self, upto: int) -> None:
+        """The reader has copied out everything before position ``upto``."""
+        if upto > self._tail:
+            self._tail = upto
+
+    def close(self) -> None:
+        if self._map is not None:
+            with contextlib.suppress(BufferError):
+                self._map.close()
+            self._map = None
 
     @staticmethod
     def sweep(prefix: str) -> int:
-        """Remove every file of ``prefix`` still there (a reader that never came); how many."""
+        """Remove every file named ``<prefix>-*`` still there (no reader mapped it); how many."""
         removed = 0
         with contextlib.suppress(OSError):
             for path in _SHM.glob(f"{prefix}-*"):
@@ -91,24 +115,29 @@ class Segments:
         return removed
 
 
-def _take_shared(name: bytes) -> memoryview:
-    """Map the file ``name`` (then gone from /dev/shm: the mapping keeps the memory)."""
-    path = _SHM / name.decode()
+def _open_map(name: str, create: int = 0) -> mmap.mmap:
+    """Map ``/dev/shm/<name>``: made with ``create`` bytes, else opened and then unlinked (both
+    sides have it mapped: nobody else needs the name)."""
+    path = _SHM / name
     if path.parent != _SHM:
         raise ValueError(f"not a shared memory file name: {name[:64]!r}")
-    fd = os.open(path, os.O_RDWR)
+    if create:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    else:
+        fd = os.open(path, os.O_RDWR)
     try:
-        os.unlink(path)
-        size = os.fstat(fd).st_size
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        return memoryview(mmap.mmap(fd, size, flags=flags))
+        if create:
+            os.ftruncate(fd, create)
+        else:
+            os.unlink(path)
+        return mmap.mmap(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
 
 
-def encode(message: Message, shared: Segments | None = None) -> list[bytes | memoryview]:
-    """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``); with
-    ``shared``, buffers of SHARED_MIN bytes or more are written to shared memory files."""
+def encode(message: Message, ring: Ring | None = None) -> list[bytes | memoryview]:
+    """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``); with a
+    ``ring``, buffers of SHARED_MIN bytes or more are copied into it where it has room."""
     buffers: list[pickle.PickleBuffer] = []
 
     def keep(buffer: pickle.PickleBuffer) -> bool:
@@ -125,13 +154,10 @@ def encode(message: Message, shared: Segments | None = None) -> list[bytes | mem
     lengths = []
     for b in buffers:
         raw = b.raw()
-        name = None
-        if shared is not None and raw.nbytes >= SHARED_MIN:
-            with contextlib.suppress(OSError):  # /dev/shm full: the socket carries it
-                name = shared.put(raw)
-        if name is not None:
-            raws.append(name)
-            lengths.append(_SHARED | len(name))
+        place = ring.put(raw) if ring is not None and raw.nbytes >= SHARED_MIN else None
+        if place is not None:
+            raws.append(place)
+            lengths.append(_SHARED | len(place))
         else:
             raws.append(raw)
             lengths.append(raw.nbytes)
@@ -149,6 +175,8 @@ class Decoder:
         self._frame: bytearray | None = None
         self._filled = 0
         self._layout: tuple[int, int, list[int]] = (0, 0, [])
+        self._rings: dict[bytes, mmap.mmap] = {}  # the sender's rings, mapped
+        self._released = 0  # how far the sender's ring was read
 
     def feed(self, data: bytes) -> None:
         view = memoryview(data)
@@ -193,17 +221,38 @@ class Decoder:
             self._frame, self._filled = frame, rest
             return
 
+    def take_released(self) -> int:
+        """How far the sender may reuse its ring (0: nothing new read from it since last)."""
+        released, self._released = self._released, 0
+        return released
+
+    def close(self) -> None:
+        for ring in self._rings.values():
+            with contextlib.suppress(BufferError):
+                ring.close()
+        self._rings.clear()
+
+    def _shared(self, place: bytes) -> bytearray:
+        at, n, end = _PLACE.unpack_from(place)
+        name = place[_PLACE.size :]
+        ring = self._rings.get(name)
+        if ring is None:
+            ring = self._rings[name] = _open_map(name.decode())
+        data = bytearray(memoryview(ring)[at : at + n])  # ours: the region is reused
+        self._released = max(self._released, end)
+        return data
+
     def _finish(self) -> None:
         frame, self._frame = self._frame, None
         assert frame is not None
         tag, size, lengths = self._layout
         view = memoryview(frame)
-        buffers = []
+        buffers: list[Any] = []
         offset = size
         for length in lengths:
             if length & _SHARED:
                 length &= ~_SHARED
-                buffers.append(_take_shared(bytes(view[offset : offset + length])))
+                buffers.append(self._shared(bytes(view[offset : offset + length])))
             else:
                 buffers.append(view[offset : offset + length])
             offset += length
