@@ -175,13 +175,14 @@ class _Call:
     """A request sent to the worker process: a call's future, or a stream's items (its values,
     then ``END`` or a ``Failure``) and its reader's wake-up."""
 
-    __slots__ = ("future", "items", "wake", "timer", "started")
+    __slots__ = ("future", "items", "wake", "deadline", "started")
 
     def __init__(self, future: asyncio.Future[Any] | None) -> None:
         self.future = future
         self.items: collections.deque[Any] = collections.deque()
         self.wake: asyncio.Future[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        #: loop time past which it fails with ResponseTimeout (0: none; a stream's next item)
+        self.deadline = 0.0
         #: counted as running in the worker (one of its first ``predict_concurrency`` calls);
         #: False while it is queued ahead there
         self.started = False
@@ -277,6 +278,8 @@ class ProcessWorker:
         self._on_exit = pool.worker_exited
         self._batching = config.batch_size > 1
         self._timeout = config.response_timeout_s
+        self._tick = min(self._timeout / 4, 1.0) if self._timeout else 1.0
+        self._sweeper: asyncio.TimerHandle | None = None
         self._window = config.stream_buffer
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count(1)
@@ -471,8 +474,6 @@ class ProcessWorker:
         worker starts the next queued call now: its deadline starts."""
         call = self._calls.pop(cid, None)
         if call is not None:
-            if call.timer is not None:
-                call.timer.cancel()
             if call.started:
                 self._running -= 1
                 if self._queued:
@@ -537,8 +538,6 @@ class ProcessWorker:
         self._queued.clear()
         self._running = 0
         for call in calls.values():
-            if call.timer is not None:
-                call.timer.cancel()
             if call.started or not self._ahead:
                 call.fail(WorkerDied(f"{reason}; the request it was running failed"))
             else:  # queued there, never started: another worker takes it
@@ -560,16 +559,27 @@ class ProcessWorker:
     # -- requests --------------------------------------------------------------------------
 
     def _arm(self, cid: int, call: _Call) -> None:
+        """Its deadline: response_timeout from now. No timer per call: one sweep per worker
+        checks the deadlines every quarter of the timeout (at most 1 s), so a predict fails
+        between response_timeout and a quarter more after it started."""
         if self._timeout:
-            if call.timer is not None:
-                call.timer.cancel()
-            call.timer = asyncio.get_running_loop().call_later(self._timeout, self._on_timeout, cid)
+            loop = asyncio.get_running_loop()
+            call.deadline = loop.time() + self._timeout
+            if self._sweeper is None:
+                self._sweeper = loop.call_later(self._tick, self._sweep)
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        late = [cid for cid, c in self._calls.items() if c.started and 0 < c.deadline <= now]
+        for cid in late:
+            self._on_timeout(cid)
+        self._sweeper = loop.call_later(self._tick, self._sweep) if self._calls else None
 
     def _on_timeout(self, cid: int) -> None:
         call = self._calls.pop(cid, None)
         if call is None:
             return
-        call.timer = None
         self._running -= 1  # a started call: the process goes, the queued ones with it
         error = ResponseTimeout(
             f"{self._label} predict did not answer within response_timeout {self._timeout:g} s; "

@@ -180,6 +180,8 @@ class Decoder:
 
     def feed(self, data: bytes) -> None:
         view = memoryview(data)
+        if self._frame is None and not self._pending:
+            view = self._whole_frames(data, view)
         while view:
             if self._frame is not None:
                 take = min(len(view), len(self._frame) - self._filled)
@@ -192,6 +194,23 @@ class Decoder:
             self._pending += view
             view = memoryview(b"")
             self._start_frames()
+
+    def _whole_frames(self, data: bytes, view: memoryview) -> memoryview:
+        """The fast path: frames that lie whole in ``data`` are decoded where they lie (a frame
+        without buffers is not copied at all); what is left, to be buffered."""
+        end = len(data)
+        at = 0
+        on_message = self._on_message
+        while end - at >= _HEAD.size:
+            tag, size, count = _HEAD.unpack_from(data, at)
+            if count:
+                return view[at:]  # buffers: the frame gets memory of its own (slow path)
+            start = at + _HEAD.size
+            if end - start < size:
+                break
+            at = start + size
+            on_message(MESSAGES[tag](*pickle.loads(view[start:at])))
+        return view[at:]
 
     def _start_frames(self) -> None:
         while True:
