@@ -12,7 +12,12 @@ CPU-bound scaling (issue 14, item 3).
 2. **Large tensors**: a model that returns its 4 MB float32 input (OIP binary tensor extension
    both ways), one thread worker against one process worker, one connection from a Python client
    on CPU 1; pinned as above. Reported: p50 per request.
-3. **CPU-bound** on `examples/cpu-heavy` (~2 ms of pure Python per request): one process worker
+3. **The process boundary alone** (`hop` rows): a process-worker version driven directly
+   through its scheduler, no HTTP server (which for 4 MB bodies costs ten times what the boundary
+   does): an async `predict` returning its inputs, 1 and 64 requests in flight with 4 float32,
+   and 1 in flight with 4 MB of float32 in and out; the driver and its worker process pinned to
+   CPU 0. Reported: requests/s and CPU per request of both processes.
+4. **CPU-bound** on `examples/cpu-heavy` (~2 ms of pure Python per request): one process worker
    against two (and one thread worker, for reference), the server NOT pinned (two workers need
    two cores), wrk with 8 connections.
 
@@ -28,10 +33,13 @@ fresh servers.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import http.client
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -215,6 +223,85 @@ def measure(folder: Path, row: Row, env: dict[str, str], args: argparse.Namespac
         return result
 
 
+HOP_MODEL = """\
+class Model:
+    async def predict(self, inputs):
+        return inputs
+"""
+
+
+async def _hop(in_flight: int, count: int, big: bool) -> dict[str, float]:
+    """Run inside a ``--hop`` child: ``count`` requests through one process worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from podium.model.discovery import discover_all
+    from podium.runtime.loading import build_version
+
+    root = Path(tempfile.mkdtemp(prefix="podium-bench-hop-"))
+    try:
+        folder = root / "hop"
+        folder.mkdir()
+        (folder / "model.py").write_text(HOP_MODEL)
+        (folder / "config.yaml").write_text("workers: process\n")
+        found, _ = discover_all(folder)
+        mv = build_version(found[0], secrets={}, executor=ThreadPoolExecutor(2))
+        await mv.load()
+        size = BIG_ELEMENTS if big else 4
+        inputs = {"x": np.arange(size, dtype=np.float32)}
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one() -> None:
+            async with slots:
+                out = await mv.scheduler.infer(inputs, None)
+                if out["x"].size != size:
+                    raise BenchError("hop: wrong answer")
+
+        await asyncio.gather(*(one() for _ in range(max(20, count // 10))))  # warm-up
+        before = tree_usage(os.getpid())
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(count)))
+        elapsed = time.perf_counter() - start
+        used = tree_usage(os.getpid()) - before
+        await mv.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "rps": count / elapsed,
+        "cpu_us": 1e6 * used.cpu_s / count,
+        "vcs": used.voluntary / count,
+        "ics": used.involuntary / count,
+    }
+
+
+def measure_hop(row: Row, env: dict[str, str], args: argparse.Namespace) -> LoadResult:
+    big = row.name == "hop-big"
+    count = int((40 if big else 4000) * args.duration)
+    argv = ["taskset", "-c", "0", sys.executable, __file__, "--hop"]
+    argv += [str(row.connections), str(count), "1" if big else "0"]
+    done = subprocess.run(
+        argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
+    )
+    if done.returncode != 0:
+        raise BenchError(f"hop run failed:\n{done.stderr[-2000:]}")
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    result = LoadResult(
+        rps=data["rps"],
+        p50_ms=float("nan"),
+        p99_ms=float("nan"),
+        requests=count,
+        non_2xx=0,
+        socket_errors=0,
+    )
+    result.server_cpu_us, result.server_vcs, result.server_ics = (
+        data["cpu_us"],
+        data["vcs"],
+        data["ics"],
+    )
+    return result
+
+
 PLAN = [
     Row("echo-thread", 1, True),
     Row("echo-process", 1, True),
@@ -222,15 +309,27 @@ PLAN = [
     Row("echo-process", 64, True),
     Row("big-thread", 1, True, big=True),
     Row("big-process", 1, True, big=True),
+    Row("hop-small", 1, True),
+    Row("hop-small", 64, True),
+    Row("hop-big", 1, True),
     Row("cpu-thread", 8, False),
     Row("cpu-process-1", 8, False),
     Row("cpu-process-2", 8, False),
 ]
 
-COUNTS = {"cpu-process-1": "1 × process", "cpu-process-2": "2 × process"}
+COUNTS = {
+    "cpu-process-1": "1 × process",
+    "cpu-process-2": "2 × process",
+    "hop-small": "1 × process, no HTTP",
+    "hop-big": "1 × process, no HTTP",
+}
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--hop"]:  # a hop row's own process (see measure_hop)
+        in_flight, count, big = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+        print(json.dumps(asyncio.run(_hop(in_flight, count, big))))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--duration", type=int, default=5)
@@ -279,7 +378,10 @@ def main() -> int:
                     what = f"{row.name}{' [' + tag + ']' if tag else ''}, {row.connections} conn"
                     log(f"round {round_no}/{args.repeat}: {what}")
                     try:
-                        result = measure(models[row.name], row, env, args)
+                        if row.name.startswith("hop-"):
+                            result = measure_hop(row, env, args)
+                        else:
+                            result = measure(models[row.name], row, env, args)
                     except BenchError as exc:
                         log(f"FAILED: {exc}")
                         continue
@@ -344,11 +446,15 @@ def report(
         scale = med(tag, "cpu-process-2", 8, "rps") / med(tag, "cpu-process-1", 8, "rps")
         scale_t = med(tag, "cpu-process-2", 8, "rps") / med(tag, "cpu-thread", 8, "rps")
         cpu64 = med(tag, "echo-process", 64, "server_cpu_us")
+        hop64 = med(tag, "hop-small", 64, "rps")
+        hop_big = med(tag, "hop-big", 1, "server_cpu_us")
         return [
             ("echo, 1 connection: p50 added by a process worker (aim ≤ 60 µs)", added, "µs"),
             ("echo, 64 connections, 1 process worker, req/s (aim ≥ 12,000)", rps64, "req/s"),
             ("echo, 64 connections, 1 process worker, server CPU per request", cpu64, "µs"),
             ("4 MB float32 in and out: p50 added by a process worker", big, "µs"),
+            ("no HTTP: 64 in flight through 1 process worker, req/s", hop64, "req/s"),
+            ("no HTTP: 4 MB float32 in and out, CPU per request (both processes)", hop_big, "µs"),
             ("cpu-heavy: 2 process workers / 1 process worker, req/s (aim ≥ 1.8×)", scale, "×"),
             ("cpu-heavy: 2 process workers / 1 thread worker, req/s", scale_t, "×"),
         ]

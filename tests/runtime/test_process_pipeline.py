@@ -244,3 +244,35 @@ async def test_large_arrays_cross_through_shared_memory_and_none_is_left_when_a_
         np.testing.assert_array_equal(answer["y"], (big + i) * 2)
     assert [(e["n"], e["writable"]) for e in lab.recorded("got")] == [(1 << 20, True)] * 40
     assert _segments() == []  # each reader unlinked the other's ring when it mapped it
+
+
+@pytest.mark.anyio
+async def test_a_batch_waits_ahead_in_the_worker_and_a_crash_sends_it_to_the_replacement(
+    lab: Lab,
+) -> None:
+    mv = lab.version(
+        """
+        class Model:
+            def predict(self, batch):
+                record("batch", xs=batch)
+                if "hold" in batch:
+                    gate(EVENTS + ".open")
+                return [{"pid": os.getpid(), "x": x} for x in batch]
+        """,
+        "batch_size: 2\nmax_batch_delay: 10000\n",
+    )
+    await mv.load()
+    held = [asyncio.ensure_future(mv.scheduler.infer(x, None)) for x in ("hold", "h2")]
+    await lab.wait(lambda: lab.recorded("batch"))
+    ahead = [asyncio.ensure_future(mv.scheduler.infer(x, None)) for x in (1, 2)]
+    # one batch runs, the next (one message) waits in the worker process: two of its slots
+    await lab.wait(lambda: mv.statistics()["busy"] == 2)
+    (victim,) = [w.pid for w in mv.workers()]
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    for call in held:
+        with pytest.raises(WorkerDied):
+            await call
+    answers = await asyncio.gather(*ahead)
+    assert [a["x"] for a in answers] == [1, 2] and {a["pid"] for a in answers} != {victim}
+    assert [e["xs"] for e in lab.recorded("batch")] == [["hold", "h2"], [1, 2]]
