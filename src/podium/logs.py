@@ -27,6 +27,7 @@ traceback keeps its first and last :data:`MAX_TRACEBACK` characters.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_TRACEBACK",
     "BoundedFormatter",
     "JsonFormatter",
+    "LineWriter",
     "RequestIdFilter",
     "TextFormatter",
     "bounded_traceback",
@@ -60,6 +62,8 @@ MAX_LOG_LINE = 2 * 1024
 MAX_TRACEBACK = 16 * 1024
 #: The values of ``--log-format``.
 FORMATS = ("text", "json")
+#: The most text (characters) :class:`LineWriter` holds before it writes at once.
+MAX_HELD = 64 * 1024
 
 
 class BoundedFormatter(logging.Formatter):
@@ -193,6 +197,78 @@ class JsonFormatter(logging.Formatter):
             return msgspec.json.encode(line, enc_hook=str).decode()
 
 
+class LineWriter(logging.StreamHandler[IO[str]]):
+    """A stream handler that writes the lines made in one turn of an event loop together.
+
+    A line made on a thread running an event loop (each request's access line, at the end of
+    the request) is held and written with every other line of the same turn of the loop, by a
+    callback the first of them schedules (``call_soon``: it runs before the loop waits again, so
+    a line is never held longer than one turn). One ``write`` of many lines instead of one per
+    line: the write is a system call, and it cost as much as the rest of a plain request's
+    logging (bench/RESULTS.md section 20). Held text is written at once past :data:`MAX_HELD`
+    characters, and with any record at WARNING or above (which comes out in order, after the
+    lines held before it). A line made on any other thread (a model's own logging in its
+    predict thread) is written at once, after what is held. :meth:`flush` (at exit, by
+    ``logging.shutdown``) writes what is held.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        self._held: list[str] = []
+        self._size = 0
+        self._scheduled: asyncio.AbstractEventLoop | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        loop = asyncio._get_running_loop()
+        if loop is None or record.levelno >= logging.WARNING:
+            self._write(line)
+            return
+        with self.lock:  # type: ignore[union-attr]
+            self._held.append(line)
+            self._size += len(line)
+            if self._size < MAX_HELD:
+                if self._scheduled is not loop:  # (a loop closed before its turn ended)
+                    self._scheduled = loop
+                    loop.call_soon(self._turn_ended)
+                return
+        self.flush()
+
+    def _turn_ended(self) -> None:
+        if self._scheduled is asyncio._get_running_loop():
+            self._scheduled = None
+        self.flush()
+
+    def _write(self, line: str) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._held.append(line)
+            self._drain()
+
+    def _drain(self) -> None:
+        held, self._held, self._size = self._held, [], 0
+        try:
+            self.stream.write("".join(held))
+            self.stream.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            # no record to name: the stream failed (closed, full disk); the lines are lost,
+            # as a plain StreamHandler's would be
+            pass
+
+    def flush(self) -> None:
+        """Write every held line."""
+        with self.lock:  # type: ignore[union-attr]
+            if self._held:
+                self._drain()
+            elif self.stream and hasattr(self.stream, "flush"):
+                self.stream.flush()
+
+
 _format = "text"
 
 
@@ -217,7 +293,7 @@ def configure(
     global _format
     if fmt not in FORMATS:
         raise ValueError(f"log-format must be {' or '.join(FORMATS)}, got {fmt!r}")
-    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler = LineWriter(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter(static) if fmt == "json" else TextFormatter(tag))
     handler.addFilter(RequestIdFilter())
     # No record of this process's names another process (worker processes are spawned, not
