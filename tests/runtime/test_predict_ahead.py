@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from helpers import wait_until
 
-from podium.errors import ResponseTimeout
+from podium.errors import QueueFull, ResponseTimeout
 from podium.model.discovery import discover_all
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelVersion
@@ -157,6 +157,28 @@ async def test_requests_ahead_of_a_stuck_predict_go_to_the_replacement_worker(
         assert mod.RAN == ["hold", "after"]
         assert len(mod.THREADS) == 2
         assert not mod.HOLD.is_set()
+    finally:
+        mod.HOLD.set()
+        await mv.scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_requests_ahead_count_against_max_queue_size(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version(tmp_path, "response_timeout: 0\nmax_queue_size: 2\n", executor)
+    mod = module(mv)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        assert mv.scheduler.statistics()["slots"] == 1 + 2  # ahead: no more than may wait
+        held = asyncio.create_task(mv.scheduler.infer("hold", None))
+        await wait_until(lambda: mod.RAN == ["hold"])
+        ahead = [asyncio.create_task(mv.scheduler.infer(i, None)) for i in range(2)]
+        await wait_until(lambda: mv.scheduler.statistics()["busy"] == 3)
+        with pytest.raises(QueueFull):  # two wait already, ahead of the predict thread
+            await mv.scheduler.infer("third", None)
+        mod.HOLD.set()
+        assert (await held, *[await a for a in ahead]) == ("hold", 0, 1)
     finally:
         mod.HOLD.set()
         await mv.scheduler.close()

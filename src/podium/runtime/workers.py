@@ -201,7 +201,8 @@ class ThreadWorker:
         self.busy = 0
         self.capacity = capacity
         self._full = capacity
-        self._slots = capacity - ahead  # predicts at once
+        self.slots = capacity - ahead  # predicts at once
+        self.ahead = ahead  # places for requests queued ahead of the predict threads
         self.started = time.time()
         self._gate = gate
         self._label = label
@@ -361,9 +362,9 @@ class ThreadWorker:
                 f"{self._timeout:g} s (thread worker {self.id})"
             )
             task.cancel()
-        if len(self._late) < self._slots or self.capacity == self._slots:
+        if len(self._late) < self.slots or self.capacity == self.slots:
             return
-        self.capacity = self._slots
+        self.capacity = self.slots
         for task in list(self._waiting):
             if calls.started(task) is None and calls.withdraw(task):
                 del self._waiting[task]
@@ -577,7 +578,7 @@ class WorkerPool:
         self.model = model
         #: the version's counters (what its workers and schedulers record; metrics read them)
         self.stats = stats if stats is not None else VersionStats()
-        self._slots_per_worker = slots_per_worker
+        self.slots_per_worker = slots_per_worker
         self.label = label
         self.kind = kind
         self.instance = instance
@@ -675,7 +676,7 @@ class WorkerPool:
     def statistics(self) -> dict[str, int]:
         """Slots of the ready workers, requests held by any worker, requests in the line."""
         if not self._started:  # not loaded yet: the slots it will have
-            slots = self.min_workers * self._slots_per_worker
+            slots = self.min_workers * self.slots_per_worker
         else:
             slots = sum(w.capacity for w in self._workers if w.state is WorkerState.READY)
         return {
@@ -969,4 +970,5 @@ def _ahead(config: Any, instance: ModelInstance) -> int:
         return 0
     slots = config.predict_concurrency
     pipeline(slots)
-    return max(PREDICT_AHEAD, slots)
+    # requests ahead wait as those in the gate's line do, and count against max_queue_size
+    return min(max(PREDICT_AHEAD, slots), config.max_queue_size)
