@@ -238,6 +238,51 @@ def test_an_access_line_is_one_record_of_podium_access() -> None:
     assert len(handler_records) == 1
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_an_access_line_written_directly_is_the_line_its_record_makes(fmt: str) -> None:
+    # as podium serve sets logging up, the line goes straight to the writer (no record); with
+    # any other handler on the way, through a record: the same line either way
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    stream = io.StringIO()
+    try:
+        root.handlers.clear()
+        writer = configure("INFO", fmt, stream=stream)
+        log = AccessLog()
+        access = Access("r-7", True, time.perf_counter_ns())
+        access.protocol, access.method, access.path, access.status = "truss", "POST", "/p", 200
+        access.ended()
+        assert log._writer() is writer
+        log.write(access)  # no loop runs here: written at once
+        direct = stream.getvalue()
+        kept: list[logging.LogRecord] = []
+
+        class Keep(logging.Handler):
+            def emit(self, made: logging.LogRecord) -> None:
+                kept.append(made)
+
+        keep = Keep()
+        log.logger.addHandler(keep)
+        try:
+            assert log._writer() is None
+            log.write(access)
+        finally:
+            log.logger.removeHandler(keep)
+        via_record = stream.getvalue()[len(direct) :]
+        assert len(kept) == 1
+        if fmt == "json":
+            one, two = json.loads(direct), json.loads(via_record)
+            assert one.pop("ts")[:16] == two.pop("ts")[:16]
+            assert one == two
+            assert one["request_id"] == "r-7" and one["logger"] == "podium.access"
+        else:
+            assert direct[24:] == via_record[24:]  # after the time stamp
+            assert direct[24:].startswith('INFO podium.access [r-7]: - truss - "POST /p" 200 ')
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+
+
 def test_route_names_come_from_the_same_table() -> None:
     names = INFERENCE_ROUTES.names()
     route, _ = names.match("POST", "/v2/models/m/versions/2/infer")

@@ -136,11 +136,14 @@ class TextFormatter(BoundedFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.message = bounded(record.getMessage(), MAX_LOG_MESSAGE)
-        created = record.created
-        stamp = f"{self._clock.text(created)},{int((created % 1) * 1000):03d}"
-        request_id = record.__dict__.get("request_id")
-        where = f"{self._tag} [{request_id}]" if request_id else self._tag
-        line = f"{stamp} {record.levelname} {record.name}{where}: {message}"
+        line = self.line(
+            record.created,
+            record.levelname,
+            record.name,
+            record.__dict__.get("request_id"),
+            message,
+            None,
+        )
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -148,6 +151,21 @@ class TextFormatter(BoundedFormatter):
         if record.stack_info:
             line = f"{line}\n{self.formatStack(record.stack_info)}"
         return line
+
+    def line(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str | None,
+        message: str,
+        fields: Any,
+    ) -> str:
+        """The line of a record without traceback (``message`` bounded already; ``fields`` are
+        not written in this format)."""
+        stamp = f"{self._clock.text(created)},{int((created % 1) * 1000):03d}"
+        where = f"{self._tag} [{request_id}]" if request_id else self._tag
+        return f"{stamp} {level} {name}{where}: {message}"
 
 
 _encoder = msgspec.json.Encoder()
@@ -168,29 +186,62 @@ class JsonFormatter(logging.Formatter):
         self._clock = _Seconds("%Y-%m-%dT%H:%M:%S", time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
-        created = record.created
-        line: dict[str, Any] = {
-            "ts": f"{self._clock.text(created)}.{int((created % 1) * 1000):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": bounded(record.getMessage(), MAX_LOG_MESSAGE),
-            "request_id": record.__dict__.get("request_id"),
-        }
-        if self._static:
-            for key, value in self._static.items():
-                line.setdefault(key, value)
-        fields = record.__dict__.get("fields")
-        if fields is not None:
-            if not isinstance(fields, Mapping):
-                fields = fields.fields()
-            for key, value in fields.items():
-                line.setdefault(key, value)
+        line = self._keys(
+            record.created,
+            record.levelname,
+            record.name,
+            record.__dict__.get("request_id"),
+            bounded(record.getMessage(), MAX_LOG_MESSAGE),
+            record.__dict__.get("fields"),
+        )
         if record.exc_info:
             line["exception"] = bounded_traceback(self.formatException(record.exc_info))
         elif record.exc_text:
             line["exception"] = bounded_traceback(record.exc_text)
         if record.stack_info:
             line["stack"] = bounded_traceback(self.formatStack(record.stack_info))
+        return self._encode(line)
+
+    def line(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str | None,
+        message: str,
+        fields: Any,
+    ) -> str:
+        """The line of a record without traceback (``message`` bounded already)."""
+        return self._encode(self._keys(created, level, name, request_id, message, fields))
+
+    def _keys(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str | None,
+        message: str,
+        fields: Any,
+    ) -> dict[str, Any]:
+        line: dict[str, Any] = {
+            "ts": f"{self._clock.text(created)}.{int((created % 1) * 1000):03d}Z",
+            "level": level,
+            "logger": name,
+            "message": message,
+            "request_id": request_id,
+        }
+        if self._static:
+            for key, value in self._static.items():
+                line.setdefault(key, value)
+        if fields is not None:
+            if not isinstance(fields, Mapping):
+                fields = fields.fields()
+            for key, value in fields.items():
+                line.setdefault(key, value)
+        return line
+
+    @staticmethod
+    def _encode(line: dict[str, Any]) -> str:
         try:
             return _encoder.encode(line).decode()
         except (TypeError, ValueError):  # a field JSON cannot carry: its text instead
@@ -224,8 +275,16 @@ class LineWriter(logging.StreamHandler[IO[str]]):
         except Exception:
             self.handleError(record)
             return
+        if record.levelno >= logging.WARNING:
+            self._write(line)
+        else:
+            self.hold(line)
+
+    def hold(self, line: str) -> None:
+        """Write ``line`` (with its terminator) with the others of this turn of the event loop
+        running on this thread; at once if none runs here."""
         loop = asyncio._get_running_loop()
-        if loop is None or record.levelno >= logging.WARNING:
+        if loop is None:
             self._write(line)
             return
         with self.lock:  # type: ignore[union-attr]

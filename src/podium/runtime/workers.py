@@ -271,9 +271,9 @@ class ThreadWorker:
         ``ResponseTimeout``. No task or timer of its own per call: one sweep per worker checks
         the deadlines every quarter of the timeout (at most 1 s), so a predict is stopped
         between ``response_timeout`` and a quarter more after it started."""
-        task = asyncio.current_task()
-        assert task is not None
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None
         self._deadlines[task] = loop.time() + self._timeout
         if self._sweeper is None:
             self._sweeper = loop.call_later(self._tick, self._sweep)
@@ -318,11 +318,12 @@ class ThreadWorker:
         ahead (:func:`_ahead`) waits behind the calls before it without its clock running.
         Waited for in the caller's own task, with no task, future or timer of its own: the
         worker's one sweep finds the calls past their deadline (:meth:`_sweep_calls`)."""
-        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None
         self._waiting[task] = None
         if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().call_later(self._tick, self._sweep)
+            self._sweeper = loop.call_later(self._tick, self._sweep)
         try:
             return await self.instance.predict(inputs, request)
         except asyncio.CancelledError:
