@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import test_process_workers as _base
 
-from podium.errors import ResponseTimeout, WorkerDied
+from podium.errors import QueueFull, ResponseTimeout, WorkerDied
 from podium.runtime.process import _child
 from podium.runtime.process._messages import Answer, Cancel, Infer, Stopped
 from podium.runtime.process._wire import Decoder, Ring, encode
@@ -276,3 +276,18 @@ async def test_a_batch_waits_ahead_in_the_worker_and_a_crash_sends_it_to_the_rep
     answers = await asyncio.gather(*ahead)
     assert [a["x"] for a in answers] == [1, 2] and {a["pid"] for a in answers} != {victim}
     assert [e["xs"] for e in lab.recorded("batch")] == [["hold", "h2"], [1, 2]]
+
+
+@pytest.mark.anyio
+async def test_requests_queued_in_a_worker_count_against_max_queue_size(lab: Lab) -> None:
+    mv = lab.version(GATED, "max_queue_size: 3\n")
+    await mv.load()
+    held = asyncio.ensure_future(mv.scheduler.infer("hold", None))
+    await lab.wait(lambda: lab.recorded("start"))
+    queued = [asyncio.ensure_future(mv.scheduler.infer(i, None)) for i in range(3)]
+    await lab.wait(lambda: mv.statistics()["busy"] == 4)  # at most max_queue_size ahead
+    with pytest.raises(QueueFull):
+        await mv.scheduler.infer("one too many", None)
+    _open(lab)
+    await held
+    assert [a["x"] for a in await asyncio.gather(*queued)] == [0, 1, 2]

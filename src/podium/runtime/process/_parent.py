@@ -283,8 +283,11 @@ class ProcessWorker:
         self._window = config.stream_buffer
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count(1)
-        self._slots = config.predict_concurrency
-        self._ahead = 0  # requests it takes queued ahead of its slots (set once it is ready)
+        self.slots = config.predict_concurrency  # predicts at once
+        #: places for requests queued ahead in the worker process beyond its slots (set once it
+        #: is ready; the gate counts them as waiting, against max_queue_size)
+        self.ahead = 0
+        self._max_ahead = config.max_queue_size
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
@@ -343,8 +346,9 @@ class ProcessWorker:
         self._descriptor.describe(ready)
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
-            self._ahead = 1 if self._batching else max(PIPELINE_AHEAD, self._slots)
-            self.capacity = self._slots + self._ahead
+            ahead = 1 if self._batching else max(PIPELINE_AHEAD, self.slots)
+            self.ahead = min(ahead, self._max_ahead)
+            self.capacity = self.slots + self.ahead
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
@@ -484,7 +488,7 @@ class ProcessWorker:
         if self._ending is _Ending.RECYCLED:  # being killed: what is queued goes elsewhere
             return
         queued, calls = self._queued, self._calls
-        while queued and self._running < self._slots:
+        while queued and self._running < self.slots:
             cid = queued.popleft()
             call = calls.get(cid)
             if call is not None:  # not cancelled meanwhile
@@ -538,7 +542,7 @@ class ProcessWorker:
         self._queued.clear()
         self._running = 0
         for call in calls.values():
-            if call.started or not self._ahead:
+            if call.started or not self.ahead:
                 call.fail(WorkerDied(f"{reason}; the request it was running failed"))
             else:  # queued there, never started: another worker takes it
                 call.fail(WorkerGone(f"{reason}; the request queued in it had not started"))
@@ -612,7 +616,7 @@ class ProcessWorker:
                 f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
             ) from exc
         self._calls[cid] = call
-        if not self._ahead or self._running < self._slots:
+        if not self.ahead or self._running < self.slots:
             self._start(cid, call)
         else:
             self._queued.append(cid)
