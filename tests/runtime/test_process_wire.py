@@ -183,3 +183,21 @@ def test_the_package_exports_what_other_packages_use() -> None:
     }
     for name in process.__all__:
         assert hasattr(process, name), name
+
+
+@pytest.mark.skipif(not Ring.available(), reason="no /dev/shm")
+def test_a_ring_that_cannot_be_made_leaves_the_socket_to_carry_everything() -> None:
+    name = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    Path("/dev/shm", name).write_bytes(b"someone else's")  # the ring cannot be made there
+    ring = Ring(name)
+    big = np.arange(1 << 20, dtype=np.float32)
+    try:
+        for _ in range(2):
+            pieces = encode(m.Answer(1, big), ring)
+            assert sum(len(bytes(p)) for p in pieces) > big.nbytes
+            (came,) = _decode(b"".join(bytes(p) for p in pieces))
+            assert isinstance(came, m.Answer)
+            np.testing.assert_array_equal(came.value, big)
+        assert Path("/dev/shm", name).read_bytes() == b"someone else's"
+    finally:
+        Path("/dev/shm", name).unlink()

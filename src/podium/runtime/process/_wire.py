@@ -48,8 +48,10 @@ _TAGS = {cls: tag for tag, cls in enumerate(MESSAGES)}
 _OUT_OF_BAND_MIN = 4096
 #: Buffers this large or larger go through shared memory (where the sender has a ``Ring``).
 SHARED_MIN = 1 << 20
-#: The size of each direction's ring: a buffer larger than half of it takes the socket.
+#: The most a ring takes: four times the first buffer it carries, at least 8 MiB, at most this
+#: (its memory is reserved when it is made). A buffer larger than half of it takes the socket.
 RING_SIZE = 64 << 20
+_RING_MIN = 8 << 20
 #: Set in a buffer's length field: the frame holds where in the sender's ring the buffer is.
 _SHARED = 1 << 63
 _PLACE = struct.Struct("<QQQ")  # offset, length, the ring's position after it; then its name
@@ -60,9 +62,9 @@ class Ring:
     """The shared memory one side writes its large buffers into (``/dev/shm/<name>``, made on
     first use). Regions are taken in order and given back in order (:meth:`release`)."""
 
-    def __init__(self, name: str, size: int = RING_SIZE) -> None:
+    def __init__(self, name: str, size: int = 0) -> None:
         self.name = name
-        self.size = size
+        self.size = size  # 0: sized by its first buffer
         self._map: mmap.mmap | None = None
         self._head = 0  # bytes ever taken (the next region starts at head % size)
         self._tail = 0  # bytes the reader has released
@@ -74,6 +76,11 @@ class Ring:
     def put(self, raw: memoryview) -> bytes | None:
         """Copy ``raw`` into the ring; where it is, for the frame (None: no room, or no ring)."""
         n = raw.nbytes
+        if self._map is None:
+            if self.size < 0:
+                return None  # no shared memory here
+            if not self.size:
+                self.size = min(RING_SIZE, max(_RING_MIN, 4 * n))
         if n > self.size // 2:
             return None
         at = self._head % self.size
@@ -84,7 +91,7 @@ class Ring:
             try:
                 self._map = _open_map(self.name, create=self.size)
             except OSError:
-                self.size = 0  # no shared memory here: the socket carries everything
+                self.size = -1  # no shared memory here (or not enough): the socket carries all
                 return None
         if skip:
             at = 0
@@ -127,7 +134,12 @@ def _open_map(name: str, create: int = 0) -> mmap.mmap:
         fd = os.open(path, os.O_RDWR)
     try:
         if create:
-            os.ftruncate(fd, create)
+            try:
+                # reserved now: a full /dev/shm is an error here, not a SIGBUS on a later write
+                os.posix_fallocate(fd, 0, create)
+            except OSError:
+                os.unlink(path)
+                raise
         else:
             os.unlink(path)
         return mmap.mmap(fd, os.fstat(fd).st_size)
