@@ -83,11 +83,20 @@ class AccessMiddleware:
             current_request.reset(token)
             if access.status is None:
                 access.status = CLIENT_CLOSED
-            if counting or access.span is not None:
+            if access.span is not None:
                 self._finish(scope, access)
+            elif counting:
+                # the rest of the line (route, path, peer) is made with the line, at the end
+                # of the loop's turn (AccessLog.write)
+                access.ended()
+                access.context = scope
+                access.describe = self._describe
+                self.log.write(access)
 
-    def _finish(self, scope: Scope, access: Access) -> None:
-        access.ended()
+    def _describe(self, access: Access) -> Route | None:
+        """What the line says of the request (its scope is ``access.context``); its route."""
+        access.describe = None
+        scope = access.context
         method = scope["method"]
         path = scope["path"]
         access.method = method
@@ -106,6 +115,13 @@ class AccessMiddleware:
         client = scope.get("client")
         if client:
             access.peer = f"{client[0]}:{client[1]}"
+        return route
+
+    def _finish(self, scope: Scope, access: Access) -> None:
+        """A traced request: its line's fields now (the span is ended with them)."""
+        access.ended()
+        access.context = scope
+        route = self._describe(access)
         hooks = tracing.hooks
         if access.span is not None and hooks is not None:
             template = None
