@@ -82,6 +82,21 @@ VENV_SPECS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "bentoml": (("bentoml==1.4.40",), "import bentoml", "bentoml"),
     "ray": (("ray[serve]==2.60.0",), "import ray.serve, fastapi", "ray"),
 }
+#: How each server runs here (its defaults but for what the row's note says): the report's
+#: preamble, so that a table is never read without it.
+LAYOUTS = (
+    "Podium: one process (`podium serve`, its default worker: the model in-process).",
+    "LitServe: a main process, one API server process (uvicorn) and one inference worker process "
+    "joined by queues (`workers_per_device` 1, `num_api_servers` 1), plus multiprocessing helpers.",
+    "BentoML: `bentoml serve`'s arbiter and one service worker process (`workers=1`); its "
+    "default per-request access log and tracing stay on.",
+    "Ray: a local Ray instance (`num_cpus=1`, no dashboard: GCS, raylet, workers) beside the "
+    "driver; a request goes to Serve's HTTP proxy actor, then over Ray to the one replica actor "
+    "(another process), which takes at most `max_ongoing_requests` (default 5) at once while the "
+    "rest wait in the proxy; sync methods run in a thread pool.",
+    "MLServer: one process (`parallel_workers: 0`), `debug: false`, no metrics endpoint, as in "
+    "`bench/run.py`.",
+)
 #: Load generator CPU share above which a row may be measuring the generator.
 GEN_BOUND_PCT = 90
 
@@ -129,6 +144,7 @@ class Result:
     batch_mean: float = math.nan
     model_busy: float = math.nan
     problem: str = ""
+    startup_s: float = math.nan  # from starting the server to its ready answer
 
 
 @dataclass
@@ -218,7 +234,7 @@ def build_rows(servers: list[str], workloads: list[str]) -> list[Row]:
         Row("ray", "batch", "async", "/batch", X_BODY, _ray("batch"),
             note="@serve.batch(32, 5 ms), max_ongoing_requests 128"),
         Row("mlserver", "predict", "async", "/v2/models/echo/infer", OIP_BODY,
-            _mlserver(BENCH / "mlserver_echo"), note="OIP infer (async only)"),
+            _mlserver(BENCH / "mlserver_echo"), note="OIP infer; async only"),
         Row("mlserver", "stream", "async", "/v2/models/stream1000/generate_stream",
             OIP_N_BODY, _mlserver(BENCH / "mlserver_stream"), framing="sse",
             note="predict_stream, SSE generate_stream"),
@@ -559,8 +575,11 @@ def one_round(rows: list[Row], args: argparse.Namespace, round_no: int) -> None:
     for row in order:
         tag = f"round {round_no}/{args.repeat} {row.name}"
         try:
+            started = time.perf_counter()
             with row.make(free_port()) as srv:
+                ready = time.perf_counter() - started
                 result = measure(row, srv, args)
+                result.startup_s = ready
         except (BenchError, OSError, http.client.HTTPException, ValueError) as exc:
             log(f"{tag}: FAILED: {exc}")
             row.failures.append(f"round {round_no}: {str(exc).splitlines()[0][:300]}")
@@ -611,6 +630,7 @@ def report(rows: list[Row], args: argparse.Namespace, loads: list[str]) -> tuple
         "its session and their descendants) over the measured run, per request (stream); "
         "`procs`: how many processes that was"
     )
+    lines += [f"- {line}" for line in LAYOUTS if line.split(":")[0].lower() in args.servers]
     flagged: list[str] = []
     titles = {
         "predict": f"Tiny JSON predict, {args.connections} connections",
@@ -636,8 +656,8 @@ def report(rows: list[Row], args: argparse.Namespace, loads: list[str]) -> tuple
         if workload == "batch":
             head += " mean batch | model busy |"
             sep += "---:|---:|"
-        head += f" {unit} min–max | load gen CPU | rounds | problems |"
-        sep += "---:|---:|---:|---|"
+        head += f" {unit} min–max | start s | load gen CPU | rounds | problems |"
+        sep += "---:|---:|---:|---:|---|"
         lines += ["", f"### {titles[workload]}", "", head, sep]
         podium = {r.code: r for r in wrows if r.server == "podium"}
         for row in wrows:
@@ -686,7 +706,13 @@ def report(rows: list[Row], args: argparse.Namespace, loads: list[str]) -> tuple
             if workload == "batch":
                 cells.append(_fmt(_med(row.runs, "batch_mean"), 1))
                 cells.append(_fmt(100 * _med(row.runs, "model_busy"), 0, " %"))
-            cells += [spread, gen_text, f"{len(row.runs)}/{args.repeat}", "; ".join(problems)]
+            cells += [
+                spread,
+                _fmt(_med(row.runs, "startup_s"), 1),
+                gen_text,
+                f"{len(row.runs)}/{args.repeat}",
+                "; ".join(problems),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
