@@ -109,7 +109,14 @@ class Batch:
         return await self.run(body["x"])
 
 
-APPS: dict[str, Any] = {"sync": SyncEcho, "async": AsyncEcho, "stream": Stream, "batch": Batch}
+APPS: dict[str, Any] = {
+    "sync": SyncEcho,
+    "async": AsyncEcho,
+    "stream": Stream,
+    "batch": Batch,
+    # the async echo with room for every connection at the replica: what the default's 5 costs
+    "async-wide": AsyncEcho.options(max_ongoing_requests=128),
+}
 
 
 def _stop(signum: int, _frame: object) -> None:
