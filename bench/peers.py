@@ -650,10 +650,8 @@ def report(rows: list[Row], args: argparse.Namespace, loads: list[str]) -> tuple
         if not wrows:
             continue
         unit = "streams/s" if workload == "stream" else "req/s"
-        head = (
-            f"| server | code | route | {unit} | × Podium | p50 ms | p99 ms | server CPU µs/"
-            f"{'stream' if workload == 'stream' else 'req'} | CPU × Podium | cs/req | procs |"
-        )
+        per = "stream" if workload == "stream" else "req"
+        head = f"| server | code | route | {unit} | × Podium | p50 ms | p99 ms | server CPU µs/{per} | CPU × Podium | cs/{per} | procs |"
         sep = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         if workload == "stream":
             head += " first chunk ms |"
