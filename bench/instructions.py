@@ -77,7 +77,9 @@ def _totals(out: Path, label: str) -> int:
     raise RuntimeError(f"callgrind wrote no dump {label!r}")
 
 
-def _count(src: Path, model: Path, path: str, body: bytes, requests: int) -> tuple[float, float]:
+def _count(
+    src: Path, model: Path, path: str, body: bytes, requests: int, extra: list[str]
+) -> tuple[float, float]:
     """One server under callgrind: the instructions of ``requests`` requests (after a warm-up),
     less those of the same time idle; per request. Also the idle instructions per second."""
     ports = [_free_port() for _ in range(5)]
@@ -85,6 +87,7 @@ def _count(src: Path, model: Path, path: str, body: bytes, requests: int) -> tup
     argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
     for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
         argv += [flag, str(port)]
+    argv += extra
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
@@ -151,7 +154,14 @@ def main() -> int:
     parser.add_argument("--body", default=BODY)
     parser.add_argument("--requests", type=int, default=1000, help="requests measured")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--other-args",
+        default="",
+        help="more `podium serve` options for the other tree only (e.g. --no-access-log, with "
+        "--other the same tree: what that option saves)",
+    )
     args = parser.parse_args()
+    extra = {"this": [], "other": args.other_args.split()}
     trees = {"this": ROOT / "src", "other": args.other.resolve()}
     per: dict[str, list[float]] = {name: [] for name in trees}
     idle: dict[str, list[float]] = {name: [] for name in trees}
@@ -159,7 +169,7 @@ def main() -> int:
         order = list(trees.items())
         for name, src in order if round_ % 2 == 0 else reversed(order):
             request, per_second = _count(
-                src, args.model, args.path, args.body.encode(), args.requests
+                src, args.model, args.path, args.body.encode(), args.requests, extra[name]
             )
             per[name].append(request)
             idle[name].append(per_second)

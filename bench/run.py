@@ -20,7 +20,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -217,6 +217,15 @@ def _flatten(value: object) -> list[object]:
     return [value]
 
 
+def check_truss(status: int, body: bytes) -> str | None:
+    """The Truss echo answers the request's own JSON body."""
+    if status != 200:
+        return f"HTTP {status}: {body[:300]!r}"
+    if json.loads(body) != json.loads(INFER_BODY):
+        return f"the Truss echo answered another body: {body[:300]!r}"
+    return None
+
+
 def check_echo(status: int, body: bytes) -> str | None:
     if status != 200:
         return f"HTTP {status}: {body[:300]!r}"
@@ -296,6 +305,48 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
                     http_server=choices[0],
                 )
             )
+
+    if args.plain:
+        # issue 14's item 4: the plain path, with the access log (on by default) and without
+        truss_dir = BENCH / "models" / "truss_echo"
+        for suffix, tag, env in sources:
+            for name, label, folder, path, extra in (
+                (
+                    "podium-truss",
+                    "Podium, Truss route, async echo of the JSON body",
+                    truss_dir,
+                    "/v1/models/truss_echo:predict",
+                    (),
+                ),
+                (
+                    "podium-truss-nolog",
+                    "Podium, Truss route, `--no-access-log`",
+                    truss_dir,
+                    "/v1/models/truss_echo:predict",
+                    ("--no-access-log",),
+                ),
+                (
+                    "podium-nolog",
+                    "Podium, `--no-access-log`",
+                    podium_dir,
+                    f"/v2/models/{podium_name}/infer",
+                    ("--no-access-log",),
+                ),
+            ):
+                targets.append(
+                    Target(
+                        name=name + suffix,
+                        label=label + tag,
+                        method="POST",
+                        path=path,
+                        make_server=functools.partial(
+                            _podium_server, folder, choices[0], env, extra
+                        ),
+                        check=check_echo if folder == podium_dir else check_truss,
+                        available=unavailable,
+                        http_server=choices[0],
+                    )
+                )
 
     if args.batch:
         # issue 14's batching workload: 1 ms + 0.05 ms per request, batch_size 32, 128
@@ -377,12 +428,14 @@ def _hello_server(http_server: str) -> Server:
 
 
 def _podium_server(
-    model_dir: Path, http_server: str | None, env: dict[str, str] | None = None
+    model_dir: Path,
+    http_server: str | None,
+    env: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
 ) -> Server:
     port = free_port()
-    return Server(
-        name="podium", argv=podium_argv(model_dir, port, http_server), port=port, env=env or {}
-    )
+    argv = [*podium_argv(model_dir, port, http_server), *extra]
+    return Server(name="podium", argv=argv, port=port, env=env or {})
 
 
 # --------------------------------------------------------------------------- running
@@ -562,7 +615,7 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
         t
         for t in targets
         if t.name.startswith("podium")
-        and not any(word in t.name for word in ("sync", "base", "batch"))
+        and not any(word in t.name for word in ("sync", "base", "batch", "truss", "nolog"))
     ):
         pod = med.get(pt.name, nan3)
         on = pt.http_server or pt.note
@@ -606,7 +659,34 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
             "| dynamic batching p99: this checkout / base (aim ≤ 1) "
             f"| {_ratio(med['podium-batch'][2], med['podium-batch-base'][2])} |"
         )
-    for name in ("podium", "podium-sync", "podium-sync-untimed"):
+    hello = hellos["uvicorn"]
+    hello_cpu = cpu_us.get("hello-uvicorn")
+    for suffix, tag in (("", ""), ("-base", " [base]")):
+        for name, what in (
+            ("podium-truss", "Truss route, access log on"),
+            ("podium-truss-nolog", "Truss route, access log off"),
+            ("podium", "OIP infer, access log on"),
+            ("podium-nolog", "OIP infer, access log off"),
+        ):
+            if name + suffix not in med or "podium-truss" + suffix not in med:
+                continue  # (the OIP rows' aim lines come with the plain rows)
+            rps = med[name + suffix][0]
+            ratio = rps / hello[0] if hello[0] else math.nan
+            verdict = "meets" if ratio >= 0.7 else "**misses**"
+            cpu = cpu_us.get(name + suffix)
+            by_cpu = _ratio(hello_cpu, cpu) if hello_cpu and cpu else "—"
+            lines.append(
+                f"| Podium{tag}, {what} / raw hello on uvicorn, req/s (aim ≥ 0.70×: {verdict}; "
+                f"by server CPU per request {by_cpu}) | {_ratio(rps, hello[0])} |"
+            )
+    for name in (
+        "podium",
+        "podium-sync",
+        "podium-sync-untimed",
+        "podium-truss",
+        "podium-truss-nolog",
+        "podium-nolog",
+    ):
         if name in cpu_us and name + "-base" in cpu_us:
             lines.append(
                 f"| {name}: server CPU per request, this checkout / base "
@@ -653,6 +733,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="add the dynamic-batching row (bench/models/batch_busy: model-busy share, p99)",
     )
     parser.add_argument("--batch-connections", type=int, default=128)
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="add the plain-path rows (issue 14 item 4): podium-truss (the Truss route on an "
+        "async echo of the JSON body), podium-truss-nolog and podium-nolog (--no-access-log)",
+    )
     parser.add_argument(
         "--no-sync", action="store_true", help="leave out the sync `def predict` echo row"
     )

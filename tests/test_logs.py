@@ -16,8 +16,10 @@ import pytest
 
 from podium import request_id
 from podium.logs import (
+    MAX_HELD,
     MAX_LOG_MESSAGE,
     JsonFormatter,
+    LineWriter,
     RequestIdFilter,
     TextFormatter,
     configure,
@@ -236,6 +238,51 @@ def test_an_access_line_is_one_record_of_podium_access() -> None:
     assert len(handler_records) == 1
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_an_access_line_written_directly_is_the_line_its_record_makes(fmt: str) -> None:
+    # as podium serve sets logging up, the line goes straight to the writer (no record); with
+    # any other handler on the way, through a record: the same line either way
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    stream = io.StringIO()
+    try:
+        root.handlers.clear()
+        writer = configure("INFO", fmt, stream=stream)
+        log = AccessLog()
+        access = Access("r-7", True, time.perf_counter_ns())
+        access.protocol, access.method, access.path, access.status = "truss", "POST", "/p", 200
+        access.ended()
+        assert log._writer() is writer
+        log.write(access)  # no loop runs here: written at once
+        direct = stream.getvalue()
+        kept: list[logging.LogRecord] = []
+
+        class Keep(logging.Handler):
+            def emit(self, made: logging.LogRecord) -> None:
+                kept.append(made)
+
+        keep = Keep()
+        log.logger.addHandler(keep)
+        try:
+            assert log._writer() is None
+            log.write(access)
+        finally:
+            log.logger.removeHandler(keep)
+        via_record = stream.getvalue()[len(direct) :]
+        assert len(kept) == 1
+        if fmt == "json":
+            one, two = json.loads(direct), json.loads(via_record)
+            assert one.pop("ts")[:16] == two.pop("ts")[:16]
+            assert one == two
+            assert one["request_id"] == "r-7" and one["logger"] == "podium.access"
+        else:
+            assert direct[24:] == via_record[24:]  # after the time stamp
+            assert direct[24:].startswith('INFO podium.access [r-7]: - truss - "POST /p" 200 ')
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+
+
 def test_route_names_come_from_the_same_table() -> None:
     names = INFERENCE_ROUTES.names()
     route, _ = names.match("POST", "/v2/models/m/versions/2/infer")
@@ -243,3 +290,111 @@ def test_route_names_come_from_the_same_table() -> None:
     route, _ = names.match("HEAD", "/v2/health/live")
     assert route.name == "serverLive"
     assert names.match("GET", "/nowhere") is None
+
+
+class Writes(io.StringIO):
+    """A stream that keeps each ``write`` apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def writer() -> tuple[LineWriter, Writes]:
+    stream = Writes()
+    handler = LineWriter(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return handler, stream
+
+
+def emit(handler: logging.Handler, message: str, level: int = logging.INFO) -> None:
+    handler.handle(logging.LogRecord("t", level, __file__, 0, message, (), None))
+
+
+def test_line_writer_writes_one_turns_lines_in_one_write_before_the_loop_waits() -> None:
+    handler, stream = writer()
+
+    async def main() -> list[str]:
+        for n in range(3):
+            emit(handler, f"line {n}")
+        held = list(stream.writes)
+        await asyncio.sleep(0)  # one turn of the loop
+        return held
+
+    assert asyncio.run(main()) == []  # nothing written while the turn ran
+    assert stream.writes == ["line 0\nline 1\nline 2\n"]
+
+
+def test_line_writer_writes_a_warning_at_once_after_what_it_held() -> None:
+    handler, stream = writer()
+
+    async def main() -> None:
+        emit(handler, "info")
+        emit(handler, "warn", logging.WARNING)
+        assert stream.writes == ["info\nwarn\n"]
+
+    asyncio.run(main())
+
+
+def test_line_writer_writes_lines_of_other_threads_at_once() -> None:
+    handler, stream = writer()
+    emit(handler, "no loop here")
+    assert stream.writes == ["no loop here\n"]
+
+    async def main() -> None:
+        emit(handler, "held")
+        await asyncio.to_thread(emit, handler, "from a thread")
+        # the thread's line came out at once, after the held one
+        assert stream.getvalue().endswith("held\nfrom a thread\n")
+
+    asyncio.run(main())
+
+
+def test_line_writer_writes_at_once_past_its_bound() -> None:
+    handler, stream = writer()
+    big = "x" * (MAX_HELD // 4)
+
+    async def main() -> int:
+        for _ in range(5):
+            emit(handler, big)
+        return len(stream.writes)
+
+    assert asyncio.run(main()) == 1  # the fourth line reached the bound: all four written
+    assert stream.getvalue().count("x") == 5 * len(big)
+
+
+def test_line_writer_flush_writes_what_a_closed_loop_left_held() -> None:
+    handler, stream = writer()
+    loop = asyncio.new_event_loop()
+
+    loop.call_soon(emit, handler, "left")
+    loop.call_soon(loop.stop)  # the loop stops at the end of this turn
+    loop.run_forever()
+    loop.close()  # its turn's callback never ran
+    assert stream.writes == []
+
+    async def again() -> None:  # another loop schedules its own write
+        emit(handler, "next")
+        await asyncio.sleep(0)
+
+    asyncio.run(again())
+    assert stream.getvalue() == "left\nnext\n"
+    emit(handler, "x")
+    handler.flush()
+    assert stream.getvalue().endswith("x\n")
+
+
+def test_configure_logs_through_a_line_writer() -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        root.handlers.clear()
+        handler = configure("INFO", "text", stream=io.StringIO())
+        assert isinstance(handler, LineWriter)
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)

@@ -27,6 +27,7 @@ traceback keeps its first and last :data:`MAX_TRACEBACK` characters.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_TRACEBACK",
     "BoundedFormatter",
     "JsonFormatter",
+    "LineWriter",
     "RequestIdFilter",
     "TextFormatter",
     "bounded_traceback",
@@ -60,6 +62,8 @@ MAX_LOG_LINE = 2 * 1024
 MAX_TRACEBACK = 16 * 1024
 #: The values of ``--log-format``.
 FORMATS = ("text", "json")
+#: The most text (characters) :class:`LineWriter` holds before it writes at once.
+MAX_HELD = 64 * 1024
 
 
 class BoundedFormatter(logging.Formatter):
@@ -132,11 +136,14 @@ class TextFormatter(BoundedFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.message = bounded(record.getMessage(), MAX_LOG_MESSAGE)
-        created = record.created
-        stamp = f"{self._clock.text(created)},{int((created % 1) * 1000):03d}"
-        request_id = record.__dict__.get("request_id")
-        where = f"{self._tag} [{request_id}]" if request_id else self._tag
-        line = f"{stamp} {record.levelname} {record.name}{where}: {message}"
+        line = self.line(
+            record.created,
+            record.levelname,
+            record.name,
+            record.__dict__.get("request_id"),
+            message,
+            None,
+        )
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -144,6 +151,21 @@ class TextFormatter(BoundedFormatter):
         if record.stack_info:
             line = f"{line}\n{self.formatStack(record.stack_info)}"
         return line
+
+    def line(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str | None,
+        message: str,
+        fields: Any,
+    ) -> str:
+        """The line of a record without traceback (``message`` bounded already; ``fields`` are
+        not written in this format)."""
+        stamp = f"{self._clock.text(created)},{int((created % 1) * 1000):03d}"
+        where = f"{self._tag} [{request_id}]" if request_id else self._tag
+        return f"{stamp} {level} {name}{where}: {message}"
 
 
 _encoder = msgspec.json.Encoder()
@@ -164,33 +186,146 @@ class JsonFormatter(logging.Formatter):
         self._clock = _Seconds("%Y-%m-%dT%H:%M:%S", time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
-        created = record.created
-        line: dict[str, Any] = {
-            "ts": f"{self._clock.text(created)}.{int((created % 1) * 1000):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": bounded(record.getMessage(), MAX_LOG_MESSAGE),
-            "request_id": record.__dict__.get("request_id"),
-        }
-        if self._static:
-            for key, value in self._static.items():
-                line.setdefault(key, value)
-        fields = record.__dict__.get("fields")
-        if fields is not None:
-            if not isinstance(fields, Mapping):
-                fields = fields.fields()
-            for key, value in fields.items():
-                line.setdefault(key, value)
+        line = self._keys(
+            record.created,
+            record.levelname,
+            record.name,
+            record.__dict__.get("request_id"),
+            bounded(record.getMessage(), MAX_LOG_MESSAGE),
+            record.__dict__.get("fields"),
+        )
         if record.exc_info:
             line["exception"] = bounded_traceback(self.formatException(record.exc_info))
         elif record.exc_text:
             line["exception"] = bounded_traceback(record.exc_text)
         if record.stack_info:
             line["stack"] = bounded_traceback(self.formatStack(record.stack_info))
+        return self._encode(line)
+
+    def line(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str | None,
+        message: str,
+        fields: Any,
+    ) -> str:
+        """The line of a record without traceback (``message`` bounded already)."""
+        return self._encode(self._keys(created, level, name, request_id, message, fields))
+
+    def _keys(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str | None,
+        message: str,
+        fields: Any,
+    ) -> dict[str, Any]:
+        line: dict[str, Any] = {
+            "ts": f"{self._clock.text(created)}.{int((created % 1) * 1000):03d}Z",
+            "level": level,
+            "logger": name,
+            "message": message,
+            "request_id": request_id,
+        }
+        if self._static:
+            for key, value in self._static.items():
+                line.setdefault(key, value)
+        if fields is not None:
+            if not isinstance(fields, Mapping):
+                fields = fields.fields()
+            for key, value in fields.items():
+                line.setdefault(key, value)
+        return line
+
+    @staticmethod
+    def _encode(line: dict[str, Any]) -> str:
         try:
             return _encoder.encode(line).decode()
         except (TypeError, ValueError):  # a field JSON cannot carry: its text instead
             return msgspec.json.encode(line, enc_hook=str).decode()
+
+
+class LineWriter(logging.StreamHandler[IO[str]]):
+    """A stream handler that writes the lines made in one turn of an event loop together.
+
+    A line made on a thread running an event loop (each request's access line, at the end of
+    the request) is held and written with every other line of the same turn of the loop, by a
+    callback the first of them schedules (``call_soon``: it runs before the loop waits again, so
+    a line is never held longer than one turn). One ``write`` of many lines instead of one per
+    line: the write is a system call, and it cost as much as the rest of a plain request's
+    logging (bench/RESULTS.md section 20). Held text is written at once past :data:`MAX_HELD`
+    characters, and with any record at WARNING or above (which comes out in order, after the
+    lines held before it). A line made on any other thread (a model's own logging in its
+    predict thread) is written at once, after what is held. :meth:`flush` (at exit, by
+    ``logging.shutdown``) writes what is held.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        self._held: list[str] = []
+        self._size = 0
+        self._scheduled: asyncio.AbstractEventLoop | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        if record.levelno >= logging.WARNING:
+            self._write(line)
+        else:
+            self.hold(line)
+
+    def hold(self, line: str) -> None:
+        """Write ``line`` (with its terminator) with the others of this turn of the event loop
+        running on this thread; at once if none runs here."""
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            self._write(line)
+            return
+        with self.lock:  # type: ignore[union-attr]
+            self._held.append(line)
+            self._size += len(line)
+            if self._size < MAX_HELD:
+                if self._scheduled is not loop:  # (a loop closed before its turn ended)
+                    self._scheduled = loop
+                    loop.call_soon(self._turn_ended)
+                return
+        self.flush()
+
+    def _turn_ended(self) -> None:
+        if self._scheduled is asyncio._get_running_loop():
+            self._scheduled = None
+        self.flush()
+
+    def _write(self, line: str) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._held.append(line)
+            self._drain()
+
+    def _drain(self) -> None:
+        held, self._held, self._size = self._held, [], 0
+        try:
+            self.stream.write("".join(held))
+            self.stream.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            # no record to name: the stream failed (closed, full disk); the lines are lost,
+            # as a plain StreamHandler's would be
+            pass
+
+    def flush(self) -> None:
+        """Write every held line."""
+        with self.lock:  # type: ignore[union-attr]
+            if self._held:
+                self._drain()
+            elif self.stream and hasattr(self.stream, "flush"):
+                self.stream.flush()
 
 
 _format = "text"
@@ -217,7 +352,7 @@ def configure(
     global _format
     if fmt not in FORMATS:
         raise ValueError(f"log-format must be {' or '.join(FORMATS)}, got {fmt!r}")
-    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler = LineWriter(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter(static) if fmt == "json" else TextFormatter(tag))
     handler.addFilter(RequestIdFilter())
     # No record of this process's names another process (worker processes are spawned, not

@@ -277,3 +277,47 @@ async def test_a_call_runs_in_the_callers_context() -> None:
         assert var.get() == "the caller's"
     finally:
         await threads.close()
+
+
+@pytest.mark.anyio
+async def test_started_withdraw_and_detach_by_the_callers_task() -> None:
+    threads = CallThreads("t", limit=1)
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def work(name: str) -> str:
+        ran.append(name)
+        if name == "first":
+            assert gate.wait(5)
+        return name
+
+    first = asyncio.create_task(threads.run(work, "first"))
+    await wait_until(lambda: ran == ["first"])
+    queued = asyncio.create_task(threads.run(work, "queued"))
+    await asyncio.sleep(0)  # it has queued its call
+    assert threads.started(first) is not None  # since when it runs
+    assert threads.started(queued) is None  # waiting for the one thread
+    assert threads.withdraw(first) is False  # a thread has it: it runs on
+    # taken back before it started: it never runs, and its caller goes at once
+    assert threads.withdraw(queued) is True
+    assert threads.in_flight == 1
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    # detached: the caller of a running call leaves at once when cancelled, and the callback
+    # hears when the call really returns
+    ended: list[str] = []
+    assert threads.detach(first, lambda: ended.append("first")) is True
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert ended == []
+    gate.set()
+    await wait_until(lambda: ended == ["first"])
+    assert ran == ["first"]  # "queued" never ran
+    assert threads.in_flight == 0
+    # a task that waits for no call here: nothing to detach, nothing to run
+    assert threads.started(first) is None
+    assert threads.detach(first, lambda: None) is False
+    assert await threads.run(work, "after") == "after"
+    await threads.close()

@@ -476,3 +476,33 @@ def test_real_ts_package_is_left_alone(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[b'part ', 'last']"
+
+
+@pytest.mark.anyio
+async def test_handle_runs_on_one_thread_of_its_own_at_predict_concurrency_1(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # as in TorchServe's one-threaded backend worker (thread-local state, torch's included,
+    # stays put), and requests are taken ahead of it: the worker times them from their start
+    path = handler_model(
+        tmp_path,
+        """
+        import threading
+
+        def handle(data, context):
+            if data is None:
+                return None
+            return [threading.get_ident() for _ in data]
+        """,
+    )
+    (source,) = discover(path)
+    mv = build_version(source, secrets={}, executor=executor)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        assert mv.scheduler.statistics()["slots"] > 1  # taken ahead of the one thread
+        requests = [WireInput(WireProtocol.TORCHSERVE_REST, b"x") for _ in range(20)]
+        idents = await asyncio.gather(*(mv.scheduler.infer(r, FakeRequest()) for r in requests))
+        assert len(set(idents)) == 1
+        assert idents[0] not in {t.ident for t in executor._threads}  # not the shared pool
+    finally:
+        await mv.scheduler.close()

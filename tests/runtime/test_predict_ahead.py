@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from helpers import wait_until
 
+from podium.errors import QueueFull, ResponseTimeout
 from podium.model.discovery import discover_all
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelVersion
@@ -39,6 +40,8 @@ class Model:
             THREADS.add(threading.get_ident())
         if inputs == "hold":
             assert HOLD.wait(5)
+        if isinstance(inputs, str) and inputs.startswith("x"):  # SLOW: 1 µs per character
+            threading.Event().wait(len(inputs) / 1e6)
         threading.Event().wait(0.0002)  # a real wait: another thread could come in
         with LOCK:
             RUNNING[0] -= 1
@@ -112,13 +115,70 @@ async def test_a_request_ahead_whose_client_left_never_runs(
 
 
 @pytest.mark.anyio
-async def test_no_requests_ahead_with_response_timeout(
+async def test_response_timeout_counts_from_the_predicts_start_not_the_wait_ahead(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    # a request's response_timeout must not count a wait behind another's predict
-    mv = version(tmp_path, "response_timeout: 30\npredict_concurrency: 2\n", executor)
+    # two predicts of 0.6 s one after the other, at response_timeout 1: the second waits 0.6 s
+    # queued ahead, then runs 0.6 s; timed from its arrival it would fail
+    mv = version(tmp_path, "response_timeout: 1\n", executor)
+    mod = module(mv)
+    mod.HOLD.set()  # "hold" does not wait for the test
     await mv.pool.start()  # type: ignore[union-attr]
     try:
-        assert mv.scheduler.statistics()["slots"] == 2
+        assert mv.scheduler.statistics()["slots"] == 1 + PREDICT_AHEAD  # taken ahead, timed
+        slow = "x" * 600_000  # see SLOW: 0.6 s
+        first = asyncio.create_task(mv.scheduler.infer(slow, None))
+        await wait_until(lambda: len(mod.RAN) == 1)
+        second = asyncio.create_task(mv.scheduler.infer(slow, None))
+        await wait_until(lambda: mv.scheduler.statistics()["busy"] == 2)  # queued ahead
+        assert (await first, await second) == (slow, slow)
+        assert mod.RUNNING[1] == 1
     finally:
+        await mv.scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_requests_ahead_of_a_stuck_predict_go_to_the_replacement_worker(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version(tmp_path, "response_timeout: 0.3\n", executor)
+    mod = module(mv)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        held = asyncio.create_task(mv.scheduler.infer("hold", None))
+        await wait_until(lambda: mod.RAN == ["hold"])
+        after = asyncio.create_task(mv.scheduler.infer("after", None))
+        await wait_until(lambda: mv.scheduler.statistics()["busy"] == 2)  # queued ahead
+        with pytest.raises(ResponseTimeout):
+            await held  # its thread runs on, past the timeout
+        # "after" never ran behind it: it was taken back and ran on the worker that replaced
+        # the stuck one (on another thread), while "hold" still runs
+        assert await after == "after"
+        assert mod.RAN == ["hold", "after"]
+        assert len(mod.THREADS) == 2
+        assert not mod.HOLD.is_set()
+    finally:
+        mod.HOLD.set()
+        await mv.scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_requests_ahead_count_against_max_queue_size(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version(tmp_path, "response_timeout: 0\nmax_queue_size: 2\n", executor)
+    mod = module(mv)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        assert mv.scheduler.statistics()["slots"] == 1 + 2  # ahead: no more than may wait
+        held = asyncio.create_task(mv.scheduler.infer("hold", None))
+        await wait_until(lambda: mod.RAN == ["hold"])
+        ahead = [asyncio.create_task(mv.scheduler.infer(i, None)) for i in range(2)]
+        await wait_until(lambda: mv.scheduler.statistics()["busy"] == 3)
+        with pytest.raises(QueueFull):  # two wait already, ahead of the predict thread
+            await mv.scheduler.infer("third", None)
+        mod.HOLD.set()
+        assert (await held, *[await a for a in ahead]) == ("hold", 0, 1)
+    finally:
+        mod.HOLD.set()
         await mv.scheduler.close()

@@ -343,3 +343,54 @@ def test_limits_come_from_flags_and_config_files(tmp_path: Path) -> None:
     assert _merge(config, {"header_timeout": 0.5}).header_timeout == 0.5
     with pytest.raises(click.UsageError, match="body-timeout"):
         _merge(None, {"body_timeout": -1.0})
+
+
+class _Writes:
+    """A transport that keeps each write apart."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+@pytest.mark.anyio
+async def test_a_response_head_goes_out_with_its_first_body_write() -> None:
+    transport = _Writes()
+    cork = _limits._Cork(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    cork.armed = True  # a response begins
+    cork.write(b"HEAD")
+    assert transport.writes == []
+    cork.write(b"BODY")
+    cork.write(b"MORE")
+    assert transport.writes == [b"HEADBODY", b"MORE"]
+    # a head whose body comes later (a stream) goes out at the end of the loop's turn
+    cork.armed = True
+    cork.write(b"HEAD2")
+    await asyncio.sleep(0)
+    assert transport.writes[-1] == b"HEAD2"
+    cork.write(b"CHUNK")
+    assert transport.writes[-1] == b"CHUNK"
+    # closing writes what is held first; the rest is the transport's own
+    cork.armed = True
+    cork.write(b"HEAD3")
+    cork.close()
+    assert transport.writes[-1] == b"HEAD3" and transport.closed
+    assert cork.get_extra_info("peername") == "info:peername"
+
+
+def test_uvicorn_cycles_write_through_the_cork() -> None:
+    # the guarded protocol sets each request cycle's transport: the attribute must exist
+    check_uvicorn()
+    assert "transport" in _limits._NEEDED[2][1]

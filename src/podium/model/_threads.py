@@ -19,6 +19,13 @@ Cancellation keeps ``run_sync``'s promise: a call still queued never runs (the c
 once); one already running cannot be stopped, so the cancellation waits for it to return, and
 the caller's resources (a predict slot) are held exactly as long as the user's code runs; a
 second cancellation lets the caller go (a shutdown cutting what still runs).
+
+A caller with a deadline (a thread worker's ``response_timeout``) asks about its call by its
+task, without a task or timer of its own per call: :meth:`CallThreads.started` (since when the
+call runs: a deadline counts from there, not from a wait behind other calls),
+:meth:`CallThreads.withdraw` (take back a call that has not started: it never runs) and
+:meth:`CallThreads.detach` (a call past its deadline: its caller may leave at once on its
+cancellation, and a callback hears when the call really returns, to free what it held).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import contextvars
 import itertools
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -40,10 +48,9 @@ _names = itertools.count(1)
 
 
 class _Call:
-    """One blocking call: what to run and, once run, its outcome. ``started`` (set by the
-    thread) and ``cancelled`` (set by the loop) are each written first and the other's read
-    after (Dekker's way; the GIL orders them): a call is either run or skipped, and reported
-    back either way, so a caller that saw it start always hears that it ended."""
+    """One blocking call: what to run and, once run, its outcome. Exactly one side takes its
+    ``token`` (``list.pop`` is atomic under the GIL): a thread, which then runs it and reports
+    it back, or the loop (its caller cancelled, or it withdrawn), and then it never runs."""
 
     __slots__ = (
         "counted",
@@ -51,10 +58,13 @@ class _Call:
         "args",
         "future",
         "inbox",
+        "token",
         "started",
-        "cancelled",
+        "started_at",
+        "withdrawn",
         "reported",
         "ended",
+        "on_end",
         "result",
         "error",
     )
@@ -70,11 +80,14 @@ class _Call:
         self.args = args
         self.future = future
         self.inbox = inbox
-        self.started = False
-        self.cancelled = False
+        self.token = [True]
+        self.started = False  # a thread took the token (set after started_at)
+        self.started_at = 0.0  # time.monotonic() when it did
+        self.withdrawn = False  # the loop took the token before its caller was cancelled
         self.reported = False  # read back on the loop
         self.counted = True  # still counted in flight (not skipped, not read back)
         self.ended: asyncio.Future[None] | None = None  # a cancelled caller waits on it
+        self.on_end: Callable[[], None] | None = None  # detached: told when it returns
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -119,6 +132,10 @@ class _Inbox:
             ended = call.ended
             if ended is not None and not ended.done():  # its caller, cancelled, waits
                 ended.set_result(None)
+            on_end = call.on_end
+            if on_end is not None:  # detached: its caller left, what it held is freed now
+                call.on_end = None
+                on_end()
             if future.done():  # cancelled: nobody reads the outcome
                 call.error = None
                 continue
@@ -136,12 +153,17 @@ def _serve(calls: queue.SimpleQueue[_Call | None]) -> None:
         call = calls.get()
         if call is None:
             return
+        try:
+            call.token.pop()
+        except IndexError:  # its caller took it back: it never runs, nobody waits for it
+            del call
+            continue
+        call.started_at = time.monotonic()
         call.started = True
-        if not call.cancelled:
-            try:
-                call.result = call.fn(*call.args)
-            except BaseException as exc:  # the caller gets whatever it raised
-                call.error = exc
+        try:
+            call.result = call.fn(*call.args)
+        except BaseException as exc:  # the caller gets whatever it raised
+            call.error = exc
         call.inbox.post(call)
         del call
 
@@ -167,6 +189,8 @@ class CallThreads:
             weakref.WeakKeyDictionary()
         )
         self._closed = False
+        #: the call of each caller's task while it waits for it (:meth:`started`, ...)
+        self._by_task: dict[asyncio.Task[Any], _Call] = {}
         weakref.finalize(self, _stop, self._calls, self._threads)
 
     @property
@@ -213,19 +237,66 @@ class CallThreads:
         # In the caller's context, as run_sync's pool threads: the request id, the sequence's
         # Context, the trace's span reach the model's code and its log lines.
         call = _Call(contextvars.copy_context().run, (fn, *args), future, inbox)
+        task = asyncio.current_task(loop)
+        by_task = self._by_task
+        if task is not None:
+            by_task[task] = call
         self._calls.put(call)
         try:
             return await future
         except asyncio.CancelledError:
-            call.cancelled = True
-            if not call.started:  # it will be skipped: it holds no thread
-                if call.counted:
-                    call.counted = False
-                    self.in_flight -= 1
-            elif not call.reported:  # it runs: it finishes whatever we do, and we wait
-                ended = call.ended = loop.create_future()
-                await ended  # a second cancellation lets the caller go (a shutdown's cut)
+            if call.withdrawn:
+                raise
+            try:
+                call.token.pop()
+            except IndexError:  # a thread has it: it runs, whatever we do
+                if not call.reported and call.on_end is None:  # we wait (unless detached)
+                    ended = call.ended = loop.create_future()
+                    await ended  # a second cancellation lets the caller go (a shutdown's cut)
+            else:  # it never runs: it holds no thread
+                self._skipped(call)
             raise
+        finally:
+            if task is not None:
+                del by_task[task]
+
+    def started(self, task: asyncio.Task[Any]) -> float | None:
+        """Since when (``time.monotonic()``) the call ``task`` waits for runs in a thread; None
+        if it has not started yet, or has returned, or ``task`` waits for no call."""
+        call = self._by_task.get(task)
+        if call is None or not call.started or call.reported:
+            return None
+        return call.started_at
+
+    def withdraw(self, task: asyncio.Task[Any]) -> bool:
+        """Make sure the call of ``task`` never runs: True if it had not started (it never will;
+        cancel ``task`` and it goes at once), or ``task`` waits for no call here (has not made
+        it yet). False if a thread has it: it runs on."""
+        call = self._by_task.get(task)
+        if call is None:
+            return True
+        try:
+            call.token.pop()
+        except IndexError:
+            return False
+        call.withdrawn = True
+        self._skipped(call)
+        return True
+
+    def _skipped(self, call: _Call) -> None:
+        if call.counted:
+            call.counted = False
+            self.in_flight -= 1
+
+    def detach(self, task: asyncio.Task[Any], on_end: Callable[[], None]) -> bool:
+        """The call ``task`` waits for, running past its caller's deadline: when ``task`` is
+        cancelled it goes at once, and ``on_end`` is called (on the loop) when the call really
+        returns. False, and nothing changed, if it is not running (not started, or returned)."""
+        call = self._by_task.get(task)
+        if call is None or not call.started or call.reported:
+            return False
+        call.on_end = on_end
+        return True
 
     async def close(self) -> None:
         """Refuse new calls; each thread stops once the calls queued before have run. Returns

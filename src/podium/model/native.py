@@ -601,6 +601,11 @@ class NativeModel:
         async for item in iterate_sync(gen, self._executor, self.name):
             yield item
 
+    @property
+    def calls(self) -> CallThreads:
+        """The threads a sync ``predict`` runs on (a thread worker times its calls there)."""
+        return self._threads
+
     def pipeline(self, slots: int) -> None:
         """Run a sync predict on ``slots`` threads at most: the caller may then hand over more
         calls than that, which wait in line for a thread and run the moment one is free, with

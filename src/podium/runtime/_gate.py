@@ -80,6 +80,15 @@ class WorkerGate:
     def _worker_left_error(self) -> Unavailable:
         return Unavailable(f"model '{self._model}': the worker this request is pinned to left")
 
+    def _ahead(self) -> int:
+        """Requests taken by workers ahead of their predict slots (a worker with ``ahead``
+        places beyond its ``slots``): they wait too, and count against ``max_waiting``."""
+        total = 0
+        for worker in self._workers:
+            if getattr(worker, "ahead", 0):
+                total += max(0, worker.busy - worker.slots)
+        return total
+
     def _least_loaded(self) -> Any:
         best = None
         for worker in self._workers:
@@ -120,8 +129,9 @@ class WorkerGate:
                 f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
             )
         line = self._line
-        if line.full():
-            raise QueueFull.of(self._model, line.waiting, self._max_waiting)
+        waiting = line.waiting + self._ahead()
+        if line.full() or waiting >= self._max_waiting:
+            raise QueueFull.of(self._model, waiting, self._max_waiting)
         hooks = tracing.hooks  # only a request that waits pays for this test
         if hooks is None:
             return await line.wait()

@@ -12,7 +12,7 @@ from ..types import ModelInstance
 from ._scheduler import Activity
 from ._stats import VersionStats
 from .process import WorkerGone
-from .workers import Worker, WorkerPool
+from .workers import Moved, Worker, WorkerPool
 
 __all__ = ["DirectScheduler"]
 
@@ -105,8 +105,8 @@ class DirectScheduler:
                 try:
                     outputs = await worker.infer(inputs, request)
                     break
-                except WorkerGone:
-                    continue  # died before it got the request: the next worker takes it
+                except (WorkerGone, Moved):
+                    continue  # died before it got the request, or took it back: the next takes it
             if caps.has_postprocess:
                 start = _now()
                 outputs = await worker.instance.postprocess(outputs, request)

@@ -24,6 +24,7 @@ import collections
 import contextlib
 import contextvars
 import enum
+import functools
 import logging
 import os
 import time
@@ -31,7 +32,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..errors import InvalidInput, ModelNotReady, ResponseTimeout, Unavailable
+from ..errors import InvalidInput, ModelNotReady, ResponseTimeout, Unavailable, WorkerDied
 from ..metrics import recording_to
 from ..types import END, ModelInstance
 from ._gate import WorkerGate
@@ -39,6 +40,7 @@ from ._stats import RestartReason, VersionStats
 
 __all__ = [
     "Failure",
+    "Moved",
     "RequestCodec",
     "ThreadWorker",
     "Worker",
@@ -162,8 +164,15 @@ class Failure:
         self.exc = exc
 
 
+class Moved(WorkerDied):
+    """A request taken back, before its predict started, from a thread worker whose every
+    predict thread is held by a call past response_timeout: the next worker takes it (the
+    scheduler tries again, as for a worker that died before it got the request)."""
+
+
 class ThreadWorker:
-    """One instance in the server process, with ``capacity`` (= predict_concurrency) slots.
+    """One instance in the server process, with ``capacity`` slots: predict_concurrency, and
+    ``ahead`` more for requests queued ahead of the predict threads (:func:`_ahead`).
 
     Each execution of ``predict`` (a request, a batch, a stream until its end) is counted in
     ``stats`` (:meth:`VersionStats.executed`) when it succeeds."""
@@ -178,6 +187,7 @@ class ThreadWorker:
         gate: WorkerGate,
         capacity: int,
         label: str,
+        ahead: int = 0,
         response_timeout: float = 0.0,
         stream_buffer: int = 16,
         loaded: bool = False,
@@ -190,6 +200,9 @@ class ThreadWorker:
         self.state = WorkerState.STARTING
         self.busy = 0
         self.capacity = capacity
+        self._full = capacity
+        self.slots = capacity - ahead  # predicts at once
+        self.ahead = ahead  # places for requests queued ahead of the predict threads
         self.started = time.time()
         self._gate = gate
         self._label = label
@@ -208,6 +221,13 @@ class ThreadWorker:
         # those past response_timeout, still running in their thread, since when
         self._threaded: dict[asyncio.Task[Any], tuple[float, asyncio.Future[Any]]] = {}
         self._late: dict[asyncio.Future[Any], float] = {}
+        # sync predicts on the instance's own threads (``calls``, model/_threads.py), waited for
+        # in their callers' tasks: those the sweep watches; those it stopped, with the error
+        # their caller raises; those whose slot the call's real end frees (detached)
+        self._calls: Any = getattr(instance, "calls", None)
+        self._waiting: dict[asyncio.Task[Any], None] = {}
+        self._stopped: dict[asyncio.Task[Any], Exception] = {}
+        self._held: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
         self._tick = min(response_timeout / 4, 1.0) if response_timeout else 1.0
 
@@ -236,7 +256,10 @@ class ThreadWorker:
             finally:
                 self._release()
         elif self.instance.capabilities.predict_in_thread:
-            outputs = await self._timed(inputs, request)
+            if self._calls is not None:
+                outputs = await self._timed_calls(inputs, request)
+            else:
+                outputs = await self._timed(inputs, request)
         else:
             outputs = await self._timed_inline(inputs, request)
         self._stats.executed(size, _now() - start)
@@ -248,9 +271,9 @@ class ThreadWorker:
         ``ResponseTimeout``. No task or timer of its own per call: one sweep per worker checks
         the deadlines every quarter of the timeout (at most 1 s), so a predict is stopped
         between ``response_timeout`` and a quarter more after it started."""
-        task = asyncio.current_task()
-        assert task is not None
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None
         self._deadlines[task] = loop.time() + self._timeout
         if self._sweeper is None:
             self._sweeper = loop.call_later(self._tick, self._sweep)
@@ -281,9 +304,83 @@ class ThreadWorker:
             if deadline <= now:
                 del self._threaded[task]
                 self._timed_out(task, waiter, now)
+        if self._waiting:
+            self._sweep_calls(now)
         self._sweeper = (
-            loop.call_later(self._tick, self._sweep) if self._deadlines or self._threaded else None
+            loop.call_later(self._tick, self._sweep)
+            if self._deadlines or self._threaded or self._waiting
+            else None
         )
+
+    async def _timed_calls(self, inputs: Any, request: Any) -> Any:
+        """A sync predict on the instance's own threads (``calls``), bounded by
+        response_timeout counted from when its call starts in a thread: a request queued
+        ahead (:func:`_ahead`) waits behind the calls before it without its clock running.
+        Waited for in the caller's own task, with no task, future or timer of its own: the
+        worker's one sweep finds the calls past their deadline (:meth:`_sweep_calls`)."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self._waiting[task] = None
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._tick, self._sweep)
+        try:
+            return await self.instance.predict(inputs, request)
+        except asyncio.CancelledError:
+            stopped = self._stopped.pop(task, None)
+            if stopped is not None and task.uncancel() == 0:  # not the client leaving as well
+                raise stopped from None
+            raise
+        finally:
+            self._waiting.pop(task, None)
+            self._stopped.pop(task, None)
+            if task in self._held:  # its call runs on: its end frees the slot (_late_ended)
+                self._held.discard(task)
+            else:
+                self._release()
+
+    def _sweep_calls(self, now: float) -> None:
+        """The calls of :meth:`_timed_calls` past response_timeout: each caller fails at once
+        with ``ResponseTimeout``; a thread cannot be stopped, so the call runs on, holding its
+        slot until it returns, and a call still running after STUCK_GRACE gets this worker
+        replaced (as :meth:`_timed`). When every predict thread is held so, the requests
+        queued ahead that have not started are taken back (``Moved``: the next worker takes
+        them) and the worker takes no more ahead of its threads."""
+        calls = self._calls
+        clock = time.monotonic()
+        for task in list(self._waiting):
+            since = calls.started(task)
+            if since is None or since + self._timeout > clock:
+                continue
+            del self._waiting[task]
+            if calls.detach(task, functools.partial(self._late_ended, task)):
+                self._held.add(task)
+                self._late[task] = now
+                if self._on_stuck is not None:
+                    asyncio.get_running_loop().call_later(STUCK_GRACE, self._check_stuck, task)
+            self._stopped[task] = ResponseTimeout(
+                f"{self._label} predict did not finish within response_timeout "
+                f"{self._timeout:g} s (thread worker {self.id})"
+            )
+            task.cancel()
+        if len(self._late) < self.slots or self.capacity == self.slots:
+            return
+        self.capacity = self.slots
+        for task in list(self._waiting):
+            if calls.started(task) is None and calls.withdraw(task):
+                del self._waiting[task]
+                self._stopped[task] = Moved(
+                    f"{self._label}: thread worker {self.id} has every predict thread held by "
+                    "a call past response_timeout; the request goes to another worker"
+                )
+                task.cancel()
+
+    def _late_ended(self, task: asyncio.Task[Any]) -> None:
+        """A detached call (:meth:`_sweep_calls`) has returned: its slot is free."""
+        self._late.pop(task, None)
+        if not self._late:
+            self.capacity = self._full
+        self._release()
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests, len(inputs))
@@ -353,7 +450,7 @@ class ThreadWorker:
         return sum(1 for deadline in late if deadline <= limit)
 
     def _check_stuck(self, task: asyncio.Future[Any]) -> None:
-        if not task.done() and self.state is WorkerState.READY and self._on_stuck is not None:
+        if task in self._late and self.state is WorkerState.READY and self._on_stuck is not None:
             self._on_stuck(self)
 
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
@@ -482,7 +579,7 @@ class WorkerPool:
         self.model = model
         #: the version's counters (what its workers and schedulers record; metrics read them)
         self.stats = stats if stats is not None else VersionStats()
-        self._slots_per_worker = slots_per_worker
+        self.slots_per_worker = slots_per_worker
         self.label = label
         self.kind = kind
         self.instance = instance
@@ -580,7 +677,7 @@ class WorkerPool:
     def statistics(self) -> dict[str, int]:
         """Slots of the ready workers, requests held by any worker, requests in the line."""
         if not self._started:  # not loaded yet: the slots it will have
-            slots = self.min_workers * self._slots_per_worker
+            slots = self.min_workers * self.slots_per_worker
         else:
             slots = sum(w.capacity for w in self._workers if w.state is WorkerState.READY)
         return {
@@ -835,11 +932,13 @@ def thread_pool(
             run = contextvars.copy_context().run
             made = await asyncio.get_running_loop().run_in_executor(executor, run, build)
         slots = config.predict_concurrency
+        ahead = _ahead(config, made)
         return ThreadWorker(
             wid,
             made,
             gate=pool.gate,
-            capacity=slots + _ahead(config, made),
+            capacity=slots + ahead,
+            ahead=ahead,
             label=pool.label,
             response_timeout=config.response_timeout_s,
             stream_buffer=config.stream_buffer,
@@ -854,21 +953,23 @@ def thread_pool(
 def _ahead(config: Any, instance: ModelInstance) -> int:
     """How many requests a thread worker takes queued ahead (PREDICT_AHEAD) beyond its slots:
     only for a plain sync ``predict`` whose instance bounds its own predict threads to the
-    slots (``pipeline``), so predict_concurrency stays the bound of predicts at once. Not with
-    response_timeout (a request's time would then include its wait behind another), streaming,
-    batching or sequences (their schedulers count slots as batches or turns)."""
+    slots (``pipeline``), so predict_concurrency stays the bound of predicts at once, and
+    whose calls the worker can time from their start (``calls``: response_timeout does not
+    count a request's wait behind another). Not with streaming, batching or sequences (their
+    schedulers count slots as batches or turns)."""
     caps = instance.capabilities
     pipeline = getattr(instance, "pipeline", None)
     if (
         pipeline is None
+        or getattr(instance, "calls", None) is None
         or not caps.predict_in_thread
         or caps.streaming
         or caps.continuous
-        or config.response_timeout_s
         or config.batch_size > 1
         or config.sequence_batching
     ):
         return 0
     slots = config.predict_concurrency
     pipeline(slots)
-    return max(PREDICT_AHEAD, slots)
+    # requests ahead wait as those in the gate's line do, and count against max_queue_size
+    return min(max(PREDICT_AHEAD, slots), config.max_queue_size)

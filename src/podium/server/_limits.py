@@ -24,6 +24,9 @@ head deadline), or only where a request is slow (a head or a body split over sev
   response has begun.
 - At most ``max_connections`` connections are served at once; more are answered 503.
 
+A response's head is written together with the first part of its body (:class:`_Cork`): one
+``write`` (a system call, and a TCP segment the client must wake up for) instead of two.
+
 Refusals are written with ``Connection: close``, then the connection is half-closed and what
 the client still sends is read and dropped for a moment (nginx's "lingering close"), so that the
 client reads the answer instead of a reset. Warnings are logged at most once per 10 s per kind.
@@ -177,6 +180,50 @@ class _Refused(Exception):
 _BAD_REQUEST = (400, "Invalid HTTP request received.")  # uvicorn's own answer, kept
 
 
+class _Cork:
+    """A connection's transport as its request cycles see it: the first write of a response
+    (uvicorn writes the head as soon as the application starts the response) is held until the
+    next write, which takes it along in the same system call, or until the end of the event
+    loop's turn (``call_soon``), whichever is first: a streamed response's head is never
+    held longer than one turn, and the order of bytes is kept. Everything else is the
+    transport's own (``close`` writes what is held first)."""
+
+    __slots__ = ("transport", "loop", "held", "armed")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.held: bytes | None = None
+        self.armed = False  # the next write begins a response: hold it
+
+    def write(self, data: bytes) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            self.transport.write(held + data)
+        elif self.armed:
+            self.armed = False
+            self.held = data
+            self.loop.call_soon(self.flush)
+        else:
+            self.transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is held, if anything."""
+        held = self.held
+        if held is not None:
+            self.held = None
+            if not self.transport.is_closing():
+                self.transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
 class _GuardedProtocol(HttpToolsProtocol):
     guard: ClassVar[ConnectionGuard]
 
@@ -201,6 +248,7 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._cork = _Cork(transport, self.loop)
         guard = self.guard
         if guard.open >= guard.limits.max_connections:
             guard.refused += 1
@@ -276,7 +324,12 @@ class _GuardedProtocol(HttpToolsProtocol):
             self._refusal = self._head_refusal(self._head_size())
             raise _Refused  # httptools stops parsing; data_received answers
         self._head_split = False
+        before = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not before and cycle is not None:
+            cycle.transport = self._cork  # type: ignore[assignment]
+            self._cork.armed = before is None or before.response_complete  # (not pipelined)
 
     def timeout_keep_alive_handler(self) -> None:
         if not self.transport.is_closing():
@@ -444,6 +497,7 @@ class _GuardedProtocol(HttpToolsProtocol):
             # The application sees a disconnect, and what it sends is dropped.
             cycle.disconnected = True
             cycle.message_event.set()
+        self._cork.flush()
         body = reason.encode()
         head = [b"HTTP/1.1 %d %s\r\n" % (status, http.HTTPStatus(status).phrase.encode())]
         for name, value in self.server_state.default_headers:
@@ -481,7 +535,7 @@ _NEEDED: tuple[tuple[Any, frozenset[str]], ...] = (
         RequestResponseCycle.__init__,
         frozenset(
             {"more_body", "body", "response_started", "response_complete", "disconnected"}
-            | {"message_event", "waiting_for_100_continue"}
+            | {"message_event", "waiting_for_100_continue", "transport"}
         ),
     ),
     (FlowControl.__init__, frozenset({"read_paused"})),

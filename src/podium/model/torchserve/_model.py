@@ -50,6 +50,7 @@ from ...types import Context as SequenceContext
 from .._calls import run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
+from .._threads import CallThreads
 from ._archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
 from ._archive import set_limits as set_archive_limits
 from ._config import TsSettings, model_config
@@ -350,6 +351,10 @@ class TorchServeModel:
             model_yaml_config=parts.yaml_config,
         )
         self._model_dir = source.model_dir
+        # handle() runs on threads of the adapter's own, as a native sync predict does
+        # (model/_threads.py): cheaper than the shared pool, and at predict_concurrency 1 always
+        # the same thread, as in TorchServe's one-threaded backend worker
+        self._threads = CallThreads(name=f"podium-{config.name}")
         try:
             self._entry, self._init = handler.instantiate()
         except Exception as exc:
@@ -394,10 +399,23 @@ class TorchServeModel:
     async def predict(self, inputs: Any, request: Any) -> Any:
         if self._batched:
             contexts = _contexts(len(inputs))
-            return await run_sync(self._executor, self._handle, inputs, request, None, contexts)
+            return await self._threads.run(self._handle, inputs, request, None, contexts)
         contexts = _contexts(1)
-        results = await run_sync(self._executor, self._handle, [inputs], [request], None, contexts)
+        results = await self._threads.run(self._handle, [inputs], [request], None, contexts)
         return results[0]
+
+    @property
+    def calls(self) -> CallThreads:
+        """The threads ``handle`` runs on (a thread worker times its calls there)."""
+        return self._threads
+
+    def pipeline(self, slots: int) -> None:
+        """Run ``handle`` on ``slots`` threads at most (requests queued ahead wait for one)."""
+        self._threads.limit = slots
+
+    async def close(self) -> None:
+        """Stop the threads ``handle`` runs on (each once the calls it holds have returned)."""
+        await self._threads.close()
 
     def _check_results(self, ret: Any, count: int, what: str) -> None:
         """A handler returns one result per request of its batch (or step)."""

@@ -352,7 +352,9 @@ async def _serve(sock: socket.socket) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(close(), UNLOAD_GRACE)
     # The server closed the socket (or died). Threads running sync model code cannot be
-    # stopped, and asyncio.run would wait for them: leave at once.
+    # stopped, and asyncio.run would wait for them: leave at once (the log lines held for this
+    # turn of the loop written first).
+    logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -35,6 +35,7 @@ class Exchange:
         "_watcher",
         "_pending",
         "_task",
+        "_loop",
         "_request",
     )
 
@@ -54,6 +55,7 @@ class Exchange:
         self._watcher: asyncio.Task[None] | None = None
         self._pending: asyncio.Handle | None = None
         self._task: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by watch()
         self._request: Any = None
 
     def header(self, name: bytes) -> bytes | None:
@@ -125,12 +127,15 @@ class Exchange:
         The watcher task is started on the loop's next turn: a request that completes without
         ever yielding to the loop (a fast async model) never pays for a task it cannot use.
         """
-        self._task = asyncio.current_task()
-        self._pending = asyncio.get_running_loop().call_soon(self._start_watcher)
+        loop = self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task(loop)  # (with the loop: no second look-up)
+        self._pending = loop.call_soon(self._start_watcher)
 
     def _start_watcher(self) -> None:
         self._pending = None
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        loop = self._loop
+        assert loop is not None  # watch() came first
+        self._watcher = loop.create_task(self._watch())
 
     def _promote(self) -> None:
         """Start a scheduled watcher now: once it may run, it must be the only reader."""
