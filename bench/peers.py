@@ -145,6 +145,7 @@ class Result:
     model_busy: float = math.nan
     problem: str = ""
     startup_s: float = math.nan  # from starting the server to its ready answer
+    idle_cpu_pct: float = math.nan  # share of one core the tree used with no request in flight
 
 
 @dataclass
@@ -516,6 +517,18 @@ def measure(row: Row, srv: Server, args: argparse.Namespace) -> Result:
     )
     if problem:
         raise BenchError(f"wrong answer from {srv.url}{row.path}: {problem}")
+    idle_cpu_pct = math.nan
+    if args.idle > 0:  # what the server burns with nothing to do (Ray's processes poll)
+        before = srv.tree_usage()
+        time.sleep(args.idle)
+        idle_cpu_pct = 100 * (srv.tree_usage().usage.cpu_s - before.usage.cpu_s) / args.idle
+    result = _load(row, srv, args)
+    result.idle_cpu_pct = idle_cpu_pct
+    return result
+
+
+def _load(row: Row, srv: Server, args: argparse.Namespace) -> Result:
+    """Warm-up and the measured run, on a server that answered right."""
     if row.workload == "stream":
         if args.warmup > 0:
             _run_streams(srv.port, row, args.stream_connections, args.warmup)
@@ -633,7 +646,9 @@ def report(rows: list[Row], args: argparse.Namespace, loads: list[str]) -> tuple
     lines.append(
         "- server CPU: user + system time of the server's whole process tree (every process in "
         "its session and their descendants) over the measured run, per request (stream); "
-        "`procs`: how many processes that was"
+        "`procs`: how many processes that was; `idle CPU`: the share of one core the same tree "
+        f"used over {args.idle:g} s with no request, after the first answer and before the load; "
+        "`start s`: from starting the server to its ready answer"
     )
     lines += [f"- {line}" for line in LAYOUTS if line.split(":")[0].lower() in args.servers]
     flagged: list[str] = []
@@ -659,8 +674,8 @@ def report(rows: list[Row], args: argparse.Namespace, loads: list[str]) -> tuple
         if workload == "batch":
             head += " mean batch | model busy |"
             sep += "---:|---:|"
-        head += f" {unit} min–max | start s | load gen CPU | rounds | problems |"
-        sep += "---:|---:|---:|---:|---|"
+        head += f" {unit} min–max | start s | idle CPU | load gen CPU | rounds | problems |"
+        sep += "---:|---:|---:|---:|---:|---|"
         lines += ["", f"### {titles[workload]}", "", head, sep]
         podium = {r.code: r for r in wrows if r.server == "podium"}
         for row in wrows:
@@ -712,6 +727,7 @@ def report(rows: list[Row], args: argparse.Namespace, loads: list[str]) -> tuple
             cells += [
                 spread,
                 _fmt(_med(row.runs, "startup_s"), 1),
+                _fmt(_med(row.runs, "idle_cpu_pct"), 1, " %"),
                 gen_text,
                 f"{len(row.runs)}/{args.repeat}",
                 "; ".join(problems),
@@ -752,6 +768,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up seconds (default 2)")
     parser.add_argument("--connections", type=int, default=64, help="predict (default 64)")
     parser.add_argument("--stream-connections", type=int, default=16)
+    parser.add_argument(
+        "--idle", type=float, default=None, help="seconds of idle CPU measured (default 2)"
+    )
     parser.add_argument("--batch-connections", type=int, default=128)
     parser.add_argument("--only", default=None, help=f"servers, from {','.join(SERVERS)}")
     parser.add_argument("--workloads", default=None, help=f"from {','.join(WORKLOADS)}")
@@ -760,6 +779,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.repeat = args.repeat or (1 if args.quick else 3)
     args.duration = args.duration or (3 if args.quick else 10)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    args.idle = args.idle if args.idle is not None else (1 if args.quick else 2)
     if min(args.repeat, args.duration, args.connections, args.stream_connections) < 1:
         parser.error("--repeat, --duration and the connection counts must be at least 1")
     args.servers = args.only.split(",") if args.only else list(SERVERS)
