@@ -76,7 +76,7 @@ STREAM_TIMEOUT_S = 30.0
 VENV_SPECS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "litserve": (
         ("litserve==0.2.19", "uvloop", "httptools"),
-        "import litserve, uvloop",
+        "import litserve, uvloop, httptools",
         "litserve",
     ),
     "bentoml": (("bentoml==1.4.40",), "import bentoml", "bentoml"),
