@@ -406,6 +406,20 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
                 check=check_hello,
             )
         )
+    if args.plain:
+        # the floor of a POST echo: read the body, answer it (no parsing) on bare uvicorn
+        targets.append(
+            Target(
+                name="hello-echo-uvicorn",
+                label="raw ASGI echo of the body on uvicorn",
+                method="POST",
+                path="/v1/models/truss_echo:predict",
+                make_server=lambda: asgi_servers(
+                    ["uvicorn"], app="hello_app:echo_app", prefix="hello-echo"
+                )[0],
+                check=check_truss,
+            )
+        )
     if wanted is not None:
 
         def picked(t: Target) -> bool:
@@ -661,6 +675,19 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
         )
     hello = hellos["uvicorn"]
     hello_cpu = cpu_us.get("hello-uvicorn")
+    echo = med.get("hello-echo-uvicorn")
+    if echo is not None:
+        lines.append(
+            "| raw ASGI echo of the body / raw hello on uvicorn, req/s (the floor of a POST "
+            f"echo; by server CPU per request {_ratio(hello_cpu or math.nan, cpu_us.get('hello-echo-uvicorn', math.nan))}) "
+            f"| {_ratio(echo[0], hello[0])} |"
+        )
+        for name in ("podium-truss", "podium-truss-nolog"):
+            if name in cpu_us and "hello-echo-uvicorn" in cpu_us:
+                lines.append(
+                    f"| {name}: server CPU per request above the raw echo's "
+                    f"| {cpu_us[name] - cpu_us['hello-echo-uvicorn']:.1f} µs |"
+                )
     for suffix, tag in (("", ""), ("-base", " [base]")):
         for name, what in (
             ("podium-truss", "Truss route, access log on"),
