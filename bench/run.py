@@ -19,9 +19,6 @@ import http.client
 import json
 import math
 import re
-import resource
-import shlex
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,6 +50,7 @@ from common import (
     podium_argv,
     podium_help,
     podium_http_server,
+    run_client,
     tool_version,
 )
 
@@ -142,7 +140,7 @@ class Wrk(LoadGenerator):
                 raise BenchError("infer.lua only sends the standard infer body")
             argv += ["-s", str(INFER_LUA)]
         argv.append(url)
-        out, cpu = _run_client(pinned(argv, CLIENT_CPU), duration)
+        out, cpu = run_client(pinned(argv, CLIENT_CPU), duration)
         result = parse_wrk(out)
         result.client_cpu_pct = cpu
         return result
@@ -165,7 +163,7 @@ class PyLoadgen(LoadGenerator):
                 "-H",
                 "Content-Type: application/json",
             ]
-        out, cpu = _run_client(pinned(argv, CLIENT_CPU), duration)
+        out, cpu = run_client(pinned(argv, CLIENT_CPU), duration)
         data = json.loads(out.strip().splitlines()[-1])
         return LoadResult(
             rps=data["rps"],
@@ -176,20 +174,6 @@ class PyLoadgen(LoadGenerator):
             socket_errors=data["errors"],
             client_cpu_pct=cpu,
         )
-
-
-def _run_client(argv: list[str], duration: int) -> tuple[str, float]:
-    """Run the generator; its stdout and the share of one CPU it used over `duration`."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
-    except subprocess.TimeoutExpired as exc:
-        raise BenchError(f"load generator did not finish: {shlex.join(argv)}") from exc
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise BenchError(f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return done.stdout, 100 * cpu / duration
 
 
 def pick_loadgen(choice: str) -> LoadGenerator:
