@@ -310,7 +310,7 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         # issue 14's item 4: the plain path, with the access log (on by default) and without
         truss_dir = BENCH / "models" / "truss_echo"
         for suffix, tag, env in sources:
-            for name, label, folder, path, extra in (
+            for name, label, model_dir, path, extra in (
                 (
                     "podium-truss",
                     "Podium, Truss route, async echo of the JSON body",
@@ -340,9 +340,9 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
                         method="POST",
                         path=path,
                         make_server=functools.partial(
-                            _podium_server, folder, choices[0], env, extra
+                            _podium_server, model_dir, choices[0], env, extra
                         ),
-                        check=check_echo if folder == podium_dir else check_truss,
+                        check=check_echo if model_dir == podium_dir else check_truss,
                         available=unavailable,
                         http_server=choices[0],
                     )
