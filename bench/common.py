@@ -13,6 +13,7 @@ import http.client
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -113,6 +114,53 @@ def mlserver_version() -> str:
     return out.stdout.strip() or "?"
 
 
+def venv_python(name: str) -> Path:
+    """The python of the benchmark's virtual env `name` (bench/.venvs/NAME)."""
+    return VENVS / name / "bin" / "python"
+
+
+def ensure_venv(name: str, requirements: Sequence[str], probe: str) -> Path:
+    """bench/.venvs/NAME holding `requirements`, created and installed only when the python
+    code `probe` fails in it (missing or broken). Returns its python; BenchError when it cannot
+    be installed."""
+    python = venv_python(name)
+
+    def ready() -> bool:
+        if not python.exists():
+            return False
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            return (
+                subprocess.run(
+                    [str(python), "-c", probe], capture_output=True, timeout=300
+                ).returncode
+                == 0
+            )
+        return False
+
+    if not ready():
+        log(f"installing {' '.join(requirements)} into {python.parent.parent}")
+        VENVS.mkdir(parents=True, exist_ok=True)
+        if not python.exists():
+            _run_checked([sys.executable, "-m", "venv", str(python.parent.parent)], timeout=300)
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        _run_checked([*pip, *requirements], timeout=1800)
+        if not ready():
+            raise BenchError(f"{name} installed into {python.parent.parent} but `{probe}` fails")
+    return python
+
+
+def venv_package_version(python: Path, dist: str) -> str:
+    """The version of distribution `dist` in the virtual env of `python`, or '?'."""
+    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        done = subprocess.run(
+            [str(python), "-c", code], capture_output=True, text=True, timeout=120
+        )
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return "?"
+
+
 def ensure_wrk() -> str | None:
     """Path of wrk; installed with apt-get when missing and we are root. None if unavailable."""
     return ensure_apt_tool("wrk", "wrk")
@@ -150,6 +198,29 @@ def _run_checked(argv: Sequence[str], timeout: float) -> None:
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-2000:]
         raise BenchError(f"{shlex.join(argv)} exited {done.returncode}:\n{tail}")
+
+
+def run_client(
+    argv: list[str], duration: float, env: dict[str, str] | None = None
+) -> tuple[str, float]:
+    """Run a load generator to completion; its stdout and the share of one CPU it used over
+    `duration` seconds. `env` is added to this process's environment."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=duration + 60,
+            env={**os.environ, **env} if env else None,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"load generator did not finish: {shlex.join(argv)}") from exc
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise BenchError(f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done.stdout, 100 * cpu / duration
 
 
 # --------------------------------------------------------------------------- machine
@@ -357,6 +428,11 @@ class Server:
         assert self.proc is not None
         return process_usage(self.proc.pid)
 
+    def tree_usage(self) -> TreeUsage:
+        """The same, summed over its whole process tree (tree_usage)."""
+        assert self.proc is not None
+        return tree_usage(self.proc.pid)
+
     def log_tail(self, chars: int = 3000) -> str:
         if self.log_path is None:
             return ""
@@ -387,6 +463,7 @@ class Server:
         proc, self.proc = self.proc, None
         if proc is None:
             return
+        tree = process_tree(proc.pid)
         if proc.poll() is None:
             _kill_group(proc, signal.SIGTERM)
             try:
@@ -397,6 +474,7 @@ class Server:
         _kill_group(proc, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
+        _kill_leftovers(tree)
         if self.log_path is not None:
             with contextlib.suppress(OSError):
                 self.log_path.unlink()
@@ -442,6 +520,77 @@ def process_usage(pid: int) -> ProcessUsage:
                     elif line.startswith("nonvoluntary_ctxt_switches"):
                         invol += int(line.split()[1])
     return ProcessUsage(cpu, vol, invol)
+
+
+@dataclass(frozen=True)
+class TreeUsage:
+    """ProcessUsage summed over a server's whole process tree, how many processes that was, and
+    how many of them may run on a CPU other than the server's (pinning that did not hold)."""
+
+    usage: ProcessUsage
+    processes: int
+    unpinned: int
+
+
+def _stat(pid: int) -> tuple[int, int, int, float] | None:
+    """(ppid, session id, start time in ticks, CPU seconds) of a live process, or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (
+            int(fields[1]),
+            int(fields[3]),
+            int(fields[19]),
+            (int(fields[11]) + int(fields[12])) / _TICKS,
+        )
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """pid → start time of `root`, its descendants, and every process in its session (Ray,
+    BentoML, MLServer and LitServe start several; a grandchild whose parent exited is still in
+    the session)."""
+    stats: dict[int, tuple[int, int, int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                stats[int(entry.name)] = stat
+    if root not in stats:
+        return {}
+    tree = {pid for pid, (_, sid, _, _) in stats.items() if sid == root} | {root}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _, _, _) in stats.items() if ppid in tree} - tree
+        tree |= children
+        grew = bool(children)
+    return {pid: stats[pid][2] for pid in tree}
+
+
+def tree_usage(root: int) -> TreeUsage:
+    """CPU time and context switches of every process in `root`'s tree (process_tree), read
+    from /proc: a multi-process server's whole cost, not just its first process's."""
+    cpu = 0.0
+    vol = invol = unpinned = 0
+    tree = process_tree(root)
+    for pid in tree:
+        one = process_usage(pid)
+        cpu, vol, invol = cpu + one.cpu_s, vol + one.voluntary, invol + one.involuntary
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("Cpus_allowed_list:") and line.split()[1] != str(SERVER_CPU):
+                    unpinned += 1
+    return TreeUsage(ProcessUsage(cpu, vol, invol), len(tree), unpinned)
+
+
+def _kill_leftovers(tree: dict[int, int]) -> None:
+    """SIGKILL whatever of a snapshot of a process tree is still alive (the same process: same
+    pid and start time), e.g. a helper that started its own session."""
+    for pid, started in tree.items():
+        stat = _stat(pid)
+        if stat is not None and stat[2] == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -38,3 +38,23 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The same with a body: read a POST's body and answer it as it came (a JSON echo, with no
+    parsing): the least any server that answers with what it was sent can do."""
+    if scope["type"] != "http":
+        await app(scope, receive, send)
+        return
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

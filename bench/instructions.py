@@ -92,15 +92,17 @@ def _count(
         out = Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
         env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
-        server = subprocess.Popen(
-            cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        # the server's log (its access lines too) goes to a file: a pipe nobody reads would
+        # fill up and stop the server in its next write
+        errors = open(Path(tmp) / "server.log", "w+b")  # noqa: SIM115 (closed with tmp)
+        server = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=errors)
         pid = str(server.pid)
         try:
             deadline = time.monotonic() + 600
             while True:
                 if server.poll() is not None:
-                    error = server.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                    errors.seek(0)
+                    error = errors.read().decode(errors="replace")[-2000:]
                     raise RuntimeError(f"the server exited: {error}")
                 try:
                     sock = socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
@@ -143,6 +145,7 @@ def _count(
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+            errors.close()
     return (busy - idle) / requests, idle / busy_s
 
 

@@ -19,9 +19,6 @@ import http.client
 import json
 import math
 import re
-import resource
-import shlex
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,6 +50,7 @@ from common import (
     podium_argv,
     podium_help,
     podium_http_server,
+    run_client,
     tool_version,
 )
 
@@ -142,7 +140,7 @@ class Wrk(LoadGenerator):
                 raise BenchError("infer.lua only sends the standard infer body")
             argv += ["-s", str(INFER_LUA)]
         argv.append(url)
-        out, cpu = _run_client(pinned(argv, CLIENT_CPU), duration)
+        out, cpu = run_client(pinned(argv, CLIENT_CPU), duration)
         result = parse_wrk(out)
         result.client_cpu_pct = cpu
         return result
@@ -165,7 +163,7 @@ class PyLoadgen(LoadGenerator):
                 "-H",
                 "Content-Type: application/json",
             ]
-        out, cpu = _run_client(pinned(argv, CLIENT_CPU), duration)
+        out, cpu = run_client(pinned(argv, CLIENT_CPU), duration)
         data = json.loads(out.strip().splitlines()[-1])
         return LoadResult(
             rps=data["rps"],
@@ -176,20 +174,6 @@ class PyLoadgen(LoadGenerator):
             socket_errors=data["errors"],
             client_cpu_pct=cpu,
         )
-
-
-def _run_client(argv: list[str], duration: int) -> tuple[str, float]:
-    """Run the generator; its stdout and the share of one CPU it used over `duration`."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
-    except subprocess.TimeoutExpired as exc:
-        raise BenchError(f"load generator did not finish: {shlex.join(argv)}") from exc
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise BenchError(f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return done.stdout, 100 * cpu / duration
 
 
 def pick_loadgen(choice: str) -> LoadGenerator:
@@ -326,7 +310,7 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         # issue 14's item 4: the plain path, with the access log (on by default) and without
         truss_dir = BENCH / "models" / "truss_echo"
         for suffix, tag, env in sources:
-            for name, label, folder, path, extra in (
+            for name, label, model_dir, path, extra in (
                 (
                     "podium-truss",
                     "Podium, Truss route, async echo of the JSON body",
@@ -356,9 +340,9 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
                         method="POST",
                         path=path,
                         make_server=functools.partial(
-                            _podium_server, folder, choices[0], env, extra
+                            _podium_server, model_dir, choices[0], env, extra
                         ),
-                        check=check_echo if folder == podium_dir else check_truss,
+                        check=check_echo if model_dir == podium_dir else check_truss,
                         available=unavailable,
                         http_server=choices[0],
                     )
@@ -420,6 +404,20 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
                 path="/",
                 make_server=functools.partial(_hello_server, http_server),
                 check=check_hello,
+            )
+        )
+    if args.plain:
+        # the floor of a POST echo: read the body, answer it (no parsing) on bare uvicorn
+        targets.append(
+            Target(
+                name="hello-echo-uvicorn",
+                label="raw ASGI echo of the body on uvicorn",
+                method="POST",
+                path="/v1/models/truss_echo:predict",
+                make_server=lambda: asgi_servers(
+                    ["uvicorn"], app="hello_app:echo_app", prefix="hello-echo"
+                )[0],
+                check=check_truss,
             )
         )
     if wanted is not None:
@@ -677,6 +675,19 @@ def report(targets: list[Target], gen: LoadGenerator, args: argparse.Namespace) 
         )
     hello = hellos["uvicorn"]
     hello_cpu = cpu_us.get("hello-uvicorn")
+    echo = med.get("hello-echo-uvicorn")
+    if echo is not None:
+        lines.append(
+            "| raw ASGI echo of the body / raw hello on uvicorn, req/s (the floor of a POST "
+            f"echo; by server CPU per request {_ratio(hello_cpu or math.nan, cpu_us.get('hello-echo-uvicorn', math.nan))}) "
+            f"| {_ratio(echo[0], hello[0])} |"
+        )
+        for name in ("podium-truss", "podium-truss-nolog"):
+            if name in cpu_us and "hello-echo-uvicorn" in cpu_us:
+                lines.append(
+                    f"| {name}: server CPU per request above the raw echo's "
+                    f"| {cpu_us[name] - cpu_us['hello-echo-uvicorn']:.1f} µs |"
+                )
     for suffix, tag in (("", ""), ("-base", " [base]")):
         for name, what in (
             ("podium-truss", "Truss route, access log on"),

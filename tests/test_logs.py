@@ -283,6 +283,41 @@ def test_an_access_line_written_directly_is_the_line_its_record_makes(fmt: str) 
         root.setLevel(level)
 
 
+def test_access_lines_of_one_turn_are_made_and_written_together_at_its_end() -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    stream = Writes()
+    try:
+        root.handlers.clear()
+        writer = configure("INFO", "text", stream=stream)
+        log = AccessLog()
+        described: list[str] = []
+
+        def access(n: int) -> Access:
+            made = Access(f"r-{n}", True, time.perf_counter_ns())
+            made.status = 200
+            made.describe = lambda a: (described.append(a.id), setattr(a, "path", f"/p{n}"))
+            made.ended()
+            return made
+
+        async def main() -> None:
+            for n in range(3):
+                log.write(access(n))
+            assert stream.writes == [] and described == []  # nothing made yet
+            await asyncio.sleep(0)  # the turn ends
+            assert described == ["r-0", "r-1", "r-2"]
+            assert len(stream.writes) == 1 and stream.writes[0].count("\n") == 3
+            assert "/p2" in stream.writes[0]
+            log.write(access(3))  # held when the process exits: logging.shutdown flushes
+            writer.flush()
+            assert "[r-3]" in stream.getvalue()
+
+        asyncio.run(main())
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+
+
 def test_route_names_come_from_the_same_table() -> None:
     names = INFERENCE_ROUTES.names()
     route, _ = names.match("POST", "/v2/models/m/versions/2/infer")

@@ -31,6 +31,7 @@ import asyncio
 import logging
 import sys
 import time
+import weakref
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "bounded_traceback",
     "configure",
     "current_format",
+    "flush_at_exit",
 ]
 
 #: The longest message of one record (characters): a ready line naming many models fits.
@@ -276,7 +278,7 @@ class LineWriter(logging.StreamHandler[IO[str]]):
             self.handleError(record)
             return
         if record.levelno >= logging.WARNING:
-            self._write(line)
+            self.write_now(line)
         else:
             self.hold(line)
 
@@ -285,7 +287,7 @@ class LineWriter(logging.StreamHandler[IO[str]]):
         running on this thread; at once if none runs here."""
         loop = asyncio._get_running_loop()
         if loop is None:
-            self._write(line)
+            self.write_now(line)
             return
         with self.lock:  # type: ignore[union-attr]
             self._held.append(line)
@@ -302,9 +304,10 @@ class LineWriter(logging.StreamHandler[IO[str]]):
             self._scheduled = None
         self.flush()
 
-    def _write(self, line: str) -> None:
+    def write_now(self, text: str) -> None:
+        """Write ``text`` (whole lines) now, after what is held."""
         with self.lock:  # type: ignore[union-attr]
-            self._held.append(line)
+            self._held.append(text)
             self._drain()
 
     def _drain(self) -> None:
@@ -320,12 +323,23 @@ class LineWriter(logging.StreamHandler[IO[str]]):
             pass
 
     def flush(self) -> None:
-        """Write every held line."""
+        """Write every held line (the access lines not yet made too: :func:`flush_at_exit`)."""
+        for held in list(_flushers):
+            held.flush()
         with self.lock:  # type: ignore[union-attr]
             if self._held:
                 self._drain()
             elif self.stream and hasattr(self.stream, "flush"):
                 self.stream.flush()
+
+
+_flushers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def flush_at_exit(held: Any) -> None:
+    """``held.flush()`` is called whenever a :class:`LineWriter` is flushed (at exit, by
+    ``logging.shutdown``): lines ``held`` keeps to make later (the access log's) are not lost."""
+    _flushers.add(held)
 
 
 _format = "text"

@@ -30,12 +30,19 @@ from podium.server._runner import _Uvicorn, bind
 
 PATIENCE = 5.0
 RELEASE: list[asyncio.Event] = []  # ``/gated`` reads its body once the test sets this event
+HOOKED: list[Any] = []  # ``/hooked``'s LostHook
+LEFT: list[str] = []  # the paths whose LostHook called back
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Answers 200 with the request body; ``/late`` waits before reading the body."""
     if scope["type"] != "http":
         return
+    if scope["path"] == "/hooked":  # waits for its client to leave, told by its LostHook
+        hook = scope[_limits.LOST_HOOK]
+        HOOKED.append(hook)
+        hook.callback = lambda: LEFT.append(scope["path"])
+        await asyncio.Event().wait()
     if scope["path"] == "/late":
         await asyncio.sleep(1.5)
     elif scope["path"] == "/gated":
@@ -394,3 +401,24 @@ def test_uvicorn_cycles_write_through_the_cork() -> None:
     # the guarded protocol sets each request cycle's transport: the attribute must exist
     check_uvicorn()
     assert "transport" in _limits._NEEDED[2][1]
+
+
+@pytest.mark.anyio
+async def test_a_lost_connection_calls_its_requests_lost_hook_once() -> None:
+    HOOKED.clear()
+    LEFT.clear()
+    async with serving() as (_, port):
+        reader, writer = await connect(port)
+        writer.write(b"GET /hooked HTTP/1.1\r\nHost: t\r\n\r\n")
+        await eventually(lambda: len(HOOKED) == 1)
+        assert LEFT == []
+        await shut(writer)  # the client leaves
+        await eventually(lambda: LEFT == ["/hooked"])
+        assert HOOKED[0].callback is None  # called once, then forgotten
+        # a connection whose request was answered calls nothing when it closes
+        reader, writer = await connect(port)
+        writer.write(GET)
+        assert (await response(reader))[0] == 200
+        await shut(writer)
+        await asyncio.sleep(0.1)
+        assert LEFT == ["/hooked"]

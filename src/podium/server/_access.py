@@ -19,6 +19,7 @@ their end. The HTTP side is :mod:`.http._access` (an ASGI middleware), the gRPC 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -28,7 +29,7 @@ import time
 from typing import Any
 
 from ..errors import bounded
-from ..logs import MAX_LOG_MESSAGE, LineWriter, RequestIdFilter
+from ..logs import MAX_LOG_MESSAGE, LineWriter, RequestIdFilter, flush_at_exit
 from ..types import RequestInfo, current_request
 
 __all__ = [
@@ -107,6 +108,7 @@ class Access(RequestInfo):
         "context",
         "span",
         "duration_ms",
+        "describe",
     )
 
     def __init__(self, id: str, from_client: bool, start: int) -> None:
@@ -127,6 +129,9 @@ class Access(RequestInfo):
         self.context: Any = None
         self.span: Any = None
         self.duration_ms = 0.0  # set when the request ends
+        #: fills in what the line says of the request (route, path, peer) when the line is
+        #: made, if that was left to then (the HTTP middleware's, see AccessLog.write)
+        self.describe: Any = None
 
     # What the line says, made only when a line is written: in the text format the message
     # (the formatter puts the id in front of it), in the JSON format the keys.
@@ -202,27 +207,76 @@ class AccessLog:
         made = logging.LogRecord(logger, logging.INFO, __file__, 0, "", (), None)
         self._template = dict(made.__dict__)
         self._thread = threading.get_ident()
+        # the requests of this turn of the event loop whose lines are still to be made, and
+        # the loop whose turn it is
+        self._held: list[Access] = []
+        self._turn: asyncio.AbstractEventLoop | None = None
+        flush_at_exit(self)
 
     def wants(self) -> bool:
         """Whether a line would be written now (the switch and the logger's level)."""
         return self.enabled and self.logger.isEnabledFor(logging.INFO)
 
     def write(self, access: Access) -> None:
-        """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`."""
+        """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`.
+
+        On an event loop's thread the line is made at the end of the loop's turn, with the
+        others of that turn (:meth:`flush`): a request pays for keeping its :class:`Access`,
+        no more. Anywhere else it is made and handled at once."""
         if not self.enabled or not self.logger.isEnabledFor(logging.INFO):
             return
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            self._line(access, time.time(), self._writer())
+            return
+        self._held.append(access)
+        if self._turn is not loop:  # (a loop closed before its turn ended: this one's)
+            self._turn = loop
+            loop.call_soon(self._turn_ended)
+
+    def _turn_ended(self) -> None:
+        if self._turn is asyncio._get_running_loop():
+            self._turn = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Make and write the lines of the requests held (at the end of a turn, and at exit)."""
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        now = time.time()
         writer = self._writer()
+        if writer is None:
+            for access in held:
+                self._line(access, now, None)
+            return
+        formatter: Any = writer.formatter
+        name = self.logger.name
+        end = writer.terminator
+        lines = []
+        for access in held:
+            if access.describe is not None:
+                access.describe(access)
+            message = bounded(str(access), MAX_LOG_MESSAGE)
+            lines.append(formatter.line(now, "INFO", name, access.id, message, access) + end)
+        writer.write_now("".join(lines))
+
+    def _line(self, access: Access, created: float, writer: LineWriter | None) -> None:
+        """One request's line, now: straight to ``writer`` (if it is Podium's, see the class
+        docstring), else as a record."""
+        if access.describe is not None:
+            access.describe(access)
         if writer is not None:
             message = bounded(str(access), MAX_LOG_MESSAGE)
             line = writer.formatter.line(  # type: ignore[union-attr]
-                time.time(), "INFO", self.logger.name, access.id, message, access
+                created, "INFO", self.logger.name, access.id, message, access
             )
             writer.hold(line + writer.terminator)
             return
         record = logging.LogRecord.__new__(logging.LogRecord)
         values = record.__dict__
         values.update(self._template)
-        created = time.time()
         values["created"] = created
         values["msecs"] = (created - int(created)) * 1000
         values["relativeCreated"] = (created - _START) * 1000

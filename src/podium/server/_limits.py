@@ -44,6 +44,7 @@ import enum
 import http
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -53,9 +54,11 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 __all__ = [
+    "LOST_HOOK",
     "ConnectionGuard",
     "ConnectionLimits",
     "ConnectionStatistics",
+    "LostHook",
     "check_uvicorn",
     "default_max_connections",
     "raise_open_files_limit",
@@ -224,6 +227,22 @@ class _Cork:
         return getattr(self.transport, name)
 
 
+#: The scope key of a request's :class:`LostHook` (the guarded protocol's requests only).
+LOST_HOOK = "podium.lost"
+
+
+class LostHook:
+    """Tells a request that its client has left, the moment the connection is lost: the
+    application sets ``callback`` while it waits (``server/http/_exchange.py``), instead of
+    keeping a task reading ``receive()`` for ``http.disconnect``. In the request's scope as
+    :data:`LOST_HOOK`; ``callback`` is called once, on the loop, if set then."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self) -> None:
+        self.callback: Callable[[], None] | None = None
+
+
 class _GuardedProtocol(HttpToolsProtocol):
     guard: ClassVar[ConnectionGuard]
 
@@ -243,6 +262,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._body_wire = 0
         self._body_mark = 0
         self._body_owed = True  # the client owed bytes when the current body window began
+        self._hooks: list[LostHook] = []  # the requests of this connection not answered yet
 
     # -- uvicorn's protocol interface ------------------------------------------------------------
 
@@ -279,7 +299,12 @@ class _GuardedProtocol(HttpToolsProtocol):
             self.guard.open -= 1
         elif self._closing:
             self.guard.refusing -= 1
+        hooks, self._hooks = self._hooks, []
         super().connection_lost(exc)
+        for hook in hooks:
+            callback, hook.callback = hook.callback, None
+            if callback is not None:
+                callback()
 
     def data_received(self, data: bytes) -> None:
         # uvicorn's data_received, with the limits; keep the common path (a whole request in
@@ -325,11 +350,18 @@ class _GuardedProtocol(HttpToolsProtocol):
             raise _Refused  # httptools stops parsing; data_received answers
         self._head_split = False
         before = self.cycle
+        hook = LostHook()
+        self.scope[LOST_HOOK] = hook  # type: ignore[literal-required]
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not before and cycle is not None:
             cycle.transport = self._cork  # type: ignore[assignment]
-            self._cork.armed = before is None or before.response_complete  # (not pipelined)
+            alone = before is None or before.response_complete  # (not pipelined)
+            self._cork.armed = alone
+            if alone:
+                self._hooks = [hook]
+            else:
+                self._hooks.append(hook)
 
     def timeout_keep_alive_handler(self) -> None:
         if not self.transport.is_closing():

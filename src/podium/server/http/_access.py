@@ -3,8 +3,9 @@
 :class:`AccessMiddleware` takes the request's id from ``X-Request-ID`` (or makes one), sets it
 as the current request for everything below (the app, the data plane, the model, their log
 lines), answers it in the ``X-Request-ID`` response header, and when the request has ended (a
-stream at its end) writes its access line: the route is found in the listener's route table
-then, only if a line is written (``RouteTable.names``). A request whose client left before any
+stream at its end) hands it to the access log, which makes its line at the end of the event
+loop's turn: the route is found in the listener's route table then, only if a line is written
+(``RouteTable.names``), with the lines of the other requests that ended in the same turn. A request whose client left before any
 response started is logged with status 499 (nginx's "client closed request"). Responses that
 the connection layer answers itself (503 past ``--max-connections``, 408 past a timeout) never
 reach an app and have no line; ``server/_limits.py`` counts them.
@@ -83,11 +84,20 @@ class AccessMiddleware:
             current_request.reset(token)
             if access.status is None:
                 access.status = CLIENT_CLOSED
-            if counting or access.span is not None:
+            if access.span is not None:
                 self._finish(scope, access)
+            elif counting:
+                # the rest of the line (route, path, peer) is made with the line, at the end
+                # of the loop's turn (AccessLog.write)
+                access.ended()
+                access.context = scope
+                access.describe = self._describe
+                self.log.write(access)
 
-    def _finish(self, scope: Scope, access: Access) -> None:
-        access.ended()
+    def _describe(self, access: Access) -> Route | None:
+        """What the line says of the request (its scope is ``access.context``); its route."""
+        access.describe = None
+        scope = access.context
         method = scope["method"]
         path = scope["path"]
         access.method = method
@@ -106,6 +116,13 @@ class AccessMiddleware:
         client = scope.get("client")
         if client:
             access.peer = f"{client[0]}:{client[1]}"
+        return route
+
+    def _finish(self, scope: Scope, access: Access) -> None:
+        """A traced request: its line's fields now (the span is ended with them)."""
+        access.ended()
+        access.context = scope
+        route = self._describe(access)
         hooks = tracing.hooks
         if access.span is not None and hooks is not None:
             template = None

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...errors import InvalidInput, PayloadTooLarge
 from .._asgi import Message, Receive, Scope
+from .._limits import LOST_HOOK
 
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
@@ -36,6 +37,7 @@ class Exchange:
         "_pending",
         "_task",
         "_loop",
+        "_hook",
         "_request",
     )
 
@@ -56,6 +58,7 @@ class Exchange:
         self._pending: asyncio.Handle | None = None
         self._task: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set by watch()
+        self._hook: Any = None  # the connection's LostHook we wait on (watch())
         self._request: Any = None
 
     def header(self, name: bytes) -> bytes | None:
@@ -124,11 +127,20 @@ class Exchange:
     def watch(self) -> None:
         """Start watching for the client leaving; cancel the current task when it does.
 
-        The watcher task is started on the loop's next turn: a request that completes without
-        ever yielding to the loop (a fast async model) never pays for a task it cannot use.
+        Once the body is read, on Podium's own listeners, the connection says it: the request's
+        ``LostHook`` (``server/_limits.py``) calls back when the connection is lost, and no
+        task waits for ``http.disconnect``. Else (a body still to come, another HTTP server) a
+        watcher task reads ``receive()``, started on the loop's next turn: a request that
+        completes without ever yielding to the loop (a fast async model) never pays for a task
+        it cannot use.
         """
         loop = self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task(loop)  # (with the loop: no second look-up)
+        hook = self.scope.get(LOST_HOOK)
+        if hook is not None and self._body_done and self._watcher is None:
+            self._hook = hook
+            hook.callback = self._lost
+            return
         self._pending = loop.call_soon(self._start_watcher)
 
     def _start_watcher(self) -> None:
@@ -144,6 +156,9 @@ class Exchange:
             self._start_watcher()
 
     def unwatch(self) -> None:
+        if self._hook is not None:
+            self._hook.callback = None
+            self._hook = None
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
