@@ -3,8 +3,11 @@ podium.runtime.process._messages and _wire, without a process."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import typing
+import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +15,7 @@ import pytest
 
 from podium.errors import ModelError, WorkerDied
 from podium.runtime.process import _messages as m
-from podium.runtime.process._wire import Decoder, encode
+from podium.runtime.process._wire import SHARED_MIN, Decoder, Ring, encode
 from podium.types import Capabilities, InputKind
 
 
@@ -43,6 +46,7 @@ SAMPLES: list[m.Message] = [
     m.End(9),
     m.Stopped(10),
     m.Report(None, [(("tokens", "counter", "", ("kind",), ()), ("a",), 2.0)]),
+    m.Release(1 << 22),
 ]
 
 
@@ -78,6 +82,56 @@ def test_large_arrays_travel_out_of_band_and_arrive_writable() -> None:
     np.testing.assert_array_equal(got.value["big"], big)
     np.testing.assert_array_equal(got.value["small"], small)
     got.value["big"][0] = -1.0  # a writable array over the received frame
+
+
+@pytest.mark.skipif(not Ring.available(), reason="no /dev/shm")
+def test_very_large_arrays_go_through_a_shared_memory_ring_that_the_reader_releases() -> None:
+    name = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    ring = Ring(name, size=16 << 20)
+    big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: at least SHARED_MIN
+    middle = np.arange(SHARED_MIN // 8 - 1, dtype=np.float64)  # under it: through the socket
+    got: list[m.Message] = []
+    decoder = Decoder(got.append)
+    try:
+        data = b"".join(bytes(p) for p in encode(m.Answer(1, {"big": big, "middle": middle}), ring))
+        assert len(data) < middle.nbytes + 1000  # the big array is not in the frame
+        assert Path("/dev/shm", name).exists()
+        for at in range(0, len(data), 4096):
+            decoder.feed(data[at : at + 4096])
+        assert not Path("/dev/shm", name).exists()  # the reader mapped it and unlinked the name
+        (came,) = got
+        assert isinstance(came, m.Answer)
+        np.testing.assert_array_equal(came.value["big"], big)
+        np.testing.assert_array_equal(came.value["middle"], middle)
+        came.value["big"][0] = -1.0  # writable, and the reader's own copy:
+        assert ring.put(memoryview(big)) is not None  # the ring's region may be reused
+        # 16 MiB taken of 16, none released: the next does not fit (it takes the socket)
+        assert ring.put(memoryview(big)) is not None
+        assert ring.put(memoryview(big)) is not None
+        assert ring.put(memoryview(big)) is None
+        released = decoder.take_released()
+        assert released == 4 << 20 and decoder.take_released() == 0
+        ring.release(released)
+        assert ring.put(memoryview(big)) is not None
+        # without a ring the socket carries everything
+        assert sum(len(bytes(p)) for p in encode(m.Answer(1, big))) > big.nbytes
+    finally:
+        ring.close()
+        decoder.close()
+        Ring.sweep(name)
+
+
+def test_sweep_removes_a_ring_no_reader_mapped() -> None:
+    prefix = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    rings = [Ring(f"{prefix}-s"), Ring(f"{prefix}-c")]
+    for ring in rings:
+        encode(m.Answer(1, np.zeros(1 << 18, np.float32)), ring)
+        ring.close()
+    if not Ring.available():
+        return
+    assert len(list(Path("/dev/shm").glob(f"{prefix}-*"))) == 2
+    assert Ring.sweep(prefix) == 2
+    assert not list(Path("/dev/shm").glob(f"{prefix}-*"))
 
 
 def test_a_frame_is_no_larger_than_a_string_tagged_tuple() -> None:
@@ -129,3 +183,21 @@ def test_the_package_exports_what_other_packages_use() -> None:
     }
     for name in process.__all__:
         assert hasattr(process, name), name
+
+
+@pytest.mark.skipif(not Ring.available(), reason="no /dev/shm")
+def test_a_ring_that_cannot_be_made_leaves_the_socket_to_carry_everything() -> None:
+    name = f"podium-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    Path("/dev/shm", name).write_bytes(b"someone else's")  # the ring cannot be made there
+    ring = Ring(name)
+    big = np.arange(1 << 20, dtype=np.float32)
+    try:
+        for _ in range(2):
+            pieces = encode(m.Answer(1, big), ring)
+            assert sum(len(bytes(p)) for p in pieces) > big.nbytes
+            (came,) = _decode(b"".join(bytes(p) for p in pieces))
+            assert isinstance(came, m.Answer)
+            np.testing.assert_array_equal(came.value, big)
+        assert Path("/dev/shm", name).read_bytes() == b"someone else's"
+    finally:
+        Path("/dev/shm", name).unlink()

@@ -14,6 +14,11 @@ server in :class:`Report` messages: the model's metrics before the answer to the
 recorded them, the counters at most every :data:`REPORT_EVERY` seconds (before an answer, or on
 a periodic tick), so the server's totals survive the worker process.
 
+Requests queued ahead (where the server sends them, :func:`~._messages.queues_ahead`) wait here
+in order and start at most ``predict_concurrency`` at a time, each only after the answer of the
+one it waited for has been written: so the server knows which requests a crash had not started.
+What is written in one turn of the event loop leaves in one write.
+
 It never outlives the server: it exits when its socket reaches EOF (the server closed it or
 died), and on Linux the kernel kills it if the server dies (``PR_SET_PDEATHSIG``). It ignores
 SIGINT and runs in its own session: the server decides when it stops.
@@ -22,6 +27,7 @@ SIGINT and runs in its own session: the server decides when it stops.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import logging
@@ -55,14 +61,16 @@ from ._messages import (
     Item,
     Message,
     Ready,
+    Release,
     Report,
     StartFailed,
     Stopped,
     Stream,
     Unvalidated,
     pack_error,
+    queues_ahead,
 )
-from ._wire import Decoder, encode
+from ._wire import Decoder, Ring, encode
 
 __all__ = ["main"]
 
@@ -105,12 +113,13 @@ class _Window:
 
 
 class _Request:
-    __slots__ = ("task", "gone", "window")
+    __slots__ = ("task", "gone", "window", "ran")
 
     def __init__(self, task: asyncio.Task[None], gone: asyncio.Event, window: _Window) -> None:
         self.task = task
         self.gone = gone
         self.window = window
+        self.ran = False  # its task began: it answers itself (else a cancel came first)
 
 
 class Child(asyncio.Protocol):
@@ -133,6 +142,14 @@ class Child(asyncio.Protocol):
         self.metrics = MetricStore(forward=True)
         self._reported = 0.0
         self._tick: asyncio.TimerHandle | None = None
+        # requests queued ahead: started in order, at most ``_limit`` running (``_gated``)
+        self._gated = False
+        self._limit = 1
+        self._active = 0
+        self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
+        self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
+        self._flushing = False
+        self._ring: Ring | None = None  # large buffers to the server (Init.shm)
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -140,7 +157,11 @@ class Child(asyncio.Protocol):
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self._decoder.feed(data)
+        decoder = self._decoder
+        decoder.feed(data)
+        released = decoder.take_released()
+        if released:
+            self.send(Release(released))
 
     def eof_received(self) -> bool:
         return False
@@ -149,27 +170,66 @@ class Child(asyncio.Protocol):
         self._closed.set()
 
     def send(self, message: Message) -> None:
-        if not self._transport.is_closing():
-            self._transport.writelines(encode(message))
+        """Queue a frame; every frame of this turn of the loop leaves in one write, and only
+        then do queued requests start."""
+        if self._transport.is_closing():
+            return
+        self._out += encode(message, self._ring)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        out, self._out = self._out, []
+        if out and not self._transport.is_closing():
+            self._transport.writelines(out)
+        waiting = self._waiting
+        while waiting and self._active < self._limit:
+            self._begin(waiting.popleft())
+
+    def _begin(self, message: Infer | Stream | Batch) -> None:
+        cid = message.cid
+        gone = asyncio.Event()
+        window = _Window(self.stream_buffer)
+        self._active += 1
+        task = asyncio.get_running_loop().create_task(self._run(message, gone, window))
+        self._requests[cid] = _Request(task, gone, window)
+        task.add_done_callback(lambda _: self._done(cid))
+
+    def _done(self, cid: int) -> None:
+        request = self._requests.pop(cid, None)
+        if request is not None and not request.ran:
+            # cancelled before its task began: its body (which answers) never ran
+            self._active -= 1
+            self.send(Stopped(cid))
 
     def _on_message(self, message: Message) -> None:
         match message:
             case Infer() | Stream() | Batch():
-                cid = message.cid
-                gone = asyncio.Event()
-                window = _Window(self.stream_buffer)
-                task = asyncio.get_running_loop().create_task(self._run(message, gone, window))
-                self._requests[cid] = _Request(task, gone, window)
-                task.add_done_callback(lambda _: self._requests.pop(cid, None))
+                if self._gated and (self._waiting or self._active >= self._limit):
+                    self._waiting.append(message)  # queued ahead: starts in its turn
+                else:
+                    self._begin(message)
             case Cancel():
-                request = self._requests.get(message.cid)
+                cid = message.cid
+                request = self._requests.get(cid)
                 if request is not None:
                     request.gone.set()
                     request.task.cancel()
+                elif self._waiting:
+                    for queued in self._waiting:
+                        if queued.cid == cid:  # queued ahead: it never starts
+                            self._waiting.remove(queued)
+                            self.send(Stopped(cid))
+                            break
             case Credit():
                 request = self._requests.get(message.cid)
                 if request is not None:
                     request.window.add(message.n)
+            case Release():
+                if self._ring is not None:
+                    self._ring.release(message.upto)
             case Init():
                 self._setup = asyncio.get_running_loop().create_task(self._start(message))
 
@@ -177,6 +237,8 @@ class Child(asyncio.Protocol):
 
     async def _start(self, init: Init) -> None:
         config = init.source.config
+        if init.shm:
+            self._ring = Ring(f"{init.shm}-c")
         self.name = config.name
         self.stream_buffer = config.stream_buffer
         # The server's format, bounded, each line naming this worker and the request it is about.
@@ -205,6 +267,8 @@ class Child(asyncio.Protocol):
         self.runner = runner
         self.slots = asyncio.Semaphore(config.predict_concurrency)
         self.rebuild = init.rebuild
+        self._gated = queues_ahead(instance.capabilities)
+        self._limit = config.predict_concurrency
         self.report(force=True)  # what load() recorded
         self.send(_ready(instance))
         self._tick = asyncio.get_running_loop().call_later(REPORT_TICK, self._on_tick)
@@ -256,6 +320,7 @@ class Child(asyncio.Protocol):
         self, message: Infer | Stream | Batch, gone: asyncio.Event, window: _Window
     ) -> None:
         cid = message.cid
+        self._requests[cid].ran = True
         if not isinstance(message, Batch) and message.request_id is not None:
             current_request.set(RequestInfo(message.request_id))  # this request's own task
         try:
@@ -289,6 +354,9 @@ class Child(asyncio.Protocol):
             error = exc if isinstance(exc, PodiumError) else model_error(self.name, message.op, exc)
             self.report()
             self.send(Error(cid, *pack_error(error)))
+        finally:
+            # its answer is queued to leave: the next request starts after the write (_flush)
+            self._active -= 1
 
     async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
         inst = self.instance

@@ -4,6 +4,8 @@
                       Infer / Stream / Batch        a request (``cid`` names it from then on)
                       Cancel(cid)                   the client left: cancel it; is_disconnected()
                       Credit(cid, n)                a stream's reader took ``n`` more items
+    both ways         Release(upto)                 the reader copied the sender's shared memory
+                                                    ring out up to ``upto``: it may reuse it
     worker → server   Ready / StartFailed           once, after building the model
                       Answer(cid, value) / Error    the answer to Infer or Batch
                       Item(cid, value) ... End(cid) a stream (or Error)
@@ -52,6 +54,7 @@ __all__ = [
     "Item",
     "Message",
     "Ready",
+    "Release",
     "Report",
     "Runner",
     "StartFailed",
@@ -59,6 +62,7 @@ __all__ = [
     "Stream",
     "Unvalidated",
     "pack_error",
+    "queues_ahead",
     "unpack_error",
 ]
 
@@ -108,6 +112,8 @@ class Init(msgspec.Struct):
     threads: int
     log_level: int
     log_format: str = "text"  # the server's --log-format
+    #: the names of this worker's shared memory files start with it ("": the socket carries all)
+    shm: str = ""
 
 
 class Infer(msgspec.Struct):
@@ -140,6 +146,12 @@ class Cancel(msgspec.Struct):
 class Credit(msgspec.Struct):
     cid: int
     n: int
+
+
+class Release(msgspec.Struct):
+    """The receiver has copied the sender's shared memory ring out up to position ``upto``."""
+
+    upto: int
 
 
 # -- worker → server ---------------------------------------------------------------------------
@@ -208,6 +220,7 @@ Message = (
     | End
     | Stopped
     | Report
+    | Release
 )
 
 #: Every message class; its index is its tag in a frame's header (both sides run this module).
@@ -226,7 +239,21 @@ MESSAGES: tuple[type[Message], ...] = (
     End,
     Stopped,
     Report,
+    Release,
 )
+
+
+def queues_ahead(caps: Capabilities) -> bool:
+    """Whether a worker process of an instance with these capabilities takes requests queued
+    ahead of its ``predict_concurrency`` slots (both sides decide it from the same capabilities).
+
+    Only where a request is all predict: the worker then starts them in the order they were
+    sent, at most ``predict_concurrency`` at once, and starts the next only once the answer of the
+    one before has left (so the server knows which ones have not started: a crash re-routes them
+    and a deadline starts when the predict does). Not with ``preprocess`` / ``postprocess`` (they
+    run outside the slots, so the order is the model's) nor streams (a stream holds its slot
+    until its end, which the worker cannot answer before)."""
+    return not (caps.has_preprocess or caps.has_postprocess or caps.streaming or caps.continuous)
 
 
 # -- values inside messages --------------------------------------------------------------------

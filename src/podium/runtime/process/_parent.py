@@ -6,8 +6,17 @@ and runs preprocess → predict → postprocess for each request (``_child``). T
 worker's socket from the event loop (an ``asyncio.Protocol``: no polling) and writes one frame per
 request (``_wire``; the messages are in ``_messages``).
 
-A worker process that dies fails the requests it held at once with ``WorkerDied`` (naming its
-pid and how it ended); the pool starts another. A predict past ``response_timeout`` fails with
+Pipelining: where a request is all predict (:func:`~._messages.queues_ahead`), a worker holds
+up to ``PIPELINE_AHEAD`` requests (one batch, with dynamic batching) queued ahead of its
+``predict_concurrency`` slots, so that the next request is already in the worker process when a
+predict ends. Frames written in one turn of the event loop leave in one write, and the worker
+answers likewise. The worker starts queued requests in the order they were sent, and only once
+the answer of the one before has left; so the server knows which have not started: a deadline
+(``response_timeout``) starts when a request's predict does, and when the process dies the
+requests queued in it that had not started go to another worker (``WorkerGone``).
+
+A worker process that dies fails the requests it was running at once with ``WorkerDied`` (naming
+its pid and how it ended); the pool starts another. A predict past ``response_timeout`` fails with
 ``ResponseTimeout`` and the process is killed and replaced (the only way to stop a sync call).
 """
 
@@ -20,6 +29,7 @@ import enum
 import itertools
 import logging
 import os
+import secrets as _secrets
 import signal
 import socket
 import sys
@@ -59,13 +69,15 @@ from ._messages import (
     Item,
     Message,
     Ready,
+    Release,
     Report,
     StartFailed,
     Stopped,
     Stream,
     Unvalidated,
+    queues_ahead,
 )
-from ._wire import Decoder, encode
+from ._wire import Decoder, Ring, encode
 
 if TYPE_CHECKING:
     from ...model import ModelSource
@@ -79,6 +91,10 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 #: Seconds a worker process gets to exit after its socket is closed before it is killed.
 STOP_TIMEOUT = 5.0
+#: Requests a worker process holds queued ahead of its slots (where it may: ``queues_ahead``).
+#: Enough that one wake-up of the worker serves several requests at 64 connections, few enough
+#: that a long predict holds little work back from the other workers.
+PIPELINE_AHEAD = 8
 
 _READY = WorkerState.READY  # compared on every request
 
@@ -159,13 +175,17 @@ class _Call:
     """A request sent to the worker process: a call's future, or a stream's items (its values,
     then ``END`` or a ``Failure``) and its reader's wake-up."""
 
-    __slots__ = ("future", "items", "wake", "timer")
+    __slots__ = ("future", "items", "wake", "deadline", "started")
 
     def __init__(self, future: asyncio.Future[Any] | None) -> None:
         self.future = future
         self.items: collections.deque[Any] = collections.deque()
         self.wake: asyncio.Future[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        #: loop time past which it fails with ResponseTimeout (0: none; a stream's next item)
+        self.deadline = 0.0
+        #: counted as running in the worker (one of its first ``predict_concurrency`` calls);
+        #: False while it is queued ahead there
+        self.started = False
 
     def push(self, item: Any) -> None:
         self.items.append(item)
@@ -197,12 +217,22 @@ class _Call:
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, on_message: Callable[[Message], None], on_lost: Callable[[], None]) -> None:
-        self._decoder = Decoder(on_message)
+    def __init__(
+        self,
+        on_message: Callable[[Message], None],
+        on_lost: Callable[[], None],
+        on_released: Callable[[int], None],
+    ) -> None:
+        self.decoder = Decoder(on_message)
         self._on_lost = on_lost
+        self._on_released = on_released
 
     def data_received(self, data: bytes) -> None:
-        self._decoder.feed(data)
+        decoder = self.decoder
+        decoder.feed(data)
+        released = decoder.take_released()
+        if released:
+            self._on_released(released)
 
     def eof_received(self) -> bool:
         return False
@@ -248,11 +278,25 @@ class ProcessWorker:
         self._on_exit = pool.worker_exited
         self._batching = config.batch_size > 1
         self._timeout = config.response_timeout_s
+        self._tick = min(self._timeout / 4, 1.0) if self._timeout else 1.0
+        self._sweeper: asyncio.TimerHandle | None = None
         self._window = config.stream_buffer
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count(1)
+        self.slots = config.predict_concurrency  # predicts at once
+        #: places for requests queued ahead in the worker process beyond its slots (set once it
+        #: is ready; the gate counts them as waiting, against max_queue_size)
+        self.ahead = 0
+        self._max_ahead = config.max_queue_size
+        self._running = 0  # calls counted as started
+        self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
+        self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
+        self._flushing = False
+        # large buffers to the worker go through a shared memory ring named after init.shm
+        self._ring = Ring(f"{init.shm}-s") if init.shm else None
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
+        self._connection: _Connection | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
         self._ending: _Ending | None = None  # why we are ending it: not a crash
@@ -289,10 +333,10 @@ class ProcessWorker:
         self.pid = self._proc.pid
         self._ready = loop.create_future()
         self._exited = loop.create_future()
-        transport, _ = await loop.create_unix_connection(
-            lambda: _Connection(self._on_message, self._on_lost), sock=ours
-        )
+        connection = _Connection(self._on_message, self._on_lost, self._on_released)
+        transport, _ = await loop.create_unix_connection(lambda: connection, sock=ours)
         self._transport = transport
+        self._connection = connection
         self._send(self._init)
         try:
             ready = await self._ready
@@ -300,7 +344,12 @@ class ProcessWorker:
             await self.close()
             raise
         self._descriptor.describe(ready)
-        if self._descriptor.pipelined and not self._batching:
+        if queues_ahead(ready.capabilities):
+            # the next request waits in the worker, not here: no round trip between two predicts
+            ahead = 1 if self._batching else max(PIPELINE_AHEAD, self.slots)
+            self.ahead = min(ahead, self._max_ahead)
+            self.capacity = self.slots + self.ahead
+        elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
             self.capacity *= 2
@@ -315,6 +364,7 @@ class ProcessWorker:
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
         if self._transport is not None:
+            self._flush()
             self._transport.close()
         proc = self._proc
         if proc is not None and proc.returncode is None:
@@ -359,10 +409,25 @@ class ProcessWorker:
     # -- the socket ------------------------------------------------------------------------
 
     def _send(self, message: Message) -> None:
+        """Queue a frame; every frame of this turn of the loop leaves in one write."""
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        transport.writelines(encode(message))
+        self._out += encode(message, self._ring)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _on_released(self, upto: int) -> None:
+        with contextlib.suppress(WorkerGone):
+            self._send(Release(upto))
+
+    def _flush(self) -> None:
+        self._flushing = False
+        out, self._out = self._out, []
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.writelines(out)
 
     def _on_message(self, message: Message) -> None:
         # Bare class patterns, the most frequent first: each class that does not match costs an
@@ -389,6 +454,9 @@ class ProcessWorker:
                 if call is not None:
                     call.fail(message.exception())
                     self._release()
+            case Release():
+                if self._ring is not None:
+                    self._ring.release(message.upto)
             case Report():
                 if message.compute is not None:
                     self._stats.merge_compute(message.compute)
@@ -406,11 +474,30 @@ class ProcessWorker:
                     )
 
     def _last(self, cid: int) -> _Call | None:
-        """The call ``cid`` has had its last message: forget it (its slot is freed next)."""
+        """The call ``cid`` has had its last message: forget it (its slot is freed next). The
+        worker starts the next queued call now: its deadline starts."""
         call = self._calls.pop(cid, None)
-        if call is not None and call.timer is not None:
-            call.timer.cancel()
+        if call is not None:
+            if call.started:
+                self._running -= 1
+                if self._queued:
+                    self._start_queued()
         return call
+
+    def _start_queued(self) -> None:
+        if self._ending is _Ending.RECYCLED:  # being killed: what is queued goes elsewhere
+            return
+        queued, calls = self._queued, self._calls
+        while queued and self._running < self.slots:
+            cid = queued.popleft()
+            call = calls.get(cid)
+            if call is not None:  # not cancelled meanwhile
+                self._start(cid, call)
+
+    def _start(self, cid: int, call: _Call) -> None:
+        call.started = True
+        self._running += 1
+        self._arm(cid, call)
 
     def _hold_place(self) -> None:
         """Leave the gate, but count as starting until the pool has taken over the restart:
@@ -437,6 +524,12 @@ class ProcessWorker:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 code = await proc.wait()
+        if self._init.shm:  # the rings: a name that no reader mapped, our own mappings
+            Ring.sweep(self._init.shm)
+            if self._ring is not None:
+                self._ring.close()
+            if self._connection is not None:
+                self._connection.decoder.close()
         how = describe_exit(code)
         ending = self._ending
         if ending is None:
@@ -446,10 +539,13 @@ class ProcessWorker:
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(WorkerDied(reason))
         calls, self._calls = self._calls, {}
+        self._queued.clear()
+        self._running = 0
         for call in calls.values():
-            if call.timer is not None:
-                call.timer.cancel()
-            call.fail(WorkerDied(f"{reason}; the request it was running failed"))
+            if call.started or not self.ahead:
+                call.fail(WorkerDied(f"{reason}; the request it was running failed"))
+            else:  # queued there, never started: another worker takes it
+                call.fail(WorkerGone(f"{reason}; the request queued in it had not started"))
             self._release()
         was_ready = self._was_ready
         self.state = WorkerState.DEAD
@@ -467,15 +563,28 @@ class ProcessWorker:
     # -- requests --------------------------------------------------------------------------
 
     def _arm(self, cid: int, call: _Call) -> None:
+        """Its deadline: response_timeout from now. No timer per call: one sweep per worker
+        checks the deadlines every quarter of the timeout (at most 1 s), so a predict fails
+        between response_timeout and a quarter more after it started."""
         if self._timeout:
-            if call.timer is not None:
-                call.timer.cancel()
-            call.timer = asyncio.get_running_loop().call_later(self._timeout, self._on_timeout, cid)
+            loop = asyncio.get_running_loop()
+            call.deadline = loop.time() + self._timeout
+            if self._sweeper is None:
+                self._sweeper = loop.call_later(self._tick, self._sweep)
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        late = [cid for cid, c in self._calls.items() if c.started and 0 < c.deadline <= now]
+        for cid in late:
+            self._on_timeout(cid)
+        self._sweeper = loop.call_later(self._tick, self._sweep) if self._calls else None
 
     def _on_timeout(self, cid: int) -> None:
         call = self._calls.pop(cid, None)
         if call is None:
             return
+        self._running -= 1  # a started call: the process goes, the queued ones with it
         error = ResponseTimeout(
             f"{self._label} predict did not answer within response_timeout {self._timeout:g} s; "
             f"worker process {self.pid} is being restarted"
@@ -507,7 +616,10 @@ class ProcessWorker:
                 f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
             ) from exc
         self._calls[cid] = call
-        self._arm(cid, call)
+        if not self.ahead or self._running < self.slots:
+            self._start(cid, call)
+        else:
+            self._queued.append(cid)
         return cid, call
 
     async def _snapshot(self, request: Any) -> Any:
@@ -623,6 +735,8 @@ def process_pool(
         log_level=logging.NOTSET,
     )
 
+    shared = Ring.available()
+
     async def new_worker(wid: str) -> Worker:
         return ProcessWorker(
             wid,
@@ -634,6 +748,7 @@ def process_pool(
                 worker=wid,
                 log_level=logging.getLogger().getEffectiveLevel(),
                 log_format=current_format(),
+                shm=f"podium-{os.getpid()}-{_secrets.token_hex(4)}-{wid}" if shared else "",
             ),
         )
 

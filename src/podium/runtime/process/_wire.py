@@ -11,19 +11,34 @@ pickled: a frame is no larger than a tuple tagged with a string would be. Large 
 their own memory: pickling does not copy them into the pickle stream, the sender hands their
 memory to the socket (``transport.writelines``), and the receiver rebuilds them over slices of
 the frame it read (writable, no further copy).
+
+Buffers of :data:`SHARED_MIN` bytes or more go through shared memory instead, where the sender
+has a :class:`Ring`: one file in ``/dev/shm`` per direction and worker, mapped by both sides and
+made once, so its pages stay in memory. The sender copies the buffer into the ring's next free
+region, the frame carries where (its length field has :data:`_SHARED` set), and the receiver
+copies it out into the frame's own memory as it decodes the frame (two copies, no system call,
+where the socket made three and woke the reader once per chunk). The receiver's
+:meth:`Decoder.take_released` then says how far the sender may reuse the ring (a ``Release``
+message). The receiver unlinks the file when it first maps it; :meth:`Ring.sweep`, which the
+server runs when a worker process ends, removes one that no reader mapped.
 """
 
 from __future__ import annotations
 
+import contextlib
+import mmap
+import os
 import pickle
 import struct
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from msgspec.structs import astuple
 
 from ._messages import MESSAGES, Message
 
-__all__ = ["Decoder", "encode"]
+__all__ = ["SHARED_MIN", "Decoder", "Ring", "encode"]
 
 _HEAD = struct.Struct("<BII")
 _LEN = struct.Struct("<Q")
@@ -31,10 +46,110 @@ _TAGS = {cls: tag for tag, cls in enumerate(MESSAGES)}
 
 #: Buffers smaller than this are pickled in-band: a separate buffer costs more than a copy.
 _OUT_OF_BAND_MIN = 4096
+#: Buffers this large or larger go through shared memory (where the sender has a ``Ring``).
+SHARED_MIN = 1 << 20
+#: The most a ring takes: four times the first buffer it carries, at least 8 MiB, at most this
+#: (its memory is reserved when it is made). A buffer larger than half of it takes the socket.
+RING_SIZE = 64 << 20
+_RING_MIN = 8 << 20
+#: Set in a buffer's length field: the frame holds where in the sender's ring the buffer is.
+_SHARED = 1 << 63
+_PLACE = struct.Struct("<QQQ")  # offset, length, the ring's position after it; then its name
+_SHM = Path("/dev/shm")
 
 
-def encode(message: Message) -> list[bytes | memoryview]:
-    """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``)."""
+class Ring:
+    """The shared memory one side writes its large buffers into (``/dev/shm/<name>``, made on
+    first use). Regions are taken in order and given back in order (:meth:`release`)."""
+
+    def __init__(self, name: str, size: int = 0) -> None:
+        self.name = name
+        self.size = size  # 0: sized by its first buffer
+        self._map: mmap.mmap | None = None
+        self._head = 0  # bytes ever taken (the next region starts at head % size)
+        self._tail = 0  # bytes the reader has released
+
+    @staticmethod
+    def available() -> bool:
+        return _SHM.is_dir() and os.access(_SHM, os.W_OK)
+
+    def put(self, raw: memoryview) -> bytes | None:
+        """Copy ``raw`` into the ring; where it is, for the frame (None: no room, or no ring)."""
+        n = raw.nbytes
+        if self._map is None:
+            if self.size < 0:
+                return None  # no shared memory here
+            if not self.size:
+                self.size = min(RING_SIZE, max(_RING_MIN, 4 * n))
+        if n > self.size // 2:
+            return None
+        at = self._head % self.size
+        skip = self.size - at if at + n > self.size else 0  # a region never wraps
+        if self._head + skip + n - self._tail > self.size:
+            return None  # the reader has not released enough yet
+        if self._map is None:
+            try:
+                self._map = _open_map(self.name, create=self.size)
+            except OSError:
+                self.size = -1  # no shared memory here (or not enough): the socket carries all
+                return None
+        if skip:
+            at = 0
+        self._map[at : at + n] = raw.cast("B")
+        self._head += skip + n
+        return _PLACE.pack(at, n, self._head) + self.name.encode()
+
+    def release(self, upto: int) -> None:
+        """The reader has copied out everything before position ``upto``."""
+        if upto > self._tail:
+            self._tail = upto
+
+    def close(self) -> None:
+        if self._map is not None:
+            with contextlib.suppress(BufferError):
+                self._map.close()
+            self._map = None
+
+    @staticmethod
+    def sweep(prefix: str) -> int:
+        """Remove every file named ``<prefix>-*`` still there (no reader mapped it); how many."""
+        removed = 0
+        with contextlib.suppress(OSError):
+            for path in _SHM.glob(f"{prefix}-*"):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
+        return removed
+
+
+def _open_map(name: str, create: int = 0) -> mmap.mmap:
+    """Map ``/dev/shm/<name>``: made with ``create`` bytes, else opened and then unlinked (both
+    sides have it mapped: nobody else needs the name)."""
+    path = _SHM / name
+    if path.parent != _SHM:
+        raise ValueError(f"not a shared memory file name: {name[:64]!r}")
+    if create:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    else:
+        fd = os.open(path, os.O_RDWR)
+    try:
+        if create:
+            try:
+                # reserved now: a full /dev/shm is an error here, not a SIGBUS on a later write
+                os.posix_fallocate(fd, 0, create)
+            except OSError:
+                os.unlink(path)
+                raise
+        else:
+            os.unlink(path)
+        return mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def encode(message: Message, ring: Ring | None = None) -> list[bytes | memoryview]:
+    """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``); with a
+    ``ring``, buffers of SHARED_MIN bytes or more are copied into it where it has room."""
     buffers: list[pickle.PickleBuffer] = []
 
     def keep(buffer: pickle.PickleBuffer) -> bool:
@@ -47,8 +162,18 @@ def encode(message: Message) -> list[bytes | memoryview]:
     tag = _TAGS[type(message)]
     if not buffers:
         return [_HEAD.pack(tag, len(body), 0) + body]
-    raws = [b.raw() for b in buffers]
-    head = _HEAD.pack(tag, len(body), len(raws)) + b"".join(_LEN.pack(r.nbytes) for r in raws)
+    raws: list[bytes | memoryview] = []
+    lengths = []
+    for b in buffers:
+        raw = b.raw()
+        place = ring.put(raw) if ring is not None and raw.nbytes >= SHARED_MIN else None
+        if place is not None:
+            raws.append(place)
+            lengths.append(_SHARED | len(place))
+        else:
+            raws.append(raw)
+            lengths.append(raw.nbytes)
+    head = _HEAD.pack(tag, len(body), len(raws)) + b"".join(_LEN.pack(n) for n in lengths)
     return [head, body, *raws]
 
 
@@ -62,9 +187,13 @@ class Decoder:
         self._frame: bytearray | None = None
         self._filled = 0
         self._layout: tuple[int, int, list[int]] = (0, 0, [])
+        self._rings: dict[bytes, mmap.mmap] = {}  # the sender's rings, mapped
+        self._released = 0  # how far the sender's ring was read
 
     def feed(self, data: bytes) -> None:
         view = memoryview(data)
+        if self._frame is None and not self._pending:
+            view = self._whole_frames(data, view)
         while view:
             if self._frame is not None:
                 take = min(len(view), len(self._frame) - self._filled)
@@ -78,6 +207,23 @@ class Decoder:
             view = memoryview(b"")
             self._start_frames()
 
+    def _whole_frames(self, data: bytes, view: memoryview) -> memoryview:
+        """The fast path: frames that lie whole in ``data`` are decoded where they lie (a frame
+        without buffers is not copied at all); what is left, to be buffered."""
+        end = len(data)
+        at = 0
+        on_message = self._on_message
+        while end - at >= _HEAD.size:
+            tag, size, count = _HEAD.unpack_from(data, at)
+            if count:
+                return view[at:]  # buffers: the frame gets memory of its own (slow path)
+            start = at + _HEAD.size
+            if end - start < size:
+                break
+            at = start + size
+            on_message(MESSAGES[tag](*pickle.loads(view[start:at])))
+        return view[at:]
+
     def _start_frames(self) -> None:
         while True:
             pending = self._pending
@@ -90,7 +236,7 @@ class Decoder:
             lengths = [
                 _LEN.unpack_from(pending, _HEAD.size + i * _LEN.size)[0] for i in range(count)
             ]
-            total = size + sum(lengths)
+            total = size + sum(n & ~_SHARED for n in lengths)
             self._layout = (tag, size, lengths)
             if len(pending) - head >= total:
                 frame = bytearray(pending[head : head + total])
@@ -106,15 +252,40 @@ class Decoder:
             self._frame, self._filled = frame, rest
             return
 
+    def take_released(self) -> int:
+        """How far the sender may reuse its ring (0: nothing new read from it since last)."""
+        released, self._released = self._released, 0
+        return released
+
+    def close(self) -> None:
+        for ring in self._rings.values():
+            with contextlib.suppress(BufferError):
+                ring.close()
+        self._rings.clear()
+
+    def _shared(self, place: bytes) -> bytearray:
+        at, n, end = _PLACE.unpack_from(place)
+        name = place[_PLACE.size :]
+        ring = self._rings.get(name)
+        if ring is None:
+            ring = self._rings[name] = _open_map(name.decode())
+        data = bytearray(memoryview(ring)[at : at + n])  # ours: the region is reused
+        self._released = max(self._released, end)
+        return data
+
     def _finish(self) -> None:
         frame, self._frame = self._frame, None
         assert frame is not None
         tag, size, lengths = self._layout
         view = memoryview(frame)
-        buffers = []
+        buffers: list[Any] = []
         offset = size
         for length in lengths:
-            buffers.append(view[offset : offset + length])
+            if length & _SHARED:
+                length &= ~_SHARED
+                buffers.append(self._shared(bytes(view[offset : offset + length])))
+            else:
+                buffers.append(view[offset : offset + length])
             offset += length
         fields = pickle.loads(view[:size], buffers=buffers)
         self._on_message(MESSAGES[tag](*fields))
