@@ -5,9 +5,10 @@ on the same threads, and a request whose client left before its predict started 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -69,15 +70,30 @@ def module(mv: ModelVersion) -> Any:
     return sys.modules[type(mv.instance.obj).__module__]  # type: ignore[attr-defined]
 
 
+@contextlib.asynccontextmanager
+async def started(
+    tmp_path: Path, config: str, executor: ThreadPoolExecutor
+) -> AsyncIterator[tuple[ModelVersion, Any]]:
+    """The test model under ``config``, its workers started: (version, model module). On the
+    way out every held predict is let go and the version closed."""
+    mv = version(tmp_path, config, executor)
+    mod = module(mv)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        yield mv, mod
+    finally:
+        mod.HOLD.set()
+        await mv.scheduler.close()
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("slots", [1, 2])
 async def test_requests_ahead_keep_predict_concurrency(
     tmp_path: Path, executor: ThreadPoolExecutor, slots: int
 ) -> None:
-    mv = version(tmp_path, f"response_timeout: 0\npredict_concurrency: {slots}\n", executor)
-    mod = module(mv)
-    await mv.pool.start()  # type: ignore[union-attr]
-    try:
+    async with started(
+        tmp_path, f"response_timeout: 0\npredict_concurrency: {slots}\n", executor
+    ) as (mv, mod):
         stats = mv.scheduler.statistics()
         assert stats["slots"] == slots + max(PREDICT_AHEAD, slots)  # slots, and those ahead
         results = await asyncio.gather(*(mv.scheduler.infer(i, None) for i in range(60)))
@@ -85,18 +101,13 @@ async def test_requests_ahead_keep_predict_concurrency(
         assert mod.RUNNING[1] == slots  # never more at once
         assert len(mod.THREADS) == slots  # and always on the same threads
         assert threading.get_ident() not in mod.THREADS
-    finally:
-        await mv.scheduler.close()
 
 
 @pytest.mark.anyio
 async def test_a_request_ahead_whose_client_left_never_runs(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    mv = version(tmp_path, "response_timeout: 0\n", executor)
-    mod = module(mv)
-    await mv.pool.start()  # type: ignore[union-attr]
-    try:
+    async with started(tmp_path, "response_timeout: 0\n", executor) as (mv, mod):
         held = asyncio.create_task(mv.scheduler.infer("hold", None))
         await wait_until(lambda: mod.RAN == ["hold"])
         gone = asyncio.create_task(mv.scheduler.infer("gone", None))
@@ -109,9 +120,6 @@ async def test_a_request_ahead_whose_client_left_never_runs(
         mod.HOLD.set()
         assert (await held, await after) == ("hold", "after")
         assert mod.RAN == ["hold", "after"]
-    finally:
-        mod.HOLD.set()
-        await mv.scheduler.close()
 
 
 @pytest.mark.anyio
@@ -120,11 +128,8 @@ async def test_response_timeout_counts_from_the_predicts_start_not_the_wait_ahea
 ) -> None:
     # two predicts of 0.6 s one after the other, at response_timeout 1: the second waits 0.6 s
     # queued ahead, then runs 0.6 s; timed from its arrival it would fail
-    mv = version(tmp_path, "response_timeout: 1\n", executor)
-    mod = module(mv)
-    mod.HOLD.set()  # "hold" does not wait for the test
-    await mv.pool.start()  # type: ignore[union-attr]
-    try:
+    async with started(tmp_path, "response_timeout: 1\n", executor) as (mv, mod):
+        mod.HOLD.set()  # "hold" does not wait for the test
         assert mv.scheduler.statistics()["slots"] == 1 + PREDICT_AHEAD  # taken ahead, timed
         slow = "x" * 600_000  # see SLOW: 0.6 s
         first = asyncio.create_task(mv.scheduler.infer(slow, None))
@@ -133,18 +138,13 @@ async def test_response_timeout_counts_from_the_predicts_start_not_the_wait_ahea
         await wait_until(lambda: mv.scheduler.statistics()["busy"] == 2)  # queued ahead
         assert (await first, await second) == (slow, slow)
         assert mod.RUNNING[1] == 1
-    finally:
-        await mv.scheduler.close()
 
 
 @pytest.mark.anyio
 async def test_requests_ahead_of_a_stuck_predict_go_to_the_replacement_worker(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    mv = version(tmp_path, "response_timeout: 0.3\n", executor)
-    mod = module(mv)
-    await mv.pool.start()  # type: ignore[union-attr]
-    try:
+    async with started(tmp_path, "response_timeout: 0.3\n", executor) as (mv, mod):
         held = asyncio.create_task(mv.scheduler.infer("hold", None))
         await wait_until(lambda: mod.RAN == ["hold"])
         after = asyncio.create_task(mv.scheduler.infer("after", None))
@@ -157,19 +157,13 @@ async def test_requests_ahead_of_a_stuck_predict_go_to_the_replacement_worker(
         assert mod.RAN == ["hold", "after"]
         assert len(mod.THREADS) == 2
         assert not mod.HOLD.is_set()
-    finally:
-        mod.HOLD.set()
-        await mv.scheduler.close()
 
 
 @pytest.mark.anyio
 async def test_requests_ahead_count_against_max_queue_size(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    mv = version(tmp_path, "response_timeout: 0\nmax_queue_size: 2\n", executor)
-    mod = module(mv)
-    await mv.pool.start()  # type: ignore[union-attr]
-    try:
+    async with started(tmp_path, "response_timeout: 0\nmax_queue_size: 2\n", executor) as (mv, mod):
         assert mv.scheduler.statistics()["slots"] == 1 + 2  # ahead: no more than may wait
         held = asyncio.create_task(mv.scheduler.infer("hold", None))
         await wait_until(lambda: mod.RAN == ["hold"])
@@ -179,6 +173,3 @@ async def test_requests_ahead_count_against_max_queue_size(
             await mv.scheduler.infer("third", None)
         mod.HOLD.set()
         assert (await held, *[await a for a in ahead]) == ("hold", 0, 1)
-    finally:
-        mod.HOLD.set()
-        await mv.scheduler.close()
