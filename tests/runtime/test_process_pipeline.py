@@ -63,6 +63,30 @@ async def test_requests_queue_ahead_in_the_worker_and_predict_concurrency_stays_
 
 
 @pytest.mark.anyio
+async def test_an_only_worker_takes_every_waiting_request_and_two_share_the_line(
+    lab: Lab,
+) -> None:
+    mv = lab.version(GATED, "max_workers: 2\n")
+    await mv.load()
+    held = asyncio.ensure_future(mv.scheduler.infer("hold", None))
+    await lab.wait(lambda: lab.recorded("start"))
+    queued = [asyncio.ensure_future(mv.scheduler.infer(i, None)) for i in range(20)]
+    # the version's only worker: all 20 wait in its process (more than PIPELINE_AHEAD)
+    await lab.wait(lambda: mv.statistics()["busy"] == 21)
+    assert mv.statistics()["waiting"] == 0
+    await mv.scale(2)
+    # two workers: each takes at most PIPELINE_AHEAD beyond its slot, the rest wait in the
+    # shared line (so that a long predict holds little work back from the other worker)
+    more = [asyncio.ensure_future(mv.scheduler.infer("hold", None)) for _ in range(20)]
+    await lab.wait(lambda: mv.statistics()["waiting"] == 20 - 9)
+    assert mv.statistics()["busy"] == 21 + 9
+    _open(lab)
+    answers = await asyncio.gather(held, *queued, *more)
+    assert [a["x"] for a in answers] == ["hold", *range(20), *["hold"] * 20]
+    assert len({a["pid"] for a in answers}) == 2
+
+
+@pytest.mark.anyio
 async def test_a_queued_request_whose_client_leaves_never_runs(lab: Lab) -> None:
     mv = lab.version(GATED)
     await mv.load()

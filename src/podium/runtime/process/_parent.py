@@ -95,6 +95,11 @@ STOP_TIMEOUT = 5.0
 #: Enough that one wake-up of the worker serves several requests at 64 connections, few enough
 #: that a long predict holds little work back from the other workers.
 PIPELINE_AHEAD = 8
+#: The same, while the worker is its version's only ready one: there is no other worker to hold
+#: work back from, and a request that waits in the worker instead of the server's line costs the
+#: server one suspension less and shares the worker's wake-ups with more requests (64
+#: connections on one worker: ~65 µs of CPU per request in all against ~90 with 8).
+PIPELINE_ALONE = 64
 
 _READY = WorkerState.READY  # compared on every request
 
@@ -267,7 +272,8 @@ class ProcessWorker:
         self.pid: int | None = None
         self.state = WorkerState.STARTING
         self.busy = 0
-        self.capacity = config.predict_concurrency
+        self._capacity = config.predict_concurrency
+        self._alone = 0  # the capacity while it is the only ready worker (0: the same)
         self.started = time.time()
         self._init = init
         self._codec = codec
@@ -304,6 +310,19 @@ class ProcessWorker:
         self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
+
+    @property
+    def capacity(self) -> int:
+        """Requests it takes at once: its slots, and as many places queued ahead in the process
+        as it has (more while it is the only ready worker: ``PIPELINE_ALONE``)."""
+        if self._alone and self._gate.size == 1:
+            return self._alone
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, value: int) -> None:
+        self._capacity = value
+        self._alone = 0
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -348,11 +367,13 @@ class ProcessWorker:
             # the next request waits in the worker, not here: no round trip between two predicts
             ahead = 1 if self._batching else max(PIPELINE_AHEAD, self.slots)
             self.ahead = min(ahead, self._max_ahead)
-            self.capacity = self.slots + self.ahead
+            self._capacity = self.slots + self.ahead
+            if not self._batching:
+                self._alone = self.slots + min(max(PIPELINE_ALONE, self.slots), self._max_ahead)
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
-            self.capacity *= 2
+            self._capacity *= 2
         self.started = time.time()
         self.state = WorkerState.READY
         self._was_ready = True

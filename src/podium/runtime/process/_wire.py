@@ -170,12 +170,11 @@ def _plain(value: Any, budget: int) -> int:
     return -1
 
 
-def _plain_tensors(tensors: Any, cls: type, budget: int) -> int:
+def _plain_tensors(tensors: Any, cls: Any, budget: int) -> int:
     """``_plain`` for a list of OIP tensors of exactly ``cls`` (``RequestInput`` /
     ``ResponseOutput``), each field of the type the struct declares."""
     if type(tensors) is not list:
         return -1
-    t: Any
     for t in tensors:
         if (
             type(t) is not cls
