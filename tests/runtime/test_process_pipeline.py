@@ -218,6 +218,48 @@ async def test_the_worker_starts_a_queued_request_only_after_the_answer_before_i
 
 
 @pytest.mark.anyio
+async def test_with_nothing_else_running_an_answer_leaves_and_the_next_starts_at_once() -> None:
+    child, log, runner = _child_with_runner(gated=True)
+    for cid in (1, 2):
+        runner.release[cid] = asyncio.Event()
+        runner.release[cid].set()  # (each predict still awaits once)
+    child.data_received(b"".join(b"".join(encode(Infer(cid, cid, None))) for cid in (1, 2)))
+    for _ in range(2):
+        await asyncio.sleep(0)  # request 1's task runs to its end
+    # its answer left as it ended (not a turn of the loop later), and request 2 began then
+    steps = [(type(m).__name__, m.cid) if not isinstance(m, tuple) else m for m in log]
+    assert steps[:3] == [("started", 1), ("Answer", 1), ("started", 2)]
+
+
+@pytest.mark.anyio
+async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
+    mv = lab.version(GATED)
+    await mv.load()
+    (worker,) = mv.scheduler.pool.gate.workers
+    transport = worker._transport
+    writers: list[Any] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(transport, name)
+
+        def writelines(self, pieces: Any) -> None:
+            writers.append(asyncio.current_task())  # None: a later callback wrote it
+            transport.writelines(pieces)
+
+    worker._transport = Recording()
+    first = asyncio.ensure_future(mv.scheduler.infer("hold", None))
+    await lab.wait(lambda: lab.recorded("start"))
+    assert writers == [first]  # written by the request's own task, as it was sent
+    second = asyncio.ensure_future(mv.scheduler.infer(2, None))
+    await lab.wait(lambda: mv.statistics()["busy"] == 2)
+    await asyncio.sleep(0)
+    assert writers[1:] == [None]  # the worker was busy: the turn's requests share one write
+    _open(lab)
+    assert (await first)["x"] == "hold" and (await second)["x"] == 2
+
+
+@pytest.mark.anyio
 async def test_a_cancel_that_arrives_with_its_request_still_answers_stopped() -> None:
     # the request's task is cancelled before it begins: its body, which answers, never runs
     child, log, _ = _child_with_runner(gated=False)

@@ -298,14 +298,62 @@ def test_values_that_would_change_on_the_way_take_pickle(value: Any) -> None:
         assert _types(astuple(came)) == _types(astuple(message))
 
 
-def test_numpy_values_take_pickle() -> None:
-    array = np.arange(4, dtype=np.float32)
-    for value in ([np.float32(1.0)], {"x": array}, _oip_response(array)):
-        data = _frame(m.Answer(1, value))
+SMALL_ARRAYS = [
+    np.arange(4, dtype=np.float32),
+    np.arange(6, dtype=np.int64).reshape(2, 3),
+    np.array([True, False]),
+    np.array(2.5),  # 0-d
+    np.zeros((0, 3), np.uint8),
+    np.arange(3, dtype=np.longlong),
+    np.array([1 + 2j], np.complex64),
+    np.arange(8, dtype=np.float16).reshape(2, 2, 2),
+]
+
+
+@pytest.mark.parametrize("array", SMALL_ARRAYS, ids=range(len(SMALL_ARRAYS)))
+def test_small_numpy_arrays_skip_pickle_and_arrive_equal_and_writable(array: Any) -> None:
+    for message in (
+        m.Infer(1, {"x": array, "n": 1}, None, "rid"),
+        m.Answer(1, _oip_response(array)),
+    ):
+        data = _frame(message)
+        assert data[0] == FAST
+        (came,) = _decode(data, chunk=3)
+        value = came.inputs["x"] if isinstance(came, m.Infer) else came.value.outputs[0].data
+        assert type(value) is np.ndarray
+        assert value.dtype == array.dtype and value.shape == array.shape
+        np.testing.assert_array_equal(value, array)
+        assert value.flags.writeable and value.flags.c_contiguous
+
+
+NUMPY_NOT_PLAIN = [
+    [np.float32(1.0)],  # a numpy scalar
+    np.arange(8, dtype=np.float32)[::2],  # not contiguous
+    np.asfortranarray(np.arange(6.0).reshape(2, 3)),  # Fortran order, kept by pickle
+    np.arange(4, dtype=">f4"),  # not native byte order
+    np.array(["a", None], dtype=object),
+    np.array(["2026-01-01"], dtype="datetime64[D]"),
+    np.array([("a", 1)], dtype=[("s", "U1"), ("i", "i4")]),
+    np.ma.masked_array([1, 2], mask=[0, 1]),
+    np.zeros(1024, np.float64),  # 8 kB: out of band
+]
+
+
+@pytest.mark.parametrize("value", NUMPY_NOT_PLAIN, ids=range(len(NUMPY_NOT_PLAIN)))
+def test_numpy_values_that_would_change_take_pickle(value: Any) -> None:
+    for message in (m.Answer(1, value), m.Answer(1, _oip_response(value))):
+        data = b"".join(bytes(p) for p in encode(message))
         assert data[0] != FAST
         (came,) = _decode(data)
         assert isinstance(came, m.Answer)
-        assert pickle.dumps(came.value) == pickle.dumps(value)
+        sent, got = message.value, came.value
+        if isinstance(sent, InferenceResponse):
+            sent, got = sent.outputs[0].data, got.outputs[0].data
+        if isinstance(sent, list):
+            sent, got = sent[0], got[0]
+        assert type(got) is type(sent) and got.dtype == sent.dtype
+        assert np.isfortran(got) == np.isfortran(sent)
+        np.testing.assert_array_equal(got, sent)
 
 
 def test_a_request_snapshot_takes_pickle() -> None:

@@ -12,7 +12,9 @@ pickled: a frame is no larger than a tuple tagged with a string would be.
 The two messages of every request, ``Infer`` and ``Answer``, skip pickle where their value
 survives MessagePack exactly (tag :data:`FAST`, the body one msgspec MessagePack array, no
 buffers): plain data (``dict`` with ``str`` keys, ``list``, ``str``, ``int``, ``float``, ``bool``,
-``None``, short ``bytes``, each of exactly that type, up to :data:`PLAIN_BUDGET` items in all),
+``None``, short ``bytes`` and small numpy arrays of a plain numeric dtype (a MessagePack
+extension: dtype, shape, C-order bytes; rebuilt writable), each of exactly that type, up to
+:data:`PLAIN_BUDGET` items in all),
 an OIP ``InferenceRequest`` / ``InferenceResponse`` holding only such data (decoded as the
 typed struct again), or ``Unvalidated`` plain inputs. Anything else (numpy arrays, tuples, other
 classes, a request snapshot) takes pickle as before: nothing changes type on the way. Pickling
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 from msgspec.structs import astuple
 
 from ...types import (
@@ -127,9 +130,34 @@ class _FastAnswerOip(msgspec.Struct, array_like=True, tag=4):
         return Answer(self.cid, self.value)
 
 
-_FAST_ENCODE = msgspec.msgpack.Encoder().encode
+_EXT_ARRAY = 1  # a numpy array: <dtype char> <ndim> <Q dimension> * ndim, then its bytes
+_ARRAY_HEAD = struct.Struct("<cB")
+#: The dtypes an array may have to travel as MessagePack (plain numbers, native byte order).
+_ARRAY_CHARS = frozenset("?bBhHiIlLqQefdFD")
+
+
+def _enc_hook(value: Any) -> Any:
+    if type(value) is np.ndarray:  # (only arrays _plain let through reach here)
+        head = _ARRAY_HEAD.pack(value.dtype.char.encode(), value.ndim)
+        shape = struct.pack(f"<{value.ndim}Q", *value.shape)
+        return msgspec.msgpack.Ext(_EXT_ARRAY, head + shape + value.tobytes())
+    raise NotImplementedError(f"{type(value).__name__} is not plain")
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code != _EXT_ARRAY:
+        raise ValueError(f"unknown MessagePack extension {code}")
+    char, ndim = _ARRAY_HEAD.unpack_from(data)
+    start = _ARRAY_HEAD.size + 8 * ndim
+    shape = struct.unpack_from(f"<{ndim}Q", data, _ARRAY_HEAD.size)
+    # its own writable memory, as pickle gives
+    return np.frombuffer(bytearray(data[start:]), dtype=char.decode()).reshape(shape)
+
+
+_FAST_ENCODE = msgspec.msgpack.Encoder(enc_hook=_enc_hook).encode
 _FAST_DECODE = msgspec.msgpack.Decoder(
-    _FastInfer | _FastInferOip | _FastInferUnvalidated | _FastAnswer | _FastAnswerOip
+    _FastInfer | _FastInferOip | _FastInferUnvalidated | _FastAnswer | _FastAnswerOip,
+    ext_hook=_ext_hook,
 ).decode
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 _INTS = frozenset({int})
@@ -167,6 +195,15 @@ def _plain(value: Any, budget: int) -> int:
         return budget
     if kind is bytes and len(value) < _OUT_OF_BAND_MIN:
         return budget - 1
+    if kind is np.ndarray:  # small: a larger one travels out of band (no copy) with pickle
+        dtype = value.dtype
+        if (
+            value.nbytes < _OUT_OF_BAND_MIN
+            and dtype.char in _ARRAY_CHARS
+            and dtype.isnative
+            and value.flags.c_contiguous
+        ):
+            return budget - 1
     return -1
 
 
