@@ -242,6 +242,8 @@ PLAIN_MESSAGES: list[m.Message] = [
     m.Answer(6, [{"label": "cat", "score": 0.5}]),
     m.Answer(7, None),
     m.Answer(8, InferenceResponse()),
+    m.Item(9, "token"),
+    m.Item(10, _oip_response(["text"])),
 ]
 
 
@@ -290,7 +292,7 @@ NOT_PLAIN: list[Any] = [
 
 @pytest.mark.parametrize("value", NOT_PLAIN, ids=range(len(NOT_PLAIN)))
 def test_values_that_would_change_on_the_way_take_pickle(value: Any) -> None:
-    for message in (m.Infer(1, value, None, "rid"), m.Answer(1, value)):
+    for message in (m.Infer(1, value, None, "rid"), m.Answer(1, value), m.Item(1, value)):
         data = _frame(message)
         assert data[0] != FAST
         (came,) = _decode(data)

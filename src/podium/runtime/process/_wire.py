@@ -7,21 +7,22 @@ One message is one frame on a Unix stream socket:
     buffers  every out-of-band buffer (numpy arrays, bytes of PickleBuffers), as they are
 
 The tag is the message class's index in :data:`~._messages.MESSAGES`, so the class itself is not
-pickled: a frame is no larger than a tuple tagged with a string would be.
-
-The two messages of every request, ``Infer`` and ``Answer``, skip pickle where their value
-survives MessagePack exactly (tag :data:`FAST`, the body one msgspec MessagePack array, no
-buffers): plain data (``dict`` with ``str`` keys, ``list``, ``str``, ``int``, ``float``, ``bool``,
-``None``, short ``bytes`` and small numpy arrays of a plain numeric dtype (a MessagePack
-extension: dtype, shape, C-order bytes; rebuilt writable), each of exactly that type, up to
-:data:`PLAIN_BUDGET` items in all),
-an OIP ``InferenceRequest`` / ``InferenceResponse`` holding only such data (decoded as the
-typed struct again), or ``Unvalidated`` plain inputs. Anything else (numpy arrays, tuples, other
-classes, a request snapshot) takes pickle as before: nothing changes type on the way. Pickling
-the msgspec structs cost ~3.5 µs each way and message; MessagePack, the check included, ~0.5. Large arrays travel as
+pickled: a frame is no larger than a tuple tagged with a string would be. Large arrays travel as
 their own memory: pickling does not copy them into the pickle stream, the sender hands their
 memory to the socket (``transport.writelines``), and the receiver rebuilds them over slices of
 the frame it read (writable, no further copy).
+
+The messages of every request, ``Infer`` and ``Answer`` (and a stream's ``Item``), skip pickle
+where their value survives MessagePack exactly: header tag :data:`FAST`, no buffers, the body one
+msgspec MessagePack array. That is plain data (``dict`` with ``str`` keys, ``list``, ``str``,
+``int``, ``float``, ``bool``, ``None``, ``bytes`` under 4 KiB, and numpy arrays under 4 KiB of a
+plain numeric dtype, C-contiguous, as a MessagePack extension: dtype, shape, bytes; rebuilt
+writable), each of exactly that type, :data:`PLAIN_BUDGET` items at most; an OIP
+``InferenceRequest`` / ``InferenceResponse`` holding only such data (decoded as the typed struct
+again); or ``Unvalidated`` plain inputs. Anything else (tuples, sets, subclasses, other classes,
+larger arrays, a request snapshot) takes pickle: nothing changes type on the way. Pickle cost
+3.5-5 µs per small message each way (most of it the msgspec structs' and arrays' reductions);
+MessagePack, the check included, 1.3-2.
 
 Buffers of :data:`SHARED_MIN` bytes or more go through shared memory instead, where the sender
 has a :class:`Ring`: one file in ``/dev/shm`` per direction and worker, mapped by both sides and
@@ -56,7 +57,7 @@ from ...types import (
     RequestOutput,
     ResponseOutput,
 )
-from ._messages import MESSAGES, Answer, Infer, Message, Unvalidated
+from ._messages import MESSAGES, Answer, Infer, Item, Message, Unvalidated
 
 __all__ = ["FAST", "PLAIN_BUDGET", "SHARED_MIN", "Decoder", "Ring", "encode"]
 
@@ -130,6 +131,22 @@ class _FastAnswerOip(msgspec.Struct, array_like=True, tag=4):
         return Answer(self.cid, self.value)
 
 
+class _FastItem(msgspec.Struct, array_like=True, tag=5):
+    cid: int
+    value: Any
+
+    def message(self) -> Message:
+        return Item(self.cid, self.value)
+
+
+class _FastItemOip(msgspec.Struct, array_like=True, tag=6):
+    cid: int
+    value: InferenceResponse
+
+    def message(self) -> Message:
+        return Item(self.cid, self.value)
+
+
 _EXT_ARRAY = 1  # a numpy array: <dtype char> <ndim> <Q dimension> * ndim, then its bytes
 _ARRAY_HEAD = struct.Struct("<cB")
 #: The dtypes an array may have to travel as MessagePack (plain numbers, native byte order).
@@ -156,7 +173,13 @@ def _ext_hook(code: int, data: memoryview) -> Any:
 
 _FAST_ENCODE = msgspec.msgpack.Encoder(enc_hook=_enc_hook).encode
 _FAST_DECODE = msgspec.msgpack.Decoder(
-    _FastInfer | _FastInferOip | _FastInferUnvalidated | _FastAnswer | _FastAnswerOip,
+    _FastInfer
+    | _FastInferOip
+    | _FastInferUnvalidated
+    | _FastAnswer
+    | _FastAnswerOip
+    | _FastItem
+    | _FastItemOip,
     ext_hook=_ext_hook,
 ).decode
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -260,16 +283,20 @@ def _plain_response(r: InferenceResponse, budget: int) -> bool:
 
 
 def _fast(message: Message) -> bytes | None:
-    """The MessagePack body of an ``Infer`` or ``Answer`` whose value survives it exactly."""
+    """The MessagePack body of an ``Infer``, ``Answer`` or ``Item`` whose value survives it
+    exactly."""
     wire: Any
-    if type(message) is Answer:
-        value = message.value
+    kind = type(message)
+    if kind is Answer or kind is Item:
+        value = message.value  # type: ignore[union-attr]
         if type(value) is InferenceResponse:
             if not _plain_response(value, PLAIN_BUDGET):
                 return None
-            wire = _FastAnswerOip(message.cid, value)
+            oip = _FastAnswerOip if kind is Answer else _FastItemOip
+            wire = oip(message.cid, value)  # type: ignore[union-attr]
         elif _plain(value, PLAIN_BUDGET) >= 0:
-            wire = _FastAnswer(message.cid, value)
+            plain = _FastAnswer if kind is Answer else _FastItem
+            wire = plain(message.cid, value)  # type: ignore[union-attr]
         else:
             return None
     elif type(message) is Infer:
@@ -390,7 +417,7 @@ def encode(message: Message, ring: Ring | None = None) -> list[bytes | memoryvie
     """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``); with a
     ``ring``, buffers of SHARED_MIN bytes or more are copied into it where it has room."""
     kind = type(message)
-    if kind is Answer or kind is Infer:
+    if kind is Answer or kind is Infer or kind is Item:
         fast = _fast(message)
         if fast is not None:
             return [_HEAD.pack(FAST, len(fast), 0) + fast]
