@@ -152,7 +152,7 @@ class Child(asyncio.Protocol):
         self._active = 0
         self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
-        self._flushing = False
+        self._flushing: asyncio.Handle | None = None  # the write scheduled for this turn
         self._ring: Ring | None = None  # large buffers to the server (Init.shm)
 
     # -- the socket ------------------------------------------------------------------------
@@ -179,12 +179,13 @@ class Child(asyncio.Protocol):
         if self._transport.is_closing():
             return
         self._out += encode(message, self._ring)
-        if not self._flushing:
-            self._flushing = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flushing = False
+        if self._flushing is not None:
+            self._flushing.cancel()  # (a no-op when it is the one running)
+            self._flushing = None
         out, self._out = self._out, []
         if out and not self._transport.is_closing():
             self._transport.writelines(out)

@@ -297,7 +297,7 @@ class ProcessWorker:
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
-        self._flushing = False
+        self._flushing: asyncio.Handle | None = None  # the write scheduled for this turn
         # large buffers to the worker go through a shared memory ring named after init.shm
         self._ring = Ring(f"{init.shm}-s") if init.shm else None
         self._proc: asyncio.subprocess.Process | None = None
@@ -435,16 +435,17 @@ class ProcessWorker:
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         self._out += encode(message, self._ring)
-        if not self._flushing:
-            self._flushing = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().call_soon(self._flush)
 
     def _on_released(self, upto: int) -> None:
         with contextlib.suppress(WorkerGone):
             self._send(Release(upto))
 
     def _flush(self) -> None:
-        self._flushing = False
+        if self._flushing is not None:
+            self._flushing.cancel()  # (a no-op when it is the one running)
+            self._flushing = None
         out, self._out = self._out, []
         transport = self._transport
         if out and transport is not None and not transport.is_closing():
