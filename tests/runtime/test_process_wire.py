@@ -244,6 +244,7 @@ PLAIN_MESSAGES: list[m.Message] = [
     m.Answer(8, InferenceResponse()),
     m.Item(9, "token"),
     m.Item(10, _oip_response(["text"])),
+    m.Batch(11, [{"x": [1.0]}, {"x": [2.0]}], [None, None]),
 ]
 
 
@@ -359,7 +360,19 @@ def test_numpy_values_that_would_change_take_pickle(value: Any) -> None:
 
 
 def test_a_request_snapshot_takes_pickle() -> None:
-    message = m.Infer(1, {"x": 1}, ({"method": "POST"}, b"{}"), "rid")
+    snapshot = ({"method": "POST"}, b"{}")
+    for message in (
+        m.Infer(1, {"x": 1}, snapshot, "rid"),
+        m.Batch(2, [{"x": 1}, {"x": 2}], [None, snapshot]),
+    ):
+        data = _frame(message)
+        assert data[0] != FAST
+        assert _decode(data) == [message]
+
+
+def test_a_batch_of_inputs_that_are_not_all_plain_takes_pickle() -> None:
+    message = m.Batch(1, [{"x": [1]}, {"x": (1,)}], [None, None])
     data = _frame(message)
     assert data[0] != FAST
-    assert _decode(data) == [message]
+    (came,) = _decode(data)
+    assert came == message and type(came.inputs[1]["x"]) is tuple

@@ -12,7 +12,8 @@ their own memory: pickling does not copy them into the pickle stream, the sender
 memory to the socket (``transport.writelines``), and the receiver rebuilds them over slices of
 the frame it read (writable, no further copy).
 
-The messages of every request, ``Infer`` and ``Answer`` (and a stream's ``Item``), skip pickle
+The messages of every request, ``Infer`` and ``Answer`` (a stream's ``Item``, a ``Batch`` of
+inputs without request objects), skip pickle
 where their value survives MessagePack exactly: header tag :data:`FAST`, no buffers, the body one
 msgspec MessagePack array. That is plain data (``dict`` with ``str`` keys, ``list``, ``str``,
 ``int``, ``float``, ``bool``, ``None``, ``bytes`` under 4 KiB, and numpy arrays under 4 KiB of a
@@ -57,7 +58,7 @@ from ...types import (
     RequestOutput,
     ResponseOutput,
 )
-from ._messages import MESSAGES, Answer, Infer, Item, Message, Unvalidated
+from ._messages import MESSAGES, Answer, Batch, Infer, Item, Message, Unvalidated
 
 __all__ = ["FAST", "PLAIN_BUDGET", "SHARED_MIN", "Decoder", "Ring", "encode"]
 
@@ -131,6 +132,14 @@ class _FastAnswerOip(msgspec.Struct, array_like=True, tag=4):
         return Answer(self.cid, self.value)
 
 
+class _FastBatch(msgspec.Struct, array_like=True, tag=7):
+    cid: int
+    inputs: list[Any]
+
+    def message(self) -> Message:
+        return Batch(self.cid, self.inputs, [None] * len(self.inputs))
+
+
 class _FastItem(msgspec.Struct, array_like=True, tag=5):
     cid: int
     value: Any
@@ -179,7 +188,8 @@ _FAST_DECODE = msgspec.msgpack.Decoder(
     | _FastAnswer
     | _FastAnswerOip
     | _FastItem
-    | _FastItemOip,
+    | _FastItemOip
+    | _FastBatch,
     ext_hook=_ext_hook,
 ).decode
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -283,8 +293,8 @@ def _plain_response(r: InferenceResponse, budget: int) -> bool:
 
 
 def _fast(message: Message) -> bytes | None:
-    """The MessagePack body of an ``Infer``, ``Answer`` or ``Item`` whose value survives it
-    exactly."""
+    """The MessagePack body of an ``Infer``, ``Answer``, ``Item`` or ``Batch`` whose value
+    survives it exactly."""
     wire: Any
     kind = type(message)
     if kind is Answer or kind is Item:
@@ -316,6 +326,13 @@ def _fast(message: Message) -> bytes | None:
             wire = _FastInfer(message.cid, inputs, rid)
         else:
             return None
+    elif type(message) is Batch:
+        if any(r is not None for r in message.requests):
+            return None
+        inputs = message.inputs
+        if type(inputs) is not list or _plain(inputs, PLAIN_BUDGET) < 0:
+            return None
+        wire = _FastBatch(message.cid, inputs)
     else:
         return None
     try:
@@ -417,7 +434,7 @@ def encode(message: Message, ring: Ring | None = None) -> list[bytes | memoryvie
     """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``); with a
     ``ring``, buffers of SHARED_MIN bytes or more are copied into it where it has room."""
     kind = type(message)
-    if kind is Answer or kind is Infer or kind is Item:
+    if kind is Answer or kind is Infer or kind is Item or kind is Batch:
         fast = _fast(message)
         if fast is not None:
             return [_HEAD.pack(FAST, len(fast), 0) + fast]
