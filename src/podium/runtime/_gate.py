@@ -137,7 +137,7 @@ class WorkerGate:
         ahead = self._ahead()
         # The exact count of waiters walks the line: only where the bound may be reached (the
         # line's length, cancelled waiters included, is never below it). At 64 connections on
-        # one process worker ~55 wait, and counting them on every arrival cost ~10 µs each.
+        # one process worker ~55 waited, and counting them on every arrival cost ~5 µs each.
         if len(line) + ahead >= self._max_waiting:
             waiting = line.waiting + ahead
             if line.full() or waiting >= self._max_waiting:
