@@ -317,6 +317,14 @@ PLAN = [
     Row("cpu-process-2", 8, False),
 ]
 
+#: What a row's model column says, where its name alone is ambiguous.
+MODELS = {
+    "hop-small": "hop, 4 float32",
+    "hop-big": "hop, 4 MB in and out",
+    "big-thread": "big (4 MB in and out)",
+    "big-process": "big (4 MB in and out)",
+}
+
 COUNTS = {
     "cpu-process-1": "1 × process",
     "cpu-process-2": "2 × process",
@@ -429,6 +437,7 @@ def report(
     for (tag, name, c), results in runs.items():
         rps = [r.rps for r in results]
         model, kind = name.split("-", 1)
+        model = MODELS.get(name, model)
         count = COUNTS.get(name, f"1 × {kind}")
         lines.append(
             f"| {tag or 'this'} | {model} | {count} | {c} | {median(rps):,.0f} | "

@@ -63,6 +63,30 @@ async def test_requests_queue_ahead_in_the_worker_and_predict_concurrency_stays_
 
 
 @pytest.mark.anyio
+async def test_an_only_worker_takes_every_waiting_request_and_two_share_the_line(
+    lab: Lab,
+) -> None:
+    mv = lab.version(GATED, "max_workers: 2\n")
+    await mv.load()
+    held = asyncio.ensure_future(mv.scheduler.infer("hold", None))
+    await lab.wait(lambda: lab.recorded("start"))
+    queued = [asyncio.ensure_future(mv.scheduler.infer(i, None)) for i in range(20)]
+    # the version's only worker: all 20 wait in its process (more than PIPELINE_AHEAD)
+    await lab.wait(lambda: mv.statistics()["busy"] == 21)
+    assert mv.statistics()["waiting"] == 0
+    await mv.scale(2)
+    # two workers: each takes at most PIPELINE_AHEAD beyond its slot, the rest wait in the
+    # shared line (so that a long predict holds little work back from the other worker)
+    more = [asyncio.ensure_future(mv.scheduler.infer("hold", None)) for _ in range(20)]
+    await lab.wait(lambda: mv.statistics()["waiting"] == 20 - 9)
+    assert mv.statistics()["busy"] == 21 + 9
+    _open(lab)
+    answers = await asyncio.gather(held, *queued, *more)
+    assert [a["x"] for a in answers] == ["hold", *range(20), *["hold"] * 20]
+    assert len({a["pid"] for a in answers}) == 2
+
+
+@pytest.mark.anyio
 async def test_a_queued_request_whose_client_leaves_never_runs(lab: Lab) -> None:
     mv = lab.version(GATED)
     await mv.load()
@@ -191,6 +215,48 @@ async def test_the_worker_starts_a_queued_request_only_after_the_answer_before_i
         ("started", 3),
         ("Answer", 3),
     ]
+
+
+@pytest.mark.anyio
+async def test_with_nothing_else_running_an_answer_leaves_and_the_next_starts_at_once() -> None:
+    child, log, runner = _child_with_runner(gated=True)
+    for cid in (1, 2):
+        runner.release[cid] = asyncio.Event()
+        runner.release[cid].set()  # (each predict still awaits once)
+    child.data_received(b"".join(b"".join(encode(Infer(cid, cid, None))) for cid in (1, 2)))
+    for _ in range(2):
+        await asyncio.sleep(0)  # request 1's task runs to its end
+    # its answer left as it ended (not a turn of the loop later), and request 2 began then
+    steps = [(type(m).__name__, m.cid) if not isinstance(m, tuple) else m for m in log]
+    assert steps[:3] == [("started", 1), ("Answer", 1), ("started", 2)]
+
+
+@pytest.mark.anyio
+async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
+    mv = lab.version(GATED)
+    await mv.load()
+    (worker,) = mv.scheduler.pool.gate.workers
+    transport = worker._transport
+    writers: list[Any] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(transport, name)
+
+        def writelines(self, pieces: Any) -> None:
+            writers.append(asyncio.current_task())  # None: a later callback wrote it
+            transport.writelines(pieces)
+
+    worker._transport = Recording()
+    first = asyncio.ensure_future(mv.scheduler.infer("hold", None))
+    await lab.wait(lambda: lab.recorded("start"))
+    assert writers == [first]  # written by the request's own task, as it was sent
+    second = asyncio.ensure_future(mv.scheduler.infer(2, None))
+    await lab.wait(lambda: mv.statistics()["busy"] == 2)
+    await asyncio.sleep(0)
+    assert writers[1:] == [None]  # the worker was busy: the turn's requests share one write
+    _open(lab)
+    assert (await first)["x"] == "hold" and (await second)["x"] == 2
 
 
 @pytest.mark.anyio

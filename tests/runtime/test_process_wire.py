@@ -15,8 +15,16 @@ import pytest
 
 from podium.errors import ModelError, WorkerDied
 from podium.runtime.process import _messages as m
-from podium.runtime.process._wire import SHARED_MIN, Decoder, Ring, encode
-from podium.types import Capabilities, InputKind
+from podium.runtime.process._wire import FAST, PLAIN_BUDGET, SHARED_MIN, Decoder, Ring, encode
+from podium.types import (
+    Capabilities,
+    InferenceRequest,
+    InferenceResponse,
+    InputKind,
+    RequestInput,
+    RequestOutput,
+    ResponseOutput,
+)
 
 
 def _frame(message: m.Message) -> bytes:
@@ -201,3 +209,170 @@ def test_a_ring_that_cannot_be_made_leaves_the_socket_to_carry_everything() -> N
         assert Path("/dev/shm", name).read_bytes() == b"someone else's"
     finally:
         Path("/dev/shm", name).unlink()
+
+
+def _oip_request(data: Any, **extra: Any) -> InferenceRequest:
+    tensor = RequestInput(name="x", shape=[1, 4], datatype="FP32", data=data, **extra)
+    return InferenceRequest(inputs=[tensor], id="r1", outputs=[RequestOutput(name="y")])
+
+
+def _oip_response(data: Any, **extra: Any) -> InferenceResponse:
+    tensor = ResponseOutput(name="y", shape=[4], datatype="FP32", data=data, **extra)
+    return InferenceResponse(outputs=[tensor], model_name="m", parameters={"a": [1, "b"]})
+
+
+def _types(value: Any) -> Any:
+    """The exact type of everything in ``value``, nested (what must not change on the way)."""
+    if isinstance(value, dict):
+        return (dict, {k: _types(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return (type(value), [_types(v) for v in value])
+    if isinstance(value, InferenceRequest | InferenceResponse | RequestInput | ResponseOutput):
+        fields = {f: _types(getattr(value, f)) for f in value.__struct_fields__}
+        return (type(value), fields)
+    return type(value)
+
+
+PLAIN_MESSAGES: list[m.Message] = [
+    m.Infer(1, {"a": [1, 2.5, "s", None, True, {"b": [[1], []]}], "c": b"raw"}, None, "rid"),
+    m.Infer(2, _oip_request([[1, 2], [3, 4]], parameters={"p": 1}), None, None),
+    m.Infer(3, m.Unvalidated({"x": [1.0]}), None, "rid"),
+    m.Infer(4, "text", None),
+    m.Answer(5, _oip_response([1.5, 2, -0.0, 1e300], parameters={"q": None})),
+    m.Answer(6, [{"label": "cat", "score": 0.5}]),
+    m.Answer(7, None),
+    m.Answer(8, InferenceResponse()),
+    m.Item(9, "token"),
+    m.Item(10, _oip_response(["text"])),
+    m.Batch(11, [{"x": [1.0]}, {"x": [2.0]}], [None, None]),
+]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 5])
+def test_plain_infer_and_answer_skip_pickle_and_arrive_unchanged(chunk: int | None) -> None:
+    frames = [_frame(s) for s in PLAIN_MESSAGES]
+    assert all(f[0] == FAST for f in frames)
+    assert all(b"podium" not in f for f in frames)  # no class crossed by name (pickle's way)
+    got = _decode(b"".join(frames), chunk)
+    assert got == PLAIN_MESSAGES
+    for sent, came in zip(PLAIN_MESSAGES, got, strict=True):
+        assert _types(astuple(came)) == _types(astuple(sent))
+
+
+def astuple(message: m.Message) -> tuple[Any, ...]:
+    return tuple(getattr(message, f) for f in message.__struct_fields__)
+
+
+class _Label(str):
+    pass
+
+
+NOT_PLAIN: list[Any] = [
+    (1, 2),  # a tuple would arrive as a list
+    {"x": (1, 2)},
+    {1: "int key"},
+    {"x": {1, 2}},
+    [_Label("cat")],
+    [True, 2**70],  # past 64 bits
+    "\ud800",  # not UTF-8
+    b"x" * 5000,  # large bytes: out of band, as before
+    bytearray(b"x"),
+    list(range(PLAIN_BUDGET + 1)),
+    [[0] * 100] * (PLAIN_BUDGET // 100 + 1),
+    m.Unvalidated((1,)),
+    _oip_request((1, 2, 3, 4)),
+    _oip_request([1, 2], parameters={"p": (1,)}),
+    InferenceRequest(inputs=[RequestInput(name="x", shape=[True], datatype="BOOL", data=[1])]),
+    InferenceRequest(inputs=[RequestInput(name=b"x", shape=[1], datatype="FP32", data=[1])]),
+    InferenceRequest(inputs=[], outputs=[RequestOutput(name="y", parameters={"p": {2}})]),
+    _oip_response([1], parameters={"p": 1.0j}),
+    InferenceResponse(outputs=[], model_name="m", model_version=1),  # type: ignore[arg-type]
+    InferenceResponse(outputs=({"name": "y"},)),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize("value", NOT_PLAIN, ids=range(len(NOT_PLAIN)))
+def test_values_that_would_change_on_the_way_take_pickle(value: Any) -> None:
+    for message in (m.Infer(1, value, None, "rid"), m.Answer(1, value), m.Item(1, value)):
+        data = _frame(message)
+        assert data[0] != FAST
+        (came,) = _decode(data)
+        assert came == message
+        assert _types(astuple(came)) == _types(astuple(message))
+
+
+SMALL_ARRAYS = [
+    np.arange(4, dtype=np.float32),
+    np.arange(6, dtype=np.int64).reshape(2, 3),
+    np.array([True, False]),
+    np.array(2.5),  # 0-d
+    np.zeros((0, 3), np.uint8),
+    np.arange(3, dtype=np.longlong),
+    np.array([1 + 2j], np.complex64),
+    np.arange(8, dtype=np.float16).reshape(2, 2, 2),
+]
+
+
+@pytest.mark.parametrize("array", SMALL_ARRAYS, ids=range(len(SMALL_ARRAYS)))
+def test_small_numpy_arrays_skip_pickle_and_arrive_equal_and_writable(array: Any) -> None:
+    for message in (
+        m.Infer(1, {"x": array, "n": 1}, None, "rid"),
+        m.Answer(1, _oip_response(array)),
+    ):
+        data = _frame(message)
+        assert data[0] == FAST
+        (came,) = _decode(data, chunk=3)
+        value = came.inputs["x"] if isinstance(came, m.Infer) else came.value.outputs[0].data
+        assert type(value) is np.ndarray
+        assert value.dtype == array.dtype and value.shape == array.shape
+        np.testing.assert_array_equal(value, array)
+        assert value.flags.writeable and value.flags.c_contiguous
+
+
+NUMPY_NOT_PLAIN = [
+    [np.float32(1.0)],  # a numpy scalar
+    np.arange(8, dtype=np.float32)[::2],  # not contiguous
+    np.asfortranarray(np.arange(6.0).reshape(2, 3)),  # Fortran order, kept by pickle
+    np.arange(4, dtype=">f4"),  # not native byte order
+    np.array(["a", None], dtype=object),
+    np.array(["2026-01-01"], dtype="datetime64[D]"),
+    np.array([("a", 1)], dtype=[("s", "U1"), ("i", "i4")]),
+    np.ma.masked_array([1, 2], mask=[0, 1]),
+    np.zeros(1024, np.float64),  # 8 kB: out of band
+]
+
+
+@pytest.mark.parametrize("value", NUMPY_NOT_PLAIN, ids=range(len(NUMPY_NOT_PLAIN)))
+def test_numpy_values_that_would_change_take_pickle(value: Any) -> None:
+    for message in (m.Answer(1, value), m.Answer(1, _oip_response(value))):
+        data = b"".join(bytes(p) for p in encode(message))
+        assert data[0] != FAST
+        (came,) = _decode(data)
+        assert isinstance(came, m.Answer)
+        sent, got = message.value, came.value
+        if isinstance(sent, InferenceResponse):
+            sent, got = sent.outputs[0].data, got.outputs[0].data
+        if isinstance(sent, list):
+            sent, got = sent[0], got[0]
+        assert type(got) is type(sent) and got.dtype == sent.dtype
+        assert np.isfortran(got) == np.isfortran(sent)
+        np.testing.assert_array_equal(got, sent)
+
+
+def test_a_request_snapshot_takes_pickle() -> None:
+    snapshot = ({"method": "POST"}, b"{}")
+    for message in (
+        m.Infer(1, {"x": 1}, snapshot, "rid"),
+        m.Batch(2, [{"x": 1}, {"x": 2}], [None, snapshot]),
+    ):
+        data = _frame(message)
+        assert data[0] != FAST
+        assert _decode(data) == [message]
+
+
+def test_a_batch_of_inputs_that_are_not_all_plain_takes_pickle() -> None:
+    message = m.Batch(1, [{"x": [1]}, {"x": (1,)}], [None, None])
+    data = _frame(message)
+    assert data[0] != FAST
+    (came,) = _decode(data)
+    assert came == message and type(came.inputs[1]["x"]) is tuple

@@ -113,13 +113,17 @@ class _Window:
 
 
 class _Request:
-    __slots__ = ("task", "gone", "window", "ran")
+    """A request the worker has begun: its task, what its rebuilt request objects wait on to
+    see the client leave (``gone``; only where one came), a stream's window."""
 
-    def __init__(self, task: asyncio.Task[None], gone: asyncio.Event, window: _Window) -> None:
-        self.task = task
+    __slots__ = ("task", "gone", "window", "ran", "dropped")
+
+    def __init__(self, gone: asyncio.Event | None, window: _Window | None) -> None:
+        self.task: asyncio.Task[None] | None = None
         self.gone = gone
         self.window = window
-        self.ran = False  # its task began: it answers itself (else a cancel came first)
+        self.ran = False  # its task began: it answers itself
+        self.dropped = False  # a cancel came before its task began: it only answers Stopped
 
 
 class Child(asyncio.Protocol):
@@ -148,7 +152,7 @@ class Child(asyncio.Protocol):
         self._active = 0
         self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
         self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
-        self._flushing = False
+        self._flushing: asyncio.Handle | None = None  # the write scheduled for this turn
         self._ring: Ring | None = None  # large buffers to the server (Init.shm)
 
     # -- the socket ------------------------------------------------------------------------
@@ -175,12 +179,13 @@ class Child(asyncio.Protocol):
         if self._transport.is_closing():
             return
         self._out += encode(message, self._ring)
-        if not self._flushing:
-            self._flushing = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flushing = False
+        if self._flushing is not None:
+            self._flushing.cancel()  # (a no-op when it is the one running)
+            self._flushing = None
         out, self._out = self._out, []
         if out and not self._transport.is_closing():
             self._transport.writelines(out)
@@ -189,20 +194,15 @@ class Child(asyncio.Protocol):
             self._begin(waiting.popleft())
 
     def _begin(self, message: Infer | Stream | Batch) -> None:
-        cid = message.cid
-        gone = asyncio.Event()
-        window = _Window(self.stream_buffer)
+        if isinstance(message, Batch):
+            snapshots = any(r is not None for r in message.requests)
+        else:
+            snapshots = message.request is not None
+        window = _Window(self.stream_buffer) if type(message) is Stream else None
+        request = _Request(asyncio.Event() if snapshots else None, window)
         self._active += 1
-        task = asyncio.get_running_loop().create_task(self._run(message, gone, window))
-        self._requests[cid] = _Request(task, gone, window)
-        task.add_done_callback(lambda _: self._done(cid))
-
-    def _done(self, cid: int) -> None:
-        request = self._requests.pop(cid, None)
-        if request is not None and not request.ran:
-            # cancelled before its task began: its body (which answers) never ran
-            self._active -= 1
-            self.send(Stopped(cid))
+        self._requests[message.cid] = request
+        request.task = asyncio.get_running_loop().create_task(self._run(message, request))
 
     def _on_message(self, message: Message) -> None:
         match message:
@@ -215,8 +215,13 @@ class Child(asyncio.Protocol):
                 cid = message.cid
                 request = self._requests.get(cid)
                 if request is not None:
-                    request.gone.set()
-                    request.task.cancel()
+                    if request.gone is not None:
+                        request.gone.set()
+                    if request.ran:
+                        assert request.task is not None
+                        request.task.cancel()
+                    else:  # its task has not begun (the Cancel came in the same read)
+                        request.dropped = True
                 elif self._waiting:
                     for queued in self._waiting:
                         if queued.cid == cid:  # queued ahead: it never starts
@@ -225,7 +230,7 @@ class Child(asyncio.Protocol):
                             break
             case Credit():
                 request = self._requests.get(message.cid)
-                if request is not None:
+                if request is not None and request.window is not None:
                     request.window.add(message.n)
             case Release():
                 if self._ring is not None:
@@ -296,8 +301,8 @@ class Child(asyncio.Protocol):
 
     # -- serving ---------------------------------------------------------------------------
 
-    def _request(self, snapshot: Any, gone: asyncio.Event) -> Any:
-        if snapshot is None or self.rebuild is None:
+    def _request(self, snapshot: Any, gone: asyncio.Event | None) -> Any:
+        if snapshot is None or self.rebuild is None or gone is None:
             return None
         return self.rebuild(snapshot, gone.wait)
 
@@ -316,11 +321,14 @@ class Child(asyncio.Protocol):
             )
             self.send(Error(message.cid, *pack_error(error)))
 
-    async def _run(
-        self, message: Infer | Stream | Batch, gone: asyncio.Event, window: _Window
-    ) -> None:
+    async def _run(self, message: Infer | Stream | Batch, state: _Request) -> None:
         cid = message.cid
-        self._requests[cid].ran = True
+        gone = state.gone
+        if state.dropped:
+            self.send(Stopped(cid))
+            self._end(cid)
+            return
+        state.ran = True
         if not isinstance(message, Batch) and message.request_id is not None:
             current_request.set(RequestInfo(message.request_id))  # this request's own task
         try:
@@ -334,6 +342,8 @@ class Child(asyncio.Protocol):
                 case Stream():
                     request = self._request(message.request, gone)
                     items = self.runner.stream(self._validated(message.inputs), request)
+                    window = state.window
+                    assert window is not None
                     try:
                         async for item in items:
                             await window.take()
@@ -355,8 +365,16 @@ class Child(asyncio.Protocol):
             self.report()
             self.send(Error(cid, *pack_error(error)))
         finally:
-            # its answer is queued to leave: the next request starts after the write (_flush)
-            self._active -= 1
+            self._end(cid)
+
+    def _end(self, cid: int) -> None:
+        """Its answer is queued to leave; the next request starts after the write (``_flush``).
+        With nothing else running, nothing else would join this turn's write: it leaves now, and
+        the next queued request starts now (a turn of the loop sooner)."""
+        self._requests.pop(cid, None)
+        self._active -= 1
+        if not self._active:
+            self._flush()
 
     async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
         inst = self.instance
