@@ -44,7 +44,17 @@ MODELS = {
         "class Model:\n    async def predict(self, request):\n"
         "        for i in range(3):\n            yield {'i': i}\n"
     ),
+    "raw-request": (
+        "from starlette.requests import Request\n\n"
+        "class Model:\n    async def predict(self, request: Request):\n"
+        "        return {'got': len(await request.body())}\n"
+    ),
+    "batch-fails": (
+        "class Model:\n    def predict(self, batch):\n"
+        "        raise ValueError('no: ' + str(len(batch)))\n"
+    ),
 }
+CONFIGS = {"batch-fails": "batch_size: 4\nmax_batch_delay: 1\n"}
 OIP = b'{"inputs":[{"name":"x","shape":[1,%d],"datatype":"FP32","data":[1,2,3,4]}]}'
 CASES = {
     "answered": ("POST", "/v1/models/echo:predict", b'{"a": 1}', 200),
@@ -57,6 +67,8 @@ CASES = {
     "wrong shape": ("POST", "/v2/models/echo/infer", OIP % 3, 400),
     "model raises": ("POST", "/v1/models/fails:predict", b"{}", 500),
     "model raises in a thread": ("POST", "/v1/models/sync-fails:predict", b"{}", 500),
+    "model takes the raw request": ("POST", "/v1/models/raw-request:predict", b"{}", 200),
+    "batch raises": ("POST", "/v1/models/batch-fails:predict", b"{}", 500),
 }
 ROUNDS = 20
 
@@ -66,6 +78,8 @@ async def app(tmp_path: Path) -> AsyncIterator[AccessMiddleware]:
     for name, source in MODELS.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "model.py").write_text(source)
+        if name in CONFIGS:
+            (tmp_path / name / "config.yaml").write_text(CONFIGS[name])
     with ThreadPoolExecutor(2) as executor:
         plane = DataPlane(executor=executor)
         plane.repository.add_paths([tmp_path / name for name in MODELS])
@@ -99,12 +113,22 @@ def scope(method: str, path: str, body: bytes) -> dict[str, Any]:
     }
 
 
-async def serve(app: AccessMiddleware, method: str, path: str, body: bytes) -> int:
-    message = {"type": "http.request", "body": body, "more_body": False}
-    statuses: list[int] = []
+def receiver(body: bytes) -> Any:
+    """The server's ``receive``: the body, then nothing until the client leaves."""
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive() -> dict[str, Any]:
-        return message
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()  # the client stays (the request's end cancels this)
+        raise AssertionError
+
+    return receive
+
+
+async def serve(app: AccessMiddleware, method: str, path: str, body: bytes) -> int:
+    statuses: list[int] = []
+    receive = receiver(body)
 
     async def send(sent: dict[str, Any]) -> None:
         if sent["type"] == "http.response.start":
@@ -145,10 +169,7 @@ async def test_a_request_whose_client_leaves_leaves_no_cyclic_garbage(
 ) -> None:
     async def leave() -> None:
         made = scope("POST", "/v1/models/waits:predict", b"{}")
-        message = {"type": "http.request", "body": b"{}", "more_body": False}
-
-        async def receive() -> dict[str, Any]:
-            return message
+        receive = receiver(b"{}")
 
         async def send(sent: dict[str, Any]) -> None:
             raise AssertionError("nothing is sent to a client that left")
