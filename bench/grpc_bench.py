@@ -4,7 +4,7 @@
         [--clients C] [--max-streams M] [--loadgen auto|h2load|python]
         [--only NAME,...] [--requests typed,raw] [--echo-variants V,...]
         [--streams N] [--warmup-streams N] [--stream-n N] [--stream-only NAME,...]
-        [--no-unary] [--no-stream] [--json PATH]
+        [--no-unary] [--no-stream] [--json PATH] [--base-src OTHER/src]
 
 Unary: each server in turn is started pinned to CPU 0 and loaded from CPU 1 with the same
 generator (h2load sending a pre-framed gRPC `ModelInferRequest`, or bench/grpc_loadgen.py when
@@ -19,6 +19,9 @@ bytes it received (a gRPC error carries none) are checked too.
 Streaming: one `ModelStreamInfer` request for N items (default 1000) against Podium serving
 bench/models/stream1000 and MLServer serving bench/mlserver_stream; time to first item and
 items/s, one stream at a time from this process (pinned to CPU 1), medians over the streams.
+
+`--base-src OTHER/src` adds each Podium server again (rows `podium-base`), run from other sources
+in the same rounds: before and after a change in one run.
 
 The report (markdown, stdout) gives medians over `--repeat` rounds and the ratios against the
 bars of issue 3; see bench/README.md. Exit status 1 when anything was flagged.
@@ -197,10 +200,14 @@ def podium_grpc_argv(model_dir: Path, grpc_port: int, extra: list[str] | None = 
 PODIUM_ARGS: list[str] = []
 
 
-def podium_server(model_dir: Path, extra: list[str] | None = None) -> GrpcServer:
+def podium_server(
+    model_dir: Path, extra: list[str] | None = None, src: Path | None = None
+) -> GrpcServer:
+    """Podium serving ``model_dir``; ``src``: from those sources (``--base-src``), not this tree's."""
     port = free_port()
     argv = podium_grpc_argv(model_dir, port, [*PODIUM_ARGS, *(extra or [])])
-    return GrpcServer(name="podium", argv=argv, port=port)
+    env = {} if src is None else {"PYTHONPATH": str(src)}
+    return GrpcServer(name="podium", argv=argv, port=port, env=env)
 
 
 def mlserver_grpc_server(mlserver: Path, folder: Path) -> GrpcServer:
@@ -536,6 +543,17 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
             or (None if "--grpc-threads" in help_text else "`podium serve` has no --grpc-threads"),
         )
     )
+    if args.base_src is not None:  # the same server from other sources, in the same rounds
+        targets.append(
+            Target(
+                name="podium-base",
+                label=f"Podium [base: {args.base_src}]",
+                kind="podium",
+                model=podium_dir.name,
+                make_server=functools.partial(podium_server, podium_dir, None, args.base_src),
+                available=unavailable,
+            )
+        )
     mlserver = Target(
         name="mlserver",
         label="MLServer",
@@ -754,6 +772,16 @@ def build_stream_targets(args: argparse.Namespace) -> list[StreamTarget]:
             available=unavailable,
         )
     ]
+    if args.base_src is not None:
+        targets.append(
+            StreamTarget(
+                name="podium-base",
+                label=f"Podium, ModelStreamInfer (default framing) [base: {args.base_src}]",
+                api="oip",
+                make_server=functools.partial(podium_server, model_dir, None, args.base_src),
+                available=unavailable,
+            )
+        )
     for framing in ("mlserver", "triton"):
         missing = "--grpc-stream-format" not in help_text
         targets.append(
@@ -799,7 +827,7 @@ def build_stream_targets(args: argparse.Namespace) -> list[StreamTarget]:
                     make_server=functools.partial(_stream_server, variant),
                 )
             )
-    wanted = set(args.stream_only)
+    wanted = set(args.stream_only) | ({"podium-base"} if args.base_src is not None else set())
     unknown = wanted - {t.name for t in targets}
     if unknown:
         raise BenchError(f"unknown --stream-only names: {', '.join(sorted(unknown))}")
@@ -1181,7 +1209,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="",
         help="extra `podium serve` arguments for every Podium server, e.g. '--grpc-threads 8'",
     )
+    parser.add_argument(
+        "--base-src",
+        type=Path,
+        default=None,
+        help="also run each Podium server (rows *-base) from this tree's src/ (e.g. an older "
+        "checkout's), in the same rounds: before and after in one run",
+    )
     args = parser.parse_args(argv)
+    if args.base_src is not None:
+        args.base_src = args.base_src.resolve()
+        if not (args.base_src / "podium" / "__init__.py").is_file():
+            parser.error(f"--base-src {args.base_src}: no podium package there")
     PODIUM_ARGS[:] = args.podium_args.split()
     args.repeat = args.repeat or (1 if args.quick else 3)
     args.duration = args.duration or (3 if args.quick else 10)

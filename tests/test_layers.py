@@ -81,6 +81,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.config",
             "podium._model_fields",
             "podium.logs",
+            "podium.heap",
             "podium.metrics",
             "podium.tracing",
         ),

@@ -26,6 +26,7 @@ from podium.logs import (
 )
 from podium.model._calls import run_sync
 from podium.server._access import (
+    MAX_PATH,
     Access,
     AccessLog,
     RequestIds,
@@ -34,7 +35,8 @@ from podium.server._access import (
     printable,
     with_request_id,
 )
-from podium.server.http import INFERENCE_ROUTES
+from podium.server.http import INFERENCE_ROUTES, AccessMiddleware
+from podium.server.http._access import KNOWN
 from podium.types import RequestInfo, current_request
 
 
@@ -325,6 +327,40 @@ def test_route_names_come_from_the_same_table() -> None:
     route, _ = names.match("HEAD", "/v2/health/live")
     assert route.name == "serverLive"
     assert names.match("GET", "/nowhere") is None
+
+
+def test_an_access_line_describes_its_request_with_a_bounded_memory_of_paths() -> None:
+    middleware = AccessMiddleware(
+        None,  # type: ignore[arg-type]
+        log=AccessLog(),
+        ids=RequestIds(),
+        routes=INFERENCE_ROUTES,
+    )
+
+    def described(method: str, path: str) -> Access:
+        access = Access("r", True, time.perf_counter_ns())
+        access.context = {"method": method, "path": path, "client": ("10.0.0.1", 5)}
+        middleware._describe(access)
+        return access
+
+    for _ in range(2):  # looked up, then remembered: the same line
+        line = described("POST", "/v1/models/m:predict")
+        assert (line.route, line.protocol, line.path) == (
+            "trussPredict",
+            "truss",
+            "/v1/models/m:predict",
+        )
+        assert line.peer == "10.0.0.1:5" and line.method == "POST"
+    assert described("GET", "/v1/models/m:predict").route is None  # (another method: 405)
+    assert described("POST", '/x"y').path == '/x\\"y'  # printable, remembered or not
+    for n in range(KNOWN + 10):  # clients' paths never grow the memory past KNOWN
+        described("GET", f"/nowhere/{n}")
+        assert len(middleware._known) <= KNOWN
+    long_path = "/" + "a" * MAX_PATH
+    assert described("GET", long_path).path.endswith("…")
+    assert ("GET", long_path) not in middleware._known  # long paths are not remembered
+    line = described("POST", "/v2/models/m/infer")  # looked up again after forgetting
+    assert line.route == "modelInfer"
 
 
 class Writes(io.StringIO):

@@ -259,6 +259,9 @@ class CallThreads:
         finally:
             if task is not None:
                 del by_task[task]
+            # What it raised holds this frame (its traceback), and the future holds what it
+            # raised: no cycle through them (it would live until a full garbage collection).
+            call = future = None  # type: ignore[assignment]
 
     def started(self, task: asyncio.Task[Any]) -> float | None:
         """Since when (``time.monotonic()``) the call ``task`` waits for runs in a thread; None

@@ -60,6 +60,13 @@ class Pending:
         self.trace: Any = None
 
 
+def _fail(batch: list[Pending], error: Exception) -> None:
+    """Every request of ``batch`` still waiting fails with ``error``."""
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)
+
+
 def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
     """A batch whose clients have all left is cancelled."""
     if all(p.future.cancelled() for p in batch):
@@ -279,9 +286,11 @@ class BatchCollector(Generic[S]):
             self._arrived.set()
             return
         except Exception as exc:
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(exc)
+            # The futures get what it raised; its traceback must not hold this frame, which
+            # holds them (a cycle that would wait for a garbage collection).
+            if exc.__traceback__ is not None:
+                exc.__traceback__ = exc.__traceback__.tb_next
+            _fail(batch, exc)
             return
         finally:
             self.busy_time += self._now() - started

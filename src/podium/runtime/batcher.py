@@ -133,7 +133,13 @@ class BatchScheduler:
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
         pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
-        outputs = await pending.future
+        try:
+            outputs = await pending.future
+        except BaseException:
+            # what it raised holds this frame (its traceback) and the future holds what it
+            # raised: no cycle through them (it would wait for a garbage collection)
+            del pending
+            raise
         if isinstance(outputs, Failed):  # this request's own failure in a worker process
             raise outputs.exception()
         if caps.has_postprocess and pending.slot is not None:

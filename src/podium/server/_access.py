@@ -107,7 +107,7 @@ class Access(RequestInfo):
         "from_client",
         "context",
         "span",
-        "duration_ms",
+        "end",
         "describe",
     )
 
@@ -128,7 +128,7 @@ class Access(RequestInfo):
         self.peer: str | None = None
         self.context: Any = None
         self.span: Any = None
-        self.duration_ms = 0.0  # set when the request ends
+        self.end = start  # perf_counter_ns() when the request ended (ended())
         #: fills in what the line says of the request (route, path, peer) when the line is
         #: made, if that was left to then (the HTTP middleware's, see AccessLog.write)
         self.describe: Any = None
@@ -137,15 +137,20 @@ class Access(RequestInfo):
     # (the formatter puts the id in front of it), in the JSON format the keys.
 
     def ended(self) -> None:
-        """The request has ended now: its duration."""
-        self.duration_ms = round((_now() - self.start) / 1e6, 3)
+        """The request has ended now."""
+        self.end = _now()
+
+    @property
+    def duration_ms(self) -> float:
+        """From its arrival to its end (:meth:`ended`), in milliseconds (to the microsecond)."""
+        return round((self.end - self.start) / 1e6, 3)
 
     def __str__(self) -> str:
         status = self.code if self.code is not None else self.status
         request = f"{self.method} {self.path}" if self.method else self.path
         return (
             f'{self.peer or "-"} {self.protocol or "-"} {self.route or "-"} "{request}" '
-            f"{status} {self.duration_ms:.3f}ms in={self.bytes_in} out={self.bytes_out} "
+            f"{status} {(self.end - self.start) / 1e6:.3f}ms in={self.bytes_in} out={self.bytes_out} "
             f"model={self.model or '-'} version={self.version or '-'}"
         )
 

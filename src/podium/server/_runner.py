@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -14,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .. import heap
 from ..config import Secrets, ServerConfig
 from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ..types import ModelState
@@ -292,10 +292,9 @@ class Podium:
             await self._start_metrics()
         await repository.load_all()
         grpc_server.health.changed()
-        # Everything built so far lives as long as the server: keep it out of every future
-        # garbage collection, so that a full collection does not stall requests (the p99).
-        gc.collect()
-        gc.freeze()
+        # Everything built so far lives as long as the server: out of every future collection
+        # (the p99); and no collection for the objects of requests in flight (podium/heap.py).
+        heap.settle()
         listening = " ".join(f"{k} {v}" for k, v in self.addresses.items())
         versions = repository.versions()
         serving = [mv.label for mv in versions if mv.state is ModelState.READY]

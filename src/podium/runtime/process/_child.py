@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from ... import logs
+from ... import heap, logs
 from ...config import Secrets
 from ...errors import ModelError, PodiumError
 from ...metrics import MetricStore, recording_to
@@ -275,6 +275,7 @@ class Child(asyncio.Protocol):
         self._gated = queues_ahead(instance.capabilities)
         self._limit = config.predict_concurrency
         self.report(force=True)  # what load() recorded
+        heap.settle()  # the model is built: frozen, and no collections for requests in flight
         self.send(_ready(instance))
         self._tick = asyncio.get_running_loop().call_later(REPORT_TICK, self._on_tick)
 

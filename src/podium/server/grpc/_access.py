@@ -81,16 +81,17 @@ class _Observer:
         return access
 
     def end(self, access: Access, exc: BaseException | None) -> None:
+        context, access.context = access.context, None  # (no cycle through the call's context)
         if access.span is None and not self.log.wants():
             return
         access.ended()
-        code = code_of(exc, access.context)
+        code = code_of(exc, context)
         access.status = code.value[0]
         access.code = code.name
         access.protocol = self.protocol
         access.route = self.name
         access.path = self.path
-        access.peer = _peer(access.context)
+        access.peer = _peer(context)
         hooks = tracing.hooks
         if access.span is not None and hooks is not None:
             hooks.grpc_ended(access.span, access)

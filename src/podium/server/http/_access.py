@@ -17,12 +17,12 @@ With tracing on (``podium.tracing.hooks``), the request is a server span, a chil
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from ... import tracing
 from ...errors import PodiumError
 from ...types import current_request
-from .._access import ID_HEADER, Access, AccessLog, RequestIds, client_id, printable
+from .._access import ID_HEADER, MAX_PATH, Access, AccessLog, RequestIds, client_id, printable
 from .._asgi import ASGIApp, Message, Receive, Scope, Send
 from ._routing import Route, RouteTable
 
@@ -32,6 +32,13 @@ _now = time.perf_counter_ns
 
 #: The status logged for a request whose client left before any response started.
 CLIENT_CLOSED = 499
+
+#: The most paths whose route and printable form are remembered at once (of at most MAX_PATH
+#: characters each: a bounded memory whatever the paths clients send).
+KNOWN = 512
+
+#: A path's route, the route's name and protocol, and the path as a line shows it.
+_Known: TypeAlias = tuple[Route | None, str | None, str | None, str]
 
 
 class AccessMiddleware:
@@ -54,6 +61,7 @@ class AccessMiddleware:
         self._routes = routes.names()
         self._normalize = normalize
         self._templates: dict[Route, str] = {}  # each route's path template, made once
+        self._known: dict[tuple[str, str], _Known] = {}  # by method and path (_look_up)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,23 +108,38 @@ class AccessMiddleware:
         scope = access.context
         method = scope["method"]
         path = scope["path"]
+        known = self._known.get((method, path))
+        if known is None:
+            known = self._look_up(method, path)
+        route, name, protocol, shown = known
         access.method = method
-        access.path = printable(path)
-        if self._normalize:
-            path = "/" + "/".join(p for p in path.split("/") if p)
-        try:
-            found = self._routes.match(method, path)
-        except PodiumError:  # a known path with another method (405)
-            found = None
-        route: Route | None = None
-        if found is not None:
-            route = cast(Route, found[0])  # what names() answers in place of a handler
-            access.route = route.name
-            access.protocol = route.protocol.value
+        access.path = shown
+        access.route = name
+        access.protocol = protocol
         client = scope.get("client")
         if client:
             access.peer = f"{client[0]}:{client[1]}"
         return route
+
+    def _look_up(self, method: str, path: str) -> _Known:
+        """A path's route and what its line says of it; remembered for the next requests to
+        it, if it is short (at most KNOWN paths are; then they are forgotten all at once)."""
+        found_at = path
+        if self._normalize:
+            found_at = "/" + "/".join(p for p in path.split("/") if p)
+        try:
+            found = self._routes.match(method, found_at)
+        except PodiumError:  # a known path with another method (405)
+            found = None
+        known: _Known = (None, None, None, printable(path))
+        if found is not None:
+            route = cast(Route, found[0])  # what names() answers in place of a handler
+            known = (route, route.name, route.protocol.value, known[3])
+        if len(path) <= MAX_PATH:
+            if len(self._known) >= KNOWN:
+                self._known.clear()
+            self._known[(method, path)] = known
+        return known
 
     def _finish(self, scope: Scope, access: Access) -> None:
         """A traced request: its line's fields now (the span is ended with them)."""

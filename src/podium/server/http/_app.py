@@ -80,7 +80,7 @@ class HttpApp:
             logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             await _fail(scope, send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
         finally:
-            ex.unwatch()
+            ex.close()
 
     # -- health and metadata ---------------------------------------------------------------
 

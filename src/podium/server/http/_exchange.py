@@ -166,6 +166,14 @@ class Exchange:
             self._watcher.cancel()
             self._watcher = None
 
+    def close(self) -> None:
+        """The request has been answered (or has failed): stop watching, and let go of the
+        model's request object and the task, which refer back to this exchange (no cycle
+        left for the garbage collector)."""
+        self.unwatch()
+        self._request = None
+        self._task = None
+
     async def _watch(self) -> None:
         try:
             while True:

@@ -142,7 +142,10 @@ class Call:
         handler's error (raises, as ``context.abort`` does)."""
         assert self._done is not None
         self._done.acquire()
-        return self._outcome(status)
+        try:
+            return self._outcome(status)
+        finally:
+            self._forget()
 
     def _outcome(self, status: Status) -> Any:
         error = self.error
@@ -160,7 +163,10 @@ class Call:
         while True:
             item = items.get()
             if item is END:
-                self._outcome(status)
+                try:
+                    self._outcome(status)
+                finally:
+                    self._forget()
                 return
             self.took_one()
             yield item
@@ -220,14 +226,26 @@ class Call:
         self.context._ended()
         if self._relay is not None:
             self._relay.finish(self.context._context, result, error)
+            self._forget()  # the sender thread has what it needs
             return
         if self._outbox is not None:
             self._outbox.finish(error)
+            self._forget()  # the outbox has what it needs
             return
         if self._items is not None:
             self._items.put(END)
         assert self._done is not None
         self._done.release()
+
+    def _forget(self) -> None:
+        """The call is over on every side: drop what it holds. It and its context refer to each
+        other, and the task's context refers to the context (the access line's): without this
+        the call, its messages and grpc's state for it would wait for a garbage collection."""
+        self.result = None
+        self.error = None
+        self.task = None
+        self.context = None  # type: ignore[assignment]
+        self._outbox = None
 
     def _cancel(self) -> None:
         if self.task is not None and not self.task.done():

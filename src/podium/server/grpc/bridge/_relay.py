@@ -88,7 +88,7 @@ class Outbox:
         render: Callable[[Any], bytes] | None,
         sender: Sender,
     ) -> None:
-        self.call = call
+        self.call: Call | None = call  # until the stream is over (_close)
         self.context = context
         self.render = render
         self.sender = sender
@@ -137,7 +137,9 @@ class Outbox:
             self._close()  # the call is over: its handler is being cancelled
 
     def _sent(self, still_open: bool) -> None:
-        self.call.took_one()
+        call = self.call
+        if call is not None:
+            call.took_one()
         if still_open:
             self.pump()
         else:
@@ -147,6 +149,7 @@ class Outbox:
         with self._lock:
             self._queue.clear()
             self._busy = True  # nothing is sent any more
+        self.call = None  # (it refers to this outbox: no cycle left for the collector)
 
 
 class _Ending:
