@@ -1,15 +1,16 @@
 """The cyclic garbage collector's settings in a serving process (the server, a worker process).
 
 Podium's request paths free what they make by reference counting, on success and on every
-error, over HTTP and gRPC alike (``tests/server/test_no_cyclic_garbage.py``; the gRPC bridge's
-calls and a sync model's errors made cycles, which held a request's messages and tensors until a
-collection, and no longer do): under steady load there is no garbage for the cyclic collector to
-find. But CPython starts a generation-0 collection whenever container objects allocated minus
-those freed pass a threshold (700 by default), and the objects of the requests in flight alone
-pass it: at 64 connections the collector ran every ~70 requests
-(1,900 times in a 6-second run of 131,000 requests), each time walking the requests' live objects
-and moving them to older generations, whose collections then walk them again. That was about
-3.4 µs of server CPU per request on the Truss route (bench/RESULTS.md section 21), for nothing.
+error, over HTTP and gRPC, in the server and in worker processes
+(``tests/server/test_no_cyclic_garbage.py``; the gRPC bridge's calls and the errors of sync
+models, batches, streams and process workers made cycles, which held a request's messages and
+tensors until a collection, and no longer do): under steady load there is no garbage for the
+cyclic collector to find. But CPython starts a generation-0 collection whenever container
+objects allocated minus those freed pass a threshold (700 by default), and the objects of the
+requests in flight alone pass it: at 64 connections the collector ran every ~70 requests (1,900
+times in a 6-second run of 131,000 requests), each time walking the requests' live objects and
+moving them to older generations, whose collections then walk them again. That cost 2-3 µs of
+server CPU per request on the Truss route (bench/RESULTS.md section 22), for nothing.
 
 :func:`settle` is called once a process has started (models loaded, listeners up):
 

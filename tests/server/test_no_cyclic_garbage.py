@@ -15,7 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from conftest import run_server
 from helpers import wait_until
 
 from podium.config import ServerConfig
@@ -53,8 +55,18 @@ MODELS = {
         "class Model:\n    def predict(self, batch):\n"
         "        raise ValueError('no: ' + str(len(batch)))\n"
     ),
+    "stream-fails": (
+        "class Model:\n    async def predict(self, request):\n"
+        "        yield {'i': 0}\n        raise ValueError('no')\n"
+    ),
 }
-CONFIGS = {"batch-fails": "batch_size: 4\nmax_batch_delay: 1\n"}
+MODELS["fails-in-a-process"] = MODELS["fails"]
+MODELS["stream-fails-in-a-process"] = MODELS["stream-fails"]
+CONFIGS = {
+    "batch-fails": "batch_size: 4\nmax_batch_delay: 1\n",
+    "fails-in-a-process": "workers: process\n",
+    "stream-fails-in-a-process": "workers: process\n",
+}
 OIP = b'{"inputs":[{"name":"x","shape":[1,%d],"datatype":"FP32","data":[1,2,3,4]}]}'
 CASES = {
     "answered": ("POST", "/v1/models/echo:predict", b'{"a": 1}', 200),
@@ -69,6 +81,16 @@ CASES = {
     "model raises in a thread": ("POST", "/v1/models/sync-fails:predict", b"{}", 500),
     "model takes the raw request": ("POST", "/v1/models/raw-request:predict", b"{}", 200),
     "batch raises": ("POST", "/v1/models/batch-fails:predict", b"{}", 500),
+    # (the stream's head is out: its error ends the chunked body)
+    "stream raises": ("POST", "/v1/models/stream-fails:predict", b"{}", 200),
+    # the server's side of a process worker (what the worker process holds is its own)
+    "model raises in a process": ("POST", "/v1/models/fails-in-a-process:predict", b"{}", 500),
+    "stream raises in a process": (
+        "POST",
+        "/v1/models/stream-fails-in-a-process:predict",
+        b"{}",
+        200,
+    ),
 }
 ROUNDS = 20
 
@@ -258,3 +280,35 @@ async def test_grpc_calls_leave_no_cyclic_garbage(tmp_path: Path) -> None:
         logging.disable(logging.NOTSET)
         await podium.stop()
     assert found == 0
+
+
+WORKER_MODEL = """
+import gc
+
+
+class Model:
+    async def predict(self, request):
+        if request.get("collect"):
+            return {"found": gc.collect()}
+        raise ValueError("no")
+"""
+
+
+def test_a_worker_process_keeps_no_cyclic_garbage_of_failed_requests(tmp_path: Path) -> None:
+    # The worker process's side: what gc.collect() finds there, asked of the model itself
+    (tmp_path / "worker").mkdir()
+    (tmp_path / "worker" / "model.py").write_text(WORKER_MODEL)
+    (tmp_path / "worker" / "config.yaml").write_text("workers: process\n")
+    with run_server(tmp_path / "worker") as server, httpx.Client(timeout=30) as client:
+        url = f"{server.url}/v1/models/worker:predict"
+
+        def collect() -> int:
+            answer = client.post(url, json={"collect": True})
+            assert answer.status_code == 200, answer.text
+            return int(answer.json()["found"])
+
+        client.post(url, json={})  # (warm)
+        collect()
+        for _ in range(ROUNDS):
+            assert client.post(url, json={}).status_code == 500
+        assert collect() == 0

@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ..errors import InvalidInput, ModelNotReady, ResponseTimeout, Unavailable, WorkerDied
 from ..metrics import recording_to
@@ -161,7 +161,18 @@ class Failure:
     __slots__ = ("exc",)
 
     def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
+        self.exc: BaseException | None = exc
+
+    def raise_once(self) -> NoReturn:
+        """Raise what it holds, and hold it no more (one reader each). The error's traceback
+        holds the reader's frame, which holds this: holding the error too would be a cycle,
+        kept with the request's objects until a garbage collection."""
+        error, self.exc = self.exc, None
+        assert error is not None, "a failure is raised once"
+        try:
+            raise error
+        finally:
+            del error
 
 
 class Moved(WorkerDied):
@@ -494,7 +505,7 @@ class ThreadWorker:
                 if item is END:
                     return
                 if isinstance(item, Failure):
-                    raise item.exc
+                    item.raise_once()
                 yield item
         finally:
             if not task.done():
@@ -527,6 +538,7 @@ class ThreadWorker:
                 released[0] = True
                 self._release()  # before the last put: a slow reader must not hold the slot
         await queue.put(outcome)
+        del outcome  # (an error's traceback holds this frame: no cycle through it)
 
     async def close(self) -> None:
         """Stop every running stream; their readers get ``Unavailable``, not a hang."""
@@ -536,8 +548,8 @@ class ThreadWorker:
             task.cancel()
         if producers:
             await asyncio.gather(*producers, return_exceptions=True)
-        failure = Failure(Unavailable(f"{self._label} was unloaded mid-stream"))
         for queue in producers.values():
+            failure = Failure(Unavailable(f"{self._label} was unloaded mid-stream"))  # (one each)
             while True:  # the reader must see the failure even if the buffer is full
                 try:
                     queue.put_nowait(failure)

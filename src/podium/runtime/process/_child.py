@@ -362,9 +362,18 @@ class Child(asyncio.Protocol):
             self.report()
             self.send(Stopped(cid))
         except Exception as exc:
-            error = exc if isinstance(exc, PodiumError) else model_error(self.name, message.op, exc)
             self.report()
-            self.send(Error(cid, *pack_error(error)))
+            # (no local keeps the error: its traceback holds this frame, a cycle)
+            self.send(
+                Error(
+                    cid,
+                    *pack_error(
+                        exc
+                        if isinstance(exc, PodiumError)
+                        else model_error(self.name, message.op, exc)
+                    ),
+                )
+            )
         finally:
             self._end(cid)
 

@@ -671,11 +671,15 @@ class ProcessWorker:
             with hooks.remote(self._model, self._version, self.pid):
                 return await self._call(request, inputs, snapshot, True)
         cid, call = self._begin(request, inputs, snapshot, stream=False)
-        assert call.future is not None
+        future = call.future
+        assert future is not None
         try:
-            return await call.future
+            return await future
         except asyncio.CancelledError:
             self._abandon(cid)
+            raise
+        except BaseException:
+            del future, call  # (its error's traceback holds this frame: no cycle through them)
             raise
 
     async def infer(self, inputs: Any, request: Any) -> Any:
@@ -696,6 +700,9 @@ class ProcessWorker:
             return await future
         except asyncio.CancelledError:
             self._abandon(cid)
+            raise
+        except BaseException:
+            del future, call  # (as in _call)
             raise
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
@@ -740,7 +747,7 @@ class ProcessWorker:
                 if item is END:
                     return
                 if isinstance(item, Failure):
-                    raise item.exc
+                    item.raise_once()
                 yield item
                 taken += 1
                 if taken >= half and cid in self._calls:
