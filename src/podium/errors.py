@@ -20,7 +20,8 @@
     ├── SequenceClosed               the sequence ended, expired or lost its state (410 / FAILED_PRECONDITION)
     ├── Cancelled                    the client went away; nobody is waiting for the answer
     ├── ModelError                   the user's code raised (500 / INTERNAL)
-    │   └── BadModelOutput           the user's code returned something the contract forbids
+    │   ├── BadModelOutput           the user's code returned something the contract forbids
+    │   └── ModelStatus              the user's code raised an HTTP error of its own: its status
     ├── WorkerDied                   the instance running the request broke (500 / INTERNAL)
     ├── ResponseTimeout              predict ran past the model's response_timeout (504 / DEADLINE_EXCEEDED)
     ├── DefinitionError              a model class breaks the contract (found at load time)
@@ -53,6 +54,7 @@ __all__ = [
     "ModelError",
     "MethodNotAllowed",
     "ModelNotReady",
+    "ModelStatus",
     "NotFound",
     "PayloadTooLarge",
     "PodiumError",
@@ -257,6 +259,18 @@ class BadModelOutput(ModelError):
     code = "bad_model_output"
 
 
+class ModelStatus(ModelError):
+    """The user's code raised an HTTP error with a status of its own choosing (a
+    ``fastapi.HTTPException``, as Truss models do): that status (400-599) and its detail reach
+    the client as they are, on every protocol (gRPC: the code HTTP's status maps to)."""
+
+    code = "model_status"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class WorkerDied(PodiumError):
     """The instance that held the request broke (crashed process); distinct from ``Cancelled``."""
 
@@ -306,7 +320,27 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
 }
 
 
+#: The gRPC code of a status a model chose (:class:`ModelStatus`): as the table maps it.
+_CODE_OF_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    410: "FAILED_PRECONDITION",
+    413: "RESOURCE_EXHAUSTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
 def _lookup(exc: PodiumError) -> tuple[int, str]:
+    if type(exc) is ModelStatus:
+        status = exc.status
+        return status, _CODE_OF_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
     for cls in type(exc).__mro__:
         found = STATUS.get(cls)
         if found is not None:

@@ -23,6 +23,7 @@ import msgspec
 __all__ = [
     "DATATYPES",
     "END",
+    "ENDPOINT_METHODS",
     "Answer",
     "AnswerStream",
     "Call",
@@ -32,6 +33,7 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "InputKind",
+    "ModelEndpoints",
     "MetadataTensor",
     "ModelInstance",
     "ModelMetadata",
@@ -44,6 +46,7 @@ __all__ = [
     "RequestInput",
     "RequestOutput",
     "ResponseOutput",
+    "Returned",
     "SequenceOutcome",
     "SequenceRef",
     "ServerMetadata",
@@ -508,6 +511,20 @@ class Reply:
     content_type: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """The one item of the stream of a model that decides streaming by the value ``predict``
+    returns (:attr:`Capabilities.returns_streams`, a truss) when it returned a value rather
+    than a generator: the front end answers ``value`` whole, as a non-streaming model's."""
+
+    value: Any
+
+
+#: The model methods besides ``predict`` that a model may define and a front end reach by
+#: name (Truss's OpenAI-style routes: ``/v1/chat/completions`` calls ``chat_completions``).
+ENDPOINT_METHODS: Final = ("chat_completions", "completions", "embeddings", "messages", "responses")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Capabilities:
     """What a model instance asks for and how it runs: what every front end, the data plane,
@@ -553,6 +570,22 @@ class Capabilities:
     #: ``model-settings.json`` are hints (content types), which MLServer never checks requests
     #: against, and often name only some of the inputs.
     checks_declared_inputs: bool = True
+    #: ``predict`` may return a generator, which then streams; whether it does is decided by
+    #: the value each call returns (Truss's rule). ``predict_stream`` then holds the slot until
+    #: the generator ends and yields its items, or one :class:`Returned` (postprocessed) when
+    #: predict returned a value; ``predict`` gathers a returned generator into one value.
+    returns_streams: bool = False
+    #: Which of :data:`ENDPOINT_METHODS` the model defines (:class:`ModelEndpoints.endpoint`).
+    endpoints: frozenset[str] = frozenset()
+    #: The model serves WebSockets (:meth:`ModelEndpoints.websocket`).
+    websocket: bool = False
+    #: The model says whether it is healthy (:meth:`ModelEndpoints.is_healthy`): a loaded
+    #: model's readiness follows it.
+    health_check: bool = False
+    #: What the model's pydantic annotations say of its input and output, as Truss's ``/schema``
+    #: answers it (``input_schema``, ``output_schema``, ``supports_streaming``); None when they
+    #: say nothing.
+    io_schema: Mapping[str, Any] | None = None
 
 
 class ModelInstance(Protocol):
@@ -583,4 +616,24 @@ class ModelInstance(Protocol):
 
     async def step(self, batch: list[Generation]) -> None:
         """Advance every request of ``batch`` by one step (a ``continuous`` instance only)."""
+        ...
+
+
+class ModelEndpoints(Protocol):
+    """What an instance offers beyond :class:`ModelInstance` where its :class:`Capabilities`
+    say so (a truss's): run on the instance itself, outside ``predict_concurrency``, as Truss
+    runs them. A process worker's instance offers none of them."""
+
+    async def is_healthy(self) -> bool:
+        """Whether the loaded model is healthy (``health_check``); an error counts as not."""
+        ...
+
+    def endpoint(self, name: str, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        """Run the model's method ``name`` (one of ``endpoints``): its items if it returns a
+        generator, else one :class:`Returned`."""
+        ...
+
+    async def websocket(self, websocket: Any) -> None:
+        """Serve one WebSocket (``websocket``): ``websocket`` is a ``starlette`` WebSocket,
+        not yet accepted."""
         ...

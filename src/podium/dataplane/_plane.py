@@ -24,12 +24,14 @@ from ..types import (
     ModelMetadata,
     ModelState,
     Reply,
+    Returned,
     SequenceRef,
     ServerMetadata,
     WireProtocol,
     current_request,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
+from ._endpoints import endpoint_items, healthy, serve_websocket
 from ._flight import InFlight
 from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._model_config import ModelConfiguration
@@ -117,6 +119,32 @@ class DataPlane:
         exist."""
         mv = self._registry.get(name, version)
         return mv.state is ModelState.READY and not mv.trouble()
+
+    async def model_healthy(self, name: str, version: str | None = None) -> bool:
+        """Readiness as Truss has it: :meth:`model_ready`, and for a model that checks its own
+        health (``capabilities.health_check``), what it says; ``NotFound`` if unknown."""
+        if not self.model_ready(name, version):
+            return False
+        return await healthy(self._registry.get(name, version))
+
+    def sole_model(self) -> str | None:
+        """The name of the one model served, when exactly one is (Truss's server serves one
+        model and its routes ignore the name they are given); None otherwise."""
+        names = self._registry.names()
+        return names[0] if len(names) == 1 else None
+
+    def endpoint(self, call: Call, mv: ModelVersion, name: str) -> AnswerStream:
+        """Call the model's method ``name`` (one of its ``capabilities.endpoints``: Truss's
+        ``chat_completions`` and the like) with the call's payload as it came, on the version's
+        instance, outside ``predict_concurrency``: one :class:`~podium.types.Returned`, or the
+        items of the generator the method returned. ``NotFound`` if the model has no such
+        method."""
+        return AnswerStream(endpoint_items(self.flight, mv, call, name), None)
+
+    async def websocket(self, call: Call, mv: ModelVersion, websocket: Any) -> None:
+        """Hand a WebSocket (a ``starlette`` one, not yet accepted) to a model that serves them
+        (``capabilities.websocket``) for as long as it keeps it; ``NotFound`` otherwise."""
+        await serve_websocket(self.flight, mv, call, websocket)
 
     def server_metadata(self) -> ServerMetadata:
         return ServerMetadata(name="podium", version=__version__, extensions=list(self._extensions))
@@ -318,7 +346,15 @@ class DataPlane:
             try:
                 first = True
                 convert = call.protocol.oip
+                # A value returned where a stream might have been (a truss's predict) is that
+                # value to every front end but Truss's, which answers it whole.
+                unwrap = (
+                    mv.instance.capabilities.returns_streams
+                    and call.protocol is not WireProtocol.TRUSS
+                )
                 async for item in items:
+                    if unwrap and type(item) is Returned:
+                        item = item.value
                     if first:
                         first = False
                         stats.first_item.add(_now() - start)

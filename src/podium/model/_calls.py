@@ -11,18 +11,38 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from concurrent.futures import Executor
 from typing import Any
 
-from ..errors import ModelError, PodiumError, ValidationFailed
+from ..errors import ModelError, ModelStatus, PodiumError, ValidationFailed
 from ..types import END
 
 logger = logging.getLogger("podium.model")
 
 
 def model_error(model: str, method: str, exc: BaseException) -> PodiumError:
-    """Translate an exception raised by user code; Podium's own errors pass through."""
+    """Translate an exception raised by user code; Podium's own errors pass through. An HTTP
+    error the code raised on purpose (``fastapi`` / ``starlette`` ``HTTPException``, as Truss
+    models raise it) keeps its status (400-599) and detail: :class:`ModelStatus`."""
     if isinstance(exc, PodiumError):
         return exc
+    status = _http_exception_status(exc)
+    if status is not None:
+        logger.warning("model '%s' %s raised HTTP %d", model, method, status)
+        return ModelStatus(str(getattr(exc, "detail", "")), status)
     logger.error("model '%s' %s raised", model, method, exc_info=exc)
     return ModelError(f"model '{model}' {method} raised {type(exc).__name__}: {exc}")
+
+
+def _http_exception_status(exc: BaseException) -> int | None:
+    """The status of a ``starlette.exceptions.HTTPException`` (fastapi's derives from it),
+    recognised by class so that this layer imports no web library; None for anything else."""
+    if not any(
+        c.__module__ == "starlette.exceptions" and c.__qualname__ == "HTTPException"
+        for c in type(exc).__mro__
+    ):
+        return None
+    status = getattr(exc, "status_code", None)
+    if type(status) is int and 400 <= status <= 599:
+        return status
+    return None
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -120,7 +120,8 @@ class DirectScheduler:
 
     async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         pool = self._pool
-        if not pool.instance.capabilities.streaming:
+        caps = pool.instance.capabilities
+        if not (caps.streaming or caps.returns_streams):
             yield await self.infer(inputs, request)
             return
         async with contextlib.aclosing(

@@ -1,0 +1,96 @@
+"""What a model offers besides predict, where its capabilities say so (a truss's): its health,
+its other named methods (Truss's OpenAI-style routes), its WebSockets.
+
+They run on the version's instance itself and outside ``predict_concurrency``, as Truss runs
+them; a call through them is in flight (the shutdown drains and cuts it) and counted by
+protocol and outcome like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator
+from typing import Any, cast
+
+from ..errors import NotFound, UnsupportedRepresentation
+from ..runtime import ModelVersion, WorkerKind
+from ..types import Call, ModelEndpoints
+from ._flight import InFlight
+
+__all__ = ["endpoint_items", "healthy", "serve_websocket"]
+
+logger = logging.getLogger("podium.dataplane")
+
+_now = time.perf_counter_ns
+
+
+def _offers(mv: ModelVersion, what: str) -> ModelEndpoints:
+    """The instance, which must offer ``what`` (a process worker's offers nothing of this)."""
+    if mv.pool is not None and mv.pool.kind is not WorkerKind.THREAD:
+        raise UnsupportedRepresentation(
+            f"model '{mv.name}': {what} runs on thread workers (this model runs in "
+            f"{mv.pool.kind.value} workers)"
+        )
+    return cast(ModelEndpoints, mv.instance)
+
+
+async def healthy(mv: ModelVersion) -> bool:
+    """What a model that checks its own health says (an error in the check counts as not
+    healthy, and is logged); True for one that does not check."""
+    if not mv.instance.capabilities.health_check:
+        return True
+    try:
+        return bool(await _offers(mv, "is_healthy").is_healthy())
+    except Exception:
+        logger.exception("model '%s': is_healthy raised; the model counts as not healthy", mv.name)
+        return False
+
+
+async def endpoint_items(
+    flight: InFlight, mv: ModelVersion, call: Call, name: str
+) -> AsyncGenerator[Any, None]:
+    """The items of the model's method ``name`` called with the call's payload: one
+    :class:`~podium.types.Returned`, or the items of the generator it returned."""
+    if name not in mv.instance.capabilities.endpoints:
+        raise NotFound(f"model '{mv.name}' defines no method '{name}'")
+    instance = _offers(mv, name)
+    task = flight.enter(call)
+    stats = mv.stats.protocols[call.protocol.index]
+    start = _now()
+    try:
+        items = instance.endpoint(name, call.payload, call.request)
+        try:
+            async for item in items:
+                yield item
+        finally:
+            await items.aclose()
+    except asyncio.CancelledError as exc:
+        stats.failed_with(exc, _now() - start)
+        error = None if task is None else flight.cut_error(task)
+        if error is None:
+            raise
+        raise error from None
+    except BaseException as exc:
+        stats.failed_with(exc, _now() - start)
+        raise
+    else:
+        mv.stats.last_ns = end = _now()
+        stats.ok.add(end - start)
+    finally:
+        if task is not None:
+            flight.leave(task)
+
+
+async def serve_websocket(flight: InFlight, mv: ModelVersion, call: Call, websocket: Any) -> None:
+    """Hand ``websocket`` to the model for as long as it keeps it."""
+    if not mv.instance.capabilities.websocket:
+        raise NotFound(f"model '{mv.name}' serves no WebSocket")
+    instance = _offers(mv, "websocket")
+    task = flight.enter(call)
+    try:
+        await instance.websocket(websocket)
+    finally:
+        if task is not None:
+            flight.leave(task)
