@@ -9,6 +9,7 @@ A path given to ``podium serve`` is one of:
 - a model written for MLServer: a directory with ``model-settings.json`` (``model/mlserver/``);
 - a model written for TorchServe: a ``.mar`` / ``.tar.gz`` archive or a directory holding
   ``MAR-INF/MANIFEST.json`` (``model/torchserve/``);
+- a truss: ``config.yaml`` and ``model/model.py`` (``model/truss/``);
 - a model repository: a directory whose subdirectories are any of the above.
 """
 
@@ -22,8 +23,8 @@ from typing import Any
 
 from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
-from . import mlserver, torchserve
-from ._source import Contract, MLServerParts, ModelSource, TorchServeParts
+from . import mlserver, torchserve, truss
+from ._source import Contract, MLServerParts, ModelSource, TorchServeParts, TrussParts
 from .native import ModelSpec, inspect_class
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "MLServerParts",
     "ModelSource",
     "TorchServeParts",
+    "TrussParts",
     "discover",
     "discover_all",
     "import_model",
@@ -75,7 +77,12 @@ def _is_model(path: Path) -> bool:
     for MLServer or TorchServe, a model directory or a versioned one."""
     if not path.is_dir():
         return True
-    if mlserver.is_source(path) or torchserve.is_source(path) or (path / "model.py").is_file():
+    if (
+        mlserver.is_source(path)
+        or torchserve.is_source(path)
+        or truss.is_source(path)
+        or (path / "model.py").is_file()
+    ):
         return True
     return any(_is_version_dir(p) for p in path.iterdir())
 
@@ -112,6 +119,8 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
             found.extend(mlserver.sources(path))
         elif torchserve.is_source(path):
             found.extend(torchserve.sources(path))
+        elif truss.is_source(path):
+            found.extend(truss.sources(path))
         elif (path / "model.py").is_file():
             data, cfg = _config_of(path)
             found.append(_source(path / "model.py", path, data, path.name, cfg))
