@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -88,12 +89,11 @@ DEFAULTS: Mapping[str, Any] = {
 LEGACY_KEYS = frozenset({"hf_cache"})
 
 #: Build-time keys: Truss acts on them when it builds an image, never when it serves. Podium
-#: builds no image; each that asks for something is named once when the truss is read.
+#: builds no image; each that asks for something is named once when the truss is read
+#: (``requirements`` and ``python_version`` are named only where this environment does not
+#: satisfy them: ``notes`` in the package, ``_notes`` here).
 BUILD_KEYS = (
-    "requirements",
-    "requirements_file",
     "system_packages",
-    "python_version",
     "base_image",
     "build_commands",
     "build",
@@ -221,6 +221,13 @@ def _requirements(
 def _notes(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
     """What this config asks for that Podium does not do when it serves, said once."""
     notes = []
+    wanted = data.get("python_version")
+    running = f"py{sys.version_info.major}{sys.version_info.minor}"
+    if isinstance(wanted, str) and wanted.replace(".", "") != running:
+        notes.append(
+            f"'python_version' asks for {wanted}; this server runs Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}"
+        )
     for key in BUILD_KEYS:
         if key in data and data[key] not in (None, [], {}, "", DEFAULTS.get(key)):
             notes.append(
