@@ -608,3 +608,30 @@ def test_a_websocket_model_has_no_predict(tmp_path: Path, executor: ThreadPoolEx
     inst = build(make_truss(tmp_path / "t", model), executor)
     assert inst.capabilities.websocket and not inst.capabilities.returns_streams
     assert not inst.capabilities.needs_inputs
+
+
+def test_podium_keys_come_from_podium_yaml_beside_the_config(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = make_truss(
+        tmp_path / "t",
+        ECHO,
+        "runtime: {predict_concurrency: 3}\n",
+        {"podium.yaml": "max_queue_size: 7\n"},
+    )
+    (source,) = discover(root)
+    assert source.config.max_queue_size == 7
+    assert source.config.predict_concurrency == 3
+    (root / "podium.yaml").write_text("max_queue_size: 0\nnot_a_key: 1\n")
+    with pytest.raises(DefinitionError) as info:
+        discover(root)
+    assert "podium.yaml: unknown key 'not_a_key'" in info.value.message
+    assert "max_queue_size" in info.value.message
+    # a podium: section inside config.yaml is Truss's unknown key (truss push refuses it)
+    (root / "podium.yaml").unlink()
+    (root / "config.yaml").write_text("podium: {workers: process}\n")
+    with caplog.at_level(logging.WARNING, logger="podium.model"):
+        (source,) = discover(root)
+    assert "key 'podium' is not one Truss knows" in caplog.text
+    assert "podium.yaml beside it" in caplog.text
+    assert source.config.workers == "thread"

@@ -5,8 +5,9 @@ Truss's config has many keys, most of them for building an image (``requirements
 time: the keys Truss reads when it serves are honoured here with Truss's defaults and meaning,
 the build-time keys are kept (the model's ``config`` holds them, ``podium check`` lists
 unsatisfied requirements) and named once when they ask for something Podium does not do, and a
-key Truss does not know is a warning naming it, never a refusal. A ``podium:`` section may set
-Podium's own model keys (``workers``, ``min_workers``, ``max_queue_size``, ...).
+key Truss does not know is a warning naming it, never a refusal. Podium's own model keys
+(``workers``, ``min_workers``, ``max_queue_size``, ...) go in ``podium.yaml`` beside
+``config.yaml``, not in it: ``truss push`` refuses keys Truss does not know.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from ...config import ModelConfig, load_yaml, signature_of
 from ...errors import DefinitionError
 from .._source import Contract, ModelSource, TrussParts
 
-__all__ = ["CONFIG_FILE", "TrussSettings", "is_source", "read_truss"]
+__all__ = ["CONFIG_FILE", "PODIUM_FILE", "TrussSettings", "is_source", "read_truss"]
 
 logger = logging.getLogger("podium.model")
 
 CONFIG_FILE = "config.yaml"
+#: Podium's own model keys for a truss (workers, batching, queue...), beside its config.yaml.
+PODIUM_FILE = "podium.yaml"
 
 #: Truss's run-time settings (``runtime:``) and their defaults (truss/base/truss_config.py).
 RUNTIME_DEFAULTS: Mapping[str, Any] = {
@@ -265,11 +268,10 @@ def read_truss(root: Path) -> ModelSource:
     if not isinstance(data, dict):
         raise DefinitionError(f"{where}: a truss's config must be a mapping, got {data!r}")
     problems: list[str] = []
-    unknown = sorted(
-        str(k) for k in data if k not in DEFAULTS and k not in LEGACY_KEYS and k != "podium"
-    )
+    unknown = sorted(str(k) for k in data if k not in DEFAULTS and k not in LEGACY_KEYS)
     for key in unknown:
-        logger.warning("%s: key '%s' is not one Truss knows; it is ignored", where, key)
+        hint = f" (Podium's own keys go in {PODIUM_FILE} beside it)" if key == "podium" else ""
+        logger.warning("%s: key '%s' is not one Truss knows; it is ignored%s", where, key, hint)
     if data.get("docker_server"):
         problems.append(
             f"{where}: 'docker_server' runs a custom server of its own, from a Docker image; "
@@ -316,12 +318,16 @@ def read_truss(root: Path) -> ModelSource:
         )
         timeout = 60
     requirements = _requirements(root, config, where, problems)
-    podium = data.get("podium") or {}
+    podium_file = root / PODIUM_FILE
+    podium: Any = (load_yaml(podium_file) or {}) if podium_file.is_file() else {}
     if not isinstance(podium, dict):
-        problems.append(
-            f"{where}: 'podium' must be a mapping of Podium's model keys, got {podium!r}"
-        )
+        problems.append(f"{podium_file}: must be a mapping of Podium's model keys, got {podium!r}")
         podium = {}
+    else:
+        try:  # its own keys, named in its own file
+            ModelConfig.from_mapping(podium, default_name=root.name, where=str(podium_file))
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     mapped: dict[str, Any] = {"predict_concurrency": runtime.get("predict_concurrency")}
