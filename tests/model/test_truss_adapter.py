@@ -635,3 +635,38 @@ def test_podium_keys_come_from_podium_yaml_beside_the_config(
     assert "key 'podium' is not one Truss knows" in caplog.text
     assert "podium.yaml beside it" in caplog.text
     assert source.config.workers == "thread"
+
+
+def test_the_config_holds_truss_defaults_as_truss_writes_them(tmp_path: Path) -> None:
+    """What Truss 0.18.36's ``TrussConfig.to_dict(verbose=True)`` gives its server for this
+    file (checked against the real package by the side-by-side harness)."""
+    root = make_truss(
+        tmp_path / "t",
+        ECHO,
+        """
+        model_name: cfg
+        resources: {accelerator: "A10G:2"}
+        runtime: {transport: {kind: websocket}}
+        environment_variables: {FLAG: true, N: 3}
+        hf_cache: [{repo_id: x}]
+        """,
+    )
+    (source,) = discover(root)
+    config = source.truss_parts().config
+    assert config["resources"] == {
+        "cpu": "1",
+        "memory": "2Gi",
+        "accelerator": "A10G:2",
+        "use_gpu": True,
+    }
+    assert config["runtime"]["is_websocket_endpoint"] is True
+    assert config["runtime"]["transport"] == {
+        "kind": "websocket",
+        "ping_interval_seconds": None,
+        "ping_timeout_seconds": None,
+    }
+    assert config["runtime"]["remote_ssh"] == {"enabled": False}
+    assert config["environment_variables"] == {"FLAG": "true", "N": "3"}
+    assert config["model_cache"] == [{"repo_id": "x"}]  # hf_cache, renamed as Truss does
+    assert config["bdn"] == {"access": [], "hotload": {"enabled": False}, "mounts": []}
+    assert config["python_version"] == "py313"

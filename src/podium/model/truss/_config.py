@@ -39,16 +39,22 @@ RUNTIME_DEFAULTS: Mapping[str, Any] = {
     "enable_tracing_data": False,
     "enable_debug_logs": False,
     "transport": {"kind": "http"},
-    "is_websocket_endpoint": None,
-    "health_checks": {},
-    "oidc": {},
-    "remote_ssh": {},
+    "is_websocket_endpoint": False,  # Truss derives it from transport.kind
+    "health_checks": {
+        "restart_check_delay_seconds": None,
+        "restart_threshold_seconds": None,
+        "startup_threshold_seconds": None,
+        "stop_traffic_threshold_seconds": None,
+    },
+    "oidc": {"enabled": None},
+    "remote_ssh": {"enabled": False},
     "egress_restrictions": None,
     "truss_server_version_override": None,
 }
 
-#: The keys Truss fills in when it writes a truss's config for its server (``to_dict``), with
-#: its defaults: what a model's ``config`` holds when the file leaves them out.
+#: The keys Truss fills in when it writes a truss's config for its server (``to_dict(verbose=
+#: True)``, Truss 0.18.36), with its defaults: what a model's ``config`` holds when the file
+#: leaves them out.
 DEFAULTS: Mapping[str, Any] = {
     "model_name": None,
     "model_metadata": {},
@@ -66,7 +72,13 @@ DEFAULTS: Mapping[str, Any] = {
     "secrets": {},
     "resources": {"cpu": "1", "memory": "2Gi", "accelerator": None, "use_gpu": False},
     "runtime": RUNTIME_DEFAULTS,
-    "build": {"model_server": "TrussServer", "arguments": {}, "secret_to_path_mapping": {}},
+    "build": {
+        "model_server": "TrussServer",
+        "arguments": {},
+        "secret_to_path_mapping": {},
+        "no_cache": False,
+    },
+    "bdn": {"access": [], "hotload": {"enabled": False}, "mounts": []},
     "build_commands": [],
     "docker_server": None,
     "model_cache": [],
@@ -162,10 +174,23 @@ def is_source(path: Path) -> bool:
 def _filled(data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with Truss's defaults for the keys it leaves out (a fresh copy of each)."""
     config = {key: copy.deepcopy(value) for key, value in DEFAULTS.items()}
-    config["runtime"] = dict(RUNTIME_DEFAULTS)
+    config["runtime"] = copy.deepcopy(dict(RUNTIME_DEFAULTS))
     for key, value in data.items():
         if key == "runtime" and isinstance(value, dict):
-            config["runtime"] = {**RUNTIME_DEFAULTS, **value}
+            config["runtime"] = {**config["runtime"], **value}
+            transport = config["runtime"].get("transport")
+            if isinstance(transport, dict):
+                websocket = transport.get("kind") == "websocket"
+                if websocket:
+                    defaults = {"ping_interval_seconds": None, "ping_timeout_seconds": None}
+                    config["runtime"]["transport"] = {**defaults, **transport}
+                if "is_websocket_endpoint" not in value:
+                    config["runtime"]["is_websocket_endpoint"] = websocket
+        elif key == "resources" and isinstance(value, dict):
+            resources = {**DEFAULTS["resources"], **value}
+            if "use_gpu" not in value:  # Truss derives it from the accelerator
+                resources["use_gpu"] = bool(resources.get("accelerator"))
+            config["resources"] = resources
         elif key == "hf_cache" and "model_cache" not in data:
             config["model_cache"] = value or []
         else:
