@@ -670,3 +670,13 @@ def test_the_config_holds_truss_defaults_as_truss_writes_them(tmp_path: Path) ->
     assert config["model_cache"] == [{"repo_id": "x"}]  # hf_cache, renamed as Truss does
     assert config["bdn"] == {"access": [], "hotload": {"enabled": False}, "mounts": []}
     assert config["python_version"] == "py313"
+
+
+def test_a_plain_truss_has_nothing_to_note_and_platform_settings_are_named(tmp_path: Path) -> None:
+    (source,) = discover(make_truss(tmp_path / "plain", ECHO, "model_name: plain\n"))
+    assert truss.notes(source) == []
+    root = make_truss(
+        tmp_path / "platform", ECHO, "runtime: {health_checks: {restart_threshold_seconds: 30}}\n"
+    )
+    (source,) = discover(root)
+    assert [n for n in truss.notes(source) if "runtime.health_checks" in n]
