@@ -570,6 +570,10 @@ class Capabilities:
     #: ``model-settings.json`` are hints (content types), which MLServer never checks requests
     #: against, and often name only some of the inputs.
     checks_declared_inputs: bool = True
+    #: A ``BYTES`` input whose shape counts the characters (or bytes) of its one element passes
+    #: the OIP checks as that one element (``codecs.check_request``'s ``text_length_shapes``):
+    #: MLServer's runtimes, whose clients send ``"shape": [len(text)]`` as MLServer's examples do.
+    text_length_shapes: bool = False
     #: ``predict`` may return a generator, which then streams; whether it does is decided by
     #: the value each call returns (Truss's rule). ``predict_stream`` then holds the slot until
     #: the generator ends and yields its items, or one :class:`Returned` (postprocessed) when

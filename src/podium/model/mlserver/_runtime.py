@@ -140,6 +140,8 @@ class MLServerModel:
             predict_in_thread=not inspect.iscoroutinefunction(getattr(runtime, "predict", None)),
             # The inputs of model-settings.json are content-type hints, not a signature.
             checks_declared_inputs=False,
+            # "shape": [len(text)] for one text, as MLServer's examples send it
+            text_length_shapes=True,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
