@@ -9,6 +9,7 @@ MLServer's users write them, reached as MLServer's own examples reach it (httpx,
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
@@ -124,3 +125,74 @@ def test_a_shape_counting_bytes_over_grpc_is_accepted(server: Server, pb: Simple
     answer = json.loads(response.outputs[0].contents.bytes_contents[0])
     assert answer["request"] == HELLO
     assert answer["seen"]["shape"] == [len(blob)]
+
+
+# -- @custom_handler endpoints -----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_custom_handler_takes_the_json_body(client: httpx.AsyncClient) -> None:
+    response = await client.post("/hello-sum", json=[1, 2, 3, 4])
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == 10
+
+
+@pytest.mark.anyio
+async def test_a_custom_handler_takes_a_gzip_body(client: httpx.AsyncClient) -> None:
+    body = gzip.compress(json.dumps([1, 2, 3]).encode())
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    response = await client.post("/hello-sum", content=body, headers=headers)
+    assert (response.status_code, response.json()) == (200, 6)
+
+
+@pytest.mark.anyio
+async def test_a_custom_handler_takes_path_and_query_parameters(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get("/hello/world", params={"times": "2"})
+    assert response.status_code == 200
+    assert response.json() == {"greeting": "hello world hello world"}
+    assert (await client.get("/hello/you")).json() == {"greeting": "hello you"}
+    bad = await client.get("/hello/you", params={"times": "often"})
+    assert bad.status_code == 400
+    assert "times" in bad.json()["error"]
+
+
+@pytest.mark.anyio
+async def test_a_custom_handler_takes_and_returns_a_pydantic_model(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/hello-model", json={"name": "you"})
+    assert response.status_code == 200
+    assert response.json() == {"name": "hello you", "punctuation": "!"}
+    missing = await client.post("/hello-model", json={"punctuation": "?"})
+    assert missing.status_code == 400
+    assert "greeting" in missing.json()["error"]
+
+
+@pytest.mark.anyio
+async def test_a_custom_handler_gets_the_request_and_returns_a_response(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.put("/hello-request", content=b"raw bytes")
+    assert response.status_code == 201
+    assert response.headers["content-type"].startswith("text/plain")
+    assert response.text == "PUT raw bytes"
+
+
+@pytest.mark.anyio
+async def test_a_custom_handler_is_served_for_its_method_only(client: httpx.AsyncClient) -> None:
+    response = await client.get("/hello-sum")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert (await client.post("/no-such-handler")).status_code == 404
+
+
+@pytest.mark.anyio
+async def test_a_custom_handlers_mlserver_error_keeps_its_status(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/hello-fail")
+    assert response.status_code == 400
+    assert "no greeting today" in response.json()["error"]

@@ -19,6 +19,7 @@ from ..types import (
     Answer,
     AnswerStream,
     Call,
+    HandlerRoute,
     InferenceRequest,
     InferenceResponse,
     ModelMetadata,
@@ -31,7 +32,7 @@ from ..types import (
     current_request,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
-from ._endpoints import endpoint_items, healthy, serve_websocket
+from ._endpoints import endpoint_items, handler_route, healthy, serve_websocket
 from ._flight import InFlight
 from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._model_config import ModelConfiguration
@@ -140,6 +141,21 @@ class DataPlane:
         items of the generator the method returned. ``NotFound`` if the model has no such
         method."""
         return AnswerStream(endpoint_items(self.flight, mv, call, name), None)
+
+    def handler_route(
+        self, method: str, path: str
+    ) -> tuple[ModelVersion, HandlerRoute, dict[str, str]] | None:
+        """The model's own HTTP route (an MLServer runtime's custom handler) that serves
+        ``method`` ``path``: its version, the route and the path's parameters, for
+        :meth:`endpoint` with the route's ``name``; None if no ready model has one there
+        (``MethodNotAllowed`` if one has, for other methods). Default versions first."""
+        registry = self._registry
+        versions = []
+        for model in registry.names():
+            default = registry.get(model, None)
+            versions.append(default)
+            versions.extend(v for v in registry.versions(model) if v is not default)
+        return handler_route(versions, method, path)
 
     async def websocket(self, call: Call, mv: ModelVersion, websocket: Any) -> None:
         """Hand a WebSocket (a ``starlette`` one, not yet accepted) to a model that serves them

@@ -75,7 +75,7 @@ class BaseSettings(BaseModel):
     model_config = ConfigDict(protected_namespaces=(), extra="ignore")
 
     def __init__(self, **values: Any) -> None:
-        prefix = str(self.model_config.get("env_prefix", "")).upper()  # type: ignore[call-overload]
+        prefix = str(self.model_config.get("env_prefix", "")).upper()
         environ = {key.upper(): value for key, value in os.environ.items()}
         for name, field in type(self).model_fields.items():
             if name in values or (field.alias and field.alias in values):
