@@ -196,3 +196,21 @@ async def test_a_custom_handlers_mlserver_error_keeps_its_status(
     response = await client.post("/hello-fail")
     assert response.status_code == 400
     assert "no greeting today" in response.json()["error"]
+
+
+# -- metadata as MLServer answers it -----------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_metadata_answers_model_settings_versions_and_platform(
+    client: httpx.AsyncClient,
+) -> None:
+    meta = (await client.get("/v2/models/json-hello")).json()
+    assert meta["versions"] == ["json-hello/v0.1.0"]  # model-settings.json's, as MLServer
+    assert meta["platform"] == "mlserver"
+    assert meta["inputs"] == [{"name": "echo_request", "datatype": "BYTES", "shape": [-1]}]
+    assert meta["parameters"]["content_type"] == "str"
+    index = (await client.post("/v2/repository/index", json={})).json()
+    assert {"name": "json-hello", "version": "v1", "state": "READY"}.items() <= next(
+        e for e in index if e["name"] == "json-hello"
+    ).items()

@@ -168,13 +168,16 @@ class DataPlane:
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """The metadata of that version (the default one when None); ``NotFound`` if unknown.
         ``versions`` lists every version of the model, or, when one was asked for, that one
-        (as Triton answers ``/v2/models/{m}/versions/{v}``)."""
+        (as Triton answers ``/v2/models/{m}/versions/{v}``); a model whose metadata lists its
+        own ``versions`` (an MLServer ``model-settings.json``'s) answers that list, as MLServer
+        does."""
         mv = self._registry.get(name, version)
         meta = dict(mv.config.model_metadata)
         platform = meta.pop("platform", "podium")
         inputs = meta.pop("inputs", None) or []
         outputs = meta.pop("outputs", None) or []
         meta.pop("max_batch_size", None)  # the configuration's (model_config), not a parameter
+        declared = meta.pop("versions", None)  # the versions the model's own file lists
         state = {"state": mv.state.value}
         if mv.reason:
             state["reason"] = mv.reason
@@ -183,7 +186,9 @@ class DataPlane:
             state["trouble"] = trouble
         return ModelMetadata(
             name=mv.name,
-            versions=[
+            versions=[str(v) for v in declared]
+            if isinstance(declared, list)
+            else [
                 v.version or UNVERSIONED
                 for v in ([mv] if version else self._registry.versions(name))
             ],
