@@ -16,13 +16,16 @@ pytest_plugins = ["e2e_fixtures"]
 
 @pytest.mark.anyio
 async def test_model_route_reports_ready(client: httpx.AsyncClient) -> None:
+    # Truss's answer: 200 {} (several models are served here: the name picks one).
     r = await client.get("/v1/models/emit")
-    assert (r.status_code, r.json()) == (200, {"name": "emit", "ready": True})
+    assert (r.status_code, r.content) == (200, b"{}")
     r = await client.get("/v1/models/versioned")
-    assert (r.status_code, r.json()) == (200, {"name": "versioned", "ready": True})
+    assert (r.status_code, r.json()) == (200, {})
     r = await client.get("/v1/models/ghost")
     assert r.status_code == 404
     assert "'ghost'" in r.json()["error"]
+    assert r.headers["x-baseten-error-source"] == "04"
+    assert r.headers["x-baseten-error-code"] == "700"
 
 
 @pytest.mark.anyio
