@@ -105,7 +105,10 @@ async def test_failed_load_is_reported_not_ready(failing_server: Server) -> None
         assert (r.status_code, r.json()) == (503, {"ready": False})
         assert (await client.get("/v2/health/live")).status_code == 200
         r = await client.get("/v1/models/failing")
-        assert (r.status_code, r.json()) == (503, {"error": "Model with name failing is not ready."})
+        assert (r.status_code, r.json()) == (
+            503,
+            {"error": "Model with name failing is not ready."},
+        )
         r = await client.get("/v2/models/failing/ready")
         assert r.status_code == 503
         meta = (await client.get("/v2/models/failing")).json()

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from podium.errors import MethodNotAllowed
-from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable
-from podium.server.http import _truss
+from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable, _truss
 from podium.server.management import MANAGEMENT_ROUTES, ManagementApp
 from podium.server.management._openapi import description
 from podium.types import WireProtocol
