@@ -381,6 +381,13 @@ def main() -> None:
     help="Seconds between readiness turning false on SIGTERM/SIGINT and new connections being "
     "refused, so that load balancers stop sending first [5 in a Kubernetes pod, else 0].",
 )
+@click.option(
+    "--keep-running",
+    is_flag=True,
+    default=None,
+    help="Serving one truss whose model cannot load: stay up (not ready, the reason in readiness "
+    "and the log) instead of exiting 1 as Truss's server does [off].",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 @click.option(
     "--log-format",
@@ -518,7 +525,7 @@ def _run(coro: Any) -> int:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def check(paths: tuple[Path, ...]) -> None:
     """Check the model definitions at PATHS without serving; exit 1 on any error."""
-    from .model import discover
+    from .model import Contract, discover, truss
     from .runtime import check_paths
 
     problems = check_paths(list(paths))
@@ -530,7 +537,11 @@ def check(paths: tuple[Path, ...]) -> None:
     count = 0
     for path in paths:
         for source in discover(path):
-            click.echo(f"ok: {source.label}")
+            kind = " (a truss)" if source.contract is Contract.TRUSS else ""
+            click.echo(f"ok: {source.label}{kind}")
+            if source.contract is Contract.TRUSS:
+                for note in truss.notes(source):
+                    click.echo(f"note: {note}")
             count += 1
     click.echo(f"{count} model(s) checked, no problems")
 

@@ -313,6 +313,9 @@ class ServerConfig:
     # Kubernetes pod, where endpoints learn of it late, else 0).
     graceful_timeout: float = 30.0
     shutdown_delay: float | None = None
+    # Serving one truss whose model cannot load: exit 1, as Truss's server does (False), or
+    # stay up, not ready, with the reason in readiness and the log, as for any other model.
+    keep_running: bool = False
 
     def _check_archives(self) -> None:
         timeout = self.download_timeout
@@ -388,6 +391,8 @@ class ServerConfig:
                 "sequence-header must be a header name (letters, digits, '-' and '_'), "
                 f"got {self.sequence_header!r}"
             )
+        if not isinstance(self.keep_running, bool):
+            raise ValueError(f"keep-running must be true or false, got {self.keep_running!r}")
         if not isinstance(self.metrics, bool):
             raise ValueError(f"metrics must be true or false, got {self.metrics!r}")
         if self.shared_memory not in SHARED_MEMORY:

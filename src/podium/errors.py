@@ -266,9 +266,9 @@ class ModelStatus(ModelError):
 
     code = "model_status"
 
-    def __init__(self, message: str, status: int) -> None:
+    def __init__(self, message: str, status: int = 500) -> None:
         super().__init__(message)
-        self.status = status
+        self.status = status if 400 <= status <= 599 else 500
 
 
 class WorkerDied(PodiumError):

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 from ..config import ModelConfig
 from ._owned import Owned
 
-if TYPE_CHECKING:  # the torchserve package imports this module
+if TYPE_CHECKING:  # the torchserve and truss packages import this module
     from .torchserve import TsSettings
+    from .truss import TrussSettings
 
-__all__ = ["Contract", "MLServerParts", "ModelSource", "TorchServeParts"]
+__all__ = ["Contract", "MLServerParts", "ModelSource", "TorchServeParts", "TrussParts"]
 
 
 class Contract(enum.StrEnum):
@@ -23,6 +24,7 @@ class Contract(enum.StrEnum):
     NATIVE = "native"  # a class with predict (model/native.py)
     TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve/)
     MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver/)
+    TRUSS = "truss"  # a truss: config.yaml and model/model.py (model/truss/)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +46,21 @@ class MLServerParts:
 
 
 @dataclass(frozen=True, slots=True)
+class TrussParts:
+    """What the Truss adapter needs of a model beyond its ``ModelConfig``."""
+
+    root: Path  # the truss's folder (config.yaml)
+    config: dict[str, Any]  # config.yaml with Truss's defaults filled in: the model's `config`
+    settings: TrussSettings  # what the adapter reads of it (paths, runtime, secrets, env)
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSource:
     """One model version found on disk, with its validated configuration.
 
-    ``contract`` says which adapter builds it; a TorchServe or MLServer model carries what its
-    adapter needs in ``torchserve`` / ``mlserver`` (the other one, and both for a native model,
-    is None).
+    ``contract`` says which adapter builds it; a TorchServe or MLServer model or a truss carries
+    what its adapter needs in ``torchserve`` / ``mlserver`` / ``truss`` (the others, and all
+    three for a native model, are None).
     """
 
     config: ModelConfig
@@ -58,12 +69,17 @@ class ModelSource:
     contract: Contract = Contract.NATIVE
     torchserve: TorchServeParts | None = None
     mlserver: MLServerParts | None = None
+    truss: TrussParts | None = None
     # What Podium made on disk for it (an archive's extraction); the version built from it
     # takes these over, and releases them when it is removed.
     owned: tuple[Owned, ...] = ()
 
     def __post_init__(self) -> None:
-        has = {Contract.TORCHSERVE: self.torchserve, Contract.MLSERVER: self.mlserver}
+        has = {
+            Contract.TORCHSERVE: self.torchserve,
+            Contract.MLSERVER: self.mlserver,
+            Contract.TRUSS: self.truss,
+        }
         for contract, parts in has.items():
             if (parts is not None) != (self.contract is contract):
                 raise ValueError(
@@ -81,6 +97,12 @@ class ModelSource:
         if self.torchserve is None:
             raise ValueError(f"{self.label} is a {self.contract.value} model, not a TorchServe one")
         return self.torchserve
+
+    def truss_parts(self) -> TrussParts:
+        """The Truss adapter's parts; ``ValueError`` for a model of another contract."""
+        if self.truss is None:
+            raise ValueError(f"{self.label} is a {self.contract.value} model, not a truss")
+        return self.truss
 
     def mlserver_parts(self) -> MLServerParts:
         """The MLServer adapter's parts; ``ValueError`` for a model of another contract."""

@@ -9,21 +9,21 @@ A path given to ``podium serve`` is one of:
 - a model written for MLServer: a directory with ``model-settings.json`` (``model/mlserver/``);
 - a model written for TorchServe: a ``.mar`` / ``.tar.gz`` archive or a directory holding
   ``MAR-INF/MANIFEST.json`` (``model/torchserve/``);
+- a truss: ``config.yaml`` and ``model/model.py`` (``model/truss/``);
 - a model repository: a directory whose subdirectories are any of the above.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
-from . import mlserver, torchserve
-from ._source import Contract, MLServerParts, ModelSource, TorchServeParts
+from . import mlserver, torchserve, truss
+from ._modules import exec_file
+from ._source import Contract, MLServerParts, ModelSource, TorchServeParts, TrussParts
 from .native import ModelSpec, inspect_class
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "MLServerParts",
     "ModelSource",
     "TorchServeParts",
+    "TrussParts",
     "discover",
     "discover_all",
     "import_model",
@@ -75,7 +76,12 @@ def _is_model(path: Path) -> bool:
     for MLServer or TorchServe, a model directory or a versioned one."""
     if not path.is_dir():
         return True
-    if mlserver.is_source(path) or torchserve.is_source(path) or (path / "model.py").is_file():
+    if (
+        mlserver.is_source(path)
+        or torchserve.is_source(path)
+        or truss.is_source(path)
+        or (path / "model.py").is_file()
+    ):
         return True
     return any(_is_version_dir(p) for p in path.iterdir())
 
@@ -112,6 +118,8 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
             found.extend(mlserver.sources(path))
         elif torchserve.is_source(path):
             found.extend(torchserve.sources(path))
+        elif truss.is_source(path):
+            found.extend(truss.sources(path))
         elif (path / "model.py").is_file():
             data, cfg = _config_of(path)
             found.append(_source(path / "model.py", path, data, path.name, cfg))
@@ -173,16 +181,7 @@ def import_model(source: ModelSource) -> ModelSpec:
     digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
     module_name = f"podium_user_model_{digest}"
     try:
-        spec = importlib.util.spec_from_file_location(module_name, file)
-        if spec is None or spec.loader is None:
-            raise DefinitionError(f"{source.label}: cannot be imported")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
+        module = exec_file(file, module_name, source.label)
     except DefinitionError:
         raise
     except Exception as exc:

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import dataclasses
 import functools
+import logging
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..model import (
     mlserver,
     release_all,
     torchserve,
+    truss,
 )
 from ..types import ModelInstance
 from ._scheduler import Scheduler
@@ -36,6 +38,8 @@ from .process import process_pool
 from .registry import ModelVersion, Registry
 from .sequences import SequenceScheduler
 from .workers import RequestCodec, WorkerKind, WorkerPool, thread_pool
+
+logger = logging.getLogger("podium.model")
 
 __all__ = [
     "build_instance",
@@ -99,6 +103,8 @@ def prepare(source: ModelSource) -> Any:
         return torchserve.prepare(source)
     if source.contract is Contract.MLSERVER:
         return mlserver.prepare(source)
+    if source.contract is Contract.TRUSS:
+        return truss.prepare(source)
     spec = import_model(source)
     _check_batching(source, spec)
     check_config(spec, source.config, source.label)
@@ -115,6 +121,12 @@ def build_instance(
         instance = torchserve.build(source, prepared, secrets=secrets, executor=executor)
     elif source.contract is Contract.MLSERVER:
         instance = mlserver.build(source, prepared, secrets=secrets, executor=executor)
+    elif source.contract is Contract.TRUSS:
+        try:
+            instance = truss.build(source, prepared, secrets=secrets, executor=executor)
+        except DefinitionError as exc:  # __init__ raised: name the file too
+            problems = [f"{p} ({source.file})" for p in exc.problems]
+            raise DefinitionError("; ".join(problems), problems) from exc
     else:
         try:
             instance = NativeModel(
@@ -149,6 +161,9 @@ def build_version(
     made by whoever prepared it (the metrics its code created at import are in them)."""
     if stats is None:
         stats = VersionStats()
+    if source.contract is Contract.TRUSS:  # what Podium does not do of the truss's config
+        for note in truss.notes(source):
+            logger.warning("%s", note)
     if spec is None:
         with recording_to(stats.custom):
             spec = prepare(source)

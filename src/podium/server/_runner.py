@@ -16,6 +16,8 @@ from typing import Any
 from .. import heap
 from ..config import Secrets, ServerConfig
 from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
+from ..errors import DefinitionError
+from ..model import truss
 from ..types import ModelState
 from ._access import AccessLog, RequestIds
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
@@ -313,6 +315,14 @@ class Podium:
         # then the listeners and what they serve, never naming a version that does not serve.
         for mv in failed:
             logger.warning("%s is not served: %s", mv.label, mv.reason or mv.state.value)
+        if failed and len(versions) == 1 and self._one_truss() and not config.keep_running:
+            mv = failed[0]
+            reason = f"{mv.label}: {mv.reason or mv.state.value}"
+            raise DefinitionError(
+                f"{reason} (a truss served alone exits when it cannot load, as Truss does; "
+                "--keep-running keeps the server up)",
+                [f"{reason} (--keep-running keeps the server up)"],
+            )
         if failed:
             logger.warning(
                 "Podium is ready; listening on %s; serving %s; not serving %s (readiness "
@@ -329,6 +339,10 @@ class Podium:
             )
         if on_ready is not None:
             on_ready(self.addresses)
+
+    def _one_truss(self) -> bool:
+        """Whether the models served are one truss (given as its folder)."""
+        return len(self.paths) == 1 and truss.is_source(Path(self.paths[0]))
 
     def _warn_model_control(self) -> None:
         """A warning when any client of the inference listeners may load and unload models."""
