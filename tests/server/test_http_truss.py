@@ -206,3 +206,68 @@ def test_streams_chunks_gathers_and_ends(one_stream: Server) -> None:
         r = client.post(url, json={"fail": True})  # ends where it broke, as Truss's server
         assert (r.status_code, r.content) == (200, b"one two ")
     assert "the stream broke" in one_stream.log
+
+
+# -- a real truss (the truss adapter): its methods, WebSocket and health check --------------------
+
+
+@pytest.fixture(scope="module")
+def talker() -> Iterator[Server]:
+    with run_server(TEST_MODELS / "trusses-http") as server:  # talker and socket
+        yield server
+
+
+def test_a_truss_streams_by_its_returned_value(talker: Server) -> None:
+    url = f"{talker.url}/v1/models/talker:predict"
+    with httpx.Client(timeout=PATIENCE) as client:
+        r = client.post(url, json={"a": 1})
+        assert (r.status_code, r.content) == (200, b'{"echo": {"a": 1}}')
+        r = client.post(url, json={"stream": True, "text": "a b"})
+        assert (r.headers["content-type"], r.content) == ("application/octet-stream", b"a b ")
+        r = client.post(
+            url, json={"stream": True, "text": "a b"}, headers={"accept": "application/json"}
+        )
+        assert r.json() == "a b "
+        r = client.post(url, json={"teapot": True})
+        assert (r.status_code, r.json()) == (418, {"error": "short and stout"})
+        baseten(r, "600")
+
+
+def test_a_truss_method_on_its_openai_route(talker: Server) -> None:
+    with httpx.Client(base_url=talker.url, timeout=PATIENCE) as client:
+        r = client.post("/v1/chat/completions", json={"model": "x", "messages": []})
+        assert r.json() == {"choices": [{"message": {"content": "hello there"}}]}
+        openai = {"accept": "application/json", "user-agent": "OpenAI/Python 1.61.0"}
+        r = client.post("/v1/chat/completions", json={"stream": True}, headers=openai)
+        assert r.content == b"data: hello\n\ndata: there\n\n"
+        r = client.post("/v1/embeddings", json={})
+        assert r.status_code == 404
+        baseten(r, "700")
+
+
+@pytest.mark.anyio
+async def test_a_truss_websocket_echoes(talker: Server) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    url = talker.url.replace("http://", "ws://")
+    # /v1/websocket: the one model that serves WebSockets, among others
+    for path in ("/v1/websocket", "/v1/models/socket/websocket"):
+        async with connect(url + path) as ws:
+            await ws.send("hi")
+            assert await ws.recv() == "echo hi"
+            await ws.send("bye")
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+
+
+def test_readiness_follows_a_truss_health_check(talker: Server) -> None:
+    # Last in this module: the model says it is unhealthy from now on.
+    with httpx.Client(base_url=talker.url, timeout=PATIENCE) as client:
+        assert client.get("/v1/models/talker").content == b"{}"
+        assert client.post("/v1/models/talker:predict", json={"unhealthy": True}).status_code == 200
+        r = client.get("/v1/models/talker")
+        assert (r.status_code, r.json()) == (503, {"error": "Model with name talker is not ready."})
+        baseten(r, "600")
+        assert client.get("/v1/models/talker/loaded").status_code == 200

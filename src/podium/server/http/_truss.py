@@ -404,7 +404,7 @@ async def _close(websocket: Any, code: int, reason: str | None = None) -> None:
 
 
 async def serve_websocket(plane: DataPlane, scope: Scope, receive: Receive, send: Send) -> None:
-    """A WebSocket on one of Truss's paths, handed to the model that serves it
+    """A WebSocket on one of Truss's paths, accepted and handed to the model that serves it
     (``DataPlane.websocket``), as Truss's server does: where no model serves it, accepted and
     closed with 1003 "WebSocket is not implemented on this deployment."; a model that raises
     closes it with 1011 "Internal Server Error (in model/chainlet)."; one that returns, 1000."""
@@ -425,6 +425,7 @@ async def serve_websocket(plane: DataPlane, scope: Scope, receive: Receive, send
         return
     call = Call(mv.name, None, WireProtocol.TRUSS, None, websocket)
     try:
+        await websocket.accept()  # Truss's models get it accepted
         await plane.websocket(call, mv, websocket)
     except WebSocketDisconnect as exc:
         logger.info("model '%s': the client closed its WebSocket (%s)", mv.name, exc.code)
