@@ -129,8 +129,8 @@ def test_every_status_a_route_can_answer_is_listed() -> None:
         or path.startswith("/predictions")
     ]
     model_calls += [paths[p]["post"] for p in ("/invocations", "/v1/chat/completions")]
-    # OIP 8, TorchServe 9 (3 paths x POST, PUT, GET), Truss 4 (predict, predict_binary, ...)
-    assert len(model_calls) == 21
+    # OIP 8, TorchServe 9 (3 paths x POST, PUT, GET), Truss 3 (predict, invocations, chat)
+    assert len(model_calls) == 20
     for op in model_calls:
         assert {"400", "404", "410", "413", "500", "503", "504"} <= set(op["responses"])
     management = management_description(MANAGEMENT_ROUTES)["paths"]

@@ -45,7 +45,9 @@ def decode_json(body: bytes) -> Any:
     try:
         return _any_decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
-        pass
+        pass  # (the standard library's message, and what only it reads)
+    except codecs.JSON_ERRORS as exc:  # not UTF-8, lone surrogates: named as Podium names them
+        raise InvalidInput(f"Invalid JSON payload: {codecs.json_problem(exc, body)}") from None
     try:
         return json.loads(body)
     except json.JSONDecodeError as exc:
