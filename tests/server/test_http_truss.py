@@ -11,6 +11,7 @@ after the first chunk) in test_http_streaming.py; not ready (503) in test_http_r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -129,6 +130,9 @@ def test_errors_in_truss_shape(one: Server) -> None:
         r = client.post("/v1/models/model:predict", json={"kind": "http"})
         assert (r.status_code, r.json()) == (418, {"error": "I am a teapot"})
         baseten(r, "600")
+        r = client.post("/v1/models/model:predict", json={"kind": "http-dict"})
+        assert (r.status_code, r.json()) == (422, {"error": {"field": "x", "why": "odd"}})
+        baseten(r, "600")
         r = client.post("/v1/models/model:predict", json={"kind": "fail"})
         assert (r.status_code, r.json()) == (500, {"error": MODEL_ERROR})
         baseten(r, "600")
@@ -205,6 +209,9 @@ def test_streams_chunks_gathers_and_ends(one_stream: Server) -> None:
         )
         r = client.post(url, json={"fail": True})  # ends where it broke, as Truss's server
         assert (r.status_code, r.content) == (200, b"one two ")
+    deadline = time.monotonic() + 10  # the server's log reaches us on its own thread
+    while "the stream broke" not in one_stream.log and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert "the stream broke" in one_stream.log
 
 

@@ -157,8 +157,8 @@ def test_not_ready_is_503_in_truss_shape() -> None:
     client = served(("slow", Truss()), state=ModelState.LOADING)
     for path in ("/v1/models/slow", "/v1/models/slow/loaded"):
         truss_error(client.get(path), 503, "600", "Model with name slow is not ready.")
-    r = client.post("/v1/models/slow:predict", json={})
-    truss_error(r, 503, "600", "Model with name slow is not ready.")
+    r = client.post("/v1/models/slow:predict", json={})  # Truss's words, then Podium's reason
+    truss_error(r, 503, "600", "Model with name slow is not ready. it is still loading.")
     r = client.get("/v1/models/slow/schema")
     truss_error(r, 503, "600", "Schema not available, please try again later.")
 

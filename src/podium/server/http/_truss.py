@@ -102,10 +102,10 @@ _EMPTY_OBJECT = b"{}"
 # -- errors ------------------------------------------------------------------------------------
 
 
-def truss_error(exc: PodiumError) -> tuple[int, bytes, str]:
-    """The status, X-BASETEN-ERROR-CODE and message Truss's server answers for ``exc``."""
+def truss_error(exc: PodiumError) -> tuple[int, bytes, Any]:
+    """The status, X-BASETEN-ERROR-CODE and ``error`` value Truss's server answers for ``exc``."""
     if isinstance(exc, ModelStatus):  # the model's own HTTPException: passed through
-        return exc.status, _DOWNSTREAM, exc.message
+        return exc.status, _DOWNSTREAM, exc.detail
     if isinstance(exc, BadModelOutput):  # what it returned cannot be sent: Truss's fallback
         return 500, _UNEXPECTED, exc.message
     if isinstance(exc, ModelError):
@@ -127,12 +127,21 @@ async def send_truss_error(send: Send, exc: PodiumError) -> None:
     status, code, message = truss_error(exc)
     if status >= 500:
         logger.warning("%s %s", status, exc.message)
-    body = _responses.encoder.encode({"error": message})
+    try:
+        body = _responses.encoder.encode({"error": message})
+    except TypeError:  # a detail the model gave that JSON cannot carry: its text
+        body = _responses.encoder.encode({"error": exc.message})
     await send_body(send, status, [*JSON, *error_headers(code)], body)
 
 
-def _not_ready(name: str) -> ModelNotReady:
-    return ModelNotReady(f"Model with name {name} is not ready.")
+def _not_ready(name: str, reason: str | None = None) -> ModelNotReady:
+    """Truss's message, with Podium's reason after it where there is one (Truss's own
+    ``ModelNotReady`` takes such a detail): a client learns why, and that it is not its fault."""
+    detail = ""
+    if reason:
+        reason = reason.partition(" is not ready: ")[2] or reason  # the why, not the who again
+        detail = f" {reason}."
+    return ModelNotReady(f"Model with name {name} is not ready.{detail}")
 
 
 # -- which model -------------------------------------------------------------------------------
@@ -148,8 +157,8 @@ def _target(plane: DataPlane, model: str) -> str:
 def _resolve(plane: DataPlane, name: str) -> ModelVersion:
     try:
         return plane.resolve(name)
-    except ModelNotReady:
-        raise _not_ready(name) from None
+    except ModelNotReady as exc:
+        raise _not_ready(name, exc.message) from None
 
 
 def _defining(plane: DataPlane, method: str) -> list[str]:
@@ -220,8 +229,8 @@ async def predict(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     name = _target(self.dataplane, model)
     try:
         mv, call = self._start(ex, name, None, WireProtocol.TRUSS)
-    except ModelNotReady:
-        raise _not_ready(name) from None
+    except ModelNotReady as exc:
+        raise _not_ready(name, exc.message) from None
     binary = _is_binary(ex)
     await self._read(ex, mv, call, _parser(binary))
     caps = mv.instance.capabilities

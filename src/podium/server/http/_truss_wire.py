@@ -44,7 +44,11 @@ def decode_json(body: bytes) -> Any:
     library reads the rest, as Truss does (``NaN``, integers past 64 bits)."""
     try:
         return _any_decoder.decode(body)
-    except (msgspec.DecodeError, RecursionError):
+    except msgspec.DecodeError as exc:
+        problem = codecs.json_problem(exc, body)
+        if problem.startswith("lone UTF-16 surrogate"):  # the standard library reads it: no
+            raise InvalidInput(f"Invalid JSON payload: {problem}") from None
+    except RecursionError:
         pass  # (the standard library's message, and what only it reads)
     except codecs.JSON_ERRORS as exc:  # not UTF-8, lone surrogates: named as Podium names them
         raise InvalidInput(f"Invalid JSON payload: {codecs.json_problem(exc, body)}") from None

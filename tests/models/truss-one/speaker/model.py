@@ -13,6 +13,8 @@ class Model:
         kind = inputs.get("kind") if isinstance(inputs, dict) else None
         if kind == "http":
             raise HTTPException(status_code=418, detail="I am a teapot")
+        if kind == "http-dict":  # a detail that is no string (Truss's chains send such)
+            raise HTTPException(status_code=422, detail={"field": "x", "why": "odd"})
         if kind == "fail":
             raise ValueError("the secret reason")
         if kind == "object":
