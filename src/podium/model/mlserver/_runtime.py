@@ -43,6 +43,7 @@ from ...types import (
     request_id,
 )
 from .._calls import model_error, run_sync, validation_failed
+from .._threads import CallThreads
 from . import _batch
 
 __all__ = ["MLServerModel", "runtime_error"]
@@ -141,6 +142,12 @@ class MLServerModel:
             # The inputs of model-settings.json are content-type hints, not a signature.
             checks_declared_inputs=False,
         )
+        # a sync predict runs on threads of the instance's own, as a native one does
+        # (model/_threads.py); a thread worker times its calls there
+        self._threads = CallThreads(name=f"podium-{name}")
+        self.calls: CallThreads | None = (
+            self._threads if self.capabilities.predict_in_thread else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -151,8 +158,11 @@ class MLServerModel:
             if inspect.iscoroutinefunction(fn):
                 return await fn(*args)
             # a sync method: not on the loop (in this context, for the metrics)
-            run = contextvars.copy_context().run
-            result = await run_sync(self._executor, run, fn, *args)
+            if method == "predict":
+                result = await self._threads.run(fn, *args)
+            else:
+                run = contextvars.copy_context().run
+                result = await run_sync(self._executor, run, fn, *args)
             if inspect.isawaitable(result):
                 result = await result
             return result
@@ -168,8 +178,10 @@ class MLServerModel:
         self._set_ready(True)
 
     async def close(self) -> None:
-        """Run the runtime's ``unload()`` (when the model is unloaded); errors are logged."""
+        """Run the runtime's ``unload()`` (when the model is unloaded; errors are logged), and
+        stop its predict threads (each once the calls it holds have returned)."""
         self._set_ready(False)
+        await self._threads.close()
         if getattr(self.runtime, "unload", None) is None:
             return
         try:

@@ -7,8 +7,8 @@ worker's socket from the event loop (an ``asyncio.Protocol``: no polling) and wr
 request (``_wire``; the messages are in ``_messages``).
 
 Pipelining: where a request is all predict (:func:`~._messages.queues_ahead`), a worker holds
-up to ``PIPELINE_AHEAD`` requests (one batch, with dynamic batching) queued ahead of its
-``predict_concurrency`` slots, so that the next request is already in the worker process when a
+requests queued ahead of its ``predict_concurrency`` slots (``queue_ahead``, the rule thread
+workers follow too; one batch, with dynamic batching), so that the next request is already in the worker process when a
 predict ends. Frames written in one turn of the event loop leave in one write, and the worker
 answers likewise. The worker starts queued requests in the order they were sent, and only once
 the answer of the one before has left; so the server knows which have not started: a deadline
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ... import tracing
+from ..._turn import TurnBuffer
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
 from ...logs import current_format
@@ -54,6 +55,7 @@ from ..workers import (
     WorkerKind,
     WorkerPool,
     WorkerState,
+    queue_ahead,
 )
 from ._messages import (
     Answer,
@@ -91,15 +93,6 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 #: Seconds a worker process gets to exit after its socket is closed before it is killed.
 STOP_TIMEOUT = 5.0
-#: Requests a worker process holds queued ahead of its slots (where it may: ``queues_ahead``).
-#: Enough that one wake-up of the worker serves several requests at 64 connections, few enough
-#: that a long predict holds little work back from the other workers.
-PIPELINE_AHEAD = 8
-#: The same, while the worker is its version's only ready one: there is no other worker to hold
-#: work back from, and a request that waits in the worker instead of the server's line costs the
-#: server one suspension less and shares the worker's wake-ups with more requests (64
-#: connections on one worker: ~65 µs of CPU per request in all against ~90 with 8).
-PIPELINE_ALONE = 64
 
 _READY = WorkerState.READY  # compared on every request
 
@@ -121,6 +114,9 @@ class RemoteInstance:
     ``instance``): its capabilities, as the first worker that starts reports them.
     ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
     pydantic inputs is deferred to the worker too."""
+
+    #: the worker process runs (and times) the model's sync code
+    calls = None
 
     def __init__(self) -> None:
         self.capabilities = Capabilities()
@@ -272,8 +268,7 @@ class ProcessWorker:
         self.pid: int | None = None
         self.state = WorkerState.STARTING
         self.busy = 0
-        self._capacity = config.predict_concurrency
-        self._alone = 0  # the capacity while it is the only ready worker (0: the same)
+        self.capacity = config.predict_concurrency
         self.started = time.time()
         self._init = init
         self._codec = codec
@@ -296,8 +291,8 @@ class ProcessWorker:
         self._max_ahead = config.max_queue_size
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
-        self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
-        self._flushing: asyncio.Handle | None = None  # the write scheduled for this turn
+        # the frames made in one turn of the loop leave in one write
+        self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
         # large buffers to the worker go through a shared memory ring named after init.shm
         self._ring = Ring(f"{init.shm}-s") if init.shm else None
         self._proc: asyncio.subprocess.Process | None = None
@@ -310,19 +305,6 @@ class ProcessWorker:
         self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
-
-    @property
-    def capacity(self) -> int:
-        """Requests it takes at once: its slots, and as many places queued ahead in the process
-        as it has (more while it is the only ready worker: ``PIPELINE_ALONE``)."""
-        if self._alone and self._gate.size == 1:
-            return self._alone
-        return self._capacity
-
-    @capacity.setter
-    def capacity(self, value: int) -> None:
-        self._capacity = value
-        self._alone = 0
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -365,15 +347,16 @@ class ProcessWorker:
         self._descriptor.describe(ready)
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
-            ahead = 1 if self._batching else max(PIPELINE_AHEAD, self.slots)
-            self.ahead = min(ahead, self._max_ahead)
-            self._capacity = self.slots + self.ahead
-            if not self._batching:
-                self._alone = self.slots + min(max(PIPELINE_ALONE, self.slots), self._max_ahead)
+            self.ahead = (
+                min(1, self._max_ahead)
+                if self._batching
+                else queue_ahead(self.slots, self._max_ahead)
+            )
+            self.capacity = self.slots + self.ahead
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
-            self._capacity *= 2
+            self.capacity *= 2
         self.started = time.time()
         self.state = WorkerState.READY
         self._was_ready = True
@@ -385,7 +368,7 @@ class ProcessWorker:
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
         if self._transport is not None:
-            self._flush()
+            self._out.flush()
             self._transport.close()
         proc = self._proc
         if proc is not None and proc.returncode is None:
@@ -434,22 +417,16 @@ class ProcessWorker:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out += encode(message, self._ring)
-        if self._flushing is None:
-            self._flushing = asyncio.get_running_loop().call_soon(self._flush)
+        self._out.add(encode(message, self._ring))
 
     def _on_released(self, upto: int) -> None:
         with contextlib.suppress(WorkerGone):
             self._send(Release(upto))
 
-    def _flush(self) -> None:
-        if self._flushing is not None:
-            self._flushing.cancel()  # (a no-op when it is the one running)
-            self._flushing = None
-        out, self._out = self._out, []
+    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
         transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            transport.writelines(out)
+        if transport is not None and not transport.is_closing():
+            transport.writelines([frame for frames in messages for frame in frames])
 
     def _on_message(self, message: Message) -> None:
         # Bare class patterns, the most frequent first: each class that does not match costs an
@@ -634,7 +611,7 @@ class ProcessWorker:
                 # Nothing in flight: the worker waits for this one alone, and a request arriving
                 # later in this turn gains nothing from sharing its write. It leaves now, a turn
                 # of the loop sooner (one request at a time: the latency a process worker adds).
-                self._flush()
+                self._out.flush()
         except WorkerGone:
             self._release()
             raise
