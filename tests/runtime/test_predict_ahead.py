@@ -18,9 +18,9 @@ from helpers import wait_until
 
 from podium.errors import QueueFull, ResponseTimeout
 from podium.model.discovery import discover_all
+from podium.runtime._worker import QUEUE_AHEAD
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelVersion
-from podium.runtime._worker import QUEUE_AHEAD
 
 CODE = """
 import threading

@@ -54,11 +54,6 @@ class WorkerGate:
         return pinned.waiting if pinned is not None else 0
 
     @property
-    def size(self) -> int:
-        """How many workers take work now."""
-        return len(self._workers)
-
-    @property
     def workers(self) -> list[Any]:
         return list(self._workers)
 
