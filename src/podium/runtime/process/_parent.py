@@ -30,12 +30,10 @@ import itertools
 import logging
 import os
 import secrets as _secrets
-import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +44,7 @@ from ..._turn import TurnBuffer
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
 from ...logs import current_format
-from ...types import END, Capabilities, Generation, ModelInstance, request_id
+from ...types import END, ModelInstance, request_id
 from .._stats import VersionStats
 from ..workers import (
     Failure,
@@ -76,15 +74,15 @@ from ._messages import (
     StartFailed,
     Stopped,
     Stream,
-    Unvalidated,
     queues_ahead,
 )
-from ._wire import Decoder, Ring, encode
+from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
+from ._wire import Ring, encode
 
 if TYPE_CHECKING:
     from ...model import ModelSource
 
-__all__ = ["ProcessWorker", "RemoteInstance", "WorkerGone", "describe_exit", "process_pool"]
+__all__ = ["ProcessWorker", "WorkerGone", "process_pool"]
 
 logger = logging.getLogger("podium.workers")
 
@@ -107,139 +105,6 @@ class _Ending(enum.Enum):
 
 class WorkerGone(WorkerDied):
     """The worker died before the request was sent to it: the request can go to another."""
-
-
-class RemoteInstance:
-    """What the server knows of a model that runs in worker processes (the version's
-    ``instance``): its capabilities, as the first worker that starts reports them.
-    ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
-    pydantic inputs is deferred to the worker too."""
-
-    #: the worker process runs (and times) the model's sync code
-    calls = None
-
-    def __init__(self) -> None:
-        self.capabilities = Capabilities()
-        self.pipelined = False  # the real instance has preprocess or postprocess
-
-    def describe(self, ready: Ready) -> None:
-        caps = ready.capabilities
-        self.pipelined = caps.has_preprocess or caps.has_postprocess
-        self.capabilities = replace(
-            caps,
-            has_preprocess=False,
-            has_postprocess=False,
-            predict_in_thread=False,  # the worker process times its own predicts
-            continuous=False,  # continuous batching runs on thread workers only
-        )
-
-    async def load(self) -> None:
-        return None
-
-    def validate(self, value: Any) -> Any:
-        return Unvalidated(value)
-
-    async def preprocess(self, inputs: Any, request: Any) -> Any:
-        return inputs
-
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        return outputs
-
-    async def predict(self, inputs: Any, request: Any) -> Any:
-        raise RuntimeError("a process worker's model runs in its worker processes")
-
-    async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError("continuous batching runs on thread workers only")
-
-    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        raise RuntimeError("a process worker's model runs in its worker processes")
-
-    def predict_input_stream(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        raise RuntimeError("a process worker's model runs in its worker processes")
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is gone"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by signal {-code} ({name})"
-    return f"exited with code {code}"
-
-
-class _Call:
-    """A request sent to the worker process: a call's future, or a stream's items (its values,
-    then ``END`` or a ``Failure``) and its reader's wake-up."""
-
-    __slots__ = ("future", "items", "wake", "deadline", "started")
-
-    def __init__(self, future: asyncio.Future[Any] | None) -> None:
-        self.future = future
-        self.items: collections.deque[Any] = collections.deque()
-        self.wake: asyncio.Future[None] | None = None
-        #: loop time past which it fails with ResponseTimeout (0: none; a stream's next item)
-        self.deadline = 0.0
-        #: counted as running in the worker (one of its first ``predict_concurrency`` calls);
-        #: False while it is queued ahead there
-        self.started = False
-
-    def push(self, item: Any) -> None:
-        self.items.append(item)
-        wake = self.wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    def answer(self, value: Any) -> None:
-        future = self.future
-        if future is None:
-            self.push(END)
-        elif not future.done():
-            future.set_result(value)
-
-    def fail(self, exc: BaseException) -> None:
-        future = self.future
-        if future is None:
-            self.push(Failure(exc))
-        elif not future.done():
-            future.set_exception(exc)
-
-    def stop(self) -> None:
-        """It ended without an answer: a stream's end, or a cancelled request's."""
-        future = self.future
-        if future is None:
-            self.push(END)
-        elif not future.done():
-            future.cancel()
-
-
-class _Connection(asyncio.Protocol):
-    def __init__(
-        self,
-        on_message: Callable[[Message], None],
-        on_lost: Callable[[], None],
-        on_released: Callable[[int], None],
-    ) -> None:
-        self.decoder = Decoder(on_message)
-        self._on_lost = on_lost
-        self._on_released = on_released
-
-    def data_received(self, data: bytes) -> None:
-        decoder = self.decoder
-        decoder.feed(data)
-        released = decoder.take_released()
-        if released:
-            self._on_released(released)
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._on_lost()
 
 
 class ProcessWorker:
@@ -282,7 +147,7 @@ class ProcessWorker:
         self._tick = min(self._timeout / 4, 1.0) if self._timeout else 1.0
         self._sweeper: asyncio.TimerHandle | None = None
         self._window = config.stream_buffer
-        self._calls: dict[int, _Call] = {}
+        self._calls: dict[int, PendingCall] = {}
         self._ids = itertools.count(1)
         self.slots = config.predict_concurrency  # predicts at once
         #: places for requests queued ahead in the worker process beyond its slots (set once it
@@ -297,7 +162,7 @@ class ProcessWorker:
         self._ring = Ring(f"{init.shm}-s") if init.shm else None
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
-        self._connection: _Connection | None = None
+        self._connection: Connection | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
         self._ending: _Ending | None = None  # why we are ending it: not a crash
@@ -334,7 +199,7 @@ class ProcessWorker:
         self.pid = self._proc.pid
         self._ready = loop.create_future()
         self._exited = loop.create_future()
-        connection = _Connection(self._on_message, self._on_lost, self._on_released)
+        connection = Connection(self._on_message, self._on_lost, self._on_released)
         transport, _ = await loop.create_unix_connection(lambda: connection, sock=ours)
         self._transport = transport
         self._connection = connection
@@ -472,7 +337,7 @@ class ProcessWorker:
                         WorkerDied(f"{self._label} worker process {self.pid}: {message.reason}")
                     )
 
-    def _last(self, cid: int) -> _Call | None:
+    def _last(self, cid: int) -> PendingCall | None:
         """The call ``cid`` has had its last message: forget it (its slot is freed next). The
         worker starts the next queued call now: its deadline starts."""
         call = self._calls.pop(cid, None)
@@ -493,7 +358,7 @@ class ProcessWorker:
             if call is not None:  # not cancelled meanwhile
                 self._start(cid, call)
 
-    def _start(self, cid: int, call: _Call) -> None:
+    def _start(self, cid: int, call: PendingCall) -> None:
         call.started = True
         self._running += 1
         self._arm(cid, call)
@@ -561,7 +426,7 @@ class ProcessWorker:
 
     # -- requests --------------------------------------------------------------------------
 
-    def _arm(self, cid: int, call: _Call) -> None:
+    def _arm(self, cid: int, call: PendingCall) -> None:
         """Its deadline: response_timeout from now. No timer per call: one sweep per worker
         checks the deadlines every quarter of the timeout (at most 1 s), so a predict fails
         between response_timeout and a quarter more after it started."""
@@ -595,12 +460,12 @@ class ProcessWorker:
 
     def _begin(
         self, request: type[Infer | Stream | Batch], inputs: Any, snapshot: Any, stream: bool
-    ) -> tuple[int, _Call]:
+    ) -> tuple[int, PendingCall]:
         if self.state is not _READY:
             self._release()
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         cid = next(self._ids)
-        call = _Call(None if stream else asyncio.get_running_loop().create_future())
+        call = PendingCall(None if stream else asyncio.get_running_loop().create_future())
         idle = not self._calls
         try:
             if request is Batch:  # serves several requests
