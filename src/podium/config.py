@@ -10,6 +10,7 @@ validator of it.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -345,7 +346,7 @@ class GrpcLimits(_Group):
             "handshake_timeout",
             self.handshake_timeout,
             minimum=0.001,
-            below=1e9,
+            below=math.inf,
             unit=Unit.SECONDS,
             name="handshake-timeout",
         )
