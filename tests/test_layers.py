@@ -83,6 +83,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.errors",
             "podium.config",
             "podium._model_fields",
+            "podium._server_fields",
             "podium.logs",
             "podium.heap",
             "podium._turn",
