@@ -88,6 +88,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.heap",
             "podium._turn",
             "podium._properties",
+            "podium._torchserve_start",
             "podium.metrics",
             "podium.tracing",
         ),

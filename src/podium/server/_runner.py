@@ -205,13 +205,21 @@ class Podium:
     ``ServerConfig``."""
 
     def __init__(
-        self, config: ServerConfig, paths: list[Path], *, tracer_provider: Any = None
+        self,
+        config: ServerConfig,
+        paths: list[Path],
+        *,
+        tracer_provider: Any = None,
+        model_settings: Any = None,
     ) -> None:
         """``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to make spans with,
         which turns tracing on (tests pass one with the SDK's in-memory exporter); without it
         ``--otel`` and the ``OTEL_*`` variables decide (``_otel.py``)."""
         self.config = config
         self.paths = paths
+        #: model settings from outside the models' own files (``runtime.ModelSettings``, made
+        #: from TorchServe's config.properties), or None
+        self.model_settings = model_settings
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
         self.executor = ThreadPoolExecutor(
@@ -271,6 +279,7 @@ class Podium:
             repository.add_paths,
             self.paths,
             install_requirements=config.serving.install_model_requirements,
+            settings=self.model_settings,
         )
         await loop.run_in_executor(self.executor, add)
         inference_keys = self.authorizer if config.auth.enabled else None  # --auth: every one
