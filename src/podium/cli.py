@@ -30,6 +30,21 @@ _PORTS = {
 }
 
 
+def _deprecated(values: dict[str, Any], name: str) -> None:
+    """Take ``grpc_threads`` out of ``values``, saying that it is deprecated: gRPC calls hold no
+    threads any more. Its 0 (grpc.aio) is read as ``grpc_aio``."""
+    threads = values.pop("grpc_threads", None)
+    if threads is None:
+        return
+    click.echo(
+        f"podium: {name} is deprecated and has no effect: gRPC calls hold no threads (relayed, "
+        "or grpc.aio where the relay's start-up check fails); 0 is read as --grpc-aio",
+        err=True,
+    )
+    if threads == 0 and values.get("grpc_aio") is None:
+        values["grpc_aio"] = True
+
+
 def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
     values: dict[str, Any] = {}
     if config_file is not None:
@@ -38,6 +53,7 @@ def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
         except DefinitionError as exc:
             raise click.UsageError(exc.message) from None
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
+        _deprecated(data, f"{config_file}: grpc_threads")
         unknown = sorted(set(data) - ServerConfig.keys())
         if unknown:
             allowed = ", ".join(sorted(k for k in ServerConfig.keys()))
@@ -55,6 +71,8 @@ def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
             base = config_file.parent
             data["models"] = tuple(str(base / str(m)) for m in models)
         values.update(data)
+    flags = dict(flags)
+    _deprecated(flags, "--grpc-threads")
     values.update({k: v for k, v in flags.items() if v is not None})
     try:
         return ServerConfig(**values)
@@ -129,13 +147,13 @@ def main() -> None:
     "request [ts_request_sequence_id].",
 )
 @click.option(
-    "--grpc-threads",
-    type=int,
+    "--grpc-aio",
+    is_flag=True,
     default=None,
-    help="Threads of the gRPC inference server, for calls not relayed through grpc's polling "
-    "thread (reflection streams; every call if grpcio's internals differ). 0: serve gRPC with "
-    "grpc.aio on the event loop instead [128].",
+    help="Serve gRPC inference with grpc.aio even where grpcio's internals pass the relay's "
+    "start-up check (slower per call; a way out should the relay misbehave) [off].",
 )
+@click.option("--grpc-threads", type=int, default=None, hidden=True)  # deprecated: _deprecated
 @click.option(
     "--grpc-max-concurrent-streams",
     type=int,

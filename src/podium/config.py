@@ -278,7 +278,7 @@ class ServerConfig:
     # OIP gRPC answers: "request" (raw_output_contents when the request used raw inputs, typed
     # contents otherwise) or "raw" (always raw_output_contents, as Triton).
     grpc_output_contents: str = "request"
-    grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
+    grpc_aio: bool = False  # gRPC inference on grpc.aio even where the relay would serve it
     # Both gRPC listeners' limits (docs/security.md "gRPC limits", server/grpc/_limits.py);
     # seconds. Their connections are capped by max_connections, the handshake by header_timeout.
     grpc_max_concurrent_streams: int = 100  # calls at once per connection; more wait (HTTP/2)
@@ -361,14 +361,6 @@ class ServerConfig:
                     f"{name.replace('_', '-')} must be >= 1{unit} (an integer), got {value!r}"
                 )
 
-        if (
-            isinstance(self.grpc_threads, bool)
-            or not isinstance(self.grpc_threads, int)
-            or self.grpc_threads < 0
-        ):
-            raise ValueError(
-                f"grpc-threads must be an integer >= 0 (0: grpc.aio), got {self.grpc_threads!r}"
-            )
         if self.grpc_max_message_size > 2**31 - 1:  # grpc's options are C ints
             raise ValueError(
                 "grpc-max-message-size must be at most 2147483647 bytes, "
@@ -415,7 +407,7 @@ class ServerConfig:
             )
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log-format must be text or json, got {self.log_format!r}")
-        for name in ("access_log", "otel"):
+        for name in ("access_log", "otel", "grpc_aio"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"{name.replace('_', '-')} must be true or false, got {getattr(self, name)!r}"

@@ -281,7 +281,7 @@ class Podium:
             port=self.config.grpc_port,
             max_message_size=self.config.grpc_max_message_size,
             grace=self.config.graceful_timeout,
-            threads=self.config.grpc_threads,
+            relay=not self.config.grpc_aio,
             authorize=None if inference_keys is None else self._authorize_inference,
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
@@ -505,7 +505,7 @@ class Podium:
             port=config.grpc_management_port,
             max_message_size=config.grpc_max_message_size,
             grace=config.graceful_timeout,
-            threads=0,  # grpc.aio: management calls are few, and none holds a thread
+            relay=False,  # grpc.aio: management calls are few
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
         )
