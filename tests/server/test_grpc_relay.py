@@ -376,9 +376,7 @@ async def test_a_server_whose_relay_fails_its_self_test_serves_with_grpc_aio(
     monkeypatch.setattr(_mode, "load", lambda: _broken(_StatusWithoutAnswer))
     handlers = Handlers()
     with caplog.at_level(logging.INFO, logger="podium.grpc"):
-        server = GrpcServer(
-            [service(handlers)], host="127.0.0.1", port=0, max_message_size=1 << 20
-        )
+        server = GrpcServer([service(handlers)], host="127.0.0.1", port=0, max_message_size=1 << 20)
         address = await server.start()
     try:
         assert server.decision is not None and server.decision.mode is Mode.AIO
