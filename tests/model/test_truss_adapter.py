@@ -608,3 +608,75 @@ def test_a_websocket_model_has_no_predict(tmp_path: Path, executor: ThreadPoolEx
     inst = build(make_truss(tmp_path / "t", model), executor)
     assert inst.capabilities.websocket and not inst.capabilities.returns_streams
     assert not inst.capabilities.needs_inputs
+
+
+def test_podium_keys_come_from_podium_yaml_beside_the_config(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = make_truss(
+        tmp_path / "t",
+        ECHO,
+        "runtime: {predict_concurrency: 3}\n",
+        {"podium.yaml": "max_queue_size: 7\n"},
+    )
+    (source,) = discover(root)
+    assert source.config.max_queue_size == 7
+    assert source.config.predict_concurrency == 3
+    (root / "podium.yaml").write_text("max_queue_size: 0\nnot_a_key: 1\n")
+    with pytest.raises(DefinitionError) as info:
+        discover(root)
+    assert "podium.yaml: unknown key 'not_a_key'" in info.value.message
+    assert "max_queue_size" in info.value.message
+    # a podium: section inside config.yaml is Truss's unknown key (truss push refuses it)
+    (root / "podium.yaml").unlink()
+    (root / "config.yaml").write_text("podium: {workers: process}\n")
+    with caplog.at_level(logging.WARNING, logger="podium.model"):
+        (source,) = discover(root)
+    assert "key 'podium' is not one Truss knows" in caplog.text
+    assert "podium.yaml beside it" in caplog.text
+    assert source.config.workers == "thread"
+
+
+def test_the_config_holds_truss_defaults_as_truss_writes_them(tmp_path: Path) -> None:
+    """What Truss 0.18.36's ``TrussConfig.to_dict(verbose=True)`` gives its server for this
+    file (checked against the real package by the side-by-side harness)."""
+    root = make_truss(
+        tmp_path / "t",
+        ECHO,
+        """
+        model_name: cfg
+        resources: {accelerator: "A10G:2"}
+        runtime: {transport: {kind: websocket}}
+        environment_variables: {FLAG: true, N: 3}
+        hf_cache: [{repo_id: x}]
+        """,
+    )
+    (source,) = discover(root)
+    config = source.truss_parts().config
+    assert config["resources"] == {
+        "cpu": "1",
+        "memory": "2Gi",
+        "accelerator": "A10G:2",
+        "use_gpu": True,
+    }
+    assert config["runtime"]["is_websocket_endpoint"] is True
+    assert config["runtime"]["transport"] == {
+        "kind": "websocket",
+        "ping_interval_seconds": None,
+        "ping_timeout_seconds": None,
+    }
+    assert config["runtime"]["remote_ssh"] == {"enabled": False}
+    assert config["environment_variables"] == {"FLAG": "true", "N": "3"}
+    assert config["model_cache"] == [{"repo_id": "x"}]  # hf_cache, renamed as Truss does
+    assert config["bdn"] == {"access": [], "hotload": {"enabled": False}, "mounts": []}
+    assert config["python_version"] == "py313"
+
+
+def test_a_plain_truss_has_nothing_to_note_and_platform_settings_are_named(tmp_path: Path) -> None:
+    (source,) = discover(make_truss(tmp_path / "plain", ECHO, "model_name: plain\n"))
+    assert truss.notes(source) == []
+    root = make_truss(
+        tmp_path / "platform", ECHO, "runtime: {health_checks: {restart_threshold_seconds: 30}}\n"
+    )
+    (source,) = discover(root)
+    assert [n for n in truss.notes(source) if "runtime.health_checks" in n]

@@ -40,7 +40,14 @@ from ..types import (
 from ._calls import iterate_async, iterate_sync, model_error, run_sync, validation_failed
 from ._threads import CallThreads
 
-__all__ = ["MethodSpec", "ModelSpec", "NativeModel", "check_config", "inspect_class"]
+__all__ = [
+    "MethodSpec",
+    "ModelSpec",
+    "NativeModel",
+    "check_config",
+    "inspect_class",
+    "method_parameters",
+]
 
 INIT_KWARGS = ("config", "data_dir", "secrets")
 
@@ -174,7 +181,11 @@ def _hints(fn: Any) -> dict[str, Any]:
     return hints
 
 
-def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
+def method_parameters(
+    cls: type, name: str, problems: list[str]
+) -> tuple[Any, list[inspect.Parameter]] | None:
+    """The method ``name`` of ``cls`` and its parameters after the instance's; None when the
+    class has no such attribute, or when it is no method (the problem is added)."""
     fn = getattr(cls, name, None)
     if fn is None:
         return None
@@ -191,6 +202,15 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
     # name; staticmethods have none, and classmethods and callable objects come already bound.
     if params and inspect.isfunction(inspect.getattr_static(cls, name)):
         params = params[1:]
+    return fn, params
+
+
+def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
+    found = method_parameters(cls, name, problems)
+    if found is None:
+        return None
+    fn, params = found
+    where = f"{cls.__name__}.{name}"
     hints = _hints(fn)
     ok = True
     for p in params:
@@ -492,8 +512,9 @@ class NativeModel:
         self._post = self._bind(spec.postprocess)
         # a sync predict (or step) runs on threads of the instance's own, as many as its slots
         # let run at once; they hand calls back to the loop more cheaply than the shared pool
-        # (model/_threads.py)
+        # (model/_threads.py), and a thread worker times its calls there
         self._threads = CallThreads(name=f"podium-{self.name}")
+        self.calls: CallThreads | None = self._threads if in_thread else None
 
     def _bind(self, spec: MethodSpec | None) -> Any:
         return None if spec is None else getattr(self.obj, spec.name)
@@ -600,17 +621,6 @@ class NativeModel:
             raise model_error(self.name, "predict", exc) from exc
         async for item in iterate_sync(gen, self._executor, self.name):
             yield item
-
-    @property
-    def calls(self) -> CallThreads:
-        """The threads a sync ``predict`` runs on (a thread worker times its calls there)."""
-        return self._threads
-
-    def pipeline(self, slots: int) -> None:
-        """Run a sync predict on ``slots`` threads at most: the caller may then hand over more
-        calls than that, which wait in line for a thread and run the moment one is free, with
-        no wake-up of their own (the worker's requests queued ahead)."""
-        self._threads.limit = slots
 
     async def close(self) -> None:
         """Stop the instance's predict threads (each once the calls it holds have returned; this

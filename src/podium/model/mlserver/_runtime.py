@@ -13,6 +13,7 @@ runtime's ``predict`` (a batch: one merged request, see ``_batch``) and converts
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import logging
 import uuid
@@ -40,10 +41,13 @@ from ...types import (
     InferenceResponse,
     InputKind,
     ResponseOutput,
+    Returned,
     request_id,
 )
 from .._calls import model_error, run_sync, validation_failed
+from .._threads import CallThreads
 from . import _batch
+from ._handlers import call_arguments, handler_routes, rendered
 
 __all__ = ["MLServerModel", "runtime_error"]
 
@@ -140,6 +144,16 @@ class MLServerModel:
             predict_in_thread=not inspect.iscoroutinefunction(getattr(runtime, "predict", None)),
             # The inputs of model-settings.json are content-type hints, not a signature.
             checks_declared_inputs=False,
+            # "shape": [len(text)] for one text, as MLServer's examples send it
+            text_length_shapes=True,
+            # @custom_handler methods, served on the HTTP inference listener
+            handler_routes=handler_routes(runtime),
+        )
+        # a sync predict runs on threads of the instance's own, as a native one does
+        # (model/_threads.py); a thread worker times its calls there
+        self._threads = CallThreads(name=f"podium-{name}")
+        self.calls: CallThreads | None = (
+            self._threads if self.capabilities.predict_in_thread else None
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -151,8 +165,11 @@ class MLServerModel:
             if inspect.iscoroutinefunction(fn):
                 return await fn(*args)
             # a sync method: not on the loop (in this context, for the metrics)
-            run = contextvars.copy_context().run
-            result = await run_sync(self._executor, run, fn, *args)
+            if method == "predict":
+                result = await self._threads.run(fn, *args)
+            else:
+                run = contextvars.copy_context().run
+                result = await run_sync(self._executor, run, fn, *args)
             if inspect.isawaitable(result):
                 result = await result
             return result
@@ -168,8 +185,10 @@ class MLServerModel:
         self._set_ready(True)
 
     async def close(self) -> None:
-        """Run the runtime's ``unload()`` (when the model is unloaded); errors are logged."""
+        """Run the runtime's ``unload()`` (when the model is unloaded; errors are logged), and
+        stop its predict threads (each once the calls it holds have returned)."""
         self._set_ready(False)
+        await self._threads.close()
         if getattr(self.runtime, "unload", None) is None:
             return
         try:
@@ -279,6 +298,29 @@ class MLServerModel:
             return await self._call("predict", payload)
         except Exception as exc:
             raise runtime_error(self.name, "predict", exc) from exc
+
+    async def endpoint(self, name: str, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        """Call the custom handler ``name`` (one of ``capabilities.handler_routes``) for the
+        HTTP request ``request``, whose path gave ``inputs`` (its path parameters): one
+        :class:`Returned`. A handler's ``MLServerError`` keeps its status, as with predict."""
+        if not any(route.name == name for route in self.capabilities.handler_routes):
+            raise ModelError(f"model '{self.name}' has no custom handler '{name}'")
+        method = getattr(self.runtime, name)
+        arguments = await call_arguments(method, request, inputs or {})
+        try:
+            with recording_to(self._metrics):
+                if inspect.iscoroutinefunction(method):
+                    result = await method(**arguments)
+                else:  # a sync handler: in the pool, as FastAPI runs it
+                    run = contextvars.copy_context().run
+                    result = await run_sync(
+                        self._executor, run, functools.partial(method, **arguments)
+                    )
+                    if inspect.isawaitable(result):
+                        result = await result
+        except Exception as exc:
+            raise runtime_error(self.name, name, exc) from exc
+        yield Returned(rendered(result))
 
     async def predict(self, inputs: Any, request: Any) -> Any:
         """One request's response; with batching, a list of responses for a list of requests."""

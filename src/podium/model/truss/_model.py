@@ -121,6 +121,10 @@ class TrussModel:
             io_schema=spec.schema,
         )
         self._threads = CallThreads(name=f"podium-{self.name}")
+        #: where a sync predict runs (a thread worker times its calls there)
+        self.calls: CallThreads | None = (
+            self._threads if self.capabilities.predict_in_thread else None
+        )
 
     # -- calling the model's code ----------------------------------------------------------
 
@@ -153,13 +157,13 @@ class TrussModel:
         load = getattr(self.obj, "load", None)
         if load is None:
             return
-        self._enter()
-        if inspect.iscoroutinefunction(load):
-            await load()
-            return
-        result = await run_sync(self._executor, contextvars.copy_context().run, load)
-        if inspect.isawaitable(result):
-            await result
+        with _environ.using(self._env):  # the loading task may load other models after
+            if inspect.iscoroutinefunction(load):
+                await load()
+                return
+            result = await run_sync(self._executor, contextvars.copy_context().run, load)
+            if inspect.isawaitable(result):
+                await result
 
     def validate(self, value: Any) -> Any:
         """The input validated into the model's pydantic type, as Truss does; its failure is a
@@ -294,14 +298,6 @@ class TrussModel:
             raise model_error(self.name, "websocket", exc) from exc
 
     # -- the instance's threads ----------------------------------------------------------
-
-    @property
-    def calls(self) -> CallThreads:
-        """The threads a sync ``predict`` runs on (a thread worker times its calls there)."""
-        return self._threads
-
-    def pipeline(self, slots: int) -> None:
-        self._threads.limit = slots
 
     async def close(self) -> None:
         await self._threads.close()
