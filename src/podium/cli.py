@@ -23,6 +23,21 @@ from .errors import DefinitionError
 __all__ = ["main"]
 
 
+def _deprecated(values: dict[str, Any], name: str) -> None:
+    """Take ``grpc_threads`` out of ``values``, saying that it is deprecated: gRPC calls hold no
+    threads any more (issue 25). Its 0 (grpc.aio) is read as ``grpc_aio``."""
+    threads = values.pop("grpc_threads", None)
+    if threads is None:
+        return
+    click.echo(
+        f"podium: {name} is deprecated and has no effect: gRPC calls hold no threads (relayed, "
+        "or grpc.aio where the relay's start-up check fails); 0 is read as --grpc-aio",
+        err=True,
+    )
+    if threads == 0 and values.get("grpc_aio") is None:
+        values["grpc_aio"] = True
+
+
 def _merge(
     config_file: Path | None, flags: dict[str, Any], base: dict[str, Any] | None = None
 ) -> ServerConfig:
@@ -34,6 +49,7 @@ def _merge(
         except DefinitionError as exc:
             raise click.UsageError(exc.message) from None
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
+        _deprecated(data, f"{config_file}: grpc_threads")
         unknown = sorted(set(data) - SETTINGS.keys())
         if unknown:
             allowed = ", ".join(sorted(SETTINGS))
@@ -49,6 +65,8 @@ def _merge(
             folder = config_file.parent
             data["models"] = tuple(str(folder / str(m)) for m in models)
         values.update(data)
+    flags = dict(flags)
+    _deprecated(flags, "--grpc-threads")
     values.update({k: v for k, v in flags.items() if v is not None})
     try:
         return ServerConfig(**values)
@@ -118,6 +136,7 @@ def main() -> None:
     "and defaults, read as TorchServe reads them; --config and flags win over it.",
 )
 @_settings_options
+@click.option("--grpc-threads", type=int, default=None, hidden=True)  # deprecated: _deprecated
 def serve(
     paths: tuple[Path, ...], config_file: Path | None, ts_config: Path | None, **flags: Any
 ) -> None:

@@ -306,7 +306,7 @@ class Podium:
             port=listeners.grpc_port,
             max_message_size=wire.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
-            threads=wire.grpc_threads,
+            relay=not wire.grpc_aio,
             authorize=None if inference_keys is None else self._authorize_inference,
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
@@ -513,7 +513,7 @@ class Podium:
             port=listeners.grpc_management_port,
             max_message_size=config.protocols.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
-            threads=0,  # grpc.aio: management calls are few, and none holds a thread
+            relay=False,  # grpc.aio: management calls are few
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
         )
