@@ -382,24 +382,6 @@ class _Pattern:
         for method in route.methods:
             self.targets[method] = (handler, tuple(args), tuple(slots))
 
-    def answer(self, method: str, path: str, parts: list[str]) -> Found:
-        """What ``method`` on a path of this pattern (split in ``parts``) reaches; raises 405."""
-        target = self.targets.get(method)
-        if target is None:
-            raise self.refuse(method, path)
-        handler, args, slots = target
-        if not slots:
-            return handler, args
-        made = list(args)
-        for slot, index, cut in slots:
-            if cut == 0:
-                made[slot] = parts[index]
-            elif cut > 0:
-                made[slot] = parts[index][:-cut]
-            else:
-                made[slot] = "/".join(parts[index:])
-        return handler, tuple(made)
-
     def refuse(self, method: str, path: str) -> MethodNotAllowed:
         allow = ", ".join(self.allow)
         return MethodNotAllowed(f"{path} does not accept {method}; use {allow}", self.allow)
@@ -409,13 +391,18 @@ class _Trie:
     """The patterns that share their first segments, by their next one: a fixed text (looked
     up in a dictionary) or a parameter (a test that a path's segment passes or not)."""
 
-    __slots__ = ("fixed", "open", "end")
+    __slots__ = ("fixed", "open", "end", "find", "verbs", "tests")
 
     def __init__(self) -> None:
         self.fixed: dict[str, _Trie] = {}
         #: parameter segments next, in table order: ``(kind, text or excluded words, trie)``
         self.open: list[tuple[int, Any, _Trie]] = []
         self.end: _Pattern | None = None  # the pattern whose last segment leads here
+        # What the walk reads (settle): fixed.get; the parameters that end with a verb
+        # (':predict', by the word after the ':'); the other parameters
+        self.find = self.fixed.get
+        self.verbs: dict[str, _Trie] = {}
+        self.tests: tuple[tuple[int, Any, _Trie], ...] = ()
 
     def insert(self, pattern: _Pattern, segments: tuple[_Segment, ...]) -> None:
         """Add ``pattern`` under the path ``segments`` (the first, '' before the '/', left out)."""
@@ -441,10 +428,18 @@ class _Trie:
                 if _accepts(kind, test, text):
                     child = _union(child, other)
             self.fixed[text] = child
+        self.find = self.fixed.get
+        self.verbs = {t[1:]: c for k, t, c in self.open if k == _ENDING and _is_verb(t)}
+        self.tests = tuple(o for o in self.open if not (o[0] == _ENDING and _is_verb(o[1])))
         for child in self.fixed.values():
             child.settle()
         for _, _, child in self.open:
             child.settle()
+
+
+def _is_verb(ending: str) -> bool:
+    """Whether ``ending`` is ':' and a word without ':' (Truss's, Google's custom methods)."""
+    return len(ending) > 1 and ending[0] == ":" and ":" not in ending[1:]
 
 
 def _union(a: _Trie, b: _Trie) -> _Trie:
@@ -490,11 +485,15 @@ def _walk(node: _Trie, parts: list[str], at: int, stop: int) -> _Pattern | None:
     """The pattern under ``node`` that ``parts[at:stop]`` lead to, if any."""
     while at < stop:
         segment = parts[at]
-        child = node.fixed.get(segment)  # (settled: if found, the only way on)
+        child = node.find(segment)  # (settled: if found, the only way on)
         if child is None:
             if not segment:  # a parameter is never empty
                 return None
-            for kind, test, other in node.open:
+            if node.verbs:  # (a name before the verb, and the verb after its last ':')
+                name, _, verb = segment.rpartition(":")
+                if name:
+                    child = node.verbs.get(verb)
+            for kind, test, other in node.tests:
                 if kind == _ANY or _accepts(kind, test, segment):
                     if child is not None:  # a second way: the first one to its end, then this
                         found = _walk(child, parts, at + 1, stop)
@@ -586,4 +585,18 @@ class Router:
                 return None
             if found is None:
                 return None
-        return found.answer(method, path, parts)
+        target = found.targets.get(method)
+        if target is None:
+            raise found.refuse(method, path)
+        handler, args, slots = target
+        if not slots:
+            return handler, args
+        made = list(args)
+        for slot, index, cut in slots:
+            if cut == 0:
+                made[slot] = parts[index]
+            elif cut > 0:
+                made[slot] = parts[index][:-cut]
+            else:
+                made[slot] = "/".join(parts[index:])
+        return handler, tuple(made)
