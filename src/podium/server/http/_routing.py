@@ -521,7 +521,8 @@ class Router:
     expression per request. Where a segment could be a fixed text or a parameter
     (``/v2/models/stats`` beside ``/v2/models/{model}/ready``), the fixed text's subtrie holds
     both (:meth:`_Trie.settle`), so the walk goes back only where two parameters take one
-    segment. The patterns that end with the rest of the path (``{name:path}``) have a trie per
+    segment; the parameters that end with a verb (``{model}:predict``) are found by the word
+    after the segment's last ':', in one lookup however many verbs there are. The patterns that end with the rest of the path (``{name:path}``) have a trie per
     segment count before it, tried when no other pattern matches. Patterns never overlap (the
     table refuses them), so the pattern found is the only one.
     """
