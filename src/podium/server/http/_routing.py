@@ -391,18 +391,21 @@ class _Trie:
     """The patterns that share their first segments, by their next one: a fixed text (looked
     up in a dictionary) or a parameter (a test that a path's segment passes or not)."""
 
-    __slots__ = ("fixed", "open", "end", "find", "verbs", "tests")
+    __slots__ = ("fixed", "open", "end", "find", "any", "verbs", "tests", "colon_tests")
 
     def __init__(self) -> None:
         self.fixed: dict[str, _Trie] = {}
         #: parameter segments next, in table order: ``(kind, text or excluded words, trie)``
         self.open: list[tuple[int, Any, _Trie]] = []
         self.end: _Pattern | None = None  # the pattern whose last segment leads here
-        # What the walk reads (settle): fixed.get; the parameters that end with a verb
-        # (':predict', by the word after the ':'); the other parameters
+        # What the walk reads (settle): fixed.get; the one parameter, if it takes any segment
+        # and there is no other; the parameters that end with a verb (':predict', by the word
+        # after the ':'); the other parameters, and those of them that take a segment with ':'
         self.find = self.fixed.get
+        self.any: _Trie | None = None
         self.verbs: dict[str, _Trie] = {}
         self.tests: tuple[tuple[int, Any, _Trie], ...] = ()
+        self.colon_tests: tuple[tuple[int, Any, _Trie], ...] = ()
 
     def insert(self, pattern: _Pattern, segments: tuple[_Segment, ...]) -> None:
         """Add ``pattern`` under the path ``segments`` (the first, '' before the '/', left out)."""
@@ -431,6 +434,9 @@ class _Trie:
         self.find = self.fixed.get
         self.verbs = {t[1:]: c for k, t, c in self.open if k == _ENDING and _is_verb(t)}
         self.tests = tuple(o for o in self.open if not (o[0] == _ENDING and _is_verb(o[1])))
+        self.colon_tests = tuple(o for o in self.tests if o[0] != _NOVERB)
+        if len(self.open) == 1 and self.open[0][0] == _ANY:
+            self.any = self.open[0][2]
         for child in self.fixed.values():
             child.settle()
         for _, _, child in self.open:
@@ -489,11 +495,19 @@ def _walk(node: _Trie, parts: list[str], at: int, stop: int) -> _Pattern | None:
         if child is None:
             if not segment:  # a parameter is never empty
                 return None
+            child = node.any
+            if child is not None:
+                node = child
+                at += 1
+                continue
+            tests = node.tests
             if node.verbs:  # (a name before the verb, and the verb after its last ':')
-                name, _, verb = segment.rpartition(":")
-                if name:
-                    child = node.verbs.get(verb)
-            for kind, test, other in node.tests:
+                name, colon, verb = segment.rpartition(":")
+                if colon:
+                    tests = node.colon_tests
+                    if name:
+                        child = node.verbs.get(verb)
+            for kind, test, other in tests:
                 if kind == _ANY or _accepts(kind, test, segment):
                     if child is not None:  # a second way: the first one to its end, then this
                         found = _walk(child, parts, at + 1, stop)
@@ -527,7 +541,7 @@ class Router:
     table refuses them), so the pattern found is the only one.
     """
 
-    __slots__ = ("table", "_sized", "_tails")
+    __slots__ = ("table", "_fixed", "_sized", "_tails")
 
     def __init__(
         self, table: RouteTable, owner: object = None, find: Callable[[Route], Any] | None = None
@@ -544,6 +558,9 @@ class Router:
             elif owner is not None:
                 handler = handler.__get__(owner, type(owner))
             pattern.add(route, handler, table.leading)
+        #: the patterns without parameters, by their path
+        self._fixed: dict[str, _Pattern] = {}
+        #: the others, in a trie per segment count
         self._sized: dict[int, _Trie] = {}
         #: (where the rest of the path starts, its trie), for the {name:path} patterns
         self._tails: list[tuple[int, _Trie]] = []
@@ -553,7 +570,9 @@ class Router:
             if table.head and "GET" in pattern.targets:
                 pattern.targets["HEAD"] = pattern.targets["GET"]
             segments = pattern.segments
-            if segments[-1].rest:
+            if all(segment.param is None for segment in segments):
+                self._fixed[path] = pattern
+            elif segments[-1].rest:
                 tails.setdefault(len(segments) - 1, _Trie()).insert(pattern, segments[1:-1])
             else:
                 self._sized.setdefault(len(segments), _Trie()).insert(pattern, segments[1:])
@@ -565,14 +584,18 @@ class Router:
         """See the class docstring."""
         if "//" in path:  # an empty segment matches nothing
             return None
+        if path[-1:] == "/" and len(path) > 1:  # one trailing '/' (the root's is the path)
+            path = path[:-1]
+        found = self._fixed.get(path)
+        if found is not None:
+            target = found.targets.get(method)
+            if target is None:
+                raise found.refuse(method, path)
+            return target[0], target[1]
         parts = path.split("/")
         if parts[0]:  # (not a path)
             return None
         n = len(parts)
-        if not parts[-1] and n > 2:  # one trailing '/' (the root's is the path)
-            path = path[:-1]
-            parts.pop()
-            n -= 1
         node = self._sized.get(n)
         found = None if node is None else _walk(node, parts, 1, n)
         if found is None:
