@@ -451,8 +451,9 @@ def _is_verb(ending: str) -> bool:
 def _union(a: _Trie, b: _Trie) -> _Trie:
     """A new trie with the patterns of both (neither changed: subtries are shared)."""
     made = _Trie()
-    if a.end is not None and b.end is not None and a.end is not b.end:
-        raise AssertionError("two patterns match one path: the table's check missed them")
+    if a.end is not None and b.end is not None and a.end is not b.end:  # (the table refuses them)
+        templates = " and ".join("/".join(s.template for s in p.segments) for p in (a.end, b.end))
+        raise ValueError(f"patterns {templates} match the same paths")
     made.end = a.end or b.end
     made.fixed = dict(a.fixed)
     for text, child in b.fixed.items():
@@ -529,15 +530,16 @@ class Router:
     ``Allow``) if one does but not with this method. One trailing ``/`` is ignored; an empty
     segment matches nothing.
 
-    The table is data: a trie of its patterns' segments per segment count (the count of a path
-    split at '/'), walked by one loop over the path's segments; fixed texts are found in a
-    dictionary, parameters by their test. Nothing scans the routes or runs a regular
-    expression per request. Where a segment could be a fixed text or a parameter
-    (``/v2/models/stats`` beside ``/v2/models/{model}/ready``), the fixed text's subtrie holds
-    both (:meth:`_Trie.settle`), so the walk goes back only where two parameters take one
-    segment; the parameters that end with a verb (``{model}:predict``) are found by the word
-    after the segment's last ':', in one lookup however many verbs there are. The patterns that end with the rest of the path (``{name:path}``) have a trie per
-    segment count before it, tried when no other pattern matches. Patterns never overlap (the
+    The table is data, walked by a loop: the patterns without parameters in a dictionary by
+    their path, the others in a trie of their segments per segment count (the count of a path
+    split at '/'), fixed texts found in a dictionary, parameters by their test. Nothing scans
+    the routes or runs a regular expression per request. Where a segment could be a fixed text
+    or a parameter (``/v2/models/stats/x`` beside ``/v2/models/{model}/ready``), the fixed
+    text's subtrie holds both (:meth:`_Trie.settle`), so the walk goes back only where two
+    parameters take one segment; parameters that end with a verb (``{model}:predict``) are
+    found by the word after the segment's last ':', in one lookup however many verbs there are.
+    The patterns that end with the rest of the path (``{name:path}``) have a trie per place
+    where the rest starts, tried when no other pattern matches. Patterns never overlap (the
     table refuses them), so the pattern found is the only one.
     """
 
@@ -600,21 +602,17 @@ class Router:
         found = None if node is None else _walk(node, parts, 1, n)
         if found is None:
             for start, trie in self._tails:
-                if start >= n or not parts[start]:
-                    break
+                if start >= n or not parts[start]:  # (the rest of the path is never empty)
+                    return None
                 found = _walk(trie, parts, 1, start)
                 if found is not None:
                     break
             else:
                 return None
-            if found is None:
-                return None
         target = found.targets.get(method)
         if target is None:
             raise found.refuse(method, path)
         handler, args, slots = target
-        if not slots:
-            return handler, args
         made = list(args)
         for slot, index, cut in slots:
             if cut == 0:
