@@ -43,9 +43,10 @@ class TurnBuffer(Generic[T]):
         return len(self._items)
 
     def add(self, item: T) -> None:
-        """Hold ``item`` until this turn of the running loop ends."""
-        self._items.append(item)
+        """Hold ``item`` until this turn of the running loop ends (``RuntimeError`` where no
+        loop runs on this thread, and nothing is held)."""
         loop = asyncio.get_running_loop()
+        self._items.append(item)
         if self._loop is not loop:
             self._loop = loop
             self._handle = loop.call_soon(self._turn_ended)

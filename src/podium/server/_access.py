@@ -19,7 +19,6 @@ their end. The HTTP side is :mod:`.http._access` (an ASGI middleware), the gRPC 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import os
@@ -220,6 +219,7 @@ class AccessLog:
         self._writer = configured()
         self._emit = self._lines if self._writer is not None else self._records
         self._held: TurnBuffer[Access] = TurnBuffer(self._emit)
+        self._hold = self._held.add
         flush_at_exit(self)
 
     def wants(self) -> bool:
@@ -231,10 +231,10 @@ class AccessLog:
         the end of this turn of the event loop on its thread, else at once."""
         if not self.enabled or not self.logger.isEnabledFor(logging.INFO):
             return
-        if asyncio._get_running_loop() is None:
+        try:
+            self._hold(access)
+        except RuntimeError:  # no event loop runs on this thread
             self._emit([access])
-        else:
-            self._held.add(access)
 
     def flush(self) -> None:
         """Make and write the lines of the requests held (at exit: :func:`flush_at_exit`)."""
