@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from podium.turn import TurnBuffer
 
 
@@ -89,3 +91,11 @@ def test_with_a_lock_the_turns_end_holds_it_and_another_thread_may_flush() -> No
 
     asyncio.run(main())
     assert locked == [True, True]
+
+
+def test_adding_off_a_loop_raises_and_holds_nothing() -> None:
+    flushed: list[list[int]] = []
+    buffer = TurnBuffer(flushed.append)
+    with pytest.raises(RuntimeError):
+        buffer.add(1)
+    assert len(buffer) == 0
