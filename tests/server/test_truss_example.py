@@ -39,5 +39,5 @@ def test_a_pydantic_input_that_is_no_json_is_truss_parsing_error(examples_server
     with httpx.Client(base_url=examples_server.url, timeout=30) as client:
         r = client.post(URL + ":predict", content=b"{not json")
         assert r.status_code == 400
-        assert r.json()["error"].startswith("Input Parsing Error:\n  '__root__': Expecting ")
+        assert r.json()["error"].startswith("Input Parsing Error:\n  `__root__`: Expecting ")
         assert r.headers["x-baseten-error-code"] == "700"

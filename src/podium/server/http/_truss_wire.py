@@ -78,7 +78,7 @@ def decode_json_for_schema(body: bytes) -> Any:
         return decode_json(body)
     except InvalidInput as exc:
         why = exc.message.removeprefix("Invalid JSON payload: ")
-        raise InvalidInput(f"Input Parsing Error:\n  '__root__': {why}.") from None
+        raise InvalidInput(f"Input Parsing Error:\n  `__root__`: {why}.") from None
 
 
 def is_pydantic(value: Any) -> bool:
