@@ -1,0 +1,227 @@
+"""Cases for the harness's own trusses (``trusses/own``): one truss per group of features that
+issue 21 names and Truss's test trusses leave out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cases import Ctx, case, probes, truss
+
+OWN = "own"
+
+# --- features: secrets, environment, packages/, sibling modules, data/, config, pre/post ----
+
+truss(
+    "features",
+    OWN,
+    env={"TRUSS_SECRET_from_env": "from-the-environment"},
+    secret_files={"from_file": "from-the-file"},
+)
+F = "features"
+
+
+@case(F, "everything", "POST :predict {'x': 1}: what the model sees of its truss")
+def features(ctx: Ctx) -> Any:
+    return ctx.predict({"x": 1})
+
+
+@case(F, "secrets", "secrets: a default, TRUSS_SECRET_from_env, the file, a null one, an unknown one")
+def secrets(ctx: Ctx) -> Any:
+    names = ("greeting", "from_env", "from_file", "empty", "unknown")
+    return {n: ctx.predict({"secret": n}) for n in names}
+
+
+@case(F, "msgpack", "POST :predict_binary {'x': 1} (MessagePack through preprocess/postprocess)")
+def features_msgpack(ctx: Ctx) -> Any:
+    return ctx.post("/v1/models/model:predict_binary", msgpack_body={"x": 1})
+
+
+@case(F, "is-healthy", "is_healthy turned false by a request: the probes; then true again")
+def is_healthy(ctx: Ctx) -> Any:
+    out: dict[str, Any] = {"set false": ctx.predict({"healthy": False})}
+    out["unhealthy"] = probes(ctx)
+    out["predict while unhealthy"] = ctx.predict({"x": 2})
+    out["set true"] = ctx.predict({"healthy": True})
+    out["healthy"] = probes(ctx)
+    return out
+
+
+# --- numpy values ---------------------------------------------------------------------------
+
+truss("numpy_values", OWN)
+N = "numpy_values"
+
+
+@case(N, "json", "numpy arrays, scalars and a bare array returned, answered as JSON")
+def numpy_json(ctx: Ctx) -> Any:
+    return {k: ctx.predict({"kind": k}) for k in ("array", "scalars", "bare")}
+
+
+@case(N, "msgpack", "the same asked with MessagePack (msgpack-numpy answers)")
+def numpy_msgpack(ctx: Ctx) -> Any:
+    return {k: ctx.predict(msgpack_body={"kind": k}) for k in ("array", "scalars", "bare", "bytes")}
+
+
+@case(N, "array-in", "a MessagePack request carrying a numpy array")
+def numpy_in(ctx: Ctx) -> Any:
+    import numpy as np
+
+    arr = np.arange(4, dtype=np.float64)
+    return ctx.predict(msgpack_body={"kind": "sum", "array": arr})
+
+
+@case(N, "bytes-json", "bytes returned to a JSON request")
+def numpy_bytes_json(ctx: Ctx) -> Any:
+    return ctx.predict({"kind": "bytes"})
+
+
+# --- pydantic input and output --------------------------------------------------------------
+
+truss("pydantic_io", OWN)
+P = "pydantic_io"
+
+
+@case(P, "schema", "GET /v1/models/model/schema")
+def pyd_schema(ctx: Ctx) -> Any:
+    return ctx.get("/v1/models/model/schema")
+
+
+@case(P, "valid", "POST :predict {'text': 'ab', 'times': 2}, JSON and MessagePack")
+def pyd_valid(ctx: Ctx) -> Any:
+    return {
+        "json": ctx.predict({"text": "ab", "times": 2}),
+        "msgpack": ctx.predict(msgpack_body={"text": "ab", "times": 2}),
+    }
+
+
+@case(P, "invalid", "validation errors: a missing field, two bad fields, extra field, not JSON")
+def pyd_invalid(ctx: Ctx) -> Any:
+    return {
+        "missing": ctx.predict({}),
+        "two bad": ctx.predict({"text": 1, "times": 9}),
+        "extra": ctx.predict({"text": "a", "other": 1}),
+        "not json": ctx.predict(body=b"nope", headers={"content-type": "application/json"}),
+    }
+
+
+# --- what predict returns or raises ---------------------------------------------------------
+
+truss("responses", OWN)
+R = "responses"
+KEEP = ("x-harness", "location")
+
+
+def _kinds(ctx: Ctx, kinds: tuple[str, ...]) -> dict[str, Any]:
+    return {k: ctx.predict({"kind": k}, keep=KEEP) for k in kinds}
+
+
+@case(R, "responses", "starlette Response, JSONResponse 201, error Response 418, redirect 307")
+def responses(ctx: Ctx) -> Any:
+    return _kinds(ctx, ("response", "json_response", "error_response", "redirect"))
+
+
+@case(R, "streams", "StreamingResponse; a generator from a plain method (streamed, and gathered)")
+def streams(ctx: Ctx) -> Any:
+    out = _kinds(ctx, ("streaming_response", "generator"))
+    out["generator, accept json"] = ctx.predict(
+        {"kind": "generator"}, headers={"accept": "application/json"}
+    )
+    return out
+
+
+@case(R, "plain-values", "None, bytes, a string; the request object's headers and method")
+def plain_values(ctx: Ctx) -> Any:
+    out = _kinds(ctx, ("none", "text"))
+    out["bytes (JSON request)"] = ctx.predict({"kind": "bytes"})
+    out["bytes (MessagePack request)"] = ctx.predict(msgpack_body={"kind": "bytes"})
+    out["header"] = ctx.predict({"kind": "header"}, headers={"x-harness": "sent"})
+    return out
+
+
+@case(R, "errors", "ValueError, KeyError, HTTPException 422 and 409 with a dict detail")
+def model_errors(ctx: Ctx) -> Any:
+    return _kinds(ctx, ("error", "key_error", "http_exception", "http_exception_dict"))
+
+
+@case(R, "stream-error-first", "a generator that raises before its first item")
+def stream_error_first(ctx: Ctx) -> Any:
+    return ctx.predict({"kind": "stream_error_first"}, timeout=10)
+
+
+@case(R, "errors-msgpack", "ValueError and HTTPException asked with MessagePack")
+def errors_msgpack(ctx: Ctx) -> Any:
+    return {k: ctx.predict(msgpack_body={"kind": k}) for k in ("error", "http_exception")}
+
+
+# --- a predict that takes only the request --------------------------------------------------
+
+truss("raw_request", OWN)
+
+
+@case("raw_request", "raw", "bodies the server must not parse: bad JSON, bytes, empty; a query")
+def raw_request(ctx: Ctx) -> Any:
+    return {
+        "bad json": ctx.predict(body=b"{oops", headers={"content-type": "application/json"}),
+        "bytes": ctx.predict(body=b"\x00\xff", headers={"content-type": "application/x-thing"}),
+        "empty": ctx.predict(body=b""),
+        "query": ctx.post("/v1/models/model:predict?a=1&b=two", json_body={}),
+    }
+
+
+# --- a websocket model ------------------------------------------------------------------------
+
+truss("websocket_echo", OWN)
+W = "websocket_echo"
+
+
+@case(W, "echo", "text and bytes echoed, then 'bye' (the model returns: closed 1000)")
+def ws_echo(ctx: Ctx) -> Any:
+    return ctx.ws(["one", b"two", "bye"])
+
+
+@case(W, "model-error", "'fail': the model raises (closed 1011)")
+def ws_fail(ctx: Ctx) -> Any:
+    return ctx.ws(["one", "fail"], receive=None)
+
+
+@case(W, "model-close", "'close4000': the model closes with its own code")
+def ws_close(ctx: Ctx) -> Any:
+    return ctx.ws(["close4000"], receive=0)
+
+
+@case(W, "http-routes", "POST :predict and the probes of a websocket-only model")
+def ws_http(ctx: Ctx) -> Any:
+    return {"predict": ctx.predict({}), "probes": probes(ctx)}
+
+
+# --- OpenAI-style methods ---------------------------------------------------------------------
+
+truss("openai_methods", OWN)
+O = "openai_methods"  # noqa: E741
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello there world"}]}
+
+
+@case(O, "chat", "POST /v1/chat/completions, not streamed")
+def chat(ctx: Ctx) -> Any:
+    return ctx.post("/v1/chat/completions", json_body=CHAT)
+
+
+@case(O, "chat-stream", "POST /v1/chat/completions stream=true (SSE text from a generator)")
+def chat_stream(ctx: Ctx) -> Any:
+    return ctx.post("/v1/chat/completions", json_body={**CHAT, "stream": True})
+
+
+@case(O, "chat-stream-openai-ua", "the same with the OpenAI SDK's accept and user-agent headers")
+def chat_stream_ua(ctx: Ctx) -> Any:
+    headers = {"accept": "application/json", "user-agent": "OpenAI/Python 1.61.0"}
+    return ctx.post("/v1/chat/completions", json_body={**CHAT, "stream": True}, headers=headers)
+
+
+@case(O, "completions", "POST /v1/completions (an async generator)")
+def completions(ctx: Ctx) -> Any:
+    return ctx.post("/v1/completions", json_body={"n": 3})
+
+
+@case(O, "missing", "POST /v1/embeddings, /v1/messages (no such methods)")
+def missing(ctx: Ctx) -> Any:
+    return {p: ctx.post(p, json_body={}) for p in ("/v1/embeddings", "/v1/messages")}

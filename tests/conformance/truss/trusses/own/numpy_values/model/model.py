@@ -1,0 +1,18 @@
+import numpy as np
+
+
+class Model:
+    def predict(self, inputs):
+        kind = inputs.get("kind") if isinstance(inputs, dict) else None
+        if kind == "array":
+            return {"array": np.arange(6, dtype=np.float32).reshape(2, 3)}
+        if kind == "scalars":
+            return {"i": np.int64(7), "f": np.float64(0.5), "b": np.bool_(True)}
+        if kind == "bare":
+            return np.array([1, 2, 3], dtype=np.int16)
+        if kind == "sum":
+            arr = inputs["array"]
+            return {"type": type(arr).__name__, "sum": float(np.asarray(arr).sum())}
+        if kind == "bytes":
+            return {"raw": b"\x00\x01binary"}
+        return {"echo": inputs}
