@@ -219,8 +219,13 @@ def websocket(
             out["still_open"] = True
     finally:
         ws.close()
-    rcvd = ws.close_rcvd
-    out["close"] = {"code": rcvd.code, "reason": rcvd.reason} if rcvd else None
+    # The close frame the server sent (1006 where it sent none and dropped the connection).
+    rcvd = ws.protocol.close_rcvd
+    out["close"] = (
+        {"code": rcvd.code, "reason": rcvd.reason}
+        if rcvd
+        else {"code": ws.close_code, "reason": ws.close_reason}
+    )
     return out
 
 
