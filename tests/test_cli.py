@@ -158,7 +158,12 @@ def test_check_passes_the_examples() -> None:
         f"ok: model '{n}' version '1' ({EXAMPLES / n / 'model-settings.json'})"
         for n in ("lightgbm-iris", "sklearn-iris-mlserver")
     ]
+    truss = (  # examples/truss-sentiment: a truss (config.yaml, model/model.py)
+        f"ok: model 'truss-sentiment' ({EXAMPLES / 'truss-sentiment' / 'model' / 'model.py'}) "
+        "(a truss)"
+    )
     expected = [*native, mlserver, running, streaming, stateful, text, torchserve, *runtimes]
+    expected.append(truss)
     assert oks == sorted(expected)
     assert f"{len(expected)} model(s) checked, no problems" in result.stdout
     assert result.stderr == ""

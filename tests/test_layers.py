@@ -82,6 +82,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium._model_fields",
             "podium.logs",
             "podium.heap",
+            "podium._turn",
             "podium.metrics",
             "podium.tracing",
         ),

@@ -18,7 +18,7 @@ from ...errors import DefinitionError
 from ...types import ModelInstance
 from .._source import ModelSource
 from ._config import TrussSettings, is_source, read_truss
-from ._environ import using
+from ._environ import install, using
 from ._imports import import_class
 from ._requirements import missing_requirements
 from ._spec import TrussSpec, inspect_truss
@@ -57,6 +57,8 @@ def prepare(source: ModelSource) -> TrussSpec:
     """Import the truss's model class and check it by Truss's rules (nothing is instantiated).
     An import that fails names the truss's requirements that are not installed."""
     settings = source.truss_parts().settings
+    if settings.environment:
+        install()
     try:
         with using(settings.environment):
             cls = import_class(settings, source.label)

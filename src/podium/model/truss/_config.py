@@ -5,14 +5,16 @@ Truss's config has many keys, most of them for building an image (``requirements
 time: the keys Truss reads when it serves are honoured here with Truss's defaults and meaning,
 the build-time keys are kept (the model's ``config`` holds them, ``podium check`` lists
 unsatisfied requirements) and named once when they ask for something Podium does not do, and a
-key Truss does not know is a warning naming it, never a refusal. A ``podium:`` section may set
-Podium's own model keys (``workers``, ``min_workers``, ``max_queue_size``, ...).
+key Truss does not know is a warning naming it, never a refusal. Podium's own model keys
+(``workers``, ``min_workers``, ``max_queue_size``, ...) go in ``podium.yaml`` beside
+``config.yaml``, not in it: ``truss push`` refuses keys Truss does not know.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,11 +24,13 @@ from ...config import ModelConfig, load_yaml, signature_of
 from ...errors import DefinitionError
 from .._source import Contract, ModelSource, TrussParts
 
-__all__ = ["CONFIG_FILE", "TrussSettings", "is_source", "read_truss"]
+__all__ = ["CONFIG_FILE", "PODIUM_FILE", "TrussSettings", "is_source", "read_truss"]
 
 logger = logging.getLogger("podium.model")
 
 CONFIG_FILE = "config.yaml"
+#: Podium's own model keys for a truss (workers, batching, queue...), beside its config.yaml.
+PODIUM_FILE = "podium.yaml"
 
 #: Truss's run-time settings (``runtime:``) and their defaults (truss/base/truss_config.py).
 RUNTIME_DEFAULTS: Mapping[str, Any] = {
@@ -35,16 +39,22 @@ RUNTIME_DEFAULTS: Mapping[str, Any] = {
     "enable_tracing_data": False,
     "enable_debug_logs": False,
     "transport": {"kind": "http"},
-    "is_websocket_endpoint": None,
-    "health_checks": {},
-    "oidc": {},
-    "remote_ssh": {},
+    "is_websocket_endpoint": False,  # Truss derives it from transport.kind
+    "health_checks": {
+        "restart_check_delay_seconds": None,
+        "restart_threshold_seconds": None,
+        "startup_threshold_seconds": None,
+        "stop_traffic_threshold_seconds": None,
+    },
+    "oidc": {"enabled": None},
+    "remote_ssh": {"enabled": False},
     "egress_restrictions": None,
     "truss_server_version_override": None,
 }
 
-#: The keys Truss fills in when it writes a truss's config for its server (``to_dict``), with
-#: its defaults: what a model's ``config`` holds when the file leaves them out.
+#: The keys Truss fills in when it writes a truss's config for its server (``to_dict(verbose=
+#: True)``, Truss 0.18.36), with its defaults: what a model's ``config`` holds when the file
+#: leaves them out.
 DEFAULTS: Mapping[str, Any] = {
     "model_name": None,
     "model_metadata": {},
@@ -62,7 +72,13 @@ DEFAULTS: Mapping[str, Any] = {
     "secrets": {},
     "resources": {"cpu": "1", "memory": "2Gi", "accelerator": None, "use_gpu": False},
     "runtime": RUNTIME_DEFAULTS,
-    "build": {"model_server": "TrussServer", "arguments": {}, "secret_to_path_mapping": {}},
+    "build": {
+        "model_server": "TrussServer",
+        "arguments": {},
+        "secret_to_path_mapping": {},
+        "no_cache": False,
+    },
+    "bdn": {"access": [], "hotload": {"enabled": False}, "mounts": []},
     "build_commands": [],
     "docker_server": None,
     "model_cache": [],
@@ -88,12 +104,11 @@ DEFAULTS: Mapping[str, Any] = {
 LEGACY_KEYS = frozenset({"hf_cache"})
 
 #: Build-time keys: Truss acts on them when it builds an image, never when it serves. Podium
-#: builds no image; each that asks for something is named once when the truss is read.
+#: builds no image; each that asks for something is named once when the truss is read
+#: (``requirements`` and ``python_version`` are named only where this environment does not
+#: satisfy them: ``notes`` in the package, ``_notes`` here).
 BUILD_KEYS = (
-    "requirements",
-    "requirements_file",
     "system_packages",
-    "python_version",
     "base_image",
     "build_commands",
     "build",
@@ -159,10 +174,23 @@ def is_source(path: Path) -> bool:
 def _filled(data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with Truss's defaults for the keys it leaves out (a fresh copy of each)."""
     config = {key: copy.deepcopy(value) for key, value in DEFAULTS.items()}
-    config["runtime"] = dict(RUNTIME_DEFAULTS)
+    config["runtime"] = copy.deepcopy(dict(RUNTIME_DEFAULTS))
     for key, value in data.items():
         if key == "runtime" and isinstance(value, dict):
-            config["runtime"] = {**RUNTIME_DEFAULTS, **value}
+            config["runtime"] = {**config["runtime"], **value}
+            transport = config["runtime"].get("transport")
+            if isinstance(transport, dict):
+                websocket = transport.get("kind") == "websocket"
+                if websocket:
+                    defaults = {"ping_interval_seconds": None, "ping_timeout_seconds": None}
+                    config["runtime"]["transport"] = {**defaults, **transport}
+                if "is_websocket_endpoint" not in value:
+                    config["runtime"]["is_websocket_endpoint"] = websocket
+        elif key == "resources" and isinstance(value, dict):
+            resources = {**DEFAULTS["resources"], **value}
+            if "use_gpu" not in value:  # Truss derives it from the accelerator
+                resources["use_gpu"] = bool(resources.get("accelerator"))
+            config["resources"] = resources
         elif key == "hf_cache" and "model_cache" not in data:
             config["model_cache"] = value or []
         else:
@@ -221,6 +249,13 @@ def _requirements(
 def _notes(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
     """What this config asks for that Podium does not do when it serves, said once."""
     notes = []
+    wanted = data.get("python_version")
+    running = f"py{sys.version_info.major}{sys.version_info.minor}"
+    if isinstance(wanted, str) and wanted.replace(".", "") != running:
+        notes.append(
+            f"'python_version' asks for {wanted}; this server runs Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}"
+        )
     for key in BUILD_KEYS:
         if key in data and data[key] not in (None, [], {}, "", DEFAULTS.get(key)):
             notes.append(
@@ -238,8 +273,9 @@ def _notes(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
         notes.append("'runtime.enable_debug_logs' is server-wide in Podium: --log-level debug")
     if runtime.get("enable_tracing_data"):
         notes.append("'runtime.enable_tracing_data' is server-wide in Podium: --otel")
+    given = data.get("runtime") if isinstance(data.get("runtime"), dict) else {}
     for key in ("health_checks", "oidc", "remote_ssh", "egress_restrictions"):
-        if runtime.get(key):
+        if given.get(key) not in (None, {}, RUNTIME_DEFAULTS[key]):
             notes.append(f"'runtime.{key}' is Baseten's platform setting; Podium ignores it")
     return notes
 
@@ -258,11 +294,10 @@ def read_truss(root: Path) -> ModelSource:
     if not isinstance(data, dict):
         raise DefinitionError(f"{where}: a truss's config must be a mapping, got {data!r}")
     problems: list[str] = []
-    unknown = sorted(
-        str(k) for k in data if k not in DEFAULTS and k not in LEGACY_KEYS and k != "podium"
-    )
+    unknown = sorted(str(k) for k in data if k not in DEFAULTS and k not in LEGACY_KEYS)
     for key in unknown:
-        logger.warning("%s: key '%s' is not one Truss knows; it is ignored", where, key)
+        hint = f" (Podium's own keys go in {PODIUM_FILE} beside it)" if key == "podium" else ""
+        logger.warning("%s: key '%s' is not one Truss knows; it is ignored%s", where, key, hint)
     if data.get("docker_server"):
         problems.append(
             f"{where}: 'docker_server' runs a custom server of its own, from a Docker image; "
@@ -309,12 +344,16 @@ def read_truss(root: Path) -> ModelSource:
         )
         timeout = 60
     requirements = _requirements(root, config, where, problems)
-    podium = data.get("podium") or {}
+    podium_file = root / PODIUM_FILE
+    podium: Any = (load_yaml(podium_file) or {}) if podium_file.is_file() else {}
     if not isinstance(podium, dict):
-        problems.append(
-            f"{where}: 'podium' must be a mapping of Podium's model keys, got {podium!r}"
-        )
+        problems.append(f"{podium_file}: must be a mapping of Podium's model keys, got {podium!r}")
         podium = {}
+    else:
+        try:  # its own keys, named in its own file
+            ModelConfig.from_mapping(podium, default_name=root.name, where=str(podium_file))
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     mapped: dict[str, Any] = {"predict_concurrency": runtime.get("predict_concurrency")}

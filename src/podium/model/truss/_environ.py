@@ -6,7 +6,7 @@ replaced, once, by a subclass of its own class over the same data, which first l
 variables of the model whose code is running (a context variable, set around every call into
 a truss's code and copied into the threads that run it). Writes and everything else go to the
 real environment, as before. Code that reads the C library's ``getenv`` directly does not see
-them; a model that needs that runs in process workers (``podium: {workers: process}``), whose
+them; a model that needs that runs in process workers (``workers: process`` in ``podium.yaml``), whose
 process has them set for real.
 """
 

@@ -153,13 +153,13 @@ class TrussModel:
         load = getattr(self.obj, "load", None)
         if load is None:
             return
-        self._enter()
-        if inspect.iscoroutinefunction(load):
-            await load()
-            return
-        result = await run_sync(self._executor, contextvars.copy_context().run, load)
-        if inspect.isawaitable(result):
-            await result
+        with _environ.using(self._env):  # the loading task may load other models after
+            if inspect.iscoroutinefunction(load):
+                await load()
+                return
+            result = await run_sync(self._executor, contextvars.copy_context().run, load)
+            if inspect.isawaitable(result):
+                await result
 
     def validate(self, value: Any) -> Any:
         """The input validated into the model's pydantic type, as Truss does; its failure is a

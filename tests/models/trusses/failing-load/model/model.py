@@ -1,0 +1,6 @@
+class Model:
+    def load(self):
+        raise RuntimeError("the weights are not there")
+
+    def predict(self, model_input):
+        return model_input

@@ -1,0 +1,2 @@
+def greet(salutation: str, name: str, punctuation: str) -> str:
+    return f"{salutation}, {name}{punctuation}"
