@@ -35,7 +35,9 @@ def run(args) -> int:
     started = time.monotonic()
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": os.environ.get("TRUSS_CONFORMANCE_COMMAND", "python3 tests/conformance/truss/run.py"),
+        "command": os.environ.get(
+            "TRUSS_CONFORMANCE_COMMAND", "python3 tests/conformance/truss/run.py"
+        ),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()} (Truss), Podium's: {python}",
         "versions": _versions(python),

@@ -3,6 +3,7 @@ issue 21 names and Truss's test trusses leave out."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .cases import Ctx, case, probes, truss
@@ -25,7 +26,9 @@ def features(ctx: Ctx) -> Any:
     return ctx.predict({"x": 1})
 
 
-@case(F, "secrets", "secrets: a default, TRUSS_SECRET_from_env, the file, a null one, an unknown one")
+@case(
+    F, "secrets", "secrets: a default, TRUSS_SECRET_from_env, the file, a null one, an unknown one"
+)
 def secrets(ctx: Ctx) -> Any:
     names = ("greeting", "from_env", "from_file", "empty", "unknown")
     return {n: ctx.predict({"secret": n}) for n in names}
@@ -225,3 +228,50 @@ def completions(ctx: Ctx) -> Any:
 @case(O, "missing", "POST /v1/embeddings, /v1/messages (no such methods)")
 def missing(ctx: Ctx) -> Any:
     return {p: ctx.post(p, json_body={}) for p in ("/v1/embeddings", "/v1/messages")}
+
+
+# --- rules Truss checks at request time, and one it checks at load ----------------------------
+
+truss("definition_rules", OWN)
+
+
+@case(
+    "definition_rules", "postprocess", "a generator, and a Response, from predict with postprocess"
+)
+def definition_rules(ctx: Ctx) -> Any:
+    return {k: ctx.predict({"kind": k}) for k in ("plain", "generator", "response")}
+
+
+truss("bad_signature", OWN, wait="exit")
+
+
+@case("bad_signature", "refused", "predict(self, a, b, c): does the server exit; probes after")
+def bad_signature(ctx: Ctx) -> Any:
+    svc = ctx.service
+    deadline = time.monotonic() + 20
+    while svc.alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return {"exited": not svc.alive(), "_returncode": svc.proc.returncode, "GET /": ctx.get("/")}
+
+
+# --- every folder and name moved ----------------------------------------------------------------
+
+truss("custom_layout", OWN)
+
+
+@case(
+    "custom_layout",
+    "predict",
+    "POST :predict {} (class file and name, data_dir, bundled_packages_dir moved)",
+)
+def custom_layout(ctx: Ctx) -> Any:
+    return {"predict": ctx.predict({}), "probes": probes(ctx)}
+
+
+truss("custom_module_dir", OWN, wait="any")
+
+
+@case("custom_module_dir", "predict", "model_module_dir: src; does it load; POST :predict {}")
+def custom_module_dir(ctx: Ctx) -> Any:
+    time.sleep(2)  # a failed load ends Truss's server within a second
+    return {"serving": ctx.service.alive(), "predict": ctx.predict({"a": 1}, timeout=5)}

@@ -152,9 +152,14 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path, partial
             "",
         ]
     lines += ["## Trusses", ""]
-    for name, info in results["trusses"].items():
+    for info in results["trusses"].values():
         starts = ", ".join(
-            f"{s}: " + (f"started in {info[s].get('start_seconds')} s" if "start_error" not in info[s] else "did not start")
+            f"{s}: "
+            + (
+                f"started in {info[s].get('start_seconds')} s"
+                if "start_error" not in info[s]
+                else "did not start"
+            )
             for s in ("truss", "podium")
             if s in info
         )

@@ -80,7 +80,9 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
-def _spawn(name: str, cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+def _spawn(
+    name: str, cmd: list[str], cwd: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen:
     out = open(log, "wb")  # noqa: SIM115 - the child owns it
     try:
         return subprocess.Popen(
@@ -198,11 +200,11 @@ def _status(addr: str, path: str) -> int | None:
 def _wait(service: Service, wait: str, timeout: float, ready_line: str = "") -> None:
     """``ready``: until ``GET /v1/models/model`` is 200; ``live``: until the port answers HTTP;
     ``exit``: until the process exits (a truss that cannot load) or ``timeout`` passes, which is
-    not an error (what happens is the observation)."""
+    not an error (what happens is the observation); ``any``: until it answers HTTP or exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not service.alive():
-            if wait == "exit":
+            if wait in ("exit", "any"):
                 return
             service.stop()
             raise RuntimeError(
@@ -213,7 +215,7 @@ def _wait(service: Service, wait: str, timeout: float, ready_line: str = "") -> 
             return
         if wait == "ready" and ready_line and ready_line in service.log_text():
             return
-        if wait == "live" and _status(service.addr, "/") is not None:
+        if wait in ("live", "any") and _status(service.addr, "/") is not None:
             return
         time.sleep(0.3)
     if wait == "exit":

@@ -102,7 +102,11 @@ def unknown_path(ctx: Ctx) -> Any:
     return {"/v2/nothing-here": ctx.get("/v2/nothing-here"), "/v1/models": ctx.get("/v1/models")}
 
 
-@case(B, "no-chat", "POST /v1/chat/completions, /v1/completions, /v1/embeddings to a predict-only model")
+@case(
+    B,
+    "no-chat",
+    "POST /v1/chat/completions, /v1/completions, /v1/embeddings to a predict-only model",
+)
 def no_chat(ctx: Ctx) -> Any:
     return {
         p: ctx.post(p, json_body={"messages": []})
@@ -123,7 +127,9 @@ def metrics(ctx: Ctx) -> Any:
 
 @case(B, "request-id", "POST :predict with x-baseten-request-id (headers of the answer)")
 def request_id(ctx: Ctx) -> Any:
-    return ctx.predict({"a": 1}, headers={"x-baseten-request-id": "req-123"}, keep=("x-baseten-request-id",))
+    return ctx.predict(
+        {"a": 1}, headers={"x-baseten-request-id": "req-123"}, keep=("x-baseten-request-id",)
+    )
 
 
 # --- the others -------------------------------------------------------------------------------
@@ -131,7 +137,9 @@ def request_id(ctx: Ctx) -> Any:
 truss("test_async_truss", UP)
 
 
-@case("test_async_truss", "pre-post", "POST :predict {} and {'a': 1} (async preprocess/postprocess)")
+@case(
+    "test_async_truss", "pre-post", "POST :predict {} and {'a': 1} (async preprocess/postprocess)"
+)
 def async_pre_post(ctx: Ctx) -> Any:
     return {"{}": ctx.predict({}), "{'a': 1}": ctx.predict({"a": 1})}
 

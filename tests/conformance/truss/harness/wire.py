@@ -95,7 +95,7 @@ def request(
                 continue
             if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 break
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         out["incomplete"] = "timeout"
     except h11.RemoteProtocolError as exc:
         # The server closed the connection in the middle of a body (a stream that broke off).

@@ -1,6 +1,7 @@
 import os
 
 from harness_pkg import PACKAGE_VALUE
+
 from model.helper import shout
 
 
