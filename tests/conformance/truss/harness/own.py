@@ -275,3 +275,49 @@ truss("custom_module_dir", OWN, wait="any")
 def custom_module_dir(ctx: Ctx) -> Any:
     time.sleep(2)  # a failed load ends Truss's server within a second
     return {"serving": ctx.service.alive(), "predict": ctx.predict({"a": 1}, timeout=5)}
+
+
+# --- pydantic with a streaming predict; the request through pre/predict/post ---------------------
+
+truss("pydantic_stream", OWN)
+
+
+@case("pydantic_stream", "stream", "GET schema; POST :predict {'upto': 3}; an invalid input")
+def pydantic_stream(ctx: Ctx) -> Any:
+    return {
+        "schema": ctx.get("/v1/models/model/schema"),
+        "stream": ctx.predict({"upto": 3}),
+        "invalid": ctx.predict({"upto": "x"}),
+    }
+
+
+truss("request_everywhere", OWN)
+
+
+@case("request_everywhere", "request", "POST :predict with x-harness: the request in each method")
+def request_everywhere(ctx: Ctx) -> Any:
+    return ctx.predict({"a": 1}, headers={"x-harness": "h"})
+
+
+# --- a client that leaves a stream --------------------------------------------------------------
+
+truss("slow_stream", OWN)
+
+
+@case(
+    "slow_stream",
+    "client-leaves",
+    "a stream of 10 items 0.5 s apart left after its first item; then a one-item request: "
+    "is it answered within 2 s (the slot freed)",
+)
+def client_leaves(ctx: Ctx) -> Any:
+    from . import wire
+
+    left = wire.leave_after_first_chunk(ctx.addr, "/v1/models/model:predict", {"n": 10})
+    time.sleep(0.2)
+    after = ctx.predict({"n": 1, "gap": 0}, timeout=10)
+    return {
+        "left": left,
+        "next": after,
+        "next answered within 2 s": after.get("_seconds", 99) < 2.0,
+    }

@@ -233,3 +233,36 @@ def _ws_text(message: str | bytes) -> Any:
     if isinstance(message, bytes):
         return {"bytes": decode_text(message)}
     return message
+
+
+def leave_after_first_chunk(addr: str, path: str, value: Any, timeout: float = 10.0) -> dict:
+    """POST ``value`` as JSON, read up to the first chunk of the answer's body, then close the
+    connection (a client that goes away mid-stream). Returns what was read."""
+    body = json.dumps(value).encode()
+    host, port = addr.rsplit(":", 1)
+    conn = h11.Connection(h11.CLIENT)
+    headers = [
+        ("host", addr),
+        ("content-type", "application/json"),
+        ("content-length", str(len(body))),
+    ]
+    out: dict[str, Any] = {}
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(conn.send(h11.Request(method="POST", target=path, headers=headers)))
+        sock.sendall(conn.send(h11.Data(data=body)))
+        sock.sendall(conn.send(h11.EndOfMessage()))
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(sock.recv(65536))
+                continue
+            if isinstance(event, h11.Response):
+                out["status"] = event.status_code
+                continue
+            if isinstance(event, h11.Data):
+                out["first_chunk"] = decode_text(bytes(event.data))
+                break
+            if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                out["ended_before_a_chunk"] = True
+                break
+    return out
