@@ -664,13 +664,6 @@ def archive(
     default=None,
     help="Replicas of the ingress (HTTP parsing and rendering) [1].",
 )
-@click.option(
-    "--keep-running",
-    is_flag=True,
-    default=None,
-    help="Serving one truss whose model cannot load: stay up (not ready, the reason in readiness "
-    "and the log) instead of exiting 1 as Truss's server does [off].",
-)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 def ray_command(
     paths: tuple[Path, ...],

@@ -16,14 +16,13 @@ A path given to ``podium serve`` is one of:
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
 from . import mlserver, torchserve, truss
+from ._modules import exec_file
 from ._source import Contract, MLServerParts, ModelSource, TorchServeParts, TrussParts
 from .native import ModelSpec, inspect_class
 
@@ -182,16 +181,7 @@ def import_model(source: ModelSource) -> ModelSpec:
     digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
     module_name = f"podium_user_model_{digest}"
     try:
-        spec = importlib.util.spec_from_file_location(module_name, file)
-        if spec is None or spec.loader is None:
-            raise DefinitionError(f"{source.label}: cannot be imported")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
+        module = exec_file(file, module_name, source.label)
     except DefinitionError:
         raise
     except Exception as exc:

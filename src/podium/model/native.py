@@ -40,7 +40,14 @@ from ..types import (
 from ._calls import iterate_async, iterate_sync, model_error, run_sync, validation_failed
 from ._threads import CallThreads
 
-__all__ = ["MethodSpec", "ModelSpec", "NativeModel", "check_config", "inspect_class"]
+__all__ = [
+    "MethodSpec",
+    "ModelSpec",
+    "NativeModel",
+    "check_config",
+    "inspect_class",
+    "method_parameters",
+]
 
 INIT_KWARGS = ("config", "data_dir", "secrets")
 
@@ -174,7 +181,11 @@ def _hints(fn: Any) -> dict[str, Any]:
     return hints
 
 
-def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
+def method_parameters(
+    cls: type, name: str, problems: list[str]
+) -> tuple[Any, list[inspect.Parameter]] | None:
+    """The method ``name`` of ``cls`` and its parameters after the instance's; None when the
+    class has no such attribute, or when it is no method (the problem is added)."""
     fn = getattr(cls, name, None)
     if fn is None:
         return None
@@ -191,6 +202,15 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
     # name; staticmethods have none, and classmethods and callable objects come already bound.
     if params and inspect.isfunction(inspect.getattr_static(cls, name)):
         params = params[1:]
+    return fn, params
+
+
+def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
+    found = method_parameters(cls, name, problems)
+    if found is None:
+        return None
+    fn, params = found
+    where = f"{cls.__name__}.{name}"
     hints = _hints(fn)
     ok = True
     for p in params:

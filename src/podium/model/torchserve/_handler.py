@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from ...errors import DefinitionError
+from .._modules import exec_file
 
 __all__ = [
     "BUILTIN_HANDLERS",
@@ -200,17 +201,7 @@ def _streams(model_dir: Path) -> bool:
 def _import_file(file: Path, label: str, where: str) -> ModuleType:
     digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
     name = f"podium_ts_handler_{digest}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise DefinitionError(f"{where}: handler '{label}' ({file}) cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
+    return exec_file(file, name, f"{where}: handler '{label}' ({file})")
 
 
 def _missing_builtin(module_name: str, where: str, label: str) -> DefinitionError:

@@ -273,7 +273,9 @@ def _notes(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
         notes.append("'runtime.enable_debug_logs' is server-wide in Podium: --log-level debug")
     if runtime.get("enable_tracing_data"):
         notes.append("'runtime.enable_tracing_data' is server-wide in Podium: --otel")
-    given = data.get("runtime") if isinstance(data.get("runtime"), dict) else {}
+    given = data.get("runtime")
+    if not isinstance(given, dict):
+        given = {}
     for key in ("health_checks", "oidc", "remote_ssh", "egress_restrictions"):
         if given.get(key) not in (None, {}, RUNTIME_DEFAULTS[key]):
             notes.append(f"'runtime.{key}' is Baseten's platform setting; Podium ignores it")

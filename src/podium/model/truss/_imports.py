@@ -19,9 +19,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 
 from ...errors import DefinitionError
+from .._modules import exec_file
 from ._config import TrussSettings
 
 __all__ = ["import_class", "paths_first"]
@@ -94,16 +94,7 @@ def import_class(settings: TrussSettings, label: str) -> type:
     digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
     module_name = f"podium_truss_{digest}"
     with paths_first(settings):
-        spec = importlib.util.spec_from_file_location(module_name, file)
-        if spec is None or spec.loader is None:
-            raise DefinitionError(f"{label}: cannot be imported")
-        module: ModuleType = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
+        module = exec_file(file, module_name, label)
     cls = getattr(module, settings.class_name, None)
     if cls is None:
         raise DefinitionError(

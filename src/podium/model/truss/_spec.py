@@ -21,7 +21,7 @@ from typing import Any
 
 from ...errors import DefinitionError
 from ...types import ENDPOINT_METHODS
-from ..native import _hints, is_request_annotation, is_schema_annotation
+from ..native import _hints, is_request_annotation, is_schema_annotation, method_parameters
 
 __all__ = ["INIT_KWARGS", "TrussMethod", "TrussSpec", "inspect_truss", "io_schema"]
 
@@ -77,20 +77,11 @@ class TrussSpec:
 
 
 def _method(cls: type, name: str, problems: list[str]) -> TrussMethod | None:
-    fn = getattr(cls, name, None)
-    if fn is None:
+    found = method_parameters(cls, name, problems)
+    if found is None:
         return None
+    fn, params = found
     where = f"{cls.__name__}.{name}"
-    if not callable(fn):
-        problems.append(f"`{name}` must be a method ({where})")
-        return None
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        problems.append(f"{where}: its signature cannot be inspected")
-        return None
-    if params and inspect.isfunction(inspect.getattr_static(cls, name)):
-        params = params[1:]  # self
     hints = _hints(fn)
     is_async = inspect.iscoroutinefunction(fn)
     is_generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
