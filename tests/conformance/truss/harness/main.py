@@ -79,7 +79,7 @@ def run(args) -> int:
         # A partial run does not replace the report: it goes beside the harness (gitignored).
         out = servers.HERE / "partial.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    out.write_text(json.dumps(_for_json(results), indent=1, default=str) + "\n")
     print(f"wrote {out}")
     if not args.no_docs:
         md = out.with_suffix(".md")
@@ -90,6 +90,18 @@ def run(args) -> int:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     print(f"{len(results['cases'])} cases: {counts}; {results['seconds']} s")
     return 0
+
+
+def _for_json(results: dict[str, Any]) -> dict[str, Any]:
+    """The results without each answer's ``compare`` (it is ``raw`` less its ``_`` keys)."""
+    rows = []
+    for row in results["cases"]:
+        row = dict(row)
+        for key in ("truss_answer", "podium_answer"):
+            if row[key] is not None:
+                row[key] = {k: v for k, v in row[key].items() if k != "compare"}
+        rows.append(row)
+    return {**results, "cases": rows}
 
 
 def _serve_and_ask(name, t, cases, workdir: Path, python: Path):

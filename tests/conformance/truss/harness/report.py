@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .judgements import JUDGEMENTS
+from .judgements import JUDGEMENTS, TRUSS_FACTS
 
 ADAPTATIONS = """\
 Truss's server runs here without Docker, as Truss's own tests run it
@@ -116,6 +116,8 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path, partial
             f"| {row['group']}/{row['truss']} | [{row['id']}](#{_anchor(row)}) | {verdict} | "
             f"{row['title'].replace('|', '/')} |"
         )
+    lines += ["", "## What the runs show of Truss itself", ""]
+    lines += [f"- {fact}" for fact in TRUSS_FACTS]
     lines += ["", "## Differences, and who is right", ""]
     diffs = [r for r in rows if r["verdict"] != "same"]
     if not diffs:
