@@ -76,6 +76,11 @@ def main() -> int:
         help="the Python that runs Podium (default: PODIUM_PYTHON, else the repository's .venv)",
     )
     parser.add_argument("--no-docs", action="store_true", help="write the JSON only")
+    parser.add_argument(
+        "--self-check",
+        action="store_true",
+        help="Truss's server on both sides (every case should be 'same'); writes partial.*",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "truss.json")
     parser.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -41,6 +41,7 @@ def run(args) -> int:
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()} (Truss), Podium's: {python}",
         "versions": _versions(python),
+        "self_check": args.self_check,
         "trusses": {},
         "cases": [],
     }
@@ -51,7 +52,10 @@ def run(args) -> int:
             per_server: dict[str, dict[str, Any]] = {}
             info: dict[str, Any] = {"group": t.group, "path": str(t.path.relative_to(ROOT))}
             for name in SERVERS:
-                per_server[name], info[name] = _serve_and_ask(name, t, cases, workdir, python)
+                # --self-check: Truss's server in Podium's place, to show that what is
+                # compared is stable from one start to the next (every case should be "same").
+                start = "truss" if args.self_check else name
+                per_server[name], info[name] = _serve_and_ask(start, t, cases, workdir, python)
             results["trusses"][t.name] = info
             for c in cases:
                 a, b = per_server["truss"].get(c.id), per_server["podium"].get(c.id)
@@ -75,7 +79,7 @@ def run(args) -> int:
         results["seconds"] = round(time.monotonic() - started)
         shutil.rmtree(workdir, ignore_errors=True)
     out = args.out
-    if wanted:
+    if wanted or args.self_check:
         # A partial run does not replace the report: it goes beside the harness (gitignored).
         out = servers.HERE / "partial.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +87,7 @@ def run(args) -> int:
     print(f"wrote {out}")
     if not args.no_docs:
         md = out.with_suffix(".md")
-        write_markdown(results, md, out, partial=bool(wanted))
+        write_markdown(results, md, out, partial=bool(wanted) or args.self_check)
         print(f"wrote {md}")
     counts: dict[str, int] = {}
     for row in results["cases"]:
@@ -112,14 +116,14 @@ def _serve_and_ask(name, t, cases, workdir: Path, python: Path):
     answers: dict[str, Any] = {}
     service = None
     try:
-        if name == "truss":
-            service = servers.start_truss(
-                t.path, sub, env=t.env, secret_files=t.secret_files, wait=t.wait
-            )
-        else:
-            service = servers.start_podium(
-                t.path, sub, python=python, env=t.env, secret_files=t.secret_files, wait=t.wait
-            )
+        for attempt in range(3):
+            try:
+                service = _start(name, t, Path(tempfile.mkdtemp(dir=sub)), python)
+                break
+            except RuntimeError as exc:
+                # The free port was taken between choosing it and binding it: choose again.
+                if "already in use" not in str(exc) or attempt == 2:
+                    raise
         info["start_seconds"] = round(time.monotonic() - t0, 1)
         for c in cases:
             answers[c.id] = run_case(c, Ctx(service.addr, service))
@@ -133,6 +137,14 @@ def _serve_and_ask(name, t, cases, workdir: Path, python: Path):
             service.stop()
             info["log_tail"] = service.log_text()[-2500:]
     return answers, info
+
+
+def _start(name: str, t, sub: Path, python: Path) -> servers.Service:
+    if name == "truss":
+        return servers.start_truss(t.path, sub, env=t.env, secret_files=t.secret_files, wait=t.wait)
+    return servers.start_podium(
+        t.path, sub, python=python, env=t.env, secret_files=t.secret_files, wait=t.wait
+    )
 
 
 def _versions(python: Path) -> dict[str, str]:
