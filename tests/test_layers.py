@@ -83,6 +83,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.logs",
             "podium.heap",
             "podium._turn",
+            "podium._properties",
             "podium.metrics",
             "podium.tracing",
         ),

@@ -382,6 +382,14 @@ def main() -> None:
     "refused, so that load balancers stop sending first [5 in a Kubernetes pod, else 0].",
 )
 @click.option(
+    "--install-model-requirements",
+    is_flag=True,
+    default=None,
+    help="Install the requirements a model declares (a truss's requirements, a TorchServe "
+    "archive's requirements file) into an environment of its own, cached in $PODIUM_ENVS "
+    "[~/.cache/podium/envs], and run it in worker processes from there [off].",
+)
+@click.option(
     "--keep-running",
     is_flag=True,
     default=None,
@@ -544,6 +552,31 @@ def check(paths: tuple[Path, ...]) -> None:
                     click.echo(f"note: {note}")
             count += 1
     click.echo(f"{count} model(s) checked, no problems")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def install(paths: tuple[Path, ...]) -> None:
+    """Install the requirements each model at PATHS declares into an environment of its own
+    (cached in $PODIUM_ENVS, default ~/.cache/podium/envs), for `podium serve
+    --install-model-requirements`; exit 1 if any install fails."""
+    from .model import discover_all
+    from .runtime import in_environments
+
+    problems: list[str] = []
+    for path in paths:
+        found, found_problems = discover_all(path)
+        problems.extend(found_problems)
+        for source in in_environments(found, problems):
+            if source.python is None:
+                click.echo(f"ok: {source.label} declares no requirements")
+            else:
+                where = source.python.parent.parent
+                click.echo(f"ok: {source.label}: {', '.join(source.requirements())} in {where}")
+    if problems:
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(1)
 
 
 @main.command()

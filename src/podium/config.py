@@ -316,6 +316,9 @@ class ServerConfig:
     # Serving one truss whose model cannot load: exit 1, as Truss's server does (False), or
     # stay up, not ready, with the reason in readiness and the log, as for any other model.
     keep_running: bool = False
+    # Models that declare requirements (a truss's, a TorchServe archive's) run in worker
+    # processes from an environment of their own with them installed (runtime/environments.py).
+    install_model_requirements: bool = False
 
     def _check_archives(self) -> None:
         timeout = self.download_timeout
@@ -390,6 +393,11 @@ class ServerConfig:
             raise ValueError(
                 "sequence-header must be a header name (letters, digits, '-' and '_'), "
                 f"got {self.sequence_header!r}"
+            )
+        if not isinstance(self.install_model_requirements, bool):
+            raise ValueError(
+                "install-model-requirements must be true or false, "
+                f"got {self.install_model_requirements!r}"
             )
         if not isinstance(self.keep_running, bool):
             raise ValueError(f"keep-running must be true or false, got {self.keep_running!r}")

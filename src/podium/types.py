@@ -30,6 +30,7 @@ __all__ = [
     "Capabilities",
     "Context",
     "Generation",
+    "HandlerRoute",
     "InferenceRequest",
     "InferenceResponse",
     "InputKind",
@@ -525,6 +526,17 @@ class Returned:
 ENDPOINT_METHODS: Final = ("chat_completions", "completions", "embeddings", "messages", "responses")
 
 
+@dataclass(frozen=True, slots=True)
+class HandlerRoute:
+    """A model's own HTTP endpoint (an MLServer runtime's ``@custom_handler``): ``method`` and
+    ``path`` (``{name}`` segments match one segment, as Starlette's), served by the model's
+    method ``name`` (:meth:`ModelEndpoints.endpoint`)."""
+
+    method: str
+    path: str
+    name: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Capabilities:
     """What a model instance asks for and how it runs: what every front end, the data plane,
@@ -570,6 +582,10 @@ class Capabilities:
     #: ``model-settings.json`` are hints (content types), which MLServer never checks requests
     #: against, and often name only some of the inputs.
     checks_declared_inputs: bool = True
+    #: A ``BYTES`` input whose shape counts the characters (or bytes) of its one element passes
+    #: the OIP checks as that one element (``codecs.check_request``'s ``text_length_shapes``):
+    #: MLServer's runtimes, whose clients send ``"shape": [len(text)]`` as MLServer's examples do.
+    text_length_shapes: bool = False
     #: ``predict`` may return a generator, which then streams; whether it does is decided by
     #: the value each call returns (Truss's rule). ``predict_stream`` then holds the slot until
     #: the generator ends and yields its items, or one :class:`Returned` (postprocessed) when
@@ -577,6 +593,9 @@ class Capabilities:
     returns_streams: bool = False
     #: Which of :data:`ENDPOINT_METHODS` the model defines (:class:`ModelEndpoints.endpoint`).
     endpoints: frozenset[str] = frozenset()
+    #: The model's own HTTP endpoints (MLServer's custom handlers), served on the inference
+    #: listener where no route of Podium's matches (:meth:`ModelEndpoints.endpoint`).
+    handler_routes: tuple[HandlerRoute, ...] = ()
     #: The model serves WebSockets (:meth:`ModelEndpoints.websocket`).
     websocket: bool = False
     #: The model says whether it is healthy (:meth:`ModelEndpoints.is_healthy`): a loaded

@@ -7,6 +7,7 @@ import time
 
 import pydantic
 from lexicon import load_lexicon, tokens
+
 from model.scoring import label
 
 

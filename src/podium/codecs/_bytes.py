@@ -13,7 +13,13 @@ from podium.types import RequestInput
 
 from ._shape import RaggedError, count_error, describe, flatten, plural, ragged_error
 
-__all__ = ["check_bytes", "decode_bytes", "decode_raw_bytes", "encode_raw_bytes"]
+__all__ = [
+    "check_bytes",
+    "counts_text",
+    "decode_bytes",
+    "decode_raw_bytes",
+    "encode_raw_bytes",
+]
 
 
 def decode_bytes(inp: RequestInput, shape: list[int], count: int) -> list[str] | list[bytes]:
@@ -62,6 +68,29 @@ def decode_bytes(inp: RequestInput, shape: list[int], count: int) -> list[str] |
 
 _TEXT_OR_BYTES = {str, bytes}
 _TEXT = {str}
+
+
+def counts_text(data: Any, count: int) -> bool:
+    """Whether ``data`` is one string or bytes element (alone, or alone in a list) whose length
+    is ``count``: in characters, or in UTF-8 bytes, for a string; in bytes for bytes. That is
+    the shape MLServer's examples send for one text (``"shape": [len(text)]``), which MLServer
+    takes as the one element it is (its ``StringCodec`` never reads the shape)."""
+    if count == 1:
+        return False  # already the one element its shape says
+    if type(data) is list:
+        if len(data) != 1:
+            return False
+        data = data[0]
+    if isinstance(data, bytes):
+        return len(data) == count
+    if isinstance(data, str):
+        if len(data) == count:
+            return True
+        try:
+            return len(data.encode("utf-8")) == count
+        except UnicodeEncodeError:
+            return False
+    return False
 
 
 def check_bytes(inp: RequestInput, shape: list[int], count: int) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from podium.errors import InvalidInput, InvalidTensor
 from podium.types import DATATYPES, InferenceRequest, RequestInput
 
-from ._bytes import check_bytes, decode_bytes
+from ._bytes import check_bytes, counts_text, decode_bytes
 from ._datatypes import NUMPY_DTYPES
 from ._shape import (
     check_shape,
@@ -63,15 +63,22 @@ def decode_input(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
     return arr.astype(target, copy=False).reshape(shape)
 
 
-def check_input(inp: RequestInput) -> None:
+def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
     """Raise what :func:`decode_input` raises for ``inp``, without decoding it: for a model that
     takes the request itself, which must get only tensors the protocol allows.
 
     Numeric data is checked by numpy (no Python loop over the elements); ``BYTES`` elements are
-    checked to be strings or bytes (and UTF-8, for ``content_type: "str"``)."""
+    checked to be strings or bytes (and UTF-8, for ``content_type: "str"``).
+
+    With ``text_length_shapes`` (an MLServer runtime's requests), a ``BYTES`` input whose shape
+    counts the characters or bytes of its one element (``"shape": [5], "data": ["hello"]``, what
+    MLServer's examples send) passes as that one element; the shape is left as it came."""
     shape, count = _checked_head(inp)
     datatype = inp.datatype
     if datatype == "BYTES":
+        if text_length_shapes and counts_text(inp.data, count):
+            check_bytes(inp, [1], 1)
+            return
         check_bytes(inp, shape, count)
         return
     data = inp.data
@@ -112,12 +119,12 @@ def decode_request(req: InferenceRequest) -> dict[str, Any]:
     return decoded
 
 
-def check_request(req: InferenceRequest) -> None:
+def check_request(req: InferenceRequest, *, text_length_shapes: bool = False) -> None:
     """Raise what :func:`decode_request` raises for ``req``, without decoding it
-    (:func:`check_input` for each input)."""
+    (:func:`check_input` for each input, with ``text_length_shapes``)."""
     inputs = req.inputs
     for inp in inputs:
-        check_input(inp)
+        check_input(inp, text_length_shapes=text_length_shapes)
     if len(inputs) > 1:
         names = [inp.name for inp in inputs]
         if len(set(names)) != len(names):

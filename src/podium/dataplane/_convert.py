@@ -53,7 +53,7 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
             if kind is InputKind.SCHEMA:
                 return inst.validate(codecs.inputs_as_json(decoded)), request
             return decoded, request
-        codecs.check_request(request)
+        codecs.check_request(request, text_length_shapes=caps.text_length_shapes)
         if declared:
             codecs.check_declared(request, signature, mv.label)
         if kind is InputKind.OIP_REQUEST:

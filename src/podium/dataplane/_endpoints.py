@@ -1,5 +1,6 @@
 """What a model offers besides predict, where its capabilities say so (a truss's): its health,
-its other named methods (Truss's OpenAI-style routes), its WebSockets.
+its other named methods (Truss's OpenAI-style routes, an MLServer runtime's custom handlers),
+its WebSockets.
 
 They run on the version's instance itself and outside ``predict_concurrency``, as Truss runs
 them; a call through them is in flight (the shutdown drains and cuts it) and counted by
@@ -14,12 +15,12 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
-from ..errors import NotFound, UnsupportedRepresentation
+from ..errors import MethodNotAllowed, NotFound, UnsupportedRepresentation
 from ..runtime import ModelVersion, WorkerKind
-from ..types import Call, ModelEndpoints
+from ..types import Call, HandlerRoute, ModelEndpoints, ModelState
 from ._flight import InFlight
 
-__all__ = ["endpoint_items", "healthy", "serve_websocket"]
+__all__ = ["endpoint_items", "handler_route", "healthy", "serve_websocket"]
 
 logger = logging.getLogger("podium.dataplane")
 
@@ -53,7 +54,8 @@ async def endpoint_items(
 ) -> AsyncGenerator[Any, None]:
     """The items of the model's method ``name`` called with the call's payload: one
     :class:`~podium.types.Returned`, or the items of the generator it returned."""
-    if name not in mv.instance.capabilities.endpoints:
+    caps = mv.instance.capabilities
+    if name not in caps.endpoints and not any(r.name == name for r in caps.handler_routes):
         raise NotFound(f"model '{mv.name}' defines no method '{name}'")
     instance = _offers(mv, name)
     task = flight.enter(call)
@@ -94,3 +96,50 @@ async def serve_websocket(flight: InFlight, mv: ModelVersion, call: Call, websoc
     finally:
         if task is not None:
             flight.leave(task)
+
+
+def handler_route(
+    versions: list[ModelVersion], method: str, path: str
+) -> tuple[ModelVersion, HandlerRoute, dict[str, str]] | None:
+    """The ready version whose handler route serves ``method`` ``path``, the route and the
+    path's parameters (the first such, in the order of ``versions``); None when no route's path
+    matches; ``MethodNotAllowed`` when some match but not for ``method``."""
+    allowed: list[str] = []
+    for mv in versions:
+        if mv.state is not ModelState.READY:
+            continue
+        for route in mv.instance.capabilities.handler_routes:
+            params = _match(route.path, path)
+            if params is None:
+                continue
+            if route.method == method or (method == "HEAD" and route.method == "GET"):
+                return mv, route, params
+            allowed.append(route.method)
+    if allowed:
+        raise MethodNotAllowed(
+            f"{path} answers {', '.join(sorted(set(allowed)))}, not {method}",
+            tuple(sorted(set(allowed))),
+        )
+    return None
+
+
+def _match(template: str, path: str) -> dict[str, str] | None:
+    """``path``'s values for ``template``'s ``{name}`` segments (``{name:path}`` takes the
+    rest), or None when it does not match (one trailing ``/`` is not significant)."""
+    want = template.rstrip("/").split("/")
+    got = path.rstrip("/").split("/")
+    params: dict[str, str] = {}
+    for i, segment in enumerate(want):
+        if segment.startswith("{") and segment.endswith("}"):
+            name, _, kind = segment[1:-1].partition(":")
+            if kind == "path":
+                if i >= len(got):
+                    return None
+                params[name] = "/".join(got[i:])
+                return params
+            if i >= len(got) or not got[i]:
+                return None
+            params[name] = got[i]
+        elif i >= len(got) or got[i] != segment:
+            return None
+    return params if len(want) == len(got) else None

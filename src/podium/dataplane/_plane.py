@@ -19,6 +19,7 @@ from ..types import (
     Answer,
     AnswerStream,
     Call,
+    HandlerRoute,
     InferenceRequest,
     InferenceResponse,
     ModelMetadata,
@@ -31,7 +32,7 @@ from ..types import (
     current_request,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
-from ._endpoints import endpoint_items, healthy, serve_websocket
+from ._endpoints import endpoint_items, handler_route, healthy, serve_websocket
 from ._flight import InFlight
 from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._model_config import ModelConfiguration
@@ -141,6 +142,21 @@ class DataPlane:
         method."""
         return AnswerStream(endpoint_items(self.flight, mv, call, name), None)
 
+    def handler_route(
+        self, method: str, path: str
+    ) -> tuple[ModelVersion, HandlerRoute, dict[str, str]] | None:
+        """The model's own HTTP route (an MLServer runtime's custom handler) that serves
+        ``method`` ``path``: its version, the route and the path's parameters, for
+        :meth:`endpoint` with the route's ``name``; None if no ready model has one there
+        (``MethodNotAllowed`` if one has, for other methods). Default versions first."""
+        registry = self._registry
+        versions = []
+        for model in registry.names():
+            default = registry.get(model, None)
+            versions.append(default)
+            versions.extend(v for v in registry.versions(model) if v is not default)
+        return handler_route(versions, method, path)
+
     async def websocket(self, call: Call, mv: ModelVersion, websocket: Any) -> None:
         """Hand a WebSocket (a ``starlette`` one, not yet accepted) to a model that serves them
         (``capabilities.websocket``) for as long as it keeps it; ``NotFound`` otherwise."""
@@ -152,13 +168,16 @@ class DataPlane:
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """The metadata of that version (the default one when None); ``NotFound`` if unknown.
         ``versions`` lists every version of the model, or, when one was asked for, that one
-        (as Triton answers ``/v2/models/{m}/versions/{v}``)."""
+        (as Triton answers ``/v2/models/{m}/versions/{v}``); a model whose metadata lists its
+        own ``versions`` (an MLServer ``model-settings.json``'s) answers that list, as MLServer
+        does."""
         mv = self._registry.get(name, version)
         meta = dict(mv.config.model_metadata)
         platform = meta.pop("platform", "podium")
         inputs = meta.pop("inputs", None) or []
         outputs = meta.pop("outputs", None) or []
         meta.pop("max_batch_size", None)  # the configuration's (model_config), not a parameter
+        declared = meta.pop("versions", None)  # the versions the model's own file lists
         state = {"state": mv.state.value}
         if mv.reason:
             state["reason"] = mv.reason
@@ -167,7 +186,9 @@ class DataPlane:
             state["trouble"] = trouble
         return ModelMetadata(
             name=mv.name,
-            versions=[
+            versions=[str(v) for v in declared]
+            if isinstance(declared, list)
+            else [
                 v.version or UNVERSIONED
                 for v in ([mv] if version else self._registry.versions(name))
             ],

@@ -196,6 +196,7 @@ class ModelRepository:
         *,
         only: tuple[str, str | None] | None = None,
         overrides: Mapping[str, Any] | None = None,
+        install_requirements: bool = False,
     ) -> None:
         """Discover and build every model under ``paths`` into the registry (``DefinitionError``
         lists every problem, and then none is added). Blocking (user code is imported and
@@ -203,7 +204,9 @@ class ModelRepository:
 
         ``only``: build just that version (name, version) of those found, importing no other
         model's code; ``overrides``: ``ModelConfig`` fields in place of each config's own
-        (a Ray Serve replica runs one version with one worker: podium.ray)."""
+        (a Ray Serve replica runs one version with one worker: podium.ray);
+        ``install_requirements``: a model that declares requirements runs from an environment of
+        its own with them installed (``podium serve --install-model-requirements``)."""
         register_paths(
             self._registry,
             paths,
@@ -212,6 +215,7 @@ class ModelRepository:
             codec=self._codec,
             only=only,
             overrides=overrides,
+            install_requirements=install_requirements,
         )
         now = _now()
         for mv in self._registry:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,14 @@ if TYPE_CHECKING:  # the torchserve and truss packages import this module
     from .torchserve import TsSettings
     from .truss import TrussSettings
 
-__all__ = ["Contract", "MLServerParts", "ModelSource", "TorchServeParts", "TrussParts"]
+__all__ = [
+    "Contract",
+    "MLServerParts",
+    "ModelSource",
+    "TorchServeParts",
+    "TrussParts",
+    "requirement_lines",
+]
 
 
 class Contract(enum.StrEnum):
@@ -25,6 +32,13 @@ class Contract(enum.StrEnum):
     TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve/)
     MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver/)
     TRUSS = "truss"  # a truss: config.yaml and model/model.py (model/truss/)
+
+
+def requirement_lines(lines: list[str]) -> tuple[str, ...]:
+    """The requirements of a requirements file's lines: comments and options (``-e``, ``-r``,
+    ``--index-url``...) left out."""
+    kept = (line.split("#", 1)[0].strip() for line in lines)
+    return tuple(line for line in kept if line and not line.startswith("-"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +84,13 @@ class ModelSource:
     torchserve: TorchServeParts | None = None
     mlserver: MLServerParts | None = None
     truss: TrussParts | None = None
+    #: The Python its worker processes start with: that of the environment its own requirements
+    #: were installed into (``runtime.environments``); None: the server's, and it may run in
+    #: thread workers.
+    python: Path | None = None
+    #: Environment variables its worker processes start with (a truss's
+    #: ``environment_variables``; thread workers' code reads them through ``os.environ``).
+    process_env: Mapping[str, str] = field(default_factory=dict)
     # What Podium made on disk for it (an archive's extraction); the version built from it
     # takes these over, and releases them when it is removed.
     owned: tuple[Owned, ...] = ()
@@ -103,6 +124,20 @@ class ModelSource:
         if self.truss is None:
             raise ValueError(f"{self.label} is a {self.contract.value} model, not a truss")
         return self.truss
+
+    def requirements(self) -> tuple[str, ...]:
+        """The packages the model's code declares it needs, as requirement lines: a truss's
+        ``requirements`` (or its ``requirements_file``), a TorchServe archive's requirements
+        file; none for other models."""
+        if self.truss is not None:
+            return self.truss.settings.requirements
+        if self.torchserve is not None:
+            listed = (self.torchserve.manifest.get("model") or {}).get("requirementsFile")
+            if listed:
+                path = self.model_dir / str(listed)
+                if path.is_file():
+                    return requirement_lines(path.read_text(encoding="utf-8").splitlines())
+        return ()
 
     def mlserver_parts(self) -> MLServerParts:
         """The MLServer adapter's parts; ``ValueError`` for a model of another contract."""

@@ -25,7 +25,7 @@ from ._stats import (
     VersionStats,
     outcome_of,
 )
-from .loading import build_path, check_paths, register_paths
+from .loading import build_path, check_paths, in_environments, register_paths
 from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 
@@ -47,6 +47,7 @@ __all__ = [
     "WorkerState",
     "build_path",
     "check_paths",
+    "in_environments",
     "outcome_of",
     "register_paths",
 ]

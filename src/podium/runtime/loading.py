@@ -29,6 +29,7 @@ from ..model import (
     truss,
 )
 from ..types import ModelInstance
+from . import environments
 from ._scheduler import Scheduler
 from ._stats import VersionStats
 from .batcher import BatchScheduler
@@ -164,7 +165,7 @@ def build_version(
     if source.contract is Contract.TRUSS:  # what Podium does not do of the truss's config
         for note in truss.notes(source):
             logger.warning("%s", note)
-    if spec is None:
+    if spec is None and source.python is None:
         with recording_to(stats.custom):
             spec = prepare(source)
     config = source.config
@@ -236,6 +237,9 @@ def _check(sources: list[ModelSource], problems: list[str]) -> tuple[list[Checke
             problems.append(f"{source.label}: defined twice (also in {seen[key].file})")
         seen[key] = source
         stats = VersionStats()
+        if source.python is not None:  # its code imports in its own environment, not here
+            checked.append((source, None, stats))
+            continue
         try:
             with recording_to(stats.custom):
                 spec = prepare(source)
@@ -304,6 +308,27 @@ def _defaults(sources: list[ModelSource]) -> tuple[dict[str, str], list[str]]:
     return defaults, problems
 
 
+def in_environments(sources: list[ModelSource], problems: list[str]) -> list[ModelSource]:
+    """Each source that declares requirements, with them installed into its own environment
+    (``runtime.environments``; cached) and set to run in worker processes started from it; a
+    failed install is a problem of that model (added to ``problems``, the source left out)."""
+    placed: list[ModelSource] = []
+    for source in sources:
+        wanted = source.requirements()
+        if not wanted:
+            placed.append(source)
+            continue
+        try:
+            env = environments.install(wanted, label=source.label)
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+            continue
+        logger.info("%s runs in worker processes from %s", source.label, env.path)
+        config = dataclasses.replace(source.config, workers=WorkerKind.PROCESS.value)
+        placed.append(dataclasses.replace(source, config=config, python=env.python))
+    return placed
+
+
 def check_paths(paths: list[Path]) -> list[str]:
     """Every definition problem in ``paths``, without instantiating or serving anything."""
     return _collect(paths)[1]
@@ -318,6 +343,7 @@ def register_paths(
     codec: RequestCodec | None = None,
     only: tuple[str, str | None] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    install_requirements: bool = False,
 ) -> None:
     """Discover and instantiate every model under ``paths`` into ``registry``.
 
@@ -328,8 +354,12 @@ def register_paths(
     ``only``: the one version (name, version) to take of those found; the others are not
     imported (``DefinitionError`` if it is not there). ``overrides``: ``ModelConfig`` fields in
     place of each config's own (``dataclasses.replace``; the caller validated them).
+    ``install_requirements``: a model that declares requirements runs from an environment of
+    its own with them installed (:func:`in_environments`).
     """
     sources, problems = _discover(paths)
+    if install_requirements:
+        sources = in_environments(sources, problems)
     if only is not None:
         sources = [s for s in sources if (s.config.name, s.config.version) == only]
         if not sources and not problems:

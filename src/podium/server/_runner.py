@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -259,7 +260,12 @@ class Podium:
         self._warn_model_control()
         self._warn_shared_memory()
         # Importing user code runs it: never on the event loop.
-        await loop.run_in_executor(self.executor, repository.add_paths, self.paths)
+        add = functools.partial(
+            repository.add_paths,
+            self.paths,
+            install_requirements=config.install_model_requirements,
+        )
+        await loop.run_in_executor(self.executor, add)
         inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
         app: Any = HttpApp(
             self.dataplane,

@@ -7,7 +7,7 @@ import paths point here (:func:`podium.compat.mlserver.install_import_paths`, ca
 MLServer model is prepared). See ``docs/mlserver.md`` for what differs from MLServer.
 """
 
-from . import codecs, errors, logging, metrics, settings, types, utils
+from . import codecs, errors, handlers, logging, metrics, settings, types, utils
 from ._shim import install_import_paths, uninstall_import_paths
 from .metrics import log, register
 from .model import MLModel
@@ -21,6 +21,7 @@ __all__ = [
     "__version__",
     "codecs",
     "errors",
+    "handlers",
     "install_import_paths",
     "log",
     "logging",

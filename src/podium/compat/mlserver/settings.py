@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import inspect
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,28 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 from .types import MetadataTensor
 from .version import __version__
 
-__all__ = ["ModelParameters", "ModelSettings", "Settings"]
+__all__ = [
+    "DEFAULT_ENVIRONMENTS_DIR",
+    "DEFAULT_METRICS_DIR",
+    "DEFAULT_PARALLEL_WORKERS",
+    "ENV_FILE_SETTINGS",
+    "ENV_PREFIX_MODEL_SETTINGS",
+    "ENV_PREFIX_SETTINGS",
+    "BaseSettings",
+    "CORSSettings",
+    "ModelParameters",
+    "ModelSettings",
+    "Settings",
+]
+
+# MLServer's names for its settings' sources and defaults (Podium's loader reads none of the
+# environment or .env: docs/mlserver.md).
+ENV_FILE_SETTINGS = ".env"
+ENV_PREFIX_SETTINGS = "MLSERVER_"
+ENV_PREFIX_MODEL_SETTINGS = "MLSERVER_MODEL_"
+DEFAULT_PARALLEL_WORKERS = 1
+DEFAULT_ENVIRONMENTS_DIR = os.path.join(os.getcwd(), ".envs")
+DEFAULT_METRICS_DIR = os.path.join(os.getcwd(), ".metrics")
 
 
 def _import_path(cls: type) -> str:
@@ -42,6 +64,44 @@ def _on_sys_path(folder: str) -> Iterator[None]:
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(folder)
+
+
+class BaseSettings(BaseModel):
+    """The base of settings a runtime declares for itself (MLServer's is pydantic-settings'):
+    a field not given is read from the environment variable ``<env_prefix><FIELD>`` (any case;
+    JSON for a value that is not text), ``env_prefix`` set in ``model_config``. Unlike
+    pydantic-settings, ``.env`` files are not read."""
+
+    model_config = ConfigDict(protected_namespaces=(), extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        prefix = str(self.model_config.get("env_prefix", "")).upper()
+        environ = {key.upper(): value for key, value in os.environ.items()}
+        for name, field in type(self).model_fields.items():
+            if name in values or (field.alias and field.alias in values):
+                continue
+            raw = environ.get(prefix + name.upper())
+            if raw is None:
+                continue
+            try:
+                values[name] = json.loads(raw) if field.annotation is not str else raw
+            except ValueError:
+                values[name] = raw
+        super().__init__(**values)
+
+
+class CORSSettings(BaseModel):
+    """MLServer's ``cors_settings`` (what its REST server's CORS middleware is given)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    allow_origins: list[str] | None = []
+    allow_origin_regex: str | None = None
+    allow_credentials: bool | None = False
+    allow_methods: list[str] | None = ["GET"]
+    allow_headers: list[str] | None = []
+    expose_headers: list[str] | None = []
+    max_age: int | None = 600
 
 
 class Settings(BaseModel):

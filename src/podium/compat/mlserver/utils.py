@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import urllib.parse
 import uuid
@@ -18,6 +19,7 @@ __all__ = [
     "get_model_uri",
     "get_wrapped_method",
     "insert_headers",
+    "schedule_with_callback",
     "to_absolute_path",
 ]
 
@@ -90,3 +92,12 @@ def extract_headers(inference_response: InferenceResponse) -> dict[str, str] | N
     headers = parameters.headers
     parameters.headers = None
     return headers
+
+
+def schedule_with_callback(
+    coro: Any, cb: Callable[[asyncio.Task[Any]], object]
+) -> asyncio.Task[Any]:
+    """Run ``coro`` as a task on the running loop and call ``cb(task)`` once it is done."""
+    task = asyncio.create_task(coro)
+    task.add_done_callback(cb)
+    return task

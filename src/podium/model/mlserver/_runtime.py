@@ -13,6 +13,7 @@ runtime's ``predict`` (a batch: one merged request, see ``_batch``) and converts
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import logging
 import uuid
@@ -40,10 +41,12 @@ from ...types import (
     InferenceResponse,
     InputKind,
     ResponseOutput,
+    Returned,
     request_id,
 )
 from .._calls import model_error, run_sync, validation_failed
 from . import _batch
+from ._handlers import call_arguments, handler_routes, rendered
 
 __all__ = ["MLServerModel", "runtime_error"]
 
@@ -140,6 +143,10 @@ class MLServerModel:
             predict_in_thread=not inspect.iscoroutinefunction(getattr(runtime, "predict", None)),
             # The inputs of model-settings.json are content-type hints, not a signature.
             checks_declared_inputs=False,
+            # "shape": [len(text)] for one text, as MLServer's examples send it
+            text_length_shapes=True,
+            # @custom_handler methods, served on the HTTP inference listener
+            handler_routes=handler_routes(runtime),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -279,6 +286,29 @@ class MLServerModel:
             return await self._call("predict", payload)
         except Exception as exc:
             raise runtime_error(self.name, "predict", exc) from exc
+
+    async def endpoint(self, name: str, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        """Call the custom handler ``name`` (one of ``capabilities.handler_routes``) for the
+        HTTP request ``request``, whose path gave ``inputs`` (its path parameters): one
+        :class:`Returned`. A handler's ``MLServerError`` keeps its status, as with predict."""
+        if not any(route.name == name for route in self.capabilities.handler_routes):
+            raise ModelError(f"model '{self.name}' has no custom handler '{name}'")
+        method = getattr(self.runtime, name)
+        arguments = await call_arguments(method, request, inputs or {})
+        try:
+            with recording_to(self._metrics):
+                if inspect.iscoroutinefunction(method):
+                    result = await method(**arguments)
+                else:  # a sync handler: in the pool, as FastAPI runs it
+                    run = contextvars.copy_context().run
+                    result = await run_sync(
+                        self._executor, run, functools.partial(method, **arguments)
+                    )
+                    if inspect.isawaitable(result):
+                        result = await result
+        except Exception as exc:
+            raise runtime_error(self.name, name, exc) from exc
+        yield Returned(rendered(result))
 
     async def predict(self, inputs: Any, request: Any) -> Any:
         """One request's response; with batching, a list of responses for a list of requests."""

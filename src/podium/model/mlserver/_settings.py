@@ -189,8 +189,11 @@ def read_settings(path: Path) -> ModelSource:
             )
         elif value:
             metadata[key] = value
-    if data.get("platform"):
-        metadata["platform"] = data["platform"]
+    # The metadata MLServer answers for the model: its platform ("" unless set) and its
+    # `versions` list as the file says them (dependency versions, not the served versions).
+    metadata["platform"] = data.get("platform") or ""
+    if isinstance(data.get("versions"), list):
+        metadata["versions"] = list(data["versions"])
     if params.get("content_type"):
         metadata["content_type"] = params["content_type"]
     if metadata:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...config import ModelConfig, load_yaml, signature_of
 from ...errors import DefinitionError
-from .._source import Contract, ModelSource, TrussParts
+from .._source import Contract, ModelSource, TrussParts, requirement_lines
 
 __all__ = ["CONFIG_FILE", "PODIUM_FILE", "TrussSettings", "is_source", "read_truss"]
 
@@ -239,11 +239,7 @@ def _requirements(
     except OSError as exc:
         problems.append(f"{where}: 'requirements_file' {file!r} cannot be read: {exc.strerror}")
         return ()
-    return tuple(
-        line.split("#", 1)[0].strip()
-        for line in lines
-        if line.split("#", 1)[0].strip() and not line.lstrip().startswith("-")
-    )
+    return requirement_lines(lines)
 
 
 def _notes(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
@@ -390,7 +386,14 @@ def read_truss(root: Path) -> ModelSource:
         notes=tuple(f"{where}: {note}" for note in _notes(config, data)),
     )
     parts = TrussParts(root=root, config=config, settings=settings)
-    return ModelSource(model_config, model_file, root, contract=Contract.TRUSS, truss=parts)
+    return ModelSource(
+        model_config,
+        model_file,
+        root,
+        contract=Contract.TRUSS,
+        truss=parts,
+        process_env=settings.environment,
+    )
 
 
 def _model_file(root: Path, data: Mapping[str, Any]) -> Path:

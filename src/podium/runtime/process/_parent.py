@@ -331,13 +331,17 @@ class ProcessWorker:
         ``WorkerDied`` with the reason when it cannot."""
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
-        )
+        source = self._init.source
+        env = {**os.environ, **source.process_env}
+        if source.python is None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
+            )
+        # else: the model's own environment, whose packages come first; the server's (Podium
+        # included) follow through its .pth file (runtime/environments.py)
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable,
+                str(source.python or sys.executable),
                 "-m",
                 "podium.runtime.process",  # this package's __main__: _child.main
                 str(theirs.fileno()),

@@ -22,7 +22,7 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
-from . import _memory, _oip, _responses
+from . import _custom, _memory, _oip, _responses
 from ._docs import PAGE
 from ._exchange import Exchange
 from ._openapi import description
@@ -63,6 +63,9 @@ class HttpApp:
         try:
             found = self._router.match(scope["method"], scope["path"])
             if found is None:
+                # a model's own route (MLServer's custom handlers), else none
+                if await _custom.serve(self.dataplane, ex, scope, send):
+                    return
                 raise NoRoute(f"no route for {scope['method']} {scope['path']}")
             handler, args = found
             await handler(ex, send, *args)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeAlias
 
 from ..logging import logger
@@ -13,6 +14,7 @@ __all__ = [
     "InputCodecLike",
     "RequestCodec",
     "RequestCodecLike",
+    "deprecated",
     "find_input_codec",
     "find_input_codec_by_payload",
     "find_input_codec_by_type_hint",
@@ -22,6 +24,20 @@ __all__ = [
     "register_input_codec",
     "register_request_codec",
 ]
+
+
+def deprecated(reason: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator that logs ``DEPRECATED! <reason>`` (a warning) on every call, as MLServer's."""
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def warned(*args: Any, **kwargs: Any) -> Any:
+            logger.warning(f"DEPRECATED! {reason}")
+            return func(*args, **kwargs)
+
+        return warned
+
+    return wrap
 
 
 class InputCodec:

@@ -17,7 +17,10 @@ from ..types import InferenceRequest, InferenceResponse, ResponseOutput
 from .base import InputCodec, RequestCodec, find_input_codec, find_request_codec
 from .errors import CodecNotFound, InputsNotFound, OutputNotFound
 
-__all__ = ["SignatureCodec", "decode_args"]
+__all__ = ["PredictFunc", "SignatureCodec", "decode_args"]
+
+#: What ``decode_args`` wraps into: a runtime's ``predict(payload) -> InferenceResponse``.
+PredictFunc = Callable[[InferenceRequest], typing.Coroutine[Any, Any, InferenceResponse]]
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 ListElement = bytes | str
+ListPayload = ListElement | list[ListElement]
 
 
 def is_list_of(payload: Any, instance_type: Any) -> bool:

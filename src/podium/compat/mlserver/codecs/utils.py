@@ -6,11 +6,22 @@ same input twice returns the same value and a request codec can reuse its inputs
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
-from ..types import InferenceRequest, InferenceResponse, Parameters
+from ..settings import ModelSettings
+from ..types import (
+    InferenceRequest,
+    InferenceResponse,
+    MetadataTensor,
+    Parameters,
+    RequestInput,
+    RequestOutput,
+    ResponseOutput,
+)
 from .base import (
+    InputCodecLike,
     RequestCodec,
+    RequestCodecLike,
     find_input_codec,
     find_input_codec_by_payload,
     find_request_codec,
@@ -19,10 +30,14 @@ from .base import (
 from .errors import CodecError
 
 __all__ = [
+    "Codec",
     "DecodedParameterName",
     "DefaultInputPrefix",
     "DefaultOutputPrefix",
+    "InputOrOutput",
+    "Parametrised",
     "SingleInputRequestCodec",
+    "Tagged",
     "decode_inference_request",
     "decode_request_input",
     "encode_inference_response",
@@ -32,6 +47,16 @@ __all__ = [
     "has_decoded",
     "inject_batch_dimension",
 ]
+
+#: What a tensor codec reads and writes: a request's input or a response's output.
+InputOrOutput: TypeAlias = RequestInput | ResponseOutput
+Codec: TypeAlias = InputCodecLike | RequestCodecLike
+#: Whatever carries ``parameters`` (a content type, a decoded payload).
+Parametrised: TypeAlias = (
+    InferenceRequest | RequestInput | RequestOutput | ResponseOutput | InferenceResponse
+)
+#: Whatever names a content type for what it describes.
+Tagged: TypeAlias = MetadataTensor | ModelSettings
 
 DefaultOutputPrefix = "output-"
 DefaultInputPrefix = "input-"

@@ -1,4 +1,4 @@
-"""``mlserver.metrics``: custom metrics a runtime registers and logs, exported on Podium's
+"""``mlserver.metrics.context`` (and ``mlserver.metrics``): custom metrics a runtime registers and logs, exported on Podium's
 ``/metrics`` with the model's labels.
 
 As in MLServer, each metric is a histogram; ``log(name=value)`` makes one if ``register`` did
@@ -13,7 +13,13 @@ from typing import Any
 
 from podium import metrics as _metrics
 
-__all__ = ["log", "register"]
+from .errors import MetricNotFound
+
+__all__ = ["SELDON_MODEL_NAME_LABEL", "SELDON_MODEL_VERSION_LABEL", "log", "register"]
+
+# MLServer's label names; Podium's own labels are ``model`` and ``version`` (docs/metrics.md).
+SELDON_MODEL_NAME_LABEL = "model_name"
+SELDON_MODEL_VERSION_LABEL = "model_version"
 
 
 def register(name: str, description: str) -> Any:
@@ -32,6 +38,6 @@ def log(**metrics: Any) -> None:
         if family is None:
             _metrics.histogram(name, f"{name} (mlserver.log)").observe(value)
         elif family.kind is not _metrics.Kind.HISTOGRAM or family.labelnames:
-            raise ValueError(f"metric '{name}' is not a histogram that mlserver.log can observe")
+            raise MetricNotFound(name, family)
         else:
             store.observe(family, (), float(value))

@@ -1,0 +1,193 @@
+"""Per-model Python environments: a model's own requirements, apart from the server's.
+
+A model may declare the packages it needs (a truss's ``requirements`` / ``requirements_file``,
+a TorchServe archive's requirements file). When asked (``podium install PATH``, or ``podium
+serve --install-model-requirements``), Podium installs them into an environment of their own,
+cached under ``PODIUM_ENVS`` (default ``~/.cache/podium/envs``) and keyed by a hash of the
+requirements and the Python that runs them, so two models with the same list share one and two
+with conflicting versions get two. Such a model runs in worker processes started from that
+environment's Python: its packages come first, and the server's own (Podium and what it needs)
+after them, through a ``.pth`` file; nothing is installed into the server's environment.
+
+An environment is built beside its final place and moved there only once ``pip`` succeeded, so a
+failed or interrupted install leaves nothing that looks ready. An install is bounded in time
+(``INSTALL_TIMEOUT``) and in size (``MAX_ENVIRONMENT_BYTES``); when it fails, the error carries
+the last lines of pip's output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import site
+import subprocess
+import sys
+import threading
+import venv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DefinitionError
+
+__all__ = [
+    "INSTALL_TIMEOUT",
+    "MAX_ENVIRONMENT_BYTES",
+    "Environment",
+    "EnvironmentFailed",
+    "environments_root",
+    "install",
+]
+
+#: Seconds one environment's ``pip install`` may run.
+INSTALL_TIMEOUT = 900.0
+#: Bytes one environment may take on disk (what pip installed into it).
+MAX_ENVIRONMENT_BYTES = 8 * 1024**3
+#: Lines of pip's output an install error carries.
+OUTPUT_LINES = 20
+_READY = ".podium-ready"
+_PODIUM_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the podium package
+
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+class EnvironmentFailed(DefinitionError):
+    """A model's requirements could not be installed; the message ends with pip's last lines."""
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """A ready environment: ``python`` starts a worker process in it."""
+
+    path: Path
+    requirements: tuple[str, ...]
+
+    @property
+    def python(self) -> Path:
+        return self.path / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def environments_root() -> Path:
+    """Where environments are cached: ``PODIUM_ENVS``, else ``~/.cache/podium/envs``."""
+    given = os.environ.get("PODIUM_ENVS")
+    return Path(given) if given else Path.home() / ".cache" / "podium" / "envs"
+
+
+def _key(requirements: Sequence[str]) -> str:
+    text = "\n".join(
+        [sys.executable, f"{sys.version_info.major}.{sys.version_info.minor}", *requirements]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _lock(key: str) -> threading.Lock:
+    with _locks_lock:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _site_packages(env: Path) -> Path:
+    found = sorted(env.glob("lib/python*/site-packages")) or sorted(env.glob("Lib/site-packages"))
+    if not found:
+        raise EnvironmentFailed(f"the environment {env} has no site-packages folder")
+    return found[0]
+
+
+def _server_paths() -> list[str]:
+    """Where the server's own packages are: they come after the environment's own."""
+    paths = [*site.getsitepackages(), site.getusersitepackages(), _PODIUM_ROOT]
+    seen: list[str] = []
+    for path in paths:
+        if path and Path(path).is_dir() and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def install(
+    requirements: Sequence[str],
+    *,
+    label: str,
+    root: Path | None = None,
+    timeout: float = INSTALL_TIMEOUT,
+    max_bytes: int = MAX_ENVIRONMENT_BYTES,
+) -> Environment:
+    """The environment with ``requirements`` installed: the cached one, or a new one (``pip``
+    runs here, up to ``timeout`` seconds). ``EnvironmentFailed`` names ``label`` (the model)
+    and carries pip's last lines when the install fails, runs too long or grows too big."""
+    wanted = tuple(r.strip() for r in requirements if r.strip())
+    root = environments_root() if root is None else root
+    key = _key(wanted)
+    final = root / key
+    with _lock(key):
+        if (final / _READY).is_file():
+            return Environment(final, wanted)
+        root.mkdir(parents=True, exist_ok=True)
+        building = root / f".{key}.building-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        try:
+            _build(building, wanted, label=label, timeout=timeout, max_bytes=max_bytes)
+            shutil.rmtree(final, ignore_errors=True)  # a leftover without its marker
+            building.rename(final)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+        # Paths inside the venv name the folder it was built in: the launcher scripts do, the
+        # interpreter and site-packages do not, and only the interpreter is used.
+        (final / _READY).write_text("\n".join(wanted) + "\n", encoding="utf-8")
+        return Environment(final, wanted)
+
+
+def _build(
+    path: Path, requirements: tuple[str, ...], *, label: str, timeout: float, max_bytes: int
+) -> None:
+    venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(path)
+    site_packages = _site_packages(path)
+    (site_packages / "podium-server.pth").write_text(
+        "".join(f"{p}\n" for p in _server_paths()), encoding="utf-8"
+    )
+    if not requirements:
+        return
+    listed = path / "requirements.txt"
+    listed.write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    python = Environment(path, requirements).python
+    command = [
+        sys.executable, "-m", "pip", "--python", str(python), "install",
+        "--disable-pip-version-check", "--no-input", "--requirement", str(listed),
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = exc.output if isinstance(exc.output, str) else ""
+        raise EnvironmentFailed(
+            f"{label}: installing its requirements ({', '.join(requirements)}) took more than "
+            f"{timeout:g} s{_tail(output)}"
+        ) from None
+    if done.returncode != 0:
+        raise EnvironmentFailed(
+            f"{label}: installing its requirements ({', '.join(requirements)}) failed "
+            f"(pip exited {done.returncode}){_tail(done.stdout)}"
+        )
+    size = _size(path)
+    if size > max_bytes:
+        raise EnvironmentFailed(
+            f"{label}: its requirements take {size} bytes installed, more than the "
+            f"{max_bytes} allowed"
+        )
+
+
+def _tail(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()][-OUTPUT_LINES:]
+    return (":\n" + "\n".join(lines)) if lines else ""
