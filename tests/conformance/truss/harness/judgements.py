@@ -1,6 +1,6 @@
 """Who is right where the servers differ, and why: written by a person after reading a run's
-answers (``docs/truss-conformance.json``), keyed by (truss, case). The report prints each next to its
-difference; a difference without one is shown as not judged yet.
+answers (``docs/truss-conformance.json``), keyed by (truss, case). The report prints each next to
+its difference; a difference without one is shown as not judged yet.
 
 ``TRUSS_FACTS``: what the runs showed of Truss 0.18.36 itself that a reimplementation must know
 (each seen in ``docs/truss-conformance.json``; the case that shows it in brackets)."""

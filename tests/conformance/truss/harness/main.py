@@ -1,5 +1,6 @@
 """The run: each truss served alone by Truss's server, then by Podium; every case of that truss
-sent to each; the answers compared and written to ``docs/truss-conformance.json`` and ``docs/truss-conformance.md``."""
+sent to each; the answers compared and written to ``docs/truss-conformance.json`` and
+``docs/truss-conformance.md``."""
 
 from __future__ import annotations
 
