@@ -10,8 +10,9 @@ venv. There, for each truss in ``trusses/``, it lays the truss out as Truss's im
 starts Truss's server, sends the truss's cases, stops it; then does the same with Podium from
 this checkout (``python -m podium serve TRUSS`` with the repository's ``.venv``, made by
 ``python3 dev.py``). It writes ``docs/truss-conformance.json`` (every answer) and
-``docs/truss-conformance.md`` (the table, and the differences). Every server is stopped when it ends, whatever happens. Not part of
-the default test run (``tests/conftest.py`` ignores ``tests/conformance``).
+``docs/truss-conformance.md`` (the table, and the differences). Every server is stopped when it
+ends, whatever happens. Not part of the default test run (``tests/conftest.py`` ignores
+``tests/conformance``).
 """
 
 from __future__ import annotations
