@@ -49,6 +49,12 @@ TRUSS_FACTS: list[str] = [
     "not implemented on this deployment.' (test_basic_truss/no-websocket).",
     "`is_healthy` false makes `GET /v1/models/model` 503 but leaves `/loaded`, `/ping` and "
     "predictions alone (features/is-healthy).",
+    "A plain `predict` that returns a generator, or a `Response`, while the model has "
+    "`postprocess`, is a 500 'Internal Server Error (in model/chainlet).' with code 600, not the "
+    "412 of `ModelDefinitionError`: the error is raised inside `intercept_exceptions`, which turns "
+    "every exception into `UserCodeError` (definition_rules/postprocess).",
+    '`POST /hot-reload` re-imports `model/` and answers 200 `{"msg": "Hot reload complete"}` '
+    "on the inference port, to anyone (test_basic_truss/hot-reload).",
     "`GET /metrics` answers 307 (to `/metrics/`, Prometheus's ASGI app) on the inference port "
     "(test_basic_truss/metrics).",
 ]

@@ -125,6 +125,11 @@ def metrics(ctx: Ctx) -> Any:
     return {"status": r.get("status"), "content-type": r.get("headers", {}).get("content-type")}
 
 
+@case(B, "hot-reload", "POST /hot-reload (Truss's development reload of model/)")
+def hot_reload(ctx: Ctx) -> Any:
+    return ctx.post("/hot-reload", body=b"")
+
+
 @case(B, "request-id", "POST :predict with x-baseten-request-id (headers of the answer)")
 def request_id(ctx: Ctx) -> Any:
     return ctx.predict(
@@ -177,14 +182,15 @@ def _stream_pair(ctx: Ctx) -> dict[str, Any]:
     return {
         "streamed": ctx.predict({}),
         "accept json (gathered)": ctx.predict({}, headers={"accept": "application/json"}),
+        "MessagePack request": ctx.predict(msgpack_body={}),
     }
 
 
 for _name in ("test_streaming_truss", "test_streaming_async_generator_truss"):
     truss(_name, UP)
-    case(_name, "stream", "POST :predict {} streamed; again with accept: application/json")(
-        _stream_pair
-    )
+    case(
+        _name, "stream", "POST :predict {} streamed; with accept: application/json; as MessagePack"
+    )(_stream_pair)
 
 truss("test_streaming_truss_with_error", UP)
 
