@@ -40,6 +40,8 @@ gRPC status-code name; front ends look errors up with :func:`http_status` and :f
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BadModelOutput",
     "Cancelled",
@@ -266,9 +268,12 @@ class ModelStatus(ModelError):
 
     code = "model_status"
 
-    def __init__(self, message: str, status: int = 500) -> None:
+    def __init__(self, message: str, status: int = 500, detail: Any = None) -> None:
         super().__init__(message)
         self.status = status if 400 <= status <= 599 else 500
+        #: the exception's ``detail`` as the model gave it (a string, or a JSON-like value such
+        #: as the dicts Truss's chains send); ``message`` is its text
+        self.detail = message if detail is None else detail
 
 
 class WorkerDied(PodiumError):

@@ -653,6 +653,6 @@ class ModelEndpoints(Protocol):
         ...
 
     async def websocket(self, websocket: Any) -> None:
-        """Serve one WebSocket (``websocket``): ``websocket`` is a ``starlette`` WebSocket,
-        not yet accepted."""
+        """Serve one WebSocket (``websocket``): ``websocket`` is a ``starlette`` WebSocket the
+        front end has accepted (Truss's models never accept it themselves)."""
         ...

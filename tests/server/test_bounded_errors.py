@@ -52,17 +52,18 @@ def check_http(server: Server, response: httpx.Response, status: int, starts: st
     assert len(response.content) < 2048, len(response.content)
     message = error_text(response)
     assert message.startswith(starts), message[:200]
-    assert message.endswith(" characters)") and "… (cut at 1024 of " in message
+    if message != "Internal Server Error (in model/chainlet).":
+        assert message.endswith(" characters)") and "… (cut at 1024 of " in message
 
 
 @pytest.mark.parametrize(
     ("path", "body", "status", "starts"),
     [
         (
-            "/v1/models/raiser:predict",
+            "/v1/models/raiser:predict",  # Truss's answer keeps the model's message back
             {"why": "v" * HUGE},
             500,
-            "model 'raiser' predict raised ValueError: the model refused: vvvv",
+            "Internal Server Error (in model/chainlet).",
         ),
         (
             "/predictions/raiser",

@@ -53,13 +53,19 @@ async def test_ready_is_503_while_a_model_loads_and_200_after(tmp_path: Path) ->
                 r = await client.get("/v2/models/slow/ready")
                 assert (r.status_code, r.json()["ready"]) == (503, False)
                 r = await client.get("/v1/models/slow")
-                assert (r.status_code, r.json()["ready"]) == (503, False)
+                assert (r.status_code, r.json()) == (
+                    503,
+                    {"error": "Model with name slow is not ready."},
+                )
                 assert (await client.get("/v2/models/slow")).json()["parameters"]["state"] == (
                     "loading"
                 )
                 r = await client.post("/v1/models/slow:predict", json={})
-                assert r.status_code == 503
-                assert "'slow'" in r.json()["error"] and "loading" in r.json()["error"]
+                assert (r.status_code, r.json()) == (
+                    503,
+                    {"error": "Model with name slow is not ready."},
+                )
+                assert r.headers["x-baseten-error-code"] == "600"
                 r = await client.get("/ping")
                 assert r.json()["status"] != "Healthy"
                 # The model that loads quickly serves meanwhile (once its load has run: loading
@@ -81,7 +87,7 @@ async def test_ready_is_503_while_a_model_loads_and_200_after(tmp_path: Path) ->
                 r = await client.get("/v2/health/ready")
                 assert (r.status_code, r.json()) == (200, {"ready": True})
                 r = await client.get("/v1/models/slow")
-                assert (r.status_code, r.json()) == (200, {"name": "slow", "ready": True})
+                assert (r.status_code, r.json()) == (200, {})
                 r = await client.post("/v1/models/slow:predict", json={})
                 assert (r.status_code, r.json()) == (200, {"loaded": True})
                 r = await client.get("/ping")
@@ -99,14 +105,17 @@ async def test_failed_load_is_reported_not_ready(failing_server: Server) -> None
         assert (r.status_code, r.json()) == (503, {"ready": False})
         assert (await client.get("/v2/health/live")).status_code == 200
         r = await client.get("/v1/models/failing")
-        assert (r.status_code, r.json()) == (503, {"name": "failing", "ready": False})
+        assert (r.status_code, r.json()) == (
+            503,
+            {"error": "Model with name failing is not ready."},
+        )
         r = await client.get("/v2/models/failing/ready")
         assert r.status_code == 503
         meta = (await client.get("/v2/models/failing")).json()
         assert meta["parameters"]["state"] == "failed"
         assert "the weights file is missing (on purpose)" in meta["parameters"]["reason"]
         r = await client.get("/v1/models/fine")
-        assert (r.status_code, r.json()) == (200, {"name": "fine", "ready": True})
+        assert (r.status_code, r.json()) == (200, {})
         r = await client.get("/ping")
         assert r.json()["status"] != "Healthy"
 
@@ -131,7 +140,7 @@ async def test_health_answers_while_a_sync_predict_is_busy(
             r = await client.get(path)
             assert r.status_code == 200, path
         r = await client.get("/v1/models/gated")
-        assert (r.status_code, r.json()) == (200, {"name": "gated", "ready": True})
+        assert (r.status_code, r.json()) == (200, {})
         r = await client.post("/v1/models/emit:predict", json={"kind": "number"})
         assert (r.status_code, r.json()) == (200, 42)
         assert "predict-end" not in events.names(tag)  # it really was busy all along

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from podium.errors import MethodNotAllowed
-from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable
+from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable, _truss
 from podium.server.management import MANAGEMENT_ROUTES, ManagementApp
 from podium.server.management._openapi import description
 from podium.types import WireProtocol
@@ -350,7 +350,7 @@ def test_unknown_management_paths_keep_their_404_body(method: str, path: str) ->
 def test_head_follows_get_on_the_inference_listener_only() -> None:
     router = INFERENCE_ROUTES.compile(app := HttpApp(None))  # type: ignore[arg-type]
     assert router.match("HEAD", "/v2/health/live") == router.match("GET", "/v2/health/live")
-    assert router.match("HEAD", "/v1/models/m") == (app._truss_ready, ("m",))
+    assert router.match("HEAD", "/v1/models/m") == (_truss.ready.__get__(app), ("m",))
     with pytest.raises(MethodNotAllowed):
         MANAGEMENT_ROUTES.compile(ManagementApp(None)).match("HEAD", "/models")  # type: ignore[arg-type]
 
@@ -358,7 +358,11 @@ def test_head_follows_get_on_the_inference_listener_only() -> None:
 def test_paths_that_routing_splits_with_care() -> None:
     app = HttpApp(None)  # type: ignore[arg-type]
     match = INFERENCE_ROUTES.compile(app).match
-    assert match("POST", "/v1/models/a:b:predict") == (app._truss, ("a:b",))
+    predict = _truss.predict.__get__(app)
+    assert match("POST", "/v1/models/a:b:predict") == (predict, ("a:b",))
+    assert match("POST", "/v1/models/a:predict_binary") == (predict, ("a",))
+    assert match("POST", "/v1/models/a:predict:predict_binary") == (predict, ("a:predict",))
+    assert match("GET", "/v1/models/a:b/schema") == (_truss.schema.__get__(app), ("a:b",))
     assert match("POST", "/v2/models/a:b/versions/1/infer") == (app._oip, ("a:b", "1", "infer"))
     assert match("GET", "/v2/models/versions/ready") == (app._model_ready, ("versions", None))
     assert match("GET", "/v2/models/m/versions/ready") == (app._model_metadata, ("m", "ready"))

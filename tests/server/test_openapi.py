@@ -70,7 +70,9 @@ def test_every_route_of_both_listeners_is_described() -> None:
     inference = inference_description(INFERENCE_ROUTES)["paths"]
     for path in ("/v2/docs/openapi.json", "/v2/docs", "/", "/api-description", "/ping"):
         assert path in inference
-    assert set(inference["/"]) == {"options"}
+    assert set(inference["/"]) == {"options", "get"}  # TorchServe's description, Truss's liveness
+    for path in ("/v1/models/{model}:predict_binary", "/invocations", "/v1/chat/completions"):
+        assert path in inference
     assert inference["/api-description"]["get"]["deprecated"] is True
     management = management_description(MANAGEMENT_ROUTES)["paths"]
     assert set(management["/"]) == {"options"} and set(management["/api-description"]) == {"get"}
@@ -126,7 +128,9 @@ def test_every_status_a_route_can_answer_is_listed() -> None:
         if path.endswith(("infer", "infer_stream", "generate", "generate_stream", ":predict"))
         or path.startswith("/predictions")
     ]
-    assert len(model_calls) == 18  # OIP 8, TorchServe 9 (3 paths x POST, PUT, GET), Truss 1
+    model_calls += [paths[p]["post"] for p in ("/invocations", "/v1/chat/completions")]
+    # OIP 8, TorchServe 9 (3 paths x POST, PUT, GET), Truss 3 (predict, invocations, chat)
+    assert len(model_calls) == 20
     for op in model_calls:
         assert {"400", "404", "410", "413", "500", "503", "504"} <= set(op["responses"])
     management = management_description(MANAGEMENT_ROUTES)["paths"]
@@ -212,12 +216,14 @@ def test_the_management_listener_serves_its_document(method: str, path: str) -> 
     assert json.loads(body) == json.loads(json.dumps(management_description(MANAGEMENT_ROUTES)))
 
 
-def test_other_methods_on_the_root_are_405_as_in_torchserve() -> None:
-    for method in ("GET", "POST", "HEAD"):
+def test_other_methods_on_the_root_are_405() -> None:
+    # OPTIONS: TorchServe's description; GET (and HEAD): Truss's liveness.
+    for method in ("POST", "PUT", "DELETE"):
         status, headers, body = asyncio.run(call(HttpApp(None), method, "/"))  # type: ignore[arg-type]
-        assert (status, headers["allow"]) == (405, "OPTIONS"), method
-        if method != "HEAD":
-            assert json.loads(body) == {"error": f"/ does not accept {method}; use OPTIONS"}
+        assert (status, headers["allow"]) == (405, "GET, OPTIONS, HEAD"), method
+        assert json.loads(body) == {"error": f"/ does not accept {method}; use GET, OPTIONS, HEAD"}
+    status, _, body = asyncio.run(call(HttpApp(None), "GET", "/"))  # type: ignore[arg-type]
+    assert (status, body) == (200, b"true")
 
 
 def test_the_docs_page_needs_nothing_from_outside() -> None:

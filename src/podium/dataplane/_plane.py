@@ -158,7 +158,7 @@ class DataPlane:
         return handler_route(versions, method, path)
 
     async def websocket(self, call: Call, mv: ModelVersion, websocket: Any) -> None:
-        """Hand a WebSocket (a ``starlette`` one, not yet accepted) to a model that serves them
+        """Hand a WebSocket (a ``starlette`` one, accepted) to a model that serves them
         (``capabilities.websocket``) for as long as it keeps it; ``NotFound`` otherwise."""
         await serve_websocket(self.flight, mv, call, websocket)
 

@@ -26,7 +26,8 @@ def model_error(model: str, method: str, exc: BaseException) -> PodiumError:
     status = _http_exception_status(exc)
     if status is not None:
         logger.warning("model '%s' %s raised HTTP %d", model, method, status)
-        return ModelStatus(str(getattr(exc, "detail", "")), status)
+        detail = getattr(exc, "detail", None)
+        return ModelStatus(str(detail if detail is not None else ""), status, detail)
     logger.error("model '%s' %s raised", model, method, exc_info=exc)
     return ModelError(f"model '{model}' {method} raised {type(exc).__name__}: {exc}")
 

@@ -259,6 +259,19 @@ class AuthMiddleware:
                     )
                     await send({"type": "http.response.body", "body": body})
                     return
+        elif scope["type"] == "websocket":
+            kind = self.rule("GET", scope["path"])
+            header = None
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    header = value
+                    break
+            try:
+                if kind is not None:
+                    self.authorizer.check_header(header, kind)
+            except Unauthenticated:  # refused before the handshake completes (HTTP 403)
+                await send({"type": "websocket.close", "code": 1008})
+                return
         await self.app(scope, receive, send)
 
 

@@ -324,9 +324,11 @@ class _GuardedProtocol(HttpToolsProtocol):
             self._refuse(status, reason)
             return
         except httptools.HttpParserUpgrade:
-            # Podium serves no WebSocket (ws="none"): the request was dispatched as plain HTTP,
-            # and the parser goes on with the next request, as uvicorn does.
-            pass
+            if self._should_upgrade():
+                self._upgrade()
+                return
+            # A listener without WebSockets (ws="none"): the request was dispatched as plain
+            # HTTP, and the parser goes on with the next request, as uvicorn does.
         cycle = self.cycle
         if (
             self._timer is not None
@@ -334,6 +336,16 @@ class _GuardedProtocol(HttpToolsProtocol):
             or (cycle is not None and (cycle.more_body or cycle.response_complete))
         ):
             self._settle(scope, len(data))
+
+    def _upgrade(self) -> None:
+        """Hand the connection to uvicorn's WebSocket protocol, which owns it from now on: its
+        head was within the limits; this protocol's timer and count let go of it (the guard
+        counts HTTP connections)."""
+        self._cancel()
+        if self._admitted:
+            self._admitted = False
+            self.guard.open -= 1
+        self.handle_websocket_upgrade()
 
     def on_headers_complete(self) -> None:
         self._head_done = self.scope

@@ -79,7 +79,13 @@ class _Uvicorn:
     (or the grace it is given), then closes them."""
 
     def __init__(
-        self, app: Any, sock: socket.socket, graceful: float, guard: ConnectionGuard
+        self,
+        app: Any,
+        sock: socket.socket,
+        graceful: float,
+        guard: ConnectionGuard,
+        *,
+        websockets: bool = False,
     ) -> None:
         import uvicorn
 
@@ -96,7 +102,9 @@ class _Uvicorn:
             # seconds, used as a float by uvicorn's call_later, though annotated int
             timeout_keep_alive=guard.limits.keep_alive_timeout,  # type: ignore[arg-type]
             http=guard.protocol,
-            ws="none",  # no WebSocket route: upgrades are served as plain HTTP requests
+            # WebSockets where the app serves them (the inference listener: Truss's), with
+            # the websockets package (a dependency); elsewhere upgrades are plain requests
+            ws="websockets-sansio" if websockets else "none",
         )
         self.guard = guard
 
@@ -275,7 +283,9 @@ class Podium:
         if inference_keys is not None:
             app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
         app = self._observed(app, INFERENCE_ROUTES)  # outermost: refused requests have lines
-        await self._serve_http("http-inference", app, self.config.host, self.config.http_port)
+        await self._serve_http(
+            "http-inference", app, self.config.host, self.config.http_port, websockets=True
+        )
         grpc_server = GrpcServer(
             inference_services(
                 self.dataplane,
@@ -456,13 +466,18 @@ class Podium:
             min_ping_interval=config.grpc_min_ping_interval,
         )
 
-    async def _serve_http(self, name: str, app: Any, host: str, port: int) -> None:
-        """Bind ``host:port`` and serve ``app`` there as listener ``name``, with the limits."""
+    async def _serve_http(
+        self, name: str, app: Any, host: str, port: int, *, websockets: bool = False
+    ) -> None:
+        """Bind ``host:port`` and serve ``app`` there as listener ``name``, with the limits;
+        ``websockets``: WebSocket upgrades reach the app (Truss's routes), else none do."""
         assert self._limits is not None  # set by start() first
         guard = ConnectionGuard(name, self._limits)
         sock = bind(host, port)
         self.addresses[name] = _url(sock)
-        server = _Uvicorn(app, sock, graceful=self.config.graceful_timeout, guard=guard)
+        server = _Uvicorn(
+            app, sock, graceful=self.config.graceful_timeout, guard=guard, websockets=websockets
+        )
         await server.start()
         self._servers.append(server)
         self._guards[name] = guard

@@ -22,7 +22,7 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
-from . import _custom, _memory, _oip, _responses
+from . import _custom, _memory, _oip, _responses, _truss
 from ._docs import PAGE
 from ._exchange import Exchange
 from ._openapi import description
@@ -55,6 +55,8 @@ class HttpApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
+        elif scope["type"] == "websocket" and _truss.is_websocket_path(scope["path"]):
+            await _truss.serve_websocket(self.dataplane, scope, receive, send)
         else:
             await serve_other_scope(scope, receive, send)
 
@@ -70,7 +72,7 @@ class HttpApp:
             handler, args = found
             await handler(ex, send, *args)
         except PodiumError as exc:
-            await _fail(scope, send, exc)
+            await _fail(ex, send, exc)
         except asyncio.CancelledError:
             if ex.failure is None and not ex.disconnected:
                 raise
@@ -78,10 +80,10 @@ class HttpApp:
             if task is not None:
                 task.uncancel()
             if ex.failure is not None and not ex.disconnected:
-                await _fail(scope, send, ex.failure)
+                await _fail(ex, send, ex.failure)
         except Exception as exc:
             logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            await _fail(scope, send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
+            await _fail(ex, send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
         finally:
             ex.close()
 
@@ -162,10 +164,6 @@ class HttpApp:
             await send_json(send, 500, {"status": "Unhealthy"})
         else:
             await send_json(send, 500, {"status": "Partial Healthy"})
-
-    async def _truss_ready(self, ex: Exchange, send: Send, model: str) -> None:
-        ready = self.dataplane.model_ready(model)
-        await send_json(send, 200 if ready else 503, {"name": model, "ready": ready})
 
     # -- the API description -----------------------------------------------------------------
 
@@ -288,10 +286,6 @@ class HttpApp:
             sse=True,
         )
 
-    async def _truss(self, ex: Exchange, send: Send, model: str) -> None:
-        mv, call = self._start(ex, model, None, WireProtocol.TRUSS)
-        await self._predict(ex, send, mv, call, _parse_json, _responses.TEXT, raw=False)
-
     async def _torchserve(
         self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
     ) -> None:
@@ -309,38 +303,22 @@ class HttpApp:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
-        parse = _parse_json if is_json else bytes
-        await self._predict(ex, send, mv, call, parse, _responses.OCTETS, raw=True)
-
-    async def _predict(
-        self,
-        ex: Exchange,
-        send: Send,
-        mv: ModelVersion,
-        call: Call,
-        parse: Callable[[bytes], Any],
-        stream_headers: list[tuple[bytes, bytes]],
-        *,
-        raw: bool,
-    ) -> None:
-        """The Truss and TorchServe calls after their request is taken apart: read the body,
-        stream the items (as ``stream_headers`` say) or answer the result: an ASGI response the
-        model made, a ``Reply`` (the status and headers a handler set), bytes and text as they
-        are when ``raw`` (TorchServe), anything else as JSON."""
-        await self._read(ex, mv, call, parse)
+        await self._read(ex, mv, call, _parse_json if is_json else bytes)
+        # Stream the items, or answer the result: an ASGI response the model made, a Reply
+        # (the status and headers a handler set), bytes and text as they are, else JSON.
         if mv.instance.capabilities.streaming:
-            await self._stream(ex, send, call, mv, chunk_of, stream_headers, sse=False)
+            await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
         send = self._sender(mv, answer, send)
         result = answer.value
-        if _is_response(result):
+        if _responses.is_response(result):
             await result(ex.scope, ex.app_receive, send)
         elif isinstance(result, Reply):
             await _responses.send_reply(send, result)
-        elif raw and isinstance(result, bytes):
+        elif isinstance(result, bytes):
             await send_body(send, 200, _responses.OCTETS, result)
-        elif raw and isinstance(result, str):
+        elif isinstance(result, str):
             await send_body(send, 200, _responses.TEXT, result.encode())
         else:
             await send_body(send, 200, _json(answer), _responses.encode_json(result))
@@ -392,9 +370,14 @@ class HttpApp:
 _TS_PREFIX = "/predictions"
 
 
-async def _fail(scope: Scope, send: Send, exc: PodiumError) -> None:
-    """The error response: ``{"error": ...}``, or TorchServe's ``{"code", "type", "message"}``
-    under TorchServe's ``/predictions`` (``_ts_errors``); a 405 lists what is allowed."""
+async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
+    """The error response: ``{"error": ...}``, in Truss's shape on its routes (``ex.errors``),
+    or TorchServe's ``{"code", "type", "message"}`` under TorchServe's ``/predictions``
+    (``_ts_errors``); a 405 lists what is allowed."""
+    if ex.errors is not None:
+        await ex.errors(send, exc)
+        return
+    scope = ex.scope
     extra = []
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
@@ -416,11 +399,6 @@ def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
     if not answer.headers:
         return _responses.JSON
     return [*_responses.JSON, *http_headers(answer.headers)]
-
-
-def _is_response(value: Any) -> bool:
-    """A starlette ``Response`` returned by a Truss-style model is sent as it is."""
-    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
 
 
 _OIP, _TRUSS, _TS = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST
@@ -584,64 +562,7 @@ INFERENCE_ROUTES = RouteTable(
             "repositoryModelUnload",
         ),
         # Triton's shared memory extensions (system; CUDA answered as without GPUs)
-        Route("GET", "/v2/systemsharedmemory/status", _memory.system_status, _OIP, "shmStatus"),
-        Route(
-            "GET",
-            "/v2/systemsharedmemory/region/{name}/status",
-            _memory.system_status,
-            _OIP,
-            "shmRegionStatus",
-        ),
-        Route(
-            "POST",
-            "/v2/systemsharedmemory/region/{name}/register",
-            _memory.system_register,
-            _OIP,
-            "shmRegister",
-        ),
-        Route(
-            "POST",
-            "/v2/systemsharedmemory/unregister",
-            _memory.system_unregister,
-            _OIP,
-            "shmUnregisterAll",
-        ),
-        Route(
-            "POST",
-            "/v2/systemsharedmemory/region/{name}/unregister",
-            _memory.system_unregister,
-            _OIP,
-            "shmUnregister",
-        ),
-        Route("GET", "/v2/cudasharedmemory/status", _memory.cuda_status, _OIP, "cudaShmStatus"),
-        Route(
-            "GET",
-            "/v2/cudasharedmemory/region/{name}/status",
-            _memory.cuda_status,
-            _OIP,
-            "cudaShmRegionStatus",
-        ),
-        Route(
-            "POST",
-            "/v2/cudasharedmemory/region/{name}/register",
-            _memory.cuda_register,
-            _OIP,
-            "cudaShmRegister",
-        ),
-        Route(
-            "POST",
-            "/v2/cudasharedmemory/unregister",
-            _memory.cuda_unregister,
-            _OIP,
-            "cudaShmUnregisterAll",
-        ),
-        Route(
-            "POST",
-            "/v2/cudasharedmemory/region/{name}/unregister",
-            _memory.cuda_unregister,
-            _OIP,
-            "cudaShmUnregister",
-        ),
+        *_memory.ROUTES,
         # TorchServe's inference API
         Route(("GET", "POST"), "/ping", HttpApp._ping, _TS, "ping"),
         # TorchServe runs the handler whatever the method; GET (a body-less call) is the one
@@ -669,9 +590,27 @@ INFERENCE_ROUTES = RouteTable(
             _TS,
             "versionPredictionsPath",
         ),
-        # Truss-style: a ':' in the last segment is a verb, so readiness takes names without one
-        Route("GET", "/v1/models/{model:noverb}", HttpApp._truss_ready, _TRUSS, "trussReady"),
-        Route("POST", "/v1/models/{model}:predict", HttpApp._truss, _TRUSS, "trussPredict"),
+        # Truss's server (_truss.py): a ':' in the last segment is a verb, so readiness takes
+        # names without one
+        Route("GET", "/", _truss.live, _TRUSS, "trussLive"),
+        Route("GET", "/v1/models/{model:noverb}", _truss.ready, _TRUSS, "trussReady"),
+        Route("GET", "/v1/models/{model}/loaded", _truss.loaded, _TRUSS, "trussLoaded"),
+        Route("GET", "/v1/models/{model}/schema", _truss.schema, _TRUSS, "trussSchema"),
+        Route("POST", "/v1/models/{model}:predict", _truss.predict, _TRUSS, "trussPredict"),
+        Route(
+            "POST",
+            "/v1/models/{model}:predict_binary",
+            _truss.predict,
+            _TRUSS,
+            "trussPredictBinary",
+        ),
+        Route("POST", "/invocations", _truss.invocations, _TRUSS, "trussInvocations"),
+        # OpenAI-style paths that call the model method of their name (Truss's); one entry per
+        # path, which Podium's own OpenAI API will share (_truss.endpoint)
+        *(
+            Route("POST", path, _truss.endpoint, _TRUSS, name, args={"method": method})
+            for path, (method, name) in _truss.ENDPOINT_PATHS.items()
+        ),
         # The API description (last: the compiled router tests the routes above first):
         # MLServer's place, a page to try it, and TorchServe's places
         Route("GET", "/v2/docs/openapi.json", HttpApp._api_description, _OIP, "openApiDocument"),

@@ -10,10 +10,11 @@ this exchange, so ``await request.body()`` still works after Podium has read the
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import InvalidInput, PayloadTooLarge
-from .._asgi import Message, Receive, Scope
+from ...errors import InvalidInput, PayloadTooLarge, PodiumError
+from .._asgi import Message, Receive, Scope, Send
 from .._limits import LOST_HOOK
 
 _DISCONNECT: Message = {"type": "http.disconnect"}
@@ -39,6 +40,7 @@ class Exchange:
         "_loop",
         "_hook",
         "_request",
+        "errors",
     )
 
     def __init__(self, scope: Scope, receive: Receive, limit: int) -> None:
@@ -60,6 +62,9 @@ class Exchange:
         self._loop: asyncio.AbstractEventLoop | None = None  # set by watch()
         self._hook: Any = None  # the connection's LostHook we wait on (watch())
         self._request: Any = None
+        #: How this request's errors are answered when not as the listener's default (set by
+        #: the handlers of routes whose protocol has its own error shape: Truss's).
+        self.errors: Callable[[Send, PodiumError], Awaitable[None]] | None = None
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.scope["headers"]:

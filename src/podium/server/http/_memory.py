@@ -25,8 +25,10 @@ from .._asgi import Send
 from . import _oip
 from ._exchange import Exchange
 from ._responses import JSON, send_body, send_json
+from ._routing import Api, Route
 
 __all__ = [
+    "ROUTES",
     "cuda_register",
     "cuda_status",
     "cuda_unregister",
@@ -88,3 +90,66 @@ async def cuda_register(self: Any, ex: Exchange, send: Send, name: str) -> None:
 
 async def cuda_unregister(self: Any, ex: Exchange, send: Send, name: str | None = None) -> None:
     await send_body(send, 200, JSON, b"")
+
+
+#: The extensions' routes, in ``INFERENCE_ROUTES``.
+ROUTES = [
+    Route("GET", "/v2/systemsharedmemory/status", system_status, Api.OIP_REST, "shmStatus"),
+    Route(
+        "GET",
+        "/v2/systemsharedmemory/region/{name}/status",
+        system_status,
+        Api.OIP_REST,
+        "shmRegionStatus",
+    ),
+    Route(
+        "POST",
+        "/v2/systemsharedmemory/region/{name}/register",
+        system_register,
+        Api.OIP_REST,
+        "shmRegister",
+    ),
+    Route(
+        "POST",
+        "/v2/systemsharedmemory/unregister",
+        system_unregister,
+        Api.OIP_REST,
+        "shmUnregisterAll",
+    ),
+    Route(
+        "POST",
+        "/v2/systemsharedmemory/region/{name}/unregister",
+        system_unregister,
+        Api.OIP_REST,
+        "shmUnregister",
+    ),
+    Route("GET", "/v2/cudasharedmemory/status", cuda_status, Api.OIP_REST, "cudaShmStatus"),
+    Route(
+        "GET",
+        "/v2/cudasharedmemory/region/{name}/status",
+        cuda_status,
+        Api.OIP_REST,
+        "cudaShmRegionStatus",
+    ),
+    Route(
+        "POST",
+        "/v2/cudasharedmemory/region/{name}/register",
+        cuda_register,
+        Api.OIP_REST,
+        "cudaShmRegister",
+    ),
+    Route(
+        "POST",
+        "/v2/cudasharedmemory/unregister",
+        cuda_unregister,
+        Api.OIP_REST,
+        "cudaShmUnregisterAll",
+    ),
+    Route(
+        "POST",
+        "/v2/cudasharedmemory/region/{name}/unregister",
+        cuda_unregister,
+        Api.OIP_REST,
+        "cudaShmUnregister",
+    ),
+]

@@ -22,6 +22,7 @@ from ...types import (
 )
 from .._openapi import DOCUMENT_SCHEMA, Operation, describe, param, ref, response, schemas
 from ._routing import RouteTable
+from ._truss import ENDPOINT_PATHS
 
 __all__ = ["description"]
 
@@ -349,6 +350,48 @@ def _predictions(summary: str) -> Operation:
     )
 
 
+# -- Truss's routes (errors: {"error"} with X-BASETEN-ERROR-SOURCE and X-BASETEN-ERROR-CODE) --
+
+_TRUSS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "input_schema": {"type": ["object", "null"]},
+        "output_schema": {"type": ["object", "null"]},
+        "supports_streaming": {"type": ["boolean", "null"]},
+    },
+    "required": ["input_schema", "output_schema", "supports_streaming"],
+}
+_TRUSS_BODY = {
+    "description": "JSON, or Truss's MessagePack with content-type application/octet-stream.",
+    "required": False,
+    "content": {
+        "application/json": {"schema": {}},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    },
+}
+_TRUSS_ANSWER = response(
+    "What the model returned: JSON (MessagePack to a MessagePack request), a stream of "
+    "chunks (application/octet-stream; one JSON string to accept: application/json), or the "
+    "response the model made."
+)
+_TRUSS_ANSWER["content"] = {"*/*": {"schema": {}}}
+
+
+def _truss_ready(summary: str) -> Operation:
+    return Operation(
+        summary,
+        {"200": _ok("Ready.", {"type": "object", "maxProperties": 0}), **_errors("404", "503")},
+    )
+
+
+def _truss_call(summary: str) -> Operation:
+    return Operation(
+        summary,
+        {"200": _TRUSS_ANSWER, **_errors(*_CALL), "default": _MODEL_SET},
+        body=_TRUSS_BODY,
+    )
+
+
 _PING_OP = Operation(
     "TorchServe's health check: Healthy when every model is ready.",
     {
@@ -521,25 +564,31 @@ _OPERATIONS: dict[str, Operation] = {
     ),
     "versionPredictionsPathPut": _predictions("TorchServe predictions with a url_path (PUT)."),
     "versionPredictionsPathGet": _predictions("TorchServe predictions with a url_path (GET)."),
-    "trussReady": Operation(
-        "Truss: whether the model is ready.",
+    "trussLive": Operation(
+        "Truss: liveness (true).", {"200": _ok("Live.", {"const": True}), **_errors()}
+    ),
+    "trussReady": _truss_ready("Truss: ready and healthy (the model's is_healthy): {}."),
+    "trussLoaded": _truss_ready("Truss: loaded (its health unasked): {}."),
+    "trussSchema": Operation(
+        "Truss: the model's input and output schema (from its pydantic annotations).",
         {
-            "200": _ok("Ready.", ref("ModelReady")),
-            "503": _ok("Not ready.", ref("ModelReady")),
-            **_errors("404"),
+            "200": _ok("input_schema, output_schema, supports_streaming.", _TRUSS_SCHEMA),
+            **_errors("404", "503"),
         },
     ),
-    "trussPredict": Operation(
-        "Truss: predict (a JSON body; the model may take the raw request).",
-        {"200": _PREDICTED, **_errors(*_CALL), "default": _MODEL_SET},
-        body={**_ANY_BODY, "content": {"application/json": {"schema": {}}}},
-    ),
+    "trussPredict": _truss_call("Truss: predict (the model may take the raw request)."),
+    "trussPredictBinary": _truss_call("Truss: predict (Truss's route for MessagePack bodies)."),
+    "trussInvocations": _truss_call("SageMaker's invocations: predict on the one model served."),
+    **{
+        name: _truss_call(f"Truss: the model method {method} (of the model that defines it).")
+        for method, name in ENDPOINT_PATHS.values()
+    },
 }
 
 _TAGS = [
     {"name": "oip_rest", "description": "Open Inference Protocol v2 (KServe, Triton, MLServer)."},
     {"name": "torchserve_rest", "description": "TorchServe's inference API."},
-    {"name": "truss", "description": "Truss-style routes."},
+    {"name": "truss", "description": "Truss's model server's routes (and its OpenAI-style ones)."},
 ]
 
 
