@@ -167,7 +167,8 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path, partial
         )
         lines.append(f"- `{info['path']}`: {starts}")
     lines.append("")
-    path.write_text("\n".join(lines))
+    # A model may answer a lone surrogate (Truss echoes "\ud800"): written escaped.
+    path.write_text("\n".join(lines), encoding="utf-8", errors="backslashreplace")
 
 
 def _anchor(row: dict[str, Any]) -> str:

@@ -76,6 +76,28 @@ def bad_msgpack(ctx: Ctx) -> Any:
     return ctx.predict(body=b"\xc1\xc1", headers={"content-type": "application/octet-stream"})
 
 
+@case(
+    B, "bad-bodies", "MessagePack cut short or with extra bytes; JSON not UTF-8; a lone surrogate"
+)
+def bad_bodies(ctx: Ctx) -> Any:
+    octet = {"content-type": "application/octet-stream"}
+    js = {"content-type": "application/json"}
+    return {
+        "msgpack cut short": ctx.predict(body=b"\x92\x01", headers=octet),
+        "msgpack extra bytes": ctx.predict(body=b"\x01\x02", headers=octet),
+        "msgpack, a datetime of 5": ctx.predict(body=_bad_datetime(), headers=octet),
+        "JSON not UTF-8": ctx.predict(body=b'"\xff"', headers=js),
+        "JSON lone surrogate": ctx.predict(body=b'"\\ud800"', headers=js),
+    }
+
+
+def _bad_datetime() -> bytes:
+    import msgpack
+
+    # Truss's own datetime extension, with an int where its ISO text goes.
+    return msgpack.packb({b"__dt_datetime_iso__": True, b"data": 5})
+
+
 @case(B, "text-plain", "POST :predict, content-type text/plain with a JSON text")
 def text_plain(ctx: Ctx) -> Any:
     return ctx.predict(body=b'{"a": 1}', headers={"content-type": "text/plain"})
