@@ -59,4 +59,133 @@ TRUSS_FACTS: list[str] = [
     "(test_basic_truss/metrics).",
 ]
 
-JUDGEMENTS: dict[tuple[str, str], str] = {}
+_PING = (
+    "Truss is right for a server of one truss: its `/ping` (SageMaker's probe) answers `{}` with "
+    "200, or its not-ready error with 503 and the error headers. Podium answers TorchServe's "
+    '`/ping` (`{"status": "Healthy"}`; 500 `Partial Healthy` while loading), since one '
+    "route serves both APIs: a deliberate difference in docs/truss.md. The status classes agree "
+    "(2xx ready, 5xx not), which is what SageMaker reads; a client that reads the body or expects "
+    "503 sees the difference. Suggestion: answer as Truss when every model served is a truss."
+)
+_INPUT_TEXT = (
+    "Truss is right on the wire: for a pydantic-typed input Truss parses with the model's "
+    "`parse_raw`, so a body that is not JSON is an 'Input Parsing Error:' naming `__root__`; "
+    "Podium answers its generic 'Invalid JSON payload: ...' (same status, same headers). Only "
+    "the message differs; Podium should use Truss's form for typed inputs."
+)
+_LOOSE_OUTPUT = (
+    "Podium answers where Truss fails: Truss's JSON encoder (`DeepNumpyEncoder`) raises on "
+    "`numpy.bool_` and `bytes` (500, code 500, 'Unhandled exception: TypeError: ...'); Podium "
+    "encodes them (`true`; bytes as base64 text). An improvement (no working truss relied on "
+    "the 500), but not yet named in docs/truss.md's deliberate differences; the "
+    "base64 spelling is Podium's own choice."
+)
+
+JUDGEMENTS: dict[tuple[str, str], str] = {
+    ("features", "secrets"): (
+        "Same secret values and the same exception class (`SecretNotFound`); only its message "
+        "differs. Truss's is fixed text (a leading newline, 'defined in the secret manager', a "
+        "link to Truss's docs); Podium's names `TRUSS_SECRET_<name>` and `--secrets-dir`, which "
+        "is more useful here, but code that shows or matches the message sees the change. Minor; "
+        "Truss is the reference."
+    ),
+    ("features", "is-healthy"): (
+        "Truss's readiness error says 'Model with name model is not ready.': `model` is Truss's "
+        "fixed name (`MODEL_BASENAME`), not the config's `model_name`. Podium puts the config's "
+        "name there (docs/truss.md says so deliberately). Truss is right about its own text; a "
+        "client that matches it sees the difference. `/ping`: " + _PING
+    ),
+    ("numpy_values", "json"): _LOOSE_OUTPUT,
+    ("numpy_values", "bytes-json"): _LOOSE_OUTPUT,
+    ("responses", "plain-values"): _LOOSE_OUTPUT,
+    ("pydantic_io", "invalid"): _INPUT_TEXT,
+    ("annotated_types_truss", "invalid"): _INPUT_TEXT,
+    ("responses", "stream-error-first"): (
+        "Podium is better, deliberately (docs/truss.md): Truss sends 200 and its headers before "
+        "the first item exists, so a stream that fails at once is an empty 200 that ends cleanly "
+        "and the client cannot tell it from an empty result; Podium waits for the first item and "
+        "answers Truss's model-error 500 (with Truss's body and error headers) when there is none."
+    ),
+    ("websocket_echo", "http-routes"): (
+        "Neither is good; they differ in the headers and the text. `:predict` on a model with only "
+        "`websocket`: Truss fails an assertion (500, code 500, 'Unhandled exception: "
+        "AssertionError: `predict` must only be called if model has it.'); Podium answers the "
+        "model-error 500 (code 600, 'Internal Server Error (in model/chainlet).'), which blames "
+        "model code that never ran. Suggestion: 404 with code 700 and Truss's words, as for an "
+        "OpenAI-style route the model lacks."
+    ),
+    ("custom_layout", "predict"): (
+        "Podium passes the truss's own data folder (`assets/`) as `data_dir`; Truss's image "
+        "copies it to `/app/data` and always passes `data`. Code that opens files under "
+        "`data_dir` works on both; only code that looks at the folder's name sees the difference. "
+        "Podium's answer is reasonable; not named in docs/truss.md."
+    ),
+    ("custom_module_dir", "predict"): (
+        "Podium is right: Truss 0.18.36's own image cannot load a truss whose `model_module_dir` "
+        "is not `model` (the folder is copied to `/app/model`, the config still names `src`: 'No "
+        "module class file found', and the server exits). A Truss bug; Podium serves the truss "
+        "as its config describes it."
+    ),
+    ("request_everywhere", "request"): (
+        "Podium is right: Truss calls an `async def load()` without awaiting it (the coroutine is "
+        "dropped and the model serves unloaded); Podium awaits it, as its contract says (load may "
+        "be sync or async). Not named in docs/truss.md."
+    ),
+    ("slow_stream", "client-leaves"): (
+        "Podium is better, as DESIGN.md asks (a client that leaves closes the generator and frees "
+        "the slot at once): the next request is answered at once, where Truss runs the abandoned "
+        "generator to its end and the next request waits ~4.8 s. Note that docs/truss.md says "
+        "the slot is held until the stream ends 'as Truss holds its semaphore': true for a "
+        "stream that is read, not for one the client leaves."
+    ),
+    ("test_basic_truss", "probes"): _PING,
+    ("test_truss", "predict"): _PING,
+    ("test_basic_truss", "bad-msgpack"): (
+        "Same status and headers; Truss's message is msgpack's own (empty for `FormatError`), "
+        "Podium's prefixes 'Invalid msgpack payload: FormatError: '. Podium's is clearer; a "
+        "client that shows the message sees the difference. Minor."
+    ),
+    ("test_basic_truss", "bad-bodies"): (
+        "Mixed. MessagePack cut short or with extra bytes: both 400 with code 700, Truss's "
+        "message bare, Podium's prefixed ('Invalid msgpack payload: ValueError: ...'): minor. "
+        "A bad datetime extension, and JSON that is not UTF-8: Truss 500 ('Unhandled exception: "
+        "...', code 500), Podium 400 (code 700): Podium is right (the request is at fault), as "
+        "docs/truss.md says. A lone surrogate escape: Truss 200 (it echoes \\ud800), Podium "
+        "400: deliberate (docs/truss.md). But docs/truss.md says Truss answers 500 to every "
+        "MessagePack body that does not decode: it answers 400 to those (msgpack's errors are "
+        "`ValueError`s), 500 only when an extension's payload has the wrong type."
+    ),
+    ("test_basic_truss", "wrong-method"): (
+        "Podium is right, Truss is accidental: `GET /v1/models/model:predict` is 200 `{}` on "
+        "Truss because its readiness route `/v1/models/{model_name}` matches the name "
+        "`model:predict`; Podium answers 405. The 405s' bodies differ: FastAPI's "
+        '`{"detail": "Method Not Allowed"}` against Podium\'s `{"error": ...}`, naming the '
+        "allowed methods. No client depends on either; fine as it is."
+    ),
+    ("test_basic_truss", "unknown-path"): (
+        'Same status; FastAPI\'s `{"detail": "Not Found"}` against Podium\'s one error shape '
+        '(`{"error": "no route for GET ..."}`), shared with its other protocols. No client '
+        "depends on it; fine as it is."
+    ),
+    ("test_basic_truss", "metrics"): (
+        "Deliberate (docs/truss.md): Podium's metrics are on their own listener (127.0.0.1:8082), "
+        "not on the inference port, where Truss mounts Prometheus's app (307 to `/metrics/`). "
+        "A scraper pointed at the inference port must be moved."
+    ),
+    ("test_basic_truss", "hot-reload"): (
+        "Deliberate (docs/truss.md): no route on the inference port may change what is served; "
+        "Truss re-imports `model/` for anyone who asks. Podium is right to refuse it."
+    ),
+    ("test_streaming_read_timeout", "read-timeout"): (
+        "Podium is better: no item came within `streaming_read_timeout`, and nothing had been "
+        "sent, so Podium can still answer a 504 with Truss's error headers and a message naming "
+        "the setting; Truss had already sent 200 and cuts the connection mid-body. Not named in "
+        "docs/truss.md's deliberate differences."
+    ),
+    ("server_conformance_test_truss", "slow-load"): (
+        "While loading: the readiness error names the config's model instead of Truss's fixed "
+        "'model', and Podium appends its reason after Truss's words ('... is not ready. it is "
+        "still loading.': note the lower-case 'it' after the full stop); deliberate "
+        "(docs/truss.md). `/ping`: " + _PING
+    ),
+}
