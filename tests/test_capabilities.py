@@ -35,7 +35,9 @@ def test_frozen_and_slotted() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         caps.streaming = True  # type: ignore[misc]
     assert not hasattr(caps, "__dict__")
-    assert len(dataclasses.fields(Capabilities)) == 13  # the 11 flags, device, declared inputs
+    # the 11 flags, device, declared inputs, what a truss offers besides predict (5), and an
+    # MLServer runtime's character-count BYTES shapes and custom handler routes
+    assert len(dataclasses.fields(Capabilities)) == 20
 
 
 def test_the_defaults_are_an_async_predict_that_takes_the_inputs(

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from podium.config import FIELDS, MODEL_KEYS, ModelConfig, Secrets, ServerConfig, load_yaml
+from podium.config import (
+    FIELDS,
+    MODEL_KEYS,
+    SETTINGS,
+    ModelConfig,
+    Secrets,
+    ServerConfig,
+    load_yaml,
+)
 from podium.errors import DefinitionError, MissingSecret, PodiumError
 
 
@@ -190,28 +198,37 @@ PORTS = ["http_port", "management_port", "metrics_port", "grpc_port", "grpc_mana
 
 def test_server_config_defaults() -> None:
     config = ServerConfig()
-    assert (config.host, config.http_port) == ("0.0.0.0", 8080)
-    assert (config.management_host, config.management_port) == ("127.0.0.1", 8081)
-    assert (config.metrics_host, config.metrics_port) == ("127.0.0.1", 8082)
-    assert (config.grpc_port, config.grpc_management_port) == (7070, 7071)
-    assert config.max_request_size == 64 * 1024 * 1024
-    assert config.threads == 64
+    assert (config.listeners.host, config.listeners.http_port) == ("0.0.0.0", 8080)
+    assert (config.listeners.management_host, config.listeners.management_port) == (
+        "127.0.0.1",
+        8081,
+    )
+    assert (config.listeners.metrics_host, config.listeners.metrics_port) == ("127.0.0.1", 8082)
+    assert (config.listeners.grpc_port, config.listeners.grpc_management_port) == (7070, 7071)
+    assert config.protocols.max_request_size == 64 * 1024 * 1024
+    assert config.serving.threads == 64
 
 
 def test_registration_limits_default_and_are_checked() -> None:
     config = ServerConfig()
-    assert config.download_timeout == 300.0
-    assert (config.max_archive_size, config.max_archive_ratio) == (4 << 30, 100.0)
-    assert config.allow_any_local_path is False
+    assert config.registration.download_timeout == 300.0
+    assert (config.registration.max_archive_size, config.registration.max_archive_ratio) == (
+        4 << 30,
+        100.0,
+    )
+    assert config.registration.allow_any_local_path is False
     given = ServerConfig(download_timeout=5, max_archive_ratio=20, allow_any_local_path=True)
-    assert (given.download_timeout, given.max_archive_ratio) == (5.0, 20.0)
-    assert given.allow_any_local_path is True
+    assert (given.registration.download_timeout, given.registration.max_archive_ratio) == (
+        5.0,
+        20.0,
+    )
+    assert given.registration.allow_any_local_path is True
     for key, value, fragment in (
         ("download_timeout", 0, "download-timeout must be a number of seconds > 0"),
         ("download_timeout", "5", "download-timeout must be a number of seconds > 0"),
         ("download_timeout", float("nan"), "download-timeout must be a number of seconds > 0"),
-        ("max_archive_size", 0, "max-archive-size must be >= 1 byte"),
-        ("max_archive_size", 1.5, "max-archive-size must be >= 1 byte"),
+        ("max_archive_size", 0, "max-archive-size must be an integer >= 1"),
+        ("max_archive_size", 1.5, "max-archive-size must be an integer >= 1"),
         ("max_archive_ratio", 0.5, "max-archive-ratio must be a number >= 1"),
         ("max_archive_ratio", True, "max-archive-ratio must be a number >= 1"),
         ("allow_any_local_path", "yes", "allow-any-local-path must be true or false"),
@@ -222,16 +239,20 @@ def test_registration_limits_default_and_are_checked() -> None:
 
 def test_shared_memory_is_off_by_default_and_checked() -> None:
     config = ServerConfig()
-    assert (config.shared_memory, config.shm_key_prefix) == ("off", "")
-    assert (config.max_shm_regions, config.max_shm_size) == (64, 16 << 30)
+    assert (config.shared_memory.mode, config.shared_memory.key_prefix) == ("off", "")
+    assert (config.shared_memory.max_regions, config.shared_memory.max_size) == (64, 16 << 30)
     on = ServerConfig(shared_memory="system", shm_key_prefix="/job-", max_shm_regions=2)
-    assert (on.shared_memory, on.shm_key_prefix, on.max_shm_regions) == ("system", "/job-", 2)
+    assert (on.shared_memory.mode, on.shared_memory.key_prefix, on.shared_memory.max_regions) == (
+        "system",
+        "/job-",
+        2,
+    )
     for key, value, fragment in (
-        ("shared_memory", "cuda", "shared-memory must be off or system"),
+        ("shared_memory", "cuda", "shared-memory must be 'off' or 'system'"),
         ("shm_key_prefix", "a/b", "shm-key-prefix must be the start of an object name"),
-        ("shm_key_prefix", 3, "shm-key-prefix must be the start of an object name"),
-        ("max_shm_regions", 0, "max-shm-regions must be >= 1"),
-        ("max_shm_size", 0, "max-shm-size must be >= 1 byte"),
+        ("shm_key_prefix", 3, "shm-key-prefix must be a string"),
+        ("max_shm_regions", 0, "max-shm-regions must be an integer >= 1"),
+        ("max_shm_size", 0, "max-shm-size must be an integer >= 1"),
     ):
         with pytest.raises(ValueError, match=fragment):
             ServerConfig(**{key: value})
@@ -240,7 +261,7 @@ def test_shared_memory_is_off_by_default_and_checked() -> None:
 @pytest.mark.parametrize("key", PORTS)
 @pytest.mark.parametrize("port", [0, 1, 65535])
 def test_valid_ports(key: str, port: int) -> None:
-    assert getattr(ServerConfig(**{key: port}), key) == port
+    assert getattr(ServerConfig(**{key: port}).listeners, key) == port
 
 
 @pytest.mark.parametrize("key", PORTS)
@@ -256,12 +277,12 @@ def test_invalid_ports_name_the_flag(key: str, port: Any) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "fragment"),
     [
-        ("max_request_size", 0, "max-request-size must be >= 1"),
-        ("max_request_size", "big", "max-request-size must be >= 1"),
-        ("max_request_size", True, "max-request-size must be >= 1"),
-        ("threads", 0, "threads must be >= 1"),
-        ("threads", "4", "threads must be >= 1"),
-        ("threads", 2.5, "threads must be >= 1"),
+        ("max_request_size", 0, "max-request-size must be an integer >= 1"),
+        ("max_request_size", "big", "max-request-size must be an integer >= 1"),
+        ("max_request_size", True, "max-request-size must be an integer >= 1"),
+        ("threads", 0, "threads must be an integer >= 1"),
+        ("threads", "4", "threads must be an integer >= 1"),
+        ("threads", 2.5, "threads must be an integer >= 1"),
     ],
 )
 def test_invalid_settings_raise_value_error(key: str, value: Any, fragment: str) -> None:
@@ -272,10 +293,21 @@ def test_invalid_settings_raise_value_error(key: str, value: Any, fragment: str)
 
 
 def test_server_config_accepts_granian_and_keys() -> None:
-    assert ServerConfig(threads=1, max_request_size=1).threads == 1
+    assert ServerConfig(threads=1, max_request_size=1).serving.threads == 1
     keys = ServerConfig.keys()
     assert {"host", "http_port", "secrets_dir", "threads", "models"} <= keys
-    assert keys == {f.name for f in dataclasses.fields(ServerConfig)}
+    assert keys == set(SETTINGS)
+    # each group holds its settings, by their attributes, and nothing else but GrpcLimits' own
+    config = ServerConfig()
+    for field in dataclasses.fields(ServerConfig):
+        group = getattr(config, field.name)
+        attrs = {s.attr for s in SETTINGS.values() if s.group.value == field.name}
+        own = {f.name for f in dataclasses.fields(group)} - attrs
+        assert own == (
+            {"max_connections", "handshake_timeout", "max_ping_strikes", "max_metadata_size"}
+            if field.name == "grpc"
+            else set()
+        ), field.name
 
 
 # -- Secrets -------------------------------------------------------------------------------------
@@ -363,7 +395,7 @@ def test_secrets_read_the_process_environment(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_server_config_log_level_is_checked() -> None:
-    with pytest.raises(ValueError, match="log-level must be debug, info, warning or error"):
+    with pytest.raises(ValueError, match="log-level must be 'debug', 'info', 'warning' or 'error'"):
         ServerConfig(log_level="loud")
 
 

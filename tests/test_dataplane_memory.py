@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from podium.config import ModelConfig
+from podium.config import ModelConfig, SharedMemory
 from podium.dataplane import DataPlane, RegionStatus, SystemSharedMemory
 from podium.dataplane._memory import uses_shared_memory
 from podium.errors import (
@@ -92,7 +92,7 @@ def objects() -> Iterator[Objects]:
 
 @pytest.fixture
 def shm() -> Iterator[SystemSharedMemory]:
-    registry = SystemSharedMemory(enabled=True)
+    registry = SystemSharedMemory(SharedMemory("system"))
     try:
         yield registry
     finally:
@@ -258,7 +258,7 @@ def test_off_refuses_all_but_status(objects: Objects) -> None:
 
 
 def test_a_key_prefix_limits_what_is_mapped(objects: Objects) -> None:
-    shm = SystemSharedMemory(enabled=True, key_prefix="/podium-test-ok")
+    shm = SystemSharedMemory(SharedMemory("system", key_prefix="/podium-test-ok"))
     try:
         shm.register("yes", objects.new(8, name=f"podium-test-ok-{uuid.uuid4().hex}"), 0, 8)
         with pytest.raises(Forbidden, match="start with 'podium-test-ok' \\(--shm-key-prefix\\)"):
@@ -269,7 +269,7 @@ def test_a_key_prefix_limits_what_is_mapped(objects: Objects) -> None:
 
 
 def test_regions_and_bytes_are_bounded(objects: Objects) -> None:
-    shm = SystemSharedMemory(enabled=True, max_regions=2, max_size=100)
+    shm = SystemSharedMemory(SharedMemory("system", max_regions=2, max_size=100))
     try:
         shm.register("a", objects.new(60), 0, 60)
         with pytest.raises(PayloadTooLarge, match="--max-shm-size"):
@@ -289,7 +289,7 @@ def test_regions_and_bytes_are_bounded(objects: Objects) -> None:
 )
 def test_settings_are_checked(settings: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        SystemSharedMemory(enabled=True, **settings)
+        SystemSharedMemory(SharedMemory("system", **settings))
 
 
 # -- the tensors of a call -------------------------------------------------------------------
@@ -522,7 +522,7 @@ def test_an_array_kept_by_a_model_keeps_the_mapping(
 
 
 def test_close_unmaps_everything(objects: Objects) -> None:
-    shm = SystemSharedMemory(enabled=True)
+    shm = SystemSharedMemory(SharedMemory("system"))
     keys = [objects.new(8) for _ in range(3)]
     for i, key in enumerate(keys):
         shm.register(f"r{i}", key, 0, 8)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
@@ -51,6 +52,9 @@ class Kind(enum.Enum):
     FLAG = "flag"  # true or false
     CHOICE = "choice"  # one of the field's choices
     MAPPING = "mapping"  # a mapping; null: the default
+    STRING = "string"  # a string, possibly empty
+    PATH = "path"  # a non-empty string or path, as a Path
+    LIST = "list"  # a list of strings (one string: a list of it), as a tuple
 
 
 class Unit(enum.Enum):
@@ -58,6 +62,7 @@ class Unit(enum.Enum):
 
     MILLISECONDS = 1
     SECONDS = 1000
+    MINUTES = 60_000
 
     @property
     def words(self) -> str:
@@ -73,33 +78,51 @@ def check(
     key: str,
     value: Any,
     *,
-    minimum: int = 0,
+    minimum: float = 0,
+    above: bool = False,
+    below: float | None = None,
     unit: Unit | None = None,
     choices: tuple[str, ...] = (),
+    name: str | None = None,
 ) -> Any:
     """``value`` as a field of ``kind`` holds it (``UNSET``: a null that means "none given");
-    ``ValueError`` naming ``key`` and the rule otherwise."""
+    ``ValueError`` naming ``key`` and the rule otherwise. A number or an integer is at least
+    ``minimum`` (more than it when ``above``) and less than ``below``. Messages name the value
+    as ``name`` (default: ``key`` in quotes, as a config file's key)."""
+    name = f"'{key}'" if name is None else name
     match kind:
         case Kind.INTEGER:
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"'{key}' must be an integer >= {minimum}, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not _within(value, minimum, above, below)
+            ):
+                what = f"{minimum}-{below - 1}" if below is not None else f">= {minimum}"
+                raise ValueError(f"{name} must be an integer {what}, got {value!r}")
         case Kind.NUMBER:
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not _within(value, minimum, above, below)
+            ):
                 what = f"a number of {unit.words}" if unit else "a number"
-                raise ValueError(f"'{key}' must be {what} >= {minimum}, got {value!r}")
+                bound = f"{'>' if above else '>='} {_short(minimum)}"
+                if below is not None:
+                    bound += f" (and < {_short(below)})"
+                raise ValueError(f"{name} must be {what} {bound}, got {value!r}")
             return float(value)
         case Kind.FLAG:
             if not isinstance(value, bool):
-                raise ValueError(f"'{key}' must be true or false, got {value!r}")
+                raise ValueError(f"{name} must be true or false, got {value!r}")
         case Kind.CHOICE:
             if value not in choices:
                 *most, last = (repr(choice) for choice in choices)
-                raise ValueError(f"'{key}' must be {', '.join(most)} or {last}, got {value!r}")
+                raise ValueError(f"{name} must be {', '.join(most)} or {last}, got {value!r}")
         case Kind.NAME:
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"'{key}' must be a non-empty string, got {value!r}")
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
             if "/" in value:
-                raise ValueError(f"'{key}' must not contain '/', got {value!r}")
+                raise ValueError(f"{name} must not contain '/', got {value!r}")
         case Kind.VERSION:
             if value is None:
                 return UNSET
@@ -110,22 +133,45 @@ def check(
                 or not str(value).strip()  # "" would read as "no version" in every route
             ):
                 raise ValueError(
-                    f"'{key}' must be a non-empty string or an integer, without '/', got {value!r}"
+                    f"{name} must be a non-empty string or an integer, without '/', got {value!r}"
                 )
             return str(value)
         case Kind.LABEL:
             if isinstance(value, bool) or not isinstance(value, str | int):
-                raise ValueError(f"'{key}' must be a string or an integer, got {value!r}")
+                raise ValueError(f"{name} must be a string or an integer, got {value!r}")
             return str(value)
         case Kind.TEXT:
             if not isinstance(value, str) or not value:
-                raise ValueError(f"'{key}' must be a non-empty string")
+                raise ValueError(f"{name} must be a non-empty string")
+        case Kind.STRING:
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a string, got {value!r}")
+        case Kind.PATH:
+            if not isinstance(value, str | PurePath) or not str(value):
+                raise ValueError(f"{name} must be a path, got {value!r}")
+            return Path(value)
+        case Kind.LIST:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{name} must be a list of strings, got {value!r}")
+            return tuple(value)
         case Kind.MAPPING:
             if value is None:
                 return UNSET
             if not isinstance(value, dict):
-                raise ValueError(f"'{key}' must be a mapping")
+                raise ValueError(f"{name} must be a mapping")
     return value
+
+
+def _short(number: float) -> str:
+    return f"{number:g}".replace("e+0", "e")
+
+
+def _within(value: float, minimum: float, above: bool, below: float | None) -> bool:
+    # Written so that NaN is outside every range.
+    low = value > minimum if above else value >= minimum
+    return low and (below is None or value < below)
 
 
 @dataclass(frozen=True, slots=True)

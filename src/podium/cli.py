@@ -10,24 +10,17 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from . import logs
-from .config import ServerConfig, load_yaml
+from .config import SETTINGS, Kind, ServerConfig, Setting, load_yaml
 from .errors import DefinitionError
 
 __all__ = ["main"]
-
-_PORTS = {
-    "http_port": "--http-port",
-    "management_port": "--management-port",
-    "metrics_port": "--metrics-port",
-    "grpc_port": "--grpc-port",
-    "grpc_management_port": "--grpc-management-port",
-}
 
 
 def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
@@ -38,14 +31,12 @@ def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
         except DefinitionError as exc:
             raise click.UsageError(exc.message) from None
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
-        unknown = sorted(set(data) - ServerConfig.keys())
+        unknown = sorted(set(data) - SETTINGS.keys())
         if unknown:
-            allowed = ", ".join(sorted(k for k in ServerConfig.keys()))
+            allowed = ", ".join(sorted(SETTINGS))
             raise click.UsageError(
                 f"{config_file}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})"
             )
-        if "secrets_dir" in data and data["secrets_dir"] is not None:
-            data["secrets_dir"] = Path(data["secrets_dir"])
         if "models" in data:
             models = data["models"]
             if isinstance(models, str):
@@ -62,6 +53,47 @@ def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
         raise click.UsageError(str(exc)) from None
 
 
+def _absent_is_none(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    return value or None  # a repeatable flag not given: leave --config's value
+
+
+def _option(setting: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``setting``'s flag, as the table says: its name, type, help and default shown; every
+    flag's default is None, so that one not given leaves the config file's value."""
+    flag = f"--{setting.name}"
+    decls = [f"{flag}/--no-{setting.name}" if setting.negatable else flag]
+    if setting.off:
+        decls.append(" /" + "/".join(setting.off))
+    shown = setting.shown_default()
+    extra: dict[str, Any] = {
+        "default": None,
+        "help": f"{setting.help} [{shown}]." if shown else f"{setting.help}.",
+    }
+    match setting.kind:
+        case Kind.INTEGER:
+            extra["type"] = int
+        case Kind.NUMBER:
+            extra["type"] = float
+        case Kind.CHOICE:
+            extra["type"] = click.Choice(setting.choices)
+        case Kind.PATH:
+            extra["type"] = click.Path(
+                file_okay=setting.file, dir_okay=not setting.file, path_type=Path
+            )
+        case Kind.LIST:
+            extra.update(multiple=True, callback=_absent_is_none)
+        case Kind.FLAG if not setting.negatable:
+            extra["is_flag"] = True
+    return click.option(*decls, setting.key, **extra)
+
+
+def _settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with a flag for each of the server's settings, in the table's order."""
+    for setting in reversed([s for s in SETTINGS.values() if s.flag]):
+        command = _option(setting)(command)
+    return command
+
+
 @click.group()
 @click.version_option(package_name="podium")
 def main() -> None:
@@ -76,357 +108,17 @@ def main() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML file with any of these settings (keys as the flags, '-' or '_'); flags win.",
 )
-@click.option("--host", default=None, help="Address for the inference listeners [0.0.0.0].")
-@click.option(
-    "--http-port", type=int, default=None, help="HTTP inference port; 0 picks one [8080]."
-)
-@click.option(
-    "--management-host",
-    default=None,
-    help="Address for the management listeners, REST and gRPC [127.0.0.1].",
-)
-@click.option("--management-port", type=int, default=None, help="Management API port [8081].")
-@click.option(
-    "--metrics-host",
-    default=None,
-    help="Address for the metrics listener (GET /metrics, Prometheus) [127.0.0.1].",
-)
-@click.option("--metrics-port", type=int, default=None, help="Prometheus metrics port [8082].")
-@click.option(
-    "--metrics/--no-metrics",
-    default=None,
-    help="Serve GET /metrics on --metrics-host:--metrics-port; --no-metrics: no metrics "
-    "listener (the statistics extension still counts) [on].",
-)
-@click.option("--grpc-port", type=int, default=None, help="gRPC inference port [7070].")
-@click.option("--grpc-management-port", type=int, default=None, help="gRPC management port [7071].")
-@click.option(
-    "--grpc-max-message-size",
-    type=int,
-    default=None,
-    help="Largest gRPC message in bytes, received or sent [64 MiB].",
-)
-@click.option(
-    "--grpc-stream-format",
-    type=click.Choice(["triton", "mlserver"]),
-    default=None,
-    help="Framing of OIP ModelStreamInfer responses: Triton's ModelStreamInferResponse with "
-    "in-band errors (tritonclient, perf_analyzer), or MLServer's bare ModelInferResponse "
-    "(MLServer's and KServe's stubs) [triton].",
-)
-@click.option(
-    "--grpc-output-contents",
-    type=click.Choice(["request", "raw"]),
-    default=None,
-    help="How OIP gRPC answers carry tensors: raw_output_contents when the request used "
-    "raw_input_contents, else typed contents (MLServer, KServe); or always raw, as Triton "
-    "[request].",
-)
-@click.option(
-    "--sequence-header",
-    default=None,
-    help="Header naming a stateful sequence; NAME_start / NAME_end flag its first and last "
-    "request [ts_request_sequence_id].",
-)
-@click.option(
-    "--grpc-threads",
-    type=int,
-    default=None,
-    help="Threads of the gRPC inference server, for calls not relayed through grpc's polling "
-    "thread (reflection streams; every call if grpcio's internals differ). 0: serve gRPC with "
-    "grpc.aio on the event loop instead [128].",
-)
-@click.option(
-    "--grpc-max-concurrent-streams",
-    type=int,
-    default=None,
-    help="Most calls at once on one gRPC connection (HTTP/2 SETTINGS); a client keeps more "
-    "waiting until one ends [100].",
-)
-@click.option(
-    "--grpc-max-connection-idle",
-    type=float,
-    default=None,
-    help="Seconds a gRPC connection may stay without calls before it is closed; 0: never [300].",
-)
-@click.option(
-    "--grpc-max-connection-age",
-    type=float,
-    default=None,
-    help="Seconds after which a gRPC connection is told to go (GOAWAY, ±10%%): its client makes "
-    "new calls on a new connection; 0: never [1800].",
-)
-@click.option(
-    "--grpc-max-connection-age-grace",
-    type=float,
-    default=None,
-    help="Seconds calls in flight may go on after --grpc-max-connection-age before they are "
-    "cut [unlimited].",
-)
-@click.option(
-    "--grpc-keepalive-time",
-    type=float,
-    default=None,
-    help="Seconds a gRPC connection may stay silent before the server pings it; 0: never [60].",
-)
-@click.option(
-    "--grpc-keepalive-timeout",
-    type=float,
-    default=None,
-    help="Seconds the server waits for the answer to its ping before it closes the "
-    "connection [20].",
-)
-@click.option(
-    "--grpc-min-ping-interval",
-    type=float,
-    default=None,
-    help="Least seconds between a client's pings while no data flows; a client that pings more "
-    "often three times is sent GOAWAY (too_many_pings) and disconnected [5].",
-)
-@click.option(
-    "--max-request-size", type=int, default=None, help="Largest request body in bytes [64 MiB]."
-)
-@click.option(
-    "--max-url-size",
-    type=int,
-    default=None,
-    help="Longest request target (path and query) in bytes; longer: 414 [8 KiB].",
-)
-@click.option(
-    "--max-header-size",
-    type=int,
-    default=None,
-    help="Largest request head (request line and header fields) in bytes; larger: 431 [64 KiB].",
-)
-@click.option(
-    "--max-headers",
-    type=int,
-    default=None,
-    help="Most header fields in a request; more: 431 [100].",
-)
-@click.option(
-    "--header-timeout",
-    type=float,
-    default=None,
-    help="Seconds a connection has to send a complete request head, from its accept or its "
-    "next request's first byte; later: 408 and closed (gRPC: the HTTP/2 preface and SETTINGS, "
-    "from its accept) [10].",
-)
-@click.option(
-    "--keep-alive-timeout",
-    type=float,
-    default=None,
-    help="Seconds an HTTP connection may stay idle between requests [30].",
-)
-@click.option(
-    "--body-timeout",
-    type=float,
-    default=None,
-    help="Seconds over which a request body's rate is measured: a body that brings less than "
-    "--min-body-rate in any such period gets 408 and is closed [10].",
-)
-@click.option(
-    "--min-body-rate",
-    type=int,
-    default=None,
-    help="Least average rate of a request body, bytes/s; 0: only a body that stalls for "
-    "--body-timeout is closed [1024].",
-)
-@click.option(
-    "--max-connections",
-    type=int,
-    default=None,
-    help="Most connections served at once on each listener; more are answered 503 (HTTP) or "
-    "closed (gRPC) [1000, fewer if the open-files limit is low].",
-)
-@click.option(
-    "--secrets-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory of secret files (one file per secret).",
-)
-@click.option("--threads", type=int, default=None, help="Threads for sync model code [64].")
-@click.option(
-    "--model-store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory where registration finds model files by name and saves downloads.",
-)
-@click.option(
-    "--allowed-urls",
-    multiple=True,
-    default=None,
-    callback=lambda ctx, param, value: value or None,  # absent: leave --config's value
-    help="Regular expression a remote registration url must match in full (repeatable) "
-    "[none: remote urls are refused].",
-)
-@click.option(
-    "--download-timeout",
-    type=float,
-    default=None,
-    help="Seconds a registration's download may take in all; slower: refused [300].",
-)
-@click.option(
-    "--max-archive-size",
-    type=int,
-    default=None,
-    help="Bytes a TorchServe archive (.mar, .tar.gz) may expand to; more: refused [4 GiB].",
-)
-@click.option(
-    "--max-archive-ratio",
-    type=float,
-    default=None,
-    help="How many times its own size an archive may expand to, beyond 64 MiB; more: "
-    "refused as a zip bomb [100].",
-)
-@click.option(
-    "--allow-any-local-path",
-    is_flag=True,
-    default=None,
-    help="Let registration read a local url anywhere on disk, not only under --model-store "
-    "and the model paths given at start [off].",
-)
-@click.option(
-    "--max-download-size", type=int, default=None, help="Largest download in bytes [1 GiB]."
-)
-@click.option(
-    "--auth/--no-auth",
-    " /--disable-token-auth",
-    default=None,
-    help="Token authorization, 'Authorization: Bearer <key>' with the keys of --key-file: "
-    "--auth on every listener, --no-auth (or TorchServe's --disable-token-auth) on none "
-    "[the management API only].",
-)
-@click.option(
-    "--key-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Where the keys are written (owner-only) [./key_file.json].",
-)
-@click.option(
-    "--management-allowed-hosts",
-    multiple=True,
-    default=None,
-    callback=lambda ctx, param, value: value or None,  # absent: leave --config's value
-    help="A host name the management API answers to besides IP addresses and localhost "
-    "(repeatable); other Host headers get 421, which stops DNS rebinding [none].",
-)
-@click.option(
-    "--management-allowed-origins",
-    multiple=True,
-    default=None,
-    callback=lambda ctx, param, value: value or None,
-    help="A web origin (scheme://host[:port]) whose pages may call the management API "
-    "(repeatable); requests from other pages get 403 [none].",
-)
-@click.option(
-    "--allow-open-management",
-    is_flag=True,
-    default=None,
-    help="Start even though the management API listens on a non-loopback address without "
-    "token authorization: only where a firewall or proxy already guards its ports.",
-)
-@click.option(
-    "--model-control",
-    type=click.Choice(["management", "inference"]),
-    default=None,
-    help="Which listeners may load and unload models: the management listeners only, or the "
-    "inference listeners too (OIP's repository load/unload, open to every inference client: "
-    "use with --auth) [management].",
-)
-@click.option(
-    "--shared-memory",
-    type=click.Choice(["off", "system"]),
-    default=None,
-    help="Triton's system shared memory extension: 'system' lets clients on this host register "
-    "regions of POSIX shared memory objects (/dev/shm) and pass tensors through them; any "
-    "client of the inference listeners can then map any such object the server's user can "
-    "open (see --shm-key-prefix, --auth) [off].",
-)
-@click.option(
-    "--shm-key-prefix",
-    default=None,
-    help="Map only shared memory objects whose names (after the leading '/') start with this "
-    "[any].",
-)
-@click.option(
-    "--max-shm-regions",
-    type=int,
-    default=None,
-    help="Most system shared memory regions registered at once [64].",
-)
-@click.option(
-    "--max-shm-size",
-    type=int,
-    default=None,
-    help="Most bytes of system shared memory mapped at once, all regions together [16 GiB].",
-)
-@click.option(
-    "--token-expiration",
-    type=float,
-    default=None,
-    help="Minutes the management and inference keys last; 0: no expiry [0].",
-)
-@click.option(
-    "--graceful-timeout",
-    type=float,
-    default=None,
-    help="Seconds calls in flight and open streams get to finish after SIGTERM/SIGINT; those "
-    "still running are then cut with 'server shutting down' (a second signal: at once) [30].",
-)
-@click.option(
-    "--shutdown-delay",
-    type=float,
-    default=None,
-    help="Seconds between readiness turning false on SIGTERM/SIGINT and new connections being "
-    "refused, so that load balancers stop sending first [5 in a Kubernetes pod, else 0].",
-)
-@click.option(
-    "--install-model-requirements",
-    is_flag=True,
-    default=None,
-    help="Install the requirements a model declares (a truss's requirements, a TorchServe "
-    "archive's requirements file) into an environment of its own, cached in $PODIUM_ENVS "
-    "[~/.cache/podium/envs], and run it in worker processes from there [off].",
-)
-@click.option(
-    "--keep-running",
-    is_flag=True,
-    default=None,
-    help="Serving one truss whose model cannot load: stay up (not ready, the reason in readiness "
-    "and the log) instead of exiting 1 as Truss's server does [off].",
-)
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default=None,
-    help="Every log line as text, or as one JSON object per line for log shippers [text].",
-)
-@click.option(
-    "--access-log/--no-access-log",
-    default=None,
-    help="One line per request (logger podium.access, at info): protocol, route or RPC, model, "
-    "version, status, duration, bytes in and out, request id, peer [on].",
-)
-@click.option(
-    "--otel",
-    is_flag=True,
-    default=None,
-    help="OpenTelemetry spans for every request, exported over OTLP as the standard OTEL_* "
-    "variables say; needs podium[otel] [off; on when OTEL_TRACES_EXPORTER or an "
-    "OTEL_EXPORTER_OTLP_*ENDPOINT is set].",
-)
+@_settings_options
 def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> None:
     """Serve the models at PATHS (model files, model directories or model repositories)."""
     config = _merge(config_file, flags)
-    all_paths = [*(Path(p) for p in config.models), *paths]
-    if not all_paths and config.model_store is None:  # with a store, models come by the API
+    all_paths = [*(Path(p) for p in config.serving.paths), *paths]
+    if not all_paths and config.registration.model_store is None:  # models come by the API
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
         )
     # Bounded: no request can make the server write megabytes to its log (docs/security.md).
-    logs.configure(config.log_level.upper(), config.log_format)
+    logs.configure(config.logs.level.upper(), config.logs.format)
     # Worker processes are started by fork and exec (uvloop's spawn forks), and nothing runs
     # gRPC in a forked child: grpc's fork handlers would only log "Other threads are currently
     # calling into gRPC, skipping fork() handlers" for each one. Read when grpc starts.
@@ -697,7 +389,7 @@ def archive(
     default=None,
     help="Replicas of the ingress (HTTP parsing and rendering) [1].",
 )
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@_option(SETTINGS["log_level"])
 def ray_command(
     paths: tuple[Path, ...],
     config_file: Path | None,

@@ -1,40 +1,67 @@
 """Configuration values: a model's ``config.yaml`` and the server's settings.
 
 Both are plain frozen dataclasses, validated when built (``ValueError`` / ``DefinitionError`` with
-the key named), never with ``assert``. YAML is parsed here and nowhere else. A model's settings
-are one table, :data:`FIELDS` (each field's key, default, bounds, unit, and its keys in
-TorchServe's and MLServer's files), which drives every validator of them.
+the key named), never with ``assert``. YAML is parsed here and nowhere else. Each is one table:
+a model's settings :data:`FIELDS` (``_model_fields.py``), the server's :data:`SETTINGS`
+(``_server_fields.py``: also ``podium serve``'s flags and their help); each row gives a key,
+default, bounds, unit, and its keys in TorchServe's and MLServer's files, and drives every
+validator of it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, ClassVar
 
 import yaml
 
-from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit
+from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit, check
+from ._server_fields import (
+    MODEL_DEFAULTS,
+    SETTINGS,
+    Group,
+    Setting,
+    foreign,
+    normalize_host,
+    normalize_origin,
+    origin_of,
+)
 from .errors import DefinitionError, MissingSecret
 from .types import DATATYPES, Signature, TensorSpec
 
 __all__ = [
     "FIELDS",
     "MODEL_CONTROLS",
+    "MODEL_DEFAULTS",
     "MODEL_KEYS",
+    "SETTINGS",
     "UNSET",
+    "Auth",
+    "ConnectionLimits",
     "Field",
+    "Group",
+    "GrpcLimits",
     "Kind",
+    "Listeners",
+    "Logs",
+    "ManagementAccess",
     "ModelConfig",
+    "Protocols",
+    "Registration",
     "Secrets",
     "ServerConfig",
+    "Serving",
+    "Setting",
+    "SharedMemory",
+    "ShutdownTimes",
     "Spelling",
     "Unit",
+    "foreign",
     "load_yaml",
     "normalize_host",
     "normalize_origin",
@@ -219,399 +246,266 @@ def _tensor_spec(where: str, entry: Any) -> TensorSpec:
 
 
 #: ``model_control``'s values: which listeners may load and unload models.
-MODEL_CONTROLS = ("management", "inference")
-#: ``shared_memory``'s values: whether clients may register system shared memory regions.
-SHARED_MEMORY = ("off", "system")
+MODEL_CONTROLS = SETTINGS["model_control"].choices
+
+
+def _setting(key: str) -> Any:
+    return SETTINGS[key].default
+
+
+class _Group:
+    """A group of ``ServerConfig``: each field a row of :data:`SETTINGS` (by ``attr``), checked
+    and converted by it when the group is made."""
+
+    __slots__ = ()
+    GROUP: ClassVar[Group]
+
+    def __post_init__(self) -> None:
+        for setting in _BY_GROUP[self.GROUP]:
+            object.__setattr__(self, setting.attr, setting.check(getattr(self, setting.attr)))
 
 
 @dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """The server's settings. The CLI merges defaults, ``--config FILE`` and flags, flags last."""
+class Listeners(_Group):
+    """Where each listener binds; ``metrics``: whether the metrics listener runs at all."""
 
-    host: str = "0.0.0.0"
-    http_port: int = 8080
-    management_host: str = "127.0.0.1"
-    management_port: int = 8081
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 8082
-    metrics: bool = True  # the metrics listener (GET /metrics); the counters run either way
-    grpc_port: int = 7070
-    grpc_management_port: int = 7071
-    # The management API (REST and gRPC): where `url`s are found, which remote ones may be fetched.
-    model_store: Path | None = None  # TorchServe's --model-store: registration looks here first
-    allowed_urls: tuple[str, ...] = ()  # regexes a remote url must match in full; none: refused
-    max_download_size: int = 1024 * 1024 * 1024  # bytes an allowed url may download
-    # Token authorization (TorchServe's), keys in key_file. None (default): the management API
-    # needs its key (if the key file can be written); True: every listener; False: none.
-    auth: bool | None = None
-    key_file: Path | None = None  # where the keys are written; None: ./key_file.json
-    token_expiration: float = 0  # minutes a key lasts; 0: until the server stops or it is rotated
-    # Who may call the management API (REST): names Host may carry besides IP literals and
-    # localhost, and web origins whose pages may call it (default: none).
-    management_allowed_hosts: tuple[str, ...] = ()
-    management_allowed_origins: tuple[str, ...] = ()
-    # Start with the management API on a non-loopback address without token authorization.
-    allow_open_management: bool = False
-    # Which listeners may load and unload models (OIP's repository load/unload): "management"
-    # (the management listeners only) or "inference" (the inference listeners too).
-    model_control: str = "management"
-    # System shared memory (Triton's extension; docs/security.md): "off" or "system" (clients
-    # on the server's host may register regions of POSIX shared memory objects); only objects
-    # whose names start with shm_key_prefix (empty: any); at most max_shm_regions regions and
-    # max_shm_size bytes mapped at once.
-    shared_memory: str = "off"
-    shm_key_prefix: str = ""
-    max_shm_regions: int = 64
-    max_shm_size: int = 16 << 30
-    max_request_size: int = 64 * 1024 * 1024
-    # Every HTTP listener's connection limits (docs/security.md, server/_limits.py).
-    max_url_size: int = 8 * 1024  # bytes of a request target; longer: 414
-    max_header_size: int = 64 * 1024  # bytes of a request head; larger: 431
-    max_headers: int = 100  # header fields of a request; more: 431
-    header_timeout: float = 10.0  # seconds to send a complete request head; later: 408
-    keep_alive_timeout: float = 30.0  # seconds a connection may stay idle between requests
-    body_timeout: float = 10.0  # a request body must bring min_body_rate in each such period
-    min_body_rate: int = 1024  # bytes/s; 0: only a body that stalls for body_timeout is closed
-    max_connections: int | None = None  # per HTTP listener; None: 1000 or what fds allow
-    grpc_max_message_size: int = 64 * 1024 * 1024  # either way; larger: RESOURCE_EXHAUSTED
-    grpc_stream_format: str = "triton"  # ModelStreamInfer's framing: triton or mlserver
-    # OIP gRPC answers: "request" (raw_output_contents when the request used raw inputs, typed
-    # contents otherwise) or "raw" (always raw_output_contents, as Triton).
-    grpc_output_contents: str = "request"
-    grpc_threads: int = 128  # gRPC calls not relayed (reflection); 0: grpc.aio on the loop
-    # Both gRPC listeners' limits (docs/security.md "gRPC limits", server/grpc/_limits.py);
-    # seconds. Their connections are capped by max_connections, the handshake by header_timeout.
-    grpc_max_concurrent_streams: int = 100  # calls at once per connection; more wait (HTTP/2)
-    grpc_max_connection_idle: float = 300.0  # a connection without calls is closed; 0: never
-    grpc_max_connection_age: float = 1800.0  # then GOAWAY: new calls on a new connection; 0: never
-    grpc_max_connection_age_grace: float | None = None  # then calls in flight are cut; None: never
-    grpc_keepalive_time: float = 60.0  # the server pings a connection quiet this long; 0: never
-    grpc_keepalive_timeout: float = 20.0  # an unanswered ping closes the connection
-    grpc_min_ping_interval: float = 5.0  # a client pinging more often gets GOAWAY (3rd strike)
-    # The headers of a stateful sequence: the id, and NAME_start / NAME_end (TorchServe's names).
-    sequence_header: str = "ts_request_sequence_id"
-    # What registration may read and fetch, and how much (docs/security.md, "Archives and
-    # downloads"): a download's deadline in seconds; how far a TorchServe archive may expand,
-    # in bytes and as a multiple of its own size; local urls outside the model store and the
-    # start paths.
-    download_timeout: float = 300.0
-    max_archive_size: int = 4 << 30
-    max_archive_ratio: float = 100.0
-    allow_any_local_path: bool = False
-    secrets_dir: Path | None = None
-    threads: int = 64
-    log_level: str = "info"
-    # Logs and traces (docs/operations.md): one access line per request (podium.access, INFO);
-    # every line as text or as JSON; OpenTelemetry spans (also on when the standard OTEL_*
-    # variables name an exporter or an endpoint).
-    access_log: bool = True
-    log_format: str = "text"
-    otel: bool = False
-    models: tuple[str, ...] = ()
-    # Shutdown (docs/operations.md): seconds calls in flight get to finish after SIGTERM, and
-    # seconds between readiness turning false and new connections being refused (None: 5 in a
-    # Kubernetes pod, where endpoints learn of it late, else 0).
-    graceful_timeout: float = 30.0
-    shutdown_delay: float | None = None
-    # Serving one truss whose model cannot load: exit 1, as Truss's server does (False), or
-    # stay up, not ready, with the reason in readiness and the log, as for any other model.
-    keep_running: bool = False
-    # Models that declare requirements (a truss's, a TorchServe archive's) run in worker
-    # processes from an environment of their own with them installed (runtime/environments.py).
-    install_model_requirements: bool = False
+    GROUP = Group.LISTENERS
+    host: str = _setting("host")
+    http_port: int = _setting("http_port")
+    management_host: str = _setting("management_host")
+    management_port: int = _setting("management_port")
+    metrics_host: str = _setting("metrics_host")
+    metrics_port: int = _setting("metrics_port")
+    metrics: bool = _setting("metrics")
+    grpc_port: int = _setting("grpc_port")
+    grpc_management_port: int = _setting("grpc_management_port")
 
-    def _check_archives(self) -> None:
-        timeout = self.download_timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"download-timeout must be a number of seconds > 0, got {timeout!r}")
-        object.__setattr__(self, "download_timeout", float(timeout))
-        size = self.max_archive_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"max-archive-size must be >= 1 byte (an integer), got {size!r}")
-        ratio = self.max_archive_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1:
-            raise ValueError(f"max-archive-ratio must be a number >= 1, got {ratio!r}")
-        object.__setattr__(self, "max_archive_ratio", float(ratio))
-        if not isinstance(self.allow_any_local_path, bool):
-            raise ValueError(
-                f"allow-any-local-path must be true or false, got {self.allow_any_local_path!r}"
-            )
+
+@dataclass(frozen=True, slots=True)
+class Protocols(_Group):
+    """How the front ends read requests and answer them."""
+
+    GROUP = Group.PROTOCOLS
+    grpc_max_message_size: int = _setting("grpc_max_message_size")
+    grpc_stream_format: str = _setting("grpc_stream_format")
+    grpc_output_contents: str = _setting("grpc_output_contents")
+    sequence_header: str = _setting("sequence_header")
+    grpc_threads: int = _setting("grpc_threads")
+    max_request_size: int = _setting("max_request_size")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits(_Group):
+    """What every HTTP listener allows each connection and request (``server/_limits.py``);
+    ``max_connections`` None: 1000, or fewer where the open-files limit is low (decided at
+    start)."""
+
+    GROUP = Group.HTTP
+    max_url_size: int = _setting("max_url_size")
+    max_header_size: int = _setting("max_header_size")
+    max_headers: int = _setting("max_headers")
+    header_timeout: float = _setting("header_timeout")
+    keep_alive_timeout: float = _setting("keep_alive_timeout")
+    body_timeout: float = _setting("body_timeout")
+    min_body_rate: int = _setting("min_body_rate")
+    max_connections: int | None = _setting("max_connections")
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcLimits(_Group):
+    """What a gRPC listener allows its clients (``server/grpc/_limits.py``); times in seconds
+    (grpc counts whole milliseconds, up to about 24 days: longer is unlimited), 0 meaning never
+    where the setting says so. Besides the ``--grpc-*`` settings: the connection cap and the
+    handshake time (the HTTP listeners' ``max_connections`` and ``header_timeout``), and two
+    limits that are not settings."""
+
+    GROUP = Group.GRPC
+    max_concurrent_streams: int = _setting("grpc_max_concurrent_streams")
+    max_connection_idle: float = _setting("grpc_max_connection_idle")
+    max_connection_age: float = _setting("grpc_max_connection_age")
+    max_connection_age_grace: float | None = _setting("grpc_max_connection_age_grace")
+    keepalive_time: float = _setting("grpc_keepalive_time")
+    keepalive_timeout: float = _setting("grpc_keepalive_timeout")
+    min_ping_interval: float = _setting("grpc_min_ping_interval")
+    max_connections: int = 1000
+    handshake_timeout: float = _setting("header_timeout")
+    max_ping_strikes: int = 2  #: 0: never GOAWAY for pings
+    max_metadata_size: int = 16 * 1024
 
     def __post_init__(self) -> None:
-        self._check_archives()
-        for name in (
-            "http_port",
-            "management_port",
-            "metrics_port",
-            "grpc_port",
-            "grpc_management_port",
+        _Group.__post_init__(self)
+        for key, least in (
+            ("max_connections", 1),
+            ("max_metadata_size", 1),
+            ("max_ping_strikes", 0),
         ):
-            port = getattr(self, name)
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                raise ValueError(
-                    f"{name.replace('_', '-')} must be a port number 0-65535, got {port!r}"
-                )
-        for name, unit in (
-            ("max_request_size", " byte"),
-            ("grpc_max_message_size", " byte"),
-            ("threads", ""),
-            ("max_shm_regions", ""),
-            ("max_shm_size", " byte"),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"{name.replace('_', '-')} must be >= 1{unit} (an integer), got {value!r}"
-                )
+            value = getattr(self, key)
+            check(Kind.INTEGER, key, value, minimum=least, below=2**31, name=key.replace("_", "-"))
+        timeout = check(
+            Kind.NUMBER,
+            "handshake_timeout",
+            self.handshake_timeout,
+            minimum=0.001,
+            below=math.inf,
+            unit=Unit.SECONDS,
+            name="handshake-timeout",
+        )
+        object.__setattr__(self, "handshake_timeout", timeout)
 
-        if (
-            isinstance(self.grpc_threads, bool)
-            or not isinstance(self.grpc_threads, int)
-            or self.grpc_threads < 0
-        ):
-            raise ValueError(
-                f"grpc-threads must be an integer >= 0 (0: grpc.aio), got {self.grpc_threads!r}"
-            )
-        if self.grpc_max_message_size > 2**31 - 1:  # grpc's options are C ints
-            raise ValueError(
-                "grpc-max-message-size must be at most 2147483647 bytes, "
-                f"got {self.grpc_max_message_size!r}"
-            )
-        if self.grpc_stream_format not in ("mlserver", "triton"):
-            raise ValueError(
-                f"grpc-stream-format must be mlserver or triton, got {self.grpc_stream_format!r}"
-            )
-        if self.grpc_output_contents not in ("request", "raw"):
-            raise ValueError(
-                f"grpc-output-contents must be request or raw, got {self.grpc_output_contents!r}"
-            )
-        if (
-            not isinstance(self.sequence_header, str)
-            or not self.sequence_header
-            or not all(c.isalnum() or c in "-_" for c in self.sequence_header)
-        ):
-            raise ValueError(
-                "sequence-header must be a header name (letters, digits, '-' and '_'), "
-                f"got {self.sequence_header!r}"
-            )
-        if not isinstance(self.install_model_requirements, bool):
-            raise ValueError(
-                "install-model-requirements must be true or false, "
-                f"got {self.install_model_requirements!r}"
-            )
-        if not isinstance(self.keep_running, bool):
-            raise ValueError(f"keep-running must be true or false, got {self.keep_running!r}")
-        if not isinstance(self.metrics, bool):
-            raise ValueError(f"metrics must be true or false, got {self.metrics!r}")
-        if self.shared_memory not in SHARED_MEMORY:
-            raise ValueError(
-                f"shared-memory must be {' or '.join(SHARED_MEMORY)}, got {self.shared_memory!r}"
-            )
-        if self.shared_memory == "system" and not os.path.isdir("/dev/shm"):
+
+@dataclass(frozen=True, slots=True)
+class Serving(_Group):
+    """The models given in the config file (``paths``, relative to it), where their secrets
+    are, the threads for sync model code, what a lone truss that cannot load does, and whether
+    models run from environments of their own with their requirements installed."""
+
+    GROUP = Group.SERVING
+    paths: tuple[str, ...] = _setting("models")
+    secrets_dir: Path | None = _setting("secrets_dir")
+    threads: int = _setting("threads")
+    keep_running: bool = _setting("keep_running")
+    install_model_requirements: bool = _setting("install_model_requirements")
+
+
+@dataclass(frozen=True, slots=True)
+class Registration(_Group):
+    """What the management API's registration may read and fetch, and how much."""
+
+    GROUP = Group.REGISTRATION
+    model_store: Path | None = _setting("model_store")
+    allowed_urls: tuple[str, ...] = _setting("allowed_urls")
+    download_timeout: float = _setting("download_timeout")
+    max_archive_size: int = _setting("max_archive_size")
+    max_archive_ratio: float = _setting("max_archive_ratio")
+    allow_any_local_path: bool = _setting("allow_any_local_path")
+    max_download_size: int = _setting("max_download_size")
+
+
+@dataclass(frozen=True, slots=True)
+class Auth(_Group):
+    """Token authorization: ``enabled`` None (the default) for the management API (if the key
+    file can be written), True for every listener, False for none."""
+
+    GROUP = Group.AUTH
+    enabled: bool | None = _setting("auth")
+    key_file: Path | None = _setting("key_file")
+    token_expiration: float = _setting("token_expiration")
+
+
+@dataclass(frozen=True, slots=True)
+class ManagementAccess(_Group):
+    """Who may call the management API (REST) besides its key, and which listeners may load
+    and unload models."""
+
+    GROUP = Group.MANAGEMENT
+    allowed_hosts: tuple[str, ...] = _setting("management_allowed_hosts")
+    allowed_origins: tuple[str, ...] = _setting("management_allowed_origins")
+    allow_open: bool = _setting("allow_open_management")
+    model_control: str = _setting("model_control")
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemory(_Group):
+    """Triton's system shared memory extension: off, or on (``mode`` "system") for objects
+    whose names start with ``key_prefix``, within ``max_regions`` and ``max_size`` bytes."""
+
+    GROUP = Group.SHARED_MEMORY
+    mode: str = _setting("shared_memory")
+    key_prefix: str = _setting("shm_key_prefix")
+    max_regions: int = _setting("max_shm_regions")
+    max_size: int = _setting("max_shm_size")
+
+    def __post_init__(self) -> None:
+        _Group.__post_init__(self)
+        if self.mode == "system" and not os.path.isdir("/dev/shm"):
             raise ValueError(
                 "shared-memory system needs POSIX shared memory objects in /dev/shm (Linux); "
                 "this system has none"
             )
-        prefix = self.shm_key_prefix
-        if not isinstance(prefix, str) or "/" in prefix.lstrip("/"):
-            raise ValueError(
-                f"shm-key-prefix must be the start of an object name (no '/'), got {prefix!r}"
-            )
-        if self.log_level not in ("debug", "info", "warning", "error"):
-            raise ValueError(
-                f"log-level must be debug, info, warning or error, got {self.log_level!r}"
-            )
-        if self.log_format not in ("text", "json"):
-            raise ValueError(f"log-format must be text or json, got {self.log_format!r}")
-        for name in ("access_log", "otel"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"{name.replace('_', '-')} must be true or false, got {getattr(self, name)!r}"
-                )
-        self._check_management()
-        self._check_connection_limits()
-        self._check_grpc_limits()
-        self._check_shutdown()
 
-    def _check_shutdown(self) -> None:
-        for name in ("graceful_timeout", "shutdown_delay"):
-            value = getattr(self, name)
-            if value is None and name == "shutdown_delay":
-                continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0 <= value < 1e6
-            ):
-                raise ValueError(
-                    f"{name.replace('_', '-')} must be a number of seconds >= 0, got {value!r}"
-                )
-            object.__setattr__(self, name, float(value))
 
-    def _check_connection_limits(self) -> None:
-        for name in ("max_url_size", "max_header_size", "max_headers", "min_body_rate"):
-            value = getattr(self, name)
-            least = 0 if name == "min_body_rate" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(
-                    f"{name.replace('_', '-')} must be an integer >= {least}, got {value!r}"
-                )
-        for name in ("header_timeout", "keep_alive_timeout", "body_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-                raise ValueError(
-                    f"{name.replace('_', '-')} must be a number of seconds > 0 (and < 1e9), "
-                    f"got {value!r}"
-                )
-            object.__setattr__(self, name, float(value))
-        cap = self.max_connections
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(f"max-connections must be an integer >= 1, got {cap!r}")
+@dataclass(frozen=True, slots=True)
+class ShutdownTimes(_Group):
+    """Seconds calls in flight get after SIGTERM, and seconds between readiness turning false
+    and new connections being refused (None: 5 in a Kubernetes pod, else 0)."""
 
-    def _check_grpc_limits(self) -> None:
-        streams = self.grpc_max_concurrent_streams
-        if isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams < 2**31:
-            raise ValueError(
-                f"grpc-max-concurrent-streams must be an integer >= 1, got {streams!r}"
-            )
-        for name in (
-            "grpc_max_connection_idle",
-            "grpc_max_connection_age",
-            "grpc_max_connection_age_grace",
-            "grpc_keepalive_time",
-            "grpc_keepalive_timeout",
-            "grpc_min_ping_interval",
-        ):
-            value = getattr(self, name)
-            if value is None and name == "grpc_max_connection_age_grace":
-                continue
-            least = 0.001 if name == "grpc_keepalive_timeout" else 0
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not least <= value < 1e9
-            ):
-                raise ValueError(
-                    f"{name.replace('_', '-')} must be a number of seconds >= {least:g} "
-                    f"(and < 1e9), got {value!r}"
-                )
-            object.__setattr__(self, name, float(value))
+    GROUP = Group.SHUTDOWN
+    graceful_timeout: float = _setting("graceful_timeout")
+    shutdown_delay: float | None = _setting("shutdown_delay")
 
-    def _check_management(self) -> None:
-        # YAML gives strings and lists: normalise them (a frozen dataclass, hence __setattr__).
-        for name in ("model_store", "key_file"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                object.__setattr__(self, name, Path(value))
-        urls = self.allowed_urls
-        if isinstance(urls, str):
-            urls = (urls,)
-        if not isinstance(urls, list | tuple) or not all(isinstance(u, str) for u in urls):
-            raise ValueError(f"allowed-urls must be a list of regular expressions, got {urls!r}")
-        for pattern in urls:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(
-                    f"allowed-urls: {pattern!r} is not a regular expression: {exc}"
-                ) from None
-        object.__setattr__(self, "allowed_urls", tuple(urls))
-        size = self.max_download_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"max-download-size must be >= 1 byte (an integer), got {size!r}")
-        expiration = self.token_expiration
-        if (
-            isinstance(expiration, bool)
-            or not isinstance(expiration, int | float)
-            or expiration < 0
-        ):
-            raise ValueError(
-                f"token-expiration must be a number of minutes >= 0, got {expiration!r}"
-            )
-        if self.auth is not None and not isinstance(self.auth, bool):
-            raise ValueError(
-                "auth must be true (every listener), false (none) or null (the default: "
-                f"the management API), got {self.auth!r}"
-            )
-        if self.model_control not in MODEL_CONTROLS:
-            raise ValueError(
-                f"model-control must be {' or '.join(MODEL_CONTROLS)}, got {self.model_control!r}"
-            )
-        if not isinstance(self.allow_open_management, bool):
-            raise ValueError(
-                f"allow-open-management must be true or false, got {self.allow_open_management!r}"
-            )
-        for name, normalize in (
-            ("management_allowed_hosts", normalize_host),
-            ("management_allowed_origins", normalize_origin),
-        ):
-            values = getattr(self, name)
-            if isinstance(values, str):
-                values = (values,)
-            if not isinstance(values, list | tuple):
-                raise ValueError(f"{name.replace('_', '-')} must be a list, got {values!r}")
-            object.__setattr__(self, name, tuple(dict.fromkeys(normalize(v) for v in values)))
 
-    @property
-    def management_auth(self) -> bool:
-        """Whether the management API asks for its key (unless the key file cannot be written
-        where none was named: see ``docs/security.md``)."""
-        return self.auth is not False
+@dataclass(frozen=True, slots=True)
+class Logs(_Group):
+    """The log's level and format, the access log, OpenTelemetry spans."""
+
+    GROUP = Group.LOGS
+    level: str = _setting("log_level")
+    format: str = _setting("log_format")
+    access_log: bool = _setting("access_log")
+    otel: bool = _setting("otel")
+
+
+_BY_GROUP: dict[Group, tuple[Setting, ...]] = {
+    group: tuple(s for s in SETTINGS.values() if s.group is group) for group in Group
+}
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class ServerConfig:
+    """The server's settings, made from keys of :data:`SETTINGS` (``ServerConfig(http_port=0,
+    max_url_size=4096)``; ``ValueError`` naming the flag of a value that does not hold), held
+    in frozen groups that go as they are to what uses them. The CLI merges defaults,
+    ``--config FILE`` and flags, flags last."""
+
+    listeners: Listeners
+    protocols: Protocols
+    http: ConnectionLimits
+    grpc: GrpcLimits
+    serving: Serving
+    registration: Registration
+    auth: Auth
+    management: ManagementAccess
+    shared_memory: SharedMemory
+    shutdown: ShutdownTimes
+    logs: Logs
+
+    def __init__(self, **values: Any) -> None:
+        unknown = sorted(set(values) - set(SETTINGS))
+        if unknown:
+            raise TypeError(f"no such server setting(s): {', '.join(unknown)}")
+        given: dict[Group, dict[str, Any]] = {group: {} for group in Group}
+        for key, value in values.items():
+            setting = SETTINGS[key]
+            given[setting.group][setting.attr] = value
+        made: dict[Group, Any] = {}
+        for group, cls in _GROUPS.items():
+            if group is Group.GRPC:  # the HTTP listeners' handshake time and connection cap
+                http = made[Group.HTTP]
+                given[group]["handshake_timeout"] = http.header_timeout
+                if http.max_connections is not None:
+                    given[group]["max_connections"] = http.max_connections
+            made[group] = cls(**given[group])
+            object.__setattr__(self, group.value, made[group])
 
     @classmethod
     def keys(cls) -> frozenset[str]:
         """The keys a ``--config`` YAML file may set (the flags' names with ``_``)."""
-        return frozenset(f.name for f in dataclasses.fields(cls))
+        return frozenset(SETTINGS)
 
 
-def normalize_host(name: str) -> str:
-    """A ``management_allowed_hosts`` entry, lower-cased, without a trailing dot; ``ValueError``
-    if it is not a host name."""
-    if not isinstance(name, str):
-        raise ValueError(f"management-allowed-hosts: {name!r} is not a host name")
-    host = name.strip().lower().rstrip(".")
-    if not host or not all(
-        label and len(label) <= 63 and all(c.isalnum() or c == "-" for c in label)
-        for label in host.split(".")
-    ):
-        raise ValueError(
-            f"management-allowed-hosts: {name!r} is not a host name (letters, digits, '-' and "
-            "'.', without port or wildcard)"
-        )
-    return host
-
-
-def normalize_origin(origin: str) -> str:
-    """A ``management_allowed_origins`` entry as :func:`origin_of` gives it; ``ValueError`` for
-    anything else, ``*`` included: a wildcard would let every web page drive the API."""
-    found = origin_of(origin) if isinstance(origin, str) else None
-    if found is None:
-        raise ValueError(
-            f"management-allowed-origins: {origin!r} is not a web origin; give scheme://host[:port] "
-            "(http or https, no path; '*' and 'null' are refused: they would admit every page)"
-        )
-    return found
-
-
-def origin_of(value: str) -> str | None:
-    """A web origin (an ``Origin`` header's value) as ``scheme://host[:port]``: lower-cased,
-    without the scheme's default port; None if ``value`` is not an http(s) origin."""
-    try:
-        parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError:
-        return None
-    scheme = parts.scheme.lower()
-    host = parts.hostname
-    if scheme not in ("http", "https") or not host or "@" in parts.netloc:
-        return None
-    if parts.path or parts.query or parts.fragment:
-        return None
-    if ":" in host:
-        host = f"[{host}]"
-    if port is None or port == {"http": 80, "https": 443}[scheme]:
-        return f"{scheme}://{host}"
-    return f"{scheme}://{host}:{port}"
+_GROUPS: dict[Group, type[_Group]] = {
+    Group.LISTENERS: Listeners,
+    Group.PROTOCOLS: Protocols,
+    Group.HTTP: ConnectionLimits,
+    Group.GRPC: GrpcLimits,
+    Group.SERVING: Serving,
+    Group.REGISTRATION: Registration,
+    Group.AUTH: Auth,
+    Group.MANAGEMENT: ManagementAccess,
+    Group.SHARED_MEMORY: SharedMemory,
+    Group.SHUTDOWN: ShutdownTimes,
+    Group.LOGS: Logs,
+}
 
 
 class Secrets(Mapping[str, str]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -52,6 +52,7 @@ __all__ = [
     "SequenceRef",
     "ServerMetadata",
     "Signature",
+    "SyncCalls",
     "TensorSpec",
     "WireInput",
     "WireProtocol",
@@ -567,8 +568,9 @@ class Capabilities:
     #: every request of the stream, and it answers as it decides (an MLServer runtime's
     #: ``predict_stream``).
     consumes_stream: bool = False
-    #: ``predict`` runs user code in a thread, which cannot be interrupted (a sync ``predict``):
-    #: a timeout then fails the request without waiting for it.
+    #: ``predict`` (or ``step``) runs user code in a thread, which cannot be interrupted (a sync
+    #: ``predict``): a timeout then fails the request without waiting for it. Such an instance
+    #: runs it on its :attr:`ModelInstance.calls`.
     predict_in_thread: bool = False
     #: Served by continuous batching (``continuous_batching``): the scheduler calls ``step``
     #: with the active requests instead of ``predict``; ``streaming`` is then true.
@@ -607,15 +609,44 @@ class Capabilities:
     io_schema: Mapping[str, Any] | None = None
 
 
+class SyncCalls(Protocol):
+    """The threads an instance runs its sync ``predict`` (or ``step``) on, as a thread worker
+    uses them (``model/_threads.CallThreads``): each call is found by the task that waits for
+    it, so a deadline needs no task or timer of its own per call."""
+
+    #: The most threads the calls run on at once (None: as many as calls in flight); a worker
+    #: sets it to its predict slots, and further calls wait in line for a thread.
+    limit: int | None
+
+    def started(self, task: asyncio.Task[Any]) -> float | None:
+        """Since when (``time.monotonic()``) the call ``task`` waits for runs; None if it has
+        not started, has returned, or ``task`` waits for no call."""
+        ...
+
+    def withdraw(self, task: asyncio.Task[Any]) -> bool:
+        """Make sure the call of ``task`` never runs: False if it runs already."""
+        ...
+
+    def detach(self, task: asyncio.Task[Any], on_end: Callable[[], None]) -> bool:
+        """The call of ``task``, running past its deadline: ``task`` goes at once when
+        cancelled, and ``on_end`` is called on the loop when the call really returns. False if
+        it is not running."""
+        ...
+
+
 class ModelInstance(Protocol):
     """One loaded instance of a model, whatever contract its code was written to.
 
     The scheduler calls ``preprocess`` → ``predict`` (or ``predict_stream``) → ``postprocess``
     and never looks inside. ``request`` is passed through untouched, the same object each time.
-    ``capabilities`` says which of these apply and what the model asks for.
+    ``capabilities`` says which of these apply and what the model asks for; ``calls`` is where
+    its sync ``predict`` or ``step`` runs (set exactly when ``capabilities.predict_in_thread``).
     """
 
     capabilities: Capabilities
+
+    @property
+    def calls(self) -> SyncCalls | None: ...
 
     async def load(self) -> None: ...
 

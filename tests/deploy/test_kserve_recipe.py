@@ -158,18 +158,18 @@ def test_the_image_runs_podium_as_a_non_root_user_under_tini() -> None:
 def test_the_image_serves_kserve_ports_and_moves_management_off_8081() -> None:
     image = _image()
     config = _serve_config(image["cmd"])  # type: ignore[arg-type]
-    assert config.models == (KSERVE_MODEL_DIR,)
-    assert (config.http_port, config.grpc_port) == (HTTP_PORT, GRPC_PORT)
+    assert config.serving.paths == (KSERVE_MODEL_DIR,)
+    assert (config.listeners.http_port, config.listeners.grpc_port) == (HTTP_PORT, GRPC_PORT)
     # TorchServe's management default (8081) would take KServe's gRPC port
     ports = [
-        config.http_port,
-        config.grpc_port,
-        config.management_port,
-        config.grpc_management_port,
-        config.metrics_port,
+        config.listeners.http_port,
+        config.listeners.grpc_port,
+        config.listeners.management_port,
+        config.listeners.grpc_management_port,
+        config.listeners.metrics_port,
     ]
     assert len(set(ports)) == len(ports), ports
-    assert config.management_host == "127.0.0.1"  # management stays off the pod's network
+    assert config.listeners.management_host == "127.0.0.1"  # management stays off the pod's network
     assert image["expose"] == {HTTP_PORT, GRPC_PORT}
     # docker run's health check asks the liveness route on the HTTP port
     assert image["healthcheck"][:2] == ["python3", "-c"]  # type: ignore[index]
@@ -210,9 +210,11 @@ def test_the_probe_timings_and_the_drain_fit_the_pods_grace_period() -> None:
     ends before the kubelet's SIGKILL."""
     config = _serve_config(_image()["cmd"])  # type: ignore[arg-type]
     # given, not guessed from KUBERNETES_SERVICE_HOST: the budget below is the one that runs
-    assert config.shutdown_delay is not None
+    assert config.shutdown.shutdown_delay is not None
     # the delay, the grace, ~1 s to cut what still runs, <= 5 s to stop worker processes
-    drain = config.shutdown_delay + config.graceful_timeout + CUT_S + WORKERS_STOP_S
+    drain = (
+        config.shutdown.shutdown_delay + config.shutdown.graceful_timeout + CUT_S + WORKERS_STOP_S
+    )
     for runtime in runtimes().values():
         c = container(runtime)
         ready, live = c["readinessProbe"], c["livenessProbe"]

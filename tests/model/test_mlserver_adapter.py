@@ -295,7 +295,12 @@ class Runtime(MLModel):
     inst = make(tmp_path, code, executor, name="sync")
     await inst.load()
     assert inst.runtime.loaded_in != "MainThread"
-    assert (await run(inst, words("a"))).outputs[0].data != ["MainThread"]
+    # a sync predict runs on the instance's own threads, as every contract's does (a thread
+    # worker times its calls there); an async one on the loop, with no threads to time
+    (thread,) = (await run(inst, words("a"))).outputs[0].data
+    assert thread.startswith("podium-sync-") and inst.calls is not None
+    assert inst.capabilities.predict_in_thread
+    assert make(tmp_path, ECHO, executor, name="echo").calls is None
 
 
 # -- streams --------------------------------------------------------------------------------------

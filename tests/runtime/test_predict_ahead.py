@@ -1,5 +1,5 @@
 """A thread worker of a plain sync predict takes requests queued ahead of its predict threads
-(runtime/workers.py, PREDICT_AHEAD): predict_concurrency stays the bound of predicts at once,
+(runtime/_thread_worker.py, queue_ahead): predict_concurrency stays the bound of predicts at once,
 on the same threads, and a request whose client left before its predict started never runs."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from helpers import wait_until
 
 from podium.errors import QueueFull, ResponseTimeout
 from podium.model.discovery import discover_all
+from podium.runtime._worker import QUEUE_AHEAD
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelVersion
-from podium.runtime.workers import PREDICT_AHEAD
 
 CODE = """
 import threading
@@ -95,7 +95,7 @@ async def test_requests_ahead_keep_predict_concurrency(
         tmp_path, f"response_timeout: 0\npredict_concurrency: {slots}\n", executor
     ) as (mv, mod):
         stats = mv.scheduler.statistics()
-        assert stats["slots"] == slots + max(PREDICT_AHEAD, slots)  # slots, and those ahead
+        assert stats["slots"] == slots + max(QUEUE_AHEAD, slots)  # slots, and those ahead
         results = await asyncio.gather(*(mv.scheduler.infer(i, None) for i in range(60)))
         assert results == list(range(60))
         assert mod.RUNNING[1] == slots  # never more at once
@@ -130,7 +130,7 @@ async def test_response_timeout_counts_from_the_predicts_start_not_the_wait_ahea
     # queued ahead, then runs 0.6 s; timed from its arrival it would fail
     async with started(tmp_path, "response_timeout: 1\n", executor) as (mv, mod):
         mod.HOLD.set()  # "hold" does not wait for the test
-        assert mv.scheduler.statistics()["slots"] == 1 + PREDICT_AHEAD  # taken ahead, timed
+        assert mv.scheduler.statistics()["slots"] == 1 + QUEUE_AHEAD  # taken ahead, timed
         slow = "x" * 600_000  # see SLOW: 0.6 s
         first = asyncio.create_task(mv.scheduler.infer(slow, None))
         await wait_until(lambda: len(mod.RAN) == 1)

@@ -19,6 +19,7 @@ from podium.errors import QueueFull, ResponseTimeout, WorkerDied
 from podium.runtime.process import _child
 from podium.runtime.process._messages import Answer, Cancel, Infer, Stopped
 from podium.runtime.process._wire import Decoder, Ring, encode
+from podium.runtime.workers import queue_ahead
 
 Lab, _alive = _base.Lab, _base._alive
 executor, lab = _base.executor, _base.lab  # the fixtures, shared
@@ -63,26 +64,26 @@ async def test_requests_queue_ahead_in_the_worker_and_predict_concurrency_stays_
 
 
 @pytest.mark.anyio
-async def test_an_only_worker_takes_every_waiting_request_and_two_share_the_line(
+async def test_a_worker_takes_queue_ahead_requests_and_the_rest_wait_in_the_shared_line(
     lab: Lab,
 ) -> None:
     mv = lab.version(GATED, "max_workers: 2\n")
     await mv.load()
     held = asyncio.ensure_future(mv.scheduler.infer("hold", None))
     await lab.wait(lambda: lab.recorded("start"))
-    queued = [asyncio.ensure_future(mv.scheduler.infer(i, None)) for i in range(20)]
-    # the version's only worker: all 20 wait in its process (more than PIPELINE_AHEAD)
-    await lab.wait(lambda: mv.statistics()["busy"] == 21)
-    assert mv.statistics()["waiting"] == 0
+    queued = [asyncio.ensure_future(mv.scheduler.infer("hold", None)) for _ in range(20)]
+    # its slot and QUEUE_AHEAD more in its process; the rest wait in the shared line (so that
+    # a long predict holds little work back from other workers)
+    ahead = queue_ahead(1, 100)
+    await lab.wait(lambda: mv.statistics()["busy"] == 1 + ahead)
+    assert mv.statistics()["waiting"] == 21 - (1 + ahead)
     await mv.scale(2)
-    # two workers: each takes at most PIPELINE_AHEAD beyond its slot, the rest wait in the
-    # shared line (so that a long predict holds little work back from the other worker)
-    more = [asyncio.ensure_future(mv.scheduler.infer("hold", None)) for _ in range(20)]
-    await lab.wait(lambda: mv.statistics()["waiting"] == 20 - 9)
-    assert mv.statistics()["busy"] == 21 + 9
+    # the second worker takes its share from the line
+    await lab.wait(lambda: mv.statistics()["busy"] == 2 * (1 + ahead))
+    assert mv.statistics()["waiting"] == 21 - 2 * (1 + ahead)
     _open(lab)
-    answers = await asyncio.gather(held, *queued, *more)
-    assert [a["x"] for a in answers] == ["hold", *range(20), *["hold"] * 20]
+    answers = await asyncio.gather(held, *queued)
+    assert [a["x"] for a in answers] == ["hold"] * 21
     assert len({a["pid"] for a in answers}) == 2
 
 

@@ -20,13 +20,13 @@ from grpc_reflection.v1alpha import reflection_pb2
 from podium.cli import _merge
 from podium.config import ServerConfig
 from podium.server.grpc import GrpcLimits, GrpcServer
-from podium.server.grpc._limits import StreamBudget
+from podium.server.grpc._limits import StreamBudget, channel_options
 
 INT_MAX = 2**31 - 1
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
-    options = dict(GrpcLimits().options())
+    options = dict(channel_options(GrpcLimits()))
     assert options == {
         "grpc.max_allowed_incoming_connections": 1000,
         "grpc.max_concurrent_streams": 100,
@@ -47,29 +47,25 @@ def test_the_defaults_are_the_documented_ones() -> None:
 
 def test_server_config_defaults_are_grpc_limits_defaults() -> None:
     config, limits = ServerConfig(), GrpcLimits()
-    for field in (
-        "max_concurrent_streams",
-        "max_connection_idle",
-        "max_connection_age",
-        "max_connection_age_grace",
-        "keepalive_time",
-        "keepalive_timeout",
-        "min_ping_interval",
-    ):
-        assert getattr(config, f"grpc_{field}") == getattr(limits, field), field
-    assert config.header_timeout == limits.handshake_timeout
+    assert config.grpc == limits  # the group is what the listeners get
+    assert config.http.header_timeout == limits.handshake_timeout
+    faster = ServerConfig(header_timeout=3, max_connections=5, grpc_keepalive_time=0)
+    assert (faster.grpc.handshake_timeout, faster.grpc.max_connections) == (3.0, 5)
+    assert faster.grpc.keepalive_time == 0.0
 
 
 def test_zero_means_never_and_times_are_whole_milliseconds() -> None:
     options = dict(
-        GrpcLimits(
-            max_connection_idle=0,
-            max_connection_age=0,
-            keepalive_time=0,
-            min_ping_interval=0,
-            max_connection_age_grace=0.0015,
-            handshake_timeout=1e9,  # longer than grpc can say: unlimited
-        ).options()
+        channel_options(
+            GrpcLimits(
+                max_connection_idle=0,
+                max_connection_age=0,
+                keepalive_time=0,
+                min_ping_interval=0,
+                max_connection_age_grace=0.0015,
+                handshake_timeout=1e9,  # longer than grpc can say: unlimited
+            )
+        )
     )
     assert options["grpc.max_connection_idle_ms"] == INT_MAX
     assert options["grpc.max_connection_age_ms"] == INT_MAX
@@ -95,14 +91,14 @@ def test_zero_means_never_and_times_are_whole_milliseconds() -> None:
     ],
 )
 def test_grpc_limits_refuse_nonsense(field: str, value: Any) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=field.replace("_", "-")):
         GrpcLimits(**{field: value})
 
 
 @pytest.mark.parametrize(
     ("key", "value", "fragment"),
     [
-        ("grpc_max_concurrent_streams", 0, "grpc-max-concurrent-streams must be an integer >= 1"),
+        ("grpc_max_concurrent_streams", 0, "grpc-max-concurrent-streams must be an integer 1-"),
         ("grpc_max_connection_age", -1, "grpc-max-connection-age must be a number of seconds"),
         ("grpc_max_connection_age_grace", "1", "grpc-max-connection-age-grace must be a number"),
         ("grpc_keepalive_timeout", 0, "grpc-keepalive-timeout must be a number of seconds"),
@@ -121,10 +117,10 @@ def test_grpc_limits_come_from_flags_and_config_files(tmp_path: Path) -> None:
     config = tmp_path / "podium.yaml"
     config.write_text("grpc-max-connection-age-grace: 30\ngrpc_max_concurrent_streams: 10\n")
     merged = _merge(config, {"grpc_keepalive_time": 0, "grpc_max_concurrent_streams": None})
-    assert merged.grpc_max_connection_age_grace == 30.0
-    assert isinstance(merged.grpc_max_connection_age_grace, float)
-    assert (merged.grpc_max_concurrent_streams, merged.grpc_keepalive_time) == (10, 0.0)
-    assert _merge(None, {}).grpc_max_connection_age_grace is None
+    assert merged.grpc.max_connection_age_grace == 30.0
+    assert isinstance(merged.grpc.max_connection_age_grace, float)
+    assert (merged.grpc.max_concurrent_streams, merged.grpc.keepalive_time) == (10, 0.0)
+    assert _merge(None, {}).grpc.max_connection_age_grace is None
     with pytest.raises(click.UsageError, match="grpc-min-ping-interval"):
         _merge(None, {"grpc_min_ping_interval": -1.0})
 

@@ -328,9 +328,9 @@ def test_with_raw_output_contents_typed_requests_get_raw_answers_as_from_triton(
 
 
 def test_the_output_contents_setting_is_validated() -> None:
-    assert ServerConfig().grpc_output_contents == "request"
-    assert ServerConfig(grpc_output_contents="raw").grpc_output_contents == "raw"
-    with pytest.raises(ValueError, match="grpc-output-contents must be request or raw"):
+    assert ServerConfig().protocols.grpc_output_contents == "request"
+    assert ServerConfig(grpc_output_contents="raw").protocols.grpc_output_contents == "raw"
+    with pytest.raises(ValueError, match="grpc-output-contents must be 'request' or 'raw'"):
         ServerConfig(grpc_output_contents="typed")
 
 

@@ -243,10 +243,10 @@ def test_kserve_style_load_names_the_model_in_field_one(repository_server: Serve
 
 
 def test_grpc_settings_are_validated() -> None:
-    assert ServerConfig().grpc_stream_format == "triton"
-    assert ServerConfig().grpc_max_message_size == 64 * 1024 * 1024
-    assert ServerConfig(grpc_stream_format="mlserver").grpc_stream_format == "mlserver"
-    with pytest.raises(ValueError, match="grpc-stream-format must be mlserver or triton"):
+    assert ServerConfig().protocols.grpc_stream_format == "triton"
+    assert ServerConfig().protocols.grpc_max_message_size == 64 * 1024 * 1024
+    assert ServerConfig(grpc_stream_format="mlserver").protocols.grpc_stream_format == "mlserver"
+    with pytest.raises(ValueError, match="grpc-stream-format must be 'triton' or 'mlserver'"):
         ServerConfig(grpc_stream_format="kserve")
     for bad in (0, True, 2**31, "1"):
         with pytest.raises(ValueError, match="grpc-max-message-size"):

@@ -258,9 +258,9 @@ def test_config_values_are_checked_and_normalized() -> None:
         management_allowed_hosts=("Ops.Example.", "ops.example"),
         management_allowed_origins=["https://Admin.example:443"],
     )
-    assert config.management_allowed_hosts == ("ops.example",)
-    assert config.management_allowed_origins == ("https://admin.example",)
-    assert ServerConfig(management_allowed_hosts="a.b").management_allowed_hosts == ("a.b",)  # type: ignore[arg-type]
+    assert config.management.allowed_hosts == ("ops.example",)
+    assert config.management.allowed_origins == ("https://admin.example",)
+    assert ServerConfig(management_allowed_hosts="a.b").management.allowed_hosts == ("a.b",)  # type: ignore[arg-type]
     for bad in ("*", "*.example", "a b", "host:8081", "", "a..b"):
         with pytest.raises(ValueError, match="management-allowed-hosts"):
             ServerConfig(management_allowed_hosts=(bad,))
@@ -276,10 +276,10 @@ def test_config_values_are_checked_and_normalized() -> None:
 
 
 def test_auth_defaults_to_the_management_api_only() -> None:
-    assert ServerConfig().auth is None and ServerConfig().management_auth
-    assert ServerConfig(auth=True).management_auth
-    assert not ServerConfig(auth=False).management_auth
-    assert not ServerConfig().allow_open_management
+    assert ServerConfig().auth.enabled is None
+    assert ServerConfig(auth=True).auth.enabled is True
+    assert ServerConfig(auth=False).auth.enabled is False
+    assert not ServerConfig().management.allow_open
 
 
 # -- the start-up rule --------------------------------------------------------------------------

@@ -63,7 +63,7 @@ async def test_ready_is_503_while_a_model_loads_and_200_after(tmp_path: Path) ->
                 r = await client.post("/v1/models/slow:predict", json={})
                 assert (r.status_code, r.json()) == (
                     503,
-                    {"error": "Model with name slow is not ready."},
+                    {"error": "Model with name slow is not ready. it is still loading."},
                 )
                 assert r.headers["x-baseten-error-code"] == "600"
                 r = await client.get("/ping")

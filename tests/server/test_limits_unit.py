@@ -313,12 +313,20 @@ def test_the_soft_open_files_limit_is_raised_to_the_hard_one() -> None:
 
 def test_limits_have_deliberate_defaults() -> None:
     config = ServerConfig()
-    assert (config.max_url_size, config.max_header_size, config.max_headers) == (8192, 65536, 100)
-    assert (config.header_timeout, config.keep_alive_timeout) == (10.0, 30.0)
-    assert (config.body_timeout, config.min_body_rate, config.max_connections) == (10.0, 1024, None)
+    assert (config.http.max_url_size, config.http.max_header_size, config.http.max_headers) == (
+        8192,
+        65536,
+        100,
+    )
+    assert (config.http.header_timeout, config.http.keep_alive_timeout) == (10.0, 30.0)
+    assert (config.http.body_timeout, config.http.min_body_rate, config.http.max_connections) == (
+        10.0,
+        1024,
+        None,
+    )
     defaults = ConnectionLimits()
-    assert defaults.max_header_size == config.max_header_size
-    assert defaults.header_timeout == config.header_timeout
+    assert defaults.max_header_size == config.http.max_header_size
+    assert defaults.header_timeout == config.http.header_timeout
 
 
 @pytest.mark.parametrize(
@@ -345,9 +353,13 @@ def test_limits_come_from_flags_and_config_files(tmp_path: Path) -> None:
     config = tmp_path / "podium.yaml"
     config.write_text("header-timeout: 3\nmax_connections: 50\nmin-body-rate: 0\n")
     merged = _merge(config, {"max_headers": 7, "header_timeout": None})
-    assert merged.header_timeout == 3.0 and isinstance(merged.header_timeout, float)
-    assert (merged.max_connections, merged.min_body_rate, merged.max_headers) == (50, 0, 7)
-    assert _merge(config, {"header_timeout": 0.5}).header_timeout == 0.5
+    assert merged.http.header_timeout == 3.0 and isinstance(merged.http.header_timeout, float)
+    assert (merged.http.max_connections, merged.http.min_body_rate, merged.http.max_headers) == (
+        50,
+        0,
+        7,
+    )
+    assert _merge(config, {"header_timeout": 0.5}).http.header_timeout == 0.5
     with pytest.raises(click.UsageError, match="body-timeout"):
         _merge(None, {"body_timeout": -1.0})
 

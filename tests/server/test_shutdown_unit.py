@@ -111,8 +111,11 @@ def test_the_default_delay_is_kubernetes_only() -> None:
 
 
 def test_the_settings_are_seconds_at_least_zero() -> None:
-    assert ServerConfig().graceful_timeout == 30.0 and ServerConfig().shutdown_delay is None
-    assert ServerConfig(graceful_timeout=0, shutdown_delay=3).shutdown_delay == 3.0
+    assert (
+        ServerConfig().shutdown.graceful_timeout == 30.0
+        and ServerConfig().shutdown.shutdown_delay is None
+    )
+    assert ServerConfig(graceful_timeout=0, shutdown_delay=3).shutdown.shutdown_delay == 3.0
     for bad in (-1, "soon", True):
         with pytest.raises(ValueError, match="graceful-timeout must be a number of seconds"):
             ServerConfig(graceful_timeout=bad)  # type: ignore[arg-type]

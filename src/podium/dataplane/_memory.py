@@ -42,6 +42,7 @@ import msgspec
 from msgspec.structs import replace
 
 from .. import codecs
+from ..config import SharedMemory
 from ..errors import Conflict, Forbidden, InvalidInput, NotFound, PayloadTooLarge
 from ..types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 
@@ -157,36 +158,20 @@ class _Region:
 class SystemSharedMemory:
     """The system shared memory regions clients registered with this server.
 
-    ``enabled``: whether clients may register regions (``--shared-memory system``); when off,
-    status answers no regions and register, unregister and every call naming a region are
-    refused (``Forbidden``, naming the flag). ``key_prefix``: only objects whose names (after
-    the leading ``/``) start with it may be mapped (``--shm-key-prefix``; empty: any).
-    ``max_regions`` and ``max_size`` bound how many regions and how many bytes are mapped at
-    once (``--max-shm-regions``, ``--max-shm-size``).
+    ``settings`` (``--shared-memory`` and the others, checked there): whether clients may
+    register regions (``mode`` "system"); when off, status answers no regions and register,
+    unregister and every call naming a region are refused (``Forbidden``, naming the flag).
+    Only objects whose names (after the leading ``/``) start with ``key_prefix`` may be mapped
+    (empty: any); ``max_regions`` and ``max_size`` bound how many regions and how many bytes are
+    mapped at once.
     """
 
-    def __init__(
-        self,
-        *,
-        enabled: bool = False,
-        key_prefix: str = "",
-        max_regions: int = 64,
-        max_size: int = 16 << 30,
-    ) -> None:
-        for label, value in (("max-shm-regions", max_regions), ("max-shm-size", max_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{label} must be an integer >= 1, got {value!r}")
-        if not isinstance(key_prefix, str) or "/" in key_prefix.lstrip("/"):
-            raise ValueError(f"shm-key-prefix must be a name without '/', got {key_prefix!r}")
-        if enabled and not os.path.isdir(SHM_DIR):
-            raise ValueError(
-                f"system shared memory needs POSIX shared memory objects in {SHM_DIR} (Linux); "
-                "this system has none"
-            )
-        self.enabled = enabled
-        self.key_prefix = key_prefix.lstrip("/")
-        self.max_regions = max_regions
-        self.max_size = max_size
+    def __init__(self, settings: SharedMemory | None = None) -> None:
+        settings = SharedMemory() if settings is None else settings
+        self.enabled = settings.mode == "system"
+        self.key_prefix = settings.key_prefix.lstrip("/")
+        self.max_regions = settings.max_regions
+        self.max_size = settings.max_size
         self._regions: dict[str, _Region] = {}
         self._mapped = 0
 

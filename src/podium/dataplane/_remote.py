@@ -27,6 +27,8 @@ def _refuse(label: str) -> NoReturn:
 class RemoteInstance:
     """A model instance that only describes the model (its ``capabilities``)."""
 
+    calls = None  # it runs no code here
+
     def __init__(self, label: str, capabilities: Capabilities) -> None:
         self.capabilities = capabilities
         self._label = label

@@ -1,10 +1,10 @@
 """Long-lived threads that run one instance's blocking calls, with batched completion signals.
 
-A sync ``predict`` handed to a ``ThreadPoolExecutor`` costs, per call, a ``Future`` with its
-``Condition``, ``asyncio.wrap_future``'s chaining and a ``call_soon_threadsafe`` (a write that
-wakes the event loop), plus ``asyncio.shield``: ~90 µs of server CPU per request on a one-core
-server, twice the whole of an ``async def predict`` request (bench/run.py, ``podium-sync``).
-:class:`CallThreads` does the same hand-off with less:
+Every contract's sync ``predict`` (or ``step``) runs here. Handed to a ``ThreadPoolExecutor``
+instead, each call would cost a ``Future`` with its ``Condition``, ``asyncio.wrap_future``'s
+chaining and a ``call_soon_threadsafe`` (a write that wakes the event loop), plus
+``asyncio.shield``: as much server CPU again as a whole ``async def predict`` request
+(bench/run.py, ``podium-sync``). :class:`CallThreads` does the same hand-off with less:
 
 - the loop puts a call on a C ``SimpleQueue`` that long-lived threads read; a thread is added
   only when more calls are in flight than there are threads, so the threads number the most

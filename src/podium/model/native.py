@@ -512,8 +512,9 @@ class NativeModel:
         self._post = self._bind(spec.postprocess)
         # a sync predict (or step) runs on threads of the instance's own, as many as its slots
         # let run at once; they hand calls back to the loop more cheaply than the shared pool
-        # (model/_threads.py)
+        # (model/_threads.py), and a thread worker times its calls there
         self._threads = CallThreads(name=f"podium-{self.name}")
+        self.calls: CallThreads | None = self._threads if in_thread else None
 
     def _bind(self, spec: MethodSpec | None) -> Any:
         return None if spec is None else getattr(self.obj, spec.name)
@@ -620,17 +621,6 @@ class NativeModel:
             raise model_error(self.name, "predict", exc) from exc
         async for item in iterate_sync(gen, self._executor, self.name):
             yield item
-
-    @property
-    def calls(self) -> CallThreads:
-        """The threads a sync ``predict`` runs on (a thread worker times its calls there)."""
-        return self._threads
-
-    def pipeline(self, slots: int) -> None:
-        """Run a sync predict on ``slots`` threads at most: the caller may then hand over more
-        calls than that, which wait in line for a thread and run the moment one is free, with
-        no wake-up of their own (the worker's requests queued ahead)."""
-        self._threads.limit = slots
 
     async def close(self) -> None:
         """Stop the instance's predict threads (each once the calls it holds have returned; this

@@ -142,17 +142,18 @@ class AppSettings:
             server = ServerConfig(**values)
         except (TypeError, ValueError) as exc:
             raise ValueError(str(exc)) from None
+        serving = server.serving
         return cls(
             paths=tuple(str(Path(p).resolve()) for p in paths),
             replica=ReplicaSettings(
-                threads=server.threads,
-                secrets_dir=str(server.secrets_dir.resolve()) if server.secrets_dir else None,
-                log_level=server.log_level,
+                threads=serving.threads,
+                secrets_dir=str(serving.secrets_dir.resolve()) if serving.secrets_dir else None,
+                log_level=server.logs.level,
             ),
             ingress=IngressSettings(
-                max_request_size=server.max_request_size,
-                sequence_header=server.sequence_header,
-                log_level=server.log_level,
+                max_request_size=server.protocols.max_request_size,
+                sequence_header=server.protocols.sequence_header,
+                log_level=server.logs.level,
             ),
             ingress_replicas=ingress_replicas,
         )

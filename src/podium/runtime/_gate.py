@@ -54,11 +54,6 @@ class WorkerGate:
         return pinned.waiting if pinned is not None else 0
 
     @property
-    def size(self) -> int:
-        """How many workers take work now."""
-        return len(self._workers)
-
-    @property
     def workers(self) -> list[Any]:
         return list(self._workers)
 
@@ -134,14 +129,9 @@ class WorkerGate:
                 f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
             )
         line = self._line
-        ahead = self._ahead()
-        # The exact count of waiters walks the line: only where the bound may be reached (the
-        # line's length, cancelled waiters included, is never below it). At 64 connections on
-        # one process worker ~55 waited, and counting them on every arrival cost ~5 µs each.
-        if len(line) + ahead >= self._max_waiting:
-            waiting = line.waiting + ahead
-            if line.full() or waiting >= self._max_waiting:
-                raise QueueFull.of(self._model, waiting, self._max_waiting)
+        waiting = line.waiting + self._ahead()
+        if waiting >= self._max_waiting:
+            raise QueueFull.of(self._model, waiting, self._max_waiting)
         hooks = tracing.hooks  # only a request that waits pays for this test
         if hooks is None:
             return await line.wait()

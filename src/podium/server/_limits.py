@@ -53,6 +53,8 @@ import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from ..config import ConnectionLimits
+
 __all__ = [
     "LOST_HOOK",
     "ConnectionGuard",
@@ -78,20 +80,6 @@ RESERVED_FDS = 256
 #: Listeners that share the open-files limit: inference, management and metrics over HTTP,
 #: inference and management over gRPC (whose connections --max-connections caps too).
 LISTENERS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """What one HTTP listener allows each connection and request (see the module docstring)."""
-
-    max_url_size: int = 8 * 1024
-    max_header_size: int = 64 * 1024
-    max_headers: int = 100
-    header_timeout: float = 10.0
-    keep_alive_timeout: float = 30.0
-    body_timeout: float = 10.0
-    min_body_rate: int = 1024
-    max_connections: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +109,8 @@ class ConnectionGuard:
         check_uvicorn()
         self.name = name
         self.limits = limits
+        #: ``limits.max_connections``; None: 1000 (the server gives what the open-files limit allows)
+        self.max_connections = limits.max_connections or default_max_connections(None)
         self.open = 0
         self.refusing = 0  # refused connections still draining
         self.accepted = 0
@@ -144,7 +134,7 @@ class ConnectionGuard:
         return ConnectionStatistics(
             listener=self.name,
             open=self.open,
-            max_connections=self.limits.max_connections,
+            max_connections=self.max_connections,
             accepted=self.accepted,
             refused=self.refused,
             header_timeouts=self.header_timeouts,
@@ -270,20 +260,18 @@ class _GuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._cork = _Cork(transport, self.loop)
         guard = self.guard
-        if guard.open >= guard.limits.max_connections:
+        if guard.open >= guard.max_connections:
             guard.refused += 1
             guard.warn(
                 "max-connections",
                 "%d connections open (--max-connections): refusing new ones with 503",
                 guard.open,
             )
-            if guard.refusing >= guard.limits.max_connections:
+            if guard.refusing >= guard.max_connections:
                 transport.abort()  # a flood: even draining would hold too many descriptors
                 return
             guard.refusing += 1
-            self._refuse(
-                503, f"more than {guard.limits.max_connections} connections open; retry later"
-            )
+            self._refuse(503, f"more than {guard.max_connections} connections open; retry later")
             return
         self._admitted = True
         guard.open += 1

@@ -11,6 +11,7 @@ import signal
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -213,23 +214,20 @@ class Podium:
         self.paths = paths
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
-        self.executor = ThreadPoolExecutor(config.threads, thread_name_prefix="podium-model")
-        self.secrets = Secrets(config.secrets_dir)
+        self.executor = ThreadPoolExecutor(
+            config.serving.threads, thread_name_prefix="podium-model"
+        )
+        self.secrets = Secrets(config.serving.secrets_dir)
         #: how request objects reach models in worker processes
         self.request_codec = RequestSnapshots()
         self.dataplane = DataPlane(
             secrets=self.secrets,
             executor=self.executor,
             codec=self.request_codec,
-            shared_memory=SystemSharedMemory(
-                enabled=config.shared_memory == "system",
-                key_prefix=config.shm_key_prefix,
-                max_regions=config.max_shm_regions,
-                max_size=config.max_shm_size,
-            ),
+            shared_memory=SystemSharedMemory(config.shared_memory),
         )
         #: every request's access line (``--access-log``) and the ids of requests
-        self.access_log = AccessLog(config.access_log)
+        self.access_log = AccessLog(config.logs.access_log)
         self.request_ids = RequestIds()
         self.addresses: dict[str, str] = {}
         self._guards: dict[str, ConnectionGuard] = {}
@@ -249,55 +247,57 @@ class Podium:
         config = self.config
         # Before any model is built: its instances make spans from the start. The SDK is
         # imported only if tracing is on.
-        self.tracing = start_tracing(config.otel, provider=self._tracer_provider)
+        self.tracing = start_tracing(config.logs.otel, provider=self._tracer_provider)
         if self.tracing is not None:
             logger.info("tracing on: OpenTelemetry spans for every request")
         self.authorizer = self._keys()
+        listeners = config.listeners
         check_exposure(
-            config.management_host,
+            listeners.management_host,
             keys=self.authorizer is not None,
-            allow_open=config.allow_open_management,
-            ports=f"ports {config.management_port} and {config.grpc_management_port}",
+            allow_open=config.management.allow_open,
+            ports=f"ports {listeners.management_port} and {listeners.grpc_management_port}",
         )
-        self._limits = self._connection_limits()
-        self._grpc_limits = self._grpc_connection_limits(self._limits)
+        self._limits, self._grpc_limits = self._connection_limits()
         repository = self.dataplane.repository
-        repository.control = ControlPolicy(ModelControl(config.model_control))
+        repository.control = ControlPolicy(ModelControl(config.management.model_control))
         # for this process's extractions, start-up models' included
-        repository.set_archive_limits(config.max_archive_size, config.max_archive_ratio)
+        registration = config.registration
+        repository.set_archive_limits(registration.max_archive_size, registration.max_archive_ratio)
         self._warn_model_control()
         self._warn_shared_memory()
         # Importing user code runs it: never on the event loop.
         add = functools.partial(
             repository.add_paths,
             self.paths,
-            install_requirements=config.install_model_requirements,
+            install_requirements=config.serving.install_model_requirements,
         )
         await loop.run_in_executor(self.executor, add)
-        inference_keys = self.authorizer if self.config.auth else None  # --auth: every listener
+        inference_keys = self.authorizer if config.auth.enabled else None  # --auth: every one
+        wire = config.protocols
         app: Any = HttpApp(
             self.dataplane,
-            max_request_size=self.config.max_request_size,
-            sequence_header=self.config.sequence_header,
+            max_request_size=wire.max_request_size,
+            sequence_header=wire.sequence_header,
         )
         if inference_keys is not None:
             app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
         app = self._observed(app, INFERENCE_ROUTES)  # outermost: refused requests have lines
         await self._serve_http(
-            "http-inference", app, self.config.host, self.config.http_port, websockets=True
+            "http-inference", app, listeners.host, listeners.http_port, websockets=True
         )
         grpc_server = GrpcServer(
             inference_services(
                 self.dataplane,
-                stream_format=self.config.grpc_stream_format,
-                output_contents=self.config.grpc_output_contents,
-                sequence_header=self.config.sequence_header,
+                stream_format=wire.grpc_stream_format,
+                output_contents=wire.grpc_output_contents,
+                sequence_header=wire.sequence_header,
             ),
-            host=self.config.host,
-            port=self.config.grpc_port,
-            max_message_size=self.config.grpc_max_message_size,
-            grace=self.config.graceful_timeout,
-            threads=self.config.grpc_threads,
+            host=listeners.host,
+            port=listeners.grpc_port,
+            max_message_size=wire.grpc_max_message_size,
+            grace=config.shutdown.graceful_timeout,
+            threads=wire.grpc_threads,
             authorize=None if inference_keys is None else self._authorize_inference,
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
@@ -306,7 +306,7 @@ class Podium:
         self._servers.append(grpc_server)
         self._grpc["grpc-inference"] = grpc_server
         await self._start_management()
-        if config.metrics:
+        if listeners.metrics:
             await self._start_metrics()
         await repository.load_all()
         grpc_server.health.changed()
@@ -321,7 +321,7 @@ class Podium:
         # then the listeners and what they serve, never naming a version that does not serve.
         for mv in failed:
             logger.warning("%s is not served: %s", mv.label, mv.reason or mv.state.value)
-        if failed and len(versions) == 1 and self._one_truss() and not config.keep_running:
+        if failed and len(versions) == 1 and self._one_truss() and not config.serving.keep_running:
             mv = failed[0]
             reason = f"{mv.label}: {mv.reason or mv.state.value}"
             raise DefinitionError(
@@ -353,9 +353,9 @@ class Podium:
     def _warn_model_control(self) -> None:
         """A warning when any client of the inference listeners may load and unload models."""
         config = self.config
-        if config.model_control != ModelControl.INFERENCE.value:
+        if config.management.model_control != ModelControl.INFERENCE.value:
             return
-        if config.auth:
+        if config.auth.enabled:
             logger.info(
                 "model control is open on the inference listeners (--model-control inference): "
                 "clients with the inference key can load and unload models"
@@ -366,22 +366,23 @@ class Podium:
             "without --auth: every client that can reach the inference listeners (%s, HTTP "
             "port %s, gRPC port %s) can unload every model; add --auth, or leave model control "
             "to the management API",
-            config.host,
-            config.http_port,
-            config.grpc_port,
+            config.listeners.host,
+            config.listeners.http_port,
+            config.listeners.grpc_port,
         )
 
     def _warn_shared_memory(self) -> None:
         """A warning when any client of the inference listeners may map shared memory."""
         config = self.config
-        if config.shared_memory != "system":
+        if config.shared_memory.mode != "system":
             return
+        prefix = config.shared_memory.key_prefix
         which = (
-            f"objects named '{config.shm_key_prefix}*'"
-            if config.shm_key_prefix
+            f"objects named '{prefix}*'"
+            if prefix
             else "any POSIX shared memory object this server's user can open"
         )
-        if config.auth:
+        if config.auth.enabled:
             logger.info(
                 "system shared memory is on: clients with the inference key can map %s", which
             )
@@ -391,9 +392,9 @@ class Podium:
             "that can reach the inference listeners (%s, HTTP port %s, gRPC port %s) can make "
             "the server map %s and read or write it through a model; add --auth, or "
             "--shm-key-prefix, or listen on loopback only",
-            config.host,
-            config.http_port,
-            config.grpc_port,
+            config.listeners.host,
+            config.listeners.http_port,
+            config.listeners.grpc_port,
             which,
         )
 
@@ -401,13 +402,13 @@ class Podium:
         """The keys, written to the key file: for every listener with ``--auth``, for the
         management API by default (unless the default key file cannot be written: then a
         warning, and no keys), none with ``--no-auth``."""
-        config = self.config
-        if config.auth is False:
+        auth = self.config.auth
+        if auth.enabled is False:
             return None
         try:
-            made = Authorizer.create(config.key_file, expiration=config.token_expiration)
+            made = Authorizer.create(auth.key_file, expiration=auth.token_expiration)
         except OSError as exc:
-            if config.auth or config.key_file is not None:
+            if auth.enabled or auth.key_file is not None:
                 raise
             logger.warning(
                 "the management API is open to every local user: its key file cannot be written "
@@ -419,16 +420,17 @@ class Podium:
         # Said here, to the operator: a 401 names the key file but not where it is.
         logger.info(
             "token authorization on %s; the keys are in %s",
-            "every listener" if config.auth else "the management API",
+            "every listener" if auth.enabled else "the management API",
             made.key_file,
         )
         return made
 
-    def _connection_limits(self) -> ConnectionLimits:
-        """Every HTTP listener's limits; raises the open-files limit first (logged)."""
-        config = self.config
+    def _connection_limits(self) -> tuple[ConnectionLimits, GrpcLimits]:
+        """Every HTTP listener's limits and both gRPC listeners', with the one connection cap
+        decided: raises the open-files limit first (logged)."""
+        limits = self.config.http
         files = raise_open_files_limit()
-        max_connections = config.max_connections
+        max_connections = limits.max_connections
         if max_connections is None:
             max_connections = default_max_connections(None if files is None else files[1])
         if files is not None:
@@ -439,31 +441,9 @@ class Podium:
                 f"raised from {before} to {now}" if now != before else now,
                 max_connections,
             )
-        return ConnectionLimits(
-            max_url_size=config.max_url_size,
-            max_header_size=config.max_header_size,
-            max_headers=config.max_headers,
-            header_timeout=config.header_timeout,
-            keep_alive_timeout=config.keep_alive_timeout,
-            body_timeout=config.body_timeout,
-            min_body_rate=config.min_body_rate,
-            max_connections=max_connections,
-        )
-
-    def _grpc_connection_limits(self, http: ConnectionLimits) -> GrpcLimits:
-        """Both gRPC listeners' limits: the connection cap and the handshake time of the HTTP
-        listeners (``--max-connections``, ``--header-timeout``), and the ``--grpc-*`` ones."""
-        config = self.config
-        return GrpcLimits(
-            max_connections=http.max_connections,
-            max_concurrent_streams=config.grpc_max_concurrent_streams,
-            handshake_timeout=http.header_timeout,
-            max_connection_idle=config.grpc_max_connection_idle,
-            max_connection_age=config.grpc_max_connection_age,
-            max_connection_age_grace=config.grpc_max_connection_age_grace,
-            keepalive_time=config.grpc_keepalive_time,
-            keepalive_timeout=config.grpc_keepalive_timeout,
-            min_ping_interval=config.grpc_min_ping_interval,
+        return (
+            replace(limits, max_connections=max_connections),
+            replace(self.config.grpc, max_connections=max_connections),
         )
 
     async def _serve_http(
@@ -476,7 +456,11 @@ class Podium:
         sock = bind(host, port)
         self.addresses[name] = _url(sock)
         server = _Uvicorn(
-            app, sock, graceful=self.config.graceful_timeout, guard=guard, websockets=websockets
+            app,
+            sock,
+            graceful=self.config.shutdown.graceful_timeout,
+            guard=guard,
+            websockets=websockets,
         )
         await server.start()
         self._servers.append(server)
@@ -499,33 +483,27 @@ class Podium:
     async def _start_management(self) -> None:
         """The management API, REST and gRPC, on the management host (loopback by default)."""
         config = self.config
-        urls = UrlPolicy(
-            model_store=config.model_store,
-            allowed_urls=config.allowed_urls,
-            max_download_size=config.max_download_size,
-            download_timeout=config.download_timeout,
-            start_paths=self.paths,
-            allow_any_local_path=config.allow_any_local_path,
-        )
+        urls = UrlPolicy.of(config.registration, start_paths=self.paths)
         self.management = Management(self.dataplane.repository, urls=urls)
         app: Any = ManagementApp(self.management, authorizer=self.authorizer)
         if self.authorizer is not None:
             app = AuthMiddleware(app, self.authorizer, management_rule, render_unauthenticated)
         app = BrowserGuard(
             app,
-            allowed_hosts=config.management_allowed_hosts,
-            allowed_origins=config.management_allowed_origins,
+            allowed_hosts=config.management.allowed_hosts,
+            allowed_origins=config.management.allowed_origins,
         )  # a web page's request is refused before anything, key checks included
         app = self._observed(app, MANAGEMENT_ROUTES, normalize=True)  # and logged
+        listeners = config.listeners
         await self._serve_http(
-            "http-management", app, config.management_host, config.management_port
+            "http-management", app, listeners.management_host, listeners.management_port
         )
         grpc_server = GrpcServer(
             [management_service(self.management, self.authorizer)],
-            host=config.management_host,
-            port=config.grpc_management_port,
-            max_message_size=config.grpc_max_message_size,
-            grace=config.graceful_timeout,
+            host=listeners.management_host,
+            port=listeners.grpc_management_port,
+            max_message_size=config.protocols.grpc_max_message_size,
+            grace=config.shutdown.graceful_timeout,
             threads=0,  # grpc.aio: management calls are few, and none holds a thread
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
@@ -546,9 +524,8 @@ class Podium:
             grpc_connections=self.grpc_connections,
         )
         app = MetricsApp(metrics_registry(collector))
-        await self._serve_http(
-            "http-metrics", app, self.config.metrics_host, self.config.metrics_port
-        )
+        listeners = self.config.listeners
+        await self._serve_http("http-metrics", app, listeners.metrics_host, listeners.metrics_port)
 
     def grpc_connections(self) -> dict[str, int | None]:
         """Each gRPC listener's open connections (None where grpc does not say), by name."""
@@ -582,8 +559,8 @@ class Podium:
         self._shutdown = Shutdown(
             self.dataplane,
             self._servers,
-            delay=delay_for(self.config.shutdown_delay),
-            graceful=self.config.graceful_timeout,
+            delay=delay_for(self.config.shutdown.shutdown_delay),
+            graceful=self.config.shutdown.graceful_timeout,
             close=self._close,
             kill_workers=self.kill_workers,
         )

@@ -45,6 +45,7 @@ from ...types import (
     request_id,
 )
 from .._calls import model_error, run_sync, validation_failed
+from .._threads import CallThreads
 from . import _batch
 from ._handlers import call_arguments, handler_routes, rendered
 
@@ -148,6 +149,12 @@ class MLServerModel:
             # @custom_handler methods, served on the HTTP inference listener
             handler_routes=handler_routes(runtime),
         )
+        # a sync predict runs on threads of the instance's own, as a native one does
+        # (model/_threads.py); a thread worker times its calls there
+        self._threads = CallThreads(name=f"podium-{name}")
+        self.calls: CallThreads | None = (
+            self._threads if self.capabilities.predict_in_thread else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -158,8 +165,11 @@ class MLServerModel:
             if inspect.iscoroutinefunction(fn):
                 return await fn(*args)
             # a sync method: not on the loop (in this context, for the metrics)
-            run = contextvars.copy_context().run
-            result = await run_sync(self._executor, run, fn, *args)
+            if method == "predict":
+                result = await self._threads.run(fn, *args)
+            else:
+                run = contextvars.copy_context().run
+                result = await run_sync(self._executor, run, fn, *args)
             if inspect.isawaitable(result):
                 result = await result
             return result
@@ -175,8 +185,10 @@ class MLServerModel:
         self._set_ready(True)
 
     async def close(self) -> None:
-        """Run the runtime's ``unload()`` (when the model is unloaded); errors are logged."""
+        """Run the runtime's ``unload()`` (when the model is unloaded; errors are logged), and
+        stop its predict threads (each once the calls it holds have returned)."""
         self._set_ready(False)
+        await self._threads.close()
         if getattr(self.runtime, "unload", None) is None:
             return
         try:

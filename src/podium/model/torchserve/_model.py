@@ -355,6 +355,8 @@ class TorchServeModel:
         # (model/_threads.py): cheaper than the shared pool, and at predict_concurrency 1 always
         # the same thread, as in TorchServe's one-threaded backend worker
         self._threads = CallThreads(name=f"podium-{config.name}")
+        #: where ``handle`` runs (a thread worker times its calls there)
+        self.calls: CallThreads | None = self._threads
         try:
             self._entry, self._init = handler.instantiate()
         except Exception as exc:
@@ -404,15 +406,6 @@ class TorchServeModel:
         results = await self._threads.run(self._handle, [inputs], [request], None, contexts)
         return results[0]
 
-    @property
-    def calls(self) -> CallThreads:
-        """The threads ``handle`` runs on (a thread worker times its calls there)."""
-        return self._threads
-
-    def pipeline(self, slots: int) -> None:
-        """Run ``handle`` on ``slots`` threads at most (requests queued ahead wait for one)."""
-        self._threads.limit = slots
-
     async def close(self) -> None:
         """Stop the threads ``handle`` runs on (each once the calls it holds have returned)."""
         await self._threads.close()
@@ -442,7 +435,7 @@ class TorchServeModel:
 
     async def step(self, batch: list[Generation]) -> None:
         """One step of continuous batching: one ``handle(data, context)`` call with the active
-        requests, as TorchServe's continuous batching makes it (in the executor).
+        requests, as TorchServe's continuous batching makes it (on the handler's threads).
 
         A request keeps its request id across steps (``context.request_ids[idx]``, kept in its
         ``Generation.state``); its data row is sent on its first step only, later steps send an
@@ -466,7 +459,7 @@ class TorchServeModel:
         if not batch:
             return
         contexts = _contexts(len(batch)) if self._sequences else None
-        await run_sync(self._executor, self._step, batch, contexts)
+        await self._threads.run(self._step, batch, contexts)
 
     async def _stream(
         self, inputs: Any, request: Any, contexts: list[SequenceContext | None] | None

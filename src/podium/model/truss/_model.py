@@ -121,6 +121,10 @@ class TrussModel:
             io_schema=spec.schema,
         )
         self._threads = CallThreads(name=f"podium-{self.name}")
+        #: where a sync predict runs (a thread worker times its calls there)
+        self.calls: CallThreads | None = (
+            self._threads if self.capabilities.predict_in_thread else None
+        )
 
     # -- calling the model's code ----------------------------------------------------------
 
@@ -294,14 +298,6 @@ class TrussModel:
             raise model_error(self.name, "websocket", exc) from exc
 
     # -- the instance's threads ----------------------------------------------------------
-
-    @property
-    def calls(self) -> CallThreads:
-        """The threads a sync ``predict`` runs on (a thread worker times its calls there)."""
-        return self._threads
-
-    def pipeline(self, slots: int) -> None:
-        self._threads.limit = slots
 
     async def close(self) -> None:
         await self._threads.close()

@@ -12,7 +12,8 @@ worker by reference in the ``Init`` message.
 """
 
 from ._messages import Failed, HostFactory, Runner
-from ._parent import ProcessWorker, RemoteInstance, WorkerGone, process_pool
+from ._parent import ProcessWorker, WorkerGone, process_pool
+from ._remote import RemoteInstance
 
 __all__ = [
     "Failed",

@@ -42,6 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 from ... import heap, logs
+from ..._turn import TurnBuffer
 from ...config import Secrets
 from ...errors import ModelError, PodiumError
 from ...metrics import MetricStore, recording_to
@@ -151,8 +152,8 @@ class Child(asyncio.Protocol):
         self._limit = 1
         self._active = 0
         self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
-        self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
-        self._flushing: asyncio.Handle | None = None  # the write scheduled for this turn
+        # the frames made in one turn of the loop leave in one write
+        self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
         self._ring: Ring | None = None  # large buffers to the server (Init.shm)
 
     # -- the socket ------------------------------------------------------------------------
@@ -178,17 +179,14 @@ class Child(asyncio.Protocol):
         then do queued requests start."""
         if self._transport.is_closing():
             return
-        self._out += encode(message, self._ring)
-        if self._flushing is None:
-            self._flushing = asyncio.get_running_loop().call_soon(self._flush)
+        self._out.add(encode(message, self._ring))
 
-    def _flush(self) -> None:
-        if self._flushing is not None:
-            self._flushing.cancel()  # (a no-op when it is the one running)
-            self._flushing = None
-        out, self._out = self._out, []
-        if out and not self._transport.is_closing():
-            self._transport.writelines(out)
+    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
+        if not self._transport.is_closing():
+            self._transport.writelines([frame for frames in messages for frame in frames])
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
         waiting = self._waiting
         while waiting and self._active < self._limit:
             self._begin(waiting.popleft())
@@ -378,13 +376,14 @@ class Child(asyncio.Protocol):
             self._end(cid)
 
     def _end(self, cid: int) -> None:
-        """Its answer is queued to leave; the next request starts after the write (``_flush``).
+        """Its answer is queued to leave; the next request starts after the write (``_write``).
         With nothing else running, nothing else would join this turn's write: it leaves now, and
         the next queued request starts now (a turn of the loop sooner)."""
         self._requests.pop(cid, None)
         self._active -= 1
         if not self._active:
-            self._flush()
+            self._out.flush()
+            self._start_waiting()
 
     async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:
         inst = self.instance

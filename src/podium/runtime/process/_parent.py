@@ -7,8 +7,8 @@ worker's socket from the event loop (an ``asyncio.Protocol``: no polling) and wr
 request (``_wire``; the messages are in ``_messages``).
 
 Pipelining: where a request is all predict (:func:`~._messages.queues_ahead`), a worker holds
-up to ``PIPELINE_AHEAD`` requests (one batch, with dynamic batching) queued ahead of its
-``predict_concurrency`` slots, so that the next request is already in the worker process when a
+requests queued ahead of its ``predict_concurrency`` slots (``queue_ahead``, the rule thread
+workers follow too; one batch, with dynamic batching), so that the next request is already in the worker process when a
 predict ends. Frames written in one turn of the event loop leave in one write, and the worker
 answers likewise. The worker starts queued requests in the order they were sent, and only once
 the answer of the one before has left; so the server knows which have not started: a deadline
@@ -30,22 +30,21 @@ import itertools
 import logging
 import os
 import secrets as _secrets
-import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ... import tracing
+from ..._turn import TurnBuffer
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
 from ...logs import current_format
-from ...types import END, Capabilities, Generation, ModelInstance, request_id
+from ...types import END, ModelInstance, request_id
 from .._stats import VersionStats
 from ..workers import (
     Failure,
@@ -54,6 +53,7 @@ from ..workers import (
     WorkerKind,
     WorkerPool,
     WorkerState,
+    queue_ahead,
 )
 from ._messages import (
     Answer,
@@ -74,15 +74,15 @@ from ._messages import (
     StartFailed,
     Stopped,
     Stream,
-    Unvalidated,
     queues_ahead,
 )
-from ._wire import Decoder, Ring, encode
+from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
+from ._wire import Ring, encode
 
 if TYPE_CHECKING:
     from ...model import ModelSource
 
-__all__ = ["ProcessWorker", "RemoteInstance", "WorkerGone", "describe_exit", "process_pool"]
+__all__ = ["ProcessWorker", "WorkerGone", "process_pool"]
 
 logger = logging.getLogger("podium.workers")
 
@@ -91,15 +91,6 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 #: Seconds a worker process gets to exit after its socket is closed before it is killed.
 STOP_TIMEOUT = 5.0
-#: Requests a worker process holds queued ahead of its slots (where it may: ``queues_ahead``).
-#: Enough that one wake-up of the worker serves several requests at 64 connections, few enough
-#: that a long predict holds little work back from the other workers.
-PIPELINE_AHEAD = 8
-#: The same, while the worker is its version's only ready one: there is no other worker to hold
-#: work back from, and a request that waits in the worker instead of the server's line costs the
-#: server one suspension less and shares the worker's wake-ups with more requests (64
-#: connections on one worker: ~65 µs of CPU per request in all against ~90 with 8).
-PIPELINE_ALONE = 64
 
 _READY = WorkerState.READY  # compared on every request
 
@@ -114,136 +105,6 @@ class _Ending(enum.Enum):
 
 class WorkerGone(WorkerDied):
     """The worker died before the request was sent to it: the request can go to another."""
-
-
-class RemoteInstance:
-    """What the server knows of a model that runs in worker processes (the version's
-    ``instance``): its capabilities, as the first worker that starts reports them.
-    ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
-    pydantic inputs is deferred to the worker too."""
-
-    def __init__(self) -> None:
-        self.capabilities = Capabilities()
-        self.pipelined = False  # the real instance has preprocess or postprocess
-
-    def describe(self, ready: Ready) -> None:
-        caps = ready.capabilities
-        self.pipelined = caps.has_preprocess or caps.has_postprocess
-        self.capabilities = replace(
-            caps,
-            has_preprocess=False,
-            has_postprocess=False,
-            predict_in_thread=False,  # the worker process times its own predicts
-            continuous=False,  # continuous batching runs on thread workers only
-        )
-
-    async def load(self) -> None:
-        return None
-
-    def validate(self, value: Any) -> Any:
-        return Unvalidated(value)
-
-    async def preprocess(self, inputs: Any, request: Any) -> Any:
-        return inputs
-
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        return outputs
-
-    async def predict(self, inputs: Any, request: Any) -> Any:
-        raise RuntimeError("a process worker's model runs in its worker processes")
-
-    async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError("continuous batching runs on thread workers only")
-
-    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        raise RuntimeError("a process worker's model runs in its worker processes")
-
-    def predict_input_stream(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        raise RuntimeError("a process worker's model runs in its worker processes")
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is gone"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by signal {-code} ({name})"
-    return f"exited with code {code}"
-
-
-class _Call:
-    """A request sent to the worker process: a call's future, or a stream's items (its values,
-    then ``END`` or a ``Failure``) and its reader's wake-up."""
-
-    __slots__ = ("future", "items", "wake", "deadline", "started")
-
-    def __init__(self, future: asyncio.Future[Any] | None) -> None:
-        self.future = future
-        self.items: collections.deque[Any] = collections.deque()
-        self.wake: asyncio.Future[None] | None = None
-        #: loop time past which it fails with ResponseTimeout (0: none; a stream's next item)
-        self.deadline = 0.0
-        #: counted as running in the worker (one of its first ``predict_concurrency`` calls);
-        #: False while it is queued ahead there
-        self.started = False
-
-    def push(self, item: Any) -> None:
-        self.items.append(item)
-        wake = self.wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    def answer(self, value: Any) -> None:
-        future = self.future
-        if future is None:
-            self.push(END)
-        elif not future.done():
-            future.set_result(value)
-
-    def fail(self, exc: BaseException) -> None:
-        future = self.future
-        if future is None:
-            self.push(Failure(exc))
-        elif not future.done():
-            future.set_exception(exc)
-
-    def stop(self) -> None:
-        """It ended without an answer: a stream's end, or a cancelled request's."""
-        future = self.future
-        if future is None:
-            self.push(END)
-        elif not future.done():
-            future.cancel()
-
-
-class _Connection(asyncio.Protocol):
-    def __init__(
-        self,
-        on_message: Callable[[Message], None],
-        on_lost: Callable[[], None],
-        on_released: Callable[[int], None],
-    ) -> None:
-        self.decoder = Decoder(on_message)
-        self._on_lost = on_lost
-        self._on_released = on_released
-
-    def data_received(self, data: bytes) -> None:
-        decoder = self.decoder
-        decoder.feed(data)
-        released = decoder.take_released()
-        if released:
-            self._on_released(released)
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._on_lost()
 
 
 class ProcessWorker:
@@ -272,8 +133,7 @@ class ProcessWorker:
         self.pid: int | None = None
         self.state = WorkerState.STARTING
         self.busy = 0
-        self._capacity = config.predict_concurrency
-        self._alone = 0  # the capacity while it is the only ready worker (0: the same)
+        self.capacity = config.predict_concurrency
         self.started = time.time()
         self._init = init
         self._codec = codec
@@ -287,7 +147,7 @@ class ProcessWorker:
         self._tick = min(self._timeout / 4, 1.0) if self._timeout else 1.0
         self._sweeper: asyncio.TimerHandle | None = None
         self._window = config.stream_buffer
-        self._calls: dict[int, _Call] = {}
+        self._calls: dict[int, PendingCall] = {}
         self._ids = itertools.count(1)
         self.slots = config.predict_concurrency  # predicts at once
         #: places for requests queued ahead in the worker process beyond its slots (set once it
@@ -296,13 +156,13 @@ class ProcessWorker:
         self._max_ahead = config.max_queue_size
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
-        self._out: list[bytes | memoryview] = []  # frames written this turn of the loop
-        self._flushing: asyncio.Handle | None = None  # the write scheduled for this turn
+        # the frames made in one turn of the loop leave in one write
+        self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
         # large buffers to the worker go through a shared memory ring named after init.shm
         self._ring = Ring(f"{init.shm}-s") if init.shm else None
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
-        self._connection: _Connection | None = None
+        self._connection: Connection | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
         self._ending: _Ending | None = None  # why we are ending it: not a crash
@@ -310,19 +170,6 @@ class ProcessWorker:
         self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
-
-    @property
-    def capacity(self) -> int:
-        """Requests it takes at once: its slots, and as many places queued ahead in the process
-        as it has (more while it is the only ready worker: ``PIPELINE_ALONE``)."""
-        if self._alone and self._gate.size == 1:
-            return self._alone
-        return self._capacity
-
-    @capacity.setter
-    def capacity(self, value: int) -> None:
-        self._capacity = value
-        self._alone = 0
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -356,7 +203,7 @@ class ProcessWorker:
         self.pid = self._proc.pid
         self._ready = loop.create_future()
         self._exited = loop.create_future()
-        connection = _Connection(self._on_message, self._on_lost, self._on_released)
+        connection = Connection(self._on_message, self._on_lost, self._on_released)
         transport, _ = await loop.create_unix_connection(lambda: connection, sock=ours)
         self._transport = transport
         self._connection = connection
@@ -369,15 +216,16 @@ class ProcessWorker:
         self._descriptor.describe(ready)
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
-            ahead = 1 if self._batching else max(PIPELINE_AHEAD, self.slots)
-            self.ahead = min(ahead, self._max_ahead)
-            self._capacity = self.slots + self.ahead
-            if not self._batching:
-                self._alone = self.slots + min(max(PIPELINE_ALONE, self.slots), self._max_ahead)
+            self.ahead = (
+                min(1, self._max_ahead)
+                if self._batching
+                else queue_ahead(self.slots, self._max_ahead)
+            )
+            self.capacity = self.slots + self.ahead
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
             # in its preprocess/postprocess meanwhile (the rest wait here, where a crash loses none)
-            self._capacity *= 2
+            self.capacity *= 2
         self.started = time.time()
         self.state = WorkerState.READY
         self._was_ready = True
@@ -389,7 +237,7 @@ class ProcessWorker:
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
         if self._transport is not None:
-            self._flush()
+            self._out.flush()
             self._transport.close()
         proc = self._proc
         if proc is not None and proc.returncode is None:
@@ -438,22 +286,16 @@ class ProcessWorker:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out += encode(message, self._ring)
-        if self._flushing is None:
-            self._flushing = asyncio.get_running_loop().call_soon(self._flush)
+        self._out.add(encode(message, self._ring))
 
     def _on_released(self, upto: int) -> None:
         with contextlib.suppress(WorkerGone):
             self._send(Release(upto))
 
-    def _flush(self) -> None:
-        if self._flushing is not None:
-            self._flushing.cancel()  # (a no-op when it is the one running)
-            self._flushing = None
-        out, self._out = self._out, []
+    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
         transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            transport.writelines(out)
+        if transport is not None and not transport.is_closing():
+            transport.writelines([frame for frames in messages for frame in frames])
 
     def _on_message(self, message: Message) -> None:
         # Bare class patterns, the most frequent first: each class that does not match costs an
@@ -499,7 +341,7 @@ class ProcessWorker:
                         WorkerDied(f"{self._label} worker process {self.pid}: {message.reason}")
                     )
 
-    def _last(self, cid: int) -> _Call | None:
+    def _last(self, cid: int) -> PendingCall | None:
         """The call ``cid`` has had its last message: forget it (its slot is freed next). The
         worker starts the next queued call now: its deadline starts."""
         call = self._calls.pop(cid, None)
@@ -520,7 +362,7 @@ class ProcessWorker:
             if call is not None:  # not cancelled meanwhile
                 self._start(cid, call)
 
-    def _start(self, cid: int, call: _Call) -> None:
+    def _start(self, cid: int, call: PendingCall) -> None:
         call.started = True
         self._running += 1
         self._arm(cid, call)
@@ -588,7 +430,7 @@ class ProcessWorker:
 
     # -- requests --------------------------------------------------------------------------
 
-    def _arm(self, cid: int, call: _Call) -> None:
+    def _arm(self, cid: int, call: PendingCall) -> None:
         """Its deadline: response_timeout from now. No timer per call: one sweep per worker
         checks the deadlines every quarter of the timeout (at most 1 s), so a predict fails
         between response_timeout and a quarter more after it started."""
@@ -622,12 +464,12 @@ class ProcessWorker:
 
     def _begin(
         self, request: type[Infer | Stream | Batch], inputs: Any, snapshot: Any, stream: bool
-    ) -> tuple[int, _Call]:
+    ) -> tuple[int, PendingCall]:
         if self.state is not _READY:
             self._release()
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         cid = next(self._ids)
-        call = _Call(None if stream else asyncio.get_running_loop().create_future())
+        call = PendingCall(None if stream else asyncio.get_running_loop().create_future())
         idle = not self._calls
         try:
             if request is Batch:  # serves several requests
@@ -638,7 +480,7 @@ class ProcessWorker:
                 # Nothing in flight: the worker waits for this one alone, and a request arriving
                 # later in this turn gains nothing from sharing its write. It leaves now, a turn
                 # of the loop sooner (one request at a time: the latency a process worker adds).
-                self._flush()
+                self._out.flush()
         except WorkerGone:
             self._release()
             raise

@@ -21,9 +21,9 @@ plain numeric dtype, C-contiguous, as a MessagePack extension: dtype, shape, byt
 writable), each of exactly that type, :data:`PLAIN_BUDGET` items at most; an OIP
 ``InferenceRequest`` / ``InferenceResponse`` holding only such data (decoded as the typed struct
 again); or ``Unvalidated`` plain inputs. Anything else (tuples, sets, subclasses, other classes,
-larger arrays, a request snapshot) takes pickle: nothing changes type on the way. Pickle cost
-3.5-5 µs per small message each way (most of it the msgspec structs' and arrays' reductions);
-MessagePack, the check included, 1.3-2.
+larger arrays, a request snapshot) takes pickle: nothing changes type on the way. Pickle costs
+more than twice as much per small message each way, the check included (most of it the msgspec
+structs' and arrays' reductions; bench/workers.py's ``hop`` rows).
 
 Buffers of :data:`SHARED_MIN` bytes or more go through shared memory instead, where the sender
 has a :class:`Ring`: one file in ``/dev/shm`` per direction and worker, mapped by both sides and

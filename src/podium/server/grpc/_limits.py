@@ -2,7 +2,7 @@
 and the threads a call may hold.
 
 grpc core enforces the connection-level limits itself, from the channel arguments
-:meth:`GrpcLimits.options` gives the server once, when it is made: nothing runs per call.
+:func:`channel_options` gives the server once, when it is made: nothing runs per call.
 docs/security.md ("gRPC limits") gives each value's reason and compares it with Triton's and
 grpc-go's and grpc-java's defaults.
 
@@ -24,6 +24,9 @@ grpc-go's and grpc-java's defaults.
   ``max_connection_age_grace`` (``None``: whenever they end).
 - Request metadata (headers) larger than ``max_metadata_size`` ends the call.
 
+:class:`GrpcLimits` is a group of the server's settings (``podium.config``): its defaults and
+checks are rows of the settings table.
+
 Threads: relayed calls and ``grpc.aio`` calls hold none. A thread-pool server whose calls take
 the blocking way holds one per call, and a stream holds its thread for as long as it is open: a
 :class:`StreamBudget` lets streams hold at most half the pool (more end with
@@ -35,90 +38,46 @@ fail bursts that the relay serves.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-__all__ = ["GrpcLimits", "StreamBudget"]
+from ...config import GrpcLimits
+
+__all__ = ["GrpcLimits", "StreamBudget", "channel_options"]
 
 #: grpc's integer channel arguments are C ints; milliseconds above this are "unlimited".
 _INT_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class GrpcLimits:
-    """One gRPC listener's limits (see the module docstring); times in seconds (grpc counts
-    whole milliseconds, up to about 24 days: longer is unlimited), 0 meaning never where the
-    field says so."""
-
-    max_connections: int = 1000
-    max_concurrent_streams: int = 100  #: per connection
-    handshake_timeout: float = 10.0
-    max_connection_idle: float = 300.0  #: 0: never closed for idleness
-    max_connection_age: float = 1800.0  #: 0: no age limit
-    max_connection_age_grace: float | None = None  #: None: calls in flight are never cut
-    keepalive_time: float = 60.0  #: 0: the server never pings
-    keepalive_timeout: float = 20.0
-    min_ping_interval: float = 5.0  #: 0: a client may ping as often as it likes
-    max_ping_strikes: int = 2  #: 0: never GOAWAY for pings
-    max_metadata_size: int = 16 * 1024
-
-    def __post_init__(self) -> None:
-        for name in ("max_connections", "max_concurrent_streams", "max_metadata_size"):
-            _check_int(name, getattr(self, name), least=1)
-        _check_int("max_ping_strikes", self.max_ping_strikes, least=0)
-        for name in (
-            "handshake_timeout",
-            "max_connection_idle",
-            "max_connection_age",
-            "max_connection_age_grace",
-            "keepalive_time",
-            "keepalive_timeout",
-            "min_ping_interval",
-        ):
-            value = getattr(self, name)
-            if value is None and name == "max_connection_age_grace":
-                continue
-            least = 0.001 if name in ("handshake_timeout", "keepalive_timeout") else 0.0
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not least <= value < math.inf
-            ):
-                raise ValueError(
-                    f"grpc limit {name} must be a number of seconds >= {least:g}, got {value!r}"
-                )
-
-    def options(self) -> list[tuple[str, int]]:
-        """The channel arguments of a server with these limits."""
-        return [
-            ("grpc.max_allowed_incoming_connections", self.max_connections),
-            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
-            # Count streams as HTTP/2 does, as the client does. grpc's default counts a stream
-            # until the server has freed it, a moment after the client saw it end: a client
-            # reusing the slot gets REFUSED_STREAM, which grpc clients report as UNAVAILABLE
-            # (on a burst of 300 calls on one channel, two thirds failed).
-            ("grpc.http.overload_protection", 0),
-            ("grpc.server_handshake_timeout_ms", _ms(self.handshake_timeout)),
-            ("grpc.max_connection_idle_ms", _ms(self.max_connection_idle or None)),
-            ("grpc.max_connection_age_ms", _ms(self.max_connection_age or None)),
-            ("grpc.max_connection_age_grace_ms", _ms(self.max_connection_age_grace)),
-            ("grpc.keepalive_time_ms", _ms(self.keepalive_time or None)),
-            ("grpc.keepalive_timeout_ms", _ms(self.keepalive_timeout)),
-            # Pings without calls are judged by min_ping_interval too; without this, grpc
-            # allows a client one per two hours on a connection with no call in flight.
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_ping_interval_without_data_ms", _ms(self.min_ping_interval)),
-            ("grpc.http2.max_ping_strikes", self.max_ping_strikes),
-            # Both at once: grpc rejects a random share of the requests between a "soft" and
-            # an "absolute" metadata limit; one limit makes the rule the same for every call.
-            ("grpc.max_metadata_size", self.max_metadata_size),
-            ("grpc.absolute_max_metadata_size", self.max_metadata_size),
-        ]
+def channel_options(limits: GrpcLimits) -> list[tuple[str, int]]:
+    """The channel arguments of a server with ``limits``."""
+    return [
+        ("grpc.max_allowed_incoming_connections", limits.max_connections),
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        # Count streams as HTTP/2 does, as the client does. grpc's default counts a stream
+        # until the server has freed it, a moment after the client saw it end: a client
+        # reusing the slot gets REFUSED_STREAM, which grpc clients report as UNAVAILABLE
+        # (on a burst of 300 calls on one channel, two thirds failed).
+        ("grpc.http.overload_protection", 0),
+        ("grpc.server_handshake_timeout_ms", _ms(limits.handshake_timeout)),
+        ("grpc.max_connection_idle_ms", _ms(limits.max_connection_idle or None)),
+        ("grpc.max_connection_age_ms", _ms(limits.max_connection_age or None)),
+        ("grpc.max_connection_age_grace_ms", _ms(limits.max_connection_age_grace)),
+        ("grpc.keepalive_time_ms", _ms(limits.keepalive_time or None)),
+        ("grpc.keepalive_timeout_ms", _ms(limits.keepalive_timeout)),
+        # Pings without calls are judged by min_ping_interval too; without this, grpc
+        # allows a client one per two hours on a connection with no call in flight.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", _ms(limits.min_ping_interval)),
+        ("grpc.http2.max_ping_strikes", limits.max_ping_strikes),
+        # Both at once: grpc rejects a random share of the requests between a "soft" and
+        # an "absolute" metadata limit; one limit makes the rule the same for every call.
+        ("grpc.max_metadata_size", limits.max_metadata_size),
+        ("grpc.absolute_max_metadata_size", limits.max_metadata_size),
+    ]
 
 
 class StreamBudget:
@@ -177,8 +136,3 @@ def _ms(seconds: float | None) -> int:
     if seconds is None:
         return _INT_MAX
     return min(_INT_MAX, max(0, round(seconds * 1000)))
-
-
-def _check_int(name: str, value: Any, *, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= _INT_MAX:
-        raise ValueError(f"grpc limit {name} must be an integer from {least} to {_INT_MAX}")

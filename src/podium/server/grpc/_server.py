@@ -30,7 +30,7 @@ from .._access import AccessLog, RequestIds
 from . import _channelz
 from ._access import observed
 from ._errors import abort_with, unhandled_status
-from ._limits import GrpcLimits, StreamBudget
+from ._limits import GrpcLimits, StreamBudget, channel_options
 from ._pool import reflection_pool
 from .bridge import Bridge, Decision, decide
 
@@ -178,7 +178,7 @@ class GrpcServer:
             ("grpc.max_receive_message_length", max_message_size),
             # A port that another process listens on must fail here, not be shared.
             ("grpc.so_reuseport", 0),
-            *limits.options(),
+            *channel_options(limits),
         ]
         self.limits = limits
         self._pools: list[ThreadPoolExecutor] = []

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
+from ...config import Registration
 from ...errors import Conflict, InvalidInput, NotFound
 from ...model import Owned, Shared
 
@@ -89,6 +90,18 @@ class UrlPolicy:
         places.extend(self.start_paths)
         #: where local urls may point: each place as written (made absolute), and resolved
         self._places = [(Path(os.path.abspath(p)), p.resolve()) for p in places]
+
+    @classmethod
+    def of(cls, settings: Registration, *, start_paths: Sequence[Path] = ()) -> UrlPolicy:
+        """The policy of the server's registration settings (``--model-store`` and the others)."""
+        return cls(
+            model_store=settings.model_store,
+            allowed_urls=settings.allowed_urls,
+            max_download_size=settings.max_download_size,
+            download_timeout=settings.download_timeout,
+            start_paths=start_paths,
+            allow_any_local_path=settings.allow_any_local_path,
+        )
 
     def is_remote(self, url: str) -> bool:
         """Whether ``url`` names a remote resource (a scheme other than ``file://``)."""

@@ -1,0 +1,326 @@
+"""Thread workers: one instance in the server process (:class:`ThreadWorker`).
+
+The scheduler runs ``preprocess`` / ``postprocess`` outside the worker's slots; the worker runs
+``predict``. A sync ``predict`` runs on the instance's own threads (its ``calls``), where the
+worker may queue requests ahead of its slots (:func:`worker_ahead`). ``response_timeout`` is
+kept by one path for every predict (:meth:`ThreadWorker._timed`): the caller waits in its own
+task, and the worker's one sweep finds the calls past their deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from ..errors import ResponseTimeout, Unavailable
+from ..types import END, ModelInstance
+from ._gate import WorkerGate
+from ._stats import VersionStats
+from ._worker import STUCK_GRACE, Failure, Moved, WorkerKind, WorkerState, queue_ahead
+
+__all__ = ["ThreadWorker", "worker_ahead"]
+
+_now = time.perf_counter_ns
+
+
+class ThreadWorker:
+    """One instance in the server process, with ``capacity`` slots: predict_concurrency, and
+    ``ahead`` more for requests queued ahead of the predict threads (:func:`worker_ahead`).
+
+    Each execution of ``predict`` (a request, a batch, a stream until its end) is counted in
+    ``stats`` (:meth:`VersionStats.executed`) when it succeeds."""
+
+    kind = WorkerKind.THREAD
+
+    def __init__(
+        self,
+        wid: str,
+        instance: ModelInstance,
+        *,
+        gate: WorkerGate,
+        capacity: int,
+        label: str,
+        ahead: int = 0,
+        response_timeout: float = 0.0,
+        stream_buffer: int = 16,
+        loaded: bool = False,
+        on_stuck: Callable[[ThreadWorker], None] | None = None,
+        stats: VersionStats | None = None,
+    ) -> None:
+        self.id = wid
+        self.instance = instance
+        self.pid: int | None = os.getpid()
+        self.state = WorkerState.STARTING
+        self.busy = 0
+        self.capacity = capacity
+        self._full = capacity
+        self.slots = capacity - ahead  # predicts at once
+        self.ahead = ahead  # places for requests queued ahead of the predict threads
+        self.started = time.time()
+        self._gate = gate
+        self._label = label
+        self._timeout = response_timeout
+        self._buffer = stream_buffer
+        self._loaded = loaded
+        self._on_stuck = on_stuck
+        self._stats = stats if stats is not None else VersionStats()
+        self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
+        self._idle: asyncio.Event | None = None
+        # response_timeout (:meth:`_timed`): the callers' tasks the sweep watches, each with
+        # since when its predict runs (None: a sync call's start, asked of ``calls``); those it
+        # stopped, with the error their caller raises; those past their deadline that still
+        # run, since when; those whose slot the call's real end frees (a detached sync call)
+        self._calls = instance.calls
+        self._waiting: dict[asyncio.Task[Any], float | None] = {}
+        self._stopped: dict[asyncio.Task[Any], Exception] = {}
+        self._late: dict[asyncio.Task[Any], float] = {}
+        self._held: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._tick = min(response_timeout / 4, 1.0) if response_timeout else 1.0
+
+    async def start(self) -> None:
+        if not self._loaded:
+            await self.instance.load()
+            self._loaded = True
+        self.state = WorkerState.READY
+
+    def _release(self) -> None:
+        self._gate.release(self)
+        if self.busy == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        if self.busy:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+
+    async def infer(self, inputs: Any, request: Any, size: int = 1) -> Any:
+        """``predict`` on ``inputs`` (``size`` requests: a batch's length)."""
+        start = _now()
+        if self._timeout:
+            outputs = await self._timed(inputs, request)
+        else:
+            try:
+                outputs = await self.instance.predict(inputs, request)
+            finally:
+                self._release()
+        self._stats.executed(size, _now() - start)
+        return outputs
+
+    async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
+        return await self.infer(inputs, requests, len(inputs))
+
+    async def _timed(self, inputs: Any, request: Any) -> Any:
+        """``predict`` bounded by response_timeout, counted from when it starts: at once for an
+        async one, when its call starts in a thread for a sync one (a request queued ahead waits
+        behind the calls before it without its clock running). Waited for in the caller's own
+        task, with no task, future or timer of its own: one sweep per worker, every quarter of
+        the timeout (at most 1 s), finds the calls past their deadline (:meth:`_sweep`), so a
+        predict is stopped between ``response_timeout`` and a quarter more after it started.
+
+        Past it the caller fails at once with ``ResponseTimeout``. An async predict is
+        cancelled, and its end frees the slot. A thread cannot be stopped: a sync call runs on,
+        holding its slot until it returns (so predict_concurrency stays a true bound), and one
+        still running STUCK_GRACE later gets this worker replaced
+        (:meth:`WorkerPool._replace_stuck`)."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self._waiting[task] = None if self._calls is not None else time.monotonic()
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._tick, self._sweep)
+        try:
+            return await self.instance.predict(inputs, request)
+        except asyncio.CancelledError:
+            stopped = self._stopped.pop(task, None)
+            if stopped is not None and task.uncancel() == 0:  # not the client leaving as well
+                raise stopped from None
+            raise
+        finally:
+            self._waiting.pop(task, None)
+            self._stopped.pop(task, None)
+            if task in self._held:  # its call runs on: its end frees the slot (_late_ended)
+                self._held.discard(task)
+            else:
+                self._late.pop(task, None)  # (an async predict that swallowed its cancellation)
+                self._release()
+
+    def _sweep(self) -> None:
+        """The predicts of :meth:`_timed` past response_timeout: each caller fails at once. When
+        every predict thread is held by a sync call so, the requests queued ahead that have not
+        started are taken back (``Moved``: the next worker takes them) and the worker takes no
+        more ahead of its threads until one returns."""
+        loop = asyncio.get_running_loop()
+        calls = self._calls
+        now = time.monotonic()
+        for task, since in list(self._waiting.items()):
+            if since is None and calls is not None:
+                since = calls.started(task)
+            if since is None or since + self._timeout > now:
+                continue
+            del self._waiting[task]
+            self._late[task] = now
+            if calls is not None and calls.detach(task, functools.partial(self._late_ended, task)):
+                self._held.add(task)
+                if self._on_stuck is not None:
+                    loop.call_later(STUCK_GRACE, self._check_stuck, task)
+            self._stopped[task] = ResponseTimeout(
+                f"{self._label} predict did not finish within response_timeout "
+                f"{self._timeout:g} s (thread worker {self.id})"
+            )
+            task.cancel()
+        if calls is not None and len(self._late) >= self.slots and self.capacity > self.slots:
+            self.capacity = self.slots
+            for task in list(self._waiting):
+                if calls.started(task) is None and calls.withdraw(task):
+                    del self._waiting[task]
+                    self._stopped[task] = Moved(
+                        f"{self._label}: thread worker {self.id} has every predict thread held "
+                        "by a call past response_timeout; the request goes to another worker"
+                    )
+                    task.cancel()
+        self._sweeper = loop.call_later(self._tick, self._sweep) if self._waiting else None
+
+    def _late_ended(self, task: asyncio.Task[Any]) -> None:
+        """A detached call (:meth:`_sweep`) has returned: its slot is free."""
+        self._late.pop(task, None)
+        if not self._late:
+            self.capacity = self._full
+        self._release()
+
+    def stuck(self) -> int:
+        """Calls this worker still runs more than STUCK_GRACE seconds past their
+        response_timeout (an async predict that ignores its cancellation, a sync one whose
+        thread runs on)."""
+        if not self._late:
+            return 0
+        limit = time.monotonic() - STUCK_GRACE
+        return sum(1 for since in self._late.values() if since <= limit)
+
+    def _check_stuck(self, task: asyncio.Task[Any]) -> None:
+        if task in self._late and self.state is WorkerState.READY and self._on_stuck is not None:
+            self._on_stuck(self)
+
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        """The items of a streaming predict, through a bounded buffer of ``stream_buffer``."""
+        return self._stream(lambda: self.instance.predict_stream(inputs, request))
+
+    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
+        """The answers of a model that reads a stream of requests (``predict_input_stream``),
+        through the same bounded buffer; the slot is held until its stream ends."""
+        return self._stream(lambda: self.instance.predict_input_stream(inputs, request))
+
+    async def _stream(
+        self, make: Callable[[], AsyncGenerator[Any, None]]
+    ) -> AsyncGenerator[Any, None]:
+        queue: asyncio.Queue[Any] = asyncio.Queue(self._buffer)
+        released = [False]
+        task = asyncio.get_running_loop().create_task(self._produce(make, queue, released))
+        self._producers[task] = queue
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._producers.pop(task, None)
+            if not released[0]:  # cancelled before it ran, or predict_stream() itself raised
+                released[0] = True
+                self._release()
+
+        task.add_done_callback(done)
+        timeout = self._timeout or None
+        try:
+            while True:
+                if queue.empty() and task.done():
+                    task.result()  # its error, if it failed before producing anything
+                    raise Unavailable(f"{self._label} stream ended without an answer")
+                try:
+                    async with asyncio.timeout(timeout):
+                        item = await queue.get()
+                except TimeoutError:
+                    raise ResponseTimeout(
+                        f"{self._label} predict produced no item within response_timeout "
+                        f"{self._timeout:g} s (thread worker {self.id})"
+                    ) from None
+                if item is END:
+                    return
+                if isinstance(item, Failure):
+                    item.raise_once()
+                yield item
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def _produce(
+        self,
+        make: Callable[[], AsyncGenerator[Any, None]],
+        queue: asyncio.Queue[Any],
+        released: list[bool],
+    ) -> None:
+        outcome: Any = END
+        start = _now()
+        try:
+            items = make()
+        except Exception as exc:
+            await queue.put(Failure(exc))
+            return
+        try:
+            async for item in items:
+                await queue.put(item)
+            self._stats.executed(1, _now() - start)
+        except Exception as exc:
+            outcome = Failure(exc)
+        finally:
+            try:
+                await items.aclose()
+            finally:
+                released[0] = True
+                self._release()  # before the last put: a slow reader must not hold the slot
+        await queue.put(outcome)
+        del outcome  # (an error's traceback holds this frame: no cycle through it)
+
+    async def close(self) -> None:
+        """Stop every running stream; their readers get ``Unavailable``, not a hang."""
+        self.state = WorkerState.DEAD
+        producers = dict(self._producers)
+        for task in producers:
+            task.cancel()
+        if producers:
+            await asyncio.gather(*producers, return_exceptions=True)
+        for queue in producers.values():
+            failure = Failure(Unavailable(f"{self._label} was unloaded mid-stream"))  # (one each)
+            while True:  # the reader must see the failure even if the buffer is full
+                try:
+                    queue.put_nowait(failure)
+                    break
+                except asyncio.QueueFull:
+                    queue.get_nowait()
+        # The model's own unload hook, where its contract has one (an MLServer runtime's
+        # unload()); errors are the adapter's to log.
+        close = getattr(self.instance, "close", None)
+        if close is not None:
+            await close()
+
+
+def worker_ahead(config: Any, instance: ModelInstance) -> int:
+    """How many requests a thread worker takes queued ahead of its slots (:func:`queue_ahead`):
+    only for a plain sync ``predict`` on the instance's own threads (``calls``), which it bounds
+    to the slots so that predict_concurrency stays the bound of predicts at once, and whose
+    calls it times from their start (response_timeout does not count a request's wait behind
+    another). Not with streaming, batching or sequences (their schedulers count slots as
+    batches or turns)."""
+    caps = instance.capabilities
+    calls = instance.calls
+    if (
+        calls is None
+        or caps.streaming
+        or caps.continuous
+        or config.batch_size > 1
+        or config.sequence_batching
+    ):
+        return 0
+    slots = config.predict_concurrency
+    calls.limit = slots
+    return queue_ahead(slots, config.max_queue_size)

@@ -1,0 +1,157 @@
+"""What the server holds of its worker processes besides the workers themselves: the version's
+:class:`RemoteInstance` (the model's capabilities, as a worker reports them), a request in
+flight (:class:`PendingCall`), the socket's protocol (:class:`Connection`), and how a process
+ended (:func:`describe_exit`). ``_parent`` builds on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import signal
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+from ...types import END, Capabilities, Generation
+from ..workers import Failure
+from ._messages import Message, Ready, Unvalidated
+from ._wire import Decoder
+
+__all__ = ["Connection", "PendingCall", "RemoteInstance", "describe_exit"]
+
+
+class RemoteInstance:
+    """What the server knows of a model that runs in worker processes (the version's
+    ``instance``): its capabilities, as the first worker that starts reports them.
+    ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
+    pydantic inputs is deferred to the worker too."""
+
+    #: the worker process runs (and times) the model's sync code
+    calls = None
+
+    def __init__(self) -> None:
+        self.capabilities = Capabilities()
+        self.pipelined = False  # the real instance has preprocess or postprocess
+
+    def describe(self, ready: Ready) -> None:
+        caps = ready.capabilities
+        self.pipelined = caps.has_preprocess or caps.has_postprocess
+        self.capabilities = replace(
+            caps,
+            has_preprocess=False,
+            has_postprocess=False,
+            predict_in_thread=False,  # the worker process times its own predicts
+            continuous=False,  # continuous batching runs on thread workers only
+        )
+
+    async def load(self) -> None:
+        return None
+
+    def validate(self, value: Any) -> Any:
+        return Unvalidated(value)
+
+    async def preprocess(self, inputs: Any, request: Any) -> Any:
+        return inputs
+
+    async def postprocess(self, outputs: Any, request: Any) -> Any:
+        return outputs
+
+    async def predict(self, inputs: Any, request: Any) -> Any:
+        raise RuntimeError("a process worker's model runs in its worker processes")
+
+    async def step(self, batch: list[Generation]) -> None:
+        raise RuntimeError("continuous batching runs on thread workers only")
+
+    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        raise RuntimeError("a process worker's model runs in its worker processes")
+
+    def predict_input_stream(
+        self, inputs: AsyncIterator[Any], request: Any
+    ) -> AsyncGenerator[Any, None]:
+        raise RuntimeError("a process worker's model runs in its worker processes")
+
+
+def describe_exit(code: int | None) -> str:
+    """How a worker process ended, for the logs and the errors (``code``: its return code)."""
+    if code is None:
+        return "is gone"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by signal {-code} ({name})"
+    return f"exited with code {code}"
+
+
+class PendingCall:
+    """A request sent to the worker process: a call's future, or a stream's items (its values,
+    then ``END`` or a ``Failure``) and its reader's wake-up."""
+
+    __slots__ = ("future", "items", "wake", "deadline", "started")
+
+    def __init__(self, future: asyncio.Future[Any] | None) -> None:
+        self.future = future
+        self.items: collections.deque[Any] = collections.deque()
+        self.wake: asyncio.Future[None] | None = None
+        #: loop time past which it fails with ResponseTimeout (0: none; a stream's next item)
+        self.deadline = 0.0
+        #: counted as running in the worker (one of its first ``predict_concurrency`` calls);
+        #: False while it is queued ahead there
+        self.started = False
+
+    def push(self, item: Any) -> None:
+        self.items.append(item)
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def answer(self, value: Any) -> None:
+        future = self.future
+        if future is None:
+            self.push(END)
+        elif not future.done():
+            future.set_result(value)
+
+    def fail(self, exc: BaseException) -> None:
+        future = self.future
+        if future is None:
+            self.push(Failure(exc))
+        elif not future.done():
+            future.set_exception(exc)
+
+    def stop(self) -> None:
+        """It ended without an answer: a stream's end, or a cancelled request's."""
+        future = self.future
+        if future is None:
+            self.push(END)
+        elif not future.done():
+            future.cancel()
+
+
+class Connection(asyncio.Protocol):
+    """The server's end of a worker process's socket, read on the event loop."""
+
+    def __init__(
+        self,
+        on_message: Callable[[Message], None],
+        on_lost: Callable[[], None],
+        on_released: Callable[[int], None],
+    ) -> None:
+        self.decoder = Decoder(on_message)
+        self._on_lost = on_lost
+        self._on_released = on_released
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self.decoder
+        decoder.feed(data)
+        released = decoder.take_released()
+        if released:
+            self._on_released(released)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost()
