@@ -55,6 +55,10 @@ TRUSS_FACTS: list[str] = [
     "every exception into `UserCodeError` (definition_rules/postprocess).",
     '`POST /hot-reload` re-imports `model/` and answers 200 `{"msg": "Hot reload complete"}` '
     "on the inference port, to anyone (test_basic_truss/hot-reload).",
+    "A `load()` that raises is retried once, a second later (`NUM_LOAD_RETRIES_TRUSS`, default "
+    "1): a load that fails only the first time serves (flaky_load/retried).",
+    "A generator function as `predict` with `postprocess` loads; each request is then the "
+    "model-error 500 (stream_fn_postprocess/refused-when).",
     "`GET /metrics` answers 307 (to `/metrics/`, Prometheus's ASGI app) on the inference port "
     "(test_basic_truss/metrics).",
 ]
@@ -181,6 +185,17 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "sent, so Podium can still answer a 504 with Truss's error headers and a message naming "
         "the setting; Truss had already sent 200 and cuts the connection mid-body. Not named in "
         "docs/truss.md's deliberate differences."
+    ),
+    ("flaky_load", "retried"): (
+        "Truss is right: its server retries a failed `load()` once, a second later "
+        "(`NUM_LOAD_RETRIES_TRUSS`, default 1), so a truss whose first load fails (a download "
+        "that times out, a device not yet free) serves. Podium tries once and, serving this truss "
+        "alone, exits. Podium should retry as Truss does (and read `NUM_LOAD_RETRIES_TRUSS`)."
+    ),
+    ("health_checks", "during-and-after-load"): (
+        "Statuses agree everywhere except `/ping` while loading (Truss 503, Podium 500). The "
+        "readiness error names the config's model instead of Truss's fixed 'model' (deliberate, "
+        "docs/truss.md). `/ping`: " + _PING
     ),
     ("server_conformance_test_truss", "slow-load"): (
         "While loading: the readiness error names the config's model instead of Truss's fixed "

@@ -57,12 +57,13 @@ N = "numpy_values"
 
 @case(N, "json", "numpy arrays, scalars and a bare array returned, answered as JSON")
 def numpy_json(ctx: Ctx) -> Any:
-    return {k: ctx.predict({"kind": k}) for k in ("array", "scalars", "bare")}
+    return {k: ctx.predict({"kind": k}) for k in ("array", "scalars", "bare", "datetime")}
 
 
 @case(N, "msgpack", "the same asked with MessagePack (msgpack-numpy answers)")
 def numpy_msgpack(ctx: Ctx) -> Any:
-    return {k: ctx.predict(msgpack_body={"kind": k}) for k in ("array", "scalars", "bare", "bytes")}
+    kinds = ("array", "scalars", "bare", "bytes", "datetime")
+    return {k: ctx.predict(msgpack_body={"kind": k}) for k in kinds}
 
 
 @case(N, "array-in", "a MessagePack request carrying a numpy array")
@@ -321,3 +322,53 @@ def client_leaves(ctx: Ctx) -> Any:
         "next": after,
         "next answered within 2 s": after.get("_seconds", 99) < 2.0,
     }
+
+
+# --- loading and health ---------------------------------------------------------------------
+
+truss("flaky_load", OWN, wait="any")
+
+
+@case("flaky_load", "retried", "load() fails once: is the model served; POST :predict {}")
+def flaky_load(ctx: Ctx) -> Any:
+    deadline = time.monotonic() + 10
+    while ctx.service.alive() and time.monotonic() < deadline:
+        if ctx.get("/v1/models/model", timeout=2).get("status") == 200:
+            break
+        time.sleep(0.5)
+    return {"serving": ctx.service.alive(), "predict": ctx.predict({}, timeout=5)}
+
+
+truss("health_checks", OWN, wait="live")
+
+
+@case(
+    "health_checks",
+    "during-and-after-load",
+    "the probes while load() runs (3 s), once loaded, and when is_healthy raises",
+)
+def health_checks(ctx: Ctx) -> Any:
+    out: dict[str, Any] = {"loading": probes(ctx)}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if ctx.get("/v1/models/model/loaded", timeout=3).get("status") == 200:
+            break
+        time.sleep(0.5)
+    out["loaded"] = probes(ctx)
+    out["set raise"] = ctx.predict({"raise": True})
+    out["is_healthy raises"] = probes(ctx)
+    ctx.predict({"raise": False})
+    return out
+
+
+truss("stream_fn_postprocess", OWN, wait="any")
+
+
+@case(
+    "stream_fn_postprocess",
+    "refused-when",
+    "a generator function as predict with postprocess: served? POST :predict {}",
+)
+def stream_fn_postprocess(ctx: Ctx) -> Any:
+    time.sleep(2)  # a load that fails ends the server within a second
+    return {"serving": ctx.service.alive(), "predict": ctx.predict({}, timeout=5)}

@@ -288,6 +288,7 @@ truss("server_conformance_test_truss", UP, wait="live")
 )
 def slow_load(ctx: Ctx) -> Any:
     during = probes(ctx)
+    during["GET schema"] = ctx.get("/v1/models/model/schema")
     during["POST /invocations"] = ctx.post("/invocations", json_body={})
     during["POST :predict"] = ctx.predict({})
     deadline = time.monotonic() + 40

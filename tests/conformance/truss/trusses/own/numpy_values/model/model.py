@@ -1,3 +1,7 @@
+import datetime
+import decimal
+import uuid
+
 import numpy as np
 
 
@@ -13,6 +17,13 @@ class Model:
         if kind == "sum":
             arr = inputs["array"]
             return {"type": type(arr).__name__, "sum": float(np.asarray(arr).sum())}
+        if kind == "datetime":
+            return {
+                "when": datetime.datetime(2024, 5, 6, 7, 8, 9),
+                "day": datetime.date(2024, 5, 6),
+                "amount": decimal.Decimal("1.50"),
+                "id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+            }
         if kind == "bytes":
             return {"raw": b"\x00\x01binary"}
         return {"echo": inputs}
