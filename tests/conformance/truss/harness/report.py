@@ -35,6 +35,16 @@ written outside a temporary folder or listen beyond loopback:
 Podium runs `python -m podium serve TRUSS` (a copy of the truss folder), on its own, with this
 checkout's `src/` first on the path."""
 
+NOT_COVERED = """\
+- Truss's trusses that need a GPU, TensorRT-LLM, a custom server image (`docker_server`), Go, a
+  base image or a model cache; `test_requirements_file_truss` (imports torch) and
+  `test_pyantic_v1` (pydantic 1, which cannot share the venv with Truss's pydantic 2).
+- What only Docker or Baseten's platform does: `requirements`/`system_packages` installs,
+  `build_commands`, secrets from Baseten's secret manager, environments (`setup_environment`),
+  `truss push`, the control server (`live_reload`), tracing export, Chains.
+- Graceful shutdown (Truss waits up to an hour for open requests on SIGTERM) and timings beyond
+  the coarse ones of the concurrency and client-leaves cases."""
+
 NORMALISATIONS = """\
 What is compared: the status; the headers `content-type`, `x-baseten-error-source`,
 `x-baseten-error-code` and any a case names (what a model sets); whether the body is chunked, and
@@ -100,6 +110,10 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path, partial
         "## How each server is run",
         "",
         ADAPTATIONS,
+        "",
+        "Not covered:",
+        "",
+        NOT_COVERED,
         "",
         "## What is compared",
         "",
