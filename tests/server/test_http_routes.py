@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from podium.dataplane import DataPlane
 from podium.errors import MethodNotAllowed
 from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable, _truss
 from podium.server.management import MANAGEMENT_ROUTES, ManagementApp
@@ -320,7 +321,8 @@ def test_allow_lists_are_todays() -> None:
     ],
 )
 def test_unknown_inference_paths_keep_their_404_body(method: str, path: str) -> None:
-    status, headers, body = asyncio.run(call(HttpApp(None), method, path))  # type: ignore[arg-type]
+    # a real (empty) data plane: an unknown path is offered to models' own routes first
+    status, headers, body = asyncio.run(call(HttpApp(DataPlane()), method, path))
     assert (status, headers["content-type"]) == (404, "application/json")
     message = f"no route for {method} {path}"
     if path.startswith("/predictions"):  # TorchServe's shape there
