@@ -23,6 +23,8 @@ TRUSS_FACTS: list[str] = [
     "ends cleanly; one that raises later ends the body cleanly after the items it made "
     "(responses/stream-error-first, test_streaming_truss_with_error/stream-error): a client "
     "cannot tell a failed stream from a short one.",
+    "A stream's status and headers are sent before its first item exists "
+    "(test_streaming_truss/headers-early).",
     "`streaming_read_timeout` cuts the connection mid-body (no terminating chunk) "
     "(test_streaming_read_timeout/read-timeout).",
     "JSON answers use `json.dumps(cls=DeepNumpyEncoder)`: numpy arrays and int/float scalars "
@@ -109,6 +111,15 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "the first item exists, so a stream that fails at once is an empty 200 that ends cleanly "
         "and the client cannot tell it from an empty result; Podium waits for the first item and "
         "answers Truss's model-error 500 (with Truss's body and error headers) when there is none."
+    ),
+    ("test_streaming_truss", "headers-early"): (
+        "The other side of responses/stream-error-first: Truss sends 200 and its headers at once "
+        "and the first item 2 s later; Podium sends nothing until the first item exists (so that "
+        "a stream that fails at once can still get an error status). Same bytes, later headers. A "
+        "client's read timeout counts the wait for the first body byte on Truss too, so few "
+        "clients can tell; one that waits only for headers (to show progress, or a proxy's "
+        "header timeout shorter than the model's first item) does. A deliberate trade; "
+        "docs/truss.md names the error side of it, not this one."
     ),
     ("websocket_echo", "http-routes"): (
         "Neither is good; they differ in the headers and the text. `:predict` on a model with only "

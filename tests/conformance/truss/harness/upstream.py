@@ -214,6 +214,18 @@ for _name in ("test_streaming_truss", "test_streaming_async_generator_truss"):
         _name, "stream", "POST :predict {} streamed; with accept: application/json; as MessagePack"
     )(_stream_pair)
 
+
+@case(
+    "test_streaming_truss",
+    "headers-early",
+    "POST :predict {} streamed (the first item after 2 s): are the status and headers sent "
+    "before it (within 1 s)",
+)
+def headers_early(ctx: Ctx) -> Any:
+    r = ctx.predict({})
+    return {"status": r.get("status"), "headers within 1 s": r.get("_first_byte_s", 99) < 1.0}
+
+
 truss("test_streaming_truss_with_error", UP)
 
 
