@@ -43,6 +43,7 @@ def run(args) -> int:
         f"Python {platform.python_version()} (Truss), Podium's: {python}",
         "versions": _versions(python),
         "self_check": args.self_check,
+        "install_seconds": _install_seconds(),
         "trusses": {},
         "cases": [],
     }
@@ -146,6 +147,13 @@ def _start(name: str, t, sub: Path, python: Path) -> servers.Service:
     return servers.start_podium(
         t.path, sub, python=python, env=t.env, secret_files=t.secret_files, wait=t.wait
     )
+
+
+def _install_seconds() -> str:
+    now = os.environ.get("TRUSS_CONFORMANCE_INSTALL_SECONDS", "0")
+    first = servers.HERE / ".venv" / ".install-seconds"
+    last = first.read_text().strip() if first.is_file() else "?"
+    return f"{last} s when the venv was built" + ("" if now == "0" else f" (this run: {now} s)")
 
 
 def _versions(python: Path) -> dict[str, str]:

@@ -100,7 +100,8 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path, partial
         f"{v.get('podium')} at commit {v.get('podium_commit')}"
         + (" with uncommitted changes in src/" if v.get("podium_dirty") == "yes" else ""),
         f"- machine: {results['machine']}",
-        f"- this run: {results.get('seconds')} s",
+        f"- venv install time: {results.get('install_seconds')}; this run: "
+        f"{results.get('seconds')} s",
         f"- cases: {len(rows)}; " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())),
         "",
         "Each truss is served alone by each server (Truss serves one truss per server), and each",
