@@ -61,6 +61,7 @@ TRUSS_FACTS: list[str] = [
     "1): a load that fails only the first time serves (flaky_load/retried).",
     "A generator function as `predict` with `postprocess` loads; each request is then the "
     "model-error 500 (stream_fn_postprocess/refused-when).",
+    "`HEAD` is 405 on every route, the probes included (test_basic_truss/head-options).",
     "`GET /metrics` answers 307 (to `/metrics/`, Prometheus's ASGI app) on the inference port "
     "(test_basic_truss/metrics).",
 ]
@@ -176,6 +177,12 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "`model:predict`; Podium answers 405. The 405s' bodies differ: FastAPI's "
         '`{"detail": "Method Not Allowed"}` against Podium\'s `{"error": ...}`, naming the '
         "allowed methods. No client depends on either; fine as it is."
+    ),
+    ("test_basic_truss", "head-options"): (
+        "Podium is right: HTTP requires HEAD wherever GET is served (RFC 9110, 9.3.2), and "
+        "Podium answers it on the probes; Truss's FastAPI routes declare GET only, so `HEAD /` "
+        "is 405, which a load balancer probing with HEAD reads as down. OPTIONS: 405 on both, in "
+        "each server's own error shape (see unknown-path)."
     ),
     ("test_basic_truss", "unknown-path"): (
         'Same status; FastAPI\'s `{"detail": "Not Found"}` against Podium\'s one error shape '

@@ -119,6 +119,17 @@ def wrong_method(ctx: Ctx) -> Any:
     }
 
 
+@case(B, "head-options", "HEAD /, HEAD /v1/models/model, OPTIONS /v1/models/model:predict")
+def head_options(ctx: Ctx) -> Any:
+    from . import wire
+
+    return {
+        "HEAD /": wire.request(ctx.addr, "HEAD", "/"),
+        "HEAD ready": wire.request(ctx.addr, "HEAD", "/v1/models/model"),
+        "OPTIONS predict": wire.request(ctx.addr, "OPTIONS", "/v1/models/model:predict"),
+    }
+
+
 @case(B, "unknown-path", "GET /v2/nothing-here; GET /v1/models")
 def unknown_path(ctx: Ctx) -> Any:
     return {"/v2/nothing-here": ctx.get("/v2/nothing-here"), "/v1/models": ctx.get("/v1/models")}
