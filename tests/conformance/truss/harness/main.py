@@ -66,6 +66,10 @@ def run(args) -> int:
                 else:
                     verdict = "same" if a["compare"] == b["compare"] else "differs"
                 print(f"   {c.id}: {verdict}", flush=True)
+                if verdict == "same":
+                    results.setdefault("same_but_bytes", []).extend(
+                        f"{t.name}/{c.id}{where}" for where in _byte_diffs(a["raw"], b["raw"])
+                    )
                 results["cases"].append(
                     {
                         "truss": t.name,
@@ -96,6 +100,15 @@ def run(args) -> int:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     print(f"{len(results['cases'])} cases: {counts}; {results['seconds']} s")
     return 0
+
+
+def _byte_diffs(a: Any, b: Any, where: str = "") -> list[str]:
+    """Where two equal observations' bodies differ as bytes (JSON spacing, key order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if "_bytes" in a and "_bytes" in b:
+            return [] if a["_bytes"] == b["_bytes"] else [where]
+        return [w for k in a if k in b for w in _byte_diffs(a[k], b[k], f"{where}.{k}")]
+    return []
 
 
 def _for_json(results: dict[str, Any]) -> dict[str, Any]:

@@ -52,7 +52,8 @@ then each chunk as the server framed it (read with h11, so TCP's merging does no
 decoded by its content type (JSON parsed, so whitespace and key order do not count; MessagePack
 unpacked with Truss's own decoder, numpy arrays written out with dtype and shape); whether the
 answer was cut off. Not compared: `date`, `server`, `content-length` (it follows from the body),
-Podium's `x-request-id`, timings (kept in the JSON, keys starting with `_`). Error texts are
+Podium's `x-request-id`, timings (kept in the JSON, keys starting with `_`), and the body's
+bytes where its decoded value is equal (the list below names each such answer). Error texts are
 compared exactly: Truss's are fixed strings, and a client that shows them sees the difference."""
 
 
@@ -119,6 +120,10 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path, partial
         "## What is compared",
         "",
         NORMALISATIONS,
+        "",
+        "Answers equal once decoded but not byte for byte (JSON spacing or key order): "
+        + (", ".join(f"`{w}`" for w in results.get("same_but_bytes", [])) or "none")
+        + ".",
         "",
         "## Summary",
         "",

@@ -121,6 +121,7 @@ def request(
     if out["framing"] == "chunked":
         out["chunks"] = [decode_text(bytes(c)) for c in chunks]
     out["body"] = decode(bytes(plain), decode_as or ctype)
+    out["_bytes"] = decode_text(bytes(plain[:2000]))
     return out
 
 
