@@ -27,6 +27,9 @@ TRUSS_FACTS: list[str] = [
     "(test_streaming_truss/headers-early).",
     "`streaming_read_timeout` cuts the connection mid-body (no terminating chunk) "
     "(test_streaming_read_timeout/read-timeout).",
+    "A model's JSON answer is `json.dumps` with its defaults (`, ` and `: ` between items, "
+    "non-ASCII escaped as `\\u00fc`); the error answers and probes are FastAPI's compact JSON "
+    "(the report's list of answers equal only once decoded).",
     "JSON answers use `json.dumps(cls=DeepNumpyEncoder)`: numpy arrays and int/float scalars "
     "convert, `numpy.bool_` and `bytes` are a 500 'Unhandled exception: TypeError: ...' with error "
     "code 500 (numpy_values/json, bytes-json).",
