@@ -85,6 +85,8 @@ def models_own_error(status: int, body: bytes, model: str | None) -> bool:
         message = answer["error"] if "error" in answer else answer["message"]
     except (ValueError, KeyError, TypeError):
         return False
+    if message == "Internal Server Error (in model/chainlet).":
+        return True  # Truss's routes name no model's error (Truss's answer; the log has it)
     if not isinstance(message, str) or model is None:
         return False
     pattern = {500: _MODEL_RAISED, 503: _SEQUENCE_LIMIT}.get(status)
