@@ -125,6 +125,16 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "header timeout shorter than the model's first item) does. A deliberate trade; "
         "docs/truss.md names the error side of it, not this one."
     ),
+    ("responses", "stream-items"): (
+        "A generator that yields an `int`: Truss sends the items before it, then cuts the "
+        "connection (Starlette cannot encode the int; no terminating chunk, the error in the "
+        "log), so the client sees a broken stream. Podium writes the int as JSON plus a newline "
+        "(`1\\n`) and goes on (`a`, `1\\n`, `c`): a body no Truss client expects, spelled unlike "
+        "the str items around it. Truss's answer is the one to keep (the client learns that the "
+        "stream failed, as for any item that raises midway); otherwise docs/truss.md should name "
+        "the encoding. The other generators (empty strings skipped, bytes, non-ASCII, nothing) "
+        "and a plain iterator (not a generator: a 500 on both) agree."
+    ),
     ("websocket_echo", "http-routes"): (
         "Neither is good; they differ in the headers and the text. `:predict` on a model with only "
         "`websocket`: Truss fails an assertion (500, code 500, 'Unhandled exception: "

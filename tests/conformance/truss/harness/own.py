@@ -133,6 +133,19 @@ def streams(ctx: Ctx) -> Any:
     return out
 
 
+@case(
+    "responses",
+    "stream-items",
+    "generators of str, empty str, bytes and non-ASCII; of an int; of nothing; an iterator",
+)
+def stream_items(ctx: Ctx) -> Any:
+    out = _kinds(ctx, ("mixed_generator", "int_generator", "empty_generator", "iterator"))
+    out["mixed, accept json"] = ctx.predict(
+        {"kind": "mixed_generator"}, headers={"accept": "application/json"}
+    )
+    return out
+
+
 @case(R, "plain-values", "None, bytes, a string; the request object's headers and method")
 def plain_values(ctx: Ctx) -> Any:
     out = _kinds(ctx, ("none", "text"))

@@ -120,7 +120,10 @@ def request(
     ctype = (all_headers.get("content-type") or [""])[0]
     if out["framing"] == "chunked":
         out["chunks"] = [decode_text(bytes(c)) for c in chunks]
-    out["body"] = decode(bytes(plain), decode_as or ctype)
+    # A stream's body is the items' bytes one after the other (Truss labels it octet-stream):
+    # text, never MessagePack.
+    streamed = out["framing"] == "chunked" and ctype.startswith("application/octet-stream")
+    out["body"] = decode(bytes(plain), decode_as or ("text/plain" if streamed else ctype))
     out["_bytes"] = decode_text(bytes(plain[:2000]))
     return out
 

@@ -19,6 +19,14 @@ class Model:
             return StreamingResponse(iter([b"a", b"b", b"c"]), media_type="text/event-stream")
         if kind == "generator":
             return (f"item-{i};" for i in range(3))
+        if kind == "mixed_generator":
+            return (x for x in ["a", "", b"b", "ü"])
+        if kind == "int_generator":
+            return (x for x in ["a", 1, "c"])
+        if kind == "empty_generator":
+            return (x for x in [])
+        if kind == "iterator":
+            return iter(["an iterator is not a generator"])
         if kind == "none":
             return None
         if kind == "bytes":
