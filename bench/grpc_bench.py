@@ -531,16 +531,16 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
             available=unavailable,
         )
     )
-    # The same server with its gRPC front end on grpc.aio (`--grpc-threads 0`), for comparison.
+    # The same server with its gRPC front end on grpc.aio (`--grpc-aio`), for comparison.
     targets.append(
         Target(
             name="podium-aio",
-            label="Podium, `--grpc-threads 0` (grpc.aio)",
+            label="Podium, `--grpc-aio` (grpc.aio)",
             kind="podium",
             model=podium_dir.name,
-            make_server=functools.partial(podium_server, podium_dir, ["--grpc-threads", "0"]),
+            make_server=functools.partial(podium_server, podium_dir, ["--grpc-aio"]),
             available=unavailable
-            or (None if "--grpc-threads" in help_text else "`podium serve` has no --grpc-threads"),
+            or (None if "--grpc-aio" in help_text else "`podium serve` has no --grpc-aio"),
         )
     )
     if args.base_src is not None:  # the same server from other sources, in the same rounds
@@ -1207,7 +1207,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--podium-args",
         default="",
-        help="extra `podium serve` arguments for every Podium server, e.g. '--grpc-threads 8'",
+        help="extra `podium serve` arguments for every Podium server, e.g. '--grpc-aio'",
     )
     parser.add_argument(
         "--base-src",

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
 import inspect
+import itertools
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from podium.runtime import Registry
+    from podium.runtime._clock import Timer
 
 
 async def wait_until(
@@ -29,3 +36,63 @@ async def wait_until(
                 await asyncio.sleep(every)
     except TimeoutError:
         raise AssertionError(f"not true within {within} s: {what or condition}") from None
+
+
+class _ManualTimer:
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], object]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """A clock (``podium.runtime._clock.Clock``) that moves only when told to: :meth:`advance`
+    runs the timers that fall due, in order, each with ``now()`` at its own due time, then stops
+    at the target."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._timers: list[tuple[float, int, _ManualTimer]] = []
+        self._order = itertools.count()  # equal due times run in the order they were set
+
+    def now(self) -> float:
+        return self._now
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        timer = _ManualTimer(callback)
+        heapq.heappush(self._timers, (self._now + max(delay, 0.0), next(self._order), timer))
+        return timer
+
+    @property
+    def pending(self) -> int:
+        """Timers set and neither run nor cancelled."""
+        return sum(1 for _, _, timer in self._timers if not timer.cancelled)
+
+    def advance(self, seconds: float) -> None:
+        """Move ``seconds`` on, running each timer due by then (synchronously, in this call;
+        timers they set that fall due in the same span run too)."""
+        if seconds < 0:
+            raise ValueError(f"a clock only moves forward, not by {seconds!r} s")
+        target = self._now + seconds
+        while self._timers and self._timers[0][0] <= target:
+            due, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self._now = max(self._now, due)
+            timer.cancelled = True  # ran: cancelling it now changes nothing
+            timer.callback()
+        self._now = target
+
+
+def all_ready(registry: Registry) -> bool:
+    """Whether every version of ``registry`` that should serve does (an unloaded one is not
+    counted)."""
+    from podium.types import ModelState
+
+    return all(
+        mv.state is ModelState.READY for mv in registry if mv.state is not ModelState.UNLOADED
+    )

@@ -20,8 +20,7 @@ The rules:
    (one starting with ``_``, not a dunder, as a module or in one) belongs to the package that
    holds it; a module imports the private names of its own package (and of its subpackages:
    ``runtime/sequences/`` may import ``runtime/_line``), never another package's. Other
-   packages import what a package's ``__init__`` re-exports, or its public modules, and the
-   few private foundations every layer shares (:data:`SHARED_PRIVATE`).
+   packages import what a package's ``__init__`` re-exports, or its public modules.
 4. No web or gRPC library in ``runtime/`` and ``model/``.
 """
 
@@ -86,18 +85,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium._server_fields",
             "podium.logs",
             "podium.heap",
-            "podium._turn",
+            "podium.turn",
             "podium._properties",
+            "podium._torchserve_start",
             "podium.metrics",
             "podium.tracing",
         ),
     ),
 ]
-
-#: Private modules of ``podium`` (not the users' API) that every layer may import: the shared
-#: building blocks below everything (``TurnBuffer``: the front ends', the logs' and the worker
-#: processes' one per-turn buffer).
-SHARED_PRIVATE = {"podium._turn"}
 
 WEB_OR_GRPC = {"starlette", "uvicorn", "granian", "fastapi", "grpc", "google", "httptools"}
 
@@ -151,7 +146,7 @@ def violations(path: Path, source: str | None = None) -> list[str]:
         ):
             found.append(f"{imp}: a front end reaches the runtime only through the data plane")
         owner = private_owner(imp.target)
-        if owner is not None and target_module(imp.target) not in SHARED_PRIVATE:
+        if owner is not None:
             own = owner == unit if unit == "podium" else (owner + ".").startswith(unit + ".")
             if not own:
                 found.append(f"{imp}: a private name of {owner}, outside {unit}")

@@ -23,6 +23,7 @@ from podium.logs import (
     RequestIdFilter,
     TextFormatter,
     configure,
+    configured,
 )
 from podium.model._calls import run_sync
 from podium.server._access import (
@@ -242,19 +243,19 @@ def test_an_access_line_is_one_record_of_podium_access() -> None:
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_an_access_line_written_directly_is_the_line_its_record_makes(fmt: str) -> None:
-    # as podium serve sets logging up, the line goes straight to the writer (no record); with
-    # any other handler on the way, through a record: the same line either way
+    # as podium serve configures logging, the line goes straight to the writer (no record);
+    # logging set up any other way, through a record: the same line either way
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     stream = io.StringIO()
     try:
         root.handlers.clear()
         writer = configure("INFO", fmt, stream=stream)
+        assert configured() is writer
         log = AccessLog()
         access = Access("r-7", True, time.perf_counter_ns())
         access.protocol, access.method, access.path, access.status = "truss", "POST", "/p", 200
         access.ended()
-        assert log._writer() is writer
         log.write(access)  # no loop runs here: written at once
         direct = stream.getvalue()
         kept: list[logging.LogRecord] = []
@@ -264,14 +265,14 @@ def test_an_access_line_written_directly_is_the_line_its_record_makes(fmt: str) 
                 kept.append(made)
 
         keep = Keep()
-        log.logger.addHandler(keep)
+        root.addHandler(keep)  # logging is no longer only Podium's: the next log makes records
         try:
-            assert log._writer() is None
-            log.write(access)
+            assert configured() is None
+            AccessLog().write(access)
         finally:
-            log.logger.removeHandler(keep)
+            root.removeHandler(keep)
         via_record = stream.getvalue()[len(direct) :]
-        assert len(kept) == 1
+        assert len(kept) == 1 and kept[0].name == "podium.access"
         if fmt == "json":
             one, two = json.loads(direct), json.loads(via_record)
             assert one.pop("ts")[:16] == two.pop("ts")[:16]
@@ -283,6 +284,7 @@ def test_an_access_line_written_directly_is_the_line_its_record_makes(fmt: str) 
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
+    assert configured() is None  # (its writer is no longer the root's)
 
 
 def test_access_lines_of_one_turn_are_made_and_written_together_at_its_end() -> None:

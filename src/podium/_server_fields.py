@@ -291,10 +291,9 @@ _TABLE = (
     Setting("sequence_header", _T, "ts_request_sequence_id", _PROTOCOLS, refine=_header_name,
             help="Header naming a stateful sequence; NAME_start / NAME_end flag its first and last "
             "request"),
-    Setting("grpc_threads", _I, 128, _PROTOCOLS,
-            help="Threads of the gRPC inference server, for calls not relayed through grpc's polling "
-            "thread (reflection streams; every call if grpcio's internals differ). 0: serve gRPC "
-            "with grpc.aio on the event loop instead"),
+    Setting("grpc_aio", _F, False, _PROTOCOLS,
+            help="Serve gRPC inference with grpc.aio even where grpcio's internals pass the relay's "
+            "start-up check (slower per call; a way out should the relay misbehave)"),
     Setting("max_request_size", _I, 64 << 20, _PROTOCOLS, minimum=1, unit="bytes",
             torchserve="max_request_size",
             help="Largest request body in bytes"),

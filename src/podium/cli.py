@@ -23,14 +23,33 @@ from .errors import DefinitionError
 __all__ = ["main"]
 
 
-def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
-    values: dict[str, Any] = {}
+def _deprecated(values: dict[str, Any], name: str) -> None:
+    """Take ``grpc_threads`` out of ``values``, saying that it is deprecated: gRPC calls hold no
+    threads any more (issue 25). Its 0 (grpc.aio) is read as ``grpc_aio``."""
+    threads = values.pop("grpc_threads", None)
+    if threads is None:
+        return
+    click.echo(
+        f"podium: {name} is deprecated and has no effect: gRPC calls hold no threads (relayed, "
+        "or grpc.aio where the relay's start-up check fails); 0 is read as --grpc-aio",
+        err=True,
+    )
+    if threads == 0 and values.get("grpc_aio") is None:
+        values["grpc_aio"] = True
+
+
+def _merge(
+    config_file: Path | None, flags: dict[str, Any], base: dict[str, Any] | None = None
+) -> ServerConfig:
+    """``base`` (TorchServe's config.properties), then ``config_file``, then ``flags``."""
+    values: dict[str, Any] = dict(base or {})
     if config_file is not None:
         try:
             data = load_yaml(config_file)
         except DefinitionError as exc:
             raise click.UsageError(exc.message) from None
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
+        _deprecated(data, f"{config_file}: grpc_threads")
         unknown = sorted(set(data) - SETTINGS.keys())
         if unknown:
             allowed = ", ".join(sorted(SETTINGS))
@@ -43,9 +62,11 @@ def _merge(config_file: Path | None, flags: dict[str, Any]) -> ServerConfig:
                 models = [models]
             if not isinstance(models, list):
                 raise click.UsageError(f"{config_file}: 'models' must be a list of paths")
-            base = config_file.parent
-            data["models"] = tuple(str(base / str(m)) for m in models)
+            folder = config_file.parent
+            data["models"] = tuple(str(folder / str(m)) for m in models)
         values.update(data)
+    flags = dict(flags)
+    _deprecated(flags, "--grpc-threads")
     values.update({k: v for k, v in flags.items() if v is not None})
     try:
         return ServerConfig(**values)
@@ -108,11 +129,49 @@ def main() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML file with any of these settings (keys as the flags, '-' or '_'); flags win.",
 )
+@click.option(
+    "--ts-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TorchServe's config.properties: its addresses, model store, load_models, models={...} "
+    "and defaults, read as TorchServe reads them; --config and flags win over it.",
+)
 @_settings_options
-def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> None:
+@click.option("--grpc-threads", type=int, default=None, hidden=True)  # deprecated: _deprecated
+def serve(
+    paths: tuple[Path, ...], config_file: Path | None, ts_config: Path | None, **flags: Any
+) -> None:
     """Serve the models at PATHS (model files, model directories or model repositories)."""
-    config = _merge(config_file, flags)
+    _serve(list(paths), config_file, ts_config, flags)
+
+
+def _serve(
+    paths: list[Path],
+    config_file: Path | None,
+    ts_config: Path | None,
+    flags: dict[str, Any],
+    names: dict[Path, str] | None = None,
+) -> None:
+    """Serve: the settings of ``ts_config`` (config.properties), then ``config_file``, then
+    ``flags``; ``names``: a path's model served under another name (TorchServe's
+    ``--models name=file.mar``)."""
+    from .runtime import ModelSettings
+
+    settings: ModelSettings | None = None
+    start = _ts_start(ts_config)
+    config = _merge(config_file, flags, None if start is None else start.settings)
     all_paths = [*(Path(p) for p in config.serving.paths), *paths]
+    names = dict(names or {})
+    if start is not None:
+        store = config.registration.model_store
+        for entry in start.load_models:
+            found, name = _store_entry(entry, store)
+            if found is not None:
+                all_paths.append(found)
+                if name is not None:
+                    names[found] = name
+        settings = ModelSettings(names=names, models=start.models, defaults=start.defaults)
+    elif names:
+        settings = ModelSettings(names=names)
     if not all_paths and config.registration.model_store is None:  # models come by the API
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
@@ -125,7 +184,10 @@ def serve(paths: tuple[Path, ...], config_file: Path | None, **flags: Any) -> No
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     from .server import Podium, TracingUnavailable, UnsafeExposure
 
-    podium = Podium(config, all_paths)
+    podium = Podium(config, all_paths, model_settings=settings)
+    if start is not None:
+        for note in start.notes:
+            logging.getLogger("podium").warning("%s", note)
 
     async def run() -> int:
         loop = asyncio.get_running_loop()
@@ -221,6 +283,37 @@ def _run(coro: Any) -> int:
         return runner.run(coro)
 
 
+def _ts_start(ts_config: Path | None) -> Any:
+    """``config.properties`` read (``_torchserve_start.TorchServeConfig``), or None."""
+    if ts_config is None:
+        return None
+    from ._properties import PropertiesError
+    from ._torchserve_start import read_ts_config
+
+    try:
+        return read_ts_config(ts_config)
+    except PropertiesError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _store_entry(entry: str, store: Path | None) -> tuple[Path | None, str | None]:
+    """A ``load_models`` / ``--models`` entry (``all``, ``name=file.mar``, ``file.mar``, a bare
+    name) as the path to serve and the name to serve it under (None: its own). ``all``: the
+    store itself, whose every archive is served; ``standalone``: nothing."""
+    name, _, target = entry.rpartition("=")
+    if entry in ("standalone", ""):
+        return None, None
+    if entry == "all":
+        if store is None:
+            raise click.UsageError("--models all / load_models=all needs a model store")
+        return store, None
+    path = Path(target)
+    if not path.is_absolute() and store is not None and not path.exists():
+        candidates = [store / target, store / f"{target}.mar", store / f"{target}.tar.gz"]
+        path = next((c for c in candidates if c.exists()), store / target)
+    return path, name or None
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def check(paths: tuple[Path, ...]) -> None:
@@ -269,6 +362,110 @@ def install(paths: tuple[Path, ...]) -> None:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
+
+
+#: Where ``podium torchserve --start`` writes its process id, and ``--stop`` reads it (as
+#: TorchServe's ``/tmp/.model_server.pid``, under its own name).
+PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
+
+
+@main.command("torchserve", context_settings={"ignore_unknown_options": False})
+@click.option("--start", is_flag=True, help="Start the server (in the foreground; Ctrl-C or "
+              "`podium torchserve --stop` stops it).")  # fmt: skip
+@click.option("--stop", is_flag=True, help="Stop the server `--start` started here.")
+@click.option("--foreground", is_flag=True, help="Run in the foreground (as --start does).")
+@click.option("--model-store", type=click.Path(path_type=Path), default=None)
+@click.option("--models", "models", multiple=True, help="name=file.mar, file.mar, a bare name "
+              "in the model store, or all.")  # fmt: skip
+@click.option("--ts-config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--ncs", "--no-config-snapshots", "ncs", is_flag=True,
+              help="Accepted: Podium takes no config snapshots.")  # fmt: skip
+@click.option("--disable-token-auth", is_flag=True, help="No token authorization.")
+@click.option("--enable-model-api", is_flag=True,
+              help="Accepted: Podium's management API registers models with its key.")  # fmt: skip
+@click.option("--log-config", type=click.Path(path_type=Path), default=None,
+              help="Not read: Podium logs with --log-level / --log-format.")  # fmt: skip
+def torchserve_command(
+    start: bool,
+    stop: bool,
+    foreground: bool,
+    model_store: Path | None,
+    models: tuple[str, ...],
+    ts_config: Path | None,
+    ncs: bool,
+    disable_token_auth: bool,
+    enable_model_api: bool,
+    log_config: Path | None,
+) -> None:
+    """TorchServe's start command, unchanged: `podium torchserve --start --ncs --model-store
+    model_store --models mnist=mnist.mar --ts-config config.properties`."""
+    if stop:
+        sys.exit(_stop_started())
+    if not (start or foreground):
+        raise click.UsageError("say --start (or --foreground) to serve, or --stop")
+    if log_config is not None:
+        click.echo(
+            f"podium: --log-config {log_config} is not read (Podium's own logging)", err=True
+        )
+    flags: dict[str, Any] = {"model_store": model_store}
+    if disable_token_auth:
+        flags["auth"] = False
+    paths: list[Path] = []
+    names: dict[Path, str] = {}
+    store = model_store
+    if store is None and ts_config is not None:
+        store = _ts_start(ts_config).settings.get("model_store")
+    for entry in models:
+        for one in entry.split(","):
+            found, name = _store_entry(one.strip(), store)
+            if found is not None:
+                paths.append(found)
+                if name is not None:
+                    names[found] = name
+    PID_FILE.write_text(str(os.getpid()), encoding="utf-8")
+    try:
+        _serve(paths, None, ts_config, flags, names)
+    finally:
+        with contextlib.suppress(OSError):
+            if PID_FILE.read_text(encoding="utf-8").strip() == str(os.getpid()):
+                PID_FILE.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (one that exited, not yet reaped by its parent, does
+    not: Linux's /proc says so)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _stop_started() -> int:
+    """``torchserve --stop``: SIGTERM to the server ``--start`` started, and wait for it."""
+    try:
+        pid = int(PID_FILE.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        click.echo("podium: no server started with `podium torchserve --start` is running")
+        return 0
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        PID_FILE.unlink(missing_ok=True)
+        click.echo("podium: no server started with `podium torchserve --start` is running")
+        return 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            click.echo("podium: the server has stopped")
+            return 0
+        time.sleep(0.1)
+    click.echo(f"podium: the server (pid {pid}) did not stop within 60 s", err=True)
+    return 1
 
 
 @main.command()

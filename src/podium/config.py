@@ -290,7 +290,7 @@ class Protocols(_Group):
     grpc_stream_format: str = _setting("grpc_stream_format")
     grpc_output_contents: str = _setting("grpc_output_contents")
     sequence_header: str = _setting("sequence_header")
-    grpc_threads: int = _setting("grpc_threads")
+    grpc_aio: bool = _setting("grpc_aio")
     max_request_size: int = _setting("max_request_size")
 
 

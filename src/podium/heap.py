@@ -7,10 +7,9 @@ models, batches, streams and process workers made cycles, which held a request's
 tensors until a collection, and no longer do): under steady load there is no garbage for the
 cyclic collector to find. But CPython starts a generation-0 collection whenever container
 objects allocated minus those freed pass a threshold (700 by default), and the objects of the
-requests in flight alone pass it: at 64 connections the collector ran every ~70 requests (1,900
-times in a 6-second run of 131,000 requests), each time walking the requests' live objects and
-moving them to older generations, whose collections then walk them again. That cost 2-3 µs of
-server CPU per request on the Truss route (bench/RESULTS.md section 22), for nothing.
+requests in flight alone pass it: under load the collector ran every few dozen requests, each
+time walking the requests' live objects and moving them to older generations, whose collections
+then walk them again: a real share of a plain request's server CPU, for nothing.
 
 :func:`settle` is called once a process has started (models loaded, listeners up):
 

@@ -38,6 +38,7 @@ from typing import IO, Any
 import msgspec
 
 from .errors import bounded
+from .turn import TurnBuffer
 from .types import current_request
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "TextFormatter",
     "bounded_traceback",
     "configure",
+    "configured",
     "current_format",
     "flush_at_exit",
 ]
@@ -254,22 +256,21 @@ class LineWriter(logging.StreamHandler[IO[str]]):
     """A stream handler that writes the lines made in one turn of an event loop together.
 
     A line made on a thread running an event loop (each request's access line, at the end of
-    the request) is held and written with every other line of the same turn of the loop, by a
-    callback the first of them schedules (``call_soon``: it runs before the loop waits again, so
-    a line is never held longer than one turn). One ``write`` of many lines instead of one per
-    line: the write is a system call, and it cost as much as the rest of a plain request's
-    logging (bench/RESULTS.md section 20). Held text is written at once past :data:`MAX_HELD`
-    characters, and with any record at WARNING or above (which comes out in order, after the
-    lines held before it). A line made on any other thread (a model's own logging in its
-    predict thread) is written at once, after what is held. :meth:`flush` (at exit, by
-    ``logging.shutdown``) writes what is held.
+    the request) is held in a :class:`~podium.turn.TurnBuffer` and written with every other
+    line of the same turn of the loop: one ``write`` of many lines instead of one per line,
+    because the write is a system call and costs as much as the rest of a plain request's
+    logging. Held text is written at once past :data:`MAX_HELD` characters, and with any
+    record at WARNING or above (which comes out in order, after the lines held before it). A
+    line made on any other thread (a model's own logging in its predict thread) is written at
+    once, after what is held. :meth:`flush` (at exit, by ``logging.shutdown``) writes what is
+    held.
     """
 
     def __init__(self, stream: IO[str]) -> None:
         super().__init__(stream)
-        self._held: list[str] = []
+        self._held: TurnBuffer[str] = TurnBuffer(self._write, lock=self.lock)
         self._size = 0
-        self._scheduled: asyncio.AbstractEventLoop | None = None
+        self._tail = ""  # what write_now writes after what is held, in the same write
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -285,35 +286,30 @@ class LineWriter(logging.StreamHandler[IO[str]]):
     def hold(self, line: str) -> None:
         """Write ``line`` (with its terminator) with the others of this turn of the event loop
         running on this thread; at once if none runs here."""
-        loop = asyncio._get_running_loop()
-        if loop is None:
+        if asyncio._get_running_loop() is None:
             self.write_now(line)
             return
         with self.lock:  # type: ignore[union-attr]
-            self._held.append(line)
+            self._held.add(line)
             self._size += len(line)
-            if self._size < MAX_HELD:
-                if self._scheduled is not loop:  # (a loop closed before its turn ended)
-                    self._scheduled = loop
-                    loop.call_soon(self._turn_ended)
-                return
-        self.flush()
-
-    def _turn_ended(self) -> None:
-        if self._scheduled is asyncio._get_running_loop():
-            self._scheduled = None
-        self.flush()
+            if self._size >= MAX_HELD:
+                self._held.flush()
 
     def write_now(self, text: str) -> None:
         """Write ``text`` (whole lines) now, after what is held."""
         with self.lock:  # type: ignore[union-attr]
-            self._held.append(text)
-            self._drain()
+            self._tail = text
+            self._held.flush()
+            if self._tail:  # nothing was held
+                self._write([])
 
-    def _drain(self) -> None:
-        held, self._held, self._size = self._held, [], 0
+    def _write(self, lines: list[str]) -> None:
+        self._size = 0
+        if self._tail:
+            lines.append(self._tail)
+            self._tail = ""
         try:
-            self.stream.write("".join(held))
+            self.stream.write("".join(lines))
             self.stream.flush()
         except RecursionError:
             raise
@@ -327,8 +323,8 @@ class LineWriter(logging.StreamHandler[IO[str]]):
         for held in list(_flushers):
             held.flush()
         with self.lock:  # type: ignore[union-attr]
-            if self._held:
-                self._drain()
+            if len(self._held):
+                self._held.flush()
             elif self.stream and hasattr(self.stream, "flush"):
                 self.stream.flush()
 
@@ -343,6 +339,18 @@ def flush_at_exit(held: Any) -> None:
 
 
 _format = "text"
+_installed: LineWriter | None = None
+
+
+def configured() -> LineWriter | None:
+    """The writer :func:`configure` installed, while it is the root logger's one handler: where
+    lines made ahead (the access log's) can go straight, formatted by its formatter's ``line``,
+    as a record would reach it. None where this process's logging is set up otherwise (by an
+    application, by a test)."""
+    writer = _installed
+    if writer is None or logging.root.handlers != [writer]:
+        return None
+    return writer
 
 
 def current_format() -> str:
@@ -363,7 +371,7 @@ def configure(
     :class:`RequestIdFilter`; the handler. ``tag`` goes into every text line, ``static`` into
     every JSON one (a worker process's name and pid). Called once, by the process's entry point
     (``podium serve``, a worker process)."""
-    global _format
+    global _format, _installed
     if fmt not in FORMATS:
         raise ValueError(f"log-format must be {' or '.join(FORMATS)}, got {fmt!r}")
     handler = LineWriter(sys.stderr if stream is None else stream)
@@ -374,4 +382,5 @@ def configure(
     logging.logMultiprocessing = False
     logging.basicConfig(level=level, handlers=[handler])
     _format = fmt
+    _installed = handler
     return handler

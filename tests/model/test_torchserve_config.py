@@ -46,6 +46,24 @@ def test_defaults_without_a_config() -> None:
     assert settings.device_type is None and settings.device_ids == ()
 
 
+def test_torchserves_own_defaults_where_the_file_is_silent() -> None:
+    cfg, _ = config({"batchSize": 8})
+    assert cfg.max_batch_delay_ms == 100.0  # TorchServe's, not Podium's 5 ms
+    cfg, _ = config({"sequenceBatching": True})
+    assert (cfg.max_num_sequences, cfg.max_sequence_queue_size, cfg.sequence_max_idle_ms) == (
+        1,
+        1,
+        0.0,
+    )
+    cfg, _ = config({"sequenceBatching": True, "batchSize": 4, "maxWorkers": 2})
+    assert cfg.max_num_sequences == 8  # max(1, batchSize x maxWorkers), as TorchServe
+    cfg, _ = config({"batchSize": 8, "maxBatchDelay": 7, "sequenceBatching": True,
+                     "maxNumSequence": 4})  # fmt: skip
+    assert (cfg.max_batch_delay_ms, cfg.max_num_sequences) == (7.0, 4)
+    cfg, _ = config({})  # not a sequence model: Podium's own sequence defaults stay
+    assert cfg.max_num_sequences == 10_000
+
+
 def test_max_workers_follows_min_workers() -> None:
     cfg, _ = config({"minWorkers": 3})
     assert cfg.max_workers == 3

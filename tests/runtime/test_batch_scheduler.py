@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import ManualClock, wait_until
 from starlette.requests import Request
 
 from podium.config import ModelConfig
 from podium.errors import BadModelOutput, ModelError, QueueFull, Unavailable, http_status
 from podium.model.native import NativeModel, inspect_class
-from podium.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
+from podium.runtime._clock import SYSTEM_CLOCK, Clock
 from podium.runtime.batcher import BatchScheduler
 
 LONG = 60_000.0  # ms: a delay no test waits for; such a batch can only close by being full

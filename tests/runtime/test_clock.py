@@ -1,5 +1,5 @@
-"""The clock schedulers read: podium.runtime._clock (the system clock, and the manual one tests
-move by hand)."""
+"""The clock schedulers read: podium.runtime._clock's system clock, and the manual one tests move
+by hand (tests/helpers.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import asyncio
 import time
 
 import pytest
+from helpers import ManualClock
 
-from podium.runtime._clock import SYSTEM_CLOCK, ManualClock
+from podium.runtime._clock import SYSTEM_CLOCK
 
 
 def test_manual_time_moves_only_when_advanced() -> None:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import ManualClock
 
 from podium.errors import BadModelOutput, QueueFull, Unavailable
-from podium.runtime._clock import ManualClock
 from podium.runtime._collector import BatchCollector, Pending
 from podium.runtime._scheduler import SlotGate, TaskSet
 

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import all_ready
 
 from podium.config import Secrets
 from podium.errors import DefinitionError, ModelNotReady
@@ -226,7 +227,7 @@ async def test_register_and_load(tmp_path: Path, executor: ThreadPoolExecutor) -
     registry = Registry()
     register_paths(registry, [tmp_path / "repo"], secrets={}, executor=executor)
     assert registry.names() == ["async_load", "broken_load", "sync_load", "versions"]
-    assert not registry.all_ready()
+    assert not all_ready(registry)
     with pytest.raises(ModelNotReady, match="still loading"):
         registry.ready("sync_load")
     await registry.load_all()
@@ -236,7 +237,7 @@ async def test_register_and_load(tmp_path: Path, executor: ThreadPoolExecutor) -
         broken = registry.get("broken_load")
         assert broken.state is ModelState.FAILED
         assert broken.reason == "load() raised FileNotFoundError: weights.bin"
-        assert not registry.all_ready()
+        assert not all_ready(registry)
         sync_thread = await registry.ready("sync_load").scheduler.infer(None, None)
         async_thread = await registry.ready("async_load").scheduler.infer(None, None)
         assert sync_thread != loop_thread

@@ -447,7 +447,7 @@ def test_the_process_package_imports_nothing_above_the_execution_layer() -> None
         "podium.logs",  # foundations: a worker process logs as the server does
         "podium.heap",  # foundations: a worker process settles its heap as the server does
         "podium.tracing",  # foundations: the span around a process worker's call
-        "podium._turn",  # foundations: frames leave once per turn of the loop
+        "podium.turn",  # foundations: frames leave once per turn of the loop
         "podium.model",
         "podium.model.discovery",
         "podium.runtime.workers",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import all_ready
 
 from podium.config import ModelConfig
 from podium.errors import ModelNotReady, NotFound, PodiumError, Unavailable, http_status
@@ -185,11 +186,11 @@ def test_not_ready(state: ModelState, reason: str, fragment: str) -> None:
 def test_all_ready() -> None:
     loading = version("m", "2", state=ModelState.LOADING)
     registry = registry_of(version("m", "1"), loading, version("x", None))
-    assert not registry.all_ready()
+    assert not all_ready(registry)
     loading.state = ModelState.READY
-    assert registry.all_ready()
+    assert all_ready(registry)
     loading.state = ModelState.FAILED
-    assert not registry.all_ready()
+    assert not all_ready(registry)
 
 
 @pytest.mark.anyio

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import ManualClock, wait_until
 
 from podium.errors import (
     DefinitionError,
@@ -27,7 +27,6 @@ from podium.errors import (
 )
 from podium.model.discovery import discover_all
 from podium.runtime import workers as workers_module
-from podium.runtime._clock import ManualClock
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelVersion
 from podium.runtime.sequences import SequenceScheduler

@@ -10,13 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import ManualClock, wait_until
 
 from podium.errors import ResponseTimeout
 from podium.model.discovery import discover_all
 from podium.runtime import RestartReason, SequenceEnd
 from podium.runtime import workers as workers_module
-from podium.runtime._clock import ManualClock
 from podium.runtime.batcher import BatchScheduler
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelVersion

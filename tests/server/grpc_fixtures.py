@@ -5,8 +5,8 @@ with ``pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]``. Test modules import
 ``models_server`` (from ``e2e_fixtures``) serves ModelStreamInfer in MLServer's framing
 (``--grpc-stream-format mlserver``); ``triton_server`` serves the same models in Triton's (the
 default, named explicitly) with a 1 MiB ``--grpc-max-message-size``; ``aio_server`` as
-``models_server`` with ``--grpc-threads 0`` (``grpc.aio`` instead of the thread-pool server),
-reached through ``aoip_both``.
+``models_server`` with ``--grpc-aio`` (``grpc.aio`` instead of the relay), reached through
+``aoip_both``.
 """
 
 from __future__ import annotations
@@ -47,23 +47,23 @@ def triton_server(events_path: Path) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def aio_server(events_path: Path) -> Iterator[Server]:
-    """The models of ``models_server`` with gRPC served by ``grpc.aio`` (``--grpc-threads 0``)
-    instead of the default thread-pool server."""
+    """The models of ``models_server`` with gRPC served by ``grpc.aio`` (``--grpc-aio``)
+    instead of the relay."""
     with run_server(
         SERVE_MODELS,
-        args=("--grpc-threads", "0", "--grpc-stream-format", "mlserver"),
+        args=("--grpc-aio", "--grpc-stream-format", "mlserver"),
         env={"PODIUM_E2E_EVENTS": str(events_path)},
     ) as server:
         yield server
 
 
-@pytest.fixture(params=["threads", "asyncio"])
+@pytest.fixture(params=["relayed", "aio"])
 async def aoip_both(
     request: pytest.FixtureRequest, models_server: Server, pb: SimpleNamespace
 ) -> AsyncIterator[Stubs]:
-    """grpc.aio stubs on the mlserver-framing server, once for each gRPC front end: the default
-    thread-pool server and ``grpc.aio`` (``--grpc-threads 0``)."""
-    server = models_server if request.param == "threads" else request.getfixturevalue("aio_server")
+    """grpc.aio stubs on the mlserver-framing server, once for each gRPC mode: relayed (the
+    default) and ``grpc.aio`` (``--grpc-aio``)."""
+    server = models_server if request.param == "relayed" else request.getfixturevalue("aio_server")
     async with grpc.aio.insecure_channel(target(server)) as channel:
         yield Stubs(channel, pb, stream_output=pb.ModelInferResponse)
 

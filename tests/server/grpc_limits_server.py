@@ -1,7 +1,7 @@
 """A real ``GrpcServer`` with a small test service, in a process of its own, for the gRPC limits
 tests (its threads and memory are measured apart from the clients').
 
-``python grpc_limits_server.py MODE THREADS LIMITS`` (MODE: ``relayed``, ``blocking`` or ``aio``;
+``python grpc_limits_server.py MODE LIMITS`` (MODE: ``relayed`` or ``aio``;
 LIMITS: a JSON object of ``GrpcLimits`` fields) prints ``ready HOST:PORT`` once serving, and
 serves until SIGTERM. Service ``podium.test.Limits`` (OIP messages as carriers):
 
@@ -78,14 +78,13 @@ def service(handlers: Handlers) -> Service:
     )
 
 
-async def main(mode: str, threads: int, limits: GrpcLimits) -> None:
+async def main(mode: str, limits: GrpcLimits) -> None:
     server = GrpcServer(
         [service(Handlers())],
         host="127.0.0.1",
         port=0,
         max_message_size=1 << 20,
         grace=1.0,
-        threads=0 if mode == "aio" else threads,
         relay=mode == "relayed",
         limits=limits,
     )
@@ -100,5 +99,5 @@ async def main(mode: str, threads: int, limits: GrpcLimits) -> None:
 
 
 if __name__ == "__main__":
-    mode, threads, fields = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-    asyncio.run(main(mode, threads, GrpcLimits(**fields)))
+    mode, fields = sys.argv[1], json.loads(sys.argv[2])
+    asyncio.run(main(mode, GrpcLimits(**fields)))

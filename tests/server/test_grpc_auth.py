@@ -1,6 +1,6 @@
 """Token authorization on the gRPC inference listener (``--auth``): every inference RPC needs the
 inference key in its ``authorization`` metadata, nothing of a refused call runs, and health stays
-open. Run against both gRPC front ends (thread pool and ``grpc.aio``)."""
+open. Run against both gRPC modes (relayed, and ``grpc.aio`` with ``--grpc-aio``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from grpc_helpers import Stubs, infer_request, outputs, target
 pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]
 
 
-@pytest.fixture(scope="module", params=["32", "0"], ids=["threads", "asyncio"])
+@pytest.fixture(scope="module", params=[(), ("--grpc-aio",)], ids=["relayed", "aio"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, events_path: Path
 ) -> Iterator[Server]:
@@ -31,8 +31,7 @@ def server(
             "--auth",
             "--key-file",
             str(key_file),
-            "--grpc-threads",
-            request.param,
+            *request.param,
             "--grpc-stream-format",
             "mlserver",  # the stubs read bare ModelInferResponse
         ),

@@ -147,9 +147,9 @@ async def test_a_call_waiting_for_a_slot_never_runs_once_cancelled(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("grpc_threads", ["32", "0"])
+@pytest.mark.parametrize("mode", [(), ("--grpc-aio",)], ids=["relayed", "aio"])
 async def test_a_server_stopping_lets_calls_in_flight_finish(
-    tmp_path: Any, events_path: Any, pb: Any, gates: Gates, grpc_threads: str
+    tmp_path: Any, events_path: Any, pb: Any, gates: Gates, mode: tuple[str, ...]
 ) -> None:
     from conftest import run_server
     from e2e_helpers import SERVE_MODELS
@@ -158,7 +158,7 @@ async def test_a_server_stopping_lets_calls_in_flight_finish(
     gate = gates.new()
     with run_server(
         SERVE_MODELS,
-        args=("--grpc-threads", grpc_threads),
+        args=mode,
         env={"PODIUM_E2E_EVENTS": str(events_path)},
     ) as server:
         events = EventLog(events_path)

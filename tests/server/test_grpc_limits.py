@@ -2,9 +2,9 @@
 without end or holding connections would (loopback only, bounded in count and time).
 
 Most tests run a real ``GrpcServer`` in a process of its own (``grpc_limits_server.py``), so
-that its threads and memory are measured apart from the clients', in each way it serves: calls
-relayed through grpc's polling thread (the default), the blocking way (the fallback where
-grpcio's internals differ) and ``grpc.aio`` (``--grpc-threads 0``). Some speak HTTP/2 frames
+that its threads and memory are measured apart from the clients', in each mode it serves: calls
+relayed through grpc's polling thread (the default) and ``grpc.aio`` (the fallback where
+grpcio's internals differ, and ``--grpc-aio``). Some speak HTTP/2 frames
 directly, to see exactly what the server sends (its SETTINGS, a GOAWAY and its reason). The last
 ones check that ``podium serve`` gives both its gRPC listeners these limits and takes the flags.
 """
@@ -37,10 +37,7 @@ SERVER = Path(__file__).resolve().parent / "grpc_limits_server.py"
 NAME = "podium.test.Limits"
 #: How much later than its deadline a limit may be seen on a loaded machine.
 SLACK = 4.0
-#: Threads of the thread-pool servers here; the blocking way lets streams hold half of them.
-THREADS = 16
-
-MODES = ["relayed", "blocking", "aio"]
+MODES = ["relayed", "aio"]
 
 
 # -- the server under test ----------------------------------------------------------------------
@@ -52,7 +49,7 @@ def limits_server(mode: str, **limits: Any) -> Iterator[SimpleNamespace]:
     exit."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *sys.path])}
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), mode, str(THREADS), json.dumps(limits)],
+        [sys.executable, str(SERVER), mode, json.dumps(limits)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -69,7 +66,7 @@ def limits_server(mode: str, **limits: Any) -> Iterator[SimpleNamespace]:
                 break
         else:
             raise RuntimeError(f"the test server exited with {proc.wait()}")
-        # A grpcio whose internals differ would serve "relayed" the blocking way: not this test.
+        # A grpcio whose internals differ would serve "relayed" with grpc.aio: not this test.
         assert served == ("" if mode == "aio" else mode)
         yield SimpleNamespace(address=address, pid=proc.pid, mode=mode)
     finally:
@@ -244,9 +241,8 @@ async def test_a_burst_of_calls_on_one_connection_waits_for_streams(
 @pytest.mark.parametrize("mode", MODES)
 async def test_thousands_of_streams_hold_neither_threads_nor_memory(mode: str) -> None:
     """2,000 streams on 4 connections, each held open by the server: at most
-    max_concurrent_streams per connection reach it (relayed and grpc.aio: held without a thread
-    each; blocking: half the pool, the rest refused), its threads and memory stay bounded, and
-    a normal unary call succeeds during the flood and after it."""
+    max_concurrent_streams per connection reach it, each held without a thread, its threads
+    and memory stay bounded, and a normal unary call succeeds during the flood and after it."""
     per_connection, connections, streams = 50, 4, 2000
     with limits_server(mode, max_concurrent_streams=per_connection) as server:
         async with channel(server.address) as other:
@@ -264,11 +260,11 @@ async def test_thousands_of_streams_hold_neither_threads_nor_memory(mode: str) -
                     return []
 
             flood = [asyncio.create_task(one(channels[i % connections])) for i in range(streams)]
-            admitted = per_connection * connections if mode != "blocking" else THREADS // 2
+            admitted = per_connection * connections
             # Wait until the server holds as many streams as it admits, then a moment more.
             held = 0
             deadline = time.monotonic() + 60
-            while held < admitted or (mode == "blocking" and len(refused) < streams - admitted):
+            while held < admitted:
                 assert time.monotonic() < deadline, f"held {held}, refused {len(refused)}"
                 await asyncio.sleep(0.2)
                 held = int((await unary(other, "Held")(ModelInferRequest(), timeout=10)).id)
@@ -284,13 +280,10 @@ async def test_thousands_of_streams_hold_neither_threads_nor_memory(mode: str) -
             for ch in channels:
                 await ch.close()
     assert held == admitted  # no more than the limits let in
-    if mode == "blocking":  # streams beyond half the pool are refused at once, not queued
-        assert refused == [grpc.StatusCode.RESOURCE_EXHAUSTED] * (streams - admitted)
-        assert during["Threads"] <= before["Threads"] + THREADS
-    else:  # the others wait on the client (HTTP/2), then all complete
-        assert refused == []
-        assert results == [["0", "1"]] * streams
-        assert during["Threads"] <= before["Threads"] + 2  # no thread per stream
+    # the others wait on the client (HTTP/2), then all complete
+    assert refused == []
+    assert results == [["0", "1"]] * streams
+    assert during["Threads"] <= before["Threads"] + 2  # no thread per stream
     # 200 held streams cost a few MB (2,000 admitted at once, as before the limit: ~50 MB).
     assert during["VmRSS"] - before["VmRSS"] < 32 * 1024
 
@@ -353,7 +346,7 @@ async def test_pings_at_the_allowed_rate_keep_the_connection() -> None:
 # -- the life of a connection -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["relayed", "blocking"])
+@pytest.mark.parametrize("mode", MODES)
 async def test_an_old_connection_is_told_to_go_and_its_call_finishes(mode: str) -> None:
     """At max_connection_age (1 s) the server sends GOAWAY: a 2.5 s call in flight finishes
     within the grace (3 s), and the next call goes over a new connection."""

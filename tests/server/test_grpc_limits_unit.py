@@ -1,13 +1,13 @@
 """The gRPC limits piece by piece: the channel arguments ``GrpcLimits`` gives grpc, their
-validation and their flags, and the stream budget of thread-pool servers (reflection included,
-on a real in-process server). ``test_grpc_limits.py`` attacks real servers with them."""
+validation and their flags (and the deprecated ``--grpc-threads``); reflection streams on a real
+in-process server hold no thread. ``test_grpc_limits.py`` attacks real servers with them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from podium.cli import _merge
 from podium.config import ServerConfig
 from podium.server.grpc import GrpcLimits, GrpcServer
-from podium.server.grpc._limits import StreamBudget, channel_options
+from podium.server.grpc._limits import channel_options
 
 INT_MAX = 2**31 - 1
 
@@ -125,64 +125,36 @@ def test_grpc_limits_come_from_flags_and_config_files(tmp_path: Path) -> None:
         _merge(None, {"grpc_min_ping_interval": -1.0})
 
 
-# -- the stream budget --------------------------------------------------------------------------
+# -- --grpc-threads: deprecated ------------------------------------------------------------------
 
 
-class Aborted(Exception):
-    pass
+def test_grpc_threads_is_accepted_but_deprecated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _merge(None, {}).protocols.grpc_aio is False
+    assert capsys.readouterr().err == ""
+    assert _merge(None, {"grpc_threads": 8}).protocols.grpc_aio is False  # no threads to size
+    assert "--grpc-threads is deprecated and has no effect" in capsys.readouterr().err
+    assert _merge(None, {"grpc_threads": 0}).protocols.grpc_aio is True  # what 0 meant: grpc.aio
+    assert _merge(None, {"grpc_threads": 0, "grpc_aio": False}).protocols.grpc_aio is False
+    config = tmp_path / "podium.yaml"
+    config.write_text("grpc-threads: 0\n")
+    assert _merge(config, {}).protocols.grpc_aio is True
+    assert f"{config}: grpc_threads is deprecated" in capsys.readouterr().err
+    with pytest.raises(click.UsageError, match="grpc-aio must be true or false"):
+        _merge(None, {"grpc_aio": "yes"})
 
 
-class FakeContext:
-    def __init__(self) -> None:
-        self.aborted: tuple[grpc.StatusCode, str] | None = None
-
-    def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.aborted = (code, details)
-        raise Aborted
-
-
-def items(request: Any, context: Any) -> Iterator[int]:
-    yield from range(3)
-
-
-def test_a_budget_lets_streams_in_up_to_its_limit_and_frees_their_places() -> None:
-    budget = StreamBudget(2)
-    serve = budget.limited(items)
-    first, second = serve(None, FakeContext()), serve(None, FakeContext())
-    assert (next(first), next(second)) == (0, 0)
-    refused = FakeContext()
-    with pytest.raises(Aborted):
-        next(serve(None, refused))
-    assert refused.aborted is not None
-    assert refused.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "2 streams already hold threads" in refused.aborted[1]
-    assert list(first) == [1, 2]  # ended: its place is free
-    second.close()  # the client left mid-stream: its place is free too
-    for _ in range(2):
-        assert list(serve(None, FakeContext())) == [0, 1, 2]
-
-
-def test_a_budget_leaves_unary_methods_alone_and_wraps_streaming_ones() -> None:
-    budget = StreamBudget(1)
-    unary = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
-    assert budget.handler(unary) is unary
-    for make in (grpc.unary_stream_rpc_method_handler, grpc.stream_stream_rpc_method_handler):
-        wrapped = budget.handler(make(items, request_deserializer=bytes, response_serializer=str))
-        assert wrapped.response_streaming
-        assert (wrapped.request_deserializer, wrapped.response_serializer) == (bytes, str)
-    with pytest.raises(ValueError, match="at least 1"):
-        StreamBudget(0)
-
-
-# -- on a real server: reflection streams count too ---------------------------------------------
+# -- on a real server: reflection, relayed like every other service -----------------------------
 
 
 @contextlib.asynccontextmanager
 async def served(mode: str) -> AsyncIterator[grpc.aio.Channel]:
     server = GrpcServer(
-        [], host="127.0.0.1", port=0, max_message_size=1 << 20, threads=4, relay=mode == "relayed"
+        [], host="127.0.0.1", port=0, max_message_size=1 << 20, relay=mode == "relayed"
     )
     address = await server.start()
+    assert server.relayed is (mode == "relayed")
     channel = grpc.aio.insecure_channel(address)
     try:
         yield channel
@@ -192,78 +164,38 @@ async def served(mode: str) -> AsyncIterator[grpc.aio.Channel]:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["relayed", "blocking"])
-async def test_reflection_streams_hold_at_most_half_the_threads(mode: str) -> None:
+@pytest.mark.parametrize("mode", ["relayed", "aio"])
+async def test_reflection_streams_hold_no_thread(mode: str) -> None:
+    """40 reflection streams stay open at once (no thread each, no budget to refuse them) while
+    health answers; each answers every request; all end when their clients close them."""
     info = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+    before = threading.active_count()
     async with served(mode) as channel:
-        open_streams = []
         stop = asyncio.Event()
 
         async def requests() -> AsyncIterator[Any]:
             yield reflection_pb2.ServerReflectionRequest(list_services="")
             await stop.wait()
-
-        async def quiet() -> AsyncIterator[Any]:
-            # Nothing sent: a request on its way while the server ends the call makes grpc.aio
-            # report INTERNAL ("Failed execute_batch") instead of the server's status.
-            await stop.wait()
             yield reflection_pb2.ServerReflectionRequest(list_services="")
 
-        for making in (requests, requests, quiet):  # one after another: in its place or refused
-            stream = channel.stream_stream(
+        streams = [
+            channel.stream_stream(
                 info,
                 request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
-            )(making())
-            open_streams.append(stream)
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await stream.read()
-        codes = [await stream.code() if stream.done() else None for stream in open_streams]
-        assert codes == [None, None, grpc.StatusCode.RESOURCE_EXHAUSTED]
-        first, second, _ = open_streams
-        # Unary calls still find threads (health is bridged: relayed, or blocking in the pool).
+            )(requests())
+            for _ in range(40)
+        ]
+        for stream in streams:
+            reply = await asyncio.wait_for(stream.read(), 10)
+            names = {s.name for s in reply.list_services_response.service}
+            assert "grpc.health.v1.Health" in names
+        assert threading.active_count() <= before + 4  # grpc's own, the sender: none per stream
         health = health_pb2_grpc.HealthStub(channel)
         reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=10)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
         stop.set()
-        first.cancel()
-        second.cancel()
-        # Their places are free again, once their threads saw the client leave.
-        for attempt in range(50):
-            again = channel.stream_stream(
-                info,
-                request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
-                response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
-            )(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
-            try:
-                replies = [reply async for reply in again]
-            except grpc.aio.AioRpcError as exc:  # refused (INTERNAL: see quiet() above)
-                assert exc.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INTERNAL)
-                assert attempt < 49, "the places were never given back"
-                await asyncio.sleep(0.1)
-                continue
-            assert replies[0].HasField("list_services_response")
-            break
-
-
-def test_the_budget_is_thread_safe() -> None:
-    budget = StreamBudget(5)
-    serve = budget.limited(items)
-    refused = []
-
-    def worker() -> None:
-        for _ in range(200):
-            context = FakeContext()
-            try:
-                list(serve(None, context))
-            except Aborted:
-                refused.append(context.aborted)
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    # Every place was given back: five streams can be open at once afterwards.
-    opened = [serve(None, FakeContext()) for _ in range(5)]
-    assert [next(g) for g in opened] == [0] * 5
+        for stream in streams:
+            second = await asyncio.wait_for(stream.read(), 10)
+            assert second.HasField("list_services_response")
+            assert await asyncio.wait_for(stream.code(), 10) == grpc.StatusCode.OK

@@ -1,15 +1,16 @@
-"""Unary calls on the thread-pool gRPC server, relayed through grpcio's internals (the default) and
-the public, blocking way (``relay=False``, also the fallback when the internals differ): a real
+"""Calls on the gRPC server in both its modes: relayed through grpcio's internals (the default)
+and ``grpc.aio`` (``relay=False``, also the fallback when the internals differ): a real
 ``GrpcServer`` in this process, a real channel, and coroutine handlers on this loop.
 
-Both ways must look the same to a client: answers, aborts with their codes, metadata both ways,
-a handler that raises, deadlines that cancel the handler, a graceful stop that lets a call finish.
-The relayed way adds precise errors for a request that does not parse and for a unary call sent
-without its request. Relayed streams hold no thread: 40 run at once on a server of 4 threads.
+Both modes must look the same to a client: answers, aborts with their codes, metadata both ways,
+a handler that raises, deadlines that cancel the handler, a graceful stop that lets a call finish,
+streams both ways. The relay adds precise errors for a request that does not parse and for a
+unary call sent without its request, and bounds what waits between grpc and the loop on a stream
+by its window. Streams hold no thread: 40 run at once.
 
 Every server here asserts the mode it serves with, so a grpcio on which the relay falls back
-fails these tests instead of passing them the blocking way (``dev.py test-grpc-range`` runs them
-at both ends of the grpcio pin). The choice itself: the internals check, the self-test and the
+fails these tests instead of passing them on grpc.aio (``dev.py test-grpc-range`` runs them at
+both ends of the grpcio pin). The choice itself: the internals check, the self-test and the
 fallback when either fails.
 """
 
@@ -99,21 +100,21 @@ def service(handlers: Handlers) -> Service:
 
 @contextlib.asynccontextmanager
 async def running(
-    service: Service, mode: str, handlers: Any, grace: float
+    service: Service, mode: str, handlers: Any, grace: float, max_message_size: int = 1 << 20
 ) -> AsyncIterator[SimpleNamespace]:
-    """``service`` on an in-process server of 4 threads, relayed or blocking, and a channel."""
+    """``service`` on an in-process server, relayed or on ``grpc.aio``, and a channel."""
     server = GrpcServer(
         [service],
         host="127.0.0.1",
         port=0,
-        max_message_size=1 << 20,
+        max_message_size=max_message_size,
         grace=grace,
-        threads=4,
         relay=mode == "relayed",
     )
     address = await server.start()
-    assert server.decision is not None
-    assert server.decision.mode is (Mode.RELAYED if mode == "relayed" else Mode.BLOCKING)
+    assert server.relayed is (mode == "relayed")
+    if mode == "relayed":
+        assert server.decision is not None and server.decision.mode is Mode.RELAYED
     channel = grpc.aio.insecure_channel(address)
     try:
         yield SimpleNamespace(server=server, handlers=handlers, channel=channel, mode=mode)
@@ -122,7 +123,7 @@ async def running(
         await server.stop()
 
 
-@pytest.fixture(params=["relayed", "blocking"])
+@pytest.fixture(params=["relayed", "aio"])
 async def served(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
     handlers = Handlers()
     async with running(service(handlers), request.param, handlers, grace=5.0) as it:
@@ -215,12 +216,15 @@ async def test_a_request_that_does_not_parse_is_invalid(served: Any) -> None:
     if served.mode == "relayed":
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "does not parse" in (caught.value.details() or "")
-    else:  # grpc's own answer
-        assert caught.value.code() == grpc.StatusCode.INTERNAL
+    else:  # grpc.aio's own answer
+        assert caught.value.code() == grpc.StatusCode.UNKNOWN
+        assert "DecodeError" in (caught.value.details() or "")
     await rpc(served.channel, "Echo")(ModelInferRequest(model_name="m"))
 
 
 async def test_a_unary_call_without_its_request_is_unimplemented(served: Any) -> None:
+    if served.mode != "relayed":
+        pytest.skip("grpc.aio waits for the request until the deadline; the relay answers")
     empty = served.channel.stream_unary(f"/{NAME}/Echo")
 
     async def nothing() -> AsyncIterator[bytes]:
@@ -235,9 +239,7 @@ async def test_a_unary_call_without_its_request_is_unimplemented(served: Any) ->
 
 async def test_the_sender_thread_ends_with_the_server() -> None:
     before = {t.name for t in threading.enumerate()}
-    server = GrpcServer(
-        [service(Handlers())], host="127.0.0.1", port=0, max_message_size=1 << 20, threads=2
-    )
+    server = GrpcServer([service(Handlers())], host="127.0.0.1", port=0, max_message_size=1 << 20)
     await server.start()
     assert "podium-grpc-send" in {t.name for t in threading.enumerate()} - before
     await server.stop()
@@ -350,9 +352,9 @@ async def test_the_self_test_passes_through_the_relay() -> None:
 
 async def test_a_relay_that_answers_wrong_fails_the_self_test_and_falls_back() -> None:
     checked = await bridge.check(unhandled_status, internals=_broken(_StatusWithoutAnswer))
-    assert checked.mode is Mode.BLOCKING and checked.internals is None
+    assert checked.mode is Mode.AIO and checked.internals is None
     assert checked.reason.startswith("the relay's self-test failed: ")
-    assert "blocking way" in checked.describe() and grpc.__version__ in checked.describe()
+    assert "grpc.aio" in checked.describe() and grpc.__version__ in checked.describe()
 
 
 async def test_a_relay_that_never_answers_fails_the_self_test_in_time() -> None:
@@ -360,12 +362,12 @@ async def test_a_relay_that_never_answers_fails_the_self_test_in_time() -> None:
     checked = await bridge.check(
         unhandled_status, internals=_broken(_NeverReceives), time_limit_s=0.5
     )
-    assert checked.mode is Mode.BLOCKING
+    assert checked.mode is Mode.AIO
     assert "self-test failed" in checked.reason
     assert asyncio.get_running_loop().time() - started < 5
 
 
-async def test_a_server_whose_relay_fails_its_self_test_serves_the_blocking_way(
+async def test_a_server_whose_relay_fails_its_self_test_serves_with_grpc_aio(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from podium.server.grpc.bridge import _mode
@@ -374,12 +376,11 @@ async def test_a_server_whose_relay_fails_its_self_test_serves_the_blocking_way(
     monkeypatch.setattr(_mode, "load", lambda: _broken(_StatusWithoutAnswer))
     handlers = Handlers()
     with caplog.at_level(logging.INFO, logger="podium.grpc"):
-        server = GrpcServer(
-            [service(handlers)], host="127.0.0.1", port=0, max_message_size=1 << 20, threads=4
-        )
+        server = GrpcServer([service(handlers)], host="127.0.0.1", port=0, max_message_size=1 << 20)
         address = await server.start()
     try:
-        assert server.decision is not None and server.decision.mode is Mode.BLOCKING
+        assert server.decision is not None and server.decision.mode is Mode.AIO
+        assert not server.relayed
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1
         said = warnings[0].getMessage()
@@ -408,8 +409,12 @@ async def test_a_podium_error_that_escapes_a_handler_gets_its_code_from_the_tabl
 ) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await rpc(served.channel, "NotFound")(ModelInferRequest(model_name="ghost"))
-    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-    assert caught.value.details() == "model 'ghost' is not known"
+    if served.mode == "relayed":
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert caught.value.details() == "model 'ghost' is not known"
+    else:  # grpc.aio's own answer (Podium's handlers let nothing escape: they end in abort_with)
+        assert caught.value.code() == grpc.StatusCode.UNKNOWN
+        assert "model 'ghost' is not known" in (caught.value.details() or "")
 
 
 async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(
@@ -439,10 +444,9 @@ async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(
     assert (await asyncio.to_thread(call)).model_name == "m"  # grpc's polling thread lives on
 
 
-@pytest.mark.parametrize("relay", [True, False], ids=["relayed", "blocking"])
+@pytest.mark.parametrize("relay", [True, False], ids=["relayed", "aio"])
 async def test_many_streams_run_at_once(relay: bool) -> None:
-    """A relayed stream holds no thread: 40 run together on a server of 4 threads. The blocking
-    way holds one per stream: 40 run together with the default pool (128; 32 did not)."""
+    """A stream holds no thread: 40 run together (the relayed server's pool has one thread)."""
     started, everyone = 0, asyncio.Event()
     crowd = 40
 
@@ -468,7 +472,6 @@ async def test_many_streams_run_at_once(relay: bool) -> None:
         max_message_size=1 << 20,
         grace=1,
         relay=relay,
-        **({"threads": 4} if relay else {}),
     )
     address = await server.start()
     try:
@@ -521,7 +524,7 @@ class StreamHandlers:
             raise
 
 
-@pytest.fixture(params=["relayed", "blocking"])
+@pytest.fixture(params=["relayed", "aio"])
 async def streams(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
     handlers = StreamHandlers()
     parse, render = ModelInferRequest.FromString, ModelInferResponse.SerializeToString
@@ -587,7 +590,7 @@ async def test_a_streamed_request_that_does_not_parse_is_invalid_after_the_answe
     streams: Any,
 ) -> None:
     if streams.mode != "relayed":
-        pytest.skip("the relay parses streamed requests itself (grpc says INTERNAL)")
+        pytest.skip("the relay parses streamed requests itself (grpc.aio ends the call)")
     raw = streams.channel.stream_stream(f"/{NAME}/EchoEach")  # bytes as they are
 
     async def requests() -> AsyncIterator[bytes]:
@@ -607,8 +610,10 @@ async def test_a_streamed_request_that_does_not_parse_is_invalid_after_the_answe
 async def test_an_answer_that_does_not_serialize_is_internal(served: Any) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await rpc(served.channel, "Unserializable")(ModelInferRequest())
-    assert caught.value.code() == grpc.StatusCode.INTERNAL
-    assert "serialize" in (caught.value.details() or "")
+    # grpc's own answers: the thread-pool server's words on the relay, grpc.aio's on grpc.aio
+    internal = grpc.StatusCode.INTERNAL if served.mode == "relayed" else grpc.StatusCode.UNKNOWN
+    assert caught.value.code() == internal
+    assert "serialize" in (caught.value.details() or "").lower()
     await rpc(served.channel, "Echo")(ModelInferRequest(model_name="m"))  # still serving
 
 
@@ -621,4 +626,92 @@ async def test_a_streamed_item_that_does_not_serialize_ends_the_stream_internal(
         async for reply in call:
             got.append(reply.id)
     assert got == ["0"]
-    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    internal = grpc.StatusCode.INTERNAL if streams.mode == "relayed" else grpc.StatusCode.UNKNOWN
+    assert caught.value.code() == internal
+
+
+# -- what waits between grpc and the loop on a stream (the relay's window) ---------------------
+
+
+@pytest.mark.parametrize("mode", ["relayed", "aio"])
+async def test_a_request_stream_is_read_ahead_of_its_handler_by_at_most_a_window(
+    mode: str,
+) -> None:
+    """The handler is slow on the first request: no more than a window's worth is received and
+    parsed ahead of it (HTTP/2 flow control holds the rest with the client); then every request
+    is answered, in order."""
+    parsed: list[int] = []
+    release = asyncio.Event()
+
+    def parse(data: bytes) -> Any:
+        request = ModelInferRequest.FromString(data)
+        parsed.append(int(request.id))
+        return request
+
+    async def slow_first(requests: Any, context: Any) -> Any:
+        async for request in requests:
+            if request.id == "0":
+                await release.wait()
+            yield ModelInferResponse(id=request.id)
+
+    methods = {
+        "SlowFirst": grpc.stream_stream_rpc_method_handler(
+            slow_first,
+            request_deserializer=parse,
+            response_serializer=ModelInferResponse.SerializeToString,
+        )
+    }
+    sent = bridge.WINDOW * 4
+    async with running(Service(NAME, methods), mode, None, grace=1) as it:
+
+        async def requests() -> AsyncIterator[Any]:
+            for i in range(sent):
+                yield ModelInferRequest(id=str(i))
+
+        call = stream_rpc(it.channel, "SlowFirst", requests=True)(requests())
+        answers = asyncio.ensure_future(_ids(call))
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        assert 1 <= len(parsed) <= bridge.WINDOW + 1
+        release.set()
+        assert await asyncio.wait_for(answers, 10) == [str(i) for i in range(sent)]
+
+
+@pytest.mark.parametrize("mode", ["relayed", "aio"])
+async def test_a_response_stream_its_client_does_not_read_stops_its_handler(mode: str) -> None:
+    """Large messages, a client that reads one and waits: the handler is held (a window, plus
+    what the transport holds), not run to the end; then the client reads them all, in order."""
+    written: list[int] = []
+    size, count = 1024 * 1024, bridge.WINDOW * 8
+
+    async def large(request: Any, context: Any) -> Any:
+        for i in range(count):
+            written.append(i)
+            yield ModelInferResponse(id=str(i), raw_output_contents=[bytes(size)])
+
+    methods = {
+        "Large": grpc.unary_stream_rpc_method_handler(
+            large,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=ModelInferResponse.SerializeToString,
+        )
+    }
+    async with running(
+        Service(NAME, methods), mode, None, grace=1, max_message_size=2 * size
+    ) as it:
+        call = stream_rpc(it.channel, "Large", requests=False)(ModelInferRequest())
+        first = await call.read()
+        assert first.id == "0"
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        held = len(written)
+        assert held < count // 2, held
+        rest = []
+        while (reply := await asyncio.wait_for(call.read(), 10)) is not grpc.aio.EOF:
+            rest.append(reply.id)
+        assert rest == [str(i) for i in range(1, count)]
+        assert written == list(range(count))
+
+
+async def _ids(call: Any) -> list[str]:
+    return [reply.id async for reply in call]

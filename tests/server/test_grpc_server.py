@@ -41,7 +41,7 @@ def test_ready_line_names_both_listeners(models_server: Server) -> None:
 
 
 def test_the_server_logs_once_that_grpc_calls_are_relayed(models_server: Server) -> None:
-    # Only the inference listener is bridged (management is grpc.aio): one line, before ready.
+    # Only the inference listener relays (management is grpc.aio): one line, before ready.
     said = [line for line in models_server.log.splitlines() if "gRPC on" in line]
     assert len(said) == 1
     assert (

@@ -585,8 +585,112 @@ def test_the_rest_of_a_path_is_one_parameter() -> None:
         assert match("GET", path) is None, path
 
 
-def test_the_generated_source_is_kept_for_reading() -> None:
-    source = INFERENCE_ROUTES.compile(HttpApp(None)).source  # type: ignore[arg-type]
-    compile(source, "<routes>", "exec")
-    assert source.startswith("def match(method, path):")
-    assert "for " not in source and "while " not in source  # no scan of the routes
+class Truss:
+    async def predict(self, ex: Any, send: Any, model: str, version: str | None = None) -> None: ...
+
+    async def model(self, ex: Any, send: Any, model: str) -> None: ...
+
+    async def plain(self, ex: Any, send: Any) -> None: ...
+
+    async def binary(self, ex: Any, send: Any, model: str, binary: bool) -> None: ...
+
+
+def test_truss_shaped_routes_beside_oip_ones() -> None:
+    """The shapes of Truss's routes (verbs after the name, a name without a verb, a name's own
+    segments, fixed paths beside parameters, the root) in one table with OIP's, each path to
+    its own route, with its arguments and its 405."""
+    truss = Api.TRUSS
+    routes = RouteTable(
+        [
+            Route("GET", "/", Truss.plain, truss, "root"),
+            Route("GET", "/v1/models/{model:noverb}", Truss.model, truss, "ready"),
+            Route("POST", "/v1/models/{model}:predict", Truss.predict, truss, "predict"),
+            Route(
+                "POST",
+                "/v1/models/{model}:predict_binary",
+                Truss.binary,
+                truss,
+                "predictBinary",
+                args={"binary": True},
+            ),
+            Route("GET", "/v1/models/{model}:websocket", Truss.model, truss, "websocket"),
+            Route("GET", "/v1/models/{model}/loaded", Truss.model, truss, "loaded"),
+            Route("GET", "/v1/models/{model}/schema", Truss.model, truss, "schema"),
+            Route(
+                "POST",
+                "/v1/models/{model}/versions/{version}:predict",
+                Truss.predict,
+                truss,
+                "versionPredict",
+            ),
+            Route("POST", "/v1/chat/completions", Truss.plain, truss, "chat"),
+            Route("POST", "/v1/completions", Truss.plain, truss, "completions"),
+            Route("POST", "/invocations", Truss.plain, truss, "invocations"),
+            Route("GET", "/v1/websocket", Truss.plain, truss, "ws"),
+            Route("GET", "/v2/models/stats", Truss.plain, API, "stats"),
+            Route("GET", "/v2/models/{model:!stats}", Truss.model, API, "metadata"),
+            Route("GET", "/v2/models/{model}/ready", Truss.model, API, "modelReady"),
+        ],
+        leading=("ex", "send"),
+        head=True,
+    )
+    owner = Truss()
+    match = routes.compile(owner).match
+    assert match("GET", "/") == (owner.plain, ())
+    assert match("GET", "/v1/models/m") == (owner.model, ("m",))
+    assert match("HEAD", "/v1/models/m/") == (owner.model, ("m",))
+    assert match("POST", "/v1/models/m:predict") == (owner.predict, ("m", None))
+    assert match("POST", "/v1/models/a:b:predict") == (owner.predict, ("a:b", None))
+    assert match("POST", "/v1/models/m:predict_binary") == (owner.binary, ("m", True))
+    assert match("GET", "/v1/models/m:websocket") == (owner.model, ("m",))
+    assert match("GET", "/v1/models/m/loaded") == (owner.model, ("m",))
+    assert match("GET", "/v1/models/loaded/schema") == (owner.model, ("loaded",))
+    assert match("POST", "/v1/models/m/versions/2:predict") == (owner.predict, ("m", "2"))
+    assert match("POST", "/v1/chat/completions") == (owner.plain, ())
+    assert match("POST", "/v1/completions") == (owner.plain, ())
+    assert match("POST", "/invocations") == (owner.plain, ())
+    assert match("GET", "/v1/websocket") == (owner.plain, ())
+    assert match("GET", "/v2/models/stats") == (owner.plain, ())
+    assert match("GET", "/v2/models/m") == (owner.model, ("m",))
+    # 'stats' is a fixed text here and a model's name one segment further: both ways are kept
+    assert match("GET", "/v2/models/stats/ready") == (owner.model, ("stats",))
+    for path in (
+        "/v1/models/m:explain",
+        "/v1/models/:predict",
+        "/v1/models/m/versions/2",
+        "/v1/models",
+        "/v1/chat",
+        "/v2/models/m/versions",
+        "/invocations/x",
+        "//",
+        "v1/completions",
+    ):
+        assert match("POST", path) is None, path
+    for method, path, allowed in (
+        ("GET", "/v1/models/m:predict", ("POST",)),
+        ("POST", "/v1/models/m", ("GET", "HEAD")),
+        ("GET", "/v1/chat/completions", ("POST",)),
+        ("POST", "/", ("GET", "HEAD")),
+        ("DELETE", "/v2/models/stats/ready", ("GET", "HEAD")),
+    ):
+        with pytest.raises(MethodNotAllowed) as refused:
+            match(method, path)
+        assert refused.value.allowed == allowed, (method, path)
+
+
+def test_the_walk_goes_back_where_two_parameters_take_one_segment() -> None:
+    """``x:go`` is both a plain name and a name with the verb: the walk tries one way to the
+    end of the path, then the other."""
+    routes = table(
+        Route("GET", "/p/{model}/one", Handlers.one, API, "one"),
+        Route("GET", "/p/{model}:go/two", Handlers.one, API, "two"),
+        Route("GET", "/p/{model}/{version}/three", Handlers.two, API, "three"),
+    )
+    owner = Handlers()
+    match = routes.compile(owner).match
+    assert match("GET", "/p/x:go/one") == (owner.one, ("x:go",))
+    assert match("GET", "/p/x:go/two") == (owner.one, ("x",))
+    assert match("GET", "/p/x:go/y/three") == (owner.two, ("x:go", "y"))
+    assert match("GET", "/p/x:go/three") is None
+    names = routes.names().match
+    assert names("GET", "/p/x:go/two")[0].name == "two"  # type: ignore[index]

@@ -31,6 +31,7 @@ from ..model import Owned
 from ..model.torchserve import ArchiveLimits, set_archive_limits
 from ..runtime import (
     UNVERSIONED,
+    ModelSettings,
     ModelVersion,
     Registry,
     RequestCodec,
@@ -197,6 +198,7 @@ class ModelRepository:
         only: tuple[str, str | None] | None = None,
         overrides: Mapping[str, Any] | None = None,
         install_requirements: bool = False,
+        settings: ModelSettings | None = None,
     ) -> None:
         """Discover and build every model under ``paths`` into the registry (``DefinitionError``
         lists every problem, and then none is added). Blocking (user code is imported and
@@ -206,7 +208,8 @@ class ModelRepository:
         model's code; ``overrides``: ``ModelConfig`` fields in place of each config's own
         (a Ray Serve replica runs one version with one worker: podium.ray);
         ``install_requirements``: a model that declares requirements runs from an environment of
-        its own with them installed (``podium serve --install-model-requirements``)."""
+        its own with them installed (``podium serve --install-model-requirements``);
+        ``settings``: model settings from outside the models' files (``ModelSettings``)."""
         register_paths(
             self._registry,
             paths,
@@ -216,6 +219,7 @@ class ModelRepository:
             only=only,
             overrides=overrides,
             install_requirements=install_requirements,
+            settings=settings,
         )
         now = _now()
         for mv in self._registry:

@@ -25,7 +25,7 @@ from ._stats import (
     VersionStats,
     outcome_of,
 )
-from .loading import build_path, check_paths, in_environments, register_paths
+from .loading import ModelSettings, build_path, check_paths, in_environments, register_paths
 from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 
@@ -33,6 +33,7 @@ __all__ = [
     "DURATION_BUCKETS_NS",
     "UNVERSIONED",
     "Durations",
+    "ModelSettings",
     "ModelVersion",
     "Outcome",
     "Registry",

@@ -79,7 +79,8 @@ class Durations:
 
     def add(self, ns: int) -> None:
         self.ns += ns
-        # bucket i holds (2**(15+i), 2**(16+i)] ns; a search over the bounds costs ~10 times more
+        # bucket i holds (2**(15+i), 2**(16+i)] ns: a shift and a bit count, not a search of the
+        # bounds
         self.buckets[((ns or 1) - 1 >> _SHIFT).bit_length()] += 1
 
     def merge(self, other: Durations) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import tracing
+from ..config import FIELDS, ModelConfig
 from ..errors import DefinitionError
 from ..metrics import recording_to
 from ..model import (
@@ -212,14 +213,63 @@ def build_version(
     )
 
 
-def _discover(paths: list[Path]) -> tuple[list[ModelSource], list[str]]:
+def _discover(
+    paths: list[Path], names: Mapping[Path, str] | None = None
+) -> tuple[list[ModelSource], list[str]]:
+    """Every model under ``paths``; ``names``: the name a path's model is served under (a
+    TorchServe ``--models name=file.mar``), in place of its own."""
     sources: list[ModelSource] = []
     problems: list[str] = []
     for path in paths:
         found, path_problems = discover_all(path)  # a bad config hides no other model's problems
+        name = (names or {}).get(path)
+        if name is not None:
+            found = [
+                dataclasses.replace(s, config=dataclasses.replace(s.config, name=name))
+                for s in found
+            ]
         sources.extend(found)
         problems.extend(path_problems)
     return sources, problems
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """Model settings given from outside the models' own files (TorchServe's
+    ``config.properties``): ``names`` (a path's model served under another name), ``models``
+    (a model's keys by its name, over its own), ``defaults`` (keys for every model whose own
+    config does not set them)."""
+
+    names: Mapping[Path, str] = dataclasses.field(default_factory=dict)
+    models: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def apply(self, source: ModelSource, problems: list[str]) -> ModelSource:
+        raw = source.config.raw
+        values = {
+            key: value
+            for key, value in self.defaults.items()
+            if key not in raw and (FIELDS[key].torchserve or key) not in raw
+        }
+        values.update(self.models.get(source.config.name, {}))
+        if not values:
+            return source
+        low = values.get("min_workers")
+        if low is not None and "max_workers" not in values:  # as registration does
+            values["max_workers"] = max(source.config.max_workers, low, 1)
+        data = {k: v for k, v in raw.items() if k in FIELDS}  # its own keys, checked again
+        data.update(values)
+        try:
+            checked = ModelConfig.from_mapping(
+                {**data, "name": source.config.name},
+                default_name=source.config.name,
+                where=f"{source.label} with config.properties' settings",
+            )
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+            return source
+        fields = {FIELDS[k].attr: getattr(checked, FIELDS[k].attr) for k in values}
+        return dataclasses.replace(source, config=dataclasses.replace(source.config, **fields))
 
 
 #: A model version imported and checked: its source, what ``prepare`` made of it, and the
@@ -344,6 +394,7 @@ def register_paths(
     only: tuple[str, str | None] | None = None,
     overrides: Mapping[str, Any] | None = None,
     install_requirements: bool = False,
+    settings: ModelSettings | None = None,
 ) -> None:
     """Discover and instantiate every model under ``paths`` into ``registry``.
 
@@ -355,9 +406,12 @@ def register_paths(
     imported (``DefinitionError`` if it is not there). ``overrides``: ``ModelConfig`` fields in
     place of each config's own (``dataclasses.replace``; the caller validated them).
     ``install_requirements``: a model that declares requirements runs from an environment of
-    its own with them installed (:func:`in_environments`).
+    its own with them installed (:func:`in_environments`). ``settings``: model settings from
+    outside the models' own files (:class:`ModelSettings`).
     """
-    sources, problems = _discover(paths)
+    sources, problems = _discover(paths, settings.names if settings else None)
+    if settings is not None:
+        sources = [settings.apply(source, problems) for source in sources]
     if install_requirements:
         sources = in_environments(sources, problems)
     if only is not None:

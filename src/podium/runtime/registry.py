@@ -289,12 +289,6 @@ class Registry:
             mv.check_ready()
         return mv
 
-    def all_ready(self) -> bool:
-        """Whether every version that should serve does (an unloaded one is not counted)."""
-        return all(
-            mv.state is ModelState.READY for mv in self if mv.state is not ModelState.UNLOADED
-        )
-
     async def load(self, name: str) -> list[ModelVersion]:
         """(Re)load every version of ``name`` that is not serving (:meth:`ModelVersion.reload`);
         ``NotFound`` if the model is unknown. Failures are recorded in each version's state."""

@@ -19,7 +19,6 @@ their end. The HTTP side is :mod:`.http._access` (an ASGI middleware), the gRPC 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import os
@@ -29,7 +28,8 @@ import time
 from typing import Any
 
 from ..errors import bounded
-from ..logs import MAX_LOG_MESSAGE, LineWriter, RequestIdFilter, flush_at_exit
+from ..logs import MAX_LOG_MESSAGE, configured, flush_at_exit
+from ..turn import TurnBuffer
 from ..types import RequestInfo, current_request
 
 __all__ = [
@@ -188,22 +188,26 @@ _START: float = getattr(logging, "_startTime", time.time())
 
 
 class AccessLog:
-    """Writes each request's :class:`Access` as one ``podium.access`` record at INFO, when
+    """Writes each request's :class:`Access` as one ``podium.access`` line at INFO, when
     ``enabled`` and that logger lets INFO through.
 
-    The line is written for every request, so it takes the shortest way there is:
+    A request only keeps its :class:`Access`: the lines of one turn of the event loop are made
+    at its end, together (a :class:`~podium.turn.TurnBuffer`), or at once off the loop's
+    thread. Where they go is chosen once, when the log is made, by how logging is configured:
 
-    - where logging is as ``podium serve`` sets it up (one :class:`~podium.logs.LineWriter` on
-      the root logger with Podium's formatter, and no other handler on the way), the line is
-      formatted and handed to that writer directly, with no record made: what the logging
-      module's handling would write, without its cost (a record of some thirty attributes,
-      the walk up the loggers, the filters, the locks): about a third of a plain request's
-      server time (bench/RESULTS.md section 20);
-    - else (handlers of the application's own, a test capturing records) a record is made from
-      a template, not through ``Logger.info`` (which looks for the caller's frame, asks for the
-      thread's and the process's names), and handled as any other. Its message is the
-      :class:`Access` itself (``str()`` is the text line) and its ``fields`` too (the JSON
-      keys), so nothing is formatted that no handler writes.
+    - as ``podium serve`` configures it (:func:`podium.logs.configured`: Podium's one
+      :class:`~podium.logs.LineWriter` on the root logger), each line is made by that writer's
+      formatter and the turn's lines written in one write, with no record made: the line a
+      record would give, without the logging module's cost per record (some thirty
+      attributes, the walk up the loggers, the filters, the locks), which is several times
+      the rest of the line's;
+    - set up any other way (an application's handlers, a test capturing records), each line is
+      a record of the logger, made from a template (not through ``Logger.info``, which looks
+      for the caller's frame and the thread's and process's names) and handled as any other.
+      Its message is the :class:`Access` itself (``str()`` is the text line) and its
+      ``fields`` too (the JSON keys), so nothing is formatted that no handler writes.
+
+    A handler added to the logger after the log is made is not seen by the first way.
     """
 
     def __init__(self, enabled: bool = True, logger: str = "podium.access") -> None:
@@ -212,10 +216,10 @@ class AccessLog:
         made = logging.LogRecord(logger, logging.INFO, __file__, 0, "", (), None)
         self._template = dict(made.__dict__)
         self._thread = threading.get_ident()
-        # the requests of this turn of the event loop whose lines are still to be made, and
-        # the loop whose turn it is
-        self._held: list[Access] = []
-        self._turn: asyncio.AbstractEventLoop | None = None
+        self._writer = configured()
+        self._emit = self._lines if self._writer is not None else self._records
+        self._held: TurnBuffer[Access] = TurnBuffer(self._emit)
+        self._hold = self._held.add
         flush_at_exit(self)
 
     def wants(self) -> bool:
@@ -223,100 +227,54 @@ class AccessLog:
         return self.enabled and self.logger.isEnabledFor(logging.INFO)
 
     def write(self, access: Access) -> None:
-        """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`.
-
-        On an event loop's thread the line is made at the end of the loop's turn, with the
-        others of that turn (:meth:`flush`): a request pays for keeping its :class:`Access`,
-        no more. Anywhere else it is made and handled at once."""
+        """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`: at
+        the end of this turn of the event loop on its thread, else at once."""
         if not self.enabled or not self.logger.isEnabledFor(logging.INFO):
             return
-        loop = asyncio._get_running_loop()
-        if loop is None:
-            self._line(access, time.time(), self._writer())
-            return
-        self._held.append(access)
-        if self._turn is not loop:  # (a loop closed before its turn ended: this one's)
-            self._turn = loop
-            loop.call_soon(self._turn_ended)
-
-    def _turn_ended(self) -> None:
-        if self._turn is asyncio._get_running_loop():
-            self._turn = None
-        self.flush()
+        try:
+            self._hold(access)
+        except RuntimeError:  # no event loop runs on this thread
+            self._emit([access])
 
     def flush(self) -> None:
-        """Make and write the lines of the requests held (at the end of a turn, and at exit)."""
-        held = self._held
-        if not held:
-            return
-        self._held = []
-        now = time.time()
-        writer = self._writer()
-        if writer is None:
-            for access in held:
-                self._line(access, now, None)
-            return
-        formatter: Any = writer.formatter
+        """Make and write the lines of the requests held (at exit: :func:`flush_at_exit`)."""
+        self._held.flush()
+
+    def _lines(self, held: list[Access]) -> None:
+        """The lines, made by Podium's writer's formatter and written together."""
+        writer: Any = self._writer
+        line = writer.formatter.line
         name = self.logger.name
         end = writer.terminator
+        now = time.time()
         lines = []
         for access in held:
             if access.describe is not None:
                 access.describe(access)
             message = bounded(str(access), MAX_LOG_MESSAGE)
-            lines.append(formatter.line(now, "INFO", name, access.id, message, access) + end)
+            lines.append(line(now, "INFO", name, access.id, message, access) + end)
         writer.write_now("".join(lines))
 
-    def _line(self, access: Access, created: float, writer: LineWriter | None) -> None:
-        """One request's line, now: straight to ``writer`` (if it is Podium's, see the class
-        docstring), else as a record."""
-        if access.describe is not None:
-            access.describe(access)
-        if writer is not None:
-            message = bounded(str(access), MAX_LOG_MESSAGE)
-            line = writer.formatter.line(  # type: ignore[union-attr]
-                created, "INFO", self.logger.name, access.id, message, access
-            )
-            writer.hold(line + writer.terminator)
-            return
-        record = logging.LogRecord.__new__(logging.LogRecord)
-        values = record.__dict__
-        values.update(self._template)
-        values["created"] = created
-        values["msecs"] = (created - int(created)) * 1000
-        values["relativeCreated"] = (created - _START) * 1000
-        values["msg"] = access
-        values["fields"] = access
-        values["request_id"] = access.id
-        if threading.get_ident() != self._thread:  # the template's thread is the loop's
-            values["thread"] = threading.get_ident()
-            values["threadName"] = threading.current_thread().name
-        self.logger.handle(record)
-
-    def _writer(self) -> LineWriter | None:
-        """The one handler a line would reach, if it is Podium's own writer with Podium's
-        formatter and nothing but the request id filter (see the class docstring)."""
-        logger: logging.Logger | None = self.logger
-        root = logging.root
-        while logger is not root:
-            assert logger is not None
-            if logger.handlers or logger.disabled or (logger is self.logger and logger.filters):
-                return None
-            if not logger.propagate:
-                return None
-            logger = logger.parent
-        handlers = root.handlers
-        if len(handlers) != 1:
-            return None
-        writer = handlers[0]
-        if (
-            type(writer) is not LineWriter
-            or writer.level > logging.INFO
-            or not hasattr(writer.formatter, "line")
-            or any(type(f) is not RequestIdFilter for f in writer.filters)
-        ):
-            return None
-        return writer
+    def _records(self, held: list[Access]) -> None:
+        """The lines as records of the logger."""
+        created = time.time()
+        thread = threading.get_ident()
+        for access in held:
+            if access.describe is not None:
+                access.describe(access)
+            record = logging.LogRecord.__new__(logging.LogRecord)
+            values = record.__dict__
+            values.update(self._template)
+            values["created"] = created
+            values["msecs"] = (created - int(created)) * 1000
+            values["relativeCreated"] = (created - _START) * 1000
+            values["msg"] = access
+            values["fields"] = access
+            values["request_id"] = access.id
+            if thread != self._thread:  # the template's thread is the loop's
+                values["thread"] = thread
+                values["threadName"] = threading.current_thread().name
+            self.logger.handle(record)
 
 
 def adopt(oip_id: str | None, context: Any = None) -> None:

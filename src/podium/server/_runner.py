@@ -205,13 +205,21 @@ class Podium:
     ``ServerConfig``."""
 
     def __init__(
-        self, config: ServerConfig, paths: list[Path], *, tracer_provider: Any = None
+        self,
+        config: ServerConfig,
+        paths: list[Path],
+        *,
+        tracer_provider: Any = None,
+        model_settings: Any = None,
     ) -> None:
         """``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to make spans with,
         which turns tracing on (tests pass one with the SDK's in-memory exporter); without it
         ``--otel`` and the ``OTEL_*`` variables decide (``_otel.py``)."""
         self.config = config
         self.paths = paths
+        #: model settings from outside the models' own files (``runtime.ModelSettings``, made
+        #: from TorchServe's config.properties), or None
+        self.model_settings = model_settings
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
         self.executor = ThreadPoolExecutor(
@@ -271,6 +279,7 @@ class Podium:
             repository.add_paths,
             self.paths,
             install_requirements=config.serving.install_model_requirements,
+            settings=self.model_settings,
         )
         await loop.run_in_executor(self.executor, add)
         inference_keys = self.authorizer if config.auth.enabled else None  # --auth: every one
@@ -297,7 +306,7 @@ class Podium:
             port=listeners.grpc_port,
             max_message_size=wire.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
-            threads=wire.grpc_threads,
+            relay=not wire.grpc_aio,
             authorize=None if inference_keys is None else self._authorize_inference,
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
@@ -504,7 +513,7 @@ class Podium:
             port=listeners.grpc_management_port,
             max_message_size=config.protocols.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
-            threads=0,  # grpc.aio: management calls are few, and none holds a thread
+            relay=False,  # grpc.aio: management calls are few
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
         )

@@ -57,6 +57,19 @@ def _is_int(value: Any, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+#: TorchServe's defaults where they differ from Podium's (its ModelConfig and ModelManager at
+#: 0.12.0), for a TorchServe model whose model-config.yaml does not set them: a batch waits
+#: 100 ms for more requests; a sequence model holds max(1, batchSize × maxWorkers) sequences
+#: at once, with one request waiting behind the running one, and a sequence never expires for
+#: idleness. (docs/torchserve.md)
+TORCHSERVE_DEFAULTS: dict[str, Any] = {
+    "max_batch_delay": 100,
+    "max_num_sequences": 1,
+    "max_sequence_queue_size": 1,
+    "sequence_max_idle_ms": 0,
+}
+
+
 def _frontend_problem(kind: Kind, key: str, value: Any) -> str | None:
     """TorchServe's own check of a mapped key's type (an integer: >= 0); Podium's bounds are
     checked after it, by ``ModelConfig``, naming Podium's key."""
@@ -140,6 +153,14 @@ def model_config(
                     )
                 else:
                     data[key] = value
+    for key, value in TORCHSERVE_DEFAULTS.items():  # TorchServe's, where the file is silent
+        if key not in data and (key == "max_batch_delay" or data.get("sequence_batching")):
+            data[key] = value
+    if data.get("sequence_batching") and "maxNumSequence" not in yaml_config:
+        # in effect max(1, batchSize × maxWorkers) sequences at once, as TorchServe's backend
+        workers = data.get("max_workers", data.get("min_workers", 1))
+        if _is_int(workers, 1) and _is_int(data.get("batch_size", 1), 1):
+            data["max_num_sequences"] = max(1, int(data.get("batch_size", 1)) * int(workers))
     if (
         data.get("sequence_batching") is True
         and data.get("continuous_batching") is True

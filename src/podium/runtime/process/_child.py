@@ -42,11 +42,11 @@ from dataclasses import replace
 from typing import Any
 
 from ... import heap, logs
-from ..._turn import TurnBuffer
 from ...config import Secrets
 from ...errors import ModelError, PodiumError
 from ...metrics import MetricStore, recording_to
 from ...model import model_error
+from ...turn import TurnBuffer
 from ...types import ModelInstance, RequestInfo, current_request
 from ._messages import (
     Answer,

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ... import tracing
-from ..._turn import TurnBuffer
 from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
 from ...logs import current_format
+from ...turn import TurnBuffer
 from ...types import END, ModelInstance, request_id
 from .._stats import VersionStats
 from ..workers import (

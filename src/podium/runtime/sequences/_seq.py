@@ -67,7 +67,8 @@ class Sequence:
         # the turn handed to a request cancelled as it was handed goes on (``release``: the
         # owner's way to pass it, default :meth:`pass_turn`)
         self.turns: Line[Sequence] = Line(release or Sequence.pass_turn, max_waiting)
-        # made when first needed (a deque costs ~600 bytes, and most sequences never need it)
+        # made when first needed (a deque is large for what it holds, and most sequences never
+        # need it)
         self.room: Line[None] | None = None
         self.first = True  # no request of it has started yet
         self.generation = 0  # how many times a start flag began it again

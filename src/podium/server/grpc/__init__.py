@@ -1,13 +1,13 @@
-"""The gRPC front end: Podium's services on one listener (a thread-pool ``grpc.server`` bridged
-to the event loop, or ``grpc.aio``).
+"""The gRPC front end: Podium's services on one listener (a ``grpc.server`` whose calls are
+relayed to the event loop, or ``grpc.aio`` where the relay's start-up check fails).
 
 Layout: ``protos/`` holds the ``.proto`` files and their compiled descriptor set; ``_pool`` loads
 it into a private descriptor pool (never protobuf's default one) and makes the message classes;
 ``_server`` builds the listener from a list of :class:`Service` (plus health and reflection);
 ``_limits`` holds what a listener allows its clients (:class:`GrpcLimits`: connections, streams,
-pings, connection age; the threads streams may hold);
-``bridge/`` (a subpackage) serves the coroutine handlers from the thread-pool server's threads,
-relayed through grpcio's internals where a start-up check finds them as expected;
+pings, connection age);
+``bridge/`` (a subpackage) relays the coroutine handlers' calls from grpc's polling thread to the
+loop through grpcio's internals, where a start-up check finds them as expected;
 ``_errors`` is the one place an exception becomes a status (``status_of``); ``_call`` is what a model sees of a
 call (metadata as headers, disconnect); ``_tensors`` converts OIP messages; ``_oip`` is the
 Open Inference Protocol service; ``_torchserve`` TorchServe's inference API.

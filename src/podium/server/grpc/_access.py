@@ -7,7 +7,7 @@ sends it back as trailing metadata (``x-request-id``: set first, so every ending
 included, carries it; a handler that sets trailing metadata of its own adds it, see
 ``_oip.py``), and when the call has ended (a stream at its end) writes its access line: the
 RPC, its status code, bytes in and out (the messages' sizes, asked only when a line is written),
-the peer. Server reflection is not wrapped (grpc registers it itself).
+the peer. Server reflection is not wrapped.
 """
 
 from __future__ import annotations

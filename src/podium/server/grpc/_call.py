@@ -7,7 +7,7 @@ bytes), the peer as ``client``. Its body is what the front end passes (empty for
 message is decoded into the inputs).
 
 ``await request.is_disconnected()`` turns true once the call is over for the client: the task
-serving a call is cancelled (by grpc.aio, or by the thread-pool server's bridge) when the client
+serving a call is cancelled (by grpc.aio, or by the relay) when the client
 cancels it or its connection drops (which also
 cancels the model's work, as an HTTP disconnect does), and a call that has ended has nobody
 waiting either. ``context.cancelled()`` is not used: grpc.aio reports it only after the handler

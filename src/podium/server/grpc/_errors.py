@@ -11,7 +11,7 @@
 - anything else is a bug (in Podium or in a conversion), logged with its traceback, and answered
   ``INTERNAL`` with its type and text where a handler caught it (:func:`abort_with`), ``UNKNOWN``
   with grpc's own words where it escaped a handler (``unhandled=True``: what grpc answers
-  itself, so the relayed, blocking and ``grpc.aio`` servers agree).
+  itself, so the relayed and ``grpc.aio`` servers agree).
 
 Every Podium handler ends in :func:`abort_with`, so no exception ever leaves one unhandled and
 gRPC's own generic "Unexpected error" never reaches a client.

@@ -1,5 +1,5 @@
-"""What a gRPC listener allows its clients: connections, streams, pings, the life of a connection,
-and the threads a call may hold.
+"""What a gRPC listener allows its clients: connections, streams, pings, the life of a
+connection.
 
 grpc core enforces the connection-level limits itself, from the channel arguments
 :func:`channel_options` gives the server once, when it is made: nothing runs per call.
@@ -27,26 +27,16 @@ grpc-go's and grpc-java's defaults.
 :class:`GrpcLimits` is a group of the server's settings (``podium.config``): its defaults and
 checks are rows of the settings table.
 
-Threads: relayed calls and ``grpc.aio`` calls hold none. A thread-pool server whose calls take
-the blocking way holds one per call, and a stream holds its thread for as long as it is open: a
-:class:`StreamBudget` lets streams hold at most half the pool (more end with
-``RESOURCE_EXHAUSTED`` at once), so that unary calls always find threads. Unary calls waiting
-for a thread are not refused (``maximum_concurrent_rpcs`` stays unset): like relayed calls in
-flight they are bounded by connections × streams, and refusing them would make the fallback
-fail bursts that the relay serves.
+No call holds a thread: relayed calls and ``grpc.aio`` calls alike wait on the event loop, so
+calls in flight are bounded by connections × streams alone (``maximum_concurrent_rpcs`` stays
+unset).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from typing import Any
-
-import grpc
-
 from ...config import GrpcLimits
 
-__all__ = ["GrpcLimits", "StreamBudget", "channel_options"]
+__all__ = ["GrpcLimits", "channel_options"]
 
 #: grpc's integer channel arguments are C ints; milliseconds above this are "unlimited".
 _INT_MAX = 2**31 - 1
@@ -78,57 +68,6 @@ def channel_options(limits: GrpcLimits) -> list[tuple[str, int]]:
         ("grpc.max_metadata_size", limits.max_metadata_size),
         ("grpc.absolute_max_metadata_size", limits.max_metadata_size),
     ]
-
-
-class StreamBudget:
-    """At most ``limit`` streams of a thread-pool server hold one of its threads at once.
-
-    :meth:`handler` wraps a blocking response-streaming method: a stream beyond the limit ends at
-    once with ``RESOURCE_EXHAUSTED``, before its handler runs. Thread-safe; the cost is one
-    semaphore acquire and release per stream (not per message).
-    """
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"a stream budget must allow at least 1 stream, got {limit}")
-        self.limit = limit
-        self._free = threading.BoundedSemaphore(limit)
-
-    def handler(self, method: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """``method`` with its streams counted; unary methods unchanged."""
-        if not method.response_streaming:
-            return method
-        if method.request_streaming:
-            return grpc.stream_stream_rpc_method_handler(
-                self.limited(method.stream_stream),
-                request_deserializer=method.request_deserializer,
-                response_serializer=method.response_serializer,
-            )
-        return grpc.unary_stream_rpc_method_handler(
-            self.limited(method.unary_stream),
-            request_deserializer=method.request_deserializer,
-            response_serializer=method.response_serializer,
-        )
-
-    def limited(
-        self, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
-    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
-        """``behavior`` (a blocking streaming handler) inside the budget."""
-        free, limit = self._free, self.limit
-
-        def serve(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            if not free.acquire(blocking=False):
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"{limit} streams already hold threads of this gRPC server (half of "
-                    "--grpc-threads); retry later",
-                )
-            try:
-                yield from behavior(request, context)
-            finally:
-                free.release()
-
-        return serve
 
 
 def _ms(seconds: float | None) -> int:

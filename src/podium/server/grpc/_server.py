@@ -1,5 +1,7 @@
-"""The gRPC listener: one ``grpc.aio`` server built from a list of services, plus health and
-reflection, on the event loop the HTTP server uses.
+"""The gRPC listener: one server built from a list of services, plus health and reflection, its
+coroutine handlers on the event loop the HTTP server uses: a ``grpc.server`` whose calls are
+relayed to the loop (:mod:`.bridge`) where grpcio's internals pass the relay's start-up check,
+a ``grpc.aio`` server otherwise.
 
 A front end describes what it serves as a :class:`Service`: its full name, a method handler per
 RPC (``grpc.unary_unary_rpc_method_handler`` and friends, with the serializers of Podium's
@@ -24,13 +26,13 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
-from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .._access import AccessLog, RequestIds
 from . import _channelz
 from ._access import observed
 from ._errors import abort_with, unhandled_status
-from ._limits import GrpcLimits, StreamBudget, channel_options
+from ._limits import GrpcLimits, channel_options
 from ._pool import reflection_pool
 from .bridge import Bridge, Decision, decide
 
@@ -129,21 +131,18 @@ class _Health:
 class GrpcServer:
     """A gRPC server for ``services`` on ``host:port`` (port 0 picks a free one).
 
-    With ``threads`` (the default), a ``grpc.server`` bridged to the running event loop by
-    :class:`~.bridge.Bridge`: calls are relayed between grpc's polling thread and the loop
-    without a pool thread, where :func:`~.bridge.decide` finds grpcio's internals as expected
-    when the server starts (``relay=False``, or where they are not: the public, blocking way,
-    each call holding one of the ``threads``, a bidirectional stream two). :attr:`decision` says
-    which, and :meth:`start` logs it. With ``threads=0``, a ``grpc.aio`` server on the loop
-    itself (slower per call, but streams hold no thread). The handlers are the same coroutines
-    either way.
+    With ``relay`` (the default), a ``grpc.server`` whose calls are relayed between grpc's
+    polling thread and the running event loop (:class:`~.bridge.Bridge`), holding no thread,
+    where :func:`~.bridge.decide` finds grpcio's internals as expected when the server starts;
+    where it does not, or with ``relay=False``, a ``grpc.aio`` server on the loop itself (slower
+    per call). The handlers are the same coroutines either way. :attr:`decision` says which (it
+    is ``None`` with ``relay=False``), and :meth:`start` logs it.
 
     ``access``: the access log and the request ids every call gets (:mod:`._access`; None: no
     line and no id, for servers that are not Podium's listeners). Messages larger than
-    ``max_message_size`` bytes, either way, end the call with ``RESOURCE_EXHAUSTED``. ``limits`` (default: ``GrpcLimits()``) bound connections, streams,
-    pings and the life of a connection, either way (:mod:`._limits`). On a thread-pool server,
-    streams (blocking ones and reflection's) hold at most half the ``threads``; more end with
-    ``RESOURCE_EXHAUSTED``. Create and start it inside the running event loop.
+    ``max_message_size`` bytes, either way, end the call with ``RESOURCE_EXHAUSTED``.
+    ``limits`` (default: ``GrpcLimits()``) bound connections, streams, pings and the life of a
+    connection (:mod:`._limits`). Create and start it inside the running event loop.
     """
 
     def __init__(
@@ -154,7 +153,6 @@ class GrpcServer:
         port: int,
         max_message_size: int,
         grace: float = 10.0,
-        threads: int = 128,
         authorize: Callable[[Any], None] | None = None,
         relay: bool = True,
         limits: GrpcLimits | None = None,
@@ -167,13 +165,13 @@ class GrpcServer:
         self.grace = grace
         self.address = ""
         self.relay = relay
-        #: How the bridge serves calls (set by :meth:`start`); ``None`` for ``grpc.aio``.
+        #: How calls are served (set by :meth:`start`); ``None`` when not asked to relay.
         self.decision: Decision | None = None
         self._authorize = authorize
         self.health = _Health(self.services)
         if limits is None:
             limits = GrpcLimits()
-        options = [
+        self._options = [
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
             # A port that another process listens on must fail here, not be shared.
@@ -181,31 +179,96 @@ class GrpcServer:
             *channel_options(limits),
         ]
         self.limits = limits
-        self._pools: list[ThreadPoolExecutor] = []
+        self._pool: ThreadPoolExecutor | None = None
         self._bridge: Bridge | None = None
-        #: How many streams may hold pool threads (thread-pool servers only).
-        self.streams: StreamBudget | None = None
-        self._server: Any
+        self._server: Any = None
+        self._channelz: set[int] | None = None
+
+    @property
+    def relayed(self) -> bool:
+        """Whether calls are relayed (a ``grpc.server``), not served by ``grpc.aio``."""
+        return self._bridge is not None
+
+    def open_connections(self) -> int | None:
+        """Connections open now (grpc's channelz; None where it does not say)."""
+        if not self._channelz:
+            return None
+        return _channelz.open_connections(self._channelz)
+
+    async def start(self) -> str:
+        """Decide how calls are served, register the services, bind and start serving; the
+        address (``host:port``) it listens on.
+
+        Raises ``OSError`` naming the address when it cannot be bound.
+        """
+        if self.relay:
+            self.decision = await decide(unhandled_status)
+        internals = None if self.decision is None else self.decision.internals
+        adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler] = _unchanged
         before = _channelz.server_ids()  # the server's channelz id is made with it
-        if threads > 0:
-            handlers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc")
-            readers = ThreadPoolExecutor(threads, thread_name_prefix="podium-grpc-read")
-            self._pools = [handlers, readers]
-            self.streams = StreamBudget(max(1, threads // 2))
-            # No maximum_concurrent_rpcs: grpc's count never sees relayed calls (they end, for
-            # it, when handed to the loop), and blocking unary calls waiting for a thread are
-            # bounded by connections x streams, as relayed ones in flight (see _limits).
-            self._server = grpc.server(handlers, options=options)
+        if internals is not None:
+            # grpc.server wants a pool; every method is relayed, so no call runs in it.
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="podium-grpc")
+            self._server = grpc.server(self._pool, options=self._options)
+            self._bridge = Bridge(
+                asyncio.get_running_loop(), internals=internals, status=unhandled_status
+            )
+            adapt = self._bridge.handler
         else:
-            # No thread per call: calls in flight are bounded by connections x streams alone.
-            self._server = grpc.aio.server(options=options)
+            # No thread per call either: calls in flight are bounded by connections x streams.
+            self._server = grpc.aio.server(options=self._options)
         after = _channelz.server_ids()
         self._channelz = None if before is None or after is None else after - before
-        self._enable_reflection()
+        guard = _guarded(self._authorize) if self._authorize is not None else _unchanged
+        for service in self.services:
+            methods = {
+                name: adapt(self._observed(service, name, guard(handler)))
+                for name, handler in service.methods.items()
+            }
+            self._add(service.name, methods)
+        health = self.health.service()  # health stays open, for probes
+        self._add(
+            health.name,
+            {
+                name: adapt(self._observed(health, name, handler))
+                for name, handler in health.methods.items()
+            },
+        )
+        reflecting = self._reflection()  # open, and without access lines, as before
+        self._add(
+            reflecting.name,
+            {name: adapt(handler) for name, handler in reflecting.methods.items()},
+        )
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        try:
+            port = self._server.add_insecure_port(f"{host}:{self.port}")
+        except RuntimeError:
+            reason = _bind_error(self.host, self.port)
+            raise OSError(
+                errno.EADDRINUSE, f"cannot listen on {host}:{self.port} for gRPC: {reason}"
+            ) from None
+        if self.relayed:
+            self._server.start()
+        else:
+            await self._server.start()
+        self.address = f"{host}:{port}"
+        if self.decision is not None:
+            logger.log(
+                logging.INFO if self.relayed else logging.WARNING,
+                "gRPC on %s: %s",
+                self.address,
+                self.decision.describe(),
+            )
+        return self.address
 
-    def _enable_reflection(self) -> None:
-        """Reflection, from a private descriptor pool; on a thread-pool server its streams
-        (each holds a pool thread while open) count against the stream budget."""
+    def _add(self, name: str, methods: dict[str, grpc.RpcMethodHandler]) -> None:
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(name, methods),)
+        )
+
+    def _reflection(self) -> Service:
+        """Server reflection, from a private descriptor pool, as a service of coroutine
+        handlers (grpc's own for ``grpc.aio``), relayed like every other one."""
         names = [s.name for s in self.services]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
         outputs = {
@@ -215,84 +278,13 @@ class GrpcServer:
         }
         served = [*names, health_name, reflection.SERVICE_NAME]
         pool = reflection_pool(outputs, [health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR])
-        if self.streams is None:
-            reflection.enable_server_reflection(served, self._server, pool=pool)
-            return
-        servicer = reflection.ReflectionServicer(served, pool=pool)
-        servicer.ServerReflectionInfo = self.streams.limited(servicer.ServerReflectionInfo)
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, self._server)
-
-    @property
-    def threaded(self) -> bool:
-        return bool(self._pools)
-
-    def open_connections(self) -> int | None:
-        """Connections open now (grpc's channelz; None where it does not say)."""
-        if not self._channelz:
-            return None
-        return _channelz.open_connections(self._channelz)
-
-    async def start(self) -> str:
-        """Decide how the bridge serves calls, register the services, bind and start serving;
-        the address (``host:port``) it listens on.
-
-        Raises ``OSError`` naming the address when it cannot be bound.
-        """
-        adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler] = _unchanged
-        if self.threaded:
-            if self.relay:
-                self.decision = await decide(unhandled_status)
-            else:
-                self.decision = Decision.blocking("relay=False")
-            bridge = Bridge(
-                asyncio.get_running_loop(),
-                self._pools[1],
-                internals=self.decision.internals,
-                status=unhandled_status,
-            )
-            self._bridge = bridge
-            adapt = bridge.handler
-            if self.decision.internals is None and self.streams is not None:
-                adapt = _counted(self.streams, bridge.handler)  # blocking: streams hold threads
-        guard = _guarded(self._authorize) if self._authorize is not None else _unchanged
-        for service in self.services:
-            methods = {
-                name: adapt(self._observed(service, name, guard(handler)))
-                for name, handler in service.methods.items()
-            }
-            self._server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(service.name, methods),)
-            )
-        for service in [self.health.service()]:  # health stays open, for probes
-            methods = {
-                name: adapt(self._observed(service, name, handler))
-                for name, handler in service.methods.items()
-            }
-            self._server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(service.name, methods),)
-            )
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        try:
-            port = self._server.add_insecure_port(f"{host}:{self.port}")
-        except RuntimeError:
-            reason = _bind_error(self.host, self.port)
-            raise OSError(
-                errno.EADDRINUSE, f"cannot listen on {host}:{self.port} for gRPC: {reason}"
-            ) from None
-        if self.threaded:
-            self._server.start()
-        else:
-            await self._server.start()
-        self.address = f"{host}:{port}"
-        if self.decision is not None:
-            relayed = self.decision.internals is not None
-            logger.log(
-                logging.INFO if relayed or not self.relay else logging.WARNING,
-                "gRPC on %s: %s",
-                self.address,
-                self.decision.describe(),
-            )
-        return self.address
+        servicer = reflection.aio.ReflectionServicer(served, pool=pool)
+        info = grpc.stream_stream_rpc_method_handler(
+            servicer.ServerReflectionInfo,
+            request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+            response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+        )
+        return Service(reflection.SERVICE_NAME, {"ServerReflectionInfo": info})
 
     def _observed(
         self, service: Service, name: str, handler: grpc.RpcMethodHandler
@@ -317,20 +309,24 @@ class GrpcServer:
         again with a shorter grace (0: :meth:`abort`), the shorter one holds."""
         self.not_serving()
         grace = self.grace if grace is None else grace
-        if not self.threaded:
+        if self._server is None:
+            return
+        if not self.relayed:
             await self._server.stop(grace)
             return
         stopped = self._server.stop(grace)  # in-flight calls still need this loop
         await asyncio.to_thread(stopped.wait)
         if self._bridge is not None:
             await asyncio.to_thread(self._bridge.close)
-        for pool in self._pools:
-            pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def abort(self) -> None:
         """Cancel every call now (a :meth:`stop` under way ends at once)."""
         self.not_serving()
-        if self.threaded:
+        if self._server is None:
+            return
+        if self.relayed:
             self._server.stop(0)
         else:
             await self._server.stop(0)
@@ -338,17 +334,6 @@ class GrpcServer:
 
 def _unchanged(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return handler
-
-
-def _counted(
-    budget: StreamBudget, adapt: Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]
-) -> Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]:
-    """``adapt``, then the streams of the handler it makes counted against ``budget``."""
-
-    def counted(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        return budget.handler(adapt(handler))
-
-    return counted
 
 
 def _guarded(

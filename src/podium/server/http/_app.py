@@ -1,8 +1,8 @@
 """The HTTP application: the three front ends over one data plane, and their route table.
 
 Pure ASGI (no framework on the hot path): :data:`INFERENCE_ROUTES` (at the end) is every route
-the inference listener serves, compiled (``_routing.Router``) into one function that finds a
-route by splitting the path once; the body is decoded with msgspec, and the data plane does the
+the inference listener serves, compiled (``_routing.Router``) into a trie that finds a route
+by one walk over the path's segments; the body is decoded with msgspec, and the data plane does the
 rest. Each handler turns its wire format into a :class:`podium.types.Call` and the data plane's
 answer back into its wire format.
 """

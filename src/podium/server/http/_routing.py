@@ -25,8 +25,8 @@ handler (the table's ``leading`` names, e.g. ``ex, send``); ``args`` fill the ha
 parameters by name, from the path's parameters, else the route's ``args`` (constants, as in
 Django's ``path(kwargs=...)``), else the parameter's default.
 
-Dispatch costs no framework and no scan of the routes: :class:`Router` compiles the table into
-one function that tests a path's segments the way a hand-written router would.
+Dispatch costs no framework and no scan of the routes: :class:`Router` holds the table as a
+trie of its segments, walked by one loop over a path's segments.
 """
 
 from __future__ import annotations
@@ -145,11 +145,7 @@ class _Segment:
             return value == self.text
         if self.rest:
             return bool(value)
-        if len(value) <= len(self.text) or not value.endswith(self.text):
-            return False
-        if value in self.excluded:
-            return False
-        return not (self.noverb and ":" in value)
+        return _accepts(_kind(self), self.excluded or self.text, value)
 
     def overlaps(self, other: _Segment) -> bool:
         """Whether some path segment matches both."""
@@ -352,22 +348,178 @@ def _plan(route: Route, leading: tuple[str, str]) -> tuple[tuple[str, bool, Any]
     return tuple(plan)
 
 
-class _Node:
-    """One pattern of a compiled table: its routes, its targets and its ``Allow``."""
+# How a parameter segment tests a path's segment (_kind): any non-empty one, one that ends
+# with the segment's text, one without ':', one that is none of the excluded words.
+_ANY, _ENDING, _NOVERB, _EXCLUDING = range(4)
 
-    __slots__ = ("pattern", "routes", "targets", "allow")
 
-    def __init__(self, pattern: tuple[_Segment, ...]) -> None:
-        self.pattern = pattern
-        self.routes: list[Route] = []
-        #: method -> ``(handler, constant args)``: all of what :attr:`Router.match` answers
-        #: for a pattern without parameters, and the handler of one with parameters.
-        self.targets: dict[str, tuple[Handler, tuple[Any, ...]]] = {}
+class _Pattern:
+    """One pattern of a compiled table: what each method answers, and its ``Allow``."""
+
+    __slots__ = ("segments", "allow", "targets")
+
+    def __init__(self, segments: tuple[_Segment, ...]) -> None:
+        self.segments = segments
         self.allow: tuple[str, ...] = ()
+        #: method -> ``(handler, args, slots)``: the handler's arguments in its order, the
+        #: path's parameters left None, and where the path's go: per parameter, ``(argument,
+        #: index, cut)``: the path's part at ``index``, its last ``cut`` characters cut off
+        #: (``cut`` < 0: the rest of the path from there)
+        self.targets: dict[str, tuple[Handler, tuple[Any, ...], tuple[tuple[int, int, int], ...]]]
+        self.targets = {}
+
+    def add(self, route: Route, handler: Handler, leading: tuple[str, str]) -> None:
+        """``route``'s methods reach ``handler`` (the route's endpoint, bound, or what
+        :meth:`RouteTable.names` answers)."""
+        at = {s.param: i for i, s in enumerate(self.segments) if s.param is not None}
+        args: list[Any] = []
+        slots: list[tuple[int, int, int]] = []
+        for name, from_path, value in _plan(route, leading):
+            if from_path:
+                segment = self.segments[at[name]]
+                slots.append((len(args), at[name], -1 if segment.rest else len(segment.text)))
+            args.append(value)
+        for method in route.methods:
+            self.targets[method] = (handler, tuple(args), tuple(slots))
 
     def refuse(self, method: str, path: str) -> MethodNotAllowed:
         allow = ", ".join(self.allow)
         return MethodNotAllowed(f"{path} does not accept {method}; use {allow}", self.allow)
+
+
+class _Trie:
+    """The patterns that share their first segments, by their next one: a fixed text (looked
+    up in a dictionary) or a parameter (a test that a path's segment passes or not)."""
+
+    __slots__ = ("fixed", "open", "end", "find", "any", "verbs", "tests", "colon_tests")
+
+    def __init__(self) -> None:
+        self.fixed: dict[str, _Trie] = {}
+        #: parameter segments next, in table order: ``(kind, text or excluded words, trie)``
+        self.open: list[tuple[int, Any, _Trie]] = []
+        self.end: _Pattern | None = None  # the pattern whose last segment leads here
+        # What the walk reads (settle): fixed.get; the one parameter, if it takes any segment
+        # and there is no other; the parameters that end with a verb (':predict', by the word
+        # after the ':'); the other parameters, and those of them that take a segment with ':'
+        self.find = self.fixed.get
+        self.any: _Trie | None = None
+        self.verbs: dict[str, _Trie] = {}
+        self.tests: tuple[tuple[int, Any, _Trie], ...] = ()
+        self.colon_tests: tuple[tuple[int, Any, _Trie], ...] = ()
+
+    def insert(self, pattern: _Pattern, segments: tuple[_Segment, ...]) -> None:
+        """Add ``pattern`` under the path ``segments`` (the first, '' before the '/', left out)."""
+        node = self
+        for segment in segments:
+            if segment.param is None:
+                node = node.fixed.setdefault(segment.text, _Trie())
+                continue
+            key = (_kind(segment), segment.excluded or segment.text)
+            child = next((c for k, t, c in node.open if (k, t) == key), None)
+            if child is None:
+                child = _Trie()
+                node.open.append((*key, child))
+            node = child
+        node.end = pattern
+
+    def settle(self) -> None:
+        """Make every fixed child hold the parameter siblings that accept its text too, here
+        and below: then a segment found among the fixed texts has no other way to go, and the
+        walk never goes back from a fixed one."""
+        for text, child in self.fixed.items():
+            for kind, test, other in self.open:
+                if _accepts(kind, test, text):
+                    child = _union(child, other)
+            self.fixed[text] = child
+        self.find = self.fixed.get
+        self.verbs = {t[1:]: c for k, t, c in self.open if k == _ENDING and _is_verb(t)}
+        self.tests = tuple(o for o in self.open if not (o[0] == _ENDING and _is_verb(o[1])))
+        self.colon_tests = tuple(o for o in self.tests if o[0] != _NOVERB)
+        if len(self.open) == 1 and self.open[0][0] == _ANY:
+            self.any = self.open[0][2]
+        for child in self.fixed.values():
+            child.settle()
+        for _, _, child in self.open:
+            child.settle()
+
+
+def _is_verb(ending: str) -> bool:
+    """Whether ``ending`` is ':' and a word without ':' (Truss's, Google's custom methods)."""
+    return len(ending) > 1 and ending[0] == ":" and ":" not in ending[1:]
+
+
+def _union(a: _Trie, b: _Trie) -> _Trie:
+    """A new trie with the patterns of both (neither changed: subtries are shared)."""
+    made = _Trie()
+    if a.end is not None and b.end is not None and a.end is not b.end:  # (the table refuses them)
+        templates = " and ".join("/".join(s.template for s in p.segments) for p in (a.end, b.end))
+        raise ValueError(f"patterns {templates} match the same paths")
+    made.end = a.end or b.end
+    made.fixed = dict(a.fixed)
+    for text, child in b.fixed.items():
+        mine = made.fixed.get(text)
+        made.fixed[text] = child if mine is None else _union(mine, child)
+    made.open = list(a.open)
+    for kind, test, child in b.open:
+        for i, (k, t, mine) in enumerate(made.open):
+            if (k, t) == (kind, test):
+                made.open[i] = (k, t, _union(mine, child))
+                break
+        else:
+            made.open.append((kind, test, child))
+    return made
+
+
+def _kind(segment: _Segment) -> int:
+    if segment.excluded:
+        return _EXCLUDING
+    if segment.noverb:
+        return _NOVERB
+    return _ENDING if segment.text else _ANY
+
+
+def _accepts(kind: int, test: Any, segment: str) -> bool:
+    """Whether a parameter segment of ``kind`` (with ``test``) takes ``segment``."""
+    return segment != "" and (
+        kind == _ANY
+        or (kind == _ENDING and len(segment) > len(test) and segment.endswith(test))
+        or (kind == _NOVERB and ":" not in segment)
+        or (kind == _EXCLUDING and segment not in test)
+    )
+
+
+def _walk(node: _Trie, parts: list[str], at: int, stop: int) -> _Pattern | None:
+    """The pattern under ``node`` that ``parts[at:stop]`` lead to, if any."""
+    while at < stop:
+        segment = parts[at]
+        child = node.find(segment)  # (settled: if found, the only way on)
+        if child is None:
+            if not segment:  # a parameter is never empty
+                return None
+            child = node.any
+            if child is not None:
+                node = child
+                at += 1
+                continue
+            tests = node.tests
+            if node.verbs:  # (a name before the verb, and the verb after its last ':')
+                name, colon, verb = segment.rpartition(":")
+                if colon:
+                    tests = node.colon_tests
+                    if name:
+                        child = node.verbs.get(verb)
+            for kind, test, other in tests:
+                if kind == _ANY or _accepts(kind, test, segment):
+                    if child is not None:  # a second way: the first one to its end, then this
+                        found = _walk(child, parts, at + 1, stop)
+                        if found is not None:
+                            return found
+                    child = other
+            if child is None:
+                return None
+        node = child
+        at += 1
+    return node.end
 
 
 class Router:
@@ -378,184 +530,95 @@ class Router:
     ``Allow``) if one does but not with this method. One trailing ``/`` is ignored; an empty
     segment matches nothing.
 
-    ``match`` runs for every request, so it is compiled, as Falcon's router is: the table
-    becomes the source of one function (``source``) that splits the path once, tests its
-    segment count, then its fixed segments one place at a time (a trie unrolled into ``if``
-    statements), and answers the handler with its arguments built in one tuple. Nothing
-    scans the routes, hashes the path or calls a helper per request: the generated code is
-    what one would write by hand (``source`` shows it), and the tests hold it to a plain
-    definition of the patterns (a regular expression per route) over many paths.
+    The table is data, walked by a loop: the patterns without parameters in a dictionary by
+    their path, the others in a trie of their segments per segment count (the count of a path
+    split at '/'), fixed texts found in a dictionary, parameters by their test. Nothing scans
+    the routes or runs a regular expression per request. Where a segment could be a fixed text
+    or a parameter (``/v2/models/stats/x`` beside ``/v2/models/{model}/ready``), the fixed
+    text's subtrie holds both (:meth:`_Trie.settle`), so the walk goes back only where two
+    parameters take one segment; parameters that end with a verb (``{model}:predict``) are
+    found by the word after the segment's last ':', in one lookup however many verbs there are.
+    The patterns that end with the rest of the path (``{name:path}``) have a trie per place
+    where the rest starts, tried when no other pattern matches. Patterns never overlap (the
+    table refuses them), so the pattern found is the only one.
     """
 
-    __slots__ = ("table", "match", "source")
-
-    match: Callable[[str, str], Found | None]
+    __slots__ = ("table", "_fixed", "_sized", "_tails")
 
     def __init__(
         self, table: RouteTable, owner: object = None, find: Callable[[Route], Any] | None = None
     ) -> None:
         self.table = table
-        nodes: dict[str, _Node] = {}
+        patterns: dict[str, _Pattern] = {}
         for route in table.routes:
-            node = nodes.get(route.path)
-            if node is None:
-                node = nodes[route.path] = _Node(table._patterns[route.path])
-            node.routes.append(route)
+            pattern = patterns.get(route.path)
+            if pattern is None:
+                pattern = patterns[route.path] = _Pattern(table._patterns[route.path])
             handler = route.endpoint
             if find is not None:  # answer find(route) instead of the handler
                 handler = find(route)
             elif owner is not None:
                 handler = handler.__get__(owner, type(owner))
-            constants = tuple(value for _, from_path, value in _plan(route, table.leading))
-            for method in route.methods:
-                node.targets[method] = (handler, constants)  # the args, if no path parameter
-        by_size: dict[int, list[_Node]] = {}
-        at_least: dict[int, list[_Node]] = {}  # patterns that end with the rest of the path
-        for path, node in nodes.items():
-            node.allow = table.allowed(path)
-            if table.head and "GET" in node.targets:
-                node.targets["HEAD"] = node.targets["GET"]
-            sizes = at_least if node.pattern[-1].rest else by_size
-            sizes.setdefault(len(node.pattern), []).append(node)
-        self.source, namespace = _Generator(by_size, table.leading, at_least).generate()
-        exec(compile(self.source, "<podium route table>", "exec"), namespace)
-        self.match = namespace["match"]
-
-
-class _Generator:
-    """Writes the source of :attr:`Router.match` (see there)."""
-
-    def __init__(
-        self,
-        by_size: dict[int, list[_Node]],
-        leading: tuple[str, str],
-        at_least: dict[int, list[_Node]] | None = None,
-    ) -> None:
-        self.by_size = by_size
-        self.at_least = at_least or {}
-        self.leading = leading
-        self.lines: list[str] = []
-        self.namespace: dict[str, Any] = {}
-
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
-
-    def name(self, prefix: str, value: Any) -> str:
-        """A name for ``value`` in the generated module's namespace."""
-        name = f"{prefix}{len(self.namespace)}"
-        self.namespace[name] = value
-        return name
-
-    def generate(self) -> tuple[str, dict[str, Any]]:
-        emit = self.emit
-        emit(0, "def match(method, path):")
-        emit(1, 'if "//" in path:  # an empty segment matches nothing')
-        emit(2, "return None")
-        emit(1, 'parts = path.split("/")')
-        emit(1, "if not parts[-1] and len(path) > 1:  # one trailing '/' (the root's is the path)")
-        emit(2, "path = path[:-1]")
-        emit(2, "parts.pop()")
-        emit(1, "n = len(parts)")
-        keyword = "if"
-        for n in sorted(self.by_size):
-            emit(1, f"{keyword} n == {n}:")
-            self.trie(self.by_size[n], 1, 2)
-            keyword = "elif"
-        # Patterns ending with {name:path}: tried once no fixed-size pattern answered (they
-        # never overlap one, so the order does not change the answer).
-        for n in sorted(self.at_least):
-            emit(1, f"if n >= {n}:")
-            self.trie(self.at_least[n], 1, 2)
-        emit(1, "return None")
-        return "\n".join(self.lines) + "\n", self.namespace
-
-    def trie(self, nodes: list[_Node], at: int, depth: int) -> None:
-        """Code that finds which of ``nodes`` (same segment count; the same segments before
-        ``at``) a path matches, testing segment ``at`` and then the next ones. A failed test
-        falls through to the next candidates: patterns never overlap, so order is free."""
-        if at == len(nodes[0].pattern):
-            # Same fixed segments everywhere: a fixed ending first, its test is the cheaper.
-            for node in sorted(nodes, key=lambda n: not any(s.text for s in n.pattern if s.param)):
-                self.node(node, depth)
-            return
-        by_text: dict[str, list[_Node]] = {}
-        open_here: list[_Node] = []
-        for node in nodes:
-            segment = node.pattern[at]
-            if segment.param is None:
-                by_text.setdefault(segment.text, []).append(node)
+            pattern.add(route, handler, table.leading)
+        #: the patterns without parameters, by their path
+        self._fixed: dict[str, _Pattern] = {}
+        #: the others, in a trie per segment count
+        self._sized: dict[int, _Trie] = {}
+        #: (where the rest of the path starts, its trie), for the {name:path} patterns
+        self._tails: list[tuple[int, _Trie]] = []
+        tails: dict[int, _Trie] = {}
+        for path, pattern in patterns.items():
+            pattern.allow = table.allowed(path)
+            if table.head and "GET" in pattern.targets:
+                pattern.targets["HEAD"] = pattern.targets["GET"]
+            segments = pattern.segments
+            if all(segment.param is None for segment in segments):
+                self._fixed[path] = pattern
+            elif segments[-1].rest:
+                tails.setdefault(len(segments) - 1, _Trie()).insert(pattern, segments[1:-1])
             else:
-                open_here.append(node)
-        subject = f"parts[{at}]"
-        if len(by_text) > 1:
-            subject = f"s{at}"
-            self.emit(depth, f"{subject} = parts[{at}]")
-        keyword = "if"
-        for text, group in by_text.items():
-            self.emit(depth, f"{keyword} {subject} == {text!r}:")
-            self.trie(group, at + 1, depth + 1)
-            keyword = "elif"  # one text at most is the segment's
-        if open_here:
-            if at == 1 and len(nodes[0].pattern) == 2:  # the root path's one segment is ''
-                self.emit(depth, "if parts[1]:")
-                depth += 1
-            self.trie(open_here, at + 1, depth)
+                self._sized.setdefault(len(segments), _Trie()).insert(pattern, segments[1:])
+        for trie in (*self._sized.values(), *tails.values()):
+            trie.settle()
+        self._tails = sorted(tails.items())
 
-    def node(self, node: _Node, depth: int) -> None:
-        """The test of a pattern's one checked parameter (if any) and the code that answers
-        its handler and arguments, or raises 405."""
-        values = {
-            i: f'"/".join(parts[{i}:])' if s.rest else f"parts[{i}]"
-            for i, s in enumerate(node.pattern)
-            if s.param is not None
-        }
-        for i, segment in enumerate(node.pattern):
-            if segment.param is None or segment.rest:
-                continue
-            if not (segment.text or segment.noverb or segment.excluded):
-                continue
-            self.emit(depth, f"v{i} = parts[{i}]")
-            if segment.excluded:
-                self.emit(depth, f"if v{i} not in {segment.excluded!r}:")
-                values[i] = f"v{i}"
-            elif segment.text:
-                size = len(segment.text)
-                self.emit(depth, f"if len(v{i}) > {size} and v{i}.endswith({segment.text!r}):")
-                values[i] = f"v{i}[:-{size}]"
+    def match(self, method: str, path: str) -> Found | None:
+        """See the class docstring."""
+        if "//" in path:  # an empty segment matches nothing
+            return None
+        if path[-1:] == "/" and len(path) > 1:  # one trailing '/' (the root's is the path)
+            path = path[:-1]
+        found = self._fixed.get(path)
+        if found is not None:
+            target = found.targets.get(method)
+            if target is None:
+                raise found.refuse(method, path)
+            return target[0], target[1]
+        parts = path.split("/")
+        if parts[0]:  # (not a path)
+            return None
+        n = len(parts)
+        node = self._sized.get(n)
+        found = None if node is None else _walk(node, parts, 1, n)
+        if found is None:
+            for start, trie in self._tails:
+                if start >= n or not parts[start]:  # (the rest of the path is never empty)
+                    return None
+                found = _walk(trie, parts, 1, start)
+                if found is not None:
+                    break
             else:
-                self.emit(depth, f'if ":" not in v{i}:')
-                values[i] = f"v{i}"
-            depth += 1
-        refused = self.name("N", node)
-        if len(values) == 0:  # no parameters: (handler, args) is found as it is
-            targets = self.name("T", node.targets)
-            self.emit(depth, f"found = {targets}.get(method)")
-            self.emit(depth, "if found is not None:")
-            self.emit(depth + 1, "return found")
-            self.emit(depth, f"raise {refused}.refuse(method, path)")
-            return
-        at = {s.param: i for i, s in enumerate(node.pattern) if s.param is not None}
-        for route in node.routes:
-            args = [
-                values[at[name]] if from_path else self.literal(value)
-                for name, from_path, value in _plan(route, self.leading)
-            ]
-            handlers = {m: node.targets[m][0] for m in route.methods}
-            if "HEAD" in node.targets and "GET" in route.methods:
-                handlers["HEAD"] = node.targets["HEAD"][0]
-            table = self.name("H", handlers)
-            self.emit(depth, f"handler = {table}.get(method)")
-            self.emit(depth, "if handler is not None:")
-            self.emit(depth + 1, f"return handler, {_tuple(args)}")
-        self.emit(depth, f"raise {refused}.refuse(method, path)")
-
-    def literal(self, value: Any) -> str:
-        """``value`` in the source: itself if it reads back equal, else a name for it."""
-        if value is None or type(value) in (bool, int, str):
-            return repr(value)
-        return self.name("C", value)
-
-
-def _tuple(items: list[str]) -> str:
-    """A tuple display of ``items`` (source texts)."""
-    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+                return None
+        target = found.targets.get(method)
+        if target is None:
+            raise found.refuse(method, path)
+        handler, args, slots = target
+        made = list(args)
+        for slot, index, cut in slots:
+            if cut == 0:
+                made[slot] = parts[index]
+            elif cut > 0:
+                made[slot] = parts[index][:-cut]
+            else:
+                made[slot] = "/".join(parts[index:])
+        return handler, tuple(made)

@@ -1,49 +1,44 @@
-"""The bridge: Podium's coroutine handlers served from the threads of a synchronous ``grpc.server``.
+"""The bridge: Podium's coroutine handlers served from grpc's own threads, relayed through
+grpcio's internals, where a start-up check finds them as expected; ``grpc.aio`` otherwise.
 
-grpcio's thread-pool server moves a unary call through its C core about twice as fast as
-``grpc.aio`` does (bench/RESULTS.md, section 4), but the data plane, the schedulers and async
-models live on one event loop. The bridge keeps both: every handler is still written once, as a
-coroutine against a small context (:class:`LoopContext`, the part of ``grpc.aio.ServicerContext``
-Podium's handlers use), and :meth:`Bridge.handler` turns its ``grpc.aio``-style method handler
-into one for grpc's threads that runs the coroutine on the loop.
+grpcio's ``grpc.server`` moves a call through its C core faster than ``grpc.aio`` does, but the
+data plane, the schedulers and async models live on one event loop. The bridge keeps both: every
+handler is still written once, as a coroutine against a small context (:class:`LoopContext`, the
+part of ``grpc.aio.ServicerContext`` Podium's handlers use), and :meth:`Bridge.handler` turns
+its ``grpc.aio``-style method handler into one that grpc's polling thread relays to the loop.
 
-**Relayed** (:attr:`Mode.RELAYED`), a unary call goes through no pool thread at all: grpc's
-polling thread asks for the request message when the call arrives, parses it when it has, and
-hands it to the loop with one ``call_soon_threadsafe``; the loop runs the handler in a task and
-queues its outcome for one sender thread, which sends the answer and the status together in one
-batch, exactly as grpc does at the end of a unary call. For grpc the method is a non-blocking
-bidirectional one run by an inline executor (the same on the wire: one message each way, then
-the status). Relaying saves a pool thread's two waits per call, and sending from a thread of its
-own keeps the loop from handing the GIL to grpc's polling thread on every call: 1.7-1.8x the
-calls per second of the blocking way (bench/RESULTS.md, sections 5 and 9). Streams are relayed
-the same way and hold no thread while open. A response stream leaves through an outbox: one
-send in flight at a time, the first started by the sender thread, each next one by grpc's polling
-thread as the previous completes, and the status after the last. A request stream arrives through
-an inbox, whose messages grpc's polling thread receives one after another. Both are bounded by a
-window of :data:`WINDOW` messages: the loop waits while that many have not left, and no more are
-read ahead of the handler (HTTP/2 flow control takes it back to the client).
-
-**Blocking** (:attr:`Mode.BLOCKING`, grpcio's public API): a pool thread waits for the request,
-hands it to the loop and waits on a plain lock for the answer; stream messages cross through
-lock-free hand-offs with the same window, a pool thread per open stream (and one more to read a
-request stream); a thread is woken or the loop called only when the other side waits.
+A unary call goes through no pool thread: grpc's polling thread asks for the request message when
+the call arrives, parses it when it has, and hands it to the loop with one
+``call_soon_threadsafe``; the loop runs the handler in a task and queues its outcome for one
+sender thread, which sends the answer and the status together in one batch, exactly as grpc does
+at the end of a unary call. For grpc the method is a non-blocking bidirectional one run by an
+inline executor (the same on the wire: one message each way, then the status). Sending from a
+thread of its own keeps the loop from handing the GIL to grpc's polling thread on every call.
+Streams are relayed the same way and hold no thread while open. A response stream leaves through
+an outbox: one send in flight at a time, the first started by the sender thread, each next one
+by grpc's polling thread as the previous completes, and the status after the last. A request
+stream arrives through an inbox, whose messages grpc's polling thread receives one after another.
+Both are bounded by a window of :data:`WINDOW` messages: the loop waits while that many have not
+left, and no more are read ahead of the handler (HTTP/2 flow control takes it back to the
+client).
 
 The relay uses grpcio internals. :func:`decide` chooses the mode once per process, when the first
-bridged server starts: the internals' names, signatures and per-call state are checked, then a
-self-test serves real calls through the relay on a private loopback server; if either fails, the
-blocking way is taken and the server logs why (:mod:`._mode`).
+server that would relay starts: the internals' names, signatures and per-call state are checked,
+then a self-test serves real calls through the relay on a private loopback server; if either
+fails, the server is a ``grpc.aio`` server instead (:attr:`Mode.AIO`), serving the same
+coroutine handlers, and it logs why (:mod:`._mode`).
 
-Either way a handler that raises ends its call with the status the server's ``status`` function
-gives (the front end's one mapping, ``server/grpc/_errors.status_of``); cancellation is the same
-as on ``grpc.aio``: when the RPC ends for the client (cancelled, connection dropped, deadline),
-grpc runs the call's callback and the bridge cancels the handler's task, so the model's work is
+A handler that raises ends its call with the status the server's ``status`` function gives (the
+front end's one mapping, ``server/grpc/_errors.status_of``); cancellation is the same as on
+``grpc.aio``: when the RPC ends for the client (cancelled, connection dropped, deadline), grpc
+runs the call's callback and the bridge cancels the handler's task, so the model's work is
 cancelled exactly as for an HTTP disconnect.
 
-Layout, each module importing only those above it: ``_streams`` (the window, the end-of-stream
-sentinel, request streams as async iterators), ``_internals`` (grpcio's private pieces and their
-check), ``_context`` (one call: :class:`LoopContext` and the state shared with grpc's thread),
-``_relay`` (the sender thread, the relayed unary ending, outbox and inbox), ``_bridge``
-(:class:`Bridge`), ``_mode`` (the decision and the self-test).
+Layout, each module importing only those above it: ``_internals`` (grpcio's private pieces and
+their check), ``_relay`` (the window, request streams as async iterators, the sender thread, the
+relayed unary ending, outbox and inbox), ``_context`` (one call: :class:`LoopContext` and the
+state shared with grpc's threads), ``_bridge`` (:class:`Bridge`), ``_mode`` (the decision and the
+self-test).
 """
 
 from __future__ import annotations
@@ -52,7 +47,7 @@ from ._bridge import Bridge
 from ._context import Aborted, LoopContext, Status
 from ._internals import Internals, InternalsDiffer, load
 from ._mode import SELF_TEST_TIME_LIMIT_S, Decision, Mode, SelfTestFailed, check, decide, self_test
-from ._streams import WINDOW
+from ._relay import WINDOW
 
 __all__ = [
     "SELF_TEST_TIME_LIMIT_S",

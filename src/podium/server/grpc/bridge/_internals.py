@@ -18,8 +18,8 @@ a call (bench/RESULTS.md, section 9).
 
 None of these names is public API. :func:`load` checks each of them (names, parameters, and the
 attributes of the per-call state grpc makes for a call) and raises :class:`InternalsDiffer`,
-naming the difference, when this grpcio is not as expected; the bridge then serves every call
-the public, blocking way (:mod:`._mode` decides, once per process, and says so in the log).
+naming the difference, when this grpcio is not as expected; the server then serves every call
+with ``grpc.aio`` (:mod:`._mode` decides, once per process, and says so in the log).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Which way the bridge serves calls, decided when the first bridged server starts (never at
-import) and kept for the process.
+"""Whether calls are relayed or served by ``grpc.aio``, decided when the first server that would
+relay starts (never at import) and kept for the process.
 
 The relay runs on grpcio internals that no release promises to keep (:mod:`._internals`). Two
 checks stand between a grpcio upgrade and a broken or silently slower server:
@@ -12,7 +12,8 @@ checks stand between a grpcio upgrade and a broken or silently slower server:
    internals still behave as the relay expects, once, at start-up (tens of milliseconds); the
    calls the server then serves pay nothing for it.
 
-Either failing makes :func:`check` choose :attr:`Mode.BLOCKING` with the reason; the server logs
+Either failing makes :func:`check` choose :attr:`Mode.AIO` with the reason: the server is then a
+``grpc.aio`` server, which serves the same coroutine handlers without grpcio's internals. It logs
 the mode it serves with, the reason and the grpcio version when it starts.
 """
 
@@ -31,7 +32,7 @@ import grpc
 from ._bridge import Bridge
 from ._context import Status
 from ._internals import Internals, InternalsDiffer, load
-from ._streams import WINDOW
+from ._relay import WINDOW
 
 __all__ = [
     "SELF_TEST_TIME_LIMIT_S",
@@ -48,15 +49,15 @@ SELF_TEST_TIME_LIMIT_S = 5.0
 
 
 class Mode(enum.Enum):
-    """How a bridged server serves its calls."""
+    """How a gRPC inference server serves its calls."""
 
-    RELAYED = "relayed"  # through grpcio's internals, no thread held per call
-    BLOCKING = "blocking"  # grpcio's public API: a pool thread per call (about 1.7x slower)
+    RELAYED = "relayed"  # a grpc.server, calls relayed through grpcio's internals
+    AIO = "aio"  # a grpc.aio server: public API only, slower per call
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The mode, the internals that serve it (``None`` for :attr:`Mode.BLOCKING`), and why not
+    """The mode, the internals that serve it (``None`` for :attr:`Mode.AIO`), and why not
     relayed."""
 
     mode: Mode
@@ -64,15 +65,15 @@ class Decision:
     reason: str = ""
 
     @classmethod
-    def blocking(cls, reason: str) -> Decision:
-        return cls(Mode.BLOCKING, None, reason)
+    def aio(cls, reason: str) -> Decision:
+        return cls(Mode.AIO, None, reason)
 
     def describe(self) -> str:
-        """One line for the log: the mode, the grpcio version, and the reason for blocking."""
+        """One line for the log: the mode, the grpcio version, and why not relayed."""
         if self.mode is Mode.RELAYED:
             return f"calls relayed through grpcio {grpc.__version__}'s internals"
         return (
-            f"calls served the blocking way, about 1.7x slower per call than relayed "
+            f"calls served by grpc.aio, slower per call than relayed "
             f"(grpcio {grpc.__version__}: {self.reason})"
         )
 
@@ -88,17 +89,17 @@ async def check(
     time_limit_s: float = SELF_TEST_TIME_LIMIT_S,
 ) -> Decision:
     """Relayed when ``internals`` (by default grpcio's own, :func:`~._internals.load`) pass the
-    self-test; otherwise blocking, with the reason. Call it on the loop that the bridge will
+    self-test; otherwise ``grpc.aio``, with the reason. Call it on the loop that the bridge will
     serve from; ``status`` is the server's (see :class:`~._bridge.Bridge`)."""
     if internals is None:
         try:
             internals = load()
         except InternalsDiffer as exc:
-            return Decision.blocking(f"its internals are not what the relay expects: {exc}")
+            return Decision.aio(f"its internals are not what the relay expects: {exc}")
     try:
         await self_test(internals, status, time_limit_s=time_limit_s)
     except Exception as exc:  # whatever went wrong, the relay is not to be trusted
-        return Decision.blocking(f"the relay's self-test failed: {_said(exc)}")
+        return Decision.aio(f"the relay's self-test failed: {_said(exc)}")
     return Decision(Mode.RELAYED, internals)
 
 
@@ -124,8 +125,9 @@ async def self_test(
     """Serve the self-test's calls through ``internals`` on a private loopback server; raises
     if one does not come back exactly as expected within ``time_limit_s`` seconds."""
     loop = asyncio.get_running_loop()
-    pool = ThreadPoolExecutor(2, thread_name_prefix="podium-grpc-self-test")
-    bridge = Bridge(loop, pool, internals=internals, status=status)
+    # grpc.server wants a pool; every method is relayed, so no call runs in it.
+    pool = ThreadPoolExecutor(1, thread_name_prefix="podium-grpc-self-test")
+    bridge = Bridge(loop, internals=internals, status=status)
     server = grpc.server(pool, options=[("grpc.so_reuseport", 0)])
     try:
         methods = {name: bridge.handler(method) for name, method in _METHODS.items()}

@@ -1,8 +1,10 @@
-"""The relayed way: calls served through grpcio's internals, holding no thread.
+"""The relay: calls served through grpcio's internals, holding no thread.
 
 One sender thread (:class:`Sender`) ends relayed unary calls (:class:`Relay`) and starts the
 sends of idle response streams (:class:`Outbox`); grpc's polling thread receives the messages of
-request streams (:class:`Inbox`) and starts each next send of a busy response stream.
+request streams (:class:`Inbox`, a :class:`Requests` buffer the handler reads with ``async for``)
+and starts each next send of a busy response stream. Both ways at most :data:`WINDOW` messages
+wait between the loop and grpc on one stream.
 """
 
 from __future__ import annotations
@@ -12,25 +14,86 @@ import collections
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ....errors import InvalidInput
 from ._internals import Internals, unparsable
-from ._streams import END, WINDOW, Failed, Requests
 
 if TYPE_CHECKING:
     from ._context import Call, Status
 
-__all__ = ["Inbox", "Outbox", "Relay", "Sender"]
+__all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Requests", "Sender"]
 
 logger = logging.getLogger("podium.grpc")
 
+#: Messages that may wait between the loop and grpc, either way, on one stream.
+WINDOW = 16
+
+#: The end of a request stream: the client has closed its side.
+END = object()
+
+
+class Failed:
+    """A request stream that ended with ``exc`` (put in the buffer instead of a message)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Requests:
+    """A request stream as an async iterator over a buffer that another thread fills
+    (:meth:`push`); the loop is woken only when the handler waits for a message."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._arrived: asyncio.Future[None] | None = None
+        self._waiting = False
+
+    def push(self, entry: Any) -> None:
+        """A message, :data:`END` or a :class:`Failed` (any thread but the loop's)."""
+        self._buffer.append(entry)
+        if self._waiting:
+            self._waiting = False
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        arrived = self._arrived
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self.take()
+
+    async def take(self) -> Any:
+        """The next message; raises at the end (and ever after) or for a failed stream."""
+        if not self._buffer:
+            self._arrived = self._loop.create_future()
+            self._waiting = True
+            if not self._buffer:
+                await self._arrived
+            else:
+                self._waiting = False
+        message = self._buffer.popleft()
+        if message is END:
+            self._buffer.appendleft(END)
+            raise StopAsyncIteration
+        if isinstance(message, Failed):
+            self._buffer.appendleft(message)
+            raise message.exc
+        return message
+
 
 def _serialize_failed(context: grpc.ServicerContext) -> None:
-    # grpc's own words for an answer that does not serialize, as on the blocking way
+    # grpc's own words for an answer that does not serialize
     logger.exception("failed to serialize a gRPC response")
     context.set_code(grpc.StatusCode.INTERNAL)
     context.set_details("Failed to serialize response!")
@@ -45,8 +108,7 @@ def _set_status(context: grpc.ServicerContext, status: Status, error: BaseExcept
 class Relay:
     """How a relayed unary call of one method ends: :meth:`finish` hands the outcome to the
     sender thread, which serializes the answer with the method's own serializer and sends it with
-    the status, or sends the status alone for a failure (the sender's ``status`` of the error,
-    as on the blocking way)."""
+    the status, or sends the status alone for a failure (the sender's ``status`` of the error)."""
 
     __slots__ = ("render", "sender")
 

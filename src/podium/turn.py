@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Generic, TypeVar
 
 __all__ = ["TurnBuffer"]
 
@@ -20,14 +21,20 @@ T = TypeVar("T")
 class TurnBuffer(Generic[T]):
     """Items held until the current turn of the running event loop ends, then handed together
     to ``flush`` (one call, a list of every item held, in order). :meth:`flush` hands them over
-    at once (a write that must not wait, the end of the loop). Not thread-safe: a caller that
-    adds from several threads holds its own lock. A loop closed before its turn ended leaves
-    nothing stuck: the next item added under another loop schedules there."""
+    at once (a write that must not wait, the end of the loop). A loop closed before its turn
+    ended leaves nothing stuck: the next item added under another loop schedules there.
 
-    __slots__ = ("_flush", "_handle", "_items", "_loop")
+    Not thread-safe by itself: a caller that adds or flushes from several threads passes
+    ``lock`` and holds it around :meth:`add` and :meth:`flush`; the turn's end takes it too.
+    """
 
-    def __init__(self, flush: Callable[[list[T]], object]) -> None:
+    __slots__ = ("_flush", "_handle", "_items", "_lock", "_loop")
+
+    def __init__(
+        self, flush: Callable[[list[T]], object], *, lock: AbstractContextManager[Any] | None = None
+    ) -> None:
         self._flush = flush
+        self._lock = lock
         self._items: list[T] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.Handle | None = None
@@ -36,22 +43,30 @@ class TurnBuffer(Generic[T]):
         return len(self._items)
 
     def add(self, item: T) -> None:
-        """Hold ``item`` until this turn of the running loop ends."""
-        self._items.append(item)
+        """Hold ``item`` until this turn of the running loop ends (``RuntimeError`` where no
+        loop runs on this thread, and nothing is held)."""
         loop = asyncio.get_running_loop()
+        self._items.append(item)
         if self._loop is not loop:
             self._loop = loop
             self._handle = loop.call_soon(self._turn_ended)
 
     def _turn_ended(self) -> None:
-        self._loop = self._handle = None
-        self.flush()
+        if self._lock is None:
+            self._loop = self._handle = None
+            self.flush()
+            return
+        with self._lock:
+            self._loop = self._handle = None
+            self.flush()
 
     def flush(self) -> None:
         """Hand every held item to ``flush`` now (nothing when none is held)."""
         handle = self._handle
-        if handle is not None:
-            handle.cancel()  # (a no-op when it is the one running)
+        if handle is not None and self._lock is None:
+            # (a no-op when it is the one running). With a lock the call may be about to run
+            # on the loop's thread while another flushes: it stays, and finds nothing.
+            handle.cancel()
             self._loop = self._handle = None
         if self._items:
             items, self._items = self._items, []

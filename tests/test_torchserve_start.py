@@ -1,0 +1,162 @@
+"""TorchServe's start command and config.properties, unchanged (issue 22, section 1):
+`podium torchserve --start --ncs --model-store ... --models name=file.mar --ts-config ...`, and
+`podium serve --ts-config`; `--stop` stops what `--start` started."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import EXAMPLES
+from test_cli import PODIUM, free_port
+
+from podium._properties import PropertiesError
+from podium._torchserve_start import read_ts_config
+
+HANDLER = EXAMPLES / "torchserve-handler"
+
+
+def _store(tmp_path: Path) -> Path:
+    """A model store holding the sentiment handler's archive, as torch-model-archiver makes it."""
+    store = tmp_path / "model_store"
+    store.mkdir()
+    done = subprocess.run(
+        [*PODIUM, "archive", "--model-name", "sentiment", "--version", "1.0",
+         "--handler", str(HANDLER / "handler.py"), "--config-file",
+         str(HANDLER / "model-config.yaml"), "--extra-files", str(HANDLER / "lexicon.json"),
+         "--export-path", str(store)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return store
+
+
+def _properties(tmp_path: Path, store: Path, http: int, extra: str = "") -> Path:
+    path = tmp_path / "config.properties"
+    path.write_text(
+        f"inference_address=http://127.0.0.1:{http}\n"
+        f"management_address=http://127.0.0.1:{free_port()}\n"
+        f"metrics_address=http://127.0.0.1:{free_port()}\n"
+        f"grpc_inference_port={free_port()}\n"
+        f"grpc_management_port={free_port()}\n"
+        f"model_store={store}\n"
+        "number_of_netty_threads=4\n"
+        "default_workers_per_model=2\n"
+        "disable_token_authorization=true\n" + extra
+    )
+    return path
+
+
+def test_config_properties_in_podiums_words(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    path = _properties(tmp_path, store, 9080, "job_queue_size=50\nload_models=all\n"
+                       'models={"m": {"2.0": {"marName": "m.mar", "batchSize": 4, '
+                       '"maxBatchDelay": 100, "defaultVersion": true}}}\n')  # fmt: skip
+    found = read_ts_config(path, environ={})
+    assert found.settings["host"] == "127.0.0.1" and found.settings["http_port"] == 9080
+    assert found.settings["model_store"] == store
+    assert found.settings["auth"] is False  # disable_token_authorization=true
+    assert found.defaults == {"min_workers": 2, "max_queue_size": 50}
+    assert found.models == {
+        "m": {"batch_size": 4, "max_batch_delay": 100, "default_version": "2.0"}
+    }
+    assert found.load_models == ["all", "m=m.mar"]
+    assert any("'number_of_netty_threads' is not honoured" in n for n in found.notes)
+
+
+def test_envvars_config_and_refusals(tmp_path: Path) -> None:
+    path = tmp_path / "c.properties"
+    path.write_text("enable_envvars_config=true\ninference_address=http://0.0.0.0:8080\n")
+    found = read_ts_config(path, environ={"TS_INFERENCE_ADDRESS": "http://127.0.0.1:9999"})
+    assert found.settings["http_port"] == 9999
+    path.write_text("inference_address=https://0.0.0.0:8443\n")
+    with pytest.raises(PropertiesError, match="HTTPS"):
+        read_ts_config(path, environ={})
+    path.write_text('models={"m": {"1": {"frobnicate": 1}}}\n')
+    with pytest.raises(PropertiesError, match="'frobnicate'"):
+        read_ts_config(path, environ={})
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        try:
+            if httpx.get(url + "/ping", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the server did not become ready")
+
+
+def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    http = free_port()
+    config = _properties(tmp_path, store, http, "models={\\\n  \"sent\": {\"1.0\": {\\\n"
+                         '    "minWorkers": 1, "maxWorkers": 3, "responseTimeout": 60}}}\n')  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [*PODIUM, "torchserve", "--start", "--ncs", "--model-store", str(store),
+         "--models", "sent=sentiment.mar", "--ts-config", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{http}"
+    try:
+        _wait_ready(url, proc)
+        r = httpx.post(url + "/predictions/sent", json={"text": "I love it"}, timeout=30)
+        assert r.status_code == 200, r.text
+        # models= gave it 1-3 workers (the archive's own model-config.yaml says 1-1)
+        described = httpx.get(f"http://127.0.0.1:{_port(config, 'management')}/models/sent").json()
+        assert described[0]["minWorkers"] == 1 and described[0]["maxWorkers"] == 3
+        stopped = subprocess.run(
+            [*PODIUM, "torchserve", "--stop"], capture_output=True, text=True, env=env, timeout=90
+        )
+        assert stopped.returncode == 0 and "stopped" in stopped.stdout
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.stdout is not None
+    log = proc.stdout.read()
+    proc.stdout.close()
+    assert "'number_of_netty_threads' is not honoured" in log
+
+
+def _port(config: Path, which: str) -> int:
+    for line in config.read_text().splitlines():
+        if line.startswith(f"{which}_address="):
+            return int(line.rsplit(":", 1)[1])
+    raise AssertionError(which)
+
+
+def test_serve_takes_ts_config_with_load_models(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    shutil.copy(store / "sentiment.mar", store / "other.mar")
+    http = free_port()
+    config = _properties(tmp_path, store, http, "load_models=sentiment.mar\n")
+    proc = subprocess.Popen(
+        [*PODIUM, "serve", "--ts-config", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{http}"
+    try:
+        _wait_ready(url, proc)
+        listed = httpx.get(f"http://127.0.0.1:{_port(config, 'management')}/models").json()
+        assert [m["modelName"] for m in listed["models"]] == ["sentiment"]
+        # default_workers_per_model=2, but the archive's model-config.yaml sets minWorkers: 1
+        described = httpx.get(f"http://127.0.0.1:{_port(config, 'management')}/models/sentiment")
+        assert described.json()[0]["minWorkers"] == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
