@@ -83,6 +83,11 @@ def main() -> int:
         help="Truss's server on both sides (every case should be 'same'); writes partial.*",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "truss-conformance.json")
+    parser.add_argument(
+        "--fingerprints",
+        action="store_true",
+        help="print judgements.py's JUDGED_ANSWERS lines for the last full run, and stop",
+    )
     parser.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.in_venv:
@@ -96,6 +101,11 @@ def main() -> int:
         )
         return subprocess.call(argv, env=env, cwd=ROOT)
     sys.path.insert(0, str(HERE))
+    if args.fingerprints:
+        from harness.report import print_fingerprints
+
+        print_fingerprints(args.out)
+        return 0
     from harness.main import run
 
     return run(args)

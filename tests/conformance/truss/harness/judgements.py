@@ -235,3 +235,38 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "(docs/truss.md). `/ping`: " + _PING
     ),
 }
+
+
+# The answers each judgement was written for (the fingerprint the report prints for both
+# answers): where a run's answers differ from these, the report asks for the judgement to be
+# checked again. `run.py --fingerprints` prints these lines from the last full run.
+JUDGED_ANSWERS: dict[tuple[str, str], str] = {
+    ("features", "secrets"): "8b8515e63d85",
+    ("features", "is-healthy"): "0645fd6ddfc9",
+    ("numpy_values", "json"): "0d704acbc815",
+    ("numpy_values", "bytes-json"): "62d7bd4430a2",
+    ("pydantic_io", "invalid"): "5f448a596256",
+    ("responses", "stream-items"): "76e00a34eadf",
+    ("responses", "plain-values"): "94d481b93f5f",
+    ("responses", "stream-error-first"): "e065754b396c",
+    ("websocket_echo", "http-routes"): "9187c6eb66fa",
+    ("custom_layout", "predict"): "01a441e11abf",
+    ("custom_module_dir", "predict"): "f5fa12d85486",
+    ("request_everywhere", "request"): "c24bb3bd9b9f",
+    ("slow_stream", "client-leaves"): "5ab4be644b84",
+    ("flaky_load", "retried"): "43d9aed702d1",
+    ("health_checks", "during-and-after-load"): "91f85c3b5040",
+    ("test_basic_truss", "probes"): "6f87030a197a",
+    ("test_basic_truss", "bad-msgpack"): "05a5fd7e151b",
+    ("test_basic_truss", "bad-bodies"): "6b290607a15d",
+    ("test_basic_truss", "wrong-method"): "2cff0e04133d",
+    ("test_basic_truss", "head-options"): "3774b0b29f3e",
+    ("test_basic_truss", "unknown-path"): "e77a65db8024",
+    ("test_basic_truss", "metrics"): "deb7c53f1fee",
+    ("test_basic_truss", "hot-reload"): "a73507676a96",
+    ("test_streaming_truss", "headers-early"): "fc2432db785d",
+    ("test_streaming_read_timeout", "read-timeout"): "4151b96ed677",
+    ("annotated_types_truss", "invalid"): "3e83658c1505",
+    ("server_conformance_test_truss", "slow-load"): "1779c13e4550",
+    ("test_truss", "predict"): "1c9401e64d9c",
+}

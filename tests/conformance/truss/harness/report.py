@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .judgements import JUDGEMENTS, TRUSS_FACTS
+from .judgements import JUDGED_ANSWERS, JUDGEMENTS, TRUSS_FACTS
 
 ADAPTATIONS = """\
 Truss's server runs here without Docker, as Truss's own tests run it
@@ -62,6 +62,26 @@ def _short(value: Any, limit: int = 150) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def fingerprint(truss_answer: Any, podium_answer: Any) -> str:
+    """A short hash of both compared answers: a judgement names the answers it was written for."""
+    import hashlib
+
+    text = json.dumps([truss_answer, podium_answer], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def print_fingerprints(json_path: Path) -> None:
+    """``JUDGED_ANSWERS``'s lines for every judged difference of the run in ``json_path``."""
+    from .cases import strip
+
+    results = json.loads(json_path.read_text())
+    for row in results["cases"]:
+        key = (row["truss"], row["id"])
+        if row["verdict"] == "differs" and key in JUDGEMENTS:
+            t, p = (strip(row[k]["raw"]) for k in ("truss_answer", "podium_answer"))
+            print(f"    {key!r}: {fingerprint(t, p)!r},")
 
 
 def differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
@@ -145,9 +165,17 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path, partial
     for row in diffs:
         lines += [f'<a id="{_anchor(row)}"></a>', f"### {row['truss']} / {row['id']}", ""]
         lines += [f"Sends: {row['title']}.", ""]
-        judged = JUDGEMENTS.get((row["truss"], row["id"]))
-        lines += [f"**Verdict:** {judged}" if judged else "**Verdict:** not judged yet.", ""]
+        key = (row["truss"], row["id"])
+        judged = JUDGEMENTS.get(key)
         t, p = row["truss_answer"], row["podium_answer"]
+        now = fingerprint(t and t["compare"], p and p["compare"])
+        if judged and JUDGED_ANSWERS.get(key, now) != now:
+            judged += (
+                f" (**Written for earlier answers** ({JUDGED_ANSWERS[key]}); these are {now}: "
+                "check that it still holds.)"
+            )
+        lines += [f"**Verdict:** {judged}" if judged else "**Verdict:** not judged yet.", ""]
+        lines += [f"Answers' fingerprint: `{now}`.", ""]
         if t is None or p is None:
             info = results["trusses"].get(row["truss"], {})
             for name in ("truss", "podium"):
