@@ -64,6 +64,8 @@ TRUSS_FACTS: list[str] = [
     "1): a load that fails only the first time serves (flaky_load/retried).",
     "A generator function as `predict` with `postprocess` loads; each request is then the "
     "model-error 500 (stream_fn_postprocess/refused-when).",
+    "A websocket to a model that is not ready is refused at the handshake, with HTTP 503 and "
+    "the not-ready error (health_checks/during-and-after-load).",
     "`HEAD` is 405 on every route, the probes included (test_basic_truss/head-options).",
     "`GET /metrics` answers 307 (to `/metrics/`, Prometheus's ASGI app) on the inference port "
     "(test_basic_truss/metrics).",
@@ -224,9 +226,14 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "alone, exits. Podium should retry as Truss does (and read `NUM_LOAD_RETRIES_TRUSS`)."
     ),
     ("health_checks", "during-and-after-load"): (
-        "Statuses agree everywhere except `/ping` while loading (Truss 503, Podium 500). The "
+        "HTTP statuses agree everywhere except `/ping` while loading (Truss 503, Podium 500). The "
         "readiness error names the config's model instead of Truss's fixed 'model' (deliberate, "
-        "docs/truss.md). `/ping`: " + _PING
+        "docs/truss.md). A websocket while loading: Truss refuses the handshake with HTTP 503 and "
+        "its not-ready error (the exception handler answers the upgrade); Podium accepts it and "
+        "closes at once with 1013 (try again later) and the error as the reason. Truss's is the "
+        "better answer (a client is not told it connected when it did not; it sees the same 503 "
+        "as on every other route); uvicorn lets Podium deny an upgrade the same way. `/ping`: "
+        + _PING
     ),
     ("server_conformance_test_truss", "slow-load"): (
         "While loading: the readiness error names the config's model instead of Truss's fixed "

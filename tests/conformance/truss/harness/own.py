@@ -362,6 +362,8 @@ truss("health_checks", OWN, wait="live")
 )
 def health_checks(ctx: Ctx) -> Any:
     out: dict[str, Any] = {"loading": probes(ctx)}
+    out["loading"]["POST :predict"] = ctx.predict({})
+    out["loading"]["websocket"] = ctx.ws(["x"], receive=0, timeout=3, linger=1)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if ctx.get("/v1/models/model/loaded", timeout=3).get("status") == 200:
