@@ -680,3 +680,31 @@ def test_a_plain_truss_has_nothing_to_note_and_platform_settings_are_named(tmp_p
     )
     (source,) = discover(root)
     assert [n for n in truss.notes(source) if "runtime.health_checks" in n]
+
+
+FLAKY = """
+class Model:
+    def __init__(self):
+        self.attempts = 0
+
+    def load(self):
+        self.attempts += 1
+        if self.attempts < 2:
+            raise RuntimeError("not yet")
+
+    def predict(self, x):
+        return self.attempts
+"""
+
+
+def test_a_failed_load_is_tried_again_as_truss_does(
+    tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("podium.model.truss._model.LOAD_RETRY_GAP", 0.01)
+    inst = build(make_truss(tmp_path / "t", FLAKY), executor)
+    asyncio.run(inst.load())
+    assert asyncio.run(inst.predict(None, None)) == 2  # the second try loaded it
+    monkeypatch.setenv("NUM_LOAD_RETRIES_TRUSS", "0")
+    again = build(make_truss(tmp_path / "t2", FLAKY), executor)
+    with pytest.raises(RuntimeError, match="not yet"):
+        asyncio.run(again.load())

@@ -33,3 +33,11 @@ def test_the_readme_calls(examples_server: Server) -> None:
         )
         outputs = {o["name"]: o["data"] for o in r.json()["outputs"]}
         assert outputs["label"] == ["sentiment:positive"]
+
+
+def test_a_pydantic_input_that_is_no_json_is_truss_parsing_error(examples_server: Server) -> None:
+    with httpx.Client(base_url=examples_server.url, timeout=30) as client:
+        r = client.post(URL + ":predict", content=b"{not json")
+        assert r.status_code == 400
+        assert r.json()["error"].startswith("Input Parsing Error:\n  '__root__': Expecting ")
+        assert r.headers["x-baseten-error-code"] == "700"

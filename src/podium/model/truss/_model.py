@@ -20,6 +20,7 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import os
 import textwrap
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Executor
@@ -56,6 +57,19 @@ class LazyDataResolver:
 
     def raise_if_not_collected(self) -> None:
         return None
+
+
+#: Seconds between two tries of a truss's ``load()`` (Truss's ``gap_seconds``).
+LOAD_RETRY_GAP = 1.0
+
+
+def _load_retries() -> int:
+    """Truss's ``NUM_LOAD_RETRIES_TRUSS`` (default 1): how often a failed ``load()`` is tried
+    again."""
+    try:
+        return max(0, int(os.environ.get("NUM_LOAD_RETRIES_TRUSS", "1")))
+    except ValueError:
+        return 1
 
 
 def _is_stream(value: Any) -> bool:
@@ -153,10 +167,27 @@ class TrussModel:
             raise model_error(self.name, method.name, exc) from exc
 
     async def load(self) -> None:
-        """The model's ``load()``: async on the loop, sync in the pool."""
+        """The model's ``load()``: async on the loop, sync in the pool. As Truss's server, a
+        ``load()`` that raises is tried again a second later, ``NUM_LOAD_RETRIES_TRUSS`` times
+        (1 unless that variable says otherwise)."""
         load = getattr(self.obj, "load", None)
         if load is None:
             return
+        retries = _load_retries()
+        for attempt in range(retries + 1):
+            try:
+                await self._load_once(load)
+                return
+            except Exception as exc:
+                if attempt == retries:
+                    raise
+                logger.warning(
+                    "model '%s': load() raised %s: %s; trying again in %g s (%d of %d)",
+                    self.name, type(exc).__name__, exc, LOAD_RETRY_GAP, attempt + 1, retries,
+                )  # fmt: skip
+                await asyncio.sleep(LOAD_RETRY_GAP)
+
+    async def _load_once(self, load: Any) -> None:
         with _environ.using(self._env):  # the loading task may load other models after
             if inspect.iscoroutinefunction(load):
                 await load()

@@ -611,7 +611,7 @@ INFERENCE_ROUTES = RouteTable(
             Route("POST", path, _truss.endpoint, _TRUSS, name, args={"method": method})
             for path, (method, name) in _truss.ENDPOINT_PATHS.items()
         ),
-        # The API description (last: the compiled router tests the routes above first):
+        # The API description:
         # MLServer's place, a page to try it, and TorchServe's places
         Route("GET", "/v2/docs/openapi.json", HttpApp._api_description, _OIP, "openApiDocument"),
         Route("GET", "/v2/docs", HttpApp._docs_page, _OIP, "docsPage"),

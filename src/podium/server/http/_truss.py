@@ -44,7 +44,15 @@ from ...errors import (
     Unavailable,
     http_status,
 )
-from ...types import ENDPOINT_METHODS, AnswerStream, Call, Reply, Returned, WireProtocol
+from ...types import (
+    ENDPOINT_METHODS,
+    AnswerStream,
+    Call,
+    InputKind,
+    Reply,
+    Returned,
+    WireProtocol,
+)
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
 from . import _responses, _truss_wire
@@ -219,8 +227,10 @@ def _is_binary(ex: Exchange) -> bool:
     return content_type.partition(b";")[0].strip().lower() == b"application/octet-stream"
 
 
-def _parser(binary: bool) -> Callable[[bytes], Any]:
-    return _truss_wire.decode_msgpack if binary else _truss_wire.decode_json
+def _parser(binary: bool, schema: bool = False) -> Callable[[bytes], Any]:
+    if binary:
+        return _truss_wire.decode_msgpack
+    return _truss_wire.decode_json_for_schema if schema else _truss_wire.decode_json
 
 
 async def predict(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
@@ -232,8 +242,8 @@ async def predict(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     except ModelNotReady as exc:
         raise _not_ready(name, exc.message) from None
     binary = _is_binary(ex)
-    await self._read(ex, mv, call, _parser(binary))
     caps = mv.instance.capabilities
+    await self._read(ex, mv, call, _parser(binary, caps.input_kind is InputKind.SCHEMA))
     if caps.streaming or caps.returns_streams:
         await _answer_items(self, ex, send, mv, self.dataplane.stream(call, mv), binary)
         return

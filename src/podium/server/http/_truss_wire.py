@@ -33,7 +33,14 @@ import numpy as np
 from ... import codecs
 from ...errors import BadModelOutput, InvalidInput
 
-__all__ = ["decode_json", "decode_msgpack", "encode_json", "encode_msgpack", "is_pydantic"]
+__all__ = [
+    "decode_json",
+    "decode_json_for_schema",
+    "decode_msgpack",
+    "encode_json",
+    "encode_msgpack",
+    "is_pydantic",
+]
 
 _any_decoder = msgspec.json.Decoder()
 
@@ -61,6 +68,17 @@ def decode_json(body: bytes) -> Any:
         raise InvalidInput(f"Invalid JSON payload: {exc}") from None
     except (UnicodeDecodeError, RecursionError) as exc:  # Truss answers 500 here; a 400 is right
         raise InvalidInput(f"Invalid JSON payload: {type(exc).__name__}: {exc}") from None
+
+
+def decode_json_for_schema(body: bytes) -> Any:
+    """:func:`decode_json` for a model whose input is a pydantic model: Truss hands such a body
+    to the model's ``parse_raw``, so JSON that does not parse is its input parsing error, on
+    the root of the input."""
+    try:
+        return decode_json(body)
+    except InvalidInput as exc:
+        why = exc.message.removeprefix("Invalid JSON payload: ")
+        raise InvalidInput(f"Input Parsing Error:\n  '__root__': {why}.") from None
 
 
 def is_pydantic(value: Any) -> bool:
