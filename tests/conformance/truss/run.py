@@ -88,6 +88,11 @@ def main() -> int:
         action="store_true",
         help="print judgements.py's JUDGED_ANSWERS lines for the last full run, and stop",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write docs/truss-conformance.md again from the last full run's JSON, and stop",
+    )
     parser.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.in_venv:
@@ -101,6 +106,11 @@ def main() -> int:
         )
         return subprocess.call(argv, env=env, cwd=ROOT)
     sys.path.insert(0, str(HERE))
+    if args.report_only:
+        from harness.report import rewrite
+
+        print(f"wrote {rewrite(args.out)}")
+        return 0
     if args.fingerprints:
         from harness.report import print_fingerprints
 

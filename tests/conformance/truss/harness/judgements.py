@@ -80,10 +80,12 @@ _PING = (
     "503 sees the difference. Suggestion: answer as Truss when every model served is a truss."
 )
 _INPUT_TEXT = (
-    "Truss is right on the wire: for a pydantic-typed input Truss parses with the model's "
-    "`parse_raw`, so a body that is not JSON is an 'Input Parsing Error:' naming `__root__`; "
-    "Podium answers its generic 'Invalid JSON payload: ...' (same status, same headers). Only "
-    "the message differs; Podium should use Truss's form for typed inputs."
+    "Truss is right, by one character: for a pydantic-typed input Truss parses with the model's "
+    "`parse_raw`, so a body that is not JSON is 'Input Parsing Error:' with the location in "
+    "backticks (`` `__root__` ``); Podium now answers the same message (it had answered its "
+    "generic 'Invalid JSON payload: ...') but quotes the location with straight quotes "
+    "(`'__root__'`). Same status and headers; Podium should use backticks, as Truss's "
+    "`format_pydantic_validation_error` does for every location."
 )
 _LOOSE_OUTPUT = (
     "Podium answers where Truss fails: Truss's JSON encoder (`DeepNumpyEncoder`) raises on "
@@ -252,7 +254,7 @@ JUDGED_ANSWERS: dict[tuple[str, str], str] = {
     ("features", "is-healthy"): "0645fd6ddfc9",
     ("numpy_values", "json"): "0d704acbc815",
     ("numpy_values", "bytes-json"): "62d7bd4430a2",
-    ("pydantic_io", "invalid"): "5f448a596256",
+    ("pydantic_io", "invalid"): "5ec5a582b545",
     ("responses", "stream-items"): "76e00a34eadf",
     ("responses", "plain-values"): "94d481b93f5f",
     ("responses", "stream-error-first"): "e065754b396c",
@@ -262,7 +264,7 @@ JUDGED_ANSWERS: dict[tuple[str, str], str] = {
     ("request_everywhere", "request"): "c24bb3bd9b9f",
     ("slow_stream", "client-leaves"): "5ab4be644b84",
     ("flaky_load", "retried"): "43d9aed702d1",
-    ("health_checks", "during-and-after-load"): "91f85c3b5040",
+    ("health_checks", "during-and-after-load"): "f8a84a606fdf",
     ("test_basic_truss", "probes"): "6f87030a197a",
     ("test_basic_truss", "bad-msgpack"): "05a5fd7e151b",
     ("test_basic_truss", "bad-bodies"): "6b290607a15d",
@@ -273,7 +275,7 @@ JUDGED_ANSWERS: dict[tuple[str, str], str] = {
     ("test_basic_truss", "hot-reload"): "a73507676a96",
     ("test_streaming_truss", "headers-early"): "fc2432db785d",
     ("test_streaming_read_timeout", "read-timeout"): "4151b96ed677",
-    ("annotated_types_truss", "invalid"): "3e83658c1505",
+    ("annotated_types_truss", "invalid"): "1f179ff7e22d",
     ("server_conformance_test_truss", "slow-load"): "1779c13e4550",
     ("test_truss", "predict"): "1c9401e64d9c",
 }

@@ -72,6 +72,20 @@ def fingerprint(truss_answer: Any, podium_answer: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def rewrite(json_path: Path) -> Path:
+    """The report again from the run in ``json_path`` (after judgements were written)."""
+    from .cases import strip
+
+    results = json.loads(json_path.read_text())
+    for row in results["cases"]:
+        for key in ("truss_answer", "podium_answer"):
+            if row[key] is not None:
+                row[key]["compare"] = strip(row[key]["raw"])
+    md = json_path.with_suffix(".md")
+    write_markdown(results, md, json_path, partial=json_path.stem == "partial")
+    return md
+
+
 def print_fingerprints(json_path: Path) -> None:
     """``JUDGED_ANSWERS``'s lines for every judged difference of the run in ``json_path``."""
     from .cases import strip
