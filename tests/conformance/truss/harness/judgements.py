@@ -57,7 +57,8 @@ TRUSS_FACTS: list[str] = [
     "A plain `predict` that returns a generator, or a `Response`, while the model has "
     "`postprocess`, is a 500 'Internal Server Error (in model/chainlet).' with code 600, not the "
     "412 of `ModelDefinitionError`: the error is raised inside `intercept_exceptions`, which turns "
-    "every exception into `UserCodeError` (definition_rules/postprocess).",
+    "every exception into `UserCodeError` (definition_rules/postprocess; Podium answers the "
+    "same, though docs/truss.md says Truss answers 412 and Podium a 500 naming the rule).",
     '`POST /hot-reload` re-imports `model/` and answers 200 `{"msg": "Hot reload complete"}` '
     "on the inference port, to anyone (test_basic_truss/hot-reload).",
     "A `load()` that raises is retried once, a second later (`NUM_LOAD_RETRIES_TRUSS`, default "
@@ -90,9 +91,10 @@ _INPUT_TEXT = (
 _LOOSE_OUTPUT = (
     "Podium answers where Truss fails: Truss's JSON encoder (`DeepNumpyEncoder`) raises on "
     "`numpy.bool_` and `bytes` (500, code 500, 'Unhandled exception: TypeError: ...'); Podium "
-    "encodes them (`true`; bytes as base64 text). An improvement (no working truss relied on "
-    "the 500), but not yet named in docs/truss.md's deliberate differences; the "
-    "base64 spelling is Podium's own choice."
+    "encodes them (`true`; bytes as base64 text; datetimes, decimals and uuids as text, a set as "
+    "a list). A deliberate improvement (docs/truss.md): no working truss relied on the 500. One "
+    "more: Truss writes NaN and Infinity, which are no JSON (a strict reader fails), and Podium "
+    "`null` (deliberate too). The base64 spelling of bytes is Podium's own choice."
 )
 
 JUDGEMENTS: dict[tuple[str, str], str] = {
@@ -100,8 +102,8 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "Same secret values and the same exception class (`SecretNotFound`); only its message "
         "differs. Truss's is fixed text (a leading newline, 'defined in the secret manager', a "
         "link to Truss's docs); Podium's names `TRUSS_SECRET_<name>` and `--secrets-dir`, which "
-        "is more useful here, but code that shows or matches the message sees the change. Minor; "
-        "Truss is the reference."
+        "is more useful here, but code that shows or matches the message sees the change. Minor, "
+        "and deliberate (docs/truss.md)."
     ),
     ("features", "is-healthy"): (
         "Truss's readiness error says 'Model with name model is not ready.': `model` is Truss's "
@@ -126,8 +128,8 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "a stream that fails at once can still get an error status). Same bytes, later headers. A "
         "client's read timeout counts the wait for the first body byte on Truss too, so few "
         "clients can tell; one that waits only for headers (to show progress, or a proxy's "
-        "header timeout shorter than the model's first item) does. A deliberate trade; "
-        "docs/truss.md names the error side of it, not this one."
+        "header timeout shorter than the model's first item) does. A deliberate trade, named in "
+        "docs/truss.md."
     ),
     ("responses", "stream-items"): (
         "A generator that yields an `int`: Truss sends the items before it, then cuts the "
@@ -151,25 +153,23 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "Podium passes the truss's own data folder (`assets/`) as `data_dir`; Truss's image "
         "copies it to `/app/data` and always passes `data`. Code that opens files under "
         "`data_dir` works on both; only code that looks at the folder's name sees the difference. "
-        "Podium's answer is reasonable; not named in docs/truss.md."
+        "Podium's answer is reasonable, but not named in docs/truss.md's deliberate differences."
     ),
     ("custom_module_dir", "predict"): (
         "Podium is right: Truss 0.18.36's own image cannot load a truss whose `model_module_dir` "
         "is not `model` (the folder is copied to `/app/model`, the config still names `src`: 'No "
         "module class file found', and the server exits). A Truss bug; Podium serves the truss "
-        "as its config describes it."
+        "as its config describes it (deliberate, docs/truss.md)."
     ),
     ("request_everywhere", "request"): (
         "Podium is right: Truss calls an `async def load()` without awaiting it (the coroutine is "
         "dropped and the model serves unloaded); Podium awaits it, as its contract says (load may "
-        "be sync or async). Not named in docs/truss.md."
+        "be sync or async); named in docs/truss.md."
     ),
     ("slow_stream", "client-leaves"): (
         "Podium is better, as DESIGN.md asks (a client that leaves closes the generator and frees "
         "the slot at once): the next request is answered at once, where Truss runs the abandoned "
-        "generator to its end and the next request waits ~4.8 s. Note that docs/truss.md says "
-        "the slot is held until the stream ends 'as Truss holds its semaphore': true for a "
-        "stream that is read, not for one the client leaves."
+        "generator to its end and the next request waits ~4.8 s. Named in docs/truss.md."
     ),
     ("test_basic_truss", "probes"): _PING,
     ("test_truss", "predict"): _PING,
@@ -184,9 +184,10 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "A bad datetime extension, and JSON that is not UTF-8: Truss 500 ('Unhandled exception: "
         "...', code 500), Podium 400 (code 700): Podium is right (the request is at fault), as "
         "docs/truss.md says. A lone surrogate escape: Truss 200 (it echoes \\ud800), Podium "
-        "400: deliberate (docs/truss.md). But docs/truss.md says Truss answers 500 to every "
+        "400: deliberate (docs/truss.md). But docs/truss.md says Truss answers 500 to a "
         "MessagePack body that does not decode: it answers 400 to those (msgpack's errors are "
-        "`ValueError`s), 500 only when an extension's payload has the wrong type."
+        "`ValueError`s), 500 only when an extension's payload has the wrong type; the page "
+        "should say so."
     ),
     ("test_basic_truss", "wrong-method"): (
         "Podium is right, Truss is accidental: `GET /v1/models/model:predict` is 200 `{}` on "
@@ -218,8 +219,8 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
     ("test_streaming_read_timeout", "read-timeout"): (
         "Podium is better: no item came within `streaming_read_timeout`, and nothing had been "
         "sent, so Podium can still answer a 504 with Truss's error headers and a message naming "
-        "the setting; Truss had already sent 200 and cuts the connection mid-body. Not named in "
-        "docs/truss.md's deliberate differences."
+        "the setting; Truss had already sent 200 and cuts the connection mid-body. Deliberate, "
+        "named in docs/truss.md."
     ),
     ("flaky_load", "retried"): (
         "Truss is right: its server retries a failed `load()` once, a second later "

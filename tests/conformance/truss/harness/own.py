@@ -55,14 +55,20 @@ truss("numpy_values", OWN)
 N = "numpy_values"
 
 
-@case(N, "json", "numpy arrays, scalars and a bare array returned, answered as JSON")
+@case(
+    N,
+    "json",
+    "numpy arrays, scalars and a bare array; datetimes, decimals, uuids; NaN and infinity; "
+    "a set: answered as JSON",
+)
 def numpy_json(ctx: Ctx) -> Any:
-    return {k: ctx.predict({"kind": k}) for k in ("array", "scalars", "bare", "datetime")}
+    kinds = ("array", "scalars", "bare", "datetime", "non_finite", "set")
+    return {k: ctx.predict({"kind": k}) for k in kinds}
 
 
 @case(N, "msgpack", "the same asked with MessagePack (msgpack-numpy answers)")
 def numpy_msgpack(ctx: Ctx) -> Any:
-    kinds = ("array", "scalars", "bare", "bytes", "datetime")
+    kinds = ("array", "scalars", "bare", "bytes", "datetime", "non_finite")
     return {k: ctx.predict(msgpack_body={"kind": k}) for k in kinds}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import socket
 import time
 from typing import Any
@@ -133,7 +134,9 @@ def decode(content: bytes, content_type: str) -> Any:
     media = content_type.partition(";")[0].strip().lower()
     if media == "application/json":
         try:
-            return {"json": json.loads(content)}
+            # NaN and Infinity are no JSON, though Python writes and reads them: marked as such
+            # (and comparable: NaN is not equal to itself).
+            return {"json": json.loads(content, parse_constant=lambda c: f"<not JSON: {c}>")}
         except ValueError:
             return {"text": decode_text(content)}
     if media == "application/octet-stream" and content:
@@ -158,7 +161,9 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return {"ndarray": str(value.dtype), "shape": list(value.shape), "data": value.tolist()}
     if isinstance(value, np.generic):
-        return {"numpy": str(value.dtype), "value": value.item()}
+        return {"numpy": str(value.dtype), "value": jsonable(value.item())}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}  # comparable: NaN is not equal to itself
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -24,6 +24,10 @@ class Model:
                 "amount": decimal.Decimal("1.50"),
                 "id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
             }
+        if kind == "non_finite":
+            return {"nan": float("nan"), "inf": float("inf"), "np_nan": np.float64("nan")}
+        if kind == "set":
+            return {"set": {3}}
         if kind == "bytes":
             return {"raw": b"\x00\x01binary"}
         return {"echo": inputs}
