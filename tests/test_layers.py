@@ -78,6 +78,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "podium",
             "podium.types",
+            "podium._instances",
             "podium.codecs",
             "podium.errors",
             "podium.config",

@@ -18,19 +18,14 @@ import logging
 import os
 import sys
 import threading
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor
-from email import message_from_bytes
-from email.policy import HTTP
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
 
 import msgspec
 
 from ... import __version__
-from ...codecs import JSON_ERRORS
 from ...config import load_yaml
 from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
 from ...metrics import current_store
@@ -42,9 +37,7 @@ from ...types import (
     InputKind,
     ModelInstance,
     Reply,
-    WireInput,
     WireProtocol,
-    current_context,
 )
 from ...types import Context as SequenceContext
 from .._calls import run_sync
@@ -57,6 +50,16 @@ from ._config import TsSettings, model_config
 from ._context import Context, RequestProcessor
 from ._handler import HandlerSpec, load_handler, on_path
 from ._metrics import TorchServeMetrics
+from ._rows import (
+    Refused,
+    contexts_for,
+    end_sequences,
+    gather,
+    request_id_of,
+    row_of,
+    sequence_headers,
+    unwrap,
+)
 
 __all__ = [
     "ArchiveLimits",
@@ -163,147 +166,6 @@ def _gpu_id(name: str, settings: TsSettings) -> int | None:
     return ids[turn % len(ids)]
 
 
-# -- what a handler receives --------------------------------------------------------------
-
-
-def _request_id(value: Any) -> str:
-    """A request's id: the one it came with (:class:`WireInput`), else a fresh uuid."""
-    found = value.request_id if isinstance(value, WireInput) else None
-    return found or str(uuid.uuid4())
-
-
-def _unwrap(value: Any) -> tuple[WireProtocol, Any]:
-    """A request's protocol and payload. The data plane hands a handler a :class:`WireInput`
-    (``InputKind.WIRE``); a bare payload (a direct call, as in tests) is TorchServe's REST body."""
-    if isinstance(value, WireInput):
-        return value.protocol, value.payload
-    return WireProtocol.TORCHSERVE_REST, value
-
-
-def _form(body: bytes, content_type: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The fields of a multipart/form-data body, and each one's content type."""
-    message = message_from_bytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body, policy=HTTP
-    )
-    fields: dict[str, Any] = {}
-    types: dict[str, Any] = {}
-    for part in message.iter_parts() if message.is_multipart() else ():
-        name = part.get_param("name", header="content-disposition")
-        if not isinstance(name, str):
-            continue
-        payload = part.get_payload(decode=True) or b""
-        ctype = part.get("content-type")
-        fields[name] = _value(bytes(payload), (ctype or "").split(";")[0].strip().lower())
-        types[name] = {"content-type": ctype}
-    return fields, types
-
-
-def _value(body: bytes, content_type: str) -> Any:
-    """A body as TorchServe's backend hands it over: JSON parsed, text decoded, else bytearray."""
-    if content_type == "application/json":
-        try:
-            return msgspec.json.decode(body)
-        except (*JSON_ERRORS, RecursionError):  # as TorchServe: what does not parse stays bytes
-            return bytearray(body)
-    if content_type.startswith("text"):
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError:
-            return bytearray(body)
-    return bytearray(body)
-
-
-class _Refused(Exception):
-    """A handler raised TorchServe's ``PredictionException``: its requests get that status."""
-
-    def __init__(self, exc: Exception) -> None:
-        super().__init__(str(exc))
-        self.exc = exc
-
-
-def _row(
-    protocol: WireProtocol, payload: Any, request: Any
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One element of TorchServe's ``data`` list, and the request's headers for the context."""
-    headers: dict[str, Any] = {}
-    raw_headers = getattr(request, "headers", None)
-    if raw_headers is not None:
-        headers = {k.lower(): v for k, v in raw_headers.items()}
-    if protocol is WireProtocol.TORCHSERVE_GRPC:
-        if isinstance(payload, dict):
-            row = {k: bytearray(v) if isinstance(v, bytes) else v for k, v in payload.items()}
-        else:
-            row = {"data": bytearray(payload or b"")}  # what TorchServe's gRPC clients send
-        return row, headers
-    # TorchServe 0.12's /predictions (and KServe v1 :predict) pass no query parameters: only
-    # its legacy /{model}/predict route did, which neither serves.
-    row = {}
-    content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
-    if isinstance(payload, bytes | bytearray):
-        if content_type == "multipart/form-data":
-            fields, types = _form(bytes(payload), str(headers["content-type"]))
-            row.update(fields)
-            return row, {**types, **headers}
-        if content_type == "application/x-www-form-urlencoded":
-            for key, value in parse_qsl(bytes(payload).decode("latin-1"), keep_blank_values=True):
-                row[key] = bytearray(value.encode())
-            return row, headers
-        row["body"] = _value(bytes(payload), content_type)
-    else:
-        row["body"] = payload  # parsed JSON, or the OIP request as JSON
-    return row, {"body": {"content-type": content_type or None}, **headers}
-
-
-def _contexts(count: int) -> list[SequenceContext | None] | None:
-    """The sequence contexts of a call's ``count`` requests (read on the event loop: the
-    handler's thread does not see the task's context variables); None outside sequences."""
-    found = current_context.get()
-    if found is None:
-        return None
-    items: list[SequenceContext | None] = (
-        [found] if isinstance(found, SequenceContext) else list(found)
-    )
-    if len(items) != count:
-        raise RuntimeError(
-            f"{len(items)} sequence contexts for a call of {count} requests: the scheduler "
-            "must set one per request"
-        )
-    return items
-
-
-def _gather(items: list[Any]) -> Any:
-    if all(isinstance(i, str) for i in items):
-        return "".join(items)
-    if all(isinstance(i, bytes | bytearray) for i in items):
-        return b"".join(items)
-    return items
-
-
-def _sequence_headers(headers: dict[str, Any], sequence: SequenceContext) -> None:
-    """The request headers TorchServe's frontend adds for a request of a sequence: its id, the
-    start flag on the sequence's first request, the end flag when the client ends it (on any
-    protocol)."""
-    headers[Context.header_key_sequence_id] = sequence.sequence_id
-    if sequence.first:
-        headers[Context.header_key_sequence_start] = "true"
-    if sequence.last:
-        headers[Context.header_key_sequence_end] = "true"
-
-
-def _end_sequences(
-    processors: list[RequestProcessor], contexts: list[SequenceContext | None]
-) -> None:
-    """End each sequence whose handler set ``ts_request_sequence_end`` (any value: TorchServe's
-    handlers set the sequence id) on its response, as TorchServe's frontend does."""
-    key = Context.header_key_sequence_end
-    for processor, sequence in zip(processors, contexts, strict=True):
-        if sequence is None or not processor.touched:
-            continue
-        headers = processor.get_response_headers()
-        if key in headers or any(k.lower() == key for k in headers):
-            sequence.end()
-
-
 class TorchServeModel:
     """A TorchServe handler behind the :class:`podium.types.ModelInstance` interface.
 
@@ -400,9 +262,9 @@ class TorchServeModel:
 
     async def predict(self, inputs: Any, request: Any) -> Any:
         if self._batched:
-            contexts = _contexts(len(inputs))
+            contexts = contexts_for(len(inputs))
             return await self._threads.run(self._handle, inputs, request, None, contexts)
-        contexts = _contexts(1)
+        contexts = contexts_for(1)
         results = await self._threads.run(self._handle, [inputs], [request], None, contexts)
         return results[0]
 
@@ -424,7 +286,7 @@ class TorchServeModel:
             )
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        return self._stream(inputs, request, _contexts(1))
+        return self._stream(inputs, request, contexts_for(1))
 
     def predict_input_stream(
         self, inputs: AsyncIterator[Any], request: Any
@@ -458,7 +320,7 @@ class TorchServeModel:
             )
         if not batch:
             return
-        contexts = _contexts(len(batch)) if self._sequences else None
+        contexts = contexts_for(len(batch)) if self._sequences else None
         await self._threads.run(self._step, batch, contexts)
 
     async def _stream(
@@ -468,7 +330,7 @@ class TorchServeModel:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         room = threading.Semaphore(self._buffer)  # back-pressure on the handler's thread
         gone = threading.Event()
-        protocol = _unwrap(inputs)[0]
+        protocol = unwrap(inputs)[0]
 
         def emit(idx: int, value: Any) -> None:  # in the handler's thread
             if not gone.is_set():
@@ -519,29 +381,29 @@ class TorchServeModel:
         processors: list[RequestProcessor] = []
         protocols: list[WireProtocol] = []
         for i, (value, request) in enumerate(zip(inputs, requests, strict=True)):
-            protocol, payload = _unwrap(value)
+            protocol, payload = unwrap(value)
             protocols.append(protocol)
-            row, headers = _row(protocol, payload, request)
+            row, headers = row_of(protocol, payload, request)
             sequence = contexts[i] if contexts is not None else None
             if sequence is not None:
-                _sequence_headers(headers, sequence)
+                sequence_headers(headers, sequence)
             data.append(row)
             processors.append(RequestProcessor(headers))
         batch = self.context._batch
         # Each request's own id (the access log's, podium.request_id()), as TorchServe's
         # frontend gives each request one; a bare call's (in tests) a fresh uuid.
-        ids = {i: _request_id(value) for i, value in enumerate(inputs)}
+        ids = {i: request_id_of(value) for i, value in enumerate(inputs)}
         try:
             try:
                 ret = self._call_handler(data, ids, processors, emit, "")
-            except _Refused as refused:
+            except Refused as refused:
                 return [self._refusal(refused.exc, protocol) for protocol in protocols]
             self._check_results(ret, count, "batch")
             kept: dict[int, list[Any]] = batch.kept or {}
             return [
                 self._finish(
                     processors[i],
-                    _gather([*kept[i], ret[i]]) if i in kept else ret[i],
+                    gather([*kept[i], ret[i]]) if i in kept else ret[i],
                     protocols[i],
                     final=True,
                 )
@@ -551,7 +413,7 @@ class TorchServeModel:
             batch.emit = None
             batch.kept = None
             if contexts is not None:
-                _end_sequences(processors, contexts)
+                end_sequences(processors, contexts)
 
     def _step(
         self, gens: list[Generation], contexts: list[SequenceContext | None] | None = None
@@ -563,15 +425,15 @@ class TorchServeModel:
         ids: dict[int, str] = {}
         protocols: list[WireProtocol] = []
         for i, gen in enumerate(gens):
-            protocol, payload = _unwrap(gen.inputs)
+            protocol, payload = unwrap(gen.inputs)
             protocols.append(protocol)
             state = gen.state
             if _TS_ID not in state:
-                row, headers = _row(protocol, payload, gen.request)
+                row, headers = row_of(protocol, payload, gen.request)
                 sequence = contexts[i] if contexts is not None else None
                 if sequence is not None:
-                    _sequence_headers(headers, sequence)
-                state[_TS_ID] = _request_id(gen.inputs)
+                    sequence_headers(headers, sequence)
+                state[_TS_ID] = request_id_of(gen.inputs)
                 state[_TS_HEADERS] = headers
             else:
                 row = {}  # cached in the backend: TorchServe sends no parameters again
@@ -586,7 +448,7 @@ class TorchServeModel:
         try:
             try:
                 ret = self._call_handler(data, ids, processors, emit, " (in step)")
-            except _Refused as refused:
+            except Refused as refused:
                 for gen, protocol in zip(gens, protocols, strict=True):
                     gen.emit(self._refusal(refused.exc, protocol))
                     gen.finish()
@@ -601,7 +463,7 @@ class TorchServeModel:
             batch.emit = None
             batch.kept = None
             if contexts is not None:
-                _end_sequences(processors, contexts)
+                end_sequences(processors, contexts)
 
     def _call_handler(
         self,
@@ -612,7 +474,7 @@ class TorchServeModel:
         where: str,
     ) -> Any:
         """``handle(data, context)`` over one batch or step, its context set for it. A
-        ``PredictionException`` comes out as :class:`_Refused`; any other error as
+        ``PredictionException`` comes out as :class:`Refused`; any other error as
         ``ModelError`` naming the handler (``where`` is added to the message)."""
         batch = self.context._batch
         batch.request_ids = ids
@@ -625,7 +487,7 @@ class TorchServeModel:
             raise
         except Exception as exc:
             if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
-                raise _Refused(exc) from exc
+                raise Refused(exc) from exc
             logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
             raise ModelError(
                 f"model '{self.name}' handler '{self._label}' raised "
