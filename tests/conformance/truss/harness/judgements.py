@@ -253,7 +253,7 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
 JUDGED_ANSWERS: dict[tuple[str, str], str] = {
     ("features", "secrets"): "8b8515e63d85",
     ("features", "is-healthy"): "0645fd6ddfc9",
-    ("numpy_values", "json"): "0d704acbc815",
+    ("numpy_values", "json"): "1882ca501f1e",
     ("numpy_values", "bytes-json"): "62d7bd4430a2",
     ("pydantic_io", "invalid"): "5ec5a582b545",
     ("responses", "stream-items"): "76e00a34eadf",
