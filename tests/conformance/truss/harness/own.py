@@ -393,3 +393,36 @@ truss("stream_fn_postprocess", OWN, wait="any")
 def stream_fn_postprocess(ctx: Ctx) -> Any:
     time.sleep(2)  # a load that fails ends the server within a second
     return {"serving": ctx.service.alive(), "predict": ctx.predict({}, timeout=5)}
+
+
+# --- what predict_concurrency bounds --------------------------------------------------------------
+
+truss("preprocess_bound", OWN)
+
+
+@case(
+    "preprocess_bound",
+    "overlap",
+    "2 concurrent requests (preprocess, predict, postprocess 1 s each; predict_concurrency 1): "
+    "both done within 5 s (pre/post outside the bound: ~4 s) or not (~6 s)",
+)
+def preprocess_bound(ctx: Ctx) -> Any:
+    import threading
+
+    results: list[Any] = [None, None]
+
+    def call(i: int) -> None:
+        results[i] = ctx.predict({"i": i}, timeout=15)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    took = time.monotonic() - t0
+    return {
+        "bodies": [r.get("body") if r else None for r in results],
+        "both within 5 s": took < 5.0,
+        "_seconds": round(took, 2),
+    }
