@@ -1,0 +1,1 @@
+PACKAGE_VALUE = "from-packages"

@@ -1,0 +1,5 @@
+import helpers_2
+
+
+def foo(x):
+    return helpers_2.bar(x)

@@ -1,0 +1,2 @@
+def bar(x):
+    raise Exception("Crashed in `bar`.")
