@@ -134,12 +134,13 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
     ("responses", "stream-items"): (
         "A generator that yields an `int`: Truss sends the items before it, then cuts the "
         "connection (Starlette cannot encode the int; no terminating chunk, the error in the "
-        "log), so the client sees a broken stream. Podium writes the int as JSON plus a newline "
-        "(`1\\n`) and goes on (`a`, `1\\n`, `c`): a body no Truss client expects, spelled unlike "
-        "the str items around it. Truss's answer is the one to keep (the client learns that the "
-        "stream failed, as for any item that raises midway); otherwise docs/truss.md should name "
-        "the encoding. The other generators (empty strings skipped, bytes, non-ASCII, nothing) "
-        "and a plain iterator (not a generator: a 500 on both) agree."
+        "log), so the client sees a broken stream. Podium writes the int as a JSON line "
+        "(`1\\n`) and goes on (`a`, `1\\n`, `c`), as on its other chunked streams: deliberate, "
+        "named in docs/truss.md. Podium's answer is the more useful one for a model that does "
+        "this on purpose, but it is spelled unlike the str items around it (which get no "
+        "newline), and a truss that yields a non-text item by mistake fails loudly only on "
+        "Truss. The other generators (empty strings skipped, bytes, non-ASCII, nothing) and a "
+        "plain iterator (not a generator: a 500 on both) agree."
     ),
     ("websocket_echo", "http-routes"): (
         "Neither is good; they differ in the headers and the text. `:predict` on a model with only "
