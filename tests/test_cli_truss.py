@@ -49,3 +49,18 @@ def test_check_reports_a_truss_and_its_missing_requirements(tmp_path: Path) -> N
     assert f"ok: model 'hello-truss' ({root / 'model' / 'model.py'}) (a truss)" in result.stdout
     assert "requirements not installed here: podium-absent-package>=1" in result.stdout
     assert "pip install podium-absent-package>=1" in result.stdout
+
+
+def test_a_server_of_one_truss_answers_truss_ping() -> None:
+    with serving(TRUSSES / "hello", *PORTS) as url:
+        base = url.replace("0.0.0.0", "127.0.0.1")
+        r = httpx.get(base + "/ping")
+        assert (r.status_code, r.json()) == (200, {})  # Truss's (SageMaker's) answer
+    with serving(TRUSSES / "failing-load", *PORTS, "--keep-running") as url:
+        r = httpx.get(url.replace("0.0.0.0", "127.0.0.1") + "/ping")
+        assert r.status_code == 503
+        assert r.json()["error"].startswith("Model with name failing-truss is not ready.")
+        assert r.headers["x-baseten-error-code"] == "600"
+    with serving(TRUSSES, *PORTS) as url:  # beside another model: TorchServe's /ping
+        r = httpx.get(url.replace("0.0.0.0", "127.0.0.1") + "/ping")
+        assert r.json()["status"] in ("Healthy", "Partial Healthy")

@@ -124,6 +124,9 @@ class Capabilities:
     #: answers it (``input_schema``, ``output_schema``, ``supports_streaming``); None when they
     #: say nothing.
     io_schema: Mapping[str, Any] | None = None
+    #: A truss's model: a server of one truss answers Truss's ``/ping`` (SageMaker's probe)
+    #: where it differs from TorchServe's.
+    truss: bool = False
 
 
 class SyncCalls(Protocol):

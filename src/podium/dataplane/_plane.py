@@ -13,7 +13,7 @@ from typing import Any, cast
 from msgspec.structs import replace
 
 from .. import __version__
-from ..errors import InvalidInput
+from ..errors import InvalidInput, NotFound
 from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
@@ -133,6 +133,17 @@ class DataPlane:
         model and its routes ignore the name they are given); None otherwise."""
         names = self._registry.names()
         return names[0] if len(names) == 1 else None
+
+    def sole_truss(self) -> str | None:
+        """The one model served when it is a truss (``capabilities.truss``), else None."""
+        name = self.sole_model()
+        if name is None:
+            return None
+        try:
+            mv = self._registry.get(name)
+        except NotFound:
+            return None
+        return name if mv.instance is not None and mv.instance.capabilities.truss else None
 
     def endpoint(self, call: Call, mv: ModelVersion, name: str) -> AnswerStream:
         """Call the model's method ``name`` (one of its ``capabilities.endpoints``: Truss's

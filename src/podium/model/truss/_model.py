@@ -133,6 +133,7 @@ class TrussModel:
             websocket=spec.websocket is not None,
             health_check=spec.is_healthy is not None,
             io_schema=spec.schema,
+            truss=True,
         )
         self._threads = CallThreads(name=f"podium-{self.name}")
         #: where a sync predict runs (a thread worker times its calls there)

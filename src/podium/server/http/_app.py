@@ -158,6 +158,11 @@ class HttpApp:
         await send_json(send, 200, StatisticsResponse(self.dataplane.statistics(model, version)))
 
     async def _ping(self, ex: Exchange, send: Send) -> None:
+        """TorchServe's ``/ping``; on a server of one truss, Truss's (SageMaker's probe)."""
+        truss = self.dataplane.sole_truss()
+        if truss is not None:
+            await _truss.ping(self, ex, send, truss)
+            return
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
         elif self.dataplane.stopping:  # TorchServe's answer when nothing will serve

@@ -196,6 +196,15 @@ async def ready(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     await send_body(send, 200, JSON, _EMPTY_OBJECT)
 
 
+async def ping(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
+    """Truss's ``/ping`` on a server of one truss (SageMaker's probe): ``{}`` once loaded,
+    else its not-ready error (503); the model's health is not asked, as in Truss."""
+    ex.errors = send_truss_error
+    if not self.dataplane.model_ready(model):
+        raise _not_ready(model)
+    await send_body(send, 200, JSON, _EMPTY_OBJECT)
+
+
 async def loaded(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     """Truss's ``/loaded``: ``{}`` once loaded (the model's health is not asked)."""
     ex.errors = send_truss_error
