@@ -108,8 +108,9 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
     ("features", "is-healthy"): (
         "Truss's readiness error says 'Model with name model is not ready.': `model` is Truss's "
         "fixed name (`MODEL_BASENAME`), not the config's `model_name`. Podium puts the config's "
-        "name there (docs/truss.md says so deliberately). Truss is right about its own text; a "
-        "client that matches it sees the difference. `/ping`: " + _PING
+        "name there (deliberate, docs/truss.md). Truss is right about its own text; a client "
+        "that matches it sees the difference. (`/ping` now answers as Truss's for a server of "
+        "one truss.)"
     ),
     ("numpy_values", "json"): _LOOSE_OUTPUT,
     ("numpy_values", "bytes-json"): _LOOSE_OUTPUT,
@@ -143,12 +144,12 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "plain iterator (not a generator: a 500 on both) agree."
     ),
     ("websocket_echo", "http-routes"): (
-        "Neither is good; they differ in the headers and the text. `:predict` on a model with only "
-        "`websocket`: Truss fails an assertion (500, code 500, 'Unhandled exception: "
-        "AssertionError: `predict` must only be called if model has it.'); Podium answers the "
-        "model-error 500 (code 600, 'Internal Server Error (in model/chainlet).'), which blames "
-        "model code that never ran. Suggestion: 404 with code 700 and Truss's words, as for an "
-        "OpenAI-style route the model lacks."
+        "Neither is good; they differ in the error code header and the text. `:predict` on a "
+        "model with only `websocket`: Truss fails an assertion (500, code 500, 'Unhandled "
+        "exception: AssertionError: `predict` must only be called if model has it.'); Podium "
+        "answers the model-error 500 (code 600, 'Internal Server Error (in model/chainlet).'), "
+        "which blames model code that never ran. Suggestion: 404 with code 700 and Truss's "
+        "words, as for an OpenAI-style route the model lacks. Not named in docs/truss.md."
     ),
     ("custom_layout", "predict"): (
         "Podium passes the truss's own data folder (`assets/`) as `data_dir`; Truss's image "
@@ -230,20 +231,21 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
         "alone, exits. Podium should retry as Truss does (and read `NUM_LOAD_RETRIES_TRUSS`)."
     ),
     ("health_checks", "during-and-after-load"): (
-        "HTTP statuses agree everywhere except `/ping` while loading (Truss 503, Podium 500). The "
-        "readiness error names the config's model instead of Truss's fixed 'model' (deliberate, "
-        "docs/truss.md). A websocket while loading: Truss refuses the handshake with HTTP 503 and "
-        "its not-ready error (the exception handler answers the upgrade); Podium accepts it and "
-        "closes at once with 1013 (try again later) and the error as the reason. Truss's is the "
-        "better answer (a client is not told it connected when it did not; it sees the same 503 "
-        "as on every other route); uvicorn lets Podium deny an upgrade the same way. `/ping`: "
-        + _PING
+        "Statuses agree. The not-ready error names the config's model instead of Truss's fixed "
+        "'model', and Podium appends its reason ('... is not ready. it is still loading.': "
+        "note the lower-case 'it' after the full stop): deliberate, docs/truss.md. A websocket "
+        "while loading: Truss refuses the handshake with HTTP 503 and its not-ready error (its "
+        "exception handler answers the upgrade); Podium accepts it and closes at once with 1013 "
+        "(try again later) and the error as the reason. Truss's is the better answer (a client "
+        "is not told it connected when it did not, and sees the same 503 as on every other "
+        "route; uvicorn lets a server deny an upgrade with an HTTP answer). Not named in "
+        "docs/truss.md."
     ),
     ("server_conformance_test_truss", "slow-load"): (
-        "While loading: the readiness error names the config's model instead of Truss's fixed "
-        "'model', and Podium appends its reason after Truss's words ('... is not ready. it is "
-        "still loading.': note the lower-case 'it' after the full stop); deliberate "
-        "(docs/truss.md). `/ping`: " + _PING
+        "Statuses agree (`/ping` now answers as Truss's). While loading, the not-ready error names "
+        "the config's model instead of Truss's fixed 'model', and on predictions Podium appends "
+        "its reason ('... is not ready. it is still loading.': note the lower-case 'it' after "
+        "the full stop): deliberate, docs/truss.md."
     ),
 }
 
@@ -253,20 +255,20 @@ JUDGEMENTS: dict[tuple[str, str], str] = {
 # checked again. `run.py --fingerprints` prints these lines from the last full run.
 JUDGED_ANSWERS: dict[tuple[str, str], str] = {
     ("features", "secrets"): "8b8515e63d85",
-    ("features", "is-healthy"): "0645fd6ddfc9",
+    ("features", "is-healthy"): "2242b81189ae",
     ("numpy_values", "json"): "1882ca501f1e",
     ("numpy_values", "bytes-json"): "62d7bd4430a2",
     ("pydantic_io", "invalid"): "5ec5a582b545",
     ("responses", "stream-items"): "76e00a34eadf",
     ("responses", "plain-values"): "94d481b93f5f",
     ("responses", "stream-error-first"): "e065754b396c",
-    ("websocket_echo", "http-routes"): "9187c6eb66fa",
-    ("custom_layout", "predict"): "01a441e11abf",
+    ("websocket_echo", "http-routes"): "1f71f5848ca1",
+    ("custom_layout", "predict"): "47bb78403246",
     ("custom_module_dir", "predict"): "f5fa12d85486",
     ("request_everywhere", "request"): "c24bb3bd9b9f",
     ("slow_stream", "client-leaves"): "5ab4be644b84",
     ("flaky_load", "retried"): "43d9aed702d1",
-    ("health_checks", "during-and-after-load"): "f8a84a606fdf",
+    ("health_checks", "during-and-after-load"): "af6aeace3a61",
     ("test_basic_truss", "probes"): "6f87030a197a",
     ("test_basic_truss", "bad-msgpack"): "05a5fd7e151b",
     ("test_basic_truss", "bad-bodies"): "6b290607a15d",
@@ -278,6 +280,6 @@ JUDGED_ANSWERS: dict[tuple[str, str], str] = {
     ("test_streaming_truss", "headers-early"): "fc2432db785d",
     ("test_streaming_read_timeout", "read-timeout"): "4151b96ed677",
     ("annotated_types_truss", "invalid"): "1f179ff7e22d",
-    ("server_conformance_test_truss", "slow-load"): "1779c13e4550",
+    ("server_conformance_test_truss", "slow-load"): "abf7fc1ea5d4",
     ("test_truss", "predict"): "1c9401e64d9c",
 }
