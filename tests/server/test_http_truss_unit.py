@@ -17,7 +17,7 @@ import msgpack_numpy
 import numpy as np
 import pytest
 from starlette.responses import JSONResponse, PlainTextResponse
-from starlette.testclient import TestClient
+from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from podium.config import ModelConfig
@@ -450,6 +450,17 @@ def test_websocket_of_a_model_that_raises_closes_1011() -> None:
         1011,
         "Internal Server Error (in model/chainlet).",
     )
+
+
+def test_websocket_while_the_model_loads_is_refused_with_503() -> None:
+    client = served(("m", Truss(websocket=_echo)), state=ModelState.LOADING)
+    with pytest.raises(WebSocketDenialResponse) as info:
+        with client.websocket_connect("/v1/websocket"):
+            pass
+    denied = info.value
+    assert denied.status_code == 503
+    assert denied.json()["error"].startswith("Model with name m is not ready.")
+    assert denied.headers["x-baseten-error-code"] == "600"
 
 
 def test_websocket_without_a_model_for_it_closes_1003() -> None:

@@ -444,8 +444,17 @@ async def serve_websocket(plane: DataPlane, scope: Scope, receive: Receive, send
         mv = _resolve(plane, name)
     except NotFound:
         mv = None
-    except PodiumError as exc:  # not ready
-        await _accept_and_close(websocket, 1013, exc.message)
+    except PodiumError as exc:  # not ready: refused before the handshake, as Truss refuses it
+        if "websocket.http.response" in scope.get("extensions", {}):
+            status, code, message = truss_error(exc)
+            body = _responses.encoder.encode({"error": message})
+            headers = [*JSON, *error_headers(code), (b"content-length", str(len(body)).encode())]
+            await send(
+                {"type": "websocket.http.response.start", "status": status, "headers": headers}
+            )
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:  # a server without the denial response: accepted, then 1013 (try again later)
+            await _accept_and_close(websocket, 1013, exc.message)
         return
     if mv is None or not mv.instance.capabilities.websocket:
         logger.warning("WebSocket to %s: %s", scope["path"], WEBSOCKET_NOT_SERVED_REASON)
