@@ -11,6 +11,7 @@ after the first chunk) in test_http_streaming.py; not ready (503) in test_http_r
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -278,3 +279,28 @@ def test_readiness_follows_a_truss_health_check(talker: Server) -> None:
         assert (r.status_code, r.json()) == (503, {"error": "Model with name talker is not ready."})
         baseten(r, "600")
         assert client.get("/v1/models/talker/loaded").status_code == 200
+
+
+@pytest.mark.anyio
+async def test_websockets_count_against_max_connections() -> None:
+    """An upgraded connection stays counted until it closes: WebSockets cannot pile up past
+    --max-connections on a listener exposed to a network."""
+    from websockets.asyncio.client import connect
+
+    with run_server(TEST_MODELS / "trusses-http" / "socket", args=("--max-connections", "2")) as s:
+        url = s.url.replace("http://", "ws://") + "/v1/websocket"
+        async with connect(url) as first, connect(url) as second:
+            for ws in (first, second):
+                await ws.send("hi")
+                assert await ws.recv() == "echo hi"
+            async with httpx.AsyncClient(base_url=s.url, timeout=PATIENCE) as client:
+                r = await client.get("/v1/models/socket/loaded")
+                assert r.status_code == 503 and "connections open" in r.text
+        deadline = time.monotonic() + 10  # both closed: room again
+        while True:
+            async with httpx.AsyncClient(base_url=s.url, timeout=PATIENCE) as client:
+                r = await client.get("/v1/models/socket/loaded")
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert r.status_code == 200

@@ -327,13 +327,23 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def _upgrade(self) -> None:
         """Hand the connection to uvicorn's WebSocket protocol, which owns it from now on: its
-        head was within the limits; this protocol's timer and count let go of it (the guard
-        counts HTTP connections)."""
+        head was within the limits, and this protocol's timer lets go of it. It stays counted
+        against ``--max-connections`` until the WebSocket's connection is lost: a client
+        cannot open WebSockets past the bound an HTTP connection has."""
         self._cancel()
-        if self._admitted:
-            self._admitted = False
-            self.guard.open -= 1
         self.handle_websocket_upgrade()
+        protocol = self.transport.get_protocol()
+        if protocol is self or not self._admitted:
+            return
+        self._admitted = False  # the WebSocket's protocol releases the count now
+        guard = self.guard
+        lost = protocol.connection_lost
+
+        def counted_lost(exc: Exception | None) -> None:
+            guard.open -= 1
+            lost(exc)
+
+        protocol.connection_lost = counted_lost  # type: ignore[method-assign]
 
     def on_headers_complete(self) -> None:
         self._head_done = self.scope
