@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "max_sequence_queue_size": 16,
     "max_num_sequences": 10_000,
     "continuous_batching": False,
+    "metrics_config": None,
+    "metrics_log": False,
     "model_metadata": {},
     "ray": {},
 }
@@ -83,6 +85,8 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "max_sequence_queue_size": (3, 3),
     "max_num_sequences": (8, 8),
     "continuous_batching": (True, True),
+    "metrics_config": ("metrics.yaml", Path("metrics.yaml")),
+    "metrics_log": (True, True),
     "model_metadata": ({"platform": "onnx"}, {"platform": "onnx"}),
     "ray": ({"num_cpus": 2}, {"num_cpus": 2}),
 }

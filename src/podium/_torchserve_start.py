@@ -30,9 +30,8 @@ NOT_HONOURED: Mapping[str, str] = {
     "pool for sync model code)",
     "netty_client_threads": "no Netty here",
     "number_of_gpu": "device placement is not configured here yet",
-    "metrics_config": "metrics.yaml is not read yet: Podium's own metrics are on /metrics",
-    "metrics_mode": "Podium's metrics are Prometheus's, on the metrics listener",
-    "model_metrics_auto_detect": "Podium's metrics are Prometheus's, on the metrics listener",
+    "model_metrics_auto_detect": "every metric a handler records is on /metrics already (as "
+    "with model_metrics_auto_detect=true)",
     "disable_system_metrics": "Podium reports no system metrics",
     "async_logging": "Podium's logging writes once per event-loop turn",
     "cors_allowed_origin": "the inference API sets no CORS headers",

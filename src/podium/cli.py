@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -172,6 +173,15 @@ def _serve(
         settings = ModelSettings(names=names, models=start.models, defaults=start.defaults)
     elif names:
         settings = ModelSettings(names=names)
+    # TorchServe handlers read the server's metrics.yaml and log mode (context.metrics)
+    metrics: dict[str, Any] = {}
+    if config.logs.metrics_config is not None:
+        metrics["metrics_config"] = config.logs.metrics_config.resolve()
+    if config.logs.ts_metrics == "log":
+        metrics["metrics_log"] = True
+    if metrics:
+        settings = settings or ModelSettings()
+        settings = dataclasses.replace(settings, defaults={**metrics, **settings.defaults})
     if not all_paths and config.registration.model_store is None:  # models come by the API
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"

@@ -119,6 +119,8 @@ class ModelConfig:
     # Continuous batching: the model's step() advances up to batch_size requests at a time;
     # requests join and leave between steps.
     continuous_batching: bool = _default("continuous_batching")
+    metrics_config: Path | None = _default("metrics_config")
+    metrics_log: bool = _default("metrics_log")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)
@@ -436,13 +438,16 @@ class ShutdownTimes(_Group):
 
 @dataclass(frozen=True, slots=True)
 class Logs(_Group):
-    """The log's level and format, the access log, OpenTelemetry spans."""
+    """The log's level and format, the access log, OpenTelemetry spans, TorchServe's metric
+    names (``ts_metrics``) and its ``metrics.yaml``."""
 
     GROUP = Group.LOGS
     level: str = _setting("log_level")
     format: str = _setting("log_format")
     access_log: bool = _setting("access_log")
     otel: bool = _setting("otel")
+    ts_metrics: str = _setting("ts_metrics")
+    metrics_config: Path | None = _setting("metrics_config")
 
 
 _BY_GROUP: dict[Group, tuple[Setting, ...]] = {

@@ -376,10 +376,13 @@ class _Default:
         return REGISTRY.collect()
 
 
-def metrics_registry(collector: PodiumCollector) -> CollectorRegistry:
-    """A registry of Podium's collector and prometheus-client's default one."""
+def metrics_registry(collector: PodiumCollector, *more: Any) -> CollectorRegistry:
+    """A registry of Podium's collector, ``more`` collectors (TorchServe's names) and
+    prometheus-client's default one."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    for extra in more:
+        registry.register(extra)
     registry.register(_Default())
     return registry
 

@@ -20,6 +20,7 @@ from ..config import Secrets, ServerConfig
 from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ..errors import DefinitionError
 from ..model import truss
+from ..model.torchserve import read_metrics_yaml
 from ..types import ModelState
 from ._access import AccessLog, RequestIds
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
@@ -32,6 +33,7 @@ from ._limits import (
     raise_open_files_limit,
 )
 from ._metrics import MetricsApp, PodiumCollector, metrics_registry
+from ._metrics_ts import TorchServeCollector
 from ._otel import start as start_tracing
 from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
@@ -219,6 +221,9 @@ class Podium:
         self.paths = paths
         #: model settings from outside the models' own files (``runtime.ModelSettings``, made
         #: from TorchServe's config.properties), or None
+        #: TorchServe's metrics.yaml (``--metrics-config``; its own by default): read here, so
+        #: that a wrong file stops the start (the CLI tells every start-up model where it is)
+        self.ts_metrics = read_metrics_yaml(config.logs.metrics_config)
         self.model_settings = model_settings
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
@@ -532,7 +537,10 @@ class Podium:
             connections=self.connection_statistics,
             grpc_connections=self.grpc_connections,
         )
-        app = MetricsApp(metrics_registry(collector))
+        more = []
+        if self.config.logs.ts_metrics == "prometheus":
+            more.append(TorchServeCollector(self.dataplane, self.ts_metrics))
+        app = MetricsApp(metrics_registry(collector, *more))
         listeners = self.config.listeners
         await self._serve_http("http-metrics", app, listeners.metrics_host, listeners.metrics_port)
 

@@ -134,7 +134,7 @@ def start_triton(repositories: list[Path], workdir: Path, timeout: float = 180) 
 
 # --- TorchServe ---------------------------------------------------------------------------
 
-TS_MODELS = ("ts_echo", "ts_stateful", "ts_capacity", "ts_stream")
+TS_MODELS = ("ts_echo", "ts_stateful", "ts_capacity", "ts_stream", "ts_intermediate", "ts_explain")
 
 
 def build_archives(store: Path, workdir: Path) -> None:

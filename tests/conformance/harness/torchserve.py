@@ -362,3 +362,72 @@ def management(addr):
 def capacity(addr):
     raw = [http("POST", _inf(addr, "/predictions/ts_capacity"), content=b"1") for _ in range(6)]
     return [r["status"] for r in raw], raw
+
+
+# --- intermediate responses and explanations (issue 22) ----------------------------------
+
+
+@scenario(
+    "T3",
+    "22",
+    "a handler that sends intermediate responses (TorchServe's own test handler): REST "
+    "/predictions, unary gRPC Predictions, StreamPredictions",
+    "torchserve",
+)
+def intermediate(addr):
+    inf_pb2, inf_grpc, _, _ = _ts_stubs()
+    chunks: list[str] = []
+    with httpx.Client(timeout=TIMEOUT) as client:
+        with client.stream("POST", _inf(addr, "/predictions/ts_intermediate"), json=42) as r:
+            for chunk in r.iter_raw():
+                if chunk:
+                    chunks.append(chunk.decode(errors="replace"))
+            rest = {
+                "status": r.status_code,
+                "chunked": r.headers.get("transfer-encoding"),
+                "body": "".join(chunks),
+            }
+    out: dict[str, Any] = {"rest": rest}
+    channel = grpc.insecure_channel(addr["grpc"])
+    try:
+        stub = inf_grpc.InferenceAPIsServiceStub(channel)
+        request = inf_pb2.PredictionsRequest(model_name="ts_intermediate", input={"data": b"42"})
+        try:
+            unary = stub.Predictions(request, timeout=TIMEOUT)
+            out["grpc_predictions"] = unary.prediction.decode(errors="replace")
+        except grpc.RpcError as exc:
+            out["grpc_predictions"] = grpc_error(exc)
+        try:
+            items = [
+                r.prediction.decode(errors="replace")
+                for r in stub.StreamPredictions(request, timeout=TIMEOUT)
+            ]
+            out["grpc_stream"] = items
+        except grpc.RpcError as exc:
+            out["grpc_stream"] = grpc_error(exc)
+        # the worker is free again: a second unary call answers the same
+        try:
+            again = stub.Predictions(request, timeout=TIMEOUT)
+            out["grpc_predictions_again"] = again.prediction.decode(errors="replace")
+        except grpc.RpcError as exc:
+            out["grpc_predictions_again"] = grpc_error(exc)
+    finally:
+        channel.close()
+    return out, out
+
+
+@scenario(
+    "T4",
+    "22",
+    "/explanations on a BaseHandler subclass with get_insights; /predictions beside it",
+    "torchserve",
+)
+def explanations(addr):
+    body = {"x": 3, "target": 1}
+    raw = {
+        "predict": http("POST", _inf(addr, "/predictions/ts_explain"), json=body),
+        "explain": http("POST", _inf(addr, "/explanations/ts_explain"), json=body),
+        "explain_version": http("POST", _inf(addr, "/explanations/ts_explain/1.0"), json=body),
+        "explain_unknown": http("POST", _inf(addr, "/explanations/nope"), json=body),
+    }
+    return {k: status_and_shape(v) for k, v in raw.items()}, raw
