@@ -185,10 +185,17 @@ def test_metrics_mode_log_writes_torchserve_lines(tmp_path: Path) -> None:
         r = httpx.post(f"{running.url}/predictions/metered", json={"a": 1}, timeout=PATIENCE)
         assert r.status_code == 200, r.text
         text = _metrics(running)
-        log = running.log
+    log = running.log  # the frontend's lines of the last interval are written as it stops
     # TorchServe's model_metrics.log line: Name.Unit:value|#dims|#hostname:...,requestID:...
     assert re.search(r"RequestBatchSize\.count:1\.0\|#ModelName:metered\|#hostname:", log), log
     assert re.search(r"PredictionTime\.ms:[0-9.]+\|#ModelName:metered,Level:Model\|", log)
+    # and its ts_metrics.log lines: one request, one 2XX answer
+    assert re.search(r"Requests2XX\.Count:1\.0\|#Level:Host\|#hostname:\S+,timestamp:\d+", log)
+    assert re.search(
+        r"ts_inference_requests_total\.Count:1\.0\|#model_name:metered,model_version:1\.0\|",
+        log,
+    )
+    assert "Requests4XX" not in log  # nothing changed: no line
     # log mode: TorchServe's frontend names are not on /metrics, Podium's are
     assert _sample(text, "Requests2XX") is None
     assert _sample(text, "podium_requests_total", model="metered") is not None

@@ -15,6 +15,7 @@ metrics (``HandlerTime``, ``PredictionTime``, what ``context.metrics`` records) 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -25,10 +26,12 @@ from prometheus_client.core import Metric
 
 from ..dataplane import UNVERSIONED, DataPlane, ModelVersion
 from ..metrics import Kind
-from ..model.torchserve import DeclaredMetric, MetricsYaml
+from ..model.torchserve import DeclaredMetric, MetricsYaml, log_line
 
-__all__ = ["TorchServeCollector", "TorchServeValues", "ts_values"]
+__all__ = ["LOG_INTERVAL", "TorchServeCollector", "TorchServeLog", "TorchServeValues", "ts_values"]
 
+#: Seconds between two writes of TorchServe's frontend metric lines (``metrics_mode=log``).
+LOG_INTERVAL = 10.0
 _MB = 1 << 20
 _GB = 1 << 30
 
@@ -124,13 +127,19 @@ class TorchServeCollector:
     def describe(self) -> list[Metric]:
         return []
 
-    def collect(self) -> Iterator[Metric]:
+    def readings(self) -> list[tuple[DeclaredMetric, list[tuple[list[str], float]]]]:
+        """Each declared metric and its rows (dimension values, value), read now."""
         now = ts_values(self.dataplane.versions())
         self._update_gauges(now)
         self._last = now
-        for spec in self.declared.ts_metrics:
-            if spec.kind is Kind.HISTOGRAM:
-                continue  # TorchServe's frontend observes none; no Podium value to give
+        return [
+            (spec, self._rows(spec, now))
+            for spec in self.declared.ts_metrics
+            if spec.kind is not Kind.HISTOGRAM  # TorchServe's frontend observes none
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        for spec, rows in self.readings():
             # TorchServe's Prometheus client (simpleclient 0.9) adds no _total: a counter named
             # otherwise is written as it is, untyped, so that the name dashboards query is there
             typed = spec.kind.value
@@ -141,7 +150,7 @@ class TorchServeCollector:
                 f"Torchserve prometheus {spec.kind.value} metric with unit: {spec.unit}",
                 typed,
             )
-            for values, value in self._rows(spec, now):
+            for values, value in rows:
                 labels = dict(zip(spec.dimensions, values, strict=True))
                 metric.add_sample(spec.name, labels, value)
             yield metric
@@ -217,3 +226,44 @@ class TorchServeCollector:
                 "DiskUtilization": round(100.0 * usage.used / usage.total, 1),
             }.get(name)
         return None
+
+
+class TorchServeLog:
+    """``--ts-metrics log`` (``metrics_mode=log``): TorchServe's frontend metrics as the lines of
+    its ``ts_metrics.log`` (logger ``podium.torchserve.ts_metrics``), written every ``interval``
+    seconds and when the server stops, for what changed since the last write: a counter's
+    increase (TorchServe writes one line per request, with 1 or that request's latency; summed,
+    the lines say the same), a gauge's new value."""
+
+    def __init__(self, collector: TorchServeCollector, interval: float = LOG_INTERVAL) -> None:
+        if interval <= 0:
+            raise ValueError(f"the metric lines' interval must be positive, got {interval}")
+        self.collector = collector
+        self.interval = interval
+        self._last: dict[tuple[str, tuple[str, ...]], float] = {}
+
+    async def run(self) -> None:
+        """Write every ``interval`` seconds until cancelled (the owner flushes once more)."""
+        while True:
+            await asyncio.sleep(self.interval)
+            self.flush()
+
+    def flush(self) -> int:
+        """Write the lines of what changed; how many."""
+        written = 0
+        host = self.collector.hostname
+        for spec, rows in self.collector.readings():
+            counter = spec.kind is Kind.COUNTER
+            for values, value in rows:
+                key = (spec.name, tuple(values))
+                last = self._last.get(key)
+                self._last[key] = value
+                logged = value - (last or 0.0) if counter else value
+                if (counter and logged <= 0) or (not counter and last == value):
+                    continue
+                # TorchServe's line leaves its Hostname dimension to the "#hostname:" part
+                dims = [(d, v) for d, v in zip(spec.dimensions, values, strict=True)
+                        if d.lower() != "hostname"]  # fmt: skip
+                log_line(spec.name, spec.unit, logged, dims, model=False, hostname=host)
+                written += 1
+        return written

@@ -33,7 +33,7 @@ from ._limits import (
     raise_open_files_limit,
 )
 from ._metrics import MetricsApp, PodiumCollector, metrics_registry
-from ._metrics_ts import TorchServeCollector
+from ._metrics_ts import TorchServeCollector, TorchServeLog
 from ._otel import start as start_tracing
 from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
@@ -227,6 +227,9 @@ class Podium:
         self.model_settings = model_settings
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
+        #: ``--ts-metrics log``: TorchServe's frontend metric lines, and the task writing them
+        self._ts_log: TorchServeLog | None = None
+        self._ts_log_task: asyncio.Task[None] | None = None
         self.executor = ThreadPoolExecutor(
             config.serving.threads, thread_name_prefix="podium-model"
         )
@@ -322,6 +325,9 @@ class Podium:
         await self._start_management()
         if listeners.metrics:
             await self._start_metrics()
+        if config.logs.ts_metrics == "log":  # TorchServe's metric lines, written in turn
+            self._ts_log = TorchServeLog(TorchServeCollector(self.dataplane, self.ts_metrics))
+            self._ts_log_task = loop.create_task(self._ts_log.run())
         await repository.load_all()
         grpc_server.health.changed()
         # Everything built so far lives as long as the server: out of every future collection
@@ -589,6 +595,13 @@ class Podium:
         await self._close()
 
     async def _close(self) -> None:
+        if self._ts_log_task is not None:  # the lines of the last interval are written too
+            self._ts_log_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ts_log_task
+            self._ts_log_task = None
+            if self._ts_log is not None:
+                self._ts_log.flush()
         await self.dataplane.close()  # background loads and scaling, then the models
         if self.authorizer is not None:
             self.authorizer.remove_file()
