@@ -46,7 +46,8 @@ NOT_HONOURED: Mapping[str, str] = {
     "default_service_handler": "a model names its handler in its archive",
     "service_envelope": "envelopes are not supported",
     "model_snapshot": "Podium keeps no snapshots (as with --ncs)",
-    "workflow_store": "workflows are not served",
+    "workflow_store": "TorchServe's workflows (.war, /workflows, /wfpredict) are not served: "
+    "docs/migrating.md (Workflows) says what to use instead",
     "ipex_enable": "Intel's extension is not managed by Podium",
     "cpu_launcher_enable": "Podium does not launch workers through a CPU launcher",
     "cpu_launcher_args": "Podium does not launch workers through a CPU launcher",

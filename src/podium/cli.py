@@ -395,6 +395,8 @@ PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
               help="Accepted: Podium's management API registers models with its key.")  # fmt: skip
 @click.option("--log-config", type=click.Path(path_type=Path), default=None,
               help="Not read: Podium logs with --log-level / --log-format.")  # fmt: skip
+@click.option("--workflow-store", type=click.Path(path_type=Path), default=None,
+              help="Not read: workflows (.war) are not served (docs/migrating.md, Workflows).")  # fmt: skip
 def torchserve_command(
     start: bool,
     stop: bool,
@@ -406,6 +408,7 @@ def torchserve_command(
     disable_token_auth: bool,
     enable_model_api: bool,
     log_config: Path | None,
+    workflow_store: Path | None,
 ) -> None:
     """TorchServe's start command, unchanged: `podium torchserve --start --ncs --model-store
     model_store --models mnist=mnist.mar --ts-config config.properties`."""
@@ -416,6 +419,13 @@ def torchserve_command(
     if log_config is not None:
         click.echo(
             f"podium: --log-config {log_config} is not read (Podium's own logging)", err=True
+        )
+    if workflow_store is not None:
+        click.echo(
+            f"podium: --workflow-store {workflow_store} is not read: TorchServe's workflows "
+            "(.war, /workflows, /wfpredict) are not served; docs/migrating.md says what to use "
+            "instead",
+            err=True,
         )
     flags: dict[str, Any] = {"model_store": model_store}
     if disable_token_auth:

@@ -208,3 +208,15 @@ def test_a_wrong_metrics_yaml_stops_the_start(tmp_path: Path) -> None:
         run_server(TS_MODELS / "echo", args=("--metrics-config", str(tmp_path / "metrics.yaml"))),
     ):
         pass
+
+
+# -- workflows: not served (docs/migrating.md, "Workflows") -----------------------------------
+
+
+def test_workflow_routes_are_not_served(server: Server) -> None:
+    predicted = httpx.post(f"{server.url}/wfpredict/wf", json={"a": 1}, timeout=PATIENCE)
+    listed = httpx.get(f"{server.management_url}/workflows", timeout=PATIENCE)
+    registered = httpx.post(
+        f"{server.management_url}/workflows", params={"url": "wf.war"}, timeout=PATIENCE
+    )
+    assert (predicted.status_code, listed.status_code, registered.status_code) == (404, 404, 404)
