@@ -105,7 +105,7 @@ def test_model_config_all_keys() -> None:
         "max_num_sequences": 8,
         "continuous_batching": True,
         "metrics_config": "metrics.yaml",
-        "metrics_log": True,
+        "ts_metrics": "log",
         "ray": {"num_cpus": 2, "max_ongoing_requests": 8},
     }
     assert set(data) == MODEL_KEYS

@@ -43,7 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "max_num_sequences": 10_000,
     "continuous_batching": False,
     "metrics_config": None,
-    "metrics_log": False,
+    "ts_metrics": "off",
     "model_metadata": {},
     "ray": {},
 }
@@ -86,7 +86,7 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "max_num_sequences": (8, 8),
     "continuous_batching": (True, True),
     "metrics_config": ("metrics.yaml", Path("metrics.yaml")),
-    "metrics_log": (True, True),
+    "ts_metrics": ("prometheus", "prometheus"),
     "model_metadata": ({"platform": "onnx"}, {"platform": "onnx"}),
     "ray": ({"num_cpus": 2}, {"num_cpus": 2}),
 }

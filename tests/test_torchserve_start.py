@@ -106,7 +106,10 @@ def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None
     store = _store(tmp_path)
     http = free_port()
     config = _properties(tmp_path, store, http, "models={\\\n  \"sent\": {\"1.0\": {\\\n"
-                         '    "minWorkers": 1, "maxWorkers": 3, "responseTimeout": 60}}}\n')  # fmt: skip
+                         '    "minWorkers": 1, "maxWorkers": 3, "responseTimeout": 60,\\\n'
+                         # the archive named here too, as TorchServe's custom_metrics example
+                         # does: one model, not two
+                         '    "marName": "sentiment.mar"}}}\n')  # fmt: skip
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [*PODIUM, "torchserve", "--start", "--ncs", "--model-store", str(store),

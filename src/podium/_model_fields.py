@@ -350,10 +350,11 @@ _TABLE = (
     Field("max_num_sequences", Kind.INTEGER, 10_000, minimum=0, torchserve="maxNumSequence"),
     Field("continuous_batching", Kind.FLAG, False, torchserve="continuousBatching"),
     # TorchServe handlers: the metrics.yaml whose model_metrics context.metrics declares (None:
-    # TorchServe's own), and whether each value is also logged as TorchServe's model_metrics.log
-    # line (the server's --metrics-config and --ts-metrics log set them for every model)
+    # TorchServe's own), and how their metrics look as TorchServe's (prometheus: TorchServe's
+    # labels and names on /metrics; log: also its model_metrics.log lines); the server's
+    # --metrics-config and --ts-metrics set them for every model
     Field("metrics_config", Kind.PATH, None),
-    Field("metrics_log", Kind.FLAG, False),
+    Field("ts_metrics", Kind.CHOICE, "off", choices=("off", "prometheus", "log")),
     # free-form, returned in the model's metadata (a fresh dict each)
     Field("model_metadata", Kind.MAPPING, {}),
     # Ray Serve's options for this model's deployment (podium.ray, docs/ray.md): passed on,

@@ -32,7 +32,8 @@ NOT_HONOURED: Mapping[str, str] = {
     "number_of_gpu": "device placement is not configured here yet",
     "model_metrics_auto_detect": "every metric a handler records is on /metrics already (as "
     "with model_metrics_auto_detect=true)",
-    "disable_system_metrics": "Podium reports no system metrics",
+    "disable_system_metrics": "TorchServe's system metric names are read when /metrics is "
+    "scraped (--ts-metrics prometheus), never collected in the background",
     "async_logging": "Podium's logging writes once per event-loop turn",
     "cors_allowed_origin": "the inference API sets no CORS headers",
     "cors_allowed_methods": "the inference API sets no CORS headers",

@@ -171,14 +171,20 @@ def _serve(
                 if name is not None:
                     names[found] = name
         settings = ModelSettings(names=names, models=start.models, defaults=start.defaults)
-    elif names:
+    # One archive named twice (TorchServe's custom_metrics example gives it to --models and to
+    # config.properties' models={... marName ...}) is one model, as TorchServe loads it once.
+    unique: dict[Path, Path] = {}
+    for path in all_paths:
+        unique.setdefault(path.resolve(), path)
+    all_paths = list(unique.values())
+    if start is None and names:
         settings = ModelSettings(names=names)
     # TorchServe handlers read the server's metrics.yaml and log mode (context.metrics)
     metrics: dict[str, Any] = {}
     if config.logs.metrics_config is not None:
         metrics["metrics_config"] = config.logs.metrics_config.resolve()
-    if config.logs.ts_metrics == "log":
-        metrics["metrics_log"] = True
+    if config.logs.ts_metrics != "off":
+        metrics["ts_metrics"] = config.logs.ts_metrics
     if metrics:
         settings = settings or ModelSettings()
         settings = dataclasses.replace(settings, defaults={**metrics, **settings.defaults})

@@ -120,7 +120,7 @@ class ModelConfig:
     # requests join and leave between steps.
     continuous_batching: bool = _default("continuous_batching")
     metrics_config: Path | None = _default("metrics_config")
-    metrics_log: bool = _default("metrics_log")
+    ts_metrics: str = _default("ts_metrics")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)

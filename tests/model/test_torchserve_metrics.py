@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -144,7 +145,7 @@ def test_a_wrong_metrics_yaml_is_refused_naming_the_entry(
 
 
 def test_log_mode_writes_torchserves_model_metrics_line(caplog: pytest.LogCaptureFixture) -> None:
-    metrics = TorchServeMetrics(MetricStore(), "m", log=True)
+    metrics = TorchServeMetrics(MetricStore(), "m", mode="log")
     with caplog.at_level(logging.INFO, logger="podium.torchserve.model_metrics"):
         metrics.add_time("HandlerTime", 12.5, None, "ms")
     [line] = [r.getMessage() for r in caplog.records if r.name.endswith("model_metrics")]
@@ -152,3 +153,13 @@ def test_log_mode_writes_torchserves_model_metrics_line(caplog: pytest.LogCaptur
         r"HandlerTime\.ms:12\.5\|#ModelName:m,Level:Model\|#hostname:\S+,requestID:,timestamp:\d+",
         line,
     )
+
+
+def test_prometheus_mode_adds_the_hostname_label_and_torchserves_help() -> None:
+    store = MetricStore()
+    metrics = TorchServeMetrics(store, "m", mode="prometheus")
+    metrics.add_counter("Handled", 2)
+    family, series = next((f, dict(s)) for f, s in store.collect() if f.name == "Handled")
+    assert family.labelnames == (*DEFAULTS, "Hostname")
+    assert series == {("m", "Model", socket.gethostname()): 2.0}
+    assert family.documentation == "Torchserve prometheus counter metric with unit: count"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -133,11 +134,14 @@ def test_declared_metrics_exist_for_the_handler(server: Server) -> None:
             assert r.json() == {"echo": {"a": 1}}
     text = _metrics(server)
     assert _sample(text, "RequestBatchSize", model="metered", ModelName="metered") == 1.0
-    # a handler's counter is a Prometheus counter of Podium's (…_total; docs/metrics.md)
-    # (the explanation test ran preprocess once more)
-    assert (_sample(text, "InferenceRequestCount_total", model="metered") or 0) >= 3.0
-    assert (_sample(text, "PreprocessCallCount_total", ModelName="metered") or 0) >= 3.0
-    assert _sample(text, "InitializeCallCount_total", Level="Model") == 1.0
+    # as TorchServe's frontend writes a handler's metrics (metrics_mode=prometheus): a counter
+    # under its own name, and the Hostname label (the explanation test ran preprocess once more)
+    host = {"Hostname": socket.gethostname()}
+    assert (_sample(text, "InferenceRequestCount", model="metered", **host) or 0) >= 3.0
+    assert (_sample(text, "PreprocessCallCount", ModelName="metered") or 0) >= 3.0
+    assert _sample(text, "InitializeCallCount", Level="Model", **host) == 1.0
+    assert "# TYPE InferenceRequestCount untyped" in text
+    assert "InferenceRequestCount_total" not in text
     assert _sample(text, "HandlerMethodTime", MethodName="preprocess") == 1.5
     # TorchServe's backend records PredictionTime after every handle call
     assert _sample(text, "PredictionTime", ModelName="metered", Level="Model") is not None

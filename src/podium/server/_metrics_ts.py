@@ -26,7 +26,7 @@ from prometheus_client.core import Metric
 
 from ..dataplane import UNVERSIONED, DataPlane, ModelVersion
 from ..metrics import Kind
-from ..model.torchserve import DeclaredMetric, MetricsYaml, log_line
+from ..model.torchserve import DeclaredMetric, MetricsYaml, log_line, ts_help
 
 __all__ = ["LOG_INTERVAL", "TorchServeCollector", "TorchServeLog", "TorchServeValues", "ts_values"]
 
@@ -122,7 +122,8 @@ class TorchServeCollector:
         self._cpu = cpu
         self._cpu_last = cpu()
         self._last = TorchServeValues({}, [], 0, 0, 0, 0, 0, 0, [])
-        self._gauges: dict[str, float] = {"QueueTime": 0.0, "WorkerThreadTime": 0.0}
+        # set once a request was answered (TorchServe's have no sample before)
+        self._gauges: dict[str, float] = {}
 
     def describe(self) -> list[Metric]:
         return []
@@ -145,11 +146,7 @@ class TorchServeCollector:
             typed = spec.kind.value
             if spec.kind is Kind.COUNTER and not spec.name.endswith("_total"):
                 typed = "untyped"
-            metric = Metric(
-                spec.name,
-                f"Torchserve prometheus {spec.kind.value} metric with unit: {spec.unit}",
-                typed,
-            )
+            metric = Metric(spec.name, ts_help(spec.kind, spec.unit), typed)
             for values, value in rows:
                 labels = dict(zip(spec.dimensions, values, strict=True))
                 metric.add_sample(spec.name, labels, value)
@@ -175,8 +172,10 @@ class TorchServeCollector:
         host = {"Level": "Host", "Hostname": self.hostname, "hostname": self.hostname}
         name = spec.name
         dims = spec.dimensions
+        # TorchServe's labelled counters have no sample before their first increment
         if name in ("Requests2XX", "Requests4XX", "Requests5XX"):
-            return [(self._value_of(dims, host), float(now.by_class[name[8]]))]
+            count = now.by_class[name[8]]
+            return [(self._value_of(dims, host), float(count))] if count else []
         per = {
             "ts_inference_requests_total": lambda r: float(r[2]),
             "ts_inference_latency_microseconds": lambda r: r[3] / 1e3,
@@ -185,11 +184,14 @@ class TorchServeCollector:
         if per is not None:
             rows = []
             for row in now.per_version:
+                if not row[2]:
+                    continue
                 known = {**host, "model_name": row[0], "ModelName": row[0], "model_version": row[1]}
                 rows.append((self._value_of(dims, known), per(row)))
             return rows
-        if name in self._gauges:
-            return [(self._value_of(dims, host), self._gauges[name])]
+        if name in ("QueueTime", "WorkerThreadTime"):
+            found = self._gauges.get(name)
+            return [] if found is None else [(self._value_of(dims, host), found)]
         if name == "WorkerLoadTime":
             return [
                 (self._value_of(dims, {**host, "WorkerName": f"W-{model}_{version}"}), ns / 1e6)

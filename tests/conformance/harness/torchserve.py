@@ -431,3 +431,81 @@ def explanations(addr):
         "explain_unknown": http("POST", _inf(addr, "/explanations/nope"), json=body),
     }
     return {k: status_and_shape(v) for k, v in raw.items()}, raw
+
+
+# --- one config.properties, one start command (issue 22) ----------------------------------
+
+#: TorchServe's frontend names (its default metrics.yaml; system metrics are off) and the
+#: custom_metrics handler's, declared in its metrics.yaml or auto-detected.
+TS_NAMES = (
+    "ts_inference_requests_total", "ts_inference_latency_microseconds",
+    "ts_queue_latency_microseconds", "Requests2XX", "Requests4XX", "Requests5XX", "QueueTime",
+    "WorkerThreadTime", "WorkerLoadTime", "HandlerTime", "PredictionTime",
+    "InferenceRequestCount", "InitializeCallCount", "PreprocessCallCount",
+    "PostprocessCallCount", "RequestBatchSize", "SizeOfImage", "HandlerMethodTime",
+    "ExamplePercentMetric",
+)  # fmt: skip
+#: Values that both servers must agree on after the scenario's requests.
+COUNTED = ("ts_inference_requests_total", "InferenceRequestCount", "PreprocessCallCount",
+           "RequestBatchSize", "InitializeCallCount")  # fmt: skip
+
+
+def _exposition(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """Prometheus text by metric name (a counter's ``_total`` sample under its own name): each
+    sample's name, labels and value."""
+    import re
+
+    found: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if m is None or line.startswith("#"):
+            continue
+        sample, labels, value = (
+            m.group(1),
+            dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")),
+            m.group(3),
+        )
+        base = (
+            sample[: -len("_total")]
+            if sample.endswith("_total") and sample[:-6] in TS_NAMES
+            else sample
+        )
+        found.setdefault(base, []).append((sample, labels, float(value)))
+    return found
+
+
+@scenario(
+    "T5",
+    "22",
+    "TorchServe's custom_metrics example, served by the same start command and config.properties "
+    "(metrics_mode=prometheus, metrics_config, models={...}): predictions, then the TorchServe "
+    "names on /metrics",
+    "ts_setup",
+)
+def custom_metrics_setup(addr):
+    answers = [http("POST", _inf(addr, "/predictions/ts_metrics"), json={"a": i}) for i in range(3)]
+    answers.append(http("POST", _inf(addr, "/predictions/ts_metrics/1.0"), json={"a": 9}))
+    scraped = httpx.get(f"http://{addr['metrics']}/metrics", timeout=TIMEOUT).text
+    samples = _exposition(scraped)
+    names: dict[str, Any] = {}
+    for name in TS_NAMES:
+        rows = samples.get(name, [])
+        names[name] = {
+            "sample_names": sorted({r[0] for r in rows}),
+            # labels TorchServe has: Podium adds model/version to handler metrics
+            "labels": sorted({k for r in rows for k in r[1] if k not in ("model", "version")}),
+        }
+        if name in COUNTED:
+            names[name]["values"] = sorted(
+                (
+                    ",".join(f"{k}={v}" for k, v in sorted(r[1].items())
+                             if k not in ("model", "version", "hostname", "Hostname")),
+                    r[2],
+                )
+                for r in rows
+            )  # fmt: skip
+    compare = {
+        "answers": [status_and_shape(a) for a in answers],
+        "metrics": names,
+    }
+    return compare, {"answers": answers, "metrics": scraped[-6000:]}

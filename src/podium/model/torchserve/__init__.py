@@ -22,7 +22,7 @@ from ._handler import (
     list_classes_from_module,
     load_label_mapping,
 )
-from ._metrics import Dimension, MetricTypes, TorchServeMetrics, log_line
+from ._metrics import Dimension, MetricTypes, TorchServeMetrics, log_line, ts_help
 from ._metrics_yaml import TORCHSERVE_DEFAULT, DeclaredMetric, MetricsYaml, read_metrics_yaml
 from ._model import (
     ArchiveLimits,
@@ -56,6 +56,7 @@ __all__ = [
     "log_line",
     "prepare",
     "read_metrics_yaml",
+    "ts_help",
     "set_archive_limits",
     "sources",
 ]

@@ -23,13 +23,26 @@ from typing import Any
 from ...metrics import Kind, MetricStore
 from ._metrics_yaml import DeclaredMetric
 
-__all__ = ["Dimension", "MetricTypes", "TorchServeMetric", "TorchServeMetrics", "log_line"]
+__all__ = [
+    "Dimension",
+    "MetricTypes",
+    "TorchServeMetric",
+    "TorchServeMetrics",
+    "log_line",
+    "ts_help",
+]
 
 logger = logging.getLogger("podium.model.torchserve")
 #: TorchServe's two metric logs (``metrics_mode=log``): its frontend's (``ts_metrics.log``) and
 #: its handlers' (``model_metrics.log``), as loggers of their own.
 TS_METRICS_LOG = logging.getLogger("podium.torchserve.ts_metrics")
 MODEL_METRICS_LOG = logging.getLogger("podium.torchserve.model_metrics")
+
+
+def ts_help(kind: Kind, unit: str) -> str:
+    """TorchServe's help text of a metric on its /metrics (how Podium's /metrics knows a
+    metric written as TorchServe writes it: a counter keeps its name, no ``_total`` added)."""
+    return f"Torchserve prometheus {kind.value} metric with unit: {unit}"
 
 
 def log_line(
@@ -102,18 +115,26 @@ class TorchServeMetric:
         dimension_names: list[str],
         kind: Kind,
         *,
-        log: bool = False,
+        mode: str = "off",
     ) -> None:
         self.metric_name = name
-        self._log = log
+        self._log = mode == "log"
         self.unit = unit
         self.dimension_names = list(dimension_names)
         self.metric_type = MetricTypes(kind.value)
         self._store = store
         self._kind = kind
-        self._family = (
-            None if store is None else store.family(name, kind, f"{name} ({unit})", dimension_names)
-        )
+        labels = list(dimension_names)
+        documentation = f"{name} ({unit})"
+        # --ts-metrics prometheus: as TorchServe's frontend exports a handler's metric, with its
+        # Hostname label and its help text (which tells /metrics to keep the name as it is)
+        self._host: tuple[str, ...] = ()
+        if mode == "prometheus":
+            documentation = ts_help(kind, unit)
+            if "Hostname" not in labels:
+                labels.append("Hostname")
+                self._host = (socket.gethostname(),)
+        self._family = None if store is None else store.family(name, kind, documentation, labels)
 
     def add_or_update(
         self, value: float, dimension_values: list[str] | None = None, request_id: str = ""
@@ -134,7 +155,7 @@ class TorchServeMetric:
         store, family = self._store, self._family
         if store is None or family is None:
             return
-        labels = tuple(str(v) for v in values)
+        labels = (*(str(v) for v in values), *self._host)
         if self._log:
             log_line(self.metric_name, self.unit, value, zip(self.dimension_names, labels, strict=False),
                      request_id, model=True)  # fmt: skip
@@ -167,8 +188,9 @@ class TorchServeMetrics:
     (None: nowhere). ``declared``: the ``model_metrics`` of the server's ``metrics.yaml``
     (TorchServe's default one unless ``metrics_config`` names another), in the cache from the
     start as TorchServe's backend puts them there, so ``get_metric`` finds them before any
-    ``add_*``. ``log``: also write each value as TorchServe's ``model_metrics.log`` line
-    (``metrics_mode=log``)."""
+    ``add_*``. ``mode`` (``--ts-metrics``): ``prometheus`` labels each series with TorchServe's
+    ``Hostname`` too and gives it TorchServe's help text; ``log`` also writes each value as
+    TorchServe's ``model_metrics.log`` line."""
 
     def __init__(
         self,
@@ -176,12 +198,12 @@ class TorchServeMetrics:
         model_name: str,
         declared: Iterable[DeclaredMetric] = (),
         *,
-        log: bool = False,
+        mode: str = "off",
     ) -> None:
         self._store = store
         self.model_name = model_name
         self.request_ids: Any = None
-        self._log = log
+        self._mode = mode
         self._cache: dict[tuple[str, str], TorchServeMetric] = {}
         for spec in declared:
             try:
@@ -222,7 +244,7 @@ class TorchServeMetrics:
         found = self._cache.get(key)
         if found is None or found.dimension_names != names:
             found = self._cache[key] = TorchServeMetric(
-                self._store, name, unit, names, kind, log=self._log
+                self._store, name, unit, names, kind, mode=self._mode
             )
         return found
 
@@ -301,6 +323,6 @@ class TorchServeMetrics:
         """A metric with these dimension names (record with its ``add_or_update``)."""
         names = list(dimension_names or [])
         kind = _kind(metric_type)
-        metric = TorchServeMetric(self._store, metric_name, unit, names, kind, log=self._log)
+        metric = TorchServeMetric(self._store, metric_name, unit, names, kind, mode=self._mode)
         self._cache[(metric_name, kind.value)] = metric
         return metric

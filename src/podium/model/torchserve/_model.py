@@ -215,7 +215,7 @@ class TorchServeModel:
                 current_store(),
                 config.name,
                 read_metrics_yaml(config.metrics_config).model_metrics,
-                log=config.metrics_log,
+                mode=config.ts_metrics,
             ),
             model_yaml_config=parts.yaml_config,
         )
