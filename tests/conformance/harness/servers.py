@@ -175,6 +175,16 @@ def build_archives(store: Path, workdir: Path) -> None:
             (dest / f"{name}.mar").rename(store / f"{filename}.mar")
 
 
+def _ts_env(workdir: Path) -> dict[str, str]:
+    """The environment TorchServe starts in: the venv's binaries first, its logs in
+    ``workdir``."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env["LOG_LOCATION"] = str(workdir / "logs")
+    env["METRICS_LOCATION"] = str(workdir / "logs")
+    return env
+
+
 def start_torchserve(store: Path, workdir: Path, timeout: float = 240) -> Service:
     """The real TorchServe on 127.0.0.1 serving every archive of ``TS_MODELS``."""
     ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpc_mgmt")}
@@ -202,10 +212,7 @@ def start_torchserve(store: Path, workdir: Path, timeout: float = 240) -> Servic
             ]
         )
     )
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env["LOG_LOCATION"] = str(workdir / "logs")
-    env["METRICS_LOCATION"] = str(workdir / "logs")
+    env = _ts_env(workdir)
     env["TS_CONFIG_FILE"] = str(props)
     cmd = [
         str(Path(sys.executable).parent / "torchserve"),
@@ -307,10 +314,7 @@ def start_setup(which: str, store: Path, workdir: Path, timeout: float = 120) ->
             ]
         )
     )
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env["LOG_LOCATION"] = str(workdir / "logs")
-    env["METRICS_LOCATION"] = str(workdir / "logs")
+    env = _ts_env(workdir)
     env["TMPDIR"] = str(workdir)  # podium torchserve's pid file
     flags = ["--start", "--foreground", "--ncs", "--disable-token-auth",
              "--model-store", str(store), "--models", f"{SETUP_MODEL}={SETUP_MODEL}.mar",

@@ -367,6 +367,14 @@ def capacity(addr):
 # --- intermediate responses and explanations (issue 22) ----------------------------------
 
 
+def _rpc(call: Any) -> Any:
+    """``call()``'s answer, or the gRPC error it ended with."""
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        return grpc_error(exc)
+
+
 @scenario(
     "T3",
     "22",
@@ -392,25 +400,18 @@ def intermediate(addr):
     try:
         stub = inf_grpc.InferenceAPIsServiceStub(channel)
         request = inf_pb2.PredictionsRequest(model_name="ts_intermediate", input={"data": b"42"})
-        try:
-            unary = stub.Predictions(request, timeout=TIMEOUT)
-            out["grpc_predictions"] = unary.prediction.decode(errors="replace")
-        except grpc.RpcError as exc:
-            out["grpc_predictions"] = grpc_error(exc)
-        try:
-            items = [
-                r.prediction.decode(errors="replace")
-                for r in stub.StreamPredictions(request, timeout=TIMEOUT)
-            ]
-            out["grpc_stream"] = items
-        except grpc.RpcError as exc:
-            out["grpc_stream"] = grpc_error(exc)
-        # the worker is free again: a second unary call answers the same
-        try:
-            again = stub.Predictions(request, timeout=TIMEOUT)
-            out["grpc_predictions_again"] = again.prediction.decode(errors="replace")
-        except grpc.RpcError as exc:
-            out["grpc_predictions_again"] = grpc_error(exc)
+
+        def unary() -> str:
+            return stub.Predictions(request, timeout=TIMEOUT).prediction.decode(errors="replace")
+
+        def streamed() -> list[str]:
+            calls = stub.StreamPredictions(request, timeout=TIMEOUT)
+            return [r.prediction.decode(errors="replace") for r in calls]
+
+        out["grpc_predictions"] = _rpc(unary)
+        out["grpc_stream"] = _rpc(streamed)
+        # is the worker free again? a second unary call
+        out["grpc_predictions_again"] = _rpc(unary)
     finally:
         channel.close()
     return out, out
