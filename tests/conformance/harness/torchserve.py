@@ -381,6 +381,9 @@ def _rpc(call: Any) -> Any:
     "a handler that sends intermediate responses (TorchServe's own test handler): REST "
     "/predictions, unary gRPC Predictions, StreamPredictions",
     "torchserve",
+    improvement="unary Predictions answers the first item on both; TorchServe 0.12's worker then "
+    "answers no further call (DEADLINE_EXCEEDED), Podium stops the handler at its next send and "
+    "serves on (docs/torchserve.md, Streaming)",
 )
 def intermediate(addr):
     inf_pb2, inf_grpc, _, _ = _ts_stubs()
