@@ -179,12 +179,8 @@ def _serve(
     all_paths = list(unique.values())
     if start is None and names:
         settings = ModelSettings(names=names)
-    # TorchServe handlers read the server's metrics.yaml and log mode (context.metrics)
-    metrics: dict[str, Any] = {}
-    if config.logs.metrics_config is not None:
-        metrics["metrics_config"] = config.logs.metrics_config.resolve()
-    if config.logs.ts_metrics != "off":
-        metrics["ts_metrics"] = config.logs.ts_metrics
+    # TorchServe handlers read the server's metrics.yaml and mode (context.metrics)
+    metrics = config.logs.torchserve_fields()
     if metrics:
         settings = settings or ModelSettings()
         settings = dataclasses.replace(settings, defaults={**metrics, **settings.defaults})

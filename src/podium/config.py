@@ -449,6 +449,17 @@ class Logs(_Group):
     ts_metrics: str = _setting("ts_metrics")
     metrics_config: Path | None = _setting("metrics_config")
 
+    def torchserve_fields(self) -> dict[str, Any]:
+        """The model keys every TorchServe model takes from these settings (its handler's
+        ``context.metrics`` reads them): ``metrics_config`` (made absolute) and ``ts_metrics``,
+        where they differ from the defaults."""
+        found: dict[str, Any] = {}
+        if self.metrics_config is not None:
+            found["metrics_config"] = self.metrics_config.resolve()
+        if self.ts_metrics != "off":
+            found["ts_metrics"] = self.ts_metrics
+        return found
+
 
 _BY_GROUP: dict[Group, tuple[Setting, ...]] = {
     group: tuple(s for s in SETTINGS.values() if s.group is group) for group in Group

@@ -28,8 +28,8 @@ TS_MODELS = TEST_MODELS / "torchserve"
 METERED = TS_MODELS / "metered"
 
 
-def _archive(name: str, store: Path) -> Path:
-    src = TS_MODELS / name
+def _archive(name: str, store: Path, handler: str | None = None) -> Path:
+    src = TS_MODELS / (handler or name)
     cmd = [sys.executable, "-m", "podium", "archive", "--model-name", name,
            "--version", "1.0", "--handler", str(src / "handler.py"),
            "--export-path", str(store)]  # fmt: skip
@@ -46,9 +46,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     store = where / "store"
     store.mkdir()
     mars = [_archive(name, store) for name in ("explainer", "streamer", "metered")]
+    _archive("registered", store, handler="metered")  # registered later, by the management API
     shutil.copy(METERED / "metrics.yaml", where / "metrics.yaml")
     shutil.copy(METERED / "config.properties", where / "config.properties")
-    args = ("--ts-config", str(where / "config.properties"))
+    args = ("--ts-config", str(where / "config.properties"), "--model-store", str(store))
     with run_server(*mars, args=args, cwd=where) as running:
         yield running
 
@@ -145,6 +146,21 @@ def test_declared_metrics_exist_for_the_handler(server: Server) -> None:
     assert _sample(text, "HandlerMethodTime", MethodName="preprocess") == 1.5
     # TorchServe's backend records PredictionTime after every handle call
     assert _sample(text, "PredictionTime", ModelName="metered", Level="Model") is not None
+
+
+def test_a_model_registered_later_reads_the_servers_metrics_yaml_and_mode(server: Server) -> None:
+    registered = httpx.post(
+        f"{server.management_url}/models",
+        params={"url": "registered.mar", "initial_workers": "1", "synchronous": "true"},
+        timeout=PATIENCE,
+    )
+    assert registered.status_code == 200, registered.text
+    r = httpx.post(f"{server.url}/predictions/registered", json={"a": 1}, timeout=PATIENCE)
+    assert r.status_code == 200, r.text  # RequestBatchSize is declared for it too
+    text = _metrics(server)
+    host = socket.gethostname()
+    assert _sample(text, "RequestBatchSize", model="registered", Hostname=host) == 1.0
+    assert _sample(text, "InferenceRequestCount", model="registered", Hostname=host) == 1.0
 
 
 def test_torchserve_frontend_names_on_metrics(server: Server) -> None:

@@ -277,6 +277,7 @@ class Podium:
         self._limits, self._grpc_limits = self._connection_limits()
         repository = self.dataplane.repository
         repository.control = ControlPolicy(ModelControl(config.management.model_control))
+        repository.registration_fields = config.logs.torchserve_fields()
         # for this process's extractions, start-up models' included
         registration = config.registration
         repository.set_archive_limits(registration.max_archive_size, registration.max_archive_ratio)

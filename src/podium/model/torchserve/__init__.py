@@ -56,7 +56,7 @@ __all__ = [
     "log_line",
     "prepare",
     "read_metrics_yaml",
-    "ts_help",
     "set_archive_limits",
     "sources",
+    "ts_help",
 ]

@@ -136,13 +136,23 @@ class BaseHandler:
         return get_insights(data_preprocess, inputs, target)
 
     def _is_explain(self) -> bool:
-        if self.context is not None and self.context.get_request_header(0, "explain") == "True":
+        if self._header("explain") == "True":
             self.explain = True
             return True
         return False
 
     def _is_describe(self) -> bool:
-        return self.context is not None and self.context.get_request_header(0, "describe") == "True"
+        return self._header("describe") == "True"
+
+    def _header(self, key: str) -> Any:
+        """The first request's header ``key``; None without one, or without a request (a
+        handler called directly, outside a server's batch, as tests do)."""
+        if self.context is None:
+            return None
+        try:
+            return self.context.get_request_header(0, key)
+        except (RuntimeError, LookupError, AttributeError, TypeError):
+            return None
 
     def describe_handle(self) -> Any:
         return None
