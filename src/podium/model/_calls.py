@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from concurrent.futures import Executor
 from typing import Any
 
-from .._device import device, empty_cache, is_device_lost, is_out_of_memory
+from ..devices import device, empty_cache, is_device_lost, is_out_of_memory
 from ..errors import (
     DeviceLost,
     DeviceOutOfMemory,

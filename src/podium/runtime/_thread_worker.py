@@ -16,7 +16,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-from ..errors import ResponseTimeout, Unavailable
+from ..devices import CPU, set_device, using
+from ..errors import DeviceLost, DeviceOutOfMemory, ResponseTimeout, Unavailable
 from ..types import END, ModelInstance
 from ._gate import WorkerGate
 from ._stats import VersionStats
@@ -49,9 +50,17 @@ class ThreadWorker:
         stream_buffer: int = 16,
         loaded: bool = False,
         on_stuck: Callable[[ThreadWorker], None] | None = None,
+        on_device_error: Callable[[ThreadWorker, BaseException], None] | None = None,
         stats: VersionStats | None = None,
+        devices: tuple[int, ...] = (),
+        device: str = CPU,
     ) -> None:
         self.id = wid
+        #: the GPUs it holds (none: the CPU) and their name for the model (``podium.device()``,
+        #: set around each predict: the threads that run a sync one copy the caller's context)
+        self.devices = devices
+        self.device = device
+        self._on_device_error = on_device_error
         self.instance = instance
         self.pid: int | None = os.getpid()
         self.state = WorkerState.STARTING
@@ -100,6 +109,8 @@ class ThreadWorker:
 
     async def infer(self, inputs: Any, request: Any, size: int = 1) -> Any:
         """``predict`` on ``inputs`` (``size`` requests: a batch's length)."""
+        if self.devices:
+            return await self._on_device(inputs, request, size)
         start = _now()
         if self._timeout:
             outputs = await self._timed(inputs, request)
@@ -108,6 +119,26 @@ class ThreadWorker:
                 outputs = await self.instance.predict(inputs, request)
             finally:
                 self._release()
+        self._stats.executed(size, _now() - start)
+        return outputs
+
+    async def _on_device(self, inputs: Any, request: Any, size: int) -> Any:
+        """:meth:`infer` on a GPU: ``podium.device()`` is this worker's there, and a device's
+        failure is told to the pool (out of memory: counted; lost: this worker is replaced)."""
+        start = _now()
+        try:
+            with using(self.device):
+                if self._timeout:
+                    outputs = await self._timed(inputs, request)
+                else:
+                    try:
+                        outputs = await self.instance.predict(inputs, request)
+                    finally:
+                        self._release()
+        except (DeviceOutOfMemory, DeviceLost) as exc:
+            if self._on_device_error is not None:
+                self._on_device_error(self, exc)
+            raise
         self._stats.executed(size, _now() - start)
         return outputs
 
@@ -261,6 +292,8 @@ class ThreadWorker:
     ) -> None:
         outcome: Any = END
         start = _now()
+        if self.devices:  # (this task's own context: set for its whole stream)
+            set_device(self.device)
         try:
             items = make()
         except Exception as exc:
@@ -272,6 +305,8 @@ class ThreadWorker:
             self._stats.executed(1, _now() - start)
         except Exception as exc:
             outcome = Failure(exc)
+            if isinstance(exc, DeviceOutOfMemory | DeviceLost) and self._on_device_error:
+                self._on_device_error(self, exc)
         finally:
             try:
                 await items.aclose()

@@ -15,7 +15,7 @@ each of its workers gets (docs/devices.md).
   stuck, its device failed) gives its group to its replacement.
 
 Process workers see only their group (``CUDA_VISIBLE_DEVICES``, :func:`worker_env`); thread
-workers compute on it by its index in the server (``podium.device()``: ``podium/_device.py``).
+workers compute on it by its index in the server (``podium.device()``: ``podium/devices.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._device import CPU, DEVICE_ENV
+from ..devices import CPU, DEVICE_ENV
 from ..errors import DefinitionError
 
 __all__ = [

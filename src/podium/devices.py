@@ -32,6 +32,7 @@ __all__ = [
     "gpu_index",
     "is_device_lost",
     "is_out_of_memory",
+    "set_device",
     "using",
 ]
 
@@ -63,6 +64,12 @@ def using(name: str) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def set_device(name: str) -> None:
+    """``device()`` answers ``name`` for the rest of this context: for a task of its own (a
+    stream's producer), whose context ends with it."""
+    _current.set(name)
 
 
 def gpu_index(name: str) -> int | None:
