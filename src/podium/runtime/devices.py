@@ -93,6 +93,10 @@ class Inventory(Protocol):
 
     def sample(self) -> list[GpuSample]: ...
 
+    def process_memory(self) -> dict[int, dict[int, int]]:
+        """Device memory in use by each process, by GPU number: ``{gpu: {pid: bytes}}``."""
+        ...
+
 
 class NoInventory:
     """A machine without GPUs (or without the library to find them)."""
@@ -108,6 +112,9 @@ class NoInventory:
     def sample(self) -> list[GpuSample]:
         return []
 
+    def process_memory(self) -> dict[int, dict[int, int]]:
+        return {}
+
 
 class FakeInventory:
     """``count`` pretend GPUs of ``memory`` bytes each, for tests and dry runs. Their used memory
@@ -119,6 +126,8 @@ class FakeInventory:
         )
         self.used = [0] * len(self._gpus)
         self.utilization = [0.0] * len(self._gpus)
+        #: device memory by process, by GPU number: what :meth:`process_memory` answers
+        self.processes: dict[int, dict[int, int]] = {}
 
     def gpus(self) -> tuple[Gpu, ...]:
         return self._gpus
@@ -128,6 +137,9 @@ class FakeInventory:
 
     def set_utilization(self, index: int, percent: float) -> None:
         self.utilization[index] = percent
+
+    def process_memory(self) -> dict[int, dict[int, int]]:
+        return {gpu: dict(pids) for gpu, pids in self.processes.items()}
 
     def sample(self) -> list[GpuSample]:
         return [
@@ -194,6 +206,19 @@ class NvmlInventory:
                         None if energy is None else energy / 1000,
                     )
                 )
+        return out
+
+    def process_memory(self) -> dict[int, dict[int, int]]:
+        nvml = self._nvml
+        out: dict[int, dict[int, int]] = {}
+        with self._lock:
+            for gpu, handle in zip(self._gpus, self._handles, strict=True):
+                running = _ask(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+                out[gpu.index] = {
+                    int(p.pid): int(p.usedGpuMemory or 0)
+                    for p in running
+                    if getattr(p, "usedGpuMemory", None) is not None
+                }
         return out
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import tracing
-from ..devices import using
 from ..config import FIELDS, ModelConfig
+from ..devices import using
 from ..errors import DefinitionError
 from ..metrics import recording_to
 from ..model import (
