@@ -46,7 +46,9 @@ def _gpus(samples: list[GpuSample]) -> Iterator[Metric]:
     limit = GaugeMetricFamily(
         "nv_gpu_power_limit", "GPU power management limit, in watts (Triton's).", labels=_GPU
     )
-    energy = CounterMetricFamily(
+    # a gauge that only grows: a counter would be written nv_energy_consumption_total, not
+    # Triton's name
+    energy = GaugeMetricFamily(
         "nv_energy_consumption",
         "GPU energy consumption since the driver loaded, in joules (Triton's).",
         labels=_GPU,
