@@ -395,6 +395,54 @@ async def test_a_lost_device_replaces_the_thread_worker_on_the_same_device(
         await mv.close()
 
 
+MEMORY_MODEL = """
+import weakref, podium
+from podium.devices import gpu_index
+from podium.runtime.devices import inventory
+
+class Model:
+    def __init__(self):
+        # what a framework does on its GPU, shown to the fake inventory: 1 GiB held while alive
+        fake, gpu = inventory(), gpu_index(podium.device())
+        fake.used[gpu] += 1 << 30
+        weakref.finalize(self, fake.used.__setitem__, gpu, 0)
+
+    def predict(self, inputs):
+        return inputs
+"""
+
+
+@pytest.mark.anyio
+async def test_scaling_down_releases_a_thread_workers_instance_and_empties_the_cache(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    gpus: FakeInventory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    emptied: list[bool] = []
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        empty_cache=lambda: emptied.append(True),
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.py").write_text(MEMORY_MODEL)
+    (folder / "config.yaml").write_text("min_workers: 2\ndevices: [1, 2]\n")
+    found, problems = discover_all(folder)
+    assert not problems
+    mv = build_version(found[0], secrets={}, executor=executor)
+    await mv.load()
+    try:
+        assert gpus.used == [0, 1 << 30, 1 << 30, 0]
+        await mv.scale(1)  # the newest goes: worker 2, on GPU 2
+        assert gpus.used == [0, 1 << 30, 0, 0]  # its memory returned
+        assert emptied
+    finally:
+        await mv.close()
+
+
 # -- worker processes ----------------------------------------------------------------------------
 
 PROCESS_MODEL = """

@@ -291,7 +291,10 @@ def inventory() -> Inventory:
     global _inventory
     with _inventory_lock:
         if _inventory is None:
-            _inventory = discover()
+            try:
+                _inventory = discover()
+            except ValueError as exc:  # PODIUM_FAKE_GPUS, misspelt
+                raise DefinitionError(str(exc)) from None
         return _inventory
 
 

@@ -83,10 +83,18 @@ class PodiumCollector:
         gpus: Callable[[], list[GpuSample]] | None = None,
     ) -> None:
         self.dataplane = dataplane
-        self._gpus = gpus if gpus is not None else (lambda: inventory().sample())
+        self._gpus = gpus if gpus is not None else self._sample_gpus
         self._connections = connections
         self._grpc_connections = grpc_connections
         self._clashes: set[str] = set()
+
+    @staticmethod
+    def _sample_gpus() -> list[GpuSample]:
+        try:
+            return inventory().sample()
+        except Exception as exc:  # a scrape answers without the GPUs rather than failing
+            logger.warning("metrics: the GPUs could not be read: %s", exc)
+            return []
 
     def describe(self) -> list[Metric]:
         return []  # names are not claimed ahead: each scrape says what there is
