@@ -110,10 +110,8 @@ class Scaled(msgspec.Struct, frozen=True):
 class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
     """One worker of a version: ``pid`` runs the model's code (the server's own for a thread
     worker), ``busy`` counts the requests it holds, ``started`` is in epoch seconds and
-    ``memory`` is a worker process's resident memory in bytes (None where unknown); ``devices``
-    the GPU numbers it holds (none: the CPU), ``device`` its model's ``podium.device()`` in the
-    server's numbering, ``device_memory`` the GPU memory its process uses there in bytes (a
-    thread worker's is the server's, shared; None where unknown or on the CPU)."""
+    ``memory`` is a worker process's resident memory in bytes (None where unknown); ``devices``,
+    ``device``, ``device_memory``: its GPUs, device name and GPU bytes (docs/devices.md)."""
 
     id: str
     pid: int | None
@@ -623,13 +621,9 @@ def _as_given(source: str, paths: list[Path]) -> str:
     return file.name
 
 
-def _device_memory(
-    usage: dict[int, dict[int, int]], devices: tuple[int, ...], pid: int | None
-) -> int | None:
-    """What process ``pid`` holds on ``devices``, in bytes; None where the driver does not say."""
-    if not devices or pid is None:
-        return None
-    held = [usage[d][pid] for d in devices if pid in usage.get(d, {})]
+def _device_memory(usage: dict[int, dict[int, int]], gpus: Any, pid: int | None) -> int | None:
+    """What process ``pid`` holds on ``gpus``, in bytes; None where the driver does not say."""
+    held = [usage[d][pid] for d in gpus if pid in usage.get(d, {})]
     return sum(held) if held else None
 
 

@@ -324,8 +324,7 @@ class ProcessWorker:
             case Error():
                 call = self._last(message.cid)
                 if call is not None:
-                    error = message.exception()
-                    call.fail(error)
+                    call.fail(error := message.exception())
                     self._release()
                     self._on_device_error(self, error)  # (counts OOMs, replaces lost devices)
             case Release():
