@@ -71,6 +71,19 @@ def no_gpus() -> Iterator[None]:
 
 
 @pytest.fixture
+def torch_cache(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A stand-in for torch (only ``torch.cuda``'s cache calls); one entry per emptying."""
+    emptied: list[bool] = []
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        empty_cache=lambda: emptied.append(True),
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    return emptied
+
+
+@pytest.fixture
 def executor() -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(8, thread_name_prefix="test-model") as pool:
         yield pool
@@ -233,21 +246,14 @@ def test_a_lost_device_is_recognised_by_cudas_messages() -> None:
 
 
 def test_an_oom_becomes_507_and_the_frameworks_cache_is_emptied(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, torch_cache: list[bool]
 ) -> None:
-    emptied: list[bool] = []
-    cuda = types.SimpleNamespace(
-        is_available=lambda: True,
-        is_initialized=lambda: True,
-        empty_cache=lambda: emptied.append(True),
-    )
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     with using("cuda:1"):
         error = model_error("m", "predict", OutOfMemoryError("CUDA out of memory. " + "x" * 5000))
     assert isinstance(error, DeviceOutOfMemory)
     assert (http_status(error), grpc_code(error)) == (507, "RESOURCE_EXHAUSTED")
     assert "ran out of memory on cuda:1" in str(error) and len(str(error)) < 1200  # bounded
-    assert emptied == [True]
+    assert torch_cache == [True]
     lost = model_error("m", "predict", RuntimeError("CUDA error: unspecified launch failure"))
     assert isinstance(lost, DeviceLost) and http_status(lost) == 500
     empty_cache()  # torch absent or broken: nothing happens
@@ -282,16 +288,23 @@ class Model:
 """
 
 
-def thread_version(
-    tmp_path: Path, config: str, executor: ThreadPoolExecutor, name: str = "m"
+def version_of(
+    tmp_path: Path, code: str, config: str, executor: ThreadPoolExecutor, name: str = "m"
 ) -> ModelVersion:
+    """Model ``name`` from ``code`` and ``config``, built (not loaded)."""
     folder = tmp_path / name
     folder.mkdir()
-    (folder / "model.py").write_text(THREAD_MODEL)
+    (folder / "model.py").write_text(code)
     (folder / "config.yaml").write_text(textwrap.dedent(config))
     found, problems = discover_all(folder)
     assert not problems
-    return build_version(found[0], secrets={}, executor=executor)
+    return build_version(found[0], secrets={}, executor=executor, codec=RequestSnapshots())
+
+
+def thread_version(
+    tmp_path: Path, config: str, executor: ThreadPoolExecutor, name: str = "m"
+) -> ModelVersion:
+    return version_of(tmp_path, THREAD_MODEL, config, executor, name)
 
 
 async def _answers(mv: ModelVersion, n: int) -> list[dict[str, Any]]:
@@ -417,28 +430,15 @@ async def test_scaling_down_releases_a_thread_workers_instance_and_empties_the_c
     tmp_path: Path,
     executor: ThreadPoolExecutor,
     gpus: FakeInventory,
-    monkeypatch: pytest.MonkeyPatch,
+    torch_cache: list[bool],
 ) -> None:
-    emptied: list[bool] = []
-    cuda = types.SimpleNamespace(
-        is_available=lambda: True,
-        is_initialized=lambda: True,
-        empty_cache=lambda: emptied.append(True),
-    )
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    folder = tmp_path / "m"
-    folder.mkdir()
-    (folder / "model.py").write_text(MEMORY_MODEL)
-    (folder / "config.yaml").write_text("min_workers: 2\ndevices: [1, 2]\n")
-    found, problems = discover_all(folder)
-    assert not problems
-    mv = build_version(found[0], secrets={}, executor=executor)
+    mv = version_of(tmp_path, MEMORY_MODEL, "min_workers: 2\ndevices: [1, 2]\n", executor)
     await mv.load()
     try:
         assert gpus.used == [0, 1 << 30, 1 << 30, 0]
         await mv.scale(1)  # the newest goes: worker 2, on GPU 2
         assert gpus.used == [0, 1 << 30, 0, 0]  # its memory returned
-        assert emptied
+        assert torch_cache
     finally:
         await mv.close()
 
@@ -464,13 +464,7 @@ class Model:
 
 
 def process_version(tmp_path: Path, config: str, executor: ThreadPoolExecutor) -> ModelVersion:
-    folder = tmp_path / "m"
-    folder.mkdir()
-    (folder / "model.py").write_text(PROCESS_MODEL)
-    (folder / "config.yaml").write_text("workers: process\n" + textwrap.dedent(config))
-    found, problems = discover_all(folder)
-    assert not problems
-    return build_version(found[0], secrets={}, executor=executor, codec=RequestSnapshots())
+    return version_of(tmp_path, PROCESS_MODEL, "workers: process\n" + config, executor)
 
 
 async def _by_pid(mv: ModelVersion) -> dict[int, dict[str, Any]]:

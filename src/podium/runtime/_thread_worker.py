@@ -61,6 +61,8 @@ class ThreadWorker:
         self.devices = devices
         self.device = device
         self._on_device_error = on_device_error
+        if devices:
+            self.infer = self._on_device  # type: ignore[method-assign]
         self.instance = instance
         self.pid: int | None = os.getpid()
         self.state = WorkerState.STARTING
@@ -109,8 +111,6 @@ class ThreadWorker:
 
     async def infer(self, inputs: Any, request: Any, size: int = 1) -> Any:
         """``predict`` on ``inputs`` (``size`` requests: a batch's length)."""
-        if self.devices:
-            return await self._on_device(inputs, request, size)
         start = _now()
         if self._timeout:
             outputs = await self._timed(inputs, request)
@@ -122,25 +122,17 @@ class ThreadWorker:
         self._stats.executed(size, _now() - start)
         return outputs
 
-    async def _on_device(self, inputs: Any, request: Any, size: int) -> Any:
-        """:meth:`infer` on a GPU: ``podium.device()`` is this worker's there, and a device's
-        failure is told to the pool (out of memory: counted; lost: this worker is replaced)."""
-        start = _now()
+    async def _on_device(self, inputs: Any, request: Any, size: int = 1) -> Any:
+        """:meth:`infer` on a GPU (it stands for it there: the CPU's path pays nothing):
+        ``podium.device()`` is this worker's, and a device's failure is told to the pool (out
+        of memory: counted; lost: this worker is replaced)."""
         try:
             with using(self.device):
-                if self._timeout:
-                    outputs = await self._timed(inputs, request)
-                else:
-                    try:
-                        outputs = await self.instance.predict(inputs, request)
-                    finally:
-                        self._release()
+                return await ThreadWorker.infer(self, inputs, request, size)
         except (DeviceOutOfMemory, DeviceLost) as exc:
             if self._on_device_error is not None:
                 self._on_device_error(self, exc)
             raise
-        self._stats.executed(size, _now() - start)
-        return outputs
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests, len(inputs))
