@@ -105,3 +105,18 @@ def test_mlserver_runtime_settings_tell_the_worker_its_gpu(tmp_path: Path) -> No
     (source,) = discover(folder)
     with using("cuda:2"):  # the file's own choice stands
         assert runtime_settings(source, settings).parameters.extra == {"device": -1}
+
+
+def test_mlserver_parallel_workers_with_a_device_list(tmp_path: Path) -> None:
+    folder = tmp_path / "mls"
+    folder.mkdir()
+    (folder / "models.py").write_text("class Runtime:\n    pass\n")
+    settings = {
+        "implementation": "models.Runtime",
+        "parallel_workers": 2,
+        "podium": {"devices": [0, 1], "workers_per_device": 1},
+    }
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    (source,) = discover(folder)
+    config = source.config
+    assert (config.workers, config.devices, config.workers_per_device) == ("process", (0, 1), 1)
