@@ -6,6 +6,7 @@ here needs a GPU."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -441,6 +442,9 @@ async def test_scaling_down_releases_a_thread_workers_instance_and_empties_the_c
         assert torch_cache
     finally:
         await mv.close()
+    del mv  # unloaded and forgotten (as the registry forgets it): nothing holds the last one
+    gc.collect()
+    assert gpus.used == [0, 0, 0, 0]
 
 
 # -- worker processes ----------------------------------------------------------------------------
