@@ -40,6 +40,7 @@ from podium.runtime.devices import (
     NoInventory,
     NvmlInventory,
     Placement,
+    assigner_for,
     discover,
     resolve,
     worker_env,
@@ -142,8 +143,14 @@ def test_the_environment_of_a_worker_process() -> None:
         "PODIUM_DEVICE": "cuda:0",
     }
     assert worker_env((0, 3))["CUDA_VISIBLE_DEVICES"] == "0,3"
-    assert worker_env(())["CUDA_VISIBLE_DEVICES"] == ""  # the CPU: no GPU visible
+    assert worker_env(())["CUDA_VISIBLE_DEVICES"] == ""  # devices: cpu: no GPU visible
     assert worker_env(())["PODIUM_DEVICE"] == "cpu"
+    # no GPU found (nvidia-ml-py may just be absent): the server's own variable is left alone
+    assert worker_env((), hide=False) == {"PODIUM_DEVICE": "cpu"}
+    assert assigner_for(types.SimpleNamespace(devices="cpu"), "m", FOUR).env(()) == worker_env(())
+    assert assigner_for(types.SimpleNamespace(), "m", NoInventory()).env(()) == {
+        "PODIUM_DEVICE": "cpu"
+    }
 
 
 # -- discovery -----------------------------------------------------------------------------------

@@ -381,9 +381,13 @@ def device_name(group: Group, local: Mapping[int, int] | None = None) -> str:
     return f"cuda:{(local or {}).get(first, first)}"
 
 
-def worker_env(group: Group) -> dict[str, str]:
+def worker_env(group: Group, *, hide: bool = True) -> dict[str, str]:
     """The environment a worker process on ``group`` starts with: only its GPUs visible,
-    numbered as NVML numbers them (so ``cuda:0`` is its first GPU); none for the CPU."""
+    numbered as NVML numbers them (so ``cuda:0`` is its first GPU). On the CPU, no GPU visible
+    when ``hide`` (the model said ``devices: cpu``); else (no GPU was found: perhaps only
+    because nvidia-ml-py is absent) the variable is left as the server has it."""
+    if not group and not hide:
+        return {DEVICE_ENV: CPU}
     return {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(map(str, group)),
@@ -399,6 +403,7 @@ class DeviceAssigner:
 
     groups: tuple[Group, ...]
     per_group: int = 0  # 0: no cap
+    hide: bool = False  # the model asked for the CPU: its worker processes see no GPU
     local: dict[int, int] = field(default_factory=dict)  # GPU number → CUDA index in the server
     _held: dict[str, Group] = field(default_factory=dict)
     _vacated: list[Group] = field(default_factory=list)
@@ -435,6 +440,10 @@ class DeviceAssigner:
     def name(self, group: Group) -> str:
         return device_name(group, self.local)
 
+    def env(self, group: Group) -> dict[str, str]:
+        """What a worker process on ``group`` adds to its environment (:func:`worker_env`)."""
+        return worker_env(group, hide=self.hide)
+
     @property
     def workers(self) -> int:
         """How many workers ``workers_per_device`` asks for (0: it does not)."""
@@ -447,7 +456,8 @@ def assigner_for(config: Any, label: str, found: Inventory | None = None) -> Dev
     placement = Placement.of(config)
     groups = resolve(placement, found, label)
     local = {g.index: g.local for g in found.gpus()}
-    return DeviceAssigner(groups, placement.workers_per_device, local)
+    hide = placement.devices == "cpu"
+    return DeviceAssigner(groups, placement.workers_per_device, hide, local)
 
 
 def describe_group(group: Group) -> str:

@@ -46,7 +46,7 @@ from ...logs import current_format
 from ...turn import TurnBuffer
 from ...types import END, ModelInstance, request_id
 from .._stats import VersionStats
-from ..devices import DeviceAssigner, Group, worker_env
+from ..devices import DeviceAssigner, Group
 from ..workers import (
     Failure,
     RequestCodec,
@@ -126,11 +126,11 @@ class ProcessWorker:
         descriptor: RemoteInstance,
         init: Init,
         codec: RequestCodec | None,
-        devices: Group = (),
+        device_env: Mapping[str, str] | None = None,
     ) -> None:
         config = init.source.config
         self.id = wid
-        self.devices = devices  # the GPUs its process sees (CUDA_VISIBLE_DEVICES; none: CPU)
+        self._device_env = device_env or {}  # CUDA_VISIBLE_DEVICES: its GPUs (docs/devices.md)
         self._on_device_error = pool.device_error
         self.instance: ModelInstance = descriptor
         self._descriptor = descriptor
@@ -183,7 +183,7 @@ class ProcessWorker:
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         source = self._init.source
-        env = {**os.environ, **source.process_env, **worker_env(self.devices)}
+        env = {**os.environ, **source.process_env, **self._device_env}
         if source.python is None:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
@@ -642,7 +642,7 @@ def process_pool(
             pool=pool,
             descriptor=descriptor,
             codec=codec,
-            devices=group,
+            device_env=pool.devices.env(group),
             init=msgspec.structs.replace(
                 init,
                 worker=wid,
