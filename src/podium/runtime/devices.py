@@ -267,7 +267,9 @@ def discover(environ: Mapping[str, str] | None = None) -> Inventory:
     try:
         import pynvml  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError:
-        logger.info("devices: CPU only (nvidia-ml-py is not installed: pip install 'podium[gpu]')")
+        # a driver without the library is worth a warning: the GPUs are there, unused
+        log = logger.warning if os.path.isdir("/proc/driver/nvidia/gpus") else logger.info
+        log("devices: CPU only (nvidia-ml-py is not installed: pip install 'podium[gpu]')")
         return NoInventory("nvidia-ml-py is not installed")
     try:
         pynvml.nvmlInit()
