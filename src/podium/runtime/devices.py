@@ -350,8 +350,9 @@ def resolve(placement: Placement, found: Inventory, label: str) -> tuple[Group, 
                 return ((),)
             raise DefinitionError(f"{label} asks for a GPU (devices: gpu), but {why}")
         chosen = numbers
+    elif isinstance(asked, str):  # a word ModelConfig would have refused
+        raise DefinitionError(f"{label}: devices must be auto, cpu, gpu or GPU numbers")
     else:
-        assert isinstance(asked, tuple)
         missing = [i for i in asked if i not in numbers]
         if missing:
             have = ", ".join(map(str, numbers)) or f"none: {why}"
