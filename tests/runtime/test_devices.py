@@ -6,13 +6,14 @@ here needs a GPU."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import signal
 import sys
 import textwrap
 import types
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -271,8 +272,8 @@ def test_an_oom_becomes_507_and_the_frameworks_cache_is_emptied(
 
 # -- thread workers ------------------------------------------------------------------------------
 
-THREAD_MODEL = """
-import podium
+MODEL = """
+import os, podium
 
 CUDA_ERROR = "CUDA error: unspecified launch failure"
 
@@ -292,7 +293,8 @@ class Model:
         if inputs == "lost":
             raise RuntimeError(CUDA_ERROR)
         return {"built": self.built_on, "loaded": self.loaded_on, "predict": podium.device(),
-                "me": id(self)}
+                "me": id(self), "pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "order": os.environ.get("CUDA_DEVICE_ORDER")}
 """
 
 
@@ -312,7 +314,17 @@ def version_of(
 def thread_version(
     tmp_path: Path, config: str, executor: ThreadPoolExecutor, name: str = "m"
 ) -> ModelVersion:
-    return version_of(tmp_path, THREAD_MODEL, config, executor, name)
+    return version_of(tmp_path, MODEL, config, executor, name)
+
+
+@contextlib.asynccontextmanager
+async def loaded(mv: ModelVersion) -> AsyncIterator[ModelVersion]:
+    """``mv`` loaded, and closed at the end."""
+    await mv.load()
+    try:
+        yield mv
+    finally:
+        await mv.close()
 
 
 async def _answers(mv: ModelVersion, n: int) -> list[dict[str, Any]]:
@@ -323,9 +335,7 @@ async def _answers(mv: ModelVersion, n: int) -> list[dict[str, Any]]:
 async def test_thread_workers_are_spread_over_the_gpus_and_told_theirs(
     tmp_path: Path, executor: ThreadPoolExecutor, gpus: FakeInventory
 ) -> None:
-    mv = thread_version(tmp_path, "min_workers: 4\n", executor)
-    await mv.load()
-    try:
+    async with loaded(thread_version(tmp_path, "min_workers: 4\n", executor)) as mv:
         assert mv.state is ModelState.READY, mv.reason
         infos = mv.workers()
         assert [(w.devices, w.device) for w in infos] == [
@@ -338,23 +348,19 @@ async def test_thread_workers_are_spread_over_the_gpus_and_told_theirs(
         seen = {(a["built"], a["loaded"], a["predict"]) for a in answers}
         assert seen <= {(f"cuda:{i}",) * 3 for i in range(4)}  # each instance: one device
         assert len({a["me"] for a in answers}) == len(seen)
-    finally:
-        await mv.close()
 
 
 @pytest.mark.anyio
 async def test_workers_per_device_runs_that_many_on_each_listed_gpu(
     tmp_path: Path, executor: ThreadPoolExecutor, gpus: FakeInventory
 ) -> None:
-    mv = thread_version(tmp_path, "devices: [1, 3]\nworkers_per_device: 2\n", executor)
-    await mv.load()
-    try:
+    async with loaded(
+        thread_version(tmp_path, "devices: [1, 3]\nworkers_per_device: 2\n", executor)
+    ) as mv:
         assert sorted(w.device for w in mv.workers()) == ["cuda:1", "cuda:1", "cuda:3", "cuda:3"]
         await mv.scale(1)  # scaling down frees places; scaling up fills the emptiest
         await mv.scale(3)
         assert sorted(w.device for w in mv.workers()) == ["cuda:1", "cuda:1", "cuda:3"]
-    finally:
-        await mv.close()
 
 
 @pytest.mark.anyio
@@ -363,22 +369,16 @@ async def test_a_model_asking_for_a_gpu_on_a_machine_without_fails_to_load_sayin
 ) -> None:
     with pytest.raises(DefinitionError, match=r"asks for a GPU \(devices: gpu\), but no GPU here"):
         thread_version(tmp_path, "devices: gpu\n", executor)
-    auto = thread_version(tmp_path, "devices: auto\n", executor, name="auto")
-    await auto.load()
-    try:
+    async with loaded(thread_version(tmp_path, "devices: auto\n", executor, name="auto")) as auto:
         [answer] = await _answers(auto, 1)
         assert answer["predict"] == "cpu" and auto.workers()[0].devices == ()
-    finally:
-        await auto.close()
 
 
 @pytest.mark.anyio
 async def test_an_oom_fails_that_request_alone_and_repeated_ones_show_in_readiness(
     tmp_path: Path, executor: ThreadPoolExecutor, gpus: FakeInventory
 ) -> None:
-    mv = thread_version(tmp_path, "devices: [2]\n", executor)
-    await mv.load()
-    try:
+    async with loaded(thread_version(tmp_path, "devices: [2]\n", executor)) as mv:
         with pytest.raises(DeviceOutOfMemory) as info:
             await mv.scheduler.infer("oom", None)
         assert http_status(info.value) == 507 and "on cuda:2" in str(info.value)
@@ -390,17 +390,13 @@ async def test_an_oom_fails_that_request_alone_and_repeated_ones_show_in_readine
         assert mv.trouble().startswith("out of device memory 5 times in the last 60 s")
         assert mv.stats.out_of_memory == {"cuda:2": 5}
         assert len(mv.workers()) == 1  # never restarted for it
-    finally:
-        await mv.close()
 
 
 @pytest.mark.anyio
 async def test_a_lost_device_replaces_the_thread_worker_on_the_same_device(
     tmp_path: Path, executor: ThreadPoolExecutor, gpus: FakeInventory
 ) -> None:
-    mv = thread_version(tmp_path, "min_workers: 2\n", executor)
-    await mv.load()
-    try:
+    async with loaded(thread_version(tmp_path, "min_workers: 2\n", executor)) as mv:
         before = {w.id: w.device for w in mv.workers()}
         with pytest.raises(DeviceLost):
             await mv.scheduler.infer("lost", None)
@@ -412,8 +408,6 @@ async def test_a_lost_device_replaces_the_thread_worker_on_the_same_device(
         assert mv.stats.restarts == {RestartReason.DEVICE_LOST: 1}
         assert mv.stats.last_device_lost is not None
         assert "unspecified launch failure" in mv.stats.last_device_lost[1]
-    finally:
-        await mv.close()
 
 
 MEMORY_MODEL = """
@@ -456,26 +450,9 @@ async def test_scaling_down_releases_a_thread_workers_instance_and_empties_the_c
 
 # -- worker processes ----------------------------------------------------------------------------
 
-PROCESS_MODEL = """
-import os, podium
-
-class Model:
-    def __init__(self):
-        self.built_on = podium.device()
-
-    def predict(self, inputs):
-        if inputs == "lost":
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        if inputs == "oom":
-            raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
-        return {"pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "order": os.environ.get("CUDA_DEVICE_ORDER"), "device": podium.device(),
-                "built": self.built_on}
-"""
-
 
 def process_version(tmp_path: Path, config: str, executor: ThreadPoolExecutor) -> ModelVersion:
-    return version_of(tmp_path, PROCESS_MODEL, "workers: process\n" + config, executor)
+    return version_of(tmp_path, MODEL, "workers: process\n" + config, executor)
 
 
 async def _by_pid(mv: ModelVersion) -> dict[int, dict[str, Any]]:
@@ -494,9 +471,9 @@ async def _by_pid(mv: ModelVersion) -> dict[int, dict[str, Any]]:
 async def test_each_worker_process_sees_only_its_gpu_and_a_restart_keeps_it(
     tmp_path: Path, executor: ThreadPoolExecutor, gpus: FakeInventory
 ) -> None:
-    mv = process_version(tmp_path, "devices: [1, 3]\nworkers_per_device: 2\n", executor)
-    await mv.load()
-    try:
+    async with loaded(
+        process_version(tmp_path, "devices: [1, 3]\nworkers_per_device: 2\n", executor)
+    ) as mv:
         assert mv.state is ModelState.READY, mv.reason
         infos = {w.pid: w for w in mv.workers()}
         answers = await _by_pid(mv)
@@ -504,7 +481,7 @@ async def test_each_worker_process_sees_only_its_gpu_and_a_restart_keeps_it(
             physical = infos[pid].devices
             assert answer["visible"] == ",".join(map(str, physical))
             assert answer["order"] == "PCI_BUS_ID"
-            assert answer["device"] == answer["built"] == "cuda:0"  # its one GPU, renumbered
+            assert answer["predict"] == answer["built"] == "cuda:0"  # its one GPU, renumbered
         assert sorted(a["visible"] for a in answers.values()) == ["1", "1", "3", "3"]
         victim = next(pid for pid, w in infos.items() if w.devices == (3,))
         os.kill(victim, signal.SIGKILL)
@@ -518,17 +495,13 @@ async def test_each_worker_process_sees_only_its_gpu_and_a_restart_keeps_it(
         assert sorted(w.devices for w in mv.workers()) == [(1,), (1,), (3,), (3,)]
         answers = await _by_pid(mv)
         assert sorted(a["visible"] for a in answers.values()) == ["1", "1", "3", "3"]
-    finally:
-        await mv.close()
 
 
 @pytest.mark.anyio
 async def test_a_worker_process_whose_device_is_lost_is_replaced_there_and_ooms_are_counted(
     tmp_path: Path, executor: ThreadPoolExecutor, gpus: FakeInventory
 ) -> None:
-    mv = process_version(tmp_path, "devices: [2]\n", executor)
-    await mv.load()
-    try:
+    async with loaded(process_version(tmp_path, "devices: [2]\n", executor)) as mv:
         [before] = mv.workers()
         with pytest.raises(DeviceOutOfMemory) as oom:
             await mv.scheduler.infer("oom", None)
@@ -548,5 +521,3 @@ async def test_a_worker_process_whose_device_is_lost_is_replaced_there_and_ooms_
         assert (await mv.scheduler.infer(1, None))["visible"] == "2"
         assert mv.stats.restarts == {RestartReason.DEVICE_LOST: 1}
         assert mv.stats.lost_devices == {"cuda:2": 1}
-    finally:
-        await mv.close()
