@@ -28,7 +28,7 @@ from podium.errors import DefinitionError, ModelError  # noqa: E402
 from podium.types import Reply  # noqa: E402
 
 # TorchServe's handlers load TorchScript files, which torch now deprecates (not yet removes)
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
 
 
 @pytest.fixture

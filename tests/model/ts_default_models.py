@@ -81,7 +81,7 @@ def _script(model: nn.Module, path: Path) -> None:
     """``model`` as a TorchScript file (what TorchServe's default handlers load by
     ``serializedFile`` alone; torch deprecates making them, not loading them)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
         torch.jit.script(model.eval()).save(str(path))
 
 
