@@ -20,8 +20,11 @@ TorchScript), ``lraspp_mobilenet_v3_large`` (segmenter) and ``fasterrcnn_mobilen
 ``model.py`` class and its state dict, with ``weights=None``. Requests: images made with Pillow
 (PNG, JPEG, greyscale, RGBA), bytes that are no image, and texts. Each answer is compared as
 JSON, floats within a relative 1e-4 (the two servers' processes compute the same operations;
-the tolerance covers thread counts), lists and dict keys in order. ``--write-doc`` puts the
-table into ``docs/torchserve.md`` between its markers.
+the tolerance covers thread counts), lists and dict keys in order. Then, in this process,
+TorchServe's modules against Podium's (both import side by side: Podium's are
+``podium.compat.ts.*``): the image transforms on every image mode and awkward sizes, the text
+clean-up on tricky texts, and Captum's explanations. ``--write-doc`` puts the results into
+``docs/torchserve.md`` between its markers.
 """
 
 from __future__ import annotations
@@ -268,7 +271,12 @@ def wait_models(management: str, names: list[str], timeout: float, settle: float
 def torchserve(store: Path, names: list[str], work: Path) -> Iterator[tuple[str, list[str]]]:
     ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpcm")}
     props = work / "config.properties"
+    # its own temporary directory: TorchServe keeps its pid file (one server per directory) and
+    # its workers' sockets (.ts.sock.9000, ...) there, which another TorchServe would share
+    private = work / "tmp"
+    private.mkdir()
     props.write_text("\n".join([
+        f"vmargs=-Djava.io.tmpdir={private}",
         f"inference_address=http://127.0.0.1:{ports['inference']}",
         f"management_address=http://127.0.0.1:{ports['management']}",
         f"metrics_address=http://127.0.0.1:{ports['metrics']}",
@@ -278,6 +286,7 @@ def torchserve(store: Path, names: list[str], work: Path) -> Iterator[tuple[str,
         "disable_system_metrics=true", "install_py_dep_per_model=false", "",
     ]))  # fmt: skip
     env = dict(os.environ, LOG_LOCATION=str(work / "ts-logs"), METRICS_LOCATION=str(work))
+    env["TMPDIR"] = str(private)
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     cmd = [str(Path(sys.executable).parent / "torchserve"), "--start", "--foreground", "--ncs",
            "--disable-token-auth", "--model-store", str(store), "--ts-config", str(props)]  # fmt: skip
@@ -353,6 +362,107 @@ def ask(base: str, name: str, body: bytes, ctype: str) -> tuple[int, Any]:
         return r.status_code, r.text
 
 
+# -- in one process: the pieces, TorchServe's module against Podium's ----------------------
+
+
+def modes_and_sizes() -> Iterator[tuple[str, Any]]:
+    """Images of every mode the transforms treat apart, at sizes around the crop and resize."""
+    rng = np.random.RandomState(1)
+    sizes = [(300, 200), (200, 300), (256, 256), (257, 1000), (224, 224), (100, 50), (223, 225),
+             (31, 400), (640, 480), (1, 1)]  # fmt: skip
+    for width, height in sizes:
+        rgb = Image.fromarray(rng.randint(0, 256, (height, width, 3), dtype=np.uint8))
+        for mode in ("RGB", "L", "RGBA", "P", "1", "I", "F"):
+            yield f"{mode} {width}x{height}", rgb.convert(mode)
+    wide = rng.randint(0, 65536, (40, 30), dtype=np.uint16)
+    yield "I;16 30x40", Image.fromarray(wide)  # uint16: Pillow's I;16
+
+
+def compare_pieces() -> list[str]:
+    """Podium's transforms, text clean-up and explanations against TorchServe's own modules
+    (both import in one process: Podium's are ``podium.compat.ts.*``, TorchServe's ``ts.*``)."""
+    from captum.attr import IntegratedGradients, LayerIntegratedGradients
+    from ts.torch_handler import image_classifier as ts_ic
+    from ts.torch_handler import object_detector as ts_od
+    from ts.torch_handler import text_classifier as ts_tc
+    from ts_default_models import TinyClassifier, TinyTextClassifier, vocabulary
+
+    from podium.compat.ts.torch_handler import image_classifier as pd_ic
+    from podium.compat.ts.torch_handler import object_detector as pd_od
+    from podium.compat.ts.torch_handler import text_classifier as pd_tc
+
+    lines = []
+    counts = {"same": 0, "both raise": 0, "differ": 0}
+    failures = []
+    for label, image in modes_and_sizes():
+        for name, ts_t, pd_t in (
+            ("image_classifier", ts_ic.ImageClassifier.image_processing,
+             pd_ic.ImageClassifier.image_processing),
+            ("object_detector", ts_od.ObjectDetector.image_processing,
+             pd_od.ObjectDetector.image_processing),
+        ):  # fmt: skip
+            outcome = []
+            for transform in (ts_t, pd_t):
+                try:
+                    outcome.append(transform(image.copy()))
+                except Exception as exc:  # noqa: BLE001 - compared, not handled
+                    outcome.append(type(exc))
+            a, b = outcome
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+                equal = a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+                verdict = "same" if equal else "differ"
+            else:
+                verdict = "both raise" if a is b else "differ"
+            counts[verdict] += 1
+            if verdict == "differ":
+                failures.append(f"{name} {label}")
+    lines.append(
+        f"- image transforms (`image_classifier`'s and `object_detector`'s `image_processing`, "
+        f"torchvision's against Podium's) on {sum(counts.values())} images of modes RGB, L, RGBA, "
+        f"P, 1, I, F, I;16 and sizes from 1×1 to 640×480: {counts['same']} tensors equal "
+        f"(dtype, shape, every value), {counts['both raise']} raise on both, "
+        f"{counts['differ']} differ{': ' + ', '.join(failures[:5]) if failures else ''}."
+    )
+    texts = [*TEXTS, "I'D say Y'all'd've LIKED it; don't you?", "<p>Naïve café &eacute; résumé</p>",
+             "They'll've can't've won't've o'clock ma'am", "Ünïcödé — quotes “like” ‘this’ & that",
+             "shan't sha'n't SHAN'T so's also's", "", "   ", "It's 5 o'clock: time's up!!!"]  # fmt: skip
+    ts_h, pd_h = ts_tc.TextClassifier(), pd_tc.TextClassifier()
+    same_text = 0
+    for text in texts:
+        steps = []
+        for h in (ts_h, pd_h):
+            t = h._remove_html_tags(text).lower()
+            t = h._expand_contractions(t)
+            t = h._remove_accented_characters(t)
+            steps.append(h._tokenize(h._remove_punctuation(t)))
+        same_text += steps[0] == steps[1]
+    lines.append(f"- text clean-up and tokens (`text_classifier`): {same_text} of {len(texts)} "
+                 "texts give the same tokens.")  # fmt: skip
+    torch.manual_seed(0)
+    model = TinyClassifier().eval()
+    tensor = pd_ic.ImageClassifier.image_processing(next(modes_and_sizes())[1]).unsqueeze(0)
+    ts_v, pd_v = ts_ic.ImageClassifier(), pd_ic.ImageClassifier()
+    for h in (ts_v, pd_v):
+        h.model, h.device, h.ig = model, torch.device("cpu"), None
+    ts_v.ig = IntegratedGradients(model)
+    a = torch.tensor(ts_v.get_insights(tensor, None, 3))
+    b = torch.tensor(pd_v.get_insights(tensor, None, 3))
+    vocab = vocabulary(TEXTS)
+    text_model = TinyTextClassifier(len(vocab)).eval()
+    for h in (ts_h, pd_h):
+        h.model, h.device, h.source_vocab, h.mapping = text_model, torch.device("cpu"), vocab, None
+    ts_h.lig = LayerIntegratedGradients(text_model, text_model.embedding)
+    row = [{"body": TEXTS[0].encode()}]
+    c, d = (h.get_insights(h.preprocess(row), None, 1) for h in (ts_h, pd_h))
+    lines.append(
+        "- explanations (`get_insights`, Captum): the image classifier's attributions "
+        f"{'equal' if torch.allclose(a, b, rtol=1e-5, atol=1e-7) else 'DIFFER'} "
+        f"({a.numel()} values), the text classifier's "
+        f"{'equal' if same(c, d) else 'DIFFER'} ({len(c[0]['words'])} words)."
+    )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write-doc", action="store_true", help=f"update {DOC.name}")
@@ -368,6 +478,9 @@ def main() -> int:
     loaded: dict[str, list[str]] = {}
     for server, start in (("torchserve", torchserve), ("podium", podium)):
         with start(store, names, work) as (base, ready):
+            if not ready:
+                print(f"{server} loaded no model; its log: {work / server}.log", file=sys.stderr)
+                return 1
             loaded[server] = ready
             for name in ready:
                 kind = handlers[name].split(":")[0].split(".")[-1]
@@ -411,6 +524,8 @@ def main() -> int:
         "|---|---|---|---|---|---|",
         *rows,
     ])  # fmt: skip
+    table += "\n\nIn one process, TorchServe's modules against Podium's:\n\n"
+    table += "\n".join(compare_pieces())
     print(table)
     if args.write_doc:
         text = DOC.read_text()

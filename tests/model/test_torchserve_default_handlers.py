@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 Image = pytest.importorskip("PIL.Image")
 
-from ts_default_models import LABELS, TEXTS, model_dir, vocabulary  # noqa: E402
+from ts_default_models import LABELS, TEXTS, build, model_dir, vocabulary  # noqa: E402
 from ts_kit import FakeRequest, load  # noqa: E402
 
 from podium.errors import DefinitionError, ModelError  # noqa: E402
@@ -239,3 +239,39 @@ async def test_dali_is_refused_at_load_naming_what_podium_provides(
     root = model_dir("image_classifier", tmp_path, "dali_image_classifier")
     with pytest.raises(DefinitionError, match="needs the torchserve package.*image_classifier"):
         await load(root, executor)
+
+
+@pytest.mark.anyio
+async def test_a_handler_file_subclassing_image_classifier_keeps_its_own_settings(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    """As TorchServe's examples do (mnist_handler.py): a subclass with its own
+    ``image_processing`` and ``topk``, imported from ``ts.torch_handler.image_classifier``."""
+    from ts.torch_handler._image import Compose, Resize, ToTensor
+
+    from podium.model.torchserve import archive_model
+
+    files = tmp_path / "files"
+    handler = files / "my_handler.py"
+    files.mkdir()
+    handler.write_text(
+        "from ts.torch_handler.image_classifier import ImageClassifier\n"
+        "from ts.torch_handler._image import Compose, Resize, ToTensor\n\n\n"
+        "class Small(ImageClassifier):\n"
+        "    topk = 2\n"
+        "    image_processing = Compose([Resize(32), ToTensor()])\n"
+    )
+    built = build("image_classifier", files)
+    root = archive_model(
+        model_name="small", handler=handler, export_path=tmp_path / "store",
+        archive_format="no-archive", **built,
+    )  # fmt: skip
+    instance = await load(root, executor)
+    image = picture(64, 48)
+    answer = await ask(instance, image)
+    tensor = Compose([Resize(32), ToTensor()])(Image.open(io.BytesIO(image)))
+    with torch.inference_mode():
+        probs = torch.softmax(scripted(root)(tensor.unsqueeze(0)), dim=1)
+    top, classes = torch.topk(probs, 2, dim=1)
+    expected = {LABELS[c]: p for c, p in zip(classes[0].tolist(), top[0].tolist(), strict=True)}
+    assert answer == pytest.approx(expected, rel=1e-6) and len(answer) == 2

@@ -236,3 +236,5 @@ def test_normalize_per_channel_on_a_copy() -> None:
     assert tensor.eq(1).all()
     with pytest.raises(ValueError, match="standard deviation of zero"):
         Normalize([0.0], [0.0])(tensor)
+    with pytest.raises(TypeError, match="must be of floats, not torch.int32"):
+        Normalize([0.0], [1.0])(torch.ones(1, 2, 2, dtype=torch.int32))

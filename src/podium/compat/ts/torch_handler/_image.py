@@ -119,13 +119,16 @@ class ToTensor:
 
 
 class Normalize:
-    """``(tensor - mean) / std`` per channel, on a copy."""
+    """``(tensor - mean) / std`` per channel, on a copy (of a float tensor: 32-bit integer and
+    16-bit images are refused, as torchvision refuses them)."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         self.mean = list(mean)
         self.std = list(std)
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not tensor.is_floating_point():
+            raise TypeError(f"Normalize: the tensor must be of floats, not {tensor.dtype}")
         mean = torch.as_tensor(self.mean, dtype=tensor.dtype, device=tensor.device)
         std = torch.as_tensor(self.std, dtype=tensor.dtype, device=tensor.device)
         if (std == 0).any():
