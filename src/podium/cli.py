@@ -473,8 +473,9 @@ def _stop_started() -> int:
 @click.option(
     "--handler",
     required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The handler file (TorchServe's handler contract).",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The handler file (TorchServe's handler contract), or a default handler's name "
+    "(image_classifier, text_classifier, object_detector, image_segmenter, base_handler).",
 )
 @click.option("--version", "version", default=None, help="The model's version (modelVersion).")
 @click.option(
