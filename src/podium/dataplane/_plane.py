@@ -13,7 +13,7 @@ from typing import Any, cast
 from msgspec.structs import replace
 
 from .. import __version__
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput, ModelNotReady, NotFound, unloaded_model
 from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
@@ -235,8 +235,16 @@ class DataPlane:
 
     # -- inference -----------------------------------------------------------------------
 
-    def resolve(self, model: str, version: str | None = None) -> ModelVersion:
+    def resolve(
+        self, model: str, version: str | None = None, protocol: WireProtocol | None = None
+    ) -> ModelVersion:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
+
+        By ``protocol``: on OIP's routes (REST and gRPC) a version unloaded through the
+        repository API is ``NotFound`` (404 / ``NOT_FOUND``, Triton's "has no available
+        versions"), as Triton and MLServer answer; on the others it is ``ModelNotReady`` (503),
+        as TorchServe answers a model without workers and Truss a model that is not ready. A
+        version still loading, or whose load failed, is ``ModelNotReady`` everywhere.
 
         Front ends call this before reading the body, then look at what the model asks for
         (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass
@@ -244,7 +252,14 @@ class DataPlane:
         being served (:data:`~podium.types.current_request`) names the version from then on
         (its access line, its span).
         """
-        mv = self._registry.ready(model, version)
+        try:
+            mv = self._registry.ready(model, version)
+        except ModelNotReady:
+            if protocol is not None and protocol.oip:
+                found = self._registry.get(model, version)
+                if found.state is ModelState.UNLOADED:
+                    raise NotFound(unloaded_model(model, version)) from None
+            raise
         info = current_request.get()
         if info is not None:
             info.model = mv.name

@@ -141,9 +141,10 @@ def to_request(message: Any) -> InferenceRequest:
             data: Any = None  # the data plane reads it from its region
         elif raw:
             if tensor.HasField("contents"):
-                raise InvalidTensor(
-                    f"input '{name}' has both typed contents and raw_input_contents; "
-                    "a request uses one or the other for all its inputs"
+                raise InvalidTensor(  # Triton's words: clients match on them
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{message.model_name}': a request uses one or the "
+                    "other for all its inputs"
                 )
             data = codecs.decode_raw(name, datatype, shape, raw[index])
             index += 1
