@@ -29,6 +29,7 @@ from ._model_fields import Kind, Unit, check
 
 __all__ = [
     "MODEL_DEFAULTS",
+    "PRESETS",
     "SETTINGS",
     "Group",
     "Setting",
@@ -456,6 +457,28 @@ MODEL_DEFAULTS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
         ("torchserve", "job_queue_size"): ("max_queue_size",),
         ("torchserve", "default_response_timeout"): ("response_timeout",),
         ("mlserver", "parallel_workers"): ("workers", "min_workers", "max_workers"),
+    }
+)
+
+
+#: One flag for a whole foreign server's behaviour (``podium serve --triton``): the settings it
+#: stands for, under ``--config`` and the flags given with it.
+PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        # Triton's ports, model control on the inference listeners
+        # (--model-control-mode=explicit), its system shared memory (on in 2.51), raw gRPC
+        # answers and its ModelStreamInfer framing.
+        "triton": MappingProxyType(
+            {
+                "http_port": 8000,
+                "grpc_port": 8001,
+                "metrics_port": 8002,
+                "model_control": "inference",
+                "shared_memory": "system",
+                "grpc_output_contents": "raw",
+                "grpc_stream_format": "triton",
+            }
+        ),
     }
 )
 

@@ -13,5 +13,6 @@ prepared or built: discovery stays cheap and native models never pay for them.
 """
 
 from ._model import build, is_source, prepare, sources
+from ._settings import environment_values
 
-__all__ = ["build", "is_source", "prepare", "sources"]
+__all__ = ["build", "environment_values", "is_source", "prepare", "sources"]

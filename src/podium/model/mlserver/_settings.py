@@ -16,12 +16,18 @@ Every key MLServer defines is accepted or refused with an error naming the key a
   in its own Python environment;
 - ``podium``: Podium's own ``config.yaml`` keys for this model (``predict_concurrency``,
   ``max_queue_size``, ...); unknown top-level keys are an error (MLServer ignores them).
+
+``MLSERVER_MODEL_<KEY>`` environment variables give the keys a file leaves out (and
+``MLSERVER_MODEL_<PARAMETER>`` its parameters), as MLServer's pydantic-settings models read them:
+names in any case, lists and objects as JSON; the file wins where both say.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,7 +36,13 @@ from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig, signature_of
 from ...errors import DefinitionError
 from .._source import Contract, MLServerParts, ModelSource
 
-__all__ = ["SETTINGS_FILE", "read_settings", "runtime_settings"]
+__all__ = [
+    "MODEL_ENV_PREFIX",
+    "SETTINGS_FILE",
+    "environment_values",
+    "read_settings",
+    "runtime_settings",
+]
 
 logger = logging.getLogger("podium.model")
 
@@ -67,6 +79,73 @@ _MAPPED = {
     if spec.mlserver is not None and spec.mlserver.key is not None
 }
 _NOT_HERE = frozenset({"model_class_name", "default_version"})
+
+
+MODEL_ENV_PREFIX = "MLSERVER_MODEL_"
+
+# MLServer 1.7.1's ModelSettings and ModelParameters fields, by how a variable's text is read:
+# "bool", "int", "float", "str" or "json" (pydantic-settings reads lists and objects as JSON).
+_MODEL_KINDS: Mapping[str, str] = {
+    "implementation": "str", "name": "str", "platform": "str", "versions": "json",
+    "inputs": "json", "outputs": "json", "parallel_workers": "int", "warm_workers": "bool",
+    "max_batch_size": "int", "max_batch_time": "float", "parameters": "json",
+    "cache_enabled": "bool",
+}  # fmt: skip
+_PARAMETER_KINDS: Mapping[str, str] = {
+    "uri": "str", "version": "str", "environment_path": "str", "environment_tarball": "str",
+    "inference_pool_gid": "str", "autogenerate_inference_pool_gid": "bool", "format": "str",
+    "content_type": "str", "extra": "json",
+}  # fmt: skip
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def environment_values(
+    environ: Mapping[str, str], prefix: str, kinds: Mapping[str, str]
+) -> dict[str, Any]:
+    """The fields of ``kinds`` that ``<prefix><FIELD>`` variables of ``environ`` give (names in
+    any case), each read as pydantic-settings reads a field of that kind (``kinds``' values:
+    ``bool``, ``int``, ``float``, ``str``, ``json``); ``ValueError`` names the variable whose
+    text is not one."""
+    upper = {name.upper(): value for name, value in environ.items()}
+    found: dict[str, Any] = {}
+    for key, kind in kinds.items():
+        name = prefix + key.upper()
+        text = upper.get(name)
+        if text is None:
+            continue
+        lowered = text.strip().lower()
+        if kind == "str":
+            found[key] = text
+        elif kind == "bool" and (lowered in _TRUE or lowered in _FALSE):
+            found[key] = lowered in _TRUE
+        elif kind in ("int", "float"):
+            try:
+                found[key] = int(lowered) if kind == "int" else float(lowered)
+            except ValueError:
+                raise ValueError(f"{name} must be a number ({kind}), got {text[:80]!r}") from None
+        elif kind == "json":
+            try:
+                found[key] = json.loads(text)
+            except ValueError:
+                raise ValueError(f"{name} must be JSON, got {text[:80]!r}") from None
+        else:
+            raise ValueError(f"{name} must be true or false, got {text[:80]!r}")
+    return found
+
+
+def _with_environment(data: dict[str, Any], where: str, environ: Mapping[str, str]) -> None:
+    """``data`` (a model-settings.json) with what ``MLSERVER_MODEL_*`` variables give where it
+    says nothing, in place, as MLServer's ``ModelSettings`` reads them."""
+    try:
+        top = environment_values(environ, MODEL_ENV_PREFIX, _MODEL_KINDS)
+        params = environment_values(environ, MODEL_ENV_PREFIX, _PARAMETER_KINDS)
+    except ValueError as exc:
+        raise DefinitionError(f"{where}: {exc}") from None
+    for key, value in top.items():
+        data.setdefault(key, value)
+    if params and (data.get("parameters") is None or isinstance(data["parameters"], dict)):
+        data["parameters"] = {**params, **(data.get("parameters") or {})}
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -125,11 +204,13 @@ def _from_mlserver(
     return config
 
 
-def read_settings(path: Path) -> ModelSource:
-    """The model version a ``model-settings.json`` describes; ``DefinitionError`` listing every
-    problem, each naming the key and the file."""
+def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> ModelSource:
+    """The model version a ``model-settings.json`` describes, with what ``MLSERVER_MODEL_*``
+    variables of ``environ`` (default: the process's) give where it says nothing;
+    ``DefinitionError`` listing every problem, each naming the key and the file."""
     where = str(path)
     data = _read_json(path)
+    _with_environment(data, where, os.environ if environ is None else environ)
     problems: list[str] = []
     for key in sorted(set(data) - _KEYS):
         problems.append(f"{where}: unknown key '{key}' (allowed: {', '.join(sorted(_KEYS))})")
