@@ -346,18 +346,19 @@ def install(paths: tuple[Path, ...]) -> None:
     (cached in $PODIUM_ENVS, default ~/.cache/podium/envs), for `podium serve
     --install-model-requirements`; exit 1 if any install fails."""
     from .model import discover_all
-    from .runtime import in_environments
+    from .runtime import in_declared_environments, in_environments
 
     problems: list[str] = []
     for path in paths:
         found, found_problems = discover_all(path)
         problems.extend(found_problems)
+        found = in_declared_environments(found, problems)  # environment tarballs, unpacked
         for source in in_environments(found, problems):
             if source.python is None:
                 click.echo(f"ok: {source.label} declares no requirements")
             else:
-                where = source.python.parent.parent
-                click.echo(f"ok: {source.label}: {', '.join(source.requirements())} in {where}")
+                what = ", ".join(source.requirements()) or "its own environment"
+                click.echo(f"ok: {source.label}: {what} in {source.python.parent.parent}")
     if problems:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)

@@ -25,7 +25,14 @@ from ._stats import (
     VersionStats,
     outcome_of,
 )
-from .loading import ModelSettings, build_path, check_paths, in_environments, register_paths
+from .loading import (
+    ModelSettings,
+    build_path,
+    check_paths,
+    in_declared_environments,
+    in_environments,
+    register_paths,
+)
 from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 
@@ -48,6 +55,7 @@ __all__ = [
     "WorkerState",
     "build_path",
     "check_paths",
+    "in_declared_environments",
     "in_environments",
     "outcome_of",
     "register_paths",

@@ -12,8 +12,8 @@ Every key MLServer defines is accepted or refused with an error naming the key a
   the runtime in ``settings.parameters``; ``versions``, ``warm_workers``, ``cache_enabled``,
   ``parameters.inference_pool_gid`` / ``autogenerate_inference_pool_gid`` are accepted and have
   no effect;
-- ``parameters.environment_path`` / ``environment_tarball`` are refused: Podium runs every model
-  in its own Python environment;
+- ``parameters.environment_tarball`` (relative to the file's folder) / ``environment_path``: the
+  model runs in worker processes from that environment (:func:`declared_environment`);
 - ``podium``: Podium's own ``config.yaml`` keys for this model (``predict_concurrency``,
   ``max_queue_size``, ...); unknown top-level keys are an error (MLServer ignores them).
 
@@ -39,6 +39,7 @@ from .._source import Contract, MLServerParts, ModelSource
 __all__ = [
     "MODEL_ENV_PREFIX",
     "SETTINGS_FILE",
+    "declared_environment",
     "environment_values",
     "read_settings",
     "runtime_settings",
@@ -65,12 +66,6 @@ _KEYS = frozenset(
         "podium",
     }
 )
-_REFUSED_PARAMETERS = {
-    "environment_path": "Podium runs every model in its own Python environment; install the "
-    "runtime's requirements there",
-    "environment_tarball": "Podium runs every model in its own Python environment; install the "
-    "runtime's requirements there",
-}
 # Podium keys that model-settings.json sets through MLServer's own keys (the field table's
 # mlserver column), and Podium keys that mean nothing for an MLServer runtime.
 _MAPPED = {
@@ -230,10 +225,10 @@ def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> Model
     elif not isinstance(params, dict):
         problems.append(f"{where}: 'parameters' must be an object, got {params!r}")
         params = {}
-    for key, why in _REFUSED_PARAMETERS.items():
-        if params.get(key) is not None:
-            problems.append(f"{where}: 'parameters.{key}' is not supported: {why}")
-    for key in ("uri", "format", "content_type", "inference_pool_gid"):
+    for key in (
+        "uri", "format", "content_type", "inference_pool_gid", "environment_path",
+        "environment_tarball",
+    ):  # fmt: skip
         if params.get(key) is not None and not isinstance(params[key], str):
             problems.append(f"{where}: 'parameters.{key}' must be a string, got {params[key]!r}")
     if params.get("extra") is not None and not isinstance(params["extra"], dict):
@@ -336,3 +331,21 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
             for e in errors()
         ]
         raise DefinitionError("; ".join(problems), problems) from exc
+
+
+def declared_environment(source: ModelSource) -> tuple[str, Path] | None:
+    """The Python environment an MLServer model declares, as MLServer finds it:
+    ``("path", folder)`` for ``parameters.environment_path`` (variables and ``~`` expanded,
+    relative to the working directory), else ``("tarball", file)`` for
+    ``parameters.environment_tarball`` (relative to the ``model-settings.json``'s folder); None
+    for any other model."""
+    if source.mlserver is None:
+        return None
+    params = source.mlserver.settings.get("parameters") or {}
+    folder = params.get("environment_path")
+    if folder:
+        return "path", Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
+    tarball = params.get("environment_tarball")
+    if tarball:
+        return "tarball", source.mlserver.settings_path.parent / tarball
+    return None
