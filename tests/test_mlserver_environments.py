@@ -166,3 +166,9 @@ def test_a_model_whose_tarball_is_missing_does_not_load(tmp_path: Path) -> None:
     assert "its environment tarball" in result.stderr and "missing.tgz is not a file" in (
         result.stderr
     )
+
+
+def test_an_extraction_past_its_time_is_refused(tmp_path: Path) -> None:
+    tarball = _tarball(tmp_path / "env.tgz", {"lib/PY/site-packages/a.py": b""})
+    with pytest.raises(EnvironmentFailed, match="took more than 0 s to extract"):
+        unpack(tarball, label="model 'm'", root=tmp_path / "envs", timeout=0)

@@ -212,3 +212,42 @@ def test_serve_picks_up_the_settings_beside_the_models(tmp_path: Path) -> None:
         described = httpx.get(f"{server.management_url}/models/mls-probe", timeout=10).json()
         assert described[0]["workers"][0]["pid"] != server.proc.pid  # a worker process
     assert "'load_models_at_startup' is not honoured" in server.log
+
+
+def test_mlserver_start_serves_the_model_of_the_variables_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "runtime"
+    folder.mkdir()
+    shutil.copy(PROBE / "models.py", folder / "models.py")  # no model-settings.json
+    http = free_port()
+    env = {
+        **os.environ,
+        "MLSERVER_HOST": "127.0.0.1",
+        "MLSERVER_HTTP_PORT": str(http),
+        "MLSERVER_GRPC_PORT": str(free_port()),
+        "MLSERVER_METRICS_PORT": str(free_port()),
+        "MLSERVER_MODEL_IMPLEMENTATION": "models.ProbeModel",
+        "MLSERVER_MODEL_NAME": "mls-probe",
+        "MLSERVER_MODEL_EXTRA": '{"factor": 3}',
+    }
+    proc = subprocess.Popen(
+        [*PODIUM, "mlserver", "start", str(folder), "--management-port", "0",
+         "--grpc-management-port", "0", "--no-auth"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_ready(f"http://127.0.0.1:{http}", proc)
+        assert _infer(f"http://127.0.0.1:{http}")["x"] == [4.5, 6.0]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    # without MLSERVER_MODEL_IMPLEMENTATION there is nothing to serve, as with MLServer
+    del env["MLSERVER_MODEL_IMPLEMENTATION"]
+    done = subprocess.run(
+        [*PODIUM, "mlserver", "start", str(folder), "--management-port", "0",
+         "--grpc-management-port", "0", "--no-auth"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0 and "holds no model" in done.stderr

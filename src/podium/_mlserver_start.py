@@ -26,7 +26,9 @@ from typing import Any
 import click
 
 from .config import FIELDS, MODEL_DEFAULTS, UNSET, foreign
-from .model.mlserver import environment_values
+from .errors import DefinitionError
+from .model import ModelSource
+from .model.mlserver import environment_model, environment_values
 
 __all__ = [
     "MLSERVER_DEFAULTS",
@@ -132,6 +134,7 @@ class MLServerConfig:
     environ: dict[str, str] = field(default_factory=dict)  # variables set unless already set
     notes: list[str] = field(default_factory=list)  # keys not honoured, with why
     source: str = ""  # what was read (for the start log)
+    model: ModelSource | None = None  # mlserver start: the model of MLSERVER_MODEL_* alone
 
 
 def _checked(where: str, key: str, kind: str, value: Any) -> Any:
@@ -262,8 +265,10 @@ def server_settings(
     """MLServer's server settings for ``podium serve`` / ``podium mlserver start``: those of
     ``settings_file``, else of the ``settings.json`` in the one folder of ``paths``, with the
     ``MLSERVER_*`` variables under them; None when there is no such file (for ``start``, as
-    ``mlserver start`` reads them: the variables alone, over MLServer's own defaults). With
-    model paths given, ``model_repository_root`` is not read (``mlserver start FOLDER``
+    ``mlserver start`` reads them: the variables alone, over MLServer's own defaults; and
+    where FOLDER holds no ``model-settings.json``, the model of ``MLSERVER_MODEL_*`` variables
+    alone, MLServer's default model). With model paths given, ``model_repository_root`` is
+    not read (``mlserver start FOLDER``
     replaces it with the folder). The variables it asks for (``environments_dir``,
     ``tracing_server``) are set here unless already set. ``click.UsageError`` for a value
     MLServer would refuse."""
@@ -278,6 +283,12 @@ def server_settings(
         raise click.UsageError(str(exc)) from None
     if start:
         found.settings = {**MLSERVER_DEFAULTS, **found.settings}
+        folder = paths[0]
+        if not any(folder.glob("**/model-settings.json")):  # MLServer's default model
+            try:
+                found.model = environment_model(folder, environ)
+            except DefinitionError as exc:
+                raise click.UsageError(exc.message) from None
     if paths:
         found.settings.pop("models", None)
         found.root = None

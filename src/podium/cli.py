@@ -206,6 +206,9 @@ def _serve(
     settings: ModelSettings | None = None
     start = _ts_start(ts_config)
     mls = server_settings(settings_file, paths, start=mlserver_start)
+    alone = (mls.model,) if mls is not None and mls.model is not None else ()
+    if alone:  # mlserver start FOLDER: no model-settings.json, the variables' model
+        paths = []
     base = {**(start.settings if start else {}), **(mls.settings if mls else {})}
     config = _merge(config_file, flags, base)
     all_paths = [*(Path(p) for p in config.serving.paths), *paths]
@@ -219,10 +222,10 @@ def _serve(
                 all_paths.append(found)
                 if name is not None:
                     names[found] = name
-        settings = ModelSettings(names=names, models=start.models, defaults=defaults)
-    elif names or defaults:
-        settings = ModelSettings(names=names, defaults=defaults)
-    if not all_paths and config.registration.model_store is None:  # models come by the API
+        settings = ModelSettings(names, start.models, defaults, alone)
+    elif names or defaults or alone:
+        settings = ModelSettings(names=names, defaults=defaults, sources=alone)
+    if not all_paths and not alone and config.registration.model_store is None:  # by the API
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
         )

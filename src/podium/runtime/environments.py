@@ -297,7 +297,7 @@ def _extract(
                     raise EnvironmentFailed(
                         f"{where} expands to more than the {max_bytes} bytes allowed"
                     )
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
                     raise EnvironmentFailed(f"{where} took more than {timeout:g} s to extract")
                 try:
                     archive.extract(member, into, filter="data")

@@ -237,13 +237,15 @@ def _discover(
 @dataclasses.dataclass(frozen=True, slots=True)
 class ModelSettings:
     """Model settings given from outside the models' own files (TorchServe's
-    ``config.properties``): ``names`` (a path's model served under another name), ``models``
-    (a model's keys by its name, over its own), ``defaults`` (keys for every model whose own
-    config does not set them)."""
+    ``config.properties``, MLServer's ``settings.json``): ``names`` (a path's model served under
+    another name), ``models`` (a model's keys by its name, over its own), ``defaults`` (keys for
+    every model whose own config does not set them), ``sources`` (models defined by no file of
+    their own: MLServer's model from ``MLSERVER_MODEL_*`` variables)."""
 
     names: Mapping[Path, str] = dataclasses.field(default_factory=dict)
     models: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sources: tuple[ModelSource, ...] = ()
 
     def apply(self, source: ModelSource, problems: list[str]) -> ModelSource:
         raw = source.config.raw
@@ -445,7 +447,7 @@ def register_paths(
     """
     sources, problems = _discover(paths, settings.names if settings else None)
     if settings is not None:
-        sources = [settings.apply(source, problems) for source in sources]
+        sources = [settings.apply(source, problems) for source in [*sources, *settings.sources]]
     if only is not None:
         sources = [s for s in sources if (s.config.name, s.config.version) == only]
     sources = in_declared_environments(sources, problems)

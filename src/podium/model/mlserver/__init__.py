@@ -13,11 +13,12 @@ prepared or built: discovery stays cheap and native models never pay for them.
 """
 
 from ._model import build, is_source, prepare, sources
-from ._settings import declared_environment, environment_values
+from ._settings import declared_environment, environment_model, environment_values
 
 __all__ = [
     "build",
     "declared_environment",
+    "environment_model",
     "environment_values",
     "is_source",
     "prepare",

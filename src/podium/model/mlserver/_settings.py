@@ -40,6 +40,8 @@ __all__ = [
     "MODEL_ENV_PREFIX",
     "SETTINGS_FILE",
     "declared_environment",
+    "environment_model",
+    "environment_model",
     "environment_values",
     "read_settings",
     "runtime_settings",
@@ -199,12 +201,25 @@ def _from_mlserver(
     return config
 
 
-def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> ModelSource:
-    """The model version a ``model-settings.json`` describes, with what ``MLSERVER_MODEL_*``
-    variables of ``environ`` (default: the process's) give where it says nothing;
-    ``DefinitionError`` listing every problem, each naming the key and the file."""
-    where = str(path)
-    data = _read_json(path)
+def environment_model(folder: Path, environ: Mapping[str, str] | None = None) -> ModelSource | None:
+    """The one model MLServer makes from ``MLSERVER_MODEL_*`` variables alone (its default
+    model, when its repository holds no ``model-settings.json``), its code found in ``folder``;
+    None when ``MLSERVER_MODEL_IMPLEMENTATION`` is not set (MLServer then serves nothing)."""
+    environ = os.environ if environ is None else environ
+    if not any(name.upper() == f"{MODEL_ENV_PREFIX}IMPLEMENTATION" for name in environ):
+        return None
+    return read_settings(folder / SETTINGS_FILE, environ, data={})
+
+
+def read_settings(
+    path: Path, environ: Mapping[str, str] | None = None, *, data: dict[str, Any] | None = None
+) -> ModelSource:
+    """The model version a ``model-settings.json`` describes (``data``: its keys, instead of
+    reading ``path``), with what ``MLSERVER_MODEL_*`` variables of ``environ`` (default: the
+    process's) give where it says nothing; ``DefinitionError`` listing every problem, each
+    naming the key and the file."""
+    where = str(path) if data is None else f"{MODEL_ENV_PREFIX}* variables ({path.parent})"
+    data = _read_json(path) if data is None else data
     _with_environment(data, where, os.environ if environ is None else environ)
     problems: list[str] = []
     for key in sorted(set(data) - _KEYS):
