@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 import tritonclient.grpc as triton
 from conftest import TEST_MODELS, run_server
 from test_cli import PODIUM, free_port
+from test_torchserve_start import _wait_ready
 
 from podium._mlserver_start import MLServerSettingsError, read_settings_json
 from podium.model.mlserver._settings import read_settings
@@ -135,19 +135,6 @@ def test_model_variables_fill_what_model_settings_leave_out(tmp_path: Path) -> N
     assert runtime["parameters"] == {"version": "2", "uri": "/models/weights", "extra": {"k": 1}}
     with pytest.raises(Exception, match="MLSERVER_MODEL_MAX_BATCH_SIZE must be a number"):
         read_settings(folder / "model-settings.json", {"MLSERVER_MODEL_MAX_BATCH_SIZE": "x"})
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        try:
-            if httpx.get(url + "/v2/health/ready", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the server did not become ready")
 
 
 def _infer(url: str) -> dict[str, Any]:

@@ -16,7 +16,6 @@ none is ignored in silence.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ import click
 from .config import FIELDS, MODEL_DEFAULTS, UNSET, foreign
 from .errors import DefinitionError
 from .model import ModelSource
-from .model.mlserver import environment_model, environment_values
+from .model.mlserver import environment_model, environment_values, read_json_object
 
 __all__ = [
     "MLSERVER_DEFAULTS",
@@ -179,13 +178,9 @@ def read_settings_json(
     if path is not None:
         where = str(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise MLServerSettingsError(f"{where}: cannot be read: {exc.strerror}") from None
-        except ValueError as exc:
-            raise MLServerSettingsError(f"{where}: invalid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise MLServerSettingsError(f"{where}: must be a JSON object")
+            data = read_json_object(path)
+        except DefinitionError as exc:
+            raise MLServerSettingsError(exc.message) from None
         for key, value in data.items():
             if key not in _KINDS:
                 found.notes.append(

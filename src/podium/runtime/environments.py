@@ -35,7 +35,7 @@ import tarfile
 import threading
 import time
 import venv
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,25 +138,36 @@ def install(
     and carries pip's last lines when the install fails, runs too long or grows too big."""
     wanted = tuple(r.strip() for r in requirements if r.strip())
     root = environments_root() if root is None else root
-    key = _key(wanted)
+
+    def make(building: Path) -> None:
+        _build(building, wanted, label=label, timeout=timeout, max_bytes=max_bytes)
+
+    final = _cached(root, _key(wanted), make, "\n".join(wanted) + "\n")
+    return Environment(final, wanted)
+
+
+def _cached(root: Path, key: str, make: Callable[[Path], None], marker: str) -> Path:
+    """``root/key``: there already (its marker written), or made now by ``make(building)``
+    beside it and moved into place only once that succeeded, so that a failed or interrupted
+    build leaves nothing that looks ready. Paths inside a venv name the folder it was built
+    in: the launcher scripts do, the interpreter and site-packages do not, and only the
+    interpreter is used."""
     final = root / key
     with _lock(key):
         if (final / _READY).is_file():
-            return Environment(final, wanted)
+            return final
         root.mkdir(parents=True, exist_ok=True)
         building = root / f".{key}.building-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
         try:
-            _build(building, wanted, label=label, timeout=timeout, max_bytes=max_bytes)
+            make(building)
             shutil.rmtree(final, ignore_errors=True)  # a leftover without its marker
             building.rename(final)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
-        # Paths inside the venv name the folder it was built in: the launcher scripts do, the
-        # interpreter and site-packages do not, and only the interpreter is used.
-        (final / _READY).write_text("\n".join(wanted) + "\n", encoding="utf-8")
-        return Environment(final, wanted)
+        (final / _READY).write_text(marker, encoding="utf-8")
+        return final
 
 
 def _build(
@@ -248,27 +259,16 @@ def unpack(
         key = "tarball-" + _file_key(tarball)
     except OSError as exc:
         raise EnvironmentFailed(f"{label}: its environment tarball {tarball}: {exc}") from None
-    final = root / key
-    with _lock(key):
-        if (final / _READY).is_file():
-            return Environment(final, (), _bin_of(final))
-        root.mkdir(parents=True, exist_ok=True)
-        building = root / f".{key}.building-{os.getpid()}"
-        shutil.rmtree(building, ignore_errors=True)
-        try:
-            unpacked = building / "tarball"
-            _extract(tarball, unpacked, label, timeout, max_bytes, max_members)
-            packages = _tarball_site_packages(unpacked, tarball, label)
-            relative = [p.relative_to(building) for p in packages]
-            _build(building, (), label=label, timeout=timeout, max_bytes=max_bytes,
-                   first=[final / p for p in relative])  # fmt: skip
-            shutil.rmtree(final, ignore_errors=True)
-            building.rename(final)
-        except BaseException:
-            shutil.rmtree(building, ignore_errors=True)
-            raise
-        (final / _READY).write_text(f"{tarball}\n", encoding="utf-8")
-        return Environment(final, (), _bin_of(final))
+
+    def make(building: Path) -> None:
+        unpacked = building / "tarball"
+        _extract(tarball, unpacked, label, timeout, max_bytes, max_members)
+        packages = _tarball_site_packages(unpacked, tarball, label)
+        first = [root / key / p.relative_to(building) for p in packages]  # where they will be
+        _build(building, (), label=label, timeout=timeout, max_bytes=max_bytes, first=first)
+
+    final = _cached(root, key, make, f"{tarball}\n")
+    return Environment(final, (), _bin_of(final))
 
 
 def _bin_of(env: Path) -> Path | None:
@@ -341,19 +341,10 @@ def use_existing(folder: Path, *, label: str, root: Path | None = None) -> Envir
     root = environments_root() if root is None else root
     text = "\n".join([str(folder), sys.executable, f"{sys.version_info[:2]}"])
     key = "path-" + hashlib.sha256(text.encode()).hexdigest()[:20]
-    final = root / key
-    with _lock(key):
-        if not (final / _READY).is_file():
-            root.mkdir(parents=True, exist_ok=True)
-            building = root / f".{key}.building-{os.getpid()}"
-            shutil.rmtree(building, ignore_errors=True)
-            try:
-                _build(building, (), label=label, timeout=0, max_bytes=0, first=packages)
-                shutil.rmtree(final, ignore_errors=True)
-                building.rename(final)
-            except BaseException:
-                shutil.rmtree(building, ignore_errors=True)
-                raise
-            (final / _READY).write_text(f"{folder}\n", encoding="utf-8")
+
+    def make(building: Path) -> None:
+        _build(building, (), label=label, timeout=0, max_bytes=0, first=packages)
+
+    final = _cached(root, key, make, f"{folder}\n")
     programs = folder / "bin"
     return Environment(final, (), programs if programs.is_dir() else None)

@@ -43,6 +43,7 @@ __all__ = [
     "environment_model",
     "environment_model",
     "environment_values",
+    "read_json_object",
     "read_settings",
     "runtime_settings",
 ]
@@ -145,7 +146,8 @@ def _with_environment(data: dict[str, Any], where: str, environ: Mapping[str, st
         data["parameters"] = {**params, **(data.get("parameters") or {})}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``DefinitionError`` naming the file otherwise."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -219,7 +221,7 @@ def read_settings(
     process's) give where it says nothing; ``DefinitionError`` listing every problem, each
     naming the key and the file."""
     where = str(path) if data is None else f"{MODEL_ENV_PREFIX}* variables ({path.parent})"
-    data = _read_json(path) if data is None else data
+    data = read_json_object(path) if data is None else data
     _with_environment(data, where, os.environ if environ is None else environ)
     problems: list[str] = []
     for key in sorted(set(data) - _KEYS):
