@@ -137,6 +137,17 @@ def test_model_variables_fill_what_model_settings_leave_out(tmp_path: Path) -> N
         read_settings(folder / "model-settings.json", {"MLSERVER_MODEL_MAX_BATCH_SIZE": "x"})
 
 
+def _start(folder: Path, env: dict[str, str], management: int = 0) -> subprocess.Popen[str]:
+    """``podium mlserver start FOLDER``, its management API on ``management`` (MLServer has
+    none; 0: any free port)."""
+    command = [*PODIUM, "mlserver", "start", str(folder), "--management-port", str(management),
+               "--grpc-management-port", "0", "--no-auth"]  # fmt: skip
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+
+
 def _infer(url: str) -> dict[str, Any]:
     body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [2], "data": [1.5, 2]}]}
     r = httpx.post(f"{url}/v2/models/mls-probe/infer", json=body, timeout=30)
@@ -161,12 +172,7 @@ def test_mlserver_start_serves_a_folder_as_mlserver_does(tmp_path: Path) -> None
         "MLSERVER_GRPC_PORT": "1",  # the file wins
         "MLSERVER_MODEL_URI": str(tmp_path / "weights"),  # the model's file has no uri
     }
-    proc = subprocess.Popen(
-        [*PODIUM, "mlserver", "start", str(folder), "--management-port", str(management),
-         "--grpc-management-port", "0", "--no-auth"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True,
-    )  # fmt: skip
+    proc = _start(folder, env, management)
     url = f"http://127.0.0.1:{http}"
     try:
         _wait_ready(url, proc)
@@ -216,12 +222,7 @@ def test_mlserver_start_serves_the_model_of_the_variables_alone(tmp_path: Path) 
         "MLSERVER_MODEL_NAME": "mls-probe",
         "MLSERVER_MODEL_EXTRA": '{"factor": 3}',
     }
-    proc = subprocess.Popen(
-        [*PODIUM, "mlserver", "start", str(folder), "--management-port", "0",
-         "--grpc-management-port", "0", "--no-auth"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True,
-    )  # fmt: skip
+    proc = _start(folder, env)
     try:
         _wait_ready(f"http://127.0.0.1:{http}", proc)
         assert _infer(f"http://127.0.0.1:{http}")["x"] == [4.5, 6.0]
@@ -232,9 +233,6 @@ def test_mlserver_start_serves_the_model_of_the_variables_alone(tmp_path: Path) 
             proc.stdout.close()
     # without MLSERVER_MODEL_IMPLEMENTATION there is nothing to serve, as with MLServer
     del env["MLSERVER_MODEL_IMPLEMENTATION"]
-    done = subprocess.run(
-        [*PODIUM, "mlserver", "start", str(folder), "--management-port", "0",
-         "--grpc-management-port", "0", "--no-auth"],
-        capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
-    assert done.returncode != 0 and "holds no model" in done.stderr
+    refused = _start(folder, env)
+    output, _ = refused.communicate(timeout=60)
+    assert refused.returncode != 0 and "holds no model" in output
