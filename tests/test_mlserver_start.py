@@ -68,6 +68,16 @@ def test_parallel_workers_0_is_thread_workers_and_debug_a_log_level(tmp_path: Pa
     assert found.settings == {"log_level": "debug"}
 
 
+def test_values_read_as_pydantic_reads_them(tmp_path: Path) -> None:
+    # MLServer's own examples (custom, custom-json, sklearn, kafka at 1.7.1) write strings
+    data = {"debug": "true", "kafka_enabled": "true", "http_port": "9080", "grpc_port": 9081.0}
+    found = read_settings_json(_settings(tmp_path, data), {})
+    assert found.settings == {"log_level": "debug", "http_port": 9080, "grpc_port": 9081}
+    assert any("'kafka_enabled' is not honoured: Podium serves no Kafka" in n for n in found.notes)
+    off = read_settings_json(_settings(tmp_path, {"debug": 0, "gzip_enabled": "off"}), {})
+    assert off.settings == {"log_level": "info"} and off.notes == []
+
+
 def test_variables_fill_what_the_file_leaves_out(tmp_path: Path) -> None:
     environ = {
         "MLSERVER_HTTP_PORT": "7000",  # the file says 9080: the file wins
@@ -97,7 +107,10 @@ def test_variables_fill_what_the_file_leaves_out(tmp_path: Path) -> None:
     ("data", "environ", "words"),
     [
         ({"http_port": "80a"}, {}, "'http_port' must be an integer"),
+        ({"http_port": 80.5}, {}, "'http_port' must be an integer"),
         ({"debug": "sometimes"}, {}, "'debug' must be true or false"),
+        ({"debug": 2}, {}, "'debug' must be true or false"),
+        ({"host": 1}, {}, "'host' must be a string"),
         ({"host": None}, {}, "'host' may not be null"),
         ({"parallel_workers": -1}, {}, "'parallel_workers' must be 0 or more"),
         ({}, {"MLSERVER_HTTP_PORT": "eighty"}, "MLSERVER_HTTP_PORT must be a number"),
