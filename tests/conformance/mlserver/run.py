@@ -258,8 +258,10 @@ JUDGED: list[tuple[str, str, str]] = [
     (
         "infer",
         "/body/parameters",
-        "MLServer sends the runtime's `parameters` emptied of its "
-        "headers (`{}`); Podium leaves an empty one out. Both send the headers as headers",
+        "MLServer's data plane adds its CloudEvents headers to every answer's `parameters` "
+        "and its REST layer moves them to HTTP headers, leaving `{}`; Podium sends no "
+        "CloudEvents headers and leaves out an empty `parameters`: a client reading "
+        "`parameters` gets no value either way",
     ),
     (
         "/ready",
