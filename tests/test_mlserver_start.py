@@ -249,3 +249,13 @@ def test_mlserver_start_serves_the_model_of_the_variables_alone(tmp_path: Path) 
     refused = _start(folder, env)
     output, _ = refused.communicate(timeout=60)
     assert refused.returncode != 0 and "holds no model" in output
+
+
+def test_serve_with_settings_and_no_folder_serves_the_model_repository_root(
+    tmp_path: Path,
+) -> None:
+    shutil.copytree(PROBE, tmp_path / "models" / "probe")
+    settings = _settings(tmp_path, {"model_repository_root": str(tmp_path / "models")})
+    with run_server(args=("--settings", str(settings))) as server:
+        assert _infer(server.url)["x"] == [3.0, 4.0]
+    assert f"MLServer's settings read from {settings}" in server.log
