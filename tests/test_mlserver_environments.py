@@ -172,3 +172,17 @@ def test_an_extraction_past_its_time_is_refused(tmp_path: Path) -> None:
     tarball = _tarball(tmp_path / "env.tgz", {"lib/PY/site-packages/a.py": b""})
     with pytest.raises(EnvironmentFailed, match="took more than 0 s to extract"):
         unpack(tarball, label="model 'm'", root=tmp_path / "envs", timeout=0)
+
+
+def test_check_makes_the_environment_instead_of_importing_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PODIUM_ENVS", str(tmp_path / "envs"))
+    _model(tmp_path / "m", "m", "env.tgz")
+    _probe_tarball(tmp_path / "m" / "env.tgz", "1.0")
+    checked = podium("check", tmp_path / "m", timeout=60)
+    assert checked.returncode == 0, checked.stderr  # its import needs the tarball's package
+    assert "1 model(s) checked, no problems" in checked.stdout
+    (tmp_path / "m" / "env.tgz").write_bytes(b"not a tarball")
+    broken = podium("check", tmp_path / "m", timeout=60)
+    assert broken.returncode == 1 and "cannot be extracted" in broken.stderr

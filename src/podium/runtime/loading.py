@@ -305,8 +305,11 @@ def _check(sources: list[ModelSource], problems: list[str]) -> tuple[list[Checke
 
 
 def _collect(paths: list[Path]) -> tuple[list[Checked], list[str]]:
-    """Discover and import every model once; the checked ones, and every problem found."""
-    return _check(*_discover(paths))
+    """Discover and import every model once; the checked ones, and every problem found. A
+    model that brings its own environment (an environment tarball) is not imported here, where
+    its packages are absent: its environment is made (unpacked, cached) instead."""
+    sources, problems = _discover(paths)
+    return _check(in_declared_environments(sources, problems), problems)
 
 
 def _build(
