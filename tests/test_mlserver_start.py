@@ -48,7 +48,7 @@ def test_settings_json_in_podiums_words(tmp_path: Path) -> None:
     assert found.settings == {
         "host": "127.0.0.1", "http_port": 9080, "grpc_port": 9081, "metrics_port": 9082,
         "log_level": "info", "log_format": "json", "grpc_max_message_size": 1024,
-        "metrics": False, "models": ("models",),
+        "metrics": False, "models": ("models",), "server_name": "mlserver",
     }  # fmt: skip
     # parallel_workers: the default of every model whose own settings do not say
     assert found.defaults == {"workers": "process", "min_workers": 3, "max_workers": 3}
@@ -56,7 +56,7 @@ def test_settings_json_in_podiums_words(tmp_path: Path) -> None:
     notes = "\n".join(found.notes)
     assert "'cors_settings' is not honoured: the inference listener sends no CORS headers" in notes
     assert "'frobnicate' is not a setting of MLServer 1.7.1" in notes
-    # what repeats Podium's behaviour (gzip off, MLServer's name, models loaded) is quiet
+    # what repeats Podium's behaviour (gzip off, models loaded) is quiet
     assert "gzip_enabled" not in notes and "server_name" not in notes
     assert "load_models_at_startup" not in notes
     assert len(found.notes) == 2

@@ -82,10 +82,6 @@ _NOT_HONOURED: Mapping[str, tuple[Callable[[Any], bool], str]] = {
         "handlers); put a compressing proxy in front",
     ),
     "root_path": (bool, "Podium serves its routes at /: let the proxy strip the prefix"),
-    "server_name": (
-        lambda v: v != "mlserver",
-        "GET /v2 names the server podium (its version is Podium's)",
-    ),
     "server_version": (lambda v: True, "GET /v2 answers Podium's version"),
     "extensions": (bool, "GET /v2 lists the extensions Podium serves"),
     "load_models_at_startup": (

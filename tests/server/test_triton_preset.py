@@ -32,6 +32,7 @@ def test_the_preset_sets_what_a_triton_user_needs_and_flags_win(tmp_path: Path) 
     assert config.shared_memory.mode == "system"
     assert config.protocols.grpc_output_contents == "raw"
     assert config.protocols.grpc_stream_format == "triton"
+    assert config.protocols.server_name == "triton"
     # a flag given with it wins; without it, Podium's own defaults
     assert _merge(None, {"triton": True, "http_port": 9000}).listeners.http_port == 9000
     plain = _merge(None, {})
@@ -62,6 +63,9 @@ def test_a_triton_user_needs_one_flag() -> None:
         assert not grpc_client.is_model_ready("simple")
         http.load_model("simple")
         assert http.is_model_ready("simple")
+        # Triton's name in the server metadata (its health_metadata examples check it)
+        assert http.get_server_metadata()["name"] == "triton"
+        assert grpc_client.get_server_metadata().name == "triton"
         # system shared memory is on
         assert grpc_client.get_system_shared_memory_status(as_json=True) == {}
         assert http.get_system_shared_memory_status() == []
@@ -105,4 +109,5 @@ def test_without_the_flag_podiums_defaults_stand() -> None:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             answer = stub.ModelInfer(_typed_request(), timeout=30)
         assert not answer.raw_output_contents  # typed in, typed out (MLServer, KServe)
+        assert grpc_client.get_server_metadata().name == "podium"
         grpc_client.close()

@@ -72,6 +72,7 @@ class DataPlane:
         executor: Executor | None = None,
         codec: RequestCodec | None = None,
         shared_memory: SystemSharedMemory | None = None,
+        server_name: str = "podium",
     ) -> None:
         if registry is None:
             registry = Registry()
@@ -86,6 +87,7 @@ class DataPlane:
         if self.shared_memory.enabled:
             extensions.append("system_shared_memory")
         self._extensions = tuple(extensions)
+        self._server_name = server_name  # OIP's server metadata (--server-name)
         #: The calls in flight, and the shutdown's view of them (readiness, drain, cut).
         self.flight = InFlight()
 
@@ -174,7 +176,9 @@ class DataPlane:
         await serve_websocket(self.flight, mv, call, websocket)
 
     def server_metadata(self) -> ServerMetadata:
-        return ServerMetadata(name="podium", version=__version__, extensions=list(self._extensions))
+        return ServerMetadata(
+            name=self._server_name, version=__version__, extensions=list(self._extensions)
+        )
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """The metadata of that version (the default one when None); ``NotFound`` if unknown.
