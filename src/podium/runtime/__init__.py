@@ -25,6 +25,7 @@ from ._stats import (
     VersionStats,
     outcome_of,
 )
+from .devices import GpuSample, inventory
 from .loading import (
     ModelSettings,
     build_path,
@@ -40,6 +41,7 @@ __all__ = [
     "DURATION_BUCKETS_NS",
     "UNVERSIONED",
     "Durations",
+    "GpuSample",
     "ModelSettings",
     "ModelVersion",
     "Outcome",
@@ -57,6 +59,7 @@ __all__ = [
     "check_paths",
     "in_declared_environments",
     "in_environments",
+    "inventory",
     "outcome_of",
     "register_paths",
 ]
