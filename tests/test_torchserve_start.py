@@ -58,7 +58,7 @@ def test_config_properties_in_podiums_words(tmp_path: Path) -> None:
     path = _properties(tmp_path, store, 9080, "job_queue_size=50\nload_models=all\n"
                        'models={"m": {"2.0": {"marName": "m.mar", "batchSize": 4, '
                        '"maxBatchDelay": 100, "defaultVersion": true}}}\n'
-                       "metrics_mode=prometheus\nmetrics_config=metrics.yaml\n"
+                       "metrics_mode=Prometheus \nmetrics_config=metrics.yaml\n"
                        "model_metrics_auto_detect=true\n")  # fmt: skip
     found = read_ts_config(path, environ={})
     # metrics.yaml and metrics_mode are read (docs/metrics.md, "TorchServe's names")

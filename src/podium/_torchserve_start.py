@@ -175,6 +175,8 @@ def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> Torc
             typed = _typed(where, key, setting.kind, value)
             if key == "disable_token_authorization":  # TorchServe's says the opposite
                 typed = False if typed else None
+            elif key == "metrics_mode":  # TorchServe reads it without blanks, in any case
+                typed = "".join(str(typed).split()).lower()
             found.settings[setting.key] = typed
         elif key in NOT_HONOURED:
             found.notes.append(f"{where}: '{key}' is not honoured: {NOT_HONOURED[key]}")
