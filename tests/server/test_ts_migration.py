@@ -240,3 +240,24 @@ def test_workflow_routes_are_not_served(server: Server) -> None:
         f"{server.management_url}/workflows", params={"url": "wf.war"}, timeout=PATIENCE
     )
     assert (predicted.status_code, listed.status_code, registered.status_code) == (404, 404, 404)
+
+
+def test_declared_metrics_in_a_worker_process(tmp_path: Path) -> None:
+    """A handler in a worker process finds the server's metrics.yaml too (its model keys go with
+    it), and what it records reaches /metrics in TorchServe's form."""
+    (tmp_path / "model-config.yaml").write_text("podium:\n  workers: process\n")
+    cmd = [sys.executable, "-m", "podium", "archive", "--model-name", "metered",
+           "--version", "1.0", "--handler", str(METERED / "handler.py"),
+           "--config-file", str(tmp_path / "model-config.yaml"),
+           "--export-path", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    args = ("--ts-metrics", "prometheus", "--metrics-config", str(METERED / "metrics.yaml"))
+    with run_server(tmp_path / "metered.mar", args=args) as running:
+        r = httpx.post(f"{running.url}/predictions/metered", json={"a": 1}, timeout=PATIENCE)
+        assert r.status_code == 200, r.text
+        text = _metrics(running)
+    assert "process worker" in running.log
+    host = socket.gethostname()
+    assert _sample(text, "RequestBatchSize", model="metered", Hostname=host) == 1.0
+    assert _sample(text, "InferenceRequestCount", model="metered", Hostname=host) == 1.0
