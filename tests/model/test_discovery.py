@@ -205,6 +205,8 @@ VALID: dict[str, tuple[str, Any]] = {
     "devices": ("[0, 2]", (0, 2)),
     "workers_per_device": ("2", 2),
     "devices_per_worker": ("2", 2),
+    "metrics_config": ("metrics.yaml", Path("metrics.yaml")),
+    "ts_metrics": ("prometheus", "prometheus"),
 }
 
 INVALID: dict[str, str] = {
@@ -232,6 +234,8 @@ INVALID: dict[str, str] = {
     "devices": "[0, 0]",
     "workers_per_device": "-1",
     "devices_per_worker": "0",
+    "metrics_config": "''",
+    "ts_metrics": "graphite",
 }
 
 
