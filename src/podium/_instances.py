@@ -45,6 +45,28 @@ ENDPOINT_METHODS: Final = ("chat_completions", "completions", "embeddings", "mes
 
 
 @dataclass(frozen=True, slots=True)
+class OpenAIFace:
+    """What a loaded model offers OpenAI's API (``docs/openai.md``), read from the model after
+    its ``load()``: the ``tokenizer`` and ``context_length`` it set, whether it generates (a
+    continuous model with a tokenizer: each generation's inputs are a ``podium.openai.Sampling``)
+    and whether it embeds (it defines ``embed(self, inputs: list[str])``)."""
+
+    tokenizer: Any = None
+    context_length: int | None = None
+    generates: bool = False
+    embeds: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedInputs:
+    """The inputs of one ``/v1/embeddings`` call, as the scheduler carries them to a model that
+    embeds: its ``predict`` slot runs the model's ``embed`` with ``texts`` (a batch of such
+    calls, dynamically batched, runs one ``embed`` over all their texts)."""
+
+    texts: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class HandlerRoute:
     """A model's own HTTP endpoint (an MLServer runtime's ``@custom_handler``): ``method`` and
     ``path`` (``{name}`` segments match one segment, as Starlette's), served by the model's

@@ -22,6 +22,8 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
+from ..openai import _routes as _openai
+from ..openai._errors import send_openai_error
 from . import _custom, _memory, _oip, _responses, _truss
 from ._docs import PAGE
 from ._exchange import Exchange
@@ -386,6 +388,9 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     extra = []
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
+    if _openai.is_openai_path(scope["path"]):
+        await send_openai_error(send, exc)
+        return
     if not scope["path"].startswith(_TS_PREFIX):
         await send_error(send, exc, extra)
         return
@@ -406,7 +411,7 @@ def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
     return [*_responses.JSON, *http_headers(answer.headers)]
 
 
-_OIP, _TRUSS, _TS = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST
+_OIP, _TRUSS, _TS, _OPENAI = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST, Api.OPENAI
 _UNVERSIONED = {"version": None}
 
 #: Every route of the inference listener, in the order the protocols document them. HEAD is
@@ -598,7 +603,9 @@ INFERENCE_ROUTES = RouteTable(
         # Truss's server (_truss.py): a ':' in the last segment is a verb, so readiness takes
         # names without one
         Route("GET", "/", _truss.live, _TRUSS, "trussLive"),
-        Route("GET", "/v1/models/{model:noverb}", _truss.ready, _TRUSS, "trussReady"),
+        # OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness
+        # (server/openai/_routes.py has the one rule)
+        Route("GET", "/v1/models/{model:noverb}", _openai.model, _TRUSS, "trussReady"),
         Route("GET", "/v1/models/{model}/loaded", _truss.loaded, _TRUSS, "trussLoaded"),
         Route("GET", "/v1/models/{model}/schema", _truss.schema, _TRUSS, "trussSchema"),
         Route("POST", "/v1/models/{model}:predict", _truss.predict, _TRUSS, "trussPredict"),
@@ -610,11 +617,17 @@ INFERENCE_ROUTES = RouteTable(
             "trussPredictBinary",
         ),
         Route("POST", "/invocations", _truss.invocations, _TRUSS, "trussInvocations"),
-        # OpenAI-style paths that call the model method of their name (Truss's); one entry per
-        # path, which Podium's own OpenAI API will share (_truss.endpoint)
+        # OpenAI's API (server/openai/), which answers Truss's OpenAI-style paths too where a
+        # model defines the method of their name (the rule: server/openai/_routes.py)
+        Route("GET", "/v1/models", _openai.models, _OPENAI, "openaiModels"),
+        Route("POST", "/v1/chat/completions", _openai.chat_completions, _OPENAI, "chatCompletions"),
+        Route("POST", "/v1/completions", _openai.completions, _OPENAI, "completions"),
+        Route("POST", "/v1/embeddings", _openai.embeddings, _OPENAI, "embeddings"),
+        # Truss's other OpenAI-style paths: the model method of their name
         *(
             Route("POST", path, _truss.endpoint, _TRUSS, name, args={"method": method})
             for path, (method, name) in _truss.ENDPOINT_PATHS.items()
+            if path not in _openai.PATHS
         ),
         # The API description:
         # MLServer's place, a page to try it, and TorchServe's places

@@ -1,0 +1,225 @@
+"""OpenAI's routes, handlers of :class:`~podium.server.http.HttpApp` in its one route table
+(``INFERENCE_ROUTES``, ``server/http/_app.py``).
+
+- ``GET /v1/models``: the ready models that serve OpenAI's API;
+- ``GET /v1/models/{model}``: that model, OpenAI's ``model`` object;
+- ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``.
+
+**One rule decides who answers** the paths Truss's server shares: a route is Truss's (Truss's
+behaviour, ``_truss.py``) where the model the request names is a model that defines the Truss
+method of that path (``chat_completions``, ``completions``, ``embeddings``), or where the
+request names no model that serves OpenAI's API and some model defines that method (Truss's
+server serves one model and ignores the name). Everything else is Podium's OpenAI API. So too
+``GET /v1/models/{model}``: OpenAI's model object for a model that serves OpenAI's API, Truss's
+readiness (``{}``) for any other.
+
+Streams are Server-Sent Events: ``data: {chunk}`` events and ``data: [DONE]``. The response
+starts only once the model has produced its first piece, so a request refused by the model's
+queue (or failing at once) still gets its status; an error after that is an event
+``data: {"error": ...}`` and then ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ...errors import PodiumError
+from .._asgi import Send
+from ..http import _truss
+from ..http._exchange import Exchange
+from ..http._responses import JSON, send_body
+from . import _serving_chat, _serving_completion, _serving_embedding
+from ._errors import error_event, send_openai_error
+from ._serving import _split, face_of
+
+if TYPE_CHECKING:
+    from ...dataplane import DataPlane, ModelVersion
+    from ..http._app import HttpApp
+
+__all__ = [
+    "PATHS",
+    "chat_completions",
+    "completions",
+    "embeddings",
+    "is_openai_path",
+    "model",
+    "models",
+]
+
+logger = logging.getLogger("podium.openai")
+
+#: OpenAI's paths, for the error shape of routes that fail before their handler runs (405).
+PATHS = frozenset({"/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+
+_encoder = msgspec.json.Encoder()
+_SSE = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_DONE = b"data: [DONE]\n\n"
+
+
+class _Named(msgspec.Struct):
+    model: Any = None
+
+
+def _named(body: bytes) -> str | None:
+    """The body's ``model`` where it is a JSON object naming one (the rest is not looked at)."""
+    try:
+        value = msgspec.json.decode(body, type=_Named).model
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _serves_openai(plane: DataPlane, name: str | None) -> bool:
+    if name is None:
+        return False
+    model, version = _split(plane, name)
+    try:
+        mv = plane.resolve(model, version)
+    except PodiumError:
+        return False
+    return face_of(mv) is not None
+
+
+def _truss_answers(plane: DataPlane, method: str, body: bytes) -> bool:
+    """The rule (see the module's docstring)."""
+    defining = _truss.defining(plane, method)
+    if not defining:
+        return False
+    asked = _named(body)
+    return asked in defining or not _serves_openai(plane, asked)
+
+
+async def _read(ex: Exchange) -> bytes:
+    ex.errors = send_openai_error
+    ex.check_length()
+    return await ex.body()
+
+
+async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+    body = await _read(ex)
+    plane = self.dataplane
+    if _truss_answers(plane, "chat_completions", body):
+        await _truss.endpoint(self, ex, send, "chat_completions")
+        return
+    job = _serving_chat.prepare(plane, body)
+    ex.watch()
+    if job.request.stream:
+        await _send_stream(send, _serving_chat.stream(plane, job))
+    else:
+        await _send_json(send, await _serving_chat.answer(plane, job))
+
+
+async def completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+    body = await _read(ex)
+    plane = self.dataplane
+    if _truss_answers(plane, "completions", body):
+        await _truss.endpoint(self, ex, send, "completions")
+        return
+    job = _serving_completion.prepare(plane, body)
+    ex.watch()
+    if job.request.stream:
+        await _send_stream(send, _serving_completion.stream(plane, job))
+    else:
+        await _send_json(send, await _serving_completion.answer(plane, job))
+
+
+async def embeddings(self: HttpApp, ex: Exchange, send: Send) -> None:
+    body = await _read(ex)
+    plane = self.dataplane
+    if _truss_answers(plane, "embeddings", body):
+        await _truss.endpoint(self, ex, send, "embeddings")
+        return
+    ex.watch()
+    await _send_json(send, await _serving_embedding.embeddings(plane, body))
+
+
+def _model_object(mv: ModelVersion) -> dict[str, Any]:
+    return {
+        "id": mv.name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "podium",
+        "root": mv.name,
+        "parent": None,
+        "max_model_len": getattr(face_of(mv), "context_length", None),
+    }
+
+
+def _served(plane: DataPlane) -> list[ModelVersion]:
+    """The default, ready version of each model that serves OpenAI's API."""
+    out: dict[str, ModelVersion] = {}
+    for mv in plane.versions():
+        if mv.name in out:
+            continue
+        try:
+            ready = plane.resolve(mv.name)
+        except PodiumError:
+            continue
+        if face_of(ready) is not None:
+            out[mv.name] = ready
+    return list(out.values())
+
+
+async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
+    ex.errors = send_openai_error
+    data = [_model_object(mv) for mv in _served(self.dataplane)]
+    await _send_json(send, {"object": "list", "data": data})
+
+
+async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
+    """OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness."""
+    plane = self.dataplane
+    if not _serves_openai(plane, model):
+        await _truss.ready(self, ex, send, model)
+        return
+    ex.errors = send_openai_error
+    name, version = _split(plane, model)
+    await _send_json(send, _model_object(plane.resolve(name, version)))
+
+
+async def _send_json(send: Send, value: Any) -> None:
+    await send_body(send, 200, JSON, _encoder.encode(value))
+
+
+async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
+    """``chunks`` as Server-Sent Events; the response starts with the first chunk."""
+    started = False
+    try:
+        try:
+            async for item in chunks:
+                data = b"data: " + _encoder.encode(item) + b"\n\n"
+                if not started:
+                    started = True
+                    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            tail = _DONE
+        finally:
+            await chunks.aclose()
+    except PodiumError as exc:
+        if not started:
+            raise
+        tail = error_event(exc)
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except Exception as exc:
+        if not started:
+            raise
+        logger.exception("a stream of OpenAI chunks failed")
+        tail = error_event(PodiumError(f"internal error: {type(exc).__name__}"))
+    if not started:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether ``path`` is one of OpenAI's (its errors are in OpenAI's shape)."""
+    return path in PATHS
