@@ -6,10 +6,10 @@
 - ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``.
 
 **One rule decides who answers** the paths Truss's server shares: a route is Truss's (Truss's
-behaviour, ``_truss.py``) where the model the request names is a model that defines the Truss
-method of that path (``chat_completions``, ``completions``, ``embeddings``), or where the
-request names no model that serves OpenAI's API and some model defines that method (Truss's
-server serves one model and ignores the name). Everything else is Podium's OpenAI API. So too
+behaviour, ``_truss.py``) where the model the request names defines the Truss method of that
+path (``chat_completions``, ``completions``, ``embeddings``), or where some model defines it and
+no model serves OpenAI's API (a server of trusses: the name is then ignored, as Truss's server
+ignores it). Everything else is Podium's OpenAI API (an unknown model: 404). So too
 ``GET /v1/models/{model}``: OpenAI's model object for a model that serves OpenAI's API, Truss's
 readiness (``{}``) for any other.
 
@@ -34,7 +34,7 @@ from ..http import _truss
 from ..http._exchange import Exchange
 from ..http._responses import JSON, send_body
 from . import _serving_chat, _serving_completion, _serving_embedding
-from ._errors import error_event, send_openai_error
+from ._errors import PATHS, error_event, is_openai_path, send_openai_error
 from ._serving import _split, face_of
 
 if TYPE_CHECKING:
@@ -52,9 +52,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("podium.openai")
-
-#: OpenAI's paths, for the error shape of routes that fail before their handler runs (405).
-PATHS = frozenset({"/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 
 _encoder = msgspec.json.Encoder()
 _SSE = [
@@ -94,8 +91,7 @@ def _truss_answers(plane: DataPlane, method: str, body: bytes) -> bool:
     defining = _truss.defining(plane, method)
     if not defining:
         return False
-    asked = _named(body)
-    return asked in defining or not _serves_openai(plane, asked)
+    return _named(body) in defining or not _served(plane)
 
 
 async def _read(ex: Exchange) -> bytes:
@@ -218,8 +214,3 @@ async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
     if not started:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
     await send({"type": "http.response.body", "body": tail, "more_body": False})
-
-
-def is_openai_path(path: str) -> bool:
-    """Whether ``path`` is one of OpenAI's (its errors are in OpenAI's shape)."""
-    return path in PATHS

@@ -50,7 +50,7 @@ class ChatJob:
         self.model = request.model
         asked = request.token_limit()
         param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-        limit = token_limit(t, len(prompt), asked, param)
+        limit = token_limit(t, len(prompt), asked, param, "messages")
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
         assert t.codec is not None  # a generating model has a tokenizer
         stops = _stops(request.stop)
