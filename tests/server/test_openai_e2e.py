@@ -9,16 +9,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import numpy as np
 import openai
 import pytest
 from conftest import TEST_MODELS, Server, run_server
 from e2e_helpers import PATIENCE, EventLog
-from openai_helpers import REPLY, chat, post_stream, texts_by_choice
+from openai_helpers import REPLY, chat, post_stream, sse_events, texts_by_choice
 
 TRUSS = Path(__file__).parents[1] / "conformance/truss/trusses/upstream/test_openai"
 MODELS = TEST_MODELS / "openai"
@@ -452,3 +454,41 @@ def test_metrics_count_tokens_by_model(server: Server, http: httpx.Client) -> No
         'podium_request_success_total{finished_reason="length",model="chars"',
     ):
         assert name in metrics, name
+
+
+def test_a_full_queue_is_503_with_retry_after(server: Server, events_file: Path) -> None:
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=PATIENCE) as a:
+            held = [
+                asyncio.create_task(
+                    a.post("/v1/chat/completions", json=chat(f"hold tag:h{i}", max_tokens=5))
+                )
+                for i in range(12)  # batch_size 8 in the batch, max_queue_size 4 waiting
+            ]
+            try:
+                metrics = server.addresses["http-metrics"] + "/metrics"
+                queued = re.compile(r'^podium_requests_queued\{model="chars",[^}]*\} 4\.0$', re.M)
+                with anyio.fail_after(PATIENCE):
+                    while not queued.search((await a.get(metrics)).text):  # noqa: ASYNC110
+                        await asyncio.sleep(0.02)
+                r = await a.post("/v1/chat/completions", json=chat("hi", max_tokens=2))
+                assert r.status_code == 503 and r.headers["retry-after"] == "1"
+                assert r.json()["error"]["code"] == "queue_full"
+            finally:
+                for task in held:
+                    task.cancel()
+                await asyncio.gather(*held, return_exceptions=True)
+
+    asyncio.run(run())
+
+
+def test_oip_generate_on_the_same_model(http: httpx.Client) -> None:
+    r = http.post("/v2/models/chars/generate", json={"text_input": "hi", "max_tokens": 7})
+    assert r.status_code == 200
+    assert r.json() == {"model_name": "chars", "model_version": "", "text_output": REPLY[:7]}
+    body = {"text_input": "hi", "parameters": {"max_tokens": 5, "stop": "lo"}}
+    r = http.post("/v2/models/chars/generate_stream", json=body)
+    events = [json.loads(e) for e in sse_events(r.text)]
+    assert "".join(e["text_output"] for e in events) == "Hel"
+    r = http.post("/v2/models/chars/generate", json={"max_tokens": 7})
+    assert r.status_code == 400 and "text_input" in r.json()["error"]
