@@ -392,8 +392,7 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
     if _openai.is_openai_path(scope["path"]):
-        await send_openai_error(send, exc)
-        return
+        return await send_openai_error(send, exc, extra)
     if not scope["path"].startswith(_TS_PREFIX):
         await send_error(send, exc, extra)
         return

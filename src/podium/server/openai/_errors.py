@@ -84,8 +84,10 @@ def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
     return status, {"error": {"message": exc.message, "type": kind, "param": param, "code": code}}
 
 
-async def send_openai_error(send: Any, exc: PodiumError) -> None:
-    """``exc`` as a whole response (the stream has not started)."""
+async def send_openai_error(
+    send: Any, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """``exc`` as a whole response (the stream has not started); ``extra``: more headers."""
     status, body = error_body(exc)
     if status >= 500:
         logger.warning("%s %s", status, exc.message)
@@ -93,6 +95,7 @@ async def send_openai_error(send: Any, exc: PodiumError) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     if status == 503:
         headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+    headers.extend(extra or ())
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 

@@ -7,9 +7,10 @@
 
 **One rule decides who answers** the paths Truss's server shares: a route is Truss's (Truss's
 behaviour, ``_truss.py``) where the model the request names defines the Truss method of that
-path (``chat_completions``, ``completions``, ``embeddings``), or where some model defines it and
-no model serves OpenAI's API (a server of trusses: the name is then ignored, as Truss's server
-ignores it). Everything else is Podium's OpenAI API (an unknown model: 404). So too
+path (``chat_completions``, ``completions``, ``embeddings``), or where no model serves OpenAI's
+API (a server of trusses, say: there the name is ignored, as Truss's server ignores it, and a
+method no model defines is Truss's 404). Everything else is Podium's OpenAI API (an unknown
+model: 404 in OpenAI's shape). So too
 ``GET /v1/models/{model}``: OpenAI's model object for a model that serves OpenAI's API, Truss's
 readiness (``{}``) for any other.
 
@@ -88,10 +89,9 @@ def _serves_openai(plane: DataPlane, name: str | None) -> bool:
 
 def _truss_answers(plane: DataPlane, method: str, body: bytes) -> bool:
     """The rule (see the module's docstring)."""
-    defining = _truss.defining(plane, method)
-    if not defining:
-        return False
-    return _named(body) in defining or not _served(plane)
+    if not _served(plane):
+        return True
+    return _named(body) in _truss.defining(plane, method)
 
 
 async def _read(ex: Exchange) -> bytes:
