@@ -243,12 +243,12 @@ def test_tool_calls_whole_and_streamed(client: openai.OpenAI, http: httpx.Client
 
 
 def test_with_raw_response_and_async_stream(server: Server) -> None:
-    sync = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
-    raw = sync.chat.completions.with_raw_response.create(
-        model="chars", messages=[{"role": "user", "content": "hi"}], max_tokens=2
-    )
-    assert raw.status_code == 200 and raw.headers["content-type"] == "application/json"
-    assert raw.parse().choices[0].message.content == REPLY[:2]
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused") as sync:
+        raw = sync.chat.completions.with_raw_response.create(
+            model="chars", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+        assert raw.status_code == 200 and raw.headers["content-type"] == "application/json"
+        assert raw.parse().choices[0].message.content == REPLY[:2]
 
     async def run() -> list[str]:
         async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused") as a:
@@ -386,8 +386,10 @@ def test_the_openai_client_does_not_retry_4xx(
 def test_a_model_failure_is_500_or_an_error_event_after_the_stream_began(
     server: Server, http: httpx.Client
 ) -> None:
-    strict = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.InternalServerError) as caught:
+    with (
+        openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as strict,
+        pytest.raises(openai.InternalServerError) as caught,
+    ):
         strict.chat.completions.create(
             model="chars", messages=[{"role": "user", "content": "boom"}], max_tokens=9
         )
