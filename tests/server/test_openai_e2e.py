@@ -81,8 +81,9 @@ def test_models_lists_what_serves_openai_and_retrieve_does_not_clash_with_truss(
     assert r.status_code == 200 and r.json() == {}
     r = http.post(f"/v1/models/{name}:predict", json={})
     assert r.status_code == 200 and r.json() == "predict"
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as caught:
         client.models.retrieve("nope")
+    assert caught.value.body["code"] == "model_not_found"  # type: ignore[index]
 
 
 def test_truss_methods_answer_for_the_truss_and_podium_for_the_others(http: httpx.Client) -> None:
@@ -154,7 +155,7 @@ def test_stream_options_usage_rules(http: httpx.Client, client: openai.OpenAI) -
     chunks = post_stream(http, "/v1/chat/completions", body)
     assert all("usage" in c for c in chunks)
     counts = [c["usage"]["completion_tokens"] for c in chunks]
-    assert counts == sorted(counts) and counts[-1] == 5
+    assert counts == [0, 1, 2, 3, 4, 5, 5]  # the role chunk's 0, a token each, the usage chunk
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="chars",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ...errors import PodiumError
+from ...errors import NotFound, PodiumError
 from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
@@ -174,10 +174,13 @@ async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
 async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     """OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness."""
     plane = self.dataplane
+    ex.errors = send_openai_error
     if not _serves_openai(plane, model):
+        known = {mv.name for mv in plane.versions()}
+        if _split(plane, model)[0] not in known and _served(plane):
+            raise NotFound(f"The model '{model}' does not exist")
         await _truss.ready(self, ex, send, model)
         return
-    ex.errors = send_openai_error
     name, version = _split(plane, model)
     await _send_json(send, _model_object(plane.resolve(name, version)))
 

@@ -247,8 +247,9 @@ async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any
                 {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
             ],
         }
-        if continuous:
-            out["usage"] = usage(prompt, sum(c.count for c in job.choices))
+        if continuous:  # the tokens so far (none yet in a role chunk, as vLLM counts)
+            done = sum(c.count for c in job.choices) if "role" not in delta else 0
+            out["usage"] = usage(prompt, done)
         return out
 
     gen = pieces(plane, job.target.mv, job.choices)
