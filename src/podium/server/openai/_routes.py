@@ -100,32 +100,27 @@ async def _read(ex: Exchange) -> bytes:
     return await ex.body()
 
 
-async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, serving: Any) -> None:
+    """Chat or text completions (``serving``: their module), or Truss's method by the rule."""
     body = await _read(ex)
     plane = self.dataplane
-    if _truss_answers(plane, "chat_completions", body):
-        await _truss.endpoint(self, ex, send, "chat_completions")
+    if _truss_answers(plane, method, body):
+        await _truss.endpoint(self, ex, send, method)
         return
-    job = _serving_chat.prepare(plane, body)
+    job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
-        await _send_stream(send, _serving_chat.stream(plane, job))
+        await _send_stream(send, serving.stream(plane, job))
     else:
-        await _send_json(send, await _serving_chat.answer(plane, job))
+        await _send_json(send, await serving.answer(plane, job))
+
+
+async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+    await _generate(self, ex, send, "chat_completions", _serving_chat)
 
 
 async def completions(self: HttpApp, ex: Exchange, send: Send) -> None:
-    body = await _read(ex)
-    plane = self.dataplane
-    if _truss_answers(plane, "completions", body):
-        await _truss.endpoint(self, ex, send, "completions")
-        return
-    job = _serving_completion.prepare(plane, body)
-    ex.watch()
-    if job.request.stream:
-        await _send_stream(send, _serving_completion.stream(plane, job))
-    else:
-        await _send_json(send, await _serving_completion.answer(plane, job))
+    await _generate(self, ex, send, "completions", _serving_completion)
 
 
 async def embeddings(self: HttpApp, ex: Exchange, send: Send) -> None:
