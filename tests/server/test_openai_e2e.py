@@ -344,8 +344,8 @@ BAD = [
     (chat("x", temperature="hot"), 400, "temperature"),
     (chat("x", max_tokens=0), 400, "max_tokens"),
     (chat("x", n=0), 400, "n"),
-    (chat("x", max_tokens=250), 400, "max_tokens"),
-    (chat("x" * 300), 400, "messages"),
+    (chat("x", max_tokens=4090), 400, "max_tokens"),
+    (chat("x" * 4100), 400, "messages"),
     (chat("x", stop=["a", "b", "c", "d", "e"]), 400, "stop"),
     ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, None),
 ]

@@ -508,8 +508,10 @@ class NativeModel:
         self._post = self._bind(spec.postprocess)
         self._embed = getattr(self.obj, "embed", None)
         self._continuous = continuous
-        #: What the model offers OpenAI's API, once loaded (model/_openai.py)
+        #: What the model offers OpenAI's API, once loaded (model/_openai.py); before, whether
+        #: it may offer something (a continuous model, one that embeds)
         self.openai: OpenAIFace | None = None
+        self.may_serve_openai = continuous or self._embed is not None
         # a sync predict (or step) runs on threads of the instance's own, as many as its slots
         # let run at once; they hand calls back to the loop more cheaply than the shared pool
         # (model/_threads.py), and a thread worker times its calls there

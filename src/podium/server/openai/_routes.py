@@ -8,11 +8,12 @@
 **One rule decides who answers** the paths Truss's server shares: a route is Truss's (Truss's
 behaviour, ``_truss.py``) where the model the request names defines the Truss method of that
 path (``chat_completions``, ``completions``, ``embeddings``), or where no model serves OpenAI's
-API (a server of trusses, say: there the name is ignored, as Truss's server ignores it, and a
-method no model defines is Truss's 404). Everything else is Podium's OpenAI API (an unknown
-model: 404 in OpenAI's shape). So too
+API, nor may once loaded (a server of trusses: there the name is ignored, as Truss's server
+ignores it, and a method no model defines is Truss's 404). Everything else is Podium's OpenAI
+API (an unknown model: 404 in OpenAI's shape; one still loading: 503). So too
 ``GET /v1/models/{model}``: OpenAI's model object for a model that serves OpenAI's API, Truss's
-readiness (``{}``) for any other.
+readiness (``{}``) for any other model (an unknown one: OpenAI's 404 where some model serves
+OpenAI's API, else Truss's).
 
 Streams are Server-Sent Events: ``data: {chunk}`` events and ``data: [DONE]``. The response
 starts only once the model has produced its first piece, so a request refused by the model's
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ...errors import NotFound, PodiumError
+from ...types import ModelState
 from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
@@ -87,11 +89,18 @@ def _serves_openai(plane: DataPlane, name: str | None) -> bool:
     return face_of(mv) is not None
 
 
+def _may_serve(mv: ModelVersion) -> bool:
+    """Whether ``mv`` serves OpenAI's API, or may once it has loaded."""
+    if face_of(mv) is not None:
+        return True
+    return mv.state is not ModelState.READY and getattr(mv.instance, "may_serve_openai", False)
+
+
 def _truss_answers(plane: DataPlane, method: str, body: bytes) -> bool:
     """The rule (see the module's docstring)."""
-    if not _served(plane):
+    if _named(body) in _truss.defining(plane, method):
         return True
-    return _named(body) in _truss.defining(plane, method)
+    return not any(_may_serve(mv) for mv in plane.versions())
 
 
 async def _read(ex: Exchange) -> bytes:

@@ -53,7 +53,7 @@ def build_tokenizer():
 class Model:
     def load(self) -> None:
         self.tokenizer = build_tokenizer()
-        self.context_length = 256
+        self.context_length = 4096
         self.eos = self.tokenizer.eos_token_id
 
     def _plan(self, g: Generation) -> str:
