@@ -145,3 +145,15 @@ def test_what_a_stream_holds_back_while_it_may_be_a_call() -> None:
     assert could_be_call("") and could_be_call("  {") and could_be_call("<tool")
     assert could_be_call("<tool_call>{") and not could_be_call("Hello")
     assert not could_be_call("<b>bold</b>")
+
+
+def test_a_transformers_tokenizer_decodes_as_it_would_itself(byte_level: Tokenizer) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=byte_level, eos_token="<eos>")
+    codec = TextCodec(tok, "m")
+    ids = codec.encode(TEXT) + [tok.eos_token_id]
+    assert codec.decode(ids) == tok.decode(ids, skip_special_tokens=True) == TEXT
+    assert codec.eos == {tok.eos_token_id}
+    detok = Detokenizer(codec, [])
+    assert "".join(detok.add(i) for i in ids) == TEXT
