@@ -495,3 +495,47 @@ def test_oip_generate_on_the_same_model(http: httpx.Client) -> None:
     assert "".join(e["text_output"] for e in events) == "Hel"
     r = http.post("/v2/models/chars/generate", json={"max_tokens": 7})
     assert r.status_code == 400 and "text_input" in r.json()["error"]
+
+
+def test_every_choice_leaves_when_the_client_does(http: httpx.Client, events_file: Path) -> None:
+    body = chat("tag:pair", max_tokens=300, n=2, stream=True)
+    with http.stream("POST", "/v1/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            if '"content":"H"' in line:
+                break
+    http.post("/v1/chat/completions", json=chat("hi", max_tokens=10))
+    before = steps_of(events_file, "pair")
+    http.post("/v1/chat/completions", json=chat("hi", max_tokens=10))
+    assert steps_of(events_file, "pair") == before < 60
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/completions", {"model": "chars", "prompt": [5, 99999]}, "prompt"),
+        ("/v1/completions", {"model": "chars", "prompt": [[1], []]}, "prompt"),
+        ("/v1/completions", {"model": "chars", "prompt": "x", "suffix": "y"}, "suffix"),
+        ("/v1/embeddings", {"model": "vectors", "input": [1, 2, 3]}, "input"),
+        ("/v1/embeddings", {"model": "vectors", "input": ["a", ""]}, "input[1]"),
+        ("/v1/embeddings", {"model": "vectors", "input": "x", "encoding_format": "hex"}, None),
+        ("/v1/chat/completions", chat("x", top_logprobs=2), "top_logprobs"),
+        ("/v1/chat/completions", chat("x", tool_choice="required"), "tool_choice"),
+        ("/v1/chat/completions", chat("x", surprise=1), "surprise"),
+    ],
+)
+def test_more_bad_inputs_name_their_field(
+    http: httpx.Client, path: str, body: dict, param: str | None
+) -> None:
+    r = http.post(path, json=body)
+    assert r.status_code == 400, r.text
+    if param is not None:
+        assert r.json()["error"]["param"] == param
+
+
+def test_a_version_by_name_at_version(http: httpx.Client) -> None:
+    versions = {m["name"]: m["version"] for m in http.post("/v2/repository/index", json={}).json()}
+    body = {"model": f"chars@{versions['chars']}", "prompt": "x", "max_tokens": 2}
+    r = http.post("/v1/completions", json=body)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == REPLY[:2]
+    r = http.post("/v1/completions", json={**body, "model": "chars@77"})
+    assert r.status_code == 404
