@@ -539,3 +539,17 @@ def test_a_version_by_name_at_version(http: httpx.Client) -> None:
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == REPLY[:2]
     r = http.post("/v1/completions", json={**body, "model": "chars@77"})
     assert r.status_code == 404
+
+
+def test_the_limits_on_choices_and_inputs(http: httpx.Client) -> None:
+    from podium.server.openai._serving import MAX_CHOICES
+    from podium.server.openai._serving_embedding import MAX_INPUTS
+
+    prompts = [[5]] * (MAX_CHOICES // 2 + 1)
+    r = http.post("/v1/completions", json={"model": "chars", "prompt": prompts, "n": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert str(MAX_CHOICES) in r.json()["error"]["message"]
+    r = http.post("/v1/embeddings", json={"model": "vectors", "input": ["a"] * (MAX_INPUTS + 1)})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    r = http.post("/v1/embeddings", json={"model": "vectors", "input": ["a"] * 3})
+    assert r.status_code == 200
