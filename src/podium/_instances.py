@@ -142,6 +142,9 @@ class Capabilities:
     #: The model says whether it is healthy (:meth:`ModelEndpoints.is_healthy`): a loaded
     #: model's readiness follows it.
     health_check: bool = False
+    #: The model defines ``embed`` (OpenAI's ``/v1/embeddings`` reach it in the predict slot:
+    #: :class:`EmbedInputs`), in thread or process workers alike.
+    embeds: bool = False
     #: What the model's pydantic annotations say of its input and output, as Truss's ``/schema``
     #: answers it (``input_schema``, ``output_schema``, ``supports_streaming``); None when they
     #: say nothing.

@@ -109,6 +109,7 @@ def test_a_model_that_only_embeds_needs_no_predict(executor: ThreadPoolExecutor)
             return np.ones((len(texts), 3))
 
     model = make(Only, executor)
+    assert model.capabilities.embeds  # known before load: worker processes report it
     asyncio.run(model.load())
     assert model.openai is not None and model.openai.embeds
     got = asyncio.run(model.predict(EmbedInputs(["a", "b"]), None))

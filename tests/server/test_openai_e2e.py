@@ -553,3 +553,14 @@ def test_the_limits_on_choices_and_inputs(http: httpx.Client) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
     r = http.post("/v1/embeddings", json={"model": "vectors", "input": ["a"] * 3})
     assert r.status_code == 200
+
+
+def test_embeddings_from_worker_processes() -> None:
+    with (
+        run_server(TEST_MODELS / "openai-process" / "vectors-process") as running,
+        openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0) as c,
+    ):
+        assert [m.id for m in c.models.list()] == ["vectors-process"]
+        r = c.embeddings.create(model="vectors-process", input=["hello", "abc"])
+        floats = np.array([d.embedding for d in r.data])
+        assert floats.shape == (2, 3) and np.allclose(np.linalg.norm(floats, axis=1), 1.0)

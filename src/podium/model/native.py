@@ -502,6 +502,7 @@ class NativeModel:
             has_postprocess=spec.postprocess is not None,
             predict_in_thread=in_thread,
             continuous=continuous,
+            embeds=callable(getattr(self.obj, "embed", None)),
         )
         self._pre = self._bind(spec.preprocess)
         self._predict = self._bind(spec.predict)

@@ -38,7 +38,7 @@ from ..http._exchange import Exchange
 from ..http._responses import JSON, send_body
 from . import _serving_chat, _serving_completion, _serving_embedding
 from ._errors import PATHS, error_event, is_openai_path, send_openai_error
-from ._serving import _split, face_of
+from ._serving import _split, face_of, serves
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane, ModelVersion
@@ -86,12 +86,12 @@ def _serves_openai(plane: DataPlane, name: str | None) -> bool:
         mv = plane.resolve(model, version)
     except PodiumError:
         return False
-    return face_of(mv) is not None
+    return serves(mv)
 
 
 def _may_serve(mv: ModelVersion) -> bool:
     """Whether ``mv`` serves OpenAI's API, or may once it has loaded."""
-    if face_of(mv) is not None:
+    if serves(mv):
         return True
     return mv.state is not ModelState.READY and getattr(mv.instance, "may_serve_openai", False)
 
@@ -164,7 +164,7 @@ def _served(plane: DataPlane) -> list[ModelVersion]:
             ready = plane.resolve(mv.name)
         except PodiumError:
             continue
-        if face_of(ready) is not None:
+        if serves(ready):
             out[mv.name] = ready
     return list(out.values())
 
