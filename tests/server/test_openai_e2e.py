@@ -564,3 +564,27 @@ def test_embeddings_from_worker_processes() -> None:
         r = c.embeddings.create(model="vectors-process", input=["hello", "abc"])
         floats = np.array([d.embedding for d in r.data])
         assert floats.shape == (2, 3) and np.allclose(np.linalg.norm(floats, axis=1), 1.0)
+
+
+def test_a_models_own_chat_and_complete() -> None:
+    with (
+        run_server(MODELS / "talker") as running,
+        openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0) as c,
+        httpx.Client(base_url=running.url, timeout=PATIENCE) as http,
+    ):
+        messages = [{"role": "user", "content": "hello there"}]
+        r = c.chat.completions.create(model="talker", messages=messages)  # type: ignore[arg-type]
+        assert r.choices[0].message.content == "you said: hello there "
+        assert r.choices[0].finish_reason == "stop"
+        chunks = post_stream(
+            http,
+            "/v1/chat/completions",
+            {"model": "talker", "messages": messages, "stream": True, "stop": "there"},
+        )
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert texts_by_choice(chunks)[0] == "you said: hello "
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+        r2 = c.completions.create(model="talker", prompt="shout")
+        assert r2.choices[0].text == "SHOUT" and r2.usage.total_tokens == 0  # type: ignore[union-attr]
+        with pytest.raises(openai.BadRequestError):
+            c.chat.completions.create(model="talker", messages=messages, n=2)  # type: ignore[arg-type]

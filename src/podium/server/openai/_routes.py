@@ -36,9 +36,9 @@ from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
 from ..http._responses import JSON, send_body
-from . import _serving_chat, _serving_completion, _serving_embedding
+from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
 from ._errors import PATHS, error_event, is_openai_path, send_openai_error
-from ._serving import _split, face_of, serves
+from ._serving import Target, _split, face_of, serves, target
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane, ModelVersion
@@ -116,12 +116,35 @@ async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, servin
     if _truss_answers(plane, method, body):
         await _truss.endpoint(self, ex, send, method)
         return
+    own = _own_method(plane, body, method)
+    if own is not None:  # the model's own chat / complete (_serving_methods)
+        streams, value = await _serving_methods.answer(plane, own, body, method, ex.watch)
+        await (_send_stream(send, value) if streams else _send_json(send, value))
+        return
     job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
         await _send_stream(send, serving.stream(plane, job))
     else:
         await _send_json(send, await serving.answer(plane, job))
+
+
+def _own_method(plane: DataPlane, body: bytes, method: str) -> Target | None:
+    """The model the body names where it answers ``method`` with its own chat / complete (and
+    does not generate with Podium)."""
+    name = _named(body)
+    if name is None:
+        return None
+    own = "chat" if method == "chat_completions" else "complete"
+    model, version = _split(plane, name)
+    try:
+        mv = plane.resolve(model, version)
+    except PodiumError:
+        return None
+    face = face_of(mv)
+    if face is None or face.generates or own not in face.methods:
+        return None
+    return target(plane, name, "methods")
 
 
 async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:

@@ -77,14 +77,15 @@ def _split(plane: DataPlane, name: str) -> tuple[str, str | None]:
 
 
 def target(plane: DataPlane, name: str, what: str) -> Target:
-    """The ready version ``name`` names that does ``what`` (``generates`` or ``embeds``)."""
+    """The ready version ``name`` names that does ``what`` (``generates``, ``embeds``, or
+    ``methods``: its own chat / complete)."""
     model, version = _split(plane, name)
     mv = plane.resolve(model, version)  # NotFound (404), ModelNotReady (503)
     face = face_of(mv)
     if face is None and what == "embeds" and mv.instance.capabilities.embeds:
         face = OpenAIFace(embeds=True)  # in worker processes: embed is there, its tokenizer not
     if face is None or not getattr(face, what):
-        doing = "generate text" if what == "generates" else "embed text"
+        doing = "embed text" if what == "embeds" else "generate text"
         rule = (
             "a continuous_batching model that sets self.tokenizer in load()"
             if what == "generates"
