@@ -10,7 +10,10 @@ import asyncio
 import base64
 import json
 import re
+import socket
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -588,3 +591,39 @@ def test_a_models_own_chat_and_complete() -> None:
         assert r2.choices[0].text == "SHOUT" and r2.usage.total_tokens == 0  # type: ignore[union-attr]
         with pytest.raises(openai.BadRequestError):
             c.chat.completions.create(model="talker", messages=messages, n=2)  # type: ignore[arg-type]
+
+
+def test_a_model_still_loading_is_503_not_truss_404(tmp_path: Path) -> None:
+    gate = tmp_path / "loaded"
+    with socket.socket() as s:  # a free port, so the test can talk to it while it loads
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    starting = run_server(
+        MODELS.parent / "openai-slow",
+        args=("--http-port", str(port)),
+        env={"PODIUM_E2E_LOAD_GATE": str(gate)},
+    )
+    with ThreadPoolExecutor(1) as pool:
+        entered = pool.submit(starting.__enter__)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=PATIENCE) as c:
+                deadline = time.monotonic() + PATIENCE
+                while True:
+                    try:
+                        c.get("/v2/health/live")
+                        break
+                    except httpx.TransportError:
+                        assert not entered.done(), entered.exception()
+                        assert time.monotonic() < deadline
+                        time.sleep(0.01)
+                body = {"model": "chars-slow", "prompt": "x", "max_tokens": 2}
+                r = c.post("/v1/completions", json=body)
+                assert r.status_code == 503 and r.headers["retry-after"] == "1"
+                assert r.json()["error"]["code"] == "service_unavailable"
+                gate.touch()
+                entered.result(timeout=PATIENCE)
+                r = c.post("/v1/completions", json=body)
+                assert r.status_code == 200 and r.json()["choices"][0]["text"] == REPLY[:2]
+        finally:
+            gate.touch()
+            starting.__exit__(None, None, None)
