@@ -36,8 +36,11 @@ from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
 from ..http._responses import JSON, send_body
+from ..http._routing import Api, Route
 from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
 from ._errors import PATHS, error_event, is_openai_path, send_openai_error
+from ._oip_generate import generates
+from ._oip_generate import serve as serve_generate
 from ._serving import Target, _split, face_of, serves, target
 
 if TYPE_CHECKING:
@@ -46,12 +49,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PATHS",
+    "ROUTES",
     "chat_completions",
     "completions",
     "embeddings",
+    "generates",
     "is_openai_path",
     "model",
     "models",
+    "send_openai_error",
+    "serve_generate",
 ]
 
 logger = logging.getLogger("podium.openai")
@@ -244,3 +251,12 @@ async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
     if not started:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+#: OpenAI's routes, in ``INFERENCE_ROUTES``.
+ROUTES = [
+    Route("GET", "/v1/models", models, Api.OPENAI, "openaiModels"),
+    Route("POST", "/v1/chat/completions", chat_completions, Api.OPENAI, "chatCompletions"),
+    Route("POST", "/v1/completions", completions, Api.OPENAI, "completions"),
+    Route("POST", "/v1/embeddings", embeddings, Api.OPENAI, "embeddings"),
+]
