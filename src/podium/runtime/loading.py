@@ -32,6 +32,7 @@ from ..model import (
 )
 from ..types import ModelInstance
 from . import environments
+from ._line import QueuePolicy
 from ._scheduler import Scheduler
 from ._stats import VersionStats
 from .batcher import BatchScheduler
@@ -214,6 +215,7 @@ def build_version(
             concurrency=config.predict_concurrency,
             max_queue_size=config.max_queue_size,
             stream_buffer=config.stream_buffer,
+            policy=QueuePolicy.of(config),
         )
     return ModelVersion(
         config,

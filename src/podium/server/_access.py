@@ -115,6 +115,8 @@ class Access(RequestInfo):
         self.id = id
         self.model: str | None = None
         self.version: str | None = None
+        self.deadline: float | None = None
+        self.priority = 0
         self.from_client = from_client
         self.start = start
         self.protocol: str | None = None
