@@ -206,8 +206,8 @@ class Unavailable(PodiumError):
     """The server cannot take this request now; the client may retry.
 
     ``retry_after``: seconds after which a retry may succeed, where the refusal knows (a full
-    or slow queue); front ends send it as ``Retry-After`` (HTTP) and as the trailing metadata
-    ``retry-after`` and ``grpc-retry-pushback-ms`` (gRPC). None: no advice.
+    or slow queue); front ends send it as ``Retry-After`` (HTTP, whole seconds) and as the
+    trailing metadata ``retry-after`` (gRPC). None: no advice.
     """
 
     code = "unavailable"

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import re
 import threading
 import time
 from typing import Any
 
-from ..errors import bounded
+from ..errors import InvalidInput, bounded
 from ..logs import MAX_LOG_MESSAGE, configured, flush_at_exit
 from ..turn import TurnBuffer
 from ..types import RequestInfo, current_request
@@ -37,10 +38,15 @@ __all__ = [
     "ID_HEADER",
     "ID_METADATA",
     "MAX_ID",
+    "PRIORITY_HEADER",
+    "PRIORITY_METADATA",
+    "QUEUE_HEADERS",
+    "TIMEOUT_HEADER",
     "Access",
     "AccessLog",
     "RequestIds",
     "adopt",
+    "ask_of_queue",
     "client_id",
     "printable",
     "with_request_id",
@@ -59,6 +65,35 @@ _VALID_BYTES = re.compile(rb"[0-9A-Za-z._:;=/+@-]{1,128}")  # 128: MAX_ID
 
 #: The longest path an access line quotes (characters; the rest is cut).
 MAX_PATH = 512
+
+
+#: The header (HTTP) and metadata key (gRPC) by which a client asks for a priority level in
+#: the model's queue, and the header by which an HTTP client bounds its wait in it
+#: (milliseconds; over gRPC the call's deadline does). docs/scaling.md, "Overload".
+PRIORITY_HEADER = b"x-podium-priority"
+PRIORITY_METADATA = "x-podium-priority"
+TIMEOUT_HEADER = b"x-podium-timeout-ms"
+QUEUE_HEADERS = frozenset({PRIORITY_HEADER, TIMEOUT_HEADER})
+
+
+def ask_of_queue(info: RequestInfo, key: bytes | str, value: bytes | str) -> None:
+    """Note in ``info`` what a client's priority or timeout header (or metadata) asks of the
+    model's queue; ``InvalidInput`` for a value that is not a priority (an integer >= 0) or a
+    timeout (a number of milliseconds > 0). The message never quotes the value."""
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    name = key.decode("latin-1") if isinstance(key, bytes) else key
+    if name == PRIORITY_METADATA:
+        if len(text) > 9 or not text.isdigit():
+            raise InvalidInput(f"'{name}' must be an integer >= 0 (1 the highest level)")
+        info.priority = int(text)
+        return
+    try:
+        milliseconds = float(text) if len(text) <= 32 else math.nan
+    except ValueError:
+        milliseconds = math.nan
+    if not milliseconds > 0 or math.isinf(milliseconds):
+        raise InvalidInput(f"'{name}' must be a number of milliseconds > 0")
+    info.deadline = time.monotonic() + milliseconds / 1000.0
 
 
 def client_id(value: bytes | str | None) -> str | None:
