@@ -17,7 +17,14 @@ from helpers import ManualClock, wait_until
 from starlette.requests import Request
 
 from podium.config import ModelConfig
-from podium.errors import BadModelOutput, ModelError, QueueFull, Unavailable, http_status
+from podium.errors import (
+    BadModelOutput,
+    ModelError,
+    QueueFull,
+    QueueTimeout,
+    Unavailable,
+    http_status,
+)
 from podium.model.native import NativeModel, inspect_class
 from podium.runtime._clock import SYSTEM_CLOCK, Clock
 from podium.runtime.batcher import BatchScheduler
@@ -41,6 +48,7 @@ async def batcher(
     max_queue_size: int = 100,
     concurrency: int = 1,
     clock: Clock = SYSTEM_CLOCK,
+    max_queue_delay_ms: float = 0.0,
 ) -> BatchScheduler:
     instance = NativeModel(
         inspect_class(cls),
@@ -57,6 +65,7 @@ async def batcher(
         max_queue_size=max_queue_size,
         concurrency=concurrency,
         clock=clock,
+        max_queue_delay_ms=max_queue_delay_ms,
     )
     await scheduler.start()
     return scheduler
@@ -420,6 +429,42 @@ async def test_full_queue_refuses_at_once(executor: ThreadPoolExecutor) -> None:
         release.set()
         assert await gather_within(*running, *queued) == [0, 1, 2, 3]
         assert batches == [[0, 1], [2, 3]]
+    finally:
+        await scheduler.close()
+
+
+@pytest.mark.anyio
+async def test_requests_past_max_queue_delay_are_refused_unrun(
+    executor: ThreadPoolExecutor,
+) -> None:
+    batches: list[list[Any]] = []
+    release = asyncio.Event()
+    clock = ManualClock()
+
+    class Model:
+        async def predict(self, inputs):
+            batches.append(list(inputs))
+            await release.wait()
+            return list(inputs)
+
+    scheduler = await batcher(
+        Model, executor, name="late", batch_size=2, max_queue_delay_ms=100, clock=clock
+    )
+    try:
+        running = [asyncio.create_task(scheduler.infer(i, None)) for i in range(2)]
+        await wait_until(lambda: batches == [[0, 1]])
+        late = [asyncio.create_task(scheduler.infer(i, None)) for i in (2, 3)]
+        await wait_until(lambda: scheduler.statistics()["queued"] == 2)
+        clock.advance(0.2)  # 2 and 3 (the batch formed ahead) waited past 100 ms
+        fresh = asyncio.create_task(scheduler.infer(4, None))
+        await wait_until(lambda: scheduler.statistics()["queued"] == 3)
+        release.set()
+        assert await gather_within(*running, fresh) == [0, 1, 4]
+        for task in late:
+            with pytest.raises(QueueTimeout) as info:
+                await task
+            assert http_status(info.value) == 503 and info.value.retry_after == 1.0
+        assert batches == [[0, 1], [4]]  # the late ones never reached the model
     finally:
         await scheduler.close()
 

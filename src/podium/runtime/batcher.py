@@ -39,7 +39,10 @@ class BatchScheduler:
     version's :class:`WorkerPool` (or one loaded instance); each batch goes to the least-loaded
     ready worker, at most ``predict_concurrency`` batches per worker at a time. A batch whose
     worker process died before it was sent goes back to the front of the queue. ``clock`` times
-    ``max_batch_delay`` (tests pass a manual one).
+    ``max_batch_delay`` (tests pass a manual one). ``max_queue_delay_ms``: the longest a request
+    waits for its batch (0: only its own deadline bounds it); past it, it is refused with
+    ``QueueTimeout`` when its batch is taken, without reaching the model. The batch queue is
+    first come, first served (priorities order direct scheduling's line only).
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class BatchScheduler:
         max_queue_size: int,
         concurrency: int,
         clock: Clock = SYSTEM_CLOCK,
+        max_queue_delay_ms: float = 0.0,
     ) -> None:
         if isinstance(target, WorkerPool):
             self._pool = target
@@ -78,6 +82,7 @@ class BatchScheduler:
             retry_on=(WorkerGone,),
             clock=clock,
             stats=self._pool.stats,
+            max_wait=max_queue_delay_ms / 1000.0,
         )
 
     @property

@@ -207,6 +207,7 @@ def build_version(
             max_batch_delay_ms=config.max_batch_delay_ms,
             max_queue_size=config.max_queue_size,
             concurrency=config.predict_concurrency,
+            max_queue_delay_ms=config.max_queue_delay_ms,
         )
     else:
         scheduler = DirectScheduler(
