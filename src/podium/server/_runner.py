@@ -531,6 +531,7 @@ class Podium:
             self.dataplane,
             connections=self.connection_statistics,
             grpc_connections=self.grpc_connections,
+            access_log=self.access_log,
         )
         app = MetricsApp(metrics_registry(collector))
         listeners = self.config.listeners
@@ -582,6 +583,7 @@ class Podium:
 
     async def _close(self) -> None:
         await self.dataplane.close()  # background loads and scaling, then the models
+        self.access_log.close()  # every line made and written; later ones at once
         if self.authorizer is not None:
             self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)
