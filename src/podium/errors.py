@@ -251,6 +251,17 @@ class QueueTimeout(Unavailable):
         error.retry_after = retry_after
         return error
 
+    @classmethod
+    def expected(cls, model: str, wait: float, retry_after: float) -> QueueTimeout:
+        """The error of a request of ``model`` refused on arrival: it would wait about
+        ``wait`` seconds, past its deadline."""
+        error = cls(
+            f"model '{model}' is overloaded: the request would wait about {wait * 1000:.0f} ms "
+            "in its queue, past its deadline, and was not queued"
+        )
+        error.retry_after = retry_after
+        return error
+
 
 class SequenceLimit(Unavailable):
     """A sequence's own queue holds ``max_sequence_queue_size`` requests, or the model holds

@@ -187,3 +187,46 @@ async def test_failing_all_clears_every_level() -> None:
 def test_retry_after_is_the_longest_wait_rounded_up_at_least_a_second() -> None:
     assert QueuePolicy("m").retry_after() == 1.0
     assert QueuePolicy("m", max_wait=2.2).retry_after() == 3.0
+
+
+@pytest.mark.anyio
+async def test_a_newcomer_that_would_wait_past_its_deadline_is_refused_at_once() -> None:
+    # The line's pace is the time between two values handed while waiters remained; a newcomer
+    # with n waiters ahead expects (n + 1) × pace and is refused now if that is past its deadline.
+    clock = ManualClock()
+    owner = Owner(policy(clock, max_wait=1.0))
+    first, second, third = await in_line(owner.line, (0, None), (0, None), (0, None))
+    clock.advance(0.25)
+    owner.release("a")  # the line was not full before: no pace yet
+    clock.advance(0.25)
+    owner.release("b")  # 0.25 s after the last, waiters remaining: the pace is 0.25 s
+    assert [await first, await second] == ["a", "b"]
+    admitted = await in_line(owner.line, (0, None), (0, None), (0, None))  # 1, 2, 3 ahead
+    with pytest.raises(QueueTimeout, match="would wait about 1250 ms in its queue") as info:
+        await wait_as(owner.line)  # 4 ahead: 1.25 s > 1 s
+    assert info.value.retry_after == 1.0
+    assert len(owner.line) == 4  # it never joined
+    # a request with a later deadline of its own is still bound by the model's max_wait; one
+    # that asks for less is refused sooner
+    with pytest.raises(QueueTimeout):
+        await wait_as(owner.line, deadline=clock.now() + 0.4)
+    for value, task in zip("cdef", (third, *admitted), strict=True):
+        owner.release(value)
+        assert await task == value
+
+
+@pytest.mark.anyio
+async def test_a_line_that_empties_at_each_hand_has_no_pace_and_refuses_nobody_early() -> None:
+    clock = ManualClock()
+    owner = Owner(policy(clock, max_wait=0.1))
+    for n in range(3):  # one waiter at a time, each handed a value before the next comes
+        (task,) = await in_line(owner.line, (0, None))
+        clock.advance(0.05)
+        owner.release(n)
+        assert await task == n
+        clock.advance(10.0)  # long idle gaps: not the line's pace
+    waiters = await in_line(owner.line, (0, None), (0, None), (0, None))
+    assert len(owner.line) == 3  # none refused on arrival
+    for n, task in enumerate(waiters):
+        owner.release(n)
+        assert await task == n

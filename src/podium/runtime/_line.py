@@ -21,7 +21,10 @@ bounds each wait in time and orders waiters by priority:
 - a waiter's deadline is the earliest of its arrival plus ``max_wait`` and the request's own
   (:attr:`podium.types.RequestInfo.deadline`); past it the waiter leaves the line with
   ``QueueTimeout`` (503, ``Retry-After``) at once, by a timer, without being handed anything; a
-  request whose deadline has passed already is refused without waiting;
+  request whose deadline has passed already is refused without waiting, and so is one that
+  would wait past it: the line keeps its pace (the moving average of the time between two
+  values handed while waiters remained), and a newcomer with ``n`` waiters ahead of it expects
+  to wait ``(n + 1) × pace``;
 - with several levels, :meth:`Line.hand` gives the value to the waiter of the highest level
   (1 is the highest), the oldest first within a level; a waiter rises one level for each
   ``aging`` seconds it has waited (up to the top), so a waiter of any level is served after at
@@ -113,7 +116,7 @@ class Line(collections.deque["asyncio.Future[T]"], Generic[T]):
     just been cancelled may still count until it has run); use only the methods below on it.
     """
 
-    __slots__ = ("release", "limit", "policy", "_lanes")
+    __slots__ = ("release", "limit", "policy", "_lanes", "_pace", "_last", "_backlogged")
 
     def __init__(
         self,
@@ -130,6 +133,12 @@ class Line(collections.deque["asyncio.Future[T]"], Generic[T]):
         self._lanes: list[collections.deque[tuple[asyncio.Future[T], float]]] | None = None
         if policy is not None and policy.levels > 1:
             self._lanes = [collections.deque() for _ in range(policy.levels)]
+        # with a policy: the time between two values handed while waiters remained (a moving
+        # average: how fast the line moves when it is full), to refuse at once a newcomer that
+        # could not be served before its deadline
+        self._pace = 0.0
+        self._last = 0.0
+        self._backlogged = False
 
     @property
     def waiting(self) -> int:
@@ -184,6 +193,12 @@ class Line(collections.deque["asyncio.Future[T]"], Generic[T]):
         if deadline is not None:
             if deadline <= now:
                 raise QueueTimeout.of(policy.model, 0.0, policy.retry_after())
+            pace = self._pace
+            if pace and self:
+                ahead = len(self) if lanes is None else sum(len(lane) for lane in lanes[:level])
+                expected = (ahead + 1) * pace
+                if now + expected > deadline:  # it would wait past it: refused now, cheaply
+                    raise QueueTimeout.expected(policy.model, expected, policy.retry_after())
             timer = policy.clock.call_later(deadline - now, lambda: self._expire(future, now))
         if lanes is not None:
             lanes[level - 1].append((future, now))
@@ -206,8 +221,8 @@ class Line(collections.deque["asyncio.Future[T]"], Generic[T]):
     def hand(self, value: T) -> bool:
         """Give ``value`` to the oldest waiter (with levels: of the highest level, counting its
         aging); False (and ``value`` not given) if none waits."""
-        if self._lanes is not None:
-            return self._hand_by_level(value)
+        if self.policy is not None:
+            return self._hand_timed(value)
         while self:
             future = self.popleft()
             if not future.done():
@@ -215,11 +230,35 @@ class Line(collections.deque["asyncio.Future[T]"], Generic[T]):
                 return True
         return False
 
-    def _hand_by_level(self, value: T) -> bool:
+    def _hand_timed(self, value: T) -> bool:
+        """:meth:`hand` under a policy: by level, and timed (the line's pace)."""
+        policy = self.policy
+        assert policy is not None
+        now = policy.clock.now()
+        if self._lanes is not None:
+            handed = self._hand_by_level(value, now)
+        else:
+            handed = False
+            while self:
+                future = self.popleft()
+                if not future.done():
+                    future.set_result(value)
+                    handed = True
+                    break
+        if not handed:
+            self._backlogged = False
+            return False
+        if self._backlogged:
+            gap = now - self._last
+            self._pace = gap if not self._pace else 0.75 * self._pace + 0.25 * gap
+        self._last = now
+        self._backlogged = bool(self)
+        return True
+
+    def _hand_by_level(self, value: T, now: float) -> bool:
         lanes = self._lanes
         policy = self.policy
         assert lanes is not None and policy is not None
-        now = policy.clock.now()
         aging = policy.aging
         best: collections.deque[tuple[asyncio.Future[T], float]] | None = None
         best_rank = best_arrived = 0.0
