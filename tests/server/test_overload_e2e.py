@@ -10,8 +10,9 @@ A request with ``x`` < 0 holds the model's only slot until the test creates the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,16 +177,22 @@ async def test_rest_higher_levels_are_served_first(server: Server, folder: Path)
     assert order == [303, 304, 302, 301]
 
 
+@contextlib.asynccontextmanager
+async def clients(server: Server) -> AsyncIterator[tuple[httpx.AsyncClient, Stubs]]:
+    """An HTTP client (to hold the model's slot) and gRPC stubs, both to ``server``."""
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+        grpc.aio.insecure_channel(target(server)) as channel,
+    ):
+        yield client, Stubs(channel, podium_messages())
+
+
 @pytest.mark.anyio
 async def test_grpc_refusal_is_unavailable_with_retry_after_and_metadata_sets_priority(
     server: Server, folder: Path
 ) -> None:
     messages = podium_messages()
-    async with (
-        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
-        grpc.aio.insecure_channel(target(server)) as channel,
-    ):
-        stubs = Stubs(channel, messages)
+    async with clients(server) as (client, stubs):
         held = await holding(client, folder, "bounded", 4)
         call = stubs.ModelInfer(infer_request(messages, "bounded", x=401), timeout=20)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -222,11 +229,7 @@ async def test_grpc_refusal_is_unavailable_with_retry_after_and_metadata_sets_pr
 @pytest.mark.anyio
 async def test_grpc_deadline_bounds_the_queue_wait(server: Server, folder: Path) -> None:
     messages = podium_messages()
-    async with (
-        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
-        grpc.aio.insecure_channel(target(server)) as channel,
-    ):
-        stubs = Stubs(channel, messages)
+    async with clients(server) as (client, stubs):
         held = await holding(client, folder, "ranked", 6)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stubs.ModelInfer(infer_request(messages, "ranked", x=601), timeout=0.2)
