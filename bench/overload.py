@@ -16,7 +16,9 @@ rate, and counts each answer:
 
 Rows: ``podium`` (the model's queue bounded in length only, the default), ``podium-deadline``
 (``max_queue_delay: --deadline-ms``), and, when their bench venvs exist or install
-(bench/.venvs, as bench/peers.py makes them), ``litserve`` on the same sleeping model. Servers
+(bench/.venvs, as bench/peers.py makes them), ``litserve`` and ``mlserver`` (1.7.1, its OIP
+route; its model holds a lock around the sleep, since MLServer runs every request's predict at
+once) on the same sleeping model. Servers
 run pinned to CPU 0 and the generator to CPU 1 where the machine allows (bench/common.py).
 Server CPU per answer (refusals included) is read from /proc.
 """
@@ -39,11 +41,13 @@ from common import (
     BenchError,
     Server,
     command_line,
+    ensure_mlserver,
     ensure_venv,
     exit_on_signals,
     free_port,
     log,
     machine_lines,
+    mlserver_server,
     pin_self,
     podium_argv,
 )
@@ -88,6 +92,31 @@ if __name__ == "__main__":
 """
 
 
+MLSERVER_MODEL = """
+import asyncio
+
+from mlserver import MLModel
+from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
+
+
+class Sleeper(MLModel):
+    async def load(self) -> bool:
+        self.one_at_a_time = asyncio.Lock()  # MLServer awaits every request's predict at once
+        return True
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        async with self.one_at_a_time:
+            await asyncio.sleep({service})
+        tensor = payload.inputs[0]
+        output = ResponseOutput(
+            name="y", shape=tensor.shape, datatype=tensor.datatype, data=tensor.data
+        )
+        return InferenceResponse(model_name=self.name, outputs=[output])
+"""
+
+OIP_BODY = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[4],"data":[1,2,3,4]}]}'
+
+
 @dataclass
 class Row:
     server: str
@@ -120,10 +149,11 @@ class Client:
 
     def __init__(self, port: int, path: str) -> None:
         self.port = port
+        body = OIP_BODY if path.startswith("/v2/") else BODY
         self.request = (
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(BODY)}\r\n\r\n"
-        ).encode() + BODY
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         self.free: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.opened = 0
 
@@ -285,6 +315,20 @@ def litserve_server(folder: Path, service: float) -> Server:
     )
 
 
+def mlserver(folder: Path, service: float) -> Server:
+    executable = ensure_mlserver()
+    models = folder / "mlserver"
+    models.mkdir(parents=True, exist_ok=True)
+    (models / "sleeper_model.py").write_text(MLSERVER_MODEL.format(service=service))
+    (models / "model-settings.json").write_text(
+        json.dumps({"name": "sleeper", "implementation": "sleeper_model.Sleeper"})
+    )
+    (models / "settings.json").write_text(
+        json.dumps({"parallel_workers": 0, "metrics_endpoint": None, "debug": False})
+    )
+    return mlserver_server(executable, models, free_port())
+
+
 def report(rows: list[Row], capacities: dict[str, float], args: argparse.Namespace) -> str:
     out = [
         "### Overload: offered load at 1×, 2×, 4× a model's capacity",
@@ -330,7 +374,7 @@ def main() -> int:
     parser.add_argument("--loads", default="1,2,4")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--only", default="podium,podium-deadline,litserve")
+    parser.add_argument("--only", default="podium,podium-deadline,litserve,mlserver")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     exit_on_signals()
@@ -349,6 +393,7 @@ def main() -> int:
                 "/v1/models/sleeper-deadline:predict",
             ),
             "litserve": (lambda: litserve_server(folder, service), "/predict"),
+            "mlserver": (lambda: mlserver(folder, service), "/v2/models/sleeper/infer"),
         }
         for name in only:
             make, path = makers[name]
