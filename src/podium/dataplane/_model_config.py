@@ -16,8 +16,9 @@ What maps, and how (``docs/protocols.md``, "Model configuration"):
   ``TYPE_STRING``), ``dims`` the declared shape without the batch dimension when
   ``max_batch_size`` is above 0.
 - ``dynamic_batching`` when the model batches (``batch_size`` > 1): ``max_queue_delay_microseconds``
-  from ``max_batch_delay``, ``preferred_batch_size`` ``[batch_size]``, and the queue bound
-  (``max_queue_size``); ``sequence_batching`` when it keeps sequences, with
+  from ``max_batch_delay``, ``preferred_batch_size`` ``[batch_size]``, and the queue's bounds
+  (``max_queue_size``; ``default_timeout_microseconds`` from ``max_queue_delay`` when set: the
+  batch queue serves in arrival order, so no priority levels); ``sequence_batching`` when it keeps sequences, with
   ``max_sequence_idle_microseconds``; Triton's configuration holds one of the two.
 - ``instance_group``: one group of ``KIND_MODEL`` (the model places itself on its devices) whose
   ``count`` is the version's workers; ``version_policy`` ``all`` (every version is served);
@@ -92,10 +93,12 @@ class VersionPolicy(msgspec.Struct, kw_only=True):
     all: VersionPolicyAll = msgspec.field(default_factory=VersionPolicyAll)
 
 
-class QueuePolicy(msgspec.Struct, kw_only=True):
-    """Triton's ``ModelQueuePolicy``: the bound of the model's queue."""
+class QueuePolicy(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Triton's ``ModelQueuePolicy``: the bound of the model's queue, in length and (where the
+    model sets ``max_queue_delay``) in time."""
 
     max_queue_size: int
+    default_timeout_microseconds: int = 0
 
 
 class DynamicBatching(msgspec.Struct, kw_only=True):
@@ -158,7 +161,10 @@ def configuration(mv: ModelVersion, workers: int) -> ModelConfiguration:
         dynamic = DynamicBatching(
             preferred_batch_size=[config.batch_size],
             max_queue_delay_microseconds=_microseconds(config.max_batch_delay_ms),
-            default_queue_policy=QueuePolicy(max_queue_size=config.max_queue_size),
+            default_queue_policy=QueuePolicy(
+                max_queue_size=config.max_queue_size,
+                default_timeout_microseconds=_microseconds(config.max_queue_delay_ms),
+            ),
         )
     platform = config.model_metadata.get("platform", "podium")
     return ModelConfiguration(
