@@ -396,6 +396,12 @@ _TABLE = (
     # open sequences at once; 0: no limit
     Field("max_num_sequences", Kind.INTEGER, 10_000, minimum=0, torchserve="maxNumSequence"),
     Field("continuous_batching", Kind.FLAG, False, torchserve="continuousBatching"),
+    # TorchServe handlers: the metrics.yaml whose model_metrics context.metrics declares (None:
+    # TorchServe's own), and how their metrics look as TorchServe's (prometheus: TorchServe's
+    # labels and names on /metrics; log: also its model_metrics.log lines); the server's
+    # --metrics-config and --ts-metrics set them for every model
+    Field("metrics_config", Kind.PATH, None),
+    Field("ts_metrics", Kind.CHOICE, "off", choices=("off", "prometheus", "log")),
     # where its workers run (docs/devices.md): "auto" (every GPU, else the CPU), "cpu", "gpu"
     # (every GPU; none: a load error) or GPU numbers; TorchServe's deviceType / deviceIds and
     # Truss's resources map onto it in their adapters

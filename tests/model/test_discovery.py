@@ -202,6 +202,11 @@ VALID: dict[str, tuple[str, Any]] = {
     "max_num_sequences": ("16", 16),
     "continuous_batching": ("true", True),
     "ray": ("{num_cpus: 2}", {"num_cpus": 2}),
+    "devices": ("[0, 2]", (0, 2)),
+    "workers_per_device": ("2", 2),
+    "devices_per_worker": ("2", 2),
+    "metrics_config": ("metrics.yaml", Path("metrics.yaml")),
+    "ts_metrics": ("prometheus", "prometheus"),
 }
 
 INVALID: dict[str, str] = {
@@ -226,6 +231,11 @@ INVALID: dict[str, str] = {
     "max_num_sequences": "-1",
     "continuous_batching": "1",
     "ray": "[1, 2]",
+    "devices": "[0, 0]",
+    "workers_per_device": "-1",
+    "devices_per_worker": "0",
+    "metrics_config": "''",
+    "ts_metrics": "graphite",
 }
 
 

@@ -388,14 +388,33 @@ class PodiumCollector:
             yield metric
 
     @staticmethod
-    def _family(family: Any) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
+    def _family(family: Any) -> Metric:
         labels = [*_MV, *family.labelnames]
         doc = family.documentation or family.name
         if family.kind is Kind.COUNTER:
+            if doc.startswith(_TS_COUNTER) and not family.name.endswith("_total"):
+                return _Exact(family.name, doc, labels)
             return CounterMetricFamily(family.name, doc, labels=labels)
         if family.kind is Kind.GAUGE:
             return GaugeMetricFamily(family.name, doc, labels=labels)
         return HistogramMetricFamily(family.name, doc, labels=labels)
+
+
+#: The help text of a TorchServe handler's counter under ``--ts-metrics prometheus``
+#: (``model.torchserve.ts_help``): written under its own name, as TorchServe writes it.
+_TS_COUNTER = "Torchserve prometheus counter metric"
+
+
+class _Exact(Metric):
+    """A counter written under its own name, untyped (TorchServe's Prometheus client adds no
+    ``_total``; prometheus-client would), with ``add_metric`` as the other families have it."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        super().__init__(name, documentation, "untyped")
+        self._labelnames = labels
+
+    def add_metric(self, values: list[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._labelnames, values, strict=True)), value)
 
 
 class _Default:
@@ -406,10 +425,13 @@ class _Default:
         return REGISTRY.collect()
 
 
-def metrics_registry(collector: PodiumCollector) -> CollectorRegistry:
-    """A registry of Podium's collector and prometheus-client's default one."""
+def metrics_registry(collector: PodiumCollector, *more: Any) -> CollectorRegistry:
+    """A registry of Podium's collector, ``more`` collectors (TorchServe's names) and
+    prometheus-client's default one."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    for extra in more:
+        registry.register(extra)
     registry.register(_Default())
     return registry
 

@@ -22,7 +22,7 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
-from . import _custom, _memory, _oip, _responses, _truss
+from . import _custom, _memory, _oip, _responses, _truss, _ts_explain
 from ._docs import PAGE
 from ._exchange import Exchange
 from ._openapi import description
@@ -188,7 +188,7 @@ class HttpApp:
         protocol: WireProtocol,
     ) -> tuple[ModelVersion, Call]:
         """Find the model (404/503 before the body is touched) and the call's pieces."""
-        mv = self.dataplane.resolve(model, version)
+        mv = self.dataplane.resolve(model, version, protocol)
         ex.check_length()  # the limit holds for a model that reads the body itself too
         caps = mv.instance.capabilities
         request = ex.request() if caps.needs_request else None
@@ -292,18 +292,26 @@ class HttpApp:
         )
 
     async def _torchserve(
-        self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
+        self,
+        ex: Exchange,
+        send: Send,
+        model: str,
+        version: str | None,
+        url_path: str = "",
+        explain: bool = False,
     ) -> None:
-        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]``; errors in TorchServe's shape."""
+        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]`` and ``/explanations/...``
+        (the same call, the handler told by the ``explain`` header); errors in TorchServe's
+        shape."""
         # As TorchServe's frontend, the request headers tell the handler the path's segments
-        # after the version (url_path, "" when none) and that this is no explanation.
-        # (Its errors are answered in TorchServe's shape: _http does it for every /predictions
-        # path.)
+        # after the version (url_path, "" when none) and whether this is an explanation (its
+        # BaseHandler.handle then calls explain_handle). (Errors are answered in TorchServe's
+        # shape: _fail does it for every path under its prefixes.)
         scope = ex.scope
         scope["headers"] = [
             *scope["headers"],
             (b"url_path", url_path.encode()),
-            (b"explain", b"False"),
+            (b"explain", b"True" if explain else b"False"),
         ]
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
@@ -372,7 +380,7 @@ class HttpApp:
             await items.aclose()
 
 
-_TS_PREFIX = "/predictions"
+_TS_PREFIXES = ("/predictions", "/explanations")
 
 
 async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
@@ -386,7 +394,7 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     extra = []
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
-    if not scope["path"].startswith(_TS_PREFIX):
+    if not scope["path"].startswith(_TS_PREFIXES):
         await send_error(send, exc, extra)
         return
     status, body = torchserve_error(exc)
@@ -596,6 +604,7 @@ INFERENCE_ROUTES = RouteTable(
             _TS,
             "versionPredictionsPath",
         ),
+        *_ts_explain.ROUTES,
         # Truss's server (_truss.py): a ':' in the last segment is a verb, so readiness takes
         # names without one
         Route("GET", "/", _truss.live, _TRUSS, "trussLive"),
