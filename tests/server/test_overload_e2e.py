@@ -113,6 +113,24 @@ async def test_rest_past_max_queue_delay_is_503_with_retry_after_and_never_runs(
 
 
 @pytest.mark.anyio
+async def test_truss_and_torchserve_routes_refuse_with_retry_after_too(
+    server: Server, folder: Path
+) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        held = await holding(client, folder, "bounded", 7)
+        truss = await client.post("/v1/models/bounded:predict", json={"x": [701]})
+        torchserve = await client.post("/predictions/bounded", json={"x": [702]})
+        for refused in (truss, torchserve):
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"] == "1"
+        assert "past its deadline" in truss.json()["error"]
+        assert "past its deadline" in torchserve.json()["message"]
+        (folder / "gate7").touch()
+        assert (await held).status_code == 200
+    assert 701 not in ran(folder) and 702 not in ran(folder)
+
+
+@pytest.mark.anyio
 async def test_rest_timeout_header_and_oip_parameter_bound_the_wait(
     server: Server, folder: Path
 ) -> None:
