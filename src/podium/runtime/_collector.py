@@ -32,6 +32,7 @@ from .. import tracing
 from ..errors import BadModelOutput, QueueFull, QueueTimeout
 from ..types import current_request
 from ._clock import SYSTEM_CLOCK, Clock
+from ._line import QueuePolicy
 from ._scheduler import TaskSet
 from ._stats import VersionStats
 
@@ -58,6 +59,7 @@ class Pending:
         "slot",
         "trace",
         "deadline",
+        "level",
     )
 
     def __init__(
@@ -72,6 +74,7 @@ class Pending:
         self.slot: Any = None
         self.trace: Any = None
         self.deadline: float | None = None  # on the collector's clock (max_wait)
+        self.level = 1  # its priority level (1 the highest), with ``priority`` levels
 
 
 def _fail(batch: list[Pending], error: Exception) -> None:
@@ -102,7 +105,10 @@ class BatchCollector(Generic[S]):
     ``clock``). ``max_wait``: seconds a request may wait for its batch (0: no limit but the
     request's own deadline, :attr:`podium.types.RequestInfo.deadline`; None: no deadlines at
     all); a request past its deadline when its batch is taken leaves with ``QueueTimeout``,
-    without reaching the model.
+    without reaching the model. ``priority``: the queue's priority levels (a
+    :class:`~podium.runtime._line.QueuePolicy` with several; None: first come, first served):
+    a batch takes the waiting requests of the highest levels first, a request rising one level
+    for each ``aging`` it has waited, as in the line.
     """
 
     def __init__(
@@ -122,9 +128,11 @@ class BatchCollector(Generic[S]):
         clock: Clock = SYSTEM_CLOCK,
         stats: VersionStats | None = None,
         max_wait: float | None = None,
+        priority: QueuePolicy | None = None,
     ) -> None:
         self._model = model
         self._max_wait = max_wait
+        self._priority = priority if priority is not None and priority.levels > 1 else None
         self._stats = stats
         self._label = label
         self._size = size
@@ -173,6 +181,9 @@ class BatchCollector(Generic[S]):
         )
         if self._max_wait is not None:
             pending.deadline = self._deadline(pending.arrived)
+        if self._priority is not None:
+            info = current_request.get()
+            pending.level = self._priority.level(0 if info is None else info.priority)
         hooks = tracing.hooks
         if hooks is not None:
             pending.trace = hooks.waiting()
@@ -276,6 +287,8 @@ class BatchCollector(Generic[S]):
         """Move requests still waiting from the front of the queue into ``batch``, up to
         ``size`` (the ones whose client left are dropped)."""
         queue, size = self._queue, self._size
+        if self._priority is not None and len(queue) > size - len(batch):
+            self._take_by_level(batch)
         while queue and len(batch) < size:
             pending = queue.popleft()
             if not pending.future.done():
@@ -284,6 +297,23 @@ class BatchCollector(Generic[S]):
             self._refuse_late(batch)
             if len(batch) < size and queue:  # room again: the next ones in line
                 self._take(batch)
+
+    def _take_by_level(self, batch: list[Pending]) -> None:
+        """Fill ``batch`` with the waiting requests of the highest levels (aged), the oldest
+        first within a level; the others stay in the queue, in their order."""
+        policy = self._priority
+        assert policy is not None
+        queue, room = self._queue, self._size - len(batch)
+        now, aging = self._now(), policy.aging
+        live = [p for p in queue if not p.future.done()]
+        ranked = sorted(
+            live, key=lambda p: (max(0.0, p.level - 1 - (now - p.arrived) // aging), p.arrived)
+        )
+        chosen = ranked[:room]
+        taken = {id(p) for p in chosen}
+        queue.clear()
+        queue.extend(p for p in live if id(p) not in taken)
+        batch.extend(chosen)
 
     def _refuse_late(self, batch: list[Pending]) -> None:
         """Requests of ``batch`` past their deadline leave it with ``QueueTimeout``, unrun."""

@@ -209,6 +209,7 @@ def build_version(
             max_queue_size=config.max_queue_size,
             concurrency=config.predict_concurrency,
             max_queue_delay_ms=config.max_queue_delay_ms,
+            priority=QueuePolicy.of(config),
         )
     else:
         scheduler = DirectScheduler(
