@@ -17,9 +17,10 @@ What maps, and how (``docs/protocols.md``, "Model configuration"):
   ``max_batch_size`` is above 0.
 - ``dynamic_batching`` when the model batches (``batch_size`` > 1): ``max_queue_delay_microseconds``
   from ``max_batch_delay``, ``preferred_batch_size`` ``[batch_size]``, and the queue's bounds
-  (``max_queue_size``; ``default_timeout_microseconds`` from ``max_queue_delay`` when set: the
-  batch queue serves in arrival order, so no priority levels); ``sequence_batching`` when it keeps sequences, with
-  ``max_sequence_idle_microseconds``; Triton's configuration holds one of the two.
+  (``max_queue_size``; ``default_timeout_microseconds`` from ``max_queue_delay`` when set),
+  ``priority_levels`` / ``default_priority_level`` when it has several levels;
+  ``sequence_batching`` when it keeps sequences, with ``max_sequence_idle_microseconds``;
+  Triton's configuration holds one of the two.
 - ``instance_group``: one group of ``KIND_MODEL`` (the model places itself on its devices) whose
   ``count`` is the version's workers; ``version_policy`` ``all`` (every version is served);
   ``model_transaction_policy`` ``{decoupled: true}`` for a streaming (generator) model (absent
@@ -101,12 +102,15 @@ class QueuePolicy(msgspec.Struct, kw_only=True, omit_defaults=True):
     default_timeout_microseconds: int = 0
 
 
-class DynamicBatching(msgspec.Struct, kw_only=True):
-    """Triton's ``ModelDynamicBatching`` for a model that batches (``batch_size`` > 1)."""
+class DynamicBatching(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Triton's ``ModelDynamicBatching`` for a model that batches (``batch_size`` > 1); its
+    priority levels when it has several."""
 
     preferred_batch_size: list[int]
     max_queue_delay_microseconds: int
     default_queue_policy: QueuePolicy
+    priority_levels: int = 0
+    default_priority_level: int = 0
 
 
 class SequenceBatching(msgspec.Struct, kw_only=True):
@@ -166,6 +170,9 @@ def configuration(mv: ModelVersion, workers: int) -> ModelConfiguration:
                 default_timeout_microseconds=_microseconds(config.max_queue_delay_ms),
             ),
         )
+        if config.priority_levels > 1:
+            dynamic.priority_levels = config.priority_levels
+            dynamic.default_priority_level = config.default_priority
     platform = config.model_metadata.get("platform", "podium")
     return ModelConfiguration(
         name=mv.name,
