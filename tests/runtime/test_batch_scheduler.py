@@ -437,6 +437,20 @@ async def test_full_queue_refuses_at_once(executor: ThreadPoolExecutor) -> None:
         await scheduler.close()
 
 
+def holding(batches: list[list[Any]], release: asyncio.Event, first: Any = None) -> type:
+    """A model that records each batch and holds it until ``release`` is set (only the batch
+    that starts with ``first``, when given)."""
+
+    class Model:
+        async def predict(self, inputs):
+            batches.append(list(inputs))
+            if first is None or inputs[0] == first:
+                await release.wait()
+            return list(inputs)
+
+    return Model
+
+
 @pytest.mark.anyio
 async def test_requests_past_max_queue_delay_are_refused_unrun(
     executor: ThreadPoolExecutor,
@@ -444,15 +458,13 @@ async def test_requests_past_max_queue_delay_are_refused_unrun(
     batches: list[list[Any]] = []
     release = asyncio.Event()
     clock = ManualClock()
-
-    class Model:
-        async def predict(self, inputs):
-            batches.append(list(inputs))
-            await release.wait()
-            return list(inputs)
-
     scheduler = await batcher(
-        Model, executor, name="late", batch_size=2, max_queue_delay_ms=100, clock=clock
+        holding(batches, release),
+        executor,
+        name="late",
+        batch_size=2,
+        max_queue_delay_ms=100,
+        clock=clock,
     )
     try:
         running = [asyncio.create_task(scheduler.infer(i, None)) for i in range(2)]
@@ -486,16 +498,10 @@ async def test_a_batch_takes_the_highest_levels_first(executor: ThreadPoolExecut
     batches: list[list[Any]] = []
     release = asyncio.Event()
     clock = ManualClock()
-
-    class Model:
-        async def predict(self, inputs):
-            batches.append(list(inputs))
-            if inputs[0] == "x0":
-                await release.wait()
-            return list(inputs)
-
     levels = QueuePolicy("m", levels=3, default=2, aging=60.0)
-    scheduler = await batcher(Model, executor, batch_size=2, clock=clock, priority=levels)
+    scheduler = await batcher(
+        holding(batches, release, "x0"), executor, batch_size=2, clock=clock, priority=levels
+    )
     try:
         running = [asyncio.create_task(scheduler.infer(x, None)) for x in ("x0", "x1")]
         await wait_until(lambda: batches == [["x0", "x1"]])
