@@ -24,6 +24,7 @@ __all__ = [
     "DATATYPES",
     "END",
     "ENDPOINT_METHODS",
+    "EmbedInputs",
     "Answer",
     "AnswerStream",
     "Call",
@@ -34,11 +35,13 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "InputKind",
+    "MethodInputs",
     "ModelEndpoints",
     "MetadataTensor",
     "ModelInstance",
     "ModelMetadata",
     "ModelState",
+    "OpenAIFace",
     "Parameters",
     "Protocol",
     "Reply",
@@ -238,6 +241,7 @@ class WireProtocol(enum.Enum):
     TRUSS = "truss"  # JSON in, JSON out (/v1/models/{m}:predict)
     TORCHSERVE_REST = "torchserve_rest"  # JSON or bytes in; JSON, str or bytes out
     TORCHSERVE_GRPC = "torchserve_grpc"  # the input map in, the prediction bytes out
+    OPENAI = "openai"  # OpenAI's API: a podium.openai.Sampling in, its tokens out
 
     def __init__(self, value: str) -> None:
         # Plain attributes, read on every call: cheaper than a property or a set lookup.
@@ -510,9 +514,12 @@ def request_id() -> str | None:
 from ._instances import (  # noqa: E402  (after the types they use)
     ENDPOINT_METHODS,
     Capabilities,
+    EmbedInputs,
     HandlerRoute,
+    MethodInputs,
     ModelEndpoints,
     ModelInstance,
+    OpenAIFace,
     Reply,
     Returned,
     SyncCalls,

@@ -22,6 +22,7 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
+from ..openai import _routes as _openai
 from . import _custom, _memory, _oip, _responses, _truss, _ts_explain
 from ._docs import PAGE
 from ._exchange import Exchange
@@ -243,6 +244,8 @@ class HttpApp:
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
+        if action != "infer" and _openai.generates(mv):  # an OpenAI model (docs/openai.md)
+            return await _openai.serve_generate(self.dataplane, ex, send, mv, action)
         # The binary tensor extension costs a plain JSON request this one header lookup.
         header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
@@ -384,9 +387,8 @@ _TS_PREFIXES = ("/predictions", "/explanations")
 
 
 async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
-    """The error response: ``{"error": ...}``, in Truss's shape on its routes (``ex.errors``),
-    or TorchServe's ``{"code", "type", "message"}`` under TorchServe's ``/predictions``
-    (``_ts_errors``); a 405 lists what is allowed."""
+    """The error response: ``{"error": ...}``; Truss's shape on its routes (``ex.errors``),
+    OpenAI's on its paths, TorchServe's under ``/predictions``; a 405 lists what is allowed."""
     if ex.errors is not None:
         await ex.errors(send, exc)
         return
@@ -394,6 +396,8 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     extra = []
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
+    if _openai.is_openai_path(scope["path"]):
+        return await _openai.send_openai_error(send, exc, extra)
     if not scope["path"].startswith(_TS_PREFIXES):
         await send_error(send, exc, extra)
         return
@@ -608,7 +612,9 @@ INFERENCE_ROUTES = RouteTable(
         # Truss's server (_truss.py): a ':' in the last segment is a verb, so readiness takes
         # names without one
         Route("GET", "/", _truss.live, _TRUSS, "trussLive"),
-        Route("GET", "/v1/models/{model:noverb}", _truss.ready, _TRUSS, "trussReady"),
+        # OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness
+        # (server/openai/_routes.py has the one rule)
+        Route("GET", "/v1/models/{model:noverb}", _openai.model, _TRUSS, "trussReady"),
         Route("GET", "/v1/models/{model}/loaded", _truss.loaded, _TRUSS, "trussLoaded"),
         Route("GET", "/v1/models/{model}/schema", _truss.schema, _TRUSS, "trussSchema"),
         Route("POST", "/v1/models/{model}:predict", _truss.predict, _TRUSS, "trussPredict"),
@@ -620,11 +626,13 @@ INFERENCE_ROUTES = RouteTable(
             "trussPredictBinary",
         ),
         Route("POST", "/invocations", _truss.invocations, _TRUSS, "trussInvocations"),
-        # OpenAI-style paths that call the model method of their name (Truss's); one entry per
-        # path, which Podium's own OpenAI API will share (_truss.endpoint)
+        # OpenAI's API (server/openai/: the rule that gives Truss's methods its paths there)
+        *_openai.ROUTES,
+        # Truss's other OpenAI-style paths: the model method of their name
         *(
             Route("POST", path, _truss.endpoint, _TRUSS, name, args={"method": method})
             for path, (method, name) in _truss.ENDPOINT_PATHS.items()
+            if path not in _openai.PATHS
         ),
         # The API description:
         # MLServer's place, a page to try it, and TorchServe's places
