@@ -30,6 +30,10 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": 1,
     "max_batch_delay": 5.0,
     "max_queue_size": 1000,
+    "max_queue_delay": 0.0,
+    "priority_levels": 1,
+    "default_priority": 1,
+    "priority_aging": 1000.0,
     "stream_buffer": 16,
     "default_version": None,
     "workers": "thread",
@@ -57,6 +61,10 @@ BOUNDS: dict[str, tuple[int, str]] = {
     "batch_size": (1, "integer"),
     "max_batch_delay": (0, "milliseconds"),
     "max_queue_size": (1, "integer"),
+    "max_queue_delay": (0, "milliseconds"),
+    "priority_levels": (1, "integer"),
+    "default_priority": (1, "integer"),
+    "priority_aging": (1, "milliseconds"),
     "stream_buffer": (1, "integer"),
     "min_workers": (0, "integer"),
     "max_workers": (1, "integer"),
@@ -78,6 +86,10 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "batch_size": (4, 4),
     "max_batch_delay": (7, 7.0),
     "max_queue_size": (9, 9),
+    "max_queue_delay": (250, 250.0),
+    "priority_levels": (3, 3),
+    "default_priority": (1, 1),
+    "priority_aging": (500, 500.0),
     "stream_buffer": (4, 4),
     "default_version": ("2", "2"),
     "workers": ("process", "process"),
@@ -189,6 +201,8 @@ def test_attributes_name_their_unit_where_the_config_mixes_them() -> None:
             assert spec.attr.endswith(suffix[spec.unit]), key
     assert {k: s.attr for k, s in FIELDS.items() if s.attr != k} == {
         "max_batch_delay": "max_batch_delay_ms",
+        "max_queue_delay": "max_queue_delay_ms",
+        "priority_aging": "priority_aging_ms",
         "response_timeout": "response_timeout_s",
     }
 

@@ -66,7 +66,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime.continuous",
             "podium.runtime._scheduler",
             "podium.runtime._collector",
-            "podium.runtime._clock",
             "podium.runtime._items",
         ),
     ),
@@ -79,6 +78,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime.process",
             "podium.runtime._gate",
             "podium.runtime._line",
+            # the clock every wait is timed by: schedulers' delays and the line's deadlines
+            "podium.runtime._clock",
             "podium.runtime._stats",
             "podium.runtime.devices",
         ),

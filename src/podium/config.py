@@ -103,6 +103,11 @@ class ModelConfig:
     batch_size: int = _default("batch_size")
     max_batch_delay_ms: float = _default("max_batch_delay")
     max_queue_size: int = _default("max_queue_size")
+    # Overload (docs/scaling.md): the longest queue wait, and priority levels with aging.
+    max_queue_delay_ms: float = _default("max_queue_delay")
+    priority_levels: int = _default("priority_levels")
+    default_priority: int = _default("default_priority")
+    priority_aging_ms: float = _default("priority_aging")
     stream_buffer: int = _default("stream_buffer")
     default_version: str | None = _default("default_version")
     workers: str = _default("workers")
@@ -165,6 +170,12 @@ class ModelConfig:
             problems.append(
                 f"{where}: '{low.key}' ({values[low.attr]}) must not exceed "
                 f"'{high.key}' ({values[high.attr]})"
+            )
+        levels, default = FIELDS["priority_levels"], FIELDS["default_priority"]
+        if values.get(default.attr, default.default) > values.get(levels.attr, levels.default):
+            problems.append(
+                f"{where}: '{default.key}' ({values.get(default.attr, default.default)}) must "
+                f"not exceed '{levels.key}' ({values.get(levels.attr, levels.default)})"
             )
         if "model_metadata" in values:
             try:

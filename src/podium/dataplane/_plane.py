@@ -13,7 +13,7 @@ from typing import Any, cast
 from msgspec.structs import replace
 
 from .. import __version__
-from ..errors import InvalidInput, ModelNotReady, NotFound, unloaded_model
+from ..errors import InvalidInput, ModelNotReady, NotFound, bounded, unloaded_model
 from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
@@ -311,6 +311,7 @@ class DataPlane:
         start = _now()
         placement: Placement | None = None
         try:
+            _queue_asks(mv, call)
             call, placement = self._placed(call)
             inputs, oip = inputs_of(mv, call)
             sequence = _sequence(mv, call)
@@ -391,6 +392,7 @@ class DataPlane:
         stats.streams_open += 1
         placement: Placement | None = None
         try:
+            _queue_asks(mv, call)
             call, placement = self._placed(call)
             inputs, oip = inputs_of(mv, call)
             items = _stream_from_scheduler(mv, inputs, call, sequence)
@@ -491,6 +493,41 @@ class DataPlane:
             stats.streams_open -= 1
             if task is not None:
                 flight.leave(task)
+
+
+def _queue_asks(mv: ModelVersion, call: Call) -> None:
+    """What the call asks of the model's queue (docs/scaling.md, "Overload"): an OIP request's
+    ``timeout`` (microseconds, as Triton's) and ``priority`` parameters, which win over the
+    headers and metadata the front end read into the current request; the priority checked
+    against the model's levels (``InvalidInput`` otherwise)."""
+    info = current_request.get()
+    if info is None:
+        return
+    payload = call.payload
+    if type(payload) is InferenceRequest and payload.parameters:
+        parameters = payload.parameters
+        timeout = parameters.get("timeout")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+                raise InvalidInput(
+                    "parameter 'timeout' must be an integer number of microseconds >= 0, "
+                    f"got {bounded(repr(timeout), 40)}"
+                )
+            if timeout:  # 0: none, as Triton has it
+                info.deadline = time.monotonic() + timeout / 1e6
+        priority = parameters.get("priority")
+        if priority is not None:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                priority = -1
+            info.priority = priority
+    priority = info.priority
+    if priority:
+        levels = mv.config.priority_levels
+        if not 1 <= priority <= levels:
+            raise InvalidInput(
+                f"{mv.label} has priority levels 1-{levels} (1 the highest; 0: its default "
+                f"{mv.config.default_priority}); the request's priority is not one of them"
+            )
 
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:

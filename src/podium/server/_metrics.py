@@ -43,6 +43,7 @@ from ..dataplane import (
 from ..errors import MethodNotAllowed, NotFound, PodiumError
 from ..metrics import Kind
 from ..types import ModelState
+from ._access import AccessLog
 from ._asgi import Receive, Scope, Send
 from ._device_metrics import device_metrics
 from ._limits import ConnectionStatistics
@@ -81,8 +82,10 @@ class PodiumCollector:
         connections: Callable[[], Mapping[str, ConnectionStatistics]] = dict,
         grpc_connections: Callable[[], Mapping[str, int | None]] = dict,
         gpus: Callable[[], list[GpuSample]] | None = None,
+        access_log: AccessLog | None = None,
     ) -> None:
         self.dataplane = dataplane
+        self._access_log = access_log
         self._gpus = gpus if gpus is not None else self._sample_gpus
         self._connections = connections
         self._grpc_connections = grpc_connections
@@ -154,6 +157,19 @@ class PodiumCollector:
             if count is not None:
                 grpc_open.add_metric([name], count)
         yield grpc_open
+        log = self._access_log
+        if log is not None:
+            dropped = CounterMetricFamily(
+                "podium_access_log_dropped_lines",
+                "Access lines dropped because the access log's queue was full (the log could "
+                "not keep up); requests never wait for it.",
+            )
+            dropped.add_metric([], log.dropped)
+            queued = GaugeMetricFamily(
+                "podium_access_log_queued_lines", "Access lines waiting to be written."
+            )
+            queued.add_metric([], log.queued)
+            yield from (dropped, queued)
 
     # -- requests --------------------------------------------------------------------------------
 

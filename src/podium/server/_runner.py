@@ -544,6 +544,7 @@ class Podium:
             self.dataplane,
             connections=self.connection_statistics,
             grpc_connections=self.grpc_connections,
+            access_log=self.access_log,
         )
         more = []
         if self.config.logs.ts_metrics == "prometheus":
@@ -605,6 +606,7 @@ class Podium:
             if self._ts_log is not None:
                 self._ts_log.flush()
         await self.dataplane.close()  # background loads and scaling, then the models
+        self.access_log.close()  # every line made and written; later ones at once
         if self.authorizer is not None:
             self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -404,7 +404,8 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     status, body = torchserve_error(exc)
     if status >= 500:
         logger.warning("%s %s", status, exc.message)
-    await send_body(send, status, [*_responses.JSON, *extra], _responses.encode_json(body))
+    headers = [*_responses.JSON, *extra, *_responses.retry_headers(exc)]
+    await send_body(send, status, headers, _responses.encode_json(body))
 
 
 def _parse_json(body: bytes) -> Any:

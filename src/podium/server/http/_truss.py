@@ -140,7 +140,8 @@ async def send_truss_error(send: Send, exc: PodiumError) -> None:
         body = _responses.encoder.encode({"error": message})
     except TypeError:  # a detail the model gave that JSON cannot carry: its text
         body = _responses.encoder.encode({"error": exc.message})
-    await send_body(send, status, [*JSON, *error_headers(code)], body)
+    headers = [*JSON, *error_headers(code), *_responses.retry_headers(exc)]
+    await send_body(send, status, headers, body)
 
 
 def _not_ready(name: str, reason: str | None = None) -> ModelNotReady:
