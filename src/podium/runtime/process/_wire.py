@@ -196,26 +196,21 @@ def _to_wire(message: Message) -> Any:
     return _Pickled(_Opaque(message))
 
 
+def _tensors(cls: type[RequestInput | ResponseOutput], rows: list[Any]) -> list[Any]:
+    return [cls(name=n, shape=s, datatype=t, parameters=p, data=d) for n, s, t, p, d in rows]
+
+
 def _request(inputs: list[Any], id: Any, parameters: Any, outputs: Any) -> InferenceRequest:
+    if outputs is not None:
+        outputs = [RequestOutput(name=n, parameters=p) for n, p in outputs]
     return InferenceRequest(
-        inputs=[
-            RequestInput(name=n, shape=s, datatype=t, parameters=p, data=d)
-            for n, s, t, p, d in inputs
-        ],
-        id=id,
-        parameters=parameters,
-        outputs=None
-        if outputs is None
-        else [RequestOutput(name=n, parameters=p) for n, p in outputs],
+        inputs=_tensors(RequestInput, inputs), id=id, parameters=parameters, outputs=outputs
     )
 
 
 def _response(outputs: list[Any], name: Any, version: Any, id: Any, parameters: Any) -> Any:
     return InferenceResponse(
-        outputs=[
-            ResponseOutput(name=n, shape=s, datatype=t, parameters=p, data=d)
-            for n, s, t, p, d in outputs
-        ],
+        outputs=_tensors(ResponseOutput, outputs),
         model_name=name,
         model_version=version,
         id=id,
