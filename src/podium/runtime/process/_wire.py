@@ -10,8 +10,9 @@ One message is one frame on a Unix stream socket:
 ``Infer``'s or ``Stream``'s inputs, each input of a ``Batch``, an ``Answer``'s or ``Item``'s value,
 each value of ``Results``) is MessagePack where its own type is ``dict``, ``list``, ``str``,
 ``int``, ``float``, ``bool``, ``None``, ``bytes`` or a numpy array; an OIP ``InferenceRequest`` /
-``InferenceResponse`` (tensors a list of exactly its tensor struct) and ``Unvalidated`` plain data
-are extensions of their fields, rebuilt as they left (not validated); anything else is
+``InferenceResponse`` (tensors a list of exactly its tensor struct) is an extension decoded as that
+struct (one whose fields are not of their declared types is rebuilt as it left, unchecked), and
+``Unvalidated`` plain data an extension of its value; anything else is
 **opaque**: its pickle (protocol 5) in an extension, so it arrives exactly as it left. So are
 request snapshots, values msgspec cannot encode (a numpy scalar, a ``str`` subclass, a user's
 class) wherever they are, and, whole, ``Init``, ``Ready``, ``StartFailed``, ``Error`` and
@@ -50,7 +51,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from msgspec.structs import astuple
 
 from ...types import (
     InferenceRequest,
@@ -96,13 +96,14 @@ _EXT_PICKLE = 1  # <H n> [where of each out-of-band buffer] (n bytes, MessagePac
 #: dtype (``dtype.str``), <Q dimension> * ndim, then the bytes, or where they are: <Q offset>
 #: <Q length> after the body, <Q offset> <Q length> <Q ring position after it> <ring name>
 _EXT_ARRAY = 2
-_EXT_REQUEST = 3  # an InferenceRequest: [[each input's fields], id, parameters, [outputs'] | nil]
-_EXT_RESPONSE = 4  # an InferenceResponse: [[each output's fields], model_name, version, id, params]
+_EXT_REQUEST = 3  # an InferenceRequest, as msgspec encodes it
+_EXT_RESPONSE = 4  # an InferenceResponse, as msgspec encodes it
 _EXT_UNVALIDATED = 5  # Unvalidated: its value
 _ARRAY_HEAD = struct.Struct("<BBBB")
 _AFTER = struct.Struct("<QQ")
 _IN_RING = struct.Struct("<QQQ")
-_DTYPES: dict[str, np.dtype[Any]] = {}
+_SHAPES = [struct.Struct(f"<{n}Q") for n in range(65)]  # numpy's most dimensions: 64
+_DTYPES: dict[bytes, np.dtype[Any]] = {}
 _PLAIN = frozenset({dict, list, str, int, float, bool, type(None), bytes, np.ndarray})
 
 
@@ -139,16 +140,14 @@ _WIRE = (
 _AS_THEY_ARE = frozenset({Cancel, Credit, End, Stopped, Release})
 
 
-def _rows(tensors: Any, cls: type[msgspec.Struct]) -> list[Any] | None:
-    """Each tensor's fields, where ``tensors`` is a list of exactly ``cls``."""
+def _all(tensors: Any, cls: type) -> bool:
+    """``tensors`` is a list of exactly ``cls``."""
     if type(tensors) is not list:
-        return None
-    rows = []
+        return False
     for t in tensors:
         if type(t) is not cls:
-            return None
-        rows.append(astuple(t))
-    return rows
+            return False
+    return True
 
 
 def _mark(value: Any) -> Any:
@@ -157,16 +156,12 @@ def _mark(value: Any) -> Any:
     if kind in _PLAIN:
         return value
     if kind is InferenceResponse:
-        rows = _rows(value.outputs, ResponseOutput)
-        if rows is not None:
-            v = value
-            return _Marked(_EXT_RESPONSE, (rows, v.model_name, v.model_version, v.id, v.parameters))
+        if _all(value.outputs, ResponseOutput):
+            return _Marked(_EXT_RESPONSE, value)
     elif kind is InferenceRequest:
-        rows = _rows(value.inputs, RequestInput)
         outputs = value.outputs
-        out = None if outputs is None else _rows(outputs, RequestOutput)
-        if rows is not None and (outputs is None or out is not None):
-            return _Marked(_EXT_REQUEST, (rows, value.id, value.parameters, out))
+        if _all(value.inputs, RequestInput) and (outputs is None or _all(outputs, RequestOutput)):
+            return _Marked(_EXT_REQUEST, value)
     elif kind is Unvalidated and type(value.value) in _PLAIN:
         return _Marked(_EXT_UNVALIDATED, value.value)
     return _Opaque(value)
@@ -196,26 +191,16 @@ def _to_wire(message: Message) -> Any:
     return _Pickled(_Opaque(message))
 
 
-def _tensors(cls: type[RequestInput | ResponseOutput], rows: list[Any]) -> list[Any]:
-    return [cls(name=n, shape=s, datatype=t, parameters=p, data=d) for n, s, t, p, d in rows]
-
-
-def _request(inputs: list[Any], id: Any, parameters: Any, outputs: Any) -> InferenceRequest:
-    if outputs is not None:
-        outputs = [RequestOutput(name=n, parameters=p) for n, p in outputs]
-    return InferenceRequest(
-        inputs=_tensors(RequestInput, inputs), id=id, parameters=parameters, outputs=outputs
-    )
-
-
-def _response(outputs: list[Any], name: Any, version: Any, id: Any, parameters: Any) -> Any:
-    return InferenceResponse(
-        outputs=_tensors(ResponseOutput, outputs),
-        model_name=name,
-        model_version=version,
-        id=id,
-        parameters=parameters,
-    )
+def _rebuild(fields: dict[str, Any], response: bool) -> Any:
+    """An OIP struct whose fields are not all of the types it declares, as it left (msgspec's
+    typed decoding refused it; the struct's own constructor does not check)."""
+    if response:
+        fields["outputs"] = [ResponseOutput(**t) for t in fields.get("outputs", [])]
+        return InferenceResponse(**fields)
+    fields["inputs"] = [RequestInput(**t) for t in fields["inputs"]]
+    if fields.get("outputs") is not None:
+        fields["outputs"] = [RequestOutput(**t) for t in fields["outputs"]]
+    return InferenceRequest(**fields)
 
 
 def _pickle_ext(where: list[Any], data: bytes) -> msgspec.msgpack.Ext:
@@ -287,23 +272,24 @@ class Encoder:
         return _pickle_ext(where, data)
 
     def _array(self, array: np.ndarray[Any, Any]) -> msgspec.msgpack.Ext:
-        fortran = not array.flags.c_contiguous and array.flags.f_contiguous
-        if not (array.flags.c_contiguous or fortran):
-            array = np.ascontiguousarray(array)
-        raw = array.ravel(order="K").view(np.uint8)  # its memory, in its order
+        flags = array.flags
+        fortran = flags.f_contiguous and not flags.c_contiguous
         dtype = array.dtype.str.encode()
-        shape = struct.pack(f"<{array.ndim}Q", *array.shape)
-        if raw.nbytes < OUT_OF_BAND_MIN:
-            head = _ARRAY_HEAD.pack(len(dtype), array.ndim, 0, fortran)
-            return msgspec.msgpack.Ext(_EXT_ARRAY, b"".join((head, dtype, shape, raw.tobytes())))
-        where = self._place(memoryview(raw))  # type: ignore[arg-type]
+        ndim = array.ndim
+        shape = dtype + _SHAPES[ndim].pack(*array.shape)
+        if array.nbytes < OUT_OF_BAND_MIN:  # (a strided view's bytes in C order)
+            head = _ARRAY_HEAD.pack(len(dtype), ndim, 0, fortran)
+            return msgspec.msgpack.Ext(_EXT_ARRAY, head + shape + array.tobytes("A"))
+        if not (fortran or flags.c_contiguous):
+            array = np.ascontiguousarray(array)
+        where = self._place(memoryview(array.ravel(order="K").view(np.uint8)))  # type: ignore[arg-type]
         if len(where) == 2:
-            head, place = _ARRAY_HEAD.pack(len(dtype), array.ndim, 1, fortran), _AFTER.pack(*where)
+            head, place = _ARRAY_HEAD.pack(len(dtype), ndim, 1, fortran), _AFTER.pack(*where)
         else:
             at, n, end, name = where
-            head = _ARRAY_HEAD.pack(len(dtype), array.ndim, 2, fortran)
+            head = _ARRAY_HEAD.pack(len(dtype), ndim, 2, fortran)
             place = _IN_RING.pack(at, n, end) + name.encode()
-        return msgspec.msgpack.Ext(_EXT_ARRAY, b"".join((head, dtype, shape, place)))
+        return msgspec.msgpack.Ext(_EXT_ARRAY, head + shape + place)
 
     def _place(self, raw: memoryview) -> Any:
         """Where an out-of-band buffer goes: into the ring (its place there), else after the
@@ -420,6 +406,8 @@ class Decoder:
         self._on_message = on_message
         self._decode = msgspec.msgpack.Decoder(_WIRE, ext_hook=self._ext).decode
         self._inner = msgspec.msgpack.Decoder(ext_hook=self._ext).decode  # an extension's
+        self._response = msgspec.msgpack.Decoder(InferenceResponse, ext_hook=self._ext).decode
+        self._request = msgspec.msgpack.Decoder(InferenceRequest, ext_hook=self._ext).decode
         self._pending = bytearray()
         # the frame being filled: its buffer, how much of it is filled, its body's length
         self._frame: bytearray | None = None
@@ -502,11 +490,11 @@ class Decoder:
         if code == _EXT_ARRAY:
             size, ndim, where, fortran = _ARRAY_HEAD.unpack_from(data)
             at = _ARRAY_HEAD.size + size
-            name = str(data[_ARRAY_HEAD.size : at], "ascii")
+            name = data[_ARRAY_HEAD.size : at].tobytes()
             dtype = _DTYPES.get(name)
             if dtype is None:
-                dtype = _DTYPES[name] = np.dtype(name)
-            shape = struct.unpack_from(f"<{ndim}Q", data, at)
+                dtype = _DTYPES[name] = np.dtype(name.decode())
+            shape = _SHAPES[ndim].unpack_from(data, at)
             at += 8 * ndim
             if where == 0:
                 buffer: Any = bytearray(data[at:])  # its own, writable
@@ -515,11 +503,14 @@ class Decoder:
             else:
                 place = _IN_RING.unpack_from(data, at)
                 buffer = self._buffer((*place, str(data[at + _IN_RING.size :], "ascii")))
-            return np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran else "C")
-        if code == _EXT_RESPONSE:
-            return _response(*self._inner(data))
-        if code == _EXT_REQUEST:
-            return _request(*self._inner(data))
+            array = np.frombuffer(buffer, dtype=dtype)
+            return array.reshape(shape, order="F") if fortran else array.reshape(shape)
+        if code == _EXT_RESPONSE or code == _EXT_REQUEST:
+            response = code == _EXT_RESPONSE
+            try:
+                return self._response(data) if response else self._request(data)
+            except msgspec.ValidationError:
+                return _rebuild(self._inner(data), response)
         if code == _EXT_UNVALIDATED:
             return Unvalidated(self._inner(data))
         if code == _EXT_PICKLE:
