@@ -2,7 +2,7 @@
 CPU-bound scaling (issue 14, item 3).
 
     .venv/bin/python bench/workers.py [--repeat N] [--duration S] [--warmup S] [--quick]
-                                      [--base-src DIR]
+                                      [--only ROW,...] [--base-src DIR] [--also-src TAG=DIR]
 
 1. **Overhead** on `echo` (examples/echo's model): Podium with one thread worker, then with one
    process worker (`workers: process`, `predict_concurrency` 1), each whole server (worker

@@ -4,6 +4,7 @@ podium.runtime.process._messages and _wire, without a process."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import os
 import pickle
@@ -360,6 +361,13 @@ CHANGED: list[tuple[Any, Any]] = [
     ({"e": _Color.RED}, {"e": 1}),
     ({"p": _Point(2)}, {"p": {"x": 2}}),
     (_oip_request((1, 2, 3, 4)), _oip_request([1, 2, 3, 4])),
+    ({"d": datetime.date(2026, 11, 29)}, {"d": "2026-11-29"}),
+    ({"t": datetime.datetime(2026, 11, 29, 12)}, {"t": "2026-11-29T12:00:00"}),  # no time zone
+    (
+        {"t": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)},
+        {"t": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)},
+    ),
+    ({"u": uuid.UUID(int=1)}, {"u": "00000000-0000-0000-0000-000000000001"}),
 ]
 
 
