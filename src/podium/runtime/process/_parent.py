@@ -72,13 +72,14 @@ from ._messages import (
     Ready,
     Release,
     Report,
+    Results,
     StartFailed,
     Stopped,
     Stream,
     queues_ahead,
 )
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
-from ._wire import Ring, encode
+from ._wire import Encoder, Ring
 
 if TYPE_CHECKING:
     from ...model import ModelSource
@@ -164,6 +165,7 @@ class ProcessWorker:
         self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
         # large buffers to the worker go through a shared memory ring named after init.shm
         self._ring = Ring(f"{init.shm}-s") if init.shm else None
+        self._encode = Encoder(self._ring).encode
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
         self._connection: Connection | None = None
@@ -290,7 +292,7 @@ class ProcessWorker:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out.add(encode(message, self._ring))
+        self._out.add(self._encode(message))
 
     def _on_released(self, upto: int) -> None:
         with contextlib.suppress(WorkerGone):
@@ -305,7 +307,7 @@ class ProcessWorker:
         # Bare class patterns, the most frequent first: each class that does not match costs an
         # isinstance through msgspec's metaclass, and positional captures cost more again.
         match message:
-            case Answer():
+            case Answer() | Results():
                 call = self._last(message.cid)
                 if call is not None:
                     call.answer(message.value)
