@@ -74,7 +74,7 @@ async def test_a_worker_takes_queue_ahead_requests_and_the_rest_wait_in_the_shar
     queued = [asyncio.ensure_future(mv.scheduler.infer("hold", None)) for _ in range(20)]
     # its slot and QUEUE_AHEAD more in its process; the rest wait in the shared line (so that
     # a long predict holds little work back from other workers)
-    ahead = queue_ahead(1, 100)
+    ahead = queue_ahead(1, mv.config)
     await lab.wait(lambda: mv.statistics()["busy"] == 1 + ahead)
     assert mv.statistics()["waiting"] == 21 - (1 + ahead)
     await mv.scale(2)
@@ -85,6 +85,21 @@ async def test_a_worker_takes_queue_ahead_requests_and_the_rest_wait_in_the_shar
     answers = await asyncio.gather(held, *queued)
     assert [a["x"] for a in answers] == ["hold"] * 21
     assert len({a["pid"] for a in answers}) == 2
+
+
+@pytest.mark.anyio
+async def test_a_model_with_a_queue_policy_queues_nothing_in_the_worker(lab: Lab) -> None:
+    # its requests wait in the gate's line, where their deadlines and priority levels hold
+    mv = lab.version(GATED, "max_queue_delay: 60000\n")
+    await mv.load()
+    held = asyncio.ensure_future(mv.scheduler.infer("hold", None))
+    await lab.wait(lambda: lab.recorded("start"))
+    queued = [asyncio.ensure_future(mv.scheduler.infer("wait", None)) for _ in range(3)]
+    await lab.wait(lambda: mv.statistics()["waiting"] == 3)
+    assert mv.statistics()["busy"] == 1
+    _open(lab)
+    answers = await asyncio.gather(held, *queued)
+    assert [a["x"] for a in answers] == ["hold", "wait", "wait", "wait"]
 
 
 @pytest.mark.anyio

@@ -158,7 +158,7 @@ class ProcessWorker:
         #: places for requests queued ahead in the worker process beyond its slots (set once it
         #: is ready; the gate counts them as waiting, against max_queue_size)
         self.ahead = 0
-        self._max_ahead = config.max_queue_size
+        self._max_ahead = queue_ahead(config.predict_concurrency, config)
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
         # the frames made in one turn of the loop leave in one write
@@ -222,11 +222,7 @@ class ProcessWorker:
         self._descriptor.describe(ready)
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
-            self.ahead = (
-                min(1, self._max_ahead)
-                if self._batching
-                else queue_ahead(self.slots, self._max_ahead)
-            )
+            self.ahead = min(1, self._max_ahead) if self._batching else self._max_ahead
             self.capacity = self.slots + self.ahead
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
