@@ -18,7 +18,7 @@ How a step goes:
   position per step (no copying); when it changes (a row joins, finishes, leaves or sits out a
   step) the packed cache is unpacked into per-row slices and packed again for the new set, which
   drops the padding that no longer serves.
-- **Sampling**, per row: presence/frequency penalties over the tokens generated so far,
+- **Sampling**, per row (one softmax and one cumulative sum for all sampled rows of a step): presence/frequency penalties over the tokens generated so far,
   temperature (0: greedy argmax, deterministic), top-k, top-p, a per-choice ``seed`` (a
   ``torch.Generator`` seeded with ``seed + index``, so the choices of an ``n > 1`` request differ
   and choice 0 equals the same request with ``n = 1``). Logprobs are the model's own
@@ -194,18 +194,19 @@ class Engine:
                 running.append((g, row))
         with torch.inference_mode():
             if running:
-                logits = self._decode([row for _, row in running])
-                for i, (g, row) in enumerate(running):
-                    self._advance(g, row, logits[i])
+                self._advance(running, self._decode([row for _, row in running]))
             if fresh:
                 logits, prompt_logits = self._prefill([row for _, row in fresh])
+                going = []
                 for i, (g, row) in enumerate(fresh):
                     if row.sampling.prompt_logprobs is not None:
                         g.emit(self._prompt_logprobs(row, prompt_logits[i]))
                     if row.sampling.max_tokens <= 0:
                         g.finish()
                     else:
-                        self._advance(g, row, logits[i])
+                        going.append(i)
+                if going:
+                    self._advance([fresh[i] for i in going], logits[going])
 
     def _prefill(self, rows: list[_Row]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """One forward pass over the rows' prompts (left-padded); each row keeps its slice of
@@ -290,45 +291,47 @@ class Engine:
 
     # --- sampling ------------------------------------------------------------------------------
 
-    def _advance(self, g: Generation, row: _Row, logits: torch.Tensor) -> None:
-        """Pick the row's next token from ``logits`` [V], emit it, finish the row if done."""
-        s = row.sampling
+    def _advance(self, pairs: list[tuple[Generation, _Row]], logits: torch.Tensor) -> None:
+        """Pick each row's next token from its ``logits`` row [B, V], emit it, finish the rows
+        that are done. Batched: one softmax and one cumulative sum for all sampled rows."""
         logits = logits.float()
-        scores = logits
-        if (s.presence_penalty or s.frequency_penalty) and row.output:
-            counts = torch.bincount(torch.tensor(row.output), minlength=self.vocab)[: self.vocab]
-            scores = scores - s.frequency_penalty * counts - s.presence_penalty * (counts > 0)
-        if s.temperature <= 1e-5:
-            token = int(torch.argmax(scores))
-        else:
-            scores = scores / s.temperature
-            if 0 < s.top_k < self.vocab:
-                kth = torch.topk(scores, s.top_k).values[-1]
-                scores = scores.masked_fill(scores < kth, float("-inf"))
-            if s.top_p < 1.0:
-                ordered, order = torch.sort(scores, descending=True)
-                cumulative = torch.softmax(ordered, dim=-1).cumsum(-1)
-                drop = cumulative - torch.softmax(ordered, dim=-1) >= s.top_p  # keeps >= 1
-                scores = scores.index_put((order[drop],), torch.tensor(float("-inf")))
-            # inverse transform sampling: one uniform draw against the cumulative distribution
-            # (torch.multinomial and per-token noise draw far more random numbers on the CPU)
-            cumulative = torch.softmax(scores, dim=-1, dtype=torch.float64).cumsum(-1)
-            draw = torch.rand(1, generator=row.generator, dtype=torch.float64) * cumulative[-1]
-            token = min(int(torch.searchsorted(cumulative, draw)), self.vocab - 1)
-        row.output.append(token)
-        if s.logprobs is None:
-            g.emit(token)
-        else:
-            logprobs = torch.log_softmax(logits, dim=-1)
-            g.emit(_token(token, float(logprobs[token]), _top(logprobs, s.logprobs)))
-        done = (
-            (token == self.eos and not s.ignore_eos)
-            or token in s.stop_token_ids
-            or len(row.output) >= s.max_tokens
-            or row.pos + 1 >= self.context_length
-        )
-        if done:
-            g.finish()
+        scores = logits.clone()
+        for i, (_, row) in enumerate(pairs):
+            s = row.sampling
+            if (s.presence_penalty or s.frequency_penalty) and row.output:
+                counts = torch.bincount(torch.tensor(row.output), minlength=self.vocab)
+                scores[i] -= s.frequency_penalty * counts + s.presence_penalty * (counts > 0)
+            if s.temperature > 1e-5 and (0 < s.top_k < self.vocab or s.top_p < 1.0):
+                scores[i] = _truncate(scores[i] / s.temperature, s.top_k, s.top_p) * s.temperature
+        tokens = torch.argmax(scores, dim=-1).tolist()  # greedy rows keep these
+        sampled = [i for i, (_, row) in enumerate(pairs) if row.sampling.temperature > 1e-5]
+        if sampled:
+            temperatures = torch.tensor([pairs[i][1].sampling.temperature for i in sampled])
+            # inverse transform sampling: one uniform draw per row against its cumulative
+            # distribution (torch.multinomial draws far more random numbers on the CPU)
+            probabilities = torch.softmax(scores[sampled] / temperatures.unsqueeze(1), dim=-1)
+            cumulative = probabilities.cumsum(-1)
+            draws = torch.cat([torch.rand(1, generator=pairs[i][1].generator) for i in sampled])
+            picks = torch.searchsorted(cumulative, (draws * cumulative[:, -1]).unsqueeze(1))
+            for i, pick in zip(sampled, picks.squeeze(1).tolist(), strict=True):
+                tokens[i] = min(pick, self.vocab - 1)
+        wanted = [i for i, (_, row) in enumerate(pairs) if row.sampling.logprobs is not None]
+        logprobs = torch.log_softmax(logits[wanted], dim=-1) if wanted else None
+        for i, (g, row) in enumerate(pairs):
+            s, token = row.sampling, tokens[i]
+            row.output.append(token)
+            if s.logprobs is None or logprobs is None:
+                g.emit(token)
+            else:
+                own = logprobs[wanted.index(i)]
+                g.emit(_token(token, float(own[token]), _top(own, s.logprobs)))
+            if (
+                (token == self.eos and not s.ignore_eos)
+                or token in s.stop_token_ids
+                or len(row.output) >= s.max_tokens
+                or row.pos + 1 >= self.context_length
+            ):
+                g.finish()
 
     def _prompt_logprobs(self, row: _Row, logits: torch.Tensor) -> Any:
         """The prompt's token logprobs from its positions' logits (the first token has none)."""
@@ -343,6 +346,20 @@ class Engine:
         if k:
             top = [None, *(_top(logprobs[i], k) for i in range(len(given) - 1))]
         return _prompt(logprobs=values, top_logprobs=top)
+
+
+def _truncate(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """``scores`` [V] with the tokens outside the top ``top_k`` and outside the smallest set
+    whose probability reaches ``top_p`` set to -inf (the most likely token always stays)."""
+    if 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = torch.sort(scores, descending=True)
+        probabilities = torch.softmax(ordered, dim=-1)
+        drop = probabilities.cumsum(-1) - probabilities >= top_p  # the mass before each token
+        scores = scores.index_put((order[drop],), torch.tensor(float("-inf")))
+    return scores
 
 
 def _top(logprobs: torch.Tensor, k: int) -> dict[int, float]:
