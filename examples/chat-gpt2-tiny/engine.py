@@ -18,7 +18,7 @@ How a step goes:
   position per step (no copying); when it changes (a row joins, finishes, leaves or sits out a
   step) the packed cache is unpacked into per-row slices and packed again for the new set, which
   drops the padding that no longer serves.
-- **Sampling**, per row (one softmax and one cumulative sum for all sampled rows of a step): presence/frequency penalties over the tokens generated so far,
+- **Sampling**, per row (one softmax and one two-level draw for all sampled rows of a step): presence/frequency penalties over the tokens generated so far,
   temperature (0: greedy argmax, deterministic), top-k, top-p, a per-choice ``seed`` (a
   ``torch.Generator`` seeded with ``seed + index``, so the choices of an ``n > 1`` request differ
   and choice 0 equals the same request with ``n = 1``). Logprobs are the model's own
@@ -27,7 +27,9 @@ How a step goes:
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 import os
 import shutil
 import tempfile
@@ -293,27 +295,35 @@ class Engine:
 
     def _advance(self, pairs: list[tuple[Generation, _Row]], logits: torch.Tensor) -> None:
         """Pick each row's next token from its ``logits`` row [B, V], emit it, finish the rows
-        that are done. Batched: one softmax and one cumulative sum for all sampled rows."""
+        that are done. Batched: one softmax and one draw (:func:`_draw`) for all sampled rows."""
         logits = logits.float()
-        scores = logits.clone()
+        scores = logits  # copied only where a row changes it
         for i, (_, row) in enumerate(pairs):
             s = row.sampling
-            if (s.presence_penalty or s.frequency_penalty) and row.output:
+            penalised = bool((s.presence_penalty or s.frequency_penalty) and row.output)
+            truncated = s.temperature > 1e-5 and (0 < s.top_k < self.vocab or s.top_p < 1.0)
+            if (penalised or truncated) and scores is logits:
+                scores = logits.clone()
+            if penalised:
                 counts = torch.bincount(torch.tensor(row.output), minlength=self.vocab)
                 scores[i] -= s.frequency_penalty * counts + s.presence_penalty * (counts > 0)
-            if s.temperature > 1e-5 and (0 < s.top_k < self.vocab or s.top_p < 1.0):
+            if truncated:
                 scores[i] = _truncate(scores[i] / s.temperature, s.top_k, s.top_p) * s.temperature
-        tokens = torch.argmax(scores, dim=-1).tolist()  # greedy rows keep these
         sampled = [i for i, (_, row) in enumerate(pairs) if row.sampling.temperature > 1e-5]
+        greedy = [i for i in range(len(pairs)) if i not in set(sampled)]
+        tokens = [0] * len(pairs)
+        if greedy:
+            whole = len(greedy) == len(pairs)
+            picked = torch.argmax(scores if whole else scores[greedy], dim=-1).tolist()
+            for i, pick in zip(greedy, picked, strict=True):
+                tokens[i] = pick
         if sampled:
-            temperatures = torch.tensor([pairs[i][1].sampling.temperature for i in sampled])
-            # inverse transform sampling: one uniform draw per row against its cumulative
-            # distribution (torch.multinomial draws far more random numbers on the CPU)
-            probabilities = torch.softmax(scores[sampled] / temperatures.unsqueeze(1), dim=-1)
-            cumulative = probabilities.cumsum(-1)
+            rows = scores if len(sampled) == len(pairs) else scores[sampled]
+            temperatures = [pairs[i][1].sampling.temperature for i in sampled]
+            if any(t != 1.0 for t in temperatures):
+                rows = rows / torch.tensor(temperatures).unsqueeze(1)
             draws = torch.cat([torch.rand(1, generator=pairs[i][1].generator) for i in sampled])
-            picks = torch.searchsorted(cumulative, (draws * cumulative[:, -1]).unsqueeze(1))
-            for i, pick in zip(sampled, picks.squeeze(1).tolist(), strict=True):
+            for i, pick in zip(sampled, _draw(torch.softmax(rows, dim=-1), draws), strict=True):
                 tokens[i] = min(pick, self.vocab - 1)
         wanted = [i for i, (_, row) in enumerate(pairs) if row.sampling.logprobs is not None]
         logprobs = torch.log_softmax(logits[wanted], dim=-1) if wanted else None
@@ -346,6 +356,42 @@ class Engine:
         if k:
             top = [None, *(_top(logprobs[i], k) for i in range(len(given) - 1))]
         return _prompt(logprobs=values, top_logprobs=top)
+
+
+@functools.lru_cache
+def _block(vocab: int) -> int:
+    """The block size of :func:`_draw` for ``vocab`` tokens: the divisor of ``vocab`` nearest
+    its square root (so the rows split into blocks without a padded copy), else 256."""
+    root = math.isqrt(vocab)
+    divisors = [d for d in range(16, 4 * root + 1) if vocab % d == 0]
+    return min(divisors, key=lambda d: abs(d - root)) if divisors else 256
+
+
+def _draw(probabilities: torch.Tensor, draws: torch.Tensor) -> list[int]:
+    """One token per row of ``probabilities`` [B, V] for the uniform ``draws`` [B] (inverse
+    transform sampling: the first token whose cumulative probability reaches the draw). Two
+    levels, so no row is scanned whole: the cumulative mass of blocks of tokens picks a block,
+    the cumulative sum inside it picks the token (torch.multinomial and a full cumulative sum
+    both cost far more on the CPU)."""
+    rows, vocab = probabilities.shape
+    size = _block(vocab)
+    blocks = -(-vocab // size)
+    if blocks * size != vocab:
+        probabilities = torch.nn.functional.pad(probabilities, (0, blocks * size - vocab))
+    split = probabilities.reshape(rows, blocks, size)
+    mass = split.sum(-1).cumsum(-1)  # [B, blocks]
+    target = (draws * mass[:, -1]).unsqueeze(1)
+    block = torch.searchsorted(mass, target).clamp(max=blocks - 1)  # [B, 1]
+    before = torch.where(block > 0, mass.gather(1, (block - 1).clamp(min=0)), 0.0)
+    chosen = split[torch.arange(rows), block.squeeze(1)]  # [B, size]
+    offset = torch.searchsorted(chosen.cumsum(-1), target - before).clamp(max=size - 1)
+    tokens = (block * size + offset).squeeze(1)
+    # rounding can land on a token of probability 0 (masked, or padding): take the most likely
+    # token of that block instead
+    zero = chosen.gather(1, offset).squeeze(1) <= 0
+    if bool(zero.any()):
+        tokens = torch.where(zero, block.squeeze(1) * size + chosen.argmax(-1), tokens)
+    return [min(int(t), vocab - 1) for t in tokens.tolist()]
 
 
 def _truncate(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
