@@ -148,6 +148,11 @@ class Embedder:
         model = transformers.AutoModel.from_pretrained(directory, local_files_only=True)
         self._torch, self._tokenizer, self._model = torch, tokenizer, model.eval()
 
+    @property
+    def tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer`` (loaded), truncating at the model's length."""
+        return self._tokenizer
+
     def embed(self, sentences: list[str]) -> np.ndarray:
         """One L2-normalized row of :data:`DIMENSION` float32 values per sentence."""
         torch = self._torch

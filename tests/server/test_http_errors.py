@@ -357,7 +357,7 @@ async def test_wrong_method_is_405_with_allow(
         ("POST", "/v2/models/emit/explain"),
         ("POST", "/v2/models/emit/versions/1/infer/more"),
         ("POST", "/v1/models/emit:explain"),
-        ("GET", "/v1/models"),
+        ("GET", "/v1/models/emit/other"),
         ("POST", "/predictions"),
         ("POST", "/predictions/emit/1//extra"),
     ],

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import BadModelOutput, DefinitionError
 from ..types import EmbedInputs, OpenAIFace
+from ._calls import one_parameter
 
 __all__ = ["check_embed", "embedding_call", "openai_face", "run_embed"]
 
@@ -36,21 +37,11 @@ def check_embed(cls: type, problems: list[str]) -> None:
         return
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         problems.append(f"{name}.embed must return the vectors, not yield them")
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return
-    if params and inspect.isfunction(inspect.getattr_static(cls, "embed")):
-        params = params[1:]
-    required = [
-        p
-        for p in params
-        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
-    if not params or len(required) > 1:
+    count = one_parameter(cls, "embed")
+    if count is not None:
         problems.append(
             f"{name}.embed must take exactly one parameter, the texts (a list of str); "
-            f"it takes {len(params)}"
+            f"it takes {count}"
         )
 
 

@@ -39,7 +39,14 @@ from ..types import (
     OpenAIFace,
     current_context,
 )
-from ._calls import iterate_async, iterate_sync, model_error, run_sync, validation_failed
+from ._calls import (
+    iterate_async,
+    iterate_sync,
+    model_error,
+    one_parameter,
+    run_sync,
+    validation_failed,
+)
 from ._openai import check_embed, embedding_call, openai_face, run_embed
 from ._threads import CallThreads
 
@@ -407,26 +414,12 @@ def _check_continuous(spec: ModelSpec, config: ModelConfig) -> list[str]:
                 f"{name}.step is a {flavor.value}; step must be a plain or async method that "
                 "streams each request's items with g.emit(item), not yield them"
             )
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            params = None
-        if params is not None:
-            if params and inspect.isfunction(inspect.getattr_static(cls, "step")):
-                params = params[1:]
-            positional = [
-                p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-            required = [
-                p
-                for p in params
-                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-            ]
-            if not positional or len(required) > 1:
-                problems.append(
-                    f"{name}.step must take exactly one parameter, the batch (a list of "
-                    f"podium.Generation); it takes {len(params)}"
-                )
+        count = one_parameter(cls, "step")
+        if count is not None:
+            problems.append(
+                f"{name}.step must take exactly one parameter, the batch (a list of "
+                f"podium.Generation); it takes {count}"
+            )
     if spec.postprocess is not None:
         problems.append(
             f"{name}.postprocess cannot be combined with continuous_batching ({rule}): each "
@@ -515,8 +508,10 @@ class NativeModel:
         self._post = self._bind(spec.postprocess)
         self._embed = getattr(self.obj, "embed", None)
         self._continuous = continuous
-        #: What the model offers OpenAI's API, once loaded (model/_openai.py)
+        #: What the model offers OpenAI's API, once loaded (model/_openai.py); before, whether
+        #: it may offer something (a continuous model, one that embeds)
         self.openai: OpenAIFace | None = None
+        self.may_serve_openai = continuous or self._embed is not None
         # a sync predict (or step) runs on threads of the instance's own, as many as its slots
         # let run at once; they hand calls back to the loop more cheaply than the shared pool
         # (model/_threads.py), and a thread worker times its calls there

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import Unauthenticated
 from ._asgi import ASGIApp, Receive, Scope, Send
+from .openai._errors import error_body, is_openai_path
 
 __all__ = [
     "INFERENCE",
@@ -200,7 +201,8 @@ def _name(kind: str) -> str:
 # -- ASGI -------------------------------------------------------------------------------------
 
 Rule = Callable[[str, str], str | None]
-Render = Callable[[Unauthenticated], tuple[int, bytes]]
+#: The status and body of a refusal, for the request's path.
+Render = Callable[[Unauthenticated, str], tuple[int, bytes]]
 
 
 def inference_rule(method: str, path: str) -> str | None:
@@ -248,7 +250,7 @@ class AuthMiddleware:
                 try:
                     self.authorizer.check_header(header, kind)
                 except Unauthenticated as exc:
-                    status, body = self.render(exc)
+                    status, body = self.render(exc, scope["path"])
                     headers = [
                         (b"content-type", b"application/json"),
                         (b"content-length", str(len(body)).encode()),
@@ -275,6 +277,10 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def render_error(exc: Unauthenticated) -> tuple[int, bytes]:
-    """A 401 in the body shape of Podium's inference API (``{"error": "..."}``)."""
+def render_error(exc: Unauthenticated, path: str = "") -> tuple[int, bytes]:
+    """A 401 in the body shape of Podium's inference API (``{"error": "..."}``), or of OpenAI's
+    on its paths (``{"error": {"message", "type", "param", "code"}}``: what the ``openai``
+    client reads)."""
+    if is_openai_path(path):
+        return 401, json.dumps(error_body(exc)[1]).encode()
     return 401, json.dumps({"error": exc.message}).encode()

@@ -91,6 +91,7 @@ class PodiumCollector:
         yield from self._server()
         versions = self.dataplane.versions()
         yield from self._requests(versions)
+        yield from self._tokens(versions)
         yield from self._state(versions)
         yield from self._custom(versions)
 
@@ -233,6 +234,42 @@ class PodiumCollector:
                 restarts.add_metric([*labels, why.value], n)
         yield from (total, duration, *parts.values(), first, items, batch_size, batches)
         yield from (steps, ended, restarts)
+
+    def _tokens(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+        """OpenAI's API's completions (vLLM's ``vllm:*`` names, with Podium's prefix)."""
+        prompt = CounterMetricFamily(
+            "podium_prompt_tokens", "Prompt tokens of OpenAI completions.", labels=_MV
+        )
+        generated = CounterMetricFamily(
+            "podium_generation_tokens", "Tokens generated for OpenAI completions.", labels=_MV
+        )
+        first = HistogramMetricFamily(
+            "podium_time_to_first_token_seconds",
+            "Time from an OpenAI completion's arrival to its first generated token.",
+            labels=_MV,
+        )
+        per_token = HistogramMetricFamily(
+            "podium_time_per_output_token_seconds",
+            "Time per generated token after the first, per choice (inter-token latency).",
+            labels=_MV,
+        )
+        finished = CounterMetricFamily(
+            "podium_request_success",
+            "OpenAI completion choices finished, by finish_reason (stop, length, abort).",
+            labels=[*_MV, "finished_reason"],
+        )
+        for mv in versions:
+            t = mv.stats.tokens
+            if not (t.prompt or t.finished):
+                continue
+            labels = _labels(mv)
+            prompt.add_metric(labels, t.prompt)
+            generated.add_metric(labels, t.generated)
+            _histogram(first, labels, t.first_token)
+            _histogram(per_token, labels, t.per_token)
+            for reason, n in sorted(t.finished.items()):
+                finished.add_metric([*labels, reason], n)
+        yield from (prompt, generated, first, per_token, finished)
 
     @staticmethod
     def _batches(

@@ -22,6 +22,7 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
+from ..openai import _oip_generate
 from ..openai import _routes as _openai
 from ..openai._errors import send_openai_error
 from . import _custom, _memory, _oip, _responses, _truss
@@ -245,6 +246,8 @@ class HttpApp:
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
+        if action != "infer" and _oip_generate.generates(mv):  # an OpenAI model (docs/openai.md)
+            return await _oip_generate.serve(self.dataplane, ex, send, mv, action)
         # The binary tensor extension costs a plain JSON request this one header lookup.
         header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
@@ -389,8 +392,7 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
     if _openai.is_openai_path(scope["path"]):
-        await send_openai_error(send, exc)
-        return
+        return await send_openai_error(send, exc, extra)
     if not scope["path"].startswith(_TS_PREFIX):
         await send_error(send, exc, extra)
         return

@@ -28,10 +28,25 @@ from ...errors import (
     Unavailable,
     http_status,
 )
-from ..http._responses import JSON, send_body
 from ._protocol import OpenAIInvalid
 
-__all__ = ["RETRY_AFTER_S", "error_body", "error_event", "send_openai_error"]
+__all__ = [
+    "PATHS",
+    "RETRY_AFTER_S",
+    "error_body",
+    "error_event",
+    "is_openai_path",
+    "send_openai_error",
+]
+
+#: OpenAI's paths: their errors are in OpenAI's shape, also where no handler runs (a 405, a 401).
+PATHS = frozenset({"/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether ``path`` is one of OpenAI's (its errors are in OpenAI's shape)."""
+    return path in PATHS
+
 
 logger = logging.getLogger("podium.openai")
 
@@ -69,15 +84,20 @@ def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
     return status, {"error": {"message": exc.message, "type": kind, "param": param, "code": code}}
 
 
-async def send_openai_error(send: Any, exc: PodiumError) -> None:
-    """``exc`` as a whole response (the stream has not started)."""
+async def send_openai_error(
+    send: Any, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """``exc`` as a whole response (the stream has not started); ``extra``: more headers."""
     status, body = error_body(exc)
     if status >= 500:
         logger.warning("%s %s", status, exc.message)
-    headers = list(JSON)
+    data = _encoder.encode(body)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     if status == 503:
         headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
-    await send_body(send, status, headers, _encoder.encode(body))
+    headers.extend(extra or ())
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 def error_event(exc: PodiumError) -> bytes:

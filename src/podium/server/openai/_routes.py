@@ -6,12 +6,14 @@
 - ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``.
 
 **One rule decides who answers** the paths Truss's server shares: a route is Truss's (Truss's
-behaviour, ``_truss.py``) where the model the request names is a model that defines the Truss
-method of that path (``chat_completions``, ``completions``, ``embeddings``), or where the
-request names no model that serves OpenAI's API and some model defines that method (Truss's
-server serves one model and ignores the name). Everything else is Podium's OpenAI API. So too
+behaviour, ``_truss.py``) where the model the request names defines the Truss method of that
+path (``chat_completions``, ``completions``, ``embeddings``), or where no model serves OpenAI's
+API, nor may once loaded (a server of trusses: there the name is ignored, as Truss's server
+ignores it, and a method no model defines is Truss's 404). Everything else is Podium's OpenAI
+API (an unknown model: 404 in OpenAI's shape; one still loading: 503). So too
 ``GET /v1/models/{model}``: OpenAI's model object for a model that serves OpenAI's API, Truss's
-readiness (``{}``) for any other.
+readiness (``{}``) for any other model (an unknown one: OpenAI's 404 where some model serves
+OpenAI's API, else Truss's).
 
 Streams are Server-Sent Events: ``data: {chunk}`` events and ``data: [DONE]``. The response
 starts only once the model has produced its first piece, so a request refused by the model's
@@ -28,13 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ...errors import PodiumError
+from ...errors import NotFound, PodiumError
+from ...types import ModelState
 from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
 from ..http._responses import JSON, send_body
 from . import _serving_chat, _serving_completion, _serving_embedding
-from ._errors import error_event, send_openai_error
+from ._errors import PATHS, error_event, is_openai_path, send_openai_error
 from ._serving import _split, face_of
 
 if TYPE_CHECKING:
@@ -52,9 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("podium.openai")
-
-#: OpenAI's paths, for the error shape of routes that fail before their handler runs (405).
-PATHS = frozenset({"/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 
 _encoder = msgspec.json.Encoder()
 _SSE = [
@@ -89,13 +89,18 @@ def _serves_openai(plane: DataPlane, name: str | None) -> bool:
     return face_of(mv) is not None
 
 
+def _may_serve(mv: ModelVersion) -> bool:
+    """Whether ``mv`` serves OpenAI's API, or may once it has loaded."""
+    if face_of(mv) is not None:
+        return True
+    return mv.state is not ModelState.READY and getattr(mv.instance, "may_serve_openai", False)
+
+
 def _truss_answers(plane: DataPlane, method: str, body: bytes) -> bool:
     """The rule (see the module's docstring)."""
-    defining = _truss.defining(plane, method)
-    if not defining:
-        return False
-    asked = _named(body)
-    return asked in defining or not _serves_openai(plane, asked)
+    if _named(body) in _truss.defining(plane, method):
+        return True
+    return not any(_may_serve(mv) for mv in plane.versions())
 
 
 async def _read(ex: Exchange) -> bytes:
@@ -104,32 +109,27 @@ async def _read(ex: Exchange) -> bytes:
     return await ex.body()
 
 
-async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, serving: Any) -> None:
+    """Chat or text completions (``serving``: their module), or Truss's method by the rule."""
     body = await _read(ex)
     plane = self.dataplane
-    if _truss_answers(plane, "chat_completions", body):
-        await _truss.endpoint(self, ex, send, "chat_completions")
+    if _truss_answers(plane, method, body):
+        await _truss.endpoint(self, ex, send, method)
         return
-    job = _serving_chat.prepare(plane, body)
+    job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
-        await _send_stream(send, _serving_chat.stream(plane, job))
+        await _send_stream(send, serving.stream(plane, job))
     else:
-        await _send_json(send, await _serving_chat.answer(plane, job))
+        await _send_json(send, await serving.answer(plane, job))
+
+
+async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+    await _generate(self, ex, send, "chat_completions", _serving_chat)
 
 
 async def completions(self: HttpApp, ex: Exchange, send: Send) -> None:
-    body = await _read(ex)
-    plane = self.dataplane
-    if _truss_answers(plane, "completions", body):
-        await _truss.endpoint(self, ex, send, "completions")
-        return
-    job = _serving_completion.prepare(plane, body)
-    ex.watch()
-    if job.request.stream:
-        await _send_stream(send, _serving_completion.stream(plane, job))
-    else:
-        await _send_json(send, await _serving_completion.answer(plane, job))
+    await _generate(self, ex, send, "completions", _serving_completion)
 
 
 async def embeddings(self: HttpApp, ex: Exchange, send: Send) -> None:
@@ -178,10 +178,13 @@ async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
 async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     """OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness."""
     plane = self.dataplane
+    ex.errors = send_openai_error
     if not _serves_openai(plane, model):
+        known = {mv.name for mv in plane.versions()}
+        if _split(plane, model)[0] not in known and _served(plane):
+            raise NotFound(f"The model '{model}' does not exist")
         await _truss.ready(self, ex, send, model)
         return
-    ex.errors = send_openai_error
     name, version = _split(plane, model)
     await _send_json(send, _model_object(plane.resolve(name, version)))
 
@@ -218,8 +221,3 @@ async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
     if not started:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
     await send({"type": "http.response.body", "body": tail, "more_body": False})
-
-
-def is_openai_path(path: str) -> bool:
-    """Whether ``path`` is one of OpenAI's (its errors are in OpenAI's shape)."""
-    return path in PATHS

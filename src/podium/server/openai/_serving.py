@@ -96,9 +96,7 @@ def target(plane: DataPlane, name: str, what: str) -> Target:
     return Target(mv, face, codec)
 
 
-def token_limit(
-    t: Target, prompt: int, asked: int | None, param: str, *, default_all: bool = True
-) -> int:
+def token_limit(t: Target, prompt: int, asked: int | None, param: str, prompt_param: str) -> int:
     """The completion's ``max_tokens``: what was asked, else what the context leaves; 400 when
     the prompt and the completion do not fit the model's context."""
     context = t.face.context_length or 0
@@ -106,7 +104,7 @@ def token_limit(
         raise OpenAIInvalid(
             f"This model's maximum context length is {context} tokens. However, your prompt "
             f"has {prompt} tokens, which leaves no room for a completion",
-            "messages" if param == "max_completion_tokens" else "prompt",
+            prompt_param,
         )
     if asked is None:
         return context - prompt

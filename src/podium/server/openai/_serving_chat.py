@@ -50,7 +50,7 @@ class ChatJob:
         self.model = request.model
         asked = request.token_limit()
         param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-        limit = token_limit(t, len(prompt), asked, param)
+        limit = token_limit(t, len(prompt), asked, param, "messages")
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
         assert t.codec is not None  # a generating model has a tokenizer
         stops = _stops(request.stop)
@@ -247,8 +247,9 @@ async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any
                 {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
             ],
         }
-        if continuous:
-            out["usage"] = usage(prompt, sum(c.count for c in job.choices))
+        if continuous:  # the tokens so far (none yet in a role chunk, as vLLM counts)
+            done = sum(c.count for c in job.choices) if "role" not in delta else 0
+            out["usage"] = usage(prompt, done)
         return out
 
     gen = pieces(plane, job.target.mv, job.choices)

@@ -44,7 +44,7 @@ class CompletionJob:
         self.prompt_of: dict[int, list[int]] = {}
         for p, prompt in enumerate(prompts):
             param = "max_tokens"
-            limit = token_limit(t, len(prompt), request.max_tokens, param)
+            limit = token_limit(t, len(prompt), request.max_tokens, param, "prompt")
             for s in samplings(
                 request, prompt, limit, p * request.n, logprobs=k, prompt_logprobs=echo_logprobs
             ):

@@ -35,6 +35,11 @@ class TextCodec:
         if isinstance(eos, int):
             self.eos = frozenset((eos,))
         self._pieces: dict[int, str] = {}
+        # A transformers tokenizer decodes through its backend (a tokenizers.Tokenizer), where
+        # it would only add its clean-up pass: the same text for a fraction of the cost
+        backend = getattr(tokenizer, "backend_tokenizer", None) if self.transformers else None
+        cleans = getattr(tokenizer, "clean_up_tokenization_spaces", False)
+        self._backend = backend if backend is not None and not cleans else None
 
     def encode(self, text: str, *, special: bool = True) -> list[int]:
         """``text``'s token ids (with the tokenizer's special tokens where it adds them)."""
@@ -43,6 +48,8 @@ class TextCodec:
         return list(self.tokenizer.encode(text, add_special_tokens=special).ids)
 
     def decode(self, ids: list[int]) -> str:
+        if self._backend is not None:
+            return str(self._backend.decode(ids, skip_special_tokens=True))
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def piece(self, token: int) -> str:

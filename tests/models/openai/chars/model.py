@@ -4,7 +4,8 @@ that writes a fixed text.
 
 - Greedy (temperature 0, or no seed): the completion is ``REPLY`` from its start, one character
   per step; with a ``seed`` and temperature > 0 it starts ``seed`` characters in.
-- A prompt holding ``short`` ends (EOS) after 5 tokens; one holding ``weather`` writes a
+- A prompt holding ``hold`` emits nothing and stays in the batch until its client leaves;
+  one holding ``short`` ends (EOS) after 5 tokens; one holding ``weather`` writes a
   Hermes-style tool call and ends; one holding ``boom`` makes the step raise at its third token.
 - Logprobs: the chosen token -0.25, the next ``k - 1`` characters of the vocabulary below it.
 - Each step appends the tags of the prompts it advanced (``tag:XXXX`` in the prompt) to the
@@ -52,7 +53,7 @@ def build_tokenizer():
 class Model:
     def load(self) -> None:
         self.tokenizer = build_tokenizer()
-        self.context_length = 256
+        self.context_length = 4096
         self.eos = self.tokenizer.eos_token_id
 
     def _plan(self, g: Generation) -> str:
@@ -60,6 +61,7 @@ class Model:
         prompt = self.tokenizer.decode(s.prompt_token_ids)
         g.state["tag"] = (_TAG.search(prompt) or [None, "-"])[1]
         g.state["boom"] = "boom" in prompt
+        g.state["hold"] = "hold" in prompt
         if "weather" in prompt:
             return TOOL
         start = s.seed % len(REPLY) if s.seed is not None and s.temperature > 0 else 0
@@ -95,6 +97,8 @@ class Model:
                 if s.max_tokens == 0:
                     g.finish()
                     continue
+            if g.state["hold"]:
+                continue
             i = g.state["i"]
             if g.state["boom"] and i == 2:
                 raise RuntimeError("boom on purpose")
