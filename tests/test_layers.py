@@ -45,7 +45,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # podium.openai: the OpenAI model contract's types, re-exported from the front end that owns them
     (
         "front ends",
-        ("podium.server", "podium.cli", "podium.__main__", "podium.ray", "podium.openai"),
+        (
+            "podium.server",
+            "podium.cli",
+            "podium._exits",
+            "podium._mlserver_start",
+            "podium.__main__",
+            "podium.ray",
+            "podium.openai",
+        ),
     ),
     ("data plane", ("podium.dataplane",)),
     ("registry", ("podium.runtime", "podium.runtime.registry", "podium.runtime.loading")),
@@ -72,6 +80,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime._gate",
             "podium.runtime._line",
             "podium.runtime._stats",
+            "podium.runtime.devices",
         ),
     ),
     # compat/ is the import paths the contracts give user code: ts.* re-exports the TorchServe
@@ -95,6 +104,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium._torchserve_start",
             "podium.metrics",
             "podium.tracing",
+            "podium.devices",
         ),
     ),
 ]

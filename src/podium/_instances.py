@@ -55,6 +55,7 @@ class OpenAIFace:
     context_length: int | None = None
     generates: bool = False
     embeds: bool = False
+    methods: frozenset[str] = frozenset()  # its own chat / complete
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,16 @@ class EmbedInputs:
     calls, dynamically batched, runs one ``embed`` over all their texts)."""
 
     texts: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodInputs:
+    """One OpenAI call for the model's own ``chat`` or ``complete`` (``method``), as the
+    scheduler carries it to the predict slot: the model gets ``request`` (the validated request
+    struct) and returns the text, or yields it piece by piece."""
+
+    method: str
+    request: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +153,12 @@ class Capabilities:
     #: The model says whether it is healthy (:meth:`ModelEndpoints.is_healthy`): a loaded
     #: model's readiness follows it.
     health_check: bool = False
+    #: The model defines ``embed`` (OpenAI's ``/v1/embeddings`` reach it in the predict slot:
+    #: :class:`EmbedInputs`), in thread or process workers alike.
+    embeds: bool = False
+    #: Which of OpenAI's own methods the model defines, ``chat`` and ``complete`` (each called
+    #: with the validated request: :class:`MethodInputs`; model/_openai.py).
+    openai_methods: frozenset[str] = frozenset()
     #: What the model's pydantic annotations say of its input and output, as Truss's ``/schema``
     #: answers it (``input_schema``, ``output_schema``, ``supports_streaming``); None when they
     #: say nothing.

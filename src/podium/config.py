@@ -119,6 +119,12 @@ class ModelConfig:
     # Continuous batching: the model's step() advances up to batch_size requests at a time;
     # requests join and leave between steps.
     continuous_batching: bool = _default("continuous_batching")
+    metrics_config: Path | None = _default("metrics_config")
+    ts_metrics: str = _default("ts_metrics")
+    # Devices (docs/devices.md): where the workers run, how many on each, GPUs per worker.
+    devices: str | tuple[int, ...] = _default("devices")
+    workers_per_device: int = _default("workers_per_device")
+    devices_per_worker: int = _default("devices_per_worker")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)
@@ -291,6 +297,7 @@ class Protocols(_Group):
     grpc_output_contents: str = _setting("grpc_output_contents")
     sequence_header: str = _setting("sequence_header")
     grpc_aio: bool = _setting("grpc_aio")
+    server_name: str = _setting("server_name")
     max_request_size: int = _setting("max_request_size")
 
 
@@ -436,13 +443,27 @@ class ShutdownTimes(_Group):
 
 @dataclass(frozen=True, slots=True)
 class Logs(_Group):
-    """The log's level and format, the access log, OpenTelemetry spans."""
+    """The log's level and format, the access log, OpenTelemetry spans, TorchServe's metric
+    names (``ts_metrics``) and its ``metrics.yaml``."""
 
     GROUP = Group.LOGS
     level: str = _setting("log_level")
     format: str = _setting("log_format")
     access_log: bool = _setting("access_log")
     otel: bool = _setting("otel")
+    ts_metrics: str = _setting("ts_metrics")
+    metrics_config: Path | None = _setting("metrics_config")
+
+    def torchserve_fields(self) -> dict[str, Any]:
+        """The model keys every TorchServe model takes from these settings (its handler's
+        ``context.metrics`` reads them): ``metrics_config`` (made absolute) and ``ts_metrics``,
+        where they differ from the defaults."""
+        found: dict[str, Any] = {}
+        if self.metrics_config is not None:
+            found["metrics_config"] = self.metrics_config.resolve()
+        if self.ts_metrics != "off":
+            found["ts_metrics"] = self.ts_metrics
+        return found
 
 
 _BY_GROUP: dict[Group, tuple[Setting, ...]] = {

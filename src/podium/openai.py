@@ -17,8 +17,26 @@ first where asked::
             for g in batch:
                 sampling: Sampling = g.inputs
                 g.emit(Token(id=...))
+
+A model may answer chat and completions itself instead: ``chat(self, request)`` /
+``complete(self, request)`` get the validated :class:`ChatCompletionRequest` /
+:class:`CompletionRequest` and return the text or yield it piece by piece.
 """
 
-from .server.openai import PromptLogprobs, Sampling, Token
+from .server.openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    PromptLogprobs,
+    Sampling,
+    Token,
+)
 
-__all__ = ["PromptLogprobs", "Sampling", "Token"]
+__all__ = [
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "EmbeddingRequest",
+    "PromptLogprobs",
+    "Sampling",
+    "Token",
+]

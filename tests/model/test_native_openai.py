@@ -109,6 +109,7 @@ def test_a_model_that_only_embeds_needs_no_predict(executor: ThreadPoolExecutor)
             return np.ones((len(texts), 3))
 
     model = make(Only, executor)
+    assert model.capabilities.embeds  # known before load: worker processes report it
     asyncio.run(model.load())
     assert model.openai is not None and model.openai.embeds
     got = asyncio.run(model.predict(EmbedInputs(["a", "b"]), None))
@@ -137,3 +138,34 @@ def test_embed_that_answers_the_wrong_shape_is_the_models_fault(
     model = make(Wrong, executor)
     with pytest.raises(BadModelOutput, match="one vector per text"):
         asyncio.run(model.predict(EmbedInputs(["a", "b"]), None))
+
+
+def test_own_chat_and_complete_run_in_the_predict_slot(executor: ThreadPoolExecutor) -> None:
+    from podium.types import MethodInputs
+
+    class Own:
+        async def chat(self, request: Any) -> Any:
+            for word in ("a", "b"):
+                yield word
+
+        def complete(self, request: Any) -> Any:
+            return 42  # not text
+
+    model = make(Own, executor)
+    assert model.capabilities.openai_methods == {"chat", "complete"}
+    asyncio.run(model.load())
+    assert model.openai is not None and model.openai.methods == {"chat", "complete"}
+
+    async def chat() -> list[str]:
+        items = await model.predict(MethodInputs("chat", None), None)
+        return [item async for item in items]
+
+    assert asyncio.run(chat()) == ["a", "b"]
+    with pytest.raises(BadModelOutput, match="complete must return the text"):
+        asyncio.run(model.predict(MethodInputs("complete", None), None))
+
+    class TwoArgs:
+        def chat(self, request: Any, extra: Any) -> str: ...
+
+    with pytest.raises(DefinitionError, match="chat must take exactly one parameter"):
+        inspect_class(TwoArgs)

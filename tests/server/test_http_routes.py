@@ -21,7 +21,15 @@ import pytest
 
 from podium.dataplane import DataPlane
 from podium.errors import MethodNotAllowed
-from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable, _truss
+from podium.server.http import (
+    INFERENCE_ROUTES,
+    Api,
+    HttpApp,
+    Route,
+    RouteTable,
+    _truss,
+    _ts_explain,
+)
 from podium.server.management import MANAGEMENT_ROUTES, ManagementApp
 from podium.server.management._openapi import description
 from podium.server.openai import _routes as _openai_routes
@@ -280,10 +288,11 @@ def test_a_wrong_method_is_405_with_the_tables_allow(which: str) -> None:
                 assert (status, headers["allow"]) == (405, allow), (method, route.name)
                 answer = json.loads(body)
                 # TorchServe's paths answer in TorchServe's shape (issue 12, item 19)
+                ts_paths = ("/predictions", "/explanations")
                 if which == "inference" and is_openai_path(route.path):
                     assert set(answer) == {"error"} and method in answer["error"]["message"]
                     assert answer["error"]["type"] == "invalid_request_error"
-                elif which == "inference" and not route.path.startswith("/predictions"):
+                elif which == "inference" and not route.path.startswith(ts_paths):
                     assert set(answer) == {"error"} and method in answer["error"]
                 else:
                     assert answer["type"] == "MethodNotAllowedException"
@@ -380,11 +389,19 @@ def test_paths_that_routing_splits_with_care() -> None:
     assert match("POST", "/v2/models/a:b/versions/1/infer") == (app._oip, ("a:b", "1", "infer"))
     assert match("GET", "/v2/models/versions/ready") == (app._model_ready, ("versions", None))
     assert match("GET", "/v2/models/m/versions/ready") == (app._model_metadata, ("m", "ready"))
-    assert match("PUT", "/predictions/m/") == (app._torchserve, ("m", None, ""))
+    # (the last argument: not an explanation, the parameter's default)
+    assert match("PUT", "/predictions/m/") == (app._torchserve, ("m", None, "", False))
     assert match("POST", "/predictions/m//") is None
     # TorchServe's url_path: the segments after the version, '/' included (issue 12, item 19)
-    assert match("POST", "/predictions/m/1/a") == (app._torchserve, ("m", "1", "a"))
-    assert match("GET", "/predictions/m/1/a/b:c/d/") == (app._torchserve, ("m", "1", "a/b:c/d"))
+    assert match("POST", "/predictions/m/1/a") == (app._torchserve, ("m", "1", "a", False))
+    assert match("GET", "/predictions/m/1/a/b:c/d/") == (
+        app._torchserve,
+        ("m", "1", "a/b:c/d", False),
+    )
+    # /explanations: the same segments (issue 22)
+    explain = _ts_explain.explanations.__get__(app)
+    assert match("POST", "/explanations/m") == (explain, ("m", None, ""))
+    assert match("PUT", "/explanations/m/1/a/b") == (explain, ("m", "1", "a/b"))
     assert match("POST", "/predictions/m/1/a//b") is None
     management = ManagementApp(None)  # type: ignore[arg-type]
     status, _, body = asyncio.run(call(management, "OPTIONS", "//"))  # empty segments dropped

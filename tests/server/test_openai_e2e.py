@@ -10,7 +10,10 @@ import asyncio
 import base64
 import json
 import re
+import socket
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -553,3 +556,74 @@ def test_the_limits_on_choices_and_inputs(http: httpx.Client) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
     r = http.post("/v1/embeddings", json={"model": "vectors", "input": ["a"] * 3})
     assert r.status_code == 200
+
+
+def test_embeddings_from_worker_processes() -> None:
+    with (
+        run_server(TEST_MODELS / "openai-process" / "vectors-process") as running,
+        openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0) as c,
+    ):
+        assert [m.id for m in c.models.list()] == ["vectors-process"]
+        r = c.embeddings.create(model="vectors-process", input=["hello", "abc"])
+        floats = np.array([d.embedding for d in r.data])
+        assert floats.shape == (2, 3) and np.allclose(np.linalg.norm(floats, axis=1), 1.0)
+
+
+def test_a_models_own_chat_and_complete() -> None:
+    with (
+        run_server(MODELS / "talker") as running,
+        openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0) as c,
+        httpx.Client(base_url=running.url, timeout=PATIENCE) as http,
+    ):
+        messages = [{"role": "user", "content": "hello there"}]
+        r = c.chat.completions.create(model="talker", messages=messages)  # type: ignore[arg-type]
+        assert r.choices[0].message.content == "you said: hello there "
+        assert r.choices[0].finish_reason == "stop"
+        chunks = post_stream(
+            http,
+            "/v1/chat/completions",
+            {"model": "talker", "messages": messages, "stream": True, "stop": "there"},
+        )
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert texts_by_choice(chunks)[0] == "you said: hello "
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+        r2 = c.completions.create(model="talker", prompt="shout")
+        assert r2.choices[0].text == "SHOUT" and r2.usage.total_tokens == 0  # type: ignore[union-attr]
+        with pytest.raises(openai.BadRequestError):
+            c.chat.completions.create(model="talker", messages=messages, n=2)  # type: ignore[arg-type]
+
+
+def test_a_model_still_loading_is_503_not_truss_404(tmp_path: Path) -> None:
+    gate = tmp_path / "loaded"
+    with socket.socket() as s:  # a free port, so the test can talk to it while it loads
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    starting = run_server(
+        MODELS.parent / "openai-slow",
+        args=("--http-port", str(port)),
+        env={"PODIUM_E2E_LOAD_GATE": str(gate)},
+    )
+    with ThreadPoolExecutor(1) as pool:
+        entered = pool.submit(starting.__enter__)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=PATIENCE) as c:
+                deadline = time.monotonic() + PATIENCE
+                while True:
+                    try:
+                        c.get("/v2/health/live")
+                        break
+                    except httpx.TransportError:
+                        assert not entered.done(), entered.exception()
+                        assert time.monotonic() < deadline
+                        time.sleep(0.01)
+                body = {"model": "chars-slow", "prompt": "x", "max_tokens": 2}
+                r = c.post("/v1/completions", json=body)
+                assert r.status_code == 503 and r.headers["retry-after"] == "1"
+                assert r.json()["error"]["code"] == "service_unavailable"
+                gate.touch()
+                entered.result(timeout=PATIENCE)
+                r = c.post("/v1/completions", json=body)
+                assert r.status_code == 200 and r.json()["choices"][0]["text"] == REPLY[:2]
+        finally:
+            gate.touch()
+            starting.__exit__(None, None, None)

@@ -5,6 +5,12 @@
   *generates*: ``/v1/chat/completions`` and ``/v1/completions`` tokenize with that tokenizer and
   run each choice as one generation whose inputs are a ``podium.openai.Sampling``. It must set
   ``self.context_length`` too (a positive int): prompts longer than it are refused.
+- A model that defines ``chat(self, request)`` and/or ``complete(self, request)`` (sync or
+  async, or a generator of either kind) answers ``/v1/chat/completions`` / ``/v1/completions``
+  itself: it gets the validated request (``podium.openai.ChatCompletionRequest`` /
+  ``CompletionRequest``) and returns the text, or yields it piece by piece (a stream). It runs
+  in the predict slot (``predict_concurrency``) until it returns; a generator's pieces are read
+  after. Thread workers only: a generator cannot cross to a worker process.
 - A model that defines ``embed(self, inputs: list[str])`` (sync or async), returning one vector
   per text (an array-like ``[n, dim]``), *embeds*: ``/v1/embeddings`` calls reach it through the
   model's scheduler (:class:`~podium.types.EmbedInputs`), so dynamic batching
@@ -20,14 +26,45 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import BadModelOutput, DefinitionError
-from ..types import EmbedInputs, OpenAIFace
-from ._calls import one_parameter
+from ..types import EmbedInputs, MethodInputs, OpenAIFace
+from ._calls import iterate_async, iterate_sync, model_error, one_parameter
 
-__all__ = ["check_embed", "embedding_call", "openai_face", "run_embed"]
+__all__ = [
+    "METHODS",
+    "check_embed",
+    "embedding_call",
+    "openai_call",
+    "openai_face",
+    "run_embed",
+    "run_method",
+    "run_openai",
+]
+
+#: The OpenAI methods a model may define to answer chat / completions itself.
+METHODS = ("chat", "complete")
+
+
+def check_methods(cls: type, problems: list[str]) -> None:
+    """``chat`` / ``complete`` take one parameter (the request)."""
+    for method in METHODS:
+        fn = getattr(cls, method, None)
+        if fn is None:
+            continue
+        if not callable(fn):
+            problems.append(f"{cls.__name__}.{method} must be a method")
+            continue
+        count = one_parameter(cls, method)
+        if count is not None:
+            problems.append(
+                f"{cls.__name__}.{method} must take exactly one parameter, the request; "
+                f"it takes {count}"
+            )
 
 
 def check_embed(cls: type, problems: list[str]) -> None:
-    """``embed`` is a plain or async method taking one parameter (the texts)."""
+    """``embed`` is a plain or async method taking one parameter (the texts); ``chat`` and
+    ``complete`` take the request (:func:`check_methods`)."""
+    check_methods(cls, problems)
     fn = getattr(cls, "embed", None)
     if fn is None:
         return
@@ -50,6 +87,7 @@ def openai_face(obj: Any, model: str, continuous: bool) -> OpenAIFace | None:
     a generating model's ``context_length`` is missing or not a positive int."""
     tokenizer = getattr(obj, "tokenizer", None)
     embeds = callable(getattr(obj, "embed", None))
+    methods = frozenset(m for m in METHODS if callable(getattr(obj, m, None)))
     generates = continuous and tokenizer is not None
     length = getattr(obj, "context_length", None)
     if generates and (type(length) is not int or length < 1):
@@ -58,9 +96,56 @@ def openai_face(obj: Any, model: str, continuous: bool) -> OpenAIFace | None:
             "OpenAI's completions; its load() must also set self.context_length to a positive "
             f"int (the most prompt + completion tokens), not {length!r}"
         )
-    if not generates and not embeds:
+    if not generates and not embeds and not methods:
         return None
-    return OpenAIFace(tokenizer, length if generates else None, generates, embeds)
+    return OpenAIFace(tokenizer, length if generates else None, generates, embeds, methods)
+
+
+async def run_openai(
+    obj: Any,
+    inputs: Any,
+    run: Callable[..., Awaitable[Any]],
+    executor: Any,
+    predict: Callable[[Any], Awaitable[Any]],
+    model: str,
+) -> Any:
+    """An OpenAI call of the model's own (:func:`openai_call`) in the predict slot: ``embed``
+    (alone, or over a dynamic batch), ``chat`` or ``complete``; what the model raises becomes a
+    ``ModelError`` naming the method."""
+    method = inputs.method if type(inputs) is MethodInputs else "embed"
+    try:
+        if method != "embed":
+            return await run_method(obj, inputs, run, executor, model)
+        return await run_embed(obj.embed, run, predict, inputs, model)
+    except Exception as exc:
+        raise model_error(model, method, exc) from exc
+
+
+def openai_call(inputs: Any) -> bool:
+    """Whether ``inputs`` are an OpenAI call of the model's own (embed, chat, complete)."""
+    return type(inputs) is MethodInputs or embedding_call(inputs)
+
+
+async def run_method(
+    obj: Any, inputs: MethodInputs, run: Callable[..., Awaitable[Any]], executor: Any, model: str
+) -> Any:
+    """The model's ``chat`` / ``complete`` on the request: its text, or an async iterator of
+    its pieces (a sync generator's read in the thread pool)."""
+    fn = getattr(obj, inputs.method)
+    if inspect.isasyncgenfunction(fn):
+        return iterate_async(fn(inputs.request), model)
+    if inspect.iscoroutinefunction(fn):
+        value = await fn(inputs.request)
+    else:
+        value = await run(fn, inputs.request)
+    if inspect.isgenerator(value):
+        return iterate_sync(value, executor, model)
+    if not isinstance(value, str):
+        raise BadModelOutput(
+            f"model '{model}': {inputs.method} must return the text (a str) or yield it, "
+            f"not {type(value).__name__}"
+        )
+    return value
 
 
 def embedding_call(inputs: Any) -> bool:

@@ -36,6 +36,7 @@ from ..types import (
     Generation,
     InferenceRequest,
     InputKind,
+    MethodInputs,
     OpenAIFace,
     current_context,
 )
@@ -47,7 +48,7 @@ from ._calls import (
     run_sync,
     validation_failed,
 )
-from ._openai import check_embed, embedding_call, openai_face, run_embed
+from ._openai import METHODS, check_embed, openai_call, openai_face, run_openai
 from ._threads import CallThreads
 
 __all__ = [
@@ -296,10 +297,10 @@ def inspect_class(cls: Any) -> ModelSpec:
     predict = _inspect_method(cls, "predict", problems)
     post = _inspect_method(cls, "postprocess", problems)
     name = cls.__name__
-    if all(getattr(cls, m, None) is None for m in ("predict", "step", "embed")):
+    if all(getattr(cls, m, None) is None for m in ("predict", "step", "embed", *METHODS)):
         problems.append(
             f"{name} has no predict method; predict is required (or step, for a model with "
-            "continuous_batching: true, or embed, for a model that only embeds)"
+            "continuous_batching: true; or embed, chat, complete for OpenAI's API only)"
         )
     check_embed(cls, problems)
     for spec in (pre, post):
@@ -363,7 +364,7 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
         problems += _check_overlapping(spec, config)
     elif config.continuous_batching:
         problems += _check_continuous(spec, config)
-    elif spec.predict is None and getattr(spec.cls, "embed", None) is None:
+    elif spec.predict is None and not _openai_only(spec.cls):
         problems.append(
             f"{spec.cls.__name__} has no predict method; predict is required (a step method "
             f"serves only with continuous_batching: true, which model '{config.name}' does not set)"
@@ -372,6 +373,10 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
         if where:
             problems = [f"{where}: {p}" for p in problems]
         raise DefinitionError("; ".join(problems), problems)
+
+
+def _openai_only(cls: type) -> bool:
+    return any(getattr(cls, m, None) is not None for m in ("embed", *METHODS))
 
 
 def _check_overlapping(spec: ModelSpec, config: ModelConfig) -> list[str]:
@@ -502,16 +507,17 @@ class NativeModel:
             has_postprocess=spec.postprocess is not None,
             predict_in_thread=in_thread,
             continuous=continuous,
+            embeds=callable(getattr(self.obj, "embed", None)),
+            openai_methods=frozenset(m for m in METHODS if callable(getattr(self.obj, m, None))),
         )
         self._pre = self._bind(spec.preprocess)
         self._predict = self._bind(spec.predict)
         self._post = self._bind(spec.postprocess)
-        self._embed = getattr(self.obj, "embed", None)
         self._continuous = continuous
         #: What the model offers OpenAI's API, once loaded (model/_openai.py); before, whether
         #: it may offer something (a continuous model, one that embeds)
         self.openai: OpenAIFace | None = None
-        self.may_serve_openai = continuous or self._embed is not None
+        self.may_serve_openai = continuous or _openai_only(spec.cls)
         # a sync predict (or step) runs on threads of the instance's own, as many as its slots
         # let run at once; they hand calls back to the loop more cheaply than the shared pool
         # (model/_threads.py), and a thread worker times its calls there
@@ -572,7 +578,7 @@ class NativeModel:
             raise failed from exc
 
     async def preprocess(self, inputs: Any, request: Any) -> Any:
-        if self.spec.preprocess is None or type(inputs) is EmbedInputs:
+        if self.spec.preprocess is None or type(inputs) in (EmbedInputs, MethodInputs):
             return inputs
         return await self._call(self.spec.preprocess, self._pre, inputs, request)
 
@@ -584,13 +590,9 @@ class NativeModel:
         return self.spec.predict
 
     async def predict(self, inputs: Any, request: Any) -> Any:
-        if self._embed is not None and embedding_call(inputs):
-            try:
-                return await run_embed(
-                    self._embed, self._threads.run, self._predict_list, inputs, self.name
-                )
-            except Exception as exc:
-                raise model_error(self.name, "embed", exc) from exc
+        if openai_call(inputs):  # model/_openai.py
+            run, executor = self._threads.run, self._executor
+            return await run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
         return await self._call(self._predict_spec(), self._predict, inputs, request)
 
     async def _predict_list(self, inputs: list[Any]) -> Any:

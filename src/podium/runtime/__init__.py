@@ -25,7 +25,15 @@ from ._stats import (
     VersionStats,
     outcome_of,
 )
-from .loading import ModelSettings, build_path, check_paths, in_environments, register_paths
+from .devices import GpuSample, inventory
+from .loading import (
+    ModelSettings,
+    build_path,
+    check_paths,
+    in_declared_environments,
+    in_environments,
+    register_paths,
+)
 from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 
@@ -33,6 +41,7 @@ __all__ = [
     "DURATION_BUCKETS_NS",
     "UNVERSIONED",
     "Durations",
+    "GpuSample",
     "ModelSettings",
     "ModelVersion",
     "Outcome",
@@ -48,7 +57,9 @@ __all__ = [
     "WorkerState",
     "build_path",
     "check_paths",
+    "in_declared_environments",
     "in_environments",
+    "inventory",
     "outcome_of",
     "register_paths",
 ]

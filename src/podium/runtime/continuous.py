@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
+from ..devices import CPU, using
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
 from ._items import ItemBuffer
@@ -299,7 +300,8 @@ class ContinuousScheduler:
         self.steps += 1
         start = _now()
         try:
-            await worker.instance.step([r.gen for r in batch])
+            with using(getattr(worker, "device", CPU)):  # podium.device() in the step
+                await worker.instance.step([r.gen for r in batch])
         except Exception as exc:  # the instance names the model and step
             for req in batch:
                 req.gen.take()

@@ -35,13 +35,16 @@ from ..dataplane import (
     UNVERSIONED,
     DataPlane,
     Durations,
+    GpuSample,
     ModelVersion,
     WorkerState,
+    inventory,
 )
 from ..errors import MethodNotAllowed, NotFound, PodiumError
 from ..metrics import Kind
 from ..types import ModelState
 from ._asgi import Receive, Scope, Send
+from ._device_metrics import device_metrics
 from ._limits import ConnectionStatistics
 from .http._responses import send_body, send_error
 
@@ -68,7 +71,7 @@ class PodiumCollector:
 
     ``connections()`` gives each HTTP listener's connection counters by name;
     ``grpc_connections()`` each gRPC listener's open connections (None where grpc does not
-    say).
+    say); ``gpus()`` the GPUs' state now (default: the server's device inventory's).
     """
 
     def __init__(
@@ -77,11 +80,21 @@ class PodiumCollector:
         *,
         connections: Callable[[], Mapping[str, ConnectionStatistics]] = dict,
         grpc_connections: Callable[[], Mapping[str, int | None]] = dict,
+        gpus: Callable[[], list[GpuSample]] | None = None,
     ) -> None:
         self.dataplane = dataplane
+        self._gpus = gpus if gpus is not None else self._sample_gpus
         self._connections = connections
         self._grpc_connections = grpc_connections
         self._clashes: set[str] = set()
+
+    @staticmethod
+    def _sample_gpus() -> list[GpuSample]:
+        try:
+            return inventory().sample()
+        except Exception as exc:  # a scrape answers without the GPUs rather than failing
+            logger.warning("metrics: the GPUs could not be read: %s", exc)
+            return []
 
     def describe(self) -> list[Metric]:
         return []  # names are not claimed ahead: each scrape says what there is
@@ -93,6 +106,7 @@ class PodiumCollector:
         yield from self._requests(versions)
         yield from self._tokens(versions)
         yield from self._state(versions)
+        yield from device_metrics(self._gpus, versions)
         yield from self._custom(versions)
 
     # -- server-wide -----------------------------------------------------------------------------
@@ -201,7 +215,7 @@ class PodiumCollector:
         )
         restarts = CounterMetricFamily(
             "podium_worker_restarts",
-            "Workers replaced, by reason (crashed, response_timeout).",
+            "Workers replaced, by reason (crashed, response_timeout, device_lost).",
             labels=[*_MV, "reason"],
         )
         for mv in versions:
@@ -395,14 +409,33 @@ class PodiumCollector:
             yield metric
 
     @staticmethod
-    def _family(family: Any) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
+    def _family(family: Any) -> Metric:
         labels = [*_MV, *family.labelnames]
         doc = family.documentation or family.name
         if family.kind is Kind.COUNTER:
+            if doc.startswith(_TS_COUNTER) and not family.name.endswith("_total"):
+                return _Exact(family.name, doc, labels)
             return CounterMetricFamily(family.name, doc, labels=labels)
         if family.kind is Kind.GAUGE:
             return GaugeMetricFamily(family.name, doc, labels=labels)
         return HistogramMetricFamily(family.name, doc, labels=labels)
+
+
+#: The help text of a TorchServe handler's counter under ``--ts-metrics prometheus``
+#: (``model.torchserve.ts_help``): written under its own name, as TorchServe writes it.
+_TS_COUNTER = "Torchserve prometheus counter metric"
+
+
+class _Exact(Metric):
+    """A counter written under its own name, untyped (TorchServe's Prometheus client adds no
+    ``_total``; prometheus-client would), with ``add_metric`` as the other families have it."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        super().__init__(name, documentation, "untyped")
+        self._labelnames = labels
+
+    def add_metric(self, values: list[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._labelnames, values, strict=True)), value)
 
 
 class _Default:
@@ -413,10 +446,13 @@ class _Default:
         return REGISTRY.collect()
 
 
-def metrics_registry(collector: PodiumCollector) -> CollectorRegistry:
-    """A registry of Podium's collector and prometheus-client's default one."""
+def metrics_registry(collector: PodiumCollector, *more: Any) -> CollectorRegistry:
+    """A registry of Podium's collector, ``more`` collectors (TorchServe's names) and
+    prometheus-client's default one."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    for extra in more:
+        registry.register(extra)
     registry.register(_Default())
     return registry
 

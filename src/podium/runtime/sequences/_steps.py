@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from ...devices import CPU, using
 from ...types import Context, Generation, current_context
 from .._items import ItemBuffer
 from .._scheduler import TaskSet
@@ -176,7 +177,8 @@ class Steps:
         token = current_context.set([r.ctx for r in batch])  # this task's own context
         start = time.perf_counter_ns()
         try:
-            await self._worker.instance.step([r.gen for r in batch])
+            with using(getattr(self._worker, "device", CPU)):  # podium.device() in the step
+                await self._worker.instance.step([r.gen for r in batch])
         except Exception as exc:  # the instance names the model and the step
             for req in batch:
                 req.gen.take()

@@ -22,10 +22,8 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
-from ..openai import _oip_generate
 from ..openai import _routes as _openai
-from ..openai._errors import send_openai_error
-from . import _custom, _memory, _oip, _responses, _truss
+from . import _custom, _memory, _oip, _responses, _truss, _ts_explain
 from ._docs import PAGE
 from ._exchange import Exchange
 from ._openapi import description
@@ -191,7 +189,7 @@ class HttpApp:
         protocol: WireProtocol,
     ) -> tuple[ModelVersion, Call]:
         """Find the model (404/503 before the body is touched) and the call's pieces."""
-        mv = self.dataplane.resolve(model, version)
+        mv = self.dataplane.resolve(model, version, protocol)
         ex.check_length()  # the limit holds for a model that reads the body itself too
         caps = mv.instance.capabilities
         request = ex.request() if caps.needs_request else None
@@ -246,8 +244,8 @@ class HttpApp:
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
-        if action != "infer" and _oip_generate.generates(mv):  # an OpenAI model (docs/openai.md)
-            return await _oip_generate.serve(self.dataplane, ex, send, mv, action)
+        if action != "infer" and _openai.generates(mv):  # an OpenAI model (docs/openai.md)
+            return await _openai.serve_generate(self.dataplane, ex, send, mv, action)
         # The binary tensor extension costs a plain JSON request this one header lookup.
         header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
@@ -297,18 +295,26 @@ class HttpApp:
         )
 
     async def _torchserve(
-        self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
+        self,
+        ex: Exchange,
+        send: Send,
+        model: str,
+        version: str | None,
+        url_path: str = "",
+        explain: bool = False,
     ) -> None:
-        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]``; errors in TorchServe's shape."""
+        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]`` and ``/explanations/...``
+        (the same call, the handler told by the ``explain`` header); errors in TorchServe's
+        shape."""
         # As TorchServe's frontend, the request headers tell the handler the path's segments
-        # after the version (url_path, "" when none) and that this is no explanation.
-        # (Its errors are answered in TorchServe's shape: _http does it for every /predictions
-        # path.)
+        # after the version (url_path, "" when none) and whether this is an explanation (its
+        # BaseHandler.handle then calls explain_handle). (Errors are answered in TorchServe's
+        # shape: _fail does it for every path under its prefixes.)
         scope = ex.scope
         scope["headers"] = [
             *scope["headers"],
             (b"url_path", url_path.encode()),
-            (b"explain", b"False"),
+            (b"explain", b"True" if explain else b"False"),
         ]
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
@@ -377,13 +383,12 @@ class HttpApp:
             await items.aclose()
 
 
-_TS_PREFIX = "/predictions"
+_TS_PREFIXES = ("/predictions", "/explanations")
 
 
 async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
-    """The error response: ``{"error": ...}``, in Truss's shape on its routes (``ex.errors``),
-    or TorchServe's ``{"code", "type", "message"}`` under TorchServe's ``/predictions``
-    (``_ts_errors``); a 405 lists what is allowed."""
+    """The error response: ``{"error": ...}``; Truss's shape on its routes (``ex.errors``),
+    OpenAI's on its paths, TorchServe's under ``/predictions``; a 405 lists what is allowed."""
     if ex.errors is not None:
         await ex.errors(send, exc)
         return
@@ -392,8 +397,8 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
     if _openai.is_openai_path(scope["path"]):
-        return await send_openai_error(send, exc, extra)
-    if not scope["path"].startswith(_TS_PREFIX):
+        return await _openai.send_openai_error(send, exc, extra)
+    if not scope["path"].startswith(_TS_PREFIXES):
         await send_error(send, exc, extra)
         return
     status, body = torchserve_error(exc)
@@ -413,7 +418,7 @@ def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
     return [*_responses.JSON, *http_headers(answer.headers)]
 
 
-_OIP, _TRUSS, _TS, _OPENAI = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST, Api.OPENAI
+_OIP, _TRUSS, _TS = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST
 _UNVERSIONED = {"version": None}
 
 #: Every route of the inference listener, in the order the protocols document them. HEAD is
@@ -602,6 +607,7 @@ INFERENCE_ROUTES = RouteTable(
             _TS,
             "versionPredictionsPath",
         ),
+        *_ts_explain.ROUTES,
         # Truss's server (_truss.py): a ':' in the last segment is a verb, so readiness takes
         # names without one
         Route("GET", "/", _truss.live, _TRUSS, "trussLive"),
@@ -619,12 +625,8 @@ INFERENCE_ROUTES = RouteTable(
             "trussPredictBinary",
         ),
         Route("POST", "/invocations", _truss.invocations, _TRUSS, "trussInvocations"),
-        # OpenAI's API (server/openai/), which answers Truss's OpenAI-style paths too where a
-        # model defines the method of their name (the rule: server/openai/_routes.py)
-        Route("GET", "/v1/models", _openai.models, _OPENAI, "openaiModels"),
-        Route("POST", "/v1/chat/completions", _openai.chat_completions, _OPENAI, "chatCompletions"),
-        Route("POST", "/v1/completions", _openai.completions, _OPENAI, "completions"),
-        Route("POST", "/v1/embeddings", _openai.embeddings, _OPENAI, "embeddings"),
+        # OpenAI's API (server/openai/: the rule that gives Truss's methods its paths there)
+        *_openai.ROUTES,
         # Truss's other OpenAI-style paths: the model method of their name
         *(
             Route("POST", path, _truss.endpoint, _TRUSS, name, args={"method": method})

@@ -564,6 +564,18 @@ _OPERATIONS: dict[str, Operation] = {
     ),
     "versionPredictionsPathPut": _predictions("TorchServe predictions with a url_path (PUT)."),
     "versionPredictionsPathGet": _predictions("TorchServe predictions with a url_path (GET)."),
+    "explanations": _predictions("TorchServe explanations on the default version."),
+    "explanationsPut": _predictions("TorchServe explanations on the default version (PUT)."),
+    "explanationsGet": _predictions("TorchServe explanations on the default version (GET)."),
+    "versionExplanations": _predictions("TorchServe explanations on a version."),
+    "versionExplanationsPut": _predictions("TorchServe explanations on a version (PUT)."),
+    "versionExplanationsGet": _predictions("TorchServe explanations on a version (GET)."),
+    "versionExplanationsPath": _predictions(
+        "TorchServe explanations on a version; the rest of the path reaches the handler as the "
+        "request header url_path."
+    ),
+    "versionExplanationsPathPut": _predictions("TorchServe explanations with a url_path (PUT)."),
+    "versionExplanationsPathGet": _predictions("TorchServe explanations with a url_path (GET)."),
     "trussLive": Operation(
         "Truss: liveness (true).", {"200": _ok("Live.", {"const": True}), **_errors()}
     ),

@@ -36,9 +36,12 @@ from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
 from ..http._responses import JSON, send_body
-from . import _serving_chat, _serving_completion, _serving_embedding
+from ..http._routing import Api, Route
+from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
 from ._errors import PATHS, error_event, is_openai_path, send_openai_error
-from ._serving import _split, face_of
+from ._oip_generate import generates
+from ._oip_generate import serve as serve_generate
+from ._serving import Target, _split, face_of, serves, target
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane, ModelVersion
@@ -46,12 +49,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PATHS",
+    "ROUTES",
     "chat_completions",
     "completions",
     "embeddings",
+    "generates",
     "is_openai_path",
     "model",
     "models",
+    "send_openai_error",
+    "serve_generate",
 ]
 
 logger = logging.getLogger("podium.openai")
@@ -86,12 +93,12 @@ def _serves_openai(plane: DataPlane, name: str | None) -> bool:
         mv = plane.resolve(model, version)
     except PodiumError:
         return False
-    return face_of(mv) is not None
+    return serves(mv)
 
 
 def _may_serve(mv: ModelVersion) -> bool:
     """Whether ``mv`` serves OpenAI's API, or may once it has loaded."""
-    if face_of(mv) is not None:
+    if serves(mv):
         return True
     return mv.state is not ModelState.READY and getattr(mv.instance, "may_serve_openai", False)
 
@@ -116,12 +123,35 @@ async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, servin
     if _truss_answers(plane, method, body):
         await _truss.endpoint(self, ex, send, method)
         return
+    own = _own_method(plane, body, method)
+    if own is not None:  # the model's own chat / complete (_serving_methods)
+        streams, value = await _serving_methods.answer(plane, own, body, method, ex.watch)
+        await (_send_stream(send, value) if streams else _send_json(send, value))
+        return
     job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
         await _send_stream(send, serving.stream(plane, job))
     else:
         await _send_json(send, await serving.answer(plane, job))
+
+
+def _own_method(plane: DataPlane, body: bytes, method: str) -> Target | None:
+    """The model the body names where it answers ``method`` with its own chat / complete (and
+    does not generate with Podium)."""
+    name = _named(body)
+    if name is None:
+        return None
+    own = "chat" if method == "chat_completions" else "complete"
+    model, version = _split(plane, name)
+    try:
+        mv = plane.resolve(model, version)
+    except PodiumError:
+        return None
+    face = face_of(mv)
+    if face is None or face.generates or own not in face.methods:
+        return None
+    return target(plane, name, "methods")
 
 
 async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:
@@ -164,7 +194,7 @@ def _served(plane: DataPlane) -> list[ModelVersion]:
             ready = plane.resolve(mv.name)
         except PodiumError:
             continue
-        if face_of(ready) is not None:
+        if serves(ready):
             out[mv.name] = ready
     return list(out.values())
 
@@ -221,3 +251,12 @@ async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
     if not started:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+#: OpenAI's routes, in ``INFERENCE_ROUTES``.
+ROUTES = [
+    Route("GET", "/v1/models", models, Api.OPENAI, "openaiModels"),
+    Route("POST", "/v1/chat/completions", chat_completions, Api.OPENAI, "chatCompletions"),
+    Route("POST", "/v1/completions", completions, Api.OPENAI, "completions"),
+    Route("POST", "/v1/embeddings", embeddings, Api.OPENAI, "embeddings"),
+]

@@ -29,6 +29,7 @@ __all__ = [
     "face_of",
     "new_id",
     "samplings",
+    "serves",
     "target",
     "token_limit",
     "usage",
@@ -61,6 +62,12 @@ def face_of(mv: ModelVersion) -> OpenAIFace | None:
     return face if isinstance(face, OpenAIFace) else None
 
 
+def serves(mv: ModelVersion) -> bool:
+    """Whether the loaded version serves OpenAI's API (it generates, or it embeds: in worker
+    processes too, where the front end sees its capabilities only)."""
+    return face_of(mv) is not None or mv.instance.capabilities.embeds
+
+
 def _split(plane: DataPlane, name: str) -> tuple[str, str | None]:
     known = {mv.name for mv in plane.versions()}
     if name in known or "@" not in name:
@@ -70,12 +77,15 @@ def _split(plane: DataPlane, name: str) -> tuple[str, str | None]:
 
 
 def target(plane: DataPlane, name: str, what: str) -> Target:
-    """The ready version ``name`` names that does ``what`` (``generates`` or ``embeds``)."""
+    """The ready version ``name`` names that does ``what`` (``generates``, ``embeds``, or
+    ``methods``: its own chat / complete)."""
     model, version = _split(plane, name)
     mv = plane.resolve(model, version)  # NotFound (404), ModelNotReady (503)
     face = face_of(mv)
+    if face is None and what == "embeds" and mv.instance.capabilities.embeds:
+        face = OpenAIFace(embeds=True)  # in worker processes: embed is there, its tokenizer not
     if face is None or not getattr(face, what):
-        doing = "generate text" if what == "generates" else "embed text"
+        doing = "embed text" if what == "embeds" else "generate text"
         rule = (
             "a continuous_batching model that sets self.tokenizer in load()"
             if what == "generates"
