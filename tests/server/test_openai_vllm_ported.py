@@ -395,13 +395,9 @@ def test_chat_completion_stream_options(client: Any) -> None:
             )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server (H5's i23-server): with continuous_usage_stats the first chunk (the role, "
-    "no content yet) already reports completion_tokens=1 and the next (the first token) 1 "
-    "again; vLLM reports 0 for the role chunk, so completion_tokens rise with every chunk",
-)
 def test_chat_continuous_usage_stats_count_every_chunk(client: Any) -> None:
+    """With ``continuous_usage_stats`` every chunk's ``completion_tokens`` rises (the role
+    chunk counts 0), as vLLM's do."""
     last = 0
     for chunk in client.chat.completions.create(
         model=MODEL,
