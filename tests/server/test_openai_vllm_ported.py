@@ -492,3 +492,25 @@ def test_bad_requests_are_400s_in_openais_shape_and_the_server_keeps_serving(
     )
     assert raw.status_code == 400 and "error" in json.loads(raw.text)
     still_serving(client)
+
+
+# -- the same model on OIP's generate routes ----------------------------------------------------
+
+
+def test_oip_generate_gives_the_completion_text(server: Server, client: Any) -> None:
+    """Not from vLLM: the model answers OIP ``generate`` / ``generate_stream`` too, with the text
+    the completions route gives for the same prompt at temperature 0."""
+    want = client.completions.create(model=MODEL, prompt="Hello", max_tokens=5, temperature=0.0)
+    parameters = {"max_tokens": 5, "temperature": 0}
+    body = {"text_input": "Hello", "parameters": parameters}
+    got = httpx.post(f"{server.url}/v2/models/{MODEL}/generate", json=body, timeout=60)
+    assert got.status_code == 200 and got.json()["text_output"] == want.choices[0].text
+    with httpx.stream(
+        "POST", f"{server.url}/v2/models/{MODEL}/generate_stream", json=body, timeout=60
+    ) as streamed:
+        events = [
+            json.loads(line[6:])["text_output"]
+            for line in streamed.iter_lines()
+            if line.startswith("data: ")
+        ]
+    assert len(events) == 5 and "".join(events) == want.choices[0].text
