@@ -18,7 +18,7 @@ How a step goes:
   position per step (no copying); when it changes (a row joins, finishes, leaves or sits out a
   step) the packed cache is unpacked into per-row slices and packed again for the new set, which
   drops the padding that no longer serves.
-- **Sampling**, per row (one softmax and one two-level draw for all sampled rows of a step): presence/frequency penalties over the tokens generated so far,
+- **Sampling**, per row (one exponential and one two-level draw for all sampled rows of a step): presence/frequency penalties over the tokens generated so far,
   temperature (0: greedy argmax, deterministic), top-k, top-p, a per-choice ``seed`` (a
   ``torch.Generator`` seeded with ``seed + index``, so the choices of an ``n > 1`` request differ
   and choice 0 equals the same request with ``n = 1``). Logprobs are the model's own
@@ -295,7 +295,8 @@ class Engine:
 
     def _advance(self, pairs: list[tuple[Generation, _Row]], logits: torch.Tensor) -> None:
         """Pick each row's next token from its ``logits`` row [B, V], emit it, finish the rows
-        that are done. Batched: one softmax and one draw (:func:`_draw`) for all sampled rows."""
+        that are done. Batched: one exponential and one draw (:func:`_draw`) for all sampled
+        rows."""
         logits = logits.float()
         scores = logits  # copied only where a row changes it
         for i, (_, row) in enumerate(pairs):
@@ -317,16 +318,18 @@ class Engine:
             picked = torch.argmax(scores if whole else scores[greedy], dim=-1).tolist()
             for i, pick in zip(greedy, picked, strict=True):
                 tokens[i] = pick
-        if sampled:
+        wanted = [i for i, (_, row) in enumerate(pairs) if row.sampling.logprobs is not None]
+        logprobs = torch.log_softmax(logits[wanted], dim=-1) if wanted else None
+        if sampled:  # after the logprobs: this may overwrite the logits
             rows = scores if len(sampled) == len(pairs) else scores[sampled]
             temperatures = [pairs[i][1].sampling.temperature for i in sampled]
             if any(t != 1.0 for t in temperatures):
                 rows = rows / torch.tensor(temperatures).unsqueeze(1)
+            # unnormalised probabilities, in place (no softmax pass: _draw scales by the total)
+            weights = rows.sub_(rows.amax(dim=-1, keepdim=True)).exp_()
             draws = torch.cat([torch.rand(1, generator=pairs[i][1].generator) for i in sampled])
-            for i, pick in zip(sampled, _draw(torch.softmax(rows, dim=-1), draws), strict=True):
+            for i, pick in zip(sampled, _draw(weights, draws), strict=True):
                 tokens[i] = min(pick, self.vocab - 1)
-        wanted = [i for i, (_, row) in enumerate(pairs) if row.sampling.logprobs is not None]
-        logprobs = torch.log_softmax(logits[wanted], dim=-1) if wanted else None
         for i, (g, row) in enumerate(pairs):
             s, token = row.sampling, tokens[i]
             row.output.append(token)
@@ -368,8 +371,9 @@ def _block(vocab: int) -> int:
 
 
 def _draw(probabilities: torch.Tensor, draws: torch.Tensor) -> list[int]:
-    """One token per row of ``probabilities`` [B, V] for the uniform ``draws`` [B] (inverse
-    transform sampling: the first token whose cumulative probability reaches the draw). Two
+    """One token per row of ``probabilities`` [B, V] (or weights: each row is scaled by its
+    total) for the uniform ``draws`` [B] (inverse transform sampling: the first token whose
+    cumulative probability reaches the draw). Two
     levels, so no row is scanned whole: the cumulative mass of blocks of tokens picks a block,
     the cumulative sum inside it picks the token (torch.multinomial and a full cumulative sum
     both cost far more on the CPU)."""

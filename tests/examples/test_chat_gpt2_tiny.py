@@ -246,6 +246,22 @@ def test_a_seed_repeats_a_sample_and_each_choice_differs(engine: Any) -> None:
     assert tokens(got[id(gens[0])]) == first
 
 
+@pytest.mark.parametrize("vocab", [50257, 1000, 997])  # blocks without padding, and with
+def test_the_two_level_draw_is_inverse_transform_sampling(
+    engine_module: ModuleType, vocab: int
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.softmax(torch.randn(4, vocab, generator=generator) * 3, dim=-1) * 7
+    weights[3, vocab // 2 :] = 0  # a row with masked tokens (top-k / top-p)
+    rows = weights.repeat(500, 1)
+    draws = torch.rand(len(rows), generator=generator)
+    got = torch.tensor(engine_module._draw(rows, draws))
+    cumulative = rows.double().cumsum(-1)  # the reference: a full float64 cumulative sum
+    want = torch.searchsorted(cumulative, (draws.double() * cumulative[:, -1]).unsqueeze(1))
+    assert float((got == want.squeeze(1)).float().mean()) > 0.995  # float32 rounding only
+    assert int((got.view(500, 4)[:, 3] >= vocab // 2).sum()) == 0  # never a masked token
+
+
 def test_top_k_1_and_a_tiny_top_p_are_greedy(engine: Any) -> None:
     greedy = alone(engine, PROMPTS[3])
     assert alone(engine, PROMPTS[3], temperature=1.5, top_k=1, seed=1) == greedy
