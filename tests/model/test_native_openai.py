@@ -5,13 +5,12 @@ batch beside ordinary predict calls."""
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from test_native_context import make as native_model
 
-from podium.config import ModelConfig
 from podium.errors import BadModelOutput, DefinitionError
 from podium.model.native import NativeModel, inspect_class
 from podium.types import EmbedInputs, OpenAIFace
@@ -24,13 +23,7 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 
 
 def make(cls: type, executor: ThreadPoolExecutor, **config: Any) -> NativeModel:
-    return NativeModel(
-        inspect_class(cls),
-        ModelConfig(name="m", **config),
-        model_dir=Path("/srv/models/m"),
-        secrets={},
-        executor=executor,
-    )
+    return native_model(cls, executor, sequence_batching=False, **config)
 
 
 class Generates:

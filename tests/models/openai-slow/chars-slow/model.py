@@ -1,26 +1,25 @@
-"""tests/models/openai/chars, whose load waits until the test creates the file named by
-PODIUM_E2E_LOAD_GATE: OpenAI's routes meanwhile answer 503, not Truss's 404."""
+"""tests/models/openai/chars, whose load first waits as tests/models/slow-load/slow's does
+(until the test creates the file named by PODIUM_E2E_LOAD_GATE): OpenAI's routes meanwhile
+answer 503, not Truss's 404."""
 
-import asyncio
 import importlib.util
-import os
-import time
 from pathlib import Path
-
-_spec = importlib.util.spec_from_file_location(
-    "podium_test_openai_chars", Path(__file__).parents[2] / "openai" / "chars" / "model.py"
-)
-assert _spec is not None and _spec.loader is not None
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
+from typing import Any
 
 
-class Model(_module.Model):
+def _sibling(name: str, path: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[2] / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_chars = _sibling("podium_test_openai_chars", "openai/chars/model.py")
+_slow = _sibling("podium_test_slow_load", "slow-load/slow/model.py")
+
+
+class Model(_chars.Model):
     async def load(self) -> None:
-        gate = os.environ["PODIUM_E2E_LOAD_GATE"]
-        deadline = time.monotonic() + 30
-        while not os.path.exists(gate):  # noqa: ASYNC240 (one stat of a local file)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the test never opened {gate}")
-            await asyncio.sleep(0.01)
+        await _slow.Model.load(self)  # the gate
         super().load()
