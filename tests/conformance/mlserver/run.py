@@ -35,7 +35,16 @@ import httpx
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 VENV = HERE / ".venv"
-REQUIREMENTS = ("mlserver==1.7.1", "uvloop<0.22", "httptools>=0.6", "pillow")  # content-type's
+REQUIREMENTS = (
+    "mlserver==1.7.1",
+    "uvloop<0.22",
+    "httptools>=0.6",
+    "pillow",  # content-type's
+    "mlserver-sklearn==1.7.1",
+    "mlserver-xgboost==1.7.1",
+    "mlserver-lightgbm==1.7.1",
+)
+LOCAL = HERE / "examples"  # examples written for the harness (MLServer publishes none for them)
 MIRROR = Path("/work/.mirror/SeldonIO+MLServer/repo")
 TAG = "1.7.1"
 REPORT = ROOT / "docs" / "mlserver-conformance.md"
@@ -53,6 +62,12 @@ class Case:
     settings: dict[str, Any] | None = None  # written as settings.json (None: the example's)
     podium_flags: tuple[str, ...] = ()  # beside the same start command (named in the report)
     env: dict[str, str] = field(default_factory=dict)
+    train: bool = False  # train.py trains the example's models (both servers load the same files)
+
+
+#: A request body ``"@name"`` is the README's request for model ``name`` (train.py writes them).
+def _x0(name: str) -> str:
+    return f"@{name}"
 
 
 def _echo_request(text: str) -> dict[str, Any]:
@@ -75,6 +90,16 @@ _GENERATE = {
                 "parameters": {"content_type": "str"}}],
     "outputs": [{"name": "output"}],
 }  # fmt: skip
+
+_REPOSITORY = [
+    ("POST", "/v2/repository/index", {}),
+    ("POST", "/v2/repository/models/mushroom-xgboost/unload", None),
+    ("POST", "/v2/repository/index", {}),
+    ("POST", "/v2/models/mushroom-xgboost/infer", _x0("mushroom-xgboost")),
+    ("POST", "/v2/repository/models/mushroom-xgboost/load", None),
+    ("POST", "/v2/repository/index", {}),
+    ("POST", "/v2/models/mushroom-xgboost/infer", _x0("mushroom-xgboost")),
+]
 
 CASES = [
     Case("custom-json", "custom-json", "the example as published (settings.json: debug \"true\")",
@@ -110,6 +135,37 @@ CASES = [
          [("POST", "/v2/models/env-json/infer", _echo_request(_JSON))],
          env={"MLSERVER_MODEL_IMPLEMENTATION": "jsonmodels.JsonHelloWorldModel",
               "MLSERVER_MODEL_NAME": "env-json"}),
+    Case("sklearn", "sklearn", "mlserver_sklearn.SKLearnModel on the README's SVC (digits)",
+         [("POST", "/v2/models/mnist-svm/versions/v0.1.0/infer", _x0("mnist-svm")),
+          ("POST", "/v2/models/mnist-svm/infer", _x0("mnist-svm")),
+          ("GET", "/v2/models/mnist-svm", None),
+          ("GET", "/v2/models/mnist-svm/versions/v0.1.0/ready", None)], train=True),
+    Case("xgboost", "xgboost", "mlserver_xgboost.XGBoostModel on the README's booster (agaricus)",
+         [("POST", "/v2/models/mushroom-xgboost/versions/v0.1.0/infer", _x0("mushroom-xgboost")),
+          ("GET", "/v2/models/mushroom-xgboost", None)], train=True),
+    Case("lightgbm", "lightgbm", "mlserver_lightgbm.LightGBMModel on the README's booster (iris)",
+         [("POST", "/v2/models/iris-lgb/versions/v0.1.0/infer", _x0("iris-lgb")),
+          ("GET", "/v2/models/iris-lgb", None)], train=True),
+    Case("mms", "mms", "multi-model serving: both models of the README in one server",
+         [("POST", "/v2/models/mnist-svm/versions/v0.1.0/infer", _x0("mnist-svm")),
+          ("POST", "/v2/models/mushroom-xgboost/versions/v0.1.0/infer", _x0("mushroom-xgboost")),
+          ("POST", "/v2/repository/index", {})], train=True),
+    Case("model-repository", "model-repository", "the repository API as the README calls it",
+         _REPOSITORY, train=True),
+    Case("model-repository-control", "model-repository",
+         "the same, Podium with model control on the inference port",
+         _REPOSITORY, train=True, podium_flags=("--model-control", "inference")),
+    Case("custom-handlers", "custom-handlers",
+         "settings.json (parallel_workers 0, server_name) and a runtime with @custom_handler "
+         "endpoints (written for the harness: tests/conformance/mlserver/examples)",
+         [("POST", "/sum", [1, 2, 3]),
+          ("POST", "/sum", [4]),
+          ("GET", "/calls", None),
+          ("POST", "/sum", {"not": "a list"}),
+          ("GET", "/sum", None),
+          ("POST", "/v2/models/sum-model/infer",
+           {"inputs": [{"name": "x", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]}]}),
+          ("GET", "/v2", None)]),
 ]  # fmt: skip
 
 
@@ -131,17 +187,21 @@ def ensure_venv() -> Path:
 
 def examples(given: Path | None, into: Path) -> Path:
     """``docs/examples`` at 1.7.1: ``given``, or the cases' examples read file by file from the
-    mirror into ``into`` (the mirror lacks some large files of other examples)."""
+    mirror into ``into`` (the mirror lacks some large files of other examples; the trained
+    examples' model files are trained again, so one the mirror lacks is left out)."""
     if given is not None:
         return given
     git = ["git", "--git-dir", str(MIRROR)]
-    for name in sorted({case.example for case in CASES}):
+    wanted = {case.example for case in CASES if not (LOCAL / case.example).is_dir()}
+    for name in sorted(wanted | {"xgboost"}):  # xgboost's agaricus files: train.py's data
         listed = subprocess.run([*git, "ls-tree", "-r", "--name-only", TAG,
                                  f"docs/examples/{name}"],
                                 check=True, capture_output=True, text=True).stdout  # fmt: skip
         for path in listed.split():
-            data = subprocess.run([*git, "show", f"{TAG}:{path}"], check=True,
-                                  capture_output=True).stdout  # fmt: skip
+            shown = subprocess.run([*git, "show", f"{TAG}:{path}"], capture_output=True)
+            if shown.returncode != 0:
+                continue
+            data = shown.stdout
             target = into / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
@@ -193,6 +253,9 @@ def observe(method: str, url: str, body: Any) -> dict[str, Any]:
             seen["body"] = _masked(r.json())
         except ValueError:
             seen["text"] = r.text[:200]
+    if url.endswith("/repository/index") and isinstance(seen.get("body"), list):
+        # the index's order is unspecified (MLServer's follows its loads): compared by name
+        seen["body"].sort(key=lambda m: (str(m.get("name")), str(m.get("version"))))
     return seen
 
 
@@ -204,11 +267,25 @@ def _masked(value: Any) -> Any:
     return value
 
 
+def prepared(case: Case, mlserver: Path, source: Path, work: Path) -> tuple[Path, dict[str, Any]]:
+    """The case's example folder (trained by train.py with MLServer's interpreter when the case
+    says so), and the READMEs' requests train.py wrote."""
+    example = LOCAL / case.example if (LOCAL / case.example).is_dir() else source / case.example
+    if not case.train:
+        return example, {}
+    folder = work / f"{case.id}-trained"
+    subprocess.run(["cp", "-r", str(example), str(folder)], check=True)
+    subprocess.run([str(mlserver.parent / "python"), str(HERE / "train.py"), case.example,
+                    str(folder), str(source / "xgboost")], check=True)  # fmt: skip
+    return folder, json.loads((folder / "requests.json").read_text())
+
+
 def run_case(case: Case, mlserver: Path, source: Path, work: Path) -> dict[str, Any]:
     answers: dict[str, Any] = {}
+    example, bodies = prepared(case, mlserver, source, work)
     for server in ("mlserver", "podium"):
         folder = work / f"{case.id}-{server}"
-        subprocess.run(["cp", "-r", str(source / case.example), str(folder)], check=True)
+        subprocess.run(["cp", "-r", str(example), str(folder)], check=True)
         if case.settings is not None:
             (folder / "settings.json").write_text(json.dumps(case.settings))
         if case.id == "env-model":
@@ -228,6 +305,8 @@ def run_case(case: Case, mlserver: Path, source: Path, work: Path) -> dict[str, 
         seen: dict[str, Any] = {}
         with serving(command, env, url, folder) as output:
             for index, (method, path, body) in enumerate(case.requests, 1):
+                if isinstance(body, str) and body.startswith("@"):
+                    body = bodies[body[1:]]
                 target = path.replace("METRICS", f"http://127.0.0.1:{metrics}")
                 full = target if target.startswith("http") else url + target
                 seen[f"{index}. {method} {path}"] = observe(method, full, body)
@@ -265,6 +344,51 @@ JUDGED: list[tuple[str, str, str]] = [
         "and its REST layer moves them to HTTP headers, leaving `{}`; Podium sends no "
         "CloudEvents headers and leaves out an empty `parameters`: a client reading "
         "`parameters` gets no value either way",
+    ),
+    (
+        "repository/models/mushroom-xgboost/",
+        "/status",
+        "deliberate, and the one start-command difference: Podium refuses load/unload on the "
+        "inference listener unless started with `--model-control inference` (anyone reaching "
+        'the port could take models out of service: docs/security.md, "Model control"; '
+        "docs/migrating.md names the flag); with it, case `model-repository-control` answers "
+        "as MLServer",
+    ),
+    (
+        "model-repository 3. POST /v2/repository/index",
+        "/body[0]/reason",
+        "follows from the refused unload above: the model is still `READY` on Podium",
+    ),
+    (
+        "model-repository 4. POST /v2/models/mushroom-xgboost/infer",
+        "/status",
+        "follows from the refused unload above: the model still serves on Podium",
+    ),
+    (
+        "custom-handlers 4. POST /sum",
+        "/status",
+        "deliberate (docs/mlserver.md, custom handlers): a body that does not validate is "
+        "Podium's 400 with one `error` line; MLServer (FastAPI) answers 422 with `detail`. A "
+        "client that tests for 422 must test for 4xx",
+    ),
+    (
+        "custom-handlers 5. GET /sum",
+        "/body",
+        "the same 405; the body is each server's error shape (`error` / FastAPI's `detail`)",
+    ),
+    (
+        "sum-model/infer",
+        "/body/model_version",
+        "Podium is right: the runtime's answer sets no `model_version`; Podium fills in the "
+        "version that answered (`v1`, model-settings.json), MLServer returns what the "
+        "runtime set; OIP makes the field optional, so no client loses",
+    ),
+    (
+        "GET /v2",
+        "/body/extensions",
+        "deliberate: `name` is settings.json's `server_name` on both; Podium answers its own "
+        "`version` and the extensions it serves, MLServer 1.7.1 an empty list "
+        "(docs/mlserver.md, settings table)",
     ),
     (
         "/ready",
@@ -329,6 +453,8 @@ JUDGED: list[tuple[str, str, str]] = [
 
 
 def judged(request: str, paths: list[str]) -> str:
+    """Why ``request`` (``"CASE N. METHOD PATH"``) differs at ``paths``: the first JUDGED entry
+    whose word is in it and whose path starts the first difference (a status first)."""
     if "/status" in paths:  # a status that differs is what matters first
         paths = ["/status", *(p for p in paths if p != "/status")]
     for word, start, why in JUDGED:
@@ -350,6 +476,9 @@ def report(results: dict[str, dict[str, Any]]) -> str:
         "`--grpc-management-port`, `--no-auth`, and any flag the case names)",
         "- both: the example's `settings.json` (or the case's), `MLSERVER_HOST`/`_HTTP_PORT`/"
         "`_GRPC_PORT`/`_METRICS_PORT` on free loopback ports; `id` fields masked",
+        "- the runtime examples' models trained as their READMEs do (seeded) by `train.py` with "
+        "MLServer's venv, once per case (both servers load the same files); the repository "
+        "index compared by name (its order is unspecified)",
         "",
         "| case | request | verdict | where | why, and who is right | MLServer | Podium |",
         "|---|---|---|---|---|---|---|",
@@ -365,7 +494,7 @@ def report(results: dict[str, dict[str, Any]]) -> str:
             if "/status" in paths:
                 paths = ["/status", *(p for p in paths if p != "/status")]
             where = ", ".join(f"`{p}`" for p in paths[:3]) + (" …" if len(paths) > 3 else "")
-            why = judged(key, paths) if paths else ""
+            why = judged(f"{case.id} {key}", paths) if paths else ""
             shown = [json.dumps(x, ensure_ascii=False)[:120].replace("|", "\\|") for x in (a, b)]
             lines.append(
                 f"| {case.id} | `{key}` | {verdict} | {where} | {why} | `{shown[0]}` | `{shown[1]}` |"
