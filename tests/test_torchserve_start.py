@@ -104,6 +104,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[str]) -> None:
 
 def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None:
     store = _store(tmp_path)
+    shutil.copy(store / "sentiment.mar", store / "again.mar")
     http = free_port()
     config = _properties(tmp_path, store, http, "models={\\\n  \"sent\": {\"1.0\": {\\\n"
                          '    "minWorkers": 1, "maxWorkers": 3, "responseTimeout": 60,\\\n'
@@ -113,7 +114,7 @@ def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [*PODIUM, "torchserve", "--start", "--ncs", "--model-store", str(store),
-         "--models", "sent=sentiment.mar", "--ts-config", str(config),
+         "--models", "sent=sentiment.mar", "again=again.mar", "--ts-config", str(config),
          "--workflow-store", str(tmp_path / "wf_store")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True,
@@ -122,6 +123,9 @@ def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None
     try:
         _wait_ready(url, proc)
         r = httpx.post(url + "/predictions/sent", json={"text": "I love it"}, timeout=30)
+        assert r.status_code == 200, r.text
+        # several models after one --models, as TorchServe's argparse (nargs="+") takes them
+        r = httpx.post(url + "/predictions/again", json={"text": "I love it"}, timeout=30)
         assert r.status_code == 200, r.text
         # models= gave it 1-3 workers (the archive's own model-config.yaml says 1-1)
         described = httpx.get(f"http://127.0.0.1:{_port(config, 'management')}/models/sent").json()
@@ -171,3 +175,11 @@ def test_serve_takes_ts_config_with_load_models(tmp_path: Path) -> None:
         proc.wait(30)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_models_are_named_after_models_flag(tmp_path: Path) -> None:
+    """TorchServe's ``--models`` takes several names; a name without it is a usage error."""
+    done = subprocess.run([*PODIUM, "torchserve", "--start", "sentiment.mar"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert "name the models after --models (--models a=a.mar b=b.mar)" in done.stderr

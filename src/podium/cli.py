@@ -382,7 +382,8 @@ PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
 @click.option("--foreground", is_flag=True, help="Run in the foreground (as --start does).")
 @click.option("--model-store", type=click.Path(path_type=Path), default=None)
 @click.option("--models", "models", multiple=True, help="name=file.mar, file.mar, a bare name "
-              "in the model store, or all.")  # fmt: skip
+              "in the model store, or all; several after one --models, as TorchServe.")  # fmt: skip
+@click.argument("more_models", nargs=-1, metavar="")
 @click.option("--ts-config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--ncs", "--no-config-snapshots", "ncs", is_flag=True,
               help="Accepted: Podium takes no config snapshots.")  # fmt: skip
@@ -405,6 +406,7 @@ def torchserve_command(
     enable_model_api: bool,
     log_config: Path | None,
     workflow_store: Path | None,
+    more_models: tuple[str, ...],
 ) -> None:
     """TorchServe's start command, unchanged: `podium torchserve --start --ncs --model-store
     model_store --models mnist=mnist.mar --ts-config config.properties`."""
@@ -412,6 +414,9 @@ def torchserve_command(
         sys.exit(_stop_started())
     if not (start or foreground):
         raise click.UsageError("say --start (or --foreground) to serve, or --stop")
+    if more_models and not models:  # TorchServe's --models takes several: `--models a b`
+        raise click.UsageError("name the models after --models (--models a=a.mar b=b.mar)")
+    models += more_models
     if log_config is not None:
         click.echo(
             f"podium: --log-config {log_config} is not read (Podium's own logging)", err=True
