@@ -126,6 +126,7 @@ async def test_registration_parameters_override_the_config_and_a_json_body_works
     (described,) = (await api.get("/models/json-batcher")).json()
     assert described["batchSize"] == 4
     assert described["maxBatchDelay"] == 7
+    assert type(described["maxBatchDelay"]) is int  # TorchServe's integer, not 7.0
     assert described["responseTimeout"] == 30
     assert described["minWorkers"] == 1
     await api.delete("/models/json-batcher")

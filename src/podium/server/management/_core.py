@@ -152,6 +152,10 @@ _ACCEPTED = (
 )
 
 
+def _whole(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
+
+
 def _describe(d: VersionDescription) -> dict[str, Any]:
     """TorchServe 0.12's description of one version (its fields in its order), then Podium's
     additions."""
@@ -167,7 +171,8 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
         "minWorkers": d.min_workers,
         "maxWorkers": d.max_workers,
         "batchSize": config.batch_size,
-        "maxBatchDelay": config.max_batch_delay_ms,
+        # TorchServe's is an integer (ms): a whole number is sent as one (7, not 7.0)
+        "maxBatchDelay": _whole(config.max_batch_delay_ms),
         "responseTimeout": config.response_timeout_s,
     }
     for key, default in _ACCEPTED:

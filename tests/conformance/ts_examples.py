@@ -1,0 +1,227 @@
+"""TorchServe's own examples at v0.12.0, side by side (issue 22, "Proof"): ``examples/image_classifier
+/mnist`` (its ``mnist.py`` and ``mnist_handler.py`` from the TorchServe mirror, fixed-seed
+weights: the published ``mnist_cnn.pt`` is not in the mirror), and batching set both ways the
+documentation gives: ``batchSize`` / ``maxBatchDelay`` in ``config.properties``'s ``models=``
+and through the management API (``POST /models?...&batch_size=&max_batch_delay=``). The real
+TorchServe 0.12 and Podium are started with the same command (the README's)::
+
+    torchserve --start --foreground --ncs --disable-token-auth --enable-model-api \\
+        --model-store STORE --models mnist=mnist.mar mnist_batched=mnist_batched.mar \\
+        --ts-config config.properties
+    python -m podium torchserve ...the same flags...
+
+each with a config.properties of its own (only the ports and TorchServe's private temporary
+directory differ; see ``ts_default_handlers.py``, whose helpers this reuses), the real
+``torch-model-archiver`` building the archives. Requests as the README sends them (``curl -T``:
+a PUT of the PNG). Answers compared as JSON (floats within 1e-4 relative).
+
+Needs the same Python as ``ts_default_handlers.py`` (torchserve 0.12.0, torch-model-archiver,
+torch, torchvision, captum, Podium's dependencies) and Java 17. ``--write-doc`` puts the results
+into ``docs/torchserve.md`` between its ``ts-examples`` markers. Not part of the default run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ts_default_handlers import (  # noqa: E402
+    PODIUM,
+    ROOT,
+    archive,
+    free_port,
+    process,
+    same,
+    wait_models,
+)
+
+MIRROR = Path("/work/.mirror/pytorch+serve/repo")
+TAG = "v0.12.0"
+EXAMPLE = "examples/image_classifier/mnist"
+DOC = ROOT / "docs" / "torchserve.md"
+BEGIN, END = "<!-- ts-examples:begin -->", "<!-- ts-examples:end -->"
+BATCH = {"batchSize": 4, "maxBatchDelay": 200}
+DESCRIBED = ("batchSize", "maxBatchDelay", "minWorkers", "maxWorkers", "responseTimeout")
+
+
+def _show(path: str) -> bytes:
+    git = ["git", "--git-dir", str(MIRROR), "show", f"{TAG}:{path}"]
+    return subprocess.run(git, check=True, capture_output=True).stdout
+
+
+def build(work: Path, store: Path) -> dict[str, bytes]:
+    """The two archives (``mnist``, ``mnist_batched``: the same files) and the test images."""
+    source = work / "mnist"
+    source.mkdir()
+    for name in ("mnist.py", "mnist_handler.py"):
+        (source / name).write_bytes(_show(f"{EXAMPLE}/{name}"))
+    sys.path.insert(0, str(source))
+    from mnist import Net  # the example's model class
+
+    torch.manual_seed(0)
+    torch.save(Net().state_dict(), source / "mnist_cnn.pt")
+    files = {"model_file": source / "mnist.py", "serialized_file": source / "mnist_cnn.pt"}
+    for name in ("mnist", "mnist_batched"):
+        archive(name, str(source / "mnist_handler.py"), files, store)
+    return {f"{d}.png": _show(f"{EXAMPLE}/test_data/{d}.png") for d in range(10)}
+
+
+def config(work: Path, store: Path) -> tuple[Path, dict[str, int]]:
+    ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpcm")}
+    private = work / "tmp"
+    private.mkdir()
+    batched = {"1.0": {"marName": "mnist_batched.mar", **BATCH, "minWorkers": 1, "maxWorkers": 1,
+                       "responseTimeout": 120}}  # fmt: skip
+    props = work / "config.properties"
+    props.write_text("\n".join([
+        f"vmargs=-Djava.io.tmpdir={private}",
+        f"inference_address=http://127.0.0.1:{ports['inference']}",
+        f"management_address=http://127.0.0.1:{ports['management']}",
+        f"metrics_address=http://127.0.0.1:{ports['metrics']}",
+        f"grpc_inference_port={ports['grpc']}", f"grpc_management_port={ports['grpcm']}",
+        f"model_store={store}", "default_workers_per_model=1", "disable_system_metrics=true",
+        "install_py_dep_per_model=false", "enable_envvars_config=true",  # the example's
+        "models=" + json_line({"mnist_batched": batched}), "",
+    ]))  # fmt: skip
+    return props, ports
+
+
+def json_line(value: Any) -> str:
+    import json
+
+    return json.dumps(value, separators=(",", ":"))
+
+
+@contextlib.contextmanager
+def serving(server: str, store: Path, work: Path) -> Iterator[tuple[str, str, list[str]]]:
+    """One server started with the README's command; (inference, management, ready models)."""
+    work.mkdir()
+    props, ports = config(work, store)
+    flags = ["--start", "--foreground", "--ncs", "--disable-token-auth", "--enable-model-api",
+             "--model-store", str(store), "--models", "mnist=mnist.mar",
+             "mnist_batched=mnist_batched.mar", "--ts-config", str(props)]  # fmt: skip
+    env = dict(os.environ, LOG_LOCATION=str(work / "logs"), METRICS_LOCATION=str(work),
+               TMPDIR=str(work / "tmp"), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
+    if server == "torchserve":
+        cmd = [str(Path(sys.executable).parent / "torchserve"), *flags]
+    else:
+        cmd = [sys.executable, "-c", PODIUM, "torchserve", *flags]
+        env["PYTHONPATH"] = str(ROOT / "src")
+    with process(server, cmd, work, env):
+        management = f"http://127.0.0.1:{ports['management']}"
+        ready = wait_models(management, ["mnist", "mnist_batched"], 300)
+        yield f"http://127.0.0.1:{ports['inference']}", management, ready
+
+
+def answer(r: httpx.Response) -> tuple[int, Any]:
+    try:
+        return r.status_code, r.json()
+    except ValueError:
+        return r.status_code, r.text[:200]
+
+
+def described(management: str, name: str) -> tuple[int, Any]:
+    status, body = answer(httpx.get(f"{management}/models/{name}", timeout=30))
+    if status == 200 and isinstance(body, list) and body:
+        body = {k: body[0].get(k) for k in DESCRIBED}
+    return status, body
+
+
+def together(base: str, name: str, images: dict[str, bytes]) -> dict[str, tuple[int, Any]]:
+    """Eight images at once: two batches of four where the model batches."""
+    chosen = list(images.items())[:8]
+    with ThreadPoolExecutor(len(chosen)) as pool:
+        futures = {
+            label: pool.submit(httpx.put, f"{base}/predictions/{name}", content=body, timeout=120)
+            for label, body in chosen
+        }
+    return {f"together {label}": answer(f.result()) for label, f in futures.items()}
+
+
+def scenarios(base: str, management: str, images: dict[str, bytes]) -> dict[str, tuple[int, Any]]:
+    seen: dict[str, tuple[int, Any]] = {}
+    for label, body in images.items():  # curl http://127.0.0.1:8080/predictions/mnist -T 0.png
+        seen[f"mnist|PUT {label}"] = answer(
+            httpx.put(f"{base}/predictions/mnist", content=body, timeout=120)
+        )
+    seen["mnist|POST 0.png"] = answer(
+        httpx.post(f"{base}/predictions/mnist", content=images["0.png"], timeout=120)
+    )
+    seen["mnist|PUT /explanations 0.png"] = answer(
+        httpx.put(f"{base}/explanations/mnist", content=images["0.png"], timeout=300)
+    )
+    seen["config batching|describe"] = described(management, "mnist_batched")
+    for label, got in together(base, "mnist_batched", images).items():
+        seen[f"config batching|{label}"] = got
+    query = ("url=mnist.mar&model_name=mnist_api&batch_size=4&max_batch_delay=200"
+             "&initial_workers=1&synchronous=true")  # fmt: skip
+    status, _ = answer(httpx.post(f"{management}/models?{query}", timeout=300))
+    seen["API batching|POST /models?...batch_size=4&max_batch_delay=200"] = (status, None)
+    seen["API batching|describe"] = described(management, "mnist_api")
+    for label, got in together(base, "mnist_api", images).items():
+        seen[f"API batching|{label}"] = got
+    status, _ = answer(httpx.delete(f"{management}/models/mnist_api", timeout=120))
+    seen["API batching|DELETE /models/mnist_api"] = (status, None)
+    return seen
+
+
+def shown(got: tuple[int, Any] | None) -> str:
+    if got is None:
+        return "—"
+    status, body = got
+    text = "" if body is None else json_line(body)
+    return f"{status} {text[:70]}".strip().replace("|", "\\|")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write-doc", action="store_true", help=f"update {DOC.name}")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ts-examples-"))
+    store = work / "store"
+    store.mkdir()
+    images = build(work, store)
+    answers: dict[str, dict[str, tuple[int, Any]]] = {}
+    for server in ("torchserve", "podium"):
+        with serving(server, store, work / server) as (base, management, ready):
+            if len(ready) < 2:
+                print(f"{server} loaded {ready}; log: {work / server}", file=sys.stderr)
+            answers[server] = scenarios(base, management, images)
+    rows, counts = [], {"same": 0, "differs": 0}
+    for key in answers["torchserve"]:
+        ts, pd = answers["torchserve"][key], answers["podium"].get(key)
+        alike = same(ts[1], pd[1]) if pd is not None else False
+        if key.endswith("describe") and pd is not None:  # the JSON itself: 200, not 200.0
+            alike = json_line(ts[1]) == json_line(pd[1])
+        verdict = "same" if pd is not None and ts[0] == pd[0] and alike else "differs"
+        counts[verdict] += 1
+        scenario, request = key.split("|", 1)
+        rows.append(f"| {scenario} | {request} | `{shown(ts)}` | `{shown(pd)}` | {verdict} |")
+    table = "\n".join(["| example | request | TorchServe 0.12.0 | Podium | verdict |",
+                       "|---|---|---|---|---|", *rows])  # fmt: skip
+    print(table)
+    print(counts, file=sys.stderr)
+    if args.write_doc:
+        text = DOC.read_text()
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+        DOC.write_text(f"{head}{BEGIN}\n{summary}.\n\n{table}\n{END}{tail}")
+    return 0 if counts["differs"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
