@@ -152,10 +152,6 @@ _ACCEPTED = (
 )
 
 
-def _whole(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else value
-
-
 def _describe(d: VersionDescription) -> dict[str, Any]:
     """TorchServe 0.12's description of one version (its fields in its order), then Podium's
     additions."""
