@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -79,12 +80,45 @@ def build(work: Path, store: Path) -> dict[str, bytes]:
     return {f"{d}.png": _show(f"{EXAMPLE}/test_data/{d}.png") for d in range(10)}
 
 
-def config(work: Path, store: Path) -> tuple[Path, dict[str, int]]:
+def build_micro_batching(work: Path, store: Path) -> dict[str, bytes]:
+    """``examples/micro_batching``'s archive as its README builds it (resnet-18's ``model.py``,
+    fixed-seed weights instead of the downloaded ones, the example's handler and config.yaml),
+    and eight JPEGs made from the repository's kitten (crops and flips)."""
+    source = work / "micro_batching"
+    source.mkdir()
+    files = {"model.py": "examples/image_classifier/resnet_18/model.py",
+             "micro_batching_handler.py": "examples/micro_batching/micro_batching_handler.py",
+             "config.yaml": "examples/micro_batching/config.yaml",
+             "index_to_name.json": "examples/image_classifier/index_to_name.json"}  # fmt: skip
+    for name, path in files.items():
+        (source / name).write_bytes(_show(path))
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    torch.manual_seed(0)
+    torch.save(ResNet(BasicBlock, [2, 2, 2, 2]).state_dict(), source / "resnet18.pth")
+    archive("resnet-18_mb", str(source / "micro_batching_handler.py"),
+            {"model_file": source / "model.py", "serialized_file": source / "resnet18.pth",
+             "extra_files": source / "index_to_name.json",
+             "config_file": source / "config.yaml"}, store)  # fmt: skip
+    from PIL import Image, ImageOps
+
+    kitten = Image.open(io.BytesIO(_show("examples/image_classifier/kitten.jpg"))).convert("RGB")
+    variants = [kitten, ImageOps.mirror(kitten), ImageOps.flip(kitten),
+                kitten.crop((0, 0, kitten.width // 2, kitten.height // 2)),
+                kitten.rotate(90, expand=True), kitten.resize((160, 120)),
+                ImageOps.grayscale(kitten).convert("RGB"), ImageOps.autocontrast(kitten)]  # fmt: skip
+    out = {}
+    for i, image in enumerate(variants):
+        buffer = io.BytesIO()
+        image.save(buffer, "JPEG", quality=90)
+        out[f"kitten{i}.jpg"] = buffer.getvalue()
+    return out
+
+
+def config(work: Path, store: Path, models: str) -> tuple[Path, dict[str, int]]:
     ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpcm")}
     private = work / "tmp"
     private.mkdir()
-    batched = {"1.0": {"marName": "mnist_batched.mar", **BATCH, "minWorkers": 1, "maxWorkers": 1,
-                       "responseTimeout": 120}}  # fmt: skip
     props = work / "config.properties"
     props.write_text("\n".join([
         f"vmargs=-Djava.io.tmpdir={private}",
@@ -94,7 +128,7 @@ def config(work: Path, store: Path) -> tuple[Path, dict[str, int]]:
         f"grpc_inference_port={ports['grpc']}", f"grpc_management_port={ports['grpcm']}",
         f"model_store={store}", "default_workers_per_model=1", "disable_system_metrics=true",
         "install_py_dep_per_model=false", "enable_envvars_config=true",  # the example's
-        "models=" + json_line({"mnist_batched": batched}), "",
+        *([f"models={models}"] if models else []), "",
     ]))  # fmt: skip
     return props, ports
 
@@ -105,14 +139,21 @@ def json_line(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+#: config.properties' ``models=`` for the mnist pair: ``mnist_batched`` batches by 4
+MNIST_MODELS = json_line({"mnist_batched": {"1.0": {
+    "marName": "mnist_batched.mar", **BATCH, "minWorkers": 1, "maxWorkers": 1,
+    "responseTimeout": 120}}})  # fmt: skip
+
+
 @contextlib.contextmanager
-def serving(server: str, store: Path, work: Path) -> Iterator[tuple[str, str, list[str]]]:
+def serving(
+    server: str, store: Path, work: Path, models: list[str], properties: str = ""
+) -> Iterator[tuple[str, str, list[str]]]:
     """One server started with the README's command; (inference, management, ready models)."""
     work.mkdir()
-    props, ports = config(work, store)
+    props, ports = config(work, store, properties)
     flags = ["--start", "--foreground", "--ncs", "--disable-token-auth", "--enable-model-api",
-             "--model-store", str(store), "--models", "mnist=mnist.mar",
-             "mnist_batched=mnist_batched.mar", "--ts-config", str(props)]  # fmt: skip
+             "--model-store", str(store), "--models", *models, "--ts-config", str(props)]  # fmt: skip
     env = dict(os.environ, LOG_LOCATION=str(work / "logs"), METRICS_LOCATION=str(work),
                TMPDIR=str(work / "tmp"), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
     if server == "torchserve":
@@ -122,7 +163,7 @@ def serving(server: str, store: Path, work: Path) -> Iterator[tuple[str, str, li
         env["PYTHONPATH"] = str(ROOT / "src")
     with process(server, cmd, work, env):
         management = f"http://127.0.0.1:{ports['management']}"
-        ready = wait_models(management, ["mnist", "mnist_batched"], 300)
+        ready = wait_models(management, [m.split("=")[0] for m in models], 300, settle=45)
         yield f"http://127.0.0.1:{ports['inference']}", management, ready
 
 
@@ -178,6 +219,17 @@ def scenarios(base: str, management: str, images: dict[str, bytes]) -> dict[str,
     return seen
 
 
+def micro_scenarios(base: str, management: str, images: dict[str, bytes]) -> dict[str, Any]:
+    seen: dict[str, tuple[int, Any]] = {}
+    seen["micro batching|describe"] = described(management, "resnet-18_mb")
+    seen["micro batching|PUT kitten0.jpg"] = answer(
+        httpx.put(f"{base}/predictions/resnet-18_mb", content=images["kitten0.jpg"], timeout=300)
+    )
+    for label, got in together(base, "resnet-18_mb", images).items():
+        seen[f"micro batching|{label}"] = got
+    return seen
+
+
 def shown(got: tuple[int, Any] | None) -> str:
     if got is None:
         return "—"
@@ -194,12 +246,21 @@ def main() -> int:
     store = work / "store"
     store.mkdir()
     images = build(work, store)
+    kittens = build_micro_batching(work, store)
     answers: dict[str, dict[str, tuple[int, Any]]] = {}
-    for server in ("torchserve", "podium"):
-        with serving(server, store, work / server) as (base, management, ready):
-            if len(ready) < 2:
-                print(f"{server} loaded {ready}; log: {work / server}", file=sys.stderr)
-            answers[server] = scenarios(base, management, images)
+    pairs = [
+        ("mnist", ["mnist=mnist.mar", "mnist_batched=mnist_batched.mar"], MNIST_MODELS,
+         lambda base, management: scenarios(base, management, images)),
+        ("micro", ["resnet-18_mb.mar"], "",
+         lambda base, management: micro_scenarios(base, management, kittens)),
+    ]  # fmt: skip
+    for pair, models, properties, run in pairs:
+        for server in ("torchserve", "podium"):
+            where = work / f"{pair}-{server}"
+            with serving(server, store, where, models, properties) as (base, management, ready):
+                if len(ready) < len(models):
+                    print(f"{server} loaded {ready}; log: {where}", file=sys.stderr)
+                answers.setdefault(server, {}).update(run(base, management))
     rows, counts = [], {"same": 0, "differs": 0}
     for key in answers["torchserve"]:
         ts, pd = answers["torchserve"][key], answers["podium"].get(key)
