@@ -267,24 +267,34 @@ def wait_models(management: str, names: list[str], timeout: float, settle: float
     return sorted(ready)
 
 
-@contextlib.contextmanager
-def torchserve(store: Path, names: list[str], work: Path) -> Iterator[tuple[str, list[str]]]:
+def properties(work: Path, store: Path, more: list[str]) -> tuple[Path, dict[str, int]]:
+    """``work/config.properties`` on free loopback ports, then the lines of ``more``; and the
+    ports. Its own temporary directory (``work/tmp``): TorchServe keeps its pid file (one server
+    per directory) and its workers' sockets (.ts.sock.9000, ...) there, which another TorchServe
+    would share."""
     ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpcm")}
-    props = work / "config.properties"
-    # its own temporary directory: TorchServe keeps its pid file (one server per directory) and
-    # its workers' sockets (.ts.sock.9000, ...) there, which another TorchServe would share
     private = work / "tmp"
     private.mkdir()
+    props = work / "config.properties"
     props.write_text("\n".join([
         f"vmargs=-Djava.io.tmpdir={private}",
         f"inference_address=http://127.0.0.1:{ports['inference']}",
         f"management_address=http://127.0.0.1:{ports['management']}",
         f"metrics_address=http://127.0.0.1:{ports['metrics']}",
         f"grpc_inference_port={ports['grpc']}", f"grpc_management_port={ports['grpcm']}",
-        f"model_store={store}", "load_models=" + ",".join(f"{n}.mar" for n in names),
-        "default_workers_per_model=1", "disable_token_authorization=true",
-        "disable_system_metrics=true", "install_py_dep_per_model=false", "",
+        f"model_store={store}", *more, "",
     ]))  # fmt: skip
+    return props, ports
+
+
+@contextlib.contextmanager
+def torchserve(store: Path, names: list[str], work: Path) -> Iterator[tuple[str, list[str]]]:
+    props, ports = properties(work, store, [
+        "load_models=" + ",".join(f"{n}.mar" for n in names),
+        "default_workers_per_model=1", "disable_token_authorization=true",
+        "disable_system_metrics=true", "install_py_dep_per_model=false",
+    ])  # fmt: skip
+    private = work / "tmp"
     env = dict(os.environ, LOG_LOCATION=str(work / "ts-logs"), METRICS_LOCATION=str(work))
     env["TMPDIR"] = str(private)
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"

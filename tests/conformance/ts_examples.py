@@ -43,8 +43,8 @@ from ts_default_handlers import (  # noqa: E402
     PODIUM,
     ROOT,
     archive,
-    free_port,
     process,
+    properties,
     same,
     wait_models,
 )
@@ -116,21 +116,11 @@ def build_micro_batching(work: Path, store: Path) -> dict[str, bytes]:
 
 
 def config(work: Path, store: Path, models: str) -> tuple[Path, dict[str, int]]:
-    ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpcm")}
-    private = work / "tmp"
-    private.mkdir()
-    props = work / "config.properties"
-    props.write_text("\n".join([
-        f"vmargs=-Djava.io.tmpdir={private}",
-        f"inference_address=http://127.0.0.1:{ports['inference']}",
-        f"management_address=http://127.0.0.1:{ports['management']}",
-        f"metrics_address=http://127.0.0.1:{ports['metrics']}",
-        f"grpc_inference_port={ports['grpc']}", f"grpc_management_port={ports['grpcm']}",
-        f"model_store={store}", "default_workers_per_model=1", "disable_system_metrics=true",
+    return properties(work, store, [
+        "default_workers_per_model=1", "disable_system_metrics=true",
         "install_py_dep_per_model=false", "enable_envvars_config=true",  # the example's
-        *([f"models={models}"] if models else []), "",
-    ]))  # fmt: skip
-    return props, ports
+        *([f"models={models}"] if models else []),
+    ])  # fmt: skip
 
 
 def json_line(value: Any) -> str:
@@ -147,11 +137,11 @@ MNIST_MODELS = json_line({"mnist_batched": {"1.0": {
 
 @contextlib.contextmanager
 def serving(
-    server: str, store: Path, work: Path, models: list[str], properties: str = ""
+    server: str, store: Path, work: Path, models: list[str], models_line: str = ""
 ) -> Iterator[tuple[str, str, list[str]]]:
     """One server started with the README's command; (inference, management, ready models)."""
     work.mkdir()
-    props, ports = config(work, store, properties)
+    props, ports = config(work, store, models_line)
     flags = ["--start", "--foreground", "--ncs", "--disable-token-auth", "--enable-model-api",
              "--model-store", str(store), "--models", *models, "--ts-config", str(props)]  # fmt: skip
     env = dict(os.environ, LOG_LOCATION=str(work / "logs"), METRICS_LOCATION=str(work),
@@ -163,7 +153,9 @@ def serving(
         env["PYTHONPATH"] = str(ROOT / "src")
     with process(server, cmd, work, env):
         management = f"http://127.0.0.1:{ports['management']}"
-        ready = wait_models(management, [m.split("=")[0] for m in models], 300, settle=45)
+        ready = wait_models(
+            management, [m.split("=")[0].removesuffix(".mar") for m in models], 300, settle=45
+        )
         yield f"http://127.0.0.1:{ports['inference']}", management, ready
 
 
@@ -235,7 +227,7 @@ def shown(got: tuple[int, Any] | None) -> str:
         return "—"
     status, body = got
     text = "" if body is None else json_line(body)
-    return f"{status} {text[:70]}".strip().replace("|", "\\|")
+    return f"{status} {text[:130]}".strip().replace("|", "\\|")
 
 
 def main() -> int:
@@ -254,10 +246,10 @@ def main() -> int:
         ("micro", ["resnet-18_mb.mar"], "",
          lambda base, management: micro_scenarios(base, management, kittens)),
     ]  # fmt: skip
-    for pair, models, properties, run in pairs:
+    for pair, models, models_line, run in pairs:
         for server in ("torchserve", "podium"):
             where = work / f"{pair}-{server}"
-            with serving(server, store, where, models, properties) as (base, management, ready):
+            with serving(server, store, where, models, models_line) as (base, management, ready):
                 if len(ready) < len(models):
                     print(f"{server} loaded {ready}; log: {where}", file=sys.stderr)
                 answers.setdefault(server, {}).update(run(base, management))

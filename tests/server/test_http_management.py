@@ -128,6 +128,7 @@ async def test_registration_parameters_override_the_config_and_a_json_body_works
     assert described["maxBatchDelay"] == 7
     assert type(described["maxBatchDelay"]) is int  # TorchServe's integer, not 7.0
     assert described["responseTimeout"] == 30
+    assert type(described["responseTimeout"]) is int
     assert described["minWorkers"] == 1
     await api.delete("/models/json-batcher")
 

@@ -167,9 +167,9 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
         "minWorkers": d.min_workers,
         "maxWorkers": d.max_workers,
         "batchSize": config.batch_size,
-        # TorchServe's is an integer (ms): a whole number is sent as one (7, not 7.0)
+        # TorchServe's are integers (ms, s): a whole number is sent as one (7, not 7.0)
         "maxBatchDelay": _whole(config.max_batch_delay_ms),
-        "responseTimeout": config.response_timeout_s,
+        "responseTimeout": _whole(config.response_timeout_s),
     }
     for key, default in _ACCEPTED:
         out[key] = raw.get(key, default)
