@@ -5,10 +5,16 @@ handler with it, side by side with TorchServe)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import pytest
+from conftest import run_server
 
 from podium.compat.ts.handler_utils.micro_batching import MicroBatching
 
@@ -122,3 +128,84 @@ def test_parallelism_is_checked(parallelism: dict[str, Any], words: str) -> None
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
         handler.handle.parallelism = parallelism
     assert handler.handle.parallelism == {}
+
+
+_HANDLER = '''
+from ts.handler_utils.micro_batching import MicroBatching
+
+
+class MicroBatcher:
+    """TorchServe's example's form, without torch: handle is the MicroBatching pipeline."""
+
+    def __init__(self):
+        self.context = None
+        self.handle = MicroBatching(self)
+
+    def initialize(self, context):
+        section = context.model_yaml_config.get("micro_batching", {})
+        self.handle.micro_batch_size = section.get("micro_batch_size", 1)
+        self.handle.parallelism = section.get("parallelism", {})
+
+    def preprocess(self, data):
+        return [row["body"]["x"] for row in data]
+
+    def inference(self, xs):
+        return [(x * 10, self.handle.get_micro_batch_idx(), len(xs)) for x in xs]
+
+    def postprocess(self, ys):
+        return [{"y": y, "micro_batch": i, "size": n} for y, i, n in ys]
+
+    def _is_describe(self):
+        return False
+
+    def _is_explain(self):
+        return False
+'''
+
+_CONFIG = """minWorkers: 1
+maxWorkers: 1
+batchSize: 4
+maxBatchDelay: 60000
+micro_batching:
+  micro_batch_size: 2
+  parallelism:
+    preprocess: 2
+    inference: 1
+    postprocess: 2
+"""
+
+
+def test_a_real_server_serves_a_micro_batching_handler(tmp_path: Path) -> None:
+    """Four requests in one batch (it closes only when full), cut into two micro batches of two;
+    each answer is its own request's, in order."""
+    model = tmp_path / "micro"
+    model.mkdir()
+    (model / "handler.py").write_text(_HANDLER)
+    (model / "model-config.yaml").write_text(_CONFIG)
+
+    async def four(url: str) -> list[httpx.Response]:
+        answers: list[httpx.Response] = [httpx.Response(0)] * 4
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+
+            async def one(x: int) -> None:
+                answers[x] = await client.post("/predictions/micro", json={"x": x})
+
+            async with anyio.create_task_group() as group:
+                for x in range(4):
+                    group.start_soon(one, x)
+        return answers
+
+    done = subprocess.run(
+        [sys.executable, "-m", "podium", "archive", "--model-name", "micro", "--handler",
+         str(model / "handler.py"), "--config-file", str(model / "model-config.yaml"),
+         "--export-path", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with run_server(tmp_path / "micro.mar") as server:
+        answers = anyio.run(four, server.url)
+    assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+    got = sorted((a.json()["y"], a.json()["micro_batch"], a.json()["size"]) for a in answers)
+    assert [y for y, _, _ in got] == [0, 10, 20, 30]
+    assert sorted(i for _, i, _ in got) == [0, 0, 1, 1]  # two micro batches of two
+    assert {n for _, _, n in got} == {2}
