@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -272,7 +273,9 @@ def main() -> int:
         head, _, rest = text.partition(BEGIN)
         _, _, tail = rest.partition(END)
         summary = ", ".join(f"{n} {k}" for k, n in counts.items())
-        DOC.write_text(f"{head}{BEGIN}\n{summary}.\n\n{table}\n{END}{tail}")
+        when = time.strftime("%Y-%m-%d", time.gmtime())
+        run = f"Run on {when}: `python tests/conformance/ts_examples.py --write-doc`: {summary}."
+        DOC.write_text(f"{head}{BEGIN}\n{run}\n\n{table}\n{END}{tail}")
     return 0 if counts["differs"] == 0 else 1
 
 
