@@ -130,6 +130,7 @@ class ModelConfig:
     devices: str | tuple[int, ...] = _default("devices")
     workers_per_device: int = _default("workers_per_device")
     devices_per_worker: int = _default("devices_per_worker")
+    predict_concurrency_per: str = _default("predict_concurrency_per")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)

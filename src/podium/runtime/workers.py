@@ -44,6 +44,7 @@ from ..devices import empty_cache, using
 from ..errors import DeviceLost, DeviceOutOfMemory, InvalidInput, ModelNotReady, Unavailable
 from ..metrics import recording_to
 from ..types import ModelInstance
+from ._device_share import DeviceShares
 from ._gate import WorkerGate
 from ._stats import RestartReason, VersionStats
 from ._thread_worker import ThreadWorker, worker_ahead
@@ -211,7 +212,7 @@ class WorkerPool:
         low, high = config.min_workers, config.max_workers
         if devices is not None and devices.workers:
             low = high = devices.workers
-        return cls(
+        pool = cls(
             model=config.name,
             label=label,
             kind=kind,
@@ -224,6 +225,10 @@ class WorkerPool:
             stats=stats,
             devices=devices,
         )
+        if config.predict_concurrency_per == "device" and any(pool.devices.groups):
+            held = pool.devices.of
+            pool.gate.shares = DeviceShares(config.predict_concurrency, lambda w: held(w.id))
+        return pool
 
     # -- views -----------------------------------------------------------------------------
 

@@ -190,6 +190,9 @@ def model_config(
             )
         else:
             data["devices"] = devices
+    # Each TorchServe worker runs its own handler calls, however many share its GPU (minWorkers
+    # on one GPU: that many at once): its predict_concurrency stays per worker (docs/devices.md)
+    data.setdefault("predict_concurrency_per", "worker")
     try:
         config = ModelConfig.from_mapping(data, default_name=name, where=where)
     except DefinitionError as exc:
