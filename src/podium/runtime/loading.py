@@ -38,7 +38,7 @@ from ._scheduler import Scheduler
 from ._stats import VersionStats
 from .batcher import BatchScheduler
 from .continuous import ContinuousScheduler
-from .devices import assigner_for
+from .devices import assigner_for, inventory
 from .direct import DirectScheduler
 from .process import process_pool
 from .registry import ModelVersion, Registry
@@ -176,6 +176,12 @@ def build_version(
     config = source.config
     # where its workers run: a model asking for GPUs this machine lacks fails here, saying so
     devices = assigner_for(config, label_of(config))
+    if source.contract is Contract.TRUSS:  # its GPU type, checked (a warning, not an error)
+        used = {index for group in devices.groups for index in group}
+        given = [(g.index, g.name) for g in inventory().gpus() if g.index in used]
+        mismatch = truss.accelerator_note(source, given)
+        if mismatch:
+            logger.warning("%s", mismatch)
     pool: WorkerPool
     if WorkerKind(config.workers) is WorkerKind.PROCESS:
         threads = getattr(executor, "_max_workers", 16)

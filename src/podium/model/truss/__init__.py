@@ -17,6 +17,7 @@ from typing import Any
 from ...errors import DefinitionError
 from ...types import ModelInstance
 from .._source import ModelSource
+from ._accelerator import accelerator_mismatch
 from ._config import TrussSettings, is_source, read_truss
 from ._environ import install, using
 from ._imports import import_class
@@ -25,6 +26,7 @@ from ._spec import TrussSpec, inspect_truss
 
 __all__ = [
     "TrussSettings",
+    "accelerator_note",
     "build",
     "is_source",
     "missing_requirements",
@@ -51,6 +53,15 @@ def notes(source: ModelSource) -> list[str]:
             f"(pip install {' '.join(repr(m) if ' ' in m else m for m in missing)})"
         )
     return found
+
+
+def accelerator_note(source: ModelSource, gpus: list[tuple[int, str]]) -> str | None:
+    """A warning where the GPUs (``(number, name)``) the truss was given are not of the type
+    its ``resources.accelerator`` names (``A10G:2``); None where they are, or it names none."""
+    accelerator = source.truss_parts().settings.resources.get("accelerator")
+    if not accelerator or not gpus:
+        return None
+    return accelerator_mismatch(source.label, str(accelerator), gpus)
 
 
 def prepare(source: ModelSource) -> TrussSpec:
