@@ -9,7 +9,8 @@
   with the stable keys ``ts`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,
   ``message`` and ``request_id`` (null outside a request), plus ``exception`` / ``stack`` when the
   record has them and the fields a record carries in its ``fields`` attribute (the access log's:
-  docs/operations.md, "Logs"). Encoded by msgspec: no hand-made escaping.
+  docs/operations.md, "Logs"), and ``device`` (``cuda:1``) on a line made while a model's code
+  runs on a GPU (docs/devices.md). Encoded by msgspec: no hand-made escaping.
 
 Which request a line is about comes from :data:`podium.types.current_request`, read by
 :class:`RequestIdFilter` on the handler, in the thread that logs: the front end sets it for each
@@ -37,6 +38,7 @@ from typing import IO, Any
 
 import msgspec
 
+from .devices import running_on
 from .errors import bounded
 from .turn import TurnBuffer
 from .types import current_request
@@ -98,13 +100,18 @@ def bounded_traceback(text: str) -> str:
 
 class RequestIdFilter(logging.Filter):
     """Sets ``record.request_id``: the id of the request being served where the record was made
-    (:data:`podium.types.current_request`), unless the record names one already (``extra=``).
-    On the handler, so it sees every record that reaches it, whichever logger made it."""
+    (:data:`podium.types.current_request`), unless the record names one already (``extra=``);
+    and ``record.device`` where a thread worker's model code runs on a GPU (``podium.device()``
+    there: its JSON line says it; a worker process's lines say it as one of their ``static``
+    keys). On the handler, so it sees every record that reaches it, whichever logger made it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "request_id" not in record.__dict__:
             info = current_request.get()
             record.request_id = None if info is None else info.id
+        on = running_on()
+        if on is not None:
+            record.__dict__.setdefault("device", on)
         return True
 
 
@@ -198,6 +205,9 @@ class JsonFormatter(logging.Formatter):
             bounded(record.getMessage(), MAX_LOG_MESSAGE),
             record.__dict__.get("fields"),
         )
+        device = record.__dict__.get("device")
+        if device is not None:
+            line.setdefault("device", str(device)[:64])
         if record.exc_info:
             line["exception"] = bounded_traceback(self.formatException(record.exc_info))
         elif record.exc_text:

@@ -1,7 +1,8 @@
 """``predict_concurrency`` per device (docs/devices.md, "One device, one bound"), with four fake
 GPUs: workers that share a GPU share its bound (thread and process workers, batches), each
 worker keeps its own where ``predict_concurrency_per: worker`` (TorchServe's default), and the
-CPU is never shared. Counted, never timed: predicts block until the test lets them go."""
+CPU is never shared. Counted, never timed: predicts block until the test lets them go. And
+what ran on each GPU, as the statistics extension's ``device_stats`` reports it."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from helpers import wait_until
 
+from podium.dataplane._statistics import model_statistics
 from podium.model.discovery import discover_all
 from podium.model.torchserve._config import model_config
 from podium.runtime import devices as devices_module
@@ -161,6 +164,12 @@ async def test_thread_workers_on_one_gpu_share_its_predict_concurrency(
         pool = mv.pool
         assert pool is not None and pool.gate.shares is not None
         assert [pool.gate.shares.held((i,)) for i in range(4)] == [0, 0, 0, 0]
+        devices = model_statistics(mv).device_stats
+        assert not isinstance(devices, msgspec.UnsetType)
+        assert [d.device for d in devices] == [f"cuda:{i}" for i in range(4)]
+        assert sum(d.inference_count for d in devices) == 40
+        assert all(d.execution_count == d.inference_count > 0 for d in devices)
+        assert all(d.compute_infer.count == d.execution_count for d in devices)
 
 
 @pytest.mark.anyio
@@ -182,6 +191,9 @@ async def test_one_batch_at_a_time_on_a_gpu_its_two_workers_share(
         await _held(mv, probe, 12, 1)
         assert probe.most == {"cuda:2": 1}  # one batch at once on the GPU, not one per worker
         assert sum(probe.sizes) == 12 and max(probe.sizes) <= 4
+        [on] = model_statistics(mv).device_stats  # type: ignore[misc]
+        assert (on.device, on.inference_count) == ("cuda:2", 12)
+        assert on.execution_count == len(probe.sizes)
 
 
 @pytest.mark.anyio
@@ -193,6 +205,8 @@ async def test_the_cpu_is_not_shared_each_worker_keeps_its_bound(
         await _held(mv, probe, 6, 2)
         assert probe.most == {"cpu": 2}
         assert mv.pool is not None and mv.pool.gate.shares is None
+        answer = msgspec.json.decode(msgspec.json.encode(model_statistics(mv)))
+        assert "device_stats" not in answer and answer["inference_count"] == 6
 
 
 @pytest.mark.anyio
@@ -215,6 +229,11 @@ async def test_worker_processes_on_one_gpu_share_its_bound(
         answers = await asyncio.gather(*calls)
         assert {a["here"] for a in answers} == {1}  # never two at once on one GPU
         assert sorted({a["gpu"] for a in answers}) == ["1", "3"]
+        # what each process ran, from its reports to the server
+        stats = mv.stats.by_device
+        await wait_until(lambda ran=stats: sum(c.inferences for c in ran.values()) == 12, 10.0)
+        assert sorted(stats) == ["cuda:1", "cuda:3"]
+        assert all(c.executions == c.inferences > 0 and c.ns > 0 for c in stats.values())
 
 
 def test_the_shares_count_only_gpus_and_bind_where_two_workers_meet() -> None:

@@ -35,6 +35,7 @@ from ..errors import (
 )
 from ..metrics import MetricStore
 from ..types import WireProtocol
+from ._device_counts import DeviceCounts
 
 __all__ = [
     "DURATION_BUCKETS_NS",
@@ -298,6 +299,7 @@ class VersionStats:
         "sequences_ended",
         "restarts",
         "out_of_memory",
+        "by_device",
         "lost_devices",
         "last_device_lost",
         "load_ns",
@@ -328,6 +330,8 @@ class VersionStats:
         self.restarts: dict[RestartReason, int] = {}
         #: requests failed by a device out of memory, by device ("cuda:0")
         self.out_of_memory: dict[str, int] = {}
+        #: what ran on each GPU ("cuda:0"), for the statistics extension
+        self.by_device: dict[str, DeviceCounts] = {}
         #: devices lost under a worker, by device; and the last loss: device and error
         self.lost_devices: dict[str, int] = {}
         self.last_device_lost: tuple[str, str] | None = None
@@ -372,6 +376,13 @@ class VersionStats:
 
     def restarted(self, reason: RestartReason) -> None:
         self.restarts[reason] = self.restarts.get(reason, 0) + 1
+
+    def on_device(self, device: str) -> DeviceCounts:
+        """The counts of ``device`` ("cuda:1"), which a worker on it adds to."""
+        counts = self.by_device.get(device)
+        if counts is None:
+            counts = self.by_device[device] = DeviceCounts()
+        return counts
 
     def out_of_memory_on(self, device: str) -> None:
         """A request failed: ``device`` ran out of memory."""

@@ -79,6 +79,8 @@ class ThreadWorker:
         self._loaded = loaded
         self._on_stuck = on_stuck
         self._stats = stats if stats is not None else VersionStats()
+        #: what it ran on its GPU (the statistics extension's device_stats); None on the CPU
+        self._on_gpu = self._stats.on_device(device) if devices else None
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
         self._idle: asyncio.Event | None = None
         # response_timeout (:meth:`_timed`): the callers' tasks the sweep watches, each with
@@ -126,13 +128,17 @@ class ThreadWorker:
         """:meth:`infer` on a GPU (it stands for it there: the CPU's path pays nothing):
         ``podium.device()`` is this worker's, and a device's failure is told to the pool (out
         of memory: counted; lost: this worker is replaced)."""
+        start = _now()
         try:
             with using(self.device):
-                return await ThreadWorker.infer(self, inputs, request, size)
+                outputs = await ThreadWorker.infer(self, inputs, request, size)
         except (DeviceOutOfMemory, DeviceLost) as exc:
             if self._on_device_error is not None:
                 self._on_device_error(self, exc)
             raise
+        assert self._on_gpu is not None  # (this path stands for infer on a GPU only)
+        self._on_gpu.add(size, _now() - start)
+        return outputs
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests, len(inputs))

@@ -44,6 +44,7 @@ from ..devices import empty_cache, using
 from ..errors import DeviceLost, DeviceOutOfMemory, InvalidInput, ModelNotReady, Unavailable
 from ..metrics import recording_to
 from ..types import ModelInstance
+from ._device_counts import DeviceCounts
 from ._device_share import DeviceShares
 from ._gate import WorkerGate
 from ._stats import RestartReason, VersionStats
@@ -231,6 +232,11 @@ class WorkerPool:
         return pool
 
     # -- views -----------------------------------------------------------------------------
+
+    def counts_of(self, wid: str) -> DeviceCounts | None:
+        """What worker ``wid`` runs on its GPU adds to (None on the CPU): its device's counts."""
+        group = self.devices.of(wid)
+        return self.stats.on_device(self.devices.name(group)) if group else None
 
     def infos(self) -> list[WorkerInfo]:
         devices = self.devices

@@ -251,7 +251,8 @@ class Child(asyncio.Protocol):
             init.log_level,
             init.log_format,
             tag=f"worker {init.worker} pid {pid}",
-            static={"worker": init.worker, "pid": pid},
+            static={"worker": init.worker, "pid": pid}
+            | ({"device": init.device} if init.device else {}),
         )
         secrets = init.secrets
         if isinstance(secrets, EnvSecrets):

@@ -115,6 +115,8 @@ class Init(msgspec.Struct):
     log_format: str = "text"  # the server's --log-format
     #: the names of this worker's shared memory files start with it ("": the socket carries all)
     shm: str = ""
+    #: its GPU as the server names it ("cuda:1"; "": the CPU): its JSON log lines say it
+    device: str = ""
 
 
 # (the tags: ``_wire`` decodes the messages that carry no classes or functions as they are)

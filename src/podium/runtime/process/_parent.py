@@ -144,6 +144,7 @@ class ProcessWorker:
         self._codec = codec
         self._gate = pool.gate
         self._stats = pool.stats
+        self._on_gpu = pool.counts_of(wid)  # what it runs on its GPU (None: the CPU)
         self._label = pool.label
         self._model, self._version = config.name, config.version  # what its spans name
         self._on_exit = pool.worker_exited
@@ -331,6 +332,8 @@ class ProcessWorker:
             case Report():
                 if message.compute is not None:
                     self._stats.merge_compute(message.compute)
+                    if self._on_gpu is not None:
+                        self._on_gpu.merge(message.compute)
                 if message.metrics:
                     self._stats.custom.apply(message.metrics)
             case Ready():
@@ -647,6 +650,7 @@ def process_pool(
                 log_level=logging.getLogger().getEffectiveLevel(),
                 log_format=current_format(),
                 shm=f"podium-{os.getpid()}-{_secrets.token_hex(4)}-{wid}" if shared else "",
+                device=pool.devices.name(group) if group else "",
             ),
         )
 
