@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..types import Datatype, Parameters, RequestInput, ResponseOutput, TensorData
-from .base import InputCodec, register_input_codec, register_request_codec
+from .base import InputCodec, as_input, register_input_codec, register_request_codec
 from .lists import is_list_of
 from .string import encode_str
 from .utils import SingleInputRequestCodec, inject_batch_dimension
@@ -119,14 +119,7 @@ class NumpyCodec(InputCodec):
 
     @classmethod
     def encode_input(cls, name: str, payload: np.ndarray, **kwargs: Any) -> RequestInput:
-        output = cls.encode_output(name=name, payload=payload)
-        return RequestInput(
-            name=output.name,
-            datatype=output.datatype,
-            shape=output.shape,
-            data=output.data,
-            parameters=Parameters(content_type=cls.ContentType),
-        )
+        return as_input(cls.encode_output(name=name, payload=payload))
 
     @classmethod
     def decode_input(cls, request_input: RequestInput) -> np.ndarray:
