@@ -25,7 +25,7 @@ from typing import Any
 from ..config import ModelConfig
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
-from ._items import ItemBuffer
+from ._items import ItemBuffer, step
 from ._scheduler import Activity
 from .workers import Worker, WorkerPool, WorkerState
 
@@ -46,6 +46,10 @@ class _Request(ItemBuffer):
         self.placed = _now()
         self.joined = 0
         self.lane: _Lane | None = None
+
+    def wake_lane(self) -> None:
+        if self.lane is not None:
+            self.lane.wake.set()
 
 
 class _Lane:
@@ -162,27 +166,10 @@ class ContinuousScheduler:
                 self._stats.compute_input.add(_now() - start)
             req = _Request(Generation(inputs, request), self._buffer)
             self._place(req)
-            try:
-                while True:
-                    if req.items:
-                        was_full = req.full
-                        item = req.items.popleft()
-                        if was_full and req.lane is not None:
-                            req.lane.wake.set()  # it may step again
-                        yield item
-                        continue
-                    if req.done:
-                        if req.error is not None:
-                            raise req.error
-                        self._stats.generated(_now() - req.joined)
-                        return
-                    req.wake.clear()
-                    await req.wake.wait()
-            finally:
-                if not req.done:
-                    req.gen.cancelled = True  # the client left: out before the next step
-                    if req.lane is not None:
-                        req.lane.wake.set()
+            async with contextlib.aclosing(req.read(req.wake_lane)) as items:
+                async for item in items:
+                    yield item
+            self._stats.generated(_now() - req.joined)
         finally:
             self._activity.leave()
 
@@ -297,23 +284,4 @@ class ContinuousScheduler:
 
     async def _run_step(self, worker: Worker, batch: list[_Request]) -> None:
         self.steps += 1
-        start = _now()
-        try:
-            await worker.instance.step([r.gen for r in batch])
-        except Exception as exc:  # the instance names the model and step
-            for req in batch:
-                req.gen.take()
-                req.end(exc)
-            return
-        self._stats.stepped(len(batch), _now() - start)
-        for req in batch:
-            gen = req.gen
-            gen.first = False
-            items = gen.take()
-            if gen.cancelled:
-                continue
-            if items:
-                req.items.extend(items)
-                req.wake.set()
-            if gen.finished:
-                req.end()
+        await step(worker.instance, batch, self._stats)
