@@ -7,13 +7,16 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import QueueFull
 from ..types import SequenceRef
 from ._line import Line
 
-__all__ = ["Activity", "Scheduler", "SequenceScheduling", "SlotGate", "TaskSet"]
+if TYPE_CHECKING:
+    from .workers import WorkerPool
+
+__all__ = ["Activity", "PoolScheduler", "Scheduler", "SequenceScheduling", "SlotGate", "TaskSet"]
 
 T = TypeVar("T")
 
@@ -80,6 +83,35 @@ class Activity:
                     yield item
         finally:
             self.leave()
+
+
+class PoolScheduler:
+    """What every scheduler of a version's :class:`~podium.runtime.workers.WorkerPool` keeps:
+    the pool, its gate, label and counters, and the requests inside it (:attr:`in_flight`,
+    what :meth:`drain` waits out before the workers stop)."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
+        self._gate = pool.gate
+        self._label = pool.label
+        self._stats = pool.stats
+        self._activity = Activity()
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self._pool
+
+    async def start(self) -> None:
+        return None
+
+    async def drain(self) -> None:
+        """Return once no request is in this scheduler (new ones may still arrive)."""
+        await self._activity.drain()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler now, waiting or running."""
+        return self._activity.count
 
 
 class SequenceScheduling(Scheduler, Protocol):

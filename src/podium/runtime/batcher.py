@@ -19,7 +19,7 @@ from ..errors import Unavailable
 from ..types import ModelInstance
 from ._clock import SYSTEM_CLOCK, Clock
 from ._collector import BatchCollector, Pending
-from ._scheduler import Activity, TaskSet
+from ._scheduler import PoolScheduler, TaskSet
 from .direct import stream_inputs_through, stream_through
 from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
@@ -31,7 +31,7 @@ logger = logging.getLogger("podium.batcher")
 _now = time.perf_counter_ns
 
 
-class BatchScheduler:
+class BatchScheduler(PoolScheduler):
     """Collects requests into batches for a model whose ``predict`` takes a list.
 
     ``predict`` gets the list of (preprocessed) inputs, and, if it takes the request, the list of
@@ -53,15 +53,12 @@ class BatchScheduler:
         concurrency: int,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        if isinstance(target, WorkerPool):
-            self._pool = target
-        else:
-            self._pool = WorkerPool.single(
+        if not isinstance(target, WorkerPool):
+            target = WorkerPool.single(
                 target, model=model, concurrency=concurrency, max_waiting=1 << 30
             )
-        self._gate = self._pool.gate
+        super().__init__(target)
         self._model = model
-        self._activity = Activity()
         self._tasks = TaskSet()
         self._closed = False
         self._batches: BatchCollector[Worker] = BatchCollector(
@@ -94,21 +91,8 @@ class BatchScheduler:
         self._batches.fail_queued(lambda _: self._stopped_error())
         await self._pool.close()
 
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
-
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
     def _stopped_error(self) -> Unavailable:
         return Unavailable(f"model '{self._model}' stopped before this request finished")
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (queued or running)."""
-        return self._activity.count
 
     def statistics(self) -> dict[str, int]:
         stats = self._pool.statistics()

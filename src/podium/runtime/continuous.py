@@ -26,7 +26,7 @@ from ..config import ModelConfig
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
 from ._items import ItemBuffer, step
-from ._scheduler import Activity
+from ._scheduler import PoolScheduler
 from .workers import Worker, WorkerPool, WorkerState
 
 __all__ = ["ContinuousScheduler"]
@@ -72,7 +72,7 @@ class _Lane:
         return len(self.active) + len(self.joining)
 
 
-class ContinuousScheduler:
+class ContinuousScheduler(PoolScheduler):
     """Runs a ``continuous`` instance's ``step`` over a version's thread workers.
 
     ``stream(inputs, request)`` yields the items of one request as the steps emit them;
@@ -81,28 +81,17 @@ class ContinuousScheduler:
     """
 
     def __init__(self, pool: WorkerPool, *, config: ModelConfig) -> None:
-        self._pool = pool
-        self._gate = pool.gate
-        self._label = pool.label
+        super().__init__(pool)
         self._batch_size = max(config.batch_size, 1)
         self._max_waiting = config.max_queue_size
         self._buffer = max(config.stream_buffer, 1)
         self._lanes: dict[Worker, _Lane] = {}
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
-        self._activity = Activity()
-        self._stats = pool.stats
         self.steps = 0
         pool.on_worker_lost = self._on_worker_lost
 
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
-
     # -- the Scheduler protocol ----------------------------------------------------------------
-
-    async def start(self) -> None:
-        return None
 
     async def close(self) -> None:
         """Stop: the lanes stop, every waiting or active request fails with ``Unavailable``,
@@ -121,15 +110,6 @@ class ContinuousScheduler:
             self._waiting.popleft().end(stopped)
         self._lanes.clear()
         await self._pool.close()
-
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (waiting or in a batch)."""
-        return self._activity.count
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)

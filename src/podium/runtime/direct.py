@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
-from ._scheduler import Activity
+from ._scheduler import PoolScheduler
 from ._stats import VersionStats
 from .process import WorkerGone
 from .workers import Moved, Worker, WorkerPool
@@ -19,7 +19,7 @@ __all__ = ["DirectScheduler"]
 _now = time.perf_counter_ns
 
 
-class DirectScheduler:
+class DirectScheduler(PoolScheduler):
     """Preprocess and postprocess run freely; only ``predict`` holds one of the slots.
 
     ``target`` is the version's :class:`WorkerPool` (or one loaded instance, which gets a pool of
@@ -41,48 +41,28 @@ class DirectScheduler:
         max_queue_size: int = 1000,
         stream_buffer: int = 16,
     ) -> None:
-        if isinstance(target, WorkerPool):
-            self._pool = target
-        else:
-            self._pool = WorkerPool.single(
+        if not isinstance(target, WorkerPool):
+            target = WorkerPool.single(
                 target,
                 model=model,
                 concurrency=concurrency,
                 max_waiting=max_queue_size,
                 stream_buffer=stream_buffer,
             )
-        self._gate = self._pool.gate
+        super().__init__(target)
         self._model = model
-        self._activity = Activity()
-        self._stats = self._pool.stats
-
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
 
     @property
     def stats(self) -> VersionStats:
         """The counters of the version this scheduler runs (its pool's)."""
         return self._stats
 
-    async def start(self) -> None:
-        return None
-
     async def close(self) -> None:
         """Stop every worker; readers of running streams get ``Unavailable``, not a hang."""
         await self._pool.close()
 
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
     def statistics(self) -> dict[str, int]:
         return self._pool.statistics()
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (waiting or running)."""
-        return self._activity.count
 
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool

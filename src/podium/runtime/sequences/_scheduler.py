@@ -25,7 +25,7 @@ from ...errors import InvalidInput, SequenceClosed, SequenceLimit, Unavailable
 from ...types import Context, SequenceRef, current_context
 from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
-from .._scheduler import Activity, TaskSet
+from .._scheduler import PoolScheduler, TaskSet
 from .._stats import SequenceEnd
 from ..direct import stream_inputs_through
 from ..workers import Worker, WorkerPool, WorkerState
@@ -45,7 +45,7 @@ SWEEP_MAX = 1.0
 _READY = WorkerState.READY  # compared for every worker, for every new sequence
 
 
-class SequenceScheduler:
+class SequenceScheduler(PoolScheduler):
     """Runs the requests of stateful sequences over a version's thread workers.
 
     ``infer_in`` / ``stream_in`` run one request in the sequence its :class:`SequenceRef` names
@@ -59,9 +59,7 @@ class SequenceScheduler:
     def __init__(
         self, pool: WorkerPool, *, config: ModelConfig, clock: Clock = SYSTEM_CLOCK
     ) -> None:
-        self._pool = pool
-        self._gate = pool.gate
-        self._label = pool.label
+        super().__init__(pool)
         self._model = config.name
         self._batch_size = config.batch_size
         self._delay = config.max_batch_delay_ms / 1000.0
@@ -86,19 +84,10 @@ class SequenceScheduler:
         self._tick = max(min([SWEEP_MAX, *(t / 4 for t in limits)]), 0.001)
         self._sweeper: Timer | None = None
         self._closed = False
-        self._activity = Activity()
-        self._stats = pool.stats
         self.batches_run = 0
         pool.on_worker_lost = self._on_worker_lost
 
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
-
     # -- the Scheduler protocol ----------------------------------------------------------------
-
-    async def start(self) -> None:
-        return None
 
     async def close(self) -> None:
         """Stop: every request waiting or in a running batch fails with ``Unavailable``, the sweep
@@ -113,15 +102,6 @@ class SequenceScheduler:
         for lane in list(self._lanes.values()):
             lane.fail_waiting(self._stopped_error)
         await self._pool.close()
-
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (waiting for their turn, a slot or a batch, or running)."""
-        return self._activity.count
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``sequences`` (open), ``queued`` (requests waiting for their
