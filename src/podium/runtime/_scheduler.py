@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -14,11 +15,22 @@ from ..types import SequenceRef
 from ._line import Line
 
 if TYPE_CHECKING:
+    from ._stats import VersionStats
     from .workers import WorkerPool
 
-__all__ = ["Activity", "PoolScheduler", "Scheduler", "SequenceScheduling", "SlotGate", "TaskSet"]
+__all__ = [
+    "Activity",
+    "PoolScheduler",
+    "Scheduler",
+    "SequenceScheduling",
+    "SlotGate",
+    "TaskSet",
+    "postprocess",
+    "preprocess",
+]
 
 T = TypeVar("T")
+_now = time.perf_counter_ns
 
 
 class Scheduler(Protocol):
@@ -112,6 +124,23 @@ class PoolScheduler:
     def in_flight(self) -> int:
         """Requests in this scheduler now, waiting or running."""
         return self._activity.count
+
+
+async def preprocess(stats: VersionStats, model: Any, inputs: Any, request: Any) -> Any:
+    """``model.preprocess(inputs, request)`` (an instance, or a pool's preprocessor), its time
+    counted as the version's ``compute_input``."""
+    start = _now()
+    inputs = await model.preprocess(inputs, request)
+    stats.compute_input.add(_now() - start)
+    return inputs
+
+
+async def postprocess(stats: VersionStats, model: Any, outputs: Any, request: Any) -> Any:
+    """``model.postprocess(outputs, request)``, its time counted as ``compute_output``."""
+    start = _now()
+    outputs = await model.postprocess(outputs, request)
+    stats.compute_output.add(_now() - start)
+    return outputs
 
 
 class SequenceScheduling(Scheduler, Protocol):

@@ -19,7 +19,7 @@ from ..errors import Unavailable
 from ..types import ModelInstance
 from ._clock import SYSTEM_CLOCK, Clock
 from ._collector import BatchCollector, Pending
-from ._scheduler import PoolScheduler, TaskSet
+from ._scheduler import PoolScheduler, TaskSet, postprocess, preprocess
 from .direct import stream_inputs_through, stream_through
 from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
@@ -111,9 +111,7 @@ class BatchScheduler(PoolScheduler):
         pool = self._pool
         caps = pool.instance.capabilities
         if caps.has_preprocess:
-            start = _now()
-            inputs = await pool.preprocessor().preprocess(inputs, request)
-            pool.stats.compute_input.add(_now() - start)
+            inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
         pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
@@ -127,9 +125,7 @@ class BatchScheduler(PoolScheduler):
         if isinstance(outputs, Failed):  # this request's own failure in a worker process
             raise outputs.exception()
         if caps.has_postprocess and pending.slot is not None:
-            start = _now()
-            outputs = await pending.slot.instance.postprocess(outputs, request)
-            pool.stats.compute_output.add(_now() - start)
+            outputs = await postprocess(pool.stats, pending.slot.instance, outputs, request)
         return outputs
 
     def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:

@@ -26,7 +26,7 @@ from ..config import ModelConfig
 from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
 from ..types import Generation
 from ._items import ItemBuffer, step
-from ._scheduler import PoolScheduler
+from ._scheduler import PoolScheduler, preprocess
 from .workers import Worker, WorkerPool, WorkerState
 
 __all__ = ["ContinuousScheduler"]
@@ -141,9 +141,7 @@ class ContinuousScheduler(PoolScheduler):
             if self._closed:
                 raise Unavailable(f"{self._label} is stopped")
             if self._pool.instance.capabilities.has_preprocess:
-                start = _now()
-                inputs = await self._pool.preprocessor().preprocess(inputs, request)
-                self._stats.compute_input.add(_now() - start)
+                inputs = await preprocess(self._stats, self._pool.preprocessor(), inputs, request)
             req = _Request(Generation(inputs, request), self._buffer)
             self._place(req)
             async with contextlib.aclosing(req.read(req.wake_lane)) as items:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
-from ._scheduler import PoolScheduler
+from ._scheduler import PoolScheduler, postprocess, preprocess
 from ._stats import VersionStats
 from .process import WorkerGone
 from .workers import Moved, Worker, WorkerPool
@@ -71,9 +71,7 @@ class DirectScheduler(PoolScheduler):
         self._activity.enter()
         try:
             if caps.has_preprocess:
-                start = _now()
-                inputs = await pool.preprocessor().preprocess(inputs, request)
-                stats.compute_input.add(_now() - start)
+                inputs = await preprocess(stats, pool.preprocessor(), inputs, request)
             while True:
                 worker: Worker = self._gate.try_acquire()
                 if worker is None:
@@ -88,9 +86,7 @@ class DirectScheduler(PoolScheduler):
                 except (WorkerGone, Moved):
                     continue  # died before it got the request, or took it back: the next takes it
             if caps.has_postprocess:
-                start = _now()
-                outputs = await worker.instance.postprocess(outputs, request)
-                stats.compute_output.add(_now() - start)
+                outputs = await postprocess(stats, worker.instance, outputs, request)
             return outputs
         finally:
             self._activity.leave()
@@ -159,9 +155,7 @@ async def stream_through(pool: WorkerPool, inputs: Any, request: Any) -> AsyncGe
     ready worker's ``predict_stream`` (a worker that died before it got the request is
     skipped). The worker's slot is held until its stream ends."""
     if pool.instance.capabilities.has_preprocess:
-        start = _now()
-        inputs = await pool.preprocessor().preprocess(inputs, request)
-        pool.stats.compute_input.add(_now() - start)
+        inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
     while True:
         worker = await _slot(pool)
         items = worker.stream(inputs, request)
