@@ -46,7 +46,7 @@ import grpc
 import msgspec
 from google.protobuf import json_format
 
-from ...dataplane import DataPlane, ModelVersion
+from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, ModelMetadata, WireProtocol
 from .. import _repository, _sequences
@@ -273,26 +273,8 @@ class OipService:
         version, as Triton answers it."""
         found = self.dataplane.statistics(message.name or None, message.version or None)
         response = _m("inference.ModelStatisticsResponse")()
-        for stats in found:
-            entry = response.model_stats.add(
-                name=stats.name,
-                version=stats.version,
-                last_inference=stats.last_inference,
-                inference_count=stats.inference_count,
-                execution_count=stats.execution_count,
-            )
-            infer = stats.inference_stats
-            into = entry.inference_stats
-            for field in msgspec.structs.fields(infer):
-                duration = getattr(infer, field.name)
-                target = getattr(into, field.name)
-                target.count, target.ns = duration.count, duration.ns
-            for batch in stats.batch_stats:
-                added = entry.batch_stats.add(batch_size=batch.batch_size)
-                for part in ("compute_input", "compute_infer", "compute_output"):
-                    duration = getattr(batch, part)
-                    target = getattr(added, part)
-                    target.count, target.ns = duration.count, duration.ns
+        # The structs' JSON form is protobuf's JSON of Triton's message: one source for both.
+        json_format.ParseDict(msgspec.to_builtins(StatisticsResponse(found)), response)
         return response
 
     # -- inference -------------------------------------------------------------------------
