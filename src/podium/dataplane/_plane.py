@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
@@ -262,17 +261,10 @@ class DataPlane:
         The call is counted in the version's :attr:`~ModelVersion.stats`, by outcome and code
         (of its protocol), with its duration.
         """
-        # InFlight.enter and .leave, inlined: this runs for every call.
         flight = self.flight
-        if flight.closed:
-            raise flight.refusal(call)
-        running = flight.running
-        task = current_task(flight.loop or flight.running_loop())
-        if task is None:  # the loop seen last is not the one running
-            task = flight.current()
-        if task is None or task in running:  # this task runs a call already: that one counts
+        task = flight.enter(call)
+        if task is None:  # this task runs a call already: that one counts
             return await self._infer(call, mv)
-        running[task] = call
         try:
             return await self._infer(call, mv)
         except asyncio.CancelledError:
@@ -281,9 +273,7 @@ class DataPlane:
                 raise
             raise error from None
         finally:
-            del running[task]
-            if flight.stopping:
-                flight.ended(task, call)
+            flight.leave(task)
 
     async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
         if mv is None:
