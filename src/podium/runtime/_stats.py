@@ -313,9 +313,7 @@ class VersionStats:
 
     def executed(self, size: int, ns: int) -> None:
         """One execution of ``predict`` over ``size`` requests that took ``ns``."""
-        predict = self.predict  # Durations.add, inlined: this runs for every request
-        predict.ns += ns
-        predict.buckets[((ns or 1) - 1 >> _SHIFT).bit_length()] += 1
+        self.predict.add(ns)
         if size != 1:
             batch = self.batched.get(size)
             if batch is None:
