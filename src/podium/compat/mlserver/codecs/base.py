@@ -61,10 +61,8 @@ class InputCodec:
         return False
 
     @classmethod
+    @deprecated("The encode() method is now deprecated. Use encode_output() instead.")
     def encode(cls, name: str, payload: Any) -> ResponseOutput:
-        logger.warning(
-            "DEPRECATED! The encode() method is now deprecated. Use encode_output() instead."
-        )
         return cls.encode_output(name, payload)
 
     @classmethod
@@ -80,10 +78,8 @@ class InputCodec:
         raise NotImplementedError()
 
     @classmethod
+    @deprecated("The decode() method is now deprecated. Use decode_input() instead.")
     def decode(cls, request_input: RequestInput) -> Any:
-        logger.warning(
-            "DEPRECATED! The decode() method is now deprecated. Use decode_input() instead."
-        )
         return cls.decode_input(request_input)
 
     @classmethod
@@ -102,12 +98,10 @@ class RequestCodec:
         return False
 
     @classmethod
+    @deprecated("The encode() method is now deprecated. Use encode_response() instead.")
     def encode(
         cls, model_name: str, payload: Any, model_version: str | None = None
     ) -> InferenceResponse:
-        logger.warning(
-            "DEPRECATED! The encode() method is now deprecated. Use encode_response() instead."
-        )
         return cls.encode_response(model_name, payload, model_version)
 
     @classmethod
@@ -125,10 +119,8 @@ class RequestCodec:
         raise NotImplementedError()
 
     @classmethod
+    @deprecated("The decode() method is now deprecated. Use decode_request() instead.")
     def decode(cls, request: InferenceRequest) -> Any:
-        logger.warning(
-            "DEPRECATED! The decode() method is now deprecated. Use decode_request() instead."
-        )
         return cls.decode_request(request)
 
     @classmethod
