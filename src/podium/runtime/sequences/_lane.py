@@ -72,8 +72,11 @@ class Lane:
         steps = self.steps.waiting if self.steps is not None else 0
         return self._gate.waiting_on(self.worker) + self.batches.queued + steps
 
-    async def infer(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
-        """One request, on a slot of its own."""
+    async def infer(
+        self, seq: Sequence, ctx: Context, inputs: Any, request: Any, *, batched: bool
+    ) -> Any:
+        """One request, on a slot of its own, or (``batched``) in the worker's next batch
+        (``seq.batched`` holds it meanwhile)."""
         worker = self.worker
         inst = worker.instance
         caps = inst.capabilities
@@ -81,26 +84,14 @@ class Lane:
         try:
             if caps.has_preprocess:
                 inputs = await preprocess(self._stats, inst, inputs, request)
-            await self._acquire_slot(seq.id)
-            outputs = await worker.infer(inputs, request)  # gives the slot back
-            if caps.has_postprocess:
-                outputs = await postprocess(self._stats, inst, outputs, request)
-            return outputs
-        finally:
-            current_context.reset(token)
-
-    async def infer_batched(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
-        """One request, in the worker's next batch (``seq.batched`` holds it meanwhile)."""
-        inst = self.worker.instance
-        caps = inst.capabilities
-        token = current_context.set(ctx)
-        try:
-            if caps.has_preprocess:
-                inputs = await preprocess(self._stats, inst, inputs, request)
-            if self.lost is not None:
-                raise self._closed_error(seq.id, self.lost)
-            pending = seq.batched = self.batches.add(inputs, request, ctx)
-            outputs = await pending.future
+            if batched:
+                if self.lost is not None:
+                    raise self._closed_error(seq.id, self.lost)
+                pending = seq.batched = self.batches.add(inputs, request, ctx)
+                outputs = await pending.future
+            else:
+                await self._acquire_slot(seq.id)
+                outputs = await worker.infer(inputs, request)  # gives the slot back
             if caps.has_postprocess:
                 outputs = await postprocess(self._stats, inst, outputs, request)
             return outputs

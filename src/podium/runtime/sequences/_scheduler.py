@@ -134,15 +134,10 @@ class SequenceScheduler(PoolScheduler):
         earlier requests, on its worker."""
         self._activity.enter()
         try:
-            seq = await self._open(sequence)
-            await self._take_turn(seq, sequence)
-            self._begin(seq, sequence)
-            ctx = seq.context(last=sequence.end)
-            generation = seq.generation
+            seq, ctx, generation = await self._turn_of(sequence)
             try:
-                if self._batch_size > 1:
-                    return await seq.lane.infer_batched(seq, ctx, inputs, request)
-                return await seq.lane.infer(seq, ctx, inputs, request)
+                batched = self._batch_size > 1
+                return await seq.lane.infer(seq, ctx, inputs, request, batched=batched)
             finally:
                 pending, seq.batched = seq.batched, None
                 if (
@@ -172,11 +167,7 @@ class SequenceScheduler(PoolScheduler):
             return
         self._activity.enter()
         try:
-            seq = await self._open(sequence)
-            await self._take_turn(seq, sequence)
-            self._begin(seq, sequence)
-            ctx = seq.context(last=sequence.end)
-            generation = seq.generation
+            seq, ctx, generation = await self._turn_of(sequence)
             passed = False
             seq.running += 1
             try:
@@ -193,6 +184,14 @@ class SequenceScheduler(PoolScheduler):
             self._activity.leave()
 
     # -- opening, turns, closing -----------------------------------------------------------------
+
+    async def _turn_of(self, sequence: SequenceRef) -> tuple[Sequence, Context, int]:
+        """The sequence a request names, once it is this request's turn in it: the sequence,
+        the request's Context and the sequence's generation (what :meth:`_finish` checks)."""
+        seq = await self._open(sequence)
+        await self._take_turn(seq, sequence)
+        self._begin(seq, sequence)
+        return seq, seq.context(last=sequence.end), seq.generation
 
     async def _open(self, ref: SequenceRef) -> Sequence:
         """The sequence ``ref`` names: the one open under its id (a start flag begins a new one
