@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import Unauthenticated
 from ._asgi import ASGIApp, Receive, Scope, Send
+from .http._responses import JSON, send_body
 
 __all__ = [
     "INFERENCE",
@@ -200,6 +201,7 @@ def _name(kind: str) -> str:
 # -- ASGI -------------------------------------------------------------------------------------
 
 Rule = Callable[[str, str], str | None]
+_CHALLENGE = (b"www-authenticate", b'Bearer realm="podium"')
 Render = Callable[[Unauthenticated], tuple[int, bytes]]
 
 
@@ -253,13 +255,7 @@ class AuthMiddleware:
                     await send({"type": "websocket.close", "code": 1008})
                     return
                 status, body = self.render(exc)
-                headers = [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="podium"'),
-                ]
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
+                await send_body(send, status, [*JSON, _CHALLENGE], body)
                 return
         await self.app(scope, receive, send)
 
