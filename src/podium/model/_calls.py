@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
 import logging
 import threading
 from collections.abc import AsyncGenerator, Callable, Generator
@@ -70,6 +71,18 @@ async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> An
         if not future.cancel():  # already running: it finishes whatever we do
             await asyncio.wait([waiter])
         raise
+
+
+async def call_load(load: Callable[[], Any], executor: Executor) -> None:
+    """A model's ``load()``: an async one on the loop, a sync one in ``executor`` (in this
+    task's context: the metrics it creates are its version's), and what it returns awaited if
+    it is awaitable."""
+    if inspect.iscoroutinefunction(load):
+        await load()
+        return
+    result = await run_sync(executor, load)
+    if inspect.isawaitable(result):
+        await result
 
 
 async def iterate_sync(

@@ -16,7 +16,6 @@ Those rules depend on the config, so ``check_config`` checks them (docs/continuo
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import inspect
 import types
@@ -37,7 +36,14 @@ from ..types import (
     InputKind,
     current_context,
 )
-from ._calls import iterate_async, iterate_sync, model_error, run_sync, validation_failed
+from ._calls import (
+    call_load,
+    iterate_async,
+    iterate_sync,
+    model_error,
+    run_sync,
+    validation_failed,
+)
 from ._threads import CallThreads
 
 __all__ = [
@@ -536,13 +542,7 @@ class NativeModel:
         load = getattr(self.obj, "load", None)
         if load is None:
             return
-        if inspect.iscoroutinefunction(load):
-            await load()
-        else:
-            # in this task's context: the metrics load() creates are this version's
-            result = await run_sync(self._executor, contextvars.copy_context().run, load)
-            if inspect.isawaitable(result):
-                await result
+        await call_load(load, self._executor)
 
     async def _call(self, spec: MethodSpec, fn: Any, inputs: Any, request: Any) -> Any:
         args = self._args(spec, inputs, request)
