@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import time
 
 from ..errors import (
@@ -92,13 +93,7 @@ class Durations:
     def cumulative(self) -> list[int]:
         """How many took at most each bound of :data:`DURATION_BUCKETS_NS`, then in all
         (+Inf): what a Prometheus histogram's buckets say."""
-        found = []
-        total = 0
-        for n in self.buckets[: len(DURATION_BUCKETS_NS)]:
-            total += n
-            found.append(total)
-        found.append(total + sum(self.buckets[len(DURATION_BUCKETS_NS) :]))
-        return found
+        return [*itertools.accumulate(self.buckets[: len(DURATION_BUCKETS_NS)]), self.count]
 
     def __repr__(self) -> str:
         return f"Durations(count={self.count}, ns={self.ns})"

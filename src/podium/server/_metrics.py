@@ -14,6 +14,7 @@ docs/metrics.md.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -61,12 +62,7 @@ def _histogram(family: HistogramMetricFamily, labels: list[str], d: Durations) -
 
 def _cumulative(bounds: list[str], counts: Iterable[float]) -> list[tuple[str, float]]:
     """A histogram's buckets as Prometheus has them: each bound with the count up to it."""
-    total: float = 0
-    out = []
-    for bound, n in zip(bounds, counts, strict=True):
-        total += n
-        out.append((bound, total))
-    return out
+    return list(zip(bounds, itertools.accumulate(counts), strict=True))
 
 
 def _counter(name: str, doc: str, *labels: str) -> CounterMetricFamily:
