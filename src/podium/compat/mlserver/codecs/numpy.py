@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ....codecs._datatypes import NUMPY_DTYPES
 from ..types import Datatype, Parameters, RequestInput, ResponseOutput, TensorData
 from .base import InputCodec, as_input, register_input_codec, register_request_codec
 from .lists import is_list_of
@@ -14,19 +15,10 @@ from .utils import SingleInputRequestCodec, inject_batch_dimension
 
 __all__ = ["NumpyCodec", "NumpyRequestCodec", "convert_nan", "to_datatype", "to_dtype"]
 
+#: The numpy dtype of each datatype MLServer knows, by name: Podium's (no BF16, which MLServer
+#: does not know), and BYTES as fixed-size bytes.
 _NUMPY_OF: dict[str, str] = {
-    "BOOL": "bool",
-    "UINT8": "uint8",
-    "UINT16": "uint16",
-    "UINT32": "uint32",
-    "UINT64": "uint64",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
+    **{datatype: dtype.name for datatype, dtype in NUMPY_DTYPES.items() if datatype != "BF16"},
     "BYTES": "bytes",
 }
 _DATATYPE_OF: dict[str, str] = {
