@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ....codecs._datatypes import NUMPY_DTYPES
+from ....codecs import NUMPY_DTYPES
 from ..types import Datatype, Parameters, RequestInput, ResponseOutput, TensorData
 from .base import InputCodec, as_input, register_input_codec, register_request_codec
 from .lists import is_list_of
