@@ -33,7 +33,9 @@ class MiniLM(ls.LitAPI):
     def setup(self, device: str) -> None:
         embedder = _embedder_module()
         # the same threads as the Podium model (model.py reads the same variable)
-        self.embedder = embedder.Embedder(threads=int(os.environ.get("MINILM_TORCH_THREADS", "1")))
+        self.embedder = embedder.Embedder(
+            threads=int(os.environ.get("MINILM_TORCH_THREADS", "1")), device=device
+        )
         self.embedder.load()
 
     # no annotation on ``request``: LitServe builds its route from it, and an unannotated one
@@ -57,7 +59,11 @@ class MiniLM(ls.LitAPI):
 def main() -> None:
     port, max_batch_size, batch_timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     api = MiniLM(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
-    server = ls.LitServer(api, accelerator="cpu", devices=1, workers_per_device=1, timeout=120)
+    # MINILM_ACCELERATOR=cuda: on the GPU (bench/gpu.py); the CPU otherwise (bench/embeddings.py)
+    accelerator = os.environ.get("MINILM_ACCELERATOR", "cpu")
+    server = ls.LitServer(
+        api, accelerator=accelerator, devices=1, workers_per_device=1, timeout=120
+    )
     server.run(
         host="127.0.0.1",
         port=port,

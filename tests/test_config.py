@@ -104,6 +104,9 @@ def test_model_config_all_keys() -> None:
         "max_sequence_queue_size": 2,
         "max_num_sequences": 8,
         "continuous_batching": True,
+        "devices": "cpu",
+        "workers_per_device": 2,
+        "devices_per_worker": 1,
         "ray": {"num_cpus": 2, "max_ongoing_requests": 8},
     }
     assert set(data) == MODEL_KEYS

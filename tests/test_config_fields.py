@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "max_sequence_queue_size": 16,
     "max_num_sequences": 10_000,
     "continuous_batching": False,
+    "devices": "auto",
+    "workers_per_device": 0,
+    "devices_per_worker": 1,
     "model_metadata": {},
     "ray": {},
 }
@@ -60,6 +63,8 @@ BOUNDS: dict[str, tuple[int, str]] = {
     "sequence_timeout_ms": (0, "milliseconds"),
     "max_sequence_queue_size": (1, "integer"),
     "max_num_sequences": (0, "integer"),
+    "workers_per_device": (0, "integer"),
+    "devices_per_worker": (1, "integer"),
 }
 
 #: A valid value of every key other than its default, and what the attribute then holds.
@@ -83,6 +88,9 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "max_sequence_queue_size": (3, 3),
     "max_num_sequences": (8, 8),
     "continuous_batching": (True, True),
+    "devices": ([1, 0], (1, 0)),
+    "workers_per_device": (2, 2),
+    "devices_per_worker": (2, 2),
     "model_metadata": ({"platform": "onnx"}, {"platform": "onnx"}),
     "ray": ({"num_cpus": 2}, {"num_cpus": 2}),
 }
@@ -222,8 +230,32 @@ def test_keys_without_bounds_are_checked_by_kind() -> None:
     unbounded = {k for k, s in FIELDS.items() if s.kind not in (Kind.INTEGER, Kind.NUMBER)}
     assert unbounded == set(SAMPLES) - set(BOUNDS)
     for key in unbounded:
-        [problem] = problems(build, {key: [1]})
+        wrong = [True] if key == "devices" else [1]  # [1] is GPU 1
+        [problem] = problems(build, {key: wrong})
         assert f"'{key}' must be" in problem, key
+
+
+@pytest.mark.parametrize(
+    ("given", "held"),
+    [
+        ("auto", "auto"),
+        ("CPU", "cpu"),
+        ("gpu", "gpu"),
+        ("cuda", "gpu"),
+        (2, (2,)),
+        ([0, 3], (0, 3)),
+        ("1,2", (1, 2)),
+    ],
+)
+def test_devices_spellings(given: Any, held: Any) -> None:
+    assert build({"devices": given}).devices == held
+
+
+@pytest.mark.parametrize("given", ["tpu", [], [-1], [0, 0], [0.5], "0,x", True, list(range(300))])
+def test_devices_refused(given: Any) -> None:
+    [problem] = problems(build, {"devices": given})
+    assert "'devices'" in problem
+    assert len(problem) < 300  # a long list is not echoed whole
 
 
 # -- TorchServe's model-config.yaml --------------------------------------------------------------

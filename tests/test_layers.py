@@ -68,6 +68,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime._gate",
             "podium.runtime._line",
             "podium.runtime._stats",
+            "podium.runtime.devices",
         ),
     ),
     # compat/ is the import paths the contracts give user code: ts.* re-exports the TorchServe
@@ -91,6 +92,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium._torchserve_start",
             "podium.metrics",
             "podium.tracing",
+            "podium.devices",
         ),
     ),
 ]

@@ -27,6 +27,7 @@ def test_exported_names() -> None:
         "ResponseOutput",
         "Unavailable",
         "__version__",
+        "device",
         "request_id",
     }
     for name in podium.__all__:

@@ -115,10 +115,11 @@ class Embedder:
     ``threads`` is torch's intra-op thread count, set again before each call where it differs
     (torch keeps it per thread, and servers call from pool threads)."""
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, device: str = "cpu") -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.threads = threads
+        self.device = device  # torch's name: "cpu", "cuda:0"
         self._torch: Any = None
         self._model: Any = None
         self._tokenizer: Any = None
@@ -146,6 +147,7 @@ class Embedder:
         transformers.utils.logging.disable_progress_bar()
         torch.set_num_threads(self.threads)
         model = transformers.AutoModel.from_pretrained(directory, local_files_only=True)
+        model = model.to(self.device)
         self._torch, self._tokenizer, self._model = torch, tokenizer, model.eval()
 
     def embed(self, sentences: list[str]) -> np.ndarray:
@@ -167,12 +169,12 @@ class Embedder:
                 for row, i in enumerate(rows):
                     ids[row, : lengths[i]] = encodings[i].ids
                     mask[row, : lengths[i]] = 1
-                attention = torch.from_numpy(mask)
+                attention = torch.from_numpy(mask).to(self.device)
                 hidden = self._model(
-                    input_ids=torch.from_numpy(ids), attention_mask=attention
+                    input_ids=torch.from_numpy(ids).to(self.device), attention_mask=attention
                 ).last_hidden_state
                 # sentence-transformers' Pooling (mean over real tokens) and Normalize
                 weights = attention.unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-                out[rows] = torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
+                out[rows] = torch.nn.functional.normalize(pooled, p=2, dim=1).cpu().numpy()
         return out

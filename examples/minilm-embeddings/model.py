@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+import podium
 from podium import InvalidInput
 
 
@@ -71,7 +72,8 @@ class Model:
     def __init__(self, config: dict[str, Any]) -> None:
         # with batch_size 1 (no batching), predict gets one request's inputs instead of a list
         self._batched = int(config.get("batch_size", 1)) > 1
-        self._embedder = embedder.Embedder(threads=THREADS)
+        # the worker's device (docs/devices.md): a GPU when the server has one, else the CPU
+        self._embedder = embedder.Embedder(threads=THREADS, device=podium.device())
 
     def load(self) -> None:
         self._embedder.load()

@@ -14,6 +14,7 @@ tests/test_layers.py holds every module to it)::
 Users import from here: ``from podium import InferenceRequest, InferenceResponse``.
 """
 
+from .devices import device
 from .errors import (
     InvalidInput,
     ModelError,
@@ -48,5 +49,6 @@ __all__ = [
     "ResponseOutput",
     "Unavailable",
     "__version__",
+    "device",
     "request_id",
 ]

@@ -55,6 +55,7 @@ class Kind(enum.Enum):
     STRING = "string"  # a string, possibly empty
     PATH = "path"  # a non-empty string or path, as a Path
     LIST = "list"  # a list of strings (one string: a list of it), as a tuple
+    DEVICES = "devices"  # "auto", "cpu", "gpu", or GPU numbers (a list, or one), as a tuple
 
 
 class Unit(enum.Enum):
@@ -161,7 +162,42 @@ def check(
                 return UNSET
             if not isinstance(value, dict):
                 raise ValueError(f"{name} must be a mapping")
+        case Kind.DEVICES:
+            return _devices(name, value)
     return value
+
+
+#: The most GPU numbers a model's ``devices`` may list.
+MAX_DEVICES = 256
+
+
+def _devices(name: str, value: Any) -> Any:
+    """``devices``: ``auto`` (every GPU, else the CPU), ``cpu``, ``gpu`` (every GPU, none: an
+    error), or GPU numbers as NVML numbers them (a list, one number, or ``"0,1"``)."""
+    if isinstance(value, str) and value.strip().lower() in ("auto", "cpu", "gpu", "cuda"):
+        word = value.strip().lower()
+        return "gpu" if word == "cuda" else word
+    numbers = value
+    if isinstance(value, str):
+        numbers = [p.strip() for p in value.split(",")]
+        numbers = [int(p) if p.isdigit() else p for p in numbers]
+    elif isinstance(value, int) and not isinstance(value, bool):
+        numbers = [value]
+    if (
+        not isinstance(numbers, list | tuple)
+        or not numbers
+        or len(numbers) > MAX_DEVICES
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers)
+    ):
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else f"{shown[:80]}..."
+        raise ValueError(
+            f"{name} must be 'auto', 'cpu', 'gpu' or a list of GPU numbers (at most "
+            f"{MAX_DEVICES}), got {shown}"
+        )
+    if len(set(numbers)) != len(numbers):
+        raise ValueError(f"{name} lists a GPU twice: {list(numbers)}")
+    return tuple(numbers)
 
 
 def _short(number: float) -> str:
@@ -349,6 +385,14 @@ _TABLE = (
     # open sequences at once; 0: no limit
     Field("max_num_sequences", Kind.INTEGER, 10_000, minimum=0, torchserve="maxNumSequence"),
     Field("continuous_batching", Kind.FLAG, False, torchserve="continuousBatching"),
+    # where its workers run (docs/devices.md): "auto" (every GPU, else the CPU), "cpu", "gpu"
+    # (every GPU; none: a load error) or GPU numbers; TorchServe's deviceType / deviceIds and
+    # Truss's resources map onto it in their adapters
+    Field("devices", Kind.DEVICES, "auto"),
+    # workers on each device (min_workers = max_workers = this × devices); 0: min_workers decides
+    Field("workers_per_device", Kind.INTEGER, 0, minimum=0),
+    # GPUs each worker holds (a model split over several; Truss's accelerator "A10G:2")
+    Field("devices_per_worker", Kind.INTEGER, 1, minimum=1),
     # free-form, returned in the model's metadata (a fresh dict each)
     Field("model_metadata", Kind.MAPPING, {}),
     # Ray Serve's options for this model's deployment (podium.ray, docs/ray.md): passed on,

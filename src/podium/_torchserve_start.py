@@ -29,7 +29,8 @@ NOT_HONOURED: Mapping[str, str] = {
     "number_of_netty_threads": "Podium's listeners run on one event loop (--threads sizes the "
     "pool for sync model code)",
     "netty_client_threads": "no Netty here",
-    "number_of_gpu": "device placement is not configured here yet",
+    "number_of_gpu": "each model says where it runs (devices, docs/devices.md); the server "
+    "uses every GPU NVML finds: limit them with CUDA_VISIBLE_DEVICES",
     "metrics_config": "metrics.yaml is not read yet: Podium's own metrics are on /metrics",
     "metrics_mode": "Podium's metrics are Prometheus's, on the metrics listener",
     "model_metrics_auto_detect": "Podium's metrics are Prometheus's, on the metrics listener",

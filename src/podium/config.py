@@ -119,6 +119,10 @@ class ModelConfig:
     # Continuous batching: the model's step() advances up to batch_size requests at a time;
     # requests join and leave between steps.
     continuous_batching: bool = _default("continuous_batching")
+    # Devices (docs/devices.md): where the workers run, how many on each, GPUs per worker.
+    devices: str | tuple[int, ...] = _default("devices")
+    workers_per_device: int = _default("workers_per_device")
+    devices_per_worker: int = _default("devices_per_worker")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)

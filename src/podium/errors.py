@@ -21,8 +21,10 @@
     ├── Cancelled                    the client went away; nobody is waiting for the answer
     ├── ModelError                   the user's code raised (500 / INTERNAL)
     │   ├── BadModelOutput           the user's code returned something the contract forbids
-    │   └── ModelStatus              the user's code raised an HTTP error of its own: its status
+    │   ├── ModelStatus              the user's code raised an HTTP error of its own: its status
+    │   └── DeviceOutOfMemory        the model's device ran out of memory (507 / RESOURCE_EXHAUSTED)
     ├── WorkerDied                   the instance running the request broke (500 / INTERNAL)
+    │   └── DeviceLost               its device was lost (a driver error): the worker is restarted
     ├── ResponseTimeout              predict ran past the model's response_timeout (504 / DEADLINE_EXCEEDED)
     ├── DefinitionError              a model class breaks the contract (found at load time)
     └── MissingSecret                a model asked for a secret that is not configured (a KeyError)
@@ -47,6 +49,8 @@ __all__ = [
     "Cancelled",
     "Conflict",
     "DefinitionError",
+    "DeviceLost",
+    "DeviceOutOfMemory",
     "Forbidden",
     "InvalidInput",
     "InvalidTensor",
@@ -276,10 +280,25 @@ class ModelStatus(ModelError):
         self.detail = message if detail is None else detail
 
 
+class DeviceOutOfMemory(ModelError):
+    """The model's device ran out of memory during the call (a CUDA out-of-memory error): this
+    request fails, the framework's cache is emptied, and the worker goes on serving (a smaller
+    request may fit). 507, as TorchServe answers a CUDA out-of-memory error."""
+
+    code = "device_out_of_memory"
+
+
 class WorkerDied(PodiumError):
     """The instance that held the request broke (crashed process); distinct from ``Cancelled``."""
 
     code = "worker_died"
+
+
+class DeviceLost(WorkerDied):
+    """The worker's device failed for good (a driver error; its CUDA context is broken): the
+    request failed and the worker is restarted on the same device (docs/devices.md)."""
+
+    code = "device_lost"
 
 
 class ResponseTimeout(PodiumError):
@@ -319,6 +338,7 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
     SequenceClosed: (410, "FAILED_PRECONDITION"),
     Cancelled: (499, "CANCELLED"),
     ModelError: (500, "INTERNAL"),
+    DeviceOutOfMemory: (507, "RESOURCE_EXHAUSTED"),
     WorkerDied: (500, "INTERNAL"),
     ResponseTimeout: (504, "DEADLINE_EXCEEDED"),
     DefinitionError: (500, "INTERNAL"),

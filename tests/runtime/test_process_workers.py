@@ -452,6 +452,7 @@ def test_the_process_package_imports_nothing_above_the_execution_layer() -> None
         "podium.model.discovery",
         "podium.runtime.workers",
         "podium.runtime._stats",  # the execution layer's counters
+        "podium.runtime.devices",  # the execution layer's devices: a worker's environment
     }
     for path in Path(podium.runtime.process.__file__).parent.glob("*.py"):
         for module in _imported(path, package):

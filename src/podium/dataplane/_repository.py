@@ -36,6 +36,7 @@ from ..runtime import (
     Registry,
     RequestCodec,
     build_path,
+    inventory,
     register_paths,
 )
 from ..types import Capabilities, ModelState, RepositoryModel, WireProtocol
@@ -109,7 +110,8 @@ class Scaled(msgspec.Struct, frozen=True):
 class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
     """One worker of a version: ``pid`` runs the model's code (the server's own for a thread
     worker), ``busy`` counts the requests it holds, ``started`` is in epoch seconds and
-    ``memory`` is a worker process's resident memory in bytes (None where unknown)."""
+    ``memory`` is a worker process's resident memory in bytes (None where unknown); ``devices``,
+    ``device``, ``device_memory``: its GPUs, device name and GPU bytes (docs/devices.md)."""
 
     id: str
     pid: int | None
@@ -118,6 +120,9 @@ class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
     busy: int
     started: float
     memory: int | None = None
+    devices: list[int] = msgspec.field(default_factory=list)
+    device: str = "cpu"
+    device_memory: int | None = None
 
 
 class VersionDescription(msgspec.Struct, frozen=True, kw_only=True):
@@ -576,6 +581,9 @@ class ModelRepository:
         )
 
     def _workers(self, mv: ModelVersion) -> list[WorkerDescription]:
+        infos = mv.workers()
+        # device memory by GPU and process, asked of the driver once, only if a worker has a GPU
+        usage = inventory().process_memory() if any(i.devices for i in infos) else {}
         return [
             WorkerDescription(
                 id=str(info.id),
@@ -586,8 +594,11 @@ class ModelRepository:
                 started=info.started or self._started.get(id(mv), _now()),
                 # a thread worker's pid is the server's: the memory it shares
                 memory=_memory(info.pid),
+                devices=list(info.devices),
+                device=info.device,
+                device_memory=_device_memory(usage, info.devices, info.pid),
             )
-            for info in mv.workers()
+            for info in infos
         ]
 
 
@@ -608,6 +619,12 @@ def _as_given(source: str, paths: list[Path]) -> str:
             continue
         return str(path / rest) if rest.parts else str(path)
     return file.name
+
+
+def _device_memory(usage: dict[int, dict[int, int]], gpus: Any, pid: int | None) -> int | None:
+    """What process ``pid`` holds on ``gpus``, in bytes; None where the driver does not say."""
+    held = [usage[d][pid] for d in gpus if pid in usage.get(d, {})]
+    return sum(held) if held else None
 
 
 def _memory(pid: int | None) -> int | None:

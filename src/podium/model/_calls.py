@@ -12,7 +12,15 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from concurrent.futures import Executor
 from typing import Any
 
-from ..errors import ModelError, ModelStatus, PodiumError, ValidationFailed
+from ..devices import device, empty_cache, is_device_lost, is_out_of_memory
+from ..errors import (
+    DeviceLost,
+    DeviceOutOfMemory,
+    ModelError,
+    ModelStatus,
+    PodiumError,
+    ValidationFailed,
+)
 from ..types import END
 
 logger = logging.getLogger("podium.model")
@@ -21,9 +29,26 @@ logger = logging.getLogger("podium.model")
 def model_error(model: str, method: str, exc: BaseException) -> PodiumError:
     """Translate an exception raised by user code; Podium's own errors pass through. An HTTP
     error the code raised on purpose (``fastapi`` / ``starlette`` ``HTTPException``, as Truss
-    models raise it) keeps its status (400-599) and detail: :class:`ModelStatus`."""
+    models raise it) keeps its status (400-599) and detail: :class:`ModelStatus`. A device out
+    of memory is :class:`DeviceOutOfMemory` (the framework's cache is emptied first); a lost
+    device :class:`DeviceLost` (its worker is restarted)."""
     if isinstance(exc, PodiumError):
         return exc
+    if is_out_of_memory(exc):
+        empty_cache()
+        where = device()
+        logger.warning("model '%s' %s ran out of memory on %s", model, method, where)
+        return DeviceOutOfMemory(
+            f"model '{model}' {method} ran out of memory on {where} "
+            f"({type(exc).__name__}: {exc}); a smaller request may fit"
+        )
+    if is_device_lost(exc):
+        where = device()
+        logger.error("model '%s' %s lost its device %s", model, method, where, exc_info=exc)
+        return DeviceLost(
+            f"model '{model}' {method} lost its device {where} ({type(exc).__name__}: {exc}); "
+            "the worker is restarted"
+        )
     status = _http_exception_status(exc)
     if status is not None:
         logger.warning("model '%s' %s raised HTTP %d", model, method, status)

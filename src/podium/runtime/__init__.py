@@ -25,6 +25,7 @@ from ._stats import (
     VersionStats,
     outcome_of,
 )
+from .devices import GpuSample, inventory
 from .loading import ModelSettings, build_path, check_paths, in_environments, register_paths
 from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
@@ -33,6 +34,7 @@ __all__ = [
     "DURATION_BUCKETS_NS",
     "UNVERSIONED",
     "Durations",
+    "GpuSample",
     "ModelSettings",
     "ModelVersion",
     "Outcome",
@@ -49,6 +51,7 @@ __all__ = [
     "build_path",
     "check_paths",
     "in_environments",
+    "inventory",
     "outcome_of",
     "register_paths",
 ]

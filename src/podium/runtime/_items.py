@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
+from ..devices import CPU, using
 from ..types import Generation
 from ._stats import VersionStats
 
@@ -75,13 +76,15 @@ class ItemBuffer:
                 stepper()
 
 
-async def step(instance: Any, batch: Sequence[ItemBuffer], stats: VersionStats) -> None:
-    """One ``step`` of ``instance`` over ``batch``: each request gets the items it emitted and
-    ends when its generation finished; if the step raises, every request of the batch ends
-    with the error (the instance names the model and the step)."""
+async def step(worker: Any, batch: Sequence[ItemBuffer], stats: VersionStats) -> None:
+    """One ``step`` of ``worker``'s instance over ``batch``, on the worker's device: each
+    request gets the items it emitted and ends when its generation finished; if the step
+    raises, every request of the batch ends with the error (the instance names the model and
+    the step)."""
     start = time.perf_counter_ns()
     try:
-        await instance.step([r.gen for r in batch])
+        with using(getattr(worker, "device", CPU)):  # podium.device() in the step
+            await worker.instance.step([r.gen for r in batch])
     except Exception as exc:
         for req in batch:
             req.gen.take()

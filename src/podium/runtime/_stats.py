@@ -228,6 +228,7 @@ class RestartReason(enum.Enum):
 
     CRASHED = "crashed"  # its process died
     RESPONSE_TIMEOUT = "response_timeout"  # a predict ran past response_timeout
+    DEVICE_LOST = "device_lost"  # its device failed (a driver error)
 
 
 class ComputeDelta:
@@ -275,6 +276,9 @@ class VersionStats:
         "steps",
         "sequences_ended",
         "restarts",
+        "out_of_memory",
+        "lost_devices",
+        "last_device_lost",
         "load_ns",
         "custom",
     )
@@ -300,6 +304,11 @@ class VersionStats:
         self.steps = 0
         self.sequences_ended: dict[SequenceEnd, int] = {}
         self.restarts: dict[RestartReason, int] = {}
+        #: requests failed by a device out of memory, by device ("cuda:0")
+        self.out_of_memory: dict[str, int] = {}
+        #: devices lost under a worker, by device; and the last loss: device and error
+        self.lost_devices: dict[str, int] = {}
+        self.last_device_lost: tuple[str, str] | None = None
         self.load_ns = 0  # how long the last load took; 0: not loaded yet
         #: the model's own metrics (podium.metrics, TorchServe's and MLServer's APIs)
         self.custom = custom if custom is not None else MetricStore()
@@ -337,6 +346,15 @@ class VersionStats:
 
     def restarted(self, reason: RestartReason) -> None:
         self.restarts[reason] = self.restarts.get(reason, 0) + 1
+
+    def out_of_memory_on(self, device: str) -> None:
+        """A request failed: ``device`` ran out of memory."""
+        self.out_of_memory[device] = self.out_of_memory.get(device, 0) + 1
+
+    def device_lost(self, device: str, error: str) -> None:
+        """A worker's ``device`` failed with ``error`` (its worker is replaced)."""
+        self.lost_devices[device] = self.lost_devices.get(device, 0) + 1
+        self.last_device_lost = (device, error[:512])
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-from ..errors import ResponseTimeout, Unavailable
+from ..devices import CPU, set_device, using
+from ..errors import DeviceLost, DeviceOutOfMemory, ResponseTimeout, Unavailable
 from ..types import END, ModelInstance
 from ._gate import WorkerGate
 from ._stats import VersionStats
@@ -49,9 +50,19 @@ class ThreadWorker:
         stream_buffer: int = 16,
         loaded: bool = False,
         on_stuck: Callable[[ThreadWorker], None] | None = None,
+        on_device_error: Callable[[ThreadWorker, BaseException], None] | None = None,
         stats: VersionStats | None = None,
+        devices: tuple[int, ...] = (),
+        device: str = CPU,
     ) -> None:
         self.id = wid
+        #: the GPUs it holds (none: the CPU) and their name for the model (``podium.device()``,
+        #: set around each predict: the threads that run a sync one copy the caller's context)
+        self.devices = devices
+        self.device = device
+        self._on_device_error = on_device_error
+        if devices:
+            self.infer = self._on_device  # type: ignore[method-assign]
         self.instance = instance
         self.pid: int | None = os.getpid()
         self.state = WorkerState.STARTING
@@ -110,6 +121,18 @@ class ThreadWorker:
                 self._release()
         self._stats.executed(size, _now() - start)
         return outputs
+
+    async def _on_device(self, inputs: Any, request: Any, size: int = 1) -> Any:
+        """:meth:`infer` on a GPU (it stands for it there: the CPU's path pays nothing):
+        ``podium.device()`` is this worker's, and a device's failure is told to the pool (out
+        of memory: counted; lost: this worker is replaced)."""
+        try:
+            with using(self.device):
+                return await ThreadWorker.infer(self, inputs, request, size)
+        except (DeviceOutOfMemory, DeviceLost) as exc:
+            if self._on_device_error is not None:
+                self._on_device_error(self, exc)
+            raise
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests, len(inputs))
@@ -261,6 +284,8 @@ class ThreadWorker:
     ) -> None:
         outcome: Any = END
         start = _now()
+        if self.devices:  # (this task's own context: set for its whole stream)
+            set_device(self.device)
         try:
             items = make()
         except Exception as exc:
@@ -272,6 +297,8 @@ class ThreadWorker:
             self._stats.executed(1, _now() - start)
         except Exception as exc:
             outcome = Failure(exc)
+            if isinstance(exc, DeviceOutOfMemory | DeviceLost) and self._on_device_error:
+                self._on_device_error(self, exc)
         finally:
             try:
                 await items.aclose()

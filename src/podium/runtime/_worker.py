@@ -67,6 +67,8 @@ class WorkerInfo:
 
     ``pid`` is the process running the model's code: the worker process for ``process`` workers,
     the server's own pid for ``thread`` workers. ``busy`` counts the requests it holds.
+    ``devices``: the GPU numbers it holds (empty: the CPU); ``device``: its model's
+    ``podium.device()`` in the server's numbering (``cuda:2``, ``cpu``).
     """
 
     id: str
@@ -75,6 +77,8 @@ class WorkerInfo:
     state: WorkerState
     busy: int
     started: float  # epoch seconds
+    devices: tuple[int, ...] = ()
+    device: str = "cpu"
 
 
 class RequestCodec(Protocol):

@@ -262,4 +262,4 @@ class ContinuousScheduler(PoolScheduler):
 
     async def _run_step(self, worker: Worker, batch: list[_Request]) -> None:
         self.steps += 1
-        await step(worker.instance, batch, self._stats)
+        await step(worker, batch, self._stats)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import tracing
 from ..config import FIELDS, ModelConfig
+from ..devices import using
 from ..errors import DefinitionError
 from ..metrics import recording_to
 from ..model import (
@@ -35,11 +36,12 @@ from ._scheduler import Scheduler
 from ._stats import VersionStats
 from .batcher import BatchScheduler
 from .continuous import ContinuousScheduler
+from .devices import assigner_for
 from .direct import DirectScheduler
 from .process import process_pool
 from .registry import ModelVersion, Registry
 from .sequences import SequenceScheduler
-from .workers import RequestCodec, WorkerKind, WorkerPool, thread_pool
+from .workers import RequestCodec, WorkerKind, WorkerPool, label_of, thread_pool
 
 logger = logging.getLogger("podium.model")
 
@@ -167,17 +169,27 @@ def build_version(
         with recording_to(stats.custom):
             spec = prepare(source)
     config = source.config
+    # where its workers run: a model asking for GPUs this machine lacks fails here, saying so
+    devices = assigner_for(config, label_of(config))
     pool: WorkerPool
     if WorkerKind(config.workers) is WorkerKind.PROCESS:
         threads = getattr(executor, "_max_workers", 16)
         pool = process_pool(
-            source, secrets=secrets, codec=codec, host=host_in_worker, threads=threads, stats=stats
+            source,
+            secrets=secrets,
+            codec=codec,
+            host=host_in_worker,
+            threads=threads,
+            stats=stats,
+            assigner=devices,
         )
     else:
-        with recording_to(stats.custom):
+        with recording_to(stats.custom), using(devices.name(devices.groups[0])):
             instance = build_instance(source, spec, secrets=secrets, executor=executor)
         build = functools.partial(build_instance, source, spec, secrets=secrets, executor=executor)
-        pool = thread_pool(source, instance, build=build, executor=executor, stats=stats)
+        pool = thread_pool(
+            source, instance, build=build, executor=executor, stats=stats, assigner=devices
+        )
     scheduler: Scheduler
     if config.continuous_batching and not config.sequence_batching:
         scheduler = ContinuousScheduler(pool, config=config)

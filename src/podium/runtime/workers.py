@@ -17,8 +17,15 @@ re-exports it.
 
 The pool restarts workers that die (with a back-off), retires workers on ``scale`` once they have
 finished what they hold, and replaces a worker whose predict ran past ``response_timeout``. It
-says when that is not enough (:meth:`WorkerPool.trouble`): every worker stuck, or workers lost
-again and again; the version is then reported not ready, with the reason.
+says when that is not enough (:meth:`WorkerPool.trouble`): every worker stuck, workers lost
+again and again, or out of device memory again and again; the version is then reported not
+ready, with the reason.
+
+Devices (docs/devices.md): each worker is given a device group by the pool's
+:class:`~podium.runtime.devices.DeviceAssigner` when it is made (its model is built and loaded
+under ``podium.device()``), keeps it for life, and hands it to its replacement when it is
+replaced. A worker whose device is lost (:class:`DeviceLost`) is replaced, with the back-off of
+a crash.
 """
 
 from __future__ import annotations
@@ -27,12 +34,14 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import InvalidInput, ModelNotReady, Unavailable
+from ..devices import empty_cache, using
+from ..errors import DeviceLost, DeviceOutOfMemory, InvalidInput, ModelNotReady, Unavailable
 from ..metrics import recording_to
 from ..types import ModelInstance
 from ._gate import WorkerGate
@@ -49,6 +58,7 @@ from ._worker import (
     WorkerState,
     queue_ahead,
 )
+from .devices import DeviceAssigner, Group, describe_group
 
 __all__ = [
     "Failure",
@@ -80,7 +90,13 @@ RESTART_WINDOW = 60.0
 _LIVE = (WorkerState.STARTING, WorkerState.READY)
 
 
-WorkerFactory = Callable[[str], Awaitable[Worker]]
+#: Out-of-memory errors on a version's devices this many times within OOM_WINDOW seconds: the
+#: version is reported not ready (:meth:`WorkerPool.trouble`) until the window holds fewer.
+OOM_LIMIT = 5
+OOM_WINDOW = 60.0
+
+#: ``new_worker(id, group)``: a worker, not started yet, for the devices of ``group``.
+WorkerFactory = Callable[[str, Group], Awaitable[Worker]]
 
 
 class WorkerPool:
@@ -104,8 +120,11 @@ class WorkerPool:
         max_waiting: int,
         slots_per_worker: int = 1,
         stats: VersionStats | None = None,
+        devices: DeviceAssigner | None = None,
     ) -> None:
         self.model = model
+        #: which worker runs on which device (the CPU alone, unless given)
+        self.devices = devices if devices is not None else DeviceAssigner(((),))
         #: the version's counters (what its workers and schedulers record; metrics read them)
         self.stats = stats if stats is not None else VersionStats()
         self.slots_per_worker = slots_per_worker
@@ -124,6 +143,10 @@ class WorkerPool:
         self._start_failures = 0  # failed starts in a row: giving up
         # workers lost lately (monotonic time, what happened), for trouble()
         self._losses: collections.deque[tuple[float, str]] = collections.deque(maxlen=RESTART_LIMIT)
+        # out-of-memory errors lately (monotonic time, device), for trouble()
+        self._ooms: collections.deque[tuple[float, str]] = collections.deque(maxlen=OOM_LIMIT)
+        # replaced workers (id → why) whose device group went to their replacement
+        self._replaced: dict[str, str] = {}
         self._closing = False
         self._started = False
         #: called with the reason when workers cannot be (re)started: the version has failed
@@ -180,28 +203,45 @@ class WorkerPool:
         instance: Any,
         new_worker: WorkerFactory,
         stats: VersionStats | None = None,
+        devices: DeviceAssigner | None = None,
     ) -> WorkerPool:
-        """The pool a model's config asks for: its workers, slots and waiting line."""
-        label = f"model '{config.name}'" + (
-            f" version '{config.version}'" if config.version else ""
-        )
+        """The pool a model's config asks for: its workers, slots and waiting line; with
+        ``workers_per_device``, that many workers on each of its device groups."""
+        label = label_of(config)
+        low, high = config.min_workers, config.max_workers
+        if devices is not None and devices.workers:
+            low = high = devices.workers
         return cls(
             model=config.name,
             label=label,
             kind=kind,
             instance=instance,
             new_worker=new_worker,
-            min_workers=config.min_workers,
-            max_workers=config.max_workers,
+            min_workers=low,
+            max_workers=high,
             max_waiting=config.max_queue_size,
             slots_per_worker=config.predict_concurrency,
             stats=stats,
+            devices=devices,
         )
 
     # -- views -----------------------------------------------------------------------------
 
     def infos(self) -> list[WorkerInfo]:
-        return [WorkerInfo(w.id, w.pid, w.kind, w.state, w.busy, w.started) for w in self._workers]
+        devices = self.devices
+        return [
+            WorkerInfo(
+                w.id,
+                w.pid,
+                w.kind,
+                w.state,
+                w.busy,
+                w.started,
+                devices.of(w.id) or (),
+                devices.name(devices.of(w.id) or ()),
+            )
+            for w in self._workers
+        ]
 
     def statistics(self) -> dict[str, int]:
         """Slots of the ready workers, requests held by any worker, requests in the line."""
@@ -234,6 +274,12 @@ class WorkerPool:
                     f"crash-looping: {len(recent)} workers lost in the last "
                     f"{RESTART_WINDOW:g} s (the last: {recent[-1]})"
                 )
+        ooms = self._ooms
+        if len(ooms) >= OOM_LIMIT and ooms[0][0] >= time.monotonic() - OOM_WINDOW:
+            return (
+                f"out of device memory {len(ooms)} times in the last {OOM_WINDOW:g} s "
+                f"(the last on {ooms[-1][1]})"
+            )
         ready = [w for w in self._workers if w.state is WorkerState.READY]
         if not ready:
             return ""
@@ -274,17 +320,25 @@ class WorkerPool:
 
     async def _start_one(self) -> Worker:
         self._count += 1
-        # What the model's code creates while it is built and loaded records to this version.
-        with recording_to(self.stats.custom):
-            worker = await self._new_worker(str(self._count))
+        wid = str(self._count)
+        group = self.devices.take(wid)
+        # What the model's code creates while it is built and loaded records to this version;
+        # podium.device() there is the worker's device.
+        try:
+            with recording_to(self.stats.custom), using(self.devices.name(group)):
+                worker = await self._new_worker(wid, group)
+        except BaseException:
+            self.devices.vacate(wid)  # the next try starts there
+            raise
         self._workers.append(worker)
         self.gate.starting += 1
         try:
-            with recording_to(self.stats.custom):
+            with recording_to(self.stats.custom), using(self.devices.name(group)):
                 await worker.start()
         except BaseException:
             worker.state = WorkerState.DEAD
             self._workers.remove(worker)
+            self.devices.vacate(wid)
             raise
         finally:
             self.gate.starting -= 1
@@ -293,7 +347,12 @@ class WorkerPool:
             raise Unavailable(f"{self.label} is stopping")
         self.gate.add(worker)
         logger.info(
-            "%s: %s worker %s is ready (pid %s)", self.label, self.kind, worker.id, worker.pid
+            "%s: %s worker %s is ready (pid %s, %s)",
+            self.label,
+            self.kind,
+            worker.id,
+            worker.pid,
+            describe_group(group),
         )
         return worker
 
@@ -339,6 +398,9 @@ class WorkerPool:
         worker.state = WorkerState.DEAD
         if worker in self._workers:
             self._workers.remove(worker)
+        if self._replaced.pop(worker.id, None) is None:  # (else its device went to the new one)
+            self.devices.release(worker.id)
+        release_device_memory(worker)
         logger.info("%s: %s worker %s stopped", self.label, self.kind, worker.id)
 
     def worker_exited(self, worker: Worker, reason: str, *, crashed: bool, lived: float) -> None:
@@ -348,14 +410,56 @@ class WorkerPool:
         if worker in self._workers:
             self._workers.remove(worker)
         if self._closing:
+            self.devices.release(worker.id)
             return
+        self.devices.vacate(worker.id)  # its replacement runs on its device
+        lost = self._replaced.pop(worker.id, None)  # its device was lost
         self._report_lost(worker, "died")
-        self._note_loss(reason)
-        if crashed:
-            logger.error("%s: %s", self.label, reason)
+        self._note_loss(reason if lost is None else f"{reason}: {lost}")
+        if crashed or lost is not None:
+            logger.error("%s: %s", self.label, reason if lost is None else lost)
             self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
-        self.stats.restarted(RestartReason.CRASHED if crashed else RestartReason.RESPONSE_TIMEOUT)
+        if lost is not None:
+            self.stats.restarted(RestartReason.DEVICE_LOST)
+        else:
+            self.stats.restarted(
+                RestartReason.CRASHED if crashed else RestartReason.RESPONSE_TIMEOUT
+            )
         self._spawn_replace()
+
+    def device_error(self, worker: Worker, exc: BaseException) -> None:
+        """A call on ``worker`` failed on its device: an out-of-memory error is counted (the
+        worker serves on: the request failed alone); a lost device gets the worker replaced on
+        the same device, with a crash's back-off."""
+        where = self.devices.name(self.devices.of(worker.id) or ())
+        if isinstance(exc, DeviceOutOfMemory):
+            self._ooms.append((time.monotonic(), where))
+            self.stats.out_of_memory_on(where)
+            return
+        if not isinstance(exc, DeviceLost) or worker.state is not WorkerState.READY:
+            return
+        why = f"{self.kind} worker {worker.id} lost its device {where}"
+        if worker.id in self._replaced:
+            return
+        self._replaced[worker.id] = why
+        self.stats.device_lost(where, str(exc))
+        if worker.kind is WorkerKind.PROCESS:
+            recycle = getattr(worker, "recycle", None)
+            if recycle is not None:
+                recycle(why)  # it dies; worker_exited replaces it
+            return
+        # a thread worker: no new work; a fresh instance on the same device replaces it
+        logger.error("%s: %s (%s); replacing it", self.label, why, exc)
+        worker.state = WorkerState.STOPPING
+        self.gate.remove(worker)
+        self.devices.vacate(worker.id)
+        self._report_lost(worker, "died (its device was lost)")
+        self._note_loss(why)
+        lived = time.time() - worker.started
+        self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
+        self.stats.restarted(RestartReason.DEVICE_LOST)
+        self._spawn_replace()
+        self._spawn(self._retire(worker, how=""))
 
     def _replace_stuck(self, worker: ThreadWorker) -> None:
         """A thread worker's predict outlived its timeout: it takes no new work, a fresh instance
@@ -370,6 +474,8 @@ class WorkerPool:
         self._report_lost(worker, "died (stuck past response_timeout, replaced)")
         self._note_loss(f"thread worker {worker.id} stuck past response_timeout, replaced")
         self.stats.restarted(RestartReason.RESPONSE_TIMEOUT)
+        self.devices.vacate(worker.id)
+        self._replaced[worker.id] = "stuck"  # (its retirement leaves its device to the new one)
         self._spawn_replace()
         self._spawn(self._retire(worker, how=""))
 
@@ -433,9 +539,29 @@ class WorkerPool:
             self.gate.remove(worker)
         with contextlib.suppress(Exception):
             await asyncio.gather(*(w.close() for w in workers), return_exceptions=True)
+        for worker in workers:
+            self.devices.release(worker.id)
+            release_device_memory(worker)
+        self.devices.forget_vacated()
+        self._replaced.clear()
 
 
-async def _no_more_workers(wid: str) -> Worker:
+def label_of(config: Any) -> str:
+    """How logs and errors name a model version."""
+    return f"model '{config.name}'" + (f" version '{config.version}'" if config.version else "")
+
+
+def release_device_memory(worker: Worker) -> None:
+    """A thread worker that has left: its instance goes (the pool's last reference to it) and
+    the framework's device cache is emptied, so its GPU memory returns. A worker process frees
+    its memory by exiting."""
+    if worker.kind is WorkerKind.THREAD and bool(getattr(worker, "devices", None)):
+        worker.instance = None  # type: ignore[assignment]
+        gc.collect()
+        empty_cache()
+
+
+async def _no_more_workers(wid: str, group: Group) -> Worker:
     raise Unavailable("this pool runs one given instance and cannot start more workers")
 
 
@@ -446,15 +572,18 @@ def thread_pool(
     build: Callable[[], ModelInstance],
     executor: Any,
     stats: VersionStats | None = None,
+    assigner: DeviceAssigner | None = None,
 ) -> WorkerPool:
-    """A pool of thread workers: ``instance`` (already built) is the first worker's; more are
-    made with ``build`` (the model's ``__init__``) in ``executor``. ``stats``: the version's
-    counters."""
+    """A pool of thread workers: ``instance`` (already built, under ``podium.device()`` of the
+    first device group) is the first worker's; more are made with ``build`` (the model's
+    ``__init__``) in ``executor``. ``stats``: the version's counters; ``assigner``: the
+    devices its workers run on (the CPU alone, unless given)."""
     config = source.config
     spare = [instance]
 
-    async def new_worker(wid: str) -> Worker:
-        if spare:
+    async def new_worker(wid: str, group: Group) -> Worker:
+        # the first instance was built (by the caller) for the first group
+        if spare and group == devices.groups[0]:
             made = spare.pop()
         else:
             # in this task's context: the metrics its __init__ creates are the version's
@@ -472,8 +601,12 @@ def thread_pool(
             response_timeout=config.response_timeout_s,
             stream_buffer=config.stream_buffer,
             on_stuck=pool._replace_stuck,
+            on_device_error=pool.device_error,
             stats=pool.stats,
+            devices=group,
+            device=devices.name(group),
         )
 
-    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats)
+    devices = assigner if assigner is not None else DeviceAssigner(((),))
+    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats, devices)
     return pool

@@ -36,13 +36,16 @@ from ..dataplane import (
     UNVERSIONED,
     DataPlane,
     Durations,
+    GpuSample,
     ModelVersion,
     WorkerState,
+    inventory,
 )
 from ..errors import MethodNotAllowed, NotFound, PodiumError
 from ..metrics import Kind
 from ..types import ModelState
 from ._asgi import Receive, Scope, Send
+from ._device_metrics import device_metrics
 from ._limits import ConnectionStatistics
 from .http._responses import send_body, send_error
 
@@ -89,7 +92,7 @@ class PodiumCollector:
 
     ``connections()`` gives each HTTP listener's connection counters by name;
     ``grpc_connections()`` each gRPC listener's open connections (None where grpc does not
-    say).
+    say); ``gpus()`` the GPUs' state now (default: the server's device inventory's).
     """
 
     def __init__(
@@ -98,11 +101,21 @@ class PodiumCollector:
         *,
         connections: Callable[[], Mapping[str, ConnectionStatistics]] = dict,
         grpc_connections: Callable[[], Mapping[str, int | None]] = dict,
+        gpus: Callable[[], list[GpuSample]] | None = None,
     ) -> None:
         self.dataplane = dataplane
+        self._gpus = gpus if gpus is not None else self._sample_gpus
         self._connections = connections
         self._grpc_connections = grpc_connections
         self._clashes: set[str] = set()
+
+    @staticmethod
+    def _sample_gpus() -> list[GpuSample]:
+        try:
+            return inventory().sample()
+        except Exception as exc:  # a scrape answers without the GPUs rather than failing
+            logger.warning("metrics: the GPUs could not be read: %s", exc)
+            return []
 
     def describe(self) -> list[Metric]:
         return []  # names are not claimed ahead: each scrape says what there is
@@ -113,6 +126,7 @@ class PodiumCollector:
         versions = self.dataplane.versions()
         yield from self._requests(versions)
         yield from self._state(versions)
+        yield from device_metrics(self._gpus, versions)
         yield from self._custom(versions)
 
     # -- server-wide -----------------------------------------------------------------------------
@@ -213,7 +227,7 @@ class PodiumCollector:
         )
         restarts = _counter(
             "podium_worker_restarts",
-            "Workers replaced, by reason (crashed, response_timeout).",
+            "Workers replaced, by reason (crashed, response_timeout, device_lost).",
             "reason",
         )
         for mv in versions:

@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig, signature_of
+from ...devices import device, gpu_index
 from ...errors import DefinitionError
 from .._source import Contract, MLServerParts, ModelSource
 
@@ -232,7 +233,8 @@ def read_settings(path: Path) -> ModelSource:
 
 def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
     """A fresh ``ModelSettings`` for one runtime instance, as MLServer builds it: ``name``
-    filled in, ``parameters.uri`` defaulting to the folder, ``_source`` the settings file."""
+    filled in, ``parameters.uri`` defaulting to the folder, ``_source`` the settings file; on
+    a GPU, ``parameters.extra.device`` its number unless the file sets it."""
     parts = source.mlserver_parts()
     data = json.loads(json.dumps(parts.settings))  # a deep copy, per instance
     params = data.get("parameters") or {}
@@ -241,6 +243,12 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
     params.setdefault("uri", str(source.model_dir))
     if params.get("uri") is None:
         params["uri"] = str(source.model_dir)
+    # the worker's GPU (docs/devices.md) where MLServer's runtimes look for it: HuggingFace's
+    # reads parameters.extra.device (a number; its default -1 is the CPU)
+    gpu = gpu_index(device())
+    extra = params.get("extra")
+    if gpu is not None and (extra is None or (isinstance(extra, dict) and "device" not in extra)):
+        params["extra"] = {**(extra or {}), "device": gpu}
     data["parameters"] = params
     data["_source"] = str(parts.settings_path)
     try:

@@ -34,7 +34,8 @@ SEQUENCE = {
 }
 #: Accepted and validated, but Podium has nothing to do with them (documented in docs/torchserve.md).
 NOT_ENFORCED = {"startupTimeout", "maxRetryTimeoutInSec", "clientTimeoutInMills", "useVenv"}
-#: Device selection: used to fill ``system_properties["gpu_id"]``.
+#: Device selection: read as Podium's ``devices`` (:func:`devices_of`), whose assignment fills
+#: ``system_properties["gpu_id"]``.
 DEVICE = {"deviceType", "deviceIds"}
 #: TorchServe's asynchronous worker modes: not supported yet.
 CONTINUOUS = {"useJobTicket", "asyncCommunication"}
@@ -181,6 +182,14 @@ def model_config(
     if not isinstance(ids, list) or not all(_is_int(i, 0) for i in ids):
         problems.append(f"{where}: 'deviceIds' must be a list of GPU numbers, got {ids!r}")
         ids = []
+    devices = devices_of(device_type, ids)
+    if devices is not None:
+        if "devices" in data:
+            problems.append(
+                f"{where}: 'podium.devices' repeats 'deviceType'/'deviceIds'; set it once"
+            )
+        else:
+            data["devices"] = devices
     try:
         config = ModelConfig.from_mapping(data, default_name=name, where=where)
     except DefinitionError as exc:
@@ -190,6 +199,19 @@ def model_config(
     # the handler gets the whole file, as TorchServe gives it; ModelConfig.raw holds it too
     config = _with_raw(config, yaml_config)
     return config, TsSettings(device_type, tuple(ids))
+
+
+def devices_of(device_type: str | None, ids: list[int]) -> Any:
+    """Podium's ``devices`` for TorchServe's ``deviceType`` and ``deviceIds``: ``cpu``; the
+    listed GPUs; ``gpu`` (every GPU; none is a load error); None (neither key: ``auto``, a GPU
+    when there is one, as TorchServe)."""
+    if device_type == "cpu":
+        return "cpu"
+    if ids:
+        return list(ids)
+    if device_type == "gpu":
+        return "gpu"
+    return None
 
 
 def _with_raw(config: ModelConfig, raw: dict[str, Any]) -> ModelConfig:

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import itertools
 import logging
-import os
-import sys
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor
@@ -27,6 +24,7 @@ import msgspec
 
 from ... import __version__
 from ...config import load_yaml
+from ...devices import device, gpu_index, is_device_lost, is_out_of_memory
 from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
 from ...metrics import current_store
 from ...types import (
@@ -40,13 +38,13 @@ from ...types import (
     WireProtocol,
 )
 from ...types import Context as SequenceContext
-from .._calls import run_sync
+from .._calls import model_error, run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
 from .._threads import CallThreads
 from ._archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
 from ._archive import set_limits as set_archive_limits
-from ._config import TsSettings, model_config
+from ._config import model_config
 from ._context import Context, RequestProcessor
 from ._handler import HandlerSpec, load_handler, on_path
 from ._metrics import TorchServeMetrics
@@ -75,7 +73,6 @@ logger = logging.getLogger("podium.model")
 
 _TS_ID = "ts_request_id"  # a continuous request's id across steps, in Generation.state
 _TS_HEADERS = "ts_request_headers"  # and its request headers, computed on its first step
-_gpu_turns: dict[str, itertools.count[int]] = {}
 
 
 def is_source(path: Path) -> bool:
@@ -140,32 +137,6 @@ def build(
     return TorchServeModel(source, prepared, executor=executor)
 
 
-def _gpu_count() -> int:
-    torch = sys.modules.get("torch")  # only if the handler uses torch: never import it here
-    if torch is not None:
-        try:
-            return int(torch.cuda.device_count())
-        except Exception:
-            return 0
-    try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return 0
-
-
-def _gpu_id(name: str, settings: TsSettings) -> int | None:
-    """TorchServe's choice: a GPU for each worker in turn, unless the model asks for the CPU."""
-    if settings.device_type == "cpu":
-        return None
-    ids = list(settings.device_ids) or list(range(_gpu_count()))
-    if not ids:
-        if settings.device_type == "gpu":
-            logger.warning("model '%s': deviceType is gpu but no GPU was found", name)
-        return None
-    turn = next(_gpu_turns.setdefault(name, itertools.count()))
-    return ids[turn % len(ids)]
-
-
 class TorchServeModel:
     """A TorchServe handler behind the :class:`podium.types.ModelInstance` interface.
 
@@ -191,7 +162,9 @@ class TorchServeModel:
         self._sequences = config.sequence_batching
         continuous = config.continuous_batching and not (self._sequences and handler.streams)
         parts = source.torchserve_parts()
-        gpu_id = _gpu_id(config.name, parts.settings)
+        # the GPU the worker pool gave this worker (deviceType / deviceIds chose them:
+        # docs/devices.md), as TorchServe numbers it for the handler: cuda:<gpu_id>
+        gpu_id = gpu_index(device())
         self.capabilities = Capabilities(
             needs_request=True,
             input_kind=InputKind.WIRE,  # each protocol gets its own answer (a Reply, OIP's)
@@ -488,6 +461,8 @@ class TorchServeModel:
         except Exception as exc:
             if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
                 raise Refused(exc) from exc
+            if is_out_of_memory(exc) or is_device_lost(exc):  # 507, as TorchServe; a restart
+                raise model_error(self.name, f"handler '{self._label}'", exc) from exc
             logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
             raise ModelError(
                 f"model '{self.name}' handler '{self._label}' raised "

@@ -368,7 +368,11 @@ def read_truss(root: Path) -> ModelSource:
             logger.warning(
                 "%s: model_metadata declares no OIP tensors Podium reads (%s)", where, exc
             )
-    mapped.update(podium)
+    try:
+        mapped.update(placement_of(config.get("resources") or {}))
+    except ValueError as exc:
+        raise DefinitionError(f"{where}: {exc}") from None
+    mapped.update(podium)  # (its devices, if it names them, win)
     model_config = ModelConfig.from_mapping(mapped, default_name=root.name, where=where)
     model_config = replace(model_config, raw=config)  # the model's `config`: Truss's, whole
     settings = TrussSettings(
@@ -394,6 +398,25 @@ def read_truss(root: Path) -> ModelSource:
         truss=parts,
         process_env=settings.environment,
     )
+
+
+def placement_of(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """Podium's ``devices`` and ``devices_per_worker`` for a truss's ``resources``: an
+    ``accelerator`` (``A10G``, ``H100:2``) is that many GPUs for the one model instance (a
+    worker holds them all, as Truss's container sees them), of any kind (its name is not
+    checked); ``use_gpu: true`` without one is one GPU; neither is the CPU, as Truss runs it."""
+    accelerator = resources.get("accelerator")
+    if accelerator:
+        _, _, count = str(accelerator).partition(":")
+        if count and (not count.isdigit() or not 0 < int(count) <= 64):
+            raise ValueError(
+                f"'resources.accelerator' must be a GPU type with an optional count (A10G:2), "
+                f"got {str(accelerator)[:80]!r}"
+            )
+        return {"devices": "gpu", "devices_per_worker": int(count or 1)}
+    if resources.get("use_gpu") is True:
+        return {"devices": "gpu", "devices_per_worker": 1}
+    return {"devices": "cpu"}
 
 
 def _model_file(root: Path, data: Mapping[str, Any]) -> Path:

@@ -46,6 +46,7 @@ from ...logs import current_format
 from ...turn import TurnBuffer
 from ...types import END, ModelInstance, request_id
 from .._stats import VersionStats
+from ..devices import DeviceAssigner, Group
 from ..workers import (
     Failure,
     RequestCodec,
@@ -125,9 +126,12 @@ class ProcessWorker:
         descriptor: RemoteInstance,
         init: Init,
         codec: RequestCodec | None,
+        device_env: Mapping[str, str] | None = None,
     ) -> None:
         config = init.source.config
         self.id = wid
+        self._device_env = device_env or {}  # CUDA_VISIBLE_DEVICES: its GPUs (docs/devices.md)
+        self._on_device_error = pool.device_error
         self.instance: ModelInstance = descriptor
         self._descriptor = descriptor
         self.pid: int | None = None
@@ -179,7 +183,7 @@ class ProcessWorker:
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         source = self._init.source
-        env = {**os.environ, **source.process_env}
+        env = {**os.environ, **source.process_env, **self._device_env}
         if source.python is None:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
@@ -320,8 +324,9 @@ class ProcessWorker:
             case Error():
                 call = self._last(message.cid)
                 if call is not None:
-                    call.fail(message.exception())
+                    call.fail(error := message.exception())
                     self._release()
+                    self._on_device_error(self, error)  # (counts OOMs, replaces lost devices)
             case Release():
                 if self._ring is not None:
                     self._ring.release(message.upto)
@@ -611,11 +616,12 @@ def process_pool(
     host: HostFactory,
     threads: int = 16,
     stats: VersionStats | None = None,
+    assigner: DeviceAssigner | None = None,
 ) -> WorkerPool:
     """A pool of worker processes, each building the model from ``source`` itself: ``host`` is
     called there to build and schedule it (the caller names it; this package imports nothing
     above the execution layer), ``codec`` carries request objects across. ``stats``: the
-    version's counters, to which each worker's reports are added."""
+    version's counters, to which each worker's reports are added; ``assigner``: its devices."""
     config = source.config
     descriptor = RemoteInstance()
     init = Init(
@@ -630,12 +636,13 @@ def process_pool(
 
     shared = Ring.available()
 
-    async def new_worker(wid: str) -> Worker:
+    async def new_worker(wid: str, group: Group) -> Worker:
         return ProcessWorker(
             wid,
             pool=pool,
             descriptor=descriptor,
             codec=codec,
+            device_env=pool.devices.env(group),
             init=msgspec.structs.replace(
                 init,
                 worker=wid,
@@ -645,5 +652,6 @@ def process_pool(
             ),
         )
 
-    pool = WorkerPool.for_config(config, WorkerKind.PROCESS, descriptor, new_worker, stats)
+    kind = WorkerKind.PROCESS
+    pool = WorkerPool.for_config(config, kind, descriptor, new_worker, stats, assigner)
     return pool

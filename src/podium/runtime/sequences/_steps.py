@@ -159,6 +159,6 @@ class Steps:
         self.steps += 1
         token = current_context.set([r.ctx for r in batch])  # this task's own context
         try:
-            await step(self._worker.instance, batch, self._stats)
+            await step(self._worker, batch, self._stats)
         finally:
             current_context.reset(token)

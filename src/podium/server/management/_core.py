@@ -157,7 +157,8 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
     additions."""
     config = d.config
     raw = config.raw
-    gpu = d.device == "gpu"
+    held = sorted({n for w in d.workers for n in w.devices})  # the GPUs its workers hold
+    gpu = d.device == "gpu" or bool(held)
     out: dict[str, Any] = {
         "modelName": d.name,
         "modelVersion": d.version,
@@ -174,7 +175,9 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
     out["parallelType"] = ""  # model parallelism (torchrun) is refused at load
     out["parallelLevel"] = 0
     out["deviceType"] = "gpu" if gpu else "cpu"
-    if isinstance(raw.get("deviceIds"), list):
+    if held:
+        out["deviceIds"] = held
+    elif isinstance(raw.get("deviceIds"), list):
         out["deviceIds"] = raw["deviceIds"]
     out["continuousBatching"] = config.continuous_batching
     out["useJobTicket"] = False  # refused at load
@@ -185,7 +188,7 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
     out["maxNumSequence"] = config.max_num_sequences
     out["maxSequenceJobQueueSize"] = config.max_sequence_queue_size
     out["loadedAtStartup"] = d.loaded_at_startup
-    out["workers"] = [_worker(w, gpu) for w in d.workers]
+    out["workers"] = [_worker(w) for w in d.workers]
     pending = d.pending
     out["jobQueueStatus"] = {
         "remainingCapacity": max(config.max_queue_size - pending, 0),
@@ -197,6 +200,7 @@ def _describe(d: VersionDescription) -> dict[str, Any]:
     out["state"] = d.state.value
     out["ready"] = d.ready
     out["workerKind"] = config.workers
+    out["devices"] = config.devices if isinstance(config.devices, str) else list(config.devices)
     out["queue"] = d.queue
     if d.reason:
         out["loadError" if d.state is ModelState.FAILED else "reason"] = d.reason
@@ -210,7 +214,7 @@ def _whole(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
 
-def _worker(w: WorkerDescription, gpu: bool) -> dict[str, Any]:
+def _worker(w: WorkerDescription) -> dict[str, Any]:
     return {
         "id": w.id,
         "startTime": _iso(w.started),
@@ -218,9 +222,23 @@ def _worker(w: WorkerDescription, gpu: bool) -> dict[str, Any]:
         # resident bytes of the worker's process: for a thread worker, the server's (shared)
         "memoryUsage": w.memory if w.memory is not None else 0,
         "pid": w.pid,
-        "gpu": gpu,
-        "gpuUsage": "N/A",  # Podium does not measure it
+        "gpu": bool(w.devices),
+        "gpuUsage": _gpu_usage(w),
         # Podium's additions
         "kind": w.kind,
         "busy": w.busy,
+        "devices": w.devices,  # GPU numbers (none: the CPU)
+        "device": w.device,  # its model's podium.device(), in the server's numbering
+        "deviceMemory": w.device_memory,  # bytes its process holds on them; null: unknown
     }
+
+
+def _gpu_usage(w: WorkerDescription) -> str:
+    """TorchServe's ``gpuUsage`` text for a worker on a GPU (``gpuId::0 memory.used
+    [MiB]::678 MiB``: what its process holds there), ``N/A`` elsewhere."""
+    if not w.devices:
+        return "N/A"
+    text = f"gpuId::{','.join(map(str, w.devices))}"
+    if w.device_memory is not None:
+        text += f" memory.used [MiB]::{w.device_memory >> 20} MiB"
+    return text
