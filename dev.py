@@ -124,9 +124,10 @@ EXAMPLE_STORES = ("examples/torchserve-mlp/model_store",)
 
 
 def _install_examples(env: Path, stamp: str) -> None:
-    """The extra "examples" and :data:`EXAMPLE_RUNTIMES` in ``env``, unless ``stamp`` says they
-    are there. If pip fails, say so and go on: the examples' tests then fail, each with pip's
-    output (``.podium-examples-install.log`` in the venv), and every other test still runs."""
+    """The extras "examples" and "torchserve-handlers" and :data:`EXAMPLE_RUNTIMES` in ``env``,
+    unless ``stamp`` says they are there. If pip fails, say so and go on: the examples' tests
+    then fail, each with pip's output (``.podium-examples-install.log`` in the venv), and every
+    other test still runs."""
     marker, log = env / ".podium-examples-installed", env / ".podium-examples-install.log"
     stamp = f"{stamp} {' '.join(EXAMPLE_RUNTIMES)}"
     if marker.exists() and marker.read_text() == stamp:
@@ -136,8 +137,10 @@ def _install_examples(env: Path, stamp: str) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pip = [str(_bin(env) / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     said = []
+    extras = project["optional-dependencies"]
     for command in (
-        [*pip, *project["optional-dependencies"]["examples"]],
+        # TorchServe's default handlers' tests (tests/model/) need torch and Pillow too
+        [*pip, *extras["examples"], *extras["torchserve-handlers"]],
         [*pip, "--no-deps", *EXAMPLE_RUNTIMES],
     ):
         done = subprocess.run(command, capture_output=True, text=True)

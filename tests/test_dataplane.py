@@ -204,9 +204,9 @@ async def test_resolve_finds_the_ready_version_or_says_why_not() -> None:
     dp = plane(fake("m", "1"), fake("m", "2"), fake("slow", state=ModelState.LOADING))
     assert dp.resolve("m").version == "2"
     assert dp.resolve("m", "1").version == "1"
-    with pytest.raises(NotFound, match="model 'nope' is not known"):
+    with pytest.raises(NotFound, match="Request for unknown model: 'nope' is not found"):
         dp.resolve("nope")
-    with pytest.raises(NotFound, match="model 'm' has no version '7'"):
+    with pytest.raises(NotFound, match="Request for unknown model: 'm' version 7 is not found"):
         dp.resolve("m", "7")
     with pytest.raises(ModelNotReady, match="still loading"):
         dp.resolve("slow")

@@ -372,5 +372,7 @@ async def test_a_load_config_of_triton_defaults_asks_nothing() -> None:
 @pytest.mark.anyio
 async def test_an_unknown_model_fails_to_load() -> None:
     dp = opened(fake("simple"))
-    with pytest.raises(NotFound, match="failed to load: model 'nope' is not known"):
+    with pytest.raises(
+        NotFound, match="failed to load: Request for unknown model: 'nope' is not found"
+    ):
         await dp.repository.load("nope", via=WireProtocol.OIP_REST)

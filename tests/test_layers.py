@@ -42,7 +42,17 @@ from import_graph import SRC, imports_of, is_module, module_name
 #: layers (``podium.runtime``) sits with the highest of them.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # podium.ray: the models as a Ray Serve application; its ingress is the HTTP front end
-    ("front ends", ("podium.server", "podium.cli", "podium.__main__", "podium.ray")),
+    (
+        "front ends",
+        (
+            "podium.server",
+            "podium.cli",
+            "podium._exits",
+            "podium._mlserver_start",
+            "podium.__main__",
+            "podium.ray",
+        ),
+    ),
     ("data plane", ("podium.dataplane",)),
     ("registry", ("podium.runtime", "podium.runtime.registry", "podium.runtime.loading")),
     (

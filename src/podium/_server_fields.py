@@ -29,6 +29,7 @@ from ._model_fields import Kind, Unit, check
 
 __all__ = [
     "MODEL_DEFAULTS",
+    "PRESETS",
     "SETTINGS",
     "Group",
     "Setting",
@@ -294,6 +295,8 @@ _TABLE = (
     Setting("grpc_aio", _F, False, _PROTOCOLS,
             help="Serve gRPC inference with grpc.aio even where grpcio's internals pass the relay's "
             "start-up check (slower per call; a way out should the relay misbehave)"),
+    Setting("server_name", _T, "podium", _PROTOCOLS, mlserver="server_name",
+            help="The server's name in OIP's server metadata (GET /v2, gRPC ServerMetadata)"),
     Setting("max_request_size", _I, 64 << 20, _PROTOCOLS, minimum=1, unit="bytes",
             torchserve="max_request_size",
             help="Largest request body in bytes"),
@@ -456,6 +459,29 @@ MODEL_DEFAULTS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
         ("torchserve", "job_queue_size"): ("max_queue_size",),
         ("torchserve", "default_response_timeout"): ("response_timeout",),
         ("mlserver", "parallel_workers"): ("workers", "min_workers", "max_workers"),
+    }
+)
+
+
+#: One flag for a whole foreign server's behaviour (``podium serve --triton``): the settings it
+#: stands for, under ``--config`` and the flags given with it.
+PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        # Triton's ports, model control on the inference listeners
+        # (--model-control-mode=explicit), its system shared memory (on in 2.51), raw gRPC
+        # answers, its ModelStreamInfer framing, and its name in the server metadata.
+        "triton": MappingProxyType(
+            {
+                "http_port": 8000,
+                "grpc_port": 8001,
+                "metrics_port": 8002,
+                "model_control": "inference",
+                "shared_memory": "system",
+                "grpc_output_contents": "raw",
+                "grpc_stream_format": "triton",
+                "server_name": "triton",  # Triton's examples check GET /v2's name
+            }
+        ),
     }
 )
 

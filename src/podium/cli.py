@@ -1,4 +1,5 @@
-"""The ``podium`` command: ``serve``, ``check``, ``archive`` and ``ray``."""
+"""The ``podium`` command: ``serve``, ``check``, ``install``, ``archive``, ``ray``, and the
+start commands of other servers (``torchserve``, ``mlserver start``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +17,8 @@ from typing import Any
 import click
 
 from . import logs
+from ._exits import exit_now, leftovers_end, run_loop, stuck_threads
+from ._server_fields import PRESETS
 from .config import SETTINGS, Kind, ServerConfig, Setting, load_yaml
 from .errors import DefinitionError
 
@@ -41,20 +43,29 @@ def _deprecated(values: dict[str, Any], name: str) -> None:
 def _merge(
     config_file: Path | None, flags: dict[str, Any], base: dict[str, Any] | None = None
 ) -> ServerConfig:
-    """``base`` (TorchServe's config.properties), then ``config_file``, then ``flags``."""
-    values: dict[str, Any] = dict(base or {})
+    """``--triton``'s preset (a flag, or ``triton: true`` in ``config_file``), then ``base``
+    (TorchServe's config.properties, MLServer's settings.json), then ``config_file``, then
+    ``flags``."""
+    flags = dict(flags)
+    values: dict[str, Any] = {}
+    data: dict[str, Any] = {}
     if config_file is not None:
         try:
             data = load_yaml(config_file)
         except DefinitionError as exc:
             raise click.UsageError(exc.message) from None
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    triton = flags.pop("triton", None) or data.pop("triton", None)
+    if triton:
+        values.update(PRESETS["triton"])
+    values.update(base or {})
+    if config_file is not None:
         _deprecated(data, f"{config_file}: grpc_threads")
         unknown = sorted(set(data) - SETTINGS.keys())
         if unknown:
             allowed = ", ".join(sorted(SETTINGS))
             raise click.UsageError(
-                f"{config_file}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})"
+                f"{config_file}: unknown key(s) {', '.join(unknown)} (allowed: {allowed}, triton)"
             )
         if "models" in data:
             models = data["models"]
@@ -65,7 +76,6 @@ def _merge(
             folder = config_file.parent
             data["models"] = tuple(str(folder / str(m)) for m in models)
         values.update(data)
-    flags = dict(flags)
     _deprecated(flags, "--grpc-threads")
     values.update({k: v for k, v in flags.items() if v is not None})
     try:
@@ -135,13 +145,45 @@ def main() -> None:
     help="TorchServe's config.properties: its addresses, model store, load_models, models={...} "
     "and defaults, read as TorchServe reads them; --config and flags win over it.",
 )
+@click.option(
+    "--settings",
+    "settings_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="MLServer's settings.json (default: the one in the one folder given), with MLSERVER_* "
+    "variables under it, read as MLServer reads them; --config and flags win over it.",
+)
+@click.option(
+    "--triton",
+    is_flag=True,
+    default=None,
+    help="Triton's behaviour: its ports (HTTP 8000, gRPC 8001, metrics 8002), model control on "
+    "the inference listeners, system shared memory, raw gRPC answers; other flags win.",
+)
 @_settings_options
 @click.option("--grpc-threads", type=int, default=None, hidden=True)  # deprecated: _deprecated
 def serve(
-    paths: tuple[Path, ...], config_file: Path | None, ts_config: Path | None, **flags: Any
+    paths: tuple[Path, ...],
+    config_file: Path | None,
+    ts_config: Path | None,
+    settings_file: Path | None,
+    **flags: Any,
 ) -> None:
     """Serve the models at PATHS (model files, model directories or model repositories)."""
-    _serve(list(paths), config_file, ts_config, flags)
+    _serve(list(paths), config_file, ts_config, flags, settings_file=settings_file)
+
+
+@main.group("mlserver")
+def mlserver_command() -> None:
+    """MLServer's command line: `podium mlserver start FOLDER`."""
+
+
+@mlserver_command.command("start")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@_settings_options
+def mlserver_start(folder: Path, **flags: Any) -> None:
+    """Serve FOLDER as `mlserver start FOLDER` does: its settings.json and MLSERVER_* variables,
+    MLServer's ports (HTTP 8080, gRPC 8081, metrics 8082; management 8085); flags win."""
+    _serve([folder], None, None, flags, mlserver_start=True)
 
 
 def _serve(
@@ -150,17 +192,28 @@ def _serve(
     ts_config: Path | None,
     flags: dict[str, Any],
     names: dict[Path, str] | None = None,
+    *,
+    settings_file: Path | None = None,
+    mlserver_start: bool = False,
 ) -> None:
-    """Serve: the settings of ``ts_config`` (config.properties), then ``config_file``, then
-    ``flags``; ``names``: a path's model served under another name (TorchServe's
-    ``--models name=file.mar``)."""
+    """Serve: the settings of ``ts_config`` (config.properties) and of MLServer's
+    ``settings_file`` (or the one beside the models; ``mlserver_start``: as ``mlserver start``
+    reads them), then ``config_file``, then ``flags``; ``names``: a path's model served under
+    another name (TorchServe's ``--models name=file.mar``)."""
+    from ._mlserver_start import server_settings
     from .runtime import ModelSettings
 
     settings: ModelSettings | None = None
     start = _ts_start(ts_config)
-    config = _merge(config_file, flags, None if start is None else start.settings)
+    mls = server_settings(settings_file, paths, start=mlserver_start)
+    alone = (mls.model,) if mls is not None and mls.model is not None else ()
+    if alone:  # mlserver start FOLDER: no model-settings.json, the variables' model
+        paths = []
+    base = {**(start.settings if start else {}), **(mls.settings if mls else {})}
+    config = _merge(config_file, flags, base)
     all_paths = [*(Path(p) for p in config.serving.paths), *paths]
     names = dict(names or {})
+    defaults = {**(mls.defaults if mls else {}), **(start.defaults if start else {})}
     if start is not None:
         store = config.registration.model_store
         for entry in start.load_models:
@@ -169,10 +222,10 @@ def _serve(
                 all_paths.append(found)
                 if name is not None:
                     names[found] = name
-        settings = ModelSettings(names=names, models=start.models, defaults=start.defaults)
-    elif names:
-        settings = ModelSettings(names=names)
-    if not all_paths and config.registration.model_store is None:  # models come by the API
+        settings = ModelSettings(names, start.models, defaults, alone)
+    elif names or defaults or alone:
+        settings = ModelSettings(names=names, defaults=defaults, sources=alone)
+    if not all_paths and not alone and config.registration.model_store is None:  # by the API
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
         )
@@ -185,9 +238,10 @@ def _serve(
     from .server import Podium, TracingUnavailable, UnsafeExposure
 
     podium = Podium(config, all_paths, model_settings=settings)
-    if start is not None:
-        for note in start.notes:
-            logging.getLogger("podium").warning("%s", note)
+    for note in [*(start.notes if start else ()), *(mls.notes if mls else ())]:
+        logging.getLogger("podium").warning("%s", note)
+    if mls is not None and mls.source:
+        logging.getLogger("podium").info("MLServer's settings read from %s", mls.source)
 
     async def run() -> int:
         loop = asyncio.get_running_loop()
@@ -221,66 +275,15 @@ def _serve(
             await podium.stop()
             return 1
         code = await podium.shutdown(await signalled)
-        if not await _leftovers_end():
-            _exit(code, "tasks of model code ignore their cancellation")
+        if not await leftovers_end():
+            exit_now(code, "tasks of model code ignore their cancellation")
         return code
 
-    code = _run(run())
-    stuck = _stuck_threads()
+    code = run_loop(run())
+    stuck = stuck_threads()
     if stuck:
-        _exit(code, f"{len(stuck)} thread(s) still run model code ({', '.join(stuck)})")
+        exit_now(code, f"{len(stuck)} thread(s) still run model code ({', '.join(stuck)})")
     sys.exit(code)
-
-
-#: Seconds the tasks and threads left after a shutdown get to end before the process exits
-#: without them.
-LEFTOVER_GRACE = 1.0
-
-
-async def _leftovers_end() -> bool:
-    """Cancel the tasks still running (there should be none); whether they all ended within
-    LEFTOVER_GRACE (a model's coroutine may swallow its cancellation: then the process exits
-    without waiting for it, rather than hanging where asyncio waits for every task)."""
-    tasks = asyncio.all_tasks() - {asyncio.current_task()}
-    for task in tasks:
-        task.cancel()
-    if not tasks:
-        return True
-    _, pending = await asyncio.wait(tasks, timeout=LEFTOVER_GRACE)
-    return not pending
-
-
-def _stuck_threads() -> list[str]:
-    """The threads still alive after LEFTOVER_GRACE (sync model code that never returns):
-    the interpreter would wait for them forever at exit."""
-    deadline = time.monotonic() + LEFTOVER_GRACE
-    alive = []
-    for thread in threading.enumerate():
-        if thread is threading.main_thread() or thread.daemon:
-            continue
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            alive.append(thread.name)
-    return alive
-
-
-def _exit(code: int, why: str) -> None:
-    """Exit with ``code`` without waiting for what is left (``why``), logs flushed."""
-    logging.getLogger("podium").warning("exiting without waiting: %s", why)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
-def _run(coro: Any) -> int:
-    try:
-        import uvloop
-    except ImportError:  # uvloop is optional (not on Windows)
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
 
 
 def _ts_start(ts_config: Path | None) -> Any:
@@ -346,18 +349,19 @@ def install(paths: tuple[Path, ...]) -> None:
     (cached in $PODIUM_ENVS, default ~/.cache/podium/envs), for `podium serve
     --install-model-requirements`; exit 1 if any install fails."""
     from .model import discover_all
-    from .runtime import in_environments
+    from .runtime import in_declared_environments, in_environments
 
     problems: list[str] = []
     for path in paths:
         found, found_problems = discover_all(path)
         problems.extend(found_problems)
+        found = in_declared_environments(found, problems)  # environment tarballs, unpacked
         for source in in_environments(found, problems):
             if source.python is None:
                 click.echo(f"ok: {source.label} declares no requirements")
             else:
-                where = source.python.parent.parent
-                click.echo(f"ok: {source.label}: {', '.join(source.requirements())} in {where}")
+                what = ", ".join(source.requirements()) or "its own environment"
+                click.echo(f"ok: {source.label}: {what} in {source.python.parent.parent}")
     if problems:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
@@ -473,8 +477,9 @@ def _stop_started() -> int:
 @click.option(
     "--handler",
     required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The handler file (TorchServe's handler contract).",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The handler file (TorchServe's handler contract), or a default handler's name "
+    "(image_classifier, text_classifier, object_detector, image_segmenter, base_handler).",
 )
 @click.option("--version", "version", default=None, help="The model's version (modelVersion).")
 @click.option(

@@ -295,6 +295,7 @@ class Protocols(_Group):
     grpc_output_contents: str = _setting("grpc_output_contents")
     sequence_header: str = _setting("sequence_header")
     grpc_aio: bool = _setting("grpc_aio")
+    server_name: str = _setting("server_name")
     max_request_size: int = _setting("max_request_size")
 
 

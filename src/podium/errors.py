@@ -79,6 +79,8 @@ __all__ = [
     "bounded",
     "grpc_code",
     "http_status",
+    "unknown_model",
+    "unloaded_model",
 ]
 
 
@@ -156,6 +158,25 @@ class NotFound(PodiumError):
     """An unknown model, version or route."""
 
     code = "not_found"
+
+
+def unknown_model(name: str, version: str | None = None) -> str:
+    """The message of an unknown model (or version), in Triton's words on every protocol:
+    Triton's clients and examples match on ``Request for unknown model: 'X' is not found``."""
+    if version is None:
+        return f"Request for unknown model: '{name}' is not found"
+    return f"Request for unknown model: '{name}' version {version} is not found"
+
+
+def unloaded_model(name: str, version: str | None = None) -> str:
+    """The message of a model the OIP routes answer as unknown because it was unloaded
+    (Triton's ``has no available versions``; MLServer answers 404 there too)."""
+    which = (
+        f"'{name}' has no available versions"
+        if version is None
+        else (f"'{name}' version {version} is not loaded")
+    )
+    return f"Request for unknown model: {which}: it was unloaded (the repository API's load serves it again)"
 
 
 class VersionNotFound(NotFound):

@@ -40,7 +40,9 @@ def test_the_rest_client_infers_with_json_and_binary_tensors(answers: dict[str, 
 def test_the_rest_client_gets_podiums_404_for_an_unknown_model(answers: dict[str, Any]) -> None:
     failure = answers["rest"]["infer_unknown_model"]
     assert failure["exception"] == "HTTPStatusError"
-    assert failure["message"].startswith("model 'no-such-model' is not known, '404 Not Found'")
+    assert failure["message"].startswith(
+        "Request for unknown model: 'no-such-model' is not found, '404 Not Found'"
+    )
 
 
 def test_the_grpc_client_sees_a_live_ready_server_and_model(answers: dict[str, Any]) -> None:
@@ -59,5 +61,5 @@ def test_the_grpc_client_gets_not_found_for_an_unknown_model(answers: dict[str, 
     failure = answers["grpc"]["infer_unknown_model"]
     assert (failure["status"], failure["message"]) == (
         "NOT_FOUND",
-        "model 'no-such-model' is not known",
+        "Request for unknown model: 'no-such-model' is not found",
     )

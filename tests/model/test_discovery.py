@@ -202,6 +202,9 @@ VALID: dict[str, tuple[str, Any]] = {
     "max_num_sequences": ("16", 16),
     "continuous_batching": ("true", True),
     "ray": ("{num_cpus: 2}", {"num_cpus": 2}),
+    "devices": ("[0, 2]", (0, 2)),
+    "workers_per_device": ("2", 2),
+    "devices_per_worker": ("2", 2),
 }
 
 INVALID: dict[str, str] = {
@@ -226,6 +229,9 @@ INVALID: dict[str, str] = {
     "max_num_sequences": "-1",
     "continuous_batching": "1",
     "ray": "[1, 2]",
+    "devices": "[0, 0]",
+    "workers_per_device": "-1",
+    "devices_per_worker": "0",
 }
 
 

@@ -124,8 +124,8 @@ def test_a_repository_mixing_contracts_is_not_taken_for_one_mlserver_model(tmp_p
             "'parameters.version' must be",
         ),
         (
-            {"implementation": "models.R", "parameters": {"environment_tarball": "env.tgz"}},
-            "'parameters.environment_tarball' is not supported",
+            {"implementation": "models.R", "parameters": {"environment_tarball": 3}},
+            "'parameters.environment_tarball' must be a string",
         ),
         (
             {"implementation": "models.R", "parameters": {"extra": 3}},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import subprocess
 import sys
@@ -263,14 +264,34 @@ def test_definition_errors(tmp_path: Path) -> None:
             prepare(src)
 
 
-def test_builtin_handler_without_torch_is_a_clear_error(tmp_path: Path) -> None:
+def _naming_handler(tmp_path: Path, handler: str) -> Path:
     model = handler_model(tmp_path, "x = 1\n")
     manifest = model / "MAR-INF" / "MANIFEST.json"
     data = json.loads(manifest.read_text())
-    data["model"]["handler"] = "image_classifier"
+    data["model"]["handler"] = handler
     manifest.write_text(json.dumps(data))
-    (src,) = discover(model)
-    with pytest.raises(DefinitionError, match="TorchServe's built-in handler 'image_classifier'"):
+    return model
+
+
+def test_builtin_handler_without_torch_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    for name in list(sys.modules):
+        if name.startswith(("ts.torch_handler.", "podium.compat.ts.torch_handler.")):
+            monkeypatch.delitem(sys.modules, name)
+    (src,) = discover(_naming_handler(tmp_path, "image_classifier"))
+    with pytest.raises(DefinitionError, match=r"need torch .*podium\[torchserve-handlers\]"):
+        prepare(src)
+
+
+def test_a_builtin_handler_podium_does_not_provide_is_a_clear_error(tmp_path: Path) -> None:
+    if importlib.util.find_spec("ts") is not None and "ts" not in sys.modules:
+        pytest.skip("the real torchserve package is installed")
+    (src,) = discover(_naming_handler(tmp_path, "dali_image_classifier"))
+    with pytest.raises(
+        DefinitionError, match="'dali_image_classifier', which needs the torchserve"
+    ):
         prepare(src)
 
 

@@ -91,7 +91,7 @@ def test_an_unversioned_model_is_version_1(client: triton.InferenceServerClient)
     assert client.infer("tensors", [x], model_version="1").as_numpy("x").tolist() == [5, 6]
     with pytest.raises(triton.InferenceServerException) as caught:
         client.infer("tensors", [x], model_version="2")
-    assert "has no version '2' (versions: 1 (unversioned))" in caught.value.message()
+    assert "version 2 is not found (versions: 1 (unversioned))" in caught.value.message()
 
 
 def test_bytes_outputs_travel_as_bytes(client: triton.InferenceServerClient) -> None:

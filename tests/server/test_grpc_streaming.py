@@ -89,7 +89,9 @@ def test_triton_errors_are_in_band_and_the_stream_stays_open(stream: TritonStrea
         for result, error in got
     ]
     assert kinds[0:2] == [("1", ["w0 "]), ("1", ["w1 "])]
-    assert kinds[2][0] == "error" and "model 'nope' is not known" in kinds[2][1]
+    assert (
+        kinds[2][0] == "error" and "Request for unknown model: 'nope' is not found" in kinds[2][1]
+    )
     assert kinds[3][0] == "error" and "predict raised ValueError: the model refused" in kinds[3][1]
     assert kinds[4] == ("4", ["i=0"])  # the failing stream's first item
     assert kinds[5][0] == "error" and "the stream failed after item 0" in kinds[5][1]
@@ -140,7 +142,7 @@ def test_triton_an_in_band_error_is_the_requests_last_response(
         requests = [infer_request(pb, "nope", x=1), infer_request(pb, "tensors", x=1)]
         requests[0].id = "gone"
         got = list(stubs.ModelStreamInfer(iter(requests), timeout=PATIENCE))
-    assert "model 'nope' is not known" in got[0].error_message
+    assert "Request for unknown model: 'nope' is not found" in got[0].error_message
     failed = got[0].infer_response
     assert (failed.model_name, failed.id) == ("nope", "gone")
     assert failed.parameters["triton_final_response"].bool_param is True
@@ -237,7 +239,7 @@ def test_mlserver_an_error_ends_the_stream_with_its_status(ml: SimpleNamespace) 
             got.append(response.id)
     assert got == ["1"]
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-    assert "model 'nope' is not known" in caught.value.details()
+    assert "Request for unknown model: 'nope' is not found" in caught.value.details()
 
 
 def test_mlserver_a_failing_generator_ends_the_stream_internal(ml: SimpleNamespace) -> None:

@@ -242,7 +242,10 @@ async def test_an_unversioned_model_answers_to_version_1(
     assert await predict(stub, req) == b"[1.5,2.5]"
     error = await failure(stub.Predictions(request(ts, "emit", "2", input={"data": b"{}"})))
     assert error.code() == grpc.StatusCode.NOT_FOUND
-    assert "model 'emit' has no version '2' (versions: 1 (unversioned))" in error.details()
+    assert (
+        "Request for unknown model: 'emit' version 2 is not found (versions: 1 (unversioned))"
+        in error.details()
+    )
 
 
 # -- Predictions: how results come back ----------------------------------------------------
@@ -289,7 +292,7 @@ async def test_a_generator_model_is_gathered(stub: Any, ts: SimpleNamespace, tag
 BAD_REQUESTS = [
     # (model, version, input, code, words in the message)
     pytest.param("no-such-model", "", {}, "NOT_FOUND", "no-such-model", id="unknown-model"),
-    pytest.param("versioned", "3", {}, "NOT_FOUND", "'3'", id="unknown-version"),
+    pytest.param("versioned", "3", {}, "NOT_FOUND", "version 3", id="unknown-version"),
     pytest.param("", "", {}, "INVALID_ARGUMENT", "model_name is required", id="no-model-name"),
     pytest.param(
         "probe-oip", "", {"data": b"{"}, "INVALID_ARGUMENT", "probe-oip", id="not-an-oip-request"

@@ -311,7 +311,7 @@ async def test_describe_in_torchserves_shape_with_podiums_additions(api: httpx.A
 
     missing = await api.get("/models/versioned/7")
     # TorchServe tells an unknown version from an unknown model (issue 12, item 19)
-    assert "'7'" in error_of(missing, 404, "ModelVersionNotFoundException")
+    assert "version 7 is not found" in error_of(missing, 404, "ModelVersionNotFoundException")
     unknown = await api.get("/models/nobody")
     assert "nobody" in error_of(unknown, 404, "ModelNotFoundException")
 
@@ -349,7 +349,7 @@ async def test_an_unversioned_model_is_managed_as_version_1(api: httpx.AsyncClie
     assert answer.status_code == 200, answer.text
     assert (await api.get("/models/tensors")).json()[0]["default"] is True
     missing = await api.get("/models/tensors/2")
-    assert "version '2'" in error_of(missing, 404, "ModelVersionNotFoundException")
+    assert "version 2 is not found" in error_of(missing, 404, "ModelVersionNotFoundException")
 
 
 # -- unregister -------------------------------------------------------------------------------

@@ -36,7 +36,10 @@ async def test_an_unversioned_model_answers_to_version_1(client: httpx.AsyncClie
     assert (r.status_code, r.json()) == (200, [1.5, 2.5])
     r = await client.post("/predictions/emit/2", json={"kind": "list"})
     assert r.status_code == 404
-    assert "model 'emit' has no version '2' (versions: 1 (unversioned))" in error_text(r)
+    assert (
+        "Request for unknown model: 'emit' version 2 is not found (versions: 1 (unversioned))"
+        in error_text(r)
+    )
 
 
 @pytest.mark.anyio

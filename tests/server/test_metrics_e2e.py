@@ -356,9 +356,9 @@ def test_statistics_over_rest_and_grpc_agree_with_the_metrics(server: Server) ->
     assert http.get_inference_statistics("batched", "1")["model_stats"][0]["version"] == "1"
     every = grpc.get_inference_statistics(as_json=True)["model_stats"]
     assert {s["name"] for s in every} == names
-    with pytest.raises(Exception, match="not known"):
+    with pytest.raises(Exception, match="is not found"):
         http.get_inference_statistics("nope")
-    with pytest.raises(Exception, match="not known"):
+    with pytest.raises(Exception, match="is not found"):
         grpc.get_inference_statistics("nope")
 
 

@@ -199,6 +199,19 @@ def test_readiness_after_unload_and_failed_load_on_every_protocol(tmp_path: Path
         assert not model_ready(server, "fine") and state(server, "fine") == "unloaded"
         r = httpx.post(f"{server.url}/v1/models/fine:predict", json={}, timeout=PATIENCE)
         assert r.status_code == 503 and "was unloaded" in r.json()["error"]
+        # By protocol: OIP answers it as unknown, as Triton and MLServer do; TorchServe's
+        # routes as a model without workers, 503.
+        r = httpx.post(f"{server.url}/predictions/fine", json={}, timeout=PATIENCE)
+        assert r.status_code == 503 and "was unloaded" in r.text
+        r = httpx.post(f"{server.url}/v2/models/fine/infer", json={"inputs": []}, timeout=PATIENCE)
+        assert r.status_code == 404
+        assert r.json()["error"].startswith(
+            "Request for unknown model: 'fine' has no available versions: it was unloaded"
+        )
+        r = httpx.post(
+            f"{server.url}/v2/models/fine/versions/1/infer", json={"inputs": []}, timeout=PATIENCE
+        )
+        assert r.status_code == 404 and "'fine' version 1 is not loaded" in r.json()["error"]
         assert not server_ready(server)  # 'failing' still failed
         client.unload_model("failing")
         assert server_ready(server)  # nothing failed; both unloaded on request

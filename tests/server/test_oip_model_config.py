@@ -111,9 +111,12 @@ def test_unknown_models_and_versions(
 ) -> None:
     with pytest.raises(thttp.InferenceServerException) as caught:
         rest.get_model_config("nope")
-    assert caught.value.status() == "404" and "model 'nope' is not known" in caught.value.message()
+    assert (
+        caught.value.status() == "404"
+        and "Request for unknown model: 'nope' is not found" in caught.value.message()
+    )
     r = httpx.get(f"{server.url}/v2/models/simple/versions/3/config", timeout=PATIENCE)
-    assert r.status_code == 404 and "has no version '3'" in r.json()["error"]
+    assert r.status_code == 404 and "version 3 is not found" in r.json()["error"]
     with pytest.raises(tgrpc.InferenceServerException) as failed:
         grpc_client.get_model_config("nope")
     assert failed.value.status() == "StatusCode.NOT_FOUND"

@@ -113,7 +113,10 @@ def test_load_and_unload_errors(opened: Server) -> None:
     assert error.status() == "404"
     assert "failed to load" in error.message() and "'wrong_model_name'" in error.message()
     error = failure(lambda: client.unload_model("wrong_model_name"))
-    assert error.status() == "404" and "model 'wrong_model_name' is not known" in error.message()
+    assert (
+        error.status() == "404"
+        and "Request for unknown model: 'wrong_model_name' is not found" in error.message()
+    )
     error = failure(
         lambda: client.load_model("simple", config='{"instance_group": [{"count": 4}]}')
     )

@@ -12,7 +12,7 @@ from typing import Any, cast
 from msgspec.structs import replace
 
 from .. import __version__
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput, ModelNotReady, NotFound, unloaded_model
 from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
@@ -71,6 +71,7 @@ class DataPlane:
         executor: Executor | None = None,
         codec: RequestCodec | None = None,
         shared_memory: SystemSharedMemory | None = None,
+        server_name: str = "podium",
     ) -> None:
         if registry is None:
             registry = Registry()
@@ -85,6 +86,7 @@ class DataPlane:
         if self.shared_memory.enabled:
             extensions.append("system_shared_memory")
         self._extensions = tuple(extensions)
+        self._server_name = server_name  # OIP's server metadata (--server-name)
         #: The calls in flight, and the shutdown's view of them (readiness, drain, cut).
         self.flight = InFlight()
 
@@ -173,7 +175,9 @@ class DataPlane:
         await serve_websocket(self.flight, mv, call, websocket)
 
     def server_metadata(self) -> ServerMetadata:
-        return ServerMetadata(name="podium", version=__version__, extensions=list(self._extensions))
+        return ServerMetadata(
+            name=self._server_name, version=__version__, extensions=list(self._extensions)
+        )
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """The metadata of that version (the default one when None); ``NotFound`` if unknown.
@@ -234,8 +238,16 @@ class DataPlane:
 
     # -- inference -----------------------------------------------------------------------
 
-    def resolve(self, model: str, version: str | None = None) -> ModelVersion:
+    def resolve(
+        self, model: str, version: str | None = None, protocol: WireProtocol | None = None
+    ) -> ModelVersion:
         """The ready version a call addresses; ``NotFound`` / ``ModelNotReady`` otherwise.
+
+        By ``protocol``: on OIP's routes (REST and gRPC) a version unloaded through the
+        repository API is ``NotFound`` (404 / ``NOT_FOUND``, Triton's "has no available
+        versions"), as Triton and MLServer answer; on the others it is ``ModelNotReady`` (503),
+        as TorchServe answers a model without workers and Truss a model that is not ready. A
+        version still loading, or whose load failed, is ``ModelNotReady`` everywhere.
 
         Front ends call this before reading the body, then look at what the model asks for
         (``instance.capabilities``: ``needs_inputs``, ``needs_request``, ``streaming``) and pass
@@ -243,7 +255,14 @@ class DataPlane:
         being served (:data:`~podium.types.current_request`) names the version from then on
         (its access line, its span).
         """
-        mv = self._registry.ready(model, version)
+        try:
+            mv = self._registry.ready(model, version)
+        except ModelNotReady:
+            if protocol is not None and protocol.oip:
+                found = self._registry.get(model, version)
+                if found.state is ModelState.UNLOADED:
+                    raise NotFound(unloaded_model(model, version)) from None
+            raise
         info = current_request.get()
         if info is not None:
             info.model = mv.name

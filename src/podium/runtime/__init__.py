@@ -26,7 +26,14 @@ from ._stats import (
     outcome_of,
 )
 from .devices import GpuSample, inventory
-from .loading import ModelSettings, build_path, check_paths, in_environments, register_paths
+from .loading import (
+    ModelSettings,
+    build_path,
+    check_paths,
+    in_declared_environments,
+    in_environments,
+    register_paths,
+)
 from .registry import UNVERSIONED, ModelVersion, Registry
 from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 
@@ -50,6 +57,7 @@ __all__ = [
     "WorkerState",
     "build_path",
     "check_paths",
+    "in_declared_environments",
     "in_environments",
     "inventory",
     "outcome_of",

@@ -7,6 +7,7 @@ import contextvars
 import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -245,13 +246,15 @@ def _discover(
 @dataclasses.dataclass(frozen=True, slots=True)
 class ModelSettings:
     """Model settings given from outside the models' own files (TorchServe's
-    ``config.properties``): ``names`` (a path's model served under another name), ``models``
-    (a model's keys by its name, over its own), ``defaults`` (keys for every model whose own
-    config does not set them)."""
+    ``config.properties``, MLServer's ``settings.json``): ``names`` (a path's model served under
+    another name), ``models`` (a model's keys by its name, over its own), ``defaults`` (keys for
+    every model whose own config does not set them), ``sources`` (models defined by no file of
+    their own: MLServer's model from ``MLSERVER_MODEL_*`` variables)."""
 
     names: Mapping[Path, str] = dataclasses.field(default_factory=dict)
     models: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sources: tuple[ModelSource, ...] = ()
 
     def apply(self, source: ModelSource, problems: list[str]) -> ModelSource:
         raw = source.config.raw
@@ -311,8 +314,11 @@ def _check(sources: list[ModelSource], problems: list[str]) -> tuple[list[Checke
 
 
 def _collect(paths: list[Path]) -> tuple[list[Checked], list[str]]:
-    """Discover and import every model once; the checked ones, and every problem found."""
-    return _check(*_discover(paths))
+    """Discover and import every model once; the checked ones, and every problem found. A
+    model that brings its own environment (an environment tarball) is not imported here, where
+    its packages are absent: its environment is made (unpacked, cached) instead."""
+    sources, problems = _discover(paths)
+    return _check(in_declared_environments(sources, problems), problems)
 
 
 def _build(
@@ -388,6 +394,39 @@ def in_environments(sources: list[ModelSource], problems: list[str]) -> list[Mod
     return placed
 
 
+def in_declared_environments(sources: list[ModelSource], problems: list[str]) -> list[ModelSource]:
+    """Each source that brings its own environment (an MLServer ``environment_tarball``,
+    unpacked and cached, or ``environment_path``: ``runtime.environments``) set to run in
+    worker processes started from it, its programs first on ``PATH``; one whose environment
+    cannot be made is a problem of that model (added to ``problems``, the source left out)."""
+    placed: list[ModelSource] = []
+    for source in sources:
+        declared = mlserver.declared_environment(source)
+        if declared is None:
+            placed.append(source)
+            continue
+        kind, path = declared
+        try:
+            if kind == "path":
+                env = environments.use_existing(path, label=source.label)
+            else:
+                env = environments.unpack(path, label=source.label)
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+            continue
+        logger.info("%s runs in worker processes from %s (%s)", source.label, env.path, path)
+        config = dataclasses.replace(source.config, workers=WorkerKind.PROCESS.value)
+        process_env = dict(source.process_env)
+        if env.bin is not None:
+            process_env["PATH"] = os.pathsep.join(
+                p for p in (str(env.bin), os.environ.get("PATH", "")) if p
+            )
+        placed.append(
+            dataclasses.replace(source, config=config, python=env.python, process_env=process_env)
+        )
+    return placed
+
+
 def check_paths(paths: list[Path]) -> list[str]:
     """Every definition problem in ``paths``, without instantiating or serving anything."""
     return _collect(paths)[1]
@@ -420,7 +459,10 @@ def register_paths(
     """
     sources, problems = _discover(paths, settings.names if settings else None)
     if settings is not None:
-        sources = [settings.apply(source, problems) for source in sources]
+        sources = [settings.apply(source, problems) for source in [*sources, *settings.sources]]
+    if only is not None:
+        sources = [s for s in sources if (s.config.name, s.config.version) == only]
+    sources = in_declared_environments(sources, problems)
     if install_requirements:
         sources = in_environments(sources, problems)
     if only is not None:
@@ -468,6 +510,7 @@ def build_path(
                 values["max_workers"] = max(source.config.max_workers, values["min_workers"], 1)
             config = dataclasses.replace(source.config, **values)
             sources.append(dataclasses.replace(source, config=config))
+        sources = in_declared_environments(sources, problems)
         checked, problems = _check(sources, problems)
         if problems:
             raise DefinitionError("; ".join(problems), problems)

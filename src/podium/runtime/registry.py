@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import ModelNotReady, NotFound, PodiumError, VersionNotFound
+from ..errors import ModelNotReady, NotFound, PodiumError, VersionNotFound, unknown_model
 from ..metrics import recording_to
 from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
@@ -243,7 +243,7 @@ class Registry:
         """Every version of ``name``, lowest first; ``NotFound`` if the model is unknown."""
         versions = self._models.get(name)
         if not versions:
-            raise NotFound(f"model '{name}' is not known")
+            raise NotFound(unknown_model(name))
         return sorted(versions.values(), key=lambda mv: version_key(mv.version))
 
     def default_version(self, name: str) -> ModelVersion:
@@ -271,7 +271,7 @@ class Registry:
             return self.default_version(name)
         versions = self._models.get(name)
         if not versions:
-            raise NotFound(f"model '{name}' version '{version}' is not known: no model '{name}'")
+            raise NotFound(unknown_model(name))
         mv = versions.get(version)
         if mv is None:
             if version == UNVERSIONED and None in versions:
@@ -279,7 +279,7 @@ class Registry:
             known = ", ".join(
                 v.version or f"{UNVERSIONED} (unversioned)" for v in self.versions(name)
             )
-            raise VersionNotFound(f"model '{name}' has no version '{version}' (versions: {known})")
+            raise VersionNotFound(f"{unknown_model(name, version)} (versions: {known})")
         return mv
 
     def ready(self, name: str, version: str | None = None) -> ModelVersion:

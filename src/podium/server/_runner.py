@@ -233,6 +233,7 @@ class Podium:
             executor=self.executor,
             codec=self.request_codec,
             shared_memory=SystemSharedMemory(config.shared_memory),
+            server_name=config.protocols.server_name,
         )
         #: every request's access line (``--access-log``) and the ids of requests
         self.access_log = AccessLog(config.logs.access_log)

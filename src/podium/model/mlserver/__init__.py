@@ -13,5 +13,20 @@ prepared or built: discovery stays cheap and native models never pay for them.
 """
 
 from ._model import build, is_source, prepare, sources
+from ._settings import (
+    declared_environment,
+    environment_model,
+    environment_values,
+    read_json_object,
+)
 
-__all__ = ["build", "is_source", "prepare", "sources"]
+__all__ = [
+    "build",
+    "declared_environment",
+    "environment_model",
+    "environment_values",
+    "is_source",
+    "prepare",
+    "read_json_object",
+    "sources",
+]

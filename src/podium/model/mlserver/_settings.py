@@ -12,16 +12,22 @@ Every key MLServer defines is accepted or refused with an error naming the key a
   the runtime in ``settings.parameters``; ``versions``, ``warm_workers``, ``cache_enabled``,
   ``parameters.inference_pool_gid`` / ``autogenerate_inference_pool_gid`` are accepted and have
   no effect;
-- ``parameters.environment_path`` / ``environment_tarball`` are refused: Podium runs every model
-  in its own Python environment;
+- ``parameters.environment_tarball`` (relative to the file's folder) / ``environment_path``: the
+  model runs in worker processes from that environment (:func:`declared_environment`);
 - ``podium``: Podium's own ``config.yaml`` keys for this model (``predict_concurrency``,
   ``max_queue_size``, ...); unknown top-level keys are an error (MLServer ignores them).
+
+``MLSERVER_MODEL_<KEY>`` environment variables give the keys a file leaves out (and
+``MLSERVER_MODEL_<PARAMETER>`` its parameters), as MLServer's pydantic-settings models read them:
+names in any case, lists and objects as JSON; the file wins where both say.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,7 +37,17 @@ from ...devices import device, gpu_index
 from ...errors import DefinitionError
 from .._source import Contract, MLServerParts, ModelSource
 
-__all__ = ["SETTINGS_FILE", "read_settings", "runtime_settings"]
+__all__ = [
+    "MODEL_ENV_PREFIX",
+    "SETTINGS_FILE",
+    "declared_environment",
+    "environment_model",
+    "environment_model",
+    "environment_values",
+    "read_json_object",
+    "read_settings",
+    "runtime_settings",
+]
 
 logger = logging.getLogger("podium.model")
 
@@ -54,12 +70,6 @@ _KEYS = frozenset(
         "podium",
     }
 )
-_REFUSED_PARAMETERS = {
-    "environment_path": "Podium runs every model in its own Python environment; install the "
-    "runtime's requirements there",
-    "environment_tarball": "Podium runs every model in its own Python environment; install the "
-    "runtime's requirements there",
-}
 # Podium keys that model-settings.json sets through MLServer's own keys (the field table's
 # mlserver column), and Podium keys that mean nothing for an MLServer runtime.
 _MAPPED = {
@@ -70,7 +80,75 @@ _MAPPED = {
 _NOT_HERE = frozenset({"model_class_name", "default_version"})
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+MODEL_ENV_PREFIX = "MLSERVER_MODEL_"
+
+# MLServer 1.7.1's ModelSettings and ModelParameters fields, by how a variable's text is read:
+# "bool", "int", "float", "str" or "json" (pydantic-settings reads lists and objects as JSON).
+_MODEL_KINDS: Mapping[str, str] = {
+    "implementation": "str", "name": "str", "platform": "str", "versions": "json",
+    "inputs": "json", "outputs": "json", "parallel_workers": "int", "warm_workers": "bool",
+    "max_batch_size": "int", "max_batch_time": "float", "parameters": "json",
+    "cache_enabled": "bool",
+}  # fmt: skip
+_PARAMETER_KINDS: Mapping[str, str] = {
+    "uri": "str", "version": "str", "environment_path": "str", "environment_tarball": "str",
+    "inference_pool_gid": "str", "autogenerate_inference_pool_gid": "bool", "format": "str",
+    "content_type": "str", "extra": "json",
+}  # fmt: skip
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def environment_values(
+    environ: Mapping[str, str], prefix: str, kinds: Mapping[str, str]
+) -> dict[str, Any]:
+    """The fields of ``kinds`` that ``<prefix><FIELD>`` variables of ``environ`` give (names in
+    any case), each read as pydantic-settings reads a field of that kind (``kinds``' values:
+    ``bool``, ``int``, ``float``, ``str``, ``json``); ``ValueError`` names the variable whose
+    text is not one."""
+    upper = {name.upper(): value for name, value in environ.items()}
+    found: dict[str, Any] = {}
+    for key, kind in kinds.items():
+        name = prefix + key.upper()
+        text = upper.get(name)
+        if text is None:
+            continue
+        lowered = text.strip().lower()
+        if kind == "str":
+            found[key] = text
+        elif kind == "bool" and (lowered in _TRUE or lowered in _FALSE):
+            found[key] = lowered in _TRUE
+        elif kind in ("int", "float"):
+            try:
+                found[key] = int(lowered) if kind == "int" else float(lowered)
+            except ValueError:
+                raise ValueError(f"{name} must be a number ({kind}), got {text[:80]!r}") from None
+        elif kind == "json":
+            try:
+                found[key] = json.loads(text)
+            except ValueError:
+                raise ValueError(f"{name} must be JSON, got {text[:80]!r}") from None
+        else:
+            raise ValueError(f"{name} must be true or false, got {text[:80]!r}")
+    return found
+
+
+def _with_environment(data: dict[str, Any], where: str, environ: Mapping[str, str]) -> None:
+    """``data`` (a model-settings.json) with what ``MLSERVER_MODEL_*`` variables give where it
+    says nothing, in place, as MLServer's ``ModelSettings`` reads them."""
+    try:
+        top = environment_values(environ, MODEL_ENV_PREFIX, _MODEL_KINDS)
+        params = environment_values(environ, MODEL_ENV_PREFIX, _PARAMETER_KINDS)
+    except ValueError as exc:
+        raise DefinitionError(f"{where}: {exc}") from None
+    for key, value in top.items():
+        data.setdefault(key, value)
+    if params and (data.get("parameters") is None or isinstance(data["parameters"], dict)):
+        data["parameters"] = {**params, **(data.get("parameters") or {})}
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``DefinitionError`` naming the file otherwise."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -126,11 +204,26 @@ def _from_mlserver(
     return config
 
 
-def read_settings(path: Path) -> ModelSource:
-    """The model version a ``model-settings.json`` describes; ``DefinitionError`` listing every
-    problem, each naming the key and the file."""
-    where = str(path)
-    data = _read_json(path)
+def environment_model(folder: Path, environ: Mapping[str, str] | None = None) -> ModelSource | None:
+    """The one model MLServer makes from ``MLSERVER_MODEL_*`` variables alone (its default
+    model, when its repository holds no ``model-settings.json``), its code found in ``folder``;
+    None when ``MLSERVER_MODEL_IMPLEMENTATION`` is not set (MLServer then serves nothing)."""
+    environ = os.environ if environ is None else environ
+    if not any(name.upper() == f"{MODEL_ENV_PREFIX}IMPLEMENTATION" for name in environ):
+        return None
+    return read_settings(folder / SETTINGS_FILE, environ, data={})
+
+
+def read_settings(
+    path: Path, environ: Mapping[str, str] | None = None, *, data: dict[str, Any] | None = None
+) -> ModelSource:
+    """The model version a ``model-settings.json`` describes (``data``: its keys, instead of
+    reading ``path``), with what ``MLSERVER_MODEL_*`` variables of ``environ`` (default: the
+    process's) give where it says nothing; ``DefinitionError`` listing every problem, each
+    naming the key and the file."""
+    where = str(path) if data is None else f"{MODEL_ENV_PREFIX}* variables ({path.parent})"
+    data = read_json_object(path) if data is None else data
+    _with_environment(data, where, os.environ if environ is None else environ)
     problems: list[str] = []
     for key in sorted(set(data) - _KEYS):
         problems.append(f"{where}: unknown key '{key}' (allowed: {', '.join(sorted(_KEYS))})")
@@ -150,10 +243,10 @@ def read_settings(path: Path) -> ModelSource:
     elif not isinstance(params, dict):
         problems.append(f"{where}: 'parameters' must be an object, got {params!r}")
         params = {}
-    for key, why in _REFUSED_PARAMETERS.items():
-        if params.get(key) is not None:
-            problems.append(f"{where}: 'parameters.{key}' is not supported: {why}")
-    for key in ("uri", "format", "content_type", "inference_pool_gid"):
+    for key in (
+        "uri", "format", "content_type", "inference_pool_gid", "environment_path",
+        "environment_tarball",
+    ):  # fmt: skip
         if params.get(key) is not None and not isinstance(params[key], str):
             problems.append(f"{where}: 'parameters.{key}' must be a string, got {params[key]!r}")
     if params.get("extra") is not None and not isinstance(params["extra"], dict):
@@ -263,3 +356,21 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
             for e in errors()
         ]
         raise DefinitionError("; ".join(problems), problems) from exc
+
+
+def declared_environment(source: ModelSource) -> tuple[str, Path] | None:
+    """The Python environment an MLServer model declares, as MLServer finds it:
+    ``("path", folder)`` for ``parameters.environment_path`` (variables and ``~`` expanded,
+    relative to the working directory), else ``("tarball", file)`` for
+    ``parameters.environment_tarball`` (relative to the ``model-settings.json``'s folder); None
+    for any other model."""
+    if source.mlserver is None:
+        return None
+    params = source.mlserver.settings.get("parameters") or {}
+    folder = params.get("environment_path")
+    if folder:
+        return "path", Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
+    tarball = params.get("environment_tarball")
+    if tarball:
+        return "tarball", source.mlserver.settings_path.parent / tarball
+    return None

@@ -467,10 +467,25 @@ def write_archive(
     return dest
 
 
+#: The handler names torch-model-archiver 0.12 writes into the manifest without a file.
+ARCHIVER_DEFAULT_HANDLERS = frozenset(
+    {
+        "base_handler",
+        "text_classifier",
+        "image_classifier",
+        "object_detector",
+        "image_segmenter",
+        "dali_image_classifier",
+        "vllm_handler",
+        "trt_llm_handler",
+    }
+)
+
+
 def archive_model(
     *,
     model_name: str,
-    handler: Path,
+    handler: Path | str,
     export_path: Path,
     version: str | None = None,
     serialized_file: Path | None = None,
@@ -491,9 +506,12 @@ def archive_model(
         raise ValueError(f"--model-name must be a non-empty name without '/', got {model_name!r}")
     if archive_format not in ("default", "tgz", "no-archive"):
         raise ValueError(f"--archive-format must be default, tgz or no-archive: {archive_format}")
+    # a default handler's name (torch-model-archiver's list) is written, not copied
+    by_name = str(handler) in ARCHIVER_DEFAULT_HANDLERS and not Path(handler).exists()
+    handler_file = None if by_name else Path(handler)
     files: dict[str, Path] = {}
     for flag, path in (
-        ("--handler", handler),
+        ("--handler", handler_file),
         ("--serialized-file", serialized_file),
         ("--model-file", model_file),
         ("--config-file", config_file),
@@ -518,7 +536,7 @@ def archive_model(
     export_path.mkdir(parents=True, exist_ok=True)
     manifest = make_manifest(
         model_name=model_name,
-        handler=handler.name,
+        handler=handler_file.name if handler_file else str(handler),
         version=version,
         serialized_file=serialized_file.name if serialized_file else None,
         model_file=model_file.name if model_file else None,

@@ -2,7 +2,8 @@
 
 The manifest's ``handler`` names a file in the model directory (``handler.py``), optionally
 with a function (``handler.py:my_handle``), an importable module, or one of TorchServe's
-built-in handlers (``image_classifier``, ...: those need the real ``torchserve`` package).
+built-in handlers (``image_classifier``, ``ts.torch_handler.image_classifier``: the real
+``torchserve`` package's when it is installed, else Podium's own in ``podium.compat.ts``).
 A module with a ``handle`` function (or the named function) is a module-style handler,
 initialised by calling ``handle(None, context)`` as TorchServe does. Otherwise the module must
 define exactly one class: instantiated with no arguments, ``initialize(context)`` once, then
@@ -52,6 +53,8 @@ BUILTIN_HANDLERS = frozenset(
         "dali_image_classifier",
     }
 )
+#: The built-in handlers ``podium.compat.ts.torch_handler`` provides (without ``torchserve``).
+PODIUM_HANDLERS = BUILTIN_HANDLERS - {"dali_image_classifier"}
 _STREAMING_MARK = "send_intermediate_predict_response"
 _path_lock = threading.RLock()
 
@@ -81,16 +84,30 @@ def list_classes_from_module(module: ModuleType, parent_class: type | None = Non
 
 
 def load_label_mapping(mapping_file_path: str) -> dict[str, Any] | None:
-    """The index → label mapping in an ``index_to_name.json`` style file; None without one."""
+    """The index → label mapping in an ``index_to_name.json`` style file; None without one.
+
+    As TorchServe reads it: ``{"0": "cat"}``, ``{"0": ["n02123045", "cat"]}`` (the last item is
+    the label) or ``{"object_type_names": ["cat", ...]}``; any other value is refused.
+    """
     if not os.path.isfile(mapping_file_path):
         return None
     with open(mapping_file_path, encoding="utf-8") as f:
         mapping = json.load(f)
     if not isinstance(mapping, dict):
         raise ValueError(f"{mapping_file_path}: the label mapping must be a JSON object")
-    if mapping and all(isinstance(v, list) and len(v) > 1 for v in mapping.values()):
-        return {k: v[1] for k, v in mapping.items()}  # ImageNet style: [synset, label]
-    return mapping
+    names = mapping.get("object_type_names")
+    if isinstance(names, list):
+        return {str(index): name for index, name in enumerate(names)}
+    labels: dict[str, Any] = {}
+    for key, value in mapping.items():
+        label = value[-1] if isinstance(value, list) and value else value
+        if not isinstance(label, str):
+            raise ValueError(
+                f"{mapping_file_path}: label {str(key)[:64]!r} must be a string or a list "
+                "ending in one"
+            )
+        labels[key] = label
+    return labels
 
 
 def install_ts_shim() -> bool:
@@ -205,12 +222,10 @@ def _import_file(file: Path, label: str, where: str) -> ModuleType:
 
 
 def _missing_builtin(module_name: str, where: str, label: str) -> DefinitionError:
-    torch = importlib.util.find_spec("torch") is not None
-    need = "the torchserve package" if torch else "torch and the torchserve package"
+    provided = ", ".join(sorted(PODIUM_HANDLERS))
     return DefinitionError(
         f"{where}: handler '{label}' is TorchServe's built-in handler '{module_name}', which "
-        f"needs {need} (pip install torch torchserve); Podium does not reimplement the "
-        "built-in handlers"
+        f"needs the torchserve package (pip install torchserve); Podium provides {provided}"
     )
 
 
@@ -229,7 +244,7 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
             if file.is_file():
                 module = _import_file(file, label, where)
             elif module_name in BUILTIN_HANDLERS:
-                if shimmed:
+                if shimmed and module_name not in PODIUM_HANDLERS:
                     raise _missing_builtin(module_name, where, label)
                 module = importlib.import_module(f"ts.torch_handler.{module_name}")
             elif importlib.util.find_spec(module_name) is not None:
@@ -253,7 +268,7 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
         if problems:
             raise DefinitionError("; ".join(f"{where}: {p}" for p in problems))
         return HandlerSpec(label, module, fn, None, streams, model_dir)
-    if function_name:
+    if function_name and function_name != "handle":  # ':handle' names a class's handle too
         raise DefinitionError(f"{where}: handler '{label}' has no function '{function_name}'")
     classes = list_classes_from_module(module)
     if len(classes) != 1:

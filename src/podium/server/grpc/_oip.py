@@ -249,7 +249,7 @@ class OipService:
         """The version a request addresses and the call for it (inputs decoded only if the
         model takes them, a request object only if it takes one)."""
         version = message.model_version or None
-        mv = self.dataplane.resolve(message.model_name, version)
+        mv = self.dataplane.resolve(message.model_name, version, WireProtocol.OIP_GRPC)
         caps = mv.instance.capabilities
         try:
             payload = to_request(message) if caps.needs_inputs else None
@@ -318,7 +318,9 @@ class OipService:
     def _consumer(self, first: Any) -> ModelVersion | None:
         """The version the stream's first request addresses, if it reads a stream of requests."""
         try:
-            mv = self.dataplane.resolve(first.model_name, first.model_version or None)
+            mv = self.dataplane.resolve(
+                first.model_name, first.model_version or None, WireProtocol.OIP_GRPC
+            )
         except Exception:
             return None  # answered (with its error) as any request of the stream
         return mv if mv.instance.capabilities.consumes_stream else None

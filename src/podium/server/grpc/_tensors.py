@@ -125,6 +125,14 @@ def to_request(message: Any) -> InferenceRequest:
     raw = message.raw_input_contents
     inputs = message.inputs
     in_memory = 0  # inputs in shared memory have no raw entry (as Triton pairs them)
+    if raw:  # checked first, as Triton does: its examples send both and match on these words
+        for tensor in inputs:
+            if tensor.HasField("contents"):
+                raise InvalidTensor(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{message.model_name}': a request uses one or "
+                    "the other for all its inputs"
+                )
     if raw and len(raw) != len(inputs):
         in_memory = sum(1 for tensor in inputs if _REGION in tensor.parameters)
         if len(raw) + in_memory != len(inputs):
@@ -140,11 +148,6 @@ def to_request(message: Any) -> InferenceRequest:
         if in_memory and _REGION in tensor.parameters:
             data: Any = None  # the data plane reads it from its region
         elif raw:
-            if tensor.HasField("contents"):
-                raise InvalidTensor(
-                    f"input '{name}' has both typed contents and raw_input_contents; "
-                    "a request uses one or the other for all its inputs"
-                )
             data = codecs.decode_raw(name, datatype, shape, raw[index])
             index += 1
         elif tensor.HasField("contents") or _REGION not in tensor.parameters:

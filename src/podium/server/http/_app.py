@@ -188,7 +188,7 @@ class HttpApp:
         protocol: WireProtocol,
     ) -> tuple[ModelVersion, Call]:
         """Find the model (404/503 before the body is touched) and the call's pieces."""
-        mv = self.dataplane.resolve(model, version)
+        mv = self.dataplane.resolve(model, version, protocol)
         ex.check_length()  # the limit holds for a model that reads the body itself too
         caps = mv.instance.capabilities
         request = ex.request() if caps.needs_request else None
