@@ -170,6 +170,14 @@ async def iterate_async(agen: Any, model: str) -> AsyncGenerator[Any, None]:
         await agen.aclose()
 
 
+def validated(schema: Any, value: Any) -> Any:
+    """``value`` validated into the pydantic model ``schema``: from its JSON when it is text or
+    bytes, else as it is."""
+    if isinstance(value, bytes | str):
+        return schema.model_validate_json(value)
+    return schema.model_validate(value)
+
+
 def validation_failed(exc: BaseException, what: str) -> ValidationFailed | None:
     """A pydantic ``ValidationError`` (whichever pydantic raised it) as ``ValidationFailed``:
     ``what`` then every location and message; None for any other exception."""

@@ -42,6 +42,7 @@ from ._calls import (
     iterate_sync,
     model_error,
     run_sync,
+    validated,
     validation_failed,
 )
 from ._threads import CallThreads
@@ -189,9 +190,10 @@ def _hints(fn: Any) -> dict[str, Any]:
 
 def method_parameters(
     cls: type, name: str, problems: list[str]
-) -> tuple[Any, list[inspect.Parameter]] | None:
-    """The method ``name`` of ``cls`` and its parameters after the instance's; None when the
-    class has no such attribute, or when it is no method (the problem is added)."""
+) -> tuple[Any, list[inspect.Parameter], dict[str, Any]] | None:
+    """The method ``name`` of ``cls``, its parameters after the instance's and its type hints;
+    None when the class has no such attribute, or when it is no method (the problem is
+    added)."""
     fn = getattr(cls, name, None)
     if fn is None:
         return None
@@ -208,16 +210,15 @@ def method_parameters(
     # name; staticmethods have none, and classmethods and callable objects come already bound.
     if params and inspect.isfunction(inspect.getattr_static(cls, name)):
         params = params[1:]
-    return fn, params
+    return fn, params, _hints(fn)
 
 
 def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
     found = method_parameters(cls, name, problems)
     if found is None:
         return None
-    fn, params = found
+    fn, params, hints = found
     where = f"{cls.__name__}.{name}"
-    hints = _hints(fn)
     ok = True
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
@@ -557,11 +558,8 @@ class NativeModel:
 
     def validate(self, value: Any) -> Any:
         """Validate JSON-like ``value`` into the model's pydantic schema (400 with locations)."""
-        schema: Any = self.spec.input_schema
         try:
-            if isinstance(value, bytes | str):
-                return schema.model_validate_json(value)
-            return schema.model_validate(value)
+            return validated(self.spec.input_schema, value)
         except Exception as exc:
             failed = validation_failed(exc, f"model '{self.name}': input failed validation")
             if failed is None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...errors import DefinitionError, InvalidInput, ModelError, ResponseTimeout
 from ...types import Capabilities, Generation, InputKind, Returned
-from .._calls import call_load, iterate_async, iterate_sync, model_error, run_sync
+from .._calls import call_load, iterate_async, iterate_sync, model_error, run_sync, validated
 from .._source import ModelSource
 from .._threads import CallThreads
 from . import _environ
@@ -194,11 +194,8 @@ class TrussModel:
     def validate(self, value: Any) -> Any:
         """The input validated into the model's pydantic type, as Truss does; its failure is a
         400 with Truss's message (``Input Parsing Error: `loc`: msg.``)."""
-        schema: Any = self.spec.input_schema
         try:
-            if isinstance(value, bytes | str):
-                return schema.model_validate_json(value)
-            return schema.model_validate(value)
+            return validated(self.spec.input_schema, value)
         except Exception as exc:
             errors = getattr(exc, "errors", None)
             if not callable(errors) or not callable(getattr(exc, "error_count", None)):
