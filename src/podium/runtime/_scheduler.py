@@ -1,4 +1,4 @@
-"""What every scheduler offers the registry and the data plane; the predict-slot gate; the
+"""What every scheduler offers the registry and the data plane, and keeps of its pool; the
 requests and tasks a scheduler owns."""
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..errors import QueueFull
 from ..types import SequenceRef
-from ._line import Line
 
 if TYPE_CHECKING:
     from ._stats import VersionStats
@@ -23,7 +21,6 @@ __all__ = [
     "PoolScheduler",
     "Scheduler",
     "SequenceScheduling",
-    "SlotGate",
     "TaskSet",
     "postprocess",
     "preprocess",
@@ -152,57 +149,6 @@ class SequenceScheduling(Scheduler, Protocol):
     def stream_in(
         self, sequence: SequenceRef, inputs: Any, request: Any
     ) -> AsyncGenerator[Any, None]: ...
-
-
-class SlotGate:
-    """``predict_concurrency`` slots with a bounded, first-come-first-served waiting line.
-
-    A request that finds every slot busy and ``max_waiting`` requests already waiting is refused
-    at once with ``QueueFull`` (503), instead of piling up. A released slot is handed straight to
-    the oldest waiter. Cancelling a waiter removes it from the line without ever taking a slot
-    (and a slot handed to a waiter cancelled at that moment is passed on, never lost: the
-    :class:`~podium.runtime._line.Line` sees to that).
-    """
-
-    __slots__ = ("_model", "_slots", "_max_waiting", "_line", "busy")
-
-    def __init__(self, model: str, slots: int, max_waiting: int) -> None:
-        self._model = model
-        self._slots = slots
-        self._max_waiting = max_waiting
-        self._line: Line[None] = Line(self._pass_on, max_waiting)
-        self.busy = 0
-
-    @property
-    def waiting(self) -> int:
-        return self._line.waiting
-
-    def try_acquire(self) -> bool:
-        """Take a free slot without waiting, if there is one and nobody is ahead in line."""
-        if self.busy < self._slots and not self._line:
-            self.busy += 1
-            return True
-        return False
-
-    async def acquire(self) -> None:
-        """A slot: at once if one is free and nobody waits, else at the back of the line."""
-        if self.try_acquire():
-            return
-        line = self._line
-        if line.full():
-            raise QueueFull.of(self._model, line.waiting, self._max_waiting)
-        await line.wait()  # the slot is handed over with busy unchanged
-
-    def release(self) -> None:
-        """Give the slot back: to the oldest waiter, or free."""
-        if not (self._line and self._line.hand(None)):
-            self.busy -= 1
-
-    def _pass_on(self, _: None) -> None:
-        self.release()
-
-    def statistics(self) -> dict[str, int]:
-        return {"slots": self._slots, "busy": self.busy, "waiting": self.waiting}
 
 
 class TaskSet:
