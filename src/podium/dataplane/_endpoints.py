@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
@@ -23,8 +22,6 @@ from ._flight import Counted, InFlight
 __all__ = ["endpoint_items", "handler_route", "healthy", "serve_websocket"]
 
 logger = logging.getLogger("podium.dataplane")
-
-_now = time.perf_counter_ns
 
 
 def _offers(mv: ModelVersion, what: str) -> ModelEndpoints:

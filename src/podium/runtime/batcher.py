@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
@@ -27,8 +26,6 @@ from .workers import Worker, WorkerPool
 __all__ = ["BatchScheduler"]
 
 logger = logging.getLogger("podium.batcher")
-
-_now = time.perf_counter_ns
 
 
 class BatchScheduler(PoolScheduler):
