@@ -91,6 +91,10 @@ def test_model_config_all_keys() -> None:
         "batch_size": 4,
         "max_batch_delay": 10,
         "max_queue_size": 5,
+        "max_queue_delay": 50,
+        "priority_levels": 3,
+        "default_priority": 2,
+        "priority_aging": 200,
         "stream_buffer": 6,
         "default_version": 1,
         "model_metadata": {"platform": "x"},
@@ -104,6 +108,8 @@ def test_model_config_all_keys() -> None:
         "max_sequence_queue_size": 2,
         "max_num_sequences": 8,
         "continuous_batching": True,
+        "metrics_config": "metrics.yaml",
+        "ts_metrics": "log",
         "devices": "cpu",
         "workers_per_device": 2,
         "devices_per_worker": 1,
@@ -117,6 +123,8 @@ def test_model_config_all_keys() -> None:
     assert (config.predict_concurrency, config.batch_size) == (3, 4)
     assert config.max_batch_delay_ms == 10.0 and isinstance(config.max_batch_delay_ms, float)
     assert (config.max_queue_size, config.stream_buffer) == (5, 6)
+    assert (config.max_queue_delay_ms, config.priority_aging_ms) == (50.0, 200.0)
+    assert (config.priority_levels, config.default_priority) == (3, 2)
     assert config.model_metadata == {"platform": "x"}
     assert config.default_version == "1"
     assert (config.workers, config.min_workers, config.max_workers) == ("process", 2, 4)
@@ -127,6 +135,15 @@ def test_model_config_all_keys() -> None:
     assert config.continuous_batching is True
     assert config.ray == {"num_cpus": 2, "max_ongoing_requests": 8}
     assert config.raw == data and config.raw is not data
+
+
+def test_default_priority_is_one_of_the_levels() -> None:
+    with pytest.raises(
+        DefinitionError,
+        match="'default_priority' \\(3\\) must not exceed 'priority_levels' \\(2\\)",
+    ):
+        build({"priority_levels": 2, "default_priority": 3})
+    assert build({"priority_levels": 4, "default_priority": 4}).default_priority == 4
 
 
 def test_model_config_is_frozen() -> None:

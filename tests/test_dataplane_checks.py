@@ -279,6 +279,20 @@ def test_batching_sequences_streaming_and_workers_in_the_configuration() -> None
     }
     assert (b["max_batch_size"], b["input"], b["instance_group"][0]["count"]) == (0, [], 2)
     assert "sequence_batching" not in b and "model_transaction_policy" not in b
+    bounded = fake(
+        "t",
+        batch_size=4,
+        max_queue_size=50,
+        max_queue_delay_ms=125,
+        priority_levels=3,
+        default_priority=2,
+    )
+    dynamic = as_json(plane(bounded).model_config("t"))["dynamic_batching"]
+    assert dynamic["default_queue_policy"] == {
+        "max_queue_size": 50,
+        "default_timeout_microseconds": 125_000,
+    }
+    assert (dynamic["priority_levels"], dynamic["default_priority_level"]) == (3, 2)
     s = as_json(dp.model_config("s", "1"))
     assert s["sequence_batching"] == {"max_sequence_idle_microseconds": 60_000_000}
     assert "dynamic_batching" not in s

@@ -42,6 +42,7 @@ from import_graph import SRC, imports_of, is_module, module_name
 #: layers (``podium.runtime``) sits with the highest of them.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # podium.ray: the models as a Ray Serve application; its ingress is the HTTP front end
+    # podium.openai: the OpenAI model contract's types, re-exported from the front end that owns them
     (
         "front ends",
         (
@@ -51,6 +52,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium._mlserver_start",
             "podium.__main__",
             "podium.ray",
+            "podium.openai",
         ),
     ),
     ("data plane", ("podium.dataplane",)),
@@ -64,7 +66,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime.continuous",
             "podium.runtime._scheduler",
             "podium.runtime._collector",
-            "podium.runtime._clock",
             "podium.runtime._items",
         ),
     ),
@@ -77,6 +78,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime.process",
             "podium.runtime._gate",
             "podium.runtime._line",
+            # the clock every wait is timed by: schedulers' delays and the line's deadlines
+            "podium.runtime._clock",
             "podium.runtime._stats",
             "podium.runtime.devices",
         ),

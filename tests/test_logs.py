@@ -308,7 +308,8 @@ def test_access_lines_of_one_turn_are_made_and_written_together_at_its_end() -> 
             for n in range(3):
                 log.write(access(n))
             assert stream.writes == [] and described == []  # nothing made yet
-            await asyncio.sleep(0)  # the turn ends
+            await asyncio.sleep(0)  # the turn ends: handed to the log's thread
+            log.flush()  # (which makes and writes them; this waits for it)
             assert described == ["r-0", "r-1", "r-2"]
             assert len(stream.writes) == 1 and stream.writes[0].count("\n") == 3
             assert "/p2" in stream.writes[0]

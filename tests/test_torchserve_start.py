@@ -57,8 +57,14 @@ def test_config_properties_in_podiums_words(tmp_path: Path) -> None:
     store = tmp_path / "store"
     path = _properties(tmp_path, store, 9080, "job_queue_size=50\nload_models=all\n"
                        'models={"m": {"2.0": {"marName": "m.mar", "batchSize": 4, '
-                       '"maxBatchDelay": 100, "defaultVersion": true}}}\n')  # fmt: skip
+                       '"maxBatchDelay": 100, "defaultVersion": true}}}\n'
+                       "metrics_mode=Prometheus \nmetrics_config=metrics.yaml\n"
+                       "model_metrics_auto_detect=true\n")  # fmt: skip
     found = read_ts_config(path, environ={})
+    # metrics.yaml and metrics_mode are read (docs/metrics.md, "TorchServe's names")
+    assert found.settings["ts_metrics"] == "prometheus"
+    assert found.settings["metrics_config"] == Path("metrics.yaml")
+    assert any("'model_metrics_auto_detect' is not honoured" in n for n in found.notes)
     assert found.settings["host"] == "127.0.0.1" and found.settings["http_port"] == 9080
     assert found.settings["model_store"] == store
     assert found.settings["auth"] is False  # disable_token_authorization=true
@@ -100,11 +106,15 @@ def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None
     store = _store(tmp_path)
     http = free_port()
     config = _properties(tmp_path, store, http, "models={\\\n  \"sent\": {\"1.0\": {\\\n"
-                         '    "minWorkers": 1, "maxWorkers": 3, "responseTimeout": 60}}}\n')  # fmt: skip
+                         '    "minWorkers": 1, "maxWorkers": 3, "responseTimeout": 60,\\\n'
+                         # the archive named here too, as TorchServe's custom_metrics example
+                         # does: one model, not two
+                         '    "marName": "sentiment.mar"}}}\n')  # fmt: skip
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [*PODIUM, "torchserve", "--start", "--ncs", "--model-store", str(store),
-         "--models", "sent=sentiment.mar", "--ts-config", str(config)],
+         "--models", "sent=sentiment.mar", "--ts-config", str(config),
+         "--workflow-store", str(tmp_path / "wf_store")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True,
     )  # fmt: skip
@@ -129,6 +139,7 @@ def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None
     log = proc.stdout.read()
     proc.stdout.close()
     assert "'number_of_netty_threads' is not honoured" in log
+    assert "--workflow-store" in log and "workflows (.war, /workflows, /wfpredict) are not" in log
 
 
 def _port(config: Path, which: str) -> int:

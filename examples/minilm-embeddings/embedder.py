@@ -150,6 +150,11 @@ class Embedder:
         model = model.to(self.device)
         self._torch, self._tokenizer, self._model = torch, tokenizer, model.eval()
 
+    @property
+    def tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer`` (loaded), truncating at the model's length."""
+        return self._tokenizer
+
     def embed(self, sentences: list[str]) -> np.ndarray:
         """One L2-normalized row of :data:`DIMENSION` float32 values per sentence."""
         torch = self._torch

@@ -3,6 +3,9 @@
 In: ``text``, one sentence or several: OIP ``BYTES`` ``[n]``; on the Truss and TorchServe routes
 JSON ``{"text": "..."}``, ``{"text": [...]}`` or ``{"texts": [...]}``. Out: ``embedding``, FP32
 ``[n, 384]``, each row L2-normalized (cosine similarity is a dot product).
+
+OpenAI's ``POST /v1/embeddings`` reaches :meth:`Model.embed` through the same dynamic batches
+(docs/openai.md); ``self.tokenizer`` counts its usage and decodes token-id inputs.
 """
 
 from __future__ import annotations
@@ -77,6 +80,11 @@ class Model:
 
     def load(self) -> None:
         self._embedder.load()
+        self.tokenizer = self._embedder.tokenizer
+
+    def embed(self, inputs: list[str]) -> Any:
+        """OpenAI's embeddings: one row per text (the texts of a dynamic batch's calls)."""
+        return self._embedder.embed(inputs)
 
     async def preprocess(self, inputs: Any) -> list[str]:
         # async: a few microseconds of checks, not worth a hop to the thread pool

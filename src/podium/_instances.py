@@ -45,6 +45,39 @@ ENDPOINT_METHODS: Final = ("chat_completions", "completions", "embeddings", "mes
 
 
 @dataclass(frozen=True, slots=True)
+class OpenAIFace:
+    """What a loaded model offers OpenAI's API (``docs/openai.md``), read from the model after
+    its ``load()``: the ``tokenizer`` and ``context_length`` it set, whether it generates (a
+    continuous model with a tokenizer: each generation's inputs are a ``podium.openai.Sampling``)
+    and whether it embeds (it defines ``embed(self, inputs: list[str])``)."""
+
+    tokenizer: Any = None
+    context_length: int | None = None
+    generates: bool = False
+    embeds: bool = False
+    methods: frozenset[str] = frozenset()  # its own chat / complete
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedInputs:
+    """The inputs of one ``/v1/embeddings`` call, as the scheduler carries them to a model that
+    embeds: its ``predict`` slot runs the model's ``embed`` with ``texts`` (a batch of such
+    calls, dynamically batched, runs one ``embed`` over all their texts)."""
+
+    texts: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodInputs:
+    """One OpenAI call for the model's own ``chat`` or ``complete`` (``method``), as the
+    scheduler carries it to the predict slot: the model gets ``request`` (the validated request
+    struct) and returns the text, or yields it piece by piece."""
+
+    method: str
+    request: Any
+
+
+@dataclass(frozen=True, slots=True)
 class HandlerRoute:
     """A model's own HTTP endpoint (an MLServer runtime's ``@custom_handler``): ``method`` and
     ``path`` (``{name}`` segments match one segment, as Starlette's), served by the model's
@@ -120,6 +153,12 @@ class Capabilities:
     #: The model says whether it is healthy (:meth:`ModelEndpoints.is_healthy`): a loaded
     #: model's readiness follows it.
     health_check: bool = False
+    #: The model defines ``embed`` (OpenAI's ``/v1/embeddings`` reach it in the predict slot:
+    #: :class:`EmbedInputs`), in thread or process workers alike.
+    embeds: bool = False
+    #: Which of OpenAI's own methods the model defines, ``chat`` and ``complete`` (each called
+    #: with the validated request: :class:`MethodInputs`; model/_openai.py).
+    openai_methods: frozenset[str] = frozenset()
     #: What the model's pydantic annotations say of its input and output, as Truss's ``/schema``
     #: answers it (``input_schema``, ``output_schema``, ``supports_streaming``); None when they
     #: say nothing.

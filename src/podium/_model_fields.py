@@ -325,6 +325,17 @@ _TABLE = (
         attr="max_batch_delay_ms",
     ),
     Field("max_queue_size", Kind.INTEGER, 1000, minimum=1, torchserve="jobQueueSize"),
+    # the longest a request waits in the queue before it is refused (503 / UNAVAILABLE, with
+    # Retry-After) without reaching the model; 0: no limit. Triton's
+    # dynamic_batching.default_queue_policy.default_timeout_microseconds (in ms here); neither
+    # TorchServe nor MLServer has one. A request's own timeout can only shorten it.
+    Field("max_queue_delay", Kind.NUMBER, 0.0, unit=_MS, attr="max_queue_delay_ms"),
+    # priority levels of the queue (1: the highest; a request's priority 0 or none: the
+    # default); Triton's dynamic_batching.priority_levels / default_priority_level
+    Field("priority_levels", Kind.INTEGER, 1, minimum=1),
+    Field("default_priority", Kind.INTEGER, 1, minimum=1),
+    # a waiter rises one level for each this long it waits, so no level starves (docs/scaling.md)
+    Field("priority_aging", Kind.NUMBER, 1000.0, minimum=1, unit=_MS, attr="priority_aging_ms"),
     Field("stream_buffer", Kind.INTEGER, 16, minimum=1),
     # which version unversioned routes use (else the highest)
     Field("default_version", Kind.VERSION, None),
@@ -385,6 +396,12 @@ _TABLE = (
     # open sequences at once; 0: no limit
     Field("max_num_sequences", Kind.INTEGER, 10_000, minimum=0, torchserve="maxNumSequence"),
     Field("continuous_batching", Kind.FLAG, False, torchserve="continuousBatching"),
+    # TorchServe handlers: the metrics.yaml whose model_metrics context.metrics declares (None:
+    # TorchServe's own), and how their metrics look as TorchServe's (prometheus: TorchServe's
+    # labels and names on /metrics; log: also its model_metrics.log lines); the server's
+    # --metrics-config and --ts-metrics set them for every model
+    Field("metrics_config", Kind.PATH, None),
+    Field("ts_metrics", Kind.CHOICE, "off", choices=("off", "prometheus", "log")),
     # where its workers run (docs/devices.md): "auto" (every GPU, else the CPU), "cpu", "gpu"
     # (every GPU; none: a load error) or GPU numbers; TorchServe's deviceType / deviceIds and
     # Truss's resources map onto it in their adapters

@@ -445,6 +445,15 @@ _TABLE = (
             mlserver="tracing_server",
             help="OpenTelemetry spans for every request, exported over OTLP as the standard OTEL_* "
             "variables say; needs podium[otel]"),
+    # TorchServe's metric names (docs/metrics.md, "TorchServe's names")
+    Setting("ts_metrics", _C, "off", _LOGS, choices=("off", "prometheus", "log"),
+            torchserve="metrics_mode",
+            help="TorchServe's metric names (ts_inference_requests_total, Requests2XX, QueueTime...)"
+            ": on /metrics beside Podium's (prometheus), as TorchServe's log lines (log), or none"),
+    Setting("metrics_config", Kind.PATH, None, _LOGS, optional=True, file=True,
+            shown="TorchServe's own", torchserve="metrics_config",
+            help="TorchServe's metrics.yaml: the metrics its handlers find declared in "
+            "context.metrics (model_metrics), and the TorchServe names --ts-metrics serves"),
 )
 # fmt: on
 

@@ -31,10 +31,10 @@ NOT_HONOURED: Mapping[str, str] = {
     "netty_client_threads": "no Netty here",
     "number_of_gpu": "each model says where it runs (devices, docs/devices.md); the server "
     "uses every GPU NVML finds: limit them with CUDA_VISIBLE_DEVICES",
-    "metrics_config": "metrics.yaml is not read yet: Podium's own metrics are on /metrics",
-    "metrics_mode": "Podium's metrics are Prometheus's, on the metrics listener",
-    "model_metrics_auto_detect": "Podium's metrics are Prometheus's, on the metrics listener",
-    "disable_system_metrics": "Podium reports no system metrics",
+    "model_metrics_auto_detect": "every metric a handler records is on /metrics already (as "
+    "with model_metrics_auto_detect=true)",
+    "disable_system_metrics": "TorchServe's system metric names are read when /metrics is "
+    "scraped (--ts-metrics prometheus), never collected in the background",
     "async_logging": "Podium's logging writes once per event-loop turn",
     "cors_allowed_origin": "the inference API sets no CORS headers",
     "cors_allowed_methods": "the inference API sets no CORS headers",
@@ -48,7 +48,8 @@ NOT_HONOURED: Mapping[str, str] = {
     "default_service_handler": "a model names its handler in its archive",
     "service_envelope": "envelopes are not supported",
     "model_snapshot": "Podium keeps no snapshots (as with --ncs)",
-    "workflow_store": "workflows are not served",
+    "workflow_store": "TorchServe's workflows (.war, /workflows, /wfpredict) are not served: "
+    "docs/migrating.md (Workflows) says what to use instead",
     "ipex_enable": "Intel's extension is not managed by Podium",
     "cpu_launcher_enable": "Podium does not launch workers through a CPU launcher",
     "cpu_launcher_args": "Podium does not launch workers through a CPU launcher",
@@ -174,6 +175,8 @@ def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> Torc
             typed = _typed(where, key, setting.kind, value)
             if key == "disable_token_authorization":  # TorchServe's says the opposite
                 typed = False if typed else None
+            elif key == "metrics_mode":  # TorchServe reads it without blanks, in any case
+                typed = "".join(str(typed).split()).lower()
             found.settings[setting.key] = typed
         elif key in NOT_HONOURED:
             found.notes.append(f"{where}: '{key}' is not honoured: {NOT_HONOURED[key]}")

@@ -213,12 +213,14 @@ def _serve(
     config = _merge(config_file, flags, base)
     all_paths = [*(Path(p) for p in config.serving.paths), *paths]
     names = dict(names or {})
-    defaults = {**(mls.defaults if mls else {}), **(start.defaults if start else {})}
+    defaults = {**config.logs.torchserve_fields(), **(mls.defaults if mls else {})}  # metrics
+    defaults.update(start.defaults if start else {})
     if start is not None:
         store = config.registration.model_store
         for entry in start.load_models:
             found, name = _store_entry(entry, store)
-            if found is not None:
+            # one archive in --models and in models={marName} is one model, as in TorchServe
+            if found is not None and found.resolve() not in {p.resolve() for p in all_paths}:
                 all_paths.append(found)
                 if name is not None:
                     names[found] = name
@@ -389,6 +391,8 @@ PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
               help="Accepted: Podium's management API registers models with its key.")  # fmt: skip
 @click.option("--log-config", type=click.Path(path_type=Path), default=None,
               help="Not read: Podium logs with --log-level / --log-format.")  # fmt: skip
+@click.option("--workflow-store", type=click.Path(path_type=Path), default=None,
+              help="Not read: workflows (.war) are not served (docs/migrating.md, Workflows).")  # fmt: skip
 def torchserve_command(
     start: bool,
     stop: bool,
@@ -400,6 +404,7 @@ def torchserve_command(
     disable_token_auth: bool,
     enable_model_api: bool,
     log_config: Path | None,
+    workflow_store: Path | None,
 ) -> None:
     """TorchServe's start command, unchanged: `podium torchserve --start --ncs --model-store
     model_store --models mnist=mnist.mar --ts-config config.properties`."""
@@ -411,6 +416,10 @@ def torchserve_command(
         click.echo(
             f"podium: --log-config {log_config} is not read (Podium's own logging)", err=True
         )
+    if workflow_store is not None:
+        click.echo(f"podium: --workflow-store {workflow_store} is not read: TorchServe's "
+                   "workflows (.war, /workflows, /wfpredict) are not served (docs/migrating.md)",
+                   err=True)  # fmt: skip
     flags: dict[str, Any] = {"model_store": model_store}
     if disable_token_auth:
         flags["auth"] = False

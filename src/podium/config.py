@@ -102,6 +102,11 @@ class ModelConfig:
     batch_size: int = _default("batch_size")
     max_batch_delay_ms: float = _default("max_batch_delay")
     max_queue_size: int = _default("max_queue_size")
+    # Overload (docs/scaling.md): the longest queue wait, and priority levels with aging.
+    max_queue_delay_ms: float = _default("max_queue_delay")
+    priority_levels: int = _default("priority_levels")
+    default_priority: int = _default("default_priority")
+    priority_aging_ms: float = _default("priority_aging")
     stream_buffer: int = _default("stream_buffer")
     default_version: str | None = _default("default_version")
     workers: str = _default("workers")
@@ -118,6 +123,8 @@ class ModelConfig:
     # Continuous batching: the model's step() advances up to batch_size requests at a time;
     # requests join and leave between steps.
     continuous_batching: bool = _default("continuous_batching")
+    metrics_config: Path | None = _default("metrics_config")
+    ts_metrics: str = _default("ts_metrics")
     # Devices (docs/devices.md): where the workers run, how many on each, GPUs per worker.
     devices: str | tuple[int, ...] = _default("devices")
     workers_per_device: int = _default("workers_per_device")
@@ -162,6 +169,12 @@ class ModelConfig:
             problems.append(
                 f"{where}: '{low.key}' ({values[low.attr]}) must not exceed "
                 f"'{high.key}' ({values[high.attr]})"
+            )
+        levels, default = FIELDS["priority_levels"], FIELDS["default_priority"]
+        if values.get(default.attr, default.default) > values.get(levels.attr, levels.default):
+            problems.append(
+                f"{where}: '{default.key}' ({values.get(default.attr, default.default)}) must "
+                f"not exceed '{levels.key}' ({values.get(levels.attr, levels.default)})"
             )
         if "model_metadata" in values:
             try:
@@ -436,13 +449,27 @@ class ShutdownTimes(_Group):
 
 @dataclass(frozen=True, slots=True)
 class Logs(_Group):
-    """The log's level and format, the access log, OpenTelemetry spans."""
+    """The log's level and format, the access log, OpenTelemetry spans, TorchServe's metric
+    names (``ts_metrics``) and its ``metrics.yaml``."""
 
     GROUP = Group.LOGS
     level: str = _setting("log_level")
     format: str = _setting("log_format")
     access_log: bool = _setting("access_log")
     otel: bool = _setting("otel")
+    ts_metrics: str = _setting("ts_metrics")
+    metrics_config: Path | None = _setting("metrics_config")
+
+    def torchserve_fields(self) -> dict[str, Any]:
+        """The model keys every TorchServe model takes from these settings (its handler's
+        ``context.metrics`` reads them): ``metrics_config`` (made absolute) and ``ts_metrics``,
+        where they differ from the defaults."""
+        found: dict[str, Any] = {}
+        if self.metrics_config is not None:
+            found["metrics_config"] = self.metrics_config.resolve()
+        if self.ts_metrics != "off":
+            found["ts_metrics"] = self.ts_metrics
+        return found
 
 
 _BY_GROUP: dict[Group, tuple[Setting, ...]] = {

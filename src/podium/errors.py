@@ -15,6 +15,7 @@
     ├── Unavailable                  try again later (503 / UNAVAILABLE)
     │   ├── ModelNotReady            the model is loading or failed to load
     │   ├── QueueFull                the model's queue is at max_queue_size
+    │   ├── QueueTimeout             the request waited in the queue past its deadline
     │   ├── SequenceLimit            a sequence's queue is full, or too many sequences are open
     │   └── ShuttingDown             the server is stopping: the call was cut, or came too late
     ├── SequenceClosed               the sequence ended, expired or lost its state (410 / FAILED_PRECONDITION)
@@ -65,6 +66,7 @@ __all__ = [
     "PayloadTooLarge",
     "PodiumError",
     "QueueFull",
+    "QueueTimeout",
     "ResponseTimeout",
     "SequenceClosed",
     "SequenceLimit",
@@ -222,9 +224,15 @@ class PayloadTooLarge(PodiumError):
 
 
 class Unavailable(PodiumError):
-    """The server cannot take this request now; the client may retry."""
+    """The server cannot take this request now; the client may retry.
+
+    ``retry_after``: seconds after which a retry may succeed, where the refusal knows (a full
+    or slow queue); front ends send it as ``Retry-After`` (HTTP, whole seconds) and as the
+    trailing metadata ``retry-after`` (gRPC). None: no advice.
+    """
 
     code = "unavailable"
+    retry_after: float | None = None
 
 
 class ModelNotReady(Unavailable):
@@ -241,9 +249,39 @@ class QueueFull(Unavailable):
     @classmethod
     def of(cls, model: str, waiting: int, limit: int) -> QueueFull:
         """The error for ``model``'s full queue, in the words every scheduler uses."""
-        return cls(
+        error = cls(
             f"model '{model}' queue is full: {waiting} requests waiting (max_queue_size {limit})"
         )
+        error.retry_after = 1.0
+        return error
+
+
+class QueueTimeout(Unavailable):
+    """The request waited in the model's queue past its deadline (the model's
+    ``max_queue_delay`` or the request's own timeout) and left it without reaching the model."""
+
+    code = "queue_timeout"
+
+    @classmethod
+    def of(cls, model: str, waited: float, retry_after: float) -> QueueTimeout:
+        """The error of a request of ``model`` that left its queue after ``waited`` seconds."""
+        error = cls(
+            f"model '{model}' is overloaded: the request waited {waited * 1000:.0f} ms in its "
+            "queue, past its deadline, and was not run"
+        )
+        error.retry_after = retry_after
+        return error
+
+    @classmethod
+    def expected(cls, model: str, wait: float, retry_after: float) -> QueueTimeout:
+        """The error of a request of ``model`` refused on arrival: it would wait about
+        ``wait`` seconds, past its deadline."""
+        error = cls(
+            f"model '{model}' is overloaded: the request would wait about {wait * 1000:.0f} ms "
+            "in its queue, past its deadline, and was not queued"
+        )
+        error.retry_after = retry_after
+        return error
 
 
 class SequenceLimit(Unavailable):

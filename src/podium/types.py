@@ -24,6 +24,7 @@ __all__ = [
     "DATATYPES",
     "END",
     "ENDPOINT_METHODS",
+    "EmbedInputs",
     "Answer",
     "AnswerStream",
     "Call",
@@ -34,11 +35,13 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "InputKind",
+    "MethodInputs",
     "ModelEndpoints",
     "MetadataTensor",
     "ModelInstance",
     "ModelMetadata",
     "ModelState",
+    "OpenAIFace",
     "Parameters",
     "Protocol",
     "Reply",
@@ -238,6 +241,7 @@ class WireProtocol(enum.Enum):
     TRUSS = "truss"  # JSON in, JSON out (/v1/models/{m}:predict)
     TORCHSERVE_REST = "torchserve_rest"  # JSON or bytes in; JSON, str or bytes out
     TORCHSERVE_GRPC = "torchserve_grpc"  # the input map in, the prediction bytes out
+    OPENAI = "openai"  # OpenAI's API: a podium.openai.Sampling in, its tokens out
 
     def __init__(self, value: str) -> None:
         # Plain attributes, read on every call: cheaper than a property or a set lookup.
@@ -473,14 +477,23 @@ class RequestInfo:
     """The request being served, as every layer may see it (:data:`current_request`): its id
     (the client's ``X-Request-ID`` / ``x-request-id`` / OIP ``id``, or one the server made), and
     the model and version it addresses once the data plane has found them. Front ends keep
-    more in a subclass (the access log's fields)."""
+    more in a subclass (the access log's fields).
 
-    __slots__ = ("id", "model", "version")
+    ``deadline`` and ``priority`` are what the client asked of the model's queue (front ends
+    set them from the OIP ``timeout`` / ``priority`` parameters, headers, gRPC deadlines and
+    metadata: docs/scaling.md): the latest ``time.monotonic()`` at which the request may still
+    leave the queue for the model (None: the model's own ``max_queue_delay`` alone), and its
+    priority level (1 the highest; 0: the model's default).
+    """
+
+    __slots__ = ("id", "model", "version", "deadline", "priority")
 
     def __init__(self, id: str) -> None:
         self.id = id
         self.model: str | None = None
         self.version: str | None = None
+        self.deadline: float | None = None
+        self.priority = 0
 
 
 #: The request the current task (or the model thread it runs) serves; None outside a request
@@ -501,9 +514,12 @@ def request_id() -> str | None:
 from ._instances import (  # noqa: E402  (after the types they use)
     ENDPOINT_METHODS,
     Capabilities,
+    EmbedInputs,
     HandlerRoute,
+    MethodInputs,
     ModelEndpoints,
     ModelInstance,
+    OpenAIFace,
     Reply,
     Returned,
     SyncCalls,

@@ -260,3 +260,24 @@ def test_wrong_inputs_are_refused_with_the_reason(server: Server) -> None:
     assert empty.status_code == 400, empty.text
     truss = httpx.post(f"{server.url}/v1/models/{NAME}:predict", json={"words": "hi"}, timeout=30)
     assert truss.status_code == 400 and "'text' or 'texts'" in truss.text
+
+
+def test_openai_embeddings_equal_sentence_transformers(
+    server: Server, reference: np.ndarray
+) -> None:
+    import base64
+
+    import openai
+
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as client:
+        texts = [s for s in SENTENCES if s]  # OpenAI's API refuses an empty input
+        rows = [i for i, s in enumerate(SENTENCES) if s]
+        r = client.embeddings.create(model=NAME, input=texts)
+        assert_close(np.array([d.embedding for d in r.data]), reference[rows])
+        assert r.usage.prompt_tokens > len(texts)  # counted with the model's own tokenizer
+        raw = client.embeddings.with_raw_response.create(
+            model=NAME, input=texts[:2], encoding_format="base64"
+        )
+        data = raw.http_response.json()["data"]
+        decoded = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in data]
+        assert_close(np.array(decoded), reference[rows[:2]])

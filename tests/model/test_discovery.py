@@ -205,6 +205,12 @@ VALID: dict[str, tuple[str, Any]] = {
     "devices": ("[0, 2]", (0, 2)),
     "workers_per_device": ("2", 2),
     "devices_per_worker": ("2", 2),
+    "metrics_config": ("metrics.yaml", Path("metrics.yaml")),
+    "ts_metrics": ("prometheus", "prometheus"),
+    "max_queue_delay": ("100", 100.0),
+    "priority_levels": ("3", 3),
+    "default_priority": ("1", 1),
+    "priority_aging": ("500", 500.0),
 }
 
 INVALID: dict[str, str] = {
@@ -232,6 +238,12 @@ INVALID: dict[str, str] = {
     "devices": "[0, 0]",
     "workers_per_device": "-1",
     "devices_per_worker": "0",
+    "metrics_config": "''",
+    "ts_metrics": "graphite",
+    "max_queue_delay": "-1",
+    "priority_levels": "0",
+    "default_priority": "0",
+    "priority_aging": "0",
 }
 
 

@@ -198,3 +198,47 @@ def test_without_torch_the_import_error_says_what_to_do(monkeypatch: pytest.Monk
         importlib.import_module(SHIM)
     for name in NAMES:
         sys.modules.pop(name, None)
+
+
+class _ExplainContext:
+    """What BaseHandler.handle reads of a context: the explain header and the metrics."""
+
+    def __init__(self, explain: str) -> None:
+        self.explain = explain
+        self.times: list[str] = []
+        self.metrics = types.SimpleNamespace(add_time=lambda name, *a: self.times.append(name))
+
+    def get_request_header(self, idx: int, key: str) -> str | None:
+        return self.explain if key == "explain" else None
+
+
+def test_handle_calls_explain_handle_on_an_explanation(torch: Any) -> None:
+    base = importlib.import_module("podium.compat.ts.torch_handler.base_handler")
+
+    class Explained(base.BaseHandler):  # type: ignore[name-defined,misc]
+        def preprocess(self, data: Any) -> Any:
+            return [row["body"]["x"] for row in data]
+
+        def inference(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+            return [x * 2 for x in data]
+
+        def postprocess(self, data: Any) -> Any:
+            return data
+
+        def get_insights(self, tensor_data: Any, raw_data: Any, target: Any = 0) -> Any:
+            return [{"inputs": tensor_data, "raw": raw_data, "target": target}]
+
+    handler = Explained()
+    rows = [{"body": {"x": 3}, "target": 2}]
+    predicted = _ExplainContext("False")
+    assert handler.handle(rows, predicted) == [6]
+    explained = _ExplainContext("True")
+    # TorchServe's explain_handle: the first row's data/body and its target
+    assert handler.handle(rows, explained) == [{"inputs": [3], "raw": {"x": 3}, "target": 2}]
+    assert handler.explain is True and explained.times == ["HandlerTime"]
+
+    class Plain(Explained):
+        get_insights = None  # type: ignore[assignment]
+
+    with pytest.raises(NotImplementedError, match="Plain defines no get_insights"):
+        Plain().handle(rows, _ExplainContext("True"))

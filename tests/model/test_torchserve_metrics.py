@@ -4,11 +4,21 @@ version's metric store, as TorchServe's metrics cache would record it."""
 from __future__ import annotations
 
 import logging
+import re
+import socket
+from pathlib import Path
 
 import pytest
 
+from podium.errors import DefinitionError
 from podium.metrics import Kind, MetricStore
-from podium.model.torchserve import Dimension, MetricTypes, TorchServeMetrics
+from podium.model.torchserve import (
+    TORCHSERVE_DEFAULT,
+    Dimension,
+    MetricTypes,
+    TorchServeMetrics,
+    read_metrics_yaml,
+)
 
 DEFAULTS = ("ModelName", "Level")
 
@@ -78,3 +88,78 @@ def test_without_a_store_nothing_is_recorded_and_nothing_breaks() -> None:
     metrics.add_metric_to_cache("Calls", "count", ["route"]).add_or_update(1, ["x"])
     metrics.set_request_ids({0: "a"})
     assert metrics.request_ids == {0: "a"}
+
+
+# -- metrics.yaml (metrics_config) ----------------------------------------------------------
+
+
+def test_declared_model_metrics_are_in_the_cache_before_any_add(tmp_path: Path) -> None:
+    (tmp_path / "metrics.yaml").write_text(
+        "model_metrics:\n"
+        "  gauge:\n"
+        "    - {name: RequestBatchSize, unit: count, dimensions: [ModelName]}\n"
+        "  counter:\n"
+        "    - {name: InferenceRequestCount, unit: count, dimensions: []}\n",
+        encoding="utf-8",
+    )
+    declared = read_metrics_yaml(tmp_path / "metrics.yaml")
+    store = MetricStore()
+    metrics = TorchServeMetrics(store, "m", declared.model_metrics)
+    metrics.get_metric("RequestBatchSize", MetricTypes.GAUGE).add_or_update(4, ["m"])
+    metrics.get_metric("InferenceRequestCount").add_or_update(1, [])
+    found = recorded(store)
+    assert found["RequestBatchSize"] == (Kind.GAUGE, ("ModelName",), {("m",): 4.0})
+    assert found["InferenceRequestCount"] == (Kind.COUNTER, (), {(): 1.0})
+    # a declared name asked for as another type is not there, as in TorchServe
+    with pytest.raises(KeyError):
+        metrics.get_metric("RequestBatchSize", MetricTypes.COUNTER)
+
+
+def test_torchserves_default_file_declares_handler_and_prediction_time() -> None:
+    metrics = TorchServeMetrics(MetricStore(), "m", read_metrics_yaml(None).model_metrics)
+    for name in ("HandlerTime", "PredictionTime"):
+        found = metrics.get_metric(name, MetricTypes.GAUGE)
+        assert found.unit == "ms" and found.dimension_names == ["ModelName", "Level"]
+    assert len(TORCHSERVE_DEFAULT.ts_metrics) == 19
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("model_metrics:\n  gauge:\n    - {name: X, unit: ms}\n", r"gauge\[0\]' has no dimensions"),
+        ("model_metrics:\n  summary: []\n", "'model_metrics.summary' is not a metric type"),
+        ("model_metrics:\n  gauge:\n    - {name: X, unit: ms, dimensions: a}\n", "list of names"),
+        ("- a\n", "must be a mapping"),
+        ("a: [\n", "not YAML"),
+    ],
+)
+def test_a_wrong_metrics_yaml_is_refused_naming_the_entry(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    path = tmp_path / "metrics.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DefinitionError, match=problem):
+        read_metrics_yaml(path)
+    with pytest.raises(DefinitionError, match="cannot be read"):
+        read_metrics_yaml(tmp_path / "missing.yaml")
+
+
+def test_log_mode_writes_torchserves_model_metrics_line(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = TorchServeMetrics(MetricStore(), "m", mode="log")
+    with caplog.at_level(logging.INFO, logger="podium.torchserve.model_metrics"):
+        metrics.add_time("HandlerTime", 12.5, None, "ms")
+    [line] = [r.getMessage() for r in caplog.records if r.name.endswith("model_metrics")]
+    assert re.fullmatch(
+        r"HandlerTime\.ms:12\.5\|#ModelName:m,Level:Model\|#hostname:\S+,requestID:,timestamp:\d+",
+        line,
+    )
+
+
+def test_prometheus_mode_adds_the_hostname_label_and_torchserves_help() -> None:
+    store = MetricStore()
+    metrics = TorchServeMetrics(store, "m", mode="prometheus")
+    metrics.add_counter("Handled", 2)
+    family, series = next((f, dict(s)) for f, s in store.collect() if f.name == "Handled")
+    assert family.labelnames == (*DEFAULTS, "Hostname")
+    assert series == {("m", "Model", socket.gethostname()): 2.0}
+    assert family.documentation == "Torchserve prometheus counter metric with unit: count"

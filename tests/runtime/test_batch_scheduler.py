@@ -17,10 +17,19 @@ from helpers import ManualClock, wait_until
 from starlette.requests import Request
 
 from podium.config import ModelConfig
-from podium.errors import BadModelOutput, ModelError, QueueFull, Unavailable, http_status
+from podium.errors import (
+    BadModelOutput,
+    ModelError,
+    QueueFull,
+    QueueTimeout,
+    Unavailable,
+    http_status,
+)
 from podium.model.native import NativeModel, inspect_class
 from podium.runtime._clock import SYSTEM_CLOCK, Clock
+from podium.runtime._line import QueuePolicy
 from podium.runtime.batcher import BatchScheduler
+from podium.types import RequestInfo, current_request
 
 LONG = 60_000.0  # ms: a delay no test waits for; such a batch can only close by being full
 
@@ -41,6 +50,8 @@ async def batcher(
     max_queue_size: int = 100,
     concurrency: int = 1,
     clock: Clock = SYSTEM_CLOCK,
+    max_queue_delay_ms: float = 0.0,
+    priority: QueuePolicy | None = None,
 ) -> BatchScheduler:
     instance = NativeModel(
         inspect_class(cls),
@@ -57,6 +68,8 @@ async def batcher(
         max_queue_size=max_queue_size,
         concurrency=concurrency,
         clock=clock,
+        max_queue_delay_ms=max_queue_delay_ms,
+        priority=priority,
     )
     await scheduler.start()
     return scheduler
@@ -420,6 +433,90 @@ async def test_full_queue_refuses_at_once(executor: ThreadPoolExecutor) -> None:
         release.set()
         assert await gather_within(*running, *queued) == [0, 1, 2, 3]
         assert batches == [[0, 1], [2, 3]]
+    finally:
+        await scheduler.close()
+
+
+def holding(batches: list[list[Any]], release: asyncio.Event, first: Any = None) -> type:
+    """A model that records each batch and holds it until ``release`` is set (only the batch
+    that starts with ``first``, when given)."""
+
+    class Model:
+        async def predict(self, inputs):
+            batches.append(list(inputs))
+            if first is None or inputs[0] == first:
+                await release.wait()
+            return list(inputs)
+
+    return Model
+
+
+@pytest.mark.anyio
+async def test_requests_past_max_queue_delay_are_refused_unrun(
+    executor: ThreadPoolExecutor,
+) -> None:
+    batches: list[list[Any]] = []
+    release = asyncio.Event()
+    clock = ManualClock()
+    scheduler = await batcher(
+        holding(batches, release),
+        executor,
+        name="late",
+        batch_size=2,
+        max_queue_delay_ms=100,
+        clock=clock,
+    )
+    try:
+        running = [asyncio.create_task(scheduler.infer(i, None)) for i in range(2)]
+        await wait_until(lambda: batches == [[0, 1]])
+        late = [asyncio.create_task(scheduler.infer(i, None)) for i in (2, 3)]
+        await wait_until(lambda: scheduler.statistics()["queued"] == 2)
+        clock.advance(0.2)  # 2 and 3 (the batch formed ahead) waited past 100 ms
+        fresh = asyncio.create_task(scheduler.infer(4, None))
+        await wait_until(lambda: scheduler.statistics()["queued"] == 3)
+        release.set()
+        assert await gather_within(*running, fresh) == [0, 1, 4]
+        for task in late:
+            with pytest.raises(QueueTimeout) as info:
+                await task
+            assert http_status(info.value) == 503 and info.value.retry_after == 1.0
+        assert batches == [[0, 1], [4]]  # the late ones never reached the model
+    finally:
+        await scheduler.close()
+
+
+async def infer_as(scheduler: BatchScheduler, x: Any, priority: int) -> Any:
+    """``scheduler.infer(x)`` as a request that asked for ``priority``."""
+    info = RequestInfo("r")
+    info.priority = priority
+    current_request.set(info)  # this task's own context
+    return await scheduler.infer(x, None)
+
+
+@pytest.mark.anyio
+async def test_a_batch_takes_the_highest_levels_first(executor: ThreadPoolExecutor) -> None:
+    batches: list[list[Any]] = []
+    release = asyncio.Event()
+    clock = ManualClock()
+    levels = QueuePolicy("m", levels=3, default=2, aging=60.0)
+    scheduler = await batcher(
+        holding(batches, release, "x0"), executor, batch_size=2, clock=clock, priority=levels
+    )
+    try:
+        running = [asyncio.create_task(scheduler.infer(x, None)) for x in ("x0", "x1")]
+        await wait_until(lambda: batches == [["x0", "x1"]])
+        # all three queued in one turn: the next batch takes two of them by level
+        waiting = [
+            asyncio.create_task(infer_as(scheduler, x, p))
+            for x, p in (("low", 3), ("default", 0), ("high", 1))
+        ]
+        await wait_until(lambda: scheduler.statistics()["queued"] == 3)
+        release.set()
+        assert await gather_within(*running) == ["x0", "x1"]
+        await wait_until(lambda: len(batches) == 2)
+        clock.advance(LONG / 1000)  # the last one's batch closes by its delay
+        assert await gather_within(*waiting) == ["low", "default", "high"]
+        assert batches == [["x0", "x1"], ["high", "default"], ["low"]]
     finally:
         await scheduler.close()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from podium.errors import DefinitionError, ModelError, QueueFull, Unavailable
+from podium.errors import DefinitionError, ModelError, QueueFull, QueueTimeout, Unavailable
 from podium.model.discovery import discover_all
 from podium.runtime.continuous import ContinuousScheduler
 from podium.runtime.loading import build_version, check_paths
@@ -249,6 +249,26 @@ async def test_a_full_line_is_refused_at_once(tmp_path: Path, executor: ThreadPo
         mod.GATE.set()
         assert await running == ["a:1"]
         assert await queued == ["b:1"]
+
+
+@pytest.mark.anyio
+async def test_a_request_past_max_queue_delay_is_refused_and_never_stepped(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    config = CONT + "batch_size: 1\nmax_queue_delay: 50\n"
+    mv = version_from(tmp_path, GEN, config, executor)
+    mod = model_module(mv)
+    async with loaded(mv) as s:
+        mod.GATE.clear()
+        running = asyncio.ensure_future(collect(s, {"id": "a", "n": 1, "hold": True}))
+        await mod.ENTERED.wait()
+        with pytest.raises(QueueTimeout) as info:  # no room for 50 ms: refused, unrun
+            await collect(s, {"id": "b", "n": 1})
+        assert info.value.retry_after == 1.0
+        mod.GATE.set()
+        assert await running == ["a:1"]
+        assert await collect(s, {"id": "c", "n": 1}) == ["c:1"]
+    assert mod.STEPS == [["a"], ["c"]]
 
 
 @pytest.mark.anyio

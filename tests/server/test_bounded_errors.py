@@ -121,7 +121,7 @@ def test_a_20_mb_value_gives_a_bounded_status_and_log_over_grpc(server: Server) 
 
     with pytest.raises(triton.InferenceServerException) as caught:
         client.infer("m" * HUGE, [why])
-    check_grpc(caught, "StatusCode.NOT_FOUND", "model 'mmmm")
+    check_grpc(caught, "StatusCode.NOT_FOUND", "Request for unknown model: 'mmmm")
 
     bad = triton.InferInput("why", [1], "INT64")
     bad.set_data_from_numpy(np.array([1]))

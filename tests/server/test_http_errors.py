@@ -171,7 +171,7 @@ async def test_unknown_version_is_404_naming_model_and_version(
 ) -> None:
     r = await client.request(method, path, json=GOOD_OIP if method == "POST" else None)
     message = error_of(r, 404)
-    assert "'versioned'" in message and "'3'" in message
+    assert "'versioned' version 3 is not found" in message
     await still_serving(client)
 
 
@@ -357,7 +357,7 @@ async def test_wrong_method_is_405_with_allow(
         ("POST", "/v2/models/emit/explain"),
         ("POST", "/v2/models/emit/versions/1/infer/more"),
         ("POST", "/v1/models/emit:explain"),
-        ("GET", "/v1/models"),
+        ("GET", "/v1/models/emit/other"),
         ("POST", "/predictions"),
         ("POST", "/predictions/emit/1//extra"),
     ],

@@ -21,9 +21,19 @@ import pytest
 
 from podium.dataplane import DataPlane
 from podium.errors import MethodNotAllowed
-from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable, _truss
+from podium.server.http import (
+    INFERENCE_ROUTES,
+    Api,
+    HttpApp,
+    Route,
+    RouteTable,
+    _truss,
+    _ts_explain,
+)
 from podium.server.management import MANAGEMENT_ROUTES, ManagementApp
 from podium.server.management._openapi import description
+from podium.server.openai import _routes as _openai_routes
+from podium.server.openai._errors import is_openai_path
 from podium.types import WireProtocol
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
@@ -213,14 +223,20 @@ def test_the_shadowing_check_finds_shadowing() -> None:
     assert ("predictions", "y", "/predictions/{model}") in shadowing([*INFERENCE_ROUTES, twice])
 
 
-def test_the_inference_table_covers_the_three_apis() -> None:
-    assert {r.protocol for r in INFERENCE_ROUTES} == {Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST}
+def test_the_inference_table_covers_the_four_apis() -> None:
+    assert {r.protocol for r in INFERENCE_ROUTES} == {
+        Api.OIP_REST,
+        Api.TRUSS,
+        Api.TORCHSERVE_REST,
+        Api.OPENAI,
+    }
     assert {r.protocol for r in MANAGEMENT_ROUTES} == {Api.MANAGEMENT}
     # one label for a route and its calls: the inference APIs are the HTTP wire protocols
     assert {r.protocol.wire for r in INFERENCE_ROUTES} == {
         WireProtocol.OIP_REST,
         WireProtocol.TRUSS,
         WireProtocol.TORCHSERVE_REST,
+        WireProtocol.OPENAI,
     }
     assert Api.MANAGEMENT.wire is None
     names = [r.name for r in (*INFERENCE_ROUTES, *MANAGEMENT_ROUTES)]
@@ -272,7 +288,11 @@ def test_a_wrong_method_is_405_with_the_tables_allow(which: str) -> None:
                 assert (status, headers["allow"]) == (405, allow), (method, route.name)
                 answer = json.loads(body)
                 # TorchServe's paths answer in TorchServe's shape (issue 12, item 19)
-                if which == "inference" and not route.path.startswith("/predictions"):
+                ts_paths = ("/predictions", "/explanations")
+                if which == "inference" and is_openai_path(route.path):
+                    assert set(answer) == {"error"} and method in answer["error"]["message"]
+                    assert answer["error"]["type"] == "invalid_request_error"
+                elif which == "inference" and not route.path.startswith(ts_paths):
                     assert set(answer) == {"error"} and method in answer["error"]
                 else:
                     assert answer["type"] == "MethodNotAllowedException"
@@ -352,7 +372,8 @@ def test_unknown_management_paths_keep_their_404_body(method: str, path: str) ->
 def test_head_follows_get_on_the_inference_listener_only() -> None:
     router = INFERENCE_ROUTES.compile(app := HttpApp(None))  # type: ignore[arg-type]
     assert router.match("HEAD", "/v2/health/live") == router.match("GET", "/v2/health/live")
-    assert router.match("HEAD", "/v1/models/m") == (_truss.ready.__get__(app), ("m",))
+    # OpenAI's model object, or Truss's readiness (server/openai/_routes.py decides)
+    assert router.match("HEAD", "/v1/models/m") == (_openai_routes.model.__get__(app), ("m",))
     with pytest.raises(MethodNotAllowed):
         MANAGEMENT_ROUTES.compile(ManagementApp(None)).match("HEAD", "/models")  # type: ignore[arg-type]
 
@@ -368,11 +389,19 @@ def test_paths_that_routing_splits_with_care() -> None:
     assert match("POST", "/v2/models/a:b/versions/1/infer") == (app._oip, ("a:b", "1", "infer"))
     assert match("GET", "/v2/models/versions/ready") == (app._model_ready, ("versions", None))
     assert match("GET", "/v2/models/m/versions/ready") == (app._model_metadata, ("m", "ready"))
-    assert match("PUT", "/predictions/m/") == (app._torchserve, ("m", None, ""))
+    # (the last argument: not an explanation, the parameter's default)
+    assert match("PUT", "/predictions/m/") == (app._torchserve, ("m", None, "", False))
     assert match("POST", "/predictions/m//") is None
     # TorchServe's url_path: the segments after the version, '/' included (issue 12, item 19)
-    assert match("POST", "/predictions/m/1/a") == (app._torchserve, ("m", "1", "a"))
-    assert match("GET", "/predictions/m/1/a/b:c/d/") == (app._torchserve, ("m", "1", "a/b:c/d"))
+    assert match("POST", "/predictions/m/1/a") == (app._torchserve, ("m", "1", "a", False))
+    assert match("GET", "/predictions/m/1/a/b:c/d/") == (
+        app._torchserve,
+        ("m", "1", "a/b:c/d", False),
+    )
+    # /explanations: the same segments (issue 22)
+    explain = _ts_explain.explanations.__get__(app)
+    assert match("POST", "/explanations/m") == (explain, ("m", None, ""))
+    assert match("PUT", "/explanations/m/1/a/b") == (explain, ("m", "1", "a/b"))
     assert match("POST", "/predictions/m/1/a//b") is None
     management = ManagementApp(None)  # type: ignore[arg-type]
     status, _, body = asyncio.run(call(management, "OPTIONS", "//"))  # empty segments dropped

@@ -16,9 +16,11 @@ What maps, and how (``docs/protocols.md``, "Model configuration"):
   ``TYPE_STRING``), ``dims`` the declared shape without the batch dimension when
   ``max_batch_size`` is above 0.
 - ``dynamic_batching`` when the model batches (``batch_size`` > 1): ``max_queue_delay_microseconds``
-  from ``max_batch_delay``, ``preferred_batch_size`` ``[batch_size]``, and the queue bound
-  (``max_queue_size``); ``sequence_batching`` when it keeps sequences, with
-  ``max_sequence_idle_microseconds``; Triton's configuration holds one of the two.
+  from ``max_batch_delay``, ``preferred_batch_size`` ``[batch_size]``, and the queue's bounds
+  (``max_queue_size``; ``default_timeout_microseconds`` from ``max_queue_delay`` when set),
+  ``priority_levels`` / ``default_priority_level`` when it has several levels;
+  ``sequence_batching`` when it keeps sequences, with ``max_sequence_idle_microseconds``;
+  Triton's configuration holds one of the two.
 - ``instance_group``: one group of ``KIND_MODEL`` (the model places itself on its devices) whose
   ``count`` is the version's workers; ``version_policy`` ``all`` (every version is served);
   ``model_transaction_policy`` ``{decoupled: true}`` for a streaming (generator) model (absent
@@ -92,18 +94,23 @@ class VersionPolicy(msgspec.Struct, kw_only=True):
     all: VersionPolicyAll = msgspec.field(default_factory=VersionPolicyAll)
 
 
-class QueuePolicy(msgspec.Struct, kw_only=True):
-    """Triton's ``ModelQueuePolicy``: the bound of the model's queue."""
+class QueuePolicy(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Triton's ``ModelQueuePolicy``: the bound of the model's queue, in length and (where the
+    model sets ``max_queue_delay``) in time."""
 
     max_queue_size: int
+    default_timeout_microseconds: int = 0
 
 
-class DynamicBatching(msgspec.Struct, kw_only=True):
-    """Triton's ``ModelDynamicBatching`` for a model that batches (``batch_size`` > 1)."""
+class DynamicBatching(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Triton's ``ModelDynamicBatching`` for a model that batches (``batch_size`` > 1); its
+    priority levels when it has several."""
 
     preferred_batch_size: list[int]
     max_queue_delay_microseconds: int
     default_queue_policy: QueuePolicy
+    priority_levels: int = 0
+    default_priority_level: int = 0
 
 
 class SequenceBatching(msgspec.Struct, kw_only=True):
@@ -158,8 +165,14 @@ def configuration(mv: ModelVersion, workers: int) -> ModelConfiguration:
         dynamic = DynamicBatching(
             preferred_batch_size=[config.batch_size],
             max_queue_delay_microseconds=_microseconds(config.max_batch_delay_ms),
-            default_queue_policy=QueuePolicy(max_queue_size=config.max_queue_size),
+            default_queue_policy=QueuePolicy(
+                max_queue_size=config.max_queue_size,
+                default_timeout_microseconds=_microseconds(config.max_queue_delay_ms),
+            ),
         )
+        if config.priority_levels > 1:
+            dynamic.priority_levels = config.priority_levels
+            dynamic.default_priority_level = config.default_priority
     platform = config.model_metadata.get("platform", "podium")
     return ModelConfiguration(
         name=mv.name,

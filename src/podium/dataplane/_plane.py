@@ -12,7 +12,7 @@ from typing import Any, cast
 from msgspec.structs import replace
 
 from .. import __version__
-from ..errors import InvalidInput, ModelNotReady, NotFound, unloaded_model
+from ..errors import InvalidInput, ModelNotReady, NotFound, bounded, unloaded_model
 from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
 from ..types import (
     Answer,
@@ -301,6 +301,7 @@ class DataPlane:
         start = _now()
         placement: Placement | None = None
         try:
+            _queue_asks(mv, call)
             call, placement = self._placed(call)
             inputs, oip = inputs_of(mv, call)
             sequence = _sequence(mv, call)
@@ -379,6 +380,7 @@ class DataPlane:
         placement: Placement | None = None
         with Counted(self.flight, call, stats, stream=True):
             try:
+                _queue_asks(mv, call)
                 call, placement = self._placed(call)
                 inputs, oip = inputs_of(mv, call)
                 first = True
@@ -443,6 +445,41 @@ class DataPlane:
                 async for item in items:
                     stats.items += 1
                     yield oip_response(mv, item, None) if protocol.oip else item
+
+
+def _queue_asks(mv: ModelVersion, call: Call) -> None:
+    """What the call asks of the model's queue (docs/scaling.md, "Overload"): an OIP request's
+    ``timeout`` (microseconds, as Triton's) and ``priority`` parameters, which win over the
+    headers and metadata the front end read into the current request; the priority checked
+    against the model's levels (``InvalidInput`` otherwise)."""
+    info = current_request.get()
+    if info is None:
+        return
+    payload = call.payload
+    if type(payload) is InferenceRequest and payload.parameters:
+        parameters = payload.parameters
+        timeout = parameters.get("timeout")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+                raise InvalidInput(
+                    "parameter 'timeout' must be an integer number of microseconds >= 0, "
+                    f"got {bounded(repr(timeout), 40)}"
+                )
+            if timeout:  # 0: none, as Triton has it
+                info.deadline = time.monotonic() + timeout / 1e6
+        priority = parameters.get("priority")
+        if priority is not None:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                priority = -1
+            info.priority = priority
+    priority = info.priority
+    if priority:
+        levels = mv.config.priority_levels
+        if not 1 <= priority <= levels:
+            raise InvalidInput(
+                f"{mv.label} has priority levels 1-{levels} (1 the highest; 0: its default "
+                f"{mv.config.default_priority}); the request's priority is not one of them"
+            )
 
 
 def _sequence(mv: ModelVersion, call: Call) -> SequenceRef | None:

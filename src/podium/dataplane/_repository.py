@@ -193,6 +193,9 @@ class ModelRepository:
         self._found: dict[int, tuple[ModelVersion, ModelConfig]] = {}
         #: Which listeners may load and unload models; the server sets it at start.
         self.control = ControlPolicy()
+        #: ``ModelConfig`` fields every registration takes from the server's settings (what a
+        #: TorchServe handler's metrics read: ``Logs.torchserve_fields``); the server sets it.
+        self.registration_fields: Mapping[str, Any] = {}
 
     # -- start-up and shutdown -----------------------------------------------------------
 
@@ -420,7 +423,7 @@ class ModelRepository:
 
     async def _build(self, path: Path, url: str, overrides: ConfigOverrides) -> list[ModelVersion]:
         executor = self._build_executor()
-        replaced = overrides.fields()
+        replaced = {**self.registration_fields, **overrides.fields()}
         loop = asyncio.get_running_loop()
         try:
             versions = await loop.run_in_executor(

@@ -26,6 +26,25 @@ from ..types import END
 logger = logging.getLogger("podium.model")
 
 
+def one_parameter(cls: type, name: str) -> int | None:
+    """How many parameters the method ``name`` of ``cls`` takes besides ``self``, where that is
+    not exactly one (a method called with one argument: ``step(batch)``, ``embed(texts)``);
+    None where it takes exactly one, or its signature cannot be read."""
+    try:
+        params = list(inspect.signature(getattr(cls, name)).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if params and inspect.isfunction(inspect.getattr_static(cls, name)):
+        params = params[1:]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [
+        p
+        for p in params
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    return None if positional and len(required) <= 1 else len(params)
+
+
 def model_error(model: str, method: str, exc: BaseException) -> PodiumError:
     """Translate an exception raised by user code; Podium's own errors pass through. An HTTP
     error the code raised on purpose (``fastapi`` / ``starlette`` ``HTTPException``, as Truss

@@ -10,8 +10,8 @@ A method takes the inputs, the request, or both, in that order, and may take a
 ``podium.types.current_context`` on the event loop when the method is called).
 
 A model with ``continuous_batching: true`` defines ``step(self, batch)`` (sync or async) over a
-list of :class:`podium.types.Generation` and may omit ``predict``; it has no ``postprocess``.
-Those rules depend on the config, so ``check_config`` checks them (docs/continuous.md).
+list of :class:`podium.types.Generation` and may omit ``predict``, and has no ``postprocess``
+(``check_config``: docs/continuous.md). OpenAI's API: ``model/_openai.py``.
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ from ..errors import DefinitionError
 from ..types import (
     Capabilities,
     Context,
+    EmbedInputs,
     Generation,
     InferenceRequest,
     InputKind,
+    MethodInputs,
+    OpenAIFace,
     current_context,
 )
 from ._calls import (
@@ -41,10 +44,12 @@ from ._calls import (
     iterate_async,
     iterate_sync,
     model_error,
+    one_parameter,
     run_sync,
     validated,
     validation_failed,
 )
+from ._openai import METHODS, check_embed, openai_call, openai_face, run_openai
 from ._threads import CallThreads
 
 __all__ = [
@@ -293,11 +298,12 @@ def inspect_class(cls: Any) -> ModelSpec:
     predict = _inspect_method(cls, "predict", problems)
     post = _inspect_method(cls, "postprocess", problems)
     name = cls.__name__
-    if getattr(cls, "predict", None) is None and getattr(cls, "step", None) is None:
+    if all(getattr(cls, m, None) is None for m in ("predict", "step", "embed", *METHODS)):
         problems.append(
             f"{name} has no predict method; predict is required (or step, for a model with "
-            "continuous_batching: true)"
+            "continuous_batching: true; or embed, chat, complete for OpenAI's API only)"
         )
+    check_embed(cls, problems)
     for spec in (pre, post):
         if spec is not None and spec.streaming:
             problems.append(
@@ -359,7 +365,7 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
         problems += _check_overlapping(spec, config)
     elif config.continuous_batching:
         problems += _check_continuous(spec, config)
-    elif spec.predict is None:
+    elif spec.predict is None and not _openai_only(spec.cls):
         problems.append(
             f"{spec.cls.__name__} has no predict method; predict is required (a step method "
             f"serves only with continuous_batching: true, which model '{config.name}' does not set)"
@@ -368,6 +374,10 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
         if where:
             problems = [f"{where}: {p}" for p in problems]
         raise DefinitionError("; ".join(problems), problems)
+
+
+def _openai_only(cls: type) -> bool:
+    return any(getattr(cls, m, None) is not None for m in ("embed", *METHODS))
 
 
 def _check_overlapping(spec: ModelSpec, config: ModelConfig) -> list[str]:
@@ -410,26 +420,12 @@ def _check_continuous(spec: ModelSpec, config: ModelConfig) -> list[str]:
                 f"{name}.step is a {flavor.value}; step must be a plain or async method that "
                 "streams each request's items with g.emit(item), not yield them"
             )
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            params = None
-        if params is not None:
-            if params and inspect.isfunction(inspect.getattr_static(cls, "step")):
-                params = params[1:]
-            positional = [
-                p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-            required = [
-                p
-                for p in params
-                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-            ]
-            if not positional or len(required) > 1:
-                problems.append(
-                    f"{name}.step must take exactly one parameter, the batch (a list of "
-                    f"podium.Generation); it takes {len(params)}"
-                )
+        count = one_parameter(cls, "step")
+        if count is not None:
+            problems.append(
+                f"{name}.step must take exactly one parameter, the batch (a list of "
+                f"podium.Generation); it takes {count}"
+            )
     if spec.postprocess is not None:
         problems.append(
             f"{name}.postprocess cannot be combined with continuous_batching ({rule}): each "
@@ -499,10 +495,9 @@ class NativeModel:
         if continuous:
             streaming = True  # each request streams the items step emits for it
             in_thread = not self._step_async
-        else:
-            assert spec.predict is not None  # check_config: predict is required
-            streaming = spec.predict.streaming
-            in_thread = spec.predict.flavor is Flavor.SYNC
+        else:  # check_config: predict is required, unless the model only embeds
+            streaming = spec.predict is not None and spec.predict.streaming
+            in_thread = spec.predict is not None and spec.predict.flavor is Flavor.SYNC
         self.capabilities = Capabilities(
             needs_inputs=spec.needs_inputs,
             needs_request=spec.needs_request,
@@ -513,10 +508,17 @@ class NativeModel:
             has_postprocess=spec.postprocess is not None,
             predict_in_thread=in_thread,
             continuous=continuous,
+            embeds=callable(getattr(self.obj, "embed", None)),
+            openai_methods=frozenset(m for m in METHODS if callable(getattr(self.obj, m, None))),
         )
         self._pre = self._bind(spec.preprocess)
         self._predict = self._bind(spec.predict)
         self._post = self._bind(spec.postprocess)
+        self._continuous = continuous
+        #: What the model offers OpenAI's API, once loaded (model/_openai.py); before, whether
+        #: it may offer something (a continuous model, one that embeds)
+        self.openai: OpenAIFace | None = None
+        self.may_serve_openai = continuous or _openai_only(spec.cls)
         # a sync predict (or step) runs on threads of the instance's own, as many as its slots
         # let run at once; they hand calls back to the loop more cheaply than the shared pool
         # (model/_threads.py), and a thread worker times its calls there
@@ -541,9 +543,9 @@ class NativeModel:
     async def load(self) -> None:
         """Run the model's ``load()``: async on the loop, sync in the thread pool."""
         load = getattr(self.obj, "load", None)
-        if load is None:
-            return
-        await call_load(load, self._executor)
+        if load is not None:
+            await call_load(load, self._executor)
+        self.openai = openai_face(self.obj, self.name, self._continuous)
 
     async def _call(self, spec: MethodSpec, fn: Any, inputs: Any, request: Any) -> Any:
         args = self._args(spec, inputs, request)
@@ -567,7 +569,7 @@ class NativeModel:
             raise failed from exc
 
     async def preprocess(self, inputs: Any, request: Any) -> Any:
-        if self.spec.preprocess is None:
+        if self.spec.preprocess is None or type(inputs) in (EmbedInputs, MethodInputs):
             return inputs
         return await self._call(self.spec.preprocess, self._pre, inputs, request)
 
@@ -579,7 +581,13 @@ class NativeModel:
         return self.spec.predict
 
     async def predict(self, inputs: Any, request: Any) -> Any:
+        if openai_call(inputs):  # model/_openai.py
+            run, executor = self._threads.run, self._executor
+            return await run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
         return await self._call(self._predict_spec(), self._predict, inputs, request)
+
+    async def _predict_list(self, inputs: list[Any]) -> Any:
+        return await self._call(self._predict_spec(), self._predict, inputs, None)
 
     async def step(self, batch: list[Generation]) -> None:
         """Advance ``batch`` one step: an async ``step`` on the loop, a sync one in the pool.

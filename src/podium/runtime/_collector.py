@@ -23,12 +23,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from .. import tracing
-from ..errors import BadModelOutput, QueueFull
+from ..errors import BadModelOutput, QueueFull, QueueTimeout
+from ..types import current_request
 from ._clock import SYSTEM_CLOCK, Clock
+from ._line import QueuePolicy
 from ._scheduler import TaskSet
 from ._stats import VersionStats
 
@@ -45,7 +49,18 @@ class Pending:
     joined, while tracing is on (``podium.tracing``).
     """
 
-    __slots__ = ("inputs", "request", "tag", "future", "arrived", "task", "slot", "trace")
+    __slots__ = (
+        "inputs",
+        "request",
+        "tag",
+        "future",
+        "arrived",
+        "task",
+        "slot",
+        "trace",
+        "deadline",
+        "level",
+    )
 
     def __init__(
         self, inputs: Any, request: Any, tag: Any, future: asyncio.Future[Any], arrived: float
@@ -58,6 +73,8 @@ class Pending:
         self.task: asyncio.Task[None] | None = None
         self.slot: Any = None
         self.trace: Any = None
+        self.deadline: float | None = None  # on the collector's clock (max_wait)
+        self.level = 1  # its priority level (1 the highest), with ``priority`` levels
 
 
 def _fail(batch: list[Pending], error: Exception) -> None:
@@ -85,7 +102,13 @@ class BatchCollector(Generic[S]):
     the front of the queue, in order. ``stopped()`` is the error of a request whose batch was
     cancelled under it (the owner closing). Tasks run in the owner's ``tasks``. ``stats``: where
     each request's wait, from joining the queue to its batch starting, is counted (on
-    ``clock``).
+    ``clock``). ``max_wait``: seconds a request may wait for its batch (0: no limit but the
+    request's own deadline, :attr:`podium.types.RequestInfo.deadline`; None: no deadlines at
+    all); a request past its deadline when its batch is taken leaves with ``QueueTimeout``,
+    without reaching the model. ``priority``: the queue's priority levels (a
+    :class:`~podium.runtime._line.QueuePolicy` with several; None: first come, first served):
+    a batch takes the waiting requests of the highest levels first, a request rising one level
+    for each ``aging`` it has waited, as in the line.
     """
 
     def __init__(
@@ -104,8 +127,12 @@ class BatchCollector(Generic[S]):
         retry_on: tuple[type[BaseException], ...] = (),
         clock: Clock = SYSTEM_CLOCK,
         stats: VersionStats | None = None,
+        max_wait: float | None = None,
+        priority: QueuePolicy | None = None,
     ) -> None:
         self._model = model
+        self._max_wait = max_wait
+        self._priority = priority if priority is not None and priority.levels > 1 else None
         self._stats = stats
         self._label = label
         self._size = size
@@ -150,6 +177,11 @@ class BatchCollector(Generic[S]):
         pending = Pending(
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
+        if self._max_wait is not None:
+            pending.deadline = self._deadline(pending.arrived)
+        if self._priority is not None:
+            info = current_request.get()
+            pending.level = self._priority.level(0 if info is None else info.priority)
         hooks = tracing.hooks
         if hooks is not None:
             pending.trace = hooks.waiting()
@@ -158,6 +190,23 @@ class BatchCollector(Generic[S]):
         if self._collector is None:
             self.start()
         return pending
+
+    def _deadline(self, now: float) -> float | None:
+        """The latest time a request that arrives ``now`` may still join a batch: ``max_wait``
+        after, or sooner if the request asked (its deadline is on ``time.monotonic``'s scale,
+        moved onto the clock's); ``QueueTimeout`` if that has passed already."""
+        deadline = None
+        info = current_request.get()
+        if info is not None and info.deadline is not None:
+            deadline = now + (info.deadline - time.monotonic())
+        if self._max_wait and (deadline is None or now + self._max_wait < deadline):
+            deadline = now + self._max_wait
+        if deadline is not None and deadline <= now:
+            raise QueueTimeout.of(self._model, 0.0, self._retry_after())
+        return deadline
+
+    def _retry_after(self) -> float:
+        return max(1.0, math.ceil(self._max_wait or 0.0))
 
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
@@ -236,10 +285,47 @@ class BatchCollector(Generic[S]):
         """Move requests still waiting from the front of the queue into ``batch``, up to
         ``size`` (the ones whose client left are dropped)."""
         queue, size = self._queue, self._size
+        if self._priority is not None and len(queue) > size - len(batch):
+            self._take_by_level(batch)
         while queue and len(batch) < size:
             pending = queue.popleft()
             if not pending.future.done():
                 batch.append(pending)
+        if self._max_wait is not None:
+            self._refuse_late(batch)
+            if len(batch) < size and queue:  # room again: the next ones in line
+                self._take(batch)
+
+    def _take_by_level(self, batch: list[Pending]) -> None:
+        """Fill ``batch`` with the waiting requests of the highest levels (aged), the oldest
+        first within a level; the others stay in the queue, in their order."""
+        policy = self._priority
+        assert policy is not None
+        queue, room = self._queue, self._size - len(batch)
+        now, aging = self._now(), policy.aging
+        live = [p for p in queue if not p.future.done()]
+        ranked = sorted(
+            live, key=lambda p: (max(0.0, p.level - 1 - (now - p.arrived) // aging), p.arrived)
+        )
+        chosen = ranked[:room]
+        taken = {id(p) for p in chosen}
+        queue.clear()
+        queue.extend(p for p in live if id(p) not in taken)
+        batch.extend(chosen)
+
+    def _refuse_late(self, batch: list[Pending]) -> None:
+        """Requests of ``batch`` past their deadline leave it with ``QueueTimeout``, unrun."""
+        now = self._now()
+        late = False
+        for pending in batch:
+            deadline = pending.deadline
+            if deadline is not None and deadline < now and not pending.future.done():
+                pending.future.set_exception(
+                    QueueTimeout.of(self._model, now - pending.arrived, self._retry_after())
+                )
+                late = True
+        if late:
+            batch[:] = [p for p in batch if not p.future.done()]
 
     async def _run_batch(self, batch: list[Pending]) -> None:
         try:
@@ -248,6 +334,8 @@ class BatchCollector(Generic[S]):
             if self._ahead is batch:
                 self._ahead = []
             self._slotted.set()
+        if self._max_wait is not None:  # the batch formed ahead may have waited too long
+            self._refuse_late(batch)
         # requests that arrived while it waited join it; those that left are dropped
         before = len(batch)
         if before < self._size:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import tracing
 from ..errors import QueueFull, Unavailable
-from ._line import Line
+from ._line import Line, QueuePolicy
 
 __all__ = ["WorkerGate"]
 
@@ -35,6 +35,13 @@ class WorkerGate:
         #: workers being started: while there are some, requests wait for them instead of failing
         self.starting = 0
         self.failure: Exception | None = None  # set when no worker will come (the version failed)
+
+    def queue_policy(self, policy: QueuePolicy) -> None:
+        """Bound each wait in the shared line in time and order it by priority (see
+        :class:`~podium.runtime._line.QueuePolicy`); set before any request waits."""
+        if self._line:
+            raise RuntimeError("a gate's queue policy is set before anyone waits")
+        self._line = Line(self.release, self._max_waiting, policy)
 
     @property
     def waiting(self) -> int:

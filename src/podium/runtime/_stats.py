@@ -46,6 +46,7 @@ __all__ = [
     "ProtocolStats",
     "RestartReason",
     "SequenceEnd",
+    "TokenStats",
     "VersionStats",
     "outcome_of",
 ]
@@ -244,6 +245,21 @@ class ComputeDelta:
         self.batched: dict[int, tuple[int, int]] = {}
 
 
+class TokenStats:
+    """The tokens of the completions a version generated (OpenAI's API, vLLM's metrics): prompt
+    and generated tokens, each request's time to its first token and the time per output token
+    after it, and the requests finished by ``finish_reason``."""
+
+    __slots__ = ("prompt", "generated", "first_token", "per_token", "finished")
+
+    def __init__(self) -> None:
+        self.prompt = 0
+        self.generated = 0
+        self.first_token = Durations()
+        self.per_token = Durations()
+        self.finished: dict[str, int] = {}
+
+
 class VersionStats:
     """The counters of one model version (see the module's docstring).
 
@@ -281,6 +297,7 @@ class VersionStats:
         "last_device_lost",
         "load_ns",
         "custom",
+        "tokens",
     )
 
     def __init__(self, custom: MetricStore | None = None) -> None:
@@ -312,6 +329,8 @@ class VersionStats:
         self.load_ns = 0  # how long the last load took; 0: not loaded yet
         #: the model's own metrics (podium.metrics, TorchServe's and MLServer's APIs)
         self.custom = custom if custom is not None else MetricStore()
+        #: what OpenAI's API generated with this version (server/openai)
+        self.tokens = TokenStats()
 
     # -- recording ------------------------------------------------------------------------------
 

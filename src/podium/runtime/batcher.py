@@ -18,6 +18,7 @@ from ..errors import Unavailable
 from ..types import ModelInstance
 from ._clock import SYSTEM_CLOCK, Clock
 from ._collector import BatchCollector, Pending
+from ._line import QueuePolicy
 from ._scheduler import PoolScheduler, TaskSet, postprocess, preprocess
 from .direct import stream_inputs_through, stream_through
 from .process import Failed, WorkerGone
@@ -36,7 +37,10 @@ class BatchScheduler(PoolScheduler):
     version's :class:`WorkerPool` (or one loaded instance); each batch goes to the least-loaded
     ready worker, at most ``predict_concurrency`` batches per worker at a time. A batch whose
     worker process died before it was sent goes back to the front of the queue. ``clock`` times
-    ``max_batch_delay`` (tests pass a manual one).
+    ``max_batch_delay`` (tests pass a manual one). ``max_queue_delay_ms``: the longest a request
+    waits for its batch (0: only its own deadline bounds it); past it, it is refused with
+    ``QueueTimeout`` when its batch is taken, without reaching the model. ``priority``: the
+    queue's levels (the model's ``priority_levels``): a batch takes the highest levels first.
     """
 
     def __init__(
@@ -49,6 +53,8 @@ class BatchScheduler(PoolScheduler):
         max_queue_size: int,
         concurrency: int,
         clock: Clock = SYSTEM_CLOCK,
+        max_queue_delay_ms: float = 0.0,
+        priority: QueuePolicy | None = None,
     ) -> None:
         if not isinstance(target, WorkerPool):
             target = WorkerPool.single(
@@ -72,6 +78,8 @@ class BatchScheduler(PoolScheduler):
             retry_on=(WorkerGone,),
             clock=clock,
             stats=self._pool.stats,
+            max_wait=max_queue_delay_ms / 1000.0,
+            priority=priority,
         )
 
     @property

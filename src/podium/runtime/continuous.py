@@ -18,13 +18,15 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import QueueFull, Unavailable, UnsupportedRepresentation
-from ..types import Generation
+from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation
+from ..types import Generation, current_request
+from ._clock import SYSTEM_CLOCK, Clock
 from ._items import ItemBuffer, step
 from ._scheduler import PoolScheduler, preprocess
 from .workers import Worker, WorkerPool, WorkerState
@@ -80,8 +82,12 @@ class ContinuousScheduler(PoolScheduler):
     on non-streaming routes itself). ``steps`` counts the steps run.
     """
 
-    def __init__(self, pool: WorkerPool, *, config: ModelConfig) -> None:
+    def __init__(
+        self, pool: WorkerPool, *, config: ModelConfig, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         super().__init__(pool)
+        self._clock = clock
+        self._max_wait = config.max_queue_delay_ms / 1000.0
         self._batch_size = max(config.batch_size, 1)
         self._max_waiting = config.max_queue_size
         self._buffer = max(config.stream_buffer, 1)
@@ -187,6 +193,29 @@ class ContinuousScheduler(PoolScheduler):
                 f"continuous batch (max_queue_size {self._max_waiting})"
             )
         self._waiting.append(req)
+        self._time_out(req)
+
+    def _time_out(self, req: _Request) -> None:
+        """A waiting request's deadline (the model's ``max_queue_delay``, the request's own):
+        past it, still waiting, it ends with ``QueueTimeout`` and never joins a batch."""
+        info = current_request.get()
+        asked = None if info is None else info.deadline
+        if not self._max_wait and asked is None:
+            return
+        now = self._clock.now()
+        wait = self._max_wait or math.inf
+        if asked is not None:
+            wait = min(wait, asked - time.monotonic())
+        retry_after = max(1.0, math.ceil(self._max_wait))
+
+        def expire() -> None:
+            if req.lane is None and not req.gone:
+                req.end(QueueTimeout.of(self._pool.model, self._clock.now() - now, retry_after))
+
+        if wait <= 0:
+            expire()
+        else:
+            self._clock.call_later(wait, expire)
 
     @staticmethod
     def _join(lane: _Lane, req: _Request) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
+from ._line import QueuePolicy
 from ._scheduler import PoolScheduler, postprocess, preprocess
 from ._stats import VersionStats
 from .process import WorkerGone
@@ -29,7 +30,9 @@ class DirectScheduler(PoolScheduler):
     soon as the generator finishes. Stopping the consumer (client gone) cancels the producer,
     which closes the generator. A request whose worker process died before it was sent is
     given to another worker. The time each request waits for a slot, and its preprocess and
-    postprocess, are counted in the pool's :attr:`~WorkerPool.stats`.
+    postprocess, are counted in the pool's :attr:`~WorkerPool.stats`. ``policy``: how long a
+    request may wait in the line and in which order waiters are served (the model's
+    ``max_queue_delay`` and priorities); None: first come, first served, as long as it takes.
     """
 
     def __init__(
@@ -40,6 +43,7 @@ class DirectScheduler(PoolScheduler):
         concurrency: int = 1,
         max_queue_size: int = 1000,
         stream_buffer: int = 16,
+        policy: QueuePolicy | None = None,
     ) -> None:
         if not isinstance(target, WorkerPool):
             target = WorkerPool.single(
@@ -50,6 +54,8 @@ class DirectScheduler(PoolScheduler):
                 stream_buffer=stream_buffer,
             )
         super().__init__(target)
+        if policy is not None:
+            self._gate.queue_policy(policy)
         self._model = model
 
     @property

@@ -33,6 +33,7 @@ from ..model import (
 )
 from ..types import ModelInstance
 from . import environments
+from ._line import QueuePolicy
 from ._scheduler import Scheduler
 from ._stats import VersionStats
 from .batcher import BatchScheduler
@@ -204,6 +205,8 @@ def build_version(
             max_batch_delay_ms=config.max_batch_delay_ms,
             max_queue_size=config.max_queue_size,
             concurrency=config.predict_concurrency,
+            max_queue_delay_ms=config.max_queue_delay_ms,
+            priority=QueuePolicy.of(config),
         )
     else:
         scheduler = DirectScheduler(
@@ -212,6 +215,7 @@ def build_version(
             concurrency=config.predict_concurrency,
             max_queue_size=config.max_queue_size,
             stream_buffer=config.stream_buffer,
+            policy=QueuePolicy.of(config),
         )
     return ModelVersion(
         config,

@@ -21,26 +21,34 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from ..errors import bounded
+from ..errors import InvalidInput, bounded
 from ..logs import MAX_LOG_MESSAGE, configured, flush_at_exit
 from ..turn import TurnBuffer
 from ..types import RequestInfo, current_request
+from ._access_thread import MAX_QUEUED_LINES, LineThread
 
 __all__ = [
     "ID_CHARACTERS",
     "ID_HEADER",
     "ID_METADATA",
     "MAX_ID",
+    "PRIORITY_HEADER",
+    "PRIORITY_METADATA",
+    "QUEUE_HEADERS",
+    "TIMEOUT_HEADER",
     "Access",
     "AccessLog",
     "RequestIds",
     "adopt",
+    "ask_of_queue",
     "client_id",
     "printable",
     "with_request_id",
@@ -59,6 +67,35 @@ _VALID_BYTES = re.compile(rb"[0-9A-Za-z._:;=/+@-]{1,128}")  # 128: MAX_ID
 
 #: The longest path an access line quotes (characters; the rest is cut).
 MAX_PATH = 512
+
+
+#: The header (HTTP) and metadata key (gRPC) by which a client asks for a priority level in
+#: the model's queue, and the header by which an HTTP client bounds its wait in it
+#: (milliseconds; over gRPC the call's deadline does). docs/scaling.md, "Overload".
+PRIORITY_HEADER = b"x-podium-priority"
+PRIORITY_METADATA = "x-podium-priority"
+TIMEOUT_HEADER = b"x-podium-timeout-ms"
+QUEUE_HEADERS = frozenset({PRIORITY_HEADER, TIMEOUT_HEADER})
+
+
+def ask_of_queue(info: RequestInfo, key: bytes | str, value: bytes | str) -> None:
+    """Note in ``info`` what a client's priority or timeout header (or metadata) asks of the
+    model's queue; ``InvalidInput`` for a value that is not a priority (an integer >= 0) or a
+    timeout (a number of milliseconds > 0). The message never quotes the value."""
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    name = key.decode("latin-1") if isinstance(key, bytes) else key
+    if name == PRIORITY_METADATA:
+        if len(text) > 9 or not text.isdigit():
+            raise InvalidInput(f"'{name}' must be an integer >= 0 (1 the highest level)")
+        info.priority = int(text)
+        return
+    try:
+        milliseconds = float(text) if len(text) <= 32 else math.nan
+    except ValueError:
+        milliseconds = math.nan
+    if not milliseconds > 0 or math.isinf(milliseconds):
+        raise InvalidInput(f"'{name}' must be a number of milliseconds > 0")
+    info.deadline = time.monotonic() + milliseconds / 1000.0
 
 
 def client_id(value: bytes | str | None) -> str | None:
@@ -115,6 +152,8 @@ class Access(RequestInfo):
         self.id = id
         self.model: str | None = None
         self.version: str | None = None
+        self.deadline: float | None = None
+        self.priority = 0
         self.from_client = from_client
         self.start = start
         self.protocol: str | None = None
@@ -208,19 +247,49 @@ class AccessLog:
       ``fields`` too (the JSON keys), so nothing is formatted that no handler writes.
 
     A handler added to the logger after the log is made is not seen by the first way.
+
+    In the first way the lines are made and written off the event loop, by the log's own
+    :class:`~._access_thread.LineThread` (``threaded``, the default): the loop hands each
+    turn's ended requests over; at most ``max_queued`` lines wait, and a line that finds no
+    room is dropped and counted (:attr:`dropped`), never waited for.
     """
 
-    def __init__(self, enabled: bool = True, logger: str = "podium.access") -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        logger: str = "podium.access",
+        *,
+        threaded: bool = True,
+        max_queued: int = MAX_QUEUED_LINES,
+    ) -> None:
         self.enabled = enabled
         self.logger = logging.getLogger(logger)
         made = logging.LogRecord(logger, logging.INFO, __file__, 0, "", (), None)
         self._template = dict(made.__dict__)
         self._thread = threading.get_ident()
         self._writer = configured()
-        self._emit = self._lines if self._writer is not None else self._records
+        self.lines: LineThread | None = None
+        self._emit: Callable[[list[Access]], None]
+        if self._writer is None:
+            self._emit = self._records
+        elif threaded:
+            self.lines = LineThread(self._lines, max_queued)
+            self._emit = self.lines.put
+        else:
+            self._emit = self._lines
         self._held: TurnBuffer[Access] = TurnBuffer(self._emit)
         self._hold = self._held.add
         flush_at_exit(self)
+
+    @property
+    def dropped(self) -> int:
+        """Lines dropped because ``max_queued`` lines were waiting to be written."""
+        return 0 if self.lines is None else self.lines.dropped
+
+    @property
+    def queued(self) -> int:
+        """Lines waiting to be written by the log's thread."""
+        return 0 if self.lines is None else self.lines.queued
 
     def wants(self) -> bool:
         """Whether a line would be written now (the switch and the logger's level)."""
@@ -234,11 +303,28 @@ class AccessLog:
         try:
             self._hold(access)
         except RuntimeError:  # no event loop runs on this thread
-            self._emit([access])
+            if self._writer is not None:
+                self._lines([access])
+            else:
+                self._records([access])
 
     def flush(self) -> None:
-        """Make and write the lines of the requests held (at exit: :func:`flush_at_exit`)."""
-        self._held.flush()
+        """Make and write the lines of the requests held, and wait for the log's thread to
+        write them (at exit: :func:`flush_at_exit`)."""
+        if threading.get_ident() == self._thread or self.lines is None:
+            self._held.flush()  # (the turn's buffer belongs to the loop's thread)
+        if self.lines is not None:
+            # logging.shutdown flushes handlers under their lock, which the thread's writes
+            # take: then what waits is written here
+            owned = getattr(getattr(self._writer, "lock", None), "_is_owned", None)
+            self.lines.flush(here=bool(owned is not None and owned()))
+
+    def close(self) -> None:
+        """Write every line held and waiting, and end the log's thread (at shutdown); lines of
+        requests that end later still get written."""
+        self.flush()
+        if self.lines is not None:
+            self.lines.close()
 
     def _lines(self, held: list[Access]) -> None:
         """The lines, made by Podium's writer's formatter and written together."""

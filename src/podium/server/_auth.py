@@ -39,6 +39,7 @@ from typing import Any
 from ..errors import Unauthenticated
 from ._asgi import ASGIApp, Receive, Scope, Send
 from .http._responses import JSON, send_body
+from .openai._errors import error_body, is_openai_path
 
 __all__ = [
     "INFERENCE",
@@ -202,7 +203,8 @@ def _name(kind: str) -> str:
 
 Rule = Callable[[str, str], str | None]
 _CHALLENGE = (b"www-authenticate", b'Bearer realm="podium"')
-Render = Callable[[Unauthenticated], tuple[int, bytes]]
+#: The status and body of a refusal, for the request's path.
+Render = Callable[[Unauthenticated, str], tuple[int, bytes]]
 
 
 def inference_rule(method: str, path: str) -> str | None:
@@ -254,12 +256,16 @@ class AuthMiddleware:
                 if scope["type"] == "websocket":  # refused before the handshake (HTTP 403)
                     await send({"type": "websocket.close", "code": 1008})
                     return
-                status, body = self.render(exc)
+                status, body = self.render(exc, scope["path"])
                 await send_body(send, status, [*JSON, _CHALLENGE], body)
                 return
         await self.app(scope, receive, send)
 
 
-def render_error(exc: Unauthenticated) -> tuple[int, bytes]:
-    """A 401 in the body shape of Podium's inference API (``{"error": "..."}``)."""
+def render_error(exc: Unauthenticated, path: str = "") -> tuple[int, bytes]:
+    """A 401 in the body shape of Podium's inference API (``{"error": "..."}``), or of OpenAI's
+    on its paths (``{"error": {"message", "type", "param", "code"}}``: what the ``openai``
+    client reads)."""
+    if is_openai_path(path):
+        return 401, json.dumps(error_body(exc)[1]).encode()
     return 401, json.dumps({"error": exc.message}).encode()

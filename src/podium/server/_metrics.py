@@ -44,6 +44,7 @@ from ..dataplane import (
 from ..errors import MethodNotAllowed, NotFound, PodiumError
 from ..metrics import Kind
 from ..types import ModelState
+from ._access import AccessLog
 from ._asgi import Receive, Scope, Send
 from ._device_metrics import device_metrics
 from ._limits import ConnectionStatistics
@@ -102,8 +103,10 @@ class PodiumCollector:
         connections: Callable[[], Mapping[str, ConnectionStatistics]] = dict,
         grpc_connections: Callable[[], Mapping[str, int | None]] = dict,
         gpus: Callable[[], list[GpuSample]] | None = None,
+        access_log: AccessLog | None = None,
     ) -> None:
         self.dataplane = dataplane
+        self._access_log = access_log
         self._gpus = gpus if gpus is not None else self._sample_gpus
         self._connections = connections
         self._grpc_connections = grpc_connections
@@ -125,6 +128,7 @@ class PodiumCollector:
         yield from self._server()
         versions = self.dataplane.versions()
         yield from self._requests(versions)
+        yield from self._tokens(versions)
         yield from self._state(versions)
         yield from device_metrics(self._gpus, versions)
         yield from self._custom(versions)
@@ -174,6 +178,19 @@ class PodiumCollector:
             if count is not None:
                 grpc_open.add_metric([name], count)
         yield grpc_open
+        log = self._access_log
+        if log is not None:
+            dropped = CounterMetricFamily(
+                "podium_access_log_dropped_lines",
+                "Access lines dropped because the access log's queue was full (the log could "
+                "not keep up); requests never wait for it.",
+            )
+            dropped.add_metric([], log.dropped)
+            queued = GaugeMetricFamily(
+                "podium_access_log_queued_lines", "Access lines waiting to be written."
+            )
+            queued.add_metric([], log.queued)
+            yield from (dropped, queued)
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -260,6 +277,42 @@ class PodiumCollector:
                 restarts.add_metric([*labels, why.value], n)
         yield from (total, duration, *parts.values(), first, items, batch_size, batches)
         yield from (steps, ended, restarts)
+
+    def _tokens(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+        """OpenAI's API's completions (vLLM's ``vllm:*`` names, with Podium's prefix)."""
+        prompt = CounterMetricFamily(
+            "podium_prompt_tokens", "Prompt tokens of OpenAI completions.", labels=_MV
+        )
+        generated = CounterMetricFamily(
+            "podium_generation_tokens", "Tokens generated for OpenAI completions.", labels=_MV
+        )
+        first = HistogramMetricFamily(
+            "podium_time_to_first_token_seconds",
+            "Time from an OpenAI completion's arrival to its first generated token.",
+            labels=_MV,
+        )
+        per_token = HistogramMetricFamily(
+            "podium_time_per_output_token_seconds",
+            "Time per generated token after the first, per choice (inter-token latency).",
+            labels=_MV,
+        )
+        finished = CounterMetricFamily(
+            "podium_request_success",
+            "OpenAI completion choices finished, by finish_reason (stop, length, abort).",
+            labels=[*_MV, "finished_reason"],
+        )
+        for mv in versions:
+            t = mv.stats.tokens
+            if not (t.prompt or t.finished):
+                continue
+            labels = _labels(mv)
+            prompt.add_metric(labels, t.prompt)
+            generated.add_metric(labels, t.generated)
+            _histogram(first, labels, t.first_token)
+            _histogram(per_token, labels, t.per_token)
+            for reason, n in sorted(t.finished.items()):
+                finished.add_metric([*labels, reason], n)
+        yield from (prompt, generated, first, per_token, finished)
 
     @staticmethod
     def _batches(
@@ -360,14 +413,33 @@ class PodiumCollector:
             yield metric
 
     @staticmethod
-    def _family(family: Any) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
+    def _family(family: Any) -> Metric:
         labels = [*_MV, *family.labelnames]
         doc = family.documentation or family.name
         if family.kind is Kind.COUNTER:
+            if doc.startswith(_TS_COUNTER) and not family.name.endswith("_total"):
+                return _Exact(family.name, doc, labels)
             return CounterMetricFamily(family.name, doc, labels=labels)
         if family.kind is Kind.GAUGE:
             return GaugeMetricFamily(family.name, doc, labels=labels)
         return HistogramMetricFamily(family.name, doc, labels=labels)
+
+
+#: The help text of a TorchServe handler's counter under ``--ts-metrics prometheus``
+#: (``model.torchserve.ts_help``): written under its own name, as TorchServe writes it.
+_TS_COUNTER = "Torchserve prometheus counter metric"
+
+
+class _Exact(Metric):
+    """A counter written under its own name, untyped (TorchServe's Prometheus client adds no
+    ``_total``; prometheus-client would), with ``add_metric`` as the other families have it."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        super().__init__(name, documentation, "untyped")
+        self._labelnames = labels
+
+    def add_metric(self, values: list[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._labelnames, values, strict=True)), value)
 
 
 class _Default:
@@ -378,10 +450,13 @@ class _Default:
         return REGISTRY.collect()
 
 
-def metrics_registry(collector: PodiumCollector) -> CollectorRegistry:
-    """A registry of Podium's collector and prometheus-client's default one."""
+def metrics_registry(collector: PodiumCollector, *more: Any) -> CollectorRegistry:
+    """A registry of Podium's collector, ``more`` collectors (TorchServe's names) and
+    prometheus-client's default one."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    for extra in more:
+        registry.register(extra)
     registry.register(_Default())
     return registry
 

@@ -20,6 +20,7 @@ from ..config import Secrets, ServerConfig
 from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
 from ..errors import DefinitionError
 from ..model import truss
+from ..model.torchserve import read_metrics_yaml
 from ..types import ModelState
 from ._access import AccessLog, RequestIds
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
@@ -32,6 +33,7 @@ from ._limits import (
     raise_open_files_limit,
 )
 from ._metrics import MetricsApp, PodiumCollector, metrics_registry
+from ._metrics_ts import TorchServeCollector, TorchServeLog
 from ._otel import start as start_tracing
 from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
@@ -219,9 +221,15 @@ class Podium:
         self.paths = paths
         #: model settings from outside the models' own files (``runtime.ModelSettings``, made
         #: from TorchServe's config.properties), or None
+        #: TorchServe's metrics.yaml (``--metrics-config``; its own by default): read here, so
+        #: that a wrong file stops the start (the CLI tells every start-up model where it is)
+        self.ts_metrics = read_metrics_yaml(config.logs.metrics_config)
         self.model_settings = model_settings
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
+        #: ``--ts-metrics log``: TorchServe's frontend metric lines, and the task writing them
+        self._ts_log: TorchServeLog | None = None
+        self._ts_log_task: asyncio.Task[None] | None = None
         self.executor = ThreadPoolExecutor(
             config.serving.threads, thread_name_prefix="podium-model"
         )
@@ -270,6 +278,7 @@ class Podium:
         self._limits, self._grpc_limits = self._connection_limits()
         repository = self.dataplane.repository
         repository.control = ControlPolicy(ModelControl(config.management.model_control))
+        repository.registration_fields = config.logs.torchserve_fields()
         # for this process's extractions, start-up models' included
         registration = config.registration
         repository.set_archive_limits(registration.max_archive_size, registration.max_archive_ratio)
@@ -318,6 +327,9 @@ class Podium:
         await self._start_management()
         if listeners.metrics:
             await self._start_metrics()
+        if config.logs.ts_metrics == "log":  # TorchServe's metric lines, written in turn
+            self._ts_log = TorchServeLog(TorchServeCollector(self.dataplane, self.ts_metrics))
+            self._ts_log_task = loop.create_task(self._ts_log.run())
         await repository.load_all()
         grpc_server.health.changed()
         # Everything built so far lives as long as the server: out of every future collection
@@ -528,8 +540,12 @@ class Podium:
             self.dataplane,
             connections=self.connection_statistics,
             grpc_connections=self.grpc_connections,
+            access_log=self.access_log,
         )
-        app = MetricsApp(metrics_registry(collector))
+        more = []
+        if self.config.logs.ts_metrics == "prometheus":
+            more.append(TorchServeCollector(self.dataplane, self.ts_metrics))
+        app = MetricsApp(metrics_registry(collector, *more))
         listeners = self.config.listeners
         await self._serve_http("http-metrics", app, listeners.metrics_host, listeners.metrics_port)
 
@@ -578,7 +594,15 @@ class Podium:
         await self._close()
 
     async def _close(self) -> None:
+        if self._ts_log_task is not None:  # the lines of the last interval are written too
+            self._ts_log_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ts_log_task
+            self._ts_log_task = None
+            if self._ts_log is not None:
+                self._ts_log.flush()
         await self.dataplane.close()  # background loads and scaling, then the models
+        self.access_log.close()  # every line made and written; later ones at once
         if self.authorizer is not None:
             self.authorizer.remove_file()
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -18,7 +18,10 @@ from .common import SCENARIOS, is_error, run_scenario
 from .report import write_markdown
 
 ROOT = servers.HERE.parent.parent
-REFERENCE = {"oip": "triton", "torchserve": "torchserve"}
+REFERENCE = {"oip": "triton", "torchserve": "torchserve", "ts_setup": "torchserve"}
+#: Families served by a pair of servers of their own (the reference's, Podium's), each started
+#: by the same command from the same config.properties (issue 22).
+PAIRS = {"ts_setup": ("torchserve_setup", "podium_setup")}
 
 
 def verdict(sc, ref: dict[str, Any], pod: dict[str, Any]) -> str:
@@ -81,6 +84,9 @@ def run_scenarios(chosen, workdir: Path, results: dict[str, Any]) -> None:
             servers.build_archives(store, workdir)
         else:
             store.mkdir(parents=True)
+        setup_store = workdir / "setup_store"
+        if "ts_setup" in families:
+            servers.build_setup_archive(setup_store)
         m = servers.MODELS
         mars = [store / f"{n}.mar" for n in servers.TS_MODELS] if "torchserve" in families else []
         starters = {
@@ -93,8 +99,18 @@ def run_scenarios(chosen, workdir: Path, results: dict[str, Any]) -> None:
                 _sub(workdir, "podium"),
                 store,
             ),
+            "torchserve_setup": lambda: servers.start_setup(
+                "torchserve", setup_store, _sub(workdir, "torchserve-setup")
+            ),
+            "podium_setup": lambda: servers.start_setup(
+                "podium", setup_store, _sub(workdir, "podium-setup")
+            ),
         }
-        wanted = [REFERENCE[f] for f in ("oip", "torchserve") if f in families] + ["podium"]
+        wanted = [REFERENCE[f] for f in ("oip", "torchserve") if f in families]
+        if families - set(PAIRS):
+            wanted.append("podium")
+        for family in families & set(PAIRS):
+            wanted.extend(PAIRS[family])
         for name in wanted:
             services[name] = _start(name, starters[name])
         for name, svc in services.items():
@@ -102,9 +118,10 @@ def run_scenarios(chosen, workdir: Path, results: dict[str, Any]) -> None:
         results["versions"]["podium_commit"] = _git("rev-parse", "--short", "HEAD")
         for sc in chosen:
             ref_name = REFERENCE[sc.family]
+            ref_svc, pod_svc = PAIRS.get(sc.family, (ref_name, "podium"))
             print(f"[{sc.id}] {sc.title}", flush=True)
-            ref = run_scenario(sc, services[ref_name].addr)
-            pod = run_scenario(sc, services["podium"].addr)
+            ref = run_scenario(sc, services[ref_svc].addr)
+            pod = run_scenario(sc, services[pod_svc].addr)
             row = {
                 "id": sc.id,
                 "item": sc.item,
@@ -115,7 +132,7 @@ def run_scenarios(chosen, workdir: Path, results: dict[str, Any]) -> None:
                 ref_name: ref,
                 "podium": pod,
             }
-            crashed = [n for n in (ref_name, "podium") if not services[n].alive()]
+            crashed = [n for n in (ref_svc, pod_svc) if not services[n].alive()]
             if crashed:
                 # A server that died answers nothing more: note it, keep its log, start it anew.
                 row["crashed"] = crashed

@@ -134,7 +134,7 @@ def start_triton(repositories: list[Path], workdir: Path, timeout: float = 180) 
 
 # --- TorchServe ---------------------------------------------------------------------------
 
-TS_MODELS = ("ts_echo", "ts_stateful", "ts_capacity", "ts_stream")
+TS_MODELS = ("ts_echo", "ts_stateful", "ts_capacity", "ts_stream", "ts_intermediate", "ts_explain")
 
 
 def build_archives(store: Path, workdir: Path) -> None:
@@ -175,6 +175,16 @@ def build_archives(store: Path, workdir: Path) -> None:
             (dest / f"{name}.mar").rename(store / f"{filename}.mar")
 
 
+def _ts_env(workdir: Path) -> dict[str, str]:
+    """The environment TorchServe starts in: the venv's binaries first, its logs in
+    ``workdir``."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env["LOG_LOCATION"] = str(workdir / "logs")
+    env["METRICS_LOCATION"] = str(workdir / "logs")
+    return env
+
+
 def start_torchserve(store: Path, workdir: Path, timeout: float = 240) -> Service:
     """The real TorchServe on 127.0.0.1 serving every archive of ``TS_MODELS``."""
     ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpc_mgmt")}
@@ -202,10 +212,7 @@ def start_torchserve(store: Path, workdir: Path, timeout: float = 240) -> Servic
             ]
         )
     )
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env["LOG_LOCATION"] = str(workdir / "logs")
-    env["METRICS_LOCATION"] = str(workdir / "logs")
+    env = _ts_env(workdir)
     env["TS_CONFIG_FILE"] = str(props)
     cmd = [
         str(Path(sys.executable).parent / "torchserve"),
@@ -240,6 +247,100 @@ def start_torchserve(store: Path, workdir: Path, timeout: float = 240) -> Servic
     try:
         _wait(service, ready, timeout)
         service.version = _pkg_version("torchserve")
+    except BaseException:
+        service.stop()
+        raise
+    return service
+
+
+# --- one config.properties, one start command, both servers (issue 22) ---------------------
+
+SETUP_MODEL = "ts_metrics"
+
+
+def build_setup_archive(store: Path) -> None:
+    """``ts_metrics.mar`` (TorchServe's custom_metrics example's handler, without its model),
+    by the real ``torch-model-archiver``."""
+    src = MODELS / "torchserve" / SETUP_MODEL
+    store.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            str(Path(sys.executable).parent / "torch-model-archiver"),
+            "--model-name", SETUP_MODEL, "--version", "1.0",
+            "--handler", str(src / "handler.py"),
+            "--config-file", str(src / "model-config.yaml"),
+            "--export-path", str(store), "--force",
+        ],
+        check=True, timeout=120, capture_output=True,
+    )  # fmt: skip
+
+
+def start_setup(which: str, store: Path, workdir: Path, timeout: float = 120) -> Service:
+    """TorchServe (``which="torchserve"``) or Podium (``"podium"``) started by TorchServe's start
+    command, ``torchserve --start --foreground --ncs --disable-token-auth --model-store STORE
+    --models ts_metrics=ts_metrics.mar --ts-config config.properties`` (as the example's README
+    starts it; Podium: ``python -m podium torchserve`` and the same
+    flags), with the config.properties of TorchServe's examples/custom_metrics: its
+    ``metrics_mode=prometheus``, ``metrics_config`` (the example's metrics.yaml),
+    ``model_metrics_auto_detect=true`` and ``models={...}`` (marName, defaultVersion, one
+    worker); each server's own free ports are the only lines that differ."""
+    ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpc_mgmt")}
+    props = workdir / "config.properties"
+    metrics_yaml = MODELS / "torchserve" / SETUP_MODEL / "metrics.yaml"
+    props.write_text(
+        "\n".join(
+            [
+                f"inference_address=http://127.0.0.1:{ports['inference']}",
+                f"management_address=http://127.0.0.1:{ports['management']}",
+                f"metrics_address=http://127.0.0.1:{ports['metrics']}",
+                f"grpc_inference_port={ports['grpc']}",
+                f"grpc_management_port={ports['grpc_mgmt']}",
+                "install_py_dep_per_model=false",
+                "disable_system_metrics=true",
+                "metrics_mode=prometheus",
+                f"metrics_config={metrics_yaml}",
+                "model_metrics_auto_detect=true",
+                "models={\\",
+                f'  "{SETUP_MODEL}": {{\\',
+                '    "1.0": {\\',
+                '        "defaultVersion": true,\\',
+                f'        "marName": "{SETUP_MODEL}.mar",\\',
+                '        "minWorkers": 1,\\',
+                '        "maxWorkers": 1\\',
+                "    }\\",
+                "  }\\",
+                "}",
+                "",
+            ]
+        )
+    )
+    env = _ts_env(workdir)
+    env["TMPDIR"] = str(workdir)  # podium torchserve's pid file
+    flags = ["--start", "--foreground", "--ncs", "--disable-token-auth",
+             "--model-store", str(store), "--models", f"{SETUP_MODEL}={SETUP_MODEL}.mar",
+             "--ts-config", str(props)]  # fmt: skip
+    if which == "torchserve":
+        cmd = [str(Path(sys.executable).parent / "torchserve"), *flags]
+    else:
+        cmd = [sys.executable, "-m", "podium", "torchserve", *flags]
+    service = _spawn(f"{which}-setup", cmd, workdir, env)
+    service.addr = {
+        "http": f"127.0.0.1:{ports['inference']}",
+        "management": f"127.0.0.1:{ports['management']}",
+        "metrics": f"127.0.0.1:{ports['metrics']}",
+        "grpc": f"127.0.0.1:{ports['grpc']}",
+        "grpc_management": f"127.0.0.1:{ports['grpc_mgmt']}",
+    }
+
+    def ready() -> bool:
+        described = httpx.get(
+            f"http://127.0.0.1:{ports['management']}/models/{SETUP_MODEL}", timeout=2
+        ).json()
+        return any(w.get("status") == "READY" for w in described[0].get("workers", []))
+
+    try:
+        _wait(service, ready, timeout)
+        service.version = _pkg_version("torchserve" if which == "torchserve" else "podium")
     except BaseException:
         service.stop()
         raise

@@ -362,3 +362,154 @@ def management(addr):
 def capacity(addr):
     raw = [http("POST", _inf(addr, "/predictions/ts_capacity"), content=b"1") for _ in range(6)]
     return [r["status"] for r in raw], raw
+
+
+# --- intermediate responses and explanations (issue 22) ----------------------------------
+
+
+def _rpc(call: Any) -> Any:
+    """``call()``'s answer, or the gRPC error it ended with."""
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        return grpc_error(exc)
+
+
+@scenario(
+    "T3",
+    "22",
+    "a handler that sends intermediate responses (TorchServe's own test handler): REST "
+    "/predictions, unary gRPC Predictions, StreamPredictions",
+    "torchserve",
+    improvement="unary Predictions answers the first item on both; TorchServe 0.12's worker then "
+    "answers no further call (DEADLINE_EXCEEDED), Podium stops the handler at its next send and "
+    "serves on (docs/torchserve.md, Streaming)",
+)
+def intermediate(addr):
+    inf_pb2, inf_grpc, _, _ = _ts_stubs()
+    chunks: list[str] = []
+    with httpx.Client(timeout=TIMEOUT) as client:
+        with client.stream("POST", _inf(addr, "/predictions/ts_intermediate"), json=42) as r:
+            for chunk in r.iter_raw():
+                if chunk:
+                    chunks.append(chunk.decode(errors="replace"))
+            rest = {
+                "status": r.status_code,
+                "chunked": r.headers.get("transfer-encoding"),
+                "body": "".join(chunks),
+            }
+    out: dict[str, Any] = {"rest": rest}
+    channel = grpc.insecure_channel(addr["grpc"])
+    try:
+        stub = inf_grpc.InferenceAPIsServiceStub(channel)
+        request = inf_pb2.PredictionsRequest(model_name="ts_intermediate", input={"data": b"42"})
+
+        def unary() -> str:
+            return stub.Predictions(request, timeout=TIMEOUT).prediction.decode(errors="replace")
+
+        def streamed() -> list[str]:
+            calls = stub.StreamPredictions(request, timeout=TIMEOUT)
+            return [r.prediction.decode(errors="replace") for r in calls]
+
+        out["grpc_predictions"] = _rpc(unary)
+        out["grpc_stream"] = _rpc(streamed)
+        # is the worker free again? a second unary call
+        out["grpc_predictions_again"] = _rpc(unary)
+    finally:
+        channel.close()
+    return out, out
+
+
+@scenario(
+    "T4",
+    "22",
+    "/explanations on a BaseHandler subclass with get_insights; /predictions beside it",
+    "torchserve",
+)
+def explanations(addr):
+    body = {"x": 3, "target": 1}
+    raw = {
+        "predict": http("POST", _inf(addr, "/predictions/ts_explain"), json=body),
+        "explain": http("POST", _inf(addr, "/explanations/ts_explain"), json=body),
+        "explain_version": http("POST", _inf(addr, "/explanations/ts_explain/1.0"), json=body),
+        "explain_unknown": http("POST", _inf(addr, "/explanations/nope"), json=body),
+    }
+    return {k: status_and_shape(v) for k, v in raw.items()}, raw
+
+
+# --- one config.properties, one start command (issue 22) ----------------------------------
+
+#: TorchServe's frontend names (its default metrics.yaml; system metrics are off) and the
+#: custom_metrics handler's, declared in its metrics.yaml or auto-detected.
+TS_NAMES = (
+    "ts_inference_requests_total", "ts_inference_latency_microseconds",
+    "ts_queue_latency_microseconds", "Requests2XX", "Requests4XX", "Requests5XX", "QueueTime",
+    "WorkerThreadTime", "WorkerLoadTime", "HandlerTime", "PredictionTime",
+    "InferenceRequestCount", "InitializeCallCount", "PreprocessCallCount",
+    "PostprocessCallCount", "RequestBatchSize", "SizeOfImage", "HandlerMethodTime",
+    "ExamplePercentMetric",
+)  # fmt: skip
+#: Values that both servers must agree on after the scenario's requests.
+COUNTED = ("ts_inference_requests_total", "InferenceRequestCount", "PreprocessCallCount",
+           "RequestBatchSize", "InitializeCallCount")  # fmt: skip
+
+
+def _exposition(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """Prometheus text by metric name (a counter's ``_total`` sample under its own name): each
+    sample's name, labels and value."""
+    import re
+
+    found: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if m is None or line.startswith("#"):
+            continue
+        sample, labels, value = (
+            m.group(1),
+            dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")),
+            m.group(3),
+        )
+        base = (
+            sample[: -len("_total")]
+            if sample.endswith("_total") and sample[:-6] in TS_NAMES
+            else sample
+        )
+        found.setdefault(base, []).append((sample, labels, float(value)))
+    return found
+
+
+@scenario(
+    "T5",
+    "22",
+    "TorchServe's custom_metrics example, served by the same start command and config.properties "
+    "(metrics_mode=prometheus, metrics_config, models={...}): predictions, then the TorchServe "
+    "names on /metrics",
+    "ts_setup",
+)
+def custom_metrics_setup(addr):
+    answers = [http("POST", _inf(addr, "/predictions/ts_metrics"), json={"a": i}) for i in range(3)]
+    answers.append(http("POST", _inf(addr, "/predictions/ts_metrics/1.0"), json={"a": 9}))
+    scraped = httpx.get(f"http://{addr['metrics']}/metrics", timeout=TIMEOUT).text
+    samples = _exposition(scraped)
+    names: dict[str, Any] = {}
+    for name in TS_NAMES:
+        rows = samples.get(name, [])
+        names[name] = {
+            "sample_names": sorted({r[0] for r in rows}),
+            # labels TorchServe has: Podium adds model/version to handler metrics
+            "labels": sorted({k for r in rows for k in r[1] if k not in ("model", "version")}),
+        }
+        if name in COUNTED:
+            names[name]["values"] = sorted(
+                (
+                    ",".join(f"{k}={v}" for k, v in sorted(r[1].items())
+                             if k not in ("model", "version", "hostname", "Hostname")),
+                    r[2],
+                )
+                for r in rows
+            )  # fmt: skip
+    compare = {
+        "answers": [status_and_shape(a) for a in answers],
+        "metrics": names,
+    }
+    return compare, {"answers": answers, "metrics": scraped[-6000:]}

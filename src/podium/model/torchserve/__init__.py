@@ -7,7 +7,8 @@ Layout: ``_model`` is the adapter (``is_source`` / ``sources`` / ``prepare`` / `
 does; ``_config`` maps ``model-config.yaml`` onto ``ModelConfig``; ``_handler`` finds and imports
 a handler as TorchServe's model loader does, and makes ``import ts`` resolve to
 ``podium.compat.ts`` when TorchServe is absent; ``_context`` is TorchServe's ``Context``.
-``_metrics`` is ``context.metrics`` (what a handler records lands in Podium's ``/metrics``).
+``_metrics`` is ``context.metrics`` (what a handler records lands in Podium's ``/metrics``);
+``_metrics_yaml`` reads TorchServe's ``metrics.yaml`` (the metrics it declares).
 ``podium.compat.ts`` re-exports the names below that handlers import from ``ts.*``, so every
 import path gives the same classes. What differs from TorchServe: ``docs/torchserve.md``.
 """
@@ -21,7 +22,8 @@ from ._handler import (
     list_classes_from_module,
     load_label_mapping,
 )
-from ._metrics import Dimension, MetricTypes, TorchServeMetrics
+from ._metrics import Dimension, MetricTypes, TorchServeMetrics, log_line, ts_help
+from ._metrics_yaml import TORCHSERVE_DEFAULT, DeclaredMetric, MetricsYaml, read_metrics_yaml
 from ._model import (
     ArchiveLimits,
     TorchServeModel,
@@ -33,10 +35,13 @@ from ._model import (
 )
 
 __all__ = [
+    "TORCHSERVE_DEFAULT",
     "ArchiveLimits",
     "Context",
+    "DeclaredMetric",
     "Dimension",
     "MetricTypes",
+    "MetricsYaml",
     "PredictionException",
     "RequestProcessor",
     "TorchServeMetrics",
@@ -48,7 +53,10 @@ __all__ = [
     "is_source",
     "list_classes_from_module",
     "load_label_mapping",
+    "log_line",
     "prepare",
+    "read_metrics_yaml",
     "set_archive_limits",
     "sources",
+    "ts_help",
 ]

@@ -175,13 +175,20 @@ def _default_handle(obj: Any) -> Callable[[Any, Any], Any]:
 
     def handle(data: Any, context: Any) -> Any:
         obj.context = context
-        if pre is not None:
-            data = pre(data)
+        processed = data if pre is None else pre(data)
+        if context.get_request_header(0, "explain") == "True":  # /explanations
+            explain = getattr(obj, "explain_handle", None)
+            if explain is None:
+                raise NotImplementedError(
+                    f"{type(obj).__name__} defines no explain_handle(data_preprocess, raw_data), "
+                    "which an explanation calls (as TorchServe's BaseHandler.handle)"
+                )
+            return explain(processed, data)
         if infer is not None:
-            data = infer(data)
+            processed = infer(processed)
         if post is not None:
-            data = post(data)
-        return data
+            processed = post(processed)
+        return processed
 
     return handle
 

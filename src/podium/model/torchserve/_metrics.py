@@ -15,13 +15,60 @@ from __future__ import annotations
 
 import enum
 import logging
+import socket
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from ...metrics import Kind, MetricStore
+from ._metrics_yaml import DeclaredMetric
 
-__all__ = ["Dimension", "MetricTypes", "TorchServeMetric", "TorchServeMetrics"]
+__all__ = [
+    "Dimension",
+    "MetricTypes",
+    "TorchServeMetric",
+    "TorchServeMetrics",
+    "log_line",
+    "ts_help",
+]
 
 logger = logging.getLogger("podium.model.torchserve")
+#: TorchServe's two metric logs (``metrics_mode=log``): its frontend's (``ts_metrics.log``) and
+#: its handlers' (``model_metrics.log``), as loggers of their own.
+TS_METRICS_LOG = logging.getLogger("podium.torchserve.ts_metrics")
+MODEL_METRICS_LOG = logging.getLogger("podium.torchserve.model_metrics")
+
+
+def ts_help(kind: Kind, unit: str) -> str:
+    """TorchServe's help text of a metric on its /metrics (how Podium's /metrics knows a
+    metric written as TorchServe writes it: a counter keeps its name, no ``_total`` added)."""
+    return f"Torchserve prometheus {kind.value} metric with unit: {unit}"
+
+
+def log_line(
+    name: str,
+    unit: str,
+    value: float,
+    dimensions: Iterable[tuple[str, str]],
+    request_id: str = "",
+    *,
+    model: bool,
+    hostname: str | None = None,
+) -> None:
+    """One metric value as TorchServe's frontend logs it: ``Name.Unit:value|#Dim:v,...|#hostname:
+    HOST[,requestID:ID],timestamp:SECONDS`` (a handler's metric, ``model``, to
+    ``podium.torchserve.model_metrics`` with its request id; a frontend metric to
+    ``podium.torchserve.ts_metrics``)."""
+    target = MODEL_METRICS_LOG if model else TS_METRICS_LOG
+    if not target.isEnabledFor(logging.INFO):
+        return
+    dims = ",".join(f"{k}:{v}" for k, v in dimensions)
+    host = hostname or socket.gethostname()
+    request = f",requestID:{request_id}" if model else ""
+    target.info(
+        "%s.%s:%s|#%s|#hostname:%s%s,timestamp:%d",
+        name, unit, float(value), dims, host, request, int(time.time()),
+    )  # fmt: skip
 
 
 class MetricTypes(enum.Enum):
@@ -67,16 +114,27 @@ class TorchServeMetric:
         unit: str,
         dimension_names: list[str],
         kind: Kind,
+        *,
+        mode: str = "off",
     ) -> None:
         self.metric_name = name
+        self._log = mode == "log"
         self.unit = unit
         self.dimension_names = list(dimension_names)
         self.metric_type = MetricTypes(kind.value)
         self._store = store
         self._kind = kind
-        self._family = (
-            None if store is None else store.family(name, kind, f"{name} ({unit})", dimension_names)
-        )
+        labels = list(dimension_names)
+        documentation = f"{name} ({unit})"
+        # --ts-metrics prometheus: as TorchServe's frontend exports a handler's metric, with its
+        # Hostname label and its help text (which tells /metrics to keep the name as it is)
+        self._host: tuple[str, ...] = ()
+        if mode == "prometheus":
+            documentation = ts_help(kind, unit)
+            if "Hostname" not in labels:
+                labels.append("Hostname")
+                self._host = (socket.gethostname(),)
+        self._family = None if store is None else store.family(name, kind, documentation, labels)
 
     def add_or_update(
         self, value: float, dimension_values: list[str] | None = None, request_id: str = ""
@@ -97,7 +155,10 @@ class TorchServeMetric:
         store, family = self._store, self._family
         if store is None or family is None:
             return
-        labels = tuple(str(v) for v in values)
+        labels = (*(str(v) for v in values), *self._host)
+        if self._log:
+            log_line(self.metric_name, self.unit, value, zip(self.dimension_names, labels, strict=False),
+                     request_id, model=True)  # fmt: skip
         if self._kind is Kind.COUNTER:
             store.add(family, labels, float(value))
         elif self._kind is Kind.GAUGE:
@@ -124,13 +185,31 @@ class TorchServeMetric:
 
 class TorchServeMetrics:
     """``context.metrics`` of a TorchServe handler, recording to one model version's store
-    (None: nowhere)."""
+    (None: nowhere). ``declared``: the ``model_metrics`` of the server's ``metrics.yaml``
+    (TorchServe's default one unless ``metrics_config`` names another), in the cache from the
+    start as TorchServe's backend puts them there, so ``get_metric`` finds them before any
+    ``add_*``. ``mode`` (``--ts-metrics``): ``prometheus`` labels each series with TorchServe's
+    ``Hostname`` too and gives it TorchServe's help text; ``log`` also writes each value as
+    TorchServe's ``model_metrics.log`` line."""
 
-    def __init__(self, store: MetricStore | None, model_name: str) -> None:
+    def __init__(
+        self,
+        store: MetricStore | None,
+        model_name: str,
+        declared: Iterable[DeclaredMetric] = (),
+        *,
+        mode: str = "off",
+    ) -> None:
         self._store = store
         self.model_name = model_name
         self.request_ids: Any = None
+        self._mode = mode
         self._cache: dict[tuple[str, str], TorchServeMetric] = {}
+        for spec in declared:
+            try:
+                self.add_metric_to_cache(spec.name, spec.unit, list(spec.dimensions), spec.kind)
+            except ValueError as exc:  # not a Prometheus name: the handler's add_* will say so
+                logger.error("model '%s': declared metric not kept: %s", model_name, exc)
 
     def set_request_ids(self, request_ids: Any) -> None:
         self.request_ids = request_ids
@@ -164,7 +243,9 @@ class TorchServeMetrics:
         key = (name, kind.value)
         found = self._cache.get(key)
         if found is None or found.dimension_names != names:
-            found = self._cache[key] = TorchServeMetric(self._store, name, unit, names, kind)
+            found = self._cache[key] = TorchServeMetric(
+                self._store, name, unit, names, kind, mode=self._mode
+            )
         return found
 
     def add_metric(
@@ -242,6 +323,6 @@ class TorchServeMetrics:
         """A metric with these dimension names (record with its ``add_or_update``)."""
         names = list(dimension_names or [])
         kind = _kind(metric_type)
-        metric = TorchServeMetric(self._store, metric_name, unit, names, kind)
+        metric = TorchServeMetric(self._store, metric_name, unit, names, kind, mode=self._mode)
         self._cache[(metric_name, kind.value)] = metric
         return metric

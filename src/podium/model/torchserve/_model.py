@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -48,6 +49,7 @@ from ._config import model_config
 from ._context import Context, RequestProcessor
 from ._handler import HandlerSpec, load_handler, on_path
 from ._metrics import TorchServeMetrics
+from ._metrics_yaml import read_metrics_yaml
 from ._rows import (
     Refused,
     contexts_for,
@@ -182,7 +184,12 @@ class TorchServeModel:
             gpu_id,
             __version__,
             # what the handler records goes to this version's metrics (built under its store)
-            metrics=TorchServeMetrics(current_store(), config.name),
+            metrics=TorchServeMetrics(
+                current_store(),
+                config.name,
+                read_metrics_yaml(config.metrics_config).model_metrics,
+                mode=config.ts_metrics,
+            ),
             model_yaml_config=parts.yaml_config,
         )
         self._model_dir = source.model_dir
@@ -454,8 +461,13 @@ class TorchServeModel:
         batch.request_processor = processors
         batch.emit = emit
         batch.kept = None
+        start = time.perf_counter()
         try:
-            return self._entry(data, self.context)
+            returned = self._entry(data, self.context)
+            # as TorchServe's backend (ts/service.py) after each handle call
+            elapsed = round((time.perf_counter() - start) * 1000, 2)
+            self.context.metrics.add_time("PredictionTime", elapsed, None, "ms")
+            return returned
         except PodiumError:
             raise
         except Exception as exc:

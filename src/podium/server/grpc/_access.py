@@ -23,9 +23,17 @@ from typing import Any
 import grpc
 
 from ... import tracing
-from ...errors import PodiumError, grpc_code
+from ...errors import InvalidInput, PodiumError, grpc_code
 from ...types import current_request
-from .._access import ID_METADATA, Access, AccessLog, RequestIds, client_id
+from .._access import (
+    ID_METADATA,
+    PRIORITY_METADATA,
+    Access,
+    AccessLog,
+    RequestIds,
+    ask_of_queue,
+    client_id,
+)
 from ._errors import ReplyFailed
 from .bridge import Aborted
 
@@ -66,14 +74,23 @@ class _Observer:
     def begin(self, context: Any) -> Access:
         start = _now()
         metadata = context.invocation_metadata()
-        sent = None
+        sent = priority = None
         for key, value in metadata or ():
             if key == ID_METADATA:
                 sent = value
-                break
+            elif key == PRIORITY_METADATA:
+                priority = value
         found = client_id(sent)
         access = Access(self.ids.make() if found is None else found, found is not None, start)
         access.context = context
+        remaining = context.time_remaining()
+        if remaining is not None:  # the call's deadline bounds its wait in the model's queue
+            access.deadline = time.monotonic() + remaining
+        if priority is not None:
+            try:
+                ask_of_queue(access, PRIORITY_METADATA, priority)
+            except InvalidInput:
+                access.priority = -1  # not a level: the data plane refuses it (INVALID_ARGUMENT)
         context.set_trailing_metadata(((ID_METADATA, access.id),))
         hooks = tracing.hooks
         if hooks is not None:

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any, NoReturn
 
 import grpc
 
 from ...errors import PodiumError, bounded, grpc_code
+from .._access import with_request_id
 from .bridge import Aborted
 
 __all__ = ["ReplyFailed", "abort_with", "status_of", "unhandled_status"]
@@ -70,5 +72,10 @@ def unhandled_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 async def abort_with(context: Any, exc: BaseException, where: str = "") -> NoReturn:
     """End the call with the status for ``exc`` (raises, as ``context.abort`` does)."""
     code, message = status_of(exc, where)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:  # an overloaded model's refusal: when to try again
+        context.set_trailing_metadata(
+            with_request_id((("retry-after", str(max(1, math.ceil(retry_after)))),))
+        )
     await context.abort(code, message)
     raise AssertionError("context.abort returned")  # pragma: no cover - it always raises

@@ -19,7 +19,7 @@ import msgspec
 
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, UnsupportedRepresentation
+from ...errors import InvalidInput, ModelError, UnsupportedRepresentation
 from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
@@ -233,12 +233,29 @@ class TorchServeInference:
     async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
+            caps = mv.instance.capabilities
+            if caps.streaming and caps.input_kind is InputKind.WIRE:
+                return await self._first(mv, call, request, context)
             answer = await self.dataplane.infer(call, mv)
             response = _answer(mv, answer.value, request, answer.sequence)
             await _send_headers(context, answer.value, [False])
             return response
         except Exception as exc:
             await abort_with(context, exc, _PREDICTIONS)
+
+    async def _first(
+        self, mv: ModelVersion, call: Call, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        """Unary ``Predictions`` of a TorchServe handler that sends intermediate responses (or
+        streams by continuous batching): the first item, as TorchServe 0.12's frontend answers
+        (it completes the call at the handler's first response and drops the rest). Closing
+        the stream stops the handler at its next send."""
+        async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
+            async for item in items:
+                response = _answer(mv, item, request, items.sequence)
+                await _send_headers(context, item, [False])
+                return response
+        raise ModelError(f"{mv.label} sent no response")  # a stream that ended with nothing
 
     async def stream_predictions(
         self, request: Any, context: grpc.aio.ServicerContext

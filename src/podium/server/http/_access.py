@@ -20,10 +20,21 @@ import time
 from typing import Any, TypeAlias, cast
 
 from ... import tracing
-from ...errors import PodiumError
+from ...errors import InvalidInput, PodiumError
 from ...types import current_request
-from .._access import ID_HEADER, MAX_PATH, Access, AccessLog, RequestIds, client_id, printable
+from .._access import (
+    ID_HEADER,
+    MAX_PATH,
+    QUEUE_HEADERS,
+    Access,
+    AccessLog,
+    RequestIds,
+    ask_of_queue,
+    client_id,
+    printable,
+)
 from .._asgi import ASGIApp, Message, Receive, Scope, Send
+from ._responses import send_error
 from ._routing import Route, RouteTable
 
 __all__ = ["AccessMiddleware"]
@@ -69,12 +80,29 @@ class AccessMiddleware:
             return
         start = _now()
         sent = None
+        asks = None
         for key, value in scope["headers"]:
             if key == ID_HEADER:
                 sent = value
-                break
+            elif key in QUEUE_HEADERS:
+                asks = (asks or []) + [(key, value)]
         found = client_id(sent)
         access = Access(self.ids.make() if found is None else found, found is not None, start)
+        if asks is not None:
+            try:
+                for key, value in asks:
+                    ask_of_queue(access, key, value)
+            except InvalidInput as exc:
+                token = current_request.set(access)
+                try:
+                    await send_error(_sender(send, access, False), exc)
+                finally:
+                    current_request.reset(token)
+                access.ended()
+                access.context = scope
+                access.describe = self._describe
+                self.log.write(access)
+                return
         hooks = tracing.hooks
         if hooks is not None:
             access.span = hooks.http_request(scope)

@@ -22,7 +22,8 @@ from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
 from .._ts_errors import NoRoute, torchserve_error
-from . import _custom, _memory, _oip, _responses, _truss
+from ..openai import _routes as _openai
+from . import _custom, _memory, _oip, _responses, _truss, _ts_explain
 from ._docs import PAGE
 from ._exchange import Exchange
 from ._openapi import description
@@ -243,6 +244,8 @@ class HttpApp:
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
         mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
+        if action != "infer" and _openai.generates(mv):  # an OpenAI model (docs/openai.md)
+            return await _openai.serve_generate(self.dataplane, ex, send, mv, action)
         # The binary tensor extension costs a plain JSON request this one header lookup.
         header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
@@ -292,18 +295,26 @@ class HttpApp:
         )
 
     async def _torchserve(
-        self, ex: Exchange, send: Send, model: str, version: str | None, url_path: str = ""
+        self,
+        ex: Exchange,
+        send: Send,
+        model: str,
+        version: str | None,
+        url_path: str = "",
+        explain: bool = False,
     ) -> None:
-        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]``; errors in TorchServe's shape."""
+        """TorchServe's ``/predictions/{m}[/{v}[/{url_path}]]`` and ``/explanations/...``
+        (the same call, the handler told by the ``explain`` header); errors in TorchServe's
+        shape."""
         # As TorchServe's frontend, the request headers tell the handler the path's segments
-        # after the version (url_path, "" when none) and that this is no explanation.
-        # (Its errors are answered in TorchServe's shape: _http does it for every /predictions
-        # path.)
+        # after the version (url_path, "" when none) and whether this is an explanation (its
+        # BaseHandler.handle then calls explain_handle). (Errors are answered in TorchServe's
+        # shape: _fail does it for every path under its prefixes.)
         scope = ex.scope
         scope["headers"] = [
             *scope["headers"],
             (b"url_path", url_path.encode()),
-            (b"explain", b"False"),
+            (b"explain", b"True" if explain else b"False"),
         ]
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
@@ -372,13 +383,12 @@ class HttpApp:
             await items.aclose()
 
 
-_TS_PREFIX = "/predictions"
+_TS_PREFIXES = ("/predictions", "/explanations")
 
 
 async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
-    """The error response: ``{"error": ...}``, in Truss's shape on its routes (``ex.errors``),
-    or TorchServe's ``{"code", "type", "message"}`` under TorchServe's ``/predictions``
-    (``_ts_errors``); a 405 lists what is allowed."""
+    """The error response: ``{"error": ...}``; Truss's shape on its routes (``ex.errors``),
+    OpenAI's on its paths, TorchServe's under ``/predictions``; a 405 lists what is allowed."""
     if ex.errors is not None:
         await ex.errors(send, exc)
         return
@@ -386,13 +396,16 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     extra = []
     if isinstance(exc, MethodNotAllowed):
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
-    if not scope["path"].startswith(_TS_PREFIX):
+    if _openai.is_openai_path(scope["path"]):
+        return await _openai.send_openai_error(send, exc, extra)
+    if not scope["path"].startswith(_TS_PREFIXES):
         await send_error(send, exc, extra)
         return
     status, body = torchserve_error(exc)
     if status >= 500:
         logger.warning("%s %s", status, exc.message)
-    await send_body(send, status, [*_responses.JSON, *extra], _responses.encode_json(body))
+    headers = [*_responses.JSON, *extra, *_responses.retry_headers(exc)]
+    await send_body(send, status, headers, _responses.encode_json(body))
 
 
 def _parse_json(body: bytes) -> Any:
@@ -508,10 +521,13 @@ INFERENCE_ROUTES = RouteTable(
             _TS,
             "versionPredictionsPath",
         ),
+        *_ts_explain.ROUTES,
         # Truss's server (_truss.py): a ':' in the last segment is a verb, so readiness takes
         # names without one
         Route("GET", "/", _truss.live, _TRUSS, "trussLive"),
-        Route("GET", "/v1/models/{model:noverb}", _truss.ready, _TRUSS, "trussReady"),
+        # OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness
+        # (server/openai/_routes.py has the one rule)
+        Route("GET", "/v1/models/{model:noverb}", _openai.model, _TRUSS, "trussReady"),
         Route("GET", "/v1/models/{model}/loaded", _truss.loaded, _TRUSS, "trussLoaded"),
         Route("GET", "/v1/models/{model}/schema", _truss.schema, _TRUSS, "trussSchema"),
         Route("POST", "/v1/models/{model}:predict", _truss.predict, _TRUSS, "trussPredict"),
@@ -523,11 +539,13 @@ INFERENCE_ROUTES = RouteTable(
             "trussPredictBinary",
         ),
         Route("POST", "/invocations", _truss.invocations, _TRUSS, "trussInvocations"),
-        # OpenAI-style paths that call the model method of their name (Truss's); one entry per
-        # path, which Podium's own OpenAI API will share (_truss.endpoint)
+        # OpenAI's API (server/openai/: the rule that gives Truss's methods its paths there)
+        *_openai.ROUTES,
+        # Truss's other OpenAI-style paths: the model method of their name
         *(
             Route("POST", path, _truss.endpoint, _TRUSS, name, args={"method": method})
             for path, (method, name) in _truss.ENDPOINT_PATHS.items()
+            if path not in _openai.PATHS
         ),
         # The API description:
         # MLServer's place, a page to try it, and TorchServe's places

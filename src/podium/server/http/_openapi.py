@@ -564,6 +564,18 @@ _OPERATIONS: dict[str, Operation] = {
     ),
     "versionPredictionsPathPut": _predictions("TorchServe predictions with a url_path (PUT)."),
     "versionPredictionsPathGet": _predictions("TorchServe predictions with a url_path (GET)."),
+    "explanations": _predictions("TorchServe explanations on the default version."),
+    "explanationsPut": _predictions("TorchServe explanations on the default version (PUT)."),
+    "explanationsGet": _predictions("TorchServe explanations on the default version (GET)."),
+    "versionExplanations": _predictions("TorchServe explanations on a version."),
+    "versionExplanationsPut": _predictions("TorchServe explanations on a version (PUT)."),
+    "versionExplanationsGet": _predictions("TorchServe explanations on a version (GET)."),
+    "versionExplanationsPath": _predictions(
+        "TorchServe explanations on a version; the rest of the path reaches the handler as the "
+        "request header url_path."
+    ),
+    "versionExplanationsPathPut": _predictions("TorchServe explanations with a url_path (PUT)."),
+    "versionExplanationsPathGet": _predictions("TorchServe explanations with a url_path (GET)."),
     "trussLive": Operation(
         "Truss: liveness (true).", {"200": _ok("Live.", {"const": True}), **_errors()}
     ),
@@ -583,12 +595,31 @@ _OPERATIONS: dict[str, Operation] = {
         name: _truss_call(f"Truss: the model method {method} (of the model that defines it).")
         for method, name in ENDPOINT_PATHS.values()
     },
+    # OpenAI's API (docs/openai.md); where a model defines the Truss method, Truss's (above)
+    "openaiModels": Operation(
+        "OpenAI: the models that serve OpenAI's API.", {"200": _ok("A list.", {}), **_errors()}
+    ),
+    **{
+        name: _truss_call(
+            f"OpenAI: {what} (docs/openai.md); Truss's model method {method} where the model "
+            "named defines it."
+        )
+        for name, what, method in (
+            ("chatCompletions", "chat completions", "chat_completions"),
+            ("completions", "completions", "completions"),
+            ("embeddings", "embeddings", "embeddings"),
+        )
+    },
 }
 
 _TAGS = [
     {"name": "oip_rest", "description": "Open Inference Protocol v2 (KServe, Triton, MLServer)."},
     {"name": "torchserve_rest", "description": "TorchServe's inference API."},
     {"name": "truss", "description": "Truss's model server's routes (and its OpenAI-style ones)."},
+    {
+        "name": "openai",
+        "description": "OpenAI's API: models, chat completions, completions, embeddings.",
+    },
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import msgspec
@@ -64,13 +65,23 @@ def error_body(exc: PodiumError) -> dict[str, Any]:
     return body
 
 
+def retry_headers(exc: PodiumError) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` (whole seconds) for a refusal that says when to retry (an overloaded
+    model's: docs/scaling.md, "Overload"); none for any other error."""
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is None:
+        return []
+    return [(b"retry-after", b"%d" % max(1, math.ceil(retry_after)))]
+
+
 async def send_error(
     send: Send, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     status = http_status(exc)
-    if status >= 500:
+    retry = retry_headers(exc)
+    if status >= 500 and not retry:  # an overloaded model's refusals are counted, not logged
         logger.warning("%s %s", status, exc.message)
-    headers = JSON + (extra or [])
+    headers = JSON + (extra or []) + retry
     await send_body(send, status, headers, encoder.encode(error_body(exc)))
 
 

@@ -63,6 +63,7 @@ class Api(enum.Enum):
     TRUSS = "truss"  # Truss-style /v1/models/{m}:predict
     TORCHSERVE_REST = "torchserve_rest"  # TorchServe's inference API
     MANAGEMENT = "management"  # TorchServe's management API (and its token API)
+    OPENAI = "openai"  # OpenAI's API (/v1/chat/completions, /v1/completions, ...)
 
     @property
     def wire(self) -> WireProtocol | None:

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENDPOINT_PATHS",
     "MODEL_ERROR_MESSAGE",
+    "defining",
     "endpoint",
     "invocations",
     "live",
@@ -139,7 +140,8 @@ async def send_truss_error(send: Send, exc: PodiumError) -> None:
         body = _responses.encoder.encode({"error": message})
     except TypeError:  # a detail the model gave that JSON cannot carry: its text
         body = _responses.encoder.encode({"error": exc.message})
-    await send_body(send, status, [*JSON, *error_headers(code)], body)
+    headers = [*JSON, *error_headers(code), *_responses.retry_headers(exc)]
+    await send_body(send, status, headers, body)
 
 
 def _not_ready(name: str, reason: str | None = None) -> ModelNotReady:
@@ -169,7 +171,7 @@ def _resolve(plane: DataPlane, name: str) -> ModelVersion:
         raise _not_ready(name, exc.message) from None
 
 
-def _defining(plane: DataPlane, method: str) -> list[str]:
+def defining(plane: DataPlane, method: str) -> list[str]:
     """The models whose default version defines ``method`` (its ``capabilities.endpoints``)."""
     names = []
     for mv in plane.versions():
@@ -278,15 +280,16 @@ async def endpoint(self: HttpApp, ex: Exchange, send: Send, method: str) -> None
     """An OpenAI-style route: the model method ``method`` of the model that defines it (the
     one named by the body's ``"model"`` where several do).
 
-    This is the place where Podium's own OpenAI API will answer for models that define no such
-    method; until then they are a 404, as Truss answers a model without it."""
+    Podium's own OpenAI API answers these paths for the other models (``server/openai/_routes``
+    has the one rule that decides); where neither answers, a 404, as Truss answers a model
+    without the method."""
     ex.errors = send_truss_error
     plane = self.dataplane
     ex.check_length()
     binary = _is_binary(ex)
     body = await ex.body()
     payload = _parser(binary)(body)
-    names = _defining(plane, method)
+    names = defining(plane, method)
     if len(names) != 1:
         asked = payload.get("model") if isinstance(payload, dict) else None
         if not names:

@@ -53,7 +53,7 @@ def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
     return torchserve_error(exc)
 
 
-def render_unauthenticated(exc: Unauthenticated) -> tuple[int, bytes]:
+def render_unauthenticated(exc: Unauthenticated, path: str = "") -> tuple[int, bytes]:
     """The 401 body of the management listener's auth middleware."""
     status, body = error_body(exc)
     return status, _encoder.encode(body)

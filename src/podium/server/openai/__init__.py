@@ -1,6 +1,7 @@
 """OpenAI's API (issue 23), a front end of its own, after vLLM's entrypoints: the request and
 response types (``_protocol``) so far; the routes and their serving on the data plane follow."""
 
+from ._contract import PromptLogprobs, Sampling, Token
 from ._protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -16,7 +17,10 @@ __all__ = [
     "CompletionRequest",
     "EmbeddingRequest",
     "OpenAIInvalid",
+    "PromptLogprobs",
+    "Sampling",
     "StreamOptions",
+    "Token",
     "Usage",
     "decode",
 ]

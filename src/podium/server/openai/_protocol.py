@@ -227,6 +227,7 @@ class Usage(msgspec.Struct):
 
 _PATH = re.compile(r" - at `\$((?:\.[A-Za-z_][A-Za-z_0-9]*|\[\d+\])*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `([^`]*)`")
+_MISSING = re.compile(r"^Object missing required field `([^`]*)`")
 
 
 def _param(path: str) -> str | None:
@@ -247,6 +248,9 @@ def decode(body: bytes, kind: type[T]) -> T:
         if unknown:
             field = ".".join(p for p in (path[1:], unknown.group(1)) if p)
             raise OpenAIInvalid(f"Unrecognized request argument supplied: {field}", field) from None
+        missing = _MISSING.match(detail)
+        if missing and not path:  # a top-level field: OpenAI names it
+            raise OpenAIInvalid(detail, missing.group(1)) from None
         param = _param(path)
         raise OpenAIInvalid(f"{detail} - '{param}'" if param else detail, param) from None
     except msgspec.DecodeError as exc:

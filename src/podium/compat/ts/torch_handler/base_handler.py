@@ -102,14 +102,57 @@ class BaseHandler:
         return data.tolist()
 
     def handle(self, data: Any, context: Any) -> Any:
+        """``preprocess`` → ``inference`` → ``postprocess``; on ``/explanations`` (the request
+        header ``explain: True``) ``preprocess`` → ``explain_handle``, as TorchServe's."""
         start = time.time()
         self.context = context
-        output = self.postprocess(self.inference(self.preprocess(data)))
+        if self._is_describe():
+            output = [self.describe_handle()]
+        else:
+            data_preprocess = self.preprocess(data)
+            if self._is_explain():
+                output = self.explain_handle(data_preprocess, data)
+            else:
+                output = self.postprocess(self.inference(data_preprocess))
         context.metrics.add_time("HandlerTime", round((time.time() - start) * 1000, 2), None, "ms")
         return output
 
     def explain_handle(self, data_preprocess: Any, raw_data: Any) -> Any:
-        raise NotImplementedError("explanations (Captum) are not supported by Podium")
+        """TorchServe's: ``get_insights(data_preprocess, inputs, target)`` with the first
+        row's ``data`` (or ``body``) and ``target`` (default 0)."""
+        inputs = None
+        target: Any = 0
+        row = raw_data[0]
+        if isinstance(row, dict):
+            inputs = row.get("data") or row.get("body")
+            target = row.get("target") or 0
+        get_insights = getattr(self, "get_insights", None)
+        if get_insights is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} defines no get_insights (TorchServe's explanations "
+                "call it): define get_insights(tensor_data, raw_data, target) or override "
+                "explain_handle"
+            )
+        return get_insights(data_preprocess, inputs, target)
+
+    def _is_explain(self) -> bool:
+        if self._header("explain") == "True":
+            self.explain = True
+            return True
+        return False
+
+    def _is_describe(self) -> bool:
+        return self._header("describe") == "True"
+
+    def _header(self, key: str) -> Any:
+        """The first request's header ``key``; None without one, or without a request (a
+        handler called directly, outside a server's batch, as tests do)."""
+        if self.context is None:
+            return None
+        try:
+            return self.context.get_request_header(0, key)
+        except (RuntimeError, LookupError, AttributeError, TypeError):
+            return None
 
     def describe_handle(self) -> Any:
         return None

@@ -50,6 +50,9 @@ class LoopContext:
     def peer(self) -> str:
         return self._context.peer()
 
+    def time_remaining(self) -> float | None:
+        return self._context.time_remaining()
+
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         raise Aborted(code, details)
 

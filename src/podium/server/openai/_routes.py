@@ -1,0 +1,262 @@
+"""OpenAI's routes, handlers of :class:`~podium.server.http.HttpApp` in its one route table
+(``INFERENCE_ROUTES``, ``server/http/_app.py``).
+
+- ``GET /v1/models``: the ready models that serve OpenAI's API;
+- ``GET /v1/models/{model}``: that model, OpenAI's ``model`` object;
+- ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``.
+
+**One rule decides who answers** the paths Truss's server shares: a route is Truss's (Truss's
+behaviour, ``_truss.py``) where the model the request names defines the Truss method of that
+path (``chat_completions``, ``completions``, ``embeddings``), or where no model serves OpenAI's
+API, nor may once loaded (a server of trusses: there the name is ignored, as Truss's server
+ignores it, and a method no model defines is Truss's 404). Everything else is Podium's OpenAI
+API (an unknown model: 404 in OpenAI's shape; one still loading: 503). So too
+``GET /v1/models/{model}``: OpenAI's model object for a model that serves OpenAI's API, Truss's
+readiness (``{}``) for any other model (an unknown one: OpenAI's 404 where some model serves
+OpenAI's API, else Truss's).
+
+Streams are Server-Sent Events: ``data: {chunk}`` events and ``data: [DONE]``. The response
+starts only once the model has produced its first piece, so a request refused by the model's
+queue (or failing at once) still gets its status; an error after that is an event
+``data: {"error": ...}`` and then ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ...errors import NotFound, PodiumError
+from ...types import ModelState
+from .._asgi import Send
+from ..http import _truss
+from ..http._exchange import Exchange
+from ..http._responses import JSON, send_body
+from ..http._routing import Api, Route
+from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
+from ._errors import PATHS, error_event, is_openai_path, send_openai_error
+from ._oip_generate import generates
+from ._oip_generate import serve as serve_generate
+from ._serving import Target, _split, face_of, serves, target
+
+if TYPE_CHECKING:
+    from ...dataplane import DataPlane, ModelVersion
+    from ..http._app import HttpApp
+
+__all__ = [
+    "PATHS",
+    "ROUTES",
+    "chat_completions",
+    "completions",
+    "embeddings",
+    "generates",
+    "is_openai_path",
+    "model",
+    "models",
+    "send_openai_error",
+    "serve_generate",
+]
+
+logger = logging.getLogger("podium.openai")
+
+_encoder = msgspec.json.Encoder()
+_SSE = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_DONE = b"data: [DONE]\n\n"
+
+
+class _Named(msgspec.Struct):
+    model: Any = None
+
+
+def _named(body: bytes) -> str | None:
+    """The body's ``model`` where it is a JSON object naming one (the rest is not looked at)."""
+    try:
+        value = msgspec.json.decode(body, type=_Named).model
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _serves_openai(plane: DataPlane, name: str | None) -> bool:
+    if name is None:
+        return False
+    model, version = _split(plane, name)
+    try:
+        mv = plane.resolve(model, version)
+    except PodiumError:
+        return False
+    return serves(mv)
+
+
+def _may_serve(mv: ModelVersion) -> bool:
+    """Whether ``mv`` serves OpenAI's API, or may once it has loaded."""
+    if serves(mv):
+        return True
+    return mv.state is not ModelState.READY and getattr(mv.instance, "may_serve_openai", False)
+
+
+def _truss_answers(plane: DataPlane, method: str, body: bytes) -> bool:
+    """The rule (see the module's docstring)."""
+    if _named(body) in _truss.defining(plane, method):
+        return True
+    return not any(_may_serve(mv) for mv in plane.versions())
+
+
+async def _read(ex: Exchange) -> bytes:
+    ex.errors = send_openai_error
+    ex.check_length()
+    return await ex.body()
+
+
+async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, serving: Any) -> None:
+    """Chat or text completions (``serving``: their module), or Truss's method by the rule."""
+    body = await _read(ex)
+    plane = self.dataplane
+    if _truss_answers(plane, method, body):
+        await _truss.endpoint(self, ex, send, method)
+        return
+    own = _own_method(plane, body, method)
+    if own is not None:  # the model's own chat / complete (_serving_methods)
+        streams, value = await _serving_methods.answer(plane, own, body, method, ex.watch)
+        await (_send_stream(send, value) if streams else _send_json(send, value))
+        return
+    job = serving.prepare(plane, body)
+    ex.watch()
+    if job.request.stream:
+        await _send_stream(send, serving.stream(plane, job))
+    else:
+        await _send_json(send, await serving.answer(plane, job))
+
+
+def _own_method(plane: DataPlane, body: bytes, method: str) -> Target | None:
+    """The model the body names where it answers ``method`` with its own chat / complete (and
+    does not generate with Podium)."""
+    name = _named(body)
+    if name is None:
+        return None
+    own = "chat" if method == "chat_completions" else "complete"
+    model, version = _split(plane, name)
+    try:
+        mv = plane.resolve(model, version)
+    except PodiumError:
+        return None
+    face = face_of(mv)
+    if face is None or face.generates or own not in face.methods:
+        return None
+    return target(plane, name, "methods")
+
+
+async def chat_completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+    await _generate(self, ex, send, "chat_completions", _serving_chat)
+
+
+async def completions(self: HttpApp, ex: Exchange, send: Send) -> None:
+    await _generate(self, ex, send, "completions", _serving_completion)
+
+
+async def embeddings(self: HttpApp, ex: Exchange, send: Send) -> None:
+    body = await _read(ex)
+    plane = self.dataplane
+    if _truss_answers(plane, "embeddings", body):
+        await _truss.endpoint(self, ex, send, "embeddings")
+        return
+    ex.watch()
+    await _send_json(send, await _serving_embedding.embeddings(plane, body))
+
+
+def _model_object(mv: ModelVersion) -> dict[str, Any]:
+    return {
+        "id": mv.name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "podium",
+        "root": mv.name,
+        "parent": None,
+        "max_model_len": getattr(face_of(mv), "context_length", None),
+    }
+
+
+def _served(plane: DataPlane) -> list[ModelVersion]:
+    """The default, ready version of each model that serves OpenAI's API."""
+    out: dict[str, ModelVersion] = {}
+    for mv in plane.versions():
+        if mv.name in out:
+            continue
+        try:
+            ready = plane.resolve(mv.name)
+        except PodiumError:
+            continue
+        if serves(ready):
+            out[mv.name] = ready
+    return list(out.values())
+
+
+async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
+    ex.errors = send_openai_error
+    data = [_model_object(mv) for mv in _served(self.dataplane)]
+    await _send_json(send, {"object": "list", "data": data})
+
+
+async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
+    """OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness."""
+    plane = self.dataplane
+    ex.errors = send_openai_error
+    if not _serves_openai(plane, model):
+        known = {mv.name for mv in plane.versions()}
+        if _split(plane, model)[0] not in known and _served(plane):
+            raise NotFound(f"The model '{model}' does not exist")
+        await _truss.ready(self, ex, send, model)
+        return
+    name, version = _split(plane, model)
+    await _send_json(send, _model_object(plane.resolve(name, version)))
+
+
+async def _send_json(send: Send, value: Any) -> None:
+    await send_body(send, 200, JSON, _encoder.encode(value))
+
+
+async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
+    """``chunks`` as Server-Sent Events; the response starts with the first chunk."""
+    started = False
+    try:
+        try:
+            async for item in chunks:
+                data = b"data: " + _encoder.encode(item) + b"\n\n"
+                if not started:
+                    started = True
+                    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            tail = _DONE
+        finally:
+            await chunks.aclose()
+    except PodiumError as exc:
+        if not started:
+            raise
+        tail = error_event(exc)
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except Exception as exc:
+        if not started:
+            raise
+        logger.exception("a stream of OpenAI chunks failed")
+        tail = error_event(PodiumError(f"internal error: {type(exc).__name__}"))
+    if not started:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+#: OpenAI's routes, in ``INFERENCE_ROUTES``.
+ROUTES = [
+    Route("GET", "/v1/models", models, Api.OPENAI, "openaiModels"),
+    Route("POST", "/v1/chat/completions", chat_completions, Api.OPENAI, "chatCompletions"),
+    Route("POST", "/v1/completions", completions, Api.OPENAI, "completions"),
+    Route("POST", "/v1/embeddings", embeddings, Api.OPENAI, "embeddings"),
+]

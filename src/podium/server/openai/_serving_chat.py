@@ -1,0 +1,305 @@
+"""``POST /v1/chat/completions`` on a generating model (docs/openai.md, "Chat").
+
+The messages are rendered by the model's chat template (with the request's ``tools``) into one
+prompt; each of the ``n`` choices generates from it. A whole answer is one ``chat.completion``;
+a stream is ``chat.completion.chunk`` events: first one per choice carrying the role, then the
+content as it comes (choices interleaved, each with its ``index``), ``finish_reason`` only in a
+choice's last chunk, then a usage chunk (``stream_options.include_usage``) and ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ._contract import Token
+from ._generate import Choice, Piece, first_then, pieces, record
+from ._protocol import (
+    AssistantMessage,
+    ChatCompletionRequest,
+    DeveloperMessage,
+    ImagePart,
+    NamedToolChoice,
+    OpenAIInvalid,
+    SystemMessage,
+    ToolMessage,
+    decode,
+)
+from ._serving import Target, check_choices, created, new_id, samplings, target, token_limit, usage
+from ._tokens import TextCodec
+from ._tools import could_be_call, parse_tool_calls
+
+if TYPE_CHECKING:
+    from ...dataplane import DataPlane
+
+__all__ = ["ChatJob", "answer", "prepare", "stream"]
+
+
+class ChatJob:
+    """One chat request, checked and tokenized, with its choices."""
+
+    def __init__(self, request: ChatCompletionRequest, t: Target, prompt: list[int]) -> None:
+        self.request = request
+        self.target = t
+        self.prompt = prompt
+        self.id = new_id("chatcmpl")
+        self.created = created()
+        self.model = request.model
+        asked = request.token_limit()
+        param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+        limit = token_limit(t, len(prompt), asked, param, "messages")
+        logprobs = (request.top_logprobs or 0) if request.logprobs else None
+        assert t.codec is not None  # a generating model has a tokenizer
+        stops = _stops(request.stop)
+        self.choices = [
+            Choice(s, t.codec, stops, t.mv.name)
+            for s in samplings(request, prompt, limit, 0, logprobs=logprobs)
+        ]
+        choice = request.tool_choice
+        self.tools: set[str] = set()
+        if request.tools and choice != "none":
+            self.tools = {tool.function.name for tool in request.tools}
+        self.named = choice.function.name if isinstance(choice, NamedToolChoice) else None
+
+    @property
+    def codec(self) -> TextCodec:
+        assert self.target.codec is not None
+        return self.target.codec
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for i, part in enumerate(content):
+        if isinstance(part, ImagePart):
+            raise OpenAIInvalid(
+                "this model takes text only; an image_url part cannot be served",
+                f"{where}.content[{i}]",
+            )
+        parts.append(part.text)
+    return "\n".join(parts)
+
+
+def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """The messages as chat templates take them (``developer`` is ``system`` to a template)."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(request.messages):
+        where = f"messages[{i}]"
+        if isinstance(message, SystemMessage | DeveloperMessage):
+            out.append({"role": "system", "content": _text(message.content, where)})
+        elif isinstance(message, AssistantMessage):
+            item: dict[str, Any] = {"role": "assistant", "content": _text(message.content, where)}
+            if message.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.function.name,
+                            "arguments": _arguments(call.function.arguments),
+                        },
+                    }
+                    for call in message.tool_calls
+                ]
+            out.append(item)
+        elif isinstance(message, ToolMessage):
+            out.append(
+                {
+                    "role": "tool",
+                    "content": _text(message.content, where),
+                    "tool_call_id": message.tool_call_id,
+                }
+            )
+        else:
+            out.append({"role": "user", "content": _text(message.content, where)})
+    return out
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def prepare(plane: DataPlane, body: bytes) -> ChatJob:
+    """The request decoded, checked against the model, and tokenized; 400/404 otherwise."""
+    request = decode(body, ChatCompletionRequest)
+    check_choices(request.n)
+    t = target(plane, request.model, "generates")
+    assert t.codec is not None
+    tools = None
+    if request.tools:
+        tools = [msgspec.to_builtins(tool) for tool in request.tools]
+    prompt = t.codec.chat(_messages(request), tools)
+    return ChatJob(request, t, prompt)
+
+
+def _logprobs(codec: TextCodec, tokens: list[Token], k: int) -> list[dict[str, Any]]:
+    out = []
+    for token in tokens:
+        text = codec.piece(token.id)
+        top = sorted((token.top_logprobs or {}).items(), key=lambda kv: -kv[1])[:k]
+        out.append(
+            {
+                "token": text,
+                "logprob": token.logprob,
+                "bytes": list(text.encode()),
+                "top_logprobs": [
+                    {"token": codec.piece(i), "logprob": lp, "bytes": list(codec.piece(i).encode())}
+                    for i, lp in top
+                ],
+            }
+        )
+    return out
+
+
+def _tool_finish(job: ChatJob, text: str) -> tuple[str | None, list[dict[str, Any]]]:
+    if not job.tools:
+        return text, []
+    return parse_tool_calls(text, job.tools, job.named)
+
+
+async def answer(plane: DataPlane, job: ChatJob) -> dict[str, Any]:
+    """The whole ``chat.completion``."""
+    texts = {c.index: [] for c in job.choices}  # type: dict[int, list[str]]
+    tokens: dict[int, list[Token]] = {c.index: [] for c in job.choices}
+    reasons: dict[int, str | None] = {}
+    gen = pieces(plane, job.target.mv, job.choices)
+    try:
+        async for piece in gen:
+            texts[piece.index].append(piece.text)
+            tokens[piece.index].extend(piece.tokens)
+            if piece.finish_reason is not None:
+                reasons[piece.index] = piece.finish_reason
+    finally:
+        await gen.aclose()
+        record(job.target.mv, len(job.prompt), job.choices)
+    k = job.request.top_logprobs or 0
+    choices = []
+    for c in job.choices:
+        content, calls = _tool_finish(job, "".join(texts[c.index]))
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        logprobs = None
+        if job.request.logprobs:
+            logprobs = {"content": _logprobs(job.codec, tokens[c.index], k)}
+        choices.append(
+            {
+                "index": c.index,
+                "message": message,
+                "logprobs": logprobs,
+                "finish_reason": "tool_calls" if calls else reasons.get(c.index, "stop"),
+            }
+        )
+    completion = sum(c.count for c in job.choices)
+    return {
+        "id": job.id,
+        "object": "chat.completion",
+        "created": job.created,
+        "model": job.model,
+        "choices": choices,
+        "usage": usage(len(job.prompt), completion),
+    }
+
+
+class _Held:
+    """A choice's text held back while it may be tool calls (streams with tools)."""
+
+    __slots__ = ("text", "tokens", "open")
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.tokens: list[Token] = []
+        self.open = True
+
+
+async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any], None]:
+    """The ``chat.completion.chunk`` objects of a stream, in order (the caller frames them)."""
+    request = job.request
+    options = request.stream_options
+    include_usage = options is not None and options.include_usage
+    continuous = include_usage and options is not None and options.continuous_usage_stats
+    k = request.top_logprobs or 0
+    prompt = len(job.prompt)
+    held = {c.index: _Held() for c in job.choices} if job.tools else {}
+    base = {"id": job.id, "object": "chat.completion.chunk", "created": job.created}
+    base["model"] = job.model
+
+    def chunk(index: int, delta: dict[str, Any], tokens: list[Token], reason: str | None) -> Any:
+        logprobs = None
+        if request.logprobs and tokens:
+            logprobs = {"content": _logprobs(job.codec, tokens, k)}
+        out = {
+            **base,
+            "choices": [
+                {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+            ],
+        }
+        if continuous:  # the tokens so far (none yet in a role chunk, as vLLM counts)
+            done = sum(c.count for c in job.choices) if "role" not in delta else 0
+            out["usage"] = usage(prompt, done)
+        return out
+
+    gen = pieces(plane, job.target.mv, job.choices)
+    try:
+        _, every = await first_then(gen)
+        for c in job.choices:
+            yield chunk(c.index, {"role": "assistant", "content": ""}, [], None)
+        async for piece in every:
+            hold = held.get(piece.index)
+            if hold is not None and hold.open:
+                hold.text += piece.text
+                hold.tokens.extend(piece.tokens)
+                if piece.finish_reason is None:
+                    if could_be_call(hold.text):
+                        continue
+                    hold.open = False  # plain text after all: out it goes
+                    yield chunk(piece.index, {"content": hold.text}, hold.tokens, None)
+                    continue
+                for out in _finish_held(job, piece, hold, chunk):
+                    yield out
+                continue
+            if piece.text or piece.tokens or piece.finish_reason is not None:
+                delta = {"content": piece.text} if piece.text else {}
+                yield chunk(piece.index, delta, piece.tokens, piece.finish_reason)
+    finally:
+        await gen.aclose()
+        record(job.target.mv, prompt, job.choices)
+    if include_usage:
+        completion = sum(c.count for c in job.choices)
+        yield {**base, "choices": [], "usage": usage(prompt, completion)}
+
+
+def _finish_held(job: ChatJob, piece: Piece, hold: _Held, chunk: Any) -> list[Any]:
+    """A held choice's end: its tool calls as deltas (name and id first, then the arguments),
+    or its text."""
+    content, calls = parse_tool_calls(hold.text, job.tools, job.named)
+    if not calls:
+        return [chunk(piece.index, {"content": hold.text}, hold.tokens, piece.finish_reason)]
+    out = []
+    if content:
+        out.append(chunk(piece.index, {"content": content}, [], None))
+    for i, call in enumerate(calls):
+        head = {
+            "index": i,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }
+        out.append(chunk(piece.index, {"tool_calls": [head]}, [], None))
+        arguments = {"index": i, "function": {"arguments": call["function"]["arguments"]}}
+        out.append(chunk(piece.index, {"tool_calls": [arguments]}, [], None))
+    out.append(chunk(piece.index, {}, hold.tokens, "tool_calls"))
+    return out
