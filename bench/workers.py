@@ -2,7 +2,7 @@
 CPU-bound scaling (issue 14, item 3).
 
     .venv/bin/python bench/workers.py [--repeat N] [--duration S] [--warmup S] [--quick]
-                                      [--base-src DIR]
+                                      [--only ROW,...] [--base-src DIR] [--also-src TAG=DIR]
 
 1. **Overhead** on `echo` (examples/echo's model): Podium with one thread worker, then with one
    process worker (`workers: process`, `predict_concurrency` 1), each whole server (worker
@@ -15,8 +15,10 @@ CPU-bound scaling (issue 14, item 3).
 3. **The process boundary alone** (`hop` rows): a process-worker version driven directly
    through its scheduler, no HTTP server (which for 4 MB bodies costs ten times what the boundary
    does): an async `predict` returning its inputs, 1 and 64 requests in flight with 4 float32,
-   and 1 in flight with 4 MB of float32 in and out; the driver and its worker process pinned to
-   CPU 0. Reported: requests/s and CPU per request of both processes.
+   a sync `predict` that computes for 1 ms (`hop-1ms`, 1 and 64 in flight), and 1 in flight
+   with 1, 4 and 16 MB of float32 in and out (`hop-1mb`, `hop-big`, `hop-16mb`); the driver and
+   its worker process pinned to CPU 0. Reported: requests/s and CPU per request of both
+   processes.
 4. **CPU-bound** on `examples/cpu-heavy` (~2 ms of pure Python per request): one process worker
    against two (and one thread worker, for reference), the server NOT pinned (two workers need
    two cores), wrk with 8 connections.
@@ -26,7 +28,8 @@ read from /proc over the measured run; so do the context switches per request.
 
 ``--base-src DIR`` runs every row again with ``PYTHONPATH=DIR/src`` (an older checkout, e.g.
 ``git archive HEAD src | tar -x -C DIR``), in the same rounds, alternating, and prints each aim
-as a line with both figures. Every figure is the median over --repeat rounds; each round starts
+as a line with both figures; ``--also-src TAG=DIR`` (repeatable) adds more such trees, as rows
+of the table only (a variant of the base, say). Every figure is the median over --repeat rounds; each round starts
 fresh servers.
 """
 
@@ -229,8 +232,30 @@ class Model:
         return inputs
 """
 
+#: The 1 ms model of ``hop-1ms``: a sync predict that computes (holds the CPU) for 1 ms.
+HOP_1MS_MODEL = """\
+import time
 
-async def _hop(in_flight: int, count: int, big: bool) -> dict[str, float]:
+
+class Model:
+    def predict(self, inputs):
+        end = time.perf_counter() + 0.001
+        while time.perf_counter() < end:
+            pass
+        return inputs
+"""
+
+#: The float32 elements each way of a hop row.
+HOP_SIZES = {
+    "hop-small": 4,
+    "hop-1ms": 4,
+    "hop-1mb": 1 << 18,
+    "hop-big": BIG_ELEMENTS,
+    "hop-16mb": 1 << 22,
+}
+
+
+async def _hop(in_flight: int, count: int, name: str) -> dict[str, float]:
     """Run inside a ``--hop`` child: ``count`` requests through one process worker."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -243,12 +268,12 @@ async def _hop(in_flight: int, count: int, big: bool) -> dict[str, float]:
     try:
         folder = root / "hop"
         folder.mkdir()
-        (folder / "model.py").write_text(HOP_MODEL)
+        (folder / "model.py").write_text(HOP_1MS_MODEL if name == "hop-1ms" else HOP_MODEL)
         (folder / "config.yaml").write_text("workers: process\n")
         found, _ = discover_all(folder)
         mv = build_version(found[0], secrets={}, executor=ThreadPoolExecutor(2))
         await mv.load()
-        size = BIG_ELEMENTS if big else 4
+        size = HOP_SIZES[name]
         inputs = {"x": np.arange(size, dtype=np.float32)}
         slots = asyncio.Semaphore(in_flight)
 
@@ -276,10 +301,10 @@ async def _hop(in_flight: int, count: int, big: bool) -> dict[str, float]:
 
 
 def measure_hop(row: Row, env: dict[str, str], args: argparse.Namespace) -> LoadResult:
-    big = row.name == "hop-big"
-    count = int((40 if big else 4000) * args.duration)
+    per_s = {"hop-small": 4000, "hop-1ms": 500, "hop-1mb": 160, "hop-big": 40, "hop-16mb": 10}
+    count = int(per_s[row.name] * args.duration)
     argv = ["taskset", "-c", "0", sys.executable, __file__, "--hop"]
-    argv += [str(row.connections), str(count), "1" if big else "0"]
+    argv += [str(row.connections), str(count), row.name]
     done = subprocess.run(
         argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
     )
@@ -311,7 +336,11 @@ PLAN = [
     Row("big-process", 1, True, big=True),
     Row("hop-small", 1, True),
     Row("hop-small", 64, True),
+    Row("hop-1ms", 1, True),
+    Row("hop-1ms", 64, True),
+    Row("hop-1mb", 1, True),
     Row("hop-big", 1, True),
+    Row("hop-16mb", 1, True),
     Row("cpu-thread", 8, False),
     Row("cpu-process-1", 8, False),
     Row("cpu-process-2", 8, False),
@@ -320,7 +349,10 @@ PLAN = [
 #: What a row's model column says, where its name alone is ambiguous.
 MODELS = {
     "hop-small": "hop, 4 float32",
+    "hop-1ms": "hop, 1 ms sync predict, 4 float32",
+    "hop-1mb": "hop, 1 MB in and out",
     "hop-big": "hop, 4 MB in and out",
+    "hop-16mb": "hop, 16 MB in and out",
     "big-thread": "big (4 MB in and out)",
     "big-process": "big (4 MB in and out)",
 }
@@ -329,14 +361,17 @@ COUNTS = {
     "cpu-process-1": "1 × process",
     "cpu-process-2": "2 × process",
     "hop-small": "1 × process, no HTTP",
+    "hop-1ms": "1 × process, no HTTP",
+    "hop-1mb": "1 × process, no HTTP",
     "hop-big": "1 × process, no HTTP",
+    "hop-16mb": "1 × process, no HTTP",
 }
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--hop"]:  # a hop row's own process (see measure_hop)
-        in_flight, count, big = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-        print(json.dumps(asyncio.run(_hop(in_flight, count, big))))
+        in_flight, count, name = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+        print(json.dumps(asyncio.run(_hop(in_flight, count, name))))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -347,6 +382,13 @@ def main() -> int:
     parser.add_argument(
         "--base-src", help="another checkout whose src/ runs every row again (the 'before')"
     )
+    parser.add_argument(
+        "--also-src",
+        action="append",
+        default=[],
+        metavar="TAG=DIR",
+        help="one more checkout whose src/ runs every row again, as rows tagged TAG",
+    )
     args = parser.parse_args()
     if args.quick:
         args.repeat, args.duration, args.warmup = 1, 3, 1
@@ -355,6 +397,9 @@ def main() -> int:
     sources: list[tuple[str, dict[str, str]]] = [("", {"PYTHONPATH": str(ROOT / "src")})]
     if args.base_src:
         sources.append(("base", {"PYTHONPATH": str(Path(args.base_src).resolve() / "src")}))
+    for also in args.also_src:
+        tag, _, folder = also.partition("=")
+        sources.append((tag, {"PYTHONPATH": str(Path(folder).resolve() / "src")}))
     plan = PLAN
     if args.only:
         wanted = set(args.only.split(","))
@@ -457,13 +502,19 @@ def report(
         cpu64 = med(tag, "echo-process", 64, "server_cpu_us")
         hop64 = med(tag, "hop-small", 64, "rps")
         hop_big = med(tag, "hop-big", 1, "server_cpu_us")
+        hop_ms = med(tag, "hop-1ms", 64, "server_cpu_us")
+        hop_1mb = med(tag, "hop-1mb", 1, "server_cpu_us")
+        hop_16mb = med(tag, "hop-16mb", 1, "server_cpu_us")
         return [
             ("echo, 1 connection: p50 added by a process worker (aim ≤ 60 µs)", added, "µs"),
             ("echo, 64 connections, 1 process worker, req/s (aim ≥ 12,000)", rps64, "req/s"),
             ("echo, 64 connections, 1 process worker, server CPU per request", cpu64, "µs"),
             ("4 MB float32 in and out: p50 added by a process worker", big, "µs"),
             ("no HTTP: 64 in flight through 1 process worker, req/s", hop64, "req/s"),
+            ("no HTTP: 1 ms model, 64 in flight, CPU per request (both processes)", hop_ms, "µs"),
+            ("no HTTP: 1 MB float32 in and out, CPU per request (both processes)", hop_1mb, "µs"),
             ("no HTTP: 4 MB float32 in and out, CPU per request (both processes)", hop_big, "µs"),
+            ("no HTTP: 16 MB float32 in and out, CPU per request (both processes)", hop_16mb, "µs"),
             ("cpu-heavy: 2 process workers / 1 process worker, req/s (aim ≥ 1.8×)", scale, "×"),
             ("cpu-heavy: 2 process workers / 1 thread worker, req/s", scale_t, "×"),
         ]

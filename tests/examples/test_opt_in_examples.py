@@ -65,11 +65,11 @@ def test_an_unknown_with_name_fails_before_any_install() -> None:
         timeout=60,
     )
     assert done.returncode != 0
-    assert "no opt-in example nope (known: minilm)" in done.stderr
+    assert "no opt-in example nope (known: gpt2, minilm)" in done.stderr
     assert "installing" not in done.stdout
 
 
-@pytest.mark.parametrize("name", ["minilm-embeddings"])
+@pytest.mark.parametrize("name", ["chat-gpt2-tiny", "minilm-embeddings"])
 def test_every_opt_in_example_exists(name: str) -> None:
     assert name in _dev().OPT_IN_EXAMPLES.values()
     assert (EXAMPLES / name / "model.py").is_file()

@@ -18,7 +18,7 @@ import test_process_workers as _base
 from podium.errors import QueueFull, ResponseTimeout, WorkerDied
 from podium.runtime.process import _child
 from podium.runtime.process._messages import Answer, Cancel, Infer, Stopped
-from podium.runtime.process._wire import Decoder, Ring, encode
+from podium.runtime.process._wire import Decoder, Encoder, Ring
 from podium.runtime.workers import queue_ahead
 
 Lab, _alive = _base.Lab, _base._alive
@@ -74,7 +74,7 @@ async def test_a_worker_takes_queue_ahead_requests_and_the_rest_wait_in_the_shar
     queued = [asyncio.ensure_future(mv.scheduler.infer("hold", None)) for _ in range(20)]
     # its slot and QUEUE_AHEAD more in its process; the rest wait in the shared line (so that
     # a long predict holds little work back from other workers)
-    ahead = queue_ahead(1, 100)
+    ahead = queue_ahead(1, mv.config)
     await lab.wait(lambda: mv.statistics()["busy"] == 1 + ahead)
     assert mv.statistics()["waiting"] == 21 - (1 + ahead)
     await mv.scale(2)
@@ -85,6 +85,21 @@ async def test_a_worker_takes_queue_ahead_requests_and_the_rest_wait_in_the_shar
     answers = await asyncio.gather(held, *queued)
     assert [a["x"] for a in answers] == ["hold"] * 21
     assert len({a["pid"] for a in answers}) == 2
+
+
+@pytest.mark.anyio
+async def test_a_model_with_a_queue_policy_queues_nothing_in_the_worker(lab: Lab) -> None:
+    # its requests wait in the gate's line, where their deadlines and priority levels hold
+    mv = lab.version(GATED, "max_queue_delay: 60000\n")
+    await mv.load()
+    held = asyncio.ensure_future(mv.scheduler.infer("hold", None))
+    await lab.wait(lambda: lab.recorded("start"))
+    queued = [asyncio.ensure_future(mv.scheduler.infer("wait", None)) for _ in range(3)]
+    await lab.wait(lambda: mv.statistics()["waiting"] == 3)
+    assert mv.statistics()["busy"] == 1
+    _open(lab)
+    answers = await asyncio.gather(held, *queued)
+    assert [a["x"] for a in answers] == ["hold", "wait", "wait", "wait"]
 
 
 @pytest.mark.anyio
@@ -198,7 +213,9 @@ def _child_with_runner(gated: bool) -> tuple[Any, list[Any], _Runner]:
 @pytest.mark.anyio
 async def test_the_worker_starts_a_queued_request_only_after_the_answer_before_it_left() -> None:
     child, log, runner = _child_with_runner(gated=True)
-    child.data_received(b"".join(b"".join(encode(Infer(cid, cid, None))) for cid in (1, 2, 3)))
+    child.data_received(
+        b"".join(b"".join(Encoder().encode(Infer(cid, cid, None))) for cid in (1, 2, 3))
+    )
     for _ in range(5):
         await asyncio.sleep(0)
     assert log == [("started", 1)]
@@ -224,7 +241,9 @@ async def test_with_nothing_else_running_an_answer_leaves_and_the_next_starts_at
     for cid in (1, 2):
         runner.release[cid] = asyncio.Event()
         runner.release[cid].set()  # (each predict still awaits once)
-    child.data_received(b"".join(b"".join(encode(Infer(cid, cid, None))) for cid in (1, 2)))
+    child.data_received(
+        b"".join(b"".join(Encoder().encode(Infer(cid, cid, None))) for cid in (1, 2))
+    )
     for _ in range(2):
         await asyncio.sleep(0)  # request 1's task runs to its end
     # its answer left as it ended (not a turn of the loop later), and request 2 began then
@@ -264,6 +283,7 @@ async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
 async def test_a_cancel_that_arrives_with_its_request_still_answers_stopped() -> None:
     # the request's task is cancelled before it begins: its body, which answers, never runs
     child, log, _ = _child_with_runner(gated=False)
+    encode = Encoder().encode
     child.data_received(b"".join([*encode(Infer(1, "x", None)), *encode(Cancel(1))]))
     for _ in range(5):
         await asyncio.sleep(0)

@@ -31,6 +31,7 @@ from podium.runtime import workers as workers_module
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelState, ModelVersion
 from podium.server._requests import RequestSnapshots
+from podium.types import InferenceResponse, ResponseOutput
 
 HEADER = """
 import asyncio, json, os, time
@@ -374,6 +375,46 @@ async def test_batches_run_in_a_worker_process(lab: Lab) -> None:
     assert results[:2] == [11, 21] and results[3] == 31
     assert isinstance(results[2], ModelError) and "bad input" in str(results[2])
     assert [e["size"] for e in lab.recorded("batch")] == [3]
+
+
+@pytest.mark.anyio
+async def test_values_cross_a_worker_process_as_the_wire_rule_says(lab: Lab) -> None:
+    # (the rule: podium.runtime.process._wire's docstring; its unit tests cover each case)
+    mv = lab.version(
+        """
+        import numpy as np
+        from podium.types import InferenceResponse, ResponseOutput
+
+        class Model:
+            def predict(self, batch):
+                out = {
+                    "tuple": (1, 2),
+                    "nested": {"t": (1, 2), "s": np.float32(1.5)},
+                    "array": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+                    "oip": InferenceResponse(
+                        model_name="m",
+                        outputs=[ResponseOutput(name="y", shape=[2], datatype="FP32",
+                                                data=np.ones(2, np.float32))],
+                    ),
+                }
+                return [out[x] for x in batch]
+        """,
+        "batch_size: 4\nmax_batch_delay: 50\n",
+    )
+    await mv.load()
+    kinds = ("tuple", "nested", "array", "oip")
+    answers = await asyncio.gather(*(mv.scheduler.infer(k, None) for k in kinds))
+    got = dict(zip(kinds, answers, strict=True))
+    assert got["tuple"] == (1, 2)  # opaque at the top level: exactly as it left
+    assert got["nested"] == {"t": [1, 2], "s": 1.5}  # inside a dict: msgspec's rules
+    assert type(got["nested"]["s"]) is np.float32  # (what msgspec cannot encode: its pickle)
+    array = got["array"]
+    assert (
+        np.isfortran(array) and array.flags.writeable and array.tolist() == [[0, 1, 2], [3, 4, 5]]
+    )
+    oip = got["oip"]
+    assert type(oip) is InferenceResponse and type(oip.outputs[0]) is ResponseOutput
+    np.testing.assert_array_equal(oip.outputs[0].data, np.ones(2, np.float32))
 
 
 def test_worker_processes_die_with_a_killed_server(tmp_path: Path) -> None:

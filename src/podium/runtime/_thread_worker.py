@@ -337,8 +337,7 @@ def worker_ahead(config: Any, instance: ModelInstance) -> int:
     to the slots so that predict_concurrency stays the bound of predicts at once, and whose
     calls it times from their start (response_timeout does not count a request's wait behind
     another). Not with streaming, batching or sequences (their schedulers count slots as
-    batches or turns), nor for a model with a queue policy (``max_queue_delay``, priority
-    levels): its requests wait in the gate's line, where their deadlines and levels hold."""
+    batches or turns)."""
     caps = instance.capabilities
     calls = instance.calls
     if (
@@ -347,10 +346,8 @@ def worker_ahead(config: Any, instance: ModelInstance) -> int:
         or caps.continuous
         or config.batch_size > 1
         or config.sequence_batching
-        or config.max_queue_delay_ms > 0
-        or config.priority_levels > 1
     ):
         return 0
     slots = config.predict_concurrency
     calls.limit = slots
-    return queue_ahead(slots, config.max_queue_size)
+    return queue_ahead(slots, config)

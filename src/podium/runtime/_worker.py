@@ -38,11 +38,15 @@ STUCK_GRACE = 1.0
 QUEUE_AHEAD = 8
 
 
-def queue_ahead(slots: int, max_queue_size: int) -> int:
+def queue_ahead(slots: int, config: Any) -> int:
     """How many requests a worker with ``slots`` predict slots takes queued ahead of them: the
     one rule for thread and process workers. They count as waiting, against
-    ``max_queue_size``, so never more than that."""
-    return min(max(QUEUE_AHEAD, slots), max_queue_size)
+    ``max_queue_size``, so never more than that; none for a model with a queue policy
+    (``max_queue_delay``, priority levels): its requests wait in the gate's line, where their
+    deadlines and levels hold."""
+    if config.max_queue_delay_ms > 0 or config.priority_levels > 1:
+        return 0
+    return min(max(QUEUE_AHEAD, slots), config.max_queue_size)
 
 
 class WorkerKind(enum.StrEnum):

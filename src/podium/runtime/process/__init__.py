@@ -3,7 +3,8 @@
 The server's side (``_parent``: :class:`ProcessWorker`, the version's :class:`RemoteInstance`,
 :func:`process_pool`) spawns ``python -m podium.runtime.process`` (``__main__`` → ``_child``, the
 worker process) and talks to it over a socket pair: the messages of ``_messages``, framed by
-``_wire`` (pickle protocol 5, numpy buffers out of band).
+``_wire`` (msgspec MessagePack with a numpy extension; opaque values pickled; large buffers
+out of band or through shared memory).
 
 This package is part of the execution layer and imports nothing above it. What the worker process
 needs from above (the host factory that builds and schedules the model, the function that

@@ -64,6 +64,7 @@ from ._messages import (
     Ready,
     Release,
     Report,
+    Results,
     StartFailed,
     Stopped,
     Stream,
@@ -71,7 +72,7 @@ from ._messages import (
     pack_error,
     queues_ahead,
 )
-from ._wire import Decoder, Ring, encode
+from ._wire import Decoder, Encoder, Ring
 
 __all__ = ["main"]
 
@@ -154,7 +155,7 @@ class Child(asyncio.Protocol):
         self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
         # the frames made in one turn of the loop leave in one write
         self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
-        self._ring: Ring | None = None  # large buffers to the server (Init.shm)
+        self._encoder = Encoder()  # with a ring for large buffers to the server, on Init.shm
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -179,7 +180,7 @@ class Child(asyncio.Protocol):
         then do queued requests start."""
         if self._transport.is_closing():
             return
-        self._out.add(encode(message, self._ring))
+        self._out.add(self._encoder.encode(message))
 
     def _write(self, messages: list[list[bytes | memoryview]]) -> None:
         if not self._transport.is_closing():
@@ -231,8 +232,8 @@ class Child(asyncio.Protocol):
                 if request is not None and request.window is not None:
                     request.window.add(message.n)
             case Release():
-                if self._ring is not None:
-                    self._ring.release(message.upto)
+                if self._encoder.ring is not None:
+                    self._encoder.ring.release(message.upto)
             case Init():
                 self._setup = asyncio.get_running_loop().create_task(self._start(message))
 
@@ -241,7 +242,7 @@ class Child(asyncio.Protocol):
     async def _start(self, init: Init) -> None:
         config = init.source.config
         if init.shm:
-            self._ring = Ring(f"{init.shm}-c")
+            self._encoder = Encoder(Ring(f"{init.shm}-c"))
         self.name = config.name
         self.stream_buffer = config.stream_buffer
         # The server's format, bounded, each line naming this worker and the request it is about.
@@ -310,10 +311,10 @@ class Child(asyncio.Protocol):
             return self.instance.validate(inputs.value)
         return inputs
 
-    def _reply(self, message: Answer | Item) -> None:
+    def _reply(self, message: Answer | Item | Results) -> None:
         try:
             self.send(message)
-        except Exception as exc:  # the value cannot be pickled
+        except Exception as exc:  # the value cannot be encoded (nor pickled)
             error = ModelError(
                 f"model '{self.name}' returned a value that cannot be sent back from its "
                 f"worker process ({type(message.value).__name__}): {exc}"
@@ -355,7 +356,11 @@ class Child(asyncio.Protocol):
                     requests = [self._request(s, gone) for s in message.requests]
                     results = await self._run_batch(message.inputs, requests)
                     self.report()
-                    self._reply(Answer(cid, results))
+                    # a value per request, each encoded by its own type (else the model's own
+                    # answer, which the server names as the wrong shape)
+                    self._reply(
+                        Results(cid, results) if type(results) is list else Answer(cid, results)
+                    )
         except asyncio.CancelledError:
             self.report()
             self.send(Stopped(cid))

@@ -7,13 +7,14 @@
     both ways         Release(upto)                 the reader copied the sender's shared memory
                                                     ring out up to ``upto``: it may reuse it
     worker → server   Ready / StartFailed           once, after building the model
-                      Answer(cid, value) / Error    the answer to Infer or Batch
+                      Answer(cid, value) / Error    the answer to Infer (or Batch)
+                      Results(cid, values)          the answer to Batch: one value per request
                       Item(cid, value) ... End(cid) a stream (or Error)
                       Stopped(cid)                  a cancelled request has stopped
                       Report(compute, metrics)      what its counters and the model's own
                                                     metrics added since the last Report
 
-Every request ends with exactly one of Answer, Error, End or Stopped; the server frees its slot
+Every request ends with exactly one of Answer, Results, Error, End or Stopped; the server frees its slot
 then. Both sides dispatch on the class (``match``).
 
 What the worker process needs from the layers above the execution layer travels in :class:`Init`
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from ...model import ModelSource
 
 __all__ = [
-    "MESSAGES",
     "Answer",
     "Batch",
     "Cancel",
@@ -56,6 +56,7 @@ __all__ = [
     "Ready",
     "Release",
     "Report",
+    "Results",
     "Runner",
     "StartFailed",
     "Stopped",
@@ -116,7 +117,10 @@ class Init(msgspec.Struct):
     shm: str = ""
 
 
-class Infer(msgspec.Struct):
+# (the tags: ``_wire`` decodes the messages that carry no classes or functions as they are)
+
+
+class Infer(msgspec.Struct, array_like=True, tag=1):
     op: ClassVar[str] = "infer"
     cid: int
     inputs: Any
@@ -124,7 +128,7 @@ class Infer(msgspec.Struct):
     request_id: str | None = None  # the request's id: its model's log lines name it
 
 
-class Stream(msgspec.Struct):
+class Stream(msgspec.Struct, array_like=True, tag=2):
     op: ClassVar[str] = "stream"
     cid: int
     inputs: Any
@@ -132,23 +136,23 @@ class Stream(msgspec.Struct):
     request_id: str | None = None
 
 
-class Batch(msgspec.Struct):
+class Batch(msgspec.Struct, array_like=True, tag=3):
     op: ClassVar[str] = "batch"
     cid: int
     inputs: list[Any]
     requests: list[Any]
 
 
-class Cancel(msgspec.Struct):
+class Cancel(msgspec.Struct, array_like=True, tag=4):
     cid: int
 
 
-class Credit(msgspec.Struct):
+class Credit(msgspec.Struct, array_like=True, tag=5):
     cid: int
     n: int
 
 
-class Release(msgspec.Struct):
+class Release(msgspec.Struct, array_like=True, tag=6):
     """The receiver has copied the sender's shared memory ring out up to position ``upto``."""
 
     upto: int
@@ -168,9 +172,17 @@ class StartFailed(msgspec.Struct):
     reason: str
 
 
-class Answer(msgspec.Struct):
+class Answer(msgspec.Struct, array_like=True, tag=7):
     cid: int
     value: Any
+
+
+class Results(msgspec.Struct, array_like=True, tag=8):
+    """The answer to a ``Batch``: a value (or a ``Failed``) per request, in order. (Not an
+    ``Answer``: each value is encoded by its own type, ``_wire``.)"""
+
+    cid: int
+    value: list[Any]
 
 
 class Error(msgspec.Struct):
@@ -183,16 +195,16 @@ class Error(msgspec.Struct):
         return unpack_error(self.type, self.message, self.attrs)
 
 
-class Item(msgspec.Struct):
+class Item(msgspec.Struct, array_like=True, tag=9):
     cid: int
     value: Any
 
 
-class End(msgspec.Struct):
+class End(msgspec.Struct, array_like=True, tag=10):
     cid: int
 
 
-class Stopped(msgspec.Struct):
+class Stopped(msgspec.Struct, array_like=True, tag=11):
     cid: int
 
 
@@ -215,31 +227,13 @@ Message = (
     | Ready
     | StartFailed
     | Answer
+    | Results
     | Error
     | Item
     | End
     | Stopped
     | Report
     | Release
-)
-
-#: Every message class; its index is its tag in a frame's header (both sides run this module).
-MESSAGES: tuple[type[Message], ...] = (
-    Init,
-    Infer,
-    Stream,
-    Batch,
-    Cancel,
-    Credit,
-    Ready,
-    StartFailed,
-    Answer,
-    Error,
-    Item,
-    End,
-    Stopped,
-    Report,
-    Release,
 )
 
 

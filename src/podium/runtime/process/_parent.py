@@ -72,13 +72,14 @@ from ._messages import (
     Ready,
     Release,
     Report,
+    Results,
     StartFailed,
     Stopped,
     Stream,
     queues_ahead,
 )
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
-from ._wire import Ring, encode
+from ._wire import Encoder, Ring
 
 if TYPE_CHECKING:
     from ...model import ModelSource
@@ -157,13 +158,14 @@ class ProcessWorker:
         #: places for requests queued ahead in the worker process beyond its slots (set once it
         #: is ready; the gate counts them as waiting, against max_queue_size)
         self.ahead = 0
-        self._max_ahead = config.max_queue_size
+        self._max_ahead = queue_ahead(config.predict_concurrency, config)
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
         # the frames made in one turn of the loop leave in one write
         self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
         # large buffers to the worker go through a shared memory ring named after init.shm
         self._ring = Ring(f"{init.shm}-s") if init.shm else None
+        self._encode = Encoder(self._ring).encode
         self._proc: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
         self._connection: Connection | None = None
@@ -220,11 +222,7 @@ class ProcessWorker:
         self._descriptor.describe(ready)
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
-            self.ahead = (
-                min(1, self._max_ahead)
-                if self._batching
-                else queue_ahead(self.slots, self._max_ahead)
-            )
+            self.ahead = min(1, self._max_ahead) if self._batching else self._max_ahead
             self.capacity = self.slots + self.ahead
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
@@ -290,7 +288,7 @@ class ProcessWorker:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out.add(encode(message, self._ring))
+        self._out.add(self._encode(message))
 
     def _on_released(self, upto: int) -> None:
         with contextlib.suppress(WorkerGone):
@@ -305,7 +303,7 @@ class ProcessWorker:
         # Bare class patterns, the most frequent first: each class that does not match costs an
         # isinstance through msgspec's metaclass, and positional captures cost more again.
         match message:
-            case Answer():
+            case Answer() | Results():
                 call = self._last(message.cid)
                 if call is not None:
                     call.answer(message.value)

@@ -2,38 +2,40 @@
 
 One message is one frame on a Unix stream socket:
 
-    header   <B message tag> <I pickle length> <I buffer count> <Q buffer length> * count
-    pickle   the message's fields (a tuple), pickled with protocol 5
-    buffers  every out-of-band buffer (numpy arrays, bytes of PickleBuffers), as they are
+    header   <I body length> <Q length of the buffers after the body>
+    body     the message: one msgspec MessagePack array, its tag first
+    buffers  large buffers out of band, each at a 16-byte boundary of the frame
 
-The tag is the message class's index in :data:`~._messages.MESSAGES`, so the class itself is not
-pickled: a frame is no larger than a tuple tagged with a string would be. Large arrays travel as
-their own memory: pickling does not copy them into the pickle stream, the sender hands their
-memory to the socket (``transport.writelines``), and the receiver rebuilds them over slices of
-the frame it read (writable, no further copy).
+**One encoding, chosen by type, never by walking a value.** What a request carries (an
+``Infer``'s or ``Stream``'s inputs, each input of a ``Batch``, an ``Answer``'s or ``Item``'s value,
+each value of ``Results``) is MessagePack where its own type is ``dict``, ``list``, ``str``,
+``int``, ``float``, ``bool``, ``None``, ``bytes`` or a numpy array; an OIP ``InferenceRequest`` /
+``InferenceResponse`` (tensors a list of exactly its tensor struct) is an extension decoded as that
+struct (one whose fields are not of their declared types is rebuilt as it left, unchecked), and
+``Unvalidated`` plain data an extension of its value; anything else is
+**opaque**: its pickle (protocol 5) in an extension, so it arrives exactly as it left. So are
+request snapshots, values msgspec cannot encode (a numpy scalar, a ``str`` subclass, a user's
+class) wherever they are, and, whole, ``Init``, ``Ready``, ``StartFailed``, ``Error`` and
+``Report`` (classes, functions, exceptions; rare) and a message msgspec refuses (an ``int`` past
+64 bits, a ``str`` that is not UTF-8). Numpy arrays of any dtype without objects or fields are an
+extension (dtype, byte order, shape, C or Fortran order; rebuilt writable). What changes on the
+way is what msgspec encodes natively but decodes as another type, nested inside a plain value:
+a tuple, set or frozenset arrives as a ``list``, ``bytearray`` as ``bytes``, a ``list`` or
+``dict`` subclass as the plain one, an enum as its value, a dataclass, ``Struct`` or
+``NamedTuple`` as a ``dict`` (``list``), a ``date``, ``time``, naive ``datetime``, ``UUID`` or
+``Decimal`` as a string (docs/workers.md; every front end encodes them the same either way).
 
-The messages of every request, ``Infer`` and ``Answer`` (a stream's ``Item``, a ``Batch`` of
-inputs without request objects), skip pickle
-where their value survives MessagePack exactly: header tag :data:`FAST`, no buffers, the body one
-msgspec MessagePack array. That is plain data (``dict`` with ``str`` keys, ``list``, ``str``,
-``int``, ``float``, ``bool``, ``None``, ``bytes`` under 4 KiB, and numpy arrays under 4 KiB of a
-plain numeric dtype, C-contiguous, as a MessagePack extension: dtype, shape, bytes; rebuilt
-writable), each of exactly that type, :data:`PLAIN_BUDGET` items at most; an OIP
-``InferenceRequest`` / ``InferenceResponse`` holding only such data (decoded as the typed struct
-again); or ``Unvalidated`` plain inputs. Anything else (tuples, sets, subclasses, other classes,
-larger arrays, a request snapshot) takes pickle: nothing changes type on the way. Pickle costs
-more than twice as much per small message each way, the check included (most of it the msgspec
-structs' and arrays' reductions; bench/workers.py's ``hop`` rows).
-
-Buffers of :data:`SHARED_MIN` bytes or more go through shared memory instead, where the sender
-has a :class:`Ring`: one file in ``/dev/shm`` per direction and worker, mapped by both sides and
-made once, so its pages stay in memory. The sender copies the buffer into the ring's next free
-region, the frame carries where (its length field has :data:`_SHARED` set), and the receiver
-copies it out into the frame's own memory as it decodes the frame (two copies, no system call,
-where the socket made three and woke the reader once per chunk). The receiver's
-:meth:`Decoder.take_released` then says how far the sender may reuse the ring (a ``Release``
-message). The receiver unlinks the file when it first maps it; :meth:`Ring.sweep`, which the
-server runs when a worker process ends, removes one that no reader mapped.
+**Large buffers**: arrays and pickle buffers of :data:`OUT_OF_BAND_MIN` bytes or more are not
+copied into the body; the sender hands their memory to ``transport.writelines``, the receiver
+rebuilds them over slices of the frame it read (writable, no further copy). Those of
+:data:`SHARED_MIN` or more go through shared memory where the sender has a :class:`Ring` (one
+file in ``/dev/shm`` per direction and worker, made once and mapped by both sides, so its pages
+stay resident): the sender copies the buffer in, the body says where, the receiver copies it out
+as it decodes (two copies and no system call, where the socket makes three and wakes the reader
+once per chunk: several times less CPU per large tensor, bench/RESULTS.md) and then says how far
+the sender may reuse the ring (:meth:`Decoder.take_released`, a ``Release`` message). The
+receiver unlinks the file when it first maps it; :meth:`Ring.sweep`, which the server runs when a
+worker process ends, removes one that no reader mapped.
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from msgspec.structs import astuple
 
 from ...types import (
     InferenceRequest,
@@ -58,287 +59,252 @@ from ...types import (
     RequestOutput,
     ResponseOutput,
 )
-from ._messages import MESSAGES, Answer, Batch, Infer, Item, Message, Unvalidated
+from ._messages import (
+    Answer,
+    Batch,
+    Cancel,
+    Credit,
+    End,
+    Infer,
+    Item,
+    Message,
+    Release,
+    Results,
+    Stopped,
+    Stream,
+    Unvalidated,
+)
 
-__all__ = ["FAST", "PLAIN_BUDGET", "SHARED_MIN", "Decoder", "Ring", "encode"]
+__all__ = ["OUT_OF_BAND_MIN", "SHARED_MIN", "Decoder", "Encoder", "Ring"]
 
-_HEAD = struct.Struct("<BII")
-_LEN = struct.Struct("<Q")
-_TAGS = {cls: tag for tag, cls in enumerate(MESSAGES)}
+_HEAD = struct.Struct("<IQ")
+_EXT_HEAD = struct.Struct("<H")  # an extension's header length; the header is MessagePack
+_ALIGN = 16
 
-#: Buffers smaller than this are pickled in-band: a separate buffer costs more than a copy.
-_OUT_OF_BAND_MIN = 4096
+#: Buffers smaller than this travel inside the body: a separate buffer costs more than a copy.
+OUT_OF_BAND_MIN = 4096
 #: Buffers this large or larger go through shared memory (where the sender has a ``Ring``).
 SHARED_MIN = 1 << 20
 #: The most a ring takes: four times the first buffer it carries, at least 8 MiB, at most this
 #: (its memory is reserved when it is made). A buffer larger than half of it takes the socket.
 RING_SIZE = 64 << 20
 _RING_MIN = 8 << 20
-#: Set in a buffer's length field: the frame holds where in the sender's ring the buffer is.
-_SHARED = 1 << 63
-_PLACE = struct.Struct("<QQQ")  # offset, length, the ring's position after it; then its name
 _SHM = Path("/dev/shm")
 
-#: The header tag of a frame whose body is MessagePack (one of the ``_Fast*`` arrays below).
-FAST = 255
-#: The most items (list and dict entries, scalars) a value may hold to be sent as MessagePack:
-#: the check that it is plain walks them; pickle carries a larger one as cheaply.
-PLAIN_BUDGET = 4096
+_EXT_PICKLE = 1  # <H n> [where of each out-of-band buffer] (n bytes, MessagePack), the pickle
+#: <B dtype length> <B ndim> <B where: 0 here, 1 after the body, 2 in the ring> <B Fortran order>
+#: dtype (``dtype.str``), <Q dimension> * ndim, then the bytes, or where they are: <Q offset>
+#: <Q length> after the body, <Q offset> <Q length> <Q ring position after it> <ring name>
+_EXT_ARRAY = 2
+_EXT_REQUEST = 3  # an InferenceRequest, as msgspec encodes it
+_EXT_RESPONSE = 4  # an InferenceResponse, as msgspec encodes it
+_EXT_UNVALIDATED = 5  # Unvalidated: its value
+_ARRAY_HEAD = struct.Struct("<BBBB")
+_AFTER = struct.Struct("<QQ")
+_IN_RING = struct.Struct("<QQQ")
+_SHAPES = [struct.Struct(f"<{n}Q") for n in range(65)]  # numpy's most dimensions: 64
+_DTYPES: dict[bytes, np.dtype[Any]] = {}
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None), bytes, np.ndarray})
 
 
-# -- the MessagePack bodies: the first element says which -----------------------------------
+class _Opaque:
+    """A value that travels as its pickle, whatever msgspec would make of it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
 
 
-class _FastInfer(msgspec.Struct, array_like=True, tag=0):
-    cid: int
-    inputs: Any
-    request_id: str | None
+class _Marked:
+    """A value that travels as the MessagePack extension ``code`` holding ``fields``."""
 
-    def message(self) -> Message:
-        return Infer(self.cid, self.inputs, None, self.request_id)
+    __slots__ = ("code", "fields")
 
-
-class _FastInferOip(msgspec.Struct, array_like=True, tag=1):
-    cid: int
-    inputs: InferenceRequest
-    request_id: str | None
-
-    def message(self) -> Message:
-        return Infer(self.cid, self.inputs, None, self.request_id)
+    def __init__(self, code: int, fields: Any) -> None:
+        self.code = code
+        self.fields = fields
 
 
-class _FastInferUnvalidated(msgspec.Struct, array_like=True, tag=2):
-    cid: int
-    inputs: Any
-    request_id: str | None
+class _Pickled(msgspec.Struct, array_like=True, tag=0):
+    """A message whose fields are classes, functions or exceptions: its pickle."""
 
-    def message(self) -> Message:
-        return Infer(self.cid, Unvalidated(self.inputs), None, self.request_id)
+    message: Any
 
 
-class _FastAnswer(msgspec.Struct, array_like=True, tag=3):
-    cid: int
-    value: Any
-
-    def message(self) -> Message:
-        return Answer(self.cid, self.value)
-
-
-class _FastAnswerOip(msgspec.Struct, array_like=True, tag=4):
-    cid: int
-    value: InferenceResponse
-
-    def message(self) -> Message:
-        return Answer(self.cid, self.value)
+#: What a frame's body may be (the messages of ``_messages`` are tagged arrays).
+_WIRE = (
+    _Pickled | Infer | Stream | Batch | Cancel | Credit | Release | Answer | Results | Item | End
+) | Stopped
+#: The messages that travel as they are (no value of a request in them).
+_AS_THEY_ARE = frozenset({Cancel, Credit, End, Stopped, Release})
 
 
-class _FastBatch(msgspec.Struct, array_like=True, tag=7):
-    cid: int
-    inputs: list[Any]
-
-    def message(self) -> Message:
-        return Batch(self.cid, self.inputs, [None] * len(self.inputs))
-
-
-class _FastItem(msgspec.Struct, array_like=True, tag=5):
-    cid: int
-    value: Any
-
-    def message(self) -> Message:
-        return Item(self.cid, self.value)
-
-
-class _FastItemOip(msgspec.Struct, array_like=True, tag=6):
-    cid: int
-    value: InferenceResponse
-
-    def message(self) -> Message:
-        return Item(self.cid, self.value)
-
-
-_EXT_ARRAY = 1  # a numpy array: <dtype char> <ndim> <Q dimension> * ndim, then its bytes
-_ARRAY_HEAD = struct.Struct("<cB")
-#: The dtypes an array may have to travel as MessagePack (plain numbers, native byte order).
-_ARRAY_CHARS = frozenset("?bBhHiIlLqQefdFD")
-
-
-def _enc_hook(value: Any) -> Any:
-    if type(value) is np.ndarray:  # (only arrays _plain let through reach here)
-        head = _ARRAY_HEAD.pack(value.dtype.char.encode(), value.ndim)
-        shape = struct.pack(f"<{value.ndim}Q", *value.shape)
-        return msgspec.msgpack.Ext(_EXT_ARRAY, head + shape + value.tobytes())
-    raise NotImplementedError(f"{type(value).__name__} is not plain")
-
-
-def _ext_hook(code: int, data: memoryview) -> Any:
-    if code != _EXT_ARRAY:
-        raise ValueError(f"unknown MessagePack extension {code}")
-    char, ndim = _ARRAY_HEAD.unpack_from(data)
-    start = _ARRAY_HEAD.size + 8 * ndim
-    shape = struct.unpack_from(f"<{ndim}Q", data, _ARRAY_HEAD.size)
-    # its own writable memory, as pickle gives
-    return np.frombuffer(bytearray(data[start:]), dtype=char.decode()).reshape(shape)
-
-
-_FAST_ENCODE = msgspec.msgpack.Encoder(enc_hook=_enc_hook).encode
-_FAST_DECODE = msgspec.msgpack.Decoder(
-    _FastInfer
-    | _FastInferOip
-    | _FastInferUnvalidated
-    | _FastAnswer
-    | _FastAnswerOip
-    | _FastItem
-    | _FastItemOip
-    | _FastBatch,
-    ext_hook=_ext_hook,
-).decode
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-_INTS = frozenset({int})
-
-
-def _plain(value: Any, budget: int) -> int:
-    """The budget left once ``value`` is found plain (see the module's docstring); -1 if it is
-    not, or holds more than ``budget`` items."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return budget - 1
-    if kind is list:
-        budget -= len(value) + 1
-        if budget < 0:
-            return -1
-        if set(map(type, value)) <= _SCALARS:  # the usual tensor data: one pass in C
-            return budget
-        for item in value:
-            if type(item) not in _SCALARS:
-                budget = _plain(item, budget)
-                if budget < 0:
-                    return -1
-        return budget
-    if kind is dict:
-        budget -= len(value) + 1
-        if budget < 0:
-            return -1
-        for key, item in value.items():
-            if type(key) is not str:
-                return -1
-            if type(item) not in _SCALARS:
-                budget = _plain(item, budget)
-                if budget < 0:
-                    return -1
-        return budget
-    if kind is bytes and len(value) < _OUT_OF_BAND_MIN:
-        return budget - 1
-    if kind is np.ndarray:  # small: a larger one travels out of band (no copy) with pickle
-        dtype = value.dtype
-        if (
-            value.nbytes < _OUT_OF_BAND_MIN
-            and dtype.char in _ARRAY_CHARS
-            and dtype.isnative
-            and value.flags.c_contiguous
-        ):
-            return budget - 1
-    return -1
-
-
-def _plain_tensors(tensors: Any, cls: Any, budget: int) -> int:
-    """``_plain`` for a list of OIP tensors of exactly ``cls`` (``RequestInput`` /
-    ``ResponseOutput``), each field of the type the struct declares."""
+def _all(tensors: Any, cls: type) -> bool:
+    """``tensors`` is a list of exactly ``cls``."""
     if type(tensors) is not list:
-        return -1
+        return False
     for t in tensors:
-        if (
-            type(t) is not cls
-            or type(t.name) is not str
-            or type(t.datatype) is not str
-            or type(t.shape) is not list
-            or not set(map(type, t.shape)) <= _INTS
-            or (t.parameters is not None and type(t.parameters) is not dict)
-        ):
-            return -1
-        budget = _plain(t.data, _plain(t.parameters, budget))
-        if budget < 0:
-            return -1
-    return budget
-
-
-def _plain_request(r: InferenceRequest, budget: int) -> bool:
-    if (r.id is not None and type(r.id) is not str) or (
-        r.parameters is not None and type(r.parameters) is not dict
-    ):
-        return False
-    outputs = r.outputs
-    if outputs is not None:
-        if type(outputs) is not list:
+        if type(t) is not cls:
             return False
-        for o in outputs:
-            if type(o) is not RequestOutput or type(o.name) is not str:
-                return False
-            if o.parameters is not None and type(o.parameters) is not dict:
-                return False
-            budget = _plain(o.parameters, budget)
-    budget = _plain(r.parameters, budget)
-    return budget >= 0 and _plain_tensors(r.inputs, RequestInput, budget) >= 0
+    return True
 
 
-def _plain_response(r: InferenceResponse, budget: int) -> bool:
-    if (
-        type(r.model_name) is not str
-        or (r.model_version is not None and type(r.model_version) is not str)
-        or (r.id is not None and type(r.id) is not str)
-        or (r.parameters is not None and type(r.parameters) is not dict)
-    ):
-        return False
-    budget = _plain(r.parameters, budget)
-    return budget >= 0 and _plain_tensors(r.outputs, ResponseOutput, budget) >= 0
+def _mark(value: Any) -> Any:
+    """A request's value as it travels, chosen by its type (the module's docstring)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is InferenceResponse:
+        if _all(value.outputs, ResponseOutput):
+            return _Marked(_EXT_RESPONSE, value)
+    elif kind is InferenceRequest:
+        outputs = value.outputs
+        if _all(value.inputs, RequestInput) and (outputs is None or _all(outputs, RequestOutput)):
+            return _Marked(_EXT_REQUEST, value)
+    elif kind is Unvalidated and type(value.value) in _PLAIN:
+        return _Marked(_EXT_UNVALIDATED, value.value)
+    return _Opaque(value)
 
 
-def _fast(message: Message) -> bytes | None:
-    """The MessagePack body of an ``Infer``, ``Answer``, ``Item`` or ``Batch`` whose value
-    survives it exactly."""
-    wire: Any
+def _snapshot(request: Any) -> Any:
+    return None if request is None else _Opaque(request)
+
+
+def _to_wire(message: Message) -> Any:
+    m: Any = message
     kind = type(message)
     if kind is Answer or kind is Item:
-        value = message.value  # type: ignore[union-attr]
-        if type(value) is InferenceResponse:
-            if not _plain_response(value, PLAIN_BUDGET):
-                return None
-            oip = _FastAnswerOip if kind is Answer else _FastItemOip
-            wire = oip(message.cid, value)  # type: ignore[union-attr]
-        elif _plain(value, PLAIN_BUDGET) >= 0:
-            plain = _FastAnswer if kind is Answer else _FastItem
-            wire = plain(message.cid, value)  # type: ignore[union-attr]
+        value = _mark(m.value)
+        return message if value is m.value else kind(m.cid, value)
+    if kind is Infer or kind is Stream:
+        inputs = _mark(m.inputs)
+        if inputs is m.inputs and m.request is None:
+            return message
+        return kind(m.cid, inputs, _snapshot(m.request), m.request_id)
+    if kind is Batch:
+        return Batch(m.cid, [_mark(v) for v in m.inputs], [_snapshot(r) for r in m.requests])
+    if kind is Results:
+        return Results(m.cid, [_mark(v) for v in m.value])
+    if kind in _AS_THEY_ARE:
+        return message
+    return _Pickled(_Opaque(message))
+
+
+def _rebuild(fields: dict[str, Any], response: bool) -> Any:
+    """An OIP struct whose fields are not all of the types it declares, as it left (msgspec's
+    typed decoding refused it; the struct's own constructor does not check)."""
+    if response:
+        fields["outputs"] = [ResponseOutput(**t) for t in fields.get("outputs", [])]
+        return InferenceResponse(**fields)
+    fields["inputs"] = [RequestInput(**t) for t in fields["inputs"]]
+    if fields.get("outputs") is not None:
+        fields["outputs"] = [RequestOutput(**t) for t in fields["outputs"]]
+    return InferenceRequest(**fields)
+
+
+def _pickle_ext(where: list[Any], data: bytes) -> msgspec.msgpack.Ext:
+    header = msgspec.msgpack.encode(where)
+    return msgspec.msgpack.Ext(_EXT_PICKLE, b"".join((_EXT_HEAD.pack(len(header)), header, data)))
+
+
+def _plain_dtype(dtype: np.dtype[Any]) -> bool:
+    return not dtype.hasobject and dtype.names is None and dtype.subdtype is None
+
+
+# -- sending ---------------------------------------------------------------------------------
+
+
+class Encoder:
+    """Makes the frames one side sends; with a ``ring``, buffers of SHARED_MIN bytes or more are
+    copied into it where it has room. Not for several threads at once."""
+
+    def __init__(self, ring: Ring | None = None) -> None:
+        self.ring = ring
+        self._buffers: list[bytes | memoryview] = []  # the frame's, after its body
+        self._size = 0
+        self._encode = msgspec.msgpack.Encoder(enc_hook=self._hook).encode
+        self._inner = msgspec.msgpack.Encoder(enc_hook=self._hook).encode  # an extension's
+
+    def encode(self, message: Message) -> list[bytes | memoryview]:
+        """The pieces of one frame, to be written in order (``writelines``)."""
+        ring = self.ring
+        head = ring.head if ring is not None else 0
+        try:
+            body = self._encode(_to_wire(message))
+        except Exception:  # an int past 64 bits, a str that is not UTF-8: the whole as a pickle
+            self._reset(head)
+            try:
+                body = self._encode(_Pickled(_Opaque(message)))
+            except BaseException:
+                self._reset(head)
+                raise
+        size, buffers = self._size, self._buffers
+        if not buffers:
+            return [_HEAD.pack(len(body), 0) + body]
+        self._buffers, self._size = [], 0
+        pad = bytes(-len(body) % _ALIGN)
+        return [_HEAD.pack(len(body), size) + body + pad, *buffers]
+
+    def _reset(self, head: int) -> None:
+        self._buffers, self._size = [], 0
+        if self.ring is not None:
+            self.ring.head = head  # what this message took of the ring is free again
+
+    def _hook(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is _Marked:
+            return msgspec.msgpack.Ext(value.code, self._inner(value.fields))
+        if kind is np.ndarray and _plain_dtype(value.dtype):
+            return self._array(value)
+        if kind is _Opaque:
+            value = value.value
+        where: list[Any] = []
+
+        def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+            raw = buffer.raw()
+            if raw.nbytes < OUT_OF_BAND_MIN:
+                return True  # in the pickle
+            where.append(self._place(raw))
+            return False
+
+        data = pickle.dumps(value, protocol=5, buffer_callback=out_of_band)
+        return _pickle_ext(where, data)
+
+    def _array(self, array: np.ndarray[Any, Any]) -> msgspec.msgpack.Ext:
+        flags = array.flags
+        fortran = flags.f_contiguous and not flags.c_contiguous
+        dtype = array.dtype.str.encode()
+        ndim = array.ndim
+        shape = dtype + _SHAPES[ndim].pack(*array.shape)
+        if array.nbytes < OUT_OF_BAND_MIN:  # (a strided view's bytes in C order)
+            head = _ARRAY_HEAD.pack(len(dtype), ndim, 0, fortran)
+            return msgspec.msgpack.Ext(_EXT_ARRAY, head + shape + array.tobytes("A"))
+        if not (fortran or flags.c_contiguous):
+            array = np.ascontiguousarray(array)
+        where = self._place(memoryview(array.ravel(order="K").view(np.uint8)))  # type: ignore[arg-type]
+        if len(where) == 2:
+            head, place = _ARRAY_HEAD.pack(len(dtype), ndim, 1, fortran), _AFTER.pack(*where)
         else:
-            return None
-    elif type(message) is Infer:
-        if message.request is not None:
-            return None  # a request snapshot: the front end's own types
-        inputs = message.inputs
-        rid = message.request_id
-        if type(inputs) is InferenceRequest:
-            if not _plain_request(inputs, PLAIN_BUDGET):
-                return None
-            wire = _FastInferOip(message.cid, inputs, rid)
-        elif type(inputs) is Unvalidated:
-            if _plain(inputs.value, PLAIN_BUDGET) < 0:
-                return None
-            wire = _FastInferUnvalidated(message.cid, inputs.value, rid)
-        elif _plain(inputs, PLAIN_BUDGET) >= 0:
-            wire = _FastInfer(message.cid, inputs, rid)
-        else:
-            return None
-    elif type(message) is Batch:
-        if any(r is not None for r in message.requests):
-            return None
-        inputs = message.inputs
-        if type(inputs) is not list or _plain(inputs, PLAIN_BUDGET) < 0:
-            return None
-        wire = _FastBatch(message.cid, inputs)
-    else:
-        return None
-    try:
-        return _FAST_ENCODE(wire)
-    except Exception:  # an int beyond 64 bits, a str that is not UTF-8: pickle carries it
-        return None
+            at, n, end, name = where
+            head = _ARRAY_HEAD.pack(len(dtype), ndim, 2, fortran)
+            place = _IN_RING.pack(at, n, end) + name.encode()
+        return msgspec.msgpack.Ext(_EXT_ARRAY, head + shape + place)
+
+    def _place(self, raw: memoryview) -> Any:
+        """Where an out-of-band buffer goes: into the ring (its place there), else after the
+        body (its offset there, and its length)."""
+        if self.ring is not None and raw.nbytes >= SHARED_MIN:
+            place = self.ring.put(raw)
+            if place is not None:
+                return place
+        at = self._size
+        self._buffers.append(raw)
+        pad = -raw.nbytes % _ALIGN
+        if pad:
+            self._buffers.append(bytes(pad))
+        self._size += raw.nbytes + pad
+        return (at, raw.nbytes)
 
 
 class Ring:
@@ -349,14 +315,14 @@ class Ring:
         self.name = name
         self.size = size  # 0: sized by its first buffer
         self._map: mmap.mmap | None = None
-        self._head = 0  # bytes ever taken (the next region starts at head % size)
+        self.head = 0  # bytes ever taken (the next region starts at head % size)
         self._tail = 0  # bytes the reader has released
 
     @staticmethod
     def available() -> bool:
         return _SHM.is_dir() and os.access(_SHM, os.W_OK)
 
-    def put(self, raw: memoryview) -> bytes | None:
+    def put(self, raw: memoryview) -> tuple[int, int, int, str] | None:
         """Copy ``raw`` into the ring; where it is, for the frame (None: no room, or no ring)."""
         n = raw.nbytes
         if self._map is None:
@@ -366,9 +332,9 @@ class Ring:
                 self.size = min(RING_SIZE, max(_RING_MIN, 4 * n))
         if n > self.size // 2:
             return None
-        at = self._head % self.size
+        at = self.head % self.size
         skip = self.size - at if at + n > self.size else 0  # a region never wraps
-        if self._head + skip + n - self._tail > self.size:
+        if self.head + skip + n - self._tail > self.size:
             return None  # the reader has not released enough yet
         if self._map is None:
             try:
@@ -379,8 +345,8 @@ class Ring:
         if skip:
             at = 0
         self._map[at : at + n] = raw.cast("B")
-        self._head += skip + n
-        return _PLACE.pack(at, n, self._head) + self.name.encode()
+        self.head += skip + n
+        return (at, n, self.head, self.name)
 
     def release(self, upto: int) -> None:
         """The reader has copied out everything before position ``upto``."""
@@ -430,39 +396,7 @@ def _open_map(name: str, create: int = 0) -> mmap.mmap:
         os.close(fd)
 
 
-def encode(message: Message, ring: Ring | None = None) -> list[bytes | memoryview]:
-    """The pieces of one frame, to be written in order (``writelines`` / ``sendmsg``); with a
-    ``ring``, buffers of SHARED_MIN bytes or more are copied into it where it has room."""
-    kind = type(message)
-    if kind is Answer or kind is Infer or kind is Item or kind is Batch:
-        fast = _fast(message)
-        if fast is not None:
-            return [_HEAD.pack(FAST, len(fast), 0) + fast]
-    buffers: list[pickle.PickleBuffer] = []
-
-    def keep(buffer: pickle.PickleBuffer) -> bool:
-        if buffer.raw().nbytes < _OUT_OF_BAND_MIN:
-            return True  # in-band
-        buffers.append(buffer)
-        return False
-
-    body = pickle.dumps(astuple(message), protocol=5, buffer_callback=keep)
-    tag = _TAGS[type(message)]
-    if not buffers:
-        return [_HEAD.pack(tag, len(body), 0) + body]
-    raws: list[bytes | memoryview] = []
-    lengths = []
-    for b in buffers:
-        raw = b.raw()
-        place = ring.put(raw) if ring is not None and raw.nbytes >= SHARED_MIN else None
-        if place is not None:
-            raws.append(place)
-            lengths.append(_SHARED | len(place))
-        else:
-            raws.append(raw)
-            lengths.append(raw.nbytes)
-    head = _HEAD.pack(tag, len(body), len(raws)) + b"".join(_LEN.pack(n) for n in lengths)
-    return [head, body, *raws]
+# -- receiving -------------------------------------------------------------------------------
 
 
 class Decoder:
@@ -470,12 +404,17 @@ class Decoder:
 
     def __init__(self, on_message: Callable[[Message], None]) -> None:
         self._on_message = on_message
+        self._decode = msgspec.msgpack.Decoder(_WIRE, ext_hook=self._ext).decode
+        self._inner = msgspec.msgpack.Decoder(ext_hook=self._ext).decode  # an extension's
+        self._response = msgspec.msgpack.Decoder(InferenceResponse, ext_hook=self._ext).decode
+        self._request = msgspec.msgpack.Decoder(InferenceRequest, ext_hook=self._ext).decode
         self._pending = bytearray()
-        # the frame being filled: its buffer, how much of it is filled, and its layout
+        # the frame being filled: its buffer, how much of it is filled, its body's length
         self._frame: bytearray | None = None
         self._filled = 0
-        self._layout: tuple[int, int, list[int]] = (0, 0, [])
-        self._rings: dict[bytes, mmap.mmap] = {}  # the sender's rings, mapped
+        self._body = 0
+        self._buffers = memoryview(b"")  # the frame being decoded's, after its body
+        self._rings: dict[str, mmap.mmap] = {}  # the sender's rings, mapped
         self._released = 0  # how far the sender's ring was read
 
     def feed(self, data: bytes) -> None:
@@ -496,23 +435,20 @@ class Decoder:
             self._start_frames()
 
     def _whole_frames(self, data: bytes, view: memoryview) -> memoryview:
-        """The fast path: frames that lie whole in ``data`` are decoded where they lie (a frame
-        without buffers is not copied at all); what is left, to be buffered."""
+        """The fast path: frames without buffers that lie whole in ``data`` are decoded where
+        they lie; what is left, to be buffered."""
         end = len(data)
         at = 0
-        on_message = self._on_message
         while end - at >= _HEAD.size:
-            tag, size, count = _HEAD.unpack_from(data, at)
-            if count:
-                return view[at:]  # buffers: the frame gets memory of its own (slow path)
+            size, extra = _HEAD.unpack_from(data, at)
+            if extra:
+                return view[at:]  # buffers: the frame gets memory of its own
             start = at + _HEAD.size
             if end - start < size:
                 break
             at = start + size
-            if tag == FAST:
-                on_message(_FAST_DECODE(view[start:at]).message())
-            else:
-                on_message(MESSAGES[tag](*pickle.loads(view[start:at])))
+            wire = self._decode(view[start:at])
+            self._on_message(wire.message if type(wire) is _Pickled else wire)
         return view[at:]
 
     def _start_frames(self) -> None:
@@ -520,15 +456,10 @@ class Decoder:
             pending = self._pending
             if len(pending) < _HEAD.size:
                 return
-            tag, size, count = _HEAD.unpack_from(pending)
-            head = _HEAD.size + count * _LEN.size
-            if len(pending) < head:
-                return
-            lengths = [
-                _LEN.unpack_from(pending, _HEAD.size + i * _LEN.size)[0] for i in range(count)
-            ]
-            total = size + sum(n & ~_SHARED for n in lengths)
-            self._layout = (tag, size, lengths)
+            size, extra = _HEAD.unpack_from(pending)
+            total = size + (-size % _ALIGN + extra if extra else 0)
+            self._body = size
+            head = _HEAD.size
             if len(pending) - head >= total:
                 frame = bytearray(pending[head : head + total])
                 del pending[: head + total]
@@ -543,6 +474,63 @@ class Decoder:
             self._frame, self._filled = frame, rest
             return
 
+    def _finish(self) -> None:
+        frame, self._frame = self._frame, None
+        assert frame is not None
+        view = memoryview(frame)
+        size = self._body
+        self._buffers = view[size + -size % _ALIGN :]
+        try:
+            wire = self._decode(view[:size])
+        finally:
+            self._buffers = memoryview(b"")
+        self._on_message(wire.message if type(wire) is _Pickled else wire)
+
+    def _ext(self, code: int, data: memoryview) -> Any:
+        if code == _EXT_ARRAY:
+            size, ndim, where, fortran = _ARRAY_HEAD.unpack_from(data)
+            at = _ARRAY_HEAD.size + size
+            name = data[_ARRAY_HEAD.size : at].tobytes()
+            dtype = _DTYPES.get(name)
+            if dtype is None:
+                dtype = _DTYPES[name] = np.dtype(name.decode())
+            shape = _SHAPES[ndim].unpack_from(data, at)
+            at += 8 * ndim
+            if where == 0:
+                buffer: Any = bytearray(data[at:])  # its own, writable
+            elif where == 1:
+                buffer = self._buffer(_AFTER.unpack_from(data, at))
+            else:
+                place = _IN_RING.unpack_from(data, at)
+                buffer = self._buffer((*place, str(data[at + _IN_RING.size :], "ascii")))
+            array = np.frombuffer(buffer, dtype=dtype)
+            return array.reshape(shape, order="F") if fortran else array.reshape(shape)
+        if code == _EXT_RESPONSE or code == _EXT_REQUEST:
+            response = code == _EXT_RESPONSE
+            try:
+                return self._response(data) if response else self._request(data)
+            except msgspec.ValidationError:
+                return _rebuild(self._inner(data), response)
+        if code == _EXT_UNVALIDATED:
+            return Unvalidated(self._inner(data))
+        if code == _EXT_PICKLE:
+            (n,) = _EXT_HEAD.unpack_from(data)
+            head = msgspec.msgpack.decode(data[_EXT_HEAD.size : _EXT_HEAD.size + n])
+            rest = data[_EXT_HEAD.size + n :]
+            return pickle.loads(rest, buffers=[self._buffer(w) for w in head])
+        raise ValueError(f"unknown MessagePack extension {code}")
+
+    def _buffer(self, where: Any) -> Any:
+        if len(where) == 2:  # after the body
+            at, n = where
+            return self._buffers[at : at + n]
+        at, n, end, name = where  # in the sender's ring: ours, since the region is reused
+        ring = self._rings.get(name)
+        if ring is None:
+            ring = self._rings[name] = _open_map(name)
+        self._released = max(self._released, end)
+        return bytearray(memoryview(ring)[at : at + n])
+
     def take_released(self) -> int:
         """How far the sender may reuse its ring (0: nothing new read from it since last)."""
         released, self._released = self._released, 0
@@ -553,33 +541,3 @@ class Decoder:
             with contextlib.suppress(BufferError):
                 ring.close()
         self._rings.clear()
-
-    def _shared(self, place: bytes) -> bytearray:
-        at, n, end = _PLACE.unpack_from(place)
-        name = place[_PLACE.size :]
-        ring = self._rings.get(name)
-        if ring is None:
-            ring = self._rings[name] = _open_map(name.decode())
-        data = bytearray(memoryview(ring)[at : at + n])  # ours: the region is reused
-        self._released = max(self._released, end)
-        return data
-
-    def _finish(self) -> None:
-        frame, self._frame = self._frame, None
-        assert frame is not None
-        tag, size, lengths = self._layout
-        view = memoryview(frame)
-        if tag == FAST:
-            self._on_message(_FAST_DECODE(view[:size]).message())
-            return
-        buffers: list[Any] = []
-        offset = size
-        for length in lengths:
-            if length & _SHARED:
-                length &= ~_SHARED
-                buffers.append(self._shared(bytes(view[offset : offset + length])))
-            else:
-                buffers.append(view[offset : offset + length])
-            offset += length
-        fields = pickle.loads(view[:size], buffers=buffers)
-        self._on_message(MESSAGES[tag](*fields))
