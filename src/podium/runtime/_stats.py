@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import time
 
 from ..errors import (
@@ -94,13 +95,7 @@ class Durations:
     def cumulative(self) -> list[int]:
         """How many took at most each bound of :data:`DURATION_BUCKETS_NS`, then in all
         (+Inf): what a Prometheus histogram's buckets say."""
-        found = []
-        total = 0
-        for n in self.buckets[: len(DURATION_BUCKETS_NS)]:
-            total += n
-            found.append(total)
-        found.append(total + sum(self.buckets[len(DURATION_BUCKETS_NS) :]))
-        return found
+        return [*itertools.accumulate(self.buckets[: len(DURATION_BUCKETS_NS)]), self.count]
 
     def __repr__(self) -> str:
         return f"Durations(count={self.count}, ns={self.ns})"
@@ -345,9 +340,7 @@ class VersionStats:
 
     def executed(self, size: int, ns: int) -> None:
         """One execution of ``predict`` over ``size`` requests that took ``ns``."""
-        predict = self.predict  # Durations.add, inlined: this runs for every request
-        predict.ns += ns
-        predict.buckets[((ns or 1) - 1 >> _SHIFT).bit_length()] += 1
+        self.predict.add(ns)
         if size != 1:
             batch = self.batched.get(size)
             if batch is None:
@@ -484,8 +477,10 @@ class VersionStats:
         self.batched.clear()
         return delta
 
-    def merge_compute(self, delta: ComputeDelta) -> None:
-        """Add what a worker process reported."""
+    def merge_compute(self, delta: ComputeDelta, on: DeviceCounts | None = None) -> None:
+        """Add what a worker process reported (and to ``on``, its GPU's counts, if given)."""
+        if on is not None:
+            on.merge(delta)
         self.compute_input.merge(delta.compute_input)
         self.compute_output.merge(delta.compute_output)
         self.predict.merge(delta.predict)

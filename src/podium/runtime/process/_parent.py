@@ -331,9 +331,7 @@ class ProcessWorker:
                     self._ring.release(message.upto)
             case Report():
                 if message.compute is not None:
-                    self._stats.merge_compute(message.compute)
-                    if self._on_gpu is not None:
-                        self._on_gpu.merge(message.compute)
+                    self._stats.merge_compute(message.compute, self._on_gpu)
                 if message.metrics:
                     self._stats.custom.apply(message.metrics)
             case Ready():
