@@ -164,6 +164,7 @@ async def test_thread_workers_on_one_gpu_share_its_predict_concurrency(
         pool = mv.pool
         assert pool is not None and pool.gate.shares is not None
         assert [pool.gate.shares.held((i,)) for i in range(4)] == [0, 0, 0, 0]
+        assert pool.statistics()["slots"] == 8  # podium_predict_slots: 2 on each GPU
         devices = model_statistics(mv).device_stats
         assert not isinstance(devices, msgspec.UnsetType)
         assert [d.device for d in devices] == [f"cuda:{i}" for i in range(4)]
@@ -180,6 +181,7 @@ async def test_per_worker_keeps_each_workers_own_bound(
     async for mv in _loaded(version_of(tmp_path, THREAD_MODEL, config, executor)):
         await _held(mv, probe, 40, 16)  # 2 workers × 2 on each GPU
         assert probe.most == {f"cuda:{i}": 4 for i in range(4)}
+        assert mv.pool is not None and mv.pool.statistics()["slots"] == 8 * (2 + 8)  # (ahead)
 
 
 @pytest.mark.anyio
@@ -239,7 +241,7 @@ async def test_worker_processes_on_one_gpu_share_its_bound(
 def test_the_shares_count_only_gpus_and_bind_where_two_workers_meet() -> None:
     class W:
         def __init__(self, wid: str) -> None:
-            self.id, self.busy = wid, 0
+            self.id, self.busy, self.capacity = wid, 0, 1
 
     groups = {"a": (0,), "b": (0,), "c": (1,), "cpu": ()}
     shares = DeviceShares(1, lambda w: groups[w.id])
@@ -253,6 +255,8 @@ def test_the_shares_count_only_gpus_and_bind_where_two_workers_meet() -> None:
     shares.take(c)
     c.busy += 1
     assert shares.room(c)  # alone on GPU 1: its own bound only
+    a.capacity = b.capacity = c.capacity = cpu.capacity = 3
+    assert shares.slots([a, b, c, cpu]) == 1 + 3 + 3  # GPU 0's limit, c's own, the CPU's
     shares.leave(b)
     assert shares.room(a)  # a alone on GPU 0 now
     a.busy -= 1

@@ -81,6 +81,21 @@ class DeviceShares:
             del self._of[worker]
         return [w for w in share.members if w is not worker]
 
+    def slots(self, workers: Iterable[Any]) -> int:
+        """The requests ``workers`` may hold at once: their capacities, where two or more of
+        them share a group no more than ``limit`` on it (``podium_predict_slots``)."""
+        alone = 0
+        shared: dict[int, list[int]] = {}
+        for worker in workers:
+            share = self._of.get(worker)
+            if share is None:
+                alone += worker.capacity
+            else:
+                shared.setdefault(id(share), []).append(worker.capacity)
+        for capacities in shared.values():
+            alone += min(sum(capacities), self.limit) if len(capacities) > 1 else capacities[0]
+        return alone
+
     def held(self, group: tuple[int, ...]) -> int:
         """Requests the workers on ``group`` hold now (tests, describe)."""
         share = self._groups.get(group)

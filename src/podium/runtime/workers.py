@@ -259,7 +259,9 @@ class WorkerPool:
         if not self._started:  # not loaded yet: the slots it will have
             slots = self.min_workers * self.slots_per_worker
         else:
-            slots = sum(w.capacity for w in self._workers if w.state is WorkerState.READY)
+            ready = [w for w in self._workers if w.state is WorkerState.READY]
+            shares = self.gate.shares  # (workers sharing a GPU share its slots)
+            slots = sum(w.capacity for w in ready) if shares is None else shares.slots(ready)
         return {
             "slots": slots,
             "busy": sum(w.busy for w in self._workers),
