@@ -265,6 +265,24 @@ def test_the_shares_count_only_gpus_and_bind_where_two_workers_meet() -> None:
         DeviceShares(0, lambda w: ())
 
 
+def test_a_leaving_workers_calls_count_on_its_gpu_until_they_end() -> None:
+    class W:
+        def __init__(self) -> None:
+            self.busy, self.capacity = 0, 1
+
+    shares = DeviceShares(1, lambda w: (0,))
+    old, new, other = W(), W(), W()
+    for w in (old, new, other):
+        shares.join(w)
+    old.busy += 1
+    shares.take(old)
+    shares.leave(old)  # replaced while its call runs on the GPU
+    assert not shares.room(new) and shares.held((0,)) == 1
+    old.busy -= 1
+    assert sorted(map(id, shares.give(old))) == sorted(map(id, (new, other)))  # woken
+    assert shares.room(new) and shares.held((0,)) == 0
+
+
 def test_torchserve_models_keep_per_worker_unless_their_podium_section_says() -> None:
     def read(data: dict[str, Any]) -> str:
         config, _ = model_config(data, name="m", version=None, where="model-config.yaml")
