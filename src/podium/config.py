@@ -36,7 +36,6 @@ from .types import DATATYPES, Signature, TensorSpec
 
 __all__ = [
     "FIELDS",
-    "MODEL_CONTROLS",
     "MODEL_DEFAULTS",
     "MODEL_KEYS",
     "SETTINGS",
@@ -261,10 +260,6 @@ def _tensor_spec(where: str, entry: Any) -> TensorSpec:
     if parameters is not None and not isinstance(parameters, dict):
         raise ValueError(f"'{where}.parameters' must be a mapping, got {parameters!r}")
     return TensorSpec(name, datatype, tuple(shape))
-
-
-#: ``model_control``'s values: which listeners may load and unload models.
-MODEL_CONTROLS = SETTINGS["model_control"].choices
 
 
 def _setting(key: str) -> Any:

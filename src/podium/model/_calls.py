@@ -117,6 +117,18 @@ async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> An
         raise
 
 
+async def call_load(load: Callable[[], Any], executor: Executor) -> None:
+    """A model's ``load()``: an async one on the loop, a sync one in ``executor`` (in this
+    task's context: the metrics it creates are its version's), and what it returns awaited if
+    it is awaitable."""
+    if inspect.iscoroutinefunction(load):
+        await load()
+        return
+    result = await run_sync(executor, load)
+    if inspect.isawaitable(result):
+        await result
+
+
 async def iterate_sync(
     gen: Generator[Any, Any, Any], executor: Executor, model: str
 ) -> AsyncGenerator[Any, None]:
@@ -175,6 +187,14 @@ async def iterate_async(agen: Any, model: str) -> AsyncGenerator[Any, None]:
             yield item
     finally:
         await agen.aclose()
+
+
+def validated(schema: Any, value: Any) -> Any:
+    """``value`` validated into the pydantic model ``schema``: from its JSON when it is text or
+    bytes, else as it is."""
+    if isinstance(value, bytes | str):
+        return schema.model_validate_json(value)
+    return schema.model_validate(value)
 
 
 def validation_failed(exc: BaseException, what: str) -> ValidationFailed | None:

@@ -127,21 +127,18 @@ def build_instance(
         instance = torchserve.build(source, prepared, secrets=secrets, executor=executor)
     elif source.contract is Contract.MLSERVER:
         instance = mlserver.build(source, prepared, secrets=secrets, executor=executor)
-    elif source.contract is Contract.TRUSS:
-        try:
-            instance = truss.build(source, prepared, secrets=secrets, executor=executor)
-        except DefinitionError as exc:  # __init__ raised: name the file too
-            problems = [f"{p} ({source.file})" for p in exc.problems]
-            raise DefinitionError("; ".join(problems), problems) from exc
     else:
         try:
-            instance = NativeModel(
-                prepared,
-                source.config,
-                model_dir=source.model_dir,
-                secrets=secrets,
-                executor=executor,
-            )
+            if source.contract is Contract.TRUSS:
+                instance = truss.build(source, prepared, secrets=secrets, executor=executor)
+            else:
+                instance = NativeModel(
+                    prepared,
+                    source.config,
+                    model_dir=source.model_dir,
+                    secrets=secrets,
+                    executor=executor,
+                )
         except DefinitionError as exc:  # __init__ raised: name the file too
             problems = [f"{p} ({source.file})" for p in exc.problems]
             raise DefinitionError("; ".join(problems), problems) from exc
