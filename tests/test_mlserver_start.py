@@ -117,6 +117,13 @@ def test_variables_fill_what_the_file_leaves_out(tmp_path: Path) -> None:
         ({}, {"MLSERVER_HTTP_PORT": "eighty"}, "MLSERVER_HTTP_PORT must be a number"),
         ({}, {"MLSERVER_DEBUG": "maybe"}, "MLSERVER_DEBUG must be true or false"),
         ({}, {"MLSERVER_EXTENSIONS": "[oops"}, "MLSERVER_EXTENSIONS must be JSON"),
+        ({"cors_settings": ["*"]}, {}, "'cors_settings' must be an object"),
+        (
+            {"cors_settings": {"allow_origins": "*"}},
+            {},
+            "'cors_settings.allow_origins' must be a list",
+        ),
+        ({"cors_settings": {"max_age": "long"}}, {}, "'cors_settings.max_age' must be an integer"),
     ],
 )
 def test_values_mlserver_refuses_are_refused(
@@ -124,6 +131,31 @@ def test_values_mlserver_refuses_are_refused(
 ) -> None:
     with pytest.raises(MLServerSettingsError, match=words):
         read_settings_json(_settings(tmp_path, data), environ)
+
+
+def test_cors_settings_key_by_key(tmp_path: Path) -> None:
+    cors = {
+        "allow_origins": ["https://a.example"], "allow_origin_regex": "https://.*\\.b\\.example",
+        "allow_credentials": "true", "allow_methods": ["GET", "POST"], "allow_headers": ["X-A"],
+        "expose_headers": ["X-B"], "max_age": 60, "allow_everything": True, "max_age_2": None,
+    }  # fmt: skip
+    data = {"cors_settings": cors, "gzip_enabled": True, "root_path": "/ml"}
+    found = read_settings_json(_settings(tmp_path, data), {})
+    assert found.settings == {
+        "cors_allow_origins": ("https://a.example",),
+        "cors_allow_origin_regex": "https://.*\\.b\\.example",
+        "cors_allow_credentials": True, "cors_allow_methods": ("GET", "POST"),
+        "cors_allow_headers": ("X-A",), "cors_expose_headers": ("X-B",), "cors_max_age": 60,
+        "gzip": True, "root_path": "/ml",
+    }  # fmt: skip
+    assert [n.split(": ", 1)[1] for n in found.notes] == [
+        "'cors_settings.allow_everything' is not a setting of MLServer 1.7.1; ignored (as "
+        "MLServer ignores it)",
+        "'cors_settings.max_age_2' is not a setting of MLServer 1.7.1; ignored (as MLServer "
+        "ignores it)",
+    ]
+    # null: MLServer's default (no CORS at all for the whole object)
+    assert read_settings_json(_settings(tmp_path, {"cors_settings": None}), {}).settings == {}
 
 
 def test_model_variables_fill_what_model_settings_leave_out(tmp_path: Path) -> None:
