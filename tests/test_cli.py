@@ -139,7 +139,15 @@ def test_check_passes_the_examples() -> None:
     result = podium("check", EXAMPLES)
     assert result.returncode == 0, result.stderr
     oks = sorted(line for line in result.stdout.splitlines() if line.startswith("ok: "))
-    names = ["batch-sum", "cancellable", "continuous-words", "cpu-heavy", "echo", "io-bound"]
+    names = [
+        "batch-sum",
+        "cancellable",
+        "chat-gpt2-tiny",
+        "continuous-words",
+        "cpu-heavy",
+        "echo",
+        "io-bound",
+    ]
     names += ["minilm-embeddings", "sklearn-iris"]  # minilm: checked without its libraries
     native = [f"ok: model '{n}' ({EXAMPLES / n / 'model.py'})" for n in names]
     mlserver = (

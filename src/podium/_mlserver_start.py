@@ -47,6 +47,7 @@ MLSERVER_DEFAULTS: Mapping[str, Any] = {
     "grpc_port": 8081,
     "management_port": 8085,
     "grpc_stream_format": "mlserver",
+    "gzip": True,  # gzip_enabled's default (docs/migrating.md)
 }
 
 
@@ -72,16 +73,6 @@ _KINDS: Mapping[str, str] = {
 # Keys Podium does not honour, and why; each applies only when the value asks for something
 # Podium does not do (the predicate), so a file that repeats MLServer's default is quiet.
 _NOT_HONOURED: Mapping[str, tuple[Callable[[Any], bool], str]] = {
-    "cors_settings": (
-        lambda v: v is not None,
-        "the inference listener sends no CORS headers: put a proxy that adds them in front",
-    ),
-    "gzip_enabled": (
-        bool,
-        "answers are not compressed (a request's Content-Encoding: gzip is still read by custom "
-        "handlers); put a compressing proxy in front",
-    ),
-    "root_path": (bool, "Podium serves its routes at /: let the proxy strip the prefix"),
     "server_version": (lambda v: True, "GET /v2 answers Podium's version"),
     "extensions": (bool, "GET /v2 lists the extensions Podium serves"),
     "load_models_at_startup": (
@@ -207,6 +198,39 @@ def read_settings_json(
     return found
 
 
+# MLServer's CORSSettings: each key's kind (null: its default, as Starlette would be given it).
+_CORS_KINDS: Mapping[str, str] = {
+    "allow_origins": "list", "allow_origin_regex": "str?", "allow_credentials": "bool?",
+    "allow_methods": "list", "allow_headers": "list", "expose_headers": "list", "max_age": "int?",
+}  # fmt: skip
+
+
+def _cors(found: MLServerConfig, where: str, value: Any) -> None:
+    """``cors_settings`` (MLServer's CORSSettings, an object) into the ``cors_*`` settings."""
+    if not isinstance(value, dict):
+        raise MLServerSettingsError(f"{where}: 'cors_settings' must be an object, got {value!r}")
+    for key, item in value.items():
+        kind = _CORS_KINDS.get(key)
+        if kind is None:
+            found.notes.append(
+                f"{where}: 'cors_settings.{key}' is not a setting of MLServer 1.7.1; ignored (as "
+                "MLServer ignores it)"
+            )
+            continue
+        if item is None:
+            continue
+        if kind == "list":
+            if not isinstance(item, list) or not all(isinstance(v, str) for v in item):
+                raise MLServerSettingsError(
+                    f"{where}: 'cors_settings.{key}' must be a list of strings, got {item!r}"
+                )
+            item = tuple(item)
+        else:
+            item = _checked(where, f"cors_settings.{key}", kind, item)
+        for row in foreign("mlserver", f"cors_settings.{key}"):
+            found.settings[row.key] = item
+
+
 #: How a value of MLServer's becomes the value of the Podium setting(s) its table row names,
 #: where the two say it differently.
 _CONVERT: Mapping[str, Callable[[Any], Any]] = {
@@ -229,6 +253,10 @@ def _apply(found: MLServerConfig, where: str, key: str, value: Any) -> None:
             converted = value if spelling is None else spelling.to_field(value, None)
             if converted is not UNSET:
                 found.defaults[model_key] = converted
+        return
+    if key == "cors_settings":
+        if value is not None:
+            _cors(found, where, value)
         return
     rows = foreign("mlserver", key)
     if rows:

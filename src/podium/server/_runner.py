@@ -39,7 +39,7 @@ from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
-from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp
+from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp, RootPath, with_web
 from .management import (
     MANAGEMENT_ROUTES,
     Management,
@@ -301,7 +301,9 @@ class Podium:
         )
         if inference_keys is not None:
             app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
-        app = self._observed(app, INFERENCE_ROUTES)  # outermost: refused requests have lines
+        app = self._observed(with_web(app, config.web), INFERENCE_ROUTES)  # refused ones: lines too
+        if config.web.root_path:  # before the access log's route names
+            app = RootPath(app, config.web.root_path)
         await self._serve_http(
             "http-inference", app, listeners.host, listeners.http_port, websockets=True
         )
