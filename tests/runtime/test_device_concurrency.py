@@ -24,12 +24,13 @@ from helpers import wait_until
 from podium.dataplane._statistics import model_statistics
 from podium.model.discovery import discover_all
 from podium.model.torchserve._config import model_config
-from podium.runtime import devices as devices_module
 from podium.runtime._device_share import DeviceShares
 from podium.runtime.devices import FakeInventory
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelState, ModelVersion
 from podium.server._requests import RequestSnapshots
+
+pytest_plugins = ["device_fixtures"]
 
 
 class Probe:
@@ -93,16 +94,6 @@ class Model:
             mine.unlink()
         return {"gpu": gpu, "here": here}
 """
-
-
-@pytest.fixture
-def gpus() -> Iterator[FakeInventory]:
-    fake = FakeInventory(4)
-    devices_module.set_inventory(fake)
-    try:
-        yield fake
-    finally:
-        devices_module.set_inventory(None)
 
 
 @pytest.fixture
