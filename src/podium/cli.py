@@ -258,22 +258,8 @@ def _serve(
             await starting
         except asyncio.CancelledError:
             logging.getLogger("podium").info("stopped while starting")
-        except DefinitionError as exc:
-            click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
-            for problem in exc.problems:
-                click.echo(f"  - {problem}", err=True)
-            await podium.stop()
-            return 1
-        except OSError as exc:
-            click.echo(f"podium: {exc.strerror or exc}", err=True)
-            await podium.stop()
-            return 1
-        except UnsafeExposure as exc:
-            click.echo(f"podium: refusing to start: {exc}", err=True)
-            await podium.stop()
-            return 1
-        except TracingUnavailable as exc:
-            click.echo(f"podium: cannot trace: {exc}", err=True)
+        except (DefinitionError, OSError, UnsafeExposure, TracingUnavailable) as exc:
+            _cannot_start(exc)
             await podium.stop()
             return 1
         code = await podium.shutdown(await signalled)
@@ -286,6 +272,20 @@ def _serve(
     if stuck:
         exit_now(code, f"{len(stuck)} thread(s) still run model code ({', '.join(stuck)})")
     sys.exit(code)
+
+
+def _cannot_start(exc: Exception) -> None:
+    """Say on stderr why the server cannot start (each problem of models that cannot load)."""
+    from .server import UnsafeExposure
+
+    if isinstance(exc, DefinitionError):
+        problems = "".join(f"\n  - {problem}" for problem in exc.problems)
+        click.echo(f"podium: cannot serve; these models cannot be loaded:{problems}", err=True)
+    elif isinstance(exc, OSError):
+        click.echo(f"podium: {exc.strerror or exc}", err=True)
+    else:  # UnsafeExposure, TracingUnavailable
+        what = "refusing to start" if isinstance(exc, UnsafeExposure) else "cannot trace"
+        click.echo(f"podium: {what}: {exc}", err=True)
 
 
 def _ts_start(ts_config: Path | None) -> Any:
@@ -636,8 +636,6 @@ def ray_command(
     try:
         code = run(settings, address=address, host=host, port=port, grpc_port=grpc_port, name=name)
     except DefinitionError as exc:
-        click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
-        for problem in exc.problems:
-            click.echo(f"  - {problem}", err=True)
+        _cannot_start(exc)
         code = 1
     sys.exit(code)
