@@ -24,6 +24,8 @@ from .errors import DefinitionError
 
 __all__ = ["main"]
 
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)  # a file that must exist
+
 
 def _deprecated(values: dict[str, Any], name: str) -> None:
     """Take ``grpc_threads`` out of ``values``, saying that it is deprecated: gRPC calls hold no
@@ -136,19 +138,19 @@ def main() -> None:
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="YAML file with any of these settings (keys as the flags, '-' or '_'); flags win.",
 )
 @click.option(
     "--ts-config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="TorchServe's config.properties: its addresses, model store, load_models, models={...} "
     "and defaults, read as TorchServe reads them; --config and flags win over it.",
 )
 @click.option(
     "--settings",
     "settings_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="MLServer's settings.json (default: the one in the one folder given), with MLSERVER_* "
     "variables under it, read as MLServer reads them; --config and flags win over it.",
 )
@@ -383,7 +385,7 @@ PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
 @click.option("--model-store", type=click.Path(path_type=Path), default=None)
 @click.option("--models", "models", multiple=True, help="name=file.mar, file.mar, a bare name "
               "in the model store, or all.")  # fmt: skip
-@click.option("--ts-config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--ts-config", type=_FILE)
 @click.option("--ncs", "--no-config-snapshots", "ncs", is_flag=True,
               help="Accepted: Podium takes no config snapshots.")  # fmt: skip
 @click.option("--disable-token-auth", is_flag=True, help="No token authorization.")
@@ -491,33 +493,19 @@ def _stop_started() -> int:
     "(image_classifier, text_classifier, object_detector, image_segmenter, base_handler).",
 )
 @click.option("--version", "version", default=None, help="The model's version (modelVersion).")
+@click.option("--serialized-file", type=_FILE, help="The weights file (serializedFile), if any.")
 @click.option(
-    "--serialized-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The weights file (serializedFile), if any.",
-)
-@click.option(
-    "--model-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The file with the model's architecture (modelFile), if any.",
+    "--model-file", type=_FILE, help="The file with the model's architecture (modelFile), if any."
 )
 @click.option(
     "--extra-files",
     default=None,
     help="Comma-separated files or directories to add (at the archive's root).",
 )
-@click.option(
-    "--config-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The model-config.yaml (configFile).",
-)
+@click.option("--config-file", type=_FILE, help="The model-config.yaml (configFile).")
 @click.option(
     "--requirements-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
+    type=_FILE,
     help="A requirements.txt to carry along (Podium does not install it).",
 )
 @click.option(
@@ -576,7 +564,7 @@ def archive(
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="podium serve's YAML config file (its models and the settings that apply on Ray).",
 )
 @click.option(
