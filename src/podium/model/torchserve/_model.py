@@ -213,7 +213,7 @@ class TorchServeModel:
         """Run the handler's ``initialize(context)`` (module style: ``handle(None, context)``)."""
         if self._init is not None:
             # in this task's context: metrics initialize creates are the version's
-            await run_sync(self._executor, contextvars.copy_context().run, self._initialize)
+            await run_sync(self._executor, self._initialize)
 
     def _initialize(self) -> None:
         try:
