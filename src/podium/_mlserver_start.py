@@ -294,10 +294,10 @@ def server_settings(
     *,
     start: bool = False,
     environ: Mapping[str, str] | None = None,
-) -> MLServerConfig | None:
+) -> MLServerConfig:
     """MLServer's server settings for ``podium serve`` / ``podium mlserver start``: those of
     ``settings_file``, else of the ``settings.json`` in the one folder of ``paths``, with the
-    ``MLSERVER_*`` variables under them; None when there is no such file (for ``start``, as
+    ``MLSERVER_*`` variables under them; empty when there is no such file (for ``start``, as
     ``mlserver start`` reads them: the variables alone, over MLServer's own defaults; and
     where FOLDER holds no ``model-settings.json``, the model of ``MLSERVER_MODEL_*`` variables
     alone, MLServer's default model). With model paths given, ``model_repository_root`` is
@@ -309,7 +309,7 @@ def server_settings(
     if path is None and len(paths) == 1 and (paths[0] / SETTINGS_FILE).is_file():
         path = paths[0] / SETTINGS_FILE
     if path is None and not start:
-        return None
+        return MLServerConfig()
     try:
         found = read_settings_json(path, environ)
     except MLServerSettingsError as exc:

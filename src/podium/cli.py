@@ -205,30 +205,23 @@ def _serve(
     from ._mlserver_start import server_settings
     from .runtime import ModelSettings
 
-    settings: ModelSettings | None = None
     start = _ts_start(ts_config)
     mls = server_settings(settings_file, paths, start=mlserver_start)
-    alone = (mls.model,) if mls is not None and mls.model is not None else ()
+    alone = () if mls.model is None else (mls.model,)
     if alone:  # mlserver start FOLDER: no model-settings.json, the variables' model
         paths = []
-    base = {**(start.settings if start else {}), **(mls.settings if mls else {})}
-    config = _merge(config_file, flags, base)
+    config = _merge(config_file, flags, {**start.settings, **mls.settings})
     all_paths = [*(Path(p) for p in config.serving.paths), *paths]
     names = dict(names or {})
-    defaults = {**config.logs.torchserve_fields(), **(mls.defaults if mls else {})}  # metrics
-    defaults.update(start.defaults if start else {})
-    if start is not None:
-        store = config.registration.model_store
-        for entry in start.load_models:
-            found, name = _store_entry(entry, store)
-            # one archive in --models and in models={marName} is one model, as in TorchServe
-            if found is not None and found.resolve() not in {p.resolve() for p in all_paths}:
-                all_paths.append(found)
-                if name is not None:
-                    names[found] = name
-        settings = ModelSettings(names, start.models, defaults, alone)
-    elif names or defaults or alone:
-        settings = ModelSettings(names=names, defaults=defaults, sources=alone)
+    defaults = {**config.logs.torchserve_fields(), **mls.defaults, **start.defaults}  # metrics
+    for entry in start.load_models:
+        found, name = _store_entry(entry, config.registration.model_store)
+        # one archive in --models and in models={marName} is one model, as in TorchServe
+        if found is not None and found.resolve() not in {p.resolve() for p in all_paths}:
+            all_paths.append(found)
+            if name is not None:
+                names[found] = name
+    settings = ModelSettings(names, start.models, defaults, alone)
     if not all_paths and not alone and config.registration.model_store is None:  # by the API
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
@@ -242,9 +235,9 @@ def _serve(
     from .server import Podium, TracingUnavailable, UnsafeExposure
 
     podium = Podium(config, all_paths, model_settings=settings)
-    for note in [*(start.notes if start else ()), *(mls.notes if mls else ())]:
+    for note in [*start.notes, *mls.notes]:
         logging.getLogger("podium").warning("%s", note)
-    if mls is not None and mls.source:
+    if mls.source:
         logging.getLogger("podium").info("MLServer's settings read from %s", mls.source)
 
     async def run() -> int:
@@ -291,12 +284,12 @@ def _cannot_start(exc: Exception) -> None:
 
 
 def _ts_start(ts_config: Path | None) -> Any:
-    """``config.properties`` read (``_torchserve_start.TorchServeConfig``), or None."""
-    if ts_config is None:
-        return None
+    """``config.properties`` read (``_torchserve_start.TorchServeConfig``; empty: none)."""
     from ._properties import PropertiesError
-    from ._torchserve_start import read_ts_config
+    from ._torchserve_start import TorchServeConfig, read_ts_config
 
+    if ts_config is None:
+        return TorchServeConfig()
     try:
         return read_ts_config(ts_config)
     except PropertiesError as exc:
