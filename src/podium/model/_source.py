@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import ModelConfig
 from ._owned import Owned
 
-if TYPE_CHECKING:  # the torchserve and truss packages import this module
-    from .torchserve import TsSettings
+if TYPE_CHECKING:  # the truss package imports this module
     from .truss import TrussSettings
 
 __all__ = [
@@ -47,7 +46,6 @@ class TorchServeParts:
 
     manifest: dict[str, Any]  # MAR-INF/MANIFEST.json, as TorchServe writes it
     yaml_config: dict[str, Any]  # model-config.yaml as read: the handler's model_yaml_config
-    settings: TsSettings  # what that config decides beyond ModelConfig (the device)
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,7 +114,7 @@ def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSourc
             raise DefinitionError(f"{where}: the manifest's configFile '{config_file}' is missing")
         yaml_config = load_yaml(config_path)
         where = f"{path} ({config_file})" if path.is_file() else str(config_path)
-    config, settings = model_config(
+    config = model_config(
         yaml_config,
         name=str(name),
         version=None if version is None else str(version),
@@ -123,7 +123,7 @@ def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSourc
     handler = str(model.get("handler", "")).partition(":")[0]
     handler_file = model_dir / (handler if handler.endswith(".py") else f"{handler}.py")
     file = path.resolve() if path.is_file() else handler_file.resolve()
-    parts = TorchServeParts(manifest, yaml_config, settings)
+    parts = TorchServeParts(manifest, yaml_config)
     return ModelSource(config, file, model_dir, Contract.TORCHSERVE, torchserve=parts, owned=owned)
 
 
