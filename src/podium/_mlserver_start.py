@@ -116,7 +116,6 @@ class MLServerConfig:
 
     settings: dict[str, Any] = field(default_factory=dict)  # server settings by key
     defaults: dict[str, Any] = field(default_factory=dict)  # model keys, unless a model sets them
-    root: Path | None = None  # model_repository_root, when given
     environ: dict[str, str] = field(default_factory=dict)  # variables set unless already set
     notes: list[str] = field(default_factory=list)  # keys not honoured, with why
     source: str = ""  # what was read (for the start log)
@@ -264,9 +263,7 @@ def _apply(found: MLServerConfig, where: str, key: str, value: Any) -> None:
             return  # null: MLServer's default (grpc_max_message_length)
         for row in rows:
             found.settings[row.key] = _CONVERT.get(key, lambda v: v)(value)
-        if key == "model_repository_root":
-            found.root = Path(value)
-        elif key == "tracing_server" and value:  # MLServer exports over OTLP/gRPC, no TLS
+        if key == "tracing_server" and value:  # MLServer exports over OTLP/gRPC, no TLS
             endpoint = value if "://" in value else f"http://{value}"
             found.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
             found.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "grpc"
@@ -324,7 +321,6 @@ def server_settings(
                 raise click.UsageError(exc.message) from None
     if paths:
         found.settings.pop("models", None)
-        found.root = None
     for name, value in found.environ.items():
         os.environ.setdefault(name, value)
     return found
