@@ -45,7 +45,6 @@ class TorchServeParts:
     """What the TorchServe adapter needs of a model beyond its ``ModelConfig``."""
 
     manifest: dict[str, Any]  # MAR-INF/MANIFEST.json, as TorchServe writes it
-    yaml_config: dict[str, Any]  # model-config.yaml as read: the handler's model_yaml_config
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,7 +123,7 @@ def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSourc
     handler = str(model.get("handler", "")).partition(":")[0]
     handler_file = model_dir / (handler if handler.endswith(".py") else f"{handler}.py")
     file = path.resolve() if path.is_file() else handler_file.resolve()
-    parts = TorchServeParts(manifest, yaml_config)
+    parts = TorchServeParts(manifest)
     return ModelSource(config, file, model_dir, Contract.TORCHSERVE, torchserve=parts, owned=owned)
 
 
@@ -190,7 +190,7 @@ class TorchServeModel:
                 read_metrics_yaml(config.metrics_config).model_metrics,
                 mode=config.ts_metrics,
             ),
-            model_yaml_config=parts.yaml_config,
+            model_yaml_config=config.raw,  # model-config.yaml, as read
         )
         self._model_dir = source.model_dir
         # handle() runs on threads of the adapter's own, as a native sync predict does
