@@ -60,8 +60,6 @@ class MLServerParts:
 class TrussParts:
     """What the Truss adapter needs of a model beyond its ``ModelConfig``."""
 
-    root: Path  # the truss's folder (config.yaml)
-    config: dict[str, Any]  # config.yaml with Truss's defaults filled in: the model's `config`
     settings: TrussSettings  # what the adapter reads of it (paths, runtime, secrets, env)
 
 

@@ -389,7 +389,7 @@ def read_truss(root: Path) -> ModelSource:
         resources=dict(config.get("resources") or {}),
         notes=tuple(f"{where}: {note}" for note in _notes(config, data)),
     )
-    parts = TrussParts(root=root, config=config, settings=settings)
+    parts = TrussParts(settings=settings)
     return ModelSource(
         model_config,
         model_file,

@@ -102,7 +102,7 @@ class TrussModel:
         directory = getattr(secrets, "directory", None)
         settings.data_dir.mkdir(parents=True, exist_ok=True)  # Truss makes it too
         available = {
-            "config": parts.config,
+            "config": source.config.raw,  # config.yaml with Truss's defaults filled in
             "data_dir": settings.data_dir,
             "secrets": TrussSecrets(settings.secrets, directory),
             "lazy_data_resolver": LazyDataResolver(settings.data_dir),
