@@ -79,8 +79,7 @@ def test_a_truss_is_discovered_with_its_name_and_truss_settings(tmp_path: Path) 
     assert source.config.name == "basic truss"
     assert source.config.predict_concurrency == 3
     assert source.config.model_metadata == {"example_model_input": {"x": 1}}
-    parts = source.truss_parts()
-    assert parts.settings.resources["accelerator"] == "A10G:2"
+    assert source.config.raw["resources"]["accelerator"] == "A10G:2"
     # the model's `config` is Truss's, with its defaults filled in
     assert source.config.raw["runtime"]["streaming_read_timeout"] == 60
     assert source.config.raw["model_class_filename"] == "model.py"
