@@ -101,7 +101,6 @@ class Context:
             "limit_max_image_pixels": limit_max_image_pixels,
         }
         self._batch = _Batch()
-        self._limit_max_image_pixels = limit_max_image_pixels
         if metrics is None:  # TorchServe's metrics API, recording nowhere
             metrics = TorchServeMetrics(None, model_name, TORCHSERVE_DEFAULT.model_metrics)
         self.metrics = metrics
