@@ -160,9 +160,11 @@ class MLServerModel:
     async def _call(self, method: str, *args: Any) -> Any:
         fn: Callable[..., Any] = getattr(self.runtime, method)
         # mlserver.register / mlserver.log inside record to this version's metrics
-        # a sync method: not on the loop (in this context, for the metrics)
-        threads = self._threads.run if method == "predict" else None
         with recording_to(self._metrics):
+            if inspect.iscoroutinefunction(fn):  # (the hot path: no call_method frame)
+                return await fn(*args)
+            # a sync method: not on the loop (in this context, for the metrics)
+            threads = self._threads.run if method == "predict" else None
             return await call_method(fn, *args, executor=self._executor, threads=threads)
 
     async def load(self) -> None:
