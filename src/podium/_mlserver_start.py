@@ -155,23 +155,17 @@ def _checked(where: str, key: str, kind: str, value: Any) -> Any:
     raise MLServerSettingsError(f"{where}: '{key}' must be {name}, got {value!r}")
 
 
-def environment_settings(environ: Mapping[str, str]) -> dict[str, Any]:
-    """MLServer's server settings given by ``MLSERVER_<KEY>`` variables (any case)."""
-    kinds = {key: kind.rstrip("?") for key, kind in _KINDS.items()}
-    try:
-        return environment_values(environ, ENV_PREFIX, kinds)
-    except ValueError as exc:
-        raise MLServerSettingsError(str(exc)) from None
-
-
 def read_settings_json(
     path: Path | None, environ: Mapping[str, str] | None = None
 ) -> MLServerConfig:
     """``path`` (a ``settings.json``; None: none) with the ``MLSERVER_*`` variables of
     ``environ`` under it, as Podium's settings; ``MLServerSettingsError`` names the key MLServer
     would refuse."""
-    environ = os.environ if environ is None else environ
-    values = environment_settings(environ)
+    kinds = {key: kind.rstrip("?") for key, kind in _KINDS.items()}
+    try:  # MLSERVER_<KEY> variables (any case)
+        values = environment_values(os.environ if environ is None else environ, ENV_PREFIX, kinds)
+    except ValueError as exc:
+        raise MLServerSettingsError(str(exc)) from None
     given_by = dict.fromkeys(values, "the environment")
     found = MLServerConfig()
     sources = [f"{ENV_PREFIX}* variables"] if values else []

@@ -188,7 +188,7 @@ def model_config(
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     # the handler gets the whole file, as TorchServe gives it; ModelConfig.raw holds it too
-    return _with_raw(config, yaml_config)
+    return dataclasses.replace(config, raw=dict(yaml_config))
 
 
 def devices_of(device_type: str | None, ids: list[int]) -> Any:
@@ -202,7 +202,3 @@ def devices_of(device_type: str | None, ids: list[int]) -> Any:
     if device_type == "gpu":
         return "gpu"
     return None
-
-
-def _with_raw(config: ModelConfig, raw: dict[str, Any]) -> ModelConfig:
-    return dataclasses.replace(config, raw=dict(raw))
