@@ -193,15 +193,15 @@ def _serve(
     config_file: Path | None,
     ts_config: Path | None,
     flags: dict[str, Any],
-    names: dict[Path, str] | None = None,
     *,
+    models: list[str] | None = None,
     settings_file: Path | None = None,
     mlserver_start: bool = False,
 ) -> None:
     """Serve: the settings of ``ts_config`` (config.properties) and of MLServer's
     ``settings_file`` (or the one beside the models; ``mlserver_start``: as ``mlserver start``
-    reads them), then ``config_file``, then ``flags``; ``names``: a path's model served under
-    another name (TorchServe's ``--models name=file.mar``)."""
+    reads them), then ``config_file``, then ``flags``; ``models``: TorchServe's ``--models``
+    entries (``name=file.mar``, ...), served with its ``load_models``."""
     from ._mlserver_start import server_settings
     from .runtime import ModelSettings
 
@@ -212,12 +212,14 @@ def _serve(
         paths = []
     config = _merge(config_file, flags, {**start.settings, **mls.settings})
     all_paths = [*(Path(p) for p in config.serving.paths), *paths]
-    names = dict(names or {})
+    names: dict[Path, str] = {}  # a path's model served under another name
     defaults = {**config.logs.torchserve_fields(), **mls.defaults, **start.defaults}  # metrics
-    for entry in start.load_models:
-        found, name = _store_entry(entry, config.registration.model_store)
-        # one archive in --models and in models={marName} is one model, as in TorchServe
-        if found is not None and found.resolve() not in {p.resolve() for p in all_paths}:
+    for entries, once in ((models or [], False), (start.load_models, True)):
+        for entry in entries:
+            found, name = _store_entry(entry, config.registration.model_store)
+            # one archive in --models and in models={marName} is one model, as in TorchServe
+            if found is None or (once and found.resolve() in {p.resolve() for p in all_paths}):
+                continue
             all_paths.append(found)
             if name is not None:
                 names[found] = name
@@ -418,21 +420,10 @@ def torchserve_command(
     flags: dict[str, Any] = {"model_store": model_store}
     if disable_token_auth:
         flags["auth"] = False
-    paths: list[Path] = []
-    names: dict[Path, str] = {}
-    store = model_store
-    if store is None and ts_config is not None:
-        store = _ts_start(ts_config).settings.get("model_store")
-    for entry in models:
-        for one in entry.split(","):
-            found, name = _store_entry(one.strip(), store)
-            if found is not None:
-                paths.append(found)
-                if name is not None:
-                    names[found] = name
     PID_FILE.write_text(str(os.getpid()), encoding="utf-8")
     try:
-        _serve(paths, None, ts_config, flags, names)
+        entries = [one.strip() for entry in models for one in entry.split(",")]
+        _serve([], None, ts_config, flags, models=entries)
     finally:
         with contextlib.suppress(OSError):
             if PID_FILE.read_text(encoding="utf-8").strip() == str(os.getpid()):
