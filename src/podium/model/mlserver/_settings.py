@@ -42,7 +42,6 @@ __all__ = [
     "SETTINGS_FILE",
     "declared_environment",
     "environment_model",
-    "environment_model",
     "environment_values",
     "read_json_object",
     "read_settings",
