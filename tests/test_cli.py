@@ -92,6 +92,7 @@ def serve_broken(name: str) -> subprocess.CompletedProcess[str]:
 
 def test_serve_refuses_a_model_that_breaks_a_rule() -> None:
     err = serve_broken("rule").stderr
+    assert "podium: cannot serve; these models cannot be loaded:\n  - " in err
     assert "model 'rule'" in err
     assert str(BROKEN / "rule" / "model.py") in err
     # Both rules it breaks, each naming the method.

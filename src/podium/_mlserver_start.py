@@ -116,7 +116,6 @@ class MLServerConfig:
 
     settings: dict[str, Any] = field(default_factory=dict)  # server settings by key
     defaults: dict[str, Any] = field(default_factory=dict)  # model keys, unless a model sets them
-    root: Path | None = None  # model_repository_root, when given
     environ: dict[str, str] = field(default_factory=dict)  # variables set unless already set
     notes: list[str] = field(default_factory=list)  # keys not honoured, with why
     source: str = ""  # what was read (for the start log)
@@ -156,23 +155,17 @@ def _checked(where: str, key: str, kind: str, value: Any) -> Any:
     raise MLServerSettingsError(f"{where}: '{key}' must be {name}, got {value!r}")
 
 
-def environment_settings(environ: Mapping[str, str]) -> dict[str, Any]:
-    """MLServer's server settings given by ``MLSERVER_<KEY>`` variables (any case)."""
-    kinds = {key: kind.rstrip("?") for key, kind in _KINDS.items()}
-    try:
-        return environment_values(environ, ENV_PREFIX, kinds)
-    except ValueError as exc:
-        raise MLServerSettingsError(str(exc)) from None
-
-
 def read_settings_json(
     path: Path | None, environ: Mapping[str, str] | None = None
 ) -> MLServerConfig:
     """``path`` (a ``settings.json``; None: none) with the ``MLSERVER_*`` variables of
     ``environ`` under it, as Podium's settings; ``MLServerSettingsError`` names the key MLServer
     would refuse."""
-    environ = os.environ if environ is None else environ
-    values = environment_settings(environ)
+    kinds = {key: kind.rstrip("?") for key, kind in _KINDS.items()}
+    try:  # MLSERVER_<KEY> variables (any case)
+        values = environment_values(os.environ if environ is None else environ, ENV_PREFIX, kinds)
+    except ValueError as exc:
+        raise MLServerSettingsError(str(exc)) from None
     given_by = dict.fromkeys(values, "the environment")
     found = MLServerConfig()
     sources = [f"{ENV_PREFIX}* variables"] if values else []
@@ -264,9 +257,7 @@ def _apply(found: MLServerConfig, where: str, key: str, value: Any) -> None:
             return  # null: MLServer's default (grpc_max_message_length)
         for row in rows:
             found.settings[row.key] = _CONVERT.get(key, lambda v: v)(value)
-        if key == "model_repository_root":
-            found.root = Path(value)
-        elif key == "tracing_server" and value:  # MLServer exports over OTLP/gRPC, no TLS
+        if key == "tracing_server" and value:  # MLServer exports over OTLP/gRPC, no TLS
             endpoint = value if "://" in value else f"http://{value}"
             found.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
             found.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "grpc"
@@ -294,10 +285,10 @@ def server_settings(
     *,
     start: bool = False,
     environ: Mapping[str, str] | None = None,
-) -> MLServerConfig | None:
+) -> MLServerConfig:
     """MLServer's server settings for ``podium serve`` / ``podium mlserver start``: those of
     ``settings_file``, else of the ``settings.json`` in the one folder of ``paths``, with the
-    ``MLSERVER_*`` variables under them; None when there is no such file (for ``start``, as
+    ``MLSERVER_*`` variables under them; empty when there is no such file (for ``start``, as
     ``mlserver start`` reads them: the variables alone, over MLServer's own defaults; and
     where FOLDER holds no ``model-settings.json``, the model of ``MLSERVER_MODEL_*`` variables
     alone, MLServer's default model). With model paths given, ``model_repository_root`` is
@@ -309,7 +300,7 @@ def server_settings(
     if path is None and len(paths) == 1 and (paths[0] / SETTINGS_FILE).is_file():
         path = paths[0] / SETTINGS_FILE
     if path is None and not start:
-        return None
+        return MLServerConfig()
     try:
         found = read_settings_json(path, environ)
     except MLServerSettingsError as exc:
@@ -324,7 +315,6 @@ def server_settings(
                 raise click.UsageError(exc.message) from None
     if paths:
         found.settings.pop("models", None)
-        found.root = None
     for name, value in found.environ.items():
         os.environ.setdefault(name, value)
     return found

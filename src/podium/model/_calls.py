@@ -8,7 +8,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from concurrent.futures import Executor
 from typing import Any
 
@@ -117,16 +117,22 @@ async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> An
         raise
 
 
-async def call_load(load: Callable[[], Any], executor: Executor) -> None:
-    """A model's ``load()``: an async one on the loop, a sync one in ``executor`` (in this
-    task's context: the metrics it creates are its version's), and what it returns awaited if
-    it is awaitable."""
-    if inspect.iscoroutinefunction(load):
-        await load()
-        return
-    result = await run_sync(executor, load)
+async def call_method(
+    fn: Callable[..., Any],
+    *args: Any,
+    executor: Executor,
+    threads: Callable[..., Awaitable[Any]] | None = None,
+) -> Any:
+    """A model's method as its contract runs it: a coroutine function awaited on the loop;
+    a sync one on ``threads`` (the instance's own ``CallThreads.run``) or else in ``executor``
+    (:func:`run_sync`), in the caller's context either way, and the awaitable it may return
+    awaited."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await (threads(fn, *args) if threads is not None else run_sync(executor, fn, *args))
     if inspect.isawaitable(result):
-        await result
+        result = await result
+    return result
 
 
 async def iterate_sync(

@@ -40,7 +40,7 @@ from ..types import (
     current_context,
 )
 from ._calls import (
-    call_load,
+    call_method,
     iterate_async,
     iterate_sync,
     model_error,
@@ -543,8 +543,8 @@ class NativeModel:
     async def load(self) -> None:
         """Run the model's ``load()``: async on the loop, sync in the thread pool."""
         load = getattr(self.obj, "load", None)
-        if load is not None:
-            await call_load(load, self._executor)
+        if load is not None:  # in this task's context: the metrics it creates are this version's
+            await call_method(load, executor=self._executor)
         self.openai = openai_face(self.obj, self.name, self._continuous)
 
     async def _call(self, spec: MethodSpec, fn: Any, inputs: Any, request: Any) -> Any:

@@ -472,15 +472,13 @@ def register_paths(
         sources = [settings.apply(source, problems) for source in [*sources, *settings.sources]]
     if only is not None:
         sources = [s for s in sources if (s.config.name, s.config.version) == only]
-    sources = in_declared_environments(sources, problems)
-    if install_requirements:
-        sources = in_environments(sources, problems)
-    if only is not None:
-        sources = [s for s in sources if (s.config.name, s.config.version) == only]
         if not sources and not problems:
             name, version = only
             which = f"model '{name}'" + (f" version '{version}'" if version else "")
             problems.append(f"{which} is not under {', '.join(str(p) for p in paths)}")
+    sources = in_declared_environments(sources, problems)
+    if install_requirements:
+        sources = in_environments(sources, problems)
     if overrides:
         sources = [
             dataclasses.replace(s, config=dataclasses.replace(s.config, **overrides))

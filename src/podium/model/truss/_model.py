@@ -27,7 +27,7 @@ from typing import Any
 
 from ...errors import DefinitionError, InvalidInput, ModelError, ResponseTimeout
 from ...types import Capabilities, Generation, InputKind, Returned
-from .._calls import call_load, iterate_async, iterate_sync, model_error, run_sync, validated
+from .._calls import call_method, iterate_async, iterate_sync, model_error, run_sync, validated
 from .._source import ModelSource
 from .._threads import CallThreads
 from . import _environ
@@ -102,7 +102,7 @@ class TrussModel:
         directory = getattr(secrets, "directory", None)
         settings.data_dir.mkdir(parents=True, exist_ok=True)  # Truss makes it too
         available = {
-            "config": parts.config,
+            "config": source.config.raw,  # config.yaml with Truss's defaults filled in
             "data_dir": settings.data_dir,
             "secrets": TrussSecrets(settings.secrets, directory),
             "lazy_data_resolver": LazyDataResolver(settings.data_dir),
@@ -189,7 +189,7 @@ class TrussModel:
 
     async def _load_once(self, load: Any) -> None:
         with _environ.using(self._env):  # the loading task may load other models after
-            await call_load(load, self._executor)
+            await call_method(load, executor=self._executor)
 
     def validate(self, value: Any) -> Any:
         """The input validated into the model's pydantic type, as Truss does; its failure is a
