@@ -276,7 +276,7 @@ def test_a_leaving_workers_calls_count_on_its_gpu_until_they_end() -> None:
 
 def test_torchserve_models_keep_per_worker_unless_their_podium_section_says() -> None:
     def read(data: dict[str, Any]) -> str:
-        config, _ = model_config(data, name="m", version=None, where="model-config.yaml")
+        config = model_config(data, name="m", version=None, where="model-config.yaml")
         return config.predict_concurrency_per
 
     assert read({"minWorkers": 2, "deviceType": "gpu"}) == "worker"

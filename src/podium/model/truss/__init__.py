@@ -10,6 +10,7 @@ and environment variables; ``_requirements`` says which of its requirements are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ def notes(source: ModelSource) -> list[str]:
 def accelerator_note(source: ModelSource, gpus: list[tuple[int, str]]) -> str | None:
     """A warning where the GPUs (``(number, name)``) the truss was given are not of the type
     its ``resources.accelerator`` names (``A10G:2``); None where they are, or it names none."""
-    accelerator = source.truss_parts().settings.resources.get("accelerator")
+    resources = source.config.raw.get("resources")
+    accelerator = resources.get("accelerator") if isinstance(resources, Mapping) else None
     if not accelerator or not gpus:
         return None
     return accelerator_mismatch(source.label, str(accelerator), gpus)
