@@ -25,7 +25,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..devices import CPU, using
-from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation
+from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation, WorkerDied
 from ..types import Generation, current_request
 from ._clock import SYSTEM_CLOCK, Clock
 from ._items import ItemBuffer
@@ -314,7 +314,7 @@ class ContinuousScheduler:
                     lane.wake.clear()
                     await lane.wake.wait()
                     continue
-                await self._run_step(worker, batch)
+                await self._run_step(lane, batch)
         finally:
             if self._lanes.get(worker) is lane:
                 del self._lanes[worker]
@@ -325,12 +325,24 @@ class ContinuousScheduler:
             for req in (*lane.active, *lane.joining):
                 req.end(stopped)
 
-    async def _run_step(self, worker: Worker, batch: list[_Request]) -> None:
+    async def _run_step(self, lane: _Lane, batch: list[_Request]) -> None:
+        worker = lane.worker
         self.steps += 1
         start = _now()
+        gens = [r.gen for r in batch]
+        failed: dict[Generation, BaseException] | None = None
         try:
-            with using(getattr(worker, "device", CPU)):  # podium.device() in the step
-                await worker.instance.step([r.gen for r in batch])
+            remote = getattr(worker, "step", None)
+            if remote is not None:  # a process worker: its process runs the model's step
+                failed = await remote(gens)
+            else:
+                with using(getattr(worker, "device", CPU)):  # podium.device() in the step
+                    await worker.instance.step(gens)
+        except WorkerDied as exc:  # the process and every generation it held are gone
+            for req in (*lane.active, *batch):
+                req.gen.take()
+                req.end(exc)
+            return
         except Exception as exc:  # the instance names the model and step
             for req in batch:
                 req.gen.take()
@@ -341,6 +353,9 @@ class ContinuousScheduler:
             gen = req.gen
             gen.first = False
             items = gen.take()
+            if failed is not None and gen in failed:
+                req.end(failed[gen])  # its preprocess, in the worker process, raised
+                continue
             if gen.cancelled:
                 continue
             if items:

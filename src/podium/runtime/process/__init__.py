@@ -13,7 +13,8 @@ worker by reference in the ``Init`` message.
 """
 
 from ._messages import Failed, HostFactory, Runner
-from ._parent import ProcessWorker, WorkerGone, process_pool
+from ._parent import ProcessWorker, WorkerGone
+from ._pool import process_pool
 from ._remote import RemoteInstance
 
 __all__ = [

@@ -66,12 +66,14 @@ from ._messages import (
     Report,
     Results,
     StartFailed,
+    Step,
     Stopped,
     Stream,
     Unvalidated,
     pack_error,
     queues_ahead,
 )
+from ._steps import ChildSteps
 from ._wire import Decoder, Encoder, Ring
 
 __all__ = ["main"]
@@ -156,6 +158,8 @@ class Child(asyncio.Protocol):
         # the frames made in one turn of the loop leave in one write
         self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
         self._encoder = Encoder()  # with a ring for large buffers to the server, on Init.shm
+        self._steps: ChildSteps | None = None  # a continuous model's generations
+        self._stepping: asyncio.Task[None] | None = None  # the step running (one at a time)
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -210,6 +214,8 @@ class Child(asyncio.Protocol):
                     self._waiting.append(message)  # queued ahead: starts in its turn
                 else:
                     self._begin(message)
+            case Step():
+                self._stepping = asyncio.get_running_loop().create_task(self._step(message))
             case Cancel():
                 cid = message.cid
                 request = self._requests.get(cid)
@@ -272,6 +278,8 @@ class Child(asyncio.Protocol):
         self.slots = asyncio.Semaphore(config.predict_concurrency)
         self.rebuild = init.rebuild
         self._gated = queues_ahead(instance.capabilities)
+        if instance.capabilities.continuous:
+            self._steps = ChildSteps(instance, runner.stats, self.name)
         self._limit = config.predict_concurrency
         self.report(force=True)  # what load() recorded
         heap.settle()  # the model is built: frozen, and no collections for requests in flight
@@ -379,6 +387,27 @@ class Child(asyncio.Protocol):
             )
         finally:
             self._end(cid)
+
+    async def _step(self, message: Step) -> None:
+        """One step of the continuous batch (``_steps``); its answer leaves at once."""
+        cid = message.cid
+        try:
+            if self._steps is None:
+                raise ModelError(f"model '{self.name}' is not served by continuous batching")
+            reply = await self._steps.run(message)
+            self.report()
+            try:
+                self.send(reply)
+            except Exception as exc:  # an item that cannot be encoded (nor pickled)
+                raise ModelError(
+                    f"model '{self.name}' emitted an item that cannot be sent back from its "
+                    f"worker process: {exc}"
+                ) from exc
+        except Exception as exc:
+            self.report()
+            error = exc if isinstance(exc, PodiumError) else model_error(self.name, "step", exc)
+            self.send(Error(cid, *pack_error(error)))
+        self._out.flush()
 
     def _end(self, cid: int) -> None:
         """Its answer is queued to leave; the next request starts after the write (``_write``).

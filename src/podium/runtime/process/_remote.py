@@ -24,8 +24,9 @@ __all__ = ["Connection", "PendingCall", "RemoteInstance", "describe_exit"]
 class RemoteInstance:
     """What the server knows of a model that runs in worker processes (the version's
     ``instance``): its capabilities, as the first worker that starts reports them.
-    ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
-    pydantic inputs is deferred to the worker too."""
+    ``preprocess`` and ``postprocess`` run in the worker, so they are off here (a continuous
+    model's preprocess too: when its request joins); validation of pydantic inputs is deferred
+    to the worker too."""
 
     #: the worker process runs (and times) the model's sync code
     calls = None
@@ -42,7 +43,6 @@ class RemoteInstance:
             has_preprocess=False,
             has_postprocess=False,
             predict_in_thread=False,  # the worker process times its own predicts
-            continuous=False,  # continuous batching runs on thread workers only
         )
 
     async def load(self) -> None:
@@ -61,7 +61,7 @@ class RemoteInstance:
         raise RuntimeError("a process worker's model runs in its worker processes")
 
     async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError("continuous batching runs on thread workers only")
+        raise RuntimeError("a process worker steps its batch in its worker process (its step)")
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         raise RuntimeError("a process worker's model runs in its worker processes")
