@@ -32,6 +32,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -283,7 +284,17 @@ class Child(asyncio.Protocol):
         self._limit = config.predict_concurrency
         self.report(force=True)  # what load() recorded
         heap.settle()  # the model is built: frozen, and no collections for requests in flight
-        self.send(_ready(instance))
+        try:
+            ready = _ready(instance)
+        except Exception as exc:  # a tokenizer that cannot be pickled
+            reason = (
+                f"model '{self.name}' generates on OpenAI's API, but its tokenizer cannot be "
+                f"sent to the server from its worker process: {type(exc).__name__}: {exc}"
+            )
+            logger.error("%s", reason)
+            self.send(StartFailed(reason))
+            return
+        self.send(ready)
         self._tick = asyncio.get_running_loop().call_later(REPORT_TICK, self._on_tick)
 
     # -- reports -----------------------------------------------------------------------------
@@ -466,7 +477,12 @@ class Child(asyncio.Protocol):
 
 
 def _ready(instance: ModelInstance) -> Ready:
-    return Ready(replace(instance.capabilities, input_schema=None))
+    """What the server learns of the model (a generating model's tokenizer too: the front end
+    tokenizes and detokenizes, the worker process runs the steps)."""
+    face = getattr(instance, "openai", None)
+    generates = face is not None and getattr(face, "generates", False)
+    pickled = pickle.dumps(face, protocol=5) if generates else None
+    return Ready(replace(instance.capabilities, input_schema=None), pickled)
 
 
 async def _serve(sock: socket.socket) -> None:

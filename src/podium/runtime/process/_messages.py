@@ -180,9 +180,12 @@ class Step(msgspec.Struct, array_like=True, tag=12):
 
 class Ready(msgspec.Struct):
     """The model is built and loaded: its capabilities, as the worker's instance has them (less
-    ``input_schema``: a user class the server may not import; the worker validates)."""
+    ``input_schema``: a user class the server may not import; the worker validates). ``face``:
+    where the model generates on OpenAI's API, the pickle of its ``OpenAIFace`` (the front end
+    tokenizes with its tokenizer; unpickled by the server's :class:`RemoteInstance`)."""
 
     capabilities: Capabilities
+    face: bytes | None = None
 
 
 class StartFailed(msgspec.Struct):

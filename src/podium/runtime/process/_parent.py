@@ -212,7 +212,11 @@ class ProcessWorker:
         except BaseException:
             await self.close()
             raise
-        self._descriptor.describe(ready)
+        try:
+            self._descriptor.describe(ready)
+        except ValueError as exc:
+            await self.close()
+            raise WorkerDied(f"{self._label} worker process {self.pid}: {exc}") from exc
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
             self.ahead = min(1, self._max_ahead) if self._batching else self._max_ahead

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import pickle
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
@@ -34,8 +35,20 @@ class RemoteInstance:
     def __init__(self) -> None:
         self.capabilities = Capabilities()
         self.pipelined = False  # the real instance has preprocess or postprocess
+        #: a generating model's face to OpenAI's API (its tokenizer: the front end's), or None
+        self.openai: Any = None
 
     def describe(self, ready: Ready) -> None:
+        """Learn the model from a worker's ``Ready``; ``ValueError`` when its OpenAI face (a
+        tokenizer) cannot be rebuilt here (a class the server cannot import)."""
+        if ready.face is not None and self.openai is None:
+            try:
+                self.openai = pickle.loads(ready.face)
+            except Exception as exc:
+                raise ValueError(
+                    "its tokenizer cannot be rebuilt in the server (the front end tokenizes): "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
         caps = ready.capabilities
         self.pipelined = caps.has_preprocess or caps.has_postprocess
         self.capabilities = replace(
