@@ -1,9 +1,10 @@
 """Continuous batching: a generating model advances its active requests step by step, and
 requests join and leave between steps.
 
-Each ready thread worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
+Each ready worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
 for one worker: the requests placed on it and what feeds it): here one task that loops over its
-instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``). A request is preprocessed on
+instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``); a
+process worker's ``step`` runs its instance's in the worker process (``process/_steps.py``). A request is preprocessed on
 its own, then joins the least-loaded lane with room, or waits in one bounded FIFO line
 (``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
 requests that finished or whose client left, and admits new ones. After a step each request's
@@ -72,7 +73,7 @@ class _Lane:
 
 
 class ContinuousScheduler:
-    """Runs a ``continuous`` instance's ``step`` over a version's thread workers.
+    """Runs a ``continuous`` instance's ``step`` over a version's workers (threads or processes).
 
     ``stream(inputs, request)`` yields the items of one request as the steps emit them;
     ``infer`` gathers them into a list (the data plane streams continuous models and gathers
