@@ -3,9 +3,10 @@ and worker processes (``workers: process``: the lane steps the model across the 
 boundary, runtime/process/_steps.py).
 
 Joining and leaving between steps, the batch bound, each request's own items, cancellation,
-a failing step, per-request back-pressure, sync and async step, and the load-time rules; judged
-by what each step held (the model writes each step's requests to a file beside it, which both
-kinds of worker can), never by timing.
+a failing step or preprocess, per-request back-pressure, sync and async step, what only worker
+processes have (a worker dying mid-step, arrays crossing, the tokenizer), and the load-time
+rules; judged by what each step held (the model writes each step's requests to a file beside it,
+which both kinds of worker can), never by timing.
 """
 
 from __future__ import annotations
@@ -20,13 +21,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from helpers import wait_until
 
-from podium.errors import DefinitionError, ModelError, QueueFull, QueueTimeout, Unavailable
+from podium.errors import (
+    DefinitionError,
+    ModelError,
+    QueueFull,
+    QueueTimeout,
+    Unavailable,
+    WorkerDied,
+)
 from podium.model.discovery import discover_all
 from podium.runtime.continuous import ContinuousScheduler
 from podium.runtime.loading import build_version, check_paths
 from podium.runtime.registry import ModelVersion
+from podium.runtime.workers import WorkerState
 
 # Each request asks for ``n`` items, one per step; ``hold`` makes its first step wait while the
 # test sends requests (Probe.hold / release). Each step appends its requests' ids to steps.jsonl beside the model; while the file ``hold``
@@ -137,8 +148,7 @@ class Probe:
 
     async def entered(self, n: int = 1) -> None:
         """Until ``n`` steps have begun (the order of events, not their speed)."""
-        while len(self.steps) < n:  # noqa: ASYNC110 (written by another process: no event)
-            await asyncio.sleep(0.005)
+        await wait_until(lambda: len(self.steps) >= n, what=f"{n} steps begun")
 
 
 def model_of(
@@ -351,6 +361,105 @@ async def test_close_fails_active_requests(
     for task in (running, waiting):
         with pytest.raises(Unavailable):
             await task
+
+
+# -- what only worker processes have -----------------------------------------------------------
+# A worker process that dies mid-step fails every request of its lane with ``WorkerDied`` and is
+# replaced; arrays cross both ways while each request's ``state`` stays in the worker process; a
+# generating model whose tokenizer cannot reach the server does not start, saying why.
+
+PROCESS = "continuous_batching: true\nworkers: process\nbatch_size: 4\n"
+
+# ``die`` ends the worker process in the middle of a step; each step emits the request's step
+# count times its array ``x`` and keeps a lock in its state (it could not be pickled: the state
+# never crosses).
+MODEL = """
+import os, threading
+class Model:
+    async def step(self, batch):
+        for g in batch:
+            if g.inputs.get("die"):
+                os._exit(3)
+        for g in batch:
+            if g.first:
+                g.state["lock"] = threading.Lock()
+                g.state["i"] = 0
+            g.state["i"] += 1
+            g.emit({"i": g.state["i"], "y": g.inputs["x"] * g.state["i"]})
+            if g.state["i"] >= g.inputs["n"]:
+                g.finish()
+"""
+
+UNPICKLABLE_TOKENIZER = """
+import threading
+class Model:
+    def load(self):
+        self.tokenizer = threading.Lock()
+        self.context_length = 16
+    def step(self, batch):
+        pass
+"""
+
+
+@pytest.mark.anyio
+async def test_arrays_cross_and_the_state_stays_in_the_worker(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, MODEL, PROCESS, executor)
+    await mv.pool.start()  # type: ignore[union-attr]
+    s = mv.scheduler
+    assert isinstance(s, ContinuousScheduler)
+    try:
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        a, b = await asyncio.gather(collect(s, {"x": x, "n": 3}), collect(s, {"x": -x, "n": 2}))
+        assert [item["i"] for item in a] == [1, 2, 3] and [item["i"] for item in b] == [1, 2]
+        for i, item in enumerate(a, 1):
+            assert item["y"].dtype == np.float32 and np.array_equal(item["y"], x * i)
+        assert np.array_equal(b[1]["y"], -x * 2)
+        assert s.statistics()["steps"] == 3
+    finally:
+        await s.close()
+
+
+@pytest.mark.anyio
+async def test_a_worker_that_dies_mid_step_fails_its_lane_and_is_replaced(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, MODEL, PROCESS + "stream_buffer: 1\n", executor)
+    await mv.pool.start()  # type: ignore[union-attr]
+    s = mv.scheduler
+    assert isinstance(s, ContinuousScheduler)
+    x = np.ones(2)
+    try:
+        sitting = s.stream({"x": x, "n": 100}, None)
+        assert (await anext(sitting))["i"] == 1  # then it stops reading: it sits out
+        with pytest.raises(WorkerDied, match=r"died: it exited with code 3"):
+            await collect(s, {"die": True})
+        with pytest.raises(WorkerDied):  # in the same lane: its state died with the process
+            async for _ in sitting:
+                pass
+        pool = mv.pool
+        assert pool is not None
+        await wait_until(
+            lambda: any(w.state is WorkerState.READY for w in pool.gate.workers),
+            within=60,
+            what="a replacement worker process ready",
+        )
+        again = await collect(s, {"x": x, "n": 2})  # a new process, a new lane
+        assert [item["i"] for item in again] == [1, 2]
+        assert s.statistics()["active"] == 0
+    finally:
+        await s.close()
+
+
+@pytest.mark.anyio
+async def test_a_tokenizer_that_cannot_reach_the_server_fails_the_start(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, UNPICKLABLE_TOKENIZER, PROCESS, executor)
+    with pytest.raises(WorkerDied, match="tokenizer cannot be sent to the server"):
+        await mv.pool.start()  # type: ignore[union-attr]
+    await mv.scheduler.close()
 
 
 # -- load-time rules ---------------------------------------------------------------------------
