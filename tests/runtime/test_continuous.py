@@ -406,10 +406,7 @@ async def test_arrays_cross_and_the_state_stays_in_the_worker(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     mv = version_from(tmp_path, MODEL, PROCESS, executor)
-    await mv.pool.start()  # type: ignore[union-attr]
-    s = mv.scheduler
-    assert isinstance(s, ContinuousScheduler)
-    try:
+    async with loaded(mv) as s:
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
         a, b = await asyncio.gather(collect(s, {"x": x, "n": 3}), collect(s, {"x": -x, "n": 2}))
         assert [item["i"] for item in a] == [1, 2, 3] and [item["i"] for item in b] == [1, 2]
@@ -417,8 +414,6 @@ async def test_arrays_cross_and_the_state_stays_in_the_worker(
             assert item["y"].dtype == np.float32 and np.array_equal(item["y"], x * i)
         assert np.array_equal(b[1]["y"], -x * 2)
         assert s.statistics()["steps"] == 3
-    finally:
-        await s.close()
 
 
 @pytest.mark.anyio
@@ -426,11 +421,10 @@ async def test_a_worker_that_dies_mid_step_fails_its_lane_and_is_replaced(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
     mv = version_from(tmp_path, MODEL, PROCESS + "stream_buffer: 1\n", executor)
-    await mv.pool.start()  # type: ignore[union-attr]
-    s = mv.scheduler
-    assert isinstance(s, ContinuousScheduler)
+    pool = mv.pool
+    assert pool is not None
     x = np.ones(2)
-    try:
+    async with loaded(mv) as s:
         sitting = s.stream({"x": x, "n": 100}, None)
         assert (await anext(sitting))["i"] == 1  # then it stops reading: it sits out
         with pytest.raises(WorkerDied, match=r"died: it exited with code 3"):
@@ -438,8 +432,6 @@ async def test_a_worker_that_dies_mid_step_fails_its_lane_and_is_replaced(
         with pytest.raises(WorkerDied):  # in the same lane: its state died with the process
             async for _ in sitting:
                 pass
-        pool = mv.pool
-        assert pool is not None
         await wait_until(
             lambda: any(w.state is WorkerState.READY for w in pool.gate.workers),
             within=60,
@@ -448,8 +440,6 @@ async def test_a_worker_that_dies_mid_step_fails_its_lane_and_is_replaced(
         again = await collect(s, {"x": x, "n": 2})  # a new process, a new lane
         assert [item["i"] for item in again] == [1, 2]
         assert s.statistics()["active"] == 0
-    finally:
-        await s.close()
 
 
 @pytest.mark.anyio

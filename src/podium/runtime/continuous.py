@@ -4,9 +4,9 @@ requests join and leave between steps.
 Each ready worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
 for one worker: the requests placed on it and what feeds it): here one task that loops over its
 instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``); a
-process worker's ``step`` runs its instance's in the worker process (``process/_steps.py``). A request is preprocessed on
-its own, then joins the least-loaded lane with room, or waits in one bounded FIFO line
-(``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
+process worker's ``step`` runs its instance's in the worker process (``process/_steps.py``). A
+request is preprocessed on its own, then joins the least-loaded lane with room, or waits in one
+bounded FIFO line (``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
 requests that finished or whose client left, and admits new ones. After a step each request's
 emitted items go to its own buffer of ``stream_buffer`` items; a request whose buffer is full
 sits out the following steps until its reader catches up, while the others keep going.

@@ -280,7 +280,7 @@ class Child(asyncio.Protocol):
         self.rebuild = init.rebuild
         self._gated = queues_ahead(instance.capabilities)
         if instance.capabilities.continuous:
-            self._steps = ChildSteps(instance, runner.stats, self.name)
+            self._steps = ChildSteps(instance, runner.stats, self.name, self.rebuild)
         self._limit = config.predict_concurrency
         self.report(force=True)  # what load() recorded
         heap.settle()  # the model is built: frozen, and no collections for requests in flight

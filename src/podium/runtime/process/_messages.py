@@ -164,7 +164,8 @@ class Release(msgspec.Struct, array_like=True, tag=6):
 
 class Step(msgspec.Struct, array_like=True, tag=12):
     """One step of a worker process's continuous batch. Generations are named by ``gid``: those
-    in ``joined`` enter with their ``inputs`` (once, before their first step), those in ``left``
+    in ``joined`` enter with their ``inputs`` and requests (once, before their first step), those
+    in ``left``
     are gone (finished, cancelled: their state goes), ``batch`` is who steps now, in order (a
     generation whose reader is behind sits out: alive, not stepped)."""
 
@@ -173,6 +174,8 @@ class Step(msgspec.Struct, array_like=True, tag=12):
     inputs: list[Any]
     left: list[int]
     batch: list[int]
+    #: the joining ones' request snapshots (as ``Infer.request``), or [] when none has one
+    requests: list[Any] = []
 
 
 # -- worker → server ---------------------------------------------------------------------------

@@ -613,7 +613,10 @@ class ProcessWorker:
         preprocess failed, with their errors. Runs in the slot its lane holds."""
         if self.state is not _READY:
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        message, answer = self._steps.begin(next(self._ids), batch)
+        requests = [gen.request for gen in self._steps.joining(batch)]
+        has = any(r is not None for r in requests)
+        snapshots = [await self._snapshot(r) for r in requests] if has else []
+        message, answer = self._steps.begin(next(self._ids), batch, snapshots)
         try:
             self._send(message)
             self._out.flush()  # the lane waits for this step alone

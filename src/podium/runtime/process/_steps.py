@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...errors import PodiumError
@@ -37,8 +38,15 @@ class RemoteSteps:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Stepped]] = {}
 
-    def begin(self, cid: int, batch: list[Generation]) -> tuple[Step, asyncio.Future[Stepped]]:
-        """The message for one step of ``batch`` and the future its answer sets."""
+    def joining(self, batch: list[Generation]) -> list[Generation]:
+        """The generations of ``batch`` the worker does not hold yet (they join at this step)."""
+        return [gen for gen in batch if gen not in self._held]
+
+    def begin(
+        self, cid: int, batch: list[Generation], snapshots: list[Any]
+    ) -> tuple[Step, asyncio.Future[Stepped]]:
+        """The message for one step of ``batch`` and the future its answer sets; ``snapshots``:
+        the joining ones' request snapshots, in order (or [])."""
         held = self._held
         left = [gid for gen, gid in held.items() if gen.finished or gen.cancelled]
         if left:
@@ -55,7 +63,7 @@ class RemoteSteps:
             order.append(gid)
         future = asyncio.get_running_loop().create_future()
         self._pending[cid] = future
-        return Step(cid, joined, inputs, left, order), future
+        return Step(cid, joined, inputs, left, order, snapshots), future
 
     def answered(self, reply: Stepped) -> None:
         future = self._pending.pop(reply.cid, None)
@@ -109,47 +117,68 @@ class RemoteSteps:
 class ChildSteps:
     """The worker process's side: the generations it holds, stepped on the server's orders."""
 
-    def __init__(self, instance: ModelInstance, stats: VersionStats, name: str) -> None:
+    def __init__(
+        self,
+        instance: ModelInstance,
+        stats: VersionStats,
+        name: str,
+        rebuild: Callable[[Any, Callable[[], Awaitable[Any]]], Any] | None,
+    ) -> None:
         self._instance = instance
         self._stats = stats
         self._name = name
+        self._rebuild = rebuild
         self._gens: dict[int, Generation] = {}
+        #: what a rebuilt request waits on to see its client leave (``is_disconnected()``)
+        self._gone: dict[int, asyncio.Event] = {}
 
-    async def _join(self, gid: int, inputs: Any, failed: dict[int, Failed]) -> None:
+    def _leave(self, gid: int) -> None:
+        self._gens.pop(gid, None)
+        gone = self._gone.pop(gid, None)
+        if gone is not None:
+            gone.set()
+
+    async def _join(self, gid: int, inputs: Any, snapshot: Any, failed: dict[int, Failed]) -> None:
         """Validate and preprocess one joining request on its own (as the server does for a
         thread worker); a failure is that request's alone."""
         instance = self._instance
+        request = None
+        if snapshot is not None and self._rebuild is not None:
+            gone = self._gone[gid] = asyncio.Event()
+            request = self._rebuild(snapshot, gone.wait)
         try:
             if isinstance(inputs, Unvalidated):
                 inputs = instance.validate(inputs.value)
             if instance.capabilities.has_preprocess:
                 start = time.perf_counter_ns()
-                inputs = await instance.preprocess(inputs, None)
+                inputs = await instance.preprocess(inputs, request)
                 self._stats.compute_input.add(time.perf_counter_ns() - start)
         except Exception as exc:
             error = (
                 exc if isinstance(exc, PodiumError) else model_error(self._name, "preprocess", exc)
             )
             failed[gid] = Failed.of(error)
+            self._leave(gid)
             return
-        self._gens[gid] = Generation(inputs)
+        self._gens[gid] = Generation(inputs, request)
 
     async def run(self, message: Step) -> Stepped:
         """One step: drop who left, admit who joined, step the batch, say what it emitted."""
         gens = self._gens
         for gid in message.left:
-            gens.pop(gid, None)
+            self._leave(gid)
         failed: dict[int, Failed] = {}
         if message.joined:
-            joins = zip(message.joined, message.inputs, strict=True)
-            await asyncio.gather(*(self._join(gid, value, failed) for gid, value in joins))
+            snapshots = message.requests or [None] * len(message.joined)
+            joins = zip(message.joined, message.inputs, snapshots, strict=True)
+            await asyncio.gather(*(self._join(gid, v, r, failed) for gid, v, r in joins))
         batch = [gens[gid] for gid in message.batch if gid in gens]
         if batch:
             try:
                 await self._instance.step(batch)
             except BaseException:
                 for gid in message.batch:
-                    gens.pop(gid, None)
+                    self._leave(gid)
                 raise
         items: list[Any] = []
         done: list[int] = []
@@ -162,5 +191,5 @@ class ChildSteps:
             items.append(gen.take())
             if gen.finished:
                 done.append(gid)
-                del gens[gid]
+                self._leave(gid)
         return Stepped(message.cid, items, done)

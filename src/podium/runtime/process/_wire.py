@@ -193,7 +193,8 @@ def _to_wire(message: Message) -> Any:
     if kind is Results:
         return Results(m.cid, [_mark(v) for v in m.value])
     if kind is Step:
-        return Step(m.cid, m.joined, [_mark(v) for v in m.inputs], m.left, m.batch)
+        inputs = [_mark(v) for v in m.inputs]
+        return Step(m.cid, m.joined, inputs, m.left, m.batch, [_snapshot(r) for r in m.requests])
     if kind is Stepped:
         items = [[_mark(v) for v in e] if type(e) is list else _mark(e) for e in m.items]
         return Stepped(m.cid, items, m.done)
