@@ -618,10 +618,17 @@ class ProcessWorker:
         snapshots = [await self._snapshot(r) for r in requests] if has else []
         message, answer = self._steps.begin(next(self._ids), batch, snapshots)
         try:
-            self._send(message)
+            try:
+                self._send(message)
+            except WorkerGone:
+                raise
+            except Exception as exc:  # inputs that cannot be pickled
+                raise InvalidInput(
+                    f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
+                ) from exc
             self._out.flush()  # the lane waits for this step alone
             reply = await answer
         except BaseException:
-            self._steps.forget(batch)
+            self._steps.forget(message.cid, batch)
             raise
         return self._steps.apply(batch, reply)

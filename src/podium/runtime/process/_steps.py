@@ -108,8 +108,10 @@ class RemoteSteps:
                 del self._held[gen]
         return failures
 
-    def forget(self, batch: list[Generation]) -> None:
-        """The step of ``batch`` failed: the worker dropped their state."""
+    def forget(self, cid: int, batch: list[Generation]) -> None:
+        """The step ``cid`` of ``batch`` failed or was given up: the worker dropped their state
+        (or is gone), and its answer, if one comes, is ignored."""
+        self._pending.pop(cid, None)
         for gen in batch:
             self._held.pop(gen, None)
 
