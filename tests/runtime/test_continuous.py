@@ -380,6 +380,8 @@ class Model:
         for g in batch:
             if g.inputs.get("die"):
                 os._exit(3)
+            if g.inputs.get("lock"):
+                g.emit(threading.Lock())  # cannot cross back
         for g in batch:
             if g.first:
                 g.state["lock"] = threading.Lock()
@@ -440,6 +442,17 @@ async def test_a_worker_that_dies_mid_step_fails_its_lane_and_is_replaced(
         again = await collect(s, {"x": x, "n": 2})  # a new process, a new lane
         assert [item["i"] for item in again] == [1, 2]
         assert s.statistics()["active"] == 0
+
+
+@pytest.mark.anyio
+async def test_an_item_that_cannot_cross_back_fails_its_step_and_the_next_runs(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mv = version_from(tmp_path, MODEL, PROCESS, executor)
+    async with loaded(mv) as s:
+        with pytest.raises(ModelError, match="emitted an item that cannot be sent back"):
+            await collect(s, {"x": np.ones(1), "n": 2, "lock": True})
+        assert [item["i"] for item in await collect(s, {"x": np.ones(1), "n": 2})] == [1, 2]
 
 
 @pytest.mark.anyio

@@ -415,6 +415,8 @@ class Child(asyncio.Protocol):
                     f"worker process: {exc}"
                 ) from exc
         except Exception as exc:
+            if self._steps is not None:  # the server fails them all: nothing of theirs stays
+                self._steps.drop(message.batch)
             self.report()
             error = exc if isinstance(exc, PodiumError) else model_error(self.name, "step", exc)
             self.send(Error(cid, *pack_error(error)))

@@ -134,6 +134,11 @@ class ChildSteps:
         #: what a rebuilt request waits on to see its client leave (``is_disconnected()``)
         self._gone: dict[int, asyncio.Event] = {}
 
+    def drop(self, gids: list[int]) -> None:
+        """The server fails these generations (their step failed): their state goes."""
+        for gid in gids:
+            self._leave(gid)
+
     def _leave(self, gid: int) -> None:
         self._gens.pop(gid, None)
         gone = self._gone.pop(gid, None)
@@ -179,8 +184,7 @@ class ChildSteps:
             try:
                 await self._instance.step(batch)
             except BaseException:
-                for gid in message.batch:
-                    self._leave(gid)
+                self.drop(message.batch)
                 raise
         items: list[Any] = []
         done: list[int] = []
