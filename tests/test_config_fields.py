@@ -154,7 +154,7 @@ def problems(call: Any, *args: Any) -> list[str]:
 
 
 def ts(data: dict[str, Any]) -> ModelConfig:
-    return model_config(data, name="m", version="1", where="model-config.yaml")[0]
+    return model_config(data, name="m", version="1", where="model-config.yaml")
 
 
 def mls(tmp_path: Path, settings: dict[str, Any]) -> ModelConfig:

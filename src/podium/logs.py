@@ -108,6 +108,19 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+def _parts(record: logging.LogRecord) -> tuple[float, str, str, str | None, str, Any]:
+    """What a formatter's ``line`` writes of a record: its time, level, logger, request id,
+    message (bounded) and ``fields``."""
+    return (
+        record.created,
+        record.levelname,
+        record.name,
+        record.__dict__.get("request_id"),
+        bounded(record.getMessage(), MAX_LOG_MESSAGE),
+        record.__dict__.get("fields"),
+    )
+
+
 class _Seconds:
     """A clock's text, made once per second (``time.strftime`` costs more than a log line's
     other parts together)."""
@@ -139,15 +152,9 @@ class TextFormatter(BoundedFormatter):
         self._clock = _Seconds("%Y-%m-%d %H:%M:%S", time.localtime)
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.message = bounded(record.getMessage(), MAX_LOG_MESSAGE)
-        line = self.line(
-            record.created,
-            record.levelname,
-            record.name,
-            record.__dict__.get("request_id"),
-            message,
-            None,
-        )
+        parts = _parts(record)
+        record.message = parts[4]
+        line = self.line(*parts)
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -190,14 +197,7 @@ class JsonFormatter(logging.Formatter):
         self._clock = _Seconds("%Y-%m-%dT%H:%M:%S", time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
-        line = self._keys(
-            record.created,
-            record.levelname,
-            record.name,
-            record.__dict__.get("request_id"),
-            bounded(record.getMessage(), MAX_LOG_MESSAGE),
-            record.__dict__.get("fields"),
-        )
+        line = self._keys(*_parts(record))
         if record.exc_info:
             line["exception"] = bounded_traceback(self.formatException(record.exc_info))
         elif record.exc_text:

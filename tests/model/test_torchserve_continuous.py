@@ -108,7 +108,7 @@ async def run_step(inst: Any, batch: list[Generation]) -> dict[str, list[Any]]:
 
 
 def test_continuous_batching_maps_onto_the_config() -> None:
-    config, _ = model_config(
+    config = model_config(
         {"continuousBatching": True, "batchSize": 8}, name="m", version=None, where="x"
     )
     assert config.continuous_batching is True and config.batch_size == 8

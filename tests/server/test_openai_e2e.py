@@ -666,12 +666,16 @@ def test_a_model_still_loading_is_503_not_truss_404(tmp_path: Path) -> None:
                         assert not entered.done(), entered.exception()
                         assert time.monotonic() < deadline
                         time.sleep(0.01)
+                # vLLM's /health, which load tools poll: not ready while the model loads
+                r = c.get("/health")
+                assert (r.status_code, r.content) == (503, b"")
                 body = {"model": "chars-slow", "prompt": "x", "max_tokens": 2}
                 r = c.post("/v1/completions", json=body)
                 assert r.status_code == 503 and r.headers["retry-after"] == "1"
                 assert r.json()["error"]["code"] == "service_unavailable"
                 gate.touch()
                 entered.result(timeout=PATIENCE)
+                assert (c.get("/health").status_code, c.get("/health").content) == (200, b"")
                 r = c.post("/v1/completions", json=body)
                 assert r.status_code == 200 and r.json()["choices"][0]["text"] == REPLY[:2]
         finally:

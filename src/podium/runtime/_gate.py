@@ -13,20 +13,13 @@ workers and for the ones that replace it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .. import tracing
 from ..errors import QueueFull, Unavailable
 from ._line import Line, QueuePolicy
 
-__all__ = ["Slotted", "WorkerGate"]
-
-
-class Slotted(Protocol):
-    """What the gate needs of a worker."""
-
-    busy: int
-    capacity: int
+__all__ = ["WorkerGate"]
 
 
 class WorkerGate:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import time
 
 from ..errors import (
@@ -93,13 +94,7 @@ class Durations:
     def cumulative(self) -> list[int]:
         """How many took at most each bound of :data:`DURATION_BUCKETS_NS`, then in all
         (+Inf): what a Prometheus histogram's buckets say."""
-        found = []
-        total = 0
-        for n in self.buckets[: len(DURATION_BUCKETS_NS)]:
-            total += n
-            found.append(total)
-        found.append(total + sum(self.buckets[len(DURATION_BUCKETS_NS) :]))
-        return found
+        return [*itertools.accumulate(self.buckets[: len(DURATION_BUCKETS_NS)]), self.count]
 
     def __repr__(self) -> str:
         return f"Durations(count={self.count}, ns={self.ns})"
@@ -341,9 +336,7 @@ class VersionStats:
 
     def executed(self, size: int, ns: int) -> None:
         """One execution of ``predict`` over ``size`` requests that took ``ns``."""
-        predict = self.predict  # Durations.add, inlined: this runs for every request
-        predict.ns += ns
-        predict.buckets[((ns or 1) - 1 >> _SHIFT).bit_length()] += 1
+        self.predict.add(ns)
         if size != 1:
             batch = self.batched.get(size)
             if batch is None:

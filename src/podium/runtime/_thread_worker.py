@@ -13,6 +13,7 @@ import asyncio
 import functools
 import os
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -95,7 +96,8 @@ class ThreadWorker:
 
     async def start(self) -> None:
         if not self._loaded:
-            await self.instance.load()
+            async with _load_lock():
+                await self.instance.load()
             self._loaded = True
         self.state = WorkerState.READY
 
@@ -329,6 +331,23 @@ class ThreadWorker:
         close = getattr(self.instance, "close", None)
         if close is not None:
             await close()
+
+
+#: Thread workers' instances load one at a time on each event loop (a server's): libraries'
+#: lazy imports are not all thread-safe (two models that load transformers at once, in two
+#: threads, fail with "cannot import name ..."), and loads in one process share its CPU and
+#: GIL anyway. Process workers load in parallel, each in its own process.
+_LOADS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _load_lock() -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    lock = _LOADS.get(loop)
+    if lock is None:
+        lock = _LOADS[loop] = asyncio.Lock()
+    return lock
 
 
 def worker_ahead(config: Any, instance: ModelInstance) -> int:

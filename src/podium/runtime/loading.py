@@ -122,21 +122,18 @@ def build_instance(
         instance = torchserve.build(source, prepared, secrets=secrets, executor=executor)
     elif source.contract is Contract.MLSERVER:
         instance = mlserver.build(source, prepared, secrets=secrets, executor=executor)
-    elif source.contract is Contract.TRUSS:
-        try:
-            instance = truss.build(source, prepared, secrets=secrets, executor=executor)
-        except DefinitionError as exc:  # __init__ raised: name the file too
-            problems = [f"{p} ({source.file})" for p in exc.problems]
-            raise DefinitionError("; ".join(problems), problems) from exc
     else:
         try:
-            instance = NativeModel(
-                prepared,
-                source.config,
-                model_dir=source.model_dir,
-                secrets=secrets,
-                executor=executor,
-            )
+            if source.contract is Contract.TRUSS:
+                instance = truss.build(source, prepared, secrets=secrets, executor=executor)
+            else:
+                instance = NativeModel(
+                    prepared,
+                    source.config,
+                    model_dir=source.model_dir,
+                    secrets=secrets,
+                    executor=executor,
+                )
         except DefinitionError as exc:  # __init__ raised: name the file too
             problems = [f"{p} ({source.file})" for p in exc.problems]
             raise DefinitionError("; ".join(problems), problems) from exc
@@ -464,15 +461,13 @@ def register_paths(
         sources = [settings.apply(source, problems) for source in [*sources, *settings.sources]]
     if only is not None:
         sources = [s for s in sources if (s.config.name, s.config.version) == only]
-    sources = in_declared_environments(sources, problems)
-    if install_requirements:
-        sources = in_environments(sources, problems)
-    if only is not None:
-        sources = [s for s in sources if (s.config.name, s.config.version) == only]
         if not sources and not problems:
             name, version = only
             which = f"model '{name}'" + (f" version '{version}'" if version else "")
             problems.append(f"{which} is not under {', '.join(str(p) for p in paths)}")
+    sources = in_declared_environments(sources, problems)
+    if install_requirements:
+        sources = in_environments(sources, problems)
     if overrides:
         sources = [
             dataclasses.replace(s, config=dataclasses.replace(s.config, **overrides))
