@@ -76,25 +76,37 @@ class ItemBuffer:
                 stepper()
 
 
-async def step(worker: Any, batch: Sequence[ItemBuffer], stats: VersionStats) -> None:
+async def step(
+    worker: Any, batch: Sequence[ItemBuffer], stats: VersionStats
+) -> BaseException | None:
     """One ``step`` of ``worker``'s instance over ``batch``, on the worker's device: each
     request gets the items it emitted and ends when its generation finished; if the step
     raises, every request of the batch ends with the error (the instance names the model and
-    the step)."""
+    the step), which is returned. A process worker steps its instance in its worker process
+    (its own ``step``: runtime/process/_steps.py), where a joining request's preprocess may fail
+    that request alone."""
     start = time.perf_counter_ns()
+    failed: dict[Generation, BaseException] | None = None
     try:
-        with using(getattr(worker, "device", CPU)):  # podium.device() in the step
-            await worker.instance.step([r.gen for r in batch])
+        remote = getattr(worker, "step", None)
+        if remote is not None:  # a process worker: the model steps in its process
+            failed = await remote([r.gen for r in batch])
+        else:
+            with using(getattr(worker, "device", CPU)):  # podium.device() in the step
+                await worker.instance.step([r.gen for r in batch])
     except Exception as exc:
         for req in batch:
             req.gen.take()
             req.end(exc)
-        return
+        return exc
     stats.stepped(len(batch), time.perf_counter_ns() - start)
     for req in batch:
         gen = req.gen
         gen.first = False
         items = gen.take()
+        if failed is not None and gen in failed:
+            req.end(failed[gen])
+            continue
         if gen.cancelled:
             continue
         if items:
@@ -102,3 +114,4 @@ async def step(worker: Any, batch: Sequence[ItemBuffer], stats: VersionStats) ->
             req.wake.set()
         if gen.finished:
             req.end()
+    return None

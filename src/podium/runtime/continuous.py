@@ -1,11 +1,12 @@
 """Continuous batching: a generating model advances its active requests step by step, and
 requests join and leave between steps.
 
-Each ready thread worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
+Each ready worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
 for one worker: the requests placed on it and what feeds it): here one task that loops over its
-instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``). A request is preprocessed on
-its own, then joins the least-loaded lane with room, or waits in one bounded FIFO line
-(``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
+instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``); a
+process worker's ``step`` runs its instance's in the worker process (``process/_steps.py``). A
+request is preprocessed on its own, then joins the least-loaded lane with room, or waits in one
+bounded FIFO line (``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
 requests that finished or whose client left, and admits new ones. After a step each request's
 emitted items go to its own buffer of ``stream_buffer`` items; a request whose buffer is full
 sits out the following steps until its reader catches up, while the others keep going.
@@ -24,7 +25,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation
+from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation, WorkerDied
 from ..types import Generation, current_request
 from ._clock import SYSTEM_CLOCK, Clock
 from ._items import ItemBuffer, step
@@ -75,7 +76,7 @@ class _Lane:
 
 
 class ContinuousScheduler(PoolScheduler):
-    """Runs a ``continuous`` instance's ``step`` over a version's thread workers.
+    """Runs a ``continuous`` instance's ``step`` over a version's workers (threads or processes).
 
     ``stream(inputs, request)`` yields the items of one request as the steps emit them;
     ``infer`` gathers them into a list (the data plane streams continuous models and gathers
@@ -278,7 +279,7 @@ class ContinuousScheduler(PoolScheduler):
                     lane.wake.clear()
                     await lane.wake.wait()
                     continue
-                await self._run_step(worker, batch)
+                await self._run_step(lane, batch)
         finally:
             if self._lanes.get(worker) is lane:
                 del self._lanes[worker]
@@ -289,6 +290,10 @@ class ContinuousScheduler(PoolScheduler):
             for req in (*lane.active, *lane.joining):
                 req.end(stopped)
 
-    async def _run_step(self, worker: Worker, batch: list[_Request]) -> None:
+    async def _run_step(self, lane: _Lane, batch: list[_Request]) -> None:
+        worker = lane.worker
         self.steps += 1
-        await step(worker, batch, self._stats)
+        error = await step(worker, batch, self._stats)
+        if isinstance(error, WorkerDied):  # the process, and every generation it held, is gone
+            for req in lane.active:
+                req.end(error)

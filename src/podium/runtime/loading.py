@@ -74,11 +74,6 @@ def _check_continuous(source: ModelSource) -> None:
     if not config.continuous_batching:
         return
     problems = []
-    if config.workers == WorkerKind.PROCESS:
-        problems.append(
-            f"{source.label}: continuous_batching with workers: process is not supported yet; "
-            "set workers: thread (or leave it out)"
-        )
     continuous = (Contract.NATIVE, Contract.TORCHSERVE)
     if config.sequence_batching and source.contract not in continuous:
         problems.append(
