@@ -1,6 +1,7 @@
 """Continuous against static batching on a synthetic generator.
 
-    .venv/bin/python bench/continuous.py [--repeat N] [--duration S] [--warmup S] [--clients C] [--quick]
+    .venv/bin/python bench/continuous.py [--repeat N] [--duration S] [--warmup S] [--clients C]
+        [--workers thread|process] [--quick]
 
 The generator (bench/models/gen_continuous, bench/models/gen_static) costs ~10 ms per step for
 any batch of up to 8 requests, and each request asks for a length drawn uniformly from 1 to 64
@@ -10,7 +11,9 @@ batching (Podium's dynamic batching, batch_size 8) runs a batch until its longes
 done and then answers all of it. C clients (default 16) each send one request after another on
 the Truss route for --duration seconds; the server is pinned to CPU 0, the clients (this
 process, asyncio + httpx) to CPU 1. Reported: items/s delivered, time to first item (p50, p99)
-and whole-request time, medians over --repeat rounds with fresh servers.
+and whole-request time, medians over --repeat rounds with fresh servers. ``--workers process``
+serves both models from a worker process (a copy of each folder with ``workers: process``: the
+continuous batch's steps cross the process boundary, docs/continuous.md).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import argparse
 import asyncio
 import json
 import random
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -107,14 +112,30 @@ async def load(url: str, clients: int, seconds: float, seed: int) -> Run:
     return run
 
 
-def measure(kind: str, args: argparse.Namespace, round_no: int) -> Run:
+def served(kind: str, args: argparse.Namespace) -> Path:
+    """The model folder to serve: the bench's own, or a copy in worker processes."""
     folder = MODELS[kind]
+    if args.workers == "thread":
+        return folder
+    copy = Path(tempfile.mkdtemp(prefix="podium-bench-")) / folder.name
+    shutil.copytree(folder, copy)
+    with (copy / "config.yaml").open("a") as config:
+        config.write(f"workers: {args.workers}\n")
+    return copy
+
+
+def measure(kind: str, args: argparse.Namespace, round_no: int) -> Run:
+    folder = served(kind, args)
     port = free_port()
-    with Server(name=folder.name, argv=podium_argv(folder, port, None), port=port) as srv:
-        url = f"{srv.url}/v1/models/{folder.name}:predict"
-        if args.warmup:
-            asyncio.run(load(url, args.clients, args.warmup, seed=999))
-        return asyncio.run(load(url, args.clients, args.duration, seed=round_no))
+    try:
+        with Server(name=folder.name, argv=podium_argv(folder, port, None), port=port) as srv:
+            url = f"{srv.url}/v1/models/{folder.name}:predict"
+            if args.warmup:
+                asyncio.run(load(url, args.clients, args.warmup, seed=999))
+            return asyncio.run(load(url, args.clients, args.duration, seed=round_no))
+    finally:
+        if folder != MODELS[kind]:
+            shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def main() -> int:
@@ -123,6 +144,7 @@ def main() -> int:
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--workers", choices=["thread", "process"], default="thread")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -147,7 +169,8 @@ def report(runs: dict[str, list[Run]], args: argparse.Namespace) -> str:
     lines.append(
         f"- versions: podium {package_version('podium')}, httpx {package_version('httpx')}; "
         f"{args.repeat} round(s) of {args.duration} s after {args.warmup} s warm-up; "
-        f"{args.clients} clients; ~10 ms per step for any batch up to 8; lengths 1–{MAX_LENGTH}"
+        f"{args.clients} clients; ~10 ms per step for any batch up to 8; lengths 1–{MAX_LENGTH}; "
+        f"{args.workers} workers"
     )
     lines += [
         "",

@@ -10,7 +10,12 @@ through the same objects `podium serve` builds, one layer more each time:
 3. the access middleware with the access log off (request id, the current request);
 4. the same with the access log on (its line made and written to /dev/null through Podium's
    log writer, as `podium serve` sets up logging);
-5. uvicorn's proxy-headers middleware around it, as `podium serve` runs it.
+5. uvicorn's proxy-headers middleware around it, as `podium serve` runs it;
+6. the same with CORS and gzip on (`--cors-allow-origins '*' --gzip`, server/http/_web.py) and a
+   request that sends an `Origin` and `Accept-Encoding: gzip` (the echo's answer is under
+   gzip's minimum size: what the wrappers cost, not what compressing costs). Off, as by
+   default, they are not in the stack at all (layers 3-5 are built as `podium serve` builds
+   them, with the default settings).
 
 The garbage collector is set up as each tree's server sets it up once started. `receive` and
 `send` are plain coroutines that do nothing; a turn of the event loop ends every
@@ -46,6 +51,7 @@ LAYERS = (
     "+ access middleware, log off",
     "+ access middleware, log on",
     "+ uvicorn proxy headers",
+    "+ CORS and gzip on",
 )
 
 
@@ -58,6 +64,12 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
     from podium.server._limits import LOST_HOOK, LostHook
     from podium.server.http import INFERENCE_ROUTES, AccessMiddleware, HttpApp
     from podium.types import Call, WireProtocol
+
+    try:  # as podium serve builds the stack (before server/http/_web.py: nothing to put on)
+        from podium.config import Web
+        from podium.server.http import with_web
+    except ImportError:
+        Web, with_web = None, None  # type: ignore[assignment,misc]
 
     plane = DataPlane(executor=ThreadPoolExecutor(2))
     plane.repository.add_paths([MODEL])
@@ -72,7 +84,7 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
         gc.collect()
         gc.freeze()
 
-    def scope() -> dict[str, Any]:
+    def scope(*extra: tuple[bytes, bytes]) -> dict[str, Any]:
         return {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -89,6 +101,7 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
                 (b"host", b"127.0.0.1:8080"),
                 (b"content-type", b"application/json"),
                 (b"content-length", b"%d" % len(BODY)),
+                *extra,
             ],
             LOST_HOOK: LostHook(),
         }
@@ -106,9 +119,12 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
         call.payload = {"a": 1}
         await plane.infer(call, version)
 
-    def middleware(log_on: bool) -> AccessMiddleware:
+    def middleware(log_on: bool, web: Any = None) -> AccessMiddleware:
+        inner: Any = app
+        if with_web is not None:
+            inner = with_web(app, Web() if web is None else web)
         return AccessMiddleware(
-            app, log=AccessLog(log_on), ids=RequestIds(), routes=INFERENCE_ROUTES
+            inner, log=AccessLog(log_on), ids=RequestIds(), routes=INFERENCE_ROUTES
         )
 
     stacks: dict[str, Any] = {
@@ -118,6 +134,10 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
         LAYERS[3]: middleware(True),
         LAYERS[4]: ProxyHeadersMiddleware(middleware(True), trusted_hosts="127.0.0.1"),
     }
+    if with_web is not None:
+        on = Web(allow_origins=("*",), gzip=True)
+        stacks[LAYERS[5]] = ProxyHeadersMiddleware(middleware(True, on), trusted_hosts="127.0.0.1")
+    asked = ((b"origin", b"https://app.example"), (b"accept-encoding", b"gzip, deflate"))
     per_round: dict[str, list[float]] = {name: [] for name in stacks}
     making: list[float] = []
     for _ in range(rounds):
@@ -127,8 +147,9 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
         making.append((time.perf_counter() - start) / requests * 1e6)
         for name, stack in stacks.items():
             start = time.perf_counter()
+            extra = asked if name == LAYERS[5] else ()
             for n in range(requests):
-                await stack(scope(), receive, send)
+                await stack(scope(*extra), receive, send)
                 if n % 64 == 63:
                     await asyncio.sleep(0)  # a turn ends: its access lines are made
             per_round[name].append((time.perf_counter() - start) / requests * 1e6)
@@ -188,12 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print(rule)
     before = before_base = 0.0
-    for name in LAYERS:
-        row = f"| {name} | {this[name]:.2f} | {this[name] - before:.2f} |"
-        before = this[name]
+    for index, name in enumerate(LAYERS):
+        # the last layer adds to the one before the previous: both put something on layer 5's
+        if name not in this:
+            continue
+        after = LAYERS[4] if index == 5 else None
+        row = (
+            f"| {name} | {this[name]:.2f} | {this[name] - (this[after] if after else before):.2f} |"
+        )
+        before = this[name] if after is None else before
         if base is not None:
-            row += f" {base[name]:.2f} | {base[name] - before_base:.2f} |"
-            before_base = base[name]
+            if name in base:
+                added = base[name] - (base[after] if after else before_base)
+                row += f" {base[name]:.2f} | {added:.2f} |"
+                before_base = base[name] if after is None else before_base
+            else:
+                row += " n/a | n/a |"
         print(row)
     return 0
 

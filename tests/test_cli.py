@@ -92,6 +92,7 @@ def serve_broken(name: str) -> subprocess.CompletedProcess[str]:
 
 def test_serve_refuses_a_model_that_breaks_a_rule() -> None:
     err = serve_broken("rule").stderr
+    assert "podium: cannot serve; these models cannot be loaded:\n  - " in err
     assert "model 'rule'" in err
     assert str(BROKEN / "rule" / "model.py") in err
     # Both rules it breaks, each naming the method.
@@ -139,7 +140,15 @@ def test_check_passes_the_examples() -> None:
     result = podium("check", EXAMPLES)
     assert result.returncode == 0, result.stderr
     oks = sorted(line for line in result.stdout.splitlines() if line.startswith("ok: "))
-    names = ["batch-sum", "cancellable", "continuous-words", "cpu-heavy", "echo", "io-bound"]
+    names = [
+        "batch-sum",
+        "cancellable",
+        "chat-gpt2-tiny",
+        "continuous-words",
+        "cpu-heavy",
+        "echo",
+        "io-bound",
+    ]
     names += ["minilm-embeddings", "sklearn-iris"]  # minilm: checked without its libraries
     native = [f"ok: model '{n}' ({EXAMPLES / n / 'model.py'})" for n in names]
     mlserver = (

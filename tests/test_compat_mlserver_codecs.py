@@ -98,6 +98,25 @@ def test_string_codec_round_trip_and_wire_form() -> None:
     assert list(text.data) == ["a"] and StringCodec.decode_input(text) == ["a"]
 
 
+def test_the_deprecated_encode_and_decode_warn_and_do_what_they_stand_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="mlserver"):
+        out = StringCodec.encode("o", ["a"])
+        assert out == StringCodec.encode_output("o", ["a"])
+        assert StringCodec.decode(bytes_input([b"a"])) == ["a"]
+        response = StringRequestCodec.encode("m", ["a"], "1")
+        assert response == StringRequestCodec.encode_response("m", ["a"], "1")
+        request = types.InferenceRequest(inputs=[bytes_input([b"a"])])
+        assert StringRequestCodec.decode(request) == ["a"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "DEPRECATED! The encode() method is now deprecated. Use encode_output() instead.",
+        "DEPRECATED! The decode() method is now deprecated. Use decode_input() instead.",
+        "DEPRECATED! The encode() method is now deprecated. Use encode_response() instead.",
+        "DEPRECATED! The decode() method is now deprecated. Use decode_request() instead.",
+    ]
+
+
 def test_string_codec_decodes_json_text_single_values_and_odd_elements() -> None:
     assert StringCodec.decode_input(bytes_input(["a", b"b"])) == ["a", "b"]
     single = types.RequestInput(name="a", shape=[1], datatype="BYTES", data="one")

@@ -113,6 +113,7 @@ def test_model_config_all_keys() -> None:
         "devices": "cpu",
         "workers_per_device": 2,
         "devices_per_worker": 1,
+        "predict_concurrency_per": "worker",
         "ray": {"num_cpus": 2, "max_ongoing_requests": 8},
     }
     assert set(data) == MODEL_KEYS
@@ -133,6 +134,7 @@ def test_model_config_all_keys() -> None:
     assert (config.sequence_max_idle_ms, config.sequence_timeout_ms) == (500.0, 10_000.0)
     assert (config.max_sequence_queue_size, config.max_num_sequences) == (2, 8)
     assert config.continuous_batching is True
+    assert config.predict_concurrency_per == "worker"
     assert config.ray == {"num_cpus": 2, "max_ongoing_requests": 8}
     assert config.raw == data and config.raw is not data
 

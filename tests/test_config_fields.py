@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "devices": "auto",
     "workers_per_device": 0,
     "devices_per_worker": 1,
+    "predict_concurrency_per": "device",
     "model_metadata": {},
     "ray": {},
 }
@@ -107,6 +108,7 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "devices": ([1, 0], (1, 0)),
     "workers_per_device": (2, 2),
     "devices_per_worker": (2, 2),
+    "predict_concurrency_per": ("worker", "worker"),
     "model_metadata": ({"platform": "onnx"}, {"platform": "onnx"}),
     "ray": ({"num_cpus": 2}, {"num_cpus": 2}),
 }
@@ -154,7 +156,7 @@ def problems(call: Any, *args: Any) -> list[str]:
 
 
 def ts(data: dict[str, Any]) -> ModelConfig:
-    return model_config(data, name="m", version="1", where="model-config.yaml")[0]
+    return model_config(data, name="m", version="1", where="model-config.yaml")
 
 
 def mls(tmp_path: Path, settings: dict[str, Any]) -> ModelConfig:

@@ -77,10 +77,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.runtime._thread_worker",
             "podium.runtime.process",
             "podium.runtime._gate",
+            "podium.runtime._device_share",
             "podium.runtime._line",
             # the clock every wait is timed by: schedulers' delays and the line's deadlines
             "podium.runtime._clock",
             "podium.runtime._stats",
+            "podium.runtime._device_counts",
             "podium.runtime.devices",
         ),
     ),

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from podium import request_id
+from podium.devices import using
 from podium.logs import (
     MAX_HELD,
     MAX_LOG_MESSAGE,
@@ -472,3 +473,17 @@ def test_configure_logs_through_a_line_writer() -> None:
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
+
+
+def test_json_lines_made_on_a_gpu_name_it_and_text_lines_stay_as_they_were() -> None:
+    with using("cuda:2"):
+        on_gpu = record("on %s", "gpu")
+    with using("cpu"):
+        on_cpu = record("on cpu")
+    assert json.loads(JsonFormatter().format(on_gpu))["device"] == "cuda:2"
+    assert "device" not in json.loads(JsonFormatter().format(on_cpu))
+    assert "device" not in json.loads(JsonFormatter().format(record("outside")))
+    # a worker process's lines name it once for all; its static key is not replaced
+    static = JsonFormatter({"worker": "1", "device": "cuda:1"})
+    assert json.loads(static.format(on_gpu))["device"] == "cuda:1"
+    assert TextFormatter().format(on_gpu).endswith("podium.test: on gpu")

@@ -49,17 +49,16 @@ def test_settings_json_in_podiums_words(tmp_path: Path) -> None:
         "host": "127.0.0.1", "http_port": 9080, "grpc_port": 9081, "metrics_port": 9082,
         "log_level": "info", "log_format": "json", "grpc_max_message_size": 1024,
         "metrics": False, "models": ("models",), "server_name": "mlserver",
+        "cors_allow_origins": ("*",), "gzip": False,
     }  # fmt: skip
     # parallel_workers: the default of every model whose own settings do not say
     assert found.defaults == {"workers": "process", "min_workers": 3, "max_workers": 3}
-    assert found.root == Path("models")
     notes = "\n".join(found.notes)
-    assert "'cors_settings' is not honoured: the inference listener sends no CORS headers" in notes
     assert "'frobnicate' is not a setting of MLServer 1.7.1" in notes
-    # what repeats Podium's behaviour (gzip off, models loaded) is quiet
-    assert "gzip_enabled" not in notes and "server_name" not in notes
-    assert "load_models_at_startup" not in notes
-    assert len(found.notes) == 2
+    # honoured (cors_settings, gzip_enabled), or what repeats Podium's behaviour: quiet
+    assert "cors_settings" not in notes and "gzip_enabled" not in notes
+    assert "server_name" not in notes and "load_models_at_startup" not in notes
+    assert len(found.notes) == 1
 
 
 def test_parallel_workers_0_is_thread_workers_and_debug_a_log_level(tmp_path: Path) -> None:
@@ -75,7 +74,7 @@ def test_values_read_as_pydantic_reads_them(tmp_path: Path) -> None:
     assert found.settings == {"log_level": "debug", "http_port": 9080, "grpc_port": 9081}
     assert any("'kafka_enabled' is not honoured: Podium serves no Kafka" in n for n in found.notes)
     off = read_settings_json(_settings(tmp_path, {"debug": 0, "gzip_enabled": "off"}), {})
-    assert off.settings == {"log_level": "info"} and off.notes == []
+    assert off.settings == {"log_level": "info", "gzip": False} and off.notes == []
 
 
 def test_variables_fill_what_the_file_leaves_out(tmp_path: Path) -> None:
@@ -91,13 +90,14 @@ def test_variables_fill_what_the_file_leaves_out(tmp_path: Path) -> None:
     found = read_settings_json(_settings(tmp_path, {"http_port": 9080}), environ)
     assert found.settings == {
         "http_port": 9080, "grpc_port": 7001, "log_level": "debug", "otel": True,
+        "cors_allow_origins": ("https://a.example",),
     }  # fmt: skip
     assert found.environ == {
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4317",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
         "PODIUM_ENVS": str((tmp_path / "envs").resolve()),
     }
-    assert any("'cors_settings' is not honoured" in n for n in found.notes)
+    assert not any("cors_settings" in n for n in found.notes)
     # without a file, the variables alone (mlserver start's Settings())
     alone = read_settings_json(None, {"MLSERVER_HTTP_PORT": "7000"})
     assert alone.settings == {"http_port": 7000}
@@ -116,6 +116,13 @@ def test_variables_fill_what_the_file_leaves_out(tmp_path: Path) -> None:
         ({}, {"MLSERVER_HTTP_PORT": "eighty"}, "MLSERVER_HTTP_PORT must be a number"),
         ({}, {"MLSERVER_DEBUG": "maybe"}, "MLSERVER_DEBUG must be true or false"),
         ({}, {"MLSERVER_EXTENSIONS": "[oops"}, "MLSERVER_EXTENSIONS must be JSON"),
+        ({"cors_settings": ["*"]}, {}, "'cors_settings' must be an object"),
+        (
+            {"cors_settings": {"allow_origins": "*"}},
+            {},
+            "'cors_settings.allow_origins' must be a list",
+        ),
+        ({"cors_settings": {"max_age": "long"}}, {}, "'cors_settings.max_age' must be an integer"),
     ],
 )
 def test_values_mlserver_refuses_are_refused(
@@ -123,6 +130,31 @@ def test_values_mlserver_refuses_are_refused(
 ) -> None:
     with pytest.raises(MLServerSettingsError, match=words):
         read_settings_json(_settings(tmp_path, data), environ)
+
+
+def test_cors_settings_key_by_key(tmp_path: Path) -> None:
+    cors = {
+        "allow_origins": ["https://a.example"], "allow_origin_regex": "https://.*\\.b\\.example",
+        "allow_credentials": "true", "allow_methods": ["GET", "POST"], "allow_headers": ["X-A"],
+        "expose_headers": ["X-B"], "max_age": 60, "allow_everything": True, "max_age_2": None,
+    }  # fmt: skip
+    data = {"cors_settings": cors, "gzip_enabled": True, "root_path": "/ml"}
+    found = read_settings_json(_settings(tmp_path, data), {})
+    assert found.settings == {
+        "cors_allow_origins": ("https://a.example",),
+        "cors_allow_origin_regex": "https://.*\\.b\\.example",
+        "cors_allow_credentials": True, "cors_allow_methods": ("GET", "POST"),
+        "cors_allow_headers": ("X-A",), "cors_expose_headers": ("X-B",), "cors_max_age": 60,
+        "gzip": True, "root_path": "/ml",
+    }  # fmt: skip
+    assert [n.split(": ", 1)[1] for n in found.notes] == [
+        "'cors_settings.allow_everything' is not a setting of MLServer 1.7.1; ignored (as "
+        "MLServer ignores it)",
+        "'cors_settings.max_age_2' is not a setting of MLServer 1.7.1; ignored (as MLServer "
+        "ignores it)",
+    ]
+    # null: MLServer's default (no CORS at all for the whole object)
+    assert read_settings_json(_settings(tmp_path, {"cors_settings": None}), {}).settings == {}
 
 
 def test_model_variables_fill_what_model_settings_leave_out(tmp_path: Path) -> None:
@@ -197,6 +229,12 @@ def test_mlserver_start_serves_a_folder_as_mlserver_does(tmp_path: Path) -> None
         # parallel_workers 0: in the server's process, as MLServer
         described = httpx.get(f"http://127.0.0.1:{management}/models/mls-probe", timeout=10)
         assert described.json()[0]["workers"][0]["pid"] == proc.pid
+        # cors_settings honoured; gzip on by default, as MLServer's gzip_enabled
+        asked = {"Origin": "https://a.example", "Accept-Encoding": "gzip"}
+        api = httpx.get(f"{url}/v2/docs/openapi.json", headers=asked, timeout=10)
+        assert api.headers["access-control-allow-origin"] == "*"
+        assert api.headers["content-encoding"] == "gzip", api.headers
+        assert api.json()["openapi"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
@@ -204,7 +242,7 @@ def test_mlserver_start_serves_a_folder_as_mlserver_does(tmp_path: Path) -> None
     log = proc.stdout.read()
     proc.stdout.close()
     assert "MLServer's settings read from" in log and "settings.json" in log
-    assert "'cors_settings' is not honoured" in log
+    assert "cors_settings" not in log
     ready = next(line for line in log.splitlines() if "Podium is ready" in line)
     assert "metrics" not in ready.split("serving")[0]  # metrics_endpoint null: no listener
 

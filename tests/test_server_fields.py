@@ -78,7 +78,10 @@ def test_unknown_keys_are_refused() -> None:
         ("mlserver", "debug", ("log_level",)),
         ("mlserver", "grpc_max_message_length", ("grpc_max_message_size",)),
         ("mlserver", "parallel_workers", ()),
-        ("mlserver", "root_path", ()),
+        ("mlserver", "root_path", ("root_path",)),
+        ("mlserver", "gzip_enabled", ("gzip",)),
+        ("mlserver", "cors_settings.allow_origins", ("cors_allow_origins",)),
+        ("mlserver", "cors_settings", ()),  # an object: read key by key
     ],
 )
 def test_a_foreign_key_finds_its_settings(source: str, key: str, settings: tuple[str, ...]) -> None:

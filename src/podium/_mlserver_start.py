@@ -47,6 +47,7 @@ MLSERVER_DEFAULTS: Mapping[str, Any] = {
     "grpc_port": 8081,
     "management_port": 8085,
     "grpc_stream_format": "mlserver",
+    "gzip": True,  # gzip_enabled's default (docs/migrating.md)
 }
 
 
@@ -72,16 +73,6 @@ _KINDS: Mapping[str, str] = {
 # Keys Podium does not honour, and why; each applies only when the value asks for something
 # Podium does not do (the predicate), so a file that repeats MLServer's default is quiet.
 _NOT_HONOURED: Mapping[str, tuple[Callable[[Any], bool], str]] = {
-    "cors_settings": (
-        lambda v: v is not None,
-        "the inference listener sends no CORS headers: put a proxy that adds them in front",
-    ),
-    "gzip_enabled": (
-        bool,
-        "answers are not compressed (a request's Content-Encoding: gzip is still read by custom "
-        "handlers); put a compressing proxy in front",
-    ),
-    "root_path": (bool, "Podium serves its routes at /: let the proxy strip the prefix"),
     "server_version": (lambda v: True, "GET /v2 answers Podium's version"),
     "extensions": (bool, "GET /v2 lists the extensions Podium serves"),
     "load_models_at_startup": (
@@ -125,7 +116,6 @@ class MLServerConfig:
 
     settings: dict[str, Any] = field(default_factory=dict)  # server settings by key
     defaults: dict[str, Any] = field(default_factory=dict)  # model keys, unless a model sets them
-    root: Path | None = None  # model_repository_root, when given
     environ: dict[str, str] = field(default_factory=dict)  # variables set unless already set
     notes: list[str] = field(default_factory=list)  # keys not honoured, with why
     source: str = ""  # what was read (for the start log)
@@ -165,23 +155,17 @@ def _checked(where: str, key: str, kind: str, value: Any) -> Any:
     raise MLServerSettingsError(f"{where}: '{key}' must be {name}, got {value!r}")
 
 
-def environment_settings(environ: Mapping[str, str]) -> dict[str, Any]:
-    """MLServer's server settings given by ``MLSERVER_<KEY>`` variables (any case)."""
-    kinds = {key: kind.rstrip("?") for key, kind in _KINDS.items()}
-    try:
-        return environment_values(environ, ENV_PREFIX, kinds)
-    except ValueError as exc:
-        raise MLServerSettingsError(str(exc)) from None
-
-
 def read_settings_json(
     path: Path | None, environ: Mapping[str, str] | None = None
 ) -> MLServerConfig:
     """``path`` (a ``settings.json``; None: none) with the ``MLSERVER_*`` variables of
     ``environ`` under it, as Podium's settings; ``MLServerSettingsError`` names the key MLServer
     would refuse."""
-    environ = os.environ if environ is None else environ
-    values = environment_settings(environ)
+    kinds = {key: kind.rstrip("?") for key, kind in _KINDS.items()}
+    try:  # MLSERVER_<KEY> variables (any case)
+        values = environment_values(os.environ if environ is None else environ, ENV_PREFIX, kinds)
+    except ValueError as exc:
+        raise MLServerSettingsError(str(exc)) from None
     given_by = dict.fromkeys(values, "the environment")
     found = MLServerConfig()
     sources = [f"{ENV_PREFIX}* variables"] if values else []
@@ -207,6 +191,39 @@ def read_settings_json(
     return found
 
 
+# MLServer's CORSSettings: each key's kind (null: its default, as Starlette would be given it).
+_CORS_KINDS: Mapping[str, str] = {
+    "allow_origins": "list", "allow_origin_regex": "str?", "allow_credentials": "bool?",
+    "allow_methods": "list", "allow_headers": "list", "expose_headers": "list", "max_age": "int?",
+}  # fmt: skip
+
+
+def _cors(found: MLServerConfig, where: str, value: Any) -> None:
+    """``cors_settings`` (MLServer's CORSSettings, an object) into the ``cors_*`` settings."""
+    if not isinstance(value, dict):
+        raise MLServerSettingsError(f"{where}: 'cors_settings' must be an object, got {value!r}")
+    for key, item in value.items():
+        kind = _CORS_KINDS.get(key)
+        if kind is None:
+            found.notes.append(
+                f"{where}: 'cors_settings.{key}' is not a setting of MLServer 1.7.1; ignored (as "
+                "MLServer ignores it)"
+            )
+            continue
+        if item is None:
+            continue
+        if kind == "list":
+            if not isinstance(item, list) or not all(isinstance(v, str) for v in item):
+                raise MLServerSettingsError(
+                    f"{where}: 'cors_settings.{key}' must be a list of strings, got {item!r}"
+                )
+            item = tuple(item)
+        else:
+            item = _checked(where, f"cors_settings.{key}", kind, item)
+        for row in foreign("mlserver", f"cors_settings.{key}"):
+            found.settings[row.key] = item
+
+
 #: How a value of MLServer's becomes the value of the Podium setting(s) its table row names,
 #: where the two say it differently.
 _CONVERT: Mapping[str, Callable[[Any], Any]] = {
@@ -230,15 +247,17 @@ def _apply(found: MLServerConfig, where: str, key: str, value: Any) -> None:
             if converted is not UNSET:
                 found.defaults[model_key] = converted
         return
+    if key == "cors_settings":
+        if value is not None:
+            _cors(found, where, value)
+        return
     rows = foreign("mlserver", key)
     if rows:
         if value is None and key not in _CONVERT:
             return  # null: MLServer's default (grpc_max_message_length)
         for row in rows:
             found.settings[row.key] = _CONVERT.get(key, lambda v: v)(value)
-        if key == "model_repository_root":
-            found.root = Path(value)
-        elif key == "tracing_server" and value:  # MLServer exports over OTLP/gRPC, no TLS
+        if key == "tracing_server" and value:  # MLServer exports over OTLP/gRPC, no TLS
             endpoint = value if "://" in value else f"http://{value}"
             found.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
             found.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "grpc"
@@ -266,10 +285,10 @@ def server_settings(
     *,
     start: bool = False,
     environ: Mapping[str, str] | None = None,
-) -> MLServerConfig | None:
+) -> MLServerConfig:
     """MLServer's server settings for ``podium serve`` / ``podium mlserver start``: those of
     ``settings_file``, else of the ``settings.json`` in the one folder of ``paths``, with the
-    ``MLSERVER_*`` variables under them; None when there is no such file (for ``start``, as
+    ``MLSERVER_*`` variables under them; empty when there is no such file (for ``start``, as
     ``mlserver start`` reads them: the variables alone, over MLServer's own defaults; and
     where FOLDER holds no ``model-settings.json``, the model of ``MLSERVER_MODEL_*`` variables
     alone, MLServer's default model). With model paths given, ``model_repository_root`` is
@@ -281,7 +300,7 @@ def server_settings(
     if path is None and len(paths) == 1 and (paths[0] / SETTINGS_FILE).is_file():
         path = paths[0] / SETTINGS_FILE
     if path is None and not start:
-        return None
+        return MLServerConfig()
     try:
         found = read_settings_json(path, environ)
     except MLServerSettingsError as exc:
@@ -296,7 +315,6 @@ def server_settings(
                 raise click.UsageError(exc.message) from None
     if paths:
         found.settings.pop("models", None)
-        found.root = None
     for name, value in found.environ.items():
         os.environ.setdefault(name, value)
     return found

@@ -410,6 +410,10 @@ _TABLE = (
     Field("workers_per_device", Kind.INTEGER, 0, minimum=0),
     # GPUs each worker holds (a model split over several; Truss's accelerator "A10G:2")
     Field("devices_per_worker", Kind.INTEGER, 1, minimum=1),
+    # what predict_concurrency bounds on a GPU: "device" (the predicts of all the workers on one
+    # GPU group together) or "worker" (each worker's own, as TorchServe's workers: its default
+    # there)
+    Field("predict_concurrency_per", Kind.CHOICE, "device", choices=("device", "worker")),
     # free-form, returned in the model's metadata (a fresh dict each)
     Field("model_metadata", Kind.MAPPING, {}),
     # Ray Serve's options for this model's deployment (podium.ray, docs/ray.md): passed on,

@@ -55,6 +55,7 @@ class Group(enum.Enum):
     SHARED_MEMORY = "shared_memory"  # Triton's system shared memory extension
     SHUTDOWN = "shutdown"  # SIGTERM
     LOGS = "logs"  # logs and traces
+    WEB = "web"  # what browsers and proxies meet on the HTTP inference listener (Web)
 
 
 #: A unit that is not a time (help shows such sizes in KiB, MiB, GiB).
@@ -168,6 +169,44 @@ def _object_prefix(name: str, value: str) -> str:
     return value
 
 
+def _cors_origins(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    found = []
+    for value in values:
+        origin = "*" if value.strip() == "*" else origin_of(value)
+        if origin is None:
+            raise ValueError(
+                f"{name}: {value!r} is not a web origin; give scheme://host[:port] (http or "
+                "https, no path) or '*' for any"
+            )
+        found.append(origin)
+    return tuple(dict.fromkeys(found))
+
+
+def _regex(name: str, value: str) -> str:
+    return _regexes(name, (value,))[0]
+
+
+def _methods(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_header_name(name, v.strip()).upper() if v != "*" else v
+                               for v in values))  # fmt: skip
+
+
+def _header_names(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v if v == "*" else _header_name(name, v.strip()) for v in values))
+
+
+def _root_path(name: str, value: str) -> str:
+    root = value.rstrip("/")
+    if root and (
+        not root.startswith("/") or not all(c.isprintable() and c not in "?#% " for c in root)
+    ):
+        raise ValueError(
+            f"{name} must be a path that starts with '/' (no '?', '#', '%' or spaces), "
+            f"got {value!r}"
+        )
+    return root
+
+
 def _hosts(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(normalize_host(v) for v in values))
 
@@ -240,13 +279,14 @@ _TIME = 1e9  # seconds: longer than any sensible limit (grpc counts up to ~24 da
     Group.GRPC,
     Group.SERVING,
 )
-(_REGISTRATION, _AUTH, _MANAGEMENT, _SHM, _SHUTDOWN, _LOGS) = (
+(_REGISTRATION, _AUTH, _MANAGEMENT, _SHM, _SHUTDOWN, _LOGS, _WEB) = (
     Group.REGISTRATION,
     Group.AUTH,
     Group.MANAGEMENT,
     Group.SHARED_MEMORY,
     Group.SHUTDOWN,
     Group.LOGS,
+    Group.WEB,
 )
 _T = Kind.TEXT
 
@@ -454,6 +494,41 @@ _TABLE = (
             shown="TorchServe's own", torchserve="metrics_config",
             help="TorchServe's metrics.yaml: the metrics its handlers find declared in "
             "context.metrics (model_metrics), and the TorchServe names --ts-metrics serves"),
+    # -- what browsers and proxies meet on the HTTP inference listener (server/http/_web.py): off by
+    # default; MLServer's settings.json names them as its cors_settings, gzip_enabled, root_path
+    Setting("cors_allow_origins", Kind.LIST, (), _WEB, refine=_cors_origins, attr="allow_origins",
+            shown="none: no CORS", mlserver="cors_settings.allow_origins",
+            help="A web origin (scheme://host[:port], or '*': any) whose pages may call the inference "
+            "listener (repeatable): its answers get CORS headers and its preflight OPTIONS is "
+            "answered; none (and no --cors-allow-origin-regex): no CORS at all"),
+    Setting("cors_allow_origin_regex", _T, None, _WEB, optional=True, refine=_regex,
+            attr="allow_origin_regex", shown="none", mlserver="cors_settings.allow_origin_regex",
+            help="A regular expression an origin may match in full instead"),
+    Setting("cors_allow_credentials", _F, False, _WEB, attr="allow_credentials",
+            mlserver="cors_settings.allow_credentials",
+            help="CORS: let pages send cookies and Authorization (Access-Control-Allow-Credentials)"),
+    Setting("cors_allow_methods", Kind.LIST, ("GET",), _WEB, refine=_methods, attr="allow_methods",
+            shown="GET", mlserver="cors_settings.allow_methods",
+            help="CORS: a method a preflight admits (repeatable; '*': any)"),
+    Setting("cors_allow_headers", Kind.LIST, (), _WEB, refine=_header_names, attr="allow_headers",
+            shown="the CORS-safelisted ones", mlserver="cors_settings.allow_headers",
+            help="CORS: a request header a preflight admits (repeatable; '*': any)"),
+    Setting("cors_expose_headers", Kind.LIST, (), _WEB, refine=_header_names,
+            attr="expose_headers", shown="none", mlserver="cors_settings.expose_headers",
+            help="CORS: a response header pages may read (repeatable)"),
+    Setting("cors_max_age", _I, 600, _WEB, attr="max_age", mlserver="cors_settings.max_age",
+            help="CORS: seconds a browser may keep a preflight's answer"),
+    Setting("gzip", _F, False, _WEB, negatable=True, mlserver="gzip_enabled",
+            shown="off; on for podium mlserver start, as MLServer",
+            help="Compress the inference listener's answers with gzip for clients that accept it "
+            "(Accept-Encoding), except streams and answers under --gzip-min-size"),
+    Setting("gzip_min_size", _I, 500, _WEB, unit="bytes", shown="500",
+            help="Smallest answer body in bytes --gzip compresses"),
+    Setting("root_path", Kind.STRING, "", _WEB, refine=_root_path, shown="none",
+            mlserver="root_path",
+            help="The path prefix a proxy serves the inference listener under (/models/a): routes "
+            "answer under it as well as at / (a proxy that strips it), and see it as ASGI's "
+            "root_path"),
 )
 # fmt: on
 

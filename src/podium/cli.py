@@ -24,6 +24,8 @@ from .errors import DefinitionError
 
 __all__ = ["main"]
 
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)  # a file that must exist
+
 
 def _deprecated(values: dict[str, Any], name: str) -> None:
     """Take ``grpc_threads`` out of ``values``, saying that it is deprecated: gRPC calls hold no
@@ -136,19 +138,19 @@ def main() -> None:
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="YAML file with any of these settings (keys as the flags, '-' or '_'); flags win.",
 )
 @click.option(
     "--ts-config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="TorchServe's config.properties: its addresses, model store, load_models, models={...} "
     "and defaults, read as TorchServe reads them; --config and flags win over it.",
 )
 @click.option(
     "--settings",
     "settings_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="MLServer's settings.json (default: the one in the one folder given), with MLSERVER_* "
     "variables under it, read as MLServer reads them; --config and flags win over it.",
 )
@@ -191,42 +193,37 @@ def _serve(
     config_file: Path | None,
     ts_config: Path | None,
     flags: dict[str, Any],
-    names: dict[Path, str] | None = None,
     *,
+    models: list[str] | None = None,
     settings_file: Path | None = None,
     mlserver_start: bool = False,
 ) -> None:
     """Serve: the settings of ``ts_config`` (config.properties) and of MLServer's
     ``settings_file`` (or the one beside the models; ``mlserver_start``: as ``mlserver start``
-    reads them), then ``config_file``, then ``flags``; ``names``: a path's model served under
-    another name (TorchServe's ``--models name=file.mar``)."""
+    reads them), then ``config_file``, then ``flags``; ``models``: TorchServe's ``--models``
+    entries (``name=file.mar``, ...), served with its ``load_models``."""
     from ._mlserver_start import server_settings
     from .runtime import ModelSettings
 
-    settings: ModelSettings | None = None
     start = _ts_start(ts_config)
     mls = server_settings(settings_file, paths, start=mlserver_start)
-    alone = (mls.model,) if mls is not None and mls.model is not None else ()
+    alone = () if mls.model is None else (mls.model,)
     if alone:  # mlserver start FOLDER: no model-settings.json, the variables' model
         paths = []
-    base = {**(start.settings if start else {}), **(mls.settings if mls else {})}
-    config = _merge(config_file, flags, base)
+    config = _merge(config_file, flags, {**start.settings, **mls.settings})
     all_paths = [*(Path(p) for p in config.serving.paths), *paths]
-    names = dict(names or {})
-    defaults = {**config.logs.torchserve_fields(), **(mls.defaults if mls else {})}  # metrics
-    defaults.update(start.defaults if start else {})
-    if start is not None:
-        store = config.registration.model_store
-        for entry in start.load_models:
-            found, name = _store_entry(entry, store)
+    names: dict[Path, str] = {}  # a path's model served under another name
+    defaults = {**config.logs.torchserve_fields(), **mls.defaults, **start.defaults}  # metrics
+    for entries, once in ((models or [], False), (start.load_models, True)):
+        for entry in entries:
+            found, name = _store_entry(entry, config.registration.model_store)
             # one archive in --models and in models={marName} is one model, as in TorchServe
-            if found is not None and found.resolve() not in {p.resolve() for p in all_paths}:
-                all_paths.append(found)
-                if name is not None:
-                    names[found] = name
-        settings = ModelSettings(names, start.models, defaults, alone)
-    elif names or defaults or alone:
-        settings = ModelSettings(names=names, defaults=defaults, sources=alone)
+            if found is None or (once and found.resolve() in {p.resolve() for p in all_paths}):
+                continue
+            all_paths.append(found)
+            if name is not None:
+                names[found] = name
+    settings = ModelSettings(names, start.models, defaults, alone)
     if not all_paths and not alone and config.registration.model_store is None:  # by the API
         raise click.UsageError(
             "no models given: pass model paths, set 'models' in --config, or give --model-store"
@@ -240,9 +237,9 @@ def _serve(
     from .server import Podium, TracingUnavailable, UnsafeExposure
 
     podium = Podium(config, all_paths, model_settings=settings)
-    for note in [*(start.notes if start else ()), *(mls.notes if mls else ())]:
+    for note in [*start.notes, *mls.notes]:
         logging.getLogger("podium").warning("%s", note)
-    if mls is not None and mls.source:
+    if mls.source:
         logging.getLogger("podium").info("MLServer's settings read from %s", mls.source)
 
     async def run() -> int:
@@ -258,22 +255,8 @@ def _serve(
             await starting
         except asyncio.CancelledError:
             logging.getLogger("podium").info("stopped while starting")
-        except DefinitionError as exc:
-            click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
-            for problem in exc.problems:
-                click.echo(f"  - {problem}", err=True)
-            await podium.stop()
-            return 1
-        except OSError as exc:
-            click.echo(f"podium: {exc.strerror or exc}", err=True)
-            await podium.stop()
-            return 1
-        except UnsafeExposure as exc:
-            click.echo(f"podium: refusing to start: {exc}", err=True)
-            await podium.stop()
-            return 1
-        except TracingUnavailable as exc:
-            click.echo(f"podium: cannot trace: {exc}", err=True)
+        except (DefinitionError, OSError, UnsafeExposure, TracingUnavailable) as exc:
+            _cannot_start(exc)
             await podium.stop()
             return 1
         code = await podium.shutdown(await signalled)
@@ -288,13 +271,27 @@ def _serve(
     sys.exit(code)
 
 
-def _ts_start(ts_config: Path | None) -> Any:
-    """``config.properties`` read (``_torchserve_start.TorchServeConfig``), or None."""
-    if ts_config is None:
-        return None
-    from ._properties import PropertiesError
-    from ._torchserve_start import read_ts_config
+def _cannot_start(exc: Exception) -> None:
+    """Say on stderr why the server cannot start (each problem of models that cannot load)."""
+    from .server import UnsafeExposure
 
+    if isinstance(exc, DefinitionError):
+        problems = "".join(f"\n  - {problem}" for problem in exc.problems)
+        click.echo(f"podium: cannot serve; these models cannot be loaded:{problems}", err=True)
+    elif isinstance(exc, OSError):
+        click.echo(f"podium: {exc.strerror or exc}", err=True)
+    else:  # UnsafeExposure, TracingUnavailable
+        what = "refusing to start" if isinstance(exc, UnsafeExposure) else "cannot trace"
+        click.echo(f"podium: {what}: {exc}", err=True)
+
+
+def _ts_start(ts_config: Path | None) -> Any:
+    """``config.properties`` read (``_torchserve_start.TorchServeConfig``; empty: none)."""
+    from ._properties import PropertiesError
+    from ._torchserve_start import TorchServeConfig, read_ts_config
+
+    if ts_config is None:
+        return TorchServeConfig()
     try:
         return read_ts_config(ts_config)
     except PropertiesError as exc:
@@ -384,7 +381,7 @@ PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
 @click.option("--models", "models", multiple=True, help="name=file.mar, file.mar, a bare name "
               "in the model store, or all; several after one --models, as TorchServe.")  # fmt: skip
 @click.argument("more_models", nargs=-1, metavar="")
-@click.option("--ts-config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--ts-config", type=_FILE)
 @click.option("--ncs", "--no-config-snapshots", "ncs", is_flag=True,
               help="Accepted: Podium takes no config snapshots.")  # fmt: skip
 @click.option("--disable-token-auth", is_flag=True, help="No token authorization.")
@@ -428,21 +425,10 @@ def torchserve_command(
     flags: dict[str, Any] = {"model_store": model_store}
     if disable_token_auth:
         flags["auth"] = False
-    paths: list[Path] = []
-    names: dict[Path, str] = {}
-    store = model_store
-    if store is None and ts_config is not None:
-        store = _ts_start(ts_config).settings.get("model_store")
-    for entry in models:
-        for one in entry.split(","):
-            found, name = _store_entry(one.strip(), store)
-            if found is not None:
-                paths.append(found)
-                if name is not None:
-                    names[found] = name
     PID_FILE.write_text(str(os.getpid()), encoding="utf-8")
     try:
-        _serve(paths, None, ts_config, flags, names)
+        entries = [one.strip() for entry in models for one in entry.split(",")]
+        _serve([], None, ts_config, flags, models=entries)
     finally:
         with contextlib.suppress(OSError):
             if PID_FILE.read_text(encoding="utf-8").strip() == str(os.getpid()):
@@ -496,33 +482,19 @@ def _stop_started() -> int:
     "(image_classifier, text_classifier, object_detector, image_segmenter, base_handler).",
 )
 @click.option("--version", "version", default=None, help="The model's version (modelVersion).")
+@click.option("--serialized-file", type=_FILE, help="The weights file (serializedFile), if any.")
 @click.option(
-    "--serialized-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The weights file (serializedFile), if any.",
-)
-@click.option(
-    "--model-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The file with the model's architecture (modelFile), if any.",
+    "--model-file", type=_FILE, help="The file with the model's architecture (modelFile), if any."
 )
 @click.option(
     "--extra-files",
     default=None,
     help="Comma-separated files or directories to add (at the archive's root).",
 )
-@click.option(
-    "--config-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The model-config.yaml (configFile).",
-)
+@click.option("--config-file", type=_FILE, help="The model-config.yaml (configFile).")
 @click.option(
     "--requirements-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
+    type=_FILE,
     help="A requirements.txt to carry along (Podium does not install it).",
 )
 @click.option(
@@ -581,7 +553,7 @@ def archive(
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="podium serve's YAML config file (its models and the settings that apply on Ray).",
 )
 @click.option(
@@ -641,8 +613,6 @@ def ray_command(
     try:
         code = run(settings, address=address, host=host, port=port, grpc_port=grpc_port, name=name)
     except DefinitionError as exc:
-        click.echo("podium: cannot serve; these models cannot be loaded:", err=True)
-        for problem in exc.problems:
-            click.echo(f"  - {problem}", err=True)
+        _cannot_start(exc)
         code = 1
     sys.exit(code)

@@ -36,7 +36,6 @@ from .types import DATATYPES, Signature, TensorSpec
 
 __all__ = [
     "FIELDS",
-    "MODEL_CONTROLS",
     "MODEL_DEFAULTS",
     "MODEL_KEYS",
     "SETTINGS",
@@ -61,6 +60,7 @@ __all__ = [
     "ShutdownTimes",
     "Spelling",
     "Unit",
+    "Web",
     "foreign",
     "load_yaml",
     "normalize_host",
@@ -130,6 +130,7 @@ class ModelConfig:
     devices: str | tuple[int, ...] = _default("devices")
     workers_per_device: int = _default("workers_per_device")
     devices_per_worker: int = _default("devices_per_worker")
+    predict_concurrency_per: str = _default("predict_concurrency_per")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)
@@ -260,10 +261,6 @@ def _tensor_spec(where: str, entry: Any) -> TensorSpec:
     if parameters is not None and not isinstance(parameters, dict):
         raise ValueError(f"'{where}.parameters' must be a mapping, got {parameters!r}")
     return TensorSpec(name, datatype, tuple(shape))
-
-
-#: ``model_control``'s values: which listeners may load and unload models.
-MODEL_CONTROLS = SETTINGS["model_control"].choices
 
 
 def _setting(key: str) -> Any:
@@ -477,6 +474,30 @@ class Logs(_Group):
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class Web(_Group):
+    """What browsers and proxies meet on the HTTP inference listener (``server/http/_web.py``):
+    CORS (on when an origin or ``allow_origin_regex`` is given), gzip of answers, and the path
+    prefix a proxy serves it under ("": none)."""
+
+    GROUP = Group.WEB
+    allow_origins: tuple[str, ...] = _setting("cors_allow_origins")
+    allow_origin_regex: str | None = _setting("cors_allow_origin_regex")
+    allow_credentials: bool = _setting("cors_allow_credentials")
+    allow_methods: tuple[str, ...] = _setting("cors_allow_methods")
+    allow_headers: tuple[str, ...] = _setting("cors_allow_headers")
+    expose_headers: tuple[str, ...] = _setting("cors_expose_headers")
+    max_age: int = _setting("cors_max_age")
+    gzip: bool = _setting("gzip")
+    gzip_min_size: int = _setting("gzip_min_size")
+    root_path: str = _setting("root_path")
+
+    @property
+    def cors(self) -> bool:
+        """Whether the listener speaks CORS at all."""
+        return bool(self.allow_origins) or self.allow_origin_regex is not None
+
+
 _BY_GROUP: dict[Group, tuple[Setting, ...]] = {
     group: tuple(s for s in SETTINGS.values() if s.group is group) for group in Group
 }
@@ -500,6 +521,7 @@ class ServerConfig:
     shared_memory: SharedMemory
     shutdown: ShutdownTimes
     logs: Logs
+    web: Web
 
     def __init__(self, **values: Any) -> None:
         unknown = sorted(set(values) - set(SETTINGS))
@@ -537,6 +559,7 @@ _GROUPS: dict[Group, type[_Group]] = {
     Group.SHARED_MEMORY: SharedMemory,
     Group.SHUTDOWN: ShutdownTimes,
     Group.LOGS: Logs,
+    Group.WEB: Web,
 }
 
 

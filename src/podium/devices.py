@@ -32,6 +32,7 @@ __all__ = [
     "gpu_index",
     "is_device_lost",
     "is_out_of_memory",
+    "running_on",
     "set_device",
     "using",
 ]
@@ -53,6 +54,14 @@ def device() -> str:
     if current is not None:
         return current
     return os.environ.get(DEVICE_ENV) or CPU
+
+
+def running_on() -> str | None:
+    """The GPU a thread worker's model code runs on here ("cuda:2"), set by :func:`using`; None
+    elsewhere (the CPU, outside a model, a worker process: its log lines name their device
+    once for all)."""
+    current = _current.get()
+    return current if current is not None and current != CPU else None
 
 
 @contextlib.contextmanager

@@ -9,7 +9,8 @@
   with the stable keys ``ts`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,
   ``message`` and ``request_id`` (null outside a request), plus ``exception`` / ``stack`` when the
   record has them and the fields a record carries in its ``fields`` attribute (the access log's:
-  docs/operations.md, "Logs"). Encoded by msgspec: no hand-made escaping.
+  docs/operations.md, "Logs"), and ``device`` (``cuda:1``) on a line made while a model's code
+  runs on a GPU (docs/devices.md). Encoded by msgspec: no hand-made escaping.
 
 Which request a line is about comes from :data:`podium.types.current_request`, read by
 :class:`RequestIdFilter` on the handler, in the thread that logs: the front end sets it for each
@@ -37,6 +38,7 @@ from typing import IO, Any
 
 import msgspec
 
+from .devices import running_on
 from .errors import bounded
 from .turn import TurnBuffer
 from .types import current_request
@@ -98,14 +100,32 @@ def bounded_traceback(text: str) -> str:
 
 class RequestIdFilter(logging.Filter):
     """Sets ``record.request_id``: the id of the request being served where the record was made
-    (:data:`podium.types.current_request`), unless the record names one already (``extra=``).
-    On the handler, so it sees every record that reaches it, whichever logger made it."""
+    (:data:`podium.types.current_request`), unless the record names one already (``extra=``);
+    and ``record.device`` where a thread worker's model code runs on a GPU (``podium.device()``
+    there: its JSON line says it; a worker process's lines say it as one of their ``static``
+    keys). On the handler, so it sees every record that reaches it, whichever logger made it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "request_id" not in record.__dict__:
             info = current_request.get()
             record.request_id = None if info is None else info.id
+        on = running_on()
+        if on is not None:
+            record.__dict__.setdefault("device", on)
         return True
+
+
+def _parts(record: logging.LogRecord) -> tuple[float, str, str, str | None, str, Any]:
+    """What a formatter's ``line`` writes of a record: its time, level, logger, request id,
+    message (bounded) and ``fields``."""
+    return (
+        record.created,
+        record.levelname,
+        record.name,
+        record.__dict__.get("request_id"),
+        bounded(record.getMessage(), MAX_LOG_MESSAGE),
+        record.__dict__.get("fields"),
+    )
 
 
 class _Seconds:
@@ -139,15 +159,9 @@ class TextFormatter(BoundedFormatter):
         self._clock = _Seconds("%Y-%m-%d %H:%M:%S", time.localtime)
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.message = bounded(record.getMessage(), MAX_LOG_MESSAGE)
-        line = self.line(
-            record.created,
-            record.levelname,
-            record.name,
-            record.__dict__.get("request_id"),
-            message,
-            None,
-        )
+        parts = _parts(record)
+        record.message = parts[4]
+        line = self.line(*parts)
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -190,14 +204,10 @@ class JsonFormatter(logging.Formatter):
         self._clock = _Seconds("%Y-%m-%dT%H:%M:%S", time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
-        line = self._keys(
-            record.created,
-            record.levelname,
-            record.name,
-            record.__dict__.get("request_id"),
-            bounded(record.getMessage(), MAX_LOG_MESSAGE),
-            record.__dict__.get("fields"),
-        )
+        line = self._keys(*_parts(record))
+        device = record.__dict__.get("device")
+        if device is not None:
+            line.setdefault("device", str(device)[:64])
         if record.exc_info:
             line["exception"] = bounded_traceback(self.formatException(record.exc_info))
         elif record.exc_text:

@@ -39,7 +39,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -376,6 +376,13 @@ class _Metric:
             )
         return self._store, family
 
+    def _record(self, record: Callable[..., None], value: float) -> None:
+        """``value`` recorded for this series by ``record`` (a :class:`MetricStore` method);
+        nothing when the metric was made outside a model's scope."""
+        target = self._target()
+        if target is not None:
+            record(target[0], target[1], self._labels, float(value))
+
 
 class Counter(_Metric):
     """A value that only goes up (``inc``)."""
@@ -385,9 +392,7 @@ class Counter(_Metric):
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
             raise ValueError("a counter only goes up; use a gauge for values that go down")
-        target = self._target()
-        if target is not None:
-            target[0].add(target[1], self._labels, float(amount))
+        self._record(MetricStore.add, amount)
 
 
 class Gauge(_Metric):
@@ -396,14 +401,10 @@ class Gauge(_Metric):
     __slots__ = ()
 
     def set(self, value: float) -> None:
-        target = self._target()
-        if target is not None:
-            target[0].set(target[1], self._labels, float(value))
+        self._record(MetricStore.set, value)
 
     def inc(self, amount: float = 1.0) -> None:
-        target = self._target()
-        if target is not None:
-            target[0].add(target[1], self._labels, float(amount))
+        self._record(MetricStore.add, amount)
 
     def dec(self, amount: float = 1.0) -> None:
         self.inc(-amount)
@@ -415,9 +416,7 @@ class Histogram(_Metric):
     __slots__ = ()
 
     def observe(self, value: float) -> None:
-        target = self._target()
-        if target is not None:
-            target[0].observe(target[1], self._labels, float(value))
+        self._record(MetricStore.observe, value)
 
     @contextlib.contextmanager
     def time(self) -> Iterator[None]:

@@ -20,7 +20,7 @@ from podium.model.truss._config import placement_of, read_truss
 
 
 def ts(data: dict[str, Any]) -> Any:
-    return model_config(data, name="m", version="1", where="model-config.yaml")[0]
+    return model_config(data, name="m", version="1", where="model-config.yaml")
 
 
 @pytest.mark.parametrize(

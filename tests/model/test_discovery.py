@@ -211,6 +211,7 @@ VALID: dict[str, tuple[str, Any]] = {
     "priority_levels": ("3", 3),
     "default_priority": ("1", 1),
     "priority_aging": ("500", 500.0),
+    "predict_concurrency_per": ("worker", "worker"),
 }
 
 INVALID: dict[str, str] = {
@@ -244,6 +245,7 @@ INVALID: dict[str, str] = {
     "priority_levels": "0",
     "default_priority": "0",
     "priority_aging": "0",
+    "predict_concurrency_per": "gpu",
 }
 
 

@@ -21,7 +21,7 @@ def problems(data: dict[str, Any]) -> list[str]:
 
 
 def test_frontend_keys_map_onto_podium_keys() -> None:
-    cfg, settings = config(
+    cfg = config(
         {
             "minWorkers": 2,
             "maxWorkers": 4,
@@ -36,36 +36,36 @@ def test_frontend_keys_map_onto_podium_keys() -> None:
     assert (cfg.name, cfg.version) == ("m", "1.0")
     assert (cfg.min_workers, cfg.max_workers, cfg.batch_size) == (2, 4, 8)
     assert (cfg.max_batch_delay_ms, cfg.response_timeout_s, cfg.max_queue_size) == (50.0, 30.0, 10)
-    assert settings.device_type == "cpu"
+    assert cfg.devices == "cpu"
     assert cfg.raw["handler"] == {"anything": [1, 2]}  # the whole file, for the handler
 
 
 def test_defaults_without_a_config() -> None:
-    cfg, settings = config({})
+    cfg = config({})
     assert cfg.batch_size == 1 and cfg.min_workers == 1 and cfg.response_timeout_s == 120.0
-    assert settings.device_type is None and settings.device_ids == ()
+    assert cfg.devices == "auto"  # neither deviceType nor deviceIds: a GPU if there is one
 
 
 def test_torchserves_own_defaults_where_the_file_is_silent() -> None:
-    cfg, _ = config({"batchSize": 8})
+    cfg = config({"batchSize": 8})
     assert cfg.max_batch_delay_ms == 100.0  # TorchServe's, not Podium's 5 ms
-    cfg, _ = config({"sequenceBatching": True})
+    cfg = config({"sequenceBatching": True})
     assert (cfg.max_num_sequences, cfg.max_sequence_queue_size, cfg.sequence_max_idle_ms) == (
         1,
         1,
         0.0,
     )
-    cfg, _ = config({"sequenceBatching": True, "batchSize": 4, "maxWorkers": 2})
+    cfg = config({"sequenceBatching": True, "batchSize": 4, "maxWorkers": 2})
     assert cfg.max_num_sequences == 8  # max(1, batchSize x maxWorkers), as TorchServe
-    cfg, _ = config({"batchSize": 8, "maxBatchDelay": 7, "sequenceBatching": True,
+    cfg = config({"batchSize": 8, "maxBatchDelay": 7, "sequenceBatching": True,
                      "maxNumSequence": 4})  # fmt: skip
     assert (cfg.max_batch_delay_ms, cfg.max_num_sequences) == (7.0, 4)
-    cfg, _ = config({})  # not a sequence model: Podium's own sequence defaults stay
+    cfg = config({})  # not a sequence model: Podium's own sequence defaults stay
     assert cfg.max_num_sequences == 10_000
 
 
 def test_max_workers_follows_min_workers() -> None:
-    cfg, _ = config({"minWorkers": 3})
+    cfg = config({"minWorkers": 3})
     assert cfg.max_workers == 3
 
 
@@ -88,7 +88,7 @@ def test_unknown_camel_case_keys_are_errors_naming_them() -> None:
 
 
 def test_custom_sections_and_snake_case_keys_reach_the_handler() -> None:
-    cfg, _ = config({"pt2": {"compile": True}, "my_setting": 3, "customSection": {"a": 1}})
+    cfg = config({"pt2": {"compile": True}, "my_setting": 3, "customSection": {"a": 1}})
     assert cfg.raw["my_setting"] == 3 and cfg.raw["customSection"] == {"a": 1}
 
 
@@ -101,12 +101,12 @@ def test_bad_values_are_validated_in_model_config() -> None:
 
 
 def test_not_enforced_keys_are_accepted() -> None:
-    cfg, _ = config({"startupTimeout": 60, "maxRetryTimeoutInSec": 10, "useVenv": False})
+    cfg = config({"startupTimeout": 60, "maxRetryTimeoutInSec": 10, "useVenv": False})
     assert cfg.batch_size == 1
 
 
 def test_podium_section_sets_podium_keys() -> None:
-    cfg, _ = config({"podium": {"predict_concurrency": 3, "workers": "process"}})
+    cfg = config({"podium": {"predict_concurrency": 3, "workers": "process"}})
     assert cfg.predict_concurrency == 3 and cfg.workers == "process"
     assert "repeats 'batchSize'" in problems({"batchSize": 2, "podium": {"batch_size": 4}})[0]
     assert "unknown key 'podium.nope'" in problems({"podium": {"nope": 1}})[0]

@@ -4,6 +4,7 @@ calls it. Judged by what each step passed to the handler and what each request g
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -107,7 +108,7 @@ async def run_step(inst: Any, batch: list[Generation]) -> dict[str, list[Any]]:
 
 
 def test_continuous_batching_maps_onto_the_config() -> None:
-    config, _ = model_config(
+    config = model_config(
         {"continuousBatching": True, "batchSize": 8}, name="m", version=None, where="x"
     )
     assert config.continuous_batching is True and config.batch_size == 8
@@ -238,3 +239,28 @@ async def test_continuous_with_sequences_steps_unless_the_handler_streams_itself
     assert inst.capabilities.continuous and inst.capabilities.streaming
     chatty = await load(handler_model(tmp_path / "chatty", COUNTDOWN, both), executor)
     assert not chatty.capabilities.continuous and chatty.capabilities.streaming
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("workers", ["thread", "process"])
+async def test_the_scheduler_steps_a_handler_in_either_kind_of_worker(
+    tmp_path: Path, executor: ThreadPoolExecutor, workers: str
+) -> None:
+    """Through the continuous scheduler: the handler in the server's threads, or in a worker
+    process (the steps cross, runtime/process/_steps.py), with the same items."""
+    from podium.model.discovery import discover
+    from podium.runtime.loading import build_version
+
+    config = CONFIG + f"podium:\n  workers: {workers}\n"
+    (source,) = discover(handler_model(tmp_path, COUNTDOWN, config))
+    mv = build_version(source, secrets={}, executor=executor)
+    await mv.pool.start()  # type: ignore[union-attr]
+    try:
+        a, chatty = await asyncio.gather(
+            mv.scheduler.infer({"tag": "a", "n": 3}, None),
+            mv.scheduler.infer({"tag": "chatty", "n": 2}, None),
+        )
+    finally:
+        await mv.scheduler.close()
+    assert a == ["a:2", "a:1", "a:0"]
+    assert chatty == ["chatty:pre", "chatty:1", "chatty:pre", "chatty:0"]

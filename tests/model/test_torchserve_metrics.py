@@ -163,3 +163,15 @@ def test_prometheus_mode_adds_the_hostname_label_and_torchserves_help() -> None:
     assert family.labelnames == (*DEFAULTS, "Hostname")
     assert series == {("m", "Model", socket.gethostname()): 2.0}
     assert family.documentation == "Torchserve prometheus counter metric with unit: count"
+
+
+def test_a_context_built_without_metrics_takes_every_call_and_records_nowhere() -> None:
+    # as a handler's own unit test builds ts.context.Context: TorchServe's six arguments
+    from podium.model.torchserve import Context
+
+    metrics = Context("m", "/tmp", {}, 1, None, "0.12.0").metrics
+    metrics.add_counter("Handled", 2)
+    metrics.add_time("HandlerTime", 12.5)
+    metrics.get_metric("HandlerTime", MetricTypes.GAUGE).add_or_update(1.0, ["m", "Model"])
+    metrics.add_metric_to_cache("Rows", "count", ["kind"]).add_or_update(3, ["a"])
+    assert metrics.get_metric("Rows").dimension_names == ["kind"]

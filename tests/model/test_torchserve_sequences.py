@@ -195,7 +195,7 @@ def config(data: dict[str, Any]) -> Any:
 
 
 def test_sequence_keys_map_onto_podium_keys() -> None:
-    cfg, _ = config(
+    cfg = config(
         {
             "sequenceBatching": True,
             "sequenceMaxIdleMSec": 10,
@@ -207,7 +207,7 @@ def test_sequence_keys_map_onto_podium_keys() -> None:
     assert cfg.sequence_batching is True
     assert (cfg.sequence_max_idle_ms, cfg.sequence_timeout_ms) == (10.0, 2000.0)
     assert (cfg.max_sequence_queue_size, cfg.max_num_sequences) == (10, 4)
-    assert config({})[0].sequence_batching is False
+    assert config({}).sequence_batching is False
 
 
 def test_bad_sequence_values_name_the_key() -> None:

@@ -79,12 +79,10 @@ def test_a_truss_is_discovered_with_its_name_and_truss_settings(tmp_path: Path) 
     assert source.config.name == "basic truss"
     assert source.config.predict_concurrency == 3
     assert source.config.model_metadata == {"example_model_input": {"x": 1}}
-    parts = source.truss_parts()
-    assert parts.settings.resources["accelerator"] == "A10G:2"
+    assert source.config.raw["resources"]["accelerator"] == "A10G:2"
     # the model's `config` is Truss's, with its defaults filled in
-    assert parts.config["runtime"]["streaming_read_timeout"] == 60
-    assert parts.config["model_class_filename"] == "model.py"
-    assert source.config.raw is parts.config
+    assert source.config.raw["runtime"]["streaming_read_timeout"] == 60
+    assert source.config.raw["model_class_filename"] == "model.py"
 
 
 def test_a_truss_without_model_name_is_named_after_its_folder(tmp_path: Path) -> None:
@@ -652,7 +650,7 @@ def test_the_config_holds_truss_defaults_as_truss_writes_them(tmp_path: Path) ->
         """,
     )
     (source,) = discover(root)
-    config = source.truss_parts().config
+    config = source.config.raw
     assert config["resources"] == {
         "cpu": "1",
         "memory": "2Gi",

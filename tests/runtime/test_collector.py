@@ -15,9 +15,25 @@ from helpers import ManualClock
 
 from podium.errors import BadModelOutput, QueueFull, Unavailable
 from podium.runtime._collector import BatchCollector, Pending
-from podium.runtime._scheduler import SlotGate, TaskSet
+from podium.runtime._scheduler import TaskSet
 
 DELAY = 0.25  # s: binary-exact, so the clock lands on it exactly
+
+
+class Slots:
+    """The harness's slots: ``busy`` of ``slots`` taken, the rest waiting in turn."""
+
+    def __init__(self, slots: int) -> None:
+        self._free = asyncio.Semaphore(slots)
+        self.busy = 0
+
+    async def acquire(self) -> None:
+        await self._free.acquire()
+        self.busy += 1
+
+    def release(self) -> None:
+        self.busy -= 1
+        self._free.release()
 
 
 class NeverReached(Exception):
@@ -39,7 +55,7 @@ class Harness:
     ) -> None:
         self.clock = ManualClock()
         self.tasks = TaskSet()
-        self.gate = SlotGate("m", slots, 100)
+        self.gate = Slots(slots)
         self.batches: list[list[Any]] = []
         self.answer = answer
         self.release = asyncio.Event()

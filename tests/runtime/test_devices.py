@@ -52,16 +52,7 @@ from podium.server._requests import RequestSnapshots
 
 FOUR = FakeInventory(4)
 
-
-@pytest.fixture
-def gpus() -> Iterator[FakeInventory]:
-    """The server believes it has four GPUs."""
-    fake = FakeInventory(4)
-    devices_module.set_inventory(fake)
-    try:
-        yield fake
-    finally:
-        devices_module.set_inventory(None)
+pytest_plugins = ["device_fixtures"]
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from starlette.requests import Request
 from podium.config import ModelConfig
 from podium.errors import InvalidInput, ModelError, QueueFull, Unavailable, http_status
 from podium.model.native import NativeModel, inspect_class
-from podium.runtime._scheduler import SlotGate
 from podium.runtime.direct import DirectScheduler
 
 
@@ -320,45 +319,6 @@ async def test_cancelled_sync_predict_holds_its_slot_until_it_returns(
         ("predict end", "b"),
     ]
     assert scheduler.statistics()["busy"] == 0
-
-
-# -- SlotGate on its own ---------------------------------------------------------------------------
-
-
-@pytest.mark.anyio
-async def test_slot_gate_counts() -> None:
-    gate = SlotGate("g", slots=2, max_waiting=1)
-    await gate.acquire()
-    await gate.acquire()
-    assert gate.statistics() == {"slots": 2, "busy": 2, "waiting": 0}
-    waiter = asyncio.create_task(gate.acquire())
-    await wait_until(lambda: gate.waiting == 1)
-    with pytest.raises(QueueFull, match="model 'g' queue is full: 1 requests waiting"):
-        await gate.acquire()
-    gate.release()
-    await waiter
-    assert gate.statistics() == {"slots": 2, "busy": 2, "waiting": 0}
-    gate.release()
-    gate.release()
-    assert gate.statistics() == {"slots": 2, "busy": 0, "waiting": 0}
-
-
-@pytest.mark.anyio
-async def test_slot_gate_cancelled_waiter_takes_no_slot() -> None:
-    gate = SlotGate("g", slots=1, max_waiting=2)
-    await gate.acquire()
-    waiters = [asyncio.create_task(gate.acquire()) for _ in range(2)]
-    await wait_until(lambda: gate.waiting == 2)
-    waiters[0].cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiters[0]
-    assert gate.waiting == 1
-    gate.release()
-    await waiters[1]
-    assert gate.statistics() == {"slots": 1, "busy": 1, "waiting": 0}
-    gate.release()
-    await gate.acquire()  # the slot was not lost to the cancelled waiter
-    assert gate.busy == 1
 
 
 @pytest.mark.anyio

@@ -1,5 +1,6 @@
-"""The gates built on the one waiting line: a worker's own line for requests pinned to it
-(podium.runtime._gate.WorkerGate.acquire_on), and the hand-off races of both gates."""
+"""The gate built on the one waiting line (podium.runtime._gate.WorkerGate): slots across
+workers with a bounded shared line, a worker's own line for requests pinned to it
+(``acquire_on``), and the hand-off races of both lines."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from podium.errors import Unavailable
+from podium.errors import QueueFull, Unavailable
 from podium.runtime._gate import WorkerGate
-from podium.runtime._scheduler import SlotGate
 
 
 class W:
@@ -123,19 +123,61 @@ async def test_fail_pinned_gives_each_waiter_the_owners_error() -> None:
 
 
 @pytest.mark.anyio
-async def test_slot_gate_a_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> None:
-    gate = SlotGate("g", slots=1, max_waiting=5)
+async def test_a_waiter_cancelled_as_it_is_handed_a_slot_passes_it_on() -> None:
+    gate = WorkerGate("g", max_waiting=5)
+    a = W("a")
+    gate.add(a)
     await gate.acquire()
     first = await started(gate.acquire())
     second = await started(gate.acquire())
-    gate.release()  # handed to `first`...
+    gate.release(a)  # handed to `first`...
     first.cancel()  # ...which is cancelled before it runs
-    await within(second)
+    assert await within(second) is a
     with pytest.raises(asyncio.CancelledError):
         await first
-    assert gate.statistics() == {"slots": 1, "busy": 1, "waiting": 0}
-    gate.release()
-    assert gate.busy == 0  # nothing leaked either
+    assert (a.busy, gate.waiting) == (1, 0)
+    gate.release(a)
+    assert a.busy == 0  # nothing leaked either
+
+
+@pytest.mark.anyio
+async def test_slots_are_counted_and_a_full_line_is_refused() -> None:
+    gate = WorkerGate("g", max_waiting=1)
+    a = W("a", capacity=2)
+    gate.add(a)
+    await gate.acquire()
+    await gate.acquire()
+    assert (a.busy, gate.waiting) == (2, 0)
+    waiter = await started(gate.acquire())
+    assert gate.waiting == 1
+    with pytest.raises(QueueFull, match="model 'g' queue is full: 1 requests waiting"):
+        await gate.acquire()
+    gate.release(a)
+    assert await within(waiter) is a
+    assert (a.busy, gate.waiting) == (2, 0)
+    gate.release(a)
+    gate.release(a)
+    assert a.busy == 0
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_waiter_takes_no_slot() -> None:
+    gate = WorkerGate("g", max_waiting=2)
+    a = W("a")
+    gate.add(a)
+    await gate.acquire()
+    waiters = [await started(gate.acquire()) for _ in range(2)]
+    assert gate.waiting == 2
+    waiters[0].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiters[0]
+    assert gate.waiting == 1
+    gate.release(a)
+    await within(waiters[1])
+    assert (a.busy, gate.waiting) == (1, 0)
+    gate.release(a)
+    await gate.acquire()  # the slot was not lost to the cancelled waiter
+    assert a.busy == 1
 
 
 @pytest.mark.anyio
@@ -177,8 +219,6 @@ async def test_random_cancellations_never_lose_or_leak_a_slot(seed: int) -> None
 
 @pytest.mark.anyio
 async def test_a_waiter_that_left_does_not_count_against_the_bound() -> None:
-    from podium.errors import QueueFull
-
     gate = WorkerGate("m", max_waiting=4)
     gate.add(W("a"))
     await gate.acquire()

@@ -63,6 +63,8 @@ SAMPLES: list[m.Message] = [
     m.Stopped(10),
     m.Report(None, [(("tokens", "counter", "", ("kind",), ()), ("a",), 2.0)]),
     m.Release(1 << 22),
+    m.Step(11, [1, 2], [{"x": [1, 2]}, "text"], [3], [1, 2, 4]),
+    m.Stepped(11, [["a", "b"], [], [{"token": 1}]], [2]),
 ]
 
 
@@ -87,6 +89,19 @@ def test_messages_round_trip_whole_or_in_any_chunks(chunk: int | None) -> None:
             assert [came.value[0], came.value[2]] == [{"y": 1.5}, "z"]
         else:
             assert came == sent
+
+
+def test_a_step_carries_arrays_each_way_and_a_failed_preprocess() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (step,) = _decode(_frame(m.Step(1, [7], [{"x": x}], [], [7])))
+    assert isinstance(step, m.Step) and step.joined == [7] and step.batch == [7]
+    np.testing.assert_array_equal(step.inputs[0]["x"], x)
+    failed = m.Failed.of(ValueError("bad"))
+    (stepped,) = _decode(_frame(m.Stepped(1, [[x, "t"], failed], [7])))
+    assert isinstance(stepped, m.Stepped) and stepped.done == [7]
+    first, second = stepped.items
+    np.testing.assert_array_equal(first[0], x)
+    assert first[1] == "t" and type(second) is m.Failed and second.type is ValueError
 
 
 def test_large_arrays_travel_out_of_band_and_arrive_writable() -> None:

@@ -19,7 +19,7 @@ from e2e_helpers import PATIENCE, SERVE_MODELS, EventLog
 from management_helpers import torchserve_management_stubs
 
 from podium.errors import Unauthenticated, grpc_code, http_status
-from podium.server._auth import Authorizer
+from podium.server._auth import AuthMiddleware, Authorizer, inference_rule, render_error
 
 pytest_plugins = ["e2e_fixtures"]
 
@@ -241,3 +241,30 @@ def test_keys_expire_when_asked_and_are_replaced(
     auth.check_header(f"Bearer {auth.key('management')}", "management")
     with pytest.raises(ValueError):
         auth.regenerate("API")
+
+
+@pytest.mark.anyio
+async def test_a_websocket_without_the_key_is_closed_before_the_handshake(tmp_path: Path) -> None:
+    authorizer = Authorizer.create(tmp_path / "key_file.json")
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+
+    middleware = AuthMiddleware(app, authorizer, inference_rule, render_error)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    def scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:
+        return {"type": "websocket", "path": "/v1/websocket", "headers": list(headers)}
+
+    await middleware(scope(), receive, send)
+    assert sent == [{"type": "websocket.close", "code": 1008}] and reached == []
+    key = authorizer.key("inference").encode()
+    await middleware(scope((b"authorization", b"Bearer " + key)), receive, send)
+    assert reached == ["/v1/websocket"] and len(sent) == 1

@@ -1,11 +1,13 @@
-"""Continuous batching end to end: a real ``podium serve`` with a step model, streamed to httpx
-clients over the Truss route (chunked) and OIP generate_stream (SSE). Requests join the running
-batch between steps, leave when done or when their client goes; judged by the model's record of
-each step's batch and by the order things happened."""
+"""Continuous batching end to end: a real ``podium serve`` with a step model (in thread workers
+and in a worker process), streamed to httpx clients over the Truss route (chunked) and OIP
+generate_stream (SSE). Requests join the running batch between steps, leave when done or when
+their client goes; judged by the model's record of each step's batch and by the order things
+happened."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,11 +27,18 @@ def steps_events(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("continuous") / "events.jsonl"
 
 
-@pytest.fixture(scope="module")
-def server(steps_events: Path) -> Iterator[Server]:
-    with run_server(
-        TEST_MODELS / "continuous", env={"PODIUM_E2E_EVENTS": str(steps_events)}
-    ) as running:
+@pytest.fixture(scope="module", params=["thread", "process"])
+def server(
+    steps_events: Path, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The step model in thread workers, and in a worker process (``workers: process``)."""
+    models = TEST_MODELS / "continuous"
+    if request.param == "process":
+        models = tmp_path_factory.mktemp("continuous-process")
+        shutil.copytree(TEST_MODELS / "continuous" / "steps", models / "steps")
+        with (models / "steps" / "config.yaml").open("a") as config:
+            config.write("workers: process\n")
+    with run_server(models, env={"PODIUM_E2E_EVENTS": str(steps_events)}) as running:
         yield running
 
 
@@ -115,3 +124,33 @@ async def test_the_continuous_example(examples_server: Server) -> None:
             *(c.post("/v1/models/continuous-words:predict", json={"n": n}) for n in (3, 5))
         )
     assert [a.text for a in answers] == ["the quick brown ", "the quick brown fox jumps "]
+
+
+HEADER_MODEL = """
+from starlette.requests import Request
+
+
+class Model:
+    async def preprocess(self, inputs, request: Request):
+        return {**inputs, "who": request.headers.get("x-who", "?")}
+
+    async def step(self, batch):
+        for g in batch:
+            g.emit(f"{g.inputs['who']}:{g.inputs['n']}")
+            g.finish()
+"""
+
+
+@pytest.mark.anyio
+async def test_a_worker_process_preprocess_gets_the_request(tmp_path: Path) -> None:
+    """The request object crosses to the worker process with its request (a snapshot, rebuilt
+    there) for the preprocess that asks for it."""
+    folder = tmp_path / "who"
+    folder.mkdir()
+    (folder / "model.py").write_text(HEADER_MODEL)
+    (folder / "config.yaml").write_text("continuous_batching: true\nworkers: process\n")
+    with run_server(folder) as running:
+        async with httpx.AsyncClient(base_url=running.url, timeout=PATIENCE) as c:
+            r = await c.post("/v1/models/who:predict", json={"n": 1}, headers={"x-who": "ann"})
+            assert r.status_code == 200, r.text
+            assert "ann:1" in r.text

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import re
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -569,6 +570,55 @@ def test_embeddings_from_worker_processes() -> None:
         assert floats.shape == (2, 3) and np.allclose(np.linalg.norm(floats, axis=1), 1.0)
 
 
+def test_generation_in_a_worker_process(tmp_path: Path) -> None:
+    """The chars model with ``workers: process``: its steps run in the worker process (the
+    server keeps the batch and tokenizes with the tokenizer the worker sent), with the same
+    answers as in a thread worker, streams, ``n``, a failing step, and a client that leaves."""
+    folder = tmp_path / "chars"
+    shutil.copytree(MODELS / "chars", folder)
+    with (folder / "config.yaml").open("a") as config:
+        config.write("workers: process\n")
+    events = tmp_path / "events.jsonl"
+    with (
+        run_server(folder, env={"PODIUM_E2E_EVENTS": str(events)}) as running,
+        openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0) as c,
+        httpx.Client(base_url=running.url, timeout=PATIENCE) as http,
+    ):
+        assert [m.id for m in c.models.list()] == ["chars"]
+        r = c.chat.completions.create(
+            model="chars", messages=[{"role": "user", "content": "hi"}], max_tokens=12
+        )
+        assert r.choices[0].message.content == REPLY[:12]
+        assert r.choices[0].finish_reason == "length" and r.usage is not None
+        assert r.usage.completion_tokens == 12
+        chunks = post_stream(http, "/v1/chat/completions", chat("hi", max_tokens=9, stream=True))
+        assert texts_by_choice(chunks)[0] == REPLY[:9]
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        both = c.completions.create(model="chars", prompt="abc", max_tokens=4, n=2)
+        assert [ch.text for ch in both.choices] == [REPLY[:4]] * 2
+        short = c.chat.completions.create(
+            model="chars", messages=[{"role": "user", "content": "short"}], max_tokens=20
+        )
+        assert short.choices[0].message.content == REPLY[:5]
+        assert short.choices[0].finish_reason == "stop"
+        with pytest.raises(openai.InternalServerError) as caught:
+            c.chat.completions.create(
+                model="chars", messages=[{"role": "user", "content": "boom"}], max_tokens=9
+            )
+        assert "step raised RuntimeError" in caught.value.message
+        body = chat("tag:leaver", max_tokens=200, stream=True)
+        with http.stream("POST", "/v1/chat/completions", json=body) as left:
+            got = 0
+            for line in left.iter_lines():
+                got += line.startswith("data: ")
+                if got == 4:
+                    break
+        http.post("/v1/chat/completions", json=chat("hi", max_tokens=10))
+        before = steps_of(events, "leaver")
+        http.post("/v1/chat/completions", json=chat("hi", max_tokens=10))
+        assert steps_of(events, "leaver") == before < 40  # it left the batch
+
+
 def test_a_models_own_chat_and_complete() -> None:
     with (
         run_server(MODELS / "talker") as running,
@@ -616,12 +666,16 @@ def test_a_model_still_loading_is_503_not_truss_404(tmp_path: Path) -> None:
                         assert not entered.done(), entered.exception()
                         assert time.monotonic() < deadline
                         time.sleep(0.01)
+                # vLLM's /health, which load tools poll: not ready while the model loads
+                r = c.get("/health")
+                assert (r.status_code, r.content) == (503, b"")
                 body = {"model": "chars-slow", "prompt": "x", "max_tokens": 2}
                 r = c.post("/v1/completions", json=body)
                 assert r.status_code == 503 and r.headers["retry-after"] == "1"
                 assert r.json()["error"]["code"] == "service_unavailable"
                 gate.touch()
                 entered.result(timeout=PATIENCE)
+                assert (c.get("/health").status_code, c.get("/health").content) == (200, b"")
                 r = c.post("/v1/completions", json=body)
                 assert r.status_code == 200 and r.json()["choices"][0]["text"] == REPLY[:2]
         finally:

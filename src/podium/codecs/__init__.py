@@ -25,6 +25,9 @@ Numpy has no bfloat16, so ``BF16`` tensors decode to ``float32`` arrays (JSON va
 sent, not rounded to bfloat16 precision; raw ones are exact). Only :func:`encode_raw` writes
 ``BF16`` (a model's ``ResponseOutput`` may name it); nothing infers it from a value.
 
+:data:`NUMPY_DTYPES` is the numpy dtype each numeric datatype decodes to (the MLServer
+compatibility layer's ``NumpyCodec`` reads it too).
+
 JSON text (:func:`json_problem`): why a body msgspec refused is not JSON, with invalid UTF-8 and
 lone surrogate escapes named exactly (every route that decodes a client's JSON catches
 :data:`JSON_ERRORS` and says this).
@@ -51,6 +54,7 @@ Imports point up this list's reverse: ``_shape`` and ``_datatypes`` import no si
 
 from __future__ import annotations
 
+from ._datatypes import NUMPY_DTYPES
 from ._declared import check_declared
 from ._inputs import check_input, check_request, decode_input, decode_request, inputs_as_json
 from ._json import JSON_ERRORS, json_problem
@@ -59,6 +63,7 @@ from ._raw import decode_raw, encode_raw
 
 __all__ = [
     "JSON_ERRORS",
+    "NUMPY_DTYPES",
     "check_declared",
     "check_input",
     "check_request",

@@ -9,22 +9,19 @@ protocol and outcome like any other.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
-import time
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from ..errors import MethodNotAllowed, NotFound, UnsupportedRepresentation
 from ..runtime import ModelVersion, WorkerKind
 from ..types import Call, HandlerRoute, ModelEndpoints, ModelState
-from ._flight import InFlight
+from ._flight import Counted, InFlight
 
 __all__ = ["endpoint_items", "handler_route", "healthy", "serve_websocket"]
 
 logger = logging.getLogger("podium.dataplane")
-
-_now = time.perf_counter_ns
 
 
 def _offers(mv: ModelVersion, what: str) -> ModelEndpoints:
@@ -58,31 +55,12 @@ async def endpoint_items(
     if name not in caps.endpoints and not any(r.name == name for r in caps.handler_routes):
         raise NotFound(f"model '{mv.name}' defines no method '{name}'")
     instance = _offers(mv, name)
-    task = flight.enter(call)
-    stats = mv.stats.protocols[call.protocol.index]
-    start = _now()
-    try:
-        items = instance.endpoint(name, call.payload, call.request)
-        try:
+    with Counted(flight, call, mv.stats, stream=False):
+        async with contextlib.aclosing(
+            instance.endpoint(name, call.payload, call.request)
+        ) as items:
             async for item in items:
                 yield item
-        finally:
-            await items.aclose()
-    except asyncio.CancelledError as exc:
-        stats.failed_with(exc, _now() - start)
-        error = None if task is None else flight.cut_error(task)
-        if error is None:
-            raise
-        raise error from None
-    except BaseException as exc:
-        stats.failed_with(exc, _now() - start)
-        raise
-    else:
-        mv.stats.last_ns = end = _now()
-        stats.ok.add(end - start)
-    finally:
-        if task is not None:
-            flight.leave(task)
 
 
 async def serve_websocket(flight: InFlight, mv: ModelVersion, call: Call, websocket: Any) -> None:

@@ -22,13 +22,16 @@ once the server is stopping.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from types import TracebackType
 from typing import Any
 
 from ..errors import ShuttingDown
+from ..runtime import VersionStats
 from ..types import Call
 
-__all__ = ["FlightReport", "InFlight"]
+__all__ = ["Counted", "FlightReport", "InFlight"]
 
 
 def _label(call: Call) -> str:
@@ -170,3 +173,46 @@ class InFlight:
             cut[task] = cut.get(task, 0) + 1
             task.cancel()
         return len(tasks)
+
+
+class Counted:
+    """A stream (or a model's endpoint) from its first item to its end, as one call: in flight
+    under the task that reads it, and counted in the version's ``stats`` by its protocol,
+    outcome and duration (``stream``: and as a stream open while it runs). Used as ``with``
+    around the reading: a cancellation that is the shutdown's cut ends it with that error."""
+
+    __slots__ = ("_flight", "_call", "_stats", "_stream", "_task", "_start")
+
+    def __init__(self, flight: InFlight, call: Call, stats: VersionStats, *, stream: bool) -> None:
+        self._flight = flight
+        self._call = call
+        self._stats = stats
+        self._stream = stream
+
+    def __enter__(self) -> None:
+        self._task = self._flight.enter(self._call)
+        self._start = time.perf_counter_ns()
+        if self._stream:
+            self._stats.streams_open += 1
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stats, task = self._stats, self._task
+        counts = stats.protocols[self._call.protocol.index]
+        try:
+            if exc is None:
+                stats.last_ns = end = time.perf_counter_ns()
+                counts.ok.add(end - self._start)
+                return
+            # GeneratorExit too: the reader stopped (the client left)
+            counts.failed_with(exc, time.perf_counter_ns() - self._start)
+            if isinstance(exc, asyncio.CancelledError) and task is not None:
+                error = self._flight.cut_error(task)
+                if error is not None:
+                    raise error from None
+        finally:
+            if self._stream:
+                stats.streams_open -= 1
+            if task is not None:
+                self._flight.leave(task)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
@@ -33,7 +32,7 @@ from ..types import (
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
 from ._endpoints import endpoint_items, handler_route, healthy, serve_websocket
-from ._flight import InFlight
+from ._flight import Counted, InFlight
 from ._memory import Placement, SystemSharedMemory, uses_shared_memory
 from ._model_config import ModelConfiguration
 from ._repository import ModelRepository
@@ -281,17 +280,10 @@ class DataPlane:
         The call is counted in the version's :attr:`~ModelVersion.stats`, by outcome and code
         (of its protocol), with its duration.
         """
-        # InFlight.enter and .leave, inlined: this runs for every call.
         flight = self.flight
-        if flight.closed:
-            raise flight.refusal(call)
-        running = flight.running
-        task = current_task(flight.loop or flight.running_loop())
-        if task is None:  # the loop seen last is not the one running
-            task = flight.current()
-        if task is None or task in running:  # this task runs a call already: that one counts
+        task = flight.enter(call)
+        if task is None:  # this task runs a call already: that one counts
             return await self._infer(call, mv)
-        running[task] = call
         try:
             return await self._infer(call, mv)
         except asyncio.CancelledError:
@@ -300,9 +292,7 @@ class DataPlane:
                 raise
             raise error from None
         finally:
-            del running[task]
-            if flight.stopping:
-                flight.ended(task, call)
+            flight.leave(task)
 
     async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
         if mv is None:
@@ -385,18 +375,14 @@ class DataPlane:
     ) -> AsyncGenerator[Any, None]:
         # In flight from its first item to its end, under the task that reads it. Counted as
         # infer() counts, and: open while it runs, its first item's delay, its items.
-        flight = self.flight
-        task = flight.enter(call)
         stats = mv.stats
         start = _now()
-        stats.streams_open += 1
         placement: Placement | None = None
-        try:
-            _queue_asks(mv, call)
-            call, placement = self._placed(call)
-            inputs, oip = inputs_of(mv, call)
-            items = _stream_from_scheduler(mv, inputs, call, sequence)
+        with Counted(self.flight, call, stats, stream=True):
             try:
+                _queue_asks(mv, call)
+                call, placement = self._placed(call)
+                inputs, oip = inputs_of(mv, call)
                 first = True
                 convert = call.protocol.oip
                 # A value returned where a stream might have been (a truss's predict) is that
@@ -405,38 +391,24 @@ class DataPlane:
                     mv.instance.capabilities.returns_streams
                     and call.protocol is not WireProtocol.TRUSS
                 )
-                async for item in items:
-                    if unwrap and type(item) is Returned:
-                        item = item.value
-                    if first:
-                        first = False
-                        stats.first_item.add(_now() - start)
-                    stats.items += 1
-                    if convert:
-                        item = oip_response(mv, item, oip, sequence)
-                        if placement is not None:  # written where the request asked
-                            placement.write(item)
-                    yield item
+                async with contextlib.aclosing(
+                    _stream_from_scheduler(mv, inputs, call, sequence)
+                ) as items:
+                    async for item in items:
+                        if unwrap and type(item) is Returned:
+                            item = item.value
+                        if first:
+                            first = False
+                            stats.first_item.add(_now() - start)
+                        stats.items += 1
+                        if convert:
+                            item = oip_response(mv, item, oip, sequence)
+                            if placement is not None:  # written where the request asked
+                                placement.write(item)
+                        yield item
             finally:
-                await items.aclose()
-        except asyncio.CancelledError as exc:
-            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
-            error = None if task is None else flight.cut_error(task)
-            if error is None:
-                raise
-            raise error from None
-        except BaseException as exc:  # GeneratorExit too: the reader stopped (the client left)
-            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
-            raise
-        else:
-            stats.last_ns = end = _now()
-            stats.protocols[call.protocol.index].ok.add(end - start)
-        finally:
-            stats.streams_open -= 1
-            if placement is not None:
-                placement.release()
-            if task is not None:
-                flight.leave(task)
+                if placement is not None:
+                    placement.release()
 
     def stream_inputs(
         self,
@@ -465,34 +437,14 @@ class DataPlane:
 
         # The whole stream is one call in flight, under the task that reads its answers, and
         # one request counted.
-        flight = self.flight
-        task = flight.enter(Call(mv.name, mv.version, protocol))
         stats = mv.stats
-        start = _now()
-        stats.streams_open += 1
-        try:
+        with Counted(self.flight, Call(mv.name, mv.version, protocol), stats, stream=True):
             async with contextlib.aclosing(
                 mv.scheduler.stream_inputs(convert_each(), request)
             ) as items:
                 async for item in items:
                     stats.items += 1
                     yield oip_response(mv, item, None) if protocol.oip else item
-        except asyncio.CancelledError as exc:
-            stats.protocols[protocol.index].failed_with(exc, _now() - start)
-            error = None if task is None else flight.cut_error(task)
-            if error is None:
-                raise
-            raise error from None
-        except BaseException as exc:
-            stats.protocols[protocol.index].failed_with(exc, _now() - start)
-            raise
-        else:
-            stats.last_ns = end = _now()
-            stats.protocols[protocol.index].ok.add(end - start)
-        finally:
-            stats.streams_open -= 1
-            if task is not None:
-                flight.leave(task)
 
 
 def _queue_asks(mv: ModelVersion, call: Call) -> None:

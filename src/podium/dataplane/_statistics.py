@@ -13,6 +13,10 @@ a batch; ``compute_input`` / ``compute_output`` the model's ``preprocess`` / ``p
 they ran; ``batch_stats`` the executions by batch size (``compute_infer``; Podium runs
 ``preprocess`` and ``postprocess`` per request, outside the batch, so their per-batch entries
 are zero); ``cache_hit`` / ``cache_miss`` are zero (Podium has no response cache).
+
+``device_stats`` is Podium's, in the JSON answer only (gRPC's message has no field for it), and
+only for a version whose workers run on GPUs: per GPU ("cuda:1"), the executions of ``predict``
+there, the requests they ran and their time (docs/devices.md, "Seeing it").
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ..runtime import UNVERSIONED, Durations, ModelVersion
 
 __all__ = [
     "BatchStatistics",
+    "DeviceStatistics",
     "InferStatistics",
     "ModelStatistics",
     "StatisticDuration",
@@ -66,6 +71,15 @@ class MemoryUsage(msgspec.Struct):
     byte_size: int
 
 
+class DeviceStatistics(msgspec.Struct):
+    """What a version ran on one GPU: ``compute_infer`` counts executions (as ``batch_stats``)."""
+
+    device: str
+    execution_count: int
+    inference_count: int
+    compute_infer: StatisticDuration
+
+
 class ModelStatistics(msgspec.Struct):
     """One model version's statistics (Triton's ``ModelStatistics``); ``last_inference`` is in
     milliseconds since the epoch (0: none yet)."""
@@ -79,6 +93,8 @@ class ModelStatistics(msgspec.Struct):
     batch_stats: list[BatchStatistics]
     memory_usage: list[MemoryUsage] = msgspec.field(default_factory=list)
     response_stats: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: Podium's: per GPU; left out of the answer for a version on the CPU
+    device_stats: list[DeviceStatistics] | msgspec.UnsetType = msgspec.UNSET
 
 
 class StatisticsResponse(msgspec.Struct):
@@ -125,4 +141,14 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
         execution_count=stats.execution_count,
         inference_stats=infer,
         batch_stats=batches,
+        device_stats=[
+            DeviceStatistics(
+                device=name,
+                execution_count=on.executions,
+                inference_count=on.inferences,
+                compute_infer=StatisticDuration(on.executions, on.ns),
+            )
+            for name, on in sorted(stats.by_device.items())
+        ]
+        or msgspec.UNSET,
     )

@@ -8,7 +8,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from concurrent.futures import Executor
 from typing import Any
 
@@ -117,6 +117,24 @@ async def run_sync(executor: Executor, fn: Callable[..., Any], *args: Any) -> An
         raise
 
 
+async def call_method(
+    fn: Callable[..., Any],
+    *args: Any,
+    executor: Executor,
+    threads: Callable[..., Awaitable[Any]] | None = None,
+) -> Any:
+    """A model's method as its contract runs it: a coroutine function awaited on the loop;
+    a sync one on ``threads`` (the instance's own ``CallThreads.run``) or else in ``executor``
+    (:func:`run_sync`), in the caller's context either way, and the awaitable it may return
+    awaited."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await (threads(fn, *args) if threads is not None else run_sync(executor, fn, *args))
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
 async def iterate_sync(
     gen: Generator[Any, Any, Any], executor: Executor, model: str
 ) -> AsyncGenerator[Any, None]:
@@ -175,6 +193,14 @@ async def iterate_async(agen: Any, model: str) -> AsyncGenerator[Any, None]:
             yield item
     finally:
         await agen.aclose()
+
+
+def validated(schema: Any, value: Any) -> Any:
+    """``value`` validated into the pydantic model ``schema``: from its JSON when it is text or
+    bytes, else as it is."""
+    if isinstance(value, bytes | str):
+        return schema.model_validate_json(value)
+    return schema.model_validate(value)
 
 
 def validation_failed(exc: BaseException, what: str) -> ValidationFailed | None:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
+from ..errors import DefinitionError
 from ._owned import Owned
 
-if TYPE_CHECKING:  # the torchserve and truss packages import this module
-    from .torchserve import TsSettings
+if TYPE_CHECKING:  # the truss package imports this module
     from .truss import TrussSettings
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "ModelSource",
     "TorchServeParts",
     "TrussParts",
+    "read_json_object",
     "requirement_lines",
 ]
 
@@ -32,6 +34,19 @@ class Contract(enum.StrEnum):
     TORCHSERVE = "torchserve"  # a TorchServe handler (model/torchserve/)
     MLSERVER = "mlserver"  # an MLServer runtime (model/mlserver/)
     TRUSS = "truss"  # a truss: config.yaml and model/model.py (model/truss/)
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``DefinitionError`` naming the file otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DefinitionError(f"{path}: cannot be read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise DefinitionError(f"{path}: invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DefinitionError(f"{path}: must be a JSON object, not {type(data).__name__}")
+    return data
 
 
 def requirement_lines(lines: list[str]) -> tuple[str, ...]:
@@ -46,8 +61,6 @@ class TorchServeParts:
     """What the TorchServe adapter needs of a model beyond its ``ModelConfig``."""
 
     manifest: dict[str, Any]  # MAR-INF/MANIFEST.json, as TorchServe writes it
-    yaml_config: dict[str, Any]  # model-config.yaml as read: the handler's model_yaml_config
-    settings: TsSettings  # what that config decides beyond ModelConfig (the device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +76,6 @@ class MLServerParts:
 class TrussParts:
     """What the Truss adapter needs of a model beyond its ``ModelConfig``."""
 
-    root: Path  # the truss's folder (config.yaml)
-    config: dict[str, Any]  # config.yaml with Truss's defaults filled in: the model's `config`
     settings: TrussSettings  # what the adapter reads of it (paths, runtime, secrets, env)
 
 

@@ -16,7 +16,6 @@ list of :class:`podium.types.Generation` and may omit ``predict``, and has no ``
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import inspect
 import types
@@ -41,11 +40,13 @@ from ..types import (
     current_context,
 )
 from ._calls import (
+    call_method,
     iterate_async,
     iterate_sync,
     model_error,
     one_parameter,
     run_sync,
+    validated,
     validation_failed,
 )
 from ._openai import METHODS, check_embed, openai_call, openai_face, run_openai
@@ -194,9 +195,10 @@ def _hints(fn: Any) -> dict[str, Any]:
 
 def method_parameters(
     cls: type, name: str, problems: list[str]
-) -> tuple[Any, list[inspect.Parameter]] | None:
-    """The method ``name`` of ``cls`` and its parameters after the instance's; None when the
-    class has no such attribute, or when it is no method (the problem is added)."""
+) -> tuple[Any, list[inspect.Parameter], dict[str, Any]] | None:
+    """The method ``name`` of ``cls``, its parameters after the instance's and its type hints;
+    None when the class has no such attribute, or when it is no method (the problem is
+    added)."""
     fn = getattr(cls, name, None)
     if fn is None:
         return None
@@ -213,16 +215,15 @@ def method_parameters(
     # name; staticmethods have none, and classmethods and callable objects come already bound.
     if params and inspect.isfunction(inspect.getattr_static(cls, name)):
         params = params[1:]
-    return fn, params
+    return fn, params, _hints(fn)
 
 
 def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | None:
     found = method_parameters(cls, name, problems)
     if found is None:
         return None
-    fn, params = found
+    fn, params, hints = found
     where = f"{cls.__name__}.{name}"
-    hints = _hints(fn)
     ok = True
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
@@ -542,15 +543,8 @@ class NativeModel:
     async def load(self) -> None:
         """Run the model's ``load()``: async on the loop, sync in the thread pool."""
         load = getattr(self.obj, "load", None)
-        if load is None:
-            pass
-        elif inspect.iscoroutinefunction(load):
-            await load()
-        else:
-            # in this task's context: the metrics load() creates are this version's
-            result = await run_sync(self._executor, contextvars.copy_context().run, load)
-            if inspect.isawaitable(result):
-                await result
+        if load is not None:  # in this task's context: the metrics it creates are this version's
+            await call_method(load, executor=self._executor)
         self.openai = openai_face(self.obj, self.name, self._continuous)
 
     async def _call(self, spec: MethodSpec, fn: Any, inputs: Any, request: Any) -> Any:
@@ -566,11 +560,8 @@ class NativeModel:
 
     def validate(self, value: Any) -> Any:
         """Validate JSON-like ``value`` into the model's pydantic schema (400 with locations)."""
-        schema: Any = self.spec.input_schema
         try:
-            if isinstance(value, bytes | str):
-                return schema.model_validate_json(value)
-            return schema.model_validate(value)
+            return validated(self.spec.input_schema, value)
         except Exception as exc:
             failed = validation_failed(exc, f"model '{self.name}': input failed validation")
             if failed is None:

@@ -56,25 +56,6 @@ ROUTER_CLASS = "podium.ray._router:SequenceRouter"
 #: The ingress deployment's name (model deployments are named ``model:<name>[:<version>]``).
 INGRESS_NAME = "podium-ingress"
 
-#: ``podium serve`` settings that Ray Serve's HTTP proxy makes meaningless (it owns the
-#: listener): accepted in a shared config file and not applied (docs/ray.md).
-_PROXY_OWNS = frozenset(
-    {
-        "host",
-        "http_port",
-        "max_url_size",
-        "max_header_size",
-        "max_headers",
-        "header_timeout",
-        "keep_alive_timeout",
-        "body_timeout",
-        "min_body_rate",
-        "max_connections",
-        "graceful_timeout",
-        "shutdown_delay",
-    }
-)
-
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSettings:

@@ -6,7 +6,7 @@ Layers, from the top (imports only point down; docs/architecture.md)::
     registry     registry (Registry, ModelVersion: models × versions), loading (sources on
                  disk → workers and a scheduler)
     scheduling   direct, batcher, sequences/, continuous; _scheduler (the Scheduler protocol,
-                 SlotGate, TaskSet), _collector (BatchCollector), _clock
+                 PoolScheduler, TaskSet), _collector (BatchCollector), _clock
     execution    workers (WorkerPool, thread workers), process/ (process workers), _gate
                  (WorkerGate), _line (Line: the one fair waiting queue), _stats
                  (VersionStats: a version's counters, for metrics and statistics)

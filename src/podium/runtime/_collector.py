@@ -152,8 +152,6 @@ class BatchCollector(Generic[S]):
         self._slotted = asyncio.Event()  # the batch formed ahead has its slot, or is gone
         self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
         self.batches_run = 0
-        #: seconds the batches ran (from slot to answer), for the model-busy figure of benches
-        self.busy_time = 0.0
 
     @property
     def queued(self) -> int:
@@ -380,8 +378,6 @@ class BatchCollector(Generic[S]):
                 exc.__traceback__ = exc.__traceback__.tb_next
             _fail(batch, exc)
             return
-        finally:
-            self.busy_time += self._now() - started
         for p, out in zip(batch, outputs, strict=True):
             if not p.future.done():
                 p.slot = slot

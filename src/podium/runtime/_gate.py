@@ -8,25 +8,23 @@ slot on that worker alone, in the worker's own line, served after the shared one
 is removed (stopping, dead) takes no new work; the requests it already holds finish on it (or
 fail with it), the requests pinned to it fail, while the shared line stays intact for the other
 workers and for the ones that replace it.
+
+Workers of one version that share a GPU group share one bound too, where the model's
+``predict_concurrency`` is per device (:class:`~podium.runtime._device_share.DeviceShares`,
+``shares``): a worker takes a request only if both it and its group have room.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .. import tracing
 from ..errors import QueueFull, Unavailable
+from ._device_share import DeviceShares
 from ._line import Line, QueuePolicy
 
-__all__ = ["Slotted", "WorkerGate"]
-
-
-class Slotted(Protocol):
-    """What the gate needs of a worker."""
-
-    busy: int
-    capacity: int
+__all__ = ["WorkerGate"]
 
 
 class WorkerGate:
@@ -42,6 +40,17 @@ class WorkerGate:
         #: workers being started: while there are some, requests wait for them instead of failing
         self.starting = 0
         self.failure: Exception | None = None  # set when no worker will come (the version failed)
+        #: the bound per GPU group, where predict_concurrency is per device (set before any add)
+        self.shares: DeviceShares | None = None
+
+    def _room(self, worker: Any) -> bool:
+        shares = self.shares
+        return worker.busy < worker.capacity and (shares is None or shares.room(worker))
+
+    def _take(self, worker: Any) -> None:
+        worker.busy += 1
+        if self.shares is not None:
+            self.shares.take(worker)
 
     def queue_policy(self, policy: QueuePolicy) -> None:
         """Bound each wait in the shared line in time and order it by priority (see
@@ -68,6 +77,8 @@ class WorkerGate:
         """A ready worker starts taking work (waiters first)."""
         if worker not in self._workers:
             self._workers.append(worker)
+        if self.shares is not None:
+            self.shares.join(worker)
         self.failure = None
         self._wake(worker)
 
@@ -76,6 +87,8 @@ class WorkerGate:
         of its slots fail with ``Unavailable`` (the scheduler that pinned them says why)."""
         if worker in self._workers:
             self._workers.remove(worker)
+        if self.shares is not None:
+            self.shares.leave(worker)
         self.fail_pinned(worker, self._worker_left_error)
 
     def fail_pinned(self, worker: Any, error: Callable[[], BaseException]) -> None:
@@ -99,7 +112,7 @@ class WorkerGate:
     def _least_loaded(self) -> Any:
         best = None
         for worker in self._workers:
-            if worker.busy < worker.capacity and (best is None or worker.busy < best.busy):
+            if (best is None or worker.busy < best.busy) and self._room(worker):
                 best = worker
         return best
 
@@ -109,18 +122,18 @@ class WorkerGate:
             return None
         worker = self._least_loaded()
         if worker is not None:
-            worker.busy += 1
+            self._take(worker)
         return worker
 
     def try_acquire_on(self, worker: Any) -> bool:
         """A slot on ``worker`` itself without waiting, if it still takes work, has one free and
         no pinned request waits for it (a continuous batch holds one while it has requests)."""
         if (
-            worker.busy < worker.capacity
+            self._room(worker)
             and not (self._pinned and self._pinned.get(worker))
             and worker in self._workers
         ):
-            worker.busy += 1
+            self._take(worker)
             return True
         return False
 
@@ -165,18 +178,26 @@ class WorkerGate:
     def release(self, worker: Any) -> None:
         """The request is done with ``worker``'s slot: it goes to the oldest waiter, if any."""
         worker.busy -= 1
-        if worker in self._workers:
+        if self.shares is not None:
+            # its group has room again: the least loaded of the group's workers takes the next
+            # request (another before this one on a tie, so that they take turns)
+            group = [*self.shares.give(worker)]
+            if worker in self._workers:
+                group.append(worker)
+            for member in sorted(group, key=lambda w: w.busy):
+                self._wake(member)
+        elif worker in self._workers:
             self._wake(worker)
 
     def _wake(self, worker: Any) -> None:
         # the shared line first, then the requests pinned to this worker
         line = self._line
-        while line and worker.busy < worker.capacity and line.hand(worker):
-            worker.busy += 1
+        while line and self._room(worker) and line.hand(worker):
+            self._take(worker)
         if self._pinned:
             pinned = self._pinned.get(worker)
-            while pinned and worker.busy < worker.capacity and pinned.hand(worker):
-                worker.busy += 1
+            while pinned and self._room(worker) and pinned.hand(worker):
+                self._take(worker)
 
     def fail_waiters(self, exc: Exception) -> None:
         """No worker is coming (the version failed or is closing): every waiter in the shared

@@ -1,10 +1,10 @@
 """One fair waiting line: the queue under every gate and turn in the runtime.
 
 A :class:`Line` is a first-come-first-served line of waiters, each of which is *handed* one
-value by whoever frees it: a predict slot (``SlotGate``), a worker's slot (``WorkerGate``), a
-sequence's turn. The owner keeps the count of what is free and decides when to hand; the line
-owns the races that come with waiting in asyncio (after Trio's ``ParkingLot``, the one queue
-under all of Trio's synchronisation primitives):
+value by whoever frees it: a worker's slot (``WorkerGate``), a sequence's turn. The owner keeps
+the count of what is free and decides when to hand; the line owns the races that come with
+waiting in asyncio (after Trio's ``ParkingLot``, the one queue under all of Trio's
+synchronisation primitives):
 
 - a waiter cancelled before it is handed anything leaves the line and takes nothing;
 - a waiter cancelled *after* it was handed a value, but before it could run, gives the value

@@ -1,4 +1,4 @@
-"""What every scheduler offers the registry and the data plane; the predict-slot gate; the
+"""What every scheduler offers the registry and the data plane, and keeps of its pool; the
 requests and tasks a scheduler owns."""
 
 from __future__ import annotations
@@ -6,16 +6,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..errors import QueueFull
 from ..types import SequenceRef
-from ._line import Line
 
-__all__ = ["Activity", "Scheduler", "SequenceScheduling", "SlotGate", "TaskSet"]
+if TYPE_CHECKING:
+    from ._stats import VersionStats
+    from .workers import WorkerPool
+
+__all__ = [
+    "Activity",
+    "PoolScheduler",
+    "Scheduler",
+    "SequenceScheduling",
+    "TaskSet",
+    "postprocess",
+    "preprocess",
+]
 
 T = TypeVar("T")
+_now = time.perf_counter_ns
 
 
 class Scheduler(Protocol):
@@ -82,6 +94,52 @@ class Activity:
             self.leave()
 
 
+class PoolScheduler:
+    """What every scheduler of a version's :class:`~podium.runtime.workers.WorkerPool` keeps:
+    the pool, its gate, label and counters, and the requests inside it (:attr:`in_flight`,
+    what :meth:`drain` waits out before the workers stop)."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
+        self._gate = pool.gate
+        self._label = pool.label
+        self._stats = pool.stats
+        self._activity = Activity()
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self._pool
+
+    async def start(self) -> None:
+        return None
+
+    async def drain(self) -> None:
+        """Return once no request is in this scheduler (new ones may still arrive)."""
+        await self._activity.drain()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests in this scheduler now, waiting or running."""
+        return self._activity.count
+
+
+async def preprocess(stats: VersionStats, model: Any, inputs: Any, request: Any) -> Any:
+    """``model.preprocess(inputs, request)`` (an instance, or a pool's preprocessor), its time
+    counted as the version's ``compute_input``."""
+    start = _now()
+    inputs = await model.preprocess(inputs, request)
+    stats.compute_input.add(_now() - start)
+    return inputs
+
+
+async def postprocess(stats: VersionStats, model: Any, outputs: Any, request: Any) -> Any:
+    """``model.postprocess(outputs, request)``, its time counted as ``compute_output``."""
+    start = _now()
+    outputs = await model.postprocess(outputs, request)
+    stats.compute_output.add(_now() - start)
+    return outputs
+
+
 class SequenceScheduling(Scheduler, Protocol):
     """A scheduler of stateful sequences (``sequence_batching``): each call names its place in
     a sequence, and the scheduler fills in the id it used and whether the sequence ended."""
@@ -91,57 +149,6 @@ class SequenceScheduling(Scheduler, Protocol):
     def stream_in(
         self, sequence: SequenceRef, inputs: Any, request: Any
     ) -> AsyncGenerator[Any, None]: ...
-
-
-class SlotGate:
-    """``predict_concurrency`` slots with a bounded, first-come-first-served waiting line.
-
-    A request that finds every slot busy and ``max_waiting`` requests already waiting is refused
-    at once with ``QueueFull`` (503), instead of piling up. A released slot is handed straight to
-    the oldest waiter. Cancelling a waiter removes it from the line without ever taking a slot
-    (and a slot handed to a waiter cancelled at that moment is passed on, never lost: the
-    :class:`~podium.runtime._line.Line` sees to that).
-    """
-
-    __slots__ = ("_model", "_slots", "_max_waiting", "_line", "busy")
-
-    def __init__(self, model: str, slots: int, max_waiting: int) -> None:
-        self._model = model
-        self._slots = slots
-        self._max_waiting = max_waiting
-        self._line: Line[None] = Line(self._pass_on, max_waiting)
-        self.busy = 0
-
-    @property
-    def waiting(self) -> int:
-        return self._line.waiting
-
-    def try_acquire(self) -> bool:
-        """Take a free slot without waiting, if there is one and nobody is ahead in line."""
-        if self.busy < self._slots and not self._line:
-            self.busy += 1
-            return True
-        return False
-
-    async def acquire(self) -> None:
-        """A slot: at once if one is free and nobody waits, else at the back of the line."""
-        if self.try_acquire():
-            return
-        line = self._line
-        if line.full():
-            raise QueueFull.of(self._model, line.waiting, self._max_waiting)
-        await line.wait()  # the slot is handed over with busy unchanged
-
-    def release(self) -> None:
-        """Give the slot back: to the oldest waiter, or free."""
-        if not (self._line and self._line.hand(None)):
-            self.busy -= 1
-
-    def _pass_on(self, _: None) -> None:
-        self.release()
-
-    def statistics(self) -> dict[str, int]:
-        return {"slots": self._slots, "busy": self.busy, "waiting": self.waiting}
 
 
 class TaskSet:

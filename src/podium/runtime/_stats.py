@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import time
 
 from ..errors import (
@@ -35,6 +36,7 @@ from ..errors import (
 )
 from ..metrics import MetricStore
 from ..types import WireProtocol
+from ._device_counts import DeviceCounts
 
 __all__ = [
     "DURATION_BUCKETS_NS",
@@ -93,13 +95,7 @@ class Durations:
     def cumulative(self) -> list[int]:
         """How many took at most each bound of :data:`DURATION_BUCKETS_NS`, then in all
         (+Inf): what a Prometheus histogram's buckets say."""
-        found = []
-        total = 0
-        for n in self.buckets[: len(DURATION_BUCKETS_NS)]:
-            total += n
-            found.append(total)
-        found.append(total + sum(self.buckets[len(DURATION_BUCKETS_NS) :]))
-        return found
+        return [*itertools.accumulate(self.buckets[: len(DURATION_BUCKETS_NS)]), self.count]
 
     def __repr__(self) -> str:
         return f"Durations(count={self.count}, ns={self.ns})"
@@ -298,6 +294,7 @@ class VersionStats:
         "sequences_ended",
         "restarts",
         "out_of_memory",
+        "by_device",
         "lost_devices",
         "last_device_lost",
         "load_ns",
@@ -328,6 +325,8 @@ class VersionStats:
         self.restarts: dict[RestartReason, int] = {}
         #: requests failed by a device out of memory, by device ("cuda:0")
         self.out_of_memory: dict[str, int] = {}
+        #: what ran on each GPU ("cuda:0"), for the statistics extension
+        self.by_device: dict[str, DeviceCounts] = {}
         #: devices lost under a worker, by device; and the last loss: device and error
         self.lost_devices: dict[str, int] = {}
         self.last_device_lost: tuple[str, str] | None = None
@@ -341,9 +340,7 @@ class VersionStats:
 
     def executed(self, size: int, ns: int) -> None:
         """One execution of ``predict`` over ``size`` requests that took ``ns``."""
-        predict = self.predict  # Durations.add, inlined: this runs for every request
-        predict.ns += ns
-        predict.buckets[((ns or 1) - 1 >> _SHIFT).bit_length()] += 1
+        self.predict.add(ns)
         if size != 1:
             batch = self.batched.get(size)
             if batch is None:
@@ -372,6 +369,13 @@ class VersionStats:
 
     def restarted(self, reason: RestartReason) -> None:
         self.restarts[reason] = self.restarts.get(reason, 0) + 1
+
+    def on_device(self, device: str) -> DeviceCounts:
+        """The counts of ``device`` ("cuda:1"), which a worker on it adds to."""
+        counts = self.by_device.get(device)
+        if counts is None:
+            counts = self.by_device[device] = DeviceCounts()
+        return counts
 
     def out_of_memory_on(self, device: str) -> None:
         """A request failed: ``device`` ran out of memory."""
@@ -473,8 +477,10 @@ class VersionStats:
         self.batched.clear()
         return delta
 
-    def merge_compute(self, delta: ComputeDelta) -> None:
-        """Add what a worker process reported."""
+    def merge_compute(self, delta: ComputeDelta, on: DeviceCounts | None = None) -> None:
+        """Add what a worker process reported (and to ``on``, its GPU's counts, if given)."""
+        if on is not None:
+            on.merge(delta)
         self.compute_input.merge(delta.compute_input)
         self.compute_output.merge(delta.compute_output)
         self.predict.merge(delta.predict)

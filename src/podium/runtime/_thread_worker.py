@@ -13,6 +13,7 @@ import asyncio
 import functools
 import os
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -79,6 +80,8 @@ class ThreadWorker:
         self._loaded = loaded
         self._on_stuck = on_stuck
         self._stats = stats if stats is not None else VersionStats()
+        #: what it ran on its GPU (the statistics extension's device_stats); None on the CPU
+        self._on_gpu = self._stats.on_device(device) if devices else None
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
         self._idle: asyncio.Event | None = None
         # response_timeout (:meth:`_timed`): the callers' tasks the sweep watches, each with
@@ -95,7 +98,8 @@ class ThreadWorker:
 
     async def start(self) -> None:
         if not self._loaded:
-            await self.instance.load()
+            async with _load_lock():
+                await self.instance.load()
             self._loaded = True
         self.state = WorkerState.READY
 
@@ -126,13 +130,17 @@ class ThreadWorker:
         """:meth:`infer` on a GPU (it stands for it there: the CPU's path pays nothing):
         ``podium.device()`` is this worker's, and a device's failure is told to the pool (out
         of memory: counted; lost: this worker is replaced)."""
+        start = _now()
         try:
             with using(self.device):
-                return await ThreadWorker.infer(self, inputs, request, size)
+                outputs = await ThreadWorker.infer(self, inputs, request, size)
         except (DeviceOutOfMemory, DeviceLost) as exc:
             if self._on_device_error is not None:
                 self._on_device_error(self, exc)
             raise
+        assert self._on_gpu is not None  # (this path stands for infer on a GPU only)
+        self._on_gpu.add(size, _now() - start)
+        return outputs
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests, len(inputs))
@@ -329,6 +337,23 @@ class ThreadWorker:
         close = getattr(self.instance, "close", None)
         if close is not None:
             await close()
+
+
+#: Thread workers' instances load one at a time on each event loop (a server's): libraries'
+#: lazy imports are not all thread-safe (two models that load transformers at once, in two
+#: threads, fail with "cannot import name ..."), and loads in one process share its CPU and
+#: GIL anyway. Process workers load in parallel, each in its own process.
+_LOADS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _load_lock() -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    lock = _LOADS.get(loop)
+    if lock is None:
+        lock = _LOADS[loop] = asyncio.Lock()
+    return lock
 
 
 def worker_ahead(config: Any, instance: ModelInstance) -> int:

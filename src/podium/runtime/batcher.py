@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
@@ -20,7 +19,7 @@ from ..types import ModelInstance
 from ._clock import SYSTEM_CLOCK, Clock
 from ._collector import BatchCollector, Pending
 from ._line import QueuePolicy
-from ._scheduler import Activity, TaskSet
+from ._scheduler import PoolScheduler, TaskSet, postprocess, preprocess
 from .direct import stream_inputs_through, stream_through
 from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
@@ -29,10 +28,8 @@ __all__ = ["BatchScheduler"]
 
 logger = logging.getLogger("podium.batcher")
 
-_now = time.perf_counter_ns
 
-
-class BatchScheduler:
+class BatchScheduler(PoolScheduler):
     """Collects requests into batches for a model whose ``predict`` takes a list.
 
     ``predict`` gets the list of (preprocessed) inputs, and, if it takes the request, the list of
@@ -59,15 +56,12 @@ class BatchScheduler:
         max_queue_delay_ms: float = 0.0,
         priority: QueuePolicy | None = None,
     ) -> None:
-        if isinstance(target, WorkerPool):
-            self._pool = target
-        else:
-            self._pool = WorkerPool.single(
+        if not isinstance(target, WorkerPool):
+            target = WorkerPool.single(
                 target, model=model, concurrency=concurrency, max_waiting=1 << 30
             )
-        self._gate = self._pool.gate
+        super().__init__(target)
         self._model = model
-        self._activity = Activity()
         self._tasks = TaskSet()
         self._closed = False
         self._batches: BatchCollector[Worker] = BatchCollector(
@@ -102,21 +96,8 @@ class BatchScheduler:
         self._batches.fail_queued(lambda _: self._stopped_error())
         await self._pool.close()
 
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
-
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
     def _stopped_error(self) -> Unavailable:
         return Unavailable(f"model '{self._model}' stopped before this request finished")
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (queued or running)."""
-        return self._activity.count
 
     def statistics(self) -> dict[str, int]:
         stats = self._pool.statistics()
@@ -135,9 +116,7 @@ class BatchScheduler:
         pool = self._pool
         caps = pool.instance.capabilities
         if caps.has_preprocess:
-            start = _now()
-            inputs = await pool.preprocessor().preprocess(inputs, request)
-            pool.stats.compute_input.add(_now() - start)
+            inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
         if self._closed:
             raise Unavailable(f"model '{self._model}' is stopped")
         pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
@@ -151,9 +130,7 @@ class BatchScheduler:
         if isinstance(outputs, Failed):  # this request's own failure in a worker process
             raise outputs.exception()
         if caps.has_postprocess and pending.slot is not None:
-            start = _now()
-            outputs = await pending.slot.instance.postprocess(outputs, request)
-            pool.stats.compute_output.add(_now() - start)
+            outputs = await postprocess(pool.stats, pending.slot.instance, outputs, request)
         return outputs
 
     def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:

@@ -1,11 +1,12 @@
 """Continuous batching: a generating model advances its active requests step by step, and
 requests join and leave between steps.
 
-Each ready thread worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
+Each ready worker gets a *lane* (in the runtime, a lane is always what a scheduler keeps
 for one worker: the requests placed on it and what feeds it): here one task that loops over its
-instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``). A request is preprocessed on
-its own, then joins the least-loaded lane with room, or waits in one bounded FIFO line
-(``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
+instance's ``step(batch)`` with the requests active on that worker (at most ``batch_size``); a
+process worker's ``step`` runs its instance's in the worker process (``process/_steps.py``). A
+request is preprocessed on its own, then joins the least-loaded lane with room, or waits in one
+bounded FIFO line (``QueueFull`` past ``max_queue_size``) until a lane has room. Between two steps a lane drops the
 requests that finished or whose client left, and admits new ones. After a step each request's
 emitted items go to its own buffer of ``stream_buffer`` items; a request whose buffer is full
 sits out the following steps until its reader catches up, while the others keep going.
@@ -24,12 +25,11 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
-from ..devices import CPU, using
-from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation
+from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation, WorkerDied
 from ..types import Generation, current_request
 from ._clock import SYSTEM_CLOCK, Clock
-from ._items import ItemBuffer
-from ._scheduler import Activity
+from ._items import ItemBuffer, step
+from ._scheduler import PoolScheduler, preprocess
 from .workers import Worker, WorkerPool, WorkerState
 
 __all__ = ["ContinuousScheduler"]
@@ -49,6 +49,10 @@ class _Request(ItemBuffer):
         self.placed = _now()
         self.joined = 0
         self.lane: _Lane | None = None
+
+    def wake_lane(self) -> None:
+        if self.lane is not None:
+            self.lane.wake.set()
 
 
 class _Lane:
@@ -71,8 +75,8 @@ class _Lane:
         return len(self.active) + len(self.joining)
 
 
-class ContinuousScheduler:
-    """Runs a ``continuous`` instance's ``step`` over a version's thread workers.
+class ContinuousScheduler(PoolScheduler):
+    """Runs a ``continuous`` instance's ``step`` over a version's workers (threads or processes).
 
     ``stream(inputs, request)`` yields the items of one request as the steps emit them;
     ``infer`` gathers them into a list (the data plane streams continuous models and gathers
@@ -82,30 +86,19 @@ class ContinuousScheduler:
     def __init__(
         self, pool: WorkerPool, *, config: ModelConfig, clock: Clock = SYSTEM_CLOCK
     ) -> None:
-        self._pool = pool
+        super().__init__(pool)
         self._clock = clock
         self._max_wait = config.max_queue_delay_ms / 1000.0
-        self._gate = pool.gate
-        self._label = pool.label
         self._batch_size = max(config.batch_size, 1)
         self._max_waiting = config.max_queue_size
         self._buffer = max(config.stream_buffer, 1)
         self._lanes: dict[Worker, _Lane] = {}
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
-        self._activity = Activity()
-        self._stats = pool.stats
         self.steps = 0
         pool.on_worker_lost = self._on_worker_lost
 
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
-
     # -- the Scheduler protocol ----------------------------------------------------------------
-
-    async def start(self) -> None:
-        return None
 
     async def close(self) -> None:
         """Stop: the lanes stop, every waiting or active request fails with ``Unavailable``,
@@ -124,15 +117,6 @@ class ContinuousScheduler:
             self._waiting.popleft().end(stopped)
         self._lanes.clear()
         await self._pool.close()
-
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (waiting or in a batch)."""
-        return self._activity.count
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
@@ -164,32 +148,13 @@ class ContinuousScheduler:
             if self._closed:
                 raise Unavailable(f"{self._label} is stopped")
             if self._pool.instance.capabilities.has_preprocess:
-                start = _now()
-                inputs = await self._pool.preprocessor().preprocess(inputs, request)
-                self._stats.compute_input.add(_now() - start)
+                inputs = await preprocess(self._stats, self._pool.preprocessor(), inputs, request)
             req = _Request(Generation(inputs, request), self._buffer)
             self._place(req)
-            try:
-                while True:
-                    if req.items:
-                        was_full = req.full
-                        item = req.items.popleft()
-                        if was_full and req.lane is not None:
-                            req.lane.wake.set()  # it may step again
-                        yield item
-                        continue
-                    if req.done:
-                        if req.error is not None:
-                            raise req.error
-                        self._stats.generated(_now() - req.joined)
-                        return
-                    req.wake.clear()
-                    await req.wake.wait()
-            finally:
-                if not req.done:
-                    req.gen.cancelled = True  # the client left: out before the next step
-                    if req.lane is not None:
-                        req.lane.wake.set()
+            async with contextlib.aclosing(req.read(req.wake_lane)) as items:
+                async for item in items:
+                    yield item
+            self._stats.generated(_now() - req.joined)
         finally:
             self._activity.leave()
 
@@ -314,7 +279,7 @@ class ContinuousScheduler:
                     lane.wake.clear()
                     await lane.wake.wait()
                     continue
-                await self._run_step(worker, batch)
+                await self._run_step(lane, batch)
         finally:
             if self._lanes.get(worker) is lane:
                 del self._lanes[worker]
@@ -325,26 +290,10 @@ class ContinuousScheduler:
             for req in (*lane.active, *lane.joining):
                 req.end(stopped)
 
-    async def _run_step(self, worker: Worker, batch: list[_Request]) -> None:
+    async def _run_step(self, lane: _Lane, batch: list[_Request]) -> None:
+        worker = lane.worker
         self.steps += 1
-        start = _now()
-        try:
-            with using(getattr(worker, "device", CPU)):  # podium.device() in the step
-                await worker.instance.step([r.gen for r in batch])
-        except Exception as exc:  # the instance names the model and step
-            for req in batch:
-                req.gen.take()
-                req.end(exc)
-            return
-        self._stats.stepped(len(batch), _now() - start)
-        for req in batch:
-            gen = req.gen
-            gen.first = False
-            items = gen.take()
-            if gen.cancelled:
-                continue
-            if items:
-                req.items.extend(items)
-                req.wake.set()
-            if gen.finished:
-                req.end()
+        error = await step(worker, batch, self._stats)
+        if isinstance(error, WorkerDied):  # the process, and every generation it held, is gone
+            for req in lane.active:
+                req.end(error)

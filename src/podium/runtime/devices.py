@@ -118,7 +118,7 @@ class NoInventory:
 
 class FakeInventory:
     """``count`` pretend GPUs of ``memory`` bytes each, for tests and dry runs. Their used memory
-    and utilisation are what the test sets (:meth:`set_used`, :meth:`set_utilization`)."""
+    and utilisation are what the test sets (``used[i]``, ``utilization[i]``)."""
 
     def __init__(self, count: int, *, memory: int = 16 << 30, name: str = "Fake GPU") -> None:
         self._gpus = tuple(
@@ -131,12 +131,6 @@ class FakeInventory:
 
     def gpus(self) -> tuple[Gpu, ...]:
         return self._gpus
-
-    def set_used(self, index: int, used: int) -> None:
-        self.used[index] = used
-
-    def set_utilization(self, index: int, percent: float) -> None:
-        self.utilization[index] = percent
 
     def process_memory(self) -> dict[int, dict[int, int]]:
         return {gpu: dict(pids) for gpu, pids in self.processes.items()}

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
 from ._line import QueuePolicy
-from ._scheduler import Activity
+from ._scheduler import PoolScheduler, postprocess, preprocess
 from ._stats import VersionStats
 from .process import WorkerGone
 from .workers import Moved, Worker, WorkerPool
@@ -20,7 +20,7 @@ __all__ = ["DirectScheduler"]
 _now = time.perf_counter_ns
 
 
-class DirectScheduler:
+class DirectScheduler(PoolScheduler):
     """Preprocess and postprocess run freely; only ``predict`` holds one of the slots.
 
     ``target`` is the version's :class:`WorkerPool` (or one loaded instance, which gets a pool of
@@ -45,50 +45,30 @@ class DirectScheduler:
         stream_buffer: int = 16,
         policy: QueuePolicy | None = None,
     ) -> None:
-        if isinstance(target, WorkerPool):
-            self._pool = target
-        else:
-            self._pool = WorkerPool.single(
+        if not isinstance(target, WorkerPool):
+            target = WorkerPool.single(
                 target,
                 model=model,
                 concurrency=concurrency,
                 max_waiting=max_queue_size,
                 stream_buffer=stream_buffer,
             )
-        self._gate = self._pool.gate
+        super().__init__(target)
         if policy is not None:
             self._gate.queue_policy(policy)
         self._model = model
-        self._activity = Activity()
-        self._stats = self._pool.stats
-
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
 
     @property
     def stats(self) -> VersionStats:
         """The counters of the version this scheduler runs (its pool's)."""
         return self._stats
 
-    async def start(self) -> None:
-        return None
-
     async def close(self) -> None:
         """Stop every worker; readers of running streams get ``Unavailable``, not a hang."""
         await self._pool.close()
 
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
     def statistics(self) -> dict[str, int]:
         return self._pool.statistics()
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (waiting or running)."""
-        return self._activity.count
 
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
@@ -97,9 +77,7 @@ class DirectScheduler:
         self._activity.enter()
         try:
             if caps.has_preprocess:
-                start = _now()
-                inputs = await pool.preprocessor().preprocess(inputs, request)
-                stats.compute_input.add(_now() - start)
+                inputs = await preprocess(stats, pool.preprocessor(), inputs, request)
             while True:
                 worker: Worker = self._gate.try_acquire()
                 if worker is None:
@@ -114,9 +92,7 @@ class DirectScheduler:
                 except (WorkerGone, Moved):
                     continue  # died before it got the request, or took it back: the next takes it
             if caps.has_postprocess:
-                start = _now()
-                outputs = await worker.instance.postprocess(outputs, request)
-                stats.compute_output.add(_now() - start)
+                outputs = await postprocess(stats, worker.instance, outputs, request)
             return outputs
         finally:
             self._activity.leave()
@@ -185,9 +161,7 @@ async def stream_through(pool: WorkerPool, inputs: Any, request: Any) -> AsyncGe
     ready worker's ``predict_stream`` (a worker that died before it got the request is
     skipped). The worker's slot is held until its stream ends."""
     if pool.instance.capabilities.has_preprocess:
-        start = _now()
-        inputs = await pool.preprocessor().preprocess(inputs, request)
-        pool.stats.compute_input.add(_now() - start)
+        inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
     while True:
         worker = await _slot(pool)
         items = worker.stream(inputs, request)

@@ -38,7 +38,7 @@ from ._scheduler import Scheduler
 from ._stats import VersionStats
 from .batcher import BatchScheduler
 from .continuous import ContinuousScheduler
-from .devices import assigner_for
+from .devices import assigner_for, inventory
 from .direct import DirectScheduler
 from .process import process_pool
 from .registry import ModelVersion, Registry
@@ -74,11 +74,6 @@ def _check_continuous(source: ModelSource) -> None:
     if not config.continuous_batching:
         return
     problems = []
-    if config.workers == WorkerKind.PROCESS:
-        problems.append(
-            f"{source.label}: continuous_batching with workers: process is not supported yet; "
-            "set workers: thread (or leave it out)"
-        )
     continuous = (Contract.NATIVE, Contract.TORCHSERVE)
     if config.sequence_batching and source.contract not in continuous:
         problems.append(
@@ -127,21 +122,18 @@ def build_instance(
         instance = torchserve.build(source, prepared, secrets=secrets, executor=executor)
     elif source.contract is Contract.MLSERVER:
         instance = mlserver.build(source, prepared, secrets=secrets, executor=executor)
-    elif source.contract is Contract.TRUSS:
-        try:
-            instance = truss.build(source, prepared, secrets=secrets, executor=executor)
-        except DefinitionError as exc:  # __init__ raised: name the file too
-            problems = [f"{p} ({source.file})" for p in exc.problems]
-            raise DefinitionError("; ".join(problems), problems) from exc
     else:
         try:
-            instance = NativeModel(
-                prepared,
-                source.config,
-                model_dir=source.model_dir,
-                secrets=secrets,
-                executor=executor,
-            )
+            if source.contract is Contract.TRUSS:
+                instance = truss.build(source, prepared, secrets=secrets, executor=executor)
+            else:
+                instance = NativeModel(
+                    prepared,
+                    source.config,
+                    model_dir=source.model_dir,
+                    secrets=secrets,
+                    executor=executor,
+                )
         except DefinitionError as exc:  # __init__ raised: name the file too
             problems = [f"{p} ({source.file})" for p in exc.problems]
             raise DefinitionError("; ".join(problems), problems) from exc
@@ -176,6 +168,12 @@ def build_version(
     config = source.config
     # where its workers run: a model asking for GPUs this machine lacks fails here, saying so
     devices = assigner_for(config, label_of(config))
+    if source.contract is Contract.TRUSS:  # its GPU type, checked (a warning, not an error)
+        used = {index for group in devices.groups for index in group}
+        given = [(g.index, g.name) for g in inventory().gpus() if g.index in used]
+        mismatch = truss.accelerator_note(source, given)
+        if mismatch:
+            logger.warning("%s", mismatch)
     pool: WorkerPool
     if WorkerKind(config.workers) is WorkerKind.PROCESS:
         threads = getattr(executor, "_max_workers", 16)
@@ -469,15 +467,13 @@ def register_paths(
         sources = [settings.apply(source, problems) for source in [*sources, *settings.sources]]
     if only is not None:
         sources = [s for s in sources if (s.config.name, s.config.version) == only]
-    sources = in_declared_environments(sources, problems)
-    if install_requirements:
-        sources = in_environments(sources, problems)
-    if only is not None:
-        sources = [s for s in sources if (s.config.name, s.config.version) == only]
         if not sources and not problems:
             name, version = only
             which = f"model '{name}'" + (f" version '{version}'" if version else "")
             problems.append(f"{which} is not under {', '.join(str(p) for p in paths)}")
+    sources = in_declared_environments(sources, problems)
+    if install_requirements:
+        sources = in_environments(sources, problems)
     if overrides:
         sources = [
             dataclasses.replace(s, config=dataclasses.replace(s.config, **overrides))

@@ -44,6 +44,8 @@ from ..devices import empty_cache, using
 from ..errors import DeviceLost, DeviceOutOfMemory, InvalidInput, ModelNotReady, Unavailable
 from ..metrics import recording_to
 from ..types import ModelInstance
+from ._device_counts import DeviceCounts
+from ._device_share import DeviceShares
 from ._gate import WorkerGate
 from ._stats import RestartReason, VersionStats
 from ._thread_worker import ThreadWorker, worker_ahead
@@ -211,7 +213,7 @@ class WorkerPool:
         low, high = config.min_workers, config.max_workers
         if devices is not None and devices.workers:
             low = high = devices.workers
-        return cls(
+        pool = cls(
             model=config.name,
             label=label,
             kind=kind,
@@ -224,8 +226,17 @@ class WorkerPool:
             stats=stats,
             devices=devices,
         )
+        if config.predict_concurrency_per == "device" and any(pool.devices.groups):
+            held = pool.devices.of
+            pool.gate.shares = DeviceShares(config.predict_concurrency, lambda w: held(w.id))
+        return pool
 
     # -- views -----------------------------------------------------------------------------
+
+    def counts_of(self, wid: str) -> DeviceCounts | None:
+        """What worker ``wid`` runs on its GPU adds to (None on the CPU): its device's counts."""
+        group = self.devices.of(wid)
+        return self.stats.on_device(self.devices.name(group)) if group else None
 
     def infos(self) -> list[WorkerInfo]:
         devices = self.devices
@@ -248,7 +259,9 @@ class WorkerPool:
         if not self._started:  # not loaded yet: the slots it will have
             slots = self.min_workers * self.slots_per_worker
         else:
-            slots = sum(w.capacity for w in self._workers if w.state is WorkerState.READY)
+            ready = [w for w in self._workers if w.state is WorkerState.READY]
+            shares = self.gate.shares  # (workers sharing a GPU share its slots)
+            slots = sum(w.capacity for w in ready) if shares is None else shares.slots(ready)
         return {
             "slots": slots,
             "busy": sum(w.busy for w in self._workers),

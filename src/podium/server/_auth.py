@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import Unauthenticated
 from ._asgi import ASGIApp, Receive, Scope, Send
+from .http._responses import JSON, send_body
 from .openai._errors import error_body, is_openai_path
 
 __all__ = [
@@ -201,6 +202,7 @@ def _name(kind: str) -> str:
 # -- ASGI -------------------------------------------------------------------------------------
 
 Rule = Callable[[str, str], str | None]
+_CHALLENGE = (b"www-authenticate", b'Bearer realm="podium"')
 #: The status and body of a refusal, for the request's path.
 Render = Callable[[Unauthenticated, str], tuple[int, bytes]]
 
@@ -239,40 +241,23 @@ class AuthMiddleware:
         self.render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            kind = self.rule(scope["method"], scope["path"])
-            if kind is not None:
-                header = None
-                for name, value in scope["headers"]:
-                    if name == b"authorization":
-                        header = value
-                        break
-                try:
-                    self.authorizer.check_header(header, kind)
-                except Unauthenticated as exc:
-                    status, body = self.render(exc, scope["path"])
-                    headers = [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b'Bearer realm="podium"'),
-                    ]
-                    await send(
-                        {"type": "http.response.start", "status": status, "headers": headers}
-                    )
-                    await send({"type": "http.response.body", "body": body})
-                    return
-        elif scope["type"] == "websocket":
-            kind = self.rule("GET", scope["path"])
+        kind = None
+        if scope["type"] in ("http", "websocket"):  # a WebSocket is opened with a GET
+            kind = self.rule(scope.get("method", "GET"), scope["path"])
+        if kind is not None:
             header = None
             for name, value in scope["headers"]:
                 if name == b"authorization":
                     header = value
                     break
             try:
-                if kind is not None:
-                    self.authorizer.check_header(header, kind)
-            except Unauthenticated:  # refused before the handshake completes (HTTP 403)
-                await send({"type": "websocket.close", "code": 1008})
+                self.authorizer.check_header(header, kind)
+            except Unauthenticated as exc:
+                if scope["type"] == "websocket":  # refused before the handshake (HTTP 403)
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                status, body = self.render(exc, scope["path"])
+                await send_body(send, status, [*JSON, _CHALLENGE], body)
                 return
         await self.app(scope, receive, send)
 

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 
 from ..config import normalize_host, normalize_origin, origin_of
 from ._asgi import ASGIApp, Message, Receive, Scope, Send
+from .http._responses import JSON, send_body
 
 __all__ = [
     "BrowserGuard",
@@ -251,12 +252,7 @@ async def _refuse(kind: str, send: Send, status: int, name: str, message: str) -
     body = json.dumps(
         {"code": status, "type": name, "message": message}, separators=(",", ":")
     ).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_body(send, status, JSON, body)
 
 
 # -- start-up ----------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ import http
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import httptools
@@ -98,6 +98,9 @@ class ConnectionStatistics:
     bad_requests: int  #: answered 400: not HTTP/1.x the parser accepts
 
 
+_COUNTED = tuple(f.name for f in fields(ConnectionStatistics))[1:]
+
+
 class ConnectionGuard:
     """One HTTP listener's limits and counters, and the uvicorn protocol class that keeps them.
 
@@ -131,18 +134,9 @@ class ConnectionGuard:
         self.protocol: type[HttpToolsProtocol] = GuardedHttpToolsProtocol
 
     def statistics(self) -> ConnectionStatistics:
-        return ConnectionStatistics(
-            listener=self.name,
-            open=self.open,
-            max_connections=self.max_connections,
-            accepted=self.accepted,
-            refused=self.refused,
-            header_timeouts=self.header_timeouts,
-            idle_timeouts=self.idle_timeouts,
-            slow_bodies=self.slow_bodies,
-            oversized_heads=self.oversized_heads,
-            bad_requests=self.bad_requests,
-        )
+        """The counters now (each field of :class:`ConnectionStatistics` is this guard's
+        attribute of that name; ``listener`` its ``name``)."""
+        return ConnectionStatistics(self.name, *(getattr(self, f) for f in _COUNTED))
 
     def warn(self, kind: str, message: str, *args: Any) -> None:
         """Log ``message`` unless one of this ``kind`` was logged in the last LOG_EVERY s."""

@@ -14,6 +14,7 @@ docs/metrics.md.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -61,6 +62,26 @@ _MV = ["model", "version"]
 
 def _histogram(family: HistogramMetricFamily, labels: list[str], d: Durations) -> None:
     family.add_metric(labels, list(zip(_BOUNDS, d.cumulative(), strict=True)), d.ns / 1e9)
+
+
+def _cumulative(bounds: list[str], counts: Iterable[float]) -> list[tuple[str, float]]:
+    """A histogram's buckets as Prometheus has them: each bound with the count up to it."""
+    return list(zip(bounds, itertools.accumulate(counts), strict=True))
+
+
+def _counter(name: str, doc: str, *labels: str) -> CounterMetricFamily:
+    """A counter family of model versions: labelled ``model``, ``version``, then ``labels``."""
+    return CounterMetricFamily(name, doc, labels=[*_MV, *labels])
+
+
+def _gauge(name: str, doc: str, *labels: str) -> GaugeMetricFamily:
+    """A gauge family of model versions (as :func:`_counter`)."""
+    return GaugeMetricFamily(name, doc, labels=[*_MV, *labels])
+
+
+def _histogram_family(name: str, doc: str, *labels: str) -> HistogramMetricFamily:
+    """A histogram family of model versions (as :func:`_counter`)."""
+    return HistogramMetricFamily(name, doc, labels=[*_MV, *labels])
 
 
 def _labels(mv: ModelVersion) -> list[str]:
@@ -174,65 +195,57 @@ class PodiumCollector:
     # -- requests --------------------------------------------------------------------------------
 
     def _requests(self, versions: list[ModelVersion]) -> Iterator[Metric]:
-        total = CounterMetricFamily(
+        total = _counter(
             "podium_requests",
             "Inference requests by how they ended (outcome) and the status or gRPC code sent.",
-            labels=[*_MV, "protocol", "outcome", "code"],
+            "protocol",
+            "outcome",
+            "code",
         )
-        duration = HistogramMetricFamily(
+        duration = _histogram_family(
             "podium_request_duration_seconds",
             "Time from a request reaching the model's data plane to its answer (a stream: to "
             "its last item), every outcome.",
-            labels=[*_MV, "protocol"],
+            "protocol",
         )
         parts = {
-            "queue": HistogramMetricFamily(
+            "queue": _histogram_family(
                 "podium_queue_duration_seconds",
                 "Time a request waited for a predict slot or for its batch to start.",
-                labels=_MV,
             ),
-            "preprocess": HistogramMetricFamily(
-                "podium_preprocess_duration_seconds", "Time in the model's preprocess.", labels=_MV
+            "preprocess": _histogram_family(
+                "podium_preprocess_duration_seconds", "Time in the model's preprocess."
             ),
-            "predict": HistogramMetricFamily(
+            "predict": _histogram_family(
                 "podium_predict_duration_seconds",
                 "Time in the model's predict (handle, step), per execution (a batch is one).",
-                labels=_MV,
             ),
-            "postprocess": HistogramMetricFamily(
-                "podium_postprocess_duration_seconds",
-                "Time in the model's postprocess.",
-                labels=_MV,
+            "postprocess": _histogram_family(
+                "podium_postprocess_duration_seconds", "Time in the model's postprocess."
             ),
         }
-        first = HistogramMetricFamily(
+        first = _histogram_family(
             "podium_stream_first_item_seconds",
             "Time from a streaming request's arrival to its first item.",
-            labels=_MV,
         )
-        items = CounterMetricFamily("podium_stream_items", "Items streamed.", labels=_MV)
-        batch_size = HistogramMetricFamily(
+        items = _counter("podium_stream_items", "Items streamed.")
+        batch_size = _histogram_family(
             "podium_batch_size",
             "Requests per execution of predict (1 without batching; a continuous batch's step).",
-            labels=_MV,
         )
-        batches = CounterMetricFamily(
-            "podium_batches",
-            "Executions of predict (each a batch, of 1 without batching).",
-            labels=_MV,
+        batches = _counter(
+            "podium_batches", "Executions of predict (each a batch, of 1 without batching)."
         )
-        steps = CounterMetricFamily(
-            "podium_continuous_steps", "Steps of continuous batching.", labels=_MV
-        )
-        ended = CounterMetricFamily(
+        steps = _counter("podium_continuous_steps", "Steps of continuous batching.")
+        ended = _counter(
             "podium_sequences_ended",
             "Stateful sequences ended, by reason (request, model, idle, timeout, worker_lost).",
-            labels=[*_MV, "reason"],
+            "reason",
         )
-        restarts = CounterMetricFamily(
+        restarts = _counter(
             "podium_worker_restarts",
             "Workers replaced, by reason (crashed, response_timeout, device_lost).",
-            labels=[*_MV, "reason"],
+            "reason",
         )
         for mv in versions:
             labels = _labels(mv)
@@ -311,50 +324,28 @@ class PodiumCollector:
             index = next((i for i, b in enumerate(BATCH_BUCKETS) if size <= b), len(BATCH_BUCKETS))
             counts[index] += count
             requests += size * count
-        cumulative = []
-        total = 0
-        for bound, n in zip([*map(str, BATCH_BUCKETS), "+Inf"], counts, strict=True):
-            total += n
-            cumulative.append((bound, total))
-        family.add_metric(labels, cumulative, requests)
+        family.add_metric(labels, _cumulative([*map(str, BATCH_BUCKETS), "+Inf"], counts), requests)
 
     # -- the state of each version ---------------------------------------------------------------
 
     def _state(self, versions: list[ModelVersion]) -> Iterator[Metric]:
-        in_flight = GaugeMetricFamily(
-            "podium_requests_in_flight", "Requests being served (waiting or running).", labels=_MV
+        in_flight = _gauge(
+            "podium_requests_in_flight", "Requests being served (waiting or running)."
         )
-        queued = GaugeMetricFamily(
+        queued = _gauge(
             "podium_requests_queued",
             "Requests waiting for a predict slot, a batch or room in a continuous batch.",
-            labels=_MV,
         )
-        streams = GaugeMetricFamily("podium_streams_open", "Streaming requests open.", labels=_MV)
-        slots = GaugeMetricFamily(
-            "podium_predict_slots", "predict_concurrency slots of the ready workers.", labels=_MV
+        streams = _gauge("podium_streams_open", "Streaming requests open.")
+        slots = _gauge("podium_predict_slots", "predict_concurrency slots of the ready workers.")
+        busy = _gauge("podium_predict_slots_busy", "predict_concurrency slots in use.")
+        running = _gauge(
+            "podium_continuous_batch_requests", "Requests in the running continuous batches."
         )
-        busy = GaugeMetricFamily(
-            "podium_predict_slots_busy", "predict_concurrency slots in use.", labels=_MV
-        )
-        running = GaugeMetricFamily(
-            "podium_continuous_batch_requests",
-            "Requests in the running continuous batches.",
-            labels=_MV,
-        )
-        sequences = GaugeMetricFamily(
-            "podium_sequences_open", "Stateful sequences open.", labels=_MV
-        )
-        workers = GaugeMetricFamily(
-            "podium_workers",
-            "Workers by state (starting, ready, stopping).",
-            labels=[*_MV, "state"],
-        )
-        ready = GaugeMetricFamily(
-            "podium_model_ready", "1 if the model version serves requests, else 0.", labels=_MV
-        )
-        load = GaugeMetricFamily(
-            "podium_model_load_seconds", "How long the model version's last load took.", labels=_MV
-        )
+        sequences = _gauge("podium_sequences_open", "Stateful sequences open.")
+        workers = _gauge("podium_workers", "Workers by state (starting, ready, stopping).", "state")
+        ready = _gauge("podium_model_ready", "1 if the model version serves requests, else 0.")
+        load = _gauge("podium_model_load_seconds", "How long the model version's last load took.")
         for mv in versions:
             labels = _labels(mv)
             stats = mv.stats
@@ -413,11 +404,8 @@ class PodiumCollector:
                     if family.kind is Kind.HISTOGRAM:
                         if found[1].buckets != family.buckets:
                             continue
-                        cumulative = []
-                        total = 0.0
-                        for bound, n in zip(family.buckets, value[:-1], strict=True):
-                            total += n
-                            cumulative.append((floatToGoString(bound), total))
+                        bounds = [floatToGoString(bound) for bound in family.buckets]
+                        cumulative = _cumulative(bounds, value[:-1])
                         metric.add_metric([*labels, *values], cumulative, value[-1])
                     else:
                         metric.add_metric([*labels, *values], value)

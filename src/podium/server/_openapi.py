@@ -32,7 +32,6 @@ __all__ = [
     "OPENAPI",
     "Operation",
     "describe",
-    "json_body",
     "param",
     "ref",
     "response",
@@ -102,15 +101,6 @@ def param(
         "required": required or where == "path",
         "description": text,
         "schema": dict(schema),
-    }
-
-
-def json_body(schema: Mapping[str, Any], text: str, required: bool = True) -> dict[str, Any]:
-    """A request body object of one JSON media type."""
-    return {
-        "description": text,
-        "required": required,
-        "content": {"application/json": {"schema": dict(schema)}},
     }
 
 

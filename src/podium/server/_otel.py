@@ -23,7 +23,7 @@ import contextlib
 import importlib
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Mapping
 from typing import Any
 
 from .. import __version__, tracing
@@ -299,23 +299,20 @@ class _TracedInstance:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def preprocess(self, inputs: Any, request: Any) -> Any:
+    async def _traced(self, name: str, method: Any, value: Any, request: Any) -> Any:
         if not self._current().is_recording():
-            return await self._inner.preprocess(inputs, request)
-        with self._tracer.start_as_current_span("preprocess", attributes=self._attributes):
-            return await self._inner.preprocess(inputs, request)
+            return await method(value, request)
+        with self._tracer.start_as_current_span(name, attributes=self._attributes):
+            return await method(value, request)
 
-    async def predict(self, inputs: Any, request: Any) -> Any:
-        if not self._current().is_recording():
-            return await self._inner.predict(inputs, request)
-        with self._tracer.start_as_current_span("predict", attributes=self._attributes):
-            return await self._inner.predict(inputs, request)
+    def preprocess(self, inputs: Any, request: Any) -> Coroutine[Any, Any, Any]:
+        return self._traced("preprocess", self._inner.preprocess, inputs, request)
 
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        if not self._current().is_recording():
-            return await self._inner.postprocess(outputs, request)
-        with self._tracer.start_as_current_span("postprocess", attributes=self._attributes):
-            return await self._inner.postprocess(outputs, request)
+    def predict(self, inputs: Any, request: Any) -> Coroutine[Any, Any, Any]:
+        return self._traced("predict", self._inner.predict, inputs, request)
+
+    def postprocess(self, outputs: Any, request: Any) -> Coroutine[Any, Any, Any]:
+        return self._traced("postprocess", self._inner.postprocess, outputs, request)
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         items = self._inner.predict_stream(inputs, request)

@@ -39,7 +39,7 @@ from ._requests import RequestSnapshots
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
-from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp
+from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp, RootPath, with_web
 from .management import (
     MANAGEMENT_ROUTES,
     Management,
@@ -301,7 +301,9 @@ class Podium:
         )
         if inference_keys is not None:
             app = AuthMiddleware(app, inference_keys, inference_rule, render_error)
-        app = self._observed(app, INFERENCE_ROUTES)  # outermost: refused requests have lines
+        app = self._observed(with_web(app, config.web), INFERENCE_ROUTES)  # refused ones: lines too
+        if config.web.root_path:  # before the access log's route names
+            app = RootPath(app, config.web.root_path)
         await self._serve_http(
             "http-inference", app, listeners.host, listeners.http_port, websockets=True
         )
@@ -374,23 +376,15 @@ class Podium:
 
     def _warn_model_control(self) -> None:
         """A warning when any client of the inference listeners may load and unload models."""
-        config = self.config
-        if config.management.model_control != ModelControl.INFERENCE.value:
+        if self.config.management.model_control != ModelControl.INFERENCE.value:
             return
-        if config.auth.enabled:
-            logger.info(
-                "model control is open on the inference listeners (--model-control inference): "
-                "clients with the inference key can load and unload models"
-            )
-            return
-        logger.warning(
+        self._warn_open(
+            "model control is open on the inference listeners (--model-control inference): "
+            "clients with the inference key can load and unload models",
             "model control is open on the inference listeners (--model-control inference) "
             "without --auth: every client that can reach the inference listeners (%s, HTTP "
             "port %s, gRPC port %s) can unload every model; add --auth, or leave model control "
             "to the management API",
-            config.listeners.host,
-            config.listeners.http_port,
-            config.listeners.grpc_port,
         )
 
     def _warn_shared_memory(self) -> None:
@@ -404,21 +398,25 @@ class Podium:
             if prefix
             else "any POSIX shared memory object this server's user can open"
         )
-        if config.auth.enabled:
-            logger.info(
-                "system shared memory is on: clients with the inference key can map %s", which
-            )
-            return
-        logger.warning(
+        self._warn_open(
+            "system shared memory is on: clients with the inference key can map %s",
             "system shared memory is on (--shared-memory system) without --auth: every client "
             "that can reach the inference listeners (%s, HTTP port %s, gRPC port %s) can make "
             "the server map %s and read or write it through a model; add --auth, or "
             "--shm-key-prefix, or listen on loopback only",
-            config.listeners.host,
-            config.listeners.http_port,
-            config.listeners.grpc_port,
             which,
         )
+
+    def _warn_open(self, keyed: str, unkeyed: str, *args: Any) -> None:
+        """What clients of the inference listeners may do: ``keyed`` (a line of information)
+        with ``--auth``, else ``unkeyed``, a warning naming the listeners (host and ports)
+        before ``args``."""
+        config = self.config
+        if config.auth.enabled:
+            logger.info(keyed, *args)
+            return
+        listeners = config.listeners
+        logger.warning(unkeyed, listeners.host, listeners.http_port, listeners.grpc_port, *args)
 
     def _keys(self) -> Authorizer | None:
         """The keys, written to the key file: for every listener with ``--auth``, for the

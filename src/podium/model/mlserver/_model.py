@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import sys
-import threading
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -24,16 +22,11 @@ from typing import Any
 
 from ...errors import DefinitionError
 from ...types import ModelInstance
+from .._modules import folders_first
 from .._source import ModelSource
 from ._settings import SETTINGS_FILE, read_settings, runtime_settings
 
 __all__ = ["build", "is_source", "prepare", "sources"]
-
-# Imports put a model's folder first on sys.path for a moment; one at a time.
-_import_lock = threading.Lock()
-# Top-level modules imported from a model folder, and which folder: another model's same-named
-# module (every MLServer example calls it models.py) must be imported afresh, not reused.
-_imported_from: dict[str, Path] = {}
 
 
 def _candidates(path: Path) -> list[Path]:
@@ -100,22 +93,8 @@ def _overrides_predict_stream(cls: type) -> bool:
 def _import_implementation(source: ModelSource) -> type:
     implementation = source.mlserver_parts().implementation
     module_name, _, attribute = implementation.rpartition(".")
-    folder = source.model_dir
-    top = module_name.split(".")[0]
-    with _import_lock:
-        previous = _imported_from.get(top)
-        if previous is not None and previous != folder:
-            for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
-                del sys.modules[name]  # another model's module of that name: import ours afresh
-        sys.path.insert(0, str(folder))
-        try:
-            importlib.invalidate_caches()
-            module = importlib.import_module(module_name)
-        finally:
-            sys.path.remove(str(folder))
-        file = getattr(module, "__file__", None)
-        if file is not None and Path(file).resolve().is_relative_to(folder):
-            _imported_from[top] = folder
+    with folders_first(source.model_dir, [source.model_dir]):  # for a moment
+        module = importlib.import_module(module_name)
     cls = getattr(module, attribute, None)
     if cls is None:
         raise DefinitionError(

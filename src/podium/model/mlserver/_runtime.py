@@ -12,7 +12,6 @@ runtime's ``predict`` (a batch: one merged request, see ``_batch``) and converts
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import logging
@@ -44,7 +43,7 @@ from ...types import (
     Returned,
     request_id,
 )
-from .._calls import model_error, run_sync, validation_failed
+from .._calls import call_method, model_error, validation_failed
 from .._threads import CallThreads
 from . import _batch
 from ._handlers import call_arguments, handler_routes, rendered
@@ -162,17 +161,11 @@ class MLServerModel:
         fn: Callable[..., Any] = getattr(self.runtime, method)
         # mlserver.register / mlserver.log inside record to this version's metrics
         with recording_to(self._metrics):
-            if inspect.iscoroutinefunction(fn):
+            if inspect.iscoroutinefunction(fn):  # (the hot path: no call_method frame)
                 return await fn(*args)
             # a sync method: not on the loop (in this context, for the metrics)
-            if method == "predict":
-                result = await self._threads.run(fn, *args)
-            else:
-                run = contextvars.copy_context().run
-                result = await run_sync(self._executor, run, fn, *args)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
+            threads = self._threads.run if method == "predict" else None
+            return await call_method(fn, *args, executor=self._executor, threads=threads)
 
     async def load(self) -> None:
         """Run the runtime's ``load()``; returning ``False`` means it is not ready (an error)."""
@@ -308,16 +301,10 @@ class MLServerModel:
         method = getattr(self.runtime, name)
         arguments = await call_arguments(method, request, inputs or {})
         try:
-            with recording_to(self._metrics):
-                if inspect.iscoroutinefunction(method):
-                    result = await method(**arguments)
-                else:  # a sync handler: in the pool, as FastAPI runs it
-                    run = contextvars.copy_context().run
-                    result = await run_sync(
-                        self._executor, run, functools.partial(method, **arguments)
-                    )
-                    if inspect.isawaitable(result):
-                        result = await result
+            with recording_to(self._metrics):  # a sync handler: in the pool, as FastAPI runs it
+                result = await call_method(
+                    functools.partial(method, **arguments), executor=self._executor
+                )
         except Exception as exc:
             raise runtime_error(self.name, name, exc) from exc
         yield Returned(rendered(result))

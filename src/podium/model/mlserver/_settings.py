@@ -35,13 +35,12 @@ from typing import Any
 from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig, signature_of
 from ...devices import device, gpu_index
 from ...errors import DefinitionError
-from .._source import Contract, MLServerParts, ModelSource
+from .._source import Contract, MLServerParts, ModelSource, read_json_object
 
 __all__ = [
     "MODEL_ENV_PREFIX",
     "SETTINGS_FILE",
     "declared_environment",
-    "environment_model",
     "environment_model",
     "environment_values",
     "read_json_object",
@@ -145,19 +144,6 @@ def _with_environment(data: dict[str, Any], where: str, environ: Mapping[str, st
         data.setdefault(key, value)
     if params and (data.get("parameters") is None or isinstance(data["parameters"], dict)):
         data["parameters"] = {**params, **(data.get("parameters") or {})}
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``; ``DefinitionError`` naming the file otherwise."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DefinitionError(f"{path}: cannot be read: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise DefinitionError(f"{path}: invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise DefinitionError(f"{path}: must be a JSON object, not {type(data).__name__}")
-    return data
 
 
 def _module_file(folder: Path, implementation: str) -> Path | None:

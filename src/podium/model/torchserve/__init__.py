@@ -14,7 +14,6 @@ import path gives the same classes. What differs from TorchServe: ``docs/torchse
 """
 
 from ._archive import archive_model
-from ._config import TsSettings
 from ._context import Context, RequestProcessor
 from ._handler import (
     PredictionException,
@@ -46,7 +45,6 @@ __all__ = [
     "RequestProcessor",
     "TorchServeMetrics",
     "TorchServeModel",
-    "TsSettings",
     "archive_model",
     "build",
     "install_ts_shim",

@@ -44,6 +44,7 @@ from typing import IO, Any
 
 from ...errors import DefinitionError
 from .._owned import Owned, Shared
+from .._source import read_json_object
 
 __all__ = [
     "MANIFEST",
@@ -112,13 +113,8 @@ def is_archive(path: Path) -> bool:
 def read_manifest(model_dir: Path) -> dict[str, Any]:
     """The parsed ``MAR-INF/MANIFEST.json`` of an extracted model; ``DefinitionError`` if bad."""
     path = model_dir / MANIFEST
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DefinitionError(f"{path}: cannot be read: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise DefinitionError(f"{path}: invalid JSON: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+    data = read_json_object(path)
+    if not isinstance(data.get("model"), dict):
         raise DefinitionError(f"{path}: must be an object with a 'model' object")
     return data
 

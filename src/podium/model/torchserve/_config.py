@@ -13,13 +13,12 @@ import dataclasses
 import difflib
 import logging
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from ...config import FIELDS, MODEL_KEYS, Kind, ModelConfig
 from ...errors import DefinitionError
 
-__all__ = ["TsSettings", "model_config"]
+__all__ = ["model_config"]
 
 logger = logging.getLogger("podium.model")
 
@@ -44,14 +43,6 @@ PARALLEL = {"parallelType", "parallelLevel", "torchrun"}
 FRONTEND = set(MAPPED) | NOT_ENFORCED | DEVICE | CONTINUOUS | PARALLEL
 
 _CAMEL = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]*)+$")
-
-
-@dataclass(frozen=True, slots=True)
-class TsSettings:
-    """What a TorchServe model's config decides beyond ``ModelConfig``."""
-
-    device_type: str | None  # "cpu", "gpu" or None (TorchServe: a GPU if there is one)
-    device_ids: tuple[int, ...]
 
 
 def _is_int(value: Any, minimum: int) -> bool:
@@ -89,7 +80,7 @@ def model_config(
     name: str,
     version: str | None,
     where: str,
-) -> tuple[ModelConfig, TsSettings]:
+) -> ModelConfig:
     """The ``ModelConfig`` of a TorchServe model from its parsed ``model-config.yaml``.
 
     Raises one ``DefinitionError`` naming every bad key: asynchronous worker modes and
@@ -190,6 +181,9 @@ def model_config(
             )
         else:
             data["devices"] = devices
+    # Each TorchServe worker runs its own handler calls, however many share its GPU (minWorkers
+    # on one GPU: that many at once): its predict_concurrency stays per worker (docs/devices.md)
+    data.setdefault("predict_concurrency_per", "worker")
     try:
         config = ModelConfig.from_mapping(data, default_name=name, where=where)
     except DefinitionError as exc:
@@ -197,8 +191,7 @@ def model_config(
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     # the handler gets the whole file, as TorchServe gives it; ModelConfig.raw holds it too
-    config = _with_raw(config, yaml_config)
-    return config, TsSettings(device_type, tuple(ids))
+    return dataclasses.replace(config, raw=dict(yaml_config))
 
 
 def devices_of(device_type: str | None, ids: list[int]) -> Any:
@@ -212,7 +205,3 @@ def devices_of(device_type: str | None, ids: list[int]) -> Any:
     if device_type == "gpu":
         return "gpu"
     return None
-
-
-def _with_raw(config: ModelConfig, raw: dict[str, Any]) -> ModelConfig:
-    return dataclasses.replace(config, raw=dict(raw))

@@ -15,7 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Context", "NoMetrics", "RequestProcessor", "decode_predict_response"]
+from ._metrics import TorchServeMetrics
+from ._metrics_yaml import TORCHSERVE_DEFAULT
+
+__all__ = ["Context", "RequestProcessor", "decode_predict_response"]
 
 
 class RequestProcessor:
@@ -59,33 +62,6 @@ class RequestProcessor:
         return self._response_header.get(key)
 
 
-class _NoMetric:
-    """A metric that records nothing (``add_or_update``, ``update``, ...)."""
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        return _ignore
-
-
-def _ignore(*args: Any, **kwargs: Any) -> _NoMetric:
-    return _NO_METRIC
-
-
-_NO_METRIC = _NoMetric()
-
-
-class NoMetrics:
-    """TorchServe's metrics cache API (``add_time``, ``add_counter``, ``add_size``,
-    ``add_percent``, ``add_metric``, ``get_metric``, ...), recording nothing, so handlers that
-    record metrics run; Podium's own metrics cover requests and latency."""
-
-    request_ids: Any = None
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _ignore
-
-
 class _Batch(threading.local):
     request_ids: dict[int, str] | None = None
     request_processor: list[RequestProcessor] | None = None
@@ -125,8 +101,9 @@ class Context:
             "limit_max_image_pixels": limit_max_image_pixels,
         }
         self._batch = _Batch()
-        self._limit_max_image_pixels = limit_max_image_pixels
-        self.metrics = metrics if metrics is not None else NoMetrics()
+        if metrics is None:  # TorchServe's metrics API, recording nowhere
+            metrics = TorchServeMetrics(None, model_name, TORCHSERVE_DEFAULT.model_metrics)
+        self.metrics = metrics
         self.model_yaml_config = model_yaml_config if model_yaml_config is not None else {}
         self.cache: dict[Any, Any] = {}
         self.stopping_criteria: Any = None

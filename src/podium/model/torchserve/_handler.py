@@ -148,11 +148,9 @@ class HandlerSpec:
     """A loaded handler: a module function, or the one class of the module."""
 
     label: str  # the manifest's handler, for messages
-    module: ModuleType
     function: Callable[..., Any] | None  # module style
     cls: type | None  # class style
     streams: bool  # its code calls send_intermediate_predict_response
-    model_dir: Path
 
     def instantiate(self) -> tuple[Callable[..., Any], Callable[[Any], Any] | None]:
         """(entry point called per batch, initialiser called once with the context)."""
@@ -274,7 +272,7 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
         _check_callable(fn, f"handler '{label}': function '{name}'", problems)
         if problems:
             raise DefinitionError("; ".join(f"{where}: {p}" for p in problems))
-        return HandlerSpec(label, module, fn, None, streams, model_dir)
+        return HandlerSpec(label, fn, None, streams)
     if function_name and function_name != "handle":  # ':handle' names a class's handle too
         raise DefinitionError(f"{where}: handler '{label}' has no function '{function_name}'")
     classes = list_classes_from_module(module)
@@ -298,4 +296,4 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
         problems.append(f"handler '{label}': {cls.__name__}.initialize must be a plain method")
     if problems:
         raise DefinitionError("; ".join(f"{where}: {p}" for p in problems))
-    return HandlerSpec(label, module, None, cls, streams, model_dir)
+    return HandlerSpec(label, None, cls, streams)

@@ -44,11 +44,6 @@ class MetricsYaml:
     model_metrics: tuple[DeclaredMetric, ...]
     source: str = "TorchServe 0.12's ts/configs/metrics.yaml"
 
-    def frontend(self, name: str) -> DeclaredMetric | None:
-        """The ``ts_metrics`` entry ``name`` (None: the file leaves it out, so it is not
-        served, as in TorchServe)."""
-        return next((m for m in self.ts_metrics if m.name == name), None)
-
 
 _HOST = ("Level", "Hostname")
 _LATENCY = ("model_name", "model_version", "hostname")

@@ -114,7 +114,7 @@ def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSourc
             raise DefinitionError(f"{where}: the manifest's configFile '{config_file}' is missing")
         yaml_config = load_yaml(config_path)
         where = f"{path} ({config_file})" if path.is_file() else str(config_path)
-    config, settings = model_config(
+    config = model_config(
         yaml_config,
         name=str(name),
         version=None if version is None else str(version),
@@ -123,7 +123,7 @@ def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSourc
     handler = str(model.get("handler", "")).partition(":")[0]
     handler_file = model_dir / (handler if handler.endswith(".py") else f"{handler}.py")
     file = path.resolve() if path.is_file() else handler_file.resolve()
-    parts = TorchServeParts(manifest, yaml_config, settings)
+    parts = TorchServeParts(manifest)
     return ModelSource(config, file, model_dir, Contract.TORCHSERVE, torchserve=parts, owned=owned)
 
 
@@ -190,7 +190,7 @@ class TorchServeModel:
                 read_metrics_yaml(config.metrics_config).model_metrics,
                 mode=config.ts_metrics,
             ),
-            model_yaml_config=parts.yaml_config,
+            model_yaml_config=config.raw,  # model-config.yaml, as read
         )
         self._model_dir = source.model_dir
         # handle() runs on threads of the adapter's own, as a native sync predict does
@@ -213,7 +213,7 @@ class TorchServeModel:
         """Run the handler's ``initialize(context)`` (module style: ``handle(None, context)``)."""
         if self._init is not None:
             # in this task's context: metrics initialize creates are the version's
-            await run_sync(self._executor, contextvars.copy_context().run, self._initialize)
+            await run_sync(self._executor, self._initialize)
 
     def _initialize(self) -> None:
         try:

@@ -10,6 +10,7 @@ and environment variables; ``_requirements`` says which of its requirements are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from ...errors import DefinitionError
 from ...types import ModelInstance
 from .._source import ModelSource
+from ._accelerator import accelerator_mismatch
 from ._config import TrussSettings, is_source, read_truss
 from ._environ import install, using
 from ._imports import import_class
@@ -25,6 +27,7 @@ from ._spec import TrussSpec, inspect_truss
 
 __all__ = [
     "TrussSettings",
+    "accelerator_note",
     "build",
     "is_source",
     "missing_requirements",
@@ -51,6 +54,16 @@ def notes(source: ModelSource) -> list[str]:
             f"(pip install {' '.join(repr(m) if ' ' in m else m for m in missing)})"
         )
     return found
+
+
+def accelerator_note(source: ModelSource, gpus: list[tuple[int, str]]) -> str | None:
+    """A warning where the GPUs (``(number, name)``) the truss was given are not of the type
+    its ``resources.accelerator`` names (``A10G:2``); None where they are, or it names none."""
+    resources = source.config.raw.get("resources")
+    accelerator = resources.get("accelerator") if isinstance(resources, Mapping) else None
+    if not accelerator or not gpus:
+        return None
+    return accelerator_mismatch(source.label, str(accelerator), gpus)
 
 
 def prepare(source: ModelSource) -> TrussSpec:

@@ -126,7 +126,6 @@ class TrussSettings:
     """What Podium reads of a truss's config, with Truss's defaults."""
 
     root: Path
-    model_dir: Path  # model_module_dir
     model_file: Path  # model_module_dir / model_class_filename
     class_name: str
     data_dir: Path
@@ -135,7 +134,6 @@ class TrussSettings:
     secrets: Mapping[str, str | None]  # declared secrets and their defaults
     streaming_read_timeout: float  # seconds between two items of a stream
     requirements: tuple[str, ...]  # requirements, or those of requirements_file
-    resources: Mapping[str, Any]  # kept for device placement
     #: What Podium does not do of this config (build-time work, platform settings), said once.
     notes: tuple[str, ...] = field(default=())
 
@@ -377,7 +375,6 @@ def read_truss(root: Path) -> ModelSource:
     model_config = replace(model_config, raw=config)  # the model's `config`: Truss's, whole
     settings = TrussSettings(
         root=root,
-        model_dir=model_dir,
         model_file=model_file,
         class_name=class_name,
         data_dir=data_dir,
@@ -386,10 +383,9 @@ def read_truss(root: Path) -> ModelSource:
         secrets={str(k): (None if v is None else str(v)) for k, v in secrets.items()},
         streaming_read_timeout=float(timeout),
         requirements=requirements,
-        resources=dict(config.get("resources") or {}),
         notes=tuple(f"{where}: {note}" for note in _notes(config, data)),
     )
-    parts = TrussParts(root=root, config=config, settings=settings)
+    parts = TrussParts(settings=settings)
     return ModelSource(
         model_config,
         model_file,

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import logging
 import os
@@ -28,7 +27,7 @@ from typing import Any
 
 from ...errors import DefinitionError, InvalidInput, ModelError, ResponseTimeout
 from ...types import Capabilities, Generation, InputKind, Returned
-from .._calls import iterate_async, iterate_sync, model_error, run_sync
+from .._calls import call_method, iterate_async, iterate_sync, model_error, run_sync, validated
 from .._source import ModelSource
 from .._threads import CallThreads
 from . import _environ
@@ -103,7 +102,7 @@ class TrussModel:
         directory = getattr(secrets, "directory", None)
         settings.data_dir.mkdir(parents=True, exist_ok=True)  # Truss makes it too
         available = {
-            "config": parts.config,
+            "config": source.config.raw,  # config.yaml with Truss's defaults filled in
             "data_dir": settings.data_dir,
             "secrets": TrussSecrets(settings.secrets, directory),
             "lazy_data_resolver": LazyDataResolver(settings.data_dir),
@@ -190,21 +189,13 @@ class TrussModel:
 
     async def _load_once(self, load: Any) -> None:
         with _environ.using(self._env):  # the loading task may load other models after
-            if inspect.iscoroutinefunction(load):
-                await load()
-                return
-            result = await run_sync(self._executor, contextvars.copy_context().run, load)
-            if inspect.isawaitable(result):
-                await result
+            await call_method(load, executor=self._executor)
 
     def validate(self, value: Any) -> Any:
         """The input validated into the model's pydantic type, as Truss does; its failure is a
         400 with Truss's message (``Input Parsing Error: `loc`: msg.``)."""
-        schema: Any = self.spec.input_schema
         try:
-            if isinstance(value, bytes | str):
-                return schema.model_validate_json(value)
-            return schema.model_validate(value)
+            return validated(self.spec.input_schema, value)
         except Exception as exc:
             errors = getattr(exc, "errors", None)
             if not callable(errors) or not callable(getattr(exc, "error_count", None)):

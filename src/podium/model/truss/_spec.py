@@ -80,9 +80,8 @@ def _method(cls: type, name: str, problems: list[str]) -> TrussMethod | None:
     found = method_parameters(cls, name, problems)
     if found is None:
         return None
-    fn, params = found
+    fn, params, hints = found
     where = f"{cls.__name__}.{name}"
-    hints = _hints(fn)
     is_async = inspect.iscoroutinefunction(fn)
     is_generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
     if not params:

@@ -32,6 +32,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -66,12 +67,14 @@ from ._messages import (
     Report,
     Results,
     StartFailed,
+    Step,
     Stopped,
     Stream,
     Unvalidated,
     pack_error,
     queues_ahead,
 )
+from ._steps import ChildSteps
 from ._wire import Decoder, Encoder, Ring
 
 __all__ = ["main"]
@@ -156,6 +159,8 @@ class Child(asyncio.Protocol):
         # the frames made in one turn of the loop leave in one write
         self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
         self._encoder = Encoder()  # with a ring for large buffers to the server, on Init.shm
+        self._steps: ChildSteps | None = None  # a continuous model's generations
+        self._stepping: asyncio.Task[None] | None = None  # the step running (one at a time)
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -210,6 +215,8 @@ class Child(asyncio.Protocol):
                     self._waiting.append(message)  # queued ahead: starts in its turn
                 else:
                     self._begin(message)
+            case Step():
+                self._stepping = asyncio.get_running_loop().create_task(self._step(message))
             case Cancel():
                 cid = message.cid
                 request = self._requests.get(cid)
@@ -251,7 +258,8 @@ class Child(asyncio.Protocol):
             init.log_level,
             init.log_format,
             tag=f"worker {init.worker} pid {pid}",
-            static={"worker": init.worker, "pid": pid},
+            static={"worker": init.worker, "pid": pid}
+            | ({"device": init.device} if init.device else {}),
         )
         secrets = init.secrets
         if isinstance(secrets, EnvSecrets):
@@ -272,10 +280,22 @@ class Child(asyncio.Protocol):
         self.slots = asyncio.Semaphore(config.predict_concurrency)
         self.rebuild = init.rebuild
         self._gated = queues_ahead(instance.capabilities)
+        if instance.capabilities.continuous:
+            self._steps = ChildSteps(instance, runner.stats, self.name, self.rebuild)
         self._limit = config.predict_concurrency
         self.report(force=True)  # what load() recorded
         heap.settle()  # the model is built: frozen, and no collections for requests in flight
-        self.send(_ready(instance))
+        try:
+            ready = _ready(instance)
+        except Exception as exc:  # a tokenizer that cannot be pickled
+            reason = (
+                f"model '{self.name}' generates on OpenAI's API, but its tokenizer cannot be "
+                f"sent to the server from its worker process: {type(exc).__name__}: {exc}"
+            )
+            logger.error("%s", reason)
+            self.send(StartFailed(reason))
+            return
+        self.send(ready)
         self._tick = asyncio.get_running_loop().call_later(REPORT_TICK, self._on_tick)
 
     # -- reports -----------------------------------------------------------------------------
@@ -380,6 +400,29 @@ class Child(asyncio.Protocol):
         finally:
             self._end(cid)
 
+    async def _step(self, message: Step) -> None:
+        """One step of the continuous batch (``_steps``); its answer leaves at once."""
+        cid = message.cid
+        try:
+            if self._steps is None:
+                raise ModelError(f"model '{self.name}' is not served by continuous batching")
+            reply = await self._steps.run(message)
+            self.report()
+            try:
+                self.send(reply)
+            except Exception as exc:  # an item that cannot be encoded (nor pickled)
+                raise ModelError(
+                    f"model '{self.name}' emitted an item that cannot be sent back from its "
+                    f"worker process: {exc}"
+                ) from exc
+        except Exception as exc:
+            if self._steps is not None:  # the server fails them all: nothing of theirs stays
+                self._steps.drop(message.batch)
+            self.report()
+            error = exc if isinstance(exc, PodiumError) else model_error(self.name, "step", exc)
+            self.send(Error(cid, *pack_error(error)))
+        self._out.flush()
+
     def _end(self, cid: int) -> None:
         """Its answer is queued to leave; the next request starts after the write (``_write``).
         With nothing else running, nothing else would join this turn's write: it leaves now, and
@@ -437,7 +480,12 @@ class Child(asyncio.Protocol):
 
 
 def _ready(instance: ModelInstance) -> Ready:
-    return Ready(replace(instance.capabilities, input_schema=None))
+    """What the server learns of the model (a generating model's tokenizer too: the front end
+    tokenizes and detokenizes, the worker process runs the steps)."""
+    face = getattr(instance, "openai", None)
+    generates = face is not None and getattr(face, "generates", False)
+    pickled = pickle.dumps(face, protocol=5) if generates else None
+    return Ready(replace(instance.capabilities, input_schema=None), pickled)
 
 
 async def _serve(sock: socket.socket) -> None:

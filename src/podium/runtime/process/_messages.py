@@ -4,6 +4,7 @@
                       Infer / Stream / Batch        a request (``cid`` names it from then on)
                       Cancel(cid)                   the client left: cancel it; is_disconnected()
                       Credit(cid, n)                a stream's reader took ``n`` more items
+                      Step(cid, ...)                one step of a continuous batch (``_steps``)
     both ways         Release(upto)                 the reader copied the sender's shared memory
                                                     ring out up to ``upto``: it may reuse it
     worker → server   Ready / StartFailed           once, after building the model
@@ -11,11 +12,12 @@
                       Results(cid, values)          the answer to Batch: one value per request
                       Item(cid, value) ... End(cid) a stream (or Error)
                       Stopped(cid)                  a cancelled request has stopped
+                      Stepped(cid, items, done)     what one Step emitted, and who finished
                       Report(compute, metrics)      what its counters and the model's own
                                                     metrics added since the last Report
 
 Every request ends with exactly one of Answer, Results, Error, End or Stopped; the server frees its slot
-then. Both sides dispatch on the class (``match``).
+then. A Step ends with Stepped or Error and frees no slot (its lane holds one for its batch). Both sides dispatch on the class (``match``).
 
 What the worker process needs from the layers above the execution layer travels in :class:`Init`
 by reference (pickled by module and name): the host factory that builds and schedules the model,
@@ -59,6 +61,8 @@ __all__ = [
     "Results",
     "Runner",
     "StartFailed",
+    "Step",
+    "Stepped",
     "Stopped",
     "Stream",
     "Unvalidated",
@@ -115,6 +119,8 @@ class Init(msgspec.Struct):
     log_format: str = "text"  # the server's --log-format
     #: the names of this worker's shared memory files start with it ("": the socket carries all)
     shm: str = ""
+    #: its GPU as the server names it ("cuda:1"; "": the CPU): its JSON log lines say it
+    device: str = ""
 
 
 # (the tags: ``_wire`` decodes the messages that carry no classes or functions as they are)
@@ -158,14 +164,33 @@ class Release(msgspec.Struct, array_like=True, tag=6):
     upto: int
 
 
+class Step(msgspec.Struct, array_like=True, tag=12):
+    """One step of a worker process's continuous batch. Generations are named by ``gid``: those
+    in ``joined`` enter with their ``inputs`` and requests (once, before their first step), those
+    in ``left``
+    are gone (finished, cancelled: their state goes), ``batch`` is who steps now, in order (a
+    generation whose reader is behind sits out: alive, not stepped)."""
+
+    cid: int
+    joined: list[int]
+    inputs: list[Any]
+    left: list[int]
+    batch: list[int]
+    #: the joining ones' request snapshots (as ``Infer.request``), or [] when none has one
+    requests: list[Any] = []
+
+
 # -- worker → server ---------------------------------------------------------------------------
 
 
 class Ready(msgspec.Struct):
     """The model is built and loaded: its capabilities, as the worker's instance has them (less
-    ``input_schema``: a user class the server may not import; the worker validates)."""
+    ``input_schema``: a user class the server may not import; the worker validates). ``face``:
+    where the model generates on OpenAI's API, the pickle of its ``OpenAIFace`` (the front end
+    tokenizes with its tokenizer; unpickled by the server's :class:`RemoteInstance`)."""
 
     capabilities: Capabilities
+    face: bytes | None = None
 
 
 class StartFailed(msgspec.Struct):
@@ -208,6 +233,15 @@ class Stopped(msgspec.Struct, array_like=True, tag=11):
     cid: int
 
 
+class Stepped(msgspec.Struct, array_like=True, tag=13):
+    """The answer to a ``Step``: per generation of its batch, in order, the items it emitted (a
+    list) or a ``Failed`` (its preprocess raised); ``done``: the gids that finished."""
+
+    cid: int
+    items: list[Any]
+    done: list[int]
+
+
 class Report(msgspec.Struct):
     """What the worker's counters (``compute``: preprocess, predict, postprocess) and the
     model's own metrics (``metrics``) added since its last report; the server adds them to the
@@ -234,6 +268,8 @@ Message = (
     | Stopped
     | Report
     | Release
+    | Step
+    | Stepped
 )
 
 

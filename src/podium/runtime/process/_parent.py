@@ -29,7 +29,6 @@ import enum
 import itertools
 import logging
 import os
-import secrets as _secrets
 import socket
 import sys
 import time
@@ -37,20 +36,13 @@ from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from ... import tracing
-from ...config import Secrets
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...logs import current_format
 from ...turn import TurnBuffer
-from ...types import END, ModelInstance, request_id
-from .._stats import VersionStats
-from ..devices import DeviceAssigner, Group
+from ...types import END, Generation, ModelInstance, request_id
 from ..workers import (
     Failure,
     RequestCodec,
-    Worker,
     WorkerKind,
     WorkerPool,
     WorkerState,
@@ -62,9 +54,7 @@ from ._messages import (
     Cancel,
     Credit,
     End,
-    EnvSecrets,
     Error,
-    HostFactory,
     Infer,
     Init,
     Item,
@@ -74,17 +64,19 @@ from ._messages import (
     Report,
     Results,
     StartFailed,
+    Stepped,
     Stopped,
     Stream,
     queues_ahead,
 )
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
+from ._steps import RemoteSteps
 from ._wire import Encoder, Ring
 
 if TYPE_CHECKING:
-    from ...model import ModelSource
+    pass
 
-__all__ = ["ProcessWorker", "WorkerGone", "process_pool"]
+__all__ = ["ProcessWorker", "WorkerGone"]
 
 logger = logging.getLogger("podium.workers")
 
@@ -144,6 +136,7 @@ class ProcessWorker:
         self._codec = codec
         self._gate = pool.gate
         self._stats = pool.stats
+        self._on_gpu = pool.counts_of(wid)  # what it runs on its GPU (None: the CPU)
         self._label = pool.label
         self._model, self._version = config.name, config.version  # what its spans name
         self._on_exit = pool.worker_exited
@@ -176,6 +169,7 @@ class ProcessWorker:
         self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
+        self._steps = RemoteSteps()  # continuous batching: what its process holds (``step``)
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -219,7 +213,11 @@ class ProcessWorker:
         except BaseException:
             await self.close()
             raise
-        self._descriptor.describe(ready)
+        try:
+            self._descriptor.describe(ready)
+        except ValueError as exc:
+            await self.close()
+            raise WorkerDied(f"{self._label} worker process {self.pid}: {exc}") from exc
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
             self.ahead = min(1, self._max_ahead) if self._batching else self._max_ahead
@@ -319,7 +317,11 @@ class ProcessWorker:
                 if call is not None:
                     call.stop()
                     self._release()
+            case Stepped():
+                self._steps.answered(message)
             case Error():
+                if self._steps.failed(message.cid, message.exception()):
+                    return
                 call = self._last(message.cid)
                 if call is not None:
                     call.fail(error := message.exception())
@@ -330,7 +332,7 @@ class ProcessWorker:
                     self._ring.release(message.upto)
             case Report():
                 if message.compute is not None:
-                    self._stats.merge_compute(message.compute)
+                    self._stats.merge_compute(message.compute, self._on_gpu)
                 if message.metrics:
                     self._stats.custom.apply(message.metrics)
             case Ready():
@@ -409,6 +411,7 @@ class ProcessWorker:
             reason = f"{self._label} worker process {self.pid} {how} ({self._why})"
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(WorkerDied(reason))
+        self._steps.died(WorkerDied(f"{reason}; the step it was running failed"))
         calls, self._calls = self._calls, {}
         self._queued.clear()
         self._running = 0
@@ -605,51 +608,28 @@ class ProcessWorker:
         finally:
             self._abandon(cid)
 
-
-def process_pool(
-    source: ModelSource,
-    *,
-    secrets: Mapping[str, str],
-    codec: RequestCodec | None,
-    host: HostFactory,
-    threads: int = 16,
-    stats: VersionStats | None = None,
-    assigner: DeviceAssigner | None = None,
-) -> WorkerPool:
-    """A pool of worker processes, each building the model from ``source`` itself: ``host`` is
-    called there to build and schedule it (the caller names it; this package imports nothing
-    above the execution layer), ``codec`` carries request objects across. ``stats``: the
-    version's counters, to which each worker's reports are added; ``assigner``: its devices."""
-    config = source.config
-    descriptor = RemoteInstance()
-    init = Init(
-        source=source,
-        secrets=EnvSecrets(secrets.directory) if isinstance(secrets, Secrets) else dict(secrets),
-        host=host,
-        rebuild=None if codec is None else codec.rebuild,
-        worker="",
-        threads=threads,
-        log_level=logging.NOTSET,
-    )
-
-    shared = Ring.available()
-
-    async def new_worker(wid: str, group: Group) -> Worker:
-        return ProcessWorker(
-            wid,
-            pool=pool,
-            descriptor=descriptor,
-            codec=codec,
-            device_env=pool.devices.env(group),
-            init=msgspec.structs.replace(
-                init,
-                worker=wid,
-                log_level=logging.getLogger().getEffectiveLevel(),
-                log_format=current_format(),
-                shm=f"podium-{os.getpid()}-{_secrets.token_hex(4)}-{wid}" if shared else "",
-            ),
-        )
-
-    kind = WorkerKind.PROCESS
-    pool = WorkerPool.for_config(config, kind, descriptor, new_worker, stats, assigner)
-    return pool
+    async def step(self, batch: list[Generation]) -> dict[Generation, BaseException] | None:
+        """One step of a continuous batch, run by the model in the worker process (``_steps``):
+        ``batch`` gets the items it emitted and its finish flags; returns the requests whose
+        preprocess failed, with their errors. Runs in the slot its lane holds."""
+        if self.state is not _READY:
+            raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
+        requests = [gen.request for gen in self._steps.joining(batch)]
+        has = any(r is not None for r in requests)
+        snapshots = [await self._snapshot(r) for r in requests] if has else []
+        message, answer = self._steps.begin(next(self._ids), batch, snapshots)
+        try:
+            try:
+                self._send(message)
+            except WorkerGone:
+                raise
+            except Exception as exc:  # inputs that cannot be pickled
+                raise InvalidInput(
+                    f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
+                ) from exc
+            self._out.flush()  # the lane waits for this step alone
+            reply = await answer
+        except BaseException:
+            self._steps.forget(message.cid, batch)
+            raise
+        return self._steps.apply(batch, reply)

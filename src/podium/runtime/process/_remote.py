@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import pickle
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
@@ -24,8 +25,9 @@ __all__ = ["Connection", "PendingCall", "RemoteInstance", "describe_exit"]
 class RemoteInstance:
     """What the server knows of a model that runs in worker processes (the version's
     ``instance``): its capabilities, as the first worker that starts reports them.
-    ``preprocess`` and ``postprocess`` run in the worker, so they are off here; validation of
-    pydantic inputs is deferred to the worker too."""
+    ``preprocess`` and ``postprocess`` run in the worker, so they are off here (a continuous
+    model's preprocess too: when its request joins); validation of pydantic inputs is deferred
+    to the worker too."""
 
     #: the worker process runs (and times) the model's sync code
     calls = None
@@ -33,8 +35,20 @@ class RemoteInstance:
     def __init__(self) -> None:
         self.capabilities = Capabilities()
         self.pipelined = False  # the real instance has preprocess or postprocess
+        #: a generating model's face to OpenAI's API (its tokenizer: the front end's), or None
+        self.openai: Any = None
 
     def describe(self, ready: Ready) -> None:
+        """Learn the model from a worker's ``Ready``; ``ValueError`` when its OpenAI face (a
+        tokenizer) cannot be rebuilt here (a class the server cannot import)."""
+        if ready.face is not None and self.openai is None:
+            try:
+                self.openai = pickle.loads(ready.face)
+            except Exception as exc:
+                raise ValueError(
+                    "its tokenizer cannot be rebuilt in the server (the front end tokenizes): "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
         caps = ready.capabilities
         self.pipelined = caps.has_preprocess or caps.has_postprocess
         self.capabilities = replace(
@@ -42,7 +56,6 @@ class RemoteInstance:
             has_preprocess=False,
             has_postprocess=False,
             predict_in_thread=False,  # the worker process times its own predicts
-            continuous=False,  # continuous batching runs on thread workers only
         )
 
     async def load(self) -> None:
@@ -61,7 +74,7 @@ class RemoteInstance:
         raise RuntimeError("a process worker's model runs in its worker processes")
 
     async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError("continuous batching runs on thread workers only")
+        raise RuntimeError("a process worker steps its batch in its worker process (its step)")
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         raise RuntimeError("a process worker's model runs in its worker processes")

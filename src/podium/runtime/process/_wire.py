@@ -8,8 +8,9 @@ One message is one frame on a Unix stream socket:
 
 **One encoding, chosen by type, never by walking a value.** What a request carries (an
 ``Infer``'s or ``Stream``'s inputs, each input of a ``Batch``, an ``Answer``'s or ``Item``'s value,
-each value of ``Results``) is MessagePack where its own type is ``dict``, ``list``, ``str``,
-``int``, ``float``, ``bool``, ``None``, ``bytes`` or a numpy array; an OIP ``InferenceRequest`` /
+each value of ``Results``, each input of a ``Step``, each item of ``Stepped``) is MessagePack
+where its own type is ``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``, ``None``,
+``bytes`` or a numpy array; an OIP ``InferenceRequest`` /
 ``InferenceResponse`` (tensors a list of exactly its tensor struct) is an extension decoded as that
 struct (one whose fields are not of their declared types is rebuilt as it left, unchecked), and
 ``Unvalidated`` plain data an extension of its value; anything else is
@@ -70,6 +71,8 @@ from ._messages import (
     Message,
     Release,
     Results,
+    Step,
+    Stepped,
     Stopped,
     Stream,
     Unvalidated,
@@ -134,8 +137,11 @@ class _Pickled(msgspec.Struct, array_like=True, tag=0):
 
 #: What a frame's body may be (the messages of ``_messages`` are tagged arrays).
 _WIRE = (
-    _Pickled | Infer | Stream | Batch | Cancel | Credit | Release | Answer | Results | Item | End
-) | Stopped
+    (_Pickled | Infer | Stream | Batch | Cancel | Credit | Release | Answer | Results | Item | End)
+    | Stopped
+    | Step
+    | Stepped
+)
 #: The messages that travel as they are (no value of a request in them).
 _AS_THEY_ARE = frozenset({Cancel, Credit, End, Stopped, Release})
 
@@ -186,6 +192,12 @@ def _to_wire(message: Message) -> Any:
         return Batch(m.cid, [_mark(v) for v in m.inputs], [_snapshot(r) for r in m.requests])
     if kind is Results:
         return Results(m.cid, [_mark(v) for v in m.value])
+    if kind is Step:
+        inputs = [_mark(v) for v in m.inputs]
+        return Step(m.cid, m.joined, inputs, m.left, m.batch, [_snapshot(r) for r in m.requests])
+    if kind is Stepped:
+        items = [[_mark(v) for v in e] if type(e) is list else _mark(e) for e in m.items]
+        return Stepped(m.cid, items, m.done)
     if kind in _AS_THEY_ARE:
         return message
     return _Pickled(_Opaque(message))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import Unavailable
 from ...types import Context, current_context
 from .._collector import BatchCollector
+from .._scheduler import postprocess, preprocess
 from .._stats import VersionStats
 
 if TYPE_CHECKING:
@@ -71,37 +72,28 @@ class Lane:
         steps = self.steps.waiting if self.steps is not None else 0
         return self._gate.waiting_on(self.worker) + self.batches.queued + steps
 
-    async def infer(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
-        """One request, on a slot of its own."""
+    async def infer(
+        self, seq: Sequence, ctx: Context, inputs: Any, request: Any, *, batched: bool
+    ) -> Any:
+        """One request, on a slot of its own, or (``batched``) in the worker's next batch
+        (``seq.batched`` holds it meanwhile)."""
         worker = self.worker
         inst = worker.instance
         caps = inst.capabilities
         token = current_context.set(ctx)
         try:
             if caps.has_preprocess:
-                inputs = await self._preprocess(inst, inputs, request)
-            await self._acquire_slot(seq.id)
-            outputs = await worker.infer(inputs, request)  # gives the slot back
+                inputs = await preprocess(self._stats, inst, inputs, request)
+            if batched:
+                if self.lost is not None:
+                    raise self._closed_error(seq.id, self.lost)
+                pending = seq.batched = self.batches.add(inputs, request, ctx)
+                outputs = await pending.future
+            else:
+                await self._acquire_slot(seq.id)
+                outputs = await worker.infer(inputs, request)  # gives the slot back
             if caps.has_postprocess:
-                outputs = await self._postprocess(inst, outputs, request)
-            return outputs
-        finally:
-            current_context.reset(token)
-
-    async def infer_batched(self, seq: Sequence, ctx: Context, inputs: Any, request: Any) -> Any:
-        """One request, in the worker's next batch (``seq.batched`` holds it meanwhile)."""
-        inst = self.worker.instance
-        caps = inst.capabilities
-        token = current_context.set(ctx)
-        try:
-            if caps.has_preprocess:
-                inputs = await self._preprocess(inst, inputs, request)
-            if self.lost is not None:
-                raise self._closed_error(seq.id, self.lost)
-            pending = seq.batched = self.batches.add(inputs, request, ctx)
-            outputs = await pending.future
-            if caps.has_postprocess:
-                outputs = await self._postprocess(inst, outputs, request)
+                outputs = await postprocess(self._stats, inst, outputs, request)
             return outputs
         finally:
             current_context.reset(token)
@@ -123,7 +115,7 @@ class Lane:
         token = current_context.set(ctx)
         try:
             if inst.capabilities.has_preprocess:
-                inputs = await self._preprocess(inst, inputs, request)
+                inputs = await preprocess(self._stats, inst, inputs, request)
             await self._acquire_slot(seq.id)
             items = worker.stream(inputs, request)  # gives the slot back when it ends
             try:
@@ -147,7 +139,7 @@ class Lane:
         if inst.capabilities.has_preprocess:
             token = current_context.set(ctx)
             try:
-                inputs = await self._preprocess(inst, inputs, request)
+                inputs = await preprocess(self._stats, inst, inputs, request)
             finally:
                 current_context.reset(token)
         if self.lost is not None:
@@ -155,18 +147,6 @@ class Lane:
         async with contextlib.aclosing(self.steps.stream(ctx, inputs, request)) as items:
             async for item in items:
                 yield item
-
-    async def _preprocess(self, inst: Any, inputs: Any, request: Any) -> Any:
-        start = _now()
-        inputs = await inst.preprocess(inputs, request)
-        self._stats.compute_input.add(_now() - start)
-        return inputs
-
-    async def _postprocess(self, inst: Any, outputs: Any, request: Any) -> Any:
-        start = _now()
-        outputs = await inst.postprocess(outputs, request)
-        self._stats.compute_output.add(_now() - start)
-        return outputs
 
     async def _acquire_slot(self, sid: str) -> None:
         lost = self.lost

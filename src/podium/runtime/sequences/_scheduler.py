@@ -25,7 +25,7 @@ from ...errors import InvalidInput, SequenceClosed, SequenceLimit, Unavailable
 from ...types import Context, SequenceRef, current_context
 from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
-from .._scheduler import Activity, TaskSet
+from .._scheduler import PoolScheduler, TaskSet
 from .._stats import SequenceEnd
 from ..direct import stream_inputs_through
 from ..workers import Worker, WorkerPool, WorkerState
@@ -45,7 +45,7 @@ SWEEP_MAX = 1.0
 _READY = WorkerState.READY  # compared for every worker, for every new sequence
 
 
-class SequenceScheduler:
+class SequenceScheduler(PoolScheduler):
     """Runs the requests of stateful sequences over a version's thread workers.
 
     ``infer_in`` / ``stream_in`` run one request in the sequence its :class:`SequenceRef` names
@@ -59,9 +59,7 @@ class SequenceScheduler:
     def __init__(
         self, pool: WorkerPool, *, config: ModelConfig, clock: Clock = SYSTEM_CLOCK
     ) -> None:
-        self._pool = pool
-        self._gate = pool.gate
-        self._label = pool.label
+        super().__init__(pool)
         self._model = config.name
         self._batch_size = config.batch_size
         self._delay = config.max_batch_delay_ms / 1000.0
@@ -86,19 +84,10 @@ class SequenceScheduler:
         self._tick = max(min([SWEEP_MAX, *(t / 4 for t in limits)]), 0.001)
         self._sweeper: Timer | None = None
         self._closed = False
-        self._activity = Activity()
-        self._stats = pool.stats
         self.batches_run = 0
         pool.on_worker_lost = self._on_worker_lost
 
-    @property
-    def pool(self) -> WorkerPool:
-        return self._pool
-
     # -- the Scheduler protocol ----------------------------------------------------------------
-
-    async def start(self) -> None:
-        return None
 
     async def close(self) -> None:
         """Stop: every request waiting or in a running batch fails with ``Unavailable``, the sweep
@@ -113,15 +102,6 @@ class SequenceScheduler:
         for lane in list(self._lanes.values()):
             lane.fail_waiting(self._stopped_error)
         await self._pool.close()
-
-    async def drain(self) -> None:
-        """Return once no request is in this scheduler (new ones may still arrive)."""
-        await self._activity.drain()
-
-    @property
-    def in_flight(self) -> int:
-        """Requests in this scheduler (waiting for their turn, a slot or a batch, or running)."""
-        return self._activity.count
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``sequences`` (open), ``queued`` (requests waiting for their
@@ -154,15 +134,10 @@ class SequenceScheduler:
         earlier requests, on its worker."""
         self._activity.enter()
         try:
-            seq = await self._open(sequence)
-            await self._take_turn(seq, sequence)
-            self._begin(seq, sequence)
-            ctx = seq.context(last=sequence.end)
-            generation = seq.generation
+            seq, ctx, generation = await self._turn_of(sequence)
             try:
-                if self._batch_size > 1:
-                    return await seq.lane.infer_batched(seq, ctx, inputs, request)
-                return await seq.lane.infer(seq, ctx, inputs, request)
+                batched = self._batch_size > 1
+                return await seq.lane.infer(seq, ctx, inputs, request, batched=batched)
             finally:
                 pending, seq.batched = seq.batched, None
                 if (
@@ -192,11 +167,7 @@ class SequenceScheduler:
             return
         self._activity.enter()
         try:
-            seq = await self._open(sequence)
-            await self._take_turn(seq, sequence)
-            self._begin(seq, sequence)
-            ctx = seq.context(last=sequence.end)
-            generation = seq.generation
+            seq, ctx, generation = await self._turn_of(sequence)
             passed = False
             seq.running += 1
             try:
@@ -213,6 +184,14 @@ class SequenceScheduler:
             self._activity.leave()
 
     # -- opening, turns, closing -----------------------------------------------------------------
+
+    async def _turn_of(self, sequence: SequenceRef) -> tuple[Sequence, Context, int]:
+        """The sequence a request names, once it is this request's turn in it: the sequence,
+        the request's Context and the sequence's generation (what :meth:`_finish` checks)."""
+        seq = await self._open(sequence)
+        await self._take_turn(seq, sequence)
+        self._begin(seq, sequence)
+        return seq, seq.context(last=sequence.end), seq.generation
 
     async def _open(self, ref: SequenceRef) -> Sequence:
         """The sequence ``ref`` names: the one open under its id (a start flag begins a new one

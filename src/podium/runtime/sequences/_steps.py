@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
+import contextlib
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from ...devices import CPU, using
 from ...types import Context, Generation, current_context
-from .._items import ItemBuffer
+from .._items import ItemBuffer, step
 from .._scheduler import TaskSet
 from .._stats import VersionStats
 
@@ -106,25 +105,9 @@ class Steps:
         self._wake.set()
         if self._task is None:
             self._task = self._tasks.spawn(self._run())
-        try:
-            while True:
-                if req.items:
-                    was_full = req.full
-                    item = req.items.popleft()
-                    if was_full:
-                        self._wake.set()  # it may step again
-                    yield item
-                    continue
-                if req.done:
-                    if req.error is not None:
-                        raise req.error
-                    return
-                req.wake.clear()
-                await req.wake.wait()
-        finally:
-            if not req.done:
-                req.gen.cancelled = True  # out before the next step
-                self._wake.set()
+        async with contextlib.aclosing(req.read(self._wake.set)) as items:
+            async for item in items:
+                yield item
 
     def lose(self, error: Callable[[Context], BaseException]) -> None:
         """The worker is gone: every request ends with ``error(its context)``, new ones are
@@ -175,26 +158,7 @@ class Steps:
     async def _step(self, batch: list[_Request]) -> None:
         self.steps += 1
         token = current_context.set([r.ctx for r in batch])  # this task's own context
-        start = time.perf_counter_ns()
         try:
-            with using(getattr(self._worker, "device", CPU)):  # podium.device() in the step
-                await self._worker.instance.step([r.gen for r in batch])
-        except Exception as exc:  # the instance names the model and the step
-            for req in batch:
-                req.gen.take()
-                req.end(exc)
-            return
+            await step(self._worker, batch, self._stats)
         finally:
             current_context.reset(token)
-        self._stats.stepped(len(batch), time.perf_counter_ns() - start)
-        for req in batch:
-            gen = req.gen
-            gen.first = False
-            items = gen.take()
-            if gen.cancelled:
-                continue
-            if items:
-                req.items.extend(items)
-                req.wake.set()
-            if gen.finished:
-                req.end()

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -36,7 +37,7 @@ from .._access import (
 from ._errors import ReplyFailed
 from .bridge import Aborted
 
-__all__ = ["code_of", "observed"]
+__all__ = ["code_of", "observed", "rewrapped"]
 
 _now = time.perf_counter_ns
 
@@ -115,6 +116,36 @@ class _Observer:
         self.log.write(access)
 
 
+def rewrapped(
+    method: grpc.RpcMethodHandler,
+    unary: Callable[[Any], Any],
+    stream: Callable[[Any, bool], Any],
+    what: str,
+) -> grpc.RpcMethodHandler:
+    """``method`` with its behavior replaced, its messages parsed and written as before:
+    ``unary(behavior)`` for a unary-unary method, ``stream(behavior, request_streaming)`` for
+    one whose responses stream (an async generator, or a coroutine that writes with
+    ``context.write``). A stream-unary method (Podium serves none) is refused, naming ``what``
+    would have been done to it."""
+    parse, render = method.request_deserializer, method.response_serializer
+    if method.response_streaming:
+        streamed = method.request_streaming
+        behavior = method.stream_stream if streamed else method.unary_stream
+        make = (
+            grpc.stream_stream_rpc_method_handler
+            if streamed
+            else grpc.unary_stream_rpc_method_handler
+        )
+        return make(
+            stream(behavior, streamed), request_deserializer=parse, response_serializer=render
+        )
+    if method.request_streaming:
+        raise ValueError(f"stream-unary methods are not {what} (Podium serves none)")
+    return grpc.unary_unary_rpc_method_handler(
+        unary(method.unary_unary), request_deserializer=parse, response_serializer=render
+    )
+
+
 def observed(
     service: str,
     name: str,
@@ -127,42 +158,26 @@ def observed(
     """``method`` (RPC ``name`` of ``service``, whose calls' lines say ``protocol``), with each
     call's id, access line and span (see the module's docstring)."""
     observer = _Observer(f"/{service}/{name}", name, protocol, log, ids)
-    parse, render = method.request_deserializer, method.response_serializer
-    if method.response_streaming:
-        streamed = method.request_streaming
-        behavior = method.stream_stream if streamed else method.unary_stream
-        make = (
-            grpc.stream_stream_rpc_method_handler
-            if streamed
-            else grpc.unary_stream_rpc_method_handler
-        )
-        return make(
-            _stream(observer, behavior, streamed),
-            request_deserializer=parse,
-            response_serializer=render,
-        )
-    if method.request_streaming:
-        raise ValueError("stream-unary methods are not observed (Podium serves none)")
-    unary = method.unary_unary
 
-    async def serve(request: Any, context: Any) -> Any:
-        access = observer.begin(context)
-        counting = observer.log.wants()
-        if counting:
-            access.bytes_in = request.ByteSize()
-        try:
-            response = await unary(request, context)
-        except BaseException as exc:
-            observer.end(access, exc)
-            raise
-        if counting and response is not None:
-            access.bytes_out = response.ByteSize()
-        observer.end(access, None)
-        return response
+    def unary(behavior: Any) -> Any:
+        async def serve(request: Any, context: Any) -> Any:
+            access = observer.begin(context)
+            counting = observer.log.wants()
+            if counting:
+                access.bytes_in = request.ByteSize()
+            try:
+                response = await behavior(request, context)
+            except BaseException as exc:
+                observer.end(access, exc)
+                raise
+            if counting and response is not None:
+                access.bytes_out = response.ByteSize()
+            observer.end(access, None)
+            return response
 
-    return grpc.unary_unary_rpc_method_handler(
-        serve, request_deserializer=parse, response_serializer=render
-    )
+        return serve
+
+    return rewrapped(method, unary, functools.partial(_stream, observer), "observed")
 
 
 def _stream(observer: _Observer, behavior: Any, streamed: bool) -> Any:

@@ -17,12 +17,12 @@ from ._pool import message_class
 __all__ = ["methods"]
 
 _m = message_class
-Unary = Callable[[Callable[[Any, Any], Awaitable[Any]], str, str], grpc.RpcMethodHandler]
+Unary = Callable[[Callable[[Any, Any], Awaitable[Any]], str], grpc.RpcMethodHandler]
 
 
 def methods(dataplane: DataPlane, unary: Unary) -> dict[str, grpc.RpcMethodHandler]:
     """The six RPCs' method handlers, each made by ``unary`` (the service's wrapper that turns
-    every failure into its status)."""
+    every failure into its status) from the RPC's name."""
     shm = dataplane.shared_memory
 
     async def system_status(message: Any, context: Any) -> Any:
@@ -62,7 +62,4 @@ def methods(dataplane: DataPlane, unary: Unary) -> dict[str, grpc.RpcMethodHandl
         "CudaSharedMemoryRegister": cuda_register,
         "CudaSharedMemoryUnregister": cuda_unregister,
     }
-    return {
-        rpc: unary(handler, f"inference.{rpc}Request", f"inference.{rpc}Response")
-        for rpc, handler in handlers.items()
-    }
+    return {rpc: unary(handler, rpc) for rpc, handler in handlers.items()}

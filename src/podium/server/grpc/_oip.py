@@ -46,7 +46,7 @@ import grpc
 import msgspec
 from google.protobuf import json_format
 
-from ...dataplane import DataPlane, ModelVersion
+from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, ModelMetadata, WireProtocol
 from .. import _repository, _sequences
@@ -109,11 +109,10 @@ class _Failure:
         self.fatal = fatal
 
 
-def _unary(
-    handler: Callable[[Any, Any], Awaitable[Any]], request: str, response: str
-) -> grpc.RpcMethodHandler:
-    """A unary method handler whose every failure goes through :func:`abort_with`."""
-    where = f"/{SERVICE}/{request.removeprefix('inference.').removesuffix('Request')}"
+def _unary(handler: Callable[[Any, Any], Awaitable[Any]], rpc: str) -> grpc.RpcMethodHandler:
+    """The unary method handler of ``rpc`` (its messages ``inference.<rpc>Request`` and
+    ``...Response``), whose every failure goes through :func:`abort_with`."""
+    where = f"/{SERVICE}/{rpc}"
 
     async def serve(message: Any, context: Any) -> Any:
         try:
@@ -125,8 +124,8 @@ def _unary(
 
     return grpc.unary_unary_rpc_method_handler(
         serve,
-        request_deserializer=_m(request).FromString,
-        response_serializer=_m(response).SerializeToString,
+        request_deserializer=_m(f"inference.{rpc}Request").FromString,
+        response_serializer=_m(f"inference.{rpc}Response").SerializeToString,
     )
 
 
@@ -164,58 +163,25 @@ class OipService:
     def service(self) -> Service:
         """The service's method handlers, for :class:`GrpcServer`."""
         stream_response = ModelStreamInferResponse if self.triton else ModelInferResponse
-        methods = {
-            "ServerLive": _unary(
-                self.server_live, "inference.ServerLiveRequest", "inference.ServerLiveResponse"
-            ),
-            "ServerReady": _unary(
-                self.server_ready, "inference.ServerReadyRequest", "inference.ServerReadyResponse"
-            ),
-            "ModelReady": _unary(
-                self.model_ready, "inference.ModelReadyRequest", "inference.ModelReadyResponse"
-            ),
-            "ServerMetadata": _unary(
-                self.server_metadata,
-                "inference.ServerMetadataRequest",
-                "inference.ServerMetadataResponse",
-            ),
-            "ModelMetadata": _unary(
-                self.model_metadata,
-                "inference.ModelMetadataRequest",
-                "inference.ModelMetadataResponse",
-            ),
-            "ModelConfig": _unary(
-                self.model_config, "inference.ModelConfigRequest", "inference.ModelConfigResponse"
-            ),
-            "ModelInfer": _unary(
-                self.model_infer, "inference.ModelInferRequest", "inference.ModelInferResponse"
-            ),
-            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
-                self.model_stream_infer,
-                request_deserializer=ModelInferRequest.FromString,
-                response_serializer=stream_response.SerializeToString,
-            ),
-            "RepositoryIndex": _unary(
-                self.repository_index,
-                "inference.RepositoryIndexRequest",
-                "inference.RepositoryIndexResponse",
-            ),
-            "RepositoryModelLoad": _unary(
-                self.repository_model_load,
-                "inference.RepositoryModelLoadRequest",
-                "inference.RepositoryModelLoadResponse",
-            ),
-            "RepositoryModelUnload": _unary(
-                self.repository_model_unload,
-                "inference.RepositoryModelUnloadRequest",
-                "inference.RepositoryModelUnloadResponse",
-            ),
-            "ModelStatistics": _unary(
-                self.model_statistics,
-                "inference.ModelStatisticsRequest",
-                "inference.ModelStatisticsResponse",
-            ),
+        unary = {
+            "ServerLive": self.server_live,
+            "ServerReady": self.server_ready,
+            "ModelReady": self.model_ready,
+            "ServerMetadata": self.server_metadata,
+            "ModelMetadata": self.model_metadata,
+            "ModelConfig": self.model_config,
+            "ModelInfer": self.model_infer,
+            "RepositoryIndex": self.repository_index,
+            "RepositoryModelLoad": self.repository_model_load,
+            "RepositoryModelUnload": self.repository_model_unload,
+            "ModelStatistics": self.model_statistics,
         }
+        methods = {rpc: _unary(handler, rpc) for rpc, handler in unary.items()}
+        methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            self.model_stream_infer,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=stream_response.SerializeToString,
+        )
         methods.update(_memory.methods(self.dataplane, _unary))
         served = {} if self.triton else {"ModelStreamInfer": "inference.ModelInferResponse"}
         return Service(
@@ -273,26 +239,8 @@ class OipService:
         version, as Triton answers it."""
         found = self.dataplane.statistics(message.name or None, message.version or None)
         response = _m("inference.ModelStatisticsResponse")()
-        for stats in found:
-            entry = response.model_stats.add(
-                name=stats.name,
-                version=stats.version,
-                last_inference=stats.last_inference,
-                inference_count=stats.inference_count,
-                execution_count=stats.execution_count,
-            )
-            infer = stats.inference_stats
-            into = entry.inference_stats
-            for field in msgspec.structs.fields(infer):
-                duration = getattr(infer, field.name)
-                target = getattr(into, field.name)
-                target.count, target.ns = duration.count, duration.ns
-            for batch in stats.batch_stats:
-                added = entry.batch_stats.add(batch_size=batch.batch_size)
-                for part in ("compute_input", "compute_infer", "compute_output"):
-                    duration = getattr(batch, part)
-                    target = getattr(added, part)
-                    target.count, target.ns = duration.count, duration.ns
+        # The structs' JSON form is protobuf's JSON of Triton's message: one source for both.
+        json_format.ParseDict(msgspec.to_builtins(StatisticsResponse(found)), response)
         return response
 
     # -- inference -------------------------------------------------------------------------

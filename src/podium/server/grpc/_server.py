@@ -30,7 +30,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .._access import AccessLog, RequestIds
 from . import _channelz
-from ._access import observed
+from ._access import observed, rewrapped
 from ._errors import abort_with, unhandled_status
 from ._limits import GrpcLimits, channel_options
 from ._pool import reflection_pool
@@ -342,54 +342,37 @@ def _guarded(
     """Method handlers that first call ``authorize(invocation_metadata)``: when it raises (e.g.
     ``Unauthenticated``), the call ends with that error's status and its handler never runs."""
 
-    def guard(method: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        parse, render = method.request_deserializer, method.response_serializer
-        if method.response_streaming:
-            behavior = method.stream_stream if method.request_streaming else method.unary_stream
+    async def check(context: Any) -> None:
+        try:
+            authorize(context.invocation_metadata())
+        except Exception as exc:
+            await abort_with(context, exc)
 
-            async def check(context: Any) -> None:
-                try:
-                    authorize(context.invocation_metadata())
-                except Exception as exc:
-                    await abort_with(context, exc)
-
-            serve_stream: Any
-            if inspect.isasyncgenfunction(behavior):
-
-                async def serve_stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                    await check(context)
-                    async with contextlib.aclosing(behavior(request, context)) as items:
-                        async for item in items:
-                            yield item
-
-            else:  # a coroutine that writes with context.write
-
-                async def serve_stream(request: Any, context: Any) -> None:
-                    await check(context)
-                    await behavior(request, context)
-
-            make = (
-                grpc.stream_stream_rpc_method_handler
-                if method.request_streaming
-                else grpc.unary_stream_rpc_method_handler
-            )
-            return make(serve_stream, request_deserializer=parse, response_serializer=render)
-        if method.request_streaming:
-            raise ValueError("stream-unary methods are not guarded (Podium serves none)")
-        unary = method.unary_unary
-
+    def unary(behavior: Any) -> Any:
         async def serve(request: Any, context: Any) -> Any:
-            try:
-                authorize(context.invocation_metadata())
-            except Exception as exc:
-                await abort_with(context, exc)
-            return await unary(request, context)
+            await check(context)
+            return await behavior(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            serve, request_deserializer=parse, response_serializer=render
-        )
+        return serve
 
-    return guard
+    def stream(behavior: Any, streamed: bool) -> Any:
+        if inspect.isasyncgenfunction(behavior):
+
+            async def serve_items(request: Any, context: Any) -> AsyncIterator[Any]:
+                await check(context)
+                async with contextlib.aclosing(behavior(request, context)) as items:
+                    async for item in items:
+                        yield item
+
+            return serve_items
+
+        async def serve(request: Any, context: Any) -> None:  # it writes with context.write
+            await check(context)
+            await behavior(request, context)
+
+        return serve
+
+    return lambda method: rewrapped(method, unary, stream, "guarded")
 
 
 def _bind_error(host: str, port: int) -> str:

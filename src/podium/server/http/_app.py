@@ -422,6 +422,28 @@ def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
 _OIP, _TRUSS, _TS = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST
 _UNVERSIONED = {"version": None}
 
+
+def _versioned(
+    method: str, rest: str, endpoint: Any, name: str, *, first: str = "{model}", **args: Any
+) -> tuple[Route, Route]:
+    """An OIP route of a model (``/v2/models/{model}`` and ``rest``: its default version) and
+    its twin of one version (``.../versions/{version}``), named ``name`` and ``name`` with
+    ``model`` made ``modelVersion`` (Triton's pairs); ``args`` go to both."""
+    return (
+        Route(
+            method, f"/v2/models/{first}{rest}", endpoint, _OIP, name, args={**_UNVERSIONED, **args}
+        ),
+        Route(
+            method,
+            f"/v2/models/{{model}}/versions/{{version}}{rest}",
+            endpoint,
+            _OIP,
+            name.replace("model", "modelVersion", 1),
+            args=args,
+        ),
+    )
+
+
 #: Every route of the inference listener, in the order the protocols document them. HEAD is
 #: served wherever GET is. A path that matches with another method is a 405 with ``Allow``.
 INFERENCE_ROUTES = RouteTable(
@@ -430,36 +452,9 @@ INFERENCE_ROUTES = RouteTable(
         Route("GET", "/v2", HttpApp._server_metadata, _OIP, "serverMetadata"),
         Route("GET", "/v2/health/live", HttpApp._live, _OIP, "serverLive"),
         Route("GET", "/v2/health/ready", HttpApp._ready, _OIP, "serverReady"),
-        Route(
-            "GET",
-            "/v2/models/{model:!stats}",  # /v2/models/stats is the statistics of every model
-            HttpApp._model_metadata,
-            _OIP,
-            "modelMetadata",
-            args=_UNVERSIONED,
-        ),
-        Route(
-            "GET",
-            "/v2/models/{model}/versions/{version}",
-            HttpApp._model_metadata,
-            _OIP,
-            "modelVersionMetadata",
-        ),
-        Route(
-            "GET",
-            "/v2/models/{model}/ready",
-            HttpApp._model_ready,
-            _OIP,
-            "modelReady",
-            args=_UNVERSIONED,
-        ),
-        Route(
-            "GET",
-            "/v2/models/{model}/versions/{version}/ready",
-            HttpApp._model_ready,
-            _OIP,
-            "modelVersionReady",
-        ),
+        # /v2/models/stats is the statistics of every model, not a model's metadata
+        *_versioned("GET", "", HttpApp._model_metadata, "modelMetadata", first="{model:!stats}"),
+        *_versioned("GET", "/ready", HttpApp._model_ready, "modelReady"),
         # The statistics extension (Triton's)
         Route(
             "GET",
@@ -469,99 +464,17 @@ INFERENCE_ROUTES = RouteTable(
             "statistics",
             args={"model": None, "version": None},
         ),
-        Route(
-            "GET",
-            "/v2/models/{model}/stats",
-            HttpApp._statistics,
-            _OIP,
-            "modelStatistics",
-            args=_UNVERSIONED,
-        ),
-        Route(
-            "GET",
-            "/v2/models/{model}/versions/{version}/stats",
-            HttpApp._statistics,
-            _OIP,
-            "modelVersionStatistics",
-        ),
-        Route(
-            "GET",
-            "/v2/models/{model}/config",
-            HttpApp._model_config,
-            _OIP,
-            "modelConfig",
-            args=_UNVERSIONED,
-        ),
-        Route(
-            "GET",
-            "/v2/models/{model}/versions/{version}/config",
-            HttpApp._model_config,
-            _OIP,
-            "modelVersionConfig",
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/infer",
-            HttpApp._oip,
-            _OIP,
-            "modelInfer",
-            args={"version": None, "action": "infer"},
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/versions/{version}/infer",
-            HttpApp._oip,
-            _OIP,
-            "modelVersionInfer",
-            args={"action": "infer"},
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/infer_stream",
-            HttpApp._oip,
-            _OIP,
-            "modelInferStream",
-            args={"version": None, "action": "infer_stream"},
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/versions/{version}/infer_stream",
-            HttpApp._oip,
-            _OIP,
-            "modelVersionInferStream",
-            args={"action": "infer_stream"},
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/generate",
-            HttpApp._oip,
-            _OIP,
-            "modelGenerate",
-            args={"version": None, "action": "generate"},
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/versions/{version}/generate",
-            HttpApp._oip,
-            _OIP,
-            "modelVersionGenerate",
-            args={"action": "generate"},
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/generate_stream",
-            HttpApp._oip,
-            _OIP,
-            "modelGenerateStream",
-            args={"version": None, "action": "generate_stream"},
-        ),
-        Route(
-            "POST",
-            "/v2/models/{model}/versions/{version}/generate_stream",
-            HttpApp._oip,
-            _OIP,
-            "modelVersionGenerateStream",
-            args={"action": "generate_stream"},
+        *_versioned("GET", "/stats", HttpApp._statistics, "modelStatistics"),
+        *_versioned("GET", "/config", HttpApp._model_config, "modelConfig"),
+        *(
+            route
+            for action, name in (
+                ("infer", "modelInfer"),
+                ("infer_stream", "modelInferStream"),
+                ("generate", "modelGenerate"),
+                ("generate_stream", "modelGenerateStream"),
+            )
+            for route in _versioned("POST", f"/{action}", HttpApp._oip, name, action=action)
         ),
         # The model repository extension (load and unload: --model-control inference)
         Route("POST", "/v2/repository/index", HttpApp._repository_index, _OIP, "repositoryIndex"),

@@ -92,64 +92,21 @@ async def cuda_unregister(self: Any, ex: Exchange, send: Send, name: str | None 
     await send_body(send, 200, JSON, b"")
 
 
+def _routes(kind: str, name: str, status: Any, register: Any, unregister: Any) -> list[Route]:
+    """One extension's five routes (``/v2/<kind>sharedmemory``), named ``<name>Status`` ..."""
+    every = f"/v2/{kind}sharedmemory"
+    one = every + "/region/{name}"
+    return [
+        Route("GET", f"{every}/status", status, Api.OIP_REST, f"{name}Status"),
+        Route("GET", f"{one}/status", status, Api.OIP_REST, f"{name}RegionStatus"),
+        Route("POST", f"{one}/register", register, Api.OIP_REST, f"{name}Register"),
+        Route("POST", f"{every}/unregister", unregister, Api.OIP_REST, f"{name}UnregisterAll"),
+        Route("POST", f"{one}/unregister", unregister, Api.OIP_REST, f"{name}Unregister"),
+    ]
+
+
 #: The extensions' routes, in ``INFERENCE_ROUTES``.
 ROUTES = [
-    Route("GET", "/v2/systemsharedmemory/status", system_status, Api.OIP_REST, "shmStatus"),
-    Route(
-        "GET",
-        "/v2/systemsharedmemory/region/{name}/status",
-        system_status,
-        Api.OIP_REST,
-        "shmRegionStatus",
-    ),
-    Route(
-        "POST",
-        "/v2/systemsharedmemory/region/{name}/register",
-        system_register,
-        Api.OIP_REST,
-        "shmRegister",
-    ),
-    Route(
-        "POST",
-        "/v2/systemsharedmemory/unregister",
-        system_unregister,
-        Api.OIP_REST,
-        "shmUnregisterAll",
-    ),
-    Route(
-        "POST",
-        "/v2/systemsharedmemory/region/{name}/unregister",
-        system_unregister,
-        Api.OIP_REST,
-        "shmUnregister",
-    ),
-    Route("GET", "/v2/cudasharedmemory/status", cuda_status, Api.OIP_REST, "cudaShmStatus"),
-    Route(
-        "GET",
-        "/v2/cudasharedmemory/region/{name}/status",
-        cuda_status,
-        Api.OIP_REST,
-        "cudaShmRegionStatus",
-    ),
-    Route(
-        "POST",
-        "/v2/cudasharedmemory/region/{name}/register",
-        cuda_register,
-        Api.OIP_REST,
-        "cudaShmRegister",
-    ),
-    Route(
-        "POST",
-        "/v2/cudasharedmemory/unregister",
-        cuda_unregister,
-        Api.OIP_REST,
-        "cudaShmUnregisterAll",
-    ),
-    Route(
-        "POST",
-        "/v2/cudasharedmemory/region/{name}/unregister",
-        cuda_unregister,
-        Api.OIP_REST,
-        "cudaShmUnregister",
-    ),
+    *_routes("system", "shm", system_status, system_register, system_unregister),
+    *_routes("cuda", "cudaShm", cuda_status, cuda_register, cuda_unregister),
 ]

@@ -596,6 +596,10 @@ _OPERATIONS: dict[str, Operation] = {
         for method, name in ENDPOINT_PATHS.values()
     },
     # OpenAI's API (docs/openai.md); where a model defines the Truss method, Truss's (above)
+    "openaiHealth": Operation(
+        "vLLM's health check, as OpenAI load tools poll it: the server's readiness, no body.",
+        {"200": {"description": "Ready (no body)."}, **_errors("503")},
+    ),
     "openaiModels": Operation(
         "OpenAI: the models that serve OpenAI's API.", {"200": _ok("A list.", {}), **_errors()}
     ),

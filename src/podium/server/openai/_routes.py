@@ -199,6 +199,14 @@ def _served(plane: DataPlane) -> list[ModelVersion]:
     return list(out.values())
 
 
+async def health(self: HttpApp, ex: Exchange, send: Send) -> None:
+    """vLLM's ``/health``, which OpenAI load tools (guidellm) poll before they start: 200 with
+    no body once every model that should serve does (the server's readiness), else 503."""
+    ready = self.dataplane.ready()
+    await send({"type": "http.response.start", "status": 200 if ready else 503, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
 async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
     ex.errors = send_openai_error
     data = [_model_object(mv) for mv in _served(self.dataplane)]
@@ -255,6 +263,7 @@ async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
 
 #: OpenAI's routes, in ``INFERENCE_ROUTES``.
 ROUTES = [
+    Route("GET", "/health", health, Api.OPENAI, "openaiHealth"),
     Route("GET", "/v1/models", models, Api.OPENAI, "openaiModels"),
     Route("POST", "/v1/chat/completions", chat_completions, Api.OPENAI, "chatCompletions"),
     Route("POST", "/v1/completions", completions, Api.OPENAI, "completions"),

@@ -7,7 +7,16 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeAlias
 
 from ..logging import logger
-from ..types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
+from ..types import (
+    Datatype,
+    InferenceRequest,
+    InferenceResponse,
+    Parameters,
+    RequestInput,
+    ResponseOutput,
+    TensorData,
+)
+from .lists import as_list
 
 __all__ = [
     "InputCodec",
@@ -52,10 +61,8 @@ class InputCodec:
         return False
 
     @classmethod
+    @deprecated("The encode() method is now deprecated. Use encode_output() instead.")
     def encode(cls, name: str, payload: Any) -> ResponseOutput:
-        logger.warning(
-            "DEPRECATED! The encode() method is now deprecated. Use encode_output() instead."
-        )
         return cls.encode_output(name, payload)
 
     @classmethod
@@ -71,10 +78,8 @@ class InputCodec:
         raise NotImplementedError()
 
     @classmethod
+    @deprecated("The decode() method is now deprecated. Use decode_input() instead.")
     def decode(cls, request_input: RequestInput) -> Any:
-        logger.warning(
-            "DEPRECATED! The decode() method is now deprecated. Use decode_input() instead."
-        )
         return cls.decode_input(request_input)
 
     @classmethod
@@ -93,12 +98,10 @@ class RequestCodec:
         return False
 
     @classmethod
+    @deprecated("The encode() method is now deprecated. Use encode_response() instead.")
     def encode(
         cls, model_name: str, payload: Any, model_version: str | None = None
     ) -> InferenceResponse:
-        logger.warning(
-            "DEPRECATED! The encode() method is now deprecated. Use encode_response() instead."
-        )
         return cls.encode_response(model_name, payload, model_version)
 
     @classmethod
@@ -116,15 +119,65 @@ class RequestCodec:
         raise NotImplementedError()
 
     @classmethod
+    @deprecated("The decode() method is now deprecated. Use decode_request() instead.")
     def decode(cls, request: InferenceRequest) -> Any:
-        logger.warning(
-            "DEPRECATED! The decode() method is now deprecated. Use decode_request() instead."
-        )
         return cls.decode_request(request)
 
     @classmethod
     def decode_request(cls, request: InferenceRequest) -> Any:
         raise NotImplementedError()
+
+
+class ElementsCodec(InputCodec):
+    """An input codec for a list of values, each one element of a BYTES tensor ``[N, 1]``
+    (``str``, ``base64``, ``datetime``): a subclass says how one element is written
+    (:meth:`_encode`) and read (:meth:`_decode`); the request side is the response side with
+    the same fields."""
+
+    @classmethod
+    def _encode(cls, elem: Any, use_bytes: bool) -> Any:
+        raise NotImplementedError()
+
+    @classmethod
+    def _decode(cls, elem: Any) -> Any:
+        raise NotImplementedError()
+
+    @classmethod
+    def encode_output(
+        cls, name: str, payload: list[Any], use_bytes: bool = True, **kwargs: Any
+    ) -> ResponseOutput:
+        return ResponseOutput(
+            name=name,
+            datatype=Datatype.BYTES,
+            shape=[len(payload), 1],
+            data=TensorData([cls._encode(elem, use_bytes) for elem in payload]),
+            parameters=Parameters(content_type=cls.ContentType),
+        )
+
+    @classmethod
+    def decode_output(cls, response_output: ResponseOutput) -> list[Any]:
+        return [cls._decode(elem) for elem in as_list(response_output.data.root)]
+
+    @classmethod
+    def encode_input(
+        cls, name: str, payload: list[Any], use_bytes: bool = True, **kwargs: Any
+    ) -> RequestInput:
+        return as_input(cls.encode_output(name, payload, use_bytes))
+
+    @classmethod
+    def decode_input(cls, request_input: RequestInput) -> list[Any]:
+        return [cls._decode(elem) for elem in as_list(request_input.data.root)]
+
+
+def as_input(output: ResponseOutput) -> RequestInput:
+    """The request input with an encoded output's fields (an input codec's ``encode_input``)."""
+    return RequestInput(
+        name=output.name,
+        datatype=output.datatype,
+        shape=output.shape,
+        data=output.data,
+        parameters=output.parameters,
+    )
 
 
 InputCodecLike: TypeAlias = type[InputCodec] | InputCodec

@@ -6,27 +6,19 @@ from typing import Any
 
 import numpy as np
 
+from ....codecs import NUMPY_DTYPES
 from ..types import Datatype, Parameters, RequestInput, ResponseOutput, TensorData
-from .base import InputCodec, register_input_codec, register_request_codec
+from .base import InputCodec, as_input, register_input_codec, register_request_codec
 from .lists import is_list_of
 from .string import encode_str
 from .utils import SingleInputRequestCodec, inject_batch_dimension
 
 __all__ = ["NumpyCodec", "NumpyRequestCodec", "convert_nan", "to_datatype", "to_dtype"]
 
+#: The numpy dtype of each datatype MLServer knows, by name: Podium's (no BF16, which MLServer
+#: does not know), and BYTES as fixed-size bytes.
 _NUMPY_OF: dict[str, str] = {
-    "BOOL": "bool",
-    "UINT8": "uint8",
-    "UINT16": "uint16",
-    "UINT32": "uint32",
-    "UINT64": "uint64",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
+    **{datatype: dtype.name for datatype, dtype in NUMPY_DTYPES.items() if datatype != "BF16"},
     "BYTES": "bytes",
 }
 _DATATYPE_OF: dict[str, str] = {
@@ -119,14 +111,7 @@ class NumpyCodec(InputCodec):
 
     @classmethod
     def encode_input(cls, name: str, payload: np.ndarray, **kwargs: Any) -> RequestInput:
-        output = cls.encode_output(name=name, payload=payload)
-        return RequestInput(
-            name=output.name,
-            datatype=output.datatype,
-            shape=output.shape,
-            data=output.data,
-            parameters=Parameters(content_type=cls.ContentType),
-        )
+        return as_input(cls.encode_output(name=name, payload=payload))
 
     @classmethod
     def decode_input(cls, request_input: RequestInput) -> np.ndarray:

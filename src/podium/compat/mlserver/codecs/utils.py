@@ -193,15 +193,7 @@ class SingleInputRequestCodec(RequestCodec):
 
     @classmethod
     def decode_response(cls, response: InferenceResponse) -> Any:
-        if len(response.outputs) != 1:
-            raise CodecError(
-                f"The '{cls.ContentType}' codec only supports a single output tensor "
-                f"({len(response.outputs)} were received)"
-            )
-        first = response.outputs[0]
-        if not has_decoded(first) and cls.InputCodec is not None:
-            _save_decoded(first, cls.InputCodec.decode_output(first))
-        return get_decoded_or_raw(first)
+        return cls._decode_only(response.outputs, "output", "decode_output")
 
     @classmethod
     def encode_request(cls, payload: Any, **kwargs: Any) -> InferenceRequest:
@@ -210,12 +202,18 @@ class SingleInputRequestCodec(RequestCodec):
 
     @classmethod
     def decode_request(cls, request: InferenceRequest) -> Any:
-        if len(request.inputs) != 1:
+        return cls._decode_only(request.inputs, "input", "decode_input")
+
+    @classmethod
+    def _decode_only(cls, tensors: list[Any], what: str, method: str) -> Any:
+        """The only tensor of ``tensors`` decoded by the input codec's ``method`` (remembered
+        on it), or as it is when there is no input codec."""
+        if len(tensors) != 1:
             raise CodecError(
-                f"The '{cls.ContentType}' codec only supports a single input tensor "
-                f"({len(request.inputs)} were received)"
+                f"The '{cls.ContentType}' codec only supports a single {what} tensor "
+                f"({len(tensors)} were received)"
             )
-        first = request.inputs[0]
+        first = tensors[0]
         if not has_decoded(first) and cls.InputCodec is not None:
-            _save_decoded(first, cls.InputCodec.decode_input(first))
+            _save_decoded(first, getattr(cls.InputCodec, method)(first))
         return get_decoded_or_raw(first)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pydantic
@@ -24,3 +25,18 @@ class BaseModel(pydantic.BaseModel):
         return super().model_dump_json(
             exclude_unset=exclude_unset, exclude_none=exclude_none, **kwargs
         )
+
+
+class ListRoot:
+    """A ``RootModel`` of a list read as the list itself: iterated, indexed, measured."""
+
+    root: Any
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.root)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.root[index]
+
+    def __len__(self) -> int:
+        return len(self.root)

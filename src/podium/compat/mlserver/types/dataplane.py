@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ConfigDict, Field, RootModel
 
-from .base import BaseModel
+from .base import BaseModel, ListRoot
 
 __all__ = [
     "Datatype",
@@ -56,19 +55,10 @@ class Parameters(BaseModel):
     headers: dict[str, Any] | None = None
 
 
-class TensorData(RootModel[list[Any] | Any]):
+class TensorData(ListRoot, RootModel[list[Any] | Any]):  # type: ignore[misc]
     """A tensor's elements: a (possibly nested) list, or whatever a codec put there."""
 
     root: list[Any] | Any = Field(..., title="TensorData")
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        return iter(self.root)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.root[index]
-
-    def __len__(self) -> int:
-        return len(self.root)
 
 
 class MetadataServerResponse(BaseModel):

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
-from typing import Any
 
 from pydantic import Field, RootModel
 
-from .base import BaseModel
+from .base import BaseModel, ListRoot
 
 __all__ = [
     "RepositoryIndexRequest",
@@ -39,17 +37,8 @@ class RepositoryIndexResponseItem(BaseModel):
     reason: str
 
 
-class RepositoryIndexResponse(RootModel[list[RepositoryIndexResponseItem]]):
+class RepositoryIndexResponse(ListRoot, RootModel[list[RepositoryIndexResponseItem]]):  # type: ignore[misc]
     root: list[RepositoryIndexResponseItem] = Field(..., title="RepositoryIndexResponse")
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        return iter(self.root)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.root[index]
-
-    def __len__(self) -> int:
-        return len(self.root)
 
 
 class RepositoryLoadErrorResponse(BaseModel):

@@ -62,7 +62,6 @@ INLINE = _Inline()
 
 Parse = Callable[[bytes], Any]
 Deliver = Callable[[Any], None]
-Fail = Callable[[grpc.StatusCode, str], None]
 
 
 class Internals:
