@@ -74,3 +74,19 @@ def test_an_install_that_fails_says_why_and_exits_1(trusses: Path) -> None:
     assert "model 'new'" in result.stderr
     assert "No matching distribution found for podium_probe==7.0" in result.stderr
     assert "ok: model 'old'" in result.stdout and "podium_probe==1.0 in " in result.stdout
+
+
+def test_a_native_model_s_requirements_txt_is_its_environment(
+    trusses: Path, tmp_path: Path
+) -> None:
+    native = tmp_path / "native" / "probe"
+    native.mkdir(parents=True)
+    (native / "model.py").write_text(textwrap.dedent(MODEL))
+    (native / "requirements.txt").write_text("# the model's own\npodium_probe==2.0\n")
+    installed = podium("install", native, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    assert "ok: model 'probe'" in installed.stdout and "podium_probe==2.0" in installed.stdout
+    with serving(native, *PORTS, "--install-model-requirements") as url:
+        base = url.replace("0.0.0.0", "127.0.0.1")
+        answer = httpx.post(base + "/v1/models/probe:predict", json={}, timeout=30)
+        assert answer.json() == {"version": "2.0", "flag": None}

@@ -139,7 +139,12 @@ class ModelSource:
     def requirements(self) -> tuple[str, ...]:
         """The packages the model's code declares it needs, as requirement lines: a truss's
         ``requirements`` (or its ``requirements_file``), a TorchServe archive's requirements
-        file; none for other models."""
+        file, the ``requirements.txt`` beside a native model's file; none for other models."""
+        if self.contract is Contract.NATIVE:
+            listed = self.file.parent / "requirements.txt"
+            if listed.is_file():
+                return requirement_lines(listed.read_text(encoding="utf-8").splitlines())
+            return ()
         if self.truss is not None:
             return self.truss.settings.requirements
         if self.torchserve is not None:
