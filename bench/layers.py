@@ -134,10 +134,11 @@ async def _measure(requests: int, rounds: int, route: str, counting: bool) -> di
         call.payload = payload
         await plane.infer(call, version)
 
+    logs: list[AccessLog] = []
+
     def middleware(log_on: bool) -> AccessMiddleware:
-        return AccessMiddleware(
-            app, log=AccessLog(log_on), ids=RequestIds(), routes=INFERENCE_ROUTES
-        )
+        logs.append(AccessLog(log_on))
+        return AccessMiddleware(app, log=logs[-1], ids=RequestIds(), routes=INFERENCE_ROUTES)
 
     stacks: dict[str, Any] = {
         LAYERS[0]: plane_only,
@@ -147,7 +148,7 @@ async def _measure(requests: int, rounds: int, route: str, counting: bool) -> di
         LAYERS[4]: ProxyHeadersMiddleware(middleware(True), trusted_hosts="127.0.0.1"),
     }
     if counting:
-        return await _count(stacks, scope, receive, send, requests)
+        return await _count(stacks, scope, receive, send, requests, logs)
     per_round: dict[str, list[float]] = {name: [] for name in stacks}
     making: list[float] = []
     for _ in range(rounds):
@@ -168,10 +169,12 @@ async def _measure(requests: int, rounds: int, route: str, counting: bool) -> di
 
 
 async def _count(
-    stacks: dict[str, Any], scope: Any, receive: Any, send: Any, requests: int
+    stacks: dict[str, Any], scope: Any, receive: Any, send: Any, requests: int, logs: list[Any]
 ) -> dict[str, float]:
     """Under callgrind: instructions per request of each stack, less the scope's making and
-    the dumps' own cost (an empty loop between two dumps)."""
+    the dumps' own cost (an empty loop between two dumps). Before each dump the access logs
+    are flushed (their thread has written every line), so that a stack's lines count in its
+    own figure, every thread of the process counted."""
     labels: list[str] = []
 
     async def nothing(_scope: Any, _receive: Any, _send: Any) -> None:
@@ -185,12 +188,16 @@ async def _count(
             if n % 64 == 63:
                 await asyncio.sleep(0)
         await asyncio.sleep(0)
+        for log in logs:
+            log.flush()
         _dump("skip")
         for n in range(count):
             await stack(scope(), receive, send)
             if n % 64 == 63:
                 await asyncio.sleep(0)  # a turn ends: its access lines are made
         await asyncio.sleep(0)
+        for log in logs:
+            log.flush()
         _dump(f"layer-{len(labels)}")
         labels.append(name)
     return {"labels": labels, "requests": requests}  # type: ignore[dict-item]
