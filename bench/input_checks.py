@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from common import callgrind_dump, callgrind_dumps
 
 ROOT = Path(__file__).resolve().parent.parent
 DATATYPES = ("BOOL", "UINT8", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES")
@@ -45,15 +46,6 @@ def _values(datatype: str, size: int) -> list[Any]:
     return [i % 200 for i in range(size)]
 
 
-def _dump(label: str) -> None:
-    subprocess.run(
-        ["callgrind_control", f"--dump={label}", str(os.getpid())],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-
-
 def _inner(datatypes: list[str], sizes: list[int]) -> list[tuple[str, int, str, int]]:
     """Under callgrind: the cases, each dumped as ``case-N``; (datatype, size, op, calls)."""
     import msgspec
@@ -65,10 +57,10 @@ def _inner(datatypes: list[str], sizes: list[int]) -> list[tuple[str, int, str, 
     cases: list[tuple[str, int, str, int]] = []
 
     def run(datatype: str, size: int, op: str, fn: Any, calls: int) -> None:
-        _dump("skip")
+        callgrind_dump("skip")
         for _ in range(calls):
             fn()
-        _dump(f"case-{len(cases)}")
+        callgrind_dump(f"case-{len(cases)}")
         cases.append((datatype, size, op, calls))
 
     def nothing() -> None:
@@ -99,17 +91,6 @@ def _inner(datatypes: list[str], sizes: list[int]) -> list[tuple[str, int, str, 
     return cases
 
 
-def _totals(out: Path) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for dump in out.parent.glob(out.name + ".*"):
-        text = dump.read_text(errors="replace")
-        label = re.search(r"(?m)^desc: .*?\b(case-\d+|skip)\s*$", text)
-        total = re.search(r"(?m)^(?:summary|totals):\s*(\d+)", text)
-        if label and total:
-            found[label.group(1)] = int(total.group(1))
-    return found
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
@@ -137,7 +118,7 @@ def main() -> int:
         ]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         subprocess.run(cmd, check=True, env=env, stdout=sys.stderr, stderr=subprocess.DEVNULL)
-        totals = _totals(out)
+        totals = callgrind_dumps(out)
         rows = [line.split() for line in listing.read_text().splitlines()]
     cost: dict[tuple[str, int, str], float] = {}
     empties = [(int(r[3]), totals[f"case-{i}"]) for i, r in enumerate(rows) if r[2] == "empty"]

@@ -44,6 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common import callgrind_dump, callgrind_dumps
+
 BENCH = Path(__file__).resolve().parent
 MODEL = BENCH / "models" / "truss_echo"
 OIP_MODEL = BENCH.parent / "examples" / "echo"
@@ -55,16 +57,6 @@ LAYERS = (
     "+ access middleware, log on",
     "+ uvicorn proxy headers",
 )
-
-
-def _dump(label: str) -> None:
-    """Have callgrind write (and zero) its counters now, as dump ``label``."""
-    subprocess.run(
-        ["callgrind_control", f"--dump={label}", str(os.getpid())],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
 
 
 async def _measure(requests: int, rounds: int, route: str, counting: bool) -> dict[str, float]:
@@ -190,7 +182,7 @@ async def _count(
         await asyncio.sleep(0)
         for log in logs:
             log.flush()
-        _dump("skip")
+        callgrind_dump("skip")
         for n in range(count):
             await stack(scope(), receive, send)
             if n % 64 == 63:
@@ -198,23 +190,9 @@ async def _count(
         await asyncio.sleep(0)
         for log in logs:
             log.flush()
-        _dump(f"layer-{len(labels)}")
+        callgrind_dump(f"layer-{len(labels)}")
         labels.append(name)
     return {"labels": labels, "requests": requests}  # type: ignore[dict-item]
-
-
-def _totals(out: Path) -> dict[str, int]:
-    """The instructions of each dump ``layer-N`` callgrind wrote beside ``out``."""
-    import re
-
-    found: dict[str, int] = {}
-    for dump in out.parent.glob(out.name + ".*"):
-        text = dump.read_text(errors="replace")
-        label = re.search(r"(?m)^desc: .*?\b(layer-\d+)\s*$", text)
-        total = re.search(r"(?m)^(?:summary|totals):\s*(\d+)", text)
-        if label and total:
-            found[label.group(1)] = int(total.group(1))
-    return found
 
 
 def _child(requests: int, rounds: int, route: str = "truss", counting: bool = False) -> None:
@@ -243,7 +221,7 @@ def _run(src: Path, requests: int, rounds: int, route: str, counting: bool) -> d
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         if not counting:
             return {k: float(v) for k, v in figures.items()}
-        totals = _totals(out)
+        totals = callgrind_dumps(out)
     labels, n = figures["labels"], figures["requests"]
     counts = {label: totals[f"layer-{i}"] for i, label in enumerate(labels)}
     fixed = counts.pop("(empty)")  # the dumps' and the loop's ends
