@@ -730,3 +730,30 @@ def asgi_servers(
             raise BenchError(f"unknown HTTP server {name!r}")
         out.append(Server(name=f"{prefix}-{name}", argv=argv, port=port, cwd=BENCH))
     return out
+
+
+# -- callgrind (instruction counts, unmoved by load) ----------------------------------------------
+
+
+def callgrind_dump(label: str) -> None:
+    """In a process running under callgrind: have it write (and zero) its counters now, as the
+    dump ``label``."""
+    subprocess.run(
+        ["callgrind_control", f"--dump={label}", str(os.getpid())],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+def callgrind_dumps(out: Path) -> dict[str, int]:
+    """The instructions of each labelled dump (:func:`callgrind_dump`) that callgrind wrote
+    beside ``out`` (its ``--callgrind-out-file``), by label."""
+    found: dict[str, int] = {}
+    for dump in out.parent.glob(out.name + ".*"):
+        text = dump.read_text(errors="replace")
+        label = re.search(r"(?m)^desc: Trigger: .*?(\S+)\s*$", text)
+        total = re.search(r"(?m)^(?:summary|totals):\s*(\d+)", text)
+        if label and total:
+            found[label.group(1)] = int(total.group(1))
+    return found

@@ -3,6 +3,7 @@ a measure that load on the machine does not move (timings on a shared 2-core mac
 
     .venv/bin/python bench/instructions.py --other /path/to/other/checkout/src
     .venv/bin/python bench/instructions.py --other ... --path /v1/models/echo:predict --body '{}'
+    .venv/bin/python bench/instructions.py --floor   # this tree against the raw ASGI echo
 
 Each tree's server runs under valgrind's callgrind (user-space instructions of every thread of
 the server process), serving ``--model`` on loopback ports. One keep-alive client in this
@@ -77,17 +78,27 @@ def _totals(out: Path, label: str) -> int:
     raise RuntimeError(f"callgrind wrote no dump {label!r}")
 
 
+#: ``--floor``'s server: the raw ASGI echo (bench/hello_app.py) on uvicorn, as bench/run.py runs
+#: the hello: the least any server that answers with what it was sent can do.
+FLOOR = "floor"
+
+
 def _count(
     src: Path, model: Path, path: str, body: bytes, requests: int, extra: list[str]
 ) -> tuple[float, float]:
     """One server under callgrind: the instructions of ``requests`` requests (after a warm-up),
     less those of the same time idle; per request. Also the idle instructions per second."""
     ports = [_free_port() for _ in range(5)]
-    flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
-    argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
-    for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
-        argv += [flag, str(port)]
-    argv += extra
+    if extra == [FLOOR]:
+        argv = [sys.executable, "-m", "uvicorn", "hello_app:echo_app", "--app-dir"]
+        argv += [str(ROOT / "bench"), "--host", "127.0.0.1", "--port", str(ports[0])]
+        argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
+    else:
+        flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
+        argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
+        for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
+            argv += [flag, str(port)]
+        argv += extra
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
@@ -151,7 +162,13 @@ def _count(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--other", required=True, type=Path, help="the other tree's src/")
+    parser.add_argument("--other", type=Path, help="the other tree's src/")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="in place of another tree: the raw ASGI echo of bench/hello_app.py on uvicorn "
+        "(uvloop, httptools, no access log), the floor the plain path is measured against",
+    )
     parser.add_argument("--model", type=Path, default=ROOT / "examples" / "echo")
     parser.add_argument("--path", default="/v2/models/echo/infer")
     parser.add_argument("--body", default=BODY)
@@ -164,8 +181,10 @@ def main() -> int:
         "--other the same tree: what that option saves)",
     )
     args = parser.parse_args()
-    extra = {"this": [], "other": args.other_args.split()}
-    trees = {"this": ROOT / "src", "other": args.other.resolve()}
+    if (args.other is None) == (not args.floor):
+        parser.error("one of --other and --floor")
+    extra = {"this": [], "other": [FLOOR] if args.floor else args.other_args.split()}
+    trees = {"this": ROOT / "src", "other": ROOT / "src" if args.floor else args.other.resolve()}
     per: dict[str, list[float]] = {name: [] for name in trees}
     idle: dict[str, list[float]] = {name: [] for name in trees}
     for round_ in range(args.repeat):
@@ -188,7 +207,8 @@ def main() -> int:
         runs = ", ".join(f"{v:,.0f}" for v in per[name])
         mean = sum(per[name]) / len(per[name])
         quiet = sum(idle[name]) / len(idle[name])
-        print(f"| {name} | `{src}` | {runs} | {mean:,.0f} | {quiet:,.0f} |")
+        shown = "raw ASGI echo, uvicorn" if name == "other" and args.floor else f"`{src}`"
+        print(f"| {name} | {shown} | {runs} | {mean:,.0f} | {quiet:,.0f} |")
     ratio = (sum(per["this"]) / len(per["this"])) / (sum(per["other"]) / len(per["other"]))
     print(f"\nthis / other: {ratio:.3f}")
     return 0

@@ -25,6 +25,12 @@ the cost of making the scope subtracted. Everything runs in one process pinned t
 the figures hold still on a loaded machine, unlike a server's timings: they say where the
 Python time of a request goes, not what a client sees (bench/run.py --plain measures that).
 `--base-src` runs the same in a second process from other sources, for a before and after.
+
+`--route oip` measures the OIP REST route instead (`POST /v2/models/echo/infer` to
+`examples/echo`, the plain path's benchmark request; its data plane layer takes the request
+parsed once). `--instructions` counts instructions (valgrind's callgrind, a dump around each
+layer's requests, one round) in place of timing them: a figure that load on the machine does
+not move at all, per request, the scope's making and the dumps' own cost subtracted.
 """
 
 from __future__ import annotations
@@ -37,13 +43,17 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common import callgrind_dump, callgrind_dumps
+
 BENCH = Path(__file__).resolve().parent
 MODEL = BENCH / "models" / "truss_echo"
+OIP_MODEL = BENCH.parent / "examples" / "echo"
 BODY = b'{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
 LAYERS = (
     "data plane infer",
@@ -55,7 +65,7 @@ LAYERS = (
 )
 
 
-async def _measure(requests: int, rounds: int) -> dict[str, float]:
+async def _measure(requests: int, rounds: int, route: str, counting: bool) -> dict[str, float]:
     import uvloop  # noqa: F401  (the server's loop; imported here so --help needs none of this)
     from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -71,11 +81,21 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
     except ImportError:
         Web, with_web = None, None  # type: ignore[assignment,misc]
 
+    oip = route == "oip"
+    name = "echo" if oip else "truss_echo"
+    path = "/v2/models/echo/infer" if oip else "/v1/models/truss_echo:predict"
     plane = DataPlane(executor=ThreadPoolExecutor(2))
-    plane.repository.add_paths([MODEL])
+    plane.repository.add_paths([OIP_MODEL if oip else MODEL])
     await plane.repository.load_all()
     app = HttpApp(plane)
-    version = plane.resolve("truss_echo", None)
+    version = plane.resolve(name, None)
+    protocol = WireProtocol.OIP_REST if oip else WireProtocol.TRUSS
+    if oip:
+        from podium.server.http._oip import parse_request
+
+        payload: Any = parse_request(BODY)
+    else:
+        payload = {"a": 1}
     try:  # the garbage collector as each tree's server sets it up once started
         from podium import heap
 
@@ -94,8 +114,8 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
             "scheme": "http",
             "method": "POST",
             "root_path": "",
-            "path": "/v1/models/truss_echo:predict",
-            "raw_path": b"/v1/models/truss_echo:predict",
+            "path": path,
+            "raw_path": path.encode(),
             "query_string": b"",
             "headers": [
                 (b"host", b"127.0.0.1:8080"),
@@ -115,17 +135,18 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
         pass
 
     async def plane_only(_scope: Any, _receive: Any, _send: Any) -> None:
-        call = Call("truss_echo", None, WireProtocol.TRUSS, None, None)
-        call.payload = {"a": 1}
+        call = Call(name, None, protocol, None, None)
+        call.payload = payload
         await plane.infer(call, version)
+
+    logs: list[AccessLog] = []
 
     def middleware(log_on: bool, web: Any = None) -> AccessMiddleware:
         inner: Any = app
         if with_web is not None:
             inner = with_web(app, Web() if web is None else web)
-        return AccessMiddleware(
-            inner, log=AccessLog(log_on), ids=RequestIds(), routes=INFERENCE_ROUTES
-        )
+        logs.append(AccessLog(log_on))
+        return AccessMiddleware(inner, log=logs[-1], ids=RequestIds(), routes=INFERENCE_ROUTES)
 
     stacks: dict[str, Any] = {
         LAYERS[0]: plane_only,
@@ -138,6 +159,8 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
         on = Web(allow_origins=("*",), gzip=True)
         stacks[LAYERS[5]] = ProxyHeadersMiddleware(middleware(True, on), trusted_hosts="127.0.0.1")
     asked = ((b"origin", b"https://app.example"), (b"accept-encoding", b"gzip, deflate"))
+    if counting:
+        return await _count(stacks, scope, receive, send, requests, logs)
     per_round: dict[str, list[float]] = {name: [] for name in stacks}
     making: list[float] = []
     for _ in range(rounds):
@@ -158,25 +181,73 @@ async def _measure(requests: int, rounds: int) -> dict[str, float]:
     return {name: statistics.median(times) - made for name, times in per_round.items()}
 
 
-def _child(requests: int, rounds: int) -> None:
+async def _count(
+    stacks: dict[str, Any], scope: Any, receive: Any, send: Any, requests: int, logs: list[Any]
+) -> dict[str, float]:
+    """Under callgrind: instructions per request of each stack, less the scope's making and
+    the dumps' own cost (an empty loop between two dumps). Before each dump the access logs
+    are flushed (their thread has written every line), so that a stack's lines count in its
+    own figure, every thread of the process counted."""
+    labels: list[str] = []
+
+    async def nothing(_scope: Any, _receive: Any, _send: Any) -> None:
+        pass
+
+    runs = {"(empty)": (nothing, 1), "(scope)": (nothing, requests)}
+    runs.update({name: (stack, requests) for name, stack in stacks.items()})
+    for name, (stack, count) in runs.items():
+        for n in range(200 if count > 1 else 0):  # warm-up: caches, lazily built objects
+            await stack(scope(), receive, send)
+            if n % 64 == 63:
+                await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        for log in logs:
+            log.flush()
+        callgrind_dump("skip")
+        for n in range(count):
+            await stack(scope(), receive, send)
+            if n % 64 == 63:
+                await asyncio.sleep(0)  # a turn ends: its access lines are made
+        await asyncio.sleep(0)
+        for log in logs:
+            log.flush()
+        callgrind_dump(f"layer-{len(labels)}")
+        labels.append(name)
+    return {"labels": labels, "requests": requests}  # type: ignore[dict-item]
+
+
+def _child(requests: int, rounds: int, route: str = "truss", counting: bool = False) -> None:
     import uvloop
 
     from podium import logs
 
     logs.configure("INFO", stream=open(os.devnull, "w"))  # noqa: SIM115 (the process's life)
 
-    figures = uvloop.run(_measure(requests, rounds))
+    figures = uvloop.run(_measure(requests, rounds, route, counting))
     print(json.dumps(figures))
 
 
-def _run(src: Path, requests: int, rounds: int) -> dict[str, float]:
+def _run(src: Path, requests: int, rounds: int, route: str, counting: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = ["taskset", "-c", "1"] if _has_taskset() else []
-    cmd += [sys.executable, __file__, "--child", str(requests), str(rounds)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"the measuring process from {src} failed:\n{done.stderr[-3000:]}")
-    return {k: float(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    cmd = ["taskset", "-c", "1"] if _has_taskset() and not counting else []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        if counting:
+            cmd += ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        cmd += [sys.executable, __file__, "--child", str(requests), str(rounds), route]
+        cmd += ["count"] if counting else []
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"the measuring process from {src} failed:\n{done.stderr[-3000:]}")
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        if not counting:
+            return {k: float(v) for k, v in figures.items()}
+        totals = callgrind_dumps(out)
+    labels, n = figures["labels"], figures["requests"]
+    counts = {label: totals[f"layer-{i}"] for i, label in enumerate(labels)}
+    fixed = counts.pop("(empty)")  # the dumps' and the loop's ends
+    scope = (counts.pop("(scope)") - fixed) / n
+    return {label: (total - fixed) / n - scope for label, total in counts.items()}
 
 
 def _has_taskset() -> bool:
@@ -186,42 +257,51 @@ def _has_taskset() -> bool:
 def main(argv: list[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["--child"]:
-        _child(int(args_in[1]), int(args_in[2]))
+        route = args_in[3] if len(args_in) > 3 else "truss"
+        _child(int(args_in[1]), int(args_in[2]), route, counting=args_in[4:5] == ["count"])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base-src", type=Path, default=None, help="another tree's src/")
     parser.add_argument("--requests", type=int, default=20_000, help="per layer and round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--route", choices=("truss", "oip"), default="truss")
+    parser.add_argument("--instructions", action="store_true", help="count, under callgrind")
     args = parser.parse_args(args_in)
     if min(args.requests, args.rounds) < 1:
         parser.error("--requests and --rounds must be at least 1")
-    this = _run(BENCH.parent / "src", args.requests, args.rounds)
-    base = _run(args.base_src.resolve(), args.requests, args.rounds) if args.base_src else None
-    print("### The plain path's layers, in process (Truss route, async echo)\n")
+    run = (args.requests, args.rounds, args.route, args.instructions)
+    this = _run(BENCH.parent / "src", *run)
+    base = _run(args.base_src.resolve(), *run) if args.base_src else None
+    what = "OIP REST route, examples/echo" if args.route == "oip" else "Truss route, async echo"
+    unit = "instructions" if args.instructions else "µs"
+    print(f"### The plain path's layers, in process ({what})\n")
     print(f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"- command: `python bench/layers.py {' '.join(args_in)}`")
-    print(f"- {args.requests} requests per layer and round, median of {args.rounds} rounds\n")
-    head = "| layers | µs per request | added by the layer |"
+    if args.instructions:
+        print(f"- {args.requests} requests per layer, counted by callgrind\n")
+    else:
+        print(f"- {args.requests} requests per layer and round, median of {args.rounds} rounds\n")
+    head = f"| layers | {unit} per request | added by the layer |"
     rule = "|---|---:|---:|"
     if base is not None:
-        head += " base µs per request | base, added |"
+        head += f" base {unit} per request | base, added |"
         rule += "---:|---:|"
     print(head)
     print(rule)
     before = before_base = 0.0
+    digits = 0 if args.instructions else 2
     for index, name in enumerate(LAYERS):
         # the last layer adds to the one before the previous: both put something on layer 5's
         if name not in this:
             continue
         after = LAYERS[4] if index == 5 else None
-        row = (
-            f"| {name} | {this[name]:.2f} | {this[name] - (this[after] if after else before):.2f} |"
-        )
+        added = this[name] - (this[after] if after else before)
+        row = f"| {name} | {this[name]:,.{digits}f} | {added:,.{digits}f} |"
         before = this[name] if after is None else before
         if base is not None:
             if name in base:
                 added = base[name] - (base[after] if after else before_base)
-                row += f" {base[name]:.2f} | {added:.2f} |"
+                row += f" {base[name]:,.{digits}f} | {added:,.{digits}f} |"
                 before_base = base[name] if after is None else before_base
             else:
                 row += " n/a | n/a |"

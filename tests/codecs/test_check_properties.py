@@ -86,6 +86,47 @@ def test_checking_data_of_the_right_count(
     )
 
 
+# The flat lists of Python numbers that checking passes without numpy (codecs/_inputs.py, _BOUNDS
+# and check_input), at the edges of that path: each must get decoding's verdict.
+_FLAT_EDGES = [
+    ("FP32", [1, 2, 3, 4]),
+    ("FP32", [1.0, float("nan")] * 40),  # NaN past the small-list path: passes
+    ("FP32", [float("nan"), 1e39]),
+    ("FP32", [3.4028234663852886e38, -3.4028234663852886e38]),
+    ("FP32", [3.4028235e38]),  # above the largest float32, rounds to it: passes
+    ("FP32", [2**70, 1.5]),
+    ("FP32", [10**39]),
+    ("FP64", [10**400]),
+    ("FP64", [10**300, 0.5]),
+    ("FP16", [65504, -65504.0]),
+    ("FP16", [65519.0]),
+    ("FP16", [65520.0]),
+    ("BF16", [1.5, 2]),
+    ("FP32", [True, 1.0]),
+    ("INT8", [127, -128]),
+    ("INT8", [128]),
+    ("INT8", [1.0, 2]),
+    ("INT8", [True, 1]),
+    ("INT64", [2**63 - 1, -(2**63)]),
+    ("INT64", [2**63]),
+    ("UINT64", [2**64 - 1, 0]),
+    ("UINT64", [2**64]),
+    ("UINT64", [-1]),
+    ("UINT8", list(range(256))),
+    ("BOOL", [True, False]),
+    ("BOOL", [True, 1]),
+    ("BOOL", [1, 0]),
+    ("INT32", ["1", 2]),
+    ("FP32", [None, 1.0]),
+    ("FP32", [[1.0], 2.0]),
+]
+
+
+@pytest.mark.parametrize(("datatype", "data"), _FLAT_EDGES)
+def test_a_flat_list_of_numbers_gets_decodings_verdict(datatype: str, data: list[Any]) -> None:
+    same_verdict(RequestInput(name="x", shape=[len(data)], datatype=datatype, data=data))
+
+
 def test_a_request_is_checked_as_it_is_decoded() -> None:
     ok = RequestInput(name="a", shape=[2], datatype="INT32", data=[1, 2])
     bad = RequestInput(name="b", shape=[2], datatype="INT32", data=[1, 2, 3])

@@ -82,6 +82,22 @@ def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
         check_bytes(inp, shape, count)
         return
     data = inp.data
+    bounds = _BOUNDS.get(datatype)
+    if bounds is not None and type(data) is list and len(data) == count and count:
+        # A flat list of Python numbers (a JSON body's): told without numpy where that costs
+        # less (inline: a call would cost what it saves); anything else, or a verdict only
+        # numpy can give, goes on to _numeric. See _BOUNDS.
+        least, greatest, allowed = bounds
+        if allowed is _BOOL:
+            if set(map(type, data)) == _BOOL:
+                return
+        elif (
+            count <= _SMALL
+            and set(map(type, data)) <= allowed
+            and least <= min(data)
+            and max(data) <= greatest
+        ):
+            return
     if isinstance(data, np.ndarray) and data.dtype == NUMPY_DTYPES[datatype] and data.size == count:
         return
     _numeric(inp.name, datatype, data, shape, count)
@@ -261,6 +277,35 @@ _INT_RANGES = {
 
 #: The largest finite value of each float dtype narrower than float64.
 _FLOAT_MAX = {np.dtype(dt): float(np.finfo(dt).max) for dt in (np.float16, np.float32)}
+
+
+_BOOL = frozenset({bool})
+_INT = frozenset({int})
+_NUMBER = frozenset({int, float})
+
+#: By numeric datatype: the least and the greatest element that certainly passes its checks,
+#: and the Python types its elements may have (BOOL: ``bool`` alone, at any size, the bounds
+#: unused), for
+#: :func:`check_input`'s flat lists of up to ``_SMALL`` elements, which ``set(map(type, ...))``,
+#: ``min`` and ``max`` check for less than numpy's reading and reductions
+#: (``bench/input_checks.py``). A list that fails this goes through :func:`_numeric`, which says
+#: what is wrong or passes what only it can judge (integral floats for an integer, floats that
+#: round to the largest finite value, NaN), so every check is kept. Not for INT64 and FP64:
+#: numpy reads Python ints into int64 and floats into float64, which then need no range test,
+#: and that reading costs less than ``min`` and ``max``.
+_BOUNDS: dict[str, tuple[float, float, frozenset[type]]] = {
+    **{
+        name: (*_INT_RANGES[dtype], _INT)
+        for name, dtype in NUMPY_DTYPES.items()
+        if dtype in _INT_RANGES and dtype != np.int64
+    },
+    **{
+        name: (-_FLOAT_MAX[dtype], _FLOAT_MAX[dtype], _NUMBER)
+        for name, dtype in NUMPY_DTYPES.items()
+        if dtype in _FLOAT_MAX
+    },
+    "BOOL": (0, 1, _BOOL),
+}
 
 
 def _to_floats(

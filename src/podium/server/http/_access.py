@@ -206,8 +206,10 @@ def _sender(send: Send, access: Access, counting: bool) -> Send:
         if message["type"] == "http.response.start":
             access.status = message["status"]
             headers: Any = message.get("headers", ())
-            if any(key.lower() == ID_HEADER for key, _ in headers):  # a model set one: ours only
-                headers = [(key, value) for key, value in headers if key.lower() != ID_HEADER]
+            for key, _ in headers:  # (a loop, not any() over a generator: cheaper)
+                if key.lower() == ID_HEADER:  # a model set one: ours only
+                    headers = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
+                    break
             message = {**message, "headers": [*headers, (ID_HEADER, access.id.encode())]}
         elif counting:
             body = message.get("body")
