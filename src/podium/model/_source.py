@@ -141,9 +141,9 @@ class ModelSource:
         ``requirements`` (or its ``requirements_file``), a TorchServe archive's requirements
         file, the ``requirements.txt`` beside a native model's file; none for other models."""
         if self.contract is Contract.NATIVE:
-            listed = self.file.parent / "requirements.txt"
-            if listed.is_file():
-                return requirement_lines(listed.read_text(encoding="utf-8").splitlines())
+            beside = self.file.parent / "requirements.txt"
+            if beside.is_file():
+                return requirement_lines(beside.read_text(encoding="utf-8").splitlines())
             return ()
         if self.truss is not None:
             return self.truss.settings.requirements
