@@ -158,8 +158,11 @@ def run_examples(path: Path, workdir: Path, results: dict[str, Any]) -> None:
         ),
         (
             "podium",
-            lambda: servers.start_podium(
-                [m / "podium" / "examples"], _sub(workdir, "ex-podium"), _sub(workdir, "ex-store")
+            lambda: servers.start_podium(  # with the one flag a Triton user sets (--triton)
+                [m / "podium" / "examples"],
+                _sub(workdir, "ex-podium"),
+                _sub(workdir, "ex-store"),
+                args=("--triton",),
             ),
         ),
     ):

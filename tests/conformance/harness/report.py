@@ -98,7 +98,8 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path) -> None
         scripts = list(next(iter(ex.values())))
         lines += [
             f"Unmodified scripts from `{results.get('examples_dir')}`, each server serving the seven",
-            "example models (`models/triton/examples`, `models/podium/examples`).",
+            "example models (`models/triton/examples`, `models/podium/examples`); Podium started",
+            "with the one flag a Triton user sets, `--triton` (docs/migrating.md, \"From Triton\").",
             "",
             "| script | " + " | ".join(names) + " |",
             "|---|" + "---|" * len(names),
