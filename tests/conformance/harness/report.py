@@ -99,7 +99,7 @@ def write_markdown(results: dict[str, Any], path: Path, json_path: Path) -> None
         lines += [
             f"Unmodified scripts from `{results.get('examples_dir')}`, each server serving the seven",
             "example models (`models/triton/examples`, `models/podium/examples`); Podium started",
-            "with the one flag a Triton user sets, `--triton` (docs/migrating.md, \"From Triton\").",
+            'with the one flag a Triton user sets, `--triton` (docs/migrating.md, "From Triton").',
             "",
             "| script | " + " | ".join(names) + " |",
             "|---|" + "---|" * len(names),
