@@ -1,8 +1,9 @@
 """What is wrong with a JSON body that msgspec refused, in words a client can act on.
 
 msgspec reports two faults of the text itself poorly: bytes that are not UTF-8 inside a string
-raise a bare ``UnicodeDecodeError`` (not a ``msgspec.DecodeError``, so it escapes handlers that
-catch only that, as a 500), with a position inside the string rather than the body; and an escaped
+raise a bare ``UnicodeDecodeError`` before msgspec 0.23 (not a ``msgspec.DecodeError``, so it
+escapes handlers that catch only that, as a 500), with a position inside the string rather than the
+body, and from 0.23 a ``DecodeError`` "Invalid UTF-8 encoded string" with no position; and an escaped
 UTF-16 surrogate without its other half (``"\\ud800"``) is reported as "Input data was truncated"
 or "invalid utf-16 surrogate pair". :func:`json_problem` names both exactly; every other error
 keeps msgspec's own words. It runs only once decoding has failed: the bytes are scanned then, never
@@ -33,7 +34,7 @@ def json_problem(exc: Exception, data: bytes | bytearray | memoryview | str) -> 
     decoding it: invalid UTF-8 and lone surrogate escapes named with their byte offset, anything
     else as msgspec says it (``JSON is malformed: ...``). Never raises."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    if isinstance(exc, UnicodeDecodeError):
+    if isinstance(exc, UnicodeDecodeError) or "UTF-8" in str(exc):
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as found:
@@ -42,7 +43,9 @@ def json_problem(exc: Exception, data: bytes | bytearray | memoryview | str) -> 
                 f"invalid UTF-8: byte 0x{bad.hex()} at offset {found.start} ({found.reason}); "
                 "JSON text must be UTF-8"
             )
-        return f"invalid UTF-8 ({exc.reason}); JSON text must be UTF-8"
+        if isinstance(exc, UnicodeDecodeError):
+            return f"invalid UTF-8 ({exc.reason}); JSON text must be UTF-8"
+        return str(exc)
     text = str(exc)
     lone = _lone_surrogate(raw)
     if lone is not None:

@@ -56,7 +56,7 @@ def decode_json(body: bytes) -> Any:
         return _any_decoder.decode(body)
     except msgspec.DecodeError as exc:
         problem = codecs.json_problem(exc, body)
-        if problem.startswith("lone UTF-16 surrogate"):  # the standard library reads it: no
+        if problem.startswith(("lone UTF-16 surrogate", "invalid UTF-8")):  # nor does json: no
             raise InvalidInput(f"Invalid JSON payload: {problem}") from None
     except RecursionError:
         pass  # (the standard library's message, and what only it reads)
