@@ -459,7 +459,7 @@ class Decoder:
             if end - start < size:
                 break
             at = start + size
-            wire = self._decode(view[start:at])
+            wire: Any = self._decode(view[start:at])
             self._on_message(wire.message if type(wire) is _Pickled else wire)
         return view[at:]
 
@@ -493,7 +493,7 @@ class Decoder:
         size = self._body
         self._buffers = view[size + -size % _ALIGN :]
         try:
-            wire = self._decode(view[:size])
+            wire: Any = self._decode(view[:size])
         finally:
             self._buffers = memoryview(b"")
         self._on_message(wire.message if type(wire) is _Pickled else wire)
