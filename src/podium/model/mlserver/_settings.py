@@ -24,6 +24,7 @@ names in any case, lists and objects as JSON; the file wins where both say.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ __all__ = [
     "declared_environment",
     "environment_model",
     "environment_values",
+    "lax_value",
     "read_json_object",
     "read_settings",
     "runtime_settings",
@@ -98,6 +100,31 @@ _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
+def lax_value(kind: str, value: Any) -> Any:
+    """``value`` as pydantic's lax mode reads a field of ``kind`` (``bool``, ``int``, ``float``,
+    ``str``, ``json``: anything): a boolean from 0/1 or a true/false word, a number from the
+    text of one, an integer from a whole float (MLServer's own examples write ``"debug":
+    "true"``, and variables are text); ``ValueError`` otherwise. The one reading of MLServer's
+    values, from its files and from its variables."""
+    if kind == "json" or (kind == "str" and isinstance(value, str)):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if kind == "bool" and (text in _TRUE or text in _FALSE):
+            return text in _TRUE
+        if kind in ("int", "float"):
+            with contextlib.suppress(ValueError):
+                return int(text) if kind == "int" else float(text)
+    elif kind == "bool" and isinstance(value, int) and value in (0, 1):  # a bool is an int
+        return bool(value)
+    elif kind in ("int", "float") and isinstance(value, int | float):
+        if kind == "float":
+            return float(value)
+        if isinstance(value, int) or value.is_integer():  # a boolean too, as pydantic: true is 1
+            return int(value)
+    raise ValueError(f"not {kind}: {value!r}")
+
+
 def environment_values(
     environ: Mapping[str, str], prefix: str, kinds: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -112,23 +139,11 @@ def environment_values(
         text = upper.get(name)
         if text is None:
             continue
-        lowered = text.strip().lower()
-        if kind == "str":
-            found[key] = text
-        elif kind == "bool" and (lowered in _TRUE or lowered in _FALSE):
-            found[key] = lowered in _TRUE
-        elif kind in ("int", "float"):
-            try:
-                found[key] = int(lowered) if kind == "int" else float(lowered)
-            except ValueError:
-                raise ValueError(f"{name} must be a number ({kind}), got {text[:80]!r}") from None
-        elif kind == "json":
-            try:
-                found[key] = json.loads(text)
-            except ValueError:
-                raise ValueError(f"{name} must be JSON, got {text[:80]!r}") from None
-        else:
-            raise ValueError(f"{name} must be true or false, got {text[:80]!r}")
+        try:
+            found[key] = json.loads(text) if kind == "json" else lax_value(kind, text)
+        except ValueError:
+            what = {"bool": "true or false", "json": "JSON"}.get(kind, f"a number ({kind})")
+            raise ValueError(f"{name} must be {what}, got {text[:80]!r}") from None
     return found
 
 
