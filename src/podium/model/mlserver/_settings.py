@@ -54,23 +54,6 @@ logger = logging.getLogger("podium.model")
 
 SETTINGS_FILE = "model-settings.json"
 
-_KEYS = frozenset(
-    {
-        "name",
-        "implementation",
-        "parameters",
-        "max_batch_size",
-        "max_batch_time",
-        "parallel_workers",
-        "warm_workers",
-        "platform",
-        "versions",
-        "inputs",
-        "outputs",
-        "cache_enabled",
-        "podium",
-    }
-)
 # Podium keys that model-settings.json sets through MLServer's own keys (the field table's
 # mlserver column), and Podium keys that mean nothing for an MLServer runtime.
 _MAPPED = {
@@ -83,8 +66,9 @@ _NOT_HERE = frozenset({"model_class_name", "default_version"})
 
 MODEL_ENV_PREFIX = "MLSERVER_MODEL_"
 
-# MLServer 1.7.1's ModelSettings and ModelParameters fields, by how a variable's text is read:
-# "bool", "int", "float", "str" or "json" (pydantic-settings reads lists and objects as JSON).
+# MLServer 1.7.1's ModelSettings and ModelParameters fields (the keys a file may set), by how
+# a value is read: "bool", "int", "float", "str" or "json" (pydantic-settings reads lists and
+# objects as JSON).
 _MODEL_KINDS: Mapping[str, str] = {
     "implementation": "str", "name": "str", "platform": "str", "versions": "json",
     "inputs": "json", "outputs": "json", "parallel_workers": "int", "warm_workers": "bool",
@@ -96,6 +80,8 @@ _PARAMETER_KINDS: Mapping[str, str] = {
     "inference_pool_gid": "str", "autogenerate_inference_pool_gid": "bool", "format": "str",
     "content_type": "str", "extra": "json",
 }  # fmt: skip
+#: The keys of a model-settings.json: MLServer's, and Podium's own section.
+_KEYS = frozenset({*_MODEL_KINDS, "podium"})
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
@@ -244,10 +230,9 @@ def read_settings(
     elif not isinstance(params, dict):
         problems.append(f"{where}: 'parameters' must be an object, got {params!r}")
         params = {}
-    for key in (
-        "uri", "format", "content_type", "inference_pool_gid", "environment_path",
-        "environment_tarball",
-    ):  # fmt: skip
+    for key, kind in _PARAMETER_KINDS.items():
+        if kind != "str" or key == "version":  # (the version: the field table's check)
+            continue
         if params.get(key) is not None and not isinstance(params[key], str):
             problems.append(f"{where}: 'parameters.{key}' must be a string, got {params[key]!r}")
     if params.get("extra") is not None and not isinstance(params["extra"], dict):
