@@ -27,7 +27,7 @@ import click
 from .config import FIELDS, MODEL_DEFAULTS, UNSET, foreign
 from .errors import DefinitionError
 from .model import ModelSource
-from .model.mlserver import environment_model, environment_values, read_json_object
+from .model.mlserver import environment_model, environment_values, lax_value, read_json_object
 
 __all__ = [
     "MLSERVER_DEFAULTS",
@@ -122,37 +122,19 @@ class MLServerConfig:
     model: ModelSource | None = None  # mlserver start: the model of MLSERVER_MODEL_* alone
 
 
-_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
-_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
-
-
 def _checked(where: str, key: str, kind: str, value: Any) -> Any:
-    """``value`` (from JSON) as pydantic's lax mode reads it for ``kind`` (MLServer's own
-    examples write ``"debug": "true"``: a boolean from such a string or 0/1, an integer from
-    a string of digits or a whole float); ``MLServerSettingsError`` otherwise."""
+    """``value`` (from JSON) as pydantic's lax mode reads it for ``kind`` (``?``: null allowed;
+    :func:`~podium.model.mlserver.lax_value`); ``MLServerSettingsError`` otherwise."""
     if value is None:
         if kind.endswith("?") or kind == "json":
             return None
         raise MLServerSettingsError(f"{where}: '{key}' may not be null")
     base = kind.rstrip("?")
-    if base == "json" or (base == "str" and isinstance(value, str)):
-        return value
-    if base == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-    if base == "int":
-        if isinstance(value, int):  # a boolean too, as pydantic: true is 1
-            return int(value)
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            return int(value.strip())
-    name = {"bool": "true or false", "int": "an integer", "str": "a string"}[base]
-    raise MLServerSettingsError(f"{where}: '{key}' must be {name}, got {value!r}")
+    try:
+        return lax_value(base, value)
+    except ValueError:
+        name = {"bool": "true or false", "int": "an integer", "str": "a string"}[base]
+        raise MLServerSettingsError(f"{where}: '{key}' must be {name}, got {value!r}") from None
 
 
 def read_settings_json(

@@ -547,20 +547,12 @@ class ServerConfig:
         return frozenset(SETTINGS)
 
 
+#: Each group's class, in the order ``ServerConfig`` makes them (HTTP's before gRPC's).
 _GROUPS: dict[Group, type[_Group]] = {
-    Group.LISTENERS: Listeners,
-    Group.PROTOCOLS: Protocols,
-    Group.HTTP: ConnectionLimits,
-    Group.GRPC: GrpcLimits,
-    Group.SERVING: Serving,
-    Group.REGISTRATION: Registration,
-    Group.AUTH: Auth,
-    Group.MANAGEMENT: ManagementAccess,
-    Group.SHARED_MEMORY: SharedMemory,
-    Group.SHUTDOWN: ShutdownTimes,
-    Group.LOGS: Logs,
-    Group.WEB: Web,
-}
+    cls.GROUP: cls
+    for cls in (Listeners, Protocols, ConnectionLimits, GrpcLimits, Serving, Registration, Auth,
+                ManagementAccess, SharedMemory, ShutdownTimes, Logs, Web)
+}  # fmt: skip
 
 
 class Secrets(Mapping[str, str]):

@@ -11,7 +11,8 @@ import pytest
 
 from podium.config import FIELDS, MODEL_KEYS, ModelConfig
 from podium.errors import DefinitionError
-from podium.model.discovery import ModelSource, discover, import_model
+from podium.model import ModelSource
+from podium.model.discovery import discover, import_model
 from podium.types import InputKind
 
 ECHO = """

@@ -44,42 +44,28 @@ __all__ = [
 METHODS = ("chat", "complete")
 
 
-def check_methods(cls: type, problems: list[str]) -> None:
-    """``chat`` / ``complete`` take one parameter (the request)."""
-    for method in METHODS:
-        fn = getattr(cls, method, None)
-        if fn is None:
-            continue
-        if not callable(fn):
-            problems.append(f"{cls.__name__}.{method} must be a method")
-            continue
-        count = one_parameter(cls, method)
-        if count is not None:
-            problems.append(
-                f"{cls.__name__}.{method} must take exactly one parameter, the request; "
-                f"it takes {count}"
-            )
+#: The one parameter each method OpenAI's API calls takes.
+_TAKES = {"chat": "the request", "complete": "the request", "embed": "the texts (a list of str)"}
 
 
 def check_embed(cls: type, problems: list[str]) -> None:
-    """``embed`` is a plain or async method taking one parameter (the texts); ``chat`` and
-    ``complete`` take the request (:func:`check_methods`)."""
-    check_methods(cls, problems)
-    fn = getattr(cls, "embed", None)
-    if fn is None:
-        return
-    name = cls.__name__
-    if not callable(fn):
-        problems.append(f"{name}.embed must be a method")
-        return
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-        problems.append(f"{name}.embed must return the vectors, not yield them")
-    count = one_parameter(cls, "embed")
-    if count is not None:
-        problems.append(
-            f"{name}.embed must take exactly one parameter, the texts (a list of str); "
-            f"it takes {count}"
-        )
+    """``chat`` and ``complete`` are methods taking one parameter (the request), ``embed`` a
+    plain or async method taking one (the texts)."""
+    for method, takes in _TAKES.items():
+        fn = getattr(cls, method, None)
+        if fn is None:
+            continue
+        where = f"{cls.__name__}.{method}"
+        if not callable(fn):
+            problems.append(f"{where} must be a method")
+            continue
+        if method == "embed" and (
+            inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+        ):
+            problems.append(f"{where} must return the vectors, not yield them")
+        count = one_parameter(cls, method)
+        if count is not None:
+            problems.append(f"{where} must take exactly one parameter, {takes}; it takes {count}")
 
 
 def openai_face(obj: Any, model: str, continuous: bool) -> OpenAIFace | None:

@@ -23,15 +23,10 @@ from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
 from . import mlserver, torchserve, truss
 from ._modules import exec_file
-from ._source import Contract, MLServerParts, ModelSource, TorchServeParts, TrussParts
+from ._source import ModelSource
 from .native import ModelSpec, inspect_class
 
 __all__ = [
-    "Contract",
-    "MLServerParts",
-    "ModelSource",
-    "TorchServeParts",
-    "TrussParts",
     "discover",
     "discover_all",
     "import_model",

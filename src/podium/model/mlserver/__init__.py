@@ -17,6 +17,7 @@ from ._settings import (
     declared_environment,
     environment_model,
     environment_values,
+    lax_value,
     read_json_object,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "environment_model",
     "environment_values",
     "is_source",
+    "lax_value",
     "prepare",
     "read_json_object",
     "sources",

@@ -24,6 +24,7 @@ names in any case, lists and objects as JSON; the file wins where both say.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ __all__ = [
     "declared_environment",
     "environment_model",
     "environment_values",
+    "lax_value",
     "read_json_object",
     "read_settings",
     "runtime_settings",
@@ -52,23 +54,6 @@ logger = logging.getLogger("podium.model")
 
 SETTINGS_FILE = "model-settings.json"
 
-_KEYS = frozenset(
-    {
-        "name",
-        "implementation",
-        "parameters",
-        "max_batch_size",
-        "max_batch_time",
-        "parallel_workers",
-        "warm_workers",
-        "platform",
-        "versions",
-        "inputs",
-        "outputs",
-        "cache_enabled",
-        "podium",
-    }
-)
 # Podium keys that model-settings.json sets through MLServer's own keys (the field table's
 # mlserver column), and Podium keys that mean nothing for an MLServer runtime.
 _MAPPED = {
@@ -81,8 +66,9 @@ _NOT_HERE = frozenset({"model_class_name", "default_version"})
 
 MODEL_ENV_PREFIX = "MLSERVER_MODEL_"
 
-# MLServer 1.7.1's ModelSettings and ModelParameters fields, by how a variable's text is read:
-# "bool", "int", "float", "str" or "json" (pydantic-settings reads lists and objects as JSON).
+# MLServer 1.7.1's ModelSettings and ModelParameters fields (the keys a file may set), by how
+# a value is read: "bool", "int", "float", "str" or "json" (pydantic-settings reads lists and
+# objects as JSON).
 _MODEL_KINDS: Mapping[str, str] = {
     "implementation": "str", "name": "str", "platform": "str", "versions": "json",
     "inputs": "json", "outputs": "json", "parallel_workers": "int", "warm_workers": "bool",
@@ -94,8 +80,35 @@ _PARAMETER_KINDS: Mapping[str, str] = {
     "inference_pool_gid": "str", "autogenerate_inference_pool_gid": "bool", "format": "str",
     "content_type": "str", "extra": "json",
 }  # fmt: skip
+#: The keys of a model-settings.json: MLServer's, and Podium's own section.
+_KEYS = frozenset({*_MODEL_KINDS, "podium"})
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def lax_value(kind: str, value: Any) -> Any:
+    """``value`` as pydantic's lax mode reads a field of ``kind`` (``bool``, ``int``, ``float``,
+    ``str``, ``json``: anything): a boolean from 0/1 or a true/false word, a number from the
+    text of one, an integer from a whole float (MLServer's own examples write ``"debug":
+    "true"``, and variables are text); ``ValueError`` otherwise. The one reading of MLServer's
+    values, from its files and from its variables."""
+    if kind == "json" or (kind == "str" and isinstance(value, str)):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if kind == "bool" and (text in _TRUE or text in _FALSE):
+            return text in _TRUE
+        if kind in ("int", "float"):
+            with contextlib.suppress(ValueError):
+                return int(text) if kind == "int" else float(text)
+    elif kind == "bool" and isinstance(value, int) and value in (0, 1):  # a bool is an int
+        return bool(value)
+    elif kind in ("int", "float") and isinstance(value, int | float):
+        if kind == "float":
+            return float(value)
+        if isinstance(value, int) or value.is_integer():  # a boolean too, as pydantic: true is 1
+            return int(value)
+    raise ValueError(f"not {kind}: {value!r}")
 
 
 def environment_values(
@@ -112,23 +125,11 @@ def environment_values(
         text = upper.get(name)
         if text is None:
             continue
-        lowered = text.strip().lower()
-        if kind == "str":
-            found[key] = text
-        elif kind == "bool" and (lowered in _TRUE or lowered in _FALSE):
-            found[key] = lowered in _TRUE
-        elif kind in ("int", "float"):
-            try:
-                found[key] = int(lowered) if kind == "int" else float(lowered)
-            except ValueError:
-                raise ValueError(f"{name} must be a number ({kind}), got {text[:80]!r}") from None
-        elif kind == "json":
-            try:
-                found[key] = json.loads(text)
-            except ValueError:
-                raise ValueError(f"{name} must be JSON, got {text[:80]!r}") from None
-        else:
-            raise ValueError(f"{name} must be true or false, got {text[:80]!r}")
+        try:
+            found[key] = json.loads(text) if kind == "json" else lax_value(kind, text)
+        except ValueError:
+            what = {"bool": "true or false", "json": "JSON"}.get(kind, f"a number ({kind})")
+            raise ValueError(f"{name} must be {what}, got {text[:80]!r}") from None
     return found
 
 
@@ -229,10 +230,9 @@ def read_settings(
     elif not isinstance(params, dict):
         problems.append(f"{where}: 'parameters' must be an object, got {params!r}")
         params = {}
-    for key in (
-        "uri", "format", "content_type", "inference_pool_gid", "environment_path",
-        "environment_tarball",
-    ):  # fmt: skip
+    for key, kind in _PARAMETER_KINDS.items():
+        if kind != "str" or key == "version":  # (the version: the field table's check)
+            continue
         if params.get(key) is not None and not isinstance(params[key], str):
             problems.append(f"{where}: 'parameters.{key}' must be a string, got {params[key]!r}")
     if params.get("extra") is not None and not isinstance(params["extra"], dict):

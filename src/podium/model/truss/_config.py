@@ -161,11 +161,8 @@ def is_source(path: Path) -> bool:
         data = {}
     if not isinstance(data, dict):
         return False
-    module_dir = data.get("model_module_dir", DEFAULTS["model_module_dir"])
-    filename = data.get("model_class_filename", DEFAULTS["model_class_filename"])
-    if isinstance(module_dir, str) and isinstance(filename, str):
-        if (path / module_dir / filename).is_file():
-            return True
+    if _model_file(path, data).is_file():
+        return True
     return bool(data.get("docker_server") or data.get("trt_llm"))
 
 
@@ -416,8 +413,7 @@ def placement_of(resources: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _model_file(root: Path, data: Mapping[str, Any]) -> Path:
-    return (
-        root
-        / str(data.get("model_module_dir", "model"))
-        / str(data.get("model_class_filename", "model.py"))
-    )
+    """Where the model class file is, by the keys of ``data`` (Truss's defaults: model/model.py)."""
+    module_dir = data.get("model_module_dir", DEFAULTS["model_module_dir"])
+    filename = data.get("model_class_filename", DEFAULTS["model_class_filename"])
+    return root / str(module_dir) / str(filename)

@@ -198,28 +198,20 @@ def _first(matching: list[Any], what: str) -> Any:
     return matching[0]
 
 
-class _Registry:
-    """Codecs by content type; a later registration for a content type replaces the earlier."""
+#: Codecs by content type; a later registration for a content type replaces the earlier.
+_inputs: dict[str, Any] = {}
+_requests: dict[str, Any] = {}
 
-    def __init__(self) -> None:
-        self.inputs: dict[str, Any] = {}
-        self.requests: dict[str, Any] = {}
 
-    @staticmethod
-    def _find(
-        codecs: dict[str, Any],
-        content_type: str | None,
-        payload: Any,
-        type_hint: Any,
-    ) -> Any:
-        # The first truthy argument decides, as in MLServer: an empty payload finds nothing.
-        if content_type:
-            return codecs.get(content_type)
-        if payload:
-            return _by_payload(payload, codecs.values())
-        if type_hint:
-            return _by_type_hint(type_hint, codecs.values())
-        return None
+def _find(codecs: dict[str, Any], content_type: str | None, payload: Any, type_hint: Any) -> Any:
+    # The first truthy argument decides, as in MLServer: an empty payload finds nothing.
+    if content_type:
+        return codecs.get(content_type)
+    if payload:
+        return _by_payload(payload, codecs.values())
+    if type_hint:
+        return _by_type_hint(type_hint, codecs.values())
+    return None
 
 
 def _by_payload(payload: Any, codecs: Iterable[Any]) -> Any:
@@ -232,49 +224,46 @@ def _by_type_hint(type_hint: Any, codecs: Iterable[Any]) -> Any:
     return _first([c for c in codecs if c.TypeHint == type_hint], f"type hint {type_hint}")
 
 
-_registry = _Registry()
-
-
 def find_input_codec(
     content_type: str | None = None, payload: Any = None, type_hint: Any = None
 ) -> Any:
     """The input codec for a content type, else one that can encode ``payload``, else the one
     whose ``TypeHint`` is ``type_hint``; ``None`` if none."""
-    return _registry._find(_registry.inputs, content_type, payload, type_hint)
+    return _find(_inputs, content_type, payload, type_hint)
 
 
 def find_input_codec_by_payload(payload: Any) -> Any:
-    return _by_payload(payload, _registry.inputs.values())
+    return _by_payload(payload, _inputs.values())
 
 
 def find_input_codec_by_type_hint(type_hint: Any) -> Any:
-    return _by_type_hint(type_hint, _registry.inputs.values())
+    return _by_type_hint(type_hint, _inputs.values())
 
 
 def find_request_codec(
     content_type: str | None = None, payload: Any = None, type_hint: Any = None
 ) -> Any:
     """As :func:`find_input_codec`, among request codecs."""
-    return _registry._find(_registry.requests, content_type, payload, type_hint)
+    return _find(_requests, content_type, payload, type_hint)
 
 
 def find_request_codec_by_payload(payload: Any) -> Any:
-    return _by_payload(payload, _registry.requests.values())
+    return _by_payload(payload, _requests.values())
 
 
 def find_request_codec_by_type_hint(type_hint: Any) -> Any:
-    return _by_type_hint(type_hint, _registry.requests.values())
+    return _by_type_hint(type_hint, _requests.values())
 
 
 def register_input_codec(codec: Any) -> Any:
     """Class decorator: register an input codec under its ``ContentType``."""
     if codec.ContentType is not None:
-        _registry.inputs[codec.ContentType] = codec
+        _inputs[codec.ContentType] = codec
     return codec
 
 
 def register_request_codec(codec: Any) -> Any:
     """Class decorator: register a request codec under its ``ContentType``."""
     if codec.ContentType is not None:
-        _registry.requests[codec.ContentType] = codec
+        _requests[codec.ContentType] = codec
     return codec

@@ -43,29 +43,21 @@ class _BytesJSONEncoder(json.JSONEncoder):
         return super().default(o)
 
 
+def _compact(v: Any, encoder: type[json.JSONEncoder]) -> str:
+    return json.dumps(
+        v, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"), cls=encoder
+    )
+
+
 def encode_to_json(v: Any, use_bytes: bool = True) -> str | bytes:
     """``v`` as compact JSON (UTF-8 bytes unless ``use_bytes`` is false); NaN is an error."""
-    text = json.dumps(
-        v,
-        ensure_ascii=False,
-        allow_nan=False,
-        indent=None,
-        separators=(",", ":"),
-        cls=JSONEncoderWithArray,
-    )
+    text = _compact(v, JSONEncoderWithArray)
     return text.encode("utf-8") if use_bytes else text
 
 
 def encode_to_json_bytes(v: Any) -> bytes:
     """``v`` as compact JSON bytes; ``bytes`` values are written as their (UTF-8) text."""
-    return json.dumps(
-        v,
-        ensure_ascii=False,
-        allow_nan=False,
-        indent=None,
-        separators=(",", ":"),
-        cls=_BytesJSONEncoder,
-    ).encode("utf-8")
+    return _compact(v, _BytesJSONEncoder).encode("utf-8")
 
 
 def decode_from_bytelike_json_to_dict(v: bytes | str) -> Any:

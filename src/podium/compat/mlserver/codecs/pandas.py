@@ -20,10 +20,9 @@ from ..types import (
     InferenceRequest,
     InferenceResponse,
     Parameters,
-    RequestInput,
     ResponseOutput,
 )
-from .base import RequestCodec, register_request_codec
+from .base import RequestCodec, as_input, register_request_codec
 from .json import decode_json_input_or_output, encode_to_json
 from .numpy import to_datatype, to_dtype
 from .string import StringCodec, encode_str
@@ -169,16 +168,7 @@ class PandasCodec(RequestCodec):
         outputs = cls.encode_outputs(payload, use_bytes=use_bytes)
         return InferenceRequest(
             parameters=Parameters(content_type=cls.ContentType),
-            inputs=[
-                RequestInput(
-                    name=output.name,
-                    datatype=output.datatype,
-                    shape=output.shape,
-                    data=output.data,
-                    parameters=output.parameters,
-                )
-                for output in outputs
-            ],
+            inputs=[as_input(output) for output in outputs],
         )
 
     @classmethod

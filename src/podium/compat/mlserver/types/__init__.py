@@ -1,49 +1,7 @@
 """``mlserver.types``: the Open Inference Protocol messages a runtime receives and returns."""
 
-from .dataplane import (
-    Datatype,
-    InferenceErrorResponse,
-    InferenceRequest,
-    InferenceResponse,
-    MetadataModelErrorResponse,
-    MetadataModelResponse,
-    MetadataServerErrorResponse,
-    MetadataServerResponse,
-    MetadataTensor,
-    Parameters,
-    RequestInput,
-    RequestOutput,
-    ResponseOutput,
-    TensorData,
-)
-from .model_repository import (
-    RepositoryIndexRequest,
-    RepositoryIndexResponse,
-    RepositoryIndexResponseItem,
-    RepositoryLoadErrorResponse,
-    RepositoryUnloadErrorResponse,
-    State,
-)
+from . import dataplane, model_repository
+from .dataplane import *  # noqa: F403 (every name of both, as MLServer's package exports them)
+from .model_repository import *  # noqa: F403
 
-__all__ = [
-    "Datatype",
-    "InferenceErrorResponse",
-    "InferenceRequest",
-    "InferenceResponse",
-    "MetadataModelErrorResponse",
-    "MetadataModelResponse",
-    "MetadataServerErrorResponse",
-    "MetadataServerResponse",
-    "MetadataTensor",
-    "Parameters",
-    "RepositoryIndexRequest",
-    "RepositoryIndexResponse",
-    "RepositoryIndexResponseItem",
-    "RepositoryLoadErrorResponse",
-    "RepositoryUnloadErrorResponse",
-    "RequestInput",
-    "RequestOutput",
-    "ResponseOutput",
-    "State",
-    "TensorData",
-]
+__all__ = sorted([*dataplane.__all__, *model_repository.__all__])
