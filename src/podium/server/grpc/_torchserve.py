@@ -19,7 +19,7 @@ import msgspec
 
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, ModelError, UnsupportedRepresentation
+from ...errors import InvalidInput, ModelError, UnsupportedRepresentation, grpc_code_of_status
 from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
@@ -109,21 +109,6 @@ def _is_response(value: Any) -> bool:
     return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
 
 
-#: The gRPC status for an HTTP error status a model set (``Reply.status``); others: INTERNAL.
-_HTTP_TO_GRPC = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.ALREADY_EXISTS,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    501: grpc.StatusCode.UNIMPLEMENTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
-
-
 def reply_error(mv: ModelVersion, reply: Reply) -> None:
     """Raise :class:`ReplyFailed` when ``reply`` carries an HTTP error status (400 and up): the
     call ends with the matching gRPC status and the body as its message."""
@@ -139,7 +124,7 @@ def reply_error(mv: ModelVersion, reply: Reply) -> None:
             text = _json.encode(body).decode()
         except TypeError:
             text = repr(body)
-    code = _HTTP_TO_GRPC.get(reply.status, grpc.StatusCode.INTERNAL)
+    code = grpc.StatusCode[grpc_code_of_status(reply.status)]  # the one table's
     raise ReplyFailed(code, f"{mv.label} answered HTTP {reply.status}: {text}")
 
 
