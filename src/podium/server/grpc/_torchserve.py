@@ -24,7 +24,7 @@ from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireP
 from .. import _sequences
 from .._headers import grpc_metadata
 from ._call import GrpcCall
-from ._errors import ReplyFailed, abort_with, status_of
+from ._errors import ReplyFailed, abort_with, guarded, status_of
 from ._pool import message_class
 from ._server import Service
 
@@ -188,7 +188,9 @@ class TorchServeInference:
                 response_serializer=TorchServeHealthResponse.SerializeToString,
             ),
             "Predictions": grpc.unary_unary_rpc_method_handler(
-                self.predictions, request_deserializer=read, response_serializer=write
+                guarded(self.predictions, _PREDICTIONS),
+                request_deserializer=read,
+                response_serializer=write,
             ),
             "StreamPredictions": grpc.unary_stream_rpc_method_handler(
                 self.stream_predictions, request_deserializer=read, response_serializer=write
@@ -216,17 +218,14 @@ class TorchServeInference:
         return TorchServeHealthResponse(health=health)
 
     async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
-            caps = mv.instance.capabilities
-            if caps.streaming and caps.input_kind is InputKind.WIRE:
-                return await self._first(mv, call, request, context)
-            answer = await self.dataplane.infer(call, mv)
-            response = _answer(mv, answer.value, request, answer.sequence)
-            await _send_headers(context, answer.value, [False])
-            return response
-        except Exception as exc:
-            await abort_with(context, exc, _PREDICTIONS)
+        mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
+        caps = mv.instance.capabilities
+        if caps.streaming and caps.input_kind is InputKind.WIRE:
+            return await self._first(mv, call, request, context)
+        answer = await self.dataplane.infer(call, mv)
+        response = _answer(mv, answer.value, request, answer.sequence)
+        await _send_headers(context, answer.value, [False])
+        return response
 
     async def _first(
         self, mv: ModelVersion, call: Call, request: Any, context: grpc.aio.ServicerContext
