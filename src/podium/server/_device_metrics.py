@@ -28,50 +28,41 @@ def device_metrics(
     yield from _workers(versions)
 
 
+#: Each GPU family: its name, help, the sample's field and what it is divided by (Triton's
+#: names and units; a field the driver did not report is not written).
+_GPU_FAMILIES = (
+    ("nv_gpu_utilization", "GPU utilisation rate, 0.0-1.0 (Triton's).", "utilization", 100),
+    ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes (Triton's).", "memory_total", 1),
+    ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes (Triton's).", "memory_used", 1),
+    ("nv_gpu_power_usage", "GPU power usage, in watts (Triton's).", "power_watts", 1),
+    (
+        "nv_gpu_power_limit",
+        "GPU power management limit, in watts (Triton's).",
+        "power_limit_watts",
+        1,
+    ),
+    # a gauge that only grows: a counter would be written nv_energy_consumption_total, not
+    # Triton's name
+    (
+        "nv_energy_consumption",
+        "GPU energy consumption since the driver loaded, in joules (Triton's).",
+        "energy_joules",
+        1,
+    ),
+    ("podium_gpu_temperature_celsius", "GPU core temperature, in °C.", "temperature_c", 1),
+)
+
+
 def _gpus(samples: list[GpuSample]) -> Iterator[Metric]:
     if not samples:
         return
-    utilization = GaugeMetricFamily(
-        "nv_gpu_utilization", "GPU utilisation rate, 0.0-1.0 (Triton's).", labels=_GPU
-    )
-    total = GaugeMetricFamily(
-        "nv_gpu_memory_total_bytes", "GPU total memory, in bytes (Triton's).", labels=_GPU
-    )
-    used = GaugeMetricFamily(
-        "nv_gpu_memory_used_bytes", "GPU used memory, in bytes (Triton's).", labels=_GPU
-    )
-    power = GaugeMetricFamily(
-        "nv_gpu_power_usage", "GPU power usage, in watts (Triton's).", labels=_GPU
-    )
-    limit = GaugeMetricFamily(
-        "nv_gpu_power_limit", "GPU power management limit, in watts (Triton's).", labels=_GPU
-    )
-    # a gauge that only grows: a counter would be written nv_energy_consumption_total, not
-    # Triton's name
-    energy = GaugeMetricFamily(
-        "nv_energy_consumption",
-        "GPU energy consumption since the driver loaded, in joules (Triton's).",
-        labels=_GPU,
-    )
-    temperature = GaugeMetricFamily(
-        "podium_gpu_temperature_celsius", "GPU core temperature, in °C.", labels=_GPU
-    )
-    for s in samples:
-        labels = [s.gpu.uuid, str(s.gpu.index)]
-        total.add_metric(labels, s.memory_total)
-        if s.utilization is not None:
-            utilization.add_metric(labels, s.utilization / 100)
-        if s.memory_used is not None:
-            used.add_metric(labels, s.memory_used)
-        if s.power_watts is not None:
-            power.add_metric(labels, s.power_watts)
-        if s.power_limit_watts is not None:
-            limit.add_metric(labels, s.power_limit_watts)
-        if s.energy_joules is not None:
-            energy.add_metric(labels, s.energy_joules)
-        if s.temperature_c is not None:
-            temperature.add_metric(labels, s.temperature_c)
-    yield from (utilization, total, used, power, limit, energy, temperature)
+    for name, doc, field, divisor in _GPU_FAMILIES:
+        family = GaugeMetricFamily(name, doc, labels=_GPU)
+        for s in samples:
+            value = getattr(s, field)
+            if value is not None:
+                family.add_metric([s.gpu.uuid, str(s.gpu.index)], value / divisor)
+        yield family
 
 
 def _workers(versions: list[ModelVersion]) -> Iterator[Metric]:
