@@ -338,26 +338,20 @@ class PodiumCollector:
 
     def _tokens(self, versions: list[ModelVersion]) -> Iterator[Metric]:
         """OpenAI's API's completions (vLLM's ``vllm:*`` names, with Podium's prefix)."""
-        prompt = CounterMetricFamily(
-            "podium_prompt_tokens", "Prompt tokens of OpenAI completions.", labels=_MV
-        )
-        generated = CounterMetricFamily(
-            "podium_generation_tokens", "Tokens generated for OpenAI completions.", labels=_MV
-        )
-        first = HistogramMetricFamily(
+        prompt = _counter("podium_prompt_tokens", "Prompt tokens of OpenAI completions.")
+        generated = _counter("podium_generation_tokens", "Tokens generated for OpenAI completions.")
+        first = _histogram_family(
             "podium_time_to_first_token_seconds",
             "Time from an OpenAI completion's arrival to its first generated token.",
-            labels=_MV,
         )
-        per_token = HistogramMetricFamily(
+        per_token = _histogram_family(
             "podium_time_per_output_token_seconds",
             "Time per generated token after the first, per choice (inter-token latency).",
-            labels=_MV,
         )
-        finished = CounterMetricFamily(
+        finished = _counter(
             "podium_request_success",
             "OpenAI completion choices finished, by finish_reason (stop, length, abort).",
-            labels=[*_MV, "finished_reason"],
+            "finished_reason",
         )
         for mv in versions:
             t = mv.stats.tokens
