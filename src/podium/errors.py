@@ -80,6 +80,7 @@ __all__ = [
     "WorkerDied",
     "bounded",
     "grpc_code",
+    "grpc_code_of_status",
     "http_status",
     "unknown_model",
     "unloaded_model",
@@ -404,7 +405,8 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
 }
 
 
-#: The gRPC code of a status a model chose (:class:`ModelStatus`): as the table maps it.
+#: The gRPC code of a status a model chose (:class:`ModelStatus`, a TorchServe handler's reply):
+#: as the table maps it.
 _CODE_OF_STATUS = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -421,10 +423,15 @@ _CODE_OF_STATUS = {
 }
 
 
+def grpc_code_of_status(status: int) -> str:
+    """The gRPC status-code name of an HTTP error status a model chose itself, as the table
+    maps that status (one not in it: ``INTERNAL``)."""
+    return _CODE_OF_STATUS.get(status, "INTERNAL")
+
+
 def _lookup(exc: PodiumError) -> tuple[int, str]:
     if type(exc) is ModelStatus:
-        status = exc.status
-        return status, _CODE_OF_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
+        return exc.status, grpc_code_of_status(exc.status)
     for cls in type(exc).__mro__:
         found = STATUS.get(cls)
         if found is not None:

@@ -107,7 +107,7 @@ def test_builder_arguments_from_serve_run_and_a_config_file(tmp_path: Path) -> N
     [
         ({}, "no models given"),
         ({"paths": "x", "port": 1}, "unknown argument(s) port"),
-        ({"paths": "x", "threads": "0"}, "'threads' must be an integer >= 1"),
+        ({"paths": "x", "threads": "0"}, "threads must be an integer >= 1"),
         ({"paths": 3}, "'paths' must be a list"),
     ],
 )

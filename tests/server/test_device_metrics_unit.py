@@ -1,4 +1,4 @@
-"""The GPUs' metric families (server/_device_metrics.py): Triton's names and units, from what
+"""The GPUs' metric families (server/_metrics.py): Triton's names and units, from what
 the driver said; a value the GPU does not report is left out, never written as 0."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podium.runtime.devices import FakeInventory, GpuSample
-from podium.server._device_metrics import device_metrics
+from podium.server._metrics import device_metrics
 
 
 class _Collector:
@@ -15,7 +15,7 @@ class _Collector:
         self.samples = samples
 
     def collect(self):  # type: ignore[no-untyped-def]
-        return device_metrics(lambda: self.samples, [])
+        return device_metrics(self.samples)
 
 
 def _scrape(samples: list[GpuSample]) -> dict[tuple[str, str], float]:

@@ -366,3 +366,22 @@ def test_a_served_request_reaches_the_console_exporter() -> None:
             assert time.monotonic() < deadline, server.log
             time.sleep(0.05)
         assert "tracing on" in server.log
+
+
+def test_a_predict_that_fails_records_its_error_on_its_span() -> None:
+    """A process worker's predict span (and a stream's, the same way) records the exception
+    the model raised, with an error status, and ends."""
+    from opentelemetry.trace import StatusCode
+
+    from podium.server._otel import OtelHooks
+
+    EXPORTER.clear()
+    tracer = PROVIDER.get_tracer("test")
+    hooks = OtelHooks(tracer)
+    with tracer.start_as_current_span("request"), pytest.raises(ValueError):
+        with hooks.remote("m", "2", 42):
+            raise ValueError("the model broke")
+    predict = next(s for s in EXPORTER.get_finished_spans() if s.name == "predict")
+    assert predict.status.status_code is StatusCode.ERROR
+    assert [e.name for e in predict.events] == ["exception"]
+    assert predict.attributes is not None and predict.attributes["podium.worker.pid"] == 42

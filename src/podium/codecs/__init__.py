@@ -45,7 +45,8 @@ Layout (private modules; import the names below from ``podium.codecs``)::
     _raw.py        the binary tensor extension / raw contents: decode_raw, encode_raw
     _bytes.py      BYTES elements: as JSON strings or bytes, and length-prefixed raw
     _datatypes.py  the numpy mapping: datatype → dtype, dtype → datatype, raw dtypes
-    _shape.py      shapes, row-major flattening of nested lists, the words of their errors
+    _shape.py      shapes, row-major flattening of nested lists (output_elements), the words
+                   of their errors
     _json.py       JSON text a client sent that does not decode: json_problem, JSON_ERRORS
 
 Imports point up this list's reverse: ``_shape`` and ``_datatypes`` import no sibling,
@@ -60,6 +61,7 @@ from ._inputs import check_input, check_request, decode_input, decode_request, i
 from ._json import JSON_ERRORS, json_problem
 from ._outputs import concat_outputs, encode_output, encode_outputs, json_default
 from ._raw import decode_raw, encode_raw
+from ._shape import output_elements
 
 __all__ = [
     "JSON_ERRORS",
@@ -77,4 +79,5 @@ __all__ = [
     "inputs_as_json",
     "json_default",
     "json_problem",
+    "output_elements",
 ]

@@ -6,12 +6,18 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import numpy as np
-
 from podium.errors import InvalidTensor, UnsupportedRepresentation
 from podium.types import RequestInput
 
-from ._shape import RaggedError, count_error, describe, flatten, plural, ragged_error
+from ._shape import (
+    RaggedError,
+    count_error,
+    describe,
+    flatten,
+    output_elements,
+    plural,
+    ragged_error,
+)
 
 __all__ = [
     "check_bytes",
@@ -33,37 +39,27 @@ def decode_bytes(inp: RequestInput, shape: list[int], count: int) -> list[str] |
     if len(leaves) != count:
         raise count_error(name, shape, count, len(leaves))
     params = inp.parameters
-    if isinstance(params, dict) and params.get("content_type") == "str":
-        texts: list[str] = []
-        for item in leaves:
-            if isinstance(item, str):
-                texts.append(item)
-            elif isinstance(item, bytes):
-                try:
-                    texts.append(item.decode("utf-8"))
-                except UnicodeDecodeError as exc:
-                    raise InvalidTensor(
-                        f"input '{name}' has content_type 'str' but element "
-                        f"{describe(item)} is not valid UTF-8"
-                    ) from exc
-            else:
-                raise _bad_bytes_element(name, item)
-        return texts
-    blobs: list[bytes] = []
+    as_text = isinstance(params, dict) and params.get("content_type") == "str"
+    # The elements already of the type asked for are kept; the others are converted.
+    kept, converted, convert = (str, bytes, bytes.decode) if as_text else (bytes, str, str.encode)
+    elements: list[Any] = []
     for item in leaves:
-        if isinstance(item, bytes):
-            blobs.append(item)
-        elif isinstance(item, str):
+        if isinstance(item, kept):
+            elements.append(item)
+        elif isinstance(item, converted):
             try:
-                blobs.append(item.encode("utf-8"))
-            except UnicodeEncodeError as exc:
+                elements.append(convert(item, "utf-8"))  # type: ignore[arg-type]
+            except UnicodeError as exc:
                 raise InvalidTensor(
-                    f"input '{name}' of datatype BYTES has element {describe(item)} "
-                    "that cannot be encoded as UTF-8"
+                    f"input '{name}' has content_type 'str' but element {describe(item)} is "
+                    "not valid UTF-8"
+                    if as_text
+                    else f"input '{name}' of datatype BYTES has element {describe(item)} that "
+                    "cannot be encoded as UTF-8"
                 ) from exc
         else:
             raise _bad_bytes_element(name, item)
-    return blobs
+    return elements
 
 
 _TEXT_OR_BYTES = {str, bytes}
@@ -168,15 +164,7 @@ def decode_raw_bytes(
 
 def encode_raw_bytes(name: str, data: Any, count: int) -> bytes:
     """The raw form of output ``name``'s ``BYTES`` elements (str or bytes, ``count`` of them)."""
-    if isinstance(data, np.ndarray):
-        items = data.ravel().tolist()
-    else:
-        try:
-            items = flatten(data)
-        except RaggedError as exc:
-            raise UnsupportedRepresentation(
-                f"output '{name}' has ragged data; a tensor must be rectangular"
-            ) from exc
+    items = output_elements(name, data)
     if len(items) != count:
         raise UnsupportedRepresentation(
             f"output '{name}' has {plural(count, 'element')} by its shape "

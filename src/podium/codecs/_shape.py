@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from podium.errors import InvalidTensor
+from podium.errors import InvalidTensor, UnsupportedRepresentation
 from podium.types import DATATYPES
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "element_count",
     "flatten",
     "leaves_of",
+    "output_elements",
     "plural",
     "ragged_error",
     "unknown_datatype",
@@ -124,6 +125,19 @@ def flatten(data: Any) -> list[Any]:
     if any(isinstance(item, list | tuple) for item in level):
         raise RaggedError
     return level
+
+
+def output_elements(name: str, data: Any) -> list[Any]:
+    """Output ``name``'s elements in row-major order (numpy's as Python values);
+    :class:`UnsupportedRepresentation` when its nested lists are ragged."""
+    if isinstance(data, np.generic):
+        return [data.item()]
+    try:
+        return flatten(data)
+    except RaggedError as exc:
+        raise UnsupportedRepresentation(
+            f"output '{name}' has ragged data; a tensor must be rectangular"
+        ) from exc
 
 
 def unknown_datatype(name: str, datatype: Any) -> InvalidTensor:

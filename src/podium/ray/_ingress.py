@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..config import ModelConfig
@@ -27,6 +27,16 @@ from ._remote import RemotePlane
 __all__ = ["Ingress"]
 
 logger = logging.getLogger("podium.ray")
+
+
+def _unary(rpc: str) -> Callable[[Any, Any, Any], Awaitable[Any]]:
+    """The ingress's method ``rpc``, by which Serve's gRPC proxy calls a unary RPC."""
+
+    async def method(self: Ingress, request: Any, grpc_context: Any) -> Any:
+        return await self.podium_grpc.unary(rpc, request, grpc_context)
+
+    method.__name__ = rpc
+    return method
 
 
 class Ingress:
@@ -59,29 +69,14 @@ class Ingress:
 
     # -- OIP gRPC, as Serve's gRPC proxy calls it (_grpc.py): one method per RPC, by name -----
 
-    async def ServerLive(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("ServerLive", request, grpc_context)
-
-    async def ServerReady(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("ServerReady", request, grpc_context)
-
-    async def ModelReady(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("ModelReady", request, grpc_context)
-
-    async def ServerMetadata(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("ServerMetadata", request, grpc_context)
-
-    async def ModelMetadata(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("ModelMetadata", request, grpc_context)
-
-    async def ModelConfig(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("ModelConfig", request, grpc_context)
-
-    async def ModelInfer(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("ModelInfer", request, grpc_context)
-
-    async def RepositoryIndex(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        return await self.podium_grpc.unary("RepositoryIndex", request, grpc_context)
+    ServerLive = _unary("ServerLive")
+    ServerReady = _unary("ServerReady")
+    ModelReady = _unary("ModelReady")
+    ServerMetadata = _unary("ServerMetadata")
+    ModelMetadata = _unary("ModelMetadata")
+    ModelConfig = _unary("ModelConfig")
+    ModelInfer = _unary("ModelInfer")
+    RepositoryIndex = _unary("RepositoryIndex")
 
     async def ModelStreamInfer(  # noqa: N802
         self, requests: AsyncIterator[Any], grpc_context: Any

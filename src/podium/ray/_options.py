@@ -11,12 +11,12 @@ Nothing here imports Ray: the options are plain mappings that ``podium.ray._app`
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig, ServerConfig, load_yaml
+from ..config import SETTINGS, Kind, ModelConfig, ServerConfig, load_yaml
 from ..errors import DefinitionError
 
 __all__ = [
@@ -110,9 +110,9 @@ class AppSettings:
         if config_file is not None:
             file = Path(str(config_file))
             values, paths = _from_file(file)
-        for key, convert in _SETTINGS.items():
+        for key in _SETTINGS:
             if args.get(key) is not None:
-                values[key] = convert(key, args[key])
+                values[key] = _argument(key, args[key])
         paths += _paths(args.get("paths"))
         if not paths:
             raise ValueError(
@@ -148,23 +148,15 @@ def _integer(key: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
-def _text(key: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"'{key}' must be a non-empty string, got {value!r}")
+#: ``podium serve``'s settings that apply on Ray, checked as it checks them (``ServerConfig``).
+_SETTINGS = ("secrets_dir", "threads", "max_request_size", "sequence_header", "log_level")
+
+
+def _argument(key: str, value: Any) -> Any:
+    """An argument as ``serve run ... KEY=VALUE`` gives it (a string), as the setting's kind."""
+    if SETTINGS[key].kind is Kind.INTEGER and isinstance(value, str) and value.strip().isdigit():
+        return int(value)
     return value
-
-
-def _directory(key: str, value: Any) -> Path:
-    return Path(_text(key, value))
-
-
-_SETTINGS: dict[str, Callable[[str, Any], Any]] = {
-    "secrets_dir": _directory,
-    "threads": _integer,
-    "max_request_size": _integer,
-    "sequence_header": _text,
-    "log_level": _text,
-}
 
 
 def _paths(value: Any) -> list[str]:

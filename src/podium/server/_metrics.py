@@ -8,6 +8,11 @@ here: requests pay only for the counters' increments (``runtime/_stats``), and l
 made at scrape time from the versions registered then. A scrape runs on the event loop, where
 every counter is written, so it reads a consistent state without a lock.
 
+The GPUs' families (Triton's ``nv_gpu_*`` names and units, docs/devices.md) are sampled only when
+a scrape asks (``nvidia-ml-py``: a few NVML calls per GPU, well under a millisecond each), never
+on a request's path; each worker's device and the device failures of each version are counted
+with the rest.
+
 Every metric, with its labels and the nearest TorchServe, MLServer and Triton names, is in
 docs/metrics.md.
 """
@@ -46,11 +51,10 @@ from ..metrics import Kind
 from ..types import ModelState
 from ._access import AccessLog
 from ._asgi import Receive, Scope, Send
-from ._device_metrics import device_metrics
 from ._limits import ConnectionStatistics
 from .http._responses import send_body, send_error
 
-__all__ = ["MetricsApp", "PodiumCollector", "metrics_registry"]
+__all__ = ["MetricsApp", "PodiumCollector", "device_metrics", "metrics_registry"]
 
 logger = logging.getLogger("podium.metrics")
 
@@ -86,6 +90,46 @@ def _histogram_family(name: str, doc: str, *labels: str) -> HistogramMetricFamil
 
 def _labels(mv: ModelVersion) -> list[str]:
     return [mv.name, mv.version or UNVERSIONED]
+
+
+_GPU = ["gpu_uuid", "gpu"]
+
+#: Each GPU family: its name, help, the sample's field and what it is divided by (Triton's
+#: names and units; a field the driver did not report is not written).
+_GPU_FAMILIES = (
+    ("nv_gpu_utilization", "GPU utilisation rate, 0.0-1.0 (Triton's).", "utilization", 100),
+    ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes (Triton's).", "memory_total", 1),
+    ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes (Triton's).", "memory_used", 1),
+    ("nv_gpu_power_usage", "GPU power usage, in watts (Triton's).", "power_watts", 1),
+    (
+        "nv_gpu_power_limit",
+        "GPU power management limit, in watts (Triton's).",
+        "power_limit_watts",
+        1,
+    ),
+    # a gauge that only grows: a counter would be written nv_energy_consumption_total, not
+    # Triton's name
+    (
+        "nv_energy_consumption",
+        "GPU energy consumption since the driver loaded, in joules (Triton's).",
+        "energy_joules",
+        1,
+    ),
+    ("podium_gpu_temperature_celsius", "GPU core temperature, in °C.", "temperature_c", 1),
+)
+
+
+def device_metrics(samples: list[GpuSample]) -> Iterator[Metric]:
+    """The GPUs' families, from ``samples`` (their state now; none: no family)."""
+    if not samples:
+        return
+    for name, doc, field, divisor in _GPU_FAMILIES:
+        family = GaugeMetricFamily(name, doc, labels=_GPU)
+        for s in samples:
+            value = getattr(s, field)
+            if value is not None:
+                family.add_metric([s.gpu.uuid, str(s.gpu.index)], value / divisor)
+        yield family
 
 
 class PodiumCollector:
@@ -130,7 +174,7 @@ class PodiumCollector:
         yield from self._requests(versions)
         yield from self._tokens(versions)
         yield from self._state(versions)
-        yield from device_metrics(self._gpus, versions)
+        yield from device_metrics(self._gpus())
         yield from self._custom(versions)
 
     # -- server-wide -----------------------------------------------------------------------------
@@ -247,6 +291,16 @@ class PodiumCollector:
             "Workers replaced, by reason (crashed, response_timeout, device_lost).",
             "reason",
         )
+        oom = _counter(
+            "podium_device_out_of_memory",
+            "Requests failed because their device ran out of memory (507).",
+            "device",
+        )
+        lost = _counter(
+            "podium_device_lost",
+            "Devices lost under a worker (a driver error); the worker was replaced.",
+            "device",
+        )
         for mv in versions:
             labels = _labels(mv)
             stats = mv.stats
@@ -275,31 +329,29 @@ class PodiumCollector:
                 ended.add_metric([*labels, reason.value], n)
             for why, n in stats.restarts.items():
                 restarts.add_metric([*labels, why.value], n)
+            for device, n in stats.out_of_memory.items():
+                oom.add_metric([*labels, device], n)
+            for device, n in stats.lost_devices.items():
+                lost.add_metric([*labels, device], n)
         yield from (total, duration, *parts.values(), first, items, batch_size, batches)
-        yield from (steps, ended, restarts)
+        yield from (steps, ended, restarts, oom, lost)
 
     def _tokens(self, versions: list[ModelVersion]) -> Iterator[Metric]:
         """OpenAI's API's completions (vLLM's ``vllm:*`` names, with Podium's prefix)."""
-        prompt = CounterMetricFamily(
-            "podium_prompt_tokens", "Prompt tokens of OpenAI completions.", labels=_MV
-        )
-        generated = CounterMetricFamily(
-            "podium_generation_tokens", "Tokens generated for OpenAI completions.", labels=_MV
-        )
-        first = HistogramMetricFamily(
+        prompt = _counter("podium_prompt_tokens", "Prompt tokens of OpenAI completions.")
+        generated = _counter("podium_generation_tokens", "Tokens generated for OpenAI completions.")
+        first = _histogram_family(
             "podium_time_to_first_token_seconds",
             "Time from an OpenAI completion's arrival to its first generated token.",
-            labels=_MV,
         )
-        per_token = HistogramMetricFamily(
+        per_token = _histogram_family(
             "podium_time_per_output_token_seconds",
             "Time per generated token after the first, per choice (inter-token latency).",
-            labels=_MV,
         )
-        finished = CounterMetricFamily(
+        finished = _counter(
             "podium_request_success",
             "OpenAI completion choices finished, by finish_reason (stop, length, abort).",
-            labels=[*_MV, "finished_reason"],
+            "finished_reason",
         )
         for mv in versions:
             t = mv.stats.tokens
@@ -344,6 +396,12 @@ class PodiumCollector:
         )
         sequences = _gauge("podium_sequences_open", "Stateful sequences open.")
         workers = _gauge("podium_workers", "Workers by state (starting, ready, stopping).", "state")
+        on = _gauge(
+            "podium_worker_device",
+            "1 for each worker, labelled with its device (cpu, cuda:N in the server's numbering).",
+            "worker",
+            "device",
+        )
         ready = _gauge("podium_model_ready", "1 if the model version serves requests, else 0.")
         load = _gauge("podium_model_load_seconds", "How long the model version's last load took.")
         for mv in versions:
@@ -365,12 +423,13 @@ class PodiumCollector:
             for info in mv.workers():
                 if info.state in by_state:
                     by_state[info.state] += 1
+                on.add_metric([*labels, str(info.id), info.device], 1)
             for state, n in by_state.items():
                 workers.add_metric([*labels, state.value], n)
             ready.add_metric(labels, 1 if mv.state is ModelState.READY else 0)
             if stats.load_ns:
                 load.add_metric(labels, stats.load_ns / 1e9)
-        yield from (in_flight, queued, streams, slots, busy, running, sequences, workers)
+        yield from (in_flight, queued, streams, slots, busy, running, sequences, workers, on)
         yield from (ready, load)
 
     # -- the models' own -------------------------------------------------------------------------

@@ -188,7 +188,7 @@ class OtelHooks:
         return self._begin(
             method,
             scope["headers"],
-            _HEADERS,
+            _PAIRS,
             {"http.request.method": method, "url.scheme": scope.get("scheme", "http")},
         )
 
@@ -210,7 +210,7 @@ class OtelHooks:
         span, _ = self._begin(
             path[1:],
             metadata or (),
-            _METADATA,
+            _PAIRS,
             {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method},
         )
         return span  # the call's own task: its context ends with it (no detach)
@@ -247,15 +247,8 @@ class OtelHooks:
             return
         attributes = _model_attributes(model, version)
         attributes["podium.worker.pid"] = pid or 0
-        span = self._tracer.start_span("predict", attributes=attributes)
-        try:
+        with _ending(self._tracer.start_span("predict", attributes=attributes)):
             yield
-        except Exception as exc:
-            span.record_exception(exc)
-            span.set_status(self._error)
-            raise
-        finally:
-            span.end()
 
     @contextlib.contextmanager
     def batch(self, waiting: list[Any]) -> Iterator[Any]:
@@ -326,17 +319,10 @@ class _TracedInstance:
 
     async def _stream(self, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
         # Not made current: an async generator's frames run in whichever context reads it.
-        span = self._tracer.start_span("predict", attributes=self._attributes)
-        try:
+        with _ending(self._tracer.start_span("predict", attributes=self._attributes)):
             async with contextlib.aclosing(items):
                 async for item in items:
                     yield item
-        except Exception as exc:
-            span.record_exception(exc)
-            span.set_status(_error_status())
-            raise
-        finally:
-            span.end()
 
 
 def _model_attributes(model: str, version: str | None) -> dict[str, Any]:
@@ -346,35 +332,36 @@ def _model_attributes(model: str, version: str | None) -> dict[str, Any]:
     return attributes
 
 
-def _error_status() -> Any:
-    from opentelemetry.trace import Status, StatusCode
+@contextlib.contextmanager
+def _ending(span: Any) -> Iterator[None]:
+    """Around a span's work: an exception is recorded on it (status error), and it ends."""
+    try:
+        yield
+    except Exception as exc:
+        from opentelemetry.trace import Status, StatusCode
 
-    return Status(StatusCode.ERROR)
-
-
-class _HeaderGetter:
-    """OpenTelemetry's ``Getter`` over ASGI headers (a list of lower-case byte pairs)."""
-
-    def get(self, carrier: Any, key: str) -> list[str] | None:
-        name = key.lower().encode("latin-1")
-        found = [value.decode("latin-1") for k, value in carrier if k == name]
-        return found or None
-
-    def keys(self, carrier: Any) -> list[str]:
-        return [k.decode("latin-1") for k, _ in carrier]
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR))
+        raise
+    finally:
+        span.end()
 
 
-class _MetadataGetter:
-    """OpenTelemetry's ``Getter`` over gRPC invocation metadata (``(key, value)`` pairs)."""
+class _PairsGetter:
+    """OpenTelemetry's ``Getter`` over ``(name, value)`` pairs: ASGI headers (lower-case byte
+    strings) or gRPC invocation metadata (lower-case names; ``-bin`` values as bytes)."""
 
     def get(self, carrier: Any, key: str) -> list[str] | None:
         name = key.lower()
-        found = [v if isinstance(v, str) else v.decode("latin-1") for k, v in carrier if k == name]
+        found = [_text(v) for k, v in carrier if _text(k) == name]
         return found or None
 
     def keys(self, carrier: Any) -> list[str]:
-        return [k for k, _ in carrier]
+        return [_text(k) for k, _ in carrier]
 
 
-_HEADERS = _HeaderGetter()
-_METADATA = _MetadataGetter()
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("latin-1")
+
+
+_PAIRS = _PairsGetter()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
@@ -30,7 +31,7 @@ from ...errors import PodiumError, bounded, grpc_code
 from .._access import with_request_id
 from .bridge import Aborted
 
-__all__ = ["ReplyFailed", "abort_with", "status_of", "unhandled_status"]
+__all__ = ["ReplyFailed", "abort_with", "guarded", "status_of", "unhandled_status"]
 
 logger = logging.getLogger("podium.grpc")
 
@@ -79,3 +80,20 @@ async def abort_with(context: Any, exc: BaseException, where: str = "") -> NoRet
         )
     await context.abort(code, message)
     raise AssertionError("context.abort returned")  # pragma: no cover - it always raises
+
+
+def guarded(
+    handler: Callable[[Any, Any], Awaitable[Any]], where: str
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """The unary ``handler`` (method ``where``) with its every failure ending the call through
+    :func:`abort_with`; grpc's own abort passes as it is."""
+
+    async def serve(message: Any, context: Any) -> Any:
+        try:
+            return await handler(message, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await abort_with(context, exc, where)
+
+    return serve

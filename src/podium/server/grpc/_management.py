@@ -20,7 +20,7 @@ import msgspec
 from ...errors import InvalidInput
 from .._auth import MANAGEMENT, Authorizer
 from ..management import Management, Outcome, Registration, Scaling, page
-from ._errors import abort_with
+from ._errors import guarded
 from ._pool import message_class
 from ._server import Service
 
@@ -76,20 +76,16 @@ class ManagementService:
     def _wrap(
         self, name: str, handler: Callable[[Any], Awaitable[Outcome]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-        where = f"/{SERVICE}/{name}"
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            try:
-                if self.authorizer is not None:  # before anything of the call runs
-                    self.authorizer.check_metadata(context.invocation_metadata(), MANAGEMENT)
-                reply = await handler(request)
-                if reply.text is not None:  # as TorchServe: the status text, not its JSON
-                    return ManagementResponse(msg=reply.text)
-                return ManagementResponse(msg=_encoder.encode(reply.body).decode())
-            except Exception as exc:
-                await abort_with(context, exc, where)
+            if self.authorizer is not None:  # before anything of the call runs
+                self.authorizer.check_metadata(context.invocation_metadata(), MANAGEMENT)
+            reply = await handler(request)
+            if reply.text is not None:  # as TorchServe: the status text, not its JSON
+                return ManagementResponse(msg=reply.text)
+            return ManagementResponse(msg=_encoder.encode(reply.body).decode())
 
-        return call
+        return guarded(call, f"/{SERVICE}/{name}")
 
     # -- the six RPCs ----------------------------------------------------------------------
 

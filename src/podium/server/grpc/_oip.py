@@ -48,13 +48,13 @@ from google.protobuf import json_format
 
 from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, NotFound, PodiumError
-from ...types import Call, InferenceResponse, ModelMetadata, WireProtocol
+from ...types import Call, InferenceResponse, WireProtocol
 from .. import _repository, _sequences
 from .._access import adopt, with_request_id
 from .._headers import grpc_metadata
 from . import _memory
 from ._call import GrpcCall
-from ._errors import abort_with, status_of
+from ._errors import abort_with, guarded, status_of
 from ._pool import message_class
 from ._server import Service
 from ._tensors import (
@@ -112,18 +112,8 @@ class _Failure:
 def _unary(handler: Callable[[Any, Any], Awaitable[Any]], rpc: str) -> grpc.RpcMethodHandler:
     """The unary method handler of ``rpc`` (its messages ``inference.<rpc>Request`` and
     ``...Response``), whose every failure goes through :func:`abort_with`."""
-    where = f"/{SERVICE}/{rpc}"
-
-    async def serve(message: Any, context: Any) -> Any:
-        try:
-            return await handler(message, context)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as exc:
-            await abort_with(context, exc, where)
-
     return grpc.unary_unary_rpc_method_handler(
-        serve,
+        guarded(handler, f"/{SERVICE}/{rpc}"),
         request_deserializer=_m(f"inference.{rpc}Request").FromString,
         response_serializer=_m(f"inference.{rpc}Response").SerializeToString,
     )
@@ -222,8 +212,8 @@ class OipService:
             versions=meta.versions,
             platform=str(meta.platform),
         )
-        _tensors_metadata(response.inputs, meta, "inputs", meta.inputs)
-        _tensors_metadata(response.outputs, meta, "outputs", meta.outputs)
+        _tensors_metadata(response.inputs, meta.inputs)
+        _tensors_metadata(response.outputs, meta.outputs)
         fill_parameters(response.parameters, meta.parameters or {})
         return response
 
@@ -528,25 +518,11 @@ def _model_name(message: Any, rpc: str) -> str:
     return str(name)
 
 
-def _tensors_metadata(target: Any, meta: ModelMetadata, key: str, tensors: list[Any]) -> None:
-    """The inputs or outputs of a model's metadata, added to ``target``."""
+def _tensors_metadata(target: Any, tensors: list[dict[str, Any]]) -> None:
+    """The inputs or outputs of a model's metadata, added to ``target`` (each entry as
+    ``ModelConfig`` checked it: a name, a datatype, a shape, parameters or none)."""
     for tensor in tensors:
-        _tensor_metadata(target.add(), meta.name, key, tensor)
-
-
-def _tensor_metadata(target: Any, model: str, key: str, tensor: Any) -> None:
-    """One input or output of a model's configured ``model_metadata``."""
-    if not isinstance(tensor, dict):
-        raise PodiumError(
-            f"model '{model}' metadata has {key} entry {tensor!r}; each must be a mapping with "
-            "name, datatype and shape"
-        )
-    try:
-        target.name = str(tensor.get("name", ""))
-        target.datatype = str(tensor.get("datatype", ""))
-        target.shape.extend(int(dim) for dim in tensor.get("shape") or [])
-    except (TypeError, ValueError) as exc:
-        raise PodiumError(f"model '{model}' metadata has a malformed {key} entry: {exc}") from exc
-    parameters = tensor.get("parameters")
-    if isinstance(parameters, dict):
-        fill_parameters(target.parameters, parameters)
+        entry = target.add(name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"])
+        parameters = tensor.get("parameters")
+        if parameters:
+            fill_parameters(entry.parameters, parameters)

@@ -238,7 +238,7 @@ def to_message(response: InferenceResponse, raw: bool, into: Any = None) -> Any:
 
 
 def _fill_typed(contents: Any, name: str, datatype: str, data: Any) -> None:
-    values = _flat(data)
+    values = codecs.output_elements(name, data)
     if datatype == "BYTES":
         values = [v if isinstance(v, bytes) else str(v).encode() for v in values]
     try:
@@ -247,21 +247,3 @@ def _fill_typed(contents: Any, name: str, datatype: str, data: Any) -> None:
         raise UnsupportedRepresentation(
             f"output '{name}' of datatype {datatype} has data its typed contents cannot hold: {exc}"
         ) from exc
-
-
-def _flat(data: Any) -> list[Any]:
-    """Elements in row-major order, as Python values."""
-    if isinstance(data, np.ndarray):
-        return list(data.ravel().tolist())
-    if isinstance(data, list | tuple):
-        if not data or not isinstance(data[0], list | tuple | np.ndarray):
-            return list(data)  # flat (nested lists are rectangular: the first item tells)
-        flat: list[Any] = []
-        for item in data:
-            flat.extend(_flat(item))
-        return flat
-    if data is None:
-        return []
-    if isinstance(data, np.generic):
-        return [data.item()]
-    return [data]

@@ -19,12 +19,12 @@ import msgspec
 
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, ModelError, UnsupportedRepresentation
+from ...errors import InvalidInput, ModelError, UnsupportedRepresentation, grpc_code_of_status
 from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
 from ._call import GrpcCall
-from ._errors import ReplyFailed, abort_with, status_of
+from ._errors import ReplyFailed, abort_with, guarded, status_of
 from ._pool import message_class
 from ._server import Service
 
@@ -109,21 +109,6 @@ def _is_response(value: Any) -> bool:
     return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
 
 
-#: The gRPC status for an HTTP error status a model set (``Reply.status``); others: INTERNAL.
-_HTTP_TO_GRPC = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.ALREADY_EXISTS,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    501: grpc.StatusCode.UNIMPLEMENTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
-
-
 def reply_error(mv: ModelVersion, reply: Reply) -> None:
     """Raise :class:`ReplyFailed` when ``reply`` carries an HTTP error status (400 and up): the
     call ends with the matching gRPC status and the body as its message."""
@@ -139,7 +124,7 @@ def reply_error(mv: ModelVersion, reply: Reply) -> None:
             text = _json.encode(body).decode()
         except TypeError:
             text = repr(body)
-    code = _HTTP_TO_GRPC.get(reply.status, grpc.StatusCode.INTERNAL)
+    code = grpc.StatusCode[grpc_code_of_status(reply.status)]  # the one table's
     raise ReplyFailed(code, f"{mv.label} answered HTTP {reply.status}: {text}")
 
 
@@ -203,7 +188,9 @@ class TorchServeInference:
                 response_serializer=TorchServeHealthResponse.SerializeToString,
             ),
             "Predictions": grpc.unary_unary_rpc_method_handler(
-                self.predictions, request_deserializer=read, response_serializer=write
+                guarded(self.predictions, _PREDICTIONS),
+                request_deserializer=read,
+                response_serializer=write,
             ),
             "StreamPredictions": grpc.unary_stream_rpc_method_handler(
                 self.stream_predictions, request_deserializer=read, response_serializer=write
@@ -231,17 +218,14 @@ class TorchServeInference:
         return TorchServeHealthResponse(health=health)
 
     async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
-            caps = mv.instance.capabilities
-            if caps.streaming and caps.input_kind is InputKind.WIRE:
-                return await self._first(mv, call, request, context)
-            answer = await self.dataplane.infer(call, mv)
-            response = _answer(mv, answer.value, request, answer.sequence)
-            await _send_headers(context, answer.value, [False])
-            return response
-        except Exception as exc:
-            await abort_with(context, exc, _PREDICTIONS)
+        mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))
+        caps = mv.instance.capabilities
+        if caps.streaming and caps.input_kind is InputKind.WIRE:
+            return await self._first(mv, call, request, context)
+        answer = await self.dataplane.infer(call, mv)
+        response = _answer(mv, answer.value, request, answer.sequence)
+        await _send_headers(context, answer.value, [False])
+        return response
 
     async def _first(
         self, mv: ModelVersion, call: Call, request: Any, context: grpc.aio.ServicerContext
