@@ -19,12 +19,13 @@ import msgspec
 
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, ModelError, UnsupportedRepresentation
+from ...errors import InvalidInput, ModelError, ModelStatus, UnsupportedRepresentation
 from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
+from ..http._responses import is_response
 from ._call import GrpcCall
-from ._errors import ReplyFailed, abort_with, status_of
+from ._errors import abort_with, status_of
 from ._pool import message_class
 from ._server import Service
 
@@ -89,7 +90,7 @@ def prediction_of(mv: ModelVersion, value: Any) -> bytes:
         return value
     if isinstance(value, str):
         return value.encode()
-    if _is_response(value):
+    if is_response(value):
         body = getattr(value, "body", None)
         if not isinstance(body, bytes):  # a StreamingResponse: stream with a generator instead
             raise UnsupportedRepresentation(
@@ -105,28 +106,10 @@ def prediction_of(mv: ModelVersion, value: Any) -> bytes:
         ) from exc
 
 
-def _is_response(value: Any) -> bool:
-    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
-
-
-#: The gRPC status for an HTTP error status a model set (``Reply.status``); others: INTERNAL.
-_HTTP_TO_GRPC = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.ALREADY_EXISTS,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    501: grpc.StatusCode.UNIMPLEMENTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
-
-
 def reply_error(mv: ModelVersion, reply: Reply) -> None:
-    """Raise :class:`ReplyFailed` when ``reply`` carries an HTTP error status (400 and up): the
-    call ends with the matching gRPC status and the body as its message."""
+    """Raise :class:`~podium.errors.ModelStatus` when ``reply`` carries an HTTP error status
+    (400 and up): the call ends with the gRPC code the one table in ``errors.py`` gives that
+    status, and the body as its message."""
     if reply.status < 400:
         return
     body = reply.body
@@ -139,8 +122,7 @@ def reply_error(mv: ModelVersion, reply: Reply) -> None:
             text = _json.encode(body).decode()
         except TypeError:
             text = repr(body)
-    code = _HTTP_TO_GRPC.get(reply.status, grpc.StatusCode.INTERNAL)
-    raise ReplyFailed(code, f"{mv.label} answered HTTP {reply.status}: {text}")
+    raise ModelStatus(f"{mv.label} answered HTTP {reply.status}: {text}", reply.status)
 
 
 # Headers gRPC owns itself, or that describe the HTTP body rather than the model's answer.
@@ -157,7 +139,7 @@ def metadata_of(value: Any) -> tuple[tuple[str, str | bytes], ...]:
             if key.lower().encode("latin-1") not in _NOT_METADATA
         }
         return grpc_metadata(headers)
-    if not _is_response(value):
+    if not is_response(value):
         return ()
     return grpc_metadata(
         (key.decode("latin-1"), val.decode("latin-1"))
