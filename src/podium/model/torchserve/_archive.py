@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from ...config import SETTINGS
 from ...errors import DefinitionError
 from .._owned import Owned, Shared
 from .._source import read_json_object
@@ -50,7 +51,6 @@ __all__ = [
     "MANIFEST",
     "ArchiveLimits",
     "archive_model",
-    "extract",
     "extract_owned",
     "is_archive",
     "make_manifest",
@@ -74,21 +74,21 @@ _lock = threading.Lock()
 _root: Path | None = None
 
 
+_SIZE, _RATIO = SETTINGS["max_archive_size"], SETTINGS["max_archive_ratio"]
+
+
 @dataclass(frozen=True, slots=True)
 class ArchiveLimits:
     """How far an archive may expand: ``max_size`` bytes in all (``--max-archive-size``), and at
     most ``max_ratio`` times the archive's own size (``--max-archive-ratio``) where that is
-    more than :data:`RATIO_FLOOR`. ``ValueError`` for a size below 1 or a ratio below 1."""
+    more than :data:`RATIO_FLOOR`. Defaults and checks are those settings' (``ValueError``)."""
 
-    max_size: int = 4 << 30
-    max_ratio: float = 100.0
+    max_size: int = _SIZE.default
+    max_ratio: float = _RATIO.default
 
     def __post_init__(self) -> None:
-        size, ratio = self.max_size, self.max_ratio
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"max-archive-size must be >= 1 byte (an integer), got {size!r}")
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1:
-            raise ValueError(f"max-archive-ratio must be a number >= 1, got {ratio!r}")
+        _SIZE.check(self.max_size)
+        _RATIO.check(self.max_ratio)
 
     def allowed(self, compressed: int) -> int:
         """The bytes an archive of ``compressed`` bytes may expand to."""
@@ -128,11 +128,8 @@ def _private_root() -> Path:
 
 
 def _digest(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @dataclass(slots=True)
@@ -145,20 +142,15 @@ class _Extracted:
 _extracted: dict[str, _Extracted] = {}
 
 
-def extract(archive: Path, limits: ArchiveLimits | None = None) -> Path:
+def extract_owned(archive: Path, limits: ArchiveLimits | None = None) -> tuple[Path, Owned]:
     """The directory holding ``archive``'s files (the one with ``MAR-INF/MANIFEST.json``),
-    extracted once per process and content and kept until the process exits.
+    extracted once per process and content, and a hold on it: it is removed once every hold
+    taken on it is released (by the model versions that use it), else when the process exits.
 
     Raises ``DefinitionError`` for an unreadable archive, a member that would land outside the
     directory, an archive past ``limits`` (default: those of :func:`set_limits`) or the disk's
     free space, or a missing manifest; then nothing of it is left on disk.
     """
-    return extract_owned(archive, limits)[0]  # a hold never released: kept
-
-
-def extract_owned(archive: Path, limits: ArchiveLimits | None = None) -> tuple[Path, Owned]:
-    """As :func:`extract`, with a hold on the directory: it is removed once every hold taken on
-    it is released (by the model versions that use it)."""
     try:
         key = _digest(archive)
     except OSError as exc:
