@@ -53,7 +53,6 @@ __all__ = [
     "archive_model",
     "extract_owned",
     "is_archive",
-    "make_manifest",
     "read_manifest",
     "set_limits",
     "write_archive",
@@ -377,36 +376,6 @@ def _extract_tar(archive: Path, target: Path, limits: ArchiveLimits) -> None:
 # -- writing ------------------------------------------------------------------------------
 
 
-def make_manifest(
-    *,
-    model_name: str,
-    handler: str,
-    version: str | None = None,
-    serialized_file: str | None = None,
-    model_file: str | None = None,
-    config_file: str | None = None,
-    requirements_file: str | None = None,
-) -> dict[str, Any]:
-    """A ``MANIFEST.json`` as torch-model-archiver writes it (file names without their paths)."""
-    model: dict[str, Any] = {"modelName": model_name, "handler": handler}
-    if serialized_file:
-        model["serializedFile"] = serialized_file
-    if model_file:
-        model["modelFile"] = model_file
-    if version:
-        model["modelVersion"] = version
-    if requirements_file:
-        model["requirementsFile"] = requirements_file
-    if config_file:
-        model["configFile"] = config_file
-    return {
-        "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
-        "runtime": "python",
-        "model": model,
-        "archiverVersion": "podium",
-    }
-
-
 def _walk(files: Mapping[str, Path]) -> Iterator[tuple[str, Path]]:
     """(name in the archive, file on disk); a directory contributes its files under its name."""
     for name, path in files.items():
@@ -497,17 +466,23 @@ def archive_model(
     # a default handler's name (torch-model-archiver's list) is written, not copied
     by_name = str(handler) in ARCHIVER_DEFAULT_HANDLERS and not Path(handler).exists()
     handler_file = None if by_name else Path(handler)
+    # the manifest as torch-model-archiver writes it: each file named without its path
+    model: dict[str, Any] = {"modelName": model_name, "handler": str(handler)}
+    if version:
+        model["modelVersion"] = version
     files: dict[str, Path] = {}
-    for flag, path in (
-        ("--handler", handler_file),
-        ("--serialized-file", serialized_file),
-        ("--model-file", model_file),
-        ("--config-file", config_file),
-        ("--requirements-file", requirements_file),
-        *(("--extra-files", p) for p in extra_files),
+    for flag, key, path in (
+        ("--handler", "handler", handler_file),
+        ("--serialized-file", "serializedFile", serialized_file),
+        ("--model-file", "modelFile", model_file),
+        ("--config-file", "configFile", config_file),
+        ("--requirements-file", "requirementsFile", requirements_file),
+        *(("--extra-files", None, p) for p in extra_files),
     ):
         if path is None:
             continue
+        if key is not None:
+            model[key] = path.name
         if not path.exists() or (flag != "--extra-files" and not path.is_file()):
             raise ValueError(f"{flag} {path}: no such file")
         if path.name in files and files[path.name].resolve() != path.resolve():
@@ -522,13 +497,10 @@ def archive_model(
     if dest.is_dir() and force:
         shutil.rmtree(dest)
     export_path.mkdir(parents=True, exist_ok=True)
-    manifest = make_manifest(
-        model_name=model_name,
-        handler=handler_file.name if handler_file else str(handler),
-        version=version,
-        serialized_file=serialized_file.name if serialized_file else None,
-        model_file=model_file.name if model_file else None,
-        config_file=config_file.name if config_file else None,
-        requirements_file=requirements_file.name if requirements_file else None,
-    )
+    manifest = {
+        "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
+        "runtime": "python",
+        "model": model,
+        "archiverVersion": "podium",
+    }
     return write_archive(dest, files, manifest, archive_format)
