@@ -81,11 +81,16 @@ def payload_of(inputs: Mapping[str, bytes]) -> Any:
 
 def prediction_of(mv: ModelVersion, value: Any) -> bytes:
     """A model's value as ``PredictionResponse.prediction``, as ``POST /predictions`` sends it:
-    ``bytes`` as they are, ``str`` as UTF-8, anything else as JSON; a :class:`Reply`'s body
-    (with an error status it fails instead, see :func:`reply_error`)."""
+    ``bytes`` as they are, ``str`` as UTF-8, anything else as JSON; a :class:`Reply`'s body. A
+    :class:`Reply` with an HTTP error status (400 and up) raises
+    :class:`~podium.errors.ModelStatus` instead: the call ends with the gRPC code the one table
+    in ``errors.py`` gives that status, and the body as its message."""
     if isinstance(value, Reply):
-        reply_error(mv, value)
-        value = value.body
+        body = prediction_of(mv, value.body)
+        if value.status >= 400:
+            text = body.decode("utf-8", "replace")
+            raise ModelStatus(f"{mv.label} answered HTTP {value.status}: {text}", value.status)
+        return body
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
@@ -104,25 +109,6 @@ def prediction_of(mv: ModelVersion, value: Any) -> bytes:
         raise UnsupportedRepresentation(
             f"{mv.label} returned a value that cannot be encoded as JSON: {exc}"
         ) from exc
-
-
-def reply_error(mv: ModelVersion, reply: Reply) -> None:
-    """Raise :class:`~podium.errors.ModelStatus` when ``reply`` carries an HTTP error status
-    (400 and up): the call ends with the gRPC code the one table in ``errors.py`` gives that
-    status, and the body as its message."""
-    if reply.status < 400:
-        return
-    body = reply.body
-    if isinstance(body, bytes):
-        text = body.decode("utf-8", "replace")
-    elif isinstance(body, str):
-        text = body
-    else:
-        try:
-            text = _json.encode(body).decode()
-        except TypeError:
-            text = repr(body)
-    raise ModelStatus(f"{mv.label} answered HTTP {reply.status}: {text}", reply.status)
 
 
 # Headers gRPC owns itself, or that describe the HTTP body rather than the model's answer.
