@@ -104,6 +104,14 @@ def _kind(metric_type: Any) -> Kind:
         ) from None
 
 
+#: How each kind records a value: a counter adds, a gauge is set, a histogram observes.
+_RECORD = {
+    Kind.COUNTER: MetricStore.add,
+    Kind.GAUGE: MetricStore.set,
+    Kind.HISTOGRAM: MetricStore.observe,
+}
+
+
 class TorchServeMetric:
     """One metric of a handler (what ``get_metric`` / ``add_metric_to_cache`` return)."""
 
@@ -159,12 +167,7 @@ class TorchServeMetric:
         if self._log:
             log_line(self.metric_name, self.unit, value, zip(self.dimension_names, labels, strict=False),
                      request_id, model=True)  # fmt: skip
-        if self._kind is Kind.COUNTER:
-            store.add(family, labels, float(value))
-        elif self._kind is Kind.GAUGE:
-            store.set(family, labels, float(value))
-        else:
-            store.observe(family, labels, float(value))
+        _RECORD[self._kind](store, family, labels, float(value))
 
     def update(
         self, value: float, request_id: str = "", dimensions: list[Any] | None = None
@@ -240,12 +243,9 @@ class TorchServeMetrics:
         metric.add_or_update(value, [d.value for d in dims])
 
     def _get_or_add(self, name: str, unit: str, names: list[str], kind: Kind) -> TorchServeMetric:
-        key = (name, kind.value)
-        found = self._cache.get(key)
+        found = self._cache.get((name, kind.value))
         if found is None or found.dimension_names != names:
-            found = self._cache[key] = TorchServeMetric(
-                self._store, name, unit, names, kind, mode=self._mode
-            )
+            found = self.add_metric_to_cache(name, unit, names, kind)
         return found
 
     def add_metric(
