@@ -48,11 +48,11 @@ from .._owned import Owned, Shared
 from .._source import read_json_object
 
 __all__ = [
+    "ARCHIVE_SUFFIXES",
     "MANIFEST",
     "ArchiveLimits",
     "archive_model",
     "extract_owned",
-    "is_archive",
     "read_manifest",
     "set_limits",
     "write_archive",
@@ -68,7 +68,8 @@ MAX_MEMBERS = 100_000
 RATIO_FLOOR = 64 << 20
 #: Largest tar header (a pax extended header, a GNU long name) read into memory.
 MAX_HEADER = 16 << 20
-_ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz")
+#: The names of TorchServe archives (any other path is a model directory).
+ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz")
 _lock = threading.Lock()
 _root: Path | None = None
 
@@ -102,11 +103,6 @@ def set_limits(limits: ArchiveLimits) -> None:
     at start from its flags; an archive already extracted is not checked again)."""
     global _limits
     _limits = limits
-
-
-def is_archive(path: Path) -> bool:
-    """Whether ``path`` is named like a TorchServe archive."""
-    return path.name.endswith(_ARCHIVE_SUFFIXES)
 
 
 def read_manifest(model_dir: Path) -> dict[str, Any]:

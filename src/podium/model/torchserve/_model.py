@@ -43,7 +43,7 @@ from .._calls import model_error, run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
 from .._threads import CallThreads
-from ._archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
+from ._archive import ARCHIVE_SUFFIXES, MANIFEST, ArchiveLimits, extract_owned, read_manifest
 from ._archive import set_limits as set_archive_limits
 from ._config import model_config
 from ._context import Context, RequestProcessor
@@ -79,7 +79,7 @@ _TS_HEADERS = "ts_request_headers"  # and its request headers, computed on its f
 def is_source(path: Path) -> bool:
     """Whether ``path`` holds a model written for TorchServe (cheap: looks at names only)."""
     if path.is_file():
-        return is_archive(path)
+        return path.name.endswith(ARCHIVE_SUFFIXES)
     return (path / MANIFEST).is_file()
 
 
@@ -101,7 +101,7 @@ def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSourc
     model = manifest["model"]
     where = str(path)
     default_name = path.name
-    for suffix in (".mar", ".tar.gz", ".tgz"):
+    for suffix in ARCHIVE_SUFFIXES:
         default_name = default_name.removesuffix(suffix)
     name = model.get("modelName") or default_name
     version = model.get("modelVersion")
