@@ -112,26 +112,20 @@ def prediction_of(mv: ModelVersion, value: Any) -> bytes:
 
 
 # Headers gRPC owns itself, or that describe the HTTP body rather than the model's answer.
-_NOT_METADATA = frozenset({b"content-length", b"content-type", b"transfer-encoding", b"te"})
+_NOT_METADATA = frozenset({"content-length", "content-type", "transfer-encoding", "te"})
 
 
 def metadata_of(value: Any) -> tuple[tuple[str, str | bytes], ...]:
     """The headers a model set on a starlette ``Response`` it returned (or on a :class:`Reply`),
-    as gRPC metadata (what metadata cannot carry is left out, with a warning)."""
+    as gRPC metadata (what metadata cannot carry is left out, with a warning; repeated names,
+    set-cookie, stay repeated)."""
     if isinstance(value, Reply):
-        headers = {
-            key: str(val)
-            for key, val in value.headers.items()
-            if key.lower().encode("latin-1") not in _NOT_METADATA
-        }
-        return grpc_metadata(headers)
-    if not is_response(value):
+        pairs: Any = value.headers.items()
+    elif is_response(value):
+        pairs = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in value.raw_headers)
+    else:
         return ()
-    return grpc_metadata(
-        (key.decode("latin-1"), val.decode("latin-1"))
-        for key, val in value.raw_headers
-        if key not in _NOT_METADATA  # repeated names (set-cookie) stay repeated
-    )
+    return grpc_metadata((k, v) for k, v in pairs if k.lower() not in _NOT_METADATA)
 
 
 async def _send_headers(context: grpc.aio.ServicerContext, value: Any, sent: list[bool]) -> None:
