@@ -86,11 +86,11 @@ def prediction_of(mv: ModelVersion, value: Any) -> bytes:
     :class:`~podium.errors.ModelStatus` instead: the call ends with the gRPC code the one table
     in ``errors.py`` gives that status, and the body as its message."""
     if isinstance(value, Reply):
-        body = prediction_of(mv, value.body)
+        prediction = prediction_of(mv, value.body)
         if value.status >= 400:
-            text = body.decode("utf-8", "replace")
+            text = prediction.decode("utf-8", "replace")
             raise ModelStatus(f"{mv.label} answered HTTP {value.status}: {text}", value.status)
-        return body
+        return prediction
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
