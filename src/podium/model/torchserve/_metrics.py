@@ -13,7 +13,6 @@ carries it beside the name; see docs/metrics.md).
 
 from __future__ import annotations
 
-import enum
 import logging
 import socket
 import time
@@ -71,12 +70,9 @@ def log_line(
     )  # fmt: skip
 
 
-class MetricTypes(enum.Enum):
-    """TorchServe's ``ts.metrics.metric_type_enum.MetricTypes``."""
-
-    COUNTER = "counter"
-    GAUGE = "gauge"
-    HISTOGRAM = "histogram"
+#: TorchServe's ``ts.metrics.metric_type_enum.MetricTypes``: the same members with the same
+#: values as Podium's own kinds of metric, which it is.
+MetricTypes = Kind
 
 
 class Dimension:
@@ -129,7 +125,7 @@ class TorchServeMetric:
         self._log = mode == "log"
         self.unit = unit
         self.dimension_names = list(dimension_names)
-        self.metric_type = MetricTypes(kind.value)
+        self.metric_type = kind
         self._store = store
         self._kind = kind
         labels = list(dimension_names)
