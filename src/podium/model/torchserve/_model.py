@@ -240,12 +240,10 @@ class TorchServeModel:
     # -- calls -------------------------------------------------------------------------------
 
     async def predict(self, inputs: Any, request: Any) -> Any:
-        if self._batched:
-            contexts = contexts_for(len(inputs))
-            return await self._threads.run(self._handle, inputs, request, None, contexts)
-        contexts = contexts_for(1)
-        results = await self._threads.run(self._handle, [inputs], [request], None, contexts)
-        return results[0]
+        batch, requests = (inputs, request) if self._batched else ([inputs], [request])
+        contexts = contexts_for(len(batch))
+        results = await self._threads.run(self._handle, batch, requests, None, contexts)
+        return results if self._batched else results[0]
 
     async def close(self) -> None:
         """Stop the threads ``handle`` runs on (each once the calls it holds have returned)."""
@@ -289,7 +287,7 @@ class TorchServeModel:
         (no criterion) ends it after this step, as TorchServe does.
 
         On a sequence model each request's headers carry its sequence as for any call of a
-        sequence (:meth:`_handle`), and a handler that sets ``ts_request_sequence_end`` on a
+        sequence (:meth:`_call_handler`), and a handler that sets ``ts_request_sequence_end`` on a
         request's response ends that request's sequence.
         """
         if not self.capabilities.continuous:
