@@ -80,7 +80,6 @@ __all__ = [
     "WorkerDied",
     "bounded",
     "grpc_code",
-    "grpc_code_of_status",
     "http_status",
     "unknown_model",
     "unloaded_model",
@@ -423,15 +422,10 @@ _CODE_OF_STATUS = {
 }
 
 
-def grpc_code_of_status(status: int) -> str:
-    """The gRPC status-code name of an HTTP error status a model chose itself, as the table
-    maps that status (one not in it: ``INTERNAL``)."""
-    return _CODE_OF_STATUS.get(status, "INTERNAL")
-
-
 def _lookup(exc: PodiumError) -> tuple[int, str]:
     if type(exc) is ModelStatus:
-        return exc.status, grpc_code_of_status(exc.status)
+        status = exc.status
+        return status, _CODE_OF_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
     for cls in type(exc).__mro__:
         found = STATUS.get(cls)
         if found is not None:

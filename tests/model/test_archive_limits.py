@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ts_kit import archive
+from ts_kit import archive, extract
 
 from podium.errors import DefinitionError
 from podium.model import Hold, Shared
@@ -26,7 +26,6 @@ from podium.model.torchserve import _archive as _ts_archive
 from podium.model.torchserve._archive import (
     MANIFEST,
     ArchiveLimits,
-    extract,
     extract_owned,
 )
 
@@ -77,7 +76,7 @@ def test_the_limits_default_and_are_checked() -> None:
     assert limits.allowed(1) == _ts_archive.RATIO_FLOOR  # ...but never below the floor
     assert limits.allowed(1 << 30) == 4 << 30  # ...nor above the size
     for bad in ({"max_size": 0}, {"max_size": 1.5}, {"max_size": True}):
-        with pytest.raises(ValueError, match="max-archive-size must be >= 1 byte"):
+        with pytest.raises(ValueError, match="max-archive-size must be an integer >= 1"):
             ArchiveLimits(**bad)  # type: ignore[arg-type]
     for bad_ratio in (0.5, -1, float("nan"), True):
         with pytest.raises(ValueError, match="max-archive-ratio must be a number >= 1"):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ts_kit import TS_MODELS, archive
+from ts_kit import TS_MODELS, archive, extract
 
 from podium.cli import main
 from podium.errors import DefinitionError
 from podium.model import torchserve
 from podium.model.discovery import discover
-from podium.model.torchserve._archive import MANIFEST, extract
+from podium.model.torchserve._archive import MANIFEST
 
 MANIFEST_JSON = json.dumps({"runtime": "python", "model": {"modelName": "x", "handler": "h.py"}})
 

@@ -130,7 +130,7 @@ def test_torchserves_default_file_declares_handler_and_prediction_time() -> None
         ("model_metrics:\n  summary: []\n", "'model_metrics.summary' is not a metric type"),
         ("model_metrics:\n  gauge:\n    - {name: X, unit: ms, dimensions: a}\n", "list of names"),
         ("- a\n", "must be a mapping"),
-        ("a: [\n", "not YAML"),
+        ("a: [\n", "invalid YAML"),
     ],
 )
 def test_a_wrong_metrics_yaml_is_refused_naming_the_entry(

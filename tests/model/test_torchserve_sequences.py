@@ -216,7 +216,7 @@ def test_bad_sequence_values_name_the_key() -> None:
     text = " ".join(info.value.problems)
     assert "'sequenceBatching' must be true or false" in text
     assert "'sequenceMaxIdleMSec' must be a number" in text
-    assert "'maxNumSequence' must be a number" in text
+    assert "'maxNumSequence' must be an integer >= 0" in text
     with pytest.raises(DefinitionError, match="'max_sequence_queue_size' must be an integer >= 1"):
         config({"maxSequenceJobQueueSize": 0})
 

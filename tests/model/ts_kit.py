@@ -9,7 +9,8 @@ from typing import Any
 from conftest import TEST_MODELS
 
 from podium.model.discovery import discover
-from podium.model.torchserve import archive_model
+from podium.model.torchserve import ArchiveLimits, archive_model
+from podium.model.torchserve._archive import extract_owned
 from podium.runtime.loading import build_instance, prepare
 
 TS_MODELS = TEST_MODELS / "torchserve"
@@ -27,6 +28,11 @@ def archive(name: str, dest: Path, fmt: str = "no-archive", **extra: Any) -> Pat
         archive_format=fmt,
         **extra,
     )
+
+
+def extract(path: Path, limits: ArchiveLimits | None = None) -> Path:
+    """``path`` extracted, its hold never released: kept until the process exits."""
+    return extract_owned(path, limits)[0]
 
 
 async def load(path: Path, executor: Executor) -> Any:

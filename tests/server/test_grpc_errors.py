@@ -290,7 +290,7 @@ def test_status_of_gives_each_kind_of_error_its_status(caplog: pytest.LogCapture
     import asyncio
 
     from podium.errors import NotFound, QueueFull
-    from podium.server.grpc._errors import ReplyFailed, status_of, unhandled_status
+    from podium.server.grpc._errors import status_of, unhandled_status
     from podium.server.grpc.bridge import Aborted
 
     assert status_of(NotFound("model 'x' is not known")) == (
@@ -298,10 +298,6 @@ def test_status_of_gives_each_kind_of_error_its_status(caplog: pytest.LogCapture
         "model 'x' is not known",
     )
     assert status_of(QueueFull("full"))[0] == StatusCode.UNAVAILABLE
-    assert status_of(ReplyFailed(StatusCode.PERMISSION_DENIED, "no")) == (
-        StatusCode.PERMISSION_DENIED,
-        "no",
-    )
     assert status_of(Aborted(StatusCode.FAILED_PRECONDITION, "as asked")) == (
         StatusCode.FAILED_PRECONDITION,
         "as asked",

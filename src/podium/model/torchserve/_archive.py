@@ -42,18 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from ...config import SETTINGS
 from ...errors import DefinitionError
 from .._owned import Owned, Shared
 from .._source import read_json_object
 
 __all__ = [
+    "ARCHIVE_SUFFIXES",
     "MANIFEST",
     "ArchiveLimits",
     "archive_model",
-    "extract",
     "extract_owned",
-    "is_archive",
-    "make_manifest",
     "read_manifest",
     "set_limits",
     "write_archive",
@@ -69,26 +68,27 @@ MAX_MEMBERS = 100_000
 RATIO_FLOOR = 64 << 20
 #: Largest tar header (a pax extended header, a GNU long name) read into memory.
 MAX_HEADER = 16 << 20
-_ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz")
+#: The names of TorchServe archives (any other path is a model directory).
+ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz")
 _lock = threading.Lock()
 _root: Path | None = None
+
+
+_SIZE, _RATIO = SETTINGS["max_archive_size"], SETTINGS["max_archive_ratio"]
 
 
 @dataclass(frozen=True, slots=True)
 class ArchiveLimits:
     """How far an archive may expand: ``max_size`` bytes in all (``--max-archive-size``), and at
     most ``max_ratio`` times the archive's own size (``--max-archive-ratio``) where that is
-    more than :data:`RATIO_FLOOR`. ``ValueError`` for a size below 1 or a ratio below 1."""
+    more than :data:`RATIO_FLOOR`. Defaults and checks are those settings' (``ValueError``)."""
 
-    max_size: int = 4 << 30
-    max_ratio: float = 100.0
+    max_size: int = _SIZE.default
+    max_ratio: float = _RATIO.default
 
     def __post_init__(self) -> None:
-        size, ratio = self.max_size, self.max_ratio
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"max-archive-size must be >= 1 byte (an integer), got {size!r}")
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1:
-            raise ValueError(f"max-archive-ratio must be a number >= 1, got {ratio!r}")
+        _SIZE.check(self.max_size)
+        _RATIO.check(self.max_ratio)
 
     def allowed(self, compressed: int) -> int:
         """The bytes an archive of ``compressed`` bytes may expand to."""
@@ -103,11 +103,6 @@ def set_limits(limits: ArchiveLimits) -> None:
     at start from its flags; an archive already extracted is not checked again)."""
     global _limits
     _limits = limits
-
-
-def is_archive(path: Path) -> bool:
-    """Whether ``path`` is named like a TorchServe archive."""
-    return path.name.endswith(_ARCHIVE_SUFFIXES)
 
 
 def read_manifest(model_dir: Path) -> dict[str, Any]:
@@ -128,11 +123,8 @@ def _private_root() -> Path:
 
 
 def _digest(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @dataclass(slots=True)
@@ -145,20 +137,15 @@ class _Extracted:
 _extracted: dict[str, _Extracted] = {}
 
 
-def extract(archive: Path, limits: ArchiveLimits | None = None) -> Path:
+def extract_owned(archive: Path, limits: ArchiveLimits | None = None) -> tuple[Path, Owned]:
     """The directory holding ``archive``'s files (the one with ``MAR-INF/MANIFEST.json``),
-    extracted once per process and content and kept until the process exits.
+    extracted once per process and content, and a hold on it: it is removed once every hold
+    taken on it is released (by the model versions that use it), else when the process exits.
 
     Raises ``DefinitionError`` for an unreadable archive, a member that would land outside the
     directory, an archive past ``limits`` (default: those of :func:`set_limits`) or the disk's
     free space, or a missing manifest; then nothing of it is left on disk.
     """
-    return extract_owned(archive, limits)[0]  # a hold never released: kept
-
-
-def extract_owned(archive: Path, limits: ArchiveLimits | None = None) -> tuple[Path, Owned]:
-    """As :func:`extract`, with a hold on the directory: it is removed once every hold taken on
-    it is released (by the model versions that use it)."""
     try:
         key = _digest(archive)
     except OSError as exc:
@@ -385,36 +372,6 @@ def _extract_tar(archive: Path, target: Path, limits: ArchiveLimits) -> None:
 # -- writing ------------------------------------------------------------------------------
 
 
-def make_manifest(
-    *,
-    model_name: str,
-    handler: str,
-    version: str | None = None,
-    serialized_file: str | None = None,
-    model_file: str | None = None,
-    config_file: str | None = None,
-    requirements_file: str | None = None,
-) -> dict[str, Any]:
-    """A ``MANIFEST.json`` as torch-model-archiver writes it (file names without their paths)."""
-    model: dict[str, Any] = {"modelName": model_name, "handler": handler}
-    if serialized_file:
-        model["serializedFile"] = serialized_file
-    if model_file:
-        model["modelFile"] = model_file
-    if version:
-        model["modelVersion"] = version
-    if requirements_file:
-        model["requirementsFile"] = requirements_file
-    if config_file:
-        model["configFile"] = config_file
-    return {
-        "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
-        "runtime": "python",
-        "model": model,
-        "archiverVersion": "podium",
-    }
-
-
 def _walk(files: Mapping[str, Path]) -> Iterator[tuple[str, Path]]:
     """(name in the archive, file on disk); a directory contributes its files under its name."""
     for name, path in files.items():
@@ -505,17 +462,23 @@ def archive_model(
     # a default handler's name (torch-model-archiver's list) is written, not copied
     by_name = str(handler) in ARCHIVER_DEFAULT_HANDLERS and not Path(handler).exists()
     handler_file = None if by_name else Path(handler)
+    # the manifest as torch-model-archiver writes it: each file named without its path
+    model: dict[str, Any] = {"modelName": model_name, "handler": str(handler)}
+    if version:
+        model["modelVersion"] = version
     files: dict[str, Path] = {}
-    for flag, path in (
-        ("--handler", handler_file),
-        ("--serialized-file", serialized_file),
-        ("--model-file", model_file),
-        ("--config-file", config_file),
-        ("--requirements-file", requirements_file),
-        *(("--extra-files", p) for p in extra_files),
+    for flag, key, path in (
+        ("--handler", "handler", handler_file),
+        ("--serialized-file", "serializedFile", serialized_file),
+        ("--model-file", "modelFile", model_file),
+        ("--config-file", "configFile", config_file),
+        ("--requirements-file", "requirementsFile", requirements_file),
+        *(("--extra-files", None, p) for p in extra_files),
     ):
         if path is None:
             continue
+        if key is not None:
+            model[key] = path.name
         if not path.exists() or (flag != "--extra-files" and not path.is_file()):
             raise ValueError(f"{flag} {path}: no such file")
         if path.name in files and files[path.name].resolve() != path.resolve():
@@ -530,13 +493,10 @@ def archive_model(
     if dest.is_dir() and force:
         shutil.rmtree(dest)
     export_path.mkdir(parents=True, exist_ok=True)
-    manifest = make_manifest(
-        model_name=model_name,
-        handler=handler_file.name if handler_file else str(handler),
-        version=version,
-        serialized_file=serialized_file.name if serialized_file else None,
-        model_file=model_file.name if model_file else None,
-        config_file=config_file.name if config_file else None,
-        requirements_file=requirements_file.name if requirements_file else None,
-    )
+    manifest = {
+        "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
+        "runtime": "python",
+        "model": model,
+        "archiverVersion": "podium",
+    }
     return write_archive(dest, files, manifest, archive_format)

@@ -15,7 +15,7 @@ import logging
 import re
 from typing import Any
 
-from ...config import FIELDS, MODEL_KEYS, Kind, ModelConfig
+from ...config import FIELDS, MODEL_KEYS, ModelConfig, Spelling
 from ...errors import DefinitionError
 
 __all__ = ["model_config"]
@@ -62,18 +62,6 @@ TORCHSERVE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _frontend_problem(kind: Kind, key: str, value: Any) -> str | None:
-    """TorchServe's own check of a mapped key's type (an integer: >= 0); Podium's bounds are
-    checked after it, by ``ModelConfig``, naming Podium's key."""
-    if kind is Kind.FLAG:
-        return None if isinstance(value, bool) else f"'{key}' must be true or false, got {value!r}"
-    if kind is Kind.NUMBER:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    else:
-        ok = _is_int(value, 0)
-    return None if ok else f"'{key}' must be a number, got {value!r}"
-
-
 def model_config(
     yaml_config: dict[str, Any],
     *,
@@ -95,11 +83,12 @@ def model_config(
         if not isinstance(key, str):
             continue
         if key in MAPPED:
-            problem = _frontend_problem(FIELDS[MAPPED[key]].kind, key, value)
-            if problem is not None:
-                problems.append(f"{where}: {problem}")
-            else:
-                data[MAPPED[key]] = value
+            # TorchServe's own check of the value's type, naming its key (Podium's bounds are
+            # checked after it, by ModelConfig, naming Podium's)
+            try:
+                data[MAPPED[key]] = Spelling(key, FIELDS[MAPPED[key]].kind).check(value)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
         elif key in CONTINUOUS:
             problems.append(
                 f"{where}: '{key}' is not supported yet: TorchServe's asynchronous worker "

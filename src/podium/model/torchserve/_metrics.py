@@ -13,7 +13,6 @@ carries it beside the name; see docs/metrics.md).
 
 from __future__ import annotations
 
-import enum
 import logging
 import socket
 import time
@@ -71,12 +70,9 @@ def log_line(
     )  # fmt: skip
 
 
-class MetricTypes(enum.Enum):
-    """TorchServe's ``ts.metrics.metric_type_enum.MetricTypes``."""
-
-    COUNTER = "counter"
-    GAUGE = "gauge"
-    HISTOGRAM = "histogram"
+#: TorchServe's ``ts.metrics.metric_type_enum.MetricTypes``: the same members with the same
+#: values as Podium's own kinds of metric, which it is.
+MetricTypes = Kind
 
 
 class Dimension:
@@ -104,6 +100,14 @@ def _kind(metric_type: Any) -> Kind:
         ) from None
 
 
+#: How each kind records a value: a counter adds, a gauge is set, a histogram observes.
+_RECORD = {
+    Kind.COUNTER: MetricStore.add,
+    Kind.GAUGE: MetricStore.set,
+    Kind.HISTOGRAM: MetricStore.observe,
+}
+
+
 class TorchServeMetric:
     """One metric of a handler (what ``get_metric`` / ``add_metric_to_cache`` return)."""
 
@@ -121,7 +125,7 @@ class TorchServeMetric:
         self._log = mode == "log"
         self.unit = unit
         self.dimension_names = list(dimension_names)
-        self.metric_type = MetricTypes(kind.value)
+        self.metric_type = kind
         self._store = store
         self._kind = kind
         labels = list(dimension_names)
@@ -159,12 +163,7 @@ class TorchServeMetric:
         if self._log:
             log_line(self.metric_name, self.unit, value, zip(self.dimension_names, labels, strict=False),
                      request_id, model=True)  # fmt: skip
-        if self._kind is Kind.COUNTER:
-            store.add(family, labels, float(value))
-        elif self._kind is Kind.GAUGE:
-            store.set(family, labels, float(value))
-        else:
-            store.observe(family, labels, float(value))
+        _RECORD[self._kind](store, family, labels, float(value))
 
     def update(
         self, value: float, request_id: str = "", dimensions: list[Any] | None = None
@@ -240,12 +239,9 @@ class TorchServeMetrics:
         metric.add_or_update(value, [d.value for d in dims])
 
     def _get_or_add(self, name: str, unit: str, names: list[str], kind: Kind) -> TorchServeMetric:
-        key = (name, kind.value)
-        found = self._cache.get(key)
+        found = self._cache.get((name, kind.value))
         if found is None or found.dimension_names != names:
-            found = self._cache[key] = TorchServeMetric(
-                self._store, name, unit, names, kind, mode=self._mode
-            )
+            found = self.add_metric_to_cache(name, unit, names, kind)
         return found
 
     def add_metric(

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ...config import load_yaml
 from ...errors import DefinitionError
 from ...metrics import Kind
 
@@ -121,13 +120,9 @@ def read_metrics_yaml(path: Path | None) -> MetricsYaml:
         return TORCHSERVE_DEFAULT
     where = str(path)
     try:
-        parsed = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DefinitionError(f"metrics_config {where}: cannot be read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise DefinitionError(f"metrics_config {where}: not YAML: {exc}") from None
-    if not isinstance(parsed, Mapping):
-        raise DefinitionError(f"metrics_config {where}: must be a mapping (ts_metrics, ...)")
+        parsed = load_yaml(path)
+    except DefinitionError as exc:
+        raise DefinitionError(f"metrics_config {exc}") from None
     return MetricsYaml(
         _section(where, parsed, "ts_metrics"),
         _section(where, parsed, "model_metrics"),

@@ -25,7 +25,7 @@ import msgspec
 
 from ... import __version__
 from ...config import load_yaml
-from ...devices import device, gpu_index, is_device_lost, is_out_of_memory
+from ...devices import device, gpu_index
 from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
 from ...metrics import current_store
 from ...types import (
@@ -43,7 +43,7 @@ from .._calls import model_error, run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
 from .._threads import CallThreads
-from ._archive import MANIFEST, ArchiveLimits, extract_owned, is_archive, read_manifest
+from ._archive import ARCHIVE_SUFFIXES, MANIFEST, ArchiveLimits, extract_owned, read_manifest
 from ._archive import set_limits as set_archive_limits
 from ._config import model_config
 from ._context import Context, RequestProcessor
@@ -57,7 +57,6 @@ from ._rows import (
     gather,
     request_id_of,
     row_of,
-    sequence_headers,
     unwrap,
 )
 
@@ -80,7 +79,7 @@ _TS_HEADERS = "ts_request_headers"  # and its request headers, computed on its f
 def is_source(path: Path) -> bool:
     """Whether ``path`` holds a model written for TorchServe (cheap: looks at names only)."""
     if path.is_file():
-        return is_archive(path)
+        return path.name.endswith(ARCHIVE_SUFFIXES)
     return (path / MANIFEST).is_file()
 
 
@@ -102,7 +101,7 @@ def _source(path: Path, model_dir: Path, owned: tuple[Owned, ...]) -> ModelSourc
     model = manifest["model"]
     where = str(path)
     default_name = path.name
-    for suffix in (".mar", ".tar.gz", ".tgz"):
+    for suffix in ARCHIVE_SUFFIXES:
         default_name = default_name.removesuffix(suffix)
     name = model.get("modelName") or default_name
     version = model.get("modelVersion")
@@ -241,12 +240,10 @@ class TorchServeModel:
     # -- calls -------------------------------------------------------------------------------
 
     async def predict(self, inputs: Any, request: Any) -> Any:
-        if self._batched:
-            contexts = contexts_for(len(inputs))
-            return await self._threads.run(self._handle, inputs, request, None, contexts)
-        contexts = contexts_for(1)
-        results = await self._threads.run(self._handle, [inputs], [request], None, contexts)
-        return results[0]
+        batch, requests = (inputs, request) if self._batched else ([inputs], [request])
+        contexts = contexts_for(len(batch))
+        results = await self._threads.run(self._handle, batch, requests, None, contexts)
+        return results if self._batched else results[0]
 
     async def close(self) -> None:
         """Stop the threads ``handle`` runs on (each once the calls it holds have returned)."""
@@ -290,7 +287,7 @@ class TorchServeModel:
         (no criterion) ends it after this step, as TorchServe does.
 
         On a sequence model each request's headers carry its sequence as for any call of a
-        sequence (:meth:`_handle`), and a handler that sets ``ts_request_sequence_end`` on a
+        sequence (:meth:`_call_handler`), and a handler that sets ``ts_request_sequence_end`` on a
         request's response ends that request's sequence.
         """
         if not self.capabilities.continuous:
@@ -350,73 +347,52 @@ class TorchServeModel:
         emit: Callable[[int, Any], None] | None,
         contexts: list[SequenceContext | None] | None = None,
     ) -> list[Any]:
-        """One ``handle(data, context)`` call for a batch, in a worker thread.
-
-        For a sequence model (``contexts`` given) each request's headers carry its sequence id
-        (and the start flag on its first request) as TorchServe's backend adds them, and a
-        handler that sets the ``ts_request_sequence_end`` response header ends that sequence.
-        """
-        count = len(inputs)
+        """One ``handle(data, context)`` call for a batch, in a worker thread (see
+        :meth:`_call_handler` for a sequence model's headers)."""
         data: list[dict[str, Any]] = []
         processors: list[RequestProcessor] = []
         protocols: list[WireProtocol] = []
         for i, (value, request) in enumerate(zip(inputs, requests, strict=True)):
-            protocol, payload = unwrap(value)
-            protocols.append(protocol)
-            row, headers = row_of(protocol, payload, request)
             sequence = contexts[i] if contexts is not None else None
-            if sequence is not None:
-                sequence_headers(headers, sequence)
+            protocol, row, headers = row_of(value, request, sequence)
+            protocols.append(protocol)
             data.append(row)
             processors.append(RequestProcessor(headers))
-        batch = self.context._batch
         # Each request's own id (the access log's, podium.request_id()), as TorchServe's
         # frontend gives each request one; a bare call's (in tests) a fresh uuid.
         ids = {i: request_id_of(value) for i, value in enumerate(inputs)}
         try:
-            try:
-                ret = self._call_handler(data, ids, processors, emit, "")
-            except Refused as refused:
-                return [self._refusal(refused.exc, protocol) for protocol in protocols]
-            self._check_results(ret, count, "batch")
-            kept: dict[int, list[Any]] = batch.kept or {}
-            return [
-                self._finish(
-                    processors[i],
-                    gather([*kept[i], ret[i]]) if i in kept else ret[i],
-                    protocols[i],
-                    final=True,
-                )
-                for i in range(count)
-            ]
-        finally:
-            batch.emit = None
-            batch.kept = None
-            if contexts is not None:
-                end_sequences(processors, contexts)
+            ret, kept = self._call_handler(data, ids, processors, emit, contexts, "batch")
+        except Refused as refused:
+            return [self._refusal(refused.exc, protocol) for protocol in protocols]
+        return [
+            self._finish(
+                processors[i],
+                gather([*kept[i], ret[i]]) if i in kept else ret[i],
+                protocols[i],
+                final=True,
+            )
+            for i in range(len(ret))
+        ]
 
     def _step(
         self, gens: list[Generation], contexts: list[SequenceContext | None] | None = None
     ) -> None:
         """One continuous step, in a worker thread (see :meth:`step`)."""
-        count = len(gens)
         data: list[dict[str, Any]] = []
         processors: list[RequestProcessor] = []
         ids: dict[int, str] = {}
         protocols: list[WireProtocol] = []
         for i, gen in enumerate(gens):
-            protocol, payload = unwrap(gen.inputs)
-            protocols.append(protocol)
             state = gen.state
             if _TS_ID not in state:
-                row, headers = row_of(protocol, payload, gen.request)
                 sequence = contexts[i] if contexts is not None else None
-                if sequence is not None:
-                    sequence_headers(headers, sequence)
+                protocol, row, state[_TS_HEADERS] = row_of(gen.inputs, gen.request, sequence)
                 state[_TS_ID] = request_id_of(gen.inputs)
-                state[_TS_HEADERS] = headers
             else:
+                protocol = unwrap(gen.inputs)[0]
                 row = {}  # cached in the backend: TorchServe sends no parameters again
+            protocols.append(protocol)
             data.append(row)
             processors.append(RequestProcessor(dict(state[_TS_HEADERS])))
             ids[i] = state[_TS_ID]
@@ -424,26 +400,18 @@ class TorchServeModel:
         def emit(idx: int, value: Any) -> None:  # in this thread
             gens[idx].emit(self._finish(processors[idx], value, protocols[idx], final=False))
 
-        batch = self.context._batch
         try:
-            try:
-                ret = self._call_handler(data, ids, processors, emit, " (in step)")
-            except Refused as refused:
-                for gen, protocol in zip(gens, protocols, strict=True):
-                    gen.emit(self._refusal(refused.exc, protocol))
-                    gen.finish()
-                return
-            self._check_results(ret, count, "step")
-            criteria = self.context.stopping_criteria
-            for i, gen in enumerate(gens):
-                gen.emit(self._finish(processors[i], ret[i], protocols[i], final=True))
-                if self._stops(criteria, i, ids[i], ret[i]):
-                    gen.finish()
-        finally:
-            batch.emit = None
-            batch.kept = None
-            if contexts is not None:
-                end_sequences(processors, contexts)
+            ret, _ = self._call_handler(data, ids, processors, emit, contexts, "step")
+        except Refused as refused:
+            for gen, protocol in zip(gens, protocols, strict=True):
+                gen.emit(self._refusal(refused.exc, protocol))
+                gen.finish()
+            return
+        criteria = self.context.stopping_criteria
+        for i, gen in enumerate(gens):
+            gen.emit(self._finish(processors[i], ret[i], protocols[i], final=True))
+            if self._stops(criteria, i, ids[i], ret[i]):
+                gen.finish()
 
     def _call_handler(
         self,
@@ -451,11 +419,18 @@ class TorchServeModel:
         ids: dict[int, str],
         processors: list[RequestProcessor],
         emit: Callable[[int, Any], None] | None,
-        where: str,
-    ) -> Any:
-        """``handle(data, context)`` over one batch or step, its context set for it. A
-        ``PredictionException`` comes out as :class:`Refused`; any other error as
-        ``ModelError`` naming the handler (``where`` is added to the message)."""
+        contexts: list[SequenceContext | None] | None,
+        what: str,
+    ) -> tuple[list[Any], dict[int, list[Any]]]:
+        """``handle(data, context)`` over one ``batch`` or ``step`` (``what``), its context set
+        for it: its results (one per request, checked) and the intermediate responses kept of
+        each request that could not stream them. A ``PredictionException`` comes out as
+        :class:`Refused`; any other error as ``ModelError`` naming the handler.
+
+        For a sequence model (``contexts`` given) each request's headers carry its sequence
+        (:func:`row_of`), and a handler that sets the ``ts_request_sequence_end`` response header
+        ends that sequence.
+        """
         batch = self.context._batch
         batch.request_ids = ids
         batch.request_processor = processors
@@ -467,19 +442,20 @@ class TorchServeModel:
             # as TorchServe's backend (ts/service.py) after each handle call
             elapsed = round((time.perf_counter() - start) * 1000, 2)
             self.context.metrics.add_time("PredictionTime", elapsed, None, "ms")
-            return returned
+            self._check_results(returned, len(data), what)
+            return returned, batch.kept or {}
         except PodiumError:
             raise
         except Exception as exc:
             if type(exc).__name__ == "PredictionException" and hasattr(exc, "error_code"):
                 raise Refused(exc) from exc
-            if is_out_of_memory(exc) or is_device_lost(exc):  # 507, as TorchServe; a restart
-                raise model_error(self.name, f"handler '{self._label}'", exc) from exc
-            logger.error("model '%s' handler '%s' raised", self.name, self._label, exc_info=exc)
-            raise ModelError(
-                f"model '{self.name}' handler '{self._label}' raised "
-                f"{type(exc).__name__}: {exc}{where}"
-            ) from exc
+            method = f"handler '{self._label}'" + (" (in step)" if what == "step" else "")
+            raise model_error(self.name, method, exc) from exc
+        finally:
+            batch.emit = None
+            batch.kept = None
+            if contexts is not None:
+                end_sequences(processors, contexts)
 
     def _stops(self, criteria: Any, idx: int, req_id: str, value: Any) -> bool:
         """Whether the request at ``idx`` is complete after this step, by TorchServe's rule:
@@ -521,19 +497,13 @@ class TorchServeModel:
             value = bytes(value)  # sent as it is, like bytes
         if not processor.touched:
             return value
-        headers = {
-            k: str(v)
-            for k, v in processor.get_response_headers().items()
-            if k.lower() not in ("ts_stream_next", "content-type")
-        }
-        content_type = next(
-            (
-                str(v)
-                for k, v in processor.get_response_headers().items()
-                if k.lower() == "content-type"
-            ),
-            None,
-        )
+        headers: dict[str, str] = {}
+        content_type = None
+        for key, header in processor.get_response_headers().items():
+            if key.lower() == "content-type":
+                content_type = str(header) if content_type is None else content_type
+            elif key.lower() != "ts_stream_next":
+                headers[key] = str(header)
         status = processor.get_response_status_code()
         if status == 200 and not headers and content_type is None:
             return value  # only TorchServe's own ts_stream_next was set

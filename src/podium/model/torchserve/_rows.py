@@ -24,7 +24,6 @@ __all__ = [
     "gather",
     "request_id_of",
     "row_of",
-    "sequence_headers",
     "unwrap",
 ]
 
@@ -85,9 +84,26 @@ class Refused(Exception):
 
 
 def row_of(
+    value: Any, request: Any, sequence: SequenceContext | None
+) -> tuple[WireProtocol, dict[str, Any], dict[str, Any]]:
+    """A request's protocol, its element of TorchServe's ``data`` list, and its headers for the
+    context: for a request of a sequence, with those TorchServe's frontend adds (its id, the
+    start flag on the sequence's first request, the end flag when the client ends it, on any
+    protocol)."""
+    protocol, payload = unwrap(value)
+    row, headers = _row(protocol, payload, request)
+    if sequence is not None:
+        headers[Context.header_key_sequence_id] = sequence.sequence_id
+        if sequence.first:
+            headers[Context.header_key_sequence_start] = "true"
+        if sequence.last:
+            headers[Context.header_key_sequence_end] = "true"
+    return protocol, row, headers
+
+
+def _row(
     protocol: WireProtocol, payload: Any, request: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One element of TorchServe's ``data`` list, and the request's headers for the context."""
     headers: dict[str, Any] = {}
     raw_headers = getattr(request, "headers", None)
     if raw_headers is not None:
@@ -140,17 +156,6 @@ def gather(items: list[Any]) -> Any:
     if all(isinstance(i, bytes | bytearray) for i in items):
         return b"".join(items)
     return items
-
-
-def sequence_headers(headers: dict[str, Any], sequence: SequenceContext) -> None:
-    """The request headers TorchServe's frontend adds for a request of a sequence: its id, the
-    start flag on the sequence's first request, the end flag when the client ends it (on any
-    protocol)."""
-    headers[Context.header_key_sequence_id] = sequence.sequence_id
-    if sequence.first:
-        headers[Context.header_key_sequence_start] = "true"
-    if sequence.last:
-        headers[Context.header_key_sequence_end] = "true"
 
 
 def end_sequences(

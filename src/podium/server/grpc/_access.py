@@ -34,7 +34,6 @@ from .._access import (
     ask_of_queue,
     client_id,
 )
-from ._errors import ReplyFailed
 from .bridge import Aborted
 
 __all__ = ["code_of", "observed", "rewrapped"]
@@ -47,7 +46,7 @@ def code_of(exc: BaseException | None, context: Any = None) -> grpc.StatusCode:
     as ``_errors.status_of`` decides it, without logging anything."""
     if exc is None:
         return grpc.StatusCode.OK
-    if isinstance(exc, Aborted | ReplyFailed):
+    if isinstance(exc, Aborted):
         return exc.code
     if isinstance(exc, grpc.aio.AbortError):  # grpc.aio's own abort: the context knows
         code = context.code() if context is not None else None

@@ -5,8 +5,7 @@
 - a :class:`~podium.errors.PodiumError` takes its code from the single table in ``errors.py``
   and keeps its message (bounded, as every message a client gets:
   :func:`podium.errors.bounded`);
-- :class:`ReplyFailed` (a model's HTTP error status) and the bridge's ``Aborted`` (a handler's
-  ``context.abort``) carry their own code and message;
+- the bridge's ``Aborted`` (a handler's ``context.abort``) carries its own code and message;
 - ``asyncio.CancelledError`` is ``CANCELLED`` (the client is gone or the server stops);
 - anything else is a bug (in Podium or in a conversion), logged with its traceback, and answered
   ``INTERNAL`` with its type and text where a handler caught it (:func:`abort_with`), ``UNKNOWN``
@@ -31,19 +30,9 @@ from ...errors import PodiumError, bounded, grpc_code
 from .._access import with_request_id
 from .bridge import Aborted
 
-__all__ = ["ReplyFailed", "abort_with", "guarded", "status_of", "unhandled_status"]
+__all__ = ["abort_with", "guarded", "status_of", "unhandled_status"]
 
 logger = logging.getLogger("podium.grpc")
-
-
-class ReplyFailed(Exception):
-    """A model answered with an HTTP error status (e.g. TorchServe's ``set_response_status``),
-    which becomes the gRPC status ``code`` with ``message``."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def status_of(
@@ -51,8 +40,6 @@ def status_of(
 ) -> tuple[grpc.StatusCode, str]:
     """The status code and message a client gets for ``exc`` (logged if unexpected);
     ``unhandled``: it escaped the handler (see the module's docstring)."""
-    if isinstance(exc, ReplyFailed):
-        return exc.code, bounded(exc.message)  # a model's own words: bounded as an error's
     if isinstance(exc, PodiumError):  # its message is bounded already
         return grpc.StatusCode[grpc_code(exc)], exc.message
     if isinstance(exc, Aborted):

@@ -19,12 +19,13 @@ import msgspec
 
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
-from ...errors import InvalidInput, ModelError, UnsupportedRepresentation, grpc_code_of_status
+from ...errors import InvalidInput, ModelError, ModelStatus, UnsupportedRepresentation
 from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireProtocol
 from .. import _sequences
 from .._headers import grpc_metadata
+from ..http._responses import is_response
 from ._call import GrpcCall
-from ._errors import ReplyFailed, abort_with, guarded, status_of
+from ._errors import abort_with, guarded, status_of
 from ._pool import message_class
 from ._server import Service
 
@@ -80,16 +81,21 @@ def payload_of(inputs: Mapping[str, bytes]) -> Any:
 
 def prediction_of(mv: ModelVersion, value: Any) -> bytes:
     """A model's value as ``PredictionResponse.prediction``, as ``POST /predictions`` sends it:
-    ``bytes`` as they are, ``str`` as UTF-8, anything else as JSON; a :class:`Reply`'s body
-    (with an error status it fails instead, see :func:`reply_error`)."""
+    ``bytes`` as they are, ``str`` as UTF-8, anything else as JSON; a :class:`Reply`'s body. A
+    :class:`Reply` with an HTTP error status (400 and up) raises
+    :class:`~podium.errors.ModelStatus` instead: the call ends with the gRPC code the one table
+    in ``errors.py`` gives that status, and the body as its message."""
     if isinstance(value, Reply):
-        reply_error(mv, value)
-        value = value.body
+        prediction = prediction_of(mv, value.body)
+        if value.status >= 400:
+            text = prediction.decode("utf-8", "replace")
+            raise ModelStatus(f"{mv.label} answered HTTP {value.status}: {text}", value.status)
+        return prediction
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode()
-    if _is_response(value):
+    if is_response(value):
         body = getattr(value, "body", None)
         if not isinstance(body, bytes):  # a StreamingResponse: stream with a generator instead
             raise UnsupportedRepresentation(
@@ -105,50 +111,21 @@ def prediction_of(mv: ModelVersion, value: Any) -> bytes:
         ) from exc
 
 
-def _is_response(value: Any) -> bool:
-    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
-
-
-def reply_error(mv: ModelVersion, reply: Reply) -> None:
-    """Raise :class:`ReplyFailed` when ``reply`` carries an HTTP error status (400 and up): the
-    call ends with the matching gRPC status and the body as its message."""
-    if reply.status < 400:
-        return
-    body = reply.body
-    if isinstance(body, bytes):
-        text = body.decode("utf-8", "replace")
-    elif isinstance(body, str):
-        text = body
-    else:
-        try:
-            text = _json.encode(body).decode()
-        except TypeError:
-            text = repr(body)
-    code = grpc.StatusCode[grpc_code_of_status(reply.status)]  # the one table's
-    raise ReplyFailed(code, f"{mv.label} answered HTTP {reply.status}: {text}")
-
-
 # Headers gRPC owns itself, or that describe the HTTP body rather than the model's answer.
-_NOT_METADATA = frozenset({b"content-length", b"content-type", b"transfer-encoding", b"te"})
+_NOT_METADATA = frozenset({"content-length", "content-type", "transfer-encoding", "te"})
 
 
 def metadata_of(value: Any) -> tuple[tuple[str, str | bytes], ...]:
     """The headers a model set on a starlette ``Response`` it returned (or on a :class:`Reply`),
-    as gRPC metadata (what metadata cannot carry is left out, with a warning)."""
+    as gRPC metadata (what metadata cannot carry is left out, with a warning; repeated names,
+    set-cookie, stay repeated)."""
     if isinstance(value, Reply):
-        headers = {
-            key: str(val)
-            for key, val in value.headers.items()
-            if key.lower().encode("latin-1") not in _NOT_METADATA
-        }
-        return grpc_metadata(headers)
-    if not _is_response(value):
+        pairs: Any = value.headers.items()
+    elif is_response(value):
+        pairs = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in value.raw_headers)
+    else:
         return ()
-    return grpc_metadata(
-        (key.decode("latin-1"), val.decode("latin-1"))
-        for key, val in value.raw_headers
-        if key not in _NOT_METADATA  # repeated names (set-cookie) stay repeated
-    )
+    return grpc_metadata((k, v) for k, v in pairs if k.lower() not in _NOT_METADATA)
 
 
 async def _send_headers(context: grpc.aio.ServicerContext, value: Any, sent: list[bool]) -> None:

@@ -36,23 +36,13 @@ async def explanations(
     await self._torchserve(ex, send, model, version, url_path, explain=True)
 
 
-_METHODS = ("POST", "PUT", "GET")
-
-#: The explanations routes, in ``INFERENCE_ROUTES`` beside ``/predictions``.
+#: The explanations routes, in ``INFERENCE_ROUTES`` beside ``/predictions`` (the same methods,
+#: and names: ``explanations``, ``versionExplanations``, ``versionExplanationsPath``).
 ROUTES = [
-    Route(_METHODS, "/explanations/{model}", explanations, Api.TORCHSERVE_REST, "explanations"),
-    Route(
-        _METHODS,
-        "/explanations/{model}/{version}",
-        explanations,
-        Api.TORCHSERVE_REST,
-        "versionExplanations",
-    ),
-    Route(
-        _METHODS,
-        "/explanations/{model}/{version}/{url_path:path}",
-        explanations,
-        Api.TORCHSERVE_REST,
-        "versionExplanationsPath",
-    ),
+    Route(("POST", "PUT", "GET"), f"/explanations{tail}", explanations, Api.TORCHSERVE_REST, name)
+    for tail, name in (
+        ("/{model}", "explanations"),
+        ("/{model}/{version}", "versionExplanations"),
+        ("/{model}/{version}/{url_path:path}", "versionExplanationsPath"),
+    )
 ]

@@ -56,9 +56,7 @@ class MicroBatching:
                 )
         with self._lock:
             self._parallelism.update(parallelism)
-            old, self._pools = self._pools, {}
-        for pool in old.values():
-            pool.shutdown(wait=True)
+        self.shutdown()  # each step's next pool has its new size
 
     def _pool(self, step: str) -> ThreadPoolExecutor:
         with self._lock:
@@ -69,7 +67,8 @@ class MicroBatching:
             return self._pools[step]
 
     def shutdown(self) -> None:
-        """Stops every step's threads (after the calls they run)."""
+        """Stops every step's threads (after the calls they run); a later call starts them
+        again."""
         with self._lock:
             old, self._pools = self._pools, {}
         for pool in old.values():

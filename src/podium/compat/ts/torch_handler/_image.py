@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 __all__ = [
+    "IMAGENET",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "CenterCrop",
@@ -134,3 +135,10 @@ class Normalize:
         if (std == 0).any():
             raise ValueError("Normalize: a standard deviation of zero")
         return tensor.clone().sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
+
+
+#: The image classifier's and the segmenter's preprocessing, as TorchServe's: the shorter side to
+#: 256, the centre 224 × 224, normalised with ImageNet's mean and standard deviation.
+IMAGENET = Compose(
+    [Resize(256), CenterCrop(224), ToTensor(), Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+)

@@ -1,4 +1,7 @@
-"""``torch`` for the default handlers, or an ImportError that says what to install."""
+"""``torch`` (and ``captum.attr``) for the default handlers, or an ImportError that says what
+to install."""
+
+from typing import Any
 
 try:
     import torch
@@ -8,4 +11,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'podium[torchserve-handlers]'"
     ) from exc
 
-__all__ = ["torch"]
+__all__ = ["captum_attr", "torch"]
+
+
+def captum_attr() -> Any:
+    """``captum.attr``, which the default handlers' explanations use, or what to install."""
+    try:
+        import captum.attr
+    except ImportError as exc:
+        raise ImportError(
+            "explanations of TorchServe's default handlers need captum (pip install captum)"
+        ) from exc
+    return captum.attr

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..handler_utils.timer import timed
 from ..utils.util import map_class_to_label
-from ._image import IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, Resize, ToTensor
+from ._image import IMAGENET
 from ._torch import torch
 from .vision_handler import VisionHandler
 
@@ -22,9 +22,7 @@ class ImageClassifier(VisionHandler):
     """The ``topk`` classes of each image, by softmax probability."""
 
     topk = 5
-    image_processing = Compose(
-        [Resize(256), CenterCrop(224), ToTensor(), Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    )
+    image_processing = IMAGENET
 
     def set_max_result_classes(self, topk: int) -> None:
         self.topk = topk

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._image import IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, Resize, ToTensor
+from ._image import IMAGENET
 from ._torch import torch
 from .vision_handler import VisionHandler
 
@@ -19,9 +19,7 @@ __all__ = ["ImageSegmenter"]
 class ImageSegmenter(VisionHandler):
     """Each pixel's top class and its probability."""
 
-    image_processing = Compose(
-        [Resize(256), CenterCrop(224), ToTensor(), Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    )
+    image_processing = IMAGENET
 
     def postprocess(self, data: Any) -> Any:
         probabilities = torch.softmax(data["out"], dim=1)

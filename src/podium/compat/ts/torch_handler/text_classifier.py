@@ -12,7 +12,7 @@ from typing import Any
 
 from ..handler_utils.text_utils import ngrams_iterator
 from ..utils.util import map_class_to_label
-from ._torch import torch
+from ._torch import captum_attr, torch
 from .text_handler import TextHandler, _implicit_softmax_dim
 
 __all__ = ["TextClassifier"]
@@ -50,21 +50,13 @@ class TextClassifier(TextHandler):
     def get_insights(self, text_preprocess: Any, _: Any, target: int = 0) -> Any:
         """Each token's importance for ``target`` (Captum's layer integrated gradients over the
         model's ``embedding``): ``[{"importances": [...], "words": [...]}]``."""
-        try:
-            from captum.attr import (
-                LayerIntegratedGradients,
-                TokenReferenceBase,
-            )
-        except ImportError as exc:
-            raise ImportError(
-                "explanations of TorchServe's default handlers need captum (pip install captum)"
-            ) from exc
+        attr = captum_attr()
         if self.lig is None:
-            self.lig = LayerIntegratedGradients(self.model, self.model.embedding)
+            self.lig = attr.LayerIntegratedGradients(self.model, self.model.embedding)
         text_tensor, all_tokens = text_preprocess
         offsets = torch.tensor([0]).to(self.device)
         reference = (
-            TokenReferenceBase()
+            attr.TokenReferenceBase()
             .generate_reference(text_tensor.shape[0], device=self.device)
             .squeeze(0)
         )

@@ -20,20 +20,10 @@ from podium.model.torchserve import PredictionException
 
 from ..handler_utils.timer import timed
 from ._image import Image, UnidentifiedImageError
-from ._torch import torch
+from ._torch import captum_attr, torch
 from .base_handler import BaseHandler
 
 __all__ = ["VisionHandler"]
-
-
-def _captum_attr() -> Any:
-    try:
-        import captum.attr
-    except ImportError as exc:
-        raise ImportError(
-            "explanations of TorchServe's default handlers need captum (pip install captum)"
-        ) from exc
-    return captum.attr
 
 
 class VisionHandler(BaseHandler, ABC):
@@ -80,5 +70,5 @@ class VisionHandler(BaseHandler, ABC):
     def get_insights(self, tensor_data: Any, _: Any, target: int = 0) -> Any:
         """Integrated gradients of ``target`` over the input (Captum, 15 steps)."""
         if self.ig is None:
-            self.ig = _captum_attr().IntegratedGradients(self.model)
+            self.ig = captum_attr().IntegratedGradients(self.model)
         return self.ig.attribute(tensor_data, target=target, n_steps=15).tolist()
