@@ -436,3 +436,22 @@ def test_worker_settings() -> None:
         build({"max_workers": 0})
     with pytest.raises(DefinitionError, match="'response_timeout' must be a number of seconds"):
         build({"response_timeout": -1})
+
+
+def test_a_config_files_paths_are_relative_to_it_for_every_reader(tmp_path: Path) -> None:
+    from podium.config import read_config_file
+
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    file = folder / "podium.yaml"
+    file.write_text("models: echo\nsecrets-dir: secrets\nthreads: 2\ntriton: true\n")
+    data = read_config_file(file)
+    assert data["models"] == (str(folder / "echo"),)
+    assert data["secrets_dir"] == folder / "secrets"
+    assert (data["threads"], data["triton"]) == (2, True)
+    file.write_text("colour: red\n")
+    with pytest.raises(DefinitionError, match=r"unknown key\(s\) colour \(allowed: "):
+        read_config_file(file)
+    file.write_text("models: {a: 1}\n")
+    with pytest.raises(DefinitionError, match="'models' must be a list of paths"):
+        read_config_file(file)

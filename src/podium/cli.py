@@ -19,7 +19,7 @@ import click
 from . import logs
 from ._exits import exit_now, leftovers_end, run_loop, stuck_threads
 from ._server_fields import PRESETS
-from .config import SETTINGS, Kind, ServerConfig, Setting, load_yaml
+from .config import SETTINGS, Kind, ServerConfig, Setting, read_config_file
 from .errors import DefinitionError
 
 __all__ = ["main"]
@@ -53,31 +53,15 @@ def _merge(
     data: dict[str, Any] = {}
     if config_file is not None:
         try:
-            data = load_yaml(config_file)
+            data = read_config_file(config_file)
         except DefinitionError as exc:
             raise click.UsageError(exc.message) from None
-        data = {str(k).replace("-", "_"): v for k, v in data.items()}
+        _deprecated(data, f"{config_file}: grpc_threads")
     triton = flags.pop("triton", None) or data.pop("triton", None)
     if triton:
         values.update(PRESETS["triton"])
     values.update(base or {})
-    if config_file is not None:
-        _deprecated(data, f"{config_file}: grpc_threads")
-        unknown = sorted(set(data) - SETTINGS.keys())
-        if unknown:
-            allowed = ", ".join(sorted(SETTINGS))
-            raise click.UsageError(
-                f"{config_file}: unknown key(s) {', '.join(unknown)} (allowed: {allowed}, triton)"
-            )
-        if "models" in data:
-            models = data["models"]
-            if isinstance(models, str):
-                models = [models]
-            if not isinstance(models, list):
-                raise click.UsageError(f"{config_file}: 'models' must be a list of paths")
-            folder = config_file.parent
-            data["models"] = tuple(str(folder / str(m)) for m in models)
-        values.update(data)
+    values.update(data)
     _deprecated(flags, "--grpc-threads")
     values.update({k: v for k, v in flags.items() if v is not None})
     try:

@@ -63,6 +63,7 @@ __all__ = [
     "Web",
     "foreign",
     "load_yaml",
+    "read_config_file",
     "normalize_host",
     "normalize_origin",
     "origin_of",
@@ -84,6 +85,30 @@ def load_yaml(path: Path) -> dict[str, Any]:
         raise DefinitionError(
             f"{path}: must be a mapping of keys to values, not {type(data).__name__}"
         )
+    return data
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """``podium serve --config``'s YAML file: its settings under the table's keys (a ``-`` read
+    as ``_``), with the paths in it (``models``, ``secrets_dir``) relative to the file, and
+    ``triton`` / ``grpc_threads`` left for the caller to take. ``DefinitionError`` for a file
+    that is no YAML mapping, an unknown key, or ``models`` that is not a list of paths."""
+    data = {str(k).replace("-", "_"): v for k, v in load_yaml(path).items()}
+    unknown = sorted(set(data) - SETTINGS.keys() - {"triton", "grpc_threads"})
+    if unknown:
+        allowed = ", ".join(sorted(SETTINGS))
+        raise DefinitionError(
+            f"{path}: unknown key(s) {', '.join(unknown)} (allowed: {allowed}, triton)"
+        )
+    if "models" in data:
+        models = data["models"]
+        if isinstance(models, str):
+            models = [models]
+        if not isinstance(models, list):
+            raise DefinitionError(f"{path}: 'models' must be a list of paths")
+        data["models"] = tuple(str(path.parent / str(m)) for m in models)
+    if data.get("secrets_dir") is not None:
+        data["secrets_dir"] = path.parent / str(data["secrets_dir"])
     return data
 
 

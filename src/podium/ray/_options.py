@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import SETTINGS, Kind, ModelConfig, ServerConfig, load_yaml
+from ..config import SETTINGS, Kind, ModelConfig, ServerConfig, read_config_file
 from ..errors import DefinitionError
 
 __all__ = [
@@ -174,11 +174,10 @@ def _from_file(file: Path) -> tuple[dict[str, Any], list[str]]:
     relative to the file). Settings that open something Serve cannot give are refused: token
     authorization, system shared memory, loading models through the inference listener."""
     try:
-        data = load_yaml(file)
+        data = read_config_file(file)
     except DefinitionError as exc:
         raise ValueError(exc.message) from None
-    data = {str(k).replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(data) - ServerConfig.keys())
+    unknown = sorted({"triton", "grpc_threads"} & data.keys())
     if unknown:
         raise ValueError(f"{file}: unknown key(s) {', '.join(unknown)}")
     refused = []
@@ -190,15 +189,8 @@ def _from_file(file: Path) -> tuple[dict[str, Any], list[str]]:
         refused.append("model_control (what Serve serves changes by deploying the application)")
     if refused:
         raise ValueError(f"{file}: not available on Ray Serve: {'; '.join(refused)}")
-    models = data.get("models") or []
-    if isinstance(models, str):
-        models = [models]
-    if not isinstance(models, list):
-        raise ValueError(f"{file}: 'models' must be a list of paths")
     values = {k: data[k] for k in _SETTINGS if data.get(k) is not None}
-    if "secrets_dir" in values:
-        values["secrets_dir"] = file.parent / str(values["secrets_dir"])
-    return values, [str(file.parent / str(m)) for m in models]
+    return values, list(data.get("models") or ())
 
 
 def ray_section(config: ModelConfig, label: str) -> dict[str, Any]:
