@@ -394,7 +394,7 @@ _TABLE = (
             mlserver="model_repository_root",
             help="Model paths (a config file's, relative to it)"),
     Setting("secrets_dir", Kind.PATH, None, _SERVING, optional=True,
-            help="Directory of secret files (one file per secret)"),
+            help="Directory of secret files, one per secret (a config file's, relative to it)"),
     Setting("threads", _I, 64, _SERVING, minimum=1,
             help="Threads for sync model code"),
     Setting("keep_running", _F, False, _SERVING,
