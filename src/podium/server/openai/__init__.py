@@ -8,7 +8,6 @@ from ._protocol import (
     EmbeddingRequest,
     OpenAIInvalid,
     StreamOptions,
-    Usage,
     decode,
 )
 
@@ -21,6 +20,5 @@ __all__ = [
     "Sampling",
     "StreamOptions",
     "Token",
-    "Usage",
     "decode",
 ]

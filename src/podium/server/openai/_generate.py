@@ -3,9 +3,11 @@ inputs are its :class:`~podium.openai.Sampling`, its tokens turned into text as 
 
 :class:`Choice` keeps one choice's state: its detokenizer, its stop strings, its tokens and
 their logprobs, its usage and its ``finish_reason``; :func:`pieces` runs the choices of one
-request and yields what each produces (:class:`Piece`), interleaved as they come. A choice that
-is over for the server (``max_tokens`` reached, a stop string seen) or whose client has gone is
-closed: the scheduler takes it out of the batch before the next step.
+request and yields what each produces (:class:`Piece`), interleaved as they come, and counts the
+request in its version's token statistics once it is over. A choice that is over for the server
+(``max_tokens`` reached, a stop string seen) or whose client has gone is closed: the scheduler
+takes it out of the batch before the next step. :class:`Job` is what chat's and completions'
+requests hold besides their choices: the response's ``id``, its head and its usage.
 
 The rule for ``finish_reason``: ``stop`` where a stop string appeared, or where the model ended
 the choice with its EOS or one of ``stop_token_ids`` as the last token; ``length`` where the
@@ -15,6 +17,7 @@ choice reached ``max_tokens``; else (the model ended it otherwise) ``stop``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
@@ -22,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 from ...errors import BadModelOutput
 from ...types import Call, WireProtocol
 from ._contract import PromptLogprobs, Sampling, Token
+from ._serving import Target, created, new_id, usage
 from ._tokens import Detokenizer, StopText, TextCodec
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane, ModelVersion
 
-__all__ = ["Choice", "Piece", "first_then", "pieces", "record"]
+__all__ = ["Choice", "Job", "Piece", "collect", "pieces", "started"]
 
 _now = time.perf_counter_ns
 
@@ -73,12 +77,14 @@ class Choice:
         "model",
     )
 
-    def __init__(self, sampling: Sampling, codec: TextCodec, stops: list[str], model: str) -> None:
+    def __init__(
+        self, sampling: Sampling, codec: TextCodec, stop: str | list[str] | None, model: str
+    ) -> None:
         self.sampling = sampling
         self.codec = codec
         self.model = model
         self.detok = Detokenizer(codec, sampling.prompt_token_ids)
-        self.stop = StopText(stops)
+        self.stop = StopText(stop)
         self.count = 0
         self.finish_reason: str | None = None
         self._pending: list[tuple[Token, int]] = []  # tokens not yet released, where each starts
@@ -185,18 +191,27 @@ async def _one(plane: DataPlane, mv: ModelVersion, choice: Choice) -> AsyncGener
 
 
 async def pieces(
-    plane: DataPlane, mv: ModelVersion, choices: list[Choice]
+    plane: DataPlane, mv: ModelVersion, choices: list[Choice], prompt_tokens: int
 ) -> AsyncGenerator[Piece, None]:
     """The pieces of every choice, in the order they come; the choices run side by side (each
-    a request of the model's continuous batch). Leaving early closes every choice."""
-    if len(choices) == 1:
-        one = _one(plane, mv, choices[0])
-        try:
-            async for piece in one:
-                yield piece
-        finally:
-            await one.aclose()
-        return
+    a request of the model's continuous batch). Leaving early closes every choice. At the end
+    the request (``prompt_tokens`` and its choices) is counted in ``mv``'s token statistics."""
+    try:
+        if len(choices) == 1:
+            async with contextlib.aclosing(_one(plane, mv, choices[0])) as one:
+                async for piece in one:
+                    yield piece
+        else:
+            async with contextlib.aclosing(_side_by_side(plane, mv, choices)) as every:
+                async for piece in every:
+                    yield piece
+    finally:
+        _record(mv, prompt_tokens, choices)
+
+
+async def _side_by_side(
+    plane: DataPlane, mv: ModelVersion, choices: list[Choice]
+) -> AsyncGenerator[Piece, None]:
     # A bounded handoff: a slow reader holds the choices back, as one choice's stream would be.
     queue: asyncio.Queue[Piece | BaseException | None] = asyncio.Queue(len(choices))
 
@@ -228,7 +243,7 @@ async def pieces(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def record(mv: ModelVersion, prompt_tokens: int, choices: list[Choice]) -> None:
+def _record(mv: ModelVersion, prompt_tokens: int, choices: list[Choice]) -> None:
     """Count one finished request in its version's token statistics (its metrics)."""
     stats = mv.stats.tokens
     stats.prompt += prompt_tokens
@@ -247,11 +262,9 @@ def record(mv: ModelVersion, prompt_tokens: int, choices: list[Choice]) -> None:
         stats.first_token.add(first - min(c.start_ns for c in choices))
 
 
-async def first_then(
-    gen: AsyncGenerator[Piece, None],
-) -> tuple[Piece, AsyncGenerator[Piece, None]]:
-    """The first piece of ``gen`` (awaited now: a request the model's queue refuses fails before
-    a stream says anything), and every piece from it on."""
+async def started(gen: AsyncGenerator[Piece, None]) -> AsyncGenerator[Piece, None]:
+    """``gen`` with its first piece awaited now (a request the model's queue refuses fails before
+    a stream says anything)."""
     first = await gen.__anext__()
 
     async def rest() -> AsyncGenerator[Piece, None]:
@@ -259,4 +272,43 @@ async def first_then(
         async for piece in gen:
             yield piece
 
-    return first, rest()
+    return rest()
+
+
+async def collect(job: Job, plane: DataPlane) -> dict[int, list[Piece]]:
+    """Every piece of ``job``'s choices, by choice (a whole answer)."""
+    out: dict[int, list[Piece]] = {c.index: [] for c in job.choices}
+    async with contextlib.aclosing(job.pieces(plane)) as gen:
+        async for piece in gen:
+            out[piece.index].append(piece)
+    return out
+
+
+class Job:
+    """One chat or completions request, checked and tokenized: its choices (which the
+    request's own class adds), the response's ``id`` and ``created``, and what its stream
+    reports (``stream_options``)."""
+
+    def __init__(self, request: Any, t: Target, prefix: str, prompt_tokens: int) -> None:
+        assert t.codec is not None  # a generating model has a tokenizer
+        self.request = request
+        self.target = t
+        self.codec: TextCodec = t.codec
+        self.prompt_tokens = prompt_tokens
+        self.choices: list[Choice] = []
+        self.id = new_id(prefix)
+        self.created = created()
+        options = request.stream_options
+        self.include_usage = options is not None and options.include_usage
+        self.continuous = self.include_usage and options.continuous_usage_stats
+
+    def head(self, kind: str) -> dict[str, Any]:
+        """What every object of the response begins with; ``kind``: its ``object``."""
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.request.model}
+
+    def usage(self) -> dict[str, Any]:
+        """The tokens of the prompts and of every choice so far."""
+        return usage(self.prompt_tokens, sum(c.count for c in self.choices))
+
+    def pieces(self, plane: DataPlane) -> AsyncGenerator[Piece, None]:
+        return pieces(plane, self.target.mv, self.choices, self.prompt_tokens)

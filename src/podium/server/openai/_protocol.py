@@ -23,7 +23,6 @@ __all__ = [
     "EmbeddingRequest",
     "OpenAIInvalid",
     "StreamOptions",
-    "Usage",
     "decode",
 ]
 
@@ -219,12 +218,6 @@ class EmbeddingRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     user: str | None = None
 
 
-class Usage(msgspec.Struct):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
 _PATH = re.compile(r" - at `\$((?:\.[A-Za-z_][A-Za-z_0-9]*|\[\d+\])*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `([^`]*)`")
 _MISSING = re.compile(r"^Object missing required field `([^`]*)`")
@@ -235,10 +228,14 @@ def _param(path: str) -> str | None:
     return path[1:] if path.startswith(".") else (path or None)
 
 
-def decode(body: bytes, kind: type[T]) -> T:
-    """``body`` as a ``kind`` request; ``OpenAIInvalid`` (400) naming the field otherwise."""
+def decode(body: bytes | dict[str, Any], kind: type[T]) -> T:
+    """``body`` (JSON, or its fields already decoded) as a ``kind`` request; ``OpenAIInvalid``
+    (400) naming the field otherwise."""
     try:
-        request = msgspec.json.decode(body, type=kind)
+        if isinstance(body, dict):
+            request = msgspec.convert(body, kind)
+        else:
+            request = msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         text = str(exc)
         where = _PATH.search(text)

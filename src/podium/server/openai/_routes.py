@@ -23,9 +23,6 @@ queue (or failing at once) still gets its status; an error after that is an even
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -35,10 +32,10 @@ from ...types import ModelState
 from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
-from ..http._responses import JSON, send_body
+from ..http._responses import send_json
 from ..http._routing import Api, Route
 from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
-from ._errors import PATHS, error_event, is_openai_path, send_openai_error
+from ._errors import PATHS, error_event, is_openai_path, send_events, send_openai_error
 from ._oip_generate import generates
 from ._oip_generate import serve as serve_generate
 from ._serving import Target, _split, face_of, serves, target
@@ -61,14 +58,6 @@ __all__ = [
     "serve_generate",
 ]
 
-logger = logging.getLogger("podium.openai")
-
-_encoder = msgspec.json.Encoder()
-_SSE = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -228,37 +217,12 @@ async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
 
 
 async def _send_json(send: Send, value: Any) -> None:
-    await send_body(send, 200, JSON, _encoder.encode(value))
+    await send_json(send, 200, value)
 
 
-async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
-    """``chunks`` as Server-Sent Events; the response starts with the first chunk."""
-    started = False
-    try:
-        try:
-            async for item in chunks:
-                data = b"data: " + _encoder.encode(item) + b"\n\n"
-                if not started:
-                    started = True
-                    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-            tail = _DONE
-        finally:
-            await chunks.aclose()
-    except PodiumError as exc:
-        if not started:
-            raise
-        tail = error_event(exc)
-    except (asyncio.CancelledError, GeneratorExit):
-        raise
-    except Exception as exc:
-        if not started:
-            raise
-        logger.exception("a stream of OpenAI chunks failed")
-        tail = error_event(PodiumError(f"internal error: {type(exc).__name__}"))
-    if not started:
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
+async def _send_stream(send: Send, chunks: Any) -> None:
+    """``chunks`` as Server-Sent Events, then ``[DONE]``; the response starts with the first."""
+    await send_events(send, chunks, error_event, _DONE)
 
 
 #: OpenAI's routes, in ``INFERENCE_ROUTES``.

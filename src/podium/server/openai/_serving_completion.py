@@ -14,9 +14,9 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from ._contract import PromptLogprobs, Token
-from ._generate import Choice, first_then, pieces, record
+from ._generate import Choice, Job, collect, started
 from ._protocol import CompletionRequest, OpenAIInvalid, decode
-from ._serving import Target, check_choices, created, new_id, samplings, target, token_limit, usage
+from ._serving import Target, check_choices, samplings, target, token_limit
 from ._tokens import TextCodec
 
 if TYPE_CHECKING:
@@ -25,22 +25,13 @@ if TYPE_CHECKING:
 __all__ = ["CompletionJob", "answer", "prepare", "stream"]
 
 
-class CompletionJob:
+class CompletionJob(Job):
     """One completions request, checked and tokenized, with its choices."""
 
     def __init__(self, request: CompletionRequest, t: Target, prompts: list[list[int]]) -> None:
-        assert t.codec is not None
-        self.request = request
-        self.target = t
-        self.codec: TextCodec = t.codec
-        self.prompts = prompts
-        self.id = new_id("cmpl")
-        self.created = created()
-        self.model = request.model
+        super().__init__(request, t, "cmpl", sum(len(p) for p in prompts))
         k = request.logprobs
         echo_logprobs = k if request.echo and k is not None else None
-        stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
-        self.choices: list[Choice] = []
         self.prompt_of: dict[int, list[int]] = {}
         for p, prompt in enumerate(prompts):
             param = "max_tokens"
@@ -48,15 +39,12 @@ class CompletionJob:
             for s in samplings(
                 request, prompt, limit, p * request.n, logprobs=k, prompt_logprobs=echo_logprobs
             ):
-                self.choices.append(Choice(s, t.codec, stops, t.mv.name))
+                self.choices.append(Choice(s, self.codec, request.stop, t.mv.name))
                 self.prompt_of[s.index] = prompt
 
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(len(p) for p in self.prompts)
 
-
-def prepare(plane: DataPlane, body: bytes) -> CompletionJob:
+def prepare(plane: DataPlane, body: bytes | dict[str, Any]) -> CompletionJob:
+    """The request decoded, checked against the model, and tokenized; 400/404 otherwise."""
     request = decode(body, CompletionRequest)
     if request.suffix:
         raise OpenAIInvalid(
@@ -150,57 +138,36 @@ def _check_prompt_logprobs(job: CompletionJob, index: int, given: PromptLogprobs
 async def answer(plane: DataPlane, job: CompletionJob) -> dict[str, Any]:
     """The whole ``text_completion``."""
     request = job.request
-    k = request.logprobs
-    texts: dict[int, list[str]] = {}
-    logprobs: dict[int, _Logprobs] = {}
+    got = await collect(job, plane)
+    choices = []
     for c in job.choices:
-        texts[c.index] = [job.codec.decode(job.prompt_of[c.index])] if request.echo else []
-        if k is not None:
-            logprobs[c.index] = _Logprobs(job.codec, k)
-    reasons: dict[int, str] = {}
-    gen = pieces(plane, job.target.mv, job.choices)
-    try:
-        async for piece in gen:
-            lp = logprobs.get(piece.index)
-            if piece.prompt_logprobs is not None and lp is not None:
-                _check_prompt_logprobs(job, piece.index, piece.prompt_logprobs)
-                lp.add_prompt(job.prompt_of[piece.index], piece.prompt_logprobs)
-            texts[piece.index].append(piece.text)
-            if lp is not None:
+        prompt = job.prompt_of[c.index]
+        text = "".join(p.text for p in got[c.index])
+        logprobs = None
+        if request.logprobs is not None:
+            lp = _Logprobs(job.codec, request.logprobs)
+            for piece in got[c.index]:
+                if piece.prompt_logprobs is not None:
+                    _check_prompt_logprobs(job, c.index, piece.prompt_logprobs)
+                    lp.add_prompt(prompt, piece.prompt_logprobs)
                 lp.add_tokens(piece.tokens)
-            if piece.finish_reason is not None:
-                reasons[piece.index] = piece.finish_reason
-    finally:
-        await gen.aclose()
-        record(job.target.mv, job.prompt_tokens, job.choices)
-    choices = [
-        {
-            "index": c.index,
-            "text": "".join(texts[c.index]),
-            "logprobs": logprobs[c.index].body() if c.index in logprobs else None,
-            "finish_reason": reasons.get(c.index, "length"),
-        }
-        for c in job.choices
-    ]
-    return {
-        "id": job.id,
-        "object": "text_completion",
-        "created": job.created,
-        "model": job.model,
-        "choices": choices,
-        "usage": usage(job.prompt_tokens, sum(c.count for c in job.choices)),
-    }
+            logprobs = lp.body()
+        choices.append(
+            {
+                "index": c.index,
+                "text": job.codec.decode(prompt) + text if request.echo else text,
+                "logprobs": logprobs,
+                "finish_reason": c.finish_reason or "length",
+            }
+        )
+    return {**job.head("text_completion"), "choices": choices, "usage": job.usage()}
 
 
 async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[str, Any], None]:
     """The ``text_completion`` chunks of a stream, in order (the caller frames them)."""
     request = job.request
-    options = request.stream_options
-    include_usage = options is not None and options.include_usage
-    continuous = include_usage and options is not None and options.continuous_usage_stats
     k = request.logprobs
-    base = {"id": job.id, "object": "text_completion", "created": job.created}
-    base["model"] = job.model
+    base = job.head("text_completion")
     logprobs = {c.index: _Logprobs(job.codec, k) for c in job.choices} if k is not None else {}
 
     def chunk(index: int, text: str, reason: str | None) -> dict[str, Any]:
@@ -216,14 +183,14 @@ async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[st
                 }
             ],
         }
-        if continuous:
-            out["usage"] = usage(job.prompt_tokens, sum(c.count for c in job.choices))
+        if job.continuous:
+            out["usage"] = job.usage()
         return out
 
     waits_for_prompt = request.echo and k is not None
-    gen = pieces(plane, job.target.mv, job.choices)
+    gen = job.pieces(plane)
     try:
-        _, every = await first_then(gen)
+        every = await started(gen)
         if request.echo and not waits_for_prompt:
             for c in job.choices:
                 yield chunk(c.index, job.codec.decode(job.prompt_of[c.index]), None)
@@ -239,10 +206,5 @@ async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[st
             yield chunk(piece.index, text, piece.finish_reason)
     finally:
         await gen.aclose()
-        record(job.target.mv, job.prompt_tokens, job.choices)
-    if include_usage:
-        yield {
-            **base,
-            "choices": [],
-            "usage": usage(job.prompt_tokens, sum(c.count for c in job.choices)),
-        }
+    if job.include_usage:
+        yield {**base, "choices": [], "usage": job.usage()}
