@@ -38,7 +38,7 @@ from . import _serving_chat, _serving_completion, _serving_embedding, _serving_m
 from ._errors import PATHS, error_event, is_openai_path, send_events, send_openai_error
 from ._oip_generate import generates
 from ._oip_generate import serve as serve_generate
-from ._serving import Target, _split, face_of, serves, target
+from ._serving import Target, face_of, resolve, serves, split, target
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane, ModelVersion
@@ -74,15 +74,12 @@ def _named(body: bytes) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _serves_openai(plane: DataPlane, name: str | None) -> bool:
-    if name is None:
-        return False
-    model, version = _split(plane, name)
+def _found(plane: DataPlane, name: str | None) -> ModelVersion | None:
+    """The ready version ``name`` names, or None (none named, or none ready)."""
     try:
-        mv = plane.resolve(model, version)
+        return None if name is None else resolve(plane, name)
     except PodiumError:
-        return False
-    return serves(mv)
+        return None
 
 
 def _may_serve(mv: ModelVersion) -> bool:
@@ -115,30 +112,24 @@ async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, servin
     own = _own_method(plane, body, method)
     if own is not None:  # the model's own chat / complete (_serving_methods)
         streams, value = await _serving_methods.answer(plane, own, body, method, ex.watch)
-        await (_send_stream(send, value) if streams else _send_json(send, value))
+        await (_send_stream(send, value) if streams else send_json(send, 200, value))
         return
     job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
         await _send_stream(send, serving.stream(plane, job))
     else:
-        await _send_json(send, await serving.answer(plane, job))
+        await send_json(send, 200, await serving.answer(plane, job))
 
 
 def _own_method(plane: DataPlane, body: bytes, method: str) -> Target | None:
     """The model the body names where it answers ``method`` with its own chat / complete (and
     does not generate with Podium)."""
     name = _named(body)
-    if name is None:
-        return None
+    mv = _found(plane, name)
+    face = None if mv is None else face_of(mv)
     own = "chat" if method == "chat_completions" else "complete"
-    model, version = _split(plane, name)
-    try:
-        mv = plane.resolve(model, version)
-    except PodiumError:
-        return None
-    face = face_of(mv)
-    if face is None or face.generates or own not in face.methods:
+    if name is None or face is None or face.generates or own not in face.methods:
         return None
     return target(plane, name, "methods")
 
@@ -158,7 +149,7 @@ async def embeddings(self: HttpApp, ex: Exchange, send: Send) -> None:
         await _truss.endpoint(self, ex, send, "embeddings")
         return
     ex.watch()
-    await _send_json(send, await _serving_embedding.embeddings(plane, body))
+    await send_json(send, 200, await _serving_embedding.embeddings(plane, body))
 
 
 def _model_object(mv: ModelVersion) -> dict[str, Any]:
@@ -199,25 +190,21 @@ async def health(self: HttpApp, ex: Exchange, send: Send) -> None:
 async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
     ex.errors = send_openai_error
     data = [_model_object(mv) for mv in _served(self.dataplane)]
-    await _send_json(send, {"object": "list", "data": data})
+    await send_json(send, 200, {"object": "list", "data": data})
 
 
 async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     """OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness."""
     plane = self.dataplane
     ex.errors = send_openai_error
-    if not _serves_openai(plane, model):
+    mv = _found(plane, model)
+    if mv is None or not serves(mv):
         known = {mv.name for mv in plane.versions()}
-        if _split(plane, model)[0] not in known and _served(plane):
+        if split(plane, model)[0] not in known and _served(plane):
             raise NotFound(f"The model '{model}' does not exist")
         await _truss.ready(self, ex, send, model)
         return
-    name, version = _split(plane, model)
-    await _send_json(send, _model_object(plane.resolve(name, version)))
-
-
-async def _send_json(send: Send, value: Any) -> None:
-    await send_json(send, 200, value)
+    await send_json(send, 200, _model_object(mv))
 
 
 async def _send_stream(send: Send, chunks: Any) -> None:

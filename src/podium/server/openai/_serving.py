@@ -28,9 +28,12 @@ __all__ = [
     "Target",
     "face_of",
     "new_id",
+    "resolve",
     "samplings",
     "serves",
+    "split",
     "target",
+    "texts_or_ids",
     "token_limit",
     "usage",
 ]
@@ -68,7 +71,8 @@ def serves(mv: ModelVersion) -> bool:
     return face_of(mv) is not None or mv.instance.capabilities.embeds
 
 
-def _split(plane: DataPlane, name: str) -> tuple[str, str | None]:
+def split(plane: DataPlane, name: str) -> tuple[str, str | None]:
+    """The model and the version (None: its default) that ``name`` names."""
     known = {mv.name for mv in plane.versions()}
     if name in known or "@" not in name:
         return name, None
@@ -76,11 +80,15 @@ def _split(plane: DataPlane, name: str) -> tuple[str, str | None]:
     return model, version
 
 
+def resolve(plane: DataPlane, name: str) -> ModelVersion:
+    """The ready version ``name`` names: ``NotFound`` (404), ``ModelNotReady`` (503)."""
+    return plane.resolve(*split(plane, name))
+
+
 def target(plane: DataPlane, name: str, what: str) -> Target:
     """The ready version ``name`` names that does ``what`` (``generates``, ``embeds``, or
     ``methods``: its own chat / complete)."""
-    model, version = _split(plane, name)
-    mv = plane.resolve(model, version)  # NotFound (404), ModelNotReady (503)
+    mv = resolve(plane, name)
     face = face_of(mv)
     if face is None and what == "embeds" and mv.instance.capabilities.embeds:
         face = OpenAIFace(embeds=True)  # in worker processes: embed is there, its tokenizer not
@@ -159,6 +167,16 @@ def samplings(
             )
         )
     return out
+
+
+def texts_or_ids(value: str | list[Any]) -> list[str | list[int]]:
+    """A ``prompt`` or ``input`` (checked by ``decode``: a string, strings, token ids or lists of
+    token ids) as its texts, or as its lists of token ids."""
+    if isinstance(value, str):
+        return [value]
+    if all(isinstance(item, str) for item in value):
+        return list(value)
+    return [list(value)] if all(type(item) is int for item in value) else list(value)
 
 
 def check_choices(count: int) -> None:

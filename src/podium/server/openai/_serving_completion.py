@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ._contract import PromptLogprobs, Token
 from ._generate import Choice, Job, collect, started
 from ._protocol import CompletionRequest, OpenAIInvalid, decode
-from ._serving import Target, check_choices, samplings, target, token_limit
+from ._serving import Target, check_choices, samplings, target, texts_or_ids, token_limit
 from ._tokens import TextCodec
 
 if TYPE_CHECKING:
@@ -54,16 +54,8 @@ def prepare(plane: DataPlane, body: bytes | dict[str, Any]) -> CompletionJob:
         raise OpenAIInvalid("'best_of' other than 'n' is not supported", "best_of")
     t = target(plane, request.model, "generates")
     assert t.codec is not None
-    prompt = request.prompt
-    prompts: list[list[int]]
-    if isinstance(prompt, str):
-        prompts = [t.codec.encode(prompt)]
-    elif all(isinstance(item, str) for item in prompt):
-        prompts = [t.codec.encode(text) for text in prompt]
-    elif all(type(item) is int for item in prompt):
-        prompts = [list(prompt)]
-    else:
-        prompts = [list(item) for item in prompt]
+    codec = t.codec
+    prompts = [codec.encode(p) if isinstance(p, str) else p for p in texts_or_ids(request.prompt)]
     for i, ids in enumerate(prompts):
         t.codec.check_ids(ids, "prompt" if len(prompts) == 1 else f"prompt[{i}]")
         if not ids:
