@@ -290,10 +290,8 @@ class Job:
     reports (``stream_options``)."""
 
     def __init__(self, request: Any, t: Target, prefix: str, prompt_tokens: int) -> None:
-        assert t.codec is not None  # a generating model has a tokenizer
         self.request = request
         self.target = t
-        self.codec: TextCodec = t.codec
         self.prompt_tokens = prompt_tokens
         self.choices: list[Choice] = []
         self.id = new_id(prefix)
@@ -301,6 +299,12 @@ class Job:
         options = request.stream_options
         self.include_usage = options is not None and options.include_usage
         self.continuous = self.include_usage and options.continuous_usage_stats
+
+    @property
+    def codec(self) -> TextCodec:
+        """The model's tokenizer (a generating model has one)."""
+        assert self.target.codec is not None
+        return self.target.codec
 
     def head(self, kind: str) -> dict[str, Any]:
         """What every object of the response begins with; ``kind``: its ``object``."""
@@ -311,4 +315,5 @@ class Job:
         return usage(self.prompt_tokens, sum(c.count for c in self.choices))
 
     def pieces(self, plane: DataPlane) -> AsyncGenerator[Piece, None]:
+        """What the choices produce, as they come (the model's generations)."""
         return pieces(plane, self.target.mv, self.choices, self.prompt_tokens)

@@ -111,10 +111,9 @@ async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, servin
         return
     own = _own_method(plane, body, method)
     if own is not None:  # the model's own chat / complete (_serving_methods)
-        streams, value = await _serving_methods.answer(plane, own, body, method, ex.watch)
-        await (_send_stream(send, value) if streams else send_json(send, 200, value))
-        return
-    job = serving.prepare(plane, body)
+        job = _serving_methods.prepare(own, body, method)
+    else:
+        job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
         await _send_stream(send, serving.stream(plane, job))
