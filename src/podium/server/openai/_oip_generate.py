@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from ...errors import InvalidInput
 from .._asgi import Send
+from ..http import _oip
 from ..http._exchange import Exchange
 from ..http._responses import send_json, sse_event
 from . import _serving_completion
@@ -60,10 +59,7 @@ def _request(body: Any, mv: ModelVersion) -> dict[str, Any]:
 
 
 async def serve(plane: DataPlane, ex: Exchange, send: Send, mv: ModelVersion, action: str) -> None:
-    try:
-        body = msgspec.json.decode(await ex.body())
-    except msgspec.DecodeError as exc:
-        raise InvalidInput(f"generate body is not valid JSON: {exc}") from None
+    body = _oip.decode_json(await ex.body())  # as every OIP route reads JSON
     job = _serving_completion.prepare(plane, _request(body, mv))
     head = {"model_name": mv.name, "model_version": mv.version or ""}
     ex.watch()

@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from ...errors import InvalidInput
+from ...codecs import JSON_ERRORS, json_problem
+from ...errors import InvalidInput, bounded
 
 __all__ = [
     "ChatCompletionRequest",
@@ -42,7 +43,7 @@ class OpenAIInvalid(InvalidInput):
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.param = param
+        self.param = None if param is None else bounded(param)  # it may name a client's field
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -250,8 +251,11 @@ def decode(body: bytes | dict[str, Any], kind: type[T]) -> T:
             raise OpenAIInvalid(detail, missing.group(1)) from None
         param = _param(path)
         raise OpenAIInvalid(f"{detail} - '{param}'" if param else detail, param) from None
-    except msgspec.DecodeError as exc:
-        raise OpenAIInvalid(f"The request body is not valid JSON: {exc}") from None
+    except JSON_ERRORS as exc:
+        assert not isinstance(body, dict)  # (fields already decoded are converted, not parsed)
+        raise OpenAIInvalid(
+            f"The request body is not valid JSON: {json_problem(exc, body)}"
+        ) from None
     _check(request)
     return request
 
