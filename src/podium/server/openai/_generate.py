@@ -63,14 +63,12 @@ class Choice:
 
     __slots__ = (
         "sampling",
-        "codec",
         "detok",
         "stop",
         "count",
         "finish_reason",
         "_pending",
         "_stop_ids",
-        "_last",
         "start_ns",
         "first_ns",
         "last_ns",
@@ -81,7 +79,6 @@ class Choice:
         self, sampling: Sampling, codec: TextCodec, stop: str | list[str] | None, model: str
     ) -> None:
         self.sampling = sampling
-        self.codec = codec
         self.model = model
         self.detok = Detokenizer(codec, sampling.prompt_token_ids)
         self.stop = StopText(stop)
@@ -92,7 +89,6 @@ class Choice:
         if not sampling.ignore_eos:
             stop_ids |= codec.eos
         self._stop_ids = frozenset(stop_ids)
-        self._last: int | None = None
         self.start_ns = _now()
         self.first_ns = 0
         self.last_ns = 0
@@ -125,7 +121,6 @@ class Choice:
             self.first_ns = now
         self.last_ns = now
         self.count += 1
-        self._last = item.id
         self._pending.append((item, len(self.stop.text)))
         text = self.stop.add(self.detok.add(item.id))
         if self.stop.stopped:
@@ -153,22 +148,14 @@ class Choice:
         """The tokens whose text has gone out (all of them at the end, but those after a stop
         string)."""
         pending = self._pending
-        if not pending:
-            return []
         if self.stop.stopped:
-            upto = len(self.stop.text)
-            out = [t for t, start in pending if start < upto]
+            out = [t for t, start in pending if start < len(self.stop.text)]
             pending.clear()
             return out
-        if everything:
-            out = [t for t, _ in pending]
-        else:
-            upto = self.stop.released
-            out = [t for t, start in pending if start < upto]
-            if len(out) == len(pending):
-                pending.clear()
-                return out
-        del pending[: len(out)]
+        upto = self.stop.released
+        count = len(pending) if everything else sum(start < upto for _, start in pending)
+        out = [t for t, _ in pending[:count]]
+        del pending[:count]
         return out
 
 

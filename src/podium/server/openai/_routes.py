@@ -32,7 +32,7 @@ from ...types import ModelState
 from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
-from ..http._responses import send_json
+from ..http._responses import send_body, send_json
 from ..http._routing import Api, Route
 from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
 from ._errors import PATHS, error_event, is_openai_path, send_events, send_openai_error
@@ -165,25 +165,14 @@ def _model_object(mv: ModelVersion) -> dict[str, Any]:
 
 def _served(plane: DataPlane) -> list[ModelVersion]:
     """The default, ready version of each model that serves OpenAI's API."""
-    out: dict[str, ModelVersion] = {}
-    for mv in plane.versions():
-        if mv.name in out:
-            continue
-        try:
-            ready = plane.resolve(mv.name)
-        except PodiumError:
-            continue
-        if serves(ready):
-            out[mv.name] = ready
-    return list(out.values())
+    names = dict.fromkeys(mv.name for mv in plane.versions())
+    return [mv for name in names if (mv := _found(plane, name)) is not None and serves(mv)]
 
 
 async def health(self: HttpApp, ex: Exchange, send: Send) -> None:
     """vLLM's ``/health``, which OpenAI load tools (guidellm) poll before they start: 200 with
     no body once every model that should serve does (the server's readiness), else 503."""
-    ready = self.dataplane.ready()
-    await send({"type": "http.response.start", "status": 200 if ready else 503, "headers": []})
-    await send({"type": "http.response.body", "body": b""})
+    await send_body(send, 200 if self.dataplane.ready() else 503, [], b"")
 
 
 async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
