@@ -31,7 +31,7 @@ from ._tokens import Detokenizer, StopText, TextCodec
 if TYPE_CHECKING:
     from ...dataplane import DataPlane, ModelVersion
 
-__all__ = ["Choice", "Job", "Piece", "collect", "pieces", "started"]
+__all__ = ["Choice", "Job", "Piece", "pieces", "started"]
 
 _now = time.perf_counter_ns
 
@@ -260,15 +260,6 @@ async def started(gen: AsyncGenerator[Piece, None]) -> AsyncGenerator[Piece, Non
             yield piece
 
     return rest()
-
-
-async def collect(job: Job, plane: DataPlane) -> dict[int, list[Piece]]:
-    """Every piece of ``job``'s choices, by choice (a whole answer)."""
-    out: dict[int, list[Piece]] = {c.index: [] for c in job.choices}
-    async with contextlib.aclosing(job.pieces(plane)) as gen:
-        async for piece in gen:
-            out[piece.index].append(piece)
-    return out
 
 
 class Job:

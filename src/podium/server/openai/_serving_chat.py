@@ -9,6 +9,7 @@ choice's last chunk, then a usage chunk (``stream_options.include_usage``) and `
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ._contract import Token
-from ._generate import Choice, Job, Piece, collect, started
+from ._generate import Choice, Job, Piece, started
 from ._protocol import (
     AssistantMessage,
     ChatCompletionRequest,
@@ -146,32 +147,43 @@ def _logprobs(codec: TextCodec, tokens: list[Token], k: int) -> list[dict[str, A
     return out
 
 
-def _tool_finish(job: ChatJob, text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    if not job.tools:
-        return text, []
-    return parse_tool_calls(text, job.tools, job.named)
-
-
 async def answer(plane: DataPlane, job: ChatJob) -> dict[str, Any]:
-    """The whole ``chat.completion``."""
-    got = await collect(job, plane)
-    k = job.request.top_logprobs or 0
+    """The whole ``chat.completion``: the chunks of its stream joined, choice by choice (so it
+    says what the stream says, tool calls included)."""
+    texts: dict[int, list[str]] = {c.index: [] for c in job.choices}
+    calls: dict[int, list[dict[str, Any]]] = {c.index: [] for c in job.choices}
+    tokens: dict[int, list[Any]] = {c.index: [] for c in job.choices}
+    reasons: dict[int, str | None] = {}
+    async with contextlib.aclosing(stream(plane, job)) as chunks:
+        async for chunk in chunks:
+            for part in chunk["choices"]:
+                i, delta = part["index"], part["delta"]
+                texts[i].append(delta.get("content", ""))
+                for call in delta.get("tool_calls", ()):
+                    if "id" in call:  # a call's head, with its name; its arguments follow
+                        calls[i].append(
+                            {
+                                "id": call["id"],
+                                "type": call["type"],
+                                "function": {**call["function"]},
+                            }
+                        )
+                    else:
+                        calls[i][-1]["function"]["arguments"] += call["function"]["arguments"]
+                tokens[i] += (part["logprobs"] or {}).get("content", [])
+                reasons[i] = part["finish_reason"] or reasons.get(i)
     choices = []
     for c in job.choices:
-        content, calls = _tool_finish(job, "".join(p.text for p in got[c.index]))
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = calls
-        logprobs = None
-        if job.request.logprobs:
-            tokens = [token for p in got[c.index] for token in p.tokens]
-            logprobs = {"content": _logprobs(job.codec, tokens, k)}
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts[c.index])}
+        if calls[c.index]:
+            message["content"] = message["content"] or None
+            message["tool_calls"] = calls[c.index]
         choices.append(
             {
                 "index": c.index,
                 "message": message,
-                "logprobs": logprobs,
-                "finish_reason": "tool_calls" if calls else c.finish_reason or "stop",
+                "logprobs": {"content": tokens[c.index]} if job.request.logprobs else None,
+                "finish_reason": reasons.get(c.index) or "stop",
             }
         )
     return {**job.head("chat.completion"), "choices": choices, "usage": job.usage()}

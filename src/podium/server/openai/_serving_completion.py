@@ -10,11 +10,12 @@ itself included, as vLLM does), and with ``echo`` the prompt's tokens' too (the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from ._contract import PromptLogprobs, Token
-from ._generate import Choice, Job, collect, started
+from ._generate import Choice, Job, started
 from ._protocol import CompletionRequest, OpenAIInvalid, decode
 from ._serving import Target, check_choices, samplings, target, texts_or_ids, token_limit
 from ._tokens import TextCodec
@@ -102,17 +103,14 @@ class _Logprobs:
         for t in tokens:
             self.add(t.id, t.logprob, t.top_logprobs if t.top_logprobs is not None else {})
 
-    def body(self) -> dict[str, Any]:
-        return {
+    def take(self) -> dict[str, Any]:
+        """What was added since the last take (a stream's chunk)."""
+        out = {
             "tokens": self.tokens,
             "token_logprobs": self.token_logprobs,
             "top_logprobs": self.top_logprobs,
             "text_offset": self.text_offset,
         }
-
-    def take(self) -> dict[str, Any]:
-        """What was added since the last take (a stream's chunk)."""
-        out = self.body()
         self.tokens, self.token_logprobs, self.top_logprobs, self.text_offset = [], [], [], []
         return out
 
@@ -128,30 +126,27 @@ def _check_prompt_logprobs(job: CompletionJob, index: int, given: PromptLogprobs
 
 
 async def answer(plane: DataPlane, job: CompletionJob) -> dict[str, Any]:
-    """The whole ``text_completion``."""
-    request = job.request
-    got = await collect(job, plane)
-    choices = []
-    for c in job.choices:
-        prompt = job.prompt_of[c.index]
-        text = "".join(p.text for p in got[c.index])
-        logprobs = None
-        if request.logprobs is not None:
-            lp = _Logprobs(job.codec, request.logprobs)
-            for piece in got[c.index]:
-                if piece.prompt_logprobs is not None:
-                    _check_prompt_logprobs(job, c.index, piece.prompt_logprobs)
-                    lp.add_prompt(prompt, piece.prompt_logprobs)
-                lp.add_tokens(piece.tokens)
-            logprobs = lp.body()
-        choices.append(
-            {
-                "index": c.index,
-                "text": job.codec.decode(prompt) + text if request.echo else text,
-                "logprobs": logprobs,
-                "finish_reason": c.finish_reason or "length",
-            }
-        )
+    """The whole ``text_completion``: the chunks of its stream joined, choice by choice."""
+    texts: dict[int, list[str]] = {c.index: [] for c in job.choices}
+    logprobs: dict[int, dict[str, list[Any]]] = {}
+    reasons: dict[int, str | None] = {}
+    async with contextlib.aclosing(stream(plane, job)) as chunks:
+        async for chunk in chunks:
+            for part in chunk["choices"]:
+                i = part["index"]
+                texts[i].append(part["text"])
+                for key, values in (part["logprobs"] or {}).items():
+                    logprobs.setdefault(i, {}).setdefault(key, []).extend(values)
+                reasons[i] = part["finish_reason"] or reasons.get(i)
+    choices = [
+        {
+            "index": c.index,
+            "text": "".join(texts[c.index]),
+            "logprobs": logprobs.get(c.index),
+            "finish_reason": reasons.get(c.index) or "length",
+        }
+        for c in job.choices
+    ]
     return {**job.head("text_completion"), "choices": choices, "usage": job.usage()}
 
 
