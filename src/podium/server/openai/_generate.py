@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import BadModelOutput
 from ...types import Call, WireProtocol
 from ._contract import PromptLogprobs, Sampling, Token
-from ._serving import Target, created, new_id, usage
+from ._serving import Target
 from ._tokens import Detokenizer, StopText, TextCodec
 
 if TYPE_CHECKING:
@@ -272,8 +273,8 @@ class Job:
         self.target = t
         self.prompt_tokens = prompt_tokens
         self.choices: list[Choice] = []
-        self.id = new_id(prefix)
-        self.created = created()
+        self.id = f"{prefix}-{secrets.token_hex(12)}"
+        self.created = int(time.time())
         options = request.stream_options
         self.include_usage = options is not None and options.include_usage
         self.continuous = self.include_usage and options.continuous_usage_stats
@@ -288,9 +289,15 @@ class Job:
         """What every object of the response begins with; ``kind``: its ``object``."""
         return {"id": self.id, "object": kind, "created": self.created, "model": self.request.model}
 
-    def usage(self) -> dict[str, Any]:
-        """The tokens of the prompts and of every choice so far."""
-        return usage(self.prompt_tokens, sum(c.count for c in self.choices))
+    def usage(self, completion: int | None = None) -> dict[str, Any]:
+        """The tokens of the prompts and of the ``completion`` (default: every choice's so far)."""
+        if completion is None:
+            completion = sum(c.count for c in self.choices)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
 
     def pieces(self, plane: DataPlane) -> AsyncGenerator[Piece, None]:
         """What the choices produce, as they come (the model's generations)."""

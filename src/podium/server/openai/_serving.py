@@ -1,5 +1,5 @@
 """What chat and text completions share: finding the model, building each choice's
-:class:`~podium.openai.Sampling`, the context-length rule, and the response's id and usage.
+:class:`~podium.openai.Sampling`, and the context-length rule.
 
 ``model`` names a Podium model (its default version), or ``name@version`` one version of it:
 a name that is a model is always that model, so only names with an ``@`` that no model has are
@@ -8,10 +8,8 @@ split (at the last ``@``).
 
 from __future__ import annotations
 
-import secrets
-import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import NotFound
 from ...types import OpenAIFace
@@ -27,7 +25,6 @@ __all__ = [
     "MAX_CHOICES",
     "Target",
     "face_of",
-    "new_id",
     "resolve",
     "samplings",
     "serves",
@@ -35,7 +32,6 @@ __all__ = [
     "target",
     "texts_or_ids",
     "token_limit",
-    "usage",
 ]
 
 #: The most choices one request may ask for (``n`` × prompts), so that one request cannot fill
@@ -43,15 +39,12 @@ __all__ = [
 MAX_CHOICES = 128
 
 
-class Target:
+class Target(NamedTuple):
     """The model version a request names, what it offers OpenAI's API, and its tokenizer."""
 
-    __slots__ = ("mv", "face", "codec")
-
-    def __init__(self, mv: ModelVersion, face: OpenAIFace, codec: TextCodec | None) -> None:
-        self.mv = mv
-        self.face = face
-        self.codec = codec
+    mv: ModelVersion
+    face: OpenAIFace
+    codec: TextCodec | None
 
 
 #: Each tokenizer as the server uses it (its piece cache lives as long as the tokenizer).
@@ -186,19 +179,3 @@ def check_choices(count: int) -> None:
             f"{MAX_CHOICES} are served per request",
             "n",
         )
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(12)}"
-
-
-def created() -> int:
-    return int(time.time())
-
-
-def usage(prompt: int, completion: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }

@@ -29,7 +29,7 @@ from ._protocol import (
     ToolMessage,
     decode,
 )
-from ._serving import Target, check_choices, samplings, target, token_limit, usage
+from ._serving import Target, check_choices, samplings, target, token_limit
 from ._tokens import TextCodec
 from ._tools import could_be_call, parse_tool_calls
 
@@ -218,7 +218,7 @@ async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any
             ],
         }
         if job.continuous:  # the tokens so far (none yet in a role chunk, as vLLM counts)
-            out["usage"] = job.usage() if "role" not in delta else usage(job.prompt_tokens, 0)
+            out["usage"] = job.usage(0 if "role" in delta else None)
         return out
 
     gen = job.pieces(plane)

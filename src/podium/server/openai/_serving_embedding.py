@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import BadModelOutput
 from ...types import Call, EmbedInputs, WireProtocol
 from ._protocol import EmbeddingRequest, OpenAIInvalid, decode
-from ._serving import target, texts_or_ids, usage
+from ._serving import target, texts_or_ids
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane
@@ -67,6 +67,5 @@ async def embeddings(plane: DataPlane, body: bytes) -> dict[str, Any]:
             embedding = row.tolist()
         data.append({"object": "embedding", "index": i, "embedding": embedding})
     tokens = sum(len(t.codec.encode(text)) for text in texts) if t.codec is not None else 0
-    counted = usage(tokens, 0)
-    del counted["completion_tokens"]
+    counted = {"prompt_tokens": tokens, "total_tokens": tokens}
     return {"object": "list", "data": data, "model": request.model, "usage": counted}
