@@ -7,7 +7,6 @@ from ._protocol import (
     CompletionRequest,
     EmbeddingRequest,
     OpenAIInvalid,
-    StreamOptions,
     decode,
 )
 
@@ -18,7 +17,6 @@ __all__ = [
     "OpenAIInvalid",
     "PromptLogprobs",
     "Sampling",
-    "StreamOptions",
     "Token",
     "decode",
 ]
