@@ -33,6 +33,7 @@ from ..http._responses import JSON, SSE, encoder, retry_headers, send_body, sse_
 from ._protocol import OpenAIInvalid
 
 __all__ = [
+    "DONE",
     "PATHS",
     "error_body",
     "error_event",
@@ -51,6 +52,9 @@ def is_openai_path(path: str) -> bool:
 
 
 logger = logging.getLogger("podium.openai")
+
+#: The last event of every OpenAI stream.
+DONE = b"data: [DONE]\n\n"
 
 #: ``Retry-After`` of a 503 whose refusal gives no advice of its own (``retry_after``).
 _RETRY = [(b"retry-after", b"1")]
@@ -94,7 +98,7 @@ def error_event(exc: PodiumError) -> bytes:
     if status >= 500:
         logger.warning("%s %s (in a stream)", status, exc.message)
     body["error"]["code"] = body["error"]["code"] or status
-    return sse_event(body) + b"data: [DONE]\n\n"
+    return sse_event(body) + DONE
 
 
 async def send_events(

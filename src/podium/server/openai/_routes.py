@@ -35,7 +35,7 @@ from ..http._exchange import Exchange
 from ..http._responses import send_body, send_json
 from ..http._routing import Api, Route
 from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
-from ._errors import PATHS, error_event, is_openai_path, send_events, send_openai_error
+from ._errors import DONE, PATHS, error_event, is_openai_path, send_events, send_openai_error
 from ._oip_generate import generates
 from ._oip_generate import serve as serve_generate
 from ._serving import Target, face_of, resolve, serves, split, target
@@ -57,8 +57,6 @@ __all__ = [
     "send_openai_error",
     "serve_generate",
 ]
-
-_DONE = b"data: [DONE]\n\n"
 
 
 class _Named(msgspec.Struct):
@@ -116,7 +114,7 @@ async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, servin
         job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
-        await _send_stream(send, serving.stream(plane, job))
+        await send_events(send, serving.stream(plane, job), error_event, DONE)
     else:
         await send_json(send, 200, await serving.answer(plane, job))
 
@@ -193,11 +191,6 @@ async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
         await _truss.ready(self, ex, send, model)
         return
     await send_json(send, 200, _model_object(mv))
-
-
-async def _send_stream(send: Send, chunks: Any) -> None:
-    """``chunks`` as Server-Sent Events, then ``[DONE]``; the response starts with the first."""
-    await send_events(send, chunks, error_event, _DONE)
 
 
 #: OpenAI's routes, in ``INFERENCE_ROUTES``.
