@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BadModelOutput
@@ -37,26 +38,17 @@ __all__ = ["Choice", "Job", "Piece", "pieces", "started"]
 _now = time.perf_counter_ns
 
 
+@dataclass(slots=True)
 class Piece:
     """What one choice produced since its last piece: ``text``, the ``tokens`` that text holds
     (with their logprobs), the prompt's logprobs (once, first, where asked) and, in its last
     piece, ``finish_reason``."""
 
-    __slots__ = ("index", "text", "tokens", "prompt_logprobs", "finish_reason")
-
-    def __init__(
-        self,
-        index: int,
-        text: str = "",
-        tokens: list[Token] | None = None,
-        prompt_logprobs: PromptLogprobs | None = None,
-        finish_reason: str | None = None,
-    ) -> None:
-        self.index = index
-        self.text = text
-        self.tokens = tokens or []
-        self.prompt_logprobs = prompt_logprobs
-        self.finish_reason = finish_reason
+    index: int
+    text: str = ""
+    tokens: Sequence[Token] = ()
+    prompt_logprobs: PromptLogprobs | None = None
+    finish_reason: str | None = None
 
 
 class Choice:
@@ -107,11 +99,9 @@ class Choice:
         if type(item) is int:
             item = Token(item)
         elif type(item) is PromptLogprobs:
-            piece = Piece(self.index, prompt_logprobs=item)
-            if self.sampling.max_tokens <= self.count:
+            if self.sampling.max_tokens <= self.count:  # only the prompt's logprobs were asked
                 self.finish_reason = "length"
-                piece.finish_reason = "length"
-            return piece
+            return Piece(self.index, prompt_logprobs=item, finish_reason=self.finish_reason)
         elif type(item) is not Token:
             raise BadModelOutput(
                 f"model '{self.model}' emitted a {type(item).__name__} for an OpenAI completion; "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -128,7 +128,7 @@ def prepare(plane: DataPlane, body: bytes) -> ChatJob:
     return ChatJob(request, t, prompt)
 
 
-def _logprobs(codec: TextCodec, tokens: list[Token], k: int) -> list[dict[str, Any]]:
+def _logprobs(codec: TextCodec, tokens: Sequence[Token], k: int) -> list[dict[str, Any]]:
     out = []
     for token in tokens:
         text = codec.piece(token.id)
@@ -207,7 +207,9 @@ async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any
     held = {c.index: _Held() for c in job.choices} if job.tools else {}
     base = job.head("chat.completion.chunk")
 
-    def chunk(index: int, delta: dict[str, Any], tokens: list[Token], reason: str | None) -> Any:
+    def chunk(
+        index: int, delta: dict[str, Any], tokens: Sequence[Token], reason: str | None
+    ) -> Any:
         logprobs = None
         if request.logprobs and tokens:
             logprobs = {"content": _logprobs(job.codec, tokens, k)}

@@ -11,10 +11,11 @@ itself included, as vLLM does), and with ``echo`` the prompt's tokens' too (the 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._contract import PromptLogprobs, Token
+from ...errors import BadModelOutput
+from ._contract import PromptLogprobs
 from ._generate import Choice, Job, started
 from ._protocol import CompletionRequest, OpenAIInvalid, decode
 from ._serving import Target, check_choices, samplings, target, texts_or_ids, token_limit
@@ -65,64 +66,58 @@ def prepare(plane: DataPlane, body: bytes | dict[str, Any]) -> CompletionJob:
     return CompletionJob(request, t, prompts)
 
 
+#: A token id, its logprob, and its most likely alternatives (None: none, as for the prompt's
+#: first token).
+_Item = tuple[int, float | None, dict[int, float] | None]
+
+
 class _Logprobs:
-    """One choice's ``logprobs`` object, built as its tokens come (with running text offsets)."""
+    """A choice's ``logprobs`` objects, one per stream chunk (text offsets run on across them)."""
 
-    __slots__ = ("codec", "k", "offset", "tokens", "token_logprobs", "top_logprobs", "text_offset")
+    __slots__ = ("codec", "k", "offset")
 
-    def __init__(self, codec: TextCodec, k: int, offset: int = 0) -> None:
+    def __init__(self, codec: TextCodec, k: int) -> None:
         self.codec = codec
         self.k = k
-        self.offset = offset
-        self.tokens: list[str] = []
-        self.token_logprobs: list[float | None] = []
-        self.top_logprobs: list[dict[str, float] | None] = []
-        self.text_offset: list[int] = []
+        self.offset = 0
 
-    def add(self, token: int, logprob: float | None, top: dict[int, float] | None) -> None:
-        text = self.codec.piece(token)
-        self.tokens.append(text)
-        self.token_logprobs.append(logprob)
-        if top is None:
-            self.top_logprobs.append(None)
-        else:
-            best = sorted(top.items(), key=lambda kv: -kv[1])[: self.k]
-            entry = {self.codec.piece(i): lp for i, lp in best}
-            if logprob is not None:
-                entry.setdefault(text, logprob)
-            self.top_logprobs.append(entry)
-        self.text_offset.append(self.offset)
-        self.offset += len(text)
-
-    def add_prompt(self, prompt: list[int], given: PromptLogprobs) -> None:
-        tops = given.top_logprobs or [None] * len(prompt)
-        for token, lp, top in zip(prompt, given.logprobs, tops, strict=False):
-            self.add(token, lp, top if top is not None else ({} if lp is not None else None))
-
-    def add_tokens(self, tokens: list[Token]) -> None:
-        for t in tokens:
-            self.add(t.id, t.logprob, t.top_logprobs if t.top_logprobs is not None else {})
-
-    def take(self) -> dict[str, Any]:
-        """What was added since the last take (a stream's chunk)."""
-        out = {
-            "tokens": self.tokens,
-            "token_logprobs": self.token_logprobs,
-            "top_logprobs": self.top_logprobs,
-            "text_offset": self.text_offset,
+    def take(self, items: Sequence[_Item]) -> dict[str, Any]:
+        """The ``logprobs`` object of ``items`` (with the chosen token among its alternatives)."""
+        out: dict[str, list[Any]] = {
+            "tokens": [],
+            "token_logprobs": [],
+            "top_logprobs": [],
+            "text_offset": [],
         }
-        self.tokens, self.token_logprobs, self.top_logprobs, self.text_offset = [], [], [], []
+        for token, logprob, top in items:
+            text = self.codec.piece(token)
+            entry = None
+            if top is not None:
+                best = sorted(top.items(), key=lambda kv: -kv[1])[: self.k]
+                entry = {self.codec.piece(i): lp for i, lp in best}
+                if logprob is not None:
+                    entry.setdefault(text, logprob)
+            out["tokens"].append(text)
+            out["token_logprobs"].append(logprob)
+            out["top_logprobs"].append(entry)
+            out["text_offset"].append(self.offset)
+            self.offset += len(text)
         return out
 
 
-def _check_prompt_logprobs(job: CompletionJob, index: int, given: PromptLogprobs) -> None:
-    if len(given.logprobs) != len(job.prompt_of[index]):
-        from ...errors import BadModelOutput
-
+def _prompt_items(job: CompletionJob, index: int, given: PromptLogprobs) -> list[_Item]:
+    """Choice ``index``'s prompt tokens with the logprobs the model emitted for them."""
+    prompt = job.prompt_of[index]
+    if len(given.logprobs) != len(prompt):
         raise BadModelOutput(
             f"model '{job.target.mv.name}' emitted {len(given.logprobs)} prompt logprobs for a "
-            f"prompt of {len(job.prompt_of[index])} tokens"
+            f"prompt of {len(prompt)} tokens"
         )
+    tops = given.top_logprobs or [None] * len(prompt)
+    return [
+        (token, lp, top if top is not None else ({} if lp is not None else None))
+        for token, lp, top in zip(prompt, given.logprobs, tops, strict=False)
+    ]
 
 
 async def answer(plane: DataPlane, job: CompletionJob) -> dict[str, Any]:
@@ -157,7 +152,7 @@ async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[st
     base = job.head("text_completion")
     logprobs = {c.index: _Logprobs(job.codec, k) for c in job.choices} if k is not None else {}
 
-    def chunk(index: int, text: str, reason: str | None) -> dict[str, Any]:
+    def chunk(index: int, text: str, reason: str | None, items: Sequence[_Item] = ()) -> Any:
         lp = logprobs.get(index)
         out = {
             **base,
@@ -165,7 +160,7 @@ async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[st
                 {
                     "index": index,
                     "text": text,
-                    "logprobs": lp.take() if lp is not None else None,
+                    "logprobs": lp.take(items) if lp is not None else None,
                     "finish_reason": reason,
                 }
             ],
@@ -183,14 +178,13 @@ async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[st
                 yield chunk(c.index, job.codec.decode(job.prompt_of[c.index]), None)
         async for piece in every:
             text = piece.text
-            lp = logprobs.get(piece.index)
-            if piece.prompt_logprobs is not None and waits_for_prompt and lp is not None:
-                _check_prompt_logprobs(job, piece.index, piece.prompt_logprobs)
-                lp.add_prompt(job.prompt_of[piece.index], piece.prompt_logprobs)
+            items: list[_Item] = []
+            if k is not None:
+                items = [(t.id, t.logprob, t.top_logprobs or {}) for t in piece.tokens]
+            if piece.prompt_logprobs is not None and waits_for_prompt:
+                items = _prompt_items(job, piece.index, piece.prompt_logprobs) + items
                 text = job.codec.decode(job.prompt_of[piece.index]) + text
-            if lp is not None:
-                lp.add_tokens(piece.tokens)
-            yield chunk(piece.index, text, piece.finish_reason)
+            yield chunk(piece.index, text, piece.finish_reason, items)
     finally:
         await gen.aclose()
     if job.include_usage:
