@@ -500,8 +500,9 @@ def test_oip_generate_on_the_same_model(http: httpx.Client) -> None:
     r = http.post("/v2/models/chars/generate", json={"max_tokens": 7})
     assert r.status_code == 400 and "text_input" in r.json()["error"]
     # Checked as /v1/completions checks the same fields, in OIP's error shape
-    r = http.post("/v2/models/chars/generate", json={"text_input": "hi", "max_tokens": "x"})
-    assert r.status_code == 400 and "max_tokens" in r.json()["error"]
+    for bad in ("x", 0):
+        r = http.post("/v2/models/chars/generate", json={"text_input": "hi", "max_tokens": bad})
+        assert r.status_code == 400 and "max_tokens" in r.json()["error"]
     r = http.post("/v2/models/chars/generate", content=b'{"text_input": "hi"')
     assert r.status_code == 400 and "malformed JSON" in r.json()["error"]
 

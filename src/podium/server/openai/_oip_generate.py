@@ -55,6 +55,8 @@ def _request(body: Any, mv: ModelVersion) -> dict[str, Any]:
         raise InvalidInput("generate needs 'text_input', a non-empty string (the prompt)")
     model = mv.name if mv.version is None else f"{mv.name}@{mv.version}"
     given = {key: fields[key] for key in _FIELDS if fields.get(key) is not None}
+    if given.get("max_tokens") == 0:  # generate generates (completions' 0 only scores a prompt)
+        raise InvalidInput("generate field 'max_tokens' must be at least 1")
     return {"model": model, "prompt": text, "max_tokens": None, **given}
 
 
