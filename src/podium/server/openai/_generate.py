@@ -17,7 +17,6 @@ choice reached ``max_tokens``; else (the model ended it otherwise) ``stop``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -172,24 +171,9 @@ async def pieces(
     plane: DataPlane, mv: ModelVersion, choices: list[Choice], prompt_tokens: int
 ) -> AsyncGenerator[Piece, None]:
     """The pieces of every choice, in the order they come; the choices run side by side (each
-    a request of the model's continuous batch). Leaving early closes every choice. At the end
-    the request (``prompt_tokens`` and its choices) is counted in ``mv``'s token statistics."""
-    try:
-        if len(choices) == 1:
-            async with contextlib.aclosing(_one(plane, mv, choices[0])) as one:
-                async for piece in one:
-                    yield piece
-        else:
-            async with contextlib.aclosing(_side_by_side(plane, mv, choices)) as every:
-                async for piece in every:
-                    yield piece
-    finally:
-        _record(mv, prompt_tokens, choices)
-
-
-async def _side_by_side(
-    plane: DataPlane, mv: ModelVersion, choices: list[Choice]
-) -> AsyncGenerator[Piece, None]:
+    a request of the model's continuous batch, pumped by a task of its own). Leaving early
+    closes every choice. At the end the request (``prompt_tokens`` and its choices) is counted
+    in ``mv``'s token statistics."""
     # A bounded handoff: a slow reader holds the choices back, as one choice's stream would be.
     queue: asyncio.Queue[Piece | BaseException | None] = asyncio.Queue(len(choices))
 
@@ -218,6 +202,7 @@ async def _side_by_side(
     finally:
         for task in tasks:
             task.cancel()
+        _record(mv, prompt_tokens, choices)  # (a cancelled pump adds no token)
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
