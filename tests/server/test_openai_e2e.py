@@ -499,6 +499,12 @@ def test_oip_generate_on_the_same_model(http: httpx.Client) -> None:
     assert "".join(e["text_output"] for e in events) == "Hel"
     r = http.post("/v2/models/chars/generate", json={"max_tokens": 7})
     assert r.status_code == 400 and "text_input" in r.json()["error"]
+    # Checked as /v1/completions checks the same fields, in OIP's error shape
+    for bad in ("x", 0):
+        r = http.post("/v2/models/chars/generate", json={"text_input": "hi", "max_tokens": bad})
+        assert r.status_code == 400 and "max_tokens" in r.json()["error"]
+    r = http.post("/v2/models/chars/generate", content=b'{"text_input": "hi"')
+    assert r.status_code == 400 and "malformed JSON" in r.json()["error"]
 
 
 def test_every_choice_leaves_when_the_client_does(http: httpx.Client, events_file: Path) -> None:

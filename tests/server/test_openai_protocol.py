@@ -102,6 +102,18 @@ def test_missing_model_and_bad_json() -> None:
     assert "not valid JSON" in info.value.message
 
 
+def test_bad_utf8_and_a_huge_unknown_field_are_400s_that_stay_bounded() -> None:
+    # Named as every JSON route names it (codecs.json_problem), never a 500
+    with pytest.raises(OpenAIInvalid) as info:
+        decode(b'{"model": "m\xff", "messages": []}', ChatCompletionRequest)
+    assert "invalid UTF-8: byte 0xff at offset 12" in info.value.message
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "x" * 100_000: 1}
+    error = refused(ChatCompletionRequest, body)
+    assert error.param is not None and error.param.startswith("xxx")
+    assert len(error.param) < 2_000
+    assert len(error.message) < 2_000
+
+
 @pytest.mark.parametrize("prompt", ["a", ["a", "b"], [1, 2, 3], [[1, 2], [3]]])
 def test_completion_prompts_of_every_form(prompt: Any) -> None:
     body = json.dumps(

@@ -1,5 +1,6 @@
-"""OpenAI's API (issue 23), a front end of its own, after vLLM's entrypoints: the request and
-response types (``_protocol``) so far; the routes and their serving on the data plane follow."""
+"""OpenAI's API (issue 23), a front end of its own, after vLLM's entrypoints: the request types
+(``_protocol``), the model contract (``_contract``), the routes (``_routes``) and their serving
+on the data plane (``_serving*``)."""
 
 from ._contract import PromptLogprobs, Sampling, Token
 from ._protocol import (
@@ -7,8 +8,6 @@ from ._protocol import (
     CompletionRequest,
     EmbeddingRequest,
     OpenAIInvalid,
-    StreamOptions,
-    Usage,
     decode,
 )
 
@@ -19,8 +18,6 @@ __all__ = [
     "OpenAIInvalid",
     "PromptLogprobs",
     "Sampling",
-    "StreamOptions",
     "Token",
-    "Usage",
     "decode",
 ]

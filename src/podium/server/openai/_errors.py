@@ -8,15 +8,16 @@ the ``openai`` client honours when it retries. A model's failure is a 500 whose 
 model and the method, never its traceback.
 
 After a stream has started the status is sent already: the error goes as one SSE event,
-``data: {"error": ...}``, followed by ``data: [DONE]`` (:func:`error_event`).
+``data: {"error": ...}``, followed by ``data: [DONE]`` (:func:`error_event`). :func:`send_events`
+is how a stream starts only with its first event (OpenAI's and OIP's generate streams).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
-
-import msgspec
 
 from ...errors import (
     ModelError,
@@ -28,14 +29,16 @@ from ...errors import (
     Unavailable,
     http_status,
 )
+from ..http._responses import JSON, SSE, encoder, retry_headers, send_body, sse_event
 from ._protocol import OpenAIInvalid
 
 __all__ = [
+    "DONE",
     "PATHS",
-    "RETRY_AFTER_S",
     "error_body",
     "error_event",
     "is_openai_path",
+    "send_events",
     "send_openai_error",
 ]
 
@@ -50,36 +53,29 @@ def is_openai_path(path: str) -> bool:
 
 logger = logging.getLogger("podium.openai")
 
-#: Seconds a client is told to wait before it tries again after a 503.
-RETRY_AFTER_S = 1
+#: The last event of every OpenAI stream.
+DONE = b"data: [DONE]\n\n"
 
-_encoder = msgspec.json.Encoder()
+#: ``Retry-After`` of a 503 whose refusal gives no advice of its own (``retry_after``).
+_RETRY = [(b"retry-after", b"1")]
 
-
-def _kind(exc: PodiumError, status: int) -> tuple[str, str | None]:
-    """OpenAI's ``type`` and ``code`` for ``exc``."""
-    if isinstance(exc, Unauthenticated):
-        return "invalid_request_error", "invalid_api_key"
-    if isinstance(exc, NotFound):
-        code = "model_not_found" if "model" in exc.message else "not_found"
-        return "invalid_request_error", code
-    if isinstance(exc, PayloadTooLarge):
-        return "invalid_request_error", "request_too_large"
-    if isinstance(exc, QueueFull):
-        return "server_error", "queue_full"
-    if isinstance(exc, Unavailable):
-        return "server_error", "service_unavailable"
-    if isinstance(exc, ModelError):
-        return "server_error", "model_error"
-    if status >= 500:
-        return "server_error", None
-    return "invalid_request_error", None
+#: OpenAI's ``code`` for each kind of error, the first that ``exc`` is an instance of.
+_CODES: list[tuple[type[PodiumError], str]] = [
+    (Unauthenticated, "invalid_api_key"),
+    (PayloadTooLarge, "request_too_large"),
+    (QueueFull, "queue_full"),
+    (Unavailable, "service_unavailable"),
+    (ModelError, "model_error"),
+]
 
 
 def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
     """The status and the body OpenAI's API would answer ``exc`` with."""
     status = http_status(exc)
-    kind, code = _kind(exc, status)
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    code = next((code for cls, code in _CODES if isinstance(exc, cls)), None)
+    if isinstance(exc, NotFound):
+        code = "model_not_found" if "model" in exc.message else "not_found"
     param = exc.param if isinstance(exc, OpenAIInvalid) else None
     return status, {"error": {"message": exc.message, "type": kind, "param": param, "code": code}}
 
@@ -87,17 +83,13 @@ def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
 async def send_openai_error(
     send: Any, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    """``exc`` as a whole response (the stream has not started); ``extra``: more headers."""
+    """``exc`` as a whole response (the stream has not started); ``extra``: more headers. A 503
+    always says when to retry (the ``openai`` client honours it)."""
     status, body = error_body(exc)
     if status >= 500:
         logger.warning("%s %s", status, exc.message)
-    data = _encoder.encode(body)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    if status == 503:
-        headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
-    headers.extend(extra or ())
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data})
+    retry = retry_headers(exc) or (_RETRY if status == 503 else [])
+    await send_body(send, status, JSON + (extra or []) + retry, encoder.encode(body))
 
 
 def error_event(exc: PodiumError) -> bytes:
@@ -106,4 +98,42 @@ def error_event(exc: PodiumError) -> bytes:
     if status >= 500:
         logger.warning("%s %s (in a stream)", status, exc.message)
     body["error"]["code"] = body["error"]["code"] or status
-    return b"data: " + _encoder.encode(body) + b"\n\ndata: [DONE]\n\n"
+    return sse_event(body) + DONE
+
+
+async def send_events(
+    send: Any,
+    events: AsyncGenerator[Any, None],
+    tail: Callable[[PodiumError], bytes],
+    done: bytes = b"",
+) -> None:
+    """``events`` (each a JSON object) as Server-Sent Events. The response starts with the first
+    event, so an error before it is a whole response with its status (raised here); an error
+    after it ends the stream as ``tail(error)`` says, and ``done`` ends it otherwise."""
+    started = False
+    try:
+        try:
+            async for item in events:
+                if not started:
+                    started = True
+                    await send({"type": "http.response.start", "status": 200, "headers": SSE})
+                await send(
+                    {"type": "http.response.body", "body": sse_event(item), "more_body": True}
+                )
+            end = done
+        finally:
+            await events.aclose()
+    except PodiumError as exc:
+        if not started:
+            raise
+        end = tail(exc)
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except Exception as exc:
+        if not started:
+            raise
+        logger.exception("a stream of generated text failed")
+        end = tail(PodiumError(f"internal error: {type(exc).__name__}"))
+    if not started:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+    await send({"type": "http.response.body", "body": end, "more_body": False})

@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from ...errors import InvalidInput
+from ...codecs import JSON_ERRORS, json_problem
+from ...errors import InvalidInput, bounded
 
 __all__ = [
     "ChatCompletionRequest",
@@ -23,7 +24,6 @@ __all__ = [
     "EmbeddingRequest",
     "OpenAIInvalid",
     "StreamOptions",
-    "Usage",
     "decode",
 ]
 
@@ -43,7 +43,7 @@ class OpenAIInvalid(InvalidInput):
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.param = param
+        self.param = None if param is None else bounded(param)  # it may name a client's field
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -219,12 +219,6 @@ class EmbeddingRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     user: str | None = None
 
 
-class Usage(msgspec.Struct):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
 _PATH = re.compile(r" - at `\$((?:\.[A-Za-z_][A-Za-z_0-9]*|\[\d+\])*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `([^`]*)`")
 _MISSING = re.compile(r"^Object missing required field `([^`]*)`")
@@ -235,10 +229,14 @@ def _param(path: str) -> str | None:
     return path[1:] if path.startswith(".") else (path or None)
 
 
-def decode(body: bytes, kind: type[T]) -> T:
-    """``body`` as a ``kind`` request; ``OpenAIInvalid`` (400) naming the field otherwise."""
+def decode(body: bytes | dict[str, Any], kind: type[T]) -> T:
+    """``body`` (JSON, or its fields already decoded) as a ``kind`` request; ``OpenAIInvalid``
+    (400) naming the field otherwise."""
     try:
-        request = msgspec.json.decode(body, type=kind)
+        if isinstance(body, dict):
+            request = msgspec.convert(body, kind)
+        else:
+            request = msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         text = str(exc)
         where = _PATH.search(text)
@@ -253,8 +251,11 @@ def decode(body: bytes, kind: type[T]) -> T:
             raise OpenAIInvalid(detail, missing.group(1)) from None
         param = _param(path)
         raise OpenAIInvalid(f"{detail} - '{param}'" if param else detail, param) from None
-    except msgspec.DecodeError as exc:
-        raise OpenAIInvalid(f"The request body is not valid JSON: {exc}") from None
+    except JSON_ERRORS as exc:
+        assert not isinstance(body, dict)  # (fields already decoded are converted, not parsed)
+        raise OpenAIInvalid(
+            f"The request body is not valid JSON: {json_problem(exc, body)}"
+        ) from None
     _check(request)
     return request
 

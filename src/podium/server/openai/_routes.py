@@ -23,9 +23,6 @@ queue (or failing at once) still gets its status; an error after that is an even
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -35,13 +32,13 @@ from ...types import ModelState
 from .._asgi import Send
 from ..http import _truss
 from ..http._exchange import Exchange
-from ..http._responses import JSON, send_body
+from ..http._responses import send_body, send_json
 from ..http._routing import Api, Route
 from . import _serving_chat, _serving_completion, _serving_embedding, _serving_methods
-from ._errors import PATHS, error_event, is_openai_path, send_openai_error
+from ._errors import DONE, PATHS, error_event, is_openai_path, send_events, send_openai_error
 from ._oip_generate import generates
 from ._oip_generate import serve as serve_generate
-from ._serving import Target, _split, face_of, serves, target
+from ._serving import Target, face_of, resolve, serves, split, target
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane, ModelVersion
@@ -61,16 +58,6 @@ __all__ = [
     "serve_generate",
 ]
 
-logger = logging.getLogger("podium.openai")
-
-_encoder = msgspec.json.Encoder()
-_SSE = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
-_DONE = b"data: [DONE]\n\n"
-
 
 class _Named(msgspec.Struct):
     model: Any = None
@@ -85,15 +72,12 @@ def _named(body: bytes) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _serves_openai(plane: DataPlane, name: str | None) -> bool:
-    if name is None:
-        return False
-    model, version = _split(plane, name)
+def _found(plane: DataPlane, name: str | None) -> ModelVersion | None:
+    """The ready version ``name`` names, or None (none named, or none ready)."""
     try:
-        mv = plane.resolve(model, version)
+        return None if name is None else resolve(plane, name)
     except PodiumError:
-        return False
-    return serves(mv)
+        return None
 
 
 def _may_serve(mv: ModelVersion) -> bool:
@@ -125,31 +109,24 @@ async def _generate(self: HttpApp, ex: Exchange, send: Send, method: str, servin
         return
     own = _own_method(plane, body, method)
     if own is not None:  # the model's own chat / complete (_serving_methods)
-        streams, value = await _serving_methods.answer(plane, own, body, method, ex.watch)
-        await (_send_stream(send, value) if streams else _send_json(send, value))
-        return
-    job = serving.prepare(plane, body)
+        job = _serving_methods.prepare(own, body, method)
+    else:
+        job = serving.prepare(plane, body)
     ex.watch()
     if job.request.stream:
-        await _send_stream(send, serving.stream(plane, job))
+        await send_events(send, serving.stream(plane, job), error_event, DONE)
     else:
-        await _send_json(send, await serving.answer(plane, job))
+        await send_json(send, 200, await serving.answer(plane, job))
 
 
 def _own_method(plane: DataPlane, body: bytes, method: str) -> Target | None:
     """The model the body names where it answers ``method`` with its own chat / complete (and
     does not generate with Podium)."""
     name = _named(body)
-    if name is None:
-        return None
+    mv = _found(plane, name)
+    face = None if mv is None else face_of(mv)
     own = "chat" if method == "chat_completions" else "complete"
-    model, version = _split(plane, name)
-    try:
-        mv = plane.resolve(model, version)
-    except PodiumError:
-        return None
-    face = face_of(mv)
-    if face is None or face.generates or own not in face.methods:
+    if name is None or face is None or face.generates or own not in face.methods:
         return None
     return target(plane, name, "methods")
 
@@ -169,7 +146,7 @@ async def embeddings(self: HttpApp, ex: Exchange, send: Send) -> None:
         await _truss.endpoint(self, ex, send, "embeddings")
         return
     ex.watch()
-    await _send_json(send, await _serving_embedding.embeddings(plane, body))
+    await send_json(send, 200, await _serving_embedding.embeddings(plane, body))
 
 
 def _model_object(mv: ModelVersion) -> dict[str, Any]:
@@ -186,79 +163,34 @@ def _model_object(mv: ModelVersion) -> dict[str, Any]:
 
 def _served(plane: DataPlane) -> list[ModelVersion]:
     """The default, ready version of each model that serves OpenAI's API."""
-    out: dict[str, ModelVersion] = {}
-    for mv in plane.versions():
-        if mv.name in out:
-            continue
-        try:
-            ready = plane.resolve(mv.name)
-        except PodiumError:
-            continue
-        if serves(ready):
-            out[mv.name] = ready
-    return list(out.values())
+    names = dict.fromkeys(mv.name for mv in plane.versions())
+    return [mv for name in names if (mv := _found(plane, name)) is not None and serves(mv)]
 
 
 async def health(self: HttpApp, ex: Exchange, send: Send) -> None:
     """vLLM's ``/health``, which OpenAI load tools (guidellm) poll before they start: 200 with
     no body once every model that should serve does (the server's readiness), else 503."""
-    ready = self.dataplane.ready()
-    await send({"type": "http.response.start", "status": 200 if ready else 503, "headers": []})
-    await send({"type": "http.response.body", "body": b""})
+    await send_body(send, 200 if self.dataplane.ready() else 503, [], b"")
 
 
 async def models(self: HttpApp, ex: Exchange, send: Send) -> None:
     ex.errors = send_openai_error
     data = [_model_object(mv) for mv in _served(self.dataplane)]
-    await _send_json(send, {"object": "list", "data": data})
+    await send_json(send, 200, {"object": "list", "data": data})
 
 
 async def model(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     """OpenAI's model object for a model that serves OpenAI's API, else Truss's readiness."""
     plane = self.dataplane
     ex.errors = send_openai_error
-    if not _serves_openai(plane, model):
+    mv = _found(plane, model)
+    if mv is None or not serves(mv):
         known = {mv.name for mv in plane.versions()}
-        if _split(plane, model)[0] not in known and _served(plane):
+        if split(plane, model)[0] not in known and _served(plane):
             raise NotFound(f"The model '{model}' does not exist")
         await _truss.ready(self, ex, send, model)
         return
-    name, version = _split(plane, model)
-    await _send_json(send, _model_object(plane.resolve(name, version)))
-
-
-async def _send_json(send: Send, value: Any) -> None:
-    await send_body(send, 200, JSON, _encoder.encode(value))
-
-
-async def _send_stream(send: Send, chunks: AsyncGenerator[Any, None]) -> None:
-    """``chunks`` as Server-Sent Events; the response starts with the first chunk."""
-    started = False
-    try:
-        try:
-            async for item in chunks:
-                data = b"data: " + _encoder.encode(item) + b"\n\n"
-                if not started:
-                    started = True
-                    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-            tail = _DONE
-        finally:
-            await chunks.aclose()
-    except PodiumError as exc:
-        if not started:
-            raise
-        tail = error_event(exc)
-    except (asyncio.CancelledError, GeneratorExit):
-        raise
-    except Exception as exc:
-        if not started:
-            raise
-        logger.exception("a stream of OpenAI chunks failed")
-        tail = error_event(PodiumError(f"internal error: {type(exc).__name__}"))
-    if not started:
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    await send_json(send, 200, _model_object(mv))
 
 
 #: OpenAI's routes, in ``INFERENCE_ROUTES``.

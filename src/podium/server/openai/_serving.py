@@ -1,5 +1,5 @@
 """What chat and text completions share: finding the model, building each choice's
-:class:`~podium.openai.Sampling`, the context-length rule, and the response's id and usage.
+:class:`~podium.openai.Sampling`, and the context-length rule.
 
 ``model`` names a Podium model (its default version), or ``name@version`` one version of it:
 a name that is a model is always that model, so only names with an ``@`` that no model has are
@@ -8,10 +8,8 @@ split (at the last ``@``).
 
 from __future__ import annotations
 
-import secrets
-import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import NotFound
 from ...types import OpenAIFace
@@ -27,12 +25,13 @@ __all__ = [
     "MAX_CHOICES",
     "Target",
     "face_of",
-    "new_id",
+    "resolve",
     "samplings",
     "serves",
+    "split",
     "target",
+    "texts_or_ids",
     "token_limit",
-    "usage",
 ]
 
 #: The most choices one request may ask for (``n`` × prompts), so that one request cannot fill
@@ -40,15 +39,12 @@ __all__ = [
 MAX_CHOICES = 128
 
 
-class Target:
+class Target(NamedTuple):
     """The model version a request names, what it offers OpenAI's API, and its tokenizer."""
 
-    __slots__ = ("mv", "face", "codec")
-
-    def __init__(self, mv: ModelVersion, face: OpenAIFace, codec: TextCodec | None) -> None:
-        self.mv = mv
-        self.face = face
-        self.codec = codec
+    mv: ModelVersion
+    face: OpenAIFace
+    codec: TextCodec | None
 
 
 #: Each tokenizer as the server uses it (its piece cache lives as long as the tokenizer).
@@ -68,7 +64,8 @@ def serves(mv: ModelVersion) -> bool:
     return face_of(mv) is not None or mv.instance.capabilities.embeds
 
 
-def _split(plane: DataPlane, name: str) -> tuple[str, str | None]:
+def split(plane: DataPlane, name: str) -> tuple[str, str | None]:
+    """The model and the version (None: its default) that ``name`` names."""
     known = {mv.name for mv in plane.versions()}
     if name in known or "@" not in name:
         return name, None
@@ -76,11 +73,15 @@ def _split(plane: DataPlane, name: str) -> tuple[str, str | None]:
     return model, version
 
 
+def resolve(plane: DataPlane, name: str) -> ModelVersion:
+    """The ready version ``name`` names: ``NotFound`` (404), ``ModelNotReady`` (503)."""
+    return plane.resolve(*split(plane, name))
+
+
 def target(plane: DataPlane, name: str, what: str) -> Target:
     """The ready version ``name`` names that does ``what`` (``generates``, ``embeds``, or
     ``methods``: its own chat / complete)."""
-    model, version = _split(plane, name)
-    mv = plane.resolve(model, version)  # NotFound (404), ModelNotReady (503)
+    mv = resolve(plane, name)
     face = face_of(mv)
     if face is None and what == "embeds" and mv.instance.capabilities.embeds:
         face = OpenAIFace(embeds=True)  # in worker processes: embed is there, its tokenizer not
@@ -161,6 +162,16 @@ def samplings(
     return out
 
 
+def texts_or_ids(value: str | list[Any]) -> list[str | list[int]]:
+    """A ``prompt`` or ``input`` (checked by ``decode``: a string, strings, token ids or lists of
+    token ids) as its texts, or as its lists of token ids."""
+    if isinstance(value, str):
+        return [value]
+    if all(isinstance(item, str) for item in value):
+        return list(value)
+    return [list(value)] if all(type(item) is int for item in value) else list(value)
+
+
 def check_choices(count: int) -> None:
     if count > MAX_CHOICES:
         raise OpenAIInvalid(
@@ -168,19 +179,3 @@ def check_choices(count: int) -> None:
             f"{MAX_CHOICES} are served per request",
             "n",
         )
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(12)}"
-
-
-def created() -> int:
-    return int(time.time())
-
-
-def usage(prompt: int, completion: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }

@@ -9,14 +9,15 @@ choice's last chunk, then a usage chunk (``stream_options.include_usage``) and `
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ._contract import Token
-from ._generate import Choice, Piece, first_then, pieces, record
+from ._generate import Choice, Job, Piece, started
 from ._protocol import (
     AssistantMessage,
     ChatCompletionRequest,
@@ -28,7 +29,7 @@ from ._protocol import (
     ToolMessage,
     decode,
 )
-from ._serving import Target, check_choices, created, new_id, samplings, target, token_limit, usage
+from ._serving import Target, check_choices, samplings, target, token_limit
 from ._tokens import TextCodec
 from ._tools import could_be_call, parse_tool_calls
 
@@ -38,24 +39,17 @@ if TYPE_CHECKING:
 __all__ = ["ChatJob", "answer", "prepare", "stream"]
 
 
-class ChatJob:
+class ChatJob(Job):
     """One chat request, checked and tokenized, with its choices."""
 
     def __init__(self, request: ChatCompletionRequest, t: Target, prompt: list[int]) -> None:
-        self.request = request
-        self.target = t
-        self.prompt = prompt
-        self.id = new_id("chatcmpl")
-        self.created = created()
-        self.model = request.model
+        super().__init__(request, t, "chatcmpl", len(prompt))
         asked = request.token_limit()
         param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
         limit = token_limit(t, len(prompt), asked, param, "messages")
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
-        assert t.codec is not None  # a generating model has a tokenizer
-        stops = _stops(request.stop)
         self.choices = [
-            Choice(s, t.codec, stops, t.mv.name)
+            Choice(s, self.codec, request.stop, t.mv.name)
             for s in samplings(request, prompt, limit, 0, logprobs=logprobs)
         ]
         choice = request.tool_choice
@@ -63,17 +57,6 @@ class ChatJob:
         if request.tools and choice != "none":
             self.tools = {tool.function.name for tool in request.tools}
         self.named = choice.function.name if isinstance(choice, NamedToolChoice) else None
-
-    @property
-    def codec(self) -> TextCodec:
-        assert self.target.codec is not None
-        return self.target.codec
-
-
-def _stops(stop: str | list[str] | None) -> list[str]:
-    if stop is None:
-        return []
-    return [stop] if isinstance(stop, str) else list(stop)
 
 
 def _text(content: Any, where: str) -> str:
@@ -145,7 +128,7 @@ def prepare(plane: DataPlane, body: bytes) -> ChatJob:
     return ChatJob(request, t, prompt)
 
 
-def _logprobs(codec: TextCodec, tokens: list[Token], k: int) -> list[dict[str, Any]]:
+def _logprobs(codec: TextCodec, tokens: Sequence[Token], k: int) -> list[dict[str, Any]]:
     out = []
     for token in tokens:
         text = codec.piece(token.id)
@@ -164,54 +147,46 @@ def _logprobs(codec: TextCodec, tokens: list[Token], k: int) -> list[dict[str, A
     return out
 
 
-def _tool_finish(job: ChatJob, text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    if not job.tools:
-        return text, []
-    return parse_tool_calls(text, job.tools, job.named)
-
-
 async def answer(plane: DataPlane, job: ChatJob) -> dict[str, Any]:
-    """The whole ``chat.completion``."""
-    texts = {c.index: [] for c in job.choices}  # type: dict[int, list[str]]
-    tokens: dict[int, list[Token]] = {c.index: [] for c in job.choices}
+    """The whole ``chat.completion``: the chunks of its stream joined, choice by choice (so it
+    says what the stream says, tool calls included)."""
+    texts: dict[int, list[str]] = {c.index: [] for c in job.choices}
+    calls: dict[int, list[dict[str, Any]]] = {c.index: [] for c in job.choices}
+    tokens: dict[int, list[Any]] = {c.index: [] for c in job.choices}
     reasons: dict[int, str | None] = {}
-    gen = pieces(plane, job.target.mv, job.choices)
-    try:
-        async for piece in gen:
-            texts[piece.index].append(piece.text)
-            tokens[piece.index].extend(piece.tokens)
-            if piece.finish_reason is not None:
-                reasons[piece.index] = piece.finish_reason
-    finally:
-        await gen.aclose()
-        record(job.target.mv, len(job.prompt), job.choices)
-    k = job.request.top_logprobs or 0
+    async with contextlib.aclosing(stream(plane, job)) as chunks:
+        async for chunk in chunks:
+            for part in chunk["choices"]:
+                i, delta = part["index"], part["delta"]
+                texts[i].append(delta.get("content", ""))
+                for call in delta.get("tool_calls", ()):
+                    if "id" in call:  # a call's head, with its name; its arguments follow
+                        calls[i].append(
+                            {
+                                "id": call["id"],
+                                "type": call["type"],
+                                "function": {**call["function"]},
+                            }
+                        )
+                    else:
+                        calls[i][-1]["function"]["arguments"] += call["function"]["arguments"]
+                tokens[i] += (part["logprobs"] or {}).get("content", [])
+                reasons[i] = part["finish_reason"] or reasons.get(i)
     choices = []
     for c in job.choices:
-        content, calls = _tool_finish(job, "".join(texts[c.index]))
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = calls
-        logprobs = None
-        if job.request.logprobs:
-            logprobs = {"content": _logprobs(job.codec, tokens[c.index], k)}
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts[c.index])}
+        if calls[c.index]:
+            message["content"] = message["content"] or None
+            message["tool_calls"] = calls[c.index]
         choices.append(
             {
                 "index": c.index,
                 "message": message,
-                "logprobs": logprobs,
-                "finish_reason": "tool_calls" if calls else reasons.get(c.index, "stop"),
+                "logprobs": {"content": tokens[c.index]} if job.request.logprobs else None,
+                "finish_reason": reasons.get(c.index) or "stop",
             }
         )
-    completion = sum(c.count for c in job.choices)
-    return {
-        "id": job.id,
-        "object": "chat.completion",
-        "created": job.created,
-        "model": job.model,
-        "choices": choices,
-        "usage": usage(len(job.prompt), completion),
-    }
+    return {**job.head("chat.completion"), "choices": choices, "usage": job.usage()}
 
 
 class _Held:
@@ -228,16 +203,13 @@ class _Held:
 async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any], None]:
     """The ``chat.completion.chunk`` objects of a stream, in order (the caller frames them)."""
     request = job.request
-    options = request.stream_options
-    include_usage = options is not None and options.include_usage
-    continuous = include_usage and options is not None and options.continuous_usage_stats
     k = request.top_logprobs or 0
-    prompt = len(job.prompt)
     held = {c.index: _Held() for c in job.choices} if job.tools else {}
-    base = {"id": job.id, "object": "chat.completion.chunk", "created": job.created}
-    base["model"] = job.model
+    base = job.head("chat.completion.chunk")
 
-    def chunk(index: int, delta: dict[str, Any], tokens: list[Token], reason: str | None) -> Any:
+    def chunk(
+        index: int, delta: dict[str, Any], tokens: Sequence[Token], reason: str | None
+    ) -> Any:
         logprobs = None
         if request.logprobs and tokens:
             logprobs = {"content": _logprobs(job.codec, tokens, k)}
@@ -247,14 +219,13 @@ async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any
                 {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
             ],
         }
-        if continuous:  # the tokens so far (none yet in a role chunk, as vLLM counts)
-            done = sum(c.count for c in job.choices) if "role" not in delta else 0
-            out["usage"] = usage(prompt, done)
+        if job.continuous:  # the tokens so far (none yet in a role chunk, as vLLM counts)
+            out["usage"] = job.usage(0 if "role" in delta else None)
         return out
 
-    gen = pieces(plane, job.target.mv, job.choices)
+    gen = job.pieces(plane)
     try:
-        _, every = await first_then(gen)
+        every = await started(gen)
         for c in job.choices:
             yield chunk(c.index, {"role": "assistant", "content": ""}, [], None)
         async for piece in every:
@@ -276,10 +247,8 @@ async def stream(plane: DataPlane, job: ChatJob) -> AsyncGenerator[dict[str, Any
                 yield chunk(piece.index, delta, piece.tokens, piece.finish_reason)
     finally:
         await gen.aclose()
-        record(job.target.mv, prompt, job.choices)
-    if include_usage:
-        completion = sum(c.count for c in job.choices)
-        yield {**base, "choices": [], "usage": usage(prompt, completion)}
+    if job.include_usage:
+        yield {**base, "choices": [], "usage": job.usage()}
 
 
 def _finish_held(job: ChatJob, piece: Piece, hold: _Held, chunk: Any) -> list[Any]:

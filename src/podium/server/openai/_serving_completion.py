@@ -10,13 +10,15 @@ itself included, as vLLM does), and with ``echo`` the prompt's tokens' too (the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import contextlib
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._contract import PromptLogprobs, Token
-from ._generate import Choice, first_then, pieces, record
+from ...errors import BadModelOutput
+from ._contract import PromptLogprobs
+from ._generate import Choice, Job, started
 from ._protocol import CompletionRequest, OpenAIInvalid, decode
-from ._serving import Target, check_choices, created, new_id, samplings, target, token_limit, usage
+from ._serving import Target, check_choices, samplings, target, texts_or_ids, token_limit
 from ._tokens import TextCodec
 
 if TYPE_CHECKING:
@@ -25,22 +27,13 @@ if TYPE_CHECKING:
 __all__ = ["CompletionJob", "answer", "prepare", "stream"]
 
 
-class CompletionJob:
+class CompletionJob(Job):
     """One completions request, checked and tokenized, with its choices."""
 
     def __init__(self, request: CompletionRequest, t: Target, prompts: list[list[int]]) -> None:
-        assert t.codec is not None
-        self.request = request
-        self.target = t
-        self.codec: TextCodec = t.codec
-        self.prompts = prompts
-        self.id = new_id("cmpl")
-        self.created = created()
-        self.model = request.model
+        super().__init__(request, t, "cmpl", sum(len(p) for p in prompts))
         k = request.logprobs
         echo_logprobs = k if request.echo and k is not None else None
-        stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
-        self.choices: list[Choice] = []
         self.prompt_of: dict[int, list[int]] = {}
         for p, prompt in enumerate(prompts):
             param = "max_tokens"
@@ -48,15 +41,12 @@ class CompletionJob:
             for s in samplings(
                 request, prompt, limit, p * request.n, logprobs=k, prompt_logprobs=echo_logprobs
             ):
-                self.choices.append(Choice(s, t.codec, stops, t.mv.name))
+                self.choices.append(Choice(s, self.codec, request.stop, t.mv.name))
                 self.prompt_of[s.index] = prompt
 
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(len(p) for p in self.prompts)
 
-
-def prepare(plane: DataPlane, body: bytes) -> CompletionJob:
+def prepare(plane: DataPlane, body: bytes | dict[str, Any]) -> CompletionJob:
+    """The request decoded, checked against the model, and tokenized; 400/404 otherwise."""
     request = decode(body, CompletionRequest)
     if request.suffix:
         raise OpenAIInvalid(
@@ -66,16 +56,8 @@ def prepare(plane: DataPlane, body: bytes) -> CompletionJob:
         raise OpenAIInvalid("'best_of' other than 'n' is not supported", "best_of")
     t = target(plane, request.model, "generates")
     assert t.codec is not None
-    prompt = request.prompt
-    prompts: list[list[int]]
-    if isinstance(prompt, str):
-        prompts = [t.codec.encode(prompt)]
-    elif all(isinstance(item, str) for item in prompt):
-        prompts = [t.codec.encode(text) for text in prompt]
-    elif all(type(item) is int for item in prompt):
-        prompts = [list(prompt)]
-    else:
-        prompts = [list(item) for item in prompt]
+    codec = t.codec
+    prompts = [codec.encode(p) if isinstance(p, str) else p for p in texts_or_ids(request.prompt)]
     for i, ids in enumerate(prompts):
         t.codec.check_ids(ids, "prompt" if len(prompts) == 1 else f"prompt[{i}]")
         if not ids:
@@ -84,126 +66,93 @@ def prepare(plane: DataPlane, body: bytes) -> CompletionJob:
     return CompletionJob(request, t, prompts)
 
 
+#: A token id, its logprob, and its most likely alternatives (None: none, as for the prompt's
+#: first token).
+_Item = tuple[int, float | None, dict[int, float] | None]
+
+
 class _Logprobs:
-    """One choice's ``logprobs`` object, built as its tokens come (with running text offsets)."""
+    """A choice's ``logprobs`` objects, one per stream chunk (text offsets run on across them)."""
 
-    __slots__ = ("codec", "k", "offset", "tokens", "token_logprobs", "top_logprobs", "text_offset")
+    __slots__ = ("codec", "k", "offset")
 
-    def __init__(self, codec: TextCodec, k: int, offset: int = 0) -> None:
+    def __init__(self, codec: TextCodec, k: int) -> None:
         self.codec = codec
         self.k = k
-        self.offset = offset
-        self.tokens: list[str] = []
-        self.token_logprobs: list[float | None] = []
-        self.top_logprobs: list[dict[str, float] | None] = []
-        self.text_offset: list[int] = []
+        self.offset = 0
 
-    def add(self, token: int, logprob: float | None, top: dict[int, float] | None) -> None:
-        text = self.codec.piece(token)
-        self.tokens.append(text)
-        self.token_logprobs.append(logprob)
-        if top is None:
-            self.top_logprobs.append(None)
-        else:
-            best = sorted(top.items(), key=lambda kv: -kv[1])[: self.k]
-            entry = {self.codec.piece(i): lp for i, lp in best}
-            if logprob is not None:
-                entry.setdefault(text, logprob)
-            self.top_logprobs.append(entry)
-        self.text_offset.append(self.offset)
-        self.offset += len(text)
-
-    def add_prompt(self, prompt: list[int], given: PromptLogprobs) -> None:
-        tops = given.top_logprobs or [None] * len(prompt)
-        for token, lp, top in zip(prompt, given.logprobs, tops, strict=False):
-            self.add(token, lp, top if top is not None else ({} if lp is not None else None))
-
-    def add_tokens(self, tokens: list[Token]) -> None:
-        for t in tokens:
-            self.add(t.id, t.logprob, t.top_logprobs if t.top_logprobs is not None else {})
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "token_logprobs": self.token_logprobs,
-            "top_logprobs": self.top_logprobs,
-            "text_offset": self.text_offset,
+    def take(self, items: Sequence[_Item]) -> dict[str, Any]:
+        """The ``logprobs`` object of ``items`` (with the chosen token among its alternatives)."""
+        out: dict[str, list[Any]] = {
+            "tokens": [],
+            "token_logprobs": [],
+            "top_logprobs": [],
+            "text_offset": [],
         }
-
-    def take(self) -> dict[str, Any]:
-        """What was added since the last take (a stream's chunk)."""
-        out = self.body()
-        self.tokens, self.token_logprobs, self.top_logprobs, self.text_offset = [], [], [], []
+        for token, logprob, top in items:
+            text = self.codec.piece(token)
+            entry = None
+            if top is not None:
+                best = sorted(top.items(), key=lambda kv: -kv[1])[: self.k]
+                entry = {self.codec.piece(i): lp for i, lp in best}
+                if logprob is not None:
+                    entry.setdefault(text, logprob)
+            out["tokens"].append(text)
+            out["token_logprobs"].append(logprob)
+            out["top_logprobs"].append(entry)
+            out["text_offset"].append(self.offset)
+            self.offset += len(text)
         return out
 
 
-def _check_prompt_logprobs(job: CompletionJob, index: int, given: PromptLogprobs) -> None:
-    if len(given.logprobs) != len(job.prompt_of[index]):
-        from ...errors import BadModelOutput
-
+def _prompt_items(job: CompletionJob, index: int, given: PromptLogprobs) -> list[_Item]:
+    """Choice ``index``'s prompt tokens with the logprobs the model emitted for them."""
+    prompt = job.prompt_of[index]
+    if len(given.logprobs) != len(prompt):
         raise BadModelOutput(
             f"model '{job.target.mv.name}' emitted {len(given.logprobs)} prompt logprobs for a "
-            f"prompt of {len(job.prompt_of[index])} tokens"
+            f"prompt of {len(prompt)} tokens"
         )
+    tops = given.top_logprobs or [None] * len(prompt)
+    return [
+        (token, lp, top if top is not None else ({} if lp is not None else None))
+        for token, lp, top in zip(prompt, given.logprobs, tops, strict=False)
+    ]
 
 
 async def answer(plane: DataPlane, job: CompletionJob) -> dict[str, Any]:
-    """The whole ``text_completion``."""
-    request = job.request
-    k = request.logprobs
-    texts: dict[int, list[str]] = {}
-    logprobs: dict[int, _Logprobs] = {}
-    for c in job.choices:
-        texts[c.index] = [job.codec.decode(job.prompt_of[c.index])] if request.echo else []
-        if k is not None:
-            logprobs[c.index] = _Logprobs(job.codec, k)
-    reasons: dict[int, str] = {}
-    gen = pieces(plane, job.target.mv, job.choices)
-    try:
-        async for piece in gen:
-            lp = logprobs.get(piece.index)
-            if piece.prompt_logprobs is not None and lp is not None:
-                _check_prompt_logprobs(job, piece.index, piece.prompt_logprobs)
-                lp.add_prompt(job.prompt_of[piece.index], piece.prompt_logprobs)
-            texts[piece.index].append(piece.text)
-            if lp is not None:
-                lp.add_tokens(piece.tokens)
-            if piece.finish_reason is not None:
-                reasons[piece.index] = piece.finish_reason
-    finally:
-        await gen.aclose()
-        record(job.target.mv, job.prompt_tokens, job.choices)
+    """The whole ``text_completion``: the chunks of its stream joined, choice by choice."""
+    texts: dict[int, list[str]] = {c.index: [] for c in job.choices}
+    logprobs: dict[int, dict[str, list[Any]]] = {}
+    reasons: dict[int, str | None] = {}
+    async with contextlib.aclosing(stream(plane, job)) as chunks:
+        async for chunk in chunks:
+            for part in chunk["choices"]:
+                i = part["index"]
+                texts[i].append(part["text"])
+                for key, values in (part["logprobs"] or {}).items():
+                    logprobs.setdefault(i, {}).setdefault(key, []).extend(values)
+                reasons[i] = part["finish_reason"] or reasons.get(i)
     choices = [
         {
             "index": c.index,
             "text": "".join(texts[c.index]),
-            "logprobs": logprobs[c.index].body() if c.index in logprobs else None,
-            "finish_reason": reasons.get(c.index, "length"),
+            "logprobs": logprobs.get(c.index),
+            "finish_reason": reasons.get(c.index) or "length",
         }
         for c in job.choices
     ]
-    return {
-        "id": job.id,
-        "object": "text_completion",
-        "created": job.created,
-        "model": job.model,
-        "choices": choices,
-        "usage": usage(job.prompt_tokens, sum(c.count for c in job.choices)),
-    }
+    return {**job.head("text_completion"), "choices": choices, "usage": job.usage()}
 
 
 async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[str, Any], None]:
     """The ``text_completion`` chunks of a stream, in order (the caller frames them)."""
     request = job.request
-    options = request.stream_options
-    include_usage = options is not None and options.include_usage
-    continuous = include_usage and options is not None and options.continuous_usage_stats
     k = request.logprobs
-    base = {"id": job.id, "object": "text_completion", "created": job.created}
-    base["model"] = job.model
+    base = job.head("text_completion")
     logprobs = {c.index: _Logprobs(job.codec, k) for c in job.choices} if k is not None else {}
 
-    def chunk(index: int, text: str, reason: str | None) -> dict[str, Any]:
+    def chunk(index: int, text: str, reason: str | None, items: Sequence[_Item] = ()) -> Any:
         lp = logprobs.get(index)
         out = {
             **base,
@@ -211,38 +160,32 @@ async def stream(plane: DataPlane, job: CompletionJob) -> AsyncGenerator[dict[st
                 {
                     "index": index,
                     "text": text,
-                    "logprobs": lp.take() if lp is not None else None,
+                    "logprobs": lp.take(items) if lp is not None else None,
                     "finish_reason": reason,
                 }
             ],
         }
-        if continuous:
-            out["usage"] = usage(job.prompt_tokens, sum(c.count for c in job.choices))
+        if job.continuous:
+            out["usage"] = job.usage()
         return out
 
     waits_for_prompt = request.echo and k is not None
-    gen = pieces(plane, job.target.mv, job.choices)
+    gen = job.pieces(plane)
     try:
-        _, every = await first_then(gen)
+        every = await started(gen)
         if request.echo and not waits_for_prompt:
             for c in job.choices:
                 yield chunk(c.index, job.codec.decode(job.prompt_of[c.index]), None)
         async for piece in every:
             text = piece.text
-            lp = logprobs.get(piece.index)
-            if piece.prompt_logprobs is not None and waits_for_prompt and lp is not None:
-                _check_prompt_logprobs(job, piece.index, piece.prompt_logprobs)
-                lp.add_prompt(job.prompt_of[piece.index], piece.prompt_logprobs)
+            items: list[_Item] = []
+            if k is not None:
+                items = [(t.id, t.logprob, t.top_logprobs or {}) for t in piece.tokens]
+            if piece.prompt_logprobs is not None and waits_for_prompt:
+                items = _prompt_items(job, piece.index, piece.prompt_logprobs) + items
                 text = job.codec.decode(job.prompt_of[piece.index]) + text
-            if lp is not None:
-                lp.add_tokens(piece.tokens)
-            yield chunk(piece.index, text, piece.finish_reason)
+            yield chunk(piece.index, text, piece.finish_reason, items)
     finally:
         await gen.aclose()
-        record(job.target.mv, job.prompt_tokens, job.choices)
-    if include_usage:
-        yield {
-            **base,
-            "choices": [],
-            "usage": usage(job.prompt_tokens, sum(c.count for c in job.choices)),
-        }
+    if job.include_usage:
+        yield {**base, "choices": [], "usage": job.usage()}

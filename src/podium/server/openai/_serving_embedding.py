@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import BadModelOutput
 from ...types import Call, EmbedInputs, WireProtocol
 from ._protocol import EmbeddingRequest, OpenAIInvalid, decode
-from ._serving import target, usage
+from ._serving import target, texts_or_ids
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane
@@ -31,21 +31,17 @@ MAX_INPUTS = 2048
 async def embeddings(plane: DataPlane, body: bytes) -> dict[str, Any]:
     request = decode(body, EmbeddingRequest)
     t = target(plane, request.model, "embeds")
-    value = request.input
-    texts: list[str]
-    if isinstance(value, str):
-        texts = [value]
-    elif all(isinstance(item, str) for item in value):
-        texts = list(value)
-    else:
+    texts: list[str] = []
+    for i, item in enumerate(texts_or_ids(request.input)):
+        if isinstance(item, str):
+            texts.append(item)
+            continue
         if t.codec is None:
             raise OpenAIInvalid(
                 f"model '{t.mv.name}' sets no tokenizer, so it takes text, not token ids", "input"
             )
-        lists = [value] if all(type(i) is int for i in value) else value
-        for i, ids in enumerate(lists):
-            t.codec.check_ids(ids, f"input[{i}]")
-        texts = [t.codec.decode(ids) for ids in lists]
+        t.codec.check_ids(item, f"input[{i}]")
+        texts.append(t.codec.decode(item))
     if len(texts) > MAX_INPUTS:
         raise OpenAIInvalid(
             f"'input' holds {len(texts)} texts; at most {MAX_INPUTS} are embedded per request",
@@ -71,6 +67,5 @@ async def embeddings(plane: DataPlane, body: bytes) -> dict[str, Any]:
             embedding = row.tolist()
         data.append({"object": "embedding", "index": i, "embedding": embedding})
     tokens = sum(len(t.codec.encode(text)) for text in texts) if t.codec is not None else 0
-    counted = usage(tokens, 0)
-    del counted["completion_tokens"]
+    counted = {"prompt_tokens": tokens, "total_tokens": tokens}
     return {"object": "list", "data": data, "model": request.model, "usage": counted}

@@ -1,128 +1,113 @@
 """Chat and text completions answered by the model's own ``chat`` / ``complete`` (the simple
 contract, docs/openai.md): the model gets the validated request and returns the text, or yields
 it piece by piece; Podium applies ``stop`` strings, counts usage with the model's tokenizer where
-it sets one (else 0), and writes OpenAI's objects, whole or streamed. One choice per request
-(``n`` > 1 is a 400: the model decides its text itself)."""
+it sets one (else 0), and writes OpenAI's objects, whole or streamed, as for a generating model
+(the same answers of ``_serving_chat`` / ``_serving_completion``, from the pieces of that text).
+One choice per request (``n`` > 1 is a 400: the model decides its text itself)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ...types import Call, MethodInputs, WireProtocol
+from ._contract import Sampling
+from ._generate import Choice, Job, Piece
 from ._protocol import ChatCompletionRequest, CompletionRequest, OpenAIInvalid, decode
-from ._serving import Target, created, new_id, usage
+from ._serving import Target
+from ._serving_chat import ChatJob
+from ._serving_completion import CompletionJob
 from ._tokens import StopText
 
 if TYPE_CHECKING:
     from ...dataplane import DataPlane
 
-__all__ = ["answer"]
+__all__ = ["prepare"]
 
-_KINDS: dict[str, tuple[str, type[Any], str, str]] = {
-    "chat_completions": ("chat", ChatCompletionRequest, "chatcmpl", "chat.completion"),
-    "completions": ("complete", CompletionRequest, "cmpl", "text_completion"),
-}
+
+class _Written(Choice):
+    """The one choice of a model that writes its own text: what the answers read of it (its
+    tokens, counted with the model's tokenizer, and its ``finish_reason``, ``stop``)."""
+
+    def __init__(self) -> None:  # no tokens to decode: none of Choice's own state is needed
+        self.sampling = Sampling([], max_tokens=0)
+        self.count = 0
+        self.finish_reason = None
+
+
+class _Own(Job):
+    """A request the model's own method answers: one choice, the pieces of the text it returns.
+    The answers see ``request`` without ``logprobs`` or ``echo`` (the model writes text, not
+    tokens: no token is known to show)."""
+
+    prefix: str
+
+    def __init__(self, t: Target, call: Call, request: Any, prompt_tokens: int) -> None:
+        Job.__init__(self, request, t, self.prefix, prompt_tokens)
+        self.call = call
+        self.choices = [_Written()]
+        self.tools: set[str] = set()  # the model's text is its content, not read for tool calls
+        self.named: str | None = None
+        self.prompt_of: dict[int, list[int]] = {0: []}
+
+    async def pieces(self, plane: DataPlane) -> AsyncGenerator[Piece, None]:
+        value = (await plane.infer(self.call, self.target.mv)).value
+        stops = StopText(self.request.stop)
+        items = value if not isinstance(value, str) else _one(value)
+        try:
+            async for item in items:
+                text = stops.add(str(item))
+                if text:
+                    yield Piece(0, text)
+                if stops.stopped:
+                    break
+        finally:
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                await close()
+        choice = self.choices[0]
+        choice.finish_reason = "stop"
+        choice.count = _count(self.target, stops.text)
+        yield Piece(0, stops.flush(), finish_reason="stop")
+
+
+class _OwnChat(_Own, ChatJob):
+    prefix = "chatcmpl"
+
+
+class _OwnCompletion(_Own, CompletionJob):
+    prefix = "cmpl"
+
+
+async def _one(text: str) -> AsyncGenerator[str, None]:
+    yield text
 
 
 def _count(t: Target, text: str) -> int:
     return len(t.codec.encode(text)) if t.codec is not None and text else 0
 
 
-async def _pieces(value: Any) -> AsyncGenerator[str, None]:
-    if isinstance(value, str):
-        yield value
-        return
-    items: AsyncIterator[Any] = value
-    try:
-        async for item in items:
-            yield str(item)
-    finally:
-        close = getattr(items, "aclose", None)
-        if close is not None:
-            await close()
-
-
-async def answer(
-    plane: DataPlane, t: Target, body: bytes, kind: str, watch: Any
-) -> tuple[bool, Any]:
-    """``(stream, value)``: the whole object, or an async generator of the stream's chunks."""
-    method, struct, prefix, obj = _KINDS[kind]
-    request = decode(body, struct)
+def prepare(t: Target, body: bytes, kind: str) -> ChatJob | CompletionJob:
+    """The request for the model's own ``chat`` (``kind`` ``chat_completions``) or ``complete``
+    decoded and checked; 400 otherwise."""
+    method = "chat" if kind == "chat_completions" else "complete"
+    request: ChatCompletionRequest | CompletionRequest
+    if method == "chat":
+        request = decode(body, ChatCompletionRequest)
+    else:
+        request = decode(body, CompletionRequest)
     if request.n != 1:
         raise OpenAIInvalid(
             f"model '{t.mv.name}' writes its own {method} text: one choice per request", "n"
         )
+    call = Call(t.mv.name, t.mv.version, WireProtocol.OPENAI, MethodInputs(method, request), None)
     if isinstance(request, CompletionRequest):
         if not isinstance(request.prompt, str):
             raise OpenAIInvalid(f"model '{t.mv.name}' takes one prompt, a string", "prompt")
-        prompt_tokens = _count(t, request.prompt)
-    else:
-        prompt_tokens = 0
-        if t.codec is not None:
-            texts = [m.content for m in request.messages if isinstance(m.content, str)]
-            prompt_tokens = sum(_count(t, text) for text in texts)
-    stop = request.stop
-    stops = StopText([stop] if isinstance(stop, str) else list(stop or []))
-    call = Call(t.mv.name, t.mv.version, WireProtocol.OPENAI, MethodInputs(method, request), None)
-    watch()
-    value = (await plane.infer(call, t.mv)).value
-    head = {"id": new_id(prefix), "object": obj, "created": created(), "model": request.model}
-    chat = method == "chat"
-    if not request.stream:
-        text = ""
-        gen = _pieces(value)
-        async for piece in gen:
-            text += stops.add(piece)
-            if stops.stopped:
-                break
-        await gen.aclose()
-        text += stops.flush()
-        tokens = usage(prompt_tokens, _count(t, text))
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
-        else:
-            choice = {"index": 0, "text": text}
-        choice |= {"logprobs": None, "finish_reason": "stop"}
-        return False, {**head, "choices": [choice], "usage": tokens}
-    return True, _stream(value, head, chat, stops, request, t, prompt_tokens)
-
-
-async def _stream(
-    value: Any,
-    head: dict[str, Any],
-    chat: bool,
-    stops: StopText,
-    request: Any,
-    t: Target,
-    prompt: int,
-) -> AsyncGenerator[dict[str, Any], None]:
-    head = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
-
-    def chunk(text: str, reason: str | None = None, role: bool = False) -> dict[str, Any]:
-        if chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-            if text:
-                delta["content"] = text
-            choice = {"index": 0, "delta": delta}
-        else:
-            choice = {"index": 0, "text": text}
-        choice |= {"logprobs": None, "finish_reason": reason}
-        return {**head, "choices": [choice]}
-
-    if chat:
-        yield chunk("", role=True)
-    gen = _pieces(value)
-    try:
-        async for piece in gen:
-            text = stops.add(piece)
-            if text:
-                yield chunk(text)
-            if stops.stopped:
-                break
-    finally:
-        await gen.aclose()
-    yield chunk(stops.flush(), "stop")
-    options = request.stream_options
-    if options is not None and options.include_usage:
-        yield {**head, "choices": [], "usage": usage(prompt, _count(t, stops.text))}
+        shown = msgspec.structs.replace(request, logprobs=None, echo=False)
+        return _OwnCompletion(t, call, shown, _count(t, request.prompt))
+    texts = [m.content for m in request.messages if isinstance(m.content, str)]
+    shown_chat = msgspec.structs.replace(request, logprobs=False, top_logprobs=None)
+    return _OwnChat(t, call, shown_chat, sum(_count(t, text) for text in texts))

@@ -132,11 +132,12 @@ class StopText:
 
     __slots__ = ("text", "released", "stopped", "_stops", "_hold")
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stop: str | list[str] | None) -> None:
+        """``stop``: a request's ``stop`` field, one string or several (or none)."""
         self.text = ""
         self.released = 0
         self.stopped = False
-        self._stops = [s for s in stops if s]
+        self._stops = [s for s in ([stop] if isinstance(stop, str) else stop or ()) if s]
         self._hold = max((len(s) for s in self._stops), default=1) - 1
 
     def add(self, delta: str) -> str:
