@@ -20,7 +20,17 @@ from ...types import (
     ModelMetadata,
     ServerMetadata,
 )
-from .._openapi import DOCUMENT_SCHEMA, Operation, describe, param, ref, response, schemas
+from .._openapi import (
+    DOCUMENT_SCHEMA,
+    TORCHSERVE_ERROR,
+    Operation,
+    describe,
+    error_responses,
+    param,
+    ref,
+    response,
+    schemas,
+)
 from ._routing import RouteTable
 from ._truss import ENDPOINT_PATHS
 
@@ -55,6 +65,9 @@ _INDEX_BODY = {
 }
 
 
+_DONE = {"description": "Done (an empty body, as Triton answers)."}
+
+
 def _control_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "description": "Optional: Triton's parameters.",
@@ -70,8 +83,6 @@ def _control_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-_LOADED = {"description": "Done (an empty body, as Triton answers)."}
-
 _ERROR = {
     "type": "object",
     "description": "Every error of this listener: what went wrong, naming the thing and the rule.",
@@ -84,16 +95,6 @@ _ERROR = {
         },
     },
     "required": ["error"],
-}
-_TS_ERROR = {
-    "type": "object",
-    "description": "An error under /predictions, in TorchServe's shape.",
-    "properties": {
-        "code": {"type": "integer"},
-        "type": {"type": "string", "description": "TorchServe's exception name."},
-        "message": {"type": "string"},
-    },
-    "required": ["code", "type", "message"],
 }
 _LIVE = {"type": "object", "properties": {"live": {"type": "boolean"}}, "required": ["live"]}
 _READY = {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]}
@@ -157,7 +158,7 @@ def _components() -> dict[str, Any]:
         found[name]["properties"]["datatype"] = {"type": "string", "enum": sorted(DATATYPES)}
     found.update(
         Error=_ERROR,
-        TorchServeError=_TS_ERROR,
+        TorchServeError=TORCHSERVE_ERROR,  # under /predictions
         ServerLive=_LIVE,
         ServerReady=_READY,
         ModelReady=_MODEL_READY,
@@ -167,7 +168,7 @@ def _components() -> dict[str, Any]:
         RepositoryIndex=_INDEX,
         OpenApiDocument=DOCUMENT_SCHEMA,
     )
-    return {"schemas": found, "responses": _ERROR_RESPONSES}
+    return {"schemas": found, "responses": error_responses(_WHY)}
 
 
 # -- statuses --------------------------------------------------------------------------------
@@ -189,11 +190,6 @@ _WHY = {
     "503": "The model is not ready (loading, failed, unloaded) or its queue is full.",
     "504": "The model ran past its response_timeout.",
 }
-_ERROR_RESPONSES: dict[str, Any] = {
-    f"Error{status}": response(text, ref("Error")) for status, text in _WHY.items()
-}
-for _status in ("414", "431"):  # refused by the connection's guard, before the app
-    _ERROR_RESPONSES[f"Error{_status}"] = response(_WHY[_status], {"type": "string"}, "text/plain")
 
 
 def _errors(*statuses: str) -> dict[str, Any]:
@@ -431,7 +427,6 @@ _REGISTER_BODY = {
         }
     },
 }
-_DONE = {"description": "Done (an empty body, as Triton answers)."}
 _REGIONS = _ok(
     "The registered regions (all, or the one named).", {"type": "array", "items": _REGION}
 )
@@ -482,7 +477,7 @@ _OPERATIONS: dict[str, Operation] = {
     ),
     "repositoryModelLoad": Operation(
         "Load every version of the model again (with --model-control inference).",
-        {"200": _LOADED, **_errors("400", "403", "404", "413", "500")},
+        {"200": _DONE, **_errors("400", "403", "404", "413", "500")},
         body=_control_body(
             {
                 "config": {
@@ -494,7 +489,7 @@ _OPERATIONS: dict[str, Operation] = {
     ),
     "repositoryModelUnload": Operation(
         "Stop serving every version of the model (with --model-control inference).",
-        {"200": _LOADED, **_errors("400", "403", "404", "413")},
+        {"200": _DONE, **_errors("400", "403", "404", "413")},
         body=_control_body({"unload_dependents": {"type": "boolean"}}),
     ),
     "modelInfer": _infer("Inference on the default version."),
@@ -551,31 +546,18 @@ _OPERATIONS: dict[str, Operation] = {
     "cudaShmUnregisterAll": _shm("Unregister every CUDA shared memory region: none.", _DONE),
     "cudaShmUnregister": _shm("Unregister a CUDA shared memory region: none.", _DONE),
     "ping": _PING_OP,
-    "pingPost": _PING_OP,
     "predictions": _predictions("TorchServe predictions on the default version."),
-    "predictionsPut": _predictions("TorchServe predictions on the default version (PUT)."),
     "versionPredictions": _predictions("TorchServe predictions on a version."),
-    "versionPredictionsPut": _predictions("TorchServe predictions on a version (PUT)."),
-    "predictionsGet": _predictions("TorchServe predictions on the default version (GET)."),
-    "versionPredictionsGet": _predictions("TorchServe predictions on a version (GET)."),
     "versionPredictionsPath": _predictions(
         "TorchServe predictions on a version; the rest of the path reaches the handler as the "
         "request header url_path."
     ),
-    "versionPredictionsPathPut": _predictions("TorchServe predictions with a url_path (PUT)."),
-    "versionPredictionsPathGet": _predictions("TorchServe predictions with a url_path (GET)."),
     "explanations": _predictions("TorchServe explanations on the default version."),
-    "explanationsPut": _predictions("TorchServe explanations on the default version (PUT)."),
-    "explanationsGet": _predictions("TorchServe explanations on the default version (GET)."),
     "versionExplanations": _predictions("TorchServe explanations on a version."),
-    "versionExplanationsPut": _predictions("TorchServe explanations on a version (PUT)."),
-    "versionExplanationsGet": _predictions("TorchServe explanations on a version (GET)."),
     "versionExplanationsPath": _predictions(
         "TorchServe explanations on a version; the rest of the path reaches the handler as the "
         "request header url_path."
     ),
-    "versionExplanationsPathPut": _predictions("TorchServe explanations with a url_path (PUT)."),
-    "versionExplanationsPathGet": _predictions("TorchServe explanations with a url_path (GET)."),
     "trussLive": Operation(
         "Truss: liveness (true).", {"200": _ok("Live.", {"const": True}), **_errors()}
     ),
