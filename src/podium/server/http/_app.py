@@ -21,7 +21,7 @@ from .. import _repository, _sequences
 from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
-from .._ts_errors import NoRoute, torchserve_error
+from .._ts_errors import NoRoute
 from ..openai import _routes as _openai
 from . import _custom, _memory, _oip, _responses, _truss, _ts_explain
 from ._docs import PAGE
@@ -380,14 +380,7 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
     if _openai.is_openai_path(scope["path"]):
         return await _openai.send_openai_error(send, exc, extra)
-    if not scope["path"].startswith(_TS_PREFIXES):
-        await send_error(send, exc, extra)
-        return
-    status, body = torchserve_error(exc)
-    if status >= 500:
-        logger.warning("%s %s", status, exc.message)
-    headers = [*_responses.JSON, *extra, *_responses.retry_headers(exc)]
-    await send_body(send, status, headers, _responses.encode_json(body))
+    await send_error(send, exc, extra, torchserve=scope["path"].startswith(_TS_PREFIXES))
 
 
 def _json(answer: Answer) -> list[tuple[bytes, bytes]]:

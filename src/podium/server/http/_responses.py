@@ -14,6 +14,7 @@ from ...errors import PodiumError, ValidationFailed, http_status
 from ...types import Reply
 from .._asgi import Send
 from .._headers import http_headers
+from .._ts_errors import torchserve_error
 
 logger = logging.getLogger("podium.http")
 
@@ -76,14 +77,21 @@ def retry_headers(exc: PodiumError) -> list[tuple[bytes, bytes]]:
 
 
 async def send_error(
-    send: Send, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
+    send: Send,
+    exc: PodiumError,
+    extra: list[tuple[bytes, bytes]] | None = None,
+    *,
+    torchserve: bool = False,
 ) -> None:
+    """``exc`` as Podium's error body, or (``torchserve``) TorchServe's: the management API's,
+    and the inference API's under ``/predictions``."""
     status = http_status(exc)
     retry = retry_headers(exc)
     if status >= 500 and not retry:  # an overloaded model's refusals are counted, not logged
         logger.warning("%s %s", status, exc.message)
     headers = JSON + (extra or []) + retry
-    await send_body(send, status, headers, encoder.encode(error_body(exc)))
+    body = torchserve_error(exc)[1] if torchserve else error_body(exc)
+    await send_body(send, status, headers, encoder.encode(body))
 
 
 def chunk_of(item: Any) -> bytes:
