@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Unauthenticated
-from ._asgi import ASGIApp, Receive, Scope, Send
+from ._asgi import ASGIApp, Receive, Scope, Send, header
 from .http._responses import JSON, send_body
 from .openai._errors import error_body, is_openai_path
 
@@ -245,13 +245,8 @@ class AuthMiddleware:
         if scope["type"] in ("http", "websocket"):  # a WebSocket is opened with a GET
             kind = self.rule(scope.get("method", "GET"), scope["path"])
         if kind is not None:
-            header = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    header = value
-                    break
             try:
-                self.authorizer.check_header(header, kind)
+                self.authorizer.check_header(header(scope, b"authorization"), kind)
             except Unauthenticated as exc:
                 if scope["type"] == "websocket":  # refused before the handshake (HTTP 403)
                     await send({"type": "websocket.close", "code": 1008})

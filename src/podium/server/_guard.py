@@ -40,7 +40,7 @@ import socket
 from collections.abc import Iterable
 
 from ..config import normalize_host, normalize_origin, origin_of
-from ._asgi import ASGIApp, Message, Receive, Scope, Send
+from ._asgi import ASGIApp, Message, Receive, Scope, Send, header
 from .http._responses import JSON, send_body
 
 __all__ = [
@@ -138,7 +138,11 @@ class BrowserGuard:
             return
         # A page of an allowed origin: answer its preflight, and let it read the answers.
         cors = [(b"access-control-allow-origin", origins[0]), (b"vary", b"Origin")]
-        if kind == "http" and method == "OPTIONS" and _has(scope, b"access-control-request-method"):
+        if (
+            kind == "http"
+            and method == "OPTIONS"
+            and header(scope, b"access-control-request-method") is not None
+        ):
             await send(
                 {
                     "type": "http.response.start",
@@ -194,10 +198,6 @@ def _host_name(value: bytes) -> str | None:
         return None
     host = host.rstrip(".") if not host.startswith("[") else host
     return host or None
-
-
-def _has(scope: Scope, header: bytes) -> bool:
-    return any(name == header for name, _ in scope["headers"])
 
 
 #: Per refusal: the status, TorchServe's name of the error, how much of the value sent the

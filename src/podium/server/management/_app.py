@@ -29,7 +29,7 @@ import msgspec
 
 from ...codecs import JSON_ERRORS, json_problem
 from ...errors import InvalidInput, MethodNotAllowed, PayloadTooLarge, PodiumError, Unauthenticated
-from .._asgi import Receive, Scope, Send, serve_other_scope
+from .._asgi import Receive, Scope, Send, header, serve_other_scope
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
 from .._ts_errors import NoRoute, torchserve_error
 from ..http import Api, Route, RouteTable
@@ -156,10 +156,7 @@ def _one_version(scope: Scope, version: str | None) -> None:
 
 async def _json_body(scope: Scope, receive: Receive) -> dict[str, Any]:
     """The registration parameters in a JSON body, if the request has one."""
-    content_type = b""
-    for key, value in scope["headers"]:
-        if key == b"content-type":
-            content_type = value.split(b";")[0].strip().lower()
+    content_type = (header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
     body = bytearray()
     while True:
         message = await receive()
