@@ -1,5 +1,5 @@
-"""What an access line costs the event loop's thread, with the access log's own thread and
-without it (lines made and written at the end of each turn, on the loop's thread).
+"""What an access line costs the event loop's thread, with the access log's own thread (the
+figures from before it, lines made and written on the loop's thread, are in bench/RESULTS.md).
 
     .venv/bin/python bench/access_log.py [--lines N] [--rounds R] [--turn K] [--format text|json]
 
@@ -47,7 +47,7 @@ async def round_(log: AccessLog, lines: int, turn: int) -> tuple[float, float]:
             access.ended()
             log.write(access)
             n += 1
-        await asyncio.sleep(0)  # the turn ends: its lines are handed over (or made here)
+        await asyncio.sleep(0)  # the turn ends: its lines are handed over
     loop_used = time.thread_time() - loop_start
     log.flush()
     return loop_used / lines * 1e6, (time.process_time() - all_start) / lines * 1e6
@@ -65,14 +65,12 @@ def main() -> int:
     configure("INFO", args.format, stream=devnull)
     print(f"| access log ({args.format}) | loop thread µs/line | process µs/line |")
     print("|---|---:|---:|")
-    for threaded in (False, True):
-        log = AccessLog(threaded=threaded)
-        figures = [asyncio.run(round_(log, args.lines, args.turn)) for _ in range(args.rounds)]
-        log.close()
-        loop_us = statistics.median(f[0] for f in figures)
-        all_us = statistics.median(f[1] for f in figures)
-        name = "own thread (default)" if threaded else "on the loop's thread"
-        print(f"| {name} | {loop_us:.2f} | {all_us:.2f} |")
+    log = AccessLog()
+    figures = [asyncio.run(round_(log, args.lines, args.turn)) for _ in range(args.rounds)]
+    log.close()
+    loop_us = statistics.median(f[0] for f in figures)
+    all_us = statistics.median(f[1] for f in figures)
+    print(f"| own thread | {loop_us:.2f} | {all_us:.2f} |")
     return 0
 
 

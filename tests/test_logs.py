@@ -17,7 +17,6 @@ import pytest
 from podium import request_id
 from podium.devices import using
 from podium.logs import (
-    MAX_HELD,
     MAX_LOG_MESSAGE,
     JsonFormatter,
     LineWriter,
@@ -390,77 +389,17 @@ def emit(handler: logging.Handler, message: str, level: int = logging.INFO) -> N
     handler.handle(logging.LogRecord("t", level, __file__, 0, message, (), None))
 
 
-def test_line_writer_writes_one_turns_lines_in_one_write_before_the_loop_waits() -> None:
-    handler, stream = writer()
-
-    async def main() -> list[str]:
-        for n in range(3):
-            emit(handler, f"line {n}")
-        held = list(stream.writes)
-        await asyncio.sleep(0)  # one turn of the loop
-        return held
-
-    assert asyncio.run(main()) == []  # nothing written while the turn ran
-    assert stream.writes == ["line 0\nline 1\nline 2\n"]
-
-
-def test_line_writer_writes_a_warning_at_once_after_what_it_held() -> None:
+def test_line_writer_writes_each_record_at_once_and_lines_made_ahead_in_one_write() -> None:
     handler, stream = writer()
 
     async def main() -> None:
-        emit(handler, "info")
+        emit(handler, "on the loop")
+        assert stream.writes == ["on the loop\n"]  # not held to the end of the turn
         emit(handler, "warn", logging.WARNING)
-        assert stream.writes == ["info\nwarn\n"]
+        await asyncio.to_thread(handler.write_now, "a\nb\n")  # the access log's thread
 
     asyncio.run(main())
-
-
-def test_line_writer_writes_lines_of_other_threads_at_once() -> None:
-    handler, stream = writer()
-    emit(handler, "no loop here")
-    assert stream.writes == ["no loop here\n"]
-
-    async def main() -> None:
-        emit(handler, "held")
-        await asyncio.to_thread(emit, handler, "from a thread")
-        # the thread's line came out at once, after the held one
-        assert stream.getvalue().endswith("held\nfrom a thread\n")
-
-    asyncio.run(main())
-
-
-def test_line_writer_writes_at_once_past_its_bound() -> None:
-    handler, stream = writer()
-    big = "x" * (MAX_HELD // 4)
-
-    async def main() -> int:
-        for _ in range(5):
-            emit(handler, big)
-        return len(stream.writes)
-
-    assert asyncio.run(main()) == 1  # the fourth line reached the bound: all four written
-    assert stream.getvalue().count("x") == 5 * len(big)
-
-
-def test_line_writer_flush_writes_what_a_closed_loop_left_held() -> None:
-    handler, stream = writer()
-    loop = asyncio.new_event_loop()
-
-    loop.call_soon(emit, handler, "left")
-    loop.call_soon(loop.stop)  # the loop stops at the end of this turn
-    loop.run_forever()
-    loop.close()  # its turn's callback never ran
-    assert stream.writes == []
-
-    async def again() -> None:  # another loop schedules its own write
-        emit(handler, "next")
-        await asyncio.sleep(0)
-
-    asyncio.run(again())
-    assert stream.getvalue() == "left\nnext\n"
-    emit(handler, "x")
-    handler.flush()
-    assert stream.getvalue().endswith("x\n")
+    assert stream.writes == ["on the loop\n", "warn\n", "a\nb\n"]
 
 
 def test_configure_logs_through_a_line_writer() -> None:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from conftest import TEST_MODELS, Server, run_server
 
+from podium.config import Registration
 from podium.errors import InvalidInput, NotFound
 from podium.server.management import UrlPolicy
 
@@ -31,11 +32,11 @@ def test_local_urls_resolve_in_the_store_first_then_on_disk(tmp_path: Path) -> N
     store.mkdir()
     (store / "m.py").write_bytes(MODEL)
     (tmp_path / "elsewhere.py").write_bytes(MODEL)
-    policy = UrlPolicy(model_store=store)
+    policy = UrlPolicy(Registration(model_store=store))
     assert policy.local("m.py") == store / "m.py"
     assert policy.local(str(store / "m.py")) == store / "m.py"
     assert policy.local(f"file://{store}/m.py") == store / "m.py"
-    anywhere = UrlPolicy(model_store=store, allow_any_local_path=True)
+    anywhere = UrlPolicy(Registration(model_store=store, allow_any_local_path=True))
     assert anywhere.local("m.py") == store / "m.py"
     assert anywhere.local(str(tmp_path / "elsewhere.py")) == tmp_path / "elsewhere.py"
     assert anywhere.local(f"file://{tmp_path}/elsewhere.py") == tmp_path / "elsewhere.py"
@@ -58,7 +59,9 @@ def test_local_urls_outside_the_store_and_start_paths_are_refused(tmp_path: Path
     (store / "escape.py").symlink_to(tmp_path / "outside.py")
     (store / "escape-dir").symlink_to(tmp_path)
     (store / "dangling.py").symlink_to(tmp_path / "nothing-there.py")
-    policy = UrlPolicy(model_store=store, start_paths=[started, tmp_path / "single.py"])
+    policy = UrlPolicy(
+        Registration(model_store=store), start_paths=[started, tmp_path / "single.py"]
+    )
     # Under the store and the start paths: found, by path in the store or on disk.
     assert policy.local("sub/m.py") == store / "sub" / "m.py"
     assert policy.local("inside-link.py") == store / "inside-link.py"  # a link that stays in
@@ -82,21 +85,23 @@ def test_local_urls_outside_the_store_and_start_paths_are_refused(tmp_path: Path
     with pytest.raises(NotFound, match=r"'outside.py' not found in the model store \("):
         policy.local("outside.py")
     # Without a store, only the start paths.
-    bare = UrlPolicy(model_store=None, start_paths=[started])
+    bare = UrlPolicy(Registration(model_store=None), start_paths=[started])
     assert bare.local(str(started / "s.py")) == started / "s.py"
     with pytest.raises(InvalidInput, match="only under the model paths the server started with"):
         bare.local(str(tmp_path / "outside.py"))
-    nothing = UrlPolicy(model_store=None)
+    nothing = UrlPolicy(Registration(model_store=None))
     with pytest.raises(InvalidInput, match="under nothing: no --model-store is configured"):
         nothing.local("outside.py")
     # The operator's way out: anything, as TorchServe-era Podium did.
-    anywhere = UrlPolicy(model_store=store, allow_any_local_path=True)
+    anywhere = UrlPolicy(Registration(model_store=store, allow_any_local_path=True))
     assert anywhere.local(str(tmp_path / "outside.py")) == tmp_path / "outside.py"
     assert anywhere.local("escape.py") == store / "escape.py"
 
 
 def test_remote_urls_are_refused_unless_allowed_in_full() -> None:
-    policy = UrlPolicy(model_store=None, allowed_urls=[r"https://models\.example\.com/.*"])
+    policy = UrlPolicy(
+        Registration(model_store=None, allowed_urls=[r"https://models\.example\.com/.*"])
+    )
     assert not policy.is_remote("/models/a.mar") and not policy.is_remote("file:///a.mar")
     assert policy.is_remote("https://models.example.com/a.mar")
     policy.check_remote("https://models.example.com/a.mar")
@@ -107,10 +112,10 @@ def test_remote_urls_are_refused_unless_allowed_in_full() -> None:
     ):
         with pytest.raises(InvalidInput, match="--allowed-urls"):
             policy.check_remote(url)
-    refused = UrlPolicy(model_store=None)
+    refused = UrlPolicy(Registration(model_store=None))
     with pytest.raises(InvalidInput, match="none is configured"):
         refused.check_remote("https://models.example.com/a.mar")
-    s3 = UrlPolicy(model_store=None, allowed_urls=[r"s3://.*"])
+    s3 = UrlPolicy(Registration(model_store=None, allowed_urls=[r"s3://.*"]))
     with pytest.raises(InvalidInput, match="only http and https"):
         s3.check_remote("s3://bucket/a.mar")
 
@@ -197,8 +202,10 @@ def server(origin: str, store: Path) -> Iterator[Server]:
 
 def test_a_download_that_trickles_is_cut_at_its_deadline(origin: str, tmp_path: Path) -> None:
     allowed = origin.replace(".", r"\.") + "/models/.*"
-    policy = UrlPolicy(model_store=tmp_path, allowed_urls=[allowed], download_timeout=0.5)
-    assert UrlPolicy(model_store=None).download_timeout == 300.0  # the default
+    policy = UrlPolicy(
+        Registration(model_store=tmp_path, allowed_urls=[allowed], download_timeout=0.5)
+    )
+    assert UrlPolicy().download_timeout == 300.0  # the default
     started = time.monotonic()
     with pytest.raises(InvalidInput, match=r"took longer than --download-timeout \(0\.5 s\)"):
         asyncio.run(policy.download(f"{origin}/models/trickle.py"))

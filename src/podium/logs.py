@@ -28,7 +28,6 @@ traceback keeps its first and last :data:`MAX_TRACEBACK` characters.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
@@ -40,7 +39,6 @@ import msgspec
 
 from .devices import running_on
 from .errors import bounded
-from .turn import TurnBuffer
 from .types import current_request
 
 __all__ = [
@@ -68,8 +66,6 @@ MAX_LOG_LINE = 2 * 1024
 MAX_TRACEBACK = 16 * 1024
 #: The values of ``--log-format``.
 FORMATS = ("text", "json")
-#: The most text (characters) :class:`LineWriter` holds before it writes at once.
-MAX_HELD = 64 * 1024
 
 
 class BoundedFormatter(logging.Formatter):
@@ -216,17 +212,9 @@ class JsonFormatter(logging.Formatter):
             line["stack"] = bounded_traceback(self.formatStack(record.stack_info))
         return self._encode(line)
 
-    def line(
-        self,
-        created: float,
-        level: str,
-        name: str,
-        request_id: str | None,
-        message: str,
-        fields: Any,
-    ) -> str:
-        """The line of a record without traceback (``message`` bounded already)."""
-        return self._encode(self._keys(created, level, name, request_id, message, fields))
+    def line(self, *parts: Any) -> str:
+        """The line of a record without traceback (``parts``: as :meth:`TextFormatter.line`'s)."""
+        return self._encode(self._keys(*parts))
 
     def _keys(
         self,
@@ -263,80 +251,39 @@ class JsonFormatter(logging.Formatter):
 
 
 class LineWriter(logging.StreamHandler[IO[str]]):
-    """A stream handler that writes the lines made in one turn of an event loop together.
-
-    A line made on a thread running an event loop (each request's access line, at the end of
-    the request) is held in a :class:`~podium.turn.TurnBuffer` and written with every other
-    line of the same turn of the loop: one ``write`` of many lines instead of one per line,
-    because the write is a system call and costs as much as the rest of a plain request's
-    logging. Held text is written at once past :data:`MAX_HELD` characters, and with any
-    record at WARNING or above (which comes out in order, after the lines held before it). A
-    line made on any other thread (a model's own logging in its predict thread) is written at
-    once, after what is held. :meth:`flush` (at exit, by ``logging.shutdown``) writes what is
-    held.
+    """The stream handler :func:`configure` installs: each record is written at once, and the
+    access log's lines, made ahead on its own thread, straight (:meth:`write_now`: many lines,
+    one write). :meth:`flush` (at exit, by ``logging.shutdown``) first has the access log write
+    the lines it still holds (:func:`flush_at_exit`).
     """
 
-    def __init__(self, stream: IO[str]) -> None:
-        super().__init__(stream)
-        self._held: TurnBuffer[str] = TurnBuffer(self._write, lock=self.lock)
-        self._size = 0
-        self._tail = ""  # what write_now writes after what is held, in the same write
-
     def emit(self, record: logging.LogRecord) -> None:
+        # not StreamHandler's: its flush() per record would be this flush (the access log's)
         try:
             line = self.format(record) + self.terminator
         except Exception:
             self.handleError(record)
             return
-        if record.levelno >= logging.WARNING:
-            self.write_now(line)
-        else:
-            self.hold(line)
-
-    def hold(self, line: str) -> None:
-        """Write ``line`` (with its terminator) with the others of this turn of the event loop
-        running on this thread; at once if none runs here."""
-        if asyncio._get_running_loop() is None:
-            self.write_now(line)
-            return
-        with self.lock:  # type: ignore[union-attr]
-            self._held.add(line)
-            self._size += len(line)
-            if self._size >= MAX_HELD:
-                self._held.flush()
+        self.write_now(line)
 
     def write_now(self, text: str) -> None:
-        """Write ``text`` (whole lines) now, after what is held."""
+        """Write ``text`` (whole lines) in one write."""
         with self.lock:  # type: ignore[union-attr]
-            self._tail = text
-            self._held.flush()
-            if self._tail:  # nothing was held
-                self._write([])
-
-    def _write(self, lines: list[str]) -> None:
-        self._size = 0
-        if self._tail:
-            lines.append(self._tail)
-            self._tail = ""
-        try:
-            self.stream.write("".join(lines))
-            self.stream.flush()
-        except RecursionError:
-            raise
-        except Exception:
-            # no record to name: the stream failed (closed, full disk); the lines are lost,
-            # as a plain StreamHandler's would be
-            pass
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except RecursionError:
+                raise
+            except Exception:
+                # no record to name: the stream failed (closed, full disk); the lines are lost,
+                # as a plain StreamHandler's would be
+                pass
 
     def flush(self) -> None:
         """Write every held line (the access lines not yet made too: :func:`flush_at_exit`)."""
         for held in list(_flushers):
             held.flush()
-        with self.lock:  # type: ignore[union-attr]
-            if len(self._held):
-                self._held.flush()
-            elif self.stream and hasattr(self.stream, "flush"):
-                self.stream.flush()
+        super().flush()
 
 
 _flushers: weakref.WeakSet[Any] = weakref.WeakSet()

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 from conftest import Server
 
+from podium.config import Registration as RegistrationSettings
 from podium.errors import InvalidInput, NotFound
 from podium.server._openapi import OPENAPI, Operation, describe, response
 from podium.server.http import INFERENCE_ROUTES, Api, HttpApp, Route, RouteTable
@@ -299,6 +300,6 @@ def test_a_url_no_file_can_have_is_not_found(url: str, tmp_path: Any) -> None:
     local path may be registered; otherwise the place rule refuses it first, a 400)."""
     for store in (None, tmp_path):
         with pytest.raises(NotFound, match="not found"):
-            UrlPolicy(model_store=store, allow_any_local_path=True).local(url)
+            UrlPolicy(RegistrationSettings(model_store=store, allow_any_local_path=True)).local(url)
         with pytest.raises((NotFound, InvalidInput)):
-            UrlPolicy(model_store=store).local(url)
+            UrlPolicy(RegistrationSettings(model_store=store)).local(url)

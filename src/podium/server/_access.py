@@ -249,9 +249,9 @@ class AccessLog:
     A handler added to the logger after the log is made is not seen by the first way.
 
     In the first way the lines are made and written off the event loop, by the log's own
-    :class:`~._access_thread.LineThread` (``threaded``, the default): the loop hands each
-    turn's ended requests over; at most ``max_queued`` lines wait, and a line that finds no
-    room is dropped and counted (:attr:`dropped`), never waited for.
+    :class:`~._access_thread.LineThread`: the loop hands each turn's ended requests over; at
+    most ``max_queued`` lines wait, and a line that finds no room is dropped and counted
+    (:attr:`dropped`), never waited for.
     """
 
     def __init__(
@@ -259,7 +259,6 @@ class AccessLog:
         enabled: bool = True,
         logger: str = "podium.access",
         *,
-        threaded: bool = True,
         max_queued: int = MAX_QUEUED_LINES,
     ) -> None:
         self.enabled = enabled
@@ -272,11 +271,9 @@ class AccessLog:
         self._emit: Callable[[list[Access]], None]
         if self._writer is None:
             self._emit = self._records
-        elif threaded:
+        else:
             self.lines = LineThread(self._lines, max_queued)
             self._emit = self.lines.put
-        else:
-            self._emit = self._lines
         self._held: TurnBuffer[Access] = TurnBuffer(self._emit)
         self._hold = self._held.add
         flush_at_exit(self)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeAlias
 
-__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "serve_other_scope"]
+__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "header", "serve_other_scope"]
 
 Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]
@@ -22,6 +22,14 @@ Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
 
 ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The value of the request's first header ``name`` (lower-case, as ASGI gives names)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
 
 
 async def serve_other_scope(scope: Scope, receive: Receive, send: Send) -> None:

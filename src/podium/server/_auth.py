@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Unauthenticated
-from ._asgi import ASGIApp, Receive, Scope, Send
+from ._asgi import ASGIApp, Receive, Scope, Send, header
 from .http._responses import JSON, send_body
 from .openai._errors import error_body, is_openai_path
 
@@ -49,6 +49,7 @@ __all__ = [
     "AuthMiddleware",
     "Authorizer",
     "inference_rule",
+    "iso_utc",
     "management_rule",
     "render_error",
 ]
@@ -74,7 +75,8 @@ class _Key:
     expires: float | None  # epoch seconds; None: never
 
 
-def _iso(epoch: float) -> str:
+def iso_utc(epoch: float) -> str:
+    """An epoch time as TorchServe writes it: UTC, ISO 8601 to the millisecond, ``Z``."""
     moment = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -125,7 +127,7 @@ class Authorizer:
             key = self._keys[kind]
             entry: dict[str, Any] = {"key": key.value}
             if kind != TOKEN:
-                entry["expiration time"] = _iso(key.expires) if key.expires is not None else None
+                entry["expiration time"] = iso_utc(key.expires) if key.expires is not None else None
             out[kind] = entry
         return out
 
@@ -179,7 +181,7 @@ class Authorizer:
             raise Unauthenticated(f"{what}: the key is not the {_name(kind)} key")
         if key.expires is not None and time.time() >= key.expires:
             raise Unauthenticated(
-                f"{what}: the {_name(kind)} key expired at {_iso(key.expires)}; get a new one "
+                f"{what}: the {_name(kind)} key expired at {iso_utc(key.expires)}; get a new one "
                 f"with POST /token?type={kind} and the API key"
             )
 
@@ -245,13 +247,8 @@ class AuthMiddleware:
         if scope["type"] in ("http", "websocket"):  # a WebSocket is opened with a GET
             kind = self.rule(scope.get("method", "GET"), scope["path"])
         if kind is not None:
-            header = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    header = value
-                    break
             try:
-                self.authorizer.check_header(header, kind)
+                self.authorizer.check_header(header(scope, b"authorization"), kind)
             except Unauthenticated as exc:
                 if scope["type"] == "websocket":  # refused before the handshake (HTTP 403)
                     await send({"type": "websocket.close", "code": 1008})

@@ -40,7 +40,7 @@ import socket
 from collections.abc import Iterable
 
 from ..config import normalize_host, normalize_origin, origin_of
-from ._asgi import ASGIApp, Message, Receive, Scope, Send
+from ._asgi import ASGIApp, Message, Receive, Scope, Send, header
 from .http._responses import JSON, send_body
 
 __all__ = [
@@ -123,13 +123,13 @@ class BrowserGuard:
         origin = self._origin_allowed(origins) if origins else None
         problem = None
         if bad_host is not None:
-            problem = _misdirected(bad_host)
+            problem = ("host", bad_host)
         elif origins and origin is None:
-            problem = _foreign_origin(origins[0])
+            problem = ("origin", origins[0])
         elif origin is None and fetch_site is not None and fetch_site not in OWN_FETCH_SITES:
-            problem = _foreign_site(fetch_site)
+            problem = ("site", fetch_site)
         elif simple_body is not None:
-            problem = _simple_body(simple_body)
+            problem = ("body", simple_body)
         if problem is not None:
             await _refuse(kind, send, *problem)
             return
@@ -138,7 +138,11 @@ class BrowserGuard:
             return
         # A page of an allowed origin: answer its preflight, and let it read the answers.
         cors = [(b"access-control-allow-origin", origins[0]), (b"vary", b"Origin")]
-        if kind == "http" and method == "OPTIONS" and _has(scope, b"access-control-request-method"):
+        if (
+            kind == "http"
+            and method == "OPTIONS"
+            and header(scope, b"access-control-request-method") is not None
+        ):
             await send(
                 {
                     "type": "http.response.start",
@@ -196,56 +200,48 @@ def _host_name(value: bytes) -> str | None:
     return host or None
 
 
-def _misdirected(value: bytes) -> tuple[int, str, str]:
-    shown = value.decode("latin-1")[:200]
-    return (
+#: Per refusal: the status, TorchServe's name of the error, how much of the value sent the
+#: message quotes (``{!r}``), and the message.
+_REFUSALS = {
+    "host": (
         421,
         "MisdirectedRequestException",
-        f"the management API does not answer to Host {shown!r}: it answers to IP addresses, "
+        200,
+        "the management API does not answer to Host {!r}: it answers to IP addresses, "
         "'localhost' and the names given with --management-allowed-hosts (a web page can "
         "point a name it controls at this machine: DNS rebinding)",
-    )
-
-
-def _has(scope: Scope, header: bytes) -> bool:
-    return any(name == header for name, _ in scope["headers"])
-
-
-def _foreign_origin(origin: bytes) -> tuple[int, str, str]:
-    shown = origin.decode("latin-1")[:200]
-    return (
+    ),
+    "origin": (
         403,
         "ForbiddenException",
-        f"the management API refuses requests from web pages (Origin {shown!r}): a page could "
+        200,
+        "the management API refuses requests from web pages (Origin {!r}): a page could "
         "register a model, that is run code on this machine. Call it from a tool (curl, a "
         "script), or list the page's origin with --management-allowed-origins",
-    )
-
-
-def _foreign_site(site: bytes) -> tuple[int, str, str]:
-    shown = site.decode("latin-1")[:50]
-    return (
+    ),
+    "site": (
         403,
         "ForbiddenException",
-        f"the management API refuses requests that another site made a browser send "
-        f"(Sec-Fetch-Site {shown!r}). Call it from a tool (curl, a script), or list the page's "
+        50,
+        "the management API refuses requests that another site made a browser send "
+        "(Sec-Fetch-Site {!r}). Call it from a tool (curl, a script), or list the page's "
         "origin with --management-allowed-origins",
-    )
-
-
-def _simple_body(content_type: bytes) -> tuple[int, str, str]:
-    shown = content_type.decode("latin-1")[:100]
-    return (
+    ),
+    "body": (
         415,
         "UnsupportedMediaTypeException",
-        f"the management API takes no {shown!r} body (any web page can make a browser send "
+        100,
+        "the management API takes no {!r} body (any web page can make a browser send "
         "one): send the parameters in the query string with no body "
         "(curl -X POST 'http://127.0.0.1:8081/models?url=...'), or as a JSON body "
         "(Content-Type: application/json)",
-    )
+    ),
+}
 
 
-async def _refuse(kind: str, send: Send, status: int, name: str, message: str) -> None:
+async def _refuse(kind: str, send: Send, refusal: str, value: bytes) -> None:
+    status, name, shown, text = _REFUSALS[refusal]
+    message = text.format(value.decode("latin-1")[:shown])
     if kind == "websocket":
         await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
         return

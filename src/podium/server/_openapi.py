@@ -5,7 +5,8 @@ what a table does not know, written once per operation (:class:`Operation`, keye
 route's name): a summary, the query and header parameters, the request body and every status
 the route can answer. Paths, methods, operation ids and path parameters come from the table
 itself, and :func:`describe` refuses an operation the table lacks as much as a route nobody
-described, so the document cannot drift from what is served.
+described, so the document cannot drift from what is served. A route's other methods
+(``predictionsPut``) share its description unless they have their own (``tokenGet``).
 
 Message bodies that a msgspec type parses are described by that type (:func:`schemas`:
 ``msgspec.json.schema_components``, whose JSON Schema 2020-12 is OpenAPI 3.1's dialect).
@@ -18,8 +19,8 @@ listener's in ``server/management/_openapi.py``; both serve their document as To
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -30,8 +31,10 @@ if TYPE_CHECKING:  # the listeners' packages import this module
 __all__ = [
     "DOCUMENT_SCHEMA",
     "OPENAPI",
+    "TORCHSERVE_ERROR",
     "Operation",
     "describe",
+    "error_responses",
     "param",
     "ref",
     "response",
@@ -54,8 +57,19 @@ DOCUMENT_SCHEMA: dict[str, Any] = {
     "required": ["openapi", "info", "paths"],
 }
 
+#: TorchServe's error body: the management API's, and the inference API's under /predictions.
+TORCHSERVE_ERROR: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "integer"},
+        "type": {"type": "string", "description": "TorchServe's exception name."},
+        "message": {"type": "string"},
+    },
+    "required": ["code", "type", "message"],
+}
 
-@dataclass(frozen=True, slots=True)
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Operation:
     """What a document says about one operation beyond its route.
 
@@ -118,6 +132,15 @@ def response(
     return out
 
 
+def error_responses(why: Mapping[str, str]) -> dict[str, Any]:
+    """``components.responses``: ``Error<status>`` per status of ``why`` (its text), a body of
+    the listener's ``Error`` schema, or text/plain where the connection's guard answers."""
+    out = {f"Error{status}": response(text, ref("Error")) for status, text in why.items()}
+    for status in ("414", "431"):  # the connection's guard answers these, before any app
+        out[f"Error{status}"] = response(why[status], {"type": "string"}, "text/plain")
+    return out
+
+
 def schemas(types: Iterable[type]) -> dict[str, Any]:
     """``components.schemas`` for msgspec ``types`` (and every type they refer to): the JSON
     Schema that their decoders enforce, with ``$ref``s into the document's components."""
@@ -146,7 +169,8 @@ def describe(
     """The OpenAPI document of every operation of ``routes``.
 
     ``operations``: per operation id (:meth:`RouteTable.operations`), what the table does not
-    know; ``path_params``: per path parameter name, its description. ``ValueError`` names
+    know (a route's later method without one takes the route's, its summary naming the
+    method); ``path_params``: per path parameter name, its description. ``ValueError`` names
     an operation without a description, a description without an operation, or a path
     parameter nobody described: tests build each listener's document from its real table.
     """
@@ -154,6 +178,10 @@ def describe(
     described: set[str] = set()
     for template, method, op_id, route in routes.operations():
         operation = operations.get(op_id)
+        if operation is None and op_id != route.name and route.name in operations:
+            shared = operations[route.name]
+            summary = f"{shared.summary.removesuffix('.')} ({method})."
+            operation = dataclasses.replace(shared, summary=summary)
         if operation is None:
             raise ValueError(f"operation {op_id!r} ({method} {template}) is not described")
         missing = [name for name in route.params if name not in path_params]

@@ -503,7 +503,7 @@ class Podium:
     async def _start_management(self) -> None:
         """The management API, REST and gRPC, on the management host (loopback by default)."""
         config = self.config
-        urls = UrlPolicy.of(config.registration, start_paths=self.paths)
+        urls = UrlPolicy(config.registration, start_paths=self.paths)
         self.management = Management(self.dataplane.repository, urls=urls)
         app: Any = ManagementApp(self.management, authorizer=self.authorizer)
         if self.authorizer is not None:

@@ -21,7 +21,7 @@ from .. import _repository, _sequences
 from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
 from .._headers import http_headers
-from .._ts_errors import NoRoute, torchserve_error
+from .._ts_errors import NoRoute
 from ..openai import _routes as _openai
 from . import _custom, _memory, _oip, _responses, _truss, _ts_explain
 from ._docs import PAGE
@@ -33,8 +33,6 @@ from ._routing import Api, Route, RouteTable
 __all__ = ["INFERENCE_ROUTES", "HttpApp"]
 
 logger = logging.getLogger("podium.http")
-
-_NOTHING = object()
 
 
 class HttpApp:
@@ -162,7 +160,7 @@ class HttpApp:
         """TorchServe's ``/ping``; on a server of one truss, Truss's (SageMaker's probe)."""
         truss = self.dataplane.sole_truss()
         if truss is not None:
-            await _truss.ping(self, ex, send, truss)
+            await _truss.loaded(self, ex, send, truss)
             return
         if self.dataplane.ready():
             await send_json(send, 200, {"status": "Healthy"})
@@ -319,7 +317,7 @@ class HttpApp:
         mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
-        await self._read(ex, mv, call, _parse_json if is_json else bytes)
+        await self._read(ex, mv, call, _oip.decode_json if is_json else bytes)
         # Stream the items, or answer the result: an ASGI response the model made, a Reply
         # (the status and headers a handler set), bytes and text as they are, else JSON.
         if mv.instance.capabilities.streaming:
@@ -352,33 +350,17 @@ class HttpApp:
     ) -> None:
         items = self.dataplane.stream(call, mv)
         send = self._sender(mv, items, send)
+
+        def failed(exc: Exception) -> bytes:
+            if not isinstance(exc, PodiumError):
+                raise exc
+            logger.warning("stream of model '%s' failed: %s", call.model, exc.message)
+            error = _responses.error_body(exc)
+            return _responses.sse_event(error) if sse else _responses.encode_json(error) + b"\n"
+
         try:
-            # Errors before the first item still get a proper status code.
-            first: Any = _NOTHING
-            async for item in items:
-                first = item
-                break
-            status = 200
-            if isinstance(first, Reply):  # the status and headers a handler set go first
-                status, headers = _responses.reply_start(first, headers)
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            if first is not _NOTHING:
-                await send({"type": "http.response.body", "body": encode(first), "more_body": True})
-                try:
-                    async for item in items:
-                        await send(
-                            {"type": "http.response.body", "body": encode(item), "more_body": True}
-                        )
-                except PodiumError as exc:
-                    error = _responses.error_body(exc)
-                    tail = (
-                        _responses.sse_event(error)
-                        if sse
-                        else _responses.encode_json(error) + b"\n"
-                    )
-                    logger.warning("stream of model '%s' failed: %s", call.model, exc.message)
-                    await send({"type": "http.response.body", "body": tail, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            first = await anext(items, _responses.NOTHING)
+            await _responses.send_stream(send, first, items, headers, encode, failed)
         finally:
             await items.aclose()
 
@@ -398,18 +380,7 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
         extra.append((b"allow", ", ".join(exc.allowed).encode()))
     if _openai.is_openai_path(scope["path"]):
         return await _openai.send_openai_error(send, exc, extra)
-    if not scope["path"].startswith(_TS_PREFIXES):
-        await send_error(send, exc, extra)
-        return
-    status, body = torchserve_error(exc)
-    if status >= 500:
-        logger.warning("%s %s", status, exc.message)
-    headers = [*_responses.JSON, *extra, *_responses.retry_headers(exc)]
-    await send_body(send, status, headers, _responses.encode_json(body))
-
-
-def _parse_json(body: bytes) -> Any:
-    return _oip.decode_json(body)
+    await send_error(send, exc, extra, torchserve=scope["path"].startswith(_TS_PREFIXES))
 
 
 def _json(answer: Answer) -> list[tuple[bytes, bytes]]:

@@ -19,7 +19,7 @@ from ...dataplane import DataPlane
 from ...types import Call, Returned, WireProtocol
 from .._asgi import Scope, Send
 from ._exchange import Exchange
-from ._responses import send_json
+from ._responses import is_response, send_json
 
 __all__ = ["serve"]
 
@@ -42,14 +42,8 @@ async def serve(dataplane: DataPlane, ex: Exchange, scope: Scope, send: Send) ->
             value = item.value if isinstance(item, Returned) else item
     finally:
         await answer.aclose()
-    if _is_response(value):
+    if is_response(value):
         await value(scope, ex.app_receive, send)
     else:
         await send_json(send, 200, value)
     return True
-
-
-def _is_response(value: Any) -> bool:
-    from starlette.responses import Response
-
-    return isinstance(value, Response)

@@ -62,13 +62,7 @@ async def system_register(self: Any, ex: Exchange, send: Send, name: str) -> Non
         raise InvalidInput(
             f"registering shared memory region '{name}' needs a JSON body with key and byte_size"
         )
-    try:
-        request = _register_decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise InvalidInput(f"invalid shared memory register request: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        _oip.decode_json(body)  # raises, saying what is wrong with the JSON
-        raise InvalidInput(f"malformed JSON body: {exc}") from exc
+    request = _oip.decode_as(_register_decoder, body, "shared memory register request")
     shm.register(name, request.key, request.offset, request.byte_size)
     await send_body(send, 200, JSON, b"")
 

@@ -58,7 +58,8 @@ class Form:
         self.binary = False
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], body: bytes | memoryview, expected: str) -> Any:
+def decode_as(decoder: msgspec.json.Decoder[Any], body: bytes | memoryview, expected: str) -> Any:
+    """``body`` decoded by ``decoder``; 400 naming ``expected`` and what is wrong."""
     if not body:
         raise InvalidInput(f"request body is empty; expected {expected}")
     try:
@@ -73,7 +74,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes | memoryview, expect
 
 def decode_json(body: bytes) -> Any:
     """Parse a JSON body; 400 with the reason for empty, malformed or absurdly nested input."""
-    return _decode(_any_decoder, body, "JSON")
+    return decode_as(_any_decoder, body, "JSON")
 
 
 def parse_object(body: bytes, what: str) -> dict[str, Any]:
@@ -117,7 +118,7 @@ def parse(
 
 def parse_request(body: bytes) -> InferenceRequest:
     """An OIP inference request, decoded and checked in one pass (the ``infer`` hot path)."""
-    request: InferenceRequest = _decode(_request_decoder, body, "inference request")
+    request: InferenceRequest = decode_as(_request_decoder, body, "inference request")
     return request
 
 
@@ -353,7 +354,7 @@ def parse_binary(body: bytes, header: bytes) -> InferenceRequest:
     """
     length = _header_length(header, len(body))
     view = memoryview(body)
-    request: InferenceRequest = _decode(_request_decoder, view[:length], "inference request")
+    request: InferenceRequest = decode_as(_request_decoder, view[:length], "inference request")
     _attach_binary_inputs(request, view[length:], length)
     return request
 

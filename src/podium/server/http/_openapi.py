@@ -20,7 +20,17 @@ from ...types import (
     ModelMetadata,
     ServerMetadata,
 )
-from .._openapi import DOCUMENT_SCHEMA, Operation, describe, param, ref, response, schemas
+from .._openapi import (
+    DOCUMENT_SCHEMA,
+    TORCHSERVE_ERROR,
+    Operation,
+    describe,
+    error_responses,
+    param,
+    ref,
+    response,
+    schemas,
+)
 from ._routing import RouteTable
 from ._truss import ENDPOINT_PATHS
 
@@ -55,6 +65,9 @@ _INDEX_BODY = {
 }
 
 
+_DONE = {"description": "Done (an empty body, as Triton answers)."}
+
+
 def _control_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "description": "Optional: Triton's parameters.",
@@ -70,8 +83,6 @@ def _control_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-_LOADED = {"description": "Done (an empty body, as Triton answers)."}
-
 _ERROR = {
     "type": "object",
     "description": "Every error of this listener: what went wrong, naming the thing and the rule.",
@@ -84,16 +95,6 @@ _ERROR = {
         },
     },
     "required": ["error"],
-}
-_TS_ERROR = {
-    "type": "object",
-    "description": "An error under /predictions, in TorchServe's shape.",
-    "properties": {
-        "code": {"type": "integer"},
-        "type": {"type": "string", "description": "TorchServe's exception name."},
-        "message": {"type": "string"},
-    },
-    "required": ["code", "type", "message"],
 }
 _LIVE = {"type": "object", "properties": {"live": {"type": "boolean"}}, "required": ["live"]}
 _READY = {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]}
@@ -157,7 +158,7 @@ def _components() -> dict[str, Any]:
         found[name]["properties"]["datatype"] = {"type": "string", "enum": sorted(DATATYPES)}
     found.update(
         Error=_ERROR,
-        TorchServeError=_TS_ERROR,
+        TorchServeError=TORCHSERVE_ERROR,  # under /predictions
         ServerLive=_LIVE,
         ServerReady=_READY,
         ModelReady=_MODEL_READY,
@@ -167,7 +168,7 @@ def _components() -> dict[str, Any]:
         RepositoryIndex=_INDEX,
         OpenApiDocument=DOCUMENT_SCHEMA,
     )
-    return {"schemas": found, "responses": _ERROR_RESPONSES}
+    return {"schemas": found, "responses": error_responses(_WHY)}
 
 
 # -- statuses --------------------------------------------------------------------------------
@@ -189,11 +190,6 @@ _WHY = {
     "503": "The model is not ready (loading, failed, unloaded) or its queue is full.",
     "504": "The model ran past its response_timeout.",
 }
-_ERROR_RESPONSES: dict[str, Any] = {
-    f"Error{status}": response(text, ref("Error")) for status, text in _WHY.items()
-}
-for _status in ("414", "431"):  # refused by the connection's guard, before the app
-    _ERROR_RESPONSES[f"Error{_status}"] = response(_WHY[_status], {"type": "string"}, "text/plain")
 
 
 def _errors(*statuses: str) -> dict[str, Any]:
@@ -306,6 +302,11 @@ _PREDICTED["content"] = {"*/*": {"schema": {}}}
 _DOCUMENT = _ok("This document (OpenAPI 3.1).", ref("OpenApiDocument"))
 
 
+def _op(summary: str, ok: dict[str, Any], *statuses: str, body: Any = None) -> Operation:
+    """An operation that answers ``ok`` (200) and the errors of ``statuses``."""
+    return Operation(summary, {"200": ok, **_errors(*statuses)}, body=body)
+
+
 def _infer(summary: str, stream: bool = False) -> Operation:
     return Operation(
         summary,
@@ -322,10 +323,6 @@ def _generate(summary: str, stream: bool = False) -> Operation:
         parameters=(_BINARY_PARAM,),
         body=_GENERATE_BODY,
     )
-
-
-def _metadata(summary: str) -> Operation:
-    return Operation(summary, {"200": _ok("The metadata.", ref("ModelMetadata")), **_errors("404")})
 
 
 def _model_ready(summary: str) -> Operation:
@@ -378,10 +375,7 @@ _TRUSS_ANSWER["content"] = {"*/*": {"schema": {}}}
 
 
 def _truss_ready(summary: str) -> Operation:
-    return Operation(
-        summary,
-        {"200": _ok("Ready.", {"type": "object", "maxProperties": 0}), **_errors("404", "503")},
-    )
+    return _op(summary, _ok("Ready.", {"type": "object", "maxProperties": 0}), "404", "503")
 
 
 def _truss_call(summary: str) -> Operation:
@@ -400,7 +394,7 @@ _PING_OP = Operation(
         **_errors(),
     },
 )
-_DESCRIBE = Operation("This API description (TorchServe's).", {"200": _DOCUMENT, **_errors()})
+_DESCRIBE = _op("This API description (TorchServe's).", _DOCUMENT)
 
 # -- Triton's shared memory extensions -------------------------------------------------------
 
@@ -431,30 +425,25 @@ _REGISTER_BODY = {
         }
     },
 }
-_DONE = {"description": "Done (an empty body, as Triton answers)."}
 _REGIONS = _ok(
     "The registered regions (all, or the one named).", {"type": "array", "items": _REGION}
 )
 _CUDA_REGIONS = _ok("None: Podium has no CUDA shared memory.", {"type": "array", "maxItems": 0})
 
 
-def _shm(summary: str, ok: dict[str, Any], *statuses: str, body: Any = None) -> Operation:
-    return Operation(summary, {"200": ok, **_errors(*statuses)}, body=body)
-
-
+_METADATA = _ok("The metadata.", ref("ModelMetadata"))
+_CONFIG = _ok("The configuration.", ref("ModelConfiguration"))
 _STATISTICS = _ok(
     "Each version's requests and their times (docs/metrics.md).", ref("StatisticsResponse")
 )
 
 #: Per operation id of :data:`INFERENCE_ROUTES`: what the table does not say.
 _OPERATIONS: dict[str, Operation] = {
-    "serverMetadata": Operation(
+    "serverMetadata": _op(
         "The server's name, version and OIP extensions.",
-        {"200": _ok("The metadata.", ref("ServerMetadata")), **_errors()},
+        _ok("The metadata.", ref("ServerMetadata")),
     ),
-    "serverLive": Operation(
-        "Liveness: the server answers.", {"200": _ok("Live.", ref("ServerLive")), **_errors()}
-    ),
+    "serverLive": _op("Liveness: the server answers.", _ok("Live.", ref("ServerLive"))),
     "serverReady": Operation(
         "Readiness: every model that should serve does.",
         {
@@ -463,26 +452,31 @@ _OPERATIONS: dict[str, Operation] = {
             **_errors(),
         },
     ),
-    "modelMetadata": _metadata("The default version's metadata."),
-    "modelVersionMetadata": _metadata("A version's metadata."),
+    "modelMetadata": _op("The default version's metadata.", _METADATA, "404"),
+    "modelVersionMetadata": _op("A version's metadata.", _METADATA, "404"),
     "modelReady": _model_ready("Whether the default version is ready."),
     "modelVersionReady": _model_ready("Whether a version is ready."),
-    "modelConfig": Operation(
-        "The default version's configuration, as Triton's ModelConfig.",
-        {"200": _ok("The configuration.", ref("ModelConfiguration")), **_errors("404")},
+    "modelConfig": _op(
+        "The default version's configuration, as Triton's ModelConfig.", _CONFIG, "404"
     ),
-    "modelVersionConfig": Operation(
-        "A version's configuration, as Triton's ModelConfig.",
-        {"200": _ok("The configuration.", ref("ModelConfiguration")), **_errors("404")},
+    "modelVersionConfig": _op(
+        "A version's configuration, as Triton's ModelConfig.", _CONFIG, "404"
     ),
-    "repositoryIndex": Operation(
+    "repositoryIndex": _op(
         "Every model version and its state (Triton's repository index).",
-        {"200": _ok("The index.", ref("RepositoryIndex")), **_errors("400", "413")},
+        _ok("The index.", ref("RepositoryIndex")),
+        "400",
+        "413",
         body=_INDEX_BODY,
     ),
-    "repositoryModelLoad": Operation(
+    "repositoryModelLoad": _op(
         "Load every version of the model again (with --model-control inference).",
-        {"200": _LOADED, **_errors("400", "403", "404", "413", "500")},
+        _DONE,
+        "400",
+        "403",
+        "404",
+        "413",
+        "500",
         body=_control_body(
             {
                 "config": {
@@ -492,9 +486,13 @@ _OPERATIONS: dict[str, Operation] = {
             }
         ),
     ),
-    "repositoryModelUnload": Operation(
+    "repositoryModelUnload": _op(
         "Stop serving every version of the model (with --model-control inference).",
-        {"200": _LOADED, **_errors("400", "403", "404", "413")},
+        _DONE,
+        "400",
+        "403",
+        "404",
+        "413",
         body=_control_body({"unload_dependents": {"type": "boolean"}}),
     ),
     "modelInfer": _infer("Inference on the default version."),
@@ -505,22 +503,15 @@ _OPERATIONS: dict[str, Operation] = {
     "modelVersionGenerate": _generate("Generate on a version."),
     "modelGenerateStream": _generate("Streaming generate (server-sent events).", stream=True),
     "modelVersionGenerateStream": _generate("Streaming generate on a version.", stream=True),
-    "statistics": Operation(
-        "Statistics of every version of every model (Triton's statistics extension).",
-        {"200": _STATISTICS, **_errors()},
+    "statistics": _op(
+        "Statistics of every version of every model (Triton's statistics extension).", _STATISTICS
     ),
-    "modelStatistics": Operation(
-        "Statistics of every version of a model.", {"200": _STATISTICS, **_errors("404")}
-    ),
-    "modelVersionStatistics": Operation(
-        "Statistics of a version.", {"200": _STATISTICS, **_errors("404")}
-    ),
-    "openApiDocument": Operation(
-        "This API description (MLServer's place).", {"200": _DOCUMENT, **_errors()}
-    ),
-    "docsPage": Operation(
+    "modelStatistics": _op("Statistics of every version of a model.", _STATISTICS, "404"),
+    "modelVersionStatistics": _op("Statistics of a version.", _STATISTICS, "404"),
+    "openApiDocument": _op("This API description (MLServer's place).", _DOCUMENT),
+    "docsPage": _op(
         "A page that lists these operations and tries them out.",
-        {"200": response("The page.", {"type": "string"}, "text/html"), **_errors()},
+        response("The page.", {"type": "string"}, "text/html"),
     ),
     "inferenceApiDescription": _DESCRIBE,
     "inferenceApiDescriptionLegacy": Operation(
@@ -528,11 +519,11 @@ _OPERATIONS: dict[str, Operation] = {
         {"200": _DOCUMENT, **_errors()},
         deprecated=True,
     ),
-    "shmStatus": _shm("Every registered system shared memory region.", _REGIONS, "403"),
-    "shmRegionStatus": _shm(
+    "shmStatus": _op("Every registered system shared memory region.", _REGIONS, "403"),
+    "shmRegionStatus": _op(
         "A registered system shared memory region.", _REGIONS, "400", "403", "404"
     ),
-    "shmRegister": _shm(
+    "shmRegister": _op(
         "Register a region of a POSIX shared memory object (--shared-memory system).",
         _DONE,
         "400",
@@ -541,52 +532,36 @@ _OPERATIONS: dict[str, Operation] = {
         "413",
         body=_REGISTER_BODY,
     ),
-    "shmUnregisterAll": _shm("Unregister every system shared memory region.", _DONE, "403"),
-    "shmUnregister": _shm("Unregister a system shared memory region.", _DONE, "400", "403", "404"),
-    "cudaShmStatus": _shm("CUDA shared memory regions: none.", _CUDA_REGIONS),
-    "cudaShmRegionStatus": _shm(
+    "shmUnregisterAll": _op("Unregister every system shared memory region.", _DONE, "403"),
+    "shmUnregister": _op("Unregister a system shared memory region.", _DONE, "400", "403", "404"),
+    "cudaShmStatus": _op("CUDA shared memory regions: none.", _CUDA_REGIONS),
+    "cudaShmRegionStatus": _op(
         "A CUDA shared memory region: none exists.", _CUDA_REGIONS, "400", "404"
     ),
-    "cudaShmRegister": _shm("CUDA shared memory: refused (no GPUs).", _DONE, "400"),
-    "cudaShmUnregisterAll": _shm("Unregister every CUDA shared memory region: none.", _DONE),
-    "cudaShmUnregister": _shm("Unregister a CUDA shared memory region: none.", _DONE),
+    "cudaShmRegister": _op("CUDA shared memory: refused (no GPUs).", _DONE, "400"),
+    "cudaShmUnregisterAll": _op("Unregister every CUDA shared memory region: none.", _DONE),
+    "cudaShmUnregister": _op("Unregister a CUDA shared memory region: none.", _DONE),
     "ping": _PING_OP,
-    "pingPost": _PING_OP,
     "predictions": _predictions("TorchServe predictions on the default version."),
-    "predictionsPut": _predictions("TorchServe predictions on the default version (PUT)."),
     "versionPredictions": _predictions("TorchServe predictions on a version."),
-    "versionPredictionsPut": _predictions("TorchServe predictions on a version (PUT)."),
-    "predictionsGet": _predictions("TorchServe predictions on the default version (GET)."),
-    "versionPredictionsGet": _predictions("TorchServe predictions on a version (GET)."),
     "versionPredictionsPath": _predictions(
         "TorchServe predictions on a version; the rest of the path reaches the handler as the "
         "request header url_path."
     ),
-    "versionPredictionsPathPut": _predictions("TorchServe predictions with a url_path (PUT)."),
-    "versionPredictionsPathGet": _predictions("TorchServe predictions with a url_path (GET)."),
     "explanations": _predictions("TorchServe explanations on the default version."),
-    "explanationsPut": _predictions("TorchServe explanations on the default version (PUT)."),
-    "explanationsGet": _predictions("TorchServe explanations on the default version (GET)."),
     "versionExplanations": _predictions("TorchServe explanations on a version."),
-    "versionExplanationsPut": _predictions("TorchServe explanations on a version (PUT)."),
-    "versionExplanationsGet": _predictions("TorchServe explanations on a version (GET)."),
     "versionExplanationsPath": _predictions(
         "TorchServe explanations on a version; the rest of the path reaches the handler as the "
         "request header url_path."
     ),
-    "versionExplanationsPathPut": _predictions("TorchServe explanations with a url_path (PUT)."),
-    "versionExplanationsPathGet": _predictions("TorchServe explanations with a url_path (GET)."),
-    "trussLive": Operation(
-        "Truss: liveness (true).", {"200": _ok("Live.", {"const": True}), **_errors()}
-    ),
+    "trussLive": _op("Truss: liveness (true).", _ok("Live.", {"const": True})),
     "trussReady": _truss_ready("Truss: ready and healthy (the model's is_healthy): {}."),
     "trussLoaded": _truss_ready("Truss: loaded (its health unasked): {}."),
-    "trussSchema": Operation(
+    "trussSchema": _op(
         "Truss: the model's input and output schema (from its pydantic annotations).",
-        {
-            "200": _ok("input_schema, output_schema, supports_streaming.", _TRUSS_SCHEMA),
-            **_errors("404", "503"),
-        },
+        _ok("input_schema, output_schema, supports_streaming.", _TRUSS_SCHEMA),
+        "404",
+        "503",
     ),
     "trussPredict": _truss_call("Truss: predict (the model may take the raw request)."),
     "trussPredictBinary": _truss_call("Truss: predict (Truss's route for MessagePack bodies)."),
@@ -596,13 +571,12 @@ _OPERATIONS: dict[str, Operation] = {
         for method, name in ENDPOINT_PATHS.values()
     },
     # OpenAI's API (docs/openai.md); where a model defines the Truss method, Truss's (above)
-    "openaiHealth": Operation(
+    "openaiHealth": _op(
         "vLLM's health check, as OpenAI load tools poll it: the server's readiness, no body.",
-        {"200": {"description": "Ready (no body)."}, **_errors("503")},
+        {"description": "Ready (no body)."},
+        "503",
     ),
-    "openaiModels": Operation(
-        "OpenAI: the models that serve OpenAI's API.", {"200": _ok("A list.", {}), **_errors()}
-    ),
+    "openaiModels": _op("OpenAI: the models that serve OpenAI's API.", _ok("A list.", {})),
     **{
         name: _truss_call(
             f"OpenAI: {what} (docs/openai.md); Truss's model method {method} where the model "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -13,6 +14,7 @@ from ...errors import PodiumError, ValidationFailed, http_status
 from ...types import Reply
 from .._asgi import Send
 from .._headers import http_headers
+from .._ts_errors import torchserve_error
 
 logger = logging.getLogger("podium.http")
 
@@ -75,14 +77,21 @@ def retry_headers(exc: PodiumError) -> list[tuple[bytes, bytes]]:
 
 
 async def send_error(
-    send: Send, exc: PodiumError, extra: list[tuple[bytes, bytes]] | None = None
+    send: Send,
+    exc: PodiumError,
+    extra: list[tuple[bytes, bytes]] | None = None,
+    *,
+    torchserve: bool = False,
 ) -> None:
+    """``exc`` as Podium's error body, or (``torchserve``) TorchServe's: the management API's,
+    and the inference API's under ``/predictions``."""
     status = http_status(exc)
     retry = retry_headers(exc)
     if status >= 500 and not retry:  # an overloaded model's refusals are counted, not logged
         logger.warning("%s %s", status, exc.message)
     headers = JSON + (extra or []) + retry
-    await send_body(send, status, headers, encoder.encode(error_body(exc)))
+    body = torchserve_error(exc)[1] if torchserve else error_body(exc)
+    await send_body(send, status, headers, encoder.encode(body))
 
 
 def chunk_of(item: Any) -> bytes:
@@ -124,6 +133,38 @@ async def send_reply(send: Send, reply: Reply) -> None:
         data, default = encode_json(body), JSON
     status, headers = reply_start(reply, default)
     await send_body(send, status, headers, data)
+
+
+#: The first item of a stream without items (``anext(items, NOTHING)``).
+NOTHING: Any = object()
+
+
+async def send_stream(
+    send: Send,
+    first: Any,
+    items: AsyncIterator[Any],
+    headers: list[tuple[bytes, bytes]],
+    encode: Callable[[Any], bytes],
+    failed: Callable[[Exception], bytes | None],
+) -> None:
+    """A streamed answer: ``first`` (taken before, so that its errors still have their status)
+    and the rest of ``items``, each ``encode``d; a :class:`Reply` first sets the status and
+    headers. ``failed(exc)``: the last bytes of a stream the model failed (None: none), or it
+    re-raises."""
+    status = 200
+    if isinstance(first, Reply):  # the status and headers a handler set go first
+        status, headers = reply_start(first, headers)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    if first is not NOTHING:
+        await send({"type": "http.response.body", "body": encode(first), "more_body": True})
+        try:
+            async for item in items:
+                await send({"type": "http.response.body", "body": encode(item), "more_body": True})
+        except Exception as exc:
+            tail = failed(exc)
+            if tail is not None:
+                await send({"type": "http.response.body", "body": tail, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def sse_event(value: Any) -> bytes:

@@ -103,7 +103,6 @@ _CLIENT, _DOWNSTREAM, _UNEXPECTED = b"700", b"600", b"500"
 _SOURCE = (b"x-baseten-error-source", b"04")
 _CODE = b"x-baseten-error-code"
 
-_NOTHING = object()
 _TRUE = b"true"
 _EMPTY_OBJECT = b"{}"
 
@@ -198,17 +197,10 @@ async def ready(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     await send_body(send, 200, JSON, _EMPTY_OBJECT)
 
 
-async def ping(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
-    """Truss's ``/ping`` on a server of one truss (SageMaker's probe): ``{}`` once loaded,
-    else its not-ready error (503); the model's health is not asked, as in Truss."""
-    ex.errors = send_truss_error
-    if not self.dataplane.model_ready(model):
-        raise _not_ready(model)
-    await send_body(send, 200, JSON, _EMPTY_OBJECT)
-
-
 async def loaded(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
-    """Truss's ``/loaded``: ``{}`` once loaded (the model's health is not asked)."""
+    """Truss's ``/loaded``, and its ``/ping`` on a server of one truss (SageMaker's probe):
+    ``{}`` once loaded, else its not-ready error (503); the model's health is not asked, as in
+    Truss."""
     ex.errors = send_truss_error
     name = _target(self.dataplane, model)
     if not self.dataplane.model_ready(name):
@@ -365,31 +357,20 @@ async def _answer_items(
     their status; later ones end the stream)."""
     send = self._sender(mv, items, send)
     try:
-        first: Any = _NOTHING
-        async for item in items:
-            first = item
-            break
+        first = await anext(items, _responses.NOTHING)
         if type(first) is Returned:
             await _answer_value(ex, send, first.value, binary, [])
             return
         if _gathers(ex):
-            gathered = [] if first is _NOTHING else [first]
+            gathered = [] if first is _responses.NOTHING else [first]
             gathered.extend([item async for item in items])
             await _answer_value(ex, send, _gathered(gathered), binary, [])
             return
-        status, headers = 200, OCTETS
-        if isinstance(first, Reply):  # the status and headers a handler set go first
-            status, headers = _responses.reply_start(first, headers)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        if first is not _NOTHING:
-            await send({"type": "http.response.body", "body": chunk_of(first), "more_body": True})
-            try:
-                async for item in items:
-                    chunk = chunk_of(item)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except Exception as exc:  # Truss logs it and ends the stream
-                logger.warning("stream of model '%s' failed: %s", mv.name, exc)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        def failed(exc: Exception) -> None:  # Truss logs it and ends the stream
+            logger.warning("stream of model '%s' failed: %s", mv.name, exc)
+
+        await _responses.send_stream(send, first, items, OCTETS, chunk_of, failed)
     finally:
         await items.aclose()
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...config import Web
-from .._asgi import ASGIApp, Message, Receive, Scope, Send
+from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
 
 __all__ = ["Cors", "Gzip", "RootPath", "with_web"]
 
@@ -46,13 +46,6 @@ def with_web(app: ASGIApp, web: Web) -> ASGIApp:
     if web.cors:
         app = Cors(app, web)
     return app
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value)
-    return None
 
 
 def _with(headers: Iterable[tuple[bytes, bytes]], **changes: bytes) -> list[tuple[bytes, bytes]]:
@@ -113,15 +106,15 @@ class Cors:
         return self.regex is not None and self.regex.fullmatch(origin) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        origin = _header(scope, b"origin") if scope["type"] == "http" else None
+        origin = header(scope, b"origin") if scope["type"] == "http" else None
         if origin is None:
             await self.app(scope, receive, send)
             return
-        method = _header(scope, b"access-control-request-method")
+        method = header(scope, b"access-control-request-method")
         if scope["method"] == "OPTIONS" and method is not None:
             await self._answer_preflight(scope, origin, method, send)
             return
-        explicit = (self.any_origin and _header(scope, b"cookie") is not None) or (
+        explicit = (self.any_origin and header(scope, b"cookie") is not None) or (
             not self.any_origin and self.allowed(origin.decode("latin-1"))
         )
 
@@ -147,7 +140,7 @@ class Cors:
             failures.append("origin")
         if method.decode("latin-1") not in self.methods:
             failures.append("method")
-        requested = _header(scope, b"access-control-request-headers")
+        requested = header(scope, b"access-control-request-headers")
         if requested is not None and self.any_header:
             headers["access_control_allow_headers"] = requested
         elif requested is not None:
@@ -166,7 +159,7 @@ class Cors:
 
 def _accepts_gzip(scope: Scope) -> bool:
     """Whether the request's ``Accept-Encoding`` lists gzip (with a quality above 0)."""
-    value = _header(scope, b"accept-encoding")
+    value = header(scope, b"accept-encoding")
     for item in (value or b"").decode("latin-1").lower().split(","):
         coding, *params = item.split(";")
         if coding.strip() != "gzip":

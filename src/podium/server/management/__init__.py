@@ -7,7 +7,7 @@ model store, or an allowed remote URL that is downloaded); ``_openapi`` describe
 from its route table (``MANAGEMENT_ROUTES``). The gRPC service is ``server/grpc/_management.py``.
 """
 
-from ._app import MANAGEMENT_ROUTES, ManagementApp, error_body, render_unauthenticated
+from ._app import MANAGEMENT_ROUTES, ManagementApp, render_unauthenticated
 from ._core import Management, Outcome
 from ._params import Registration, Scaling, page
 from ._urls import UrlPolicy
@@ -20,7 +20,6 @@ __all__ = [
     "Registration",
     "Scaling",
     "UrlPolicy",
-    "error_body",
     "page",
     "render_unauthenticated",
 ]

@@ -29,16 +29,16 @@ import msgspec
 
 from ...codecs import JSON_ERRORS, json_problem
 from ...errors import InvalidInput, MethodNotAllowed, PayloadTooLarge, PodiumError, Unauthenticated
-from .._asgi import Receive, Scope, Send, serve_other_scope
+from .._asgi import Receive, Scope, Send, header, serve_other_scope
 from .._auth import INFERENCE, MANAGEMENT, Authorizer
 from .._ts_errors import NoRoute, torchserve_error
 from ..http import Api, Route, RouteTable
-from ..http._responses import JSON, send_body
+from ..http._responses import JSON, send_body, send_error
 from ._core import Management, Outcome
 from ._openapi import description
 from ._params import Registration, Scaling, page
 
-__all__ = ["MANAGEMENT_ROUTES", "ManagementApp", "error_body", "render_unauthenticated"]
+__all__ = ["MANAGEMENT_ROUTES", "ManagementApp", "render_unauthenticated"]
 
 logger = logging.getLogger("podium.management")
 
@@ -48,14 +48,9 @@ MAX_BODY = 1024 * 1024
 _encoder = msgspec.json.Encoder()
 
 
-def error_body(exc: PodiumError) -> tuple[int, dict[str, Any]]:
-    """The status and TorchServe's error body for ``exc`` (``server/_ts_errors``)."""
-    return torchserve_error(exc)
-
-
 def render_unauthenticated(exc: Unauthenticated, path: str = "") -> tuple[int, bytes]:
     """The 401 body of the management listener's auth middleware."""
-    status, body = error_body(exc)
+    status, body = torchserve_error(exc)
     return status, _encoder.encode(body)
 
 
@@ -84,13 +79,10 @@ class ManagementApp:
             await self._error(send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
 
     async def _error(self, send: Send, exc: PodiumError) -> None:
-        status, body = error_body(exc)
-        if status >= 500:
-            logger.warning("%s %s", status, exc.message)
-        headers = list(JSON)
+        extra = []
         if isinstance(exc, MethodNotAllowed):
-            headers.append((b"allow", ", ".join(exc.allowed).encode()))
-        await send_body(send, status, headers, _encoder.encode(body))
+            extra.append((b"allow", ", ".join(exc.allowed).encode()))
+        await send_error(send, exc, extra, torchserve=True)
 
     async def _handle(self, scope: Scope, receive: Receive) -> Outcome:
         method = scope["method"]
@@ -164,10 +156,7 @@ def _one_version(scope: Scope, version: str | None) -> None:
 
 async def _json_body(scope: Scope, receive: Receive) -> dict[str, Any]:
     """The registration parameters in a JSON body, if the request has one."""
-    content_type = b""
-    for key, value in scope["headers"]:
-        if key == b"content-type":
-            content_type = value.split(b";")[0].strip().lower()
+    content_type = (header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
     body = bytearray()
     while True:
         message = await receive()

@@ -14,7 +14,6 @@ the repository's typed answers as TorchServe's JSON.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from ...dataplane import ModelRepository, VersionDescription, WorkerDescription
 from ...types import ModelState
+from .._auth import iso_utc
 from ._params import Registration, Scaling
 from ._urls import UrlPolicy
 
@@ -44,11 +44,6 @@ class Outcome:
 
 def _status(text: str, status: int = 200) -> Outcome:
     return Outcome(status, {"status": text}, text)
-
-
-def _iso(epoch: float) -> str:
-    moment = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Management:
@@ -218,7 +213,7 @@ def _whole(value: float) -> float | int:
 def _worker(w: WorkerDescription) -> dict[str, Any]:
     return {
         "id": w.id,
-        "startTime": _iso(w.started),
+        "startTime": iso_utc(w.started),
         "status": w.state.upper(),
         # resident bytes of the worker's process: for a thread worker, the server's (shared)
         "memoryUsage": w.memory if w.memory is not None else 0,

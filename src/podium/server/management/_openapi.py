@@ -13,21 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 from ... import __version__
-from .._openapi import DOCUMENT_SCHEMA, Operation, describe, param, ref, response
+from .._openapi import (
+    DOCUMENT_SCHEMA,
+    TORCHSERVE_ERROR,
+    Operation,
+    describe,
+    error_responses,
+    param,
+    ref,
+    response,
+)
 from ..http import RouteTable
 
 __all__ = ["description"]
 
 _STATUS = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
-_ERROR = {
-    "type": "object",
-    "properties": {
-        "code": {"type": "integer"},
-        "type": {"type": "string"},
-        "message": {"type": "string"},
-    },
-    "required": ["code", "type", "message"],
-}
 _LIST = {
     "type": "object",
     "properties": {
@@ -86,9 +86,6 @@ _WHY = {
     "500": "The model failed to load, or the operation failed (the message says which).",
     "503": "The model cannot take the change now.",
 }
-_ERRORS: dict[str, Any] = {f"Error{s}": response(t, ref("Error")) for s, t in _WHY.items()}
-for _code in ("414", "431"):  # refused by the connection's guard, before the app
-    _ERRORS[f"Error{_code}"] = response(_WHY[_code], {"type": "string"}, "text/plain")
 #: What every route can answer: the key, the browser guard's and the connection's refusals.
 _ALWAYS = ("401", "403", "414", "415", "421", "431")
 
@@ -193,12 +190,12 @@ def description(routes: RouteTable) -> dict[str, Any]:
         components={
             "schemas": {
                 "Status": _STATUS,
-                "Error": _ERROR,
+                "Error": TORCHSERVE_ERROR,
                 "ModelList": _LIST,
                 "ModelDescription": _DESCRIPTION,
                 "OpenApiDocument": DOCUMENT_SCHEMA,
             },
-            "responses": _ERRORS,
+            "responses": error_responses(_WHY),
         },
         tags=[{"name": "management", "description": "TorchServe's management API."}],
     )

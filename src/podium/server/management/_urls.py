@@ -43,6 +43,8 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 #: What a downloaded file may be: what discovery serves from a single file.
 _DOWNLOADABLE = (".mar", ".tar.gz", ".tgz", ".py")
 _MAX_REDIRECTS = 5
+#: Seconds each step of a download (connect, a read) may take.
+STEP_TIMEOUT = 60.0
 _CHUNK = 1024 * 1024
 
 
@@ -65,43 +67,23 @@ class UrlPolicy:
     """Resolves registration urls under the server's settings (see the module docstring)."""
 
     def __init__(
-        self,
-        *,
-        model_store: Path | None,
-        allowed_urls: Sequence[str] = (),
-        max_download_size: int = 1024 * 1024 * 1024,
-        timeout: float = 60.0,
-        download_timeout: float = 300.0,
-        start_paths: Sequence[Path] = (),
-        allow_any_local_path: bool = False,
+        self, settings: Registration | None = None, *, start_paths: Sequence[Path] = ()
     ) -> None:
-        """``timeout``: seconds each step of a download (connect, a read) may take;
-        ``download_timeout``: seconds the whole download may take. ``start_paths``: the model
-        paths the server started with, where local urls may point besides the model store."""
-        self.model_store = model_store
-        self.allowed_urls = tuple(allowed_urls)
+        """``settings``: the server's registration settings (``--model-store`` and the others;
+        their defaults when None). ``start_paths``: the model paths the server started with,
+        where local urls may point besides the model store."""
+        settings = Registration() if settings is None else settings
+        self.model_store = settings.model_store
+        self.allowed_urls = settings.allowed_urls
         self._allowed = [re.compile(p) for p in self.allowed_urls]
-        self.max_download_size = max_download_size
-        self.timeout = timeout
-        self.download_timeout = download_timeout
+        self.max_download_size = settings.max_download_size
+        self.download_timeout = settings.download_timeout  # the whole download
         self.start_paths = tuple(start_paths)
-        self.allow_any_local_path = allow_any_local_path
-        places = [model_store] if model_store is not None else []
+        self.allow_any_local_path = settings.allow_any_local_path
+        places = [self.model_store] if self.model_store is not None else []
         places.extend(self.start_paths)
         #: where local urls may point: each place as written (made absolute), and resolved
         self._places = [(Path(os.path.abspath(p)), p.resolve()) for p in places]
-
-    @classmethod
-    def of(cls, settings: Registration, *, start_paths: Sequence[Path] = ()) -> UrlPolicy:
-        """The policy of the server's registration settings (``--model-store`` and the others)."""
-        return cls(
-            model_store=settings.model_store,
-            allowed_urls=settings.allowed_urls,
-            max_download_size=settings.max_download_size,
-            download_timeout=settings.download_timeout,
-            start_paths=start_paths,
-            allow_any_local_path=settings.allow_any_local_path,
-        )
 
     def is_remote(self, url: str) -> bool:
         """Whether ``url`` names a remote resource (a scheme other than ``file://``)."""
@@ -240,7 +222,7 @@ class UrlPolicy:
         self.model_store.mkdir(parents=True, exist_ok=True)
         fd, part = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=self.model_store)
         os.close(fd)
-        timeout = min(self.timeout, self.download_timeout)
+        timeout = min(STEP_TIMEOUT, self.download_timeout)
         try:
             async with asyncio.timeout(self.download_timeout):
                 async with httpx.AsyncClient(follow_redirects=False, timeout=timeout) as client:
