@@ -60,8 +60,8 @@ from ._memory import (
     no_cuda,
     no_cuda_region,
 )
-from ._model_config import DATA_TYPES, ModelConfiguration
-from ._plane import EXTENSIONS, DataPlane
+from ._model_config import ModelConfiguration
+from ._plane import DataPlane
 from ._repository import (
     ConfigOverrides,
     ModelEntry,
@@ -71,21 +71,12 @@ from ._repository import (
     VersionDescription,
     WorkerDescription,
 )
-from ._statistics import (
-    BatchStatistics,
-    InferStatistics,
-    ModelStatistics,
-    StatisticDuration,
-    StatisticsResponse,
-)
+from ._statistics import ModelStatistics, StatisticDuration, StatisticsResponse
 
 __all__ = [
-    "DATA_TYPES",
     "DURATION_BUCKETS_NS",
-    "EXTENSIONS",
     "REGION_PARAMETERS",
     "UNVERSIONED",
-    "BatchStatistics",
     "ConfigOverrides",
     "ControlPolicy",
     "DataPlane",
@@ -93,7 +84,6 @@ __all__ = [
     "FlightReport",
     "GpuSample",
     "InFlight",
-    "InferStatistics",
     "ModelConfiguration",
     "ModelControl",
     "ModelEntry",

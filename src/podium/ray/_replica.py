@@ -120,10 +120,8 @@ class ModelReplica:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _ready(self) -> ModelVersion:
-        mv = self._mv
-        if mv.state is not ModelState.READY:
-            mv.check_ready()
-        return mv
+        self._mv.check_ready()  # ModelNotReady while it is not
+        return self._mv
 
     def _arrived(self, call: Call) -> Call:
         """``call`` with its raw request rebuilt from the snapshot the ingress sent: a starlette

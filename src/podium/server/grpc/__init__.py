@@ -22,13 +22,11 @@ from __future__ import annotations
 
 from ...dataplane import DataPlane
 from ._limits import GrpcLimits
-from ._oip import OUTPUT_CONTENTS, STREAM_FORMATS, OipService
+from ._oip import OipService
 from ._server import GrpcServer, Service
 from ._torchserve import torchserve_service
 
 __all__ = [
-    "OUTPUT_CONTENTS",
-    "STREAM_FORMATS",
     "GrpcLimits",
     "GrpcServer",
     "OipService",

@@ -67,12 +67,9 @@ from ._tensors import (
     uses_shared_memory,
 )
 
-__all__ = ["OUTPUT_CONTENTS", "SERVICE", "STREAM_FORMATS", "OipService"]
+__all__ = ["SERVICE", "OipService"]
 
 SERVICE = "inference.GRPCInferenceService"
-STREAM_FORMATS = ("triton", "mlserver")
-#: How answers carry tensors (``--grpc-output-contents``): as the request did, or always raw.
-OUTPUT_CONTENTS = ("request", "raw")
 
 #: Requests of one ModelStreamInfer stream that run at once.
 STREAM_WINDOW = 16
@@ -122,12 +119,13 @@ def _unary(handler: Callable[[Any, Any], Awaitable[Any]], rpc: str) -> grpc.RpcM
 class OipService:
     """``inference.GRPCInferenceService`` over one :class:`DataPlane`.
 
-    ``stream_format``: the framing of ``ModelStreamInfer`` (see the module docstring).
-    ``output_contents``: ``"request"`` answers with ``raw_output_contents`` when the request used
-    ``raw_input_contents`` and with typed contents otherwise (MLServer's and KServe's rule, what
-    the KServe SDK's ``.data`` reads); ``"raw"`` always answers raw, as Triton does (what
-    clients that send typed contents but read ``raw_output_contents`` need, such as Triton's
-    explicit-content examples).
+    ``stream_format``: the framing of ``ModelStreamInfer``, ``"triton"`` or ``"mlserver"`` (see
+    the module docstring). ``output_contents``: ``"request"`` answers with
+    ``raw_output_contents`` when the request used ``raw_input_contents`` and with typed contents
+    otherwise (MLServer's and KServe's rule, what the KServe SDK's ``.data`` reads); ``"raw"``
+    always answers raw, as Triton does (what clients that send typed contents but read
+    ``raw_output_contents`` need, such as Triton's explicit-content examples). The server
+    settings' table checks both (``--grpc-stream-format``, ``--grpc-output-contents``).
     """
 
     def __init__(
@@ -137,15 +135,6 @@ class OipService:
         stream_format: str = "triton",
         output_contents: str = "request",
     ) -> None:
-        if stream_format not in STREAM_FORMATS:
-            raise ValueError(
-                f"grpc-stream-format must be {' or '.join(STREAM_FORMATS)}, got {stream_format!r}"
-            )
-        if output_contents not in OUTPUT_CONTENTS:
-            raise ValueError(
-                f"grpc-output-contents must be {' or '.join(OUTPUT_CONTENTS)}, "
-                f"got {output_contents!r}"
-            )
         self.dataplane = dataplane
         self.triton = stream_format == "triton"
         self.raw = output_contents == "raw"

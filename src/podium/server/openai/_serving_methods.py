@@ -93,11 +93,9 @@ def prepare(t: Target, body: bytes, kind: str) -> ChatJob | CompletionJob:
     """The request for the model's own ``chat`` (``kind`` ``chat_completions``) or ``complete``
     decoded and checked; 400 otherwise."""
     method = "chat" if kind == "chat_completions" else "complete"
-    request: ChatCompletionRequest | CompletionRequest
-    if method == "chat":
-        request = decode(body, ChatCompletionRequest)
-    else:
-        request = decode(body, CompletionRequest)
+    asked: type[ChatCompletionRequest | CompletionRequest]
+    asked = ChatCompletionRequest if method == "chat" else CompletionRequest
+    request = decode(body, asked)
     if request.n != 1:
         raise OpenAIInvalid(
             f"model '{t.mv.name}' writes its own {method} text: one choice per request", "n"
