@@ -115,6 +115,13 @@ class DataPlane:
         """The server is shutting down (``SIGTERM``): not ready, draining its calls."""
         return self.flight.stopping
 
+    def torchserve_health(self) -> str:
+        """TorchServe's ``/ping`` status, on HTTP and gRPC alike: ``Healthy`` when :meth:`ready`,
+        ``Unhealthy`` when stopping (nothing will serve), else ``Partial Healthy``."""
+        if self.ready():
+            return "Healthy"
+        return "Unhealthy" if self.flight.stopping else "Partial Healthy"
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether that version is ready: loaded, and not in trouble (every worker stuck, or
         its workers crash-looping: :meth:`ModelVersion.trouble`); ``NotFound`` if it does not

@@ -58,9 +58,10 @@ TorchServeHealthResponse: Any = message_class(
 
 _json = msgspec.json.Encoder(enc_hook=codecs.json_default)
 # The JSON of TorchServe's (and Podium's HTTP) /ping, byte for byte.
-_HEALTHY = _json.encode({"status": "Healthy"}).decode()
-_PARTIAL = _json.encode({"status": "Partial Healthy"}).decode()
-_UNHEALTHY = _json.encode({"status": "Unhealthy"}).decode()
+#: The JSON text of each health TorchServe's ping answers.
+_HEALTH = {
+    h: _json.encode({"status": h}).decode() for h in ("Healthy", "Partial Healthy", "Unhealthy")
+}
 
 
 def payload_of(inputs: Mapping[str, bytes]) -> Any:
@@ -187,12 +188,7 @@ class TorchServeInference:
 
     async def ping(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         # Always OK, as TorchServe's Ping: the health is in the JSON, as on HTTP /ping.
-        dataplane = self.dataplane
-        if dataplane.ready():
-            health = _HEALTHY
-        else:
-            health = _UNHEALTHY if dataplane.stopping else _PARTIAL
-        return TorchServeHealthResponse(health=health)
+        return TorchServeHealthResponse(health=_HEALTH[self.dataplane.torchserve_health()])
 
     async def predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         mv, call = self._start(request, lambda: GrpcCall(context, _PREDICTIONS))

@@ -162,12 +162,8 @@ class HttpApp:
         if truss is not None:
             await _truss.loaded(self, ex, send, truss)
             return
-        if self.dataplane.ready():
-            await send_json(send, 200, {"status": "Healthy"})
-        elif self.dataplane.stopping:  # TorchServe's answer when nothing will serve
-            await send_json(send, 500, {"status": "Unhealthy"})
-        else:
-            await send_json(send, 500, {"status": "Partial Healthy"})
+        health = self.dataplane.torchserve_health()
+        await send_json(send, 200 if health == "Healthy" else 500, {"status": health})
 
     # -- the API description -----------------------------------------------------------------
 
