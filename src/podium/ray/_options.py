@@ -71,9 +71,9 @@ class ReplicaSettings:
 class IngressSettings:
     """What the ingress's front end runs with (as ``podium serve``'s HTTP listener)."""
 
-    max_request_size: int = 64 * 1024 * 1024
-    sequence_header: str = "ts_request_sequence_id"
-    log_level: str = "info"
+    max_request_size: int = SETTINGS["max_request_size"].default
+    sequence_header: str = SETTINGS["sequence_header"].default
+    log_level: str = SETTINGS["log_level"].default
 
 
 @dataclass(frozen=True, slots=True)

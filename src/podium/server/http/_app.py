@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ...config import SETTINGS
 from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, MethodNotAllowed, PodiumError
 from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
@@ -42,8 +43,8 @@ class HttpApp:
         self,
         dataplane: DataPlane,
         *,
-        max_request_size: int = 64 * 1024 * 1024,
-        sequence_header: str = "ts_request_sequence_id",
+        max_request_size: int = SETTINGS["max_request_size"].default,
+        sequence_header: str = SETTINGS["sequence_header"].default,
     ) -> None:
         self.dataplane = dataplane
         self.max_request_size = max_request_size
