@@ -113,6 +113,7 @@ class Worker(Protocol):
     capacity: int
     started: float
     instance: ModelInstance
+    devices: tuple[int, ...]  # the GPUs it holds for life (none: the CPU)
 
     async def start(self) -> None: ...
 

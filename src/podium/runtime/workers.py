@@ -227,8 +227,7 @@ class WorkerPool:
             devices=devices,
         )
         if config.predict_concurrency_per == "device" and any(pool.devices.groups):
-            held = pool.devices.of
-            pool.gate.shares = DeviceShares(config.predict_concurrency, lambda w: held(w.id))
+            pool.gate.shares = DeviceShares(config.predict_concurrency, lambda: pool._workers)
         return pool
 
     # -- views -----------------------------------------------------------------------------
@@ -239,18 +238,9 @@ class WorkerPool:
         return self.stats.on_device(self.devices.name(group)) if group else None
 
     def infos(self) -> list[WorkerInfo]:
-        devices = self.devices
+        name = self.devices.name
         return [
-            WorkerInfo(
-                w.id,
-                w.pid,
-                w.kind,
-                w.state,
-                w.busy,
-                w.started,
-                devices.of(w.id) or (),
-                devices.name(devices.of(w.id) or ()),
-            )
+            WorkerInfo(w.id, w.pid, w.kind, w.state, w.busy, w.started, w.devices, name(w.devices))
             for w in self._workers
         ]
 

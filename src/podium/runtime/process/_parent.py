@@ -119,10 +119,12 @@ class ProcessWorker:
         descriptor: RemoteInstance,
         init: Init,
         codec: RequestCodec | None,
+        devices: tuple[int, ...] = (),
         device_env: Mapping[str, str] | None = None,
     ) -> None:
         config = init.source.config
         self.id = wid
+        self.devices = devices  # the GPUs it holds (none: the CPU)
         self._device_env = device_env or {}  # CUDA_VISIBLE_DEVICES: its GPUs (docs/devices.md)
         self._on_device_error = pool.device_error
         self.instance: ModelInstance = descriptor
