@@ -90,6 +90,14 @@ def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
         task.cancel()
 
 
+def _join(task: asyncio.Task[None], batch: list[Pending], joining: list[Pending]) -> None:
+    """``joining`` run in ``batch``'s ``task``, which is cancelled once all its clients left."""
+    abandon = functools.partial(_abandon, task, batch)
+    for pending in joining:
+        pending.task = task
+        pending.future.add_done_callback(abandon)
+
+
 class BatchCollector(Generic[S]):
     """A bounded queue of requests and the task that closes and runs their batches.
 
@@ -250,8 +258,7 @@ class BatchCollector(Generic[S]):
             slotted.clear()
             self._ahead = batch
             task = self._tasks.spawn(self._run_batch(batch))
-            for pending in batch:
-                pending.task = task
+            _join(task, batch, batch)
 
             def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
                 # cancelled by the owner's close, even before it started: nobody waits forever
@@ -261,18 +268,8 @@ class BatchCollector(Generic[S]):
                         if not p.future.done():
                             p.future.set_exception(stopped())
 
-            def abandon(
-                _: asyncio.Future[Any],
-                task: asyncio.Task[None] = task,
-                batch: list[Pending] = batch,
-            ) -> None:
-                if all(p.future.cancelled() for p in batch):
-                    task.cancel()
-
             task.add_done_callback(fail_unanswered)
             task.add_done_callback(functools.partial(self._gone, slotted, batch))
-            for pending in batch:
-                pending.future.add_done_callback(abandon)
             await slotted.wait()  # one batch ahead at most
 
     def _gone(self, slotted: asyncio.Event, batch: list[Pending], _: object) -> None:
@@ -342,10 +339,7 @@ class BatchCollector(Generic[S]):
             self._take(batch)
             task = asyncio.current_task()
             assert task is not None
-            abandon = functools.partial(_abandon, task, batch)
-            for pending in batch[before:]:
-                pending.task = task
-                pending.future.add_done_callback(abandon)
+            _join(task, batch, batch[before:])
         batch[:] = [p for p in batch if not p.future.done()]
         if not batch:
             self._release(slot)
