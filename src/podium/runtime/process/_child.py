@@ -71,7 +71,6 @@ from ._messages import (
     Stopped,
     Stream,
     Unvalidated,
-    pack_error,
     queues_ahead,
 )
 from ._steps import ChildSteps
@@ -339,7 +338,7 @@ class Child(asyncio.Protocol):
                 f"model '{self.name}' returned a value that cannot be sent back from its "
                 f"worker process ({type(message.value).__name__}): {exc}"
             )
-            self.send(Error(message.cid, *pack_error(error)))
+            self.send(Error(message.cid, Failed.of(error)))
 
     async def _run(self, message: Infer | Stream | Batch, state: _Request) -> None:
         cid = message.cid
@@ -387,16 +386,7 @@ class Child(asyncio.Protocol):
         except Exception as exc:
             self.report()
             # (no local keeps the error: its traceback holds this frame, a cycle)
-            self.send(
-                Error(
-                    cid,
-                    *pack_error(
-                        exc
-                        if isinstance(exc, PodiumError)
-                        else model_error(self.name, message.op, exc)
-                    ),
-                )
-            )
+            self.send(Error(cid, Failed.of(model_error(self.name, message.op, exc))))
         finally:
             self._end(cid)
 
@@ -419,8 +409,7 @@ class Child(asyncio.Protocol):
             if self._steps is not None:  # the server fails them all: nothing of theirs stays
                 self._steps.drop(message.batch)
             self.report()
-            error = exc if isinstance(exc, PodiumError) else model_error(self.name, "step", exc)
-            self.send(Error(cid, *pack_error(error)))
+            self.send(Error(cid, Failed.of(model_error(self.name, "step", exc))))
         self._out.flush()
 
     def _end(self, cid: int) -> None:

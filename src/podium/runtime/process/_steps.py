@@ -20,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import PodiumError
 from ...model import model_error
 from ...types import Generation, ModelInstance
 from .._stats import VersionStats
@@ -161,10 +160,7 @@ class ChildSteps:
                 inputs = await instance.preprocess(inputs, request)
                 self._stats.compute_input.add(time.perf_counter_ns() - start)
         except Exception as exc:
-            error = (
-                exc if isinstance(exc, PodiumError) else model_error(self._name, "preprocess", exc)
-            )
-            failed[gid] = Failed.of(error)
+            failed[gid] = Failed.of(model_error(self._name, "preprocess", exc))
             self._leave(gid)
             return
         self._gens[gid] = Generation(inputs, request)
