@@ -9,9 +9,8 @@ batch formed is dropped from the queue; a running batch whose clients have all l
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 from ..errors import Unavailable
@@ -20,7 +19,6 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._collector import BatchCollector, Pending
 from ._line import QueuePolicy
 from ._scheduler import PoolScheduler, TaskSet, postprocess, preprocess
-from .direct import stream_inputs_through, stream_through
 from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
 
@@ -133,21 +131,10 @@ class BatchScheduler(PoolScheduler):
             outputs = await postprocess(pool.stats, pending.slot.instance, outputs, request)
         return outputs
 
-    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
-        """A model that reads a stream of requests reads it unbatched."""
-        return self._activity.through(stream_inputs_through(self._pool, inputs, request))
-
-    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """A batched ``predict``'s one result; a streaming model (an MLServer runtime with
         ``predict_stream`` and adaptive batching) streams its request unbatched, as MLServer does."""
-        if not self._pool.instance.capabilities.streaming:
-            yield await self.infer(inputs, request)
-            return
-        async with contextlib.aclosing(
-            self._activity.through(stream_through(self._pool, inputs, request))
-        ) as items:
-            async for item in items:
-                yield item
+        return self._stream(inputs, request, self._pool.instance.capabilities.streaming)
 
     @staticmethod
     def _run_batch(worker: Worker, batch: list[Pending]) -> Awaitable[Any]:
