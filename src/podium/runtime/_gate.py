@@ -16,6 +16,7 @@ Workers of one version that share a GPU group share one bound too, where the mod
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ class WorkerGate:
         self.failure: Exception | None = None  # set when no worker will come (the version failed)
         #: the bound per GPU group, where predict_concurrency is per device (set before any add)
         self.shares: DeviceShares | None = None
+        self._idle: dict[Any, asyncio.Event] = {}  # workers whose last request is waited for
 
     def _room(self, worker: Any) -> bool:
         shares = self.shares
@@ -168,9 +170,16 @@ class WorkerGate:
         with hooks.queue():
             return await pinned.wait()
 
+    async def idle(self, worker: Any) -> None:
+        """Return once ``worker`` holds no request (a worker retired: what it held has ended)."""
+        if worker.busy:
+            await self._idle.setdefault(worker, asyncio.Event()).wait()
+
     def release(self, worker: Any) -> None:
         """The request is done with ``worker``'s slot: it goes to the oldest waiter, if any."""
         worker.busy -= 1
+        if self._idle and not worker.busy and worker in self._idle:
+            self._idle.pop(worker).set()
         if self.shares is not None and worker.devices:
             # its group has room again: the least loaded of the group's workers takes the next
             # request (another before this one on a tie, so that they take turns)

@@ -396,7 +396,7 @@ class WorkerPool:
         self.gate.remove(worker)
         if how:
             self._report_lost(worker, how)
-        await worker.wait_idle()
+        await self.gate.idle(worker)
         await worker.close()
         worker.state = WorkerState.DEAD
         if worker in self._workers:

@@ -168,7 +168,6 @@ class ProcessWorker:
         self._exited: asyncio.Future[None] | None = None
         self._ending: _Ending | None = None  # why we are ending it: not a crash
         self._why = ""  # what the logs and errors say of it
-        self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
         self._steps = RemoteSteps()  # continuous batching: what its process holds (``step``)
@@ -266,20 +265,10 @@ class ProcessWorker:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
-    async def wait_idle(self) -> None:
-        if self.busy:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
-
     def stuck(self) -> int:
         """None: a predict past response_timeout gets its process killed (and counted as a
         worker lost, :meth:`WorkerPool.trouble`)."""
         return 0
-
-    def _release(self) -> None:
-        self._gate.release(self)
-        if self.busy == 0 and self._idle is not None:
-            self._idle.set()
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -307,7 +296,7 @@ class ProcessWorker:
                 call = self._last(message.cid)
                 if call is not None:
                     call.answer(message.value)
-                    self._release()
+                    self._gate.release(self)
             case Item():
                 cid = message.cid
                 call = self._calls.get(cid)
@@ -318,7 +307,7 @@ class ProcessWorker:
                 call = self._last(message.cid)
                 if call is not None:
                     call.stop()
-                    self._release()
+                    self._gate.release(self)
             case Stepped():
                 self._steps.answered(message)
             case Error():
@@ -327,7 +316,7 @@ class ProcessWorker:
                 call = self._last(message.cid)
                 if call is not None:
                     call.fail(error := message.exception())
-                    self._release()
+                    self._gate.release(self)
                     self._on_device_error(self, error)  # (counts OOMs, replaces lost devices)
             case Release():
                 if self._ring is not None:
@@ -422,7 +411,7 @@ class ProcessWorker:
                 call.fail(WorkerDied(f"{reason}; the request it was running failed"))
             else:  # queued there, never started: another worker takes it
                 call.fail(WorkerGone(f"{reason}; the request queued in it had not started"))
-            self._release()
+            self._gate.release(self)
         was_ready = self._was_ready
         self.state = WorkerState.DEAD
         if self._exited is not None and not self._exited.done():
@@ -466,7 +455,7 @@ class ProcessWorker:
             f"worker process {self.pid} is being restarted"
         )
         call.fail(error)
-        self._release()
+        self._gate.release(self)
         logger.warning("%s", error)
         self.recycle(f"recycled after a predict ran past response_timeout {self._timeout:g} s")
 
@@ -474,7 +463,7 @@ class ProcessWorker:
         self, request: type[Infer | Stream | Batch], inputs: Any, snapshot: Any, stream: bool
     ) -> tuple[int, PendingCall]:
         if self.state is not _READY:
-            self._release()
+            self._gate.release(self)
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         cid = next(self._ids)
         call = PendingCall(None if stream else asyncio.get_running_loop().create_future())
@@ -490,10 +479,10 @@ class ProcessWorker:
                 # of the loop sooner (one request at a time: the latency a process worker adds).
                 self._out.flush()
         except WorkerGone:
-            self._release()
+            self._gate.release(self)
             raise
         except Exception as exc:  # inputs that cannot be pickled
-            self._release()
+            self._gate.release(self)
             raise InvalidInput(
                 f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
             ) from exc
@@ -542,7 +531,7 @@ class ProcessWorker:
             try:
                 snapshot = await self._snapshot(request)
             except BaseException:
-                self._release()
+                self._gate.release(self)
                 raise
         if tracing.hooks is not None:
             return await self._call(Infer, inputs, snapshot)
@@ -563,7 +552,7 @@ class ProcessWorker:
         try:
             snapshots = [await self._snapshot(r) for r in requests]
         except BaseException:
-            self._release()
+            self._gate.release(self)
             raise
         return await self._call(Batch, inputs, snapshots)
 
@@ -585,7 +574,7 @@ class ProcessWorker:
         try:
             snapshot = await self._snapshot(request)
         except BaseException:
-            self._release()
+            self._gate.release(self)
             raise
         cid, call = self._begin(Stream, inputs, snapshot, stream=True)
         taken = 0
