@@ -32,7 +32,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -506,14 +506,31 @@ class ProcessWorker:
             with contextlib.suppress(WorkerGone):
                 self._send(Cancel(cid))
 
+    def infer(self, inputs: Any, request: Any) -> Coroutine[Any, Any, Any]:
+        return self._call(Infer, inputs, request)
+
+    def batch(self, inputs: list[Any], requests: list[Any]) -> Coroutine[Any, Any, Any]:
+        return self._call(Batch, inputs, requests)
+
     async def _call(
-        self, request: type[Infer | Batch], inputs: Any, snapshot: Any, traced: bool = False
+        self, kind: type[Infer | Batch], inputs: Any, request: Any, traced: bool = False
     ) -> Any:
+        """One request (``Infer``) or batch (``Batch``: ``request`` is the list of the
+        requests) in the worker process, and its answer."""
         hooks = tracing.hooks
         if hooks is not None and not traced:  # its span, around this same call
             with hooks.remote(self._model, self._version, self.pid):
-                return await self._call(request, inputs, snapshot, True)
-        cid, call = self._begin(request, inputs, snapshot, stream=False)
+                return await self._call(kind, inputs, request, True)
+        snapshot: Any
+        try:
+            if kind is Batch:
+                snapshot = [await self._snapshot(r) for r in request]
+            else:
+                snapshot = None if request is None else await self._snapshot(request)
+        except BaseException:
+            self._gate.release(self)
+            raise
+        cid, call = self._begin(kind, inputs, snapshot, stream=False)
         future = call.future
         assert future is not None
         try:
@@ -524,37 +541,6 @@ class ProcessWorker:
         except BaseException:
             del future, call  # (its error's traceback holds this frame: no cycle through them)
             raise
-
-    async def infer(self, inputs: Any, request: Any) -> Any:
-        snapshot = None
-        if request is not None:
-            try:
-                snapshot = await self._snapshot(request)
-            except BaseException:
-                self._gate.release(self)
-                raise
-        if tracing.hooks is not None:
-            return await self._call(Infer, inputs, snapshot)
-        # (what _call does, one coroutine less on every request's way out and back)
-        cid, call = self._begin(Infer, inputs, snapshot, stream=False)
-        future = call.future
-        assert future is not None
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self._abandon(cid)
-            raise
-        except BaseException:
-            del future, call  # (as in _call)
-            raise
-
-    async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
-        try:
-            snapshots = [await self._snapshot(r) for r in requests]
-        except BaseException:
-            self._gate.release(self)
-            raise
-        return await self._call(Batch, inputs, snapshots)
 
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         hooks = tracing.hooks
