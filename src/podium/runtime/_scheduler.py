@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance, SequenceRef
+from ._stats import preprocess
 from .process import WorkerGone
 
 if TYPE_CHECKING:
-    from ._stats import VersionStats
     from .workers import WorkerPool
 
 __all__ = [
@@ -24,8 +24,6 @@ __all__ = [
     "Scheduler",
     "SequenceScheduling",
     "TaskSet",
-    "postprocess",
-    "preprocess",
     "stream_inputs_through",
     "stream_through",
 ]
@@ -141,23 +139,6 @@ class PoolScheduler:
         ) as items:
             async for item in items:
                 yield item
-
-
-async def preprocess(stats: VersionStats, model: Any, inputs: Any, request: Any) -> Any:
-    """``model.preprocess(inputs, request)`` (an instance, or a pool's preprocessor), its time
-    counted as the version's ``compute_input``."""
-    start = _now()
-    inputs = await model.preprocess(inputs, request)
-    stats.compute_input.add(_now() - start)
-    return inputs
-
-
-async def postprocess(stats: VersionStats, model: Any, outputs: Any, request: Any) -> Any:
-    """``model.postprocess(outputs, request)``, its time counted as ``compute_output``."""
-    start = _now()
-    outputs = await model.postprocess(outputs, request)
-    stats.compute_output.add(_now() - start)
-    return outputs
 
 
 class SequenceScheduling(Scheduler, Protocol):

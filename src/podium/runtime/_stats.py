@@ -24,6 +24,7 @@ import asyncio
 import enum
 import itertools
 import time
+from typing import Any
 
 from ..errors import (
     Cancelled,
@@ -50,9 +51,12 @@ __all__ = [
     "TokenStats",
     "VersionStats",
     "outcome_of",
+    "postprocess",
+    "preprocess",
 ]
 
 _SHIFT = 16
+_now = time.perf_counter_ns
 
 #: Upper bounds of every duration histogram, in ns: powers of two from 2**16 (65.5 µs) to
 #: 2**36 (68.7 s), then +Inf, for sub-millisecond and multi-second models alike. Powers of two,
@@ -490,3 +494,20 @@ class VersionStats:
                 batch = self.batched[size] = BatchStats(size)
             batch.count += count
             batch.ns += ns
+
+
+async def preprocess(stats: VersionStats, model: Any, inputs: Any, request: Any) -> Any:
+    """``model.preprocess(inputs, request)`` (an instance, or a pool's preprocessor), its time
+    counted as the version's ``compute_input``."""
+    start = _now()
+    inputs = await model.preprocess(inputs, request)
+    stats.compute_input.add(_now() - start)
+    return inputs
+
+
+async def postprocess(stats: VersionStats, model: Any, outputs: Any, request: Any) -> Any:
+    """``model.postprocess(outputs, request)``, its time counted as ``compute_output``."""
+    start = _now()
+    outputs = await model.postprocess(outputs, request)
+    stats.compute_output.add(_now() - start)
+    return outputs

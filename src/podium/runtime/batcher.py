@@ -18,7 +18,8 @@ from ..types import ModelInstance
 from ._clock import SYSTEM_CLOCK, Clock
 from ._collector import BatchCollector, Pending
 from ._line import QueuePolicy
-from ._scheduler import PoolScheduler, TaskSet, postprocess, preprocess
+from ._scheduler import PoolScheduler, TaskSet
+from ._stats import postprocess, preprocess
 from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
 

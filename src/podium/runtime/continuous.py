@@ -29,7 +29,8 @@ from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresenta
 from ..types import Generation, current_request
 from ._clock import SYSTEM_CLOCK, Clock
 from ._items import ItemBuffer, step
-from ._scheduler import PoolScheduler, preprocess
+from ._scheduler import PoolScheduler
+from ._stats import preprocess
 from .workers import Worker, WorkerPool, WorkerState
 
 __all__ = ["ContinuousScheduler"]

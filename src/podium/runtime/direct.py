@@ -8,8 +8,8 @@ from typing import Any
 
 from ..types import ModelInstance
 from ._line import QueuePolicy
-from ._scheduler import PoolScheduler, postprocess, preprocess
-from ._stats import VersionStats
+from ._scheduler import PoolScheduler
+from ._stats import VersionStats, postprocess, preprocess
 from .process import WorkerGone
 from .workers import Moved, Worker, WorkerPool
 

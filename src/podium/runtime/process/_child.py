@@ -49,6 +49,7 @@ from ...metrics import MetricStore, recording_to
 from ...model import model_error
 from ...turn import TurnBuffer
 from ...types import ModelInstance, RequestInfo, current_request
+from .._stats import postprocess, preprocess
 from ._messages import (
     Answer,
     Batch,
@@ -433,9 +434,7 @@ class Child(asyncio.Protocol):
             try:
                 value = self._validated(inputs[i])
                 if caps.has_preprocess:
-                    start = time.perf_counter_ns()
-                    value = await inst.preprocess(value, requests[i])
-                    stats.compute_input.add(time.perf_counter_ns() - start)
+                    value = await preprocess(stats, inst, value, requests[i])
                 return value
             except Exception as exc:
                 failed[i] = Failed.of(exc)
@@ -457,9 +456,7 @@ class Child(asyncio.Protocol):
 
         async def post(i: int) -> None:
             try:
-                start = time.perf_counter_ns()
-                results[i] = await inst.postprocess(results[i], requests[i])
-                stats.compute_output.add(time.perf_counter_ns() - start)
+                results[i] = await postprocess(stats, inst, results[i], requests[i])
             except Exception as exc:
                 results[i] = Failed.of(exc)
 
