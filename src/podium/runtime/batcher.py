@@ -81,10 +81,6 @@ class BatchScheduler(PoolScheduler):
             priority=priority,
         )
 
-    @property
-    def batches_run(self) -> int:
-        return self._batches.batches_run
-
     async def start(self) -> None:
         self._batches.start()
 

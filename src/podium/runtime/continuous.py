@@ -244,22 +244,20 @@ class ContinuousScheduler(PoolScheduler):
 
     def _refill(self, lane: _Lane) -> None:
         """Between steps: drop finished and cancelled requests, admit joining and waiting ones."""
-        lane.active = [r for r in lane.active if not r.gone]
-        queue = self._stats.queue
-        now = _now()
-        for req in lane.joining:
-            if not req.gone:
-                lane.active.append(req)
-                req.joined = now
-                queue.add(now - req.placed)
+        active = lane.active = [r for r in lane.active if not r.gone]
+        admitted = [r for r in lane.joining if not r.gone]
         lane.joining.clear()
-        while not lane.lost and self._waiting and len(lane.active) < self._batch_size:
+        while not lane.lost and self._waiting and len(active) + len(admitted) < self._batch_size:
             req = self._waiting.popleft()
             if not req.gone:
                 req.lane = lane
-                lane.active.append(req)
-                req.joined = now
-                queue.add(now - req.placed)
+                admitted.append(req)
+        queue = self._stats.queue
+        now = _now()
+        for req in admitted:
+            active.append(req)
+            req.joined = now
+            queue.add(now - req.placed)
 
     async def _run_lane(self, lane: _Lane) -> None:
         worker = lane.worker

@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import AsyncGenerator, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import tracing
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
@@ -72,9 +72,6 @@ from ._messages import (
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
 from ._steps import RemoteSteps
 from ._wire import Encoder, Ring
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["ProcessWorker", "WorkerGone"]
 
