@@ -276,6 +276,20 @@ class ProcessWorker:
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         self._out.add(self._encode(message))
 
+    def _send_inputs(self, message: Message, flush: bool) -> None:
+        """Send a message that carries inputs (``flush``: now, not at the turn's end);
+        ``InvalidInput`` where they cannot be encoded."""
+        try:
+            self._send(message)
+        except WorkerGone:
+            raise
+        except Exception as exc:  # inputs that cannot be pickled
+            raise InvalidInput(
+                f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
+            ) from exc
+        if flush:
+            self._out.flush()
+
     def _on_released(self, upto: int) -> None:
         with contextlib.suppress(WorkerGone):
             self._send(Release(upto))
@@ -464,25 +478,18 @@ class ProcessWorker:
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         cid = next(self._ids)
         call = PendingCall(None if stream else asyncio.get_running_loop().create_future())
-        idle = not self._calls
         try:
             if request is Batch:  # serves several requests
-                self._send(request(cid, inputs, snapshot))
+                message: Message = Batch(cid, inputs, snapshot)
             else:
-                self._send(request(cid, inputs, snapshot, request_id()))  # type: ignore[call-arg]
-            if idle:
-                # Nothing in flight: the worker waits for this one alone, and a request arriving
-                # later in this turn gains nothing from sharing its write. It leaves now, a turn
-                # of the loop sooner (one request at a time: the latency a process worker adds).
-                self._out.flush()
-        except WorkerGone:
+                message = request(cid, inputs, snapshot, request_id())  # type: ignore[call-arg]
+            # Nothing in flight: the worker waits for this one alone, and a request arriving
+            # later in this turn gains nothing from sharing its write. It leaves now, a turn of
+            # the loop sooner (one request at a time: the latency a process worker adds).
+            self._send_inputs(message, flush=not self._calls)
+        except BaseException:
             self._gate.release(self)
             raise
-        except Exception as exc:  # inputs that cannot be pickled
-            self._gate.release(self)
-            raise InvalidInput(
-                f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
-            ) from exc
         self._calls[cid] = call
         if not self.ahead or self._running < self.slots:
             self._start(cid, call)
@@ -593,15 +600,7 @@ class ProcessWorker:
         snapshots = [await self._snapshot(r) for r in requests] if has else []
         message, answer = self._steps.begin(next(self._ids), batch, snapshots)
         try:
-            try:
-                self._send(message)
-            except WorkerGone:
-                raise
-            except Exception as exc:  # inputs that cannot be pickled
-                raise InvalidInput(
-                    f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
-                ) from exc
-            self._out.flush()  # the lane waits for this step alone
+            self._send_inputs(message, flush=True)  # the lane waits for this step alone
             reply = await answer
         except BaseException:
             self._steps.forget(message.cid, batch)
