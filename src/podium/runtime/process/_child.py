@@ -74,8 +74,9 @@ from ._messages import (
     Unvalidated,
     queues_ahead,
 )
+from ._remote import Connection
 from ._steps import ChildSteps
-from ._wire import Decoder, Encoder, Ring
+from ._wire import Encoder, Ring
 
 __all__ = ["main"]
 
@@ -131,12 +132,12 @@ class _Request:
         self.dropped = False  # a cancel came before its task began: it only answers Stopped
 
 
-class Child(asyncio.Protocol):
-    """The worker process's end of the socket: builds the model on Init, serves requests."""
+class Child(Connection):
+    """The worker process's end of the socket: builds the model on Init, serves requests;
+    ``closed`` is set when the socket closes."""
 
     def __init__(self, closed: asyncio.Event) -> None:
-        self._decoder = Decoder(self._on_message)
-        self._closed = closed
+        super().__init__(self._on_message, closed.set, lambda upto: self.send(Release(upto)))
         self._transport: Any = None
         self._requests: dict[int, _Request] = {}
         self._setup: asyncio.Task[None] | None = None
@@ -166,19 +167,6 @@ class Child(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        decoder = self._decoder
-        decoder.feed(data)
-        released = decoder.take_released()
-        if released:
-            self.send(Release(released))
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed.set()
 
     def send(self, message: Message) -> None:
         """Queue a frame; every frame of this turn of the loop leaves in one write, and only

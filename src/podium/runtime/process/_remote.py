@@ -144,7 +144,8 @@ class PendingCall:
 
 
 class Connection(asyncio.Protocol):
-    """The server's end of a worker process's socket, read on the event loop."""
+    """A worker process's socket, read on the event loop: the server's end (the worker's own,
+    ``_child.Child``, builds on it)."""
 
     def __init__(
         self,
