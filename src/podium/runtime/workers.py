@@ -44,7 +44,6 @@ from ..devices import empty_cache, using
 from ..errors import DeviceLost, DeviceOutOfMemory, InvalidInput, ModelNotReady, Unavailable
 from ..metrics import recording_to
 from ..types import ModelInstance
-from ._device_counts import DeviceCounts
 from ._device_share import DeviceShares
 from ._gate import WorkerGate
 from ._stats import RestartReason, VersionStats
@@ -232,11 +231,6 @@ class WorkerPool:
 
     # -- views -----------------------------------------------------------------------------
 
-    def counts_of(self, wid: str) -> DeviceCounts | None:
-        """What worker ``wid`` runs on its GPU adds to (None on the CPU): its device's counts."""
-        group = self.devices.of(wid)
-        return self.stats.on_device(self.devices.name(group)) if group else None
-
     def infos(self) -> list[WorkerInfo]:
         name = self.devices.name
         return [
@@ -401,8 +395,8 @@ class WorkerPool:
         worker.state = WorkerState.DEAD
         if worker in self._workers:
             self._workers.remove(worker)
-        if self._replaced.pop(worker.id, None) is None:  # (else its device went to the new one)
-            self.devices.release(worker.id)
+        self._replaced.pop(worker.id, None)
+        self.devices.release(worker.id)  # (a replaced one's went to the new one: nothing to do)
         release_device_memory(worker)
         logger.info("%s: %s worker %s stopped", self.label, self.kind, worker.id)
 
@@ -460,7 +454,6 @@ class WorkerPool:
             self.label,
             worker.id,
         )
-        self._replaced[worker.id] = "stuck"  # (its retirement leaves its device to the new one)
         what = "stuck past response_timeout, replaced"
         loss = f"thread worker {worker.id} {what}"
         self._lose(worker, f"died ({what})", loss, RestartReason.RESPONSE_TIMEOUT, True)

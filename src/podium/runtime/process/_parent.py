@@ -135,7 +135,8 @@ class ProcessWorker:
         self._codec = codec
         self._gate = pool.gate
         self._stats = pool.stats
-        self._on_gpu = pool.counts_of(wid)  # what it runs on its GPU (None: the CPU)
+        #: what it runs on its GPU (the statistics' device_stats); None on the CPU
+        self._on_gpu = pool.stats.on_device(pool.devices.name(devices)) if devices else None
         self._label = pool.label
         self._model, self._version = config.name, config.version  # what its spans name
         self._on_exit = pool.worker_exited
