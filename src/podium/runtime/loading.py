@@ -70,25 +70,15 @@ def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
 
 
 def _check_continuous(source: ModelSource) -> None:
-    config = source.config
-    if not config.continuous_batching:
-        return
-    problems = []
-    continuous = (Contract.NATIVE, Contract.TORCHSERVE)
-    if config.sequence_batching and source.contract not in continuous:
-        problems.append(
-            f"{source.label}: continuous_batching together with sequence_batching is "
-            f"supported for native models and TorchServe handlers, not yet for a "
-            f"{source.contract.value} model"
-        )
-    if source.contract not in continuous:
-        problems.append(
-            f"{source.label}: continuous_batching for a {source.contract.value} model is not "
+    """Continuous batching (with sequence_batching or not) is for native models and
+    TorchServe handlers only."""
+    contract = source.contract
+    if source.config.continuous_batching and contract not in (Contract.NATIVE, Contract.TORCHSERVE):
+        raise DefinitionError(
+            f"{source.label}: continuous_batching for a {contract.value} model is not "
             "supported yet; only native models (a class with step(self, batch)) and TorchServe "
             "handlers (continuousBatching) have it"
         )
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
 
 
 def prepare(source: ModelSource) -> Any:
