@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -32,7 +30,7 @@ from .. import tracing
 from ..errors import BadModelOutput, QueueFull, QueueTimeout
 from ..types import current_request
 from ._clock import SYSTEM_CLOCK, Clock
-from ._line import QueuePolicy
+from ._line import QueuePolicy, queue_deadline, retry_after
 from ._scheduler import TaskSet
 from ._stats import VersionStats
 
@@ -186,7 +184,7 @@ class BatchCollector(Generic[S]):
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
         if self._max_wait is not None:
-            pending.deadline = self._deadline(pending.arrived)
+            pending.deadline = queue_deadline(pending.arrived, self._max_wait, self._model)
         if self._priority is not None:
             info = current_request.get()
             pending.level = self._priority.level(0 if info is None else info.priority)
@@ -198,23 +196,6 @@ class BatchCollector(Generic[S]):
         if self._collector is None:
             self.start()
         return pending
-
-    def _deadline(self, now: float) -> float | None:
-        """The latest time a request that arrives ``now`` may still join a batch: ``max_wait``
-        after, or sooner if the request asked (its deadline is on ``time.monotonic``'s scale,
-        moved onto the clock's); ``QueueTimeout`` if that has passed already."""
-        deadline = None
-        info = current_request.get()
-        if info is not None and info.deadline is not None:
-            deadline = now + (info.deadline - time.monotonic())
-        if self._max_wait and (deadline is None or now + self._max_wait < deadline):
-            deadline = now + self._max_wait
-        if deadline is not None and deadline <= now:
-            raise QueueTimeout.of(self._model, 0.0, self._retry_after())
-        return deadline
-
-    def _retry_after(self) -> float:
-        return max(1.0, math.ceil(self._max_wait or 0.0))
 
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
@@ -318,7 +299,9 @@ class BatchCollector(Generic[S]):
             deadline = pending.deadline
             if deadline is not None and deadline < now and not pending.future.done():
                 pending.future.set_exception(
-                    QueueTimeout.of(self._model, now - pending.arrived, self._retry_after())
+                    QueueTimeout.of(
+                        self._model, now - pending.arrived, retry_after(self._max_wait or 0.0)
+                    )
                 )
                 late = True
         if late:

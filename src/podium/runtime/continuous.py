@@ -19,16 +19,16 @@ import asyncio
 import collections
 import contextlib
 import contextvars
-import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
 from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation, WorkerDied
-from ..types import Generation, current_request
+from ..types import Generation
 from ._clock import SYSTEM_CLOCK, Clock
 from ._items import ItemBuffer, step
+from ._line import queue_deadline, retry_after
 from ._scheduler import PoolScheduler
 from ._stats import preprocess
 from .workers import Worker, WorkerPool, WorkerState
@@ -194,30 +194,24 @@ class ContinuousScheduler(PoolScheduler):
                 f"{self._label} queue is full: {waiting} requests waiting for room in a "
                 f"continuous batch (max_queue_size {self._max_waiting})"
             )
-        self._waiting.append(req)
         self._time_out(req)
+        self._waiting.append(req)
 
     def _time_out(self, req: _Request) -> None:
         """A waiting request's deadline (the model's ``max_queue_delay``, the request's own):
-        past it, still waiting, it ends with ``QueueTimeout`` and never joins a batch."""
-        info = current_request.get()
-        asked = None if info is None else info.deadline
-        if not self._max_wait and asked is None:
-            return
+        past it, still waiting, it ends with ``QueueTimeout`` and never joins a batch; passed
+        already: refused at once."""
         now = self._clock.now()
-        wait = self._max_wait or math.inf
-        if asked is not None:
-            wait = min(wait, asked - time.monotonic())
-        retry_after = max(1.0, math.ceil(self._max_wait))
+        end = queue_deadline(now, self._max_wait, self._pool.model)
+        if end is None:
+            return
 
         def expire() -> None:
             if req.lane is None and not req.gone:
-                req.end(QueueTimeout.of(self._pool.model, self._clock.now() - now, retry_after))
+                waited = self._clock.now() - now
+                req.end(QueueTimeout.of(self._pool.model, waited, retry_after(self._max_wait)))
 
-        if wait <= 0:
-            expire()
-        else:
-            self._clock.call_later(wait, expire)
+        self._clock.call_later(end - now, expire)
 
     @staticmethod
     def _join(lane: _Lane, req: _Request) -> None:
