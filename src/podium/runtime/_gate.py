@@ -138,11 +138,7 @@ class WorkerGate:
         if worker is not None:
             return worker
         if not self._workers and not self.starting:
-            if self.failure is not None:
-                raise self.failure
-            raise Unavailable(
-                f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
-            )
+            raise self.none_coming()
         line = self._line
         waiting = line.waiting + self._ahead()
         if waiting >= self._max_waiting:
@@ -200,6 +196,12 @@ class WorkerGate:
             pinned = self._pinned.get(worker)
             while pinned and self._room(worker) and pinned.hand(worker):
                 worker.busy += 1
+
+    def none_coming(self) -> Exception:
+        """Why no worker will take a request: the version failed, or it runs none."""
+        return self.failure or Unavailable(
+            f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
+        )
 
     def fail_waiters(self, exc: Exception) -> None:
         """No worker is coming (the version failed or is closing): every waiter in the shared

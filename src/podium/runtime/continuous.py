@@ -183,11 +183,7 @@ class ContinuousScheduler(PoolScheduler):
                 self._join(best, req)
                 return
         if not self._lanes and not self._gate.starting:
-            if self._gate.failure is not None:
-                raise self._gate.failure
-            raise Unavailable(
-                f"model '{self._pool.model}' has no workers (min_workers 0); scale it up to serve"
-            )
+            raise self._gate.none_coming()
         waiting = sum(1 for r in self._waiting if not r.gone)
         if waiting >= self._max_waiting:
             raise QueueFull(
