@@ -186,10 +186,7 @@ class ContinuousScheduler(PoolScheduler):
             raise self._gate.none_coming()
         waiting = sum(1 for r in self._waiting if not r.gone)
         if waiting >= self._max_waiting:
-            raise QueueFull(
-                f"{self._label} queue is full: {waiting} requests waiting for room in a "
-                f"continuous batch (max_queue_size {self._max_waiting})"
-            )
+            raise QueueFull.of(self._pool.model, waiting, self._max_waiting)
         self._time_out(req)
         self._waiting.append(req)
 
