@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from .. import tracing
@@ -75,11 +75,11 @@ class Pending:
         self.level = 1  # its priority level (1 the highest), with ``priority`` levels
 
 
-def _fail(batch: list[Pending], error: Exception) -> None:
-    """Every request of ``batch`` still waiting fails with ``error``."""
+def _fail(batch: Iterable[Pending], error: Callable[[Pending], BaseException]) -> None:
+    """Every request of ``batch`` still waiting fails with ``error(it)``."""
     for pending in batch:
         if not pending.future.done():
-            pending.future.set_exception(error)
+            pending.future.set_exception(error(pending))
 
 
 def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
@@ -200,10 +200,8 @@ class BatchCollector(Generic[S]):
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
         was lost)."""
-        while self._queue:
-            pending = self._queue.popleft()
-            if not pending.future.done():
-                pending.future.set_exception(error(pending))
+        queue, self._queue = self._queue, collections.deque()
+        _fail(queue, error)
 
     def _count_live(self) -> int:
         queue = self._queue
@@ -244,10 +242,7 @@ class BatchCollector(Generic[S]):
             def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
                 # cancelled by the owner's close, even before it started: nobody waits forever
                 if done.cancelled() or done.exception() is not None:
-                    stopped = self._stopped
-                    for p in batch:
-                        if not p.future.done():
-                            p.future.set_exception(stopped())
+                    _fail(batch, lambda _: self._stopped())
 
             task.add_done_callback(fail_unanswered)
             task.add_done_callback(functools.partial(self._gone, slotted, batch))
@@ -353,7 +348,7 @@ class BatchCollector(Generic[S]):
             # holds them (a cycle that would wait for a garbage collection).
             if exc.__traceback__ is not None:
                 exc.__traceback__ = exc.__traceback__.tb_next
-            _fail(batch, exc)
+            _fail(batch, lambda _, exc=exc: exc)  # type: ignore[misc]
             return
         for p, out in zip(batch, outputs, strict=True):
             if not p.future.done():
