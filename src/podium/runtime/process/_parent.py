@@ -498,12 +498,19 @@ class ProcessWorker:
             self._queued.append(cid)
         return cid, call
 
-    async def _snapshot(self, request: Any) -> Any:
+    async def _snapshot(self, request: Any, release: bool = True) -> Any:
+        """What of ``request`` crosses to the worker process; where it cannot be taken, the
+        slot of the call is given back (``release``)."""
         if request is None:
             return None
-        if self._codec is None:
-            raise ModelError(f"{self._label} takes the request, but no request codec is set")
-        return await self._codec.snapshot(request)
+        try:
+            if self._codec is None:
+                raise ModelError(f"{self._label} takes the request, but no request codec is set")
+            return await self._codec.snapshot(request)
+        except BaseException:
+            if release:
+                self._gate.release(self)
+            raise
 
     def _abandon(self, cid: int) -> None:
         """The caller went away: the worker cancels the request; its slot frees on Stopped."""
@@ -526,15 +533,10 @@ class ProcessWorker:
         if hooks is not None and not traced:  # its span, around this same call
             with hooks.remote(self._model, self._version, self.pid):
                 return await self._call(kind, inputs, request, True)
-        snapshot: Any
-        try:
-            if kind is Batch:
-                snapshot = [await self._snapshot(r) for r in request]
-            else:
-                snapshot = None if request is None else await self._snapshot(request)
-        except BaseException:
-            self._gate.release(self)
-            raise
+        if kind is Batch:
+            snapshot: Any = [await self._snapshot(r) for r in request]
+        else:
+            snapshot = await self._snapshot(request)
         cid, call = self._begin(kind, inputs, snapshot, stream=False)
         future = call.future
         assert future is not None
@@ -562,11 +564,7 @@ class ProcessWorker:
                     yield item
 
     async def _items(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        try:
-            snapshot = await self._snapshot(request)
-        except BaseException:
-            self._gate.release(self)
-            raise
+        snapshot = await self._snapshot(request)
         cid, call = self._begin(Stream, inputs, snapshot, stream=True)
         taken = 0
         half = max(1, self._window // 2)
@@ -598,7 +596,7 @@ class ProcessWorker:
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         requests = [gen.request for gen in self._steps.joining(batch)]
         has = any(r is not None for r in requests)
-        snapshots = [await self._snapshot(r) for r in requests] if has else []
+        snapshots = [await self._snapshot(r, release=False) for r in requests] if has else []
         message, answer = self._steps.begin(next(self._ids), batch, snapshots)
         try:
             self._send_inputs(message, flush=True)  # the lane waits for this step alone
