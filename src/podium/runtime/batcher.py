@@ -101,32 +101,29 @@ class BatchScheduler(PoolScheduler):
         return stats
 
     async def infer(self, inputs: Any, request: Any) -> Any:
-        self._activity.enter()
-        try:
-            return await self._infer(inputs, request)
-        finally:
-            self._activity.leave()
-
-    async def _infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
         caps = pool.instance.capabilities
-        if caps.has_preprocess:
-            inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
-        if self._closed:
-            raise Unavailable(f"model '{self._model}' is stopped")
-        pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
+        self._activity.enter()
         try:
-            outputs = await pending.future
-        except BaseException:
-            # what it raised holds this frame (its traceback) and the future holds what it
-            # raised: no cycle through them (it would wait for a garbage collection)
-            del pending
-            raise
-        if isinstance(outputs, Failed):  # this request's own failure in a worker process
-            raise outputs.exception()
-        if caps.has_postprocess and pending.slot is not None:
-            outputs = await postprocess(pool.stats, pending.slot.instance, outputs, request)
-        return outputs
+            if caps.has_preprocess:
+                inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
+            if self._closed:
+                raise Unavailable(f"model '{self._model}' is stopped")
+            pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
+            try:
+                outputs = await pending.future
+            except BaseException:
+                # what it raised holds this frame (its traceback) and the future holds what it
+                # raised: no cycle through them (it would wait for a garbage collection)
+                del pending
+                raise
+            if isinstance(outputs, Failed):  # this request's own failure in a worker process
+                raise outputs.exception()
+            if caps.has_postprocess and pending.slot is not None:
+                outputs = await postprocess(pool.stats, pending.slot.instance, outputs, request)
+            return outputs
+        finally:
+            self._activity.leave()
 
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """A batched ``predict``'s one result; a streaming model (an MLServer runtime with
