@@ -115,6 +115,14 @@ class PoolScheduler:
     async def start(self) -> None:
         return None
 
+    async def close(self) -> None:
+        """Stop every worker; readers of running streams get ``Unavailable``, not a hang."""
+        await self._pool.close()
+
+    def statistics(self) -> dict[str, int]:
+        """The pool's counters (slots, busy, waiting)."""
+        return self._pool.statistics()
+
     async def drain(self) -> None:
         """Return once no request is in this scheduler (new ones may still arrive)."""
         await self._activity.drain()

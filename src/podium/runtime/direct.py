@@ -61,13 +61,6 @@ class DirectScheduler(PoolScheduler):
         """The counters of the version this scheduler runs (its pool's)."""
         return self._stats
 
-    async def close(self) -> None:
-        """Stop every worker; readers of running streams get ``Unavailable``, not a hang."""
-        await self._pool.close()
-
-    def statistics(self) -> dict[str, int]:
-        return self._pool.statistics()
-
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
         caps = pool.instance.capabilities
