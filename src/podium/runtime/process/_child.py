@@ -99,32 +99,14 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-class _Window:
-    """How many more stream items the server's reader will take (its buffer's free room)."""
-
-    def __init__(self, size: int) -> None:
-        self.room = size
-        self._more: asyncio.Event | None = None
-
-    async def take(self) -> None:
-        while self.room <= 0:
-            self._more = asyncio.Event()
-            await self._more.wait()
-        self.room -= 1
-
-    def add(self, n: int) -> None:
-        self.room += n
-        if self._more is not None:
-            self._more.set()
-
-
 class _Request:
     """A request the worker has begun: its task, what its rebuilt request objects wait on to
-    see the client leave (``gone``; only where one came), a stream's window."""
+    see the client leave (``gone``; only where one came), a stream's window (how many more
+    items the server's reader will take: its buffer's free room)."""
 
     __slots__ = ("task", "gone", "window", "ran", "dropped")
 
-    def __init__(self, gone: asyncio.Event | None, window: _Window | None) -> None:
+    def __init__(self, gone: asyncio.Event | None, window: asyncio.Semaphore | None) -> None:
         self.task: asyncio.Task[None] | None = None
         self.gone = gone
         self.window = window
@@ -190,7 +172,7 @@ class Child(Connection):
             snapshots = any(r is not None for r in message.requests)
         else:
             snapshots = message.request is not None
-        window = _Window(self.stream_buffer) if type(message) is Stream else None
+        window = asyncio.Semaphore(self.stream_buffer) if type(message) is Stream else None
         request = _Request(asyncio.Event() if snapshots else None, window)
         self._active += 1
         self._requests[message.cid] = request
@@ -225,7 +207,8 @@ class Child(Connection):
             case Credit():
                 request = self._requests.get(message.cid)
                 if request is not None and request.window is not None:
-                    request.window.add(message.n)
+                    for _ in range(message.n):
+                        request.window.release()
             case Release():
                 if self._encoder.ring is not None:
                     self._encoder.ring.release(message.upto)
@@ -354,7 +337,7 @@ class Child(Connection):
                     assert window is not None
                     try:
                         async for item in items:
-                            await window.take()
+                            await window.acquire()
                             self._reply(Item(cid, item))
                     finally:
                         await items.aclose()
