@@ -568,14 +568,11 @@ class ProcessWorker:
         cid, call = self._begin(Stream, inputs, snapshot, stream=True)
         taken = 0
         half = max(1, self._window // 2)
-        loop = asyncio.get_running_loop()
+        items = call.items
+        assert items is not None
         try:
             while True:
-                if not call.items:
-                    call.wake = loop.create_future()
-                    await call.wake
-                    call.wake = None
-                item = call.items.popleft()
+                item = await items.get()
                 if item is END:
                     return
                 if isinstance(item, Failure):
