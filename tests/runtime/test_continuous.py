@@ -319,8 +319,11 @@ async def test_a_full_line_is_refused_at_once(
         queued = asyncio.ensure_future(collect(s, {"id": "b", "n": 1}))
         await asyncio.sleep(0)
         assert s.statistics()["queued"] == 1
-        with pytest.raises(QueueFull, match="max_queue_size 1"):
+        with pytest.raises(QueueFull, match="max_queue_size 1") as full:
             await collect(s, {"id": "c", "n": 1})
+        # in the words (and with the Retry-After) of every scheduler's full queue
+        assert full.value.message == QueueFull.of(mv.name, 1, 1).message
+        assert full.value.retry_after == 1.0
         probe.release()
         assert await running == ["a:1"]
         assert await queued == ["b:1"]

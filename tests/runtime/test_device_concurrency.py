@@ -25,6 +25,7 @@ from podium.dataplane._statistics import model_statistics
 from podium.model.discovery import discover_all
 from podium.model.torchserve._config import model_config
 from podium.runtime._device_share import DeviceShares
+from podium.runtime._gate import WorkerGate
 from podium.runtime.devices import FakeInventory
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelState, ModelVersion
@@ -229,49 +230,45 @@ async def test_worker_processes_on_one_gpu_share_its_bound(
         assert all(c.executions == c.inferences > 0 and c.ns > 0 for c in stats.values())
 
 
+class _W:
+    def __init__(self, devices: tuple[int, ...]) -> None:
+        self.devices, self.busy, self.capacity = devices, 0, 1
+
+
 def test_the_shares_count_only_gpus_and_bind_where_two_workers_meet() -> None:
-    class W:
-        def __init__(self, wid: str) -> None:
-            self.id, self.busy, self.capacity = wid, 0, 1
-
-    groups = {"a": (0,), "b": (0,), "c": (1,), "cpu": ()}
-    shares = DeviceShares(1, lambda w: groups[w.id])
-    a, b, c, cpu = W("a"), W("b"), W("c"), W("cpu")
-    for w in (a, b, c, cpu):
-        shares.join(w)
-    assert shares.room(cpu) and shares.room(c)
+    a, b, c, cpu = _W((0,)), _W((0,)), _W((1,)), _W(())
+    takers = [a, b, c, cpu]
+    shares = DeviceShares(1, lambda: takers)
+    assert shares.room(cpu, takers) and shares.room(c, takers)
     a.busy += 1
-    shares.take(a)
-    assert not shares.room(b) and not shares.room(a)  # one on GPU 0, shared by a and b
-    shares.take(c)
+    assert not shares.room(b, takers) and not shares.room(a, takers)  # one on GPU 0, a and b's
     c.busy += 1
-    assert shares.room(c)  # alone on GPU 1: its own bound only
+    assert shares.room(c, takers)  # alone on GPU 1: its own bound only
     a.capacity = b.capacity = c.capacity = cpu.capacity = 3
-    assert shares.slots([a, b, c, cpu]) == 1 + 3 + 3  # GPU 0's limit, c's own, the CPU's
-    shares.leave(b)
-    assert shares.room(a)  # a alone on GPU 0 now
+    assert shares.slots(takers) == 1 + 3 + 3  # GPU 0's limit, c's own, the CPU's
+    takers.remove(b)
+    assert shares.room(a, takers)  # a alone on GPU 0 now
     a.busy -= 1
-    assert list(shares.give(a)) == [] and shares.held((0,)) == 0
+    assert shares.held((0,)) == 0
     with pytest.raises(ValueError, match="at least 1"):
-        DeviceShares(0, lambda w: ())
+        DeviceShares(0, lambda: ())
 
 
-def test_a_leaving_workers_calls_count_on_its_gpu_until_they_end() -> None:
-    class W:
-        def __init__(self) -> None:
-            self.busy, self.capacity = 0, 1
-
-    shares = DeviceShares(1, lambda w: (0,))
-    old, new, other = W(), W(), W()
-    for w in (old, new, other):
-        shares.join(w)
-    old.busy += 1
-    shares.take(old)
-    shares.leave(old)  # replaced while its call runs on the GPU
-    assert not shares.room(new) and shares.held((0,)) == 1
-    old.busy -= 1
-    assert sorted(map(id, shares.give(old))) == sorted(map(id, (new, other)))  # woken
-    assert shares.room(new) and shares.held((0,)) == 0
+@pytest.mark.anyio
+async def test_a_leaving_workers_calls_count_on_its_gpu_until_they_end() -> None:
+    old, new, other = _W((0,)), _W((0,)), _W((0,))
+    holders = [old, new, other]
+    gate = WorkerGate("m", 10)
+    gate.shares = DeviceShares(1, lambda: holders)
+    for w in holders:
+        gate.add(w)
+    assert gate.try_acquire() is old
+    gate.remove(old)  # replaced while its call runs on the GPU
+    assert gate.try_acquire() is None and gate.shares.held((0,)) == 1
+    waiter = asyncio.ensure_future(gate.acquire())
+    await asyncio.sleep(0)
+    gate.release(old)  # its call ended: the least loaded of the others is woken
+    assert await waiter in (new, other) and gate.shares.held((0,)) == 1
 
 
 def test_torchserve_models_keep_per_worker_unless_their_podium_section_says() -> None:

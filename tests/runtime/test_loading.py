@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 import threading
+import types
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,10 +15,11 @@ from helpers import all_ready
 
 from podium.config import Secrets
 from podium.errors import DefinitionError, ModelNotReady
+from podium.model import Contract
 from podium.model.discovery import discover
 from podium.runtime.batcher import BatchScheduler
 from podium.runtime.direct import DirectScheduler
-from podium.runtime.loading import build_version, check_paths, register_paths
+from podium.runtime.loading import _check_continuous, build_version, check_paths, register_paths
 from podium.runtime.registry import ModelState, Registry
 
 ECHO = """
@@ -45,6 +48,27 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 
 
 # -- build_version -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sequences", [False, True])
+@pytest.mark.parametrize("contract", [Contract.MLSERVER, Contract.TRUSS])
+def test_continuous_batching_is_refused_where_the_contract_has_no_step(
+    tmp_path: Path, contract: Contract, sequences: bool
+) -> None:
+    write(tmp_path / "m" / "model.py")
+    [source] = discover(tmp_path / "m")
+    config = dataclasses.replace(
+        source.config, continuous_batching=True, sequence_batching=sequences
+    )
+    # (what prepare checks first, whatever else the contract's source carries)
+    other = types.SimpleNamespace(config=config, contract=contract, label="model 'm'")
+    with pytest.raises(DefinitionError) as info:
+        _check_continuous(other)  # type: ignore[arg-type]
+    assert info.value.problems == [
+        f"model 'm': continuous_batching for a {contract.value} model is not supported yet; "
+        "only native models (a class with step(self, batch)) and TorchServe handlers "
+        "(continuousBatching) have it"
+    ]
 
 
 def test_direct_scheduler_by_default(tmp_path: Path, executor: ThreadPoolExecutor) -> None:

@@ -57,7 +57,7 @@ SAMPLES: list[m.Message] = [
     m.StartFailed("ImportError: no module named 'nothing'"),
     m.Answer(6, {"y": 1.5}),
     m.Results(6, [{"y": 1.5}, m.Failed.of(ValueError("bad")), "z"]),
-    m.Error(7, *m.pack_error(ModelError("model 'm' predict raised KeyError: 'a'"))),
+    m.Error(7, m.Failed.of(ModelError("model 'm' predict raised KeyError: 'a'"))),
     m.Item(8, "token"),
     m.End(9),
     m.Stopped(10),
@@ -81,7 +81,11 @@ def test_messages_round_trip_whole_or_in_any_chunks(chunk: int | None) -> None:
     for sent, came in zip(SAMPLES, got, strict=True):
         if isinstance(sent, m.Error):
             assert isinstance(came, m.Error)
-            assert (came.cid, came.type, came.message) == (sent.cid, sent.type, sent.message)
+            assert (came.cid, came.failed.type, came.failed.message) == (
+                sent.cid,
+                sent.failed.type,
+                sent.failed.message,
+            )
         elif isinstance(sent, m.Results):
             assert isinstance(came, m.Results)
             failed = came.value[1]
@@ -207,7 +211,7 @@ class _Picky(Exception):
 
 
 def test_errors_cross_as_class_message_and_picklable_attributes() -> None:
-    error = m.Error(1, *m.pack_error(_Picky(1, 2)))
+    error = m.Error(1, m.Failed.of(_Picky(1, 2)))
     (came,) = _decode(_frame(error))
     assert isinstance(came, m.Error)
     exc = came.exception()

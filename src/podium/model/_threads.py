@@ -175,10 +175,8 @@ class CallThreads:
     so does collecting the object."""
 
     def __init__(self, name: str = "podium-model", *, limit: int | None = None) -> None:
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
         self._name = name
-        self._limit = limit
+        self.limit = limit  # (checked)
         self._number = next(_names)
         #: calls queued or running (on the loop: a call leaves when read back, or at once when
         #: its caller is cancelled before it started)

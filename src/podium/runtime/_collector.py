@@ -23,16 +23,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import math
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from .. import tracing
 from ..errors import BadModelOutput, QueueFull, QueueTimeout
 from ..types import current_request
 from ._clock import SYSTEM_CLOCK, Clock
-from ._line import QueuePolicy
+from ._line import QueuePolicy, queue_deadline, retry_after
 from ._scheduler import TaskSet
 from ._stats import VersionStats
 
@@ -77,17 +75,25 @@ class Pending:
         self.level = 1  # its priority level (1 the highest), with ``priority`` levels
 
 
-def _fail(batch: list[Pending], error: Exception) -> None:
-    """Every request of ``batch`` still waiting fails with ``error``."""
+def _fail(batch: Iterable[Pending], error: Callable[[Pending], BaseException]) -> None:
+    """Every request of ``batch`` still waiting fails with ``error(it)``."""
     for pending in batch:
         if not pending.future.done():
-            pending.future.set_exception(error)
+            pending.future.set_exception(error(pending))
 
 
 def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
     """A batch whose clients have all left is cancelled."""
     if all(p.future.cancelled() for p in batch):
         task.cancel()
+
+
+def _join(task: asyncio.Task[None], batch: list[Pending], joining: list[Pending]) -> None:
+    """``joining`` run in ``batch``'s ``task``, which is cancelled once all its clients left."""
+    abandon = functools.partial(_abandon, task, batch)
+    for pending in joining:
+        pending.task = task
+        pending.future.add_done_callback(abandon)
 
 
 class BatchCollector(Generic[S]):
@@ -178,7 +184,7 @@ class BatchCollector(Generic[S]):
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
         if self._max_wait is not None:
-            pending.deadline = self._deadline(pending.arrived)
+            pending.deadline = queue_deadline(pending.arrived, self._max_wait, self._model)
         if self._priority is not None:
             info = current_request.get()
             pending.level = self._priority.level(0 if info is None else info.priority)
@@ -191,30 +197,11 @@ class BatchCollector(Generic[S]):
             self.start()
         return pending
 
-    def _deadline(self, now: float) -> float | None:
-        """The latest time a request that arrives ``now`` may still join a batch: ``max_wait``
-        after, or sooner if the request asked (its deadline is on ``time.monotonic``'s scale,
-        moved onto the clock's); ``QueueTimeout`` if that has passed already."""
-        deadline = None
-        info = current_request.get()
-        if info is not None and info.deadline is not None:
-            deadline = now + (info.deadline - time.monotonic())
-        if self._max_wait and (deadline is None or now + self._max_wait < deadline):
-            deadline = now + self._max_wait
-        if deadline is not None and deadline <= now:
-            raise QueueTimeout.of(self._model, 0.0, self._retry_after())
-        return deadline
-
-    def _retry_after(self) -> float:
-        return max(1.0, math.ceil(self._max_wait or 0.0))
-
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
         was lost)."""
-        while self._queue:
-            pending = self._queue.popleft()
-            if not pending.future.done():
-                pending.future.set_exception(error(pending))
+        queue, self._queue = self._queue, collections.deque()
+        _fail(queue, error)
 
     def _count_live(self) -> int:
         queue = self._queue
@@ -250,29 +237,15 @@ class BatchCollector(Generic[S]):
             slotted.clear()
             self._ahead = batch
             task = self._tasks.spawn(self._run_batch(batch))
-            for pending in batch:
-                pending.task = task
+            _join(task, batch, batch)
 
             def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
                 # cancelled by the owner's close, even before it started: nobody waits forever
                 if done.cancelled() or done.exception() is not None:
-                    stopped = self._stopped
-                    for p in batch:
-                        if not p.future.done():
-                            p.future.set_exception(stopped())
-
-            def abandon(
-                _: asyncio.Future[Any],
-                task: asyncio.Task[None] = task,
-                batch: list[Pending] = batch,
-            ) -> None:
-                if all(p.future.cancelled() for p in batch):
-                    task.cancel()
+                    _fail(batch, lambda _: self._stopped())
 
             task.add_done_callback(fail_unanswered)
             task.add_done_callback(functools.partial(self._gone, slotted, batch))
-            for pending in batch:
-                pending.future.add_done_callback(abandon)
             await slotted.wait()  # one batch ahead at most
 
     def _gone(self, slotted: asyncio.Event, batch: list[Pending], _: object) -> None:
@@ -321,7 +294,9 @@ class BatchCollector(Generic[S]):
             deadline = pending.deadline
             if deadline is not None and deadline < now and not pending.future.done():
                 pending.future.set_exception(
-                    QueueTimeout.of(self._model, now - pending.arrived, self._retry_after())
+                    QueueTimeout.of(
+                        self._model, now - pending.arrived, retry_after(self._max_wait or 0.0)
+                    )
                 )
                 late = True
         if late:
@@ -342,10 +317,7 @@ class BatchCollector(Generic[S]):
             self._take(batch)
             task = asyncio.current_task()
             assert task is not None
-            abandon = functools.partial(_abandon, task, batch)
-            for pending in batch[before:]:
-                pending.task = task
-                pending.future.add_done_callback(abandon)
+            _join(task, batch, batch[before:])
         batch[:] = [p for p in batch if not p.future.done()]
         if not batch:
             self._release(slot)
@@ -376,7 +348,7 @@ class BatchCollector(Generic[S]):
             # holds them (a cycle that would wait for a garbage collection).
             if exc.__traceback__ is not None:
                 exc.__traceback__ = exc.__traceback__.tb_next
-            _fail(batch, exc)
+            _fail(batch, lambda _, exc=exc: exc)  # type: ignore[misc]
             return
         for p, out in zip(batch, outputs, strict=True):
             if not p.future.done():

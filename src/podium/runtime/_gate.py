@@ -16,6 +16,7 @@ Workers of one version that share a GPU group share one bound too, where the mod
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -42,15 +43,13 @@ class WorkerGate:
         self.failure: Exception | None = None  # set when no worker will come (the version failed)
         #: the bound per GPU group, where predict_concurrency is per device (set before any add)
         self.shares: DeviceShares | None = None
+        self._idle: dict[Any, asyncio.Event] = {}  # workers whose last request is waited for
 
     def _room(self, worker: Any) -> bool:
         shares = self.shares
-        return worker.busy < worker.capacity and (shares is None or shares.room(worker))
-
-    def _take(self, worker: Any) -> None:
-        worker.busy += 1
-        if self.shares is not None:
-            self.shares.take(worker)
+        return worker.busy < worker.capacity and (
+            shares is None or shares.room(worker, self._workers)
+        )
 
     def queue_policy(self, policy: QueuePolicy) -> None:
         """Bound each wait in the shared line in time and order it by priority (see
@@ -77,8 +76,6 @@ class WorkerGate:
         """A ready worker starts taking work (waiters first)."""
         if worker not in self._workers:
             self._workers.append(worker)
-        if self.shares is not None:
-            self.shares.join(worker)
         self.failure = None
         self._wake(worker)
 
@@ -87,8 +84,6 @@ class WorkerGate:
         of its slots fail with ``Unavailable`` (the scheduler that pinned them says why)."""
         if worker in self._workers:
             self._workers.remove(worker)
-        if self.shares is not None:
-            self.shares.leave(worker)
         self.fail_pinned(worker, self._worker_left_error)
 
     def fail_pinned(self, worker: Any, error: Callable[[], BaseException]) -> None:
@@ -122,7 +117,7 @@ class WorkerGate:
             return None
         worker = self._least_loaded()
         if worker is not None:
-            self._take(worker)
+            worker.busy += 1
         return worker
 
     def try_acquire_on(self, worker: Any) -> bool:
@@ -133,7 +128,7 @@ class WorkerGate:
             and not (self._pinned and self._pinned.get(worker))
             and worker in self._workers
         ):
-            self._take(worker)
+            worker.busy += 1
             return True
         return False
 
@@ -143,11 +138,7 @@ class WorkerGate:
         if worker is not None:
             return worker
         if not self._workers and not self.starting:
-            if self.failure is not None:
-                raise self.failure
-            raise Unavailable(
-                f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
-            )
+            raise self.none_coming()
         line = self._line
         waiting = line.waiting + self._ahead()
         if waiting >= self._max_waiting:
@@ -175,13 +166,20 @@ class WorkerGate:
         with hooks.queue():
             return await pinned.wait()
 
+    async def idle(self, worker: Any) -> None:
+        """Return once ``worker`` holds no request (a worker retired: what it held has ended)."""
+        if worker.busy:
+            await self._idle.setdefault(worker, asyncio.Event()).wait()
+
     def release(self, worker: Any) -> None:
         """The request is done with ``worker``'s slot: it goes to the oldest waiter, if any."""
         worker.busy -= 1
-        if self.shares is not None:
+        if self._idle and not worker.busy and worker in self._idle:
+            self._idle.pop(worker).set()
+        if self.shares is not None and worker.devices:
             # its group has room again: the least loaded of the group's workers takes the next
             # request (another before this one on a tie, so that they take turns)
-            group = [*self.shares.give(worker)]
+            group = [w for w in self._workers if w.devices == worker.devices and w is not worker]
             if worker in self._workers:
                 group.append(worker)
             for member in sorted(group, key=lambda w: w.busy):
@@ -193,11 +191,17 @@ class WorkerGate:
         # the shared line first, then the requests pinned to this worker
         line = self._line
         while line and self._room(worker) and line.hand(worker):
-            self._take(worker)
+            worker.busy += 1
         if self._pinned:
             pinned = self._pinned.get(worker)
             while pinned and self._room(worker) and pinned.hand(worker):
-                self._take(worker)
+                worker.busy += 1
+
+    def none_coming(self) -> Exception:
+        """Why no worker will take a request: the version failed, or it runs none."""
+        return self.failure or Unavailable(
+            f"model '{self._model}' has no workers (min_workers 0); scale it up to serve"
+        )
 
     def fail_waiters(self, exc: Exception) -> None:
         """No worker is coming (the version failed or is closing): every waiter in the shared

@@ -45,9 +45,28 @@ from ..errors import InvalidInput, QueueTimeout
 from ..types import current_request
 from ._clock import SYSTEM_CLOCK, Clock, Timer
 
-__all__ = ["Line", "LineStatistics", "QueuePolicy"]
+__all__ = ["Line", "LineStatistics", "QueuePolicy", "queue_deadline", "retry_after"]
 
 T = TypeVar("T")
+
+
+def retry_after(max_wait: float) -> float:
+    """Seconds a refused client is told to wait: the longest wait, at least one second."""
+    return max(1.0, math.ceil(max_wait))
+
+
+def queue_deadline(now: float, max_wait: float, model: str) -> float | None:
+    """When a request that arrives ``now`` must have left a queue: ``max_wait`` after (0: no
+    limit), or sooner where the request asked (:attr:`podium.types.RequestInfo.deadline`, on
+    the system clock's scale, ``time.monotonic``); None: never. ``QueueTimeout`` if that has
+    passed already: the request is refused without waiting."""
+    info = current_request.get()
+    end = None if info is None else info.deadline
+    if max_wait and (end is None or now + max_wait < end):
+        end = now + max_wait
+    if end is not None and end <= now:
+        raise QueueTimeout.of(model, 0.0, retry_after(max_wait))
+    return end
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +120,8 @@ class QueuePolicy:
         return priority
 
     def retry_after(self) -> float:
-        """Seconds a refused client is told to wait: the longest wait, at least one second."""
-        return max(1.0, math.ceil(self.max_wait))
+        """Seconds a refused client is told to wait (:func:`retry_after`)."""
+        return retry_after(self.max_wait)
 
 
 # A deque subclass rather than a wrapper: ``not line`` is then the deque's own C-level check,
@@ -186,20 +205,16 @@ class Line(collections.deque["asyncio.Future[T]"], Generic[T]):
         now = policy.clock.now()
         lanes = self._lanes
         level = policy.level(info.priority if info is not None else 0)
-        deadline = None if info is None else info.deadline
-        if policy.max_wait and (deadline is None or now + policy.max_wait < deadline):
-            deadline = now + policy.max_wait
+        end = queue_deadline(now, policy.max_wait, policy.model)
         timer = None
-        if deadline is not None:
-            if deadline <= now:
-                raise QueueTimeout.of(policy.model, 0.0, policy.retry_after())
+        if end is not None:
             pace = self._pace
             if pace and self:
                 ahead = len(self) if lanes is None else sum(len(lane) for lane in lanes[:level])
                 expected = (ahead + 1) * pace
-                if now + expected > deadline:  # it would wait past it: refused now, cheaply
+                if now + expected > end:  # it would wait past it: refused now, cheaply
                     raise QueueTimeout.expected(policy.model, expected, policy.retry_after())
-            timer = policy.clock.call_later(deadline - now, lambda: self._expire(future, now))
+            timer = policy.clock.call_later(end - now, lambda: self._expire(future, now))
         if lanes is not None:
             lanes[level - 1].append((future, now))
         return timer

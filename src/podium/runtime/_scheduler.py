@@ -10,10 +10,12 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..types import SequenceRef
+from ..errors import UnsupportedRepresentation
+from ..types import ModelInstance, SequenceRef
+from ._stats import preprocess
+from .process import WorkerGone
 
 if TYPE_CHECKING:
-    from ._stats import VersionStats
     from .workers import WorkerPool
 
 __all__ = [
@@ -22,8 +24,8 @@ __all__ = [
     "Scheduler",
     "SequenceScheduling",
     "TaskSet",
-    "postprocess",
-    "preprocess",
+    "stream_inputs_through",
+    "stream_through",
 ]
 
 T = TypeVar("T")
@@ -113,6 +115,14 @@ class PoolScheduler:
     async def start(self) -> None:
         return None
 
+    async def close(self) -> None:
+        """Stop every worker; readers of running streams get ``Unavailable``, not a hang."""
+        await self._pool.close()
+
+    def statistics(self) -> dict[str, int]:
+        """The pool's counters (slots, busy, waiting)."""
+        return self._pool.statistics()
+
     async def drain(self) -> None:
         """Return once no request is in this scheduler (new ones may still arrive)."""
         await self._activity.drain()
@@ -122,22 +132,21 @@ class PoolScheduler:
         """Requests in this scheduler now, waiting or running."""
         return self._activity.count
 
+    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
+        """A model that reads a stream of requests reads it unbatched, outside any sequence."""
+        return self._activity.through(stream_inputs_through(self._pool, inputs, request))
 
-async def preprocess(stats: VersionStats, model: Any, inputs: Any, request: Any) -> Any:
-    """``model.preprocess(inputs, request)`` (an instance, or a pool's preprocessor), its time
-    counted as the version's ``compute_input``."""
-    start = _now()
-    inputs = await model.preprocess(inputs, request)
-    stats.compute_input.add(_now() - start)
-    return inputs
-
-
-async def postprocess(stats: VersionStats, model: Any, outputs: Any, request: Any) -> Any:
-    """``model.postprocess(outputs, request)``, its time counted as ``compute_output``."""
-    start = _now()
-    outputs = await model.postprocess(outputs, request)
-    stats.compute_output.add(_now() - start)
-    return outputs
+    async def _stream(self, inputs: Any, request: Any, streams: bool) -> AsyncGenerator[Any, None]:
+        """One request's items, one by one on a worker's slot where the model ``streams``
+        (:func:`stream_through`), else its one answer."""
+        if not streams:
+            yield await self.infer(inputs, request)  # type: ignore[attr-defined]
+            return
+        async with contextlib.aclosing(
+            self._activity.through(stream_through(self._pool, inputs, request))
+        ) as items:
+            async for item in items:
+                yield item
 
 
 class SequenceScheduling(Scheduler, Protocol):
@@ -179,3 +188,70 @@ class TaskSet:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def stream_inputs_through(
+    pool: WorkerPool, inputs: AsyncIterator[Any], request: Any
+) -> AsyncGenerator[Any, None]:
+    """A stream of requests through a model that reads it (``consumes_stream``), on the
+    least-loaded ready thread worker, holding one slot for the whole stream. Each request is
+    preprocessed as it is read."""
+    if pool.instance.capabilities.has_preprocess:
+        pre = pool.preprocessor()
+        inputs = _preprocess_each(pre, inputs, request)
+    gate = pool.gate
+    worker = await _slot(pool)
+    stream_inputs = getattr(worker, "stream_inputs", None)
+    if stream_inputs is None:
+        gate.release(worker)
+        raise UnsupportedRepresentation(
+            f"{pool.label} reads a stream of requests, which needs thread workers "
+            f"(it runs in {worker.kind} workers)"
+        )
+    async with contextlib.aclosing(stream_inputs(inputs, request)) as items:
+        async for item in items:
+            yield item
+
+
+async def _preprocess_each(
+    pre: ModelInstance, inputs: AsyncIterator[Any], request: Any
+) -> AsyncGenerator[Any, None]:
+    async for item in inputs:
+        yield await pre.preprocess(item, request)
+
+
+async def _slot(pool: WorkerPool) -> Any:
+    """A slot on the least-loaded ready worker; the wait is counted as queue time."""
+    gate = pool.gate
+    worker = gate.try_acquire()
+    if worker is None:
+        start = _now()
+        worker = await gate.acquire()
+        pool.stats.queue.add(_now() - start)
+    else:
+        pool.stats.unqueued += 1
+    return worker
+
+
+async def stream_through(pool: WorkerPool, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    """One request through a streaming model: preprocess, then the items of the least-loaded
+    ready worker's ``predict_stream`` (a worker that died before it got the request is
+    skipped). The worker's slot is held until its stream ends."""
+    if pool.instance.capabilities.has_preprocess:
+        inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
+    while True:
+        worker = await _slot(pool)
+        items = worker.stream(inputs, request)
+        try:
+            first = await anext(items)
+        except StopAsyncIteration:
+            return
+        except WorkerGone:
+            continue
+        break
+    try:
+        yield first
+        async for item in items:
+            yield item
+    finally:
+        await items.aclose()

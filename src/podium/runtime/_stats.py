@@ -24,6 +24,7 @@ import asyncio
 import enum
 import itertools
 import time
+from typing import Any
 
 from ..errors import (
     Cancelled,
@@ -50,9 +51,12 @@ __all__ = [
     "TokenStats",
     "VersionStats",
     "outcome_of",
+    "postprocess",
+    "preprocess",
 ]
 
 _SHIFT = 16
+_now = time.perf_counter_ns
 
 #: Upper bounds of every duration histogram, in ns: powers of two from 2**16 (65.5 µs) to
 #: 2**36 (68.7 s), then +Inf, for sub-millisecond and multi-second models alike. Powers of two,
@@ -342,22 +346,14 @@ class VersionStats:
         """One execution of ``predict`` over ``size`` requests that took ``ns``."""
         self.predict.add(ns)
         if size != 1:
-            batch = self.batched.get(size)
-            if batch is None:
-                batch = self.batched[size] = BatchStats(size)
-            batch.count += 1
-            batch.ns += ns
+            _add(self.batched, size, 1, ns)
 
     def stepped(self, size: int, ns: int) -> None:
         """One step of a continuous batch of ``size`` requests (an execution); each request's
         own compute time is counted when it ends (:meth:`generated`)."""
         self.steps += 1
         self.predict.add(ns)
-        batch = self.stepped_by.get(size)
-        if batch is None:
-            batch = self.stepped_by[size] = BatchStats(size)
-        batch.count += 1
-        batch.ns += ns
+        _add(self.stepped_by, size, 1, ns)
 
     def generated(self, ns: int) -> None:
         """A request of a continuous batch ended, ``ns`` after it joined the batch."""
@@ -485,8 +481,30 @@ class VersionStats:
         self.compute_output.merge(delta.compute_output)
         self.predict.merge(delta.predict)
         for size, (count, ns) in delta.batched.items():
-            batch = self.batched.get(size)
-            if batch is None:
-                batch = self.batched[size] = BatchStats(size)
-            batch.count += count
-            batch.ns += ns
+            _add(self.batched, size, count, ns)
+
+
+def _add(by: dict[int, BatchStats], size: int, count: int, ns: int) -> None:
+    """``count`` executions over ``size`` requests that took ``ns``, into ``by`` (by size)."""
+    batch = by.get(size)
+    if batch is None:
+        batch = by[size] = BatchStats(size)
+    batch.count += count
+    batch.ns += ns
+
+
+async def preprocess(stats: VersionStats, model: Any, inputs: Any, request: Any) -> Any:
+    """``model.preprocess(inputs, request)`` (an instance, or a pool's preprocessor), its time
+    counted as the version's ``compute_input``."""
+    start = _now()
+    inputs = await model.preprocess(inputs, request)
+    stats.compute_input.add(_now() - start)
+    return inputs
+
+
+async def postprocess(stats: VersionStats, model: Any, outputs: Any, request: Any) -> Any:
+    """``model.postprocess(outputs, request)``, its time counted as ``compute_output``."""
+    start = _now()
+    outputs = await model.postprocess(outputs, request)
+    stats.compute_output.add(_now() - start)
+    return outputs

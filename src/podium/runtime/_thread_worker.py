@@ -83,7 +83,6 @@ class ThreadWorker:
         #: what it ran on its GPU (the statistics extension's device_stats); None on the CPU
         self._on_gpu = self._stats.on_device(device) if devices else None
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
-        self._idle: asyncio.Event | None = None
         # response_timeout (:meth:`_timed`): the callers' tasks the sweep watches, each with
         # since when its predict runs (None: a sync call's start, asked of ``calls``); those it
         # stopped, with the error their caller raises; those past their deadline that still
@@ -103,16 +102,6 @@ class ThreadWorker:
             self._loaded = True
         self.state = WorkerState.READY
 
-    def _release(self) -> None:
-        self._gate.release(self)
-        if self.busy == 0 and self._idle is not None:
-            self._idle.set()
-
-    async def wait_idle(self) -> None:
-        if self.busy:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
-
     async def infer(self, inputs: Any, request: Any, size: int = 1) -> Any:
         """``predict`` on ``inputs`` (``size`` requests: a batch's length)."""
         start = _now()
@@ -122,7 +111,7 @@ class ThreadWorker:
             try:
                 outputs = await self.instance.predict(inputs, request)
             finally:
-                self._release()
+                self._gate.release(self)
         self._stats.executed(size, _now() - start)
         return outputs
 
@@ -178,7 +167,7 @@ class ThreadWorker:
                 self._held.discard(task)
             else:
                 self._late.pop(task, None)  # (an async predict that swallowed its cancellation)
-                self._release()
+                self._gate.release(self)
 
     def _sweep(self) -> None:
         """The predicts of :meth:`_timed` past response_timeout: each caller fails at once. When
@@ -221,7 +210,7 @@ class ThreadWorker:
         self._late.pop(task, None)
         if not self._late:
             self.capacity = self._full
-        self._release()
+        self._gate.release(self)
 
     def stuck(self) -> int:
         """Calls this worker still runs more than STUCK_GRACE seconds past their
@@ -257,7 +246,7 @@ class ThreadWorker:
             self._producers.pop(task, None)
             if not released[0]:  # cancelled before it ran, or predict_stream() itself raised
                 released[0] = True
-                self._release()
+                self._gate.release(self)
 
         task.add_done_callback(done)
         timeout = self._timeout or None
@@ -312,7 +301,9 @@ class ThreadWorker:
                 await items.aclose()
             finally:
                 released[0] = True
-                self._release()  # before the last put: a slow reader must not hold the slot
+                self._gate.release(
+                    self
+                )  # before the last put: a slow reader must not hold the slot
         await queue.put(outcome)
         del outcome  # (an error's traceback holds this frame: no cycle through it)
 

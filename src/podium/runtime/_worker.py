@@ -113,6 +113,7 @@ class Worker(Protocol):
     capacity: int
     started: float
     instance: ModelInstance
+    devices: tuple[int, ...]  # the GPUs it holds for life (none: the CPU)
 
     async def start(self) -> None: ...
 
@@ -121,8 +122,6 @@ class Worker(Protocol):
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]: ...
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any: ...
-
-    async def wait_idle(self) -> None: ...
 
     def stuck(self) -> int:
         """Calls it still runs more than STUCK_GRACE seconds past their response_timeout."""

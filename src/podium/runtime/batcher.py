@@ -9,9 +9,8 @@ batch formed is dropped from the queue; a running batch whose clients have all l
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 from ..errors import Unavailable
@@ -19,8 +18,8 @@ from ..types import ModelInstance
 from ._clock import SYSTEM_CLOCK, Clock
 from ._collector import BatchCollector, Pending
 from ._line import QueuePolicy
-from ._scheduler import PoolScheduler, TaskSet, postprocess, preprocess
-from .direct import stream_inputs_through, stream_through
+from ._scheduler import PoolScheduler, TaskSet
+from ._stats import postprocess, preprocess
 from .process import Failed, WorkerGone
 from .workers import Worker, WorkerPool
 
@@ -82,10 +81,6 @@ class BatchScheduler(PoolScheduler):
             priority=priority,
         )
 
-    @property
-    def batches_run(self) -> int:
-        return self._batches.batches_run
-
     async def start(self) -> None:
         self._batches.start()
 
@@ -106,48 +101,34 @@ class BatchScheduler(PoolScheduler):
         return stats
 
     async def infer(self, inputs: Any, request: Any) -> Any:
+        pool = self._pool
+        caps = pool.instance.capabilities
         self._activity.enter()
         try:
-            return await self._infer(inputs, request)
+            if caps.has_preprocess:
+                inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
+            if self._closed:
+                raise Unavailable(f"model '{self._model}' is stopped")
+            pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
+            try:
+                outputs = await pending.future
+            except BaseException:
+                # what it raised holds this frame (its traceback) and the future holds what it
+                # raised: no cycle through them (it would wait for a garbage collection)
+                del pending
+                raise
+            if isinstance(outputs, Failed):  # this request's own failure in a worker process
+                raise outputs.exception()
+            if caps.has_postprocess and pending.slot is not None:
+                outputs = await postprocess(pool.stats, pending.slot.instance, outputs, request)
+            return outputs
         finally:
             self._activity.leave()
 
-    async def _infer(self, inputs: Any, request: Any) -> Any:
-        pool = self._pool
-        caps = pool.instance.capabilities
-        if caps.has_preprocess:
-            inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
-        if self._closed:
-            raise Unavailable(f"model '{self._model}' is stopped")
-        pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
-        try:
-            outputs = await pending.future
-        except BaseException:
-            # what it raised holds this frame (its traceback) and the future holds what it
-            # raised: no cycle through them (it would wait for a garbage collection)
-            del pending
-            raise
-        if isinstance(outputs, Failed):  # this request's own failure in a worker process
-            raise outputs.exception()
-        if caps.has_postprocess and pending.slot is not None:
-            outputs = await postprocess(pool.stats, pending.slot.instance, outputs, request)
-        return outputs
-
-    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
-        """A model that reads a stream of requests reads it unbatched."""
-        return self._activity.through(stream_inputs_through(self._pool, inputs, request))
-
-    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """A batched ``predict``'s one result; a streaming model (an MLServer runtime with
         ``predict_stream`` and adaptive batching) streams its request unbatched, as MLServer does."""
-        if not self._pool.instance.capabilities.streaming:
-            yield await self.infer(inputs, request)
-            return
-        async with contextlib.aclosing(
-            self._activity.through(stream_through(self._pool, inputs, request))
-        ) as items:
-            async for item in items:
-                yield item
+        return self._stream(inputs, request, self._pool.instance.capabilities.streaming)
 
     @staticmethod
     def _run_batch(worker: Worker, batch: list[Pending]) -> Awaitable[Any]:

@@ -19,17 +19,18 @@ import asyncio
 import collections
 import contextlib
 import contextvars
-import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..config import ModelConfig
 from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation, WorkerDied
-from ..types import Generation, current_request
+from ..types import Generation
 from ._clock import SYSTEM_CLOCK, Clock
 from ._items import ItemBuffer, step
-from ._scheduler import PoolScheduler, preprocess
+from ._line import queue_deadline, retry_after
+from ._scheduler import PoolScheduler
+from ._stats import preprocess
 from .workers import Worker, WorkerPool, WorkerState
 
 __all__ = ["ContinuousScheduler"]
@@ -182,41 +183,28 @@ class ContinuousScheduler(PoolScheduler):
                 self._join(best, req)
                 return
         if not self._lanes and not self._gate.starting:
-            if self._gate.failure is not None:
-                raise self._gate.failure
-            raise Unavailable(
-                f"model '{self._pool.model}' has no workers (min_workers 0); scale it up to serve"
-            )
+            raise self._gate.none_coming()
         waiting = sum(1 for r in self._waiting if not r.gone)
         if waiting >= self._max_waiting:
-            raise QueueFull(
-                f"{self._label} queue is full: {waiting} requests waiting for room in a "
-                f"continuous batch (max_queue_size {self._max_waiting})"
-            )
-        self._waiting.append(req)
+            raise QueueFull.of(self._pool.model, waiting, self._max_waiting)
         self._time_out(req)
+        self._waiting.append(req)
 
     def _time_out(self, req: _Request) -> None:
         """A waiting request's deadline (the model's ``max_queue_delay``, the request's own):
-        past it, still waiting, it ends with ``QueueTimeout`` and never joins a batch."""
-        info = current_request.get()
-        asked = None if info is None else info.deadline
-        if not self._max_wait and asked is None:
-            return
+        past it, still waiting, it ends with ``QueueTimeout`` and never joins a batch; passed
+        already: refused at once."""
         now = self._clock.now()
-        wait = self._max_wait or math.inf
-        if asked is not None:
-            wait = min(wait, asked - time.monotonic())
-        retry_after = max(1.0, math.ceil(self._max_wait))
+        end = queue_deadline(now, self._max_wait, self._pool.model)
+        if end is None:
+            return
 
         def expire() -> None:
             if req.lane is None and not req.gone:
-                req.end(QueueTimeout.of(self._pool.model, self._clock.now() - now, retry_after))
+                waited = self._clock.now() - now
+                req.end(QueueTimeout.of(self._pool.model, waited, retry_after(self._max_wait)))
 
-        if wait <= 0:
-            expire()
-        else:
-            self._clock.call_later(wait, expire)
+        self._clock.call_later(end - now, expire)
 
     @staticmethod
     def _join(lane: _Lane, req: _Request) -> None:
@@ -243,22 +231,20 @@ class ContinuousScheduler(PoolScheduler):
 
     def _refill(self, lane: _Lane) -> None:
         """Between steps: drop finished and cancelled requests, admit joining and waiting ones."""
-        lane.active = [r for r in lane.active if not r.gone]
-        queue = self._stats.queue
-        now = _now()
-        for req in lane.joining:
-            if not req.gone:
-                lane.active.append(req)
-                req.joined = now
-                queue.add(now - req.placed)
+        active = lane.active = [r for r in lane.active if not r.gone]
+        admitted = [r for r in lane.joining if not r.gone]
         lane.joining.clear()
-        while not lane.lost and self._waiting and len(lane.active) < self._batch_size:
+        while not lane.lost and self._waiting and len(active) + len(admitted) < self._batch_size:
             req = self._waiting.popleft()
             if not req.gone:
                 req.lane = lane
-                lane.active.append(req)
-                req.joined = now
-                queue.add(now - req.placed)
+                admitted.append(req)
+        queue = self._stats.queue
+        now = _now()
+        for req in admitted:
+            active.append(req)
+            req.joined = now
+            queue.add(now - req.placed)
 
     async def _run_lane(self, lane: _Lane) -> None:
         worker = lane.worker

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
-from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance
 from ._line import QueuePolicy
-from ._scheduler import PoolScheduler, postprocess, preprocess
-from ._stats import VersionStats
+from ._scheduler import PoolScheduler
+from ._stats import VersionStats, postprocess, preprocess
 from .process import WorkerGone
 from .workers import Moved, Worker, WorkerPool
 
@@ -63,13 +61,6 @@ class DirectScheduler(PoolScheduler):
         """The counters of the version this scheduler runs (its pool's)."""
         return self._stats
 
-    async def close(self) -> None:
-        """Stop every worker; readers of running streams get ``Unavailable``, not a hang."""
-        await self._pool.close()
-
-    def statistics(self) -> dict[str, int]:
-        return self._pool.statistics()
-
     async def infer(self, inputs: Any, request: Any) -> Any:
         pool = self._pool
         caps = pool.instance.capabilities
@@ -97,84 +88,6 @@ class DirectScheduler(PoolScheduler):
         finally:
             self._activity.leave()
 
-    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
-        return self._activity.through(stream_inputs_through(self._pool, inputs, request))
-
-    async def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        pool = self._pool
-        caps = pool.instance.capabilities
-        if not (caps.streaming or caps.returns_streams):
-            yield await self.infer(inputs, request)
-            return
-        async with contextlib.aclosing(
-            self._activity.through(stream_through(pool, inputs, request))
-        ) as items:
-            async for item in items:
-                yield item
-
-
-async def stream_inputs_through(
-    pool: WorkerPool, inputs: AsyncIterator[Any], request: Any
-) -> AsyncGenerator[Any, None]:
-    """A stream of requests through a model that reads it (``consumes_stream``), on the
-    least-loaded ready thread worker, holding one slot for the whole stream. Each request is
-    preprocessed as it is read."""
-    if pool.instance.capabilities.has_preprocess:
-        pre = pool.preprocessor()
-        inputs = _preprocess_each(pre, inputs, request)
-    gate = pool.gate
-    worker = await _slot(pool)
-    stream_inputs = getattr(worker, "stream_inputs", None)
-    if stream_inputs is None:
-        gate.release(worker)
-        raise UnsupportedRepresentation(
-            f"{pool.label} reads a stream of requests, which needs thread workers "
-            f"(it runs in {worker.kind} workers)"
-        )
-    async with contextlib.aclosing(stream_inputs(inputs, request)) as items:
-        async for item in items:
-            yield item
-
-
-async def _preprocess_each(
-    pre: ModelInstance, inputs: AsyncIterator[Any], request: Any
-) -> AsyncGenerator[Any, None]:
-    async for item in inputs:
-        yield await pre.preprocess(item, request)
-
-
-async def _slot(pool: WorkerPool) -> Any:
-    """A slot on the least-loaded ready worker; the wait is counted as queue time."""
-    gate = pool.gate
-    worker = gate.try_acquire()
-    if worker is None:
-        start = _now()
-        worker = await gate.acquire()
-        pool.stats.queue.add(_now() - start)
-    else:
-        pool.stats.unqueued += 1
-    return worker
-
-
-async def stream_through(pool: WorkerPool, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-    """One request through a streaming model: preprocess, then the items of the least-loaded
-    ready worker's ``predict_stream`` (a worker that died before it got the request is
-    skipped). The worker's slot is held until its stream ends."""
-    if pool.instance.capabilities.has_preprocess:
-        inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
-    while True:
-        worker = await _slot(pool)
-        items = worker.stream(inputs, request)
-        try:
-            first = await anext(items)
-        except StopAsyncIteration:
-            return
-        except WorkerGone:
-            continue
-        break
-    try:
-        yield first
-        async for item in items:
-            yield item
-    finally:
-        await items.aclose()
+    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        caps = self._pool.instance.capabilities
+        return self._stream(inputs, request, caps.streaming or caps.returns_streams)

@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -70,25 +70,15 @@ def _check_batching(source: ModelSource, spec: ModelSpec) -> None:
 
 
 def _check_continuous(source: ModelSource) -> None:
-    config = source.config
-    if not config.continuous_batching:
-        return
-    problems = []
-    continuous = (Contract.NATIVE, Contract.TORCHSERVE)
-    if config.sequence_batching and source.contract not in continuous:
-        problems.append(
-            f"{source.label}: continuous_batching together with sequence_batching is "
-            f"supported for native models and TorchServe handlers, not yet for a "
-            f"{source.contract.value} model"
-        )
-    if source.contract not in continuous:
-        problems.append(
-            f"{source.label}: continuous_batching for a {source.contract.value} model is not "
+    """Continuous batching (with sequence_batching or not) is for native models and
+    TorchServe handlers only."""
+    contract = source.contract
+    if source.config.continuous_batching and contract not in (Contract.NATIVE, Contract.TORCHSERVE):
+        raise DefinitionError(
+            f"{source.label}: continuous_batching for a {contract.value} model is not "
             "supported yet; only native models (a class with step(self, batch)) and TorchServe "
             "handlers (continuousBatching) have it"
         )
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
 
 
 def prepare(source: ModelSource) -> Any:
@@ -239,10 +229,7 @@ def _discover(
         found, path_problems = discover_all(path)  # a bad config hides no other model's problems
         name = (names or {}).get(path)
         if name is not None:
-            found = [
-                dataclasses.replace(s, config=dataclasses.replace(s.config, name=name))
-                for s in found
-            ]
+            found = [_with_config(s, {"name": name}) for s in found]
         sources.extend(found)
         problems.extend(path_problems)
     return sources, problems
@@ -271,10 +258,8 @@ class ModelSettings:
         values.update(self.models.get(source.config.name, {}))
         if not values:
             return source
-        low = values.get("min_workers")
-        if low is not None and "max_workers" not in values:  # as registration does
-            values["max_workers"] = max(source.config.max_workers, low, 1)
         data = {k: v for k, v in raw.items() if k in FIELDS}  # its own keys, checked again
+        values = _raised(values, source.config)
         data.update(values)
         try:
             checked = ModelConfig.from_mapping(
@@ -285,8 +270,23 @@ class ModelSettings:
         except DefinitionError as exc:
             problems.extend(exc.problems)
             return source
-        fields = {FIELDS[k].attr: getattr(checked, FIELDS[k].attr) for k in values}
-        return dataclasses.replace(source, config=dataclasses.replace(source.config, **fields))
+        return _with_config(
+            source, {FIELDS[k].attr: getattr(checked, FIELDS[k].attr) for k in values}
+        )
+
+
+def _with_config(source: ModelSource, values: Mapping[str, Any]) -> ModelSource:
+    """``source`` with ``values`` (``ModelConfig`` fields) in place of its config's own."""
+    return dataclasses.replace(source, config=dataclasses.replace(source.config, **values))
+
+
+def _raised(values: Mapping[str, Any], config: ModelConfig) -> dict[str, Any]:
+    """``values`` with ``max_workers`` raised to a ``min_workers`` above it, where they set
+    ``min_workers`` alone (as registration does)."""
+    low = values.get("min_workers")
+    if low is None or "max_workers" in values:
+        return dict(values)
+    return {**values, "max_workers": max(config.max_workers, low, 1)}
 
 
 #: A model version imported and checked: its source, what ``prepare`` made of it, and the
@@ -382,21 +382,12 @@ def in_environments(sources: list[ModelSource], problems: list[str]) -> list[Mod
     """Each source that declares requirements, with them installed into its own environment
     (``runtime.environments``; cached) and set to run in worker processes started from it; a
     failed install is a problem of that model (added to ``problems``, the source left out)."""
-    placed: list[ModelSource] = []
-    for source in sources:
+
+    def make(source: ModelSource) -> tuple[environments.Environment, str] | None:
         wanted = source.requirements()
-        if not wanted:
-            placed.append(source)
-            continue
-        try:
-            env = environments.install(wanted, label=source.label)
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
-            continue
-        logger.info("%s runs in worker processes from %s", source.label, env.path)
-        config = dataclasses.replace(source.config, workers=WorkerKind.PROCESS.value)
-        placed.append(dataclasses.replace(source, config=config, python=env.python))
-    return placed
+        return (environments.install(wanted, label=source.label), "") if wanted else None
+
+    return _in_environment(sources, problems, make)
 
 
 def in_declared_environments(sources: list[ModelSource], problems: list[str]) -> list[ModelSource]:
@@ -404,31 +395,44 @@ def in_declared_environments(sources: list[ModelSource], problems: list[str]) ->
     unpacked and cached, or ``environment_path``: ``runtime.environments``) set to run in
     worker processes started from it, its programs first on ``PATH``; one whose environment
     cannot be made is a problem of that model (added to ``problems``, the source left out)."""
-    placed: list[ModelSource] = []
-    for source in sources:
+
+    def make(source: ModelSource) -> tuple[environments.Environment, str] | None:
         declared = mlserver.declared_environment(source)
         if declared is None:
-            placed.append(source)
-            continue
+            return None
         kind, path = declared
+        use = environments.use_existing if kind == "path" else environments.unpack
+        return use(path, label=source.label), f" ({path})"
+
+    return _in_environment(sources, problems, make)
+
+
+def _in_environment(
+    sources: list[ModelSource],
+    problems: list[str],
+    make: Callable[[ModelSource], tuple[environments.Environment, str] | None],
+) -> list[ModelSource]:
+    """Each source set to run in worker processes from the environment ``make`` gives it (and
+    where from, for the log; None: it needs none, and stays as it is)."""
+    placed: list[ModelSource] = []
+    for source in sources:
         try:
-            if kind == "path":
-                env = environments.use_existing(path, label=source.label)
-            else:
-                env = environments.unpack(path, label=source.label)
+            made = make(source)
         except DefinitionError as exc:
             problems.extend(exc.problems)
             continue
-        logger.info("%s runs in worker processes from %s (%s)", source.label, env.path, path)
-        config = dataclasses.replace(source.config, workers=WorkerKind.PROCESS.value)
+        if made is None:
+            placed.append(source)
+            continue
+        env, where = made
+        logger.info("%s runs in worker processes from %s%s", source.label, env.path, where)
+        source = _with_config(source, {"workers": WorkerKind.PROCESS.value})
         process_env = dict(source.process_env)
         if env.bin is not None:
             process_env["PATH"] = os.pathsep.join(
                 p for p in (str(env.bin), os.environ.get("PATH", "")) if p
             )
-        placed.append(
-            dataclasses.replace(source, config=config, python=env.python, process_env=process_env)
-        )
+        placed.append(dataclasses.replace(source, python=env.python, process_env=process_env))
     return placed
 
 
@@ -475,10 +479,7 @@ def register_paths(
     if install_requirements:
         sources = in_environments(sources, problems)
     if overrides:
-        sources = [
-            dataclasses.replace(s, config=dataclasses.replace(s.config, **overrides))
-            for s in sources
-        ]
+        sources = [_with_config(s, overrides) for s in sources]
     checked, problems = _check(sources, problems)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
@@ -506,13 +507,7 @@ def build_path(
     """
     found, problems = _discover([path])
     try:
-        sources: list[ModelSource] = []
-        for source in found:
-            values = dict(overrides)
-            if "min_workers" in values and "max_workers" not in values:
-                values["max_workers"] = max(source.config.max_workers, values["min_workers"], 1)
-            config = dataclasses.replace(source.config, **values)
-            sources.append(dataclasses.replace(source, config=config))
+        sources = [_with_config(s, _raised(overrides, s.config)) for s in found]
         sources = in_declared_environments(sources, problems)
         checked, problems = _check(sources, problems)
         if problems:

@@ -19,7 +19,7 @@ from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
 from ._stats import VersionStats
-from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
+from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState, label_of
 
 __all__ = ["UNVERSIONED", "ModelState", "ModelVersion", "Registry", "version_key"]
 
@@ -81,7 +81,7 @@ class ModelVersion:
 
     @property
     def label(self) -> str:
-        return f"model '{self.name}'" + (f" version '{self.version}'" if self.version else "")
+        return label_of(self.config)
 
     async def load(self) -> None:
         """Run the model's ``load()``; a failure marks this version FAILED with the reason.

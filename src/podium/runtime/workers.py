@@ -44,7 +44,6 @@ from ..devices import empty_cache, using
 from ..errors import DeviceLost, DeviceOutOfMemory, InvalidInput, ModelNotReady, Unavailable
 from ..metrics import recording_to
 from ..types import ModelInstance
-from ._device_counts import DeviceCounts
 from ._device_share import DeviceShares
 from ._gate import WorkerGate
 from ._stats import RestartReason, VersionStats
@@ -227,30 +226,15 @@ class WorkerPool:
             devices=devices,
         )
         if config.predict_concurrency_per == "device" and any(pool.devices.groups):
-            held = pool.devices.of
-            pool.gate.shares = DeviceShares(config.predict_concurrency, lambda w: held(w.id))
+            pool.gate.shares = DeviceShares(config.predict_concurrency, lambda: pool._workers)
         return pool
 
     # -- views -----------------------------------------------------------------------------
 
-    def counts_of(self, wid: str) -> DeviceCounts | None:
-        """What worker ``wid`` runs on its GPU adds to (None on the CPU): its device's counts."""
-        group = self.devices.of(wid)
-        return self.stats.on_device(self.devices.name(group)) if group else None
-
     def infos(self) -> list[WorkerInfo]:
-        devices = self.devices
+        name = self.devices.name
         return [
-            WorkerInfo(
-                w.id,
-                w.pid,
-                w.kind,
-                w.state,
-                w.busy,
-                w.started,
-                devices.of(w.id) or (),
-                devices.name(devices.of(w.id) or ()),
-            )
+            WorkerInfo(w.id, w.pid, w.kind, w.state, w.busy, w.started, w.devices, name(w.devices))
             for w in self._workers
         ]
 
@@ -406,13 +390,13 @@ class WorkerPool:
         self.gate.remove(worker)
         if how:
             self._report_lost(worker, how)
-        await worker.wait_idle()
+        await self.gate.idle(worker)
         await worker.close()
         worker.state = WorkerState.DEAD
         if worker in self._workers:
             self._workers.remove(worker)
-        if self._replaced.pop(worker.id, None) is None:  # (else its device went to the new one)
-            self.devices.release(worker.id)
+        self._replaced.pop(worker.id, None)
+        self.devices.release(worker.id)  # (a replaced one's went to the new one: nothing to do)
         release_device_memory(worker)
         logger.info("%s: %s worker %s stopped", self.label, self.kind, worker.id)
 
@@ -425,20 +409,15 @@ class WorkerPool:
         if self._closing:
             self.devices.release(worker.id)
             return
-        self.devices.vacate(worker.id)  # its replacement runs on its device
         lost = self._replaced.pop(worker.id, None)  # its device was lost
-        self._report_lost(worker, "died")
-        self._note_loss(reason if lost is None else f"{reason}: {lost}")
         if crashed or lost is not None:
             logger.error("%s: %s", self.label, reason if lost is None else lost)
             self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
         if lost is not None:
-            self.stats.restarted(RestartReason.DEVICE_LOST)
+            why = RestartReason.DEVICE_LOST
         else:
-            self.stats.restarted(
-                RestartReason.CRASHED if crashed else RestartReason.RESPONSE_TIMEOUT
-            )
-        self._spawn_replace()
+            why = RestartReason.CRASHED if crashed else RestartReason.RESPONSE_TIMEOUT
+        self._lose(worker, "died", reason if lost is None else f"{reason}: {lost}", why)
 
     def device_error(self, worker: Worker, exc: BaseException) -> None:
         """A call on ``worker`` failed on its device: an out-of-memory error is counted (the
@@ -463,16 +442,9 @@ class WorkerPool:
             return
         # a thread worker: no new work; a fresh instance on the same device replaces it
         logger.error("%s: %s (%s); replacing it", self.label, why, exc)
-        worker.state = WorkerState.STOPPING
-        self.gate.remove(worker)
-        self.devices.vacate(worker.id)
-        self._report_lost(worker, "died (its device was lost)")
-        self._note_loss(why)
         lived = time.time() - worker.started
         self._failures = 0 if lived >= STABLE_AFTER else self._failures + 1
-        self.stats.restarted(RestartReason.DEVICE_LOST)
-        self._spawn_replace()
-        self._spawn(self._retire(worker, how=""))
+        self._lose(worker, "died (its device was lost)", why, RestartReason.DEVICE_LOST, True)
 
     def _replace_stuck(self, worker: ThreadWorker) -> None:
         """A thread worker's predict outlived its timeout: it takes no new work, a fresh instance
@@ -482,15 +454,26 @@ class WorkerPool:
             self.label,
             worker.id,
         )
-        worker.state = WorkerState.STOPPING
+        what = "stuck past response_timeout, replaced"
+        loss = f"thread worker {worker.id} {what}"
+        self._lose(worker, f"died ({what})", loss, RestartReason.RESPONSE_TIMEOUT, True)
+
+    def _lose(
+        self, worker: Worker, how: str, loss: str, why: RestartReason, retire: bool = False
+    ) -> None:
+        """``worker`` is lost (``how``, for the schedulers; ``loss``, for :meth:`trouble`):
+        its replacement starts, on its device. ``retire``: a thread worker that cannot go on
+        takes no new work, and is dropped once what it holds has ended."""
+        if retire:
+            worker.state = WorkerState.STOPPING
         self.gate.remove(worker)
-        self._report_lost(worker, "died (stuck past response_timeout, replaced)")
-        self._note_loss(f"thread worker {worker.id} stuck past response_timeout, replaced")
-        self.stats.restarted(RestartReason.RESPONSE_TIMEOUT)
         self.devices.vacate(worker.id)
-        self._replaced[worker.id] = "stuck"  # (its retirement leaves its device to the new one)
+        self._report_lost(worker, how)
+        self._note_loss(loss)
+        self.stats.restarted(why)
         self._spawn_replace()
-        self._spawn(self._retire(worker, how=""))
+        if retire:
+            self._spawn(self._retire(worker, how=""))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)

@@ -49,6 +49,7 @@ from ...metrics import MetricStore, recording_to
 from ...model import model_error
 from ...turn import TurnBuffer
 from ...types import ModelInstance, RequestInfo, current_request
+from .._stats import postprocess, preprocess
 from ._messages import (
     Answer,
     Batch,
@@ -71,11 +72,11 @@ from ._messages import (
     Stopped,
     Stream,
     Unvalidated,
-    pack_error,
     queues_ahead,
 )
+from ._remote import Connection
 from ._steps import ChildSteps
-from ._wire import Decoder, Encoder, Ring
+from ._wire import Encoder, Ring
 
 __all__ = ["main"]
 
@@ -98,32 +99,14 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-class _Window:
-    """How many more stream items the server's reader will take (its buffer's free room)."""
-
-    def __init__(self, size: int) -> None:
-        self.room = size
-        self._more: asyncio.Event | None = None
-
-    async def take(self) -> None:
-        while self.room <= 0:
-            self._more = asyncio.Event()
-            await self._more.wait()
-        self.room -= 1
-
-    def add(self, n: int) -> None:
-        self.room += n
-        if self._more is not None:
-            self._more.set()
-
-
 class _Request:
     """A request the worker has begun: its task, what its rebuilt request objects wait on to
-    see the client leave (``gone``; only where one came), a stream's window."""
+    see the client leave (``gone``; only where one came), a stream's window (how many more
+    items the server's reader will take: its buffer's free room)."""
 
     __slots__ = ("task", "gone", "window", "ran", "dropped")
 
-    def __init__(self, gone: asyncio.Event | None, window: _Window | None) -> None:
+    def __init__(self, gone: asyncio.Event | None, window: asyncio.Semaphore | None) -> None:
         self.task: asyncio.Task[None] | None = None
         self.gone = gone
         self.window = window
@@ -131,12 +114,12 @@ class _Request:
         self.dropped = False  # a cancel came before its task began: it only answers Stopped
 
 
-class Child(asyncio.Protocol):
-    """The worker process's end of the socket: builds the model on Init, serves requests."""
+class Child(Connection):
+    """The worker process's end of the socket: builds the model on Init, serves requests;
+    ``closed`` is set when the socket closes."""
 
     def __init__(self, closed: asyncio.Event) -> None:
-        self._decoder = Decoder(self._on_message)
-        self._closed = closed
+        super().__init__(self._on_message, closed.set, lambda upto: self.send(Release(upto)))
         self._transport: Any = None
         self._requests: dict[int, _Request] = {}
         self._setup: asyncio.Task[None] | None = None
@@ -167,19 +150,6 @@ class Child(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
 
-    def data_received(self, data: bytes) -> None:
-        decoder = self._decoder
-        decoder.feed(data)
-        released = decoder.take_released()
-        if released:
-            self.send(Release(released))
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed.set()
-
     def send(self, message: Message) -> None:
         """Queue a frame; every frame of this turn of the loop leaves in one write, and only
         then do queued requests start."""
@@ -202,7 +172,7 @@ class Child(asyncio.Protocol):
             snapshots = any(r is not None for r in message.requests)
         else:
             snapshots = message.request is not None
-        window = _Window(self.stream_buffer) if type(message) is Stream else None
+        window = asyncio.Semaphore(self.stream_buffer) if type(message) is Stream else None
         request = _Request(asyncio.Event() if snapshots else None, window)
         self._active += 1
         self._requests[message.cid] = request
@@ -237,7 +207,8 @@ class Child(asyncio.Protocol):
             case Credit():
                 request = self._requests.get(message.cid)
                 if request is not None and request.window is not None:
-                    request.window.add(message.n)
+                    for _ in range(message.n):
+                        request.window.release()
             case Release():
                 if self._encoder.ring is not None:
                     self._encoder.ring.release(message.upto)
@@ -339,7 +310,7 @@ class Child(asyncio.Protocol):
                 f"model '{self.name}' returned a value that cannot be sent back from its "
                 f"worker process ({type(message.value).__name__}): {exc}"
             )
-            self.send(Error(message.cid, *pack_error(error)))
+            self.send(Error(message.cid, Failed.of(error)))
 
     async def _run(self, message: Infer | Stream | Batch, state: _Request) -> None:
         cid = message.cid
@@ -366,7 +337,7 @@ class Child(asyncio.Protocol):
                     assert window is not None
                     try:
                         async for item in items:
-                            await window.take()
+                            await window.acquire()
                             self._reply(Item(cid, item))
                     finally:
                         await items.aclose()
@@ -387,16 +358,7 @@ class Child(asyncio.Protocol):
         except Exception as exc:
             self.report()
             # (no local keeps the error: its traceback holds this frame, a cycle)
-            self.send(
-                Error(
-                    cid,
-                    *pack_error(
-                        exc
-                        if isinstance(exc, PodiumError)
-                        else model_error(self.name, message.op, exc)
-                    ),
-                )
-            )
+            self.send(Error(cid, Failed.of(model_error(self.name, message.op, exc))))
         finally:
             self._end(cid)
 
@@ -419,8 +381,7 @@ class Child(asyncio.Protocol):
             if self._steps is not None:  # the server fails them all: nothing of theirs stays
                 self._steps.drop(message.batch)
             self.report()
-            error = exc if isinstance(exc, PodiumError) else model_error(self.name, "step", exc)
-            self.send(Error(cid, *pack_error(error)))
+            self.send(Error(cid, Failed.of(model_error(self.name, "step", exc))))
         self._out.flush()
 
     def _end(self, cid: int) -> None:
@@ -444,9 +405,7 @@ class Child(asyncio.Protocol):
             try:
                 value = self._validated(inputs[i])
                 if caps.has_preprocess:
-                    start = time.perf_counter_ns()
-                    value = await inst.preprocess(value, requests[i])
-                    stats.compute_input.add(time.perf_counter_ns() - start)
+                    value = await preprocess(stats, inst, value, requests[i])
                 return value
             except Exception as exc:
                 failed[i] = Failed.of(exc)
@@ -468,9 +427,7 @@ class Child(asyncio.Protocol):
 
         async def post(i: int) -> None:
             try:
-                start = time.perf_counter_ns()
-                results[i] = await inst.postprocess(results[i], requests[i])
-                stats.compute_output.add(time.perf_counter_ns() - start)
+                results[i] = await postprocess(stats, inst, results[i], requests[i])
             except Exception as exc:
                 results[i] = Failed.of(exc)
 

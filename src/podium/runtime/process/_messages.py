@@ -66,13 +66,8 @@ __all__ = [
     "Stopped",
     "Stream",
     "Unvalidated",
-    "pack_error",
     "queues_ahead",
-    "unpack_error",
 ]
-
-#: An exception as it crosses the socket: its class, message and (picklable) attributes.
-PackedError = tuple[type[BaseException], str, dict[str, Any]]
 
 
 class Runner(Protocol):
@@ -211,13 +206,13 @@ class Results(msgspec.Struct, array_like=True, tag=8):
 
 
 class Error(msgspec.Struct):
+    """The request (or step) ``cid`` failed with ``failed``."""
+
     cid: int
-    type: type[BaseException]
-    message: str
-    attrs: dict[str, Any]
+    failed: Failed
 
     def exception(self) -> BaseException:
-        return unpack_error(self.type, self.message, self.attrs)
+        return self.failed.exception()
 
 
 class Item(msgspec.Struct, array_like=True, tag=9):
@@ -296,7 +291,9 @@ class Unvalidated(msgspec.Struct):
 
 
 class Failed(msgspec.Struct):
-    """One request of a batch that failed in a worker (its preprocess or postprocess raised)."""
+    """An exception as it crosses the socket: its class, message and (picklable) attributes (a
+    request's in an :class:`Error`; one request of a batch that failed in a worker: its
+    preprocess or postprocess raised)."""
 
     type: type[BaseException]
     message: str
@@ -304,24 +301,16 @@ class Failed(msgspec.Struct):
 
     @classmethod
     def of(cls, exc: BaseException) -> Failed:
-        return cls(*pack_error(exc))
+        """``exc``, safe to pickle whatever its ``__init__``."""
+        attrs = {k: v for k, v in getattr(exc, "__dict__", {}).items() if _picklable(v)}
+        return cls(type(exc), str(exc), attrs)
 
     def exception(self) -> BaseException:
-        return unpack_error(self.type, self.message, self.attrs)
-
-
-def pack_error(exc: BaseException) -> PackedError:
-    """An exception as (class, message, attributes), safe to pickle whatever its ``__init__``."""
-    attrs = {k: v for k, v in getattr(exc, "__dict__", {}).items() if _picklable(v)}
-    return type(exc), str(exc), attrs
-
-
-def unpack_error(cls: type[BaseException], message: str, attrs: dict[str, Any]) -> BaseException:
-    """The exception :func:`pack_error` described (its ``__init__`` is not called)."""
-    exc: Any = BaseException.__new__(cls)
-    BaseException.__init__(exc, message)
-    exc.__dict__.update(attrs)
-    return exc
+        """The exception it describes (its ``__init__`` is not called)."""
+        exc: Any = BaseException.__new__(self.type)
+        BaseException.__init__(exc, self.message)
+        exc.__dict__.update(self.attrs)
+        return exc
 
 
 def _picklable(value: Any) -> bool:

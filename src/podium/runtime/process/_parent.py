@@ -32,9 +32,9 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import tracing
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
@@ -72,9 +72,6 @@ from ._messages import (
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
 from ._steps import RemoteSteps
 from ._wire import Encoder, Ring
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["ProcessWorker", "WorkerGone"]
 
@@ -119,10 +116,12 @@ class ProcessWorker:
         descriptor: RemoteInstance,
         init: Init,
         codec: RequestCodec | None,
+        devices: tuple[int, ...] = (),
         device_env: Mapping[str, str] | None = None,
     ) -> None:
         config = init.source.config
         self.id = wid
+        self.devices = devices  # the GPUs it holds (none: the CPU)
         self._device_env = device_env or {}  # CUDA_VISIBLE_DEVICES: its GPUs (docs/devices.md)
         self._on_device_error = pool.device_error
         self.instance: ModelInstance = descriptor
@@ -136,7 +135,8 @@ class ProcessWorker:
         self._codec = codec
         self._gate = pool.gate
         self._stats = pool.stats
-        self._on_gpu = pool.counts_of(wid)  # what it runs on its GPU (None: the CPU)
+        #: what it runs on its GPU (the statistics' device_stats); None on the CPU
+        self._on_gpu = pool.stats.on_device(pool.devices.name(devices)) if devices else None
         self._label = pool.label
         self._model, self._version = config.name, config.version  # what its spans name
         self._on_exit = pool.worker_exited
@@ -166,7 +166,6 @@ class ProcessWorker:
         self._exited: asyncio.Future[None] | None = None
         self._ending: _Ending | None = None  # why we are ending it: not a crash
         self._why = ""  # what the logs and errors say of it
-        self._idle: asyncio.Event | None = None
         self._was_ready = False
         self._holding = False  # counted in the gate's ``starting`` while it is being replaced
         self._steps = RemoteSteps()  # continuous batching: what its process holds (``step``)
@@ -264,20 +263,10 @@ class ProcessWorker:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
-    async def wait_idle(self) -> None:
-        if self.busy:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
-
     def stuck(self) -> int:
         """None: a predict past response_timeout gets its process killed (and counted as a
         worker lost, :meth:`WorkerPool.trouble`)."""
         return 0
-
-    def _release(self) -> None:
-        self._gate.release(self)
-        if self.busy == 0 and self._idle is not None:
-            self._idle.set()
 
     # -- the socket ------------------------------------------------------------------------
 
@@ -287,6 +276,20 @@ class ProcessWorker:
         if transport is None or transport.is_closing():
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         self._out.add(self._encode(message))
+
+    def _send_inputs(self, message: Message, flush: bool) -> None:
+        """Send a message that carries inputs (``flush``: now, not at the turn's end);
+        ``InvalidInput`` where they cannot be encoded."""
+        try:
+            self._send(message)
+        except WorkerGone:
+            raise
+        except Exception as exc:  # inputs that cannot be pickled
+            raise InvalidInput(
+                f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
+            ) from exc
+        if flush:
+            self._out.flush()
 
     def _on_released(self, upto: int) -> None:
         with contextlib.suppress(WorkerGone):
@@ -305,7 +308,7 @@ class ProcessWorker:
                 call = self._last(message.cid)
                 if call is not None:
                     call.answer(message.value)
-                    self._release()
+                    self._gate.release(self)
             case Item():
                 cid = message.cid
                 call = self._calls.get(cid)
@@ -316,7 +319,7 @@ class ProcessWorker:
                 call = self._last(message.cid)
                 if call is not None:
                     call.stop()
-                    self._release()
+                    self._gate.release(self)
             case Stepped():
                 self._steps.answered(message)
             case Error():
@@ -325,7 +328,7 @@ class ProcessWorker:
                 call = self._last(message.cid)
                 if call is not None:
                     call.fail(error := message.exception())
-                    self._release()
+                    self._gate.release(self)
                     self._on_device_error(self, error)  # (counts OOMs, replaces lost devices)
             case Release():
                 if self._ring is not None:
@@ -420,7 +423,7 @@ class ProcessWorker:
                 call.fail(WorkerDied(f"{reason}; the request it was running failed"))
             else:  # queued there, never started: another worker takes it
                 call.fail(WorkerGone(f"{reason}; the request queued in it had not started"))
-            self._release()
+            self._gate.release(self)
         was_ready = self._was_ready
         self.state = WorkerState.DEAD
         if self._exited is not None and not self._exited.done():
@@ -464,7 +467,7 @@ class ProcessWorker:
             f"worker process {self.pid} is being restarted"
         )
         call.fail(error)
-        self._release()
+        self._gate.release(self)
         logger.warning("%s", error)
         self.recycle(f"recycled after a predict ran past response_timeout {self._timeout:g} s")
 
@@ -472,29 +475,22 @@ class ProcessWorker:
         self, request: type[Infer | Stream | Batch], inputs: Any, snapshot: Any, stream: bool
     ) -> tuple[int, PendingCall]:
         if self.state is not _READY:
-            self._release()
+            self._gate.release(self)
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         cid = next(self._ids)
         call = PendingCall(None if stream else asyncio.get_running_loop().create_future())
-        idle = not self._calls
         try:
             if request is Batch:  # serves several requests
-                self._send(request(cid, inputs, snapshot))
+                message: Message = Batch(cid, inputs, snapshot)
             else:
-                self._send(request(cid, inputs, snapshot, request_id()))  # type: ignore[call-arg]
-            if idle:
-                # Nothing in flight: the worker waits for this one alone, and a request arriving
-                # later in this turn gains nothing from sharing its write. It leaves now, a turn
-                # of the loop sooner (one request at a time: the latency a process worker adds).
-                self._out.flush()
-        except WorkerGone:
-            self._release()
+                message = request(cid, inputs, snapshot, request_id())  # type: ignore[call-arg]
+            # Nothing in flight: the worker waits for this one alone, and a request arriving
+            # later in this turn gains nothing from sharing its write. It leaves now, a turn of
+            # the loop sooner (one request at a time: the latency a process worker adds).
+            self._send_inputs(message, flush=not self._calls)
+        except BaseException:
+            self._gate.release(self)
             raise
-        except Exception as exc:  # inputs that cannot be pickled
-            self._release()
-            raise InvalidInput(
-                f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
-            ) from exc
         self._calls[cid] = call
         if not self.ahead or self._running < self.slots:
             self._start(cid, call)
@@ -502,12 +498,19 @@ class ProcessWorker:
             self._queued.append(cid)
         return cid, call
 
-    async def _snapshot(self, request: Any) -> Any:
+    async def _snapshot(self, request: Any, release: bool = True) -> Any:
+        """What of ``request`` crosses to the worker process; where it cannot be taken, the
+        slot of the call is given back (``release``)."""
         if request is None:
             return None
-        if self._codec is None:
-            raise ModelError(f"{self._label} takes the request, but no request codec is set")
-        return await self._codec.snapshot(request)
+        try:
+            if self._codec is None:
+                raise ModelError(f"{self._label} takes the request, but no request codec is set")
+            return await self._codec.snapshot(request)
+        except BaseException:
+            if release:
+                self._gate.release(self)
+            raise
 
     def _abandon(self, cid: int) -> None:
         """The caller went away: the worker cancels the request; its slot frees on Stopped."""
@@ -515,14 +518,26 @@ class ProcessWorker:
             with contextlib.suppress(WorkerGone):
                 self._send(Cancel(cid))
 
+    def infer(self, inputs: Any, request: Any) -> Coroutine[Any, Any, Any]:
+        return self._call(Infer, inputs, request)
+
+    def batch(self, inputs: list[Any], requests: list[Any]) -> Coroutine[Any, Any, Any]:
+        return self._call(Batch, inputs, requests)
+
     async def _call(
-        self, request: type[Infer | Batch], inputs: Any, snapshot: Any, traced: bool = False
+        self, kind: type[Infer | Batch], inputs: Any, request: Any, traced: bool = False
     ) -> Any:
+        """One request (``Infer``) or batch (``Batch``: ``request`` is the list of the
+        requests) in the worker process, and its answer."""
         hooks = tracing.hooks
         if hooks is not None and not traced:  # its span, around this same call
             with hooks.remote(self._model, self._version, self.pid):
-                return await self._call(request, inputs, snapshot, True)
-        cid, call = self._begin(request, inputs, snapshot, stream=False)
+                return await self._call(kind, inputs, request, True)
+        if kind is Batch:
+            snapshot: Any = [await self._snapshot(r) for r in request]
+        else:
+            snapshot = await self._snapshot(request)
+        cid, call = self._begin(kind, inputs, snapshot, stream=False)
         future = call.future
         assert future is not None
         try:
@@ -533,37 +548,6 @@ class ProcessWorker:
         except BaseException:
             del future, call  # (its error's traceback holds this frame: no cycle through them)
             raise
-
-    async def infer(self, inputs: Any, request: Any) -> Any:
-        snapshot = None
-        if request is not None:
-            try:
-                snapshot = await self._snapshot(request)
-            except BaseException:
-                self._release()
-                raise
-        if tracing.hooks is not None:
-            return await self._call(Infer, inputs, snapshot)
-        # (what _call does, one coroutine less on every request's way out and back)
-        cid, call = self._begin(Infer, inputs, snapshot, stream=False)
-        future = call.future
-        assert future is not None
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self._abandon(cid)
-            raise
-        except BaseException:
-            del future, call  # (as in _call)
-            raise
-
-    async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
-        try:
-            snapshots = [await self._snapshot(r) for r in requests]
-        except BaseException:
-            self._release()
-            raise
-        return await self._call(Batch, inputs, snapshots)
 
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         hooks = tracing.hooks
@@ -580,22 +564,15 @@ class ProcessWorker:
                     yield item
 
     async def _items(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        try:
-            snapshot = await self._snapshot(request)
-        except BaseException:
-            self._release()
-            raise
+        snapshot = await self._snapshot(request)
         cid, call = self._begin(Stream, inputs, snapshot, stream=True)
         taken = 0
         half = max(1, self._window // 2)
-        loop = asyncio.get_running_loop()
+        items = call.items
+        assert items is not None
         try:
             while True:
-                if not call.items:
-                    call.wake = loop.create_future()
-                    await call.wake
-                    call.wake = None
-                item = call.items.popleft()
+                item = await items.get()
                 if item is END:
                     return
                 if isinstance(item, Failure):
@@ -616,18 +593,10 @@ class ProcessWorker:
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
         requests = [gen.request for gen in self._steps.joining(batch)]
         has = any(r is not None for r in requests)
-        snapshots = [await self._snapshot(r) for r in requests] if has else []
+        snapshots = [await self._snapshot(r, release=False) for r in requests] if has else []
         message, answer = self._steps.begin(next(self._ids), batch, snapshots)
         try:
-            try:
-                self._send(message)
-            except WorkerGone:
-                raise
-            except Exception as exc:  # inputs that cannot be pickled
-                raise InvalidInput(
-                    f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
-                ) from exc
-            self._out.flush()  # the lane waits for this step alone
+            self._send_inputs(message, flush=True)  # the lane waits for this step alone
             reply = await answer
         except BaseException:
             self._steps.forget(message.cid, batch)

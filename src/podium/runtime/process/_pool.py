@@ -61,6 +61,7 @@ def process_pool(
             pool=pool,
             descriptor=descriptor,
             codec=codec,
+            devices=group,
             device_env=pool.devices.env(group),
             init=msgspec.structs.replace(
                 init,

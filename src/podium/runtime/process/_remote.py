@@ -7,7 +7,6 @@ ended (:func:`describe_exit`). ``_parent`` builds on it.
 from __future__ import annotations
 
 import asyncio
-import collections
 import pickle
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -99,15 +98,14 @@ def describe_exit(code: int | None) -> str:
 
 
 class PendingCall:
-    """A request sent to the worker process: a call's future, or a stream's items (its values,
-    then ``END`` or a ``Failure``) and its reader's wake-up."""
+    """A request sent to the worker process: a call's future, or (``future`` None) a stream's
+    items: its values, then ``END`` or a ``Failure``."""
 
-    __slots__ = ("future", "items", "wake", "deadline", "started")
+    __slots__ = ("future", "items", "deadline", "started")
 
     def __init__(self, future: asyncio.Future[Any] | None) -> None:
         self.future = future
-        self.items: collections.deque[Any] = collections.deque()
-        self.wake: asyncio.Future[None] | None = None
+        self.items: asyncio.Queue[Any] | None = asyncio.Queue() if future is None else None
         #: loop time past which it fails with ResponseTimeout (0: none; a stream's next item)
         self.deadline = 0.0
         #: counted as running in the worker (one of its first ``predict_concurrency`` calls);
@@ -115,10 +113,9 @@ class PendingCall:
         self.started = False
 
     def push(self, item: Any) -> None:
-        self.items.append(item)
-        wake = self.wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
+        """One more of a stream's items."""
+        assert self.items is not None, "a call's answer is its future's"
+        self.items.put_nowait(item)
 
     def answer(self, value: Any) -> None:
         future = self.future
@@ -144,7 +141,8 @@ class PendingCall:
 
 
 class Connection(asyncio.Protocol):
-    """The server's end of a worker process's socket, read on the event loop."""
+    """A worker process's socket, read on the event loop: the server's end (the worker's own,
+    ``_child.Child``, builds on it)."""
 
     def __init__(
         self,

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import PodiumError
 from ...model import model_error
 from ...types import Generation, ModelInstance
-from .._stats import VersionStats
+from .._stats import VersionStats, preprocess
 from ._messages import Failed, Step, Stepped, Unvalidated
 
 __all__ = ["ChildSteps", "RemoteSteps"]
@@ -157,14 +155,9 @@ class ChildSteps:
             if isinstance(inputs, Unvalidated):
                 inputs = instance.validate(inputs.value)
             if instance.capabilities.has_preprocess:
-                start = time.perf_counter_ns()
-                inputs = await instance.preprocess(inputs, request)
-                self._stats.compute_input.add(time.perf_counter_ns() - start)
+                inputs = await preprocess(self._stats, instance, inputs, request)
         except Exception as exc:
-            error = (
-                exc if isinstance(exc, PodiumError) else model_error(self._name, "preprocess", exc)
-            )
-            failed[gid] = Failed.of(error)
+            failed[gid] = Failed.of(model_error(self._name, "preprocess", exc))
             self._leave(gid)
             return
         self._gens[gid] = Generation(inputs, request)

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import Unavailable
 from ...types import Context, current_context
 from .._collector import BatchCollector
-from .._scheduler import postprocess, preprocess
-from .._stats import VersionStats
+from .._stats import VersionStats, postprocess, preprocess
 
 if TYPE_CHECKING:
     from .._gate import WorkerGate

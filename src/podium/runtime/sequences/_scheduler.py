@@ -17,7 +17,7 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 from ...config import ModelConfig
@@ -27,7 +27,6 @@ from .._clock import SYSTEM_CLOCK, Clock, Timer
 from .._collector import BatchCollector, Pending
 from .._scheduler import PoolScheduler, TaskSet
 from .._stats import SequenceEnd
-from ..direct import stream_inputs_through
 from ..workers import Worker, WorkerPool, WorkerState
 from ._lane import Lane
 from ._seq import ClosedIds, Sequence
@@ -122,10 +121,6 @@ class SequenceScheduler(PoolScheduler):
     def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """One streaming request in a new sequence."""
         return self.stream_in(SequenceRef(), inputs, request)
-
-    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
-        """A model that reads a stream of requests reads it outside any sequence."""
-        return self._activity.through(stream_inputs_through(self._pool, inputs, request))
 
     # -- requests in a sequence ------------------------------------------------------------------
 
