@@ -81,6 +81,7 @@ __all__ = [
     "bounded",
     "grpc_code",
     "http_status",
+    "model_label",
     "unknown_model",
     "unloaded_model",
 ]
@@ -160,6 +161,11 @@ class NotFound(PodiumError):
     """An unknown model, version or route."""
 
     code = "not_found"
+
+
+def model_label(name: str, version: str | None = None) -> str:
+    """How logs and errors name a model version: ``model 'echo'``, ``model 'echo' version '2'``."""
+    return f"model '{name}'" + (f" version '{version}'" if version else "")
 
 
 def unknown_model(name: str, version: str | None = None) -> str:

@@ -27,7 +27,7 @@ from collections import Counter
 from types import TracebackType
 from typing import Any
 
-from ..errors import ShuttingDown
+from ..errors import ShuttingDown, model_label
 from ..runtime import VersionStats
 from ..types import Call
 
@@ -35,8 +35,7 @@ __all__ = ["Counted", "FlightReport", "InFlight"]
 
 
 def _label(call: Call) -> str:
-    version = f" version '{call.version}'" if call.version else ""
-    return f"{call.protocol.value} model '{call.model}'{version}"
+    return f"{call.protocol.value} {model_label(call.model, call.version)}"
 
 
 class FlightReport:

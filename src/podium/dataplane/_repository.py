@@ -26,7 +26,15 @@ from typing import Any
 import msgspec
 
 from ..config import ModelConfig
-from ..errors import Conflict, DefinitionError, InvalidInput, ModelError, NotFound, PodiumError
+from ..errors import (
+    Conflict,
+    DefinitionError,
+    InvalidInput,
+    ModelError,
+    NotFound,
+    PodiumError,
+    model_label,
+)
 from ..model import Owned
 from ..model.torchserve import ArchiveLimits, set_archive_limits
 from ..runtime import (
@@ -241,9 +249,7 @@ class ModelRepository:
         what it asks for (``capabilities``); its calls must be forwarded by the data plane that
         holds it (podium.ray's ingress), as its scheduler runs nothing. The model's configured
         ``default_version`` applies. ``PodiumError`` if that version is registered already."""
-        label = f"model '{config.name}'" + (
-            f" version '{config.version}'" if config.version else ""
-        )
+        label = model_label(config.name, config.version)
         mv = ModelVersion(
             config,
             RemoteInstance(label, capabilities),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import DefinitionError
+from ..errors import DefinitionError, model_label
 from ..model import discover_all, model_paths, release_all
 from ._grpc import OIP_SERVICER
 from ._options import (
@@ -61,10 +61,8 @@ def discover_versions(paths: tuple[str, ...]) -> list[tuple[str, ModelConfig]]:
     seen: dict[tuple[str, str | None], str] = {}
     for unit, config in found:
         key = (config.name, config.version)
-        label = f"model '{config.name}'" + (
-            f" version '{config.version}'" if config.version else ""
-        )
         if key in seen:
+            label = model_label(config.name, config.version)
             problems.append(f"{label}: defined twice ({seen[key]} and {unit})")
         seen[key] = unit
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import SETTINGS, Kind, ModelConfig, ServerConfig, read_config_file
-from ..errors import DefinitionError
+from ..errors import DefinitionError, model_label
 
 __all__ = [
     "ACTOR_KEYS",
@@ -232,7 +232,7 @@ def deployment_options(config: ModelConfig) -> dict[str, Any]:
     - with ``sequence_batching``, the request router that keeps sequences sticky
       (:data:`ROUTER_CLASS`, named by import path so that nothing here imports Ray).
     """
-    label = f"model '{config.name}'" + (f" version '{config.version}'" if config.version else "")
+    label = model_label(config.name, config.version)
     section = ray_section(config, label)
     slots = config.predict_concurrency * config.batch_size
     options: dict[str, Any] = {

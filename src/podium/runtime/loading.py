@@ -16,7 +16,7 @@ from typing import Any
 from .. import tracing
 from ..config import FIELDS, ModelConfig
 from ..devices import using
-from ..errors import DefinitionError
+from ..errors import DefinitionError, model_label
 from ..metrics import recording_to
 from ..model import (
     Contract,
@@ -43,7 +43,7 @@ from .direct import DirectScheduler
 from .process import process_pool
 from .registry import ModelVersion, Registry
 from .sequences import SequenceScheduler
-from .workers import RequestCodec, WorkerKind, WorkerPool, label_of, thread_pool
+from .workers import RequestCodec, WorkerKind, WorkerPool, thread_pool
 
 logger = logging.getLogger("podium.model")
 
@@ -157,7 +157,7 @@ def build_version(
             spec = prepare(source)
     config = source.config
     # where its workers run: a model asking for GPUs this machine lacks fails here, saying so
-    devices = assigner_for(config, label_of(config))
+    devices = assigner_for(config, model_label(config.name, config.version))
     if source.contract is Contract.TRUSS:  # its GPU type, checked (a warning, not an error)
         used = {index for group in devices.groups for index in group}
         given = [(g.index, g.name) for g in inventory().gpus() if g.index in used]
@@ -473,8 +473,9 @@ def register_paths(
         sources = [s for s in sources if (s.config.name, s.config.version) == only]
         if not sources and not problems:
             name, version = only
-            which = f"model '{name}'" + (f" version '{version}'" if version else "")
-            problems.append(f"{which} is not under {', '.join(str(p) for p in paths)}")
+            problems.append(
+                f"{model_label(name, version)} is not under {', '.join(str(p) for p in paths)}"
+            )
     sources = in_declared_environments(sources, problems)
     if install_requirements:
         sources = in_environments(sources, problems)

@@ -13,13 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import ModelNotReady, NotFound, PodiumError, VersionNotFound, unknown_model
+from ..errors import (
+    ModelNotReady,
+    NotFound,
+    PodiumError,
+    VersionNotFound,
+    model_label,
+    unknown_model,
+)
 from ..metrics import recording_to
 from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
 from ._scheduler import Scheduler
 from ._stats import VersionStats
-from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState, label_of
+from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
 
 __all__ = ["UNVERSIONED", "ModelState", "ModelVersion", "Registry", "version_key"]
 
@@ -81,7 +88,7 @@ class ModelVersion:
 
     @property
     def label(self) -> str:
-        return label_of(self.config)
+        return model_label(self.config.name, self.config.version)
 
     async def load(self) -> None:
         """Run the model's ``load()``; a failure marks this version FAILED with the reason.

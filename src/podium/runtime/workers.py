@@ -41,7 +41,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..devices import empty_cache, using
-from ..errors import DeviceLost, DeviceOutOfMemory, InvalidInput, ModelNotReady, Unavailable
+from ..errors import (
+    DeviceLost,
+    DeviceOutOfMemory,
+    InvalidInput,
+    ModelNotReady,
+    Unavailable,
+    model_label,
+)
 from ..metrics import recording_to
 from ..types import ModelInstance
 from ._device_share import DeviceShares
@@ -208,7 +215,7 @@ class WorkerPool:
     ) -> WorkerPool:
         """The pool a model's config asks for: its workers, slots and waiting line; with
         ``workers_per_device``, that many workers on each of its device groups."""
-        label = label_of(config)
+        label = model_label(config.name, config.version)
         low, high = config.min_workers, config.max_workers
         if devices is not None and devices.workers:
             low = high = devices.workers
@@ -540,11 +547,6 @@ class WorkerPool:
             release_device_memory(worker)
         self.devices.forget_vacated()
         self._replaced.clear()
-
-
-def label_of(config: Any) -> str:
-    """How logs and errors name a model version."""
-    return f"model '{config.name}'" + (f" version '{config.version}'" if config.version else "")
 
 
 def release_device_memory(worker: Worker) -> None:
