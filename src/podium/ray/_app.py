@@ -74,16 +74,18 @@ def discover_versions(paths: tuple[str, ...]) -> list[tuple[str, ModelConfig]]:
     return found
 
 
-def build(settings: AppSettings) -> Any:
+def build(settings: AppSettings, versions: list[tuple[str, ModelConfig]] | None = None) -> Any:
     """The Serve application (``serve.Application``) for ``settings``: a deployment per model
     version (:func:`~podium.ray._options.deployment_options`), each replica running :class:`ModelReplica`, and
     the ingress (``settings.ingress_replicas`` replicas, reserving no CPU: it parses and
-    renders; the models compute)."""
+    renders; the models compute). ``versions``: what :func:`discover_versions` found under
+    ``settings.paths``, where the caller has it already (discovery extracts archives)."""
     from ray import serve
 
     from ._ingress import Ingress
 
-    versions = discover_versions(settings.paths)
+    if versions is None:
+        versions = discover_versions(settings.paths)
     sequences = sorted({c.name for _, c in versions if c.sequence_batching})
     if sequences and settings.ingress_replicas > 1:
         raise ValueError(
@@ -106,10 +108,10 @@ def build(settings: AppSettings) -> Any:
     return ingress.bind(models, settings.ingress)
 
 
-def needed_cpus(settings: AppSettings) -> float:
-    """The CPUs the application's replicas reserve at start (Serve's default: one each)."""
+def needed_cpus(versions: list[tuple[str, ModelConfig]]) -> float:
+    """The CPUs the replicas of ``versions`` reserve at start (Serve's default: one each)."""
     total = 0.0
-    for _, config in discover_versions(settings.paths):
+    for _, config in versions:
         options = deployment_options(config)
         replicas = options.get("num_replicas")
         if replicas is None:
@@ -138,9 +140,10 @@ def run(
     from ray import serve
 
     local = address is None
-    application = build(settings)  # every problem is found before anything starts
+    versions = discover_versions(settings.paths)
+    application = build(settings, versions)  # every problem is found before anything starts
     if local:
-        cpus = local_cpus(needed_cpus(settings))
+        cpus = local_cpus(needed_cpus(versions))
         logger.info("starting a local Ray instance with %d logical CPUs", cpus)
         ray.init(num_cpus=cpus, include_dashboard=False)
     else:
