@@ -18,16 +18,14 @@ import dataclasses
 import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from msgspec.structs import replace
 
-from ..config import Secrets
-from ..dataplane import DataPlane, ModelVersion
+from ..dataplane import ModelVersion
 from ..errors import PodiumError
-from ..server import RequestSnapshots, rebuild
+from ..server import model_plane, rebuild
 from ..types import Answer, Call, Capabilities, ModelState, SequenceOutcome
 from ._messages import Failure, Item, Outcome
 from ._options import ReplicaSettings
@@ -50,11 +48,7 @@ class ModelReplica:
         self, path: str, name: str, version: str | None, settings: ReplicaSettings
     ) -> None:
         logging.getLogger("podium").setLevel(settings.log_level.upper())
-        self._executor = ThreadPoolExecutor(settings.threads, thread_name_prefix="podium-model")
-        secrets_dir = Path(settings.secrets_dir) if settings.secrets_dir else None
-        self._plane = DataPlane(
-            secrets=Secrets(secrets_dir), executor=self._executor, codec=RequestSnapshots()
-        )
+        self._plane, self._executor = model_plane(settings.threads, settings.secrets_dir)
         add = functools.partial(
             self._plane.repository.add_paths,
             [Path(path)],

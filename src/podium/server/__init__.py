@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ._asgi import ASGIApp, Message, Receive, Scope, Send
 from ._guard import UnsafeExposure
 from ._otel import TracingUnavailable
-from ._requests import RequestSnapshots, Snapshot, rebuild
+from ._requests import RequestSnapshots, Snapshot, model_plane, rebuild
 
 if TYPE_CHECKING:
     from ._runner import Podium
@@ -36,6 +36,7 @@ __all__ = [
     "Snapshot",
     "TracingUnavailable",
     "UnsafeExposure",
+    "model_plane",
     "rebuild",
 ]
 

@@ -16,9 +16,14 @@ reference (pickled by its module and name), which imports it there.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["RequestSnapshots", "Snapshot", "rebuild"]
+if TYPE_CHECKING:
+    from ..dataplane import DataPlane
+
+__all__ = ["RequestSnapshots", "Snapshot", "model_plane", "rebuild"]
 
 #: What crosses to the worker: the scope's request keys, and the body.
 Snapshot = tuple[dict[str, Any], bytes]
@@ -75,3 +80,21 @@ class RequestSnapshots:
         if grpc is not None:
             copied["extensions"] = {"grpc": dict(grpc)}
         return copied, await request.body()
+
+
+def model_plane(
+    threads: int, secrets_dir: Path | str | None, **options: Any
+) -> tuple[DataPlane, ThreadPoolExecutor]:
+    """A data plane as ``podium serve`` (``_runner.py``) and each Ray Serve replica
+    (podium.ray) build it: the models' sync code on a pool of ``threads`` threads (returned too:
+    its owner shuts it down after closing the plane), their secrets from ``secrets_dir``,
+    request objects reaching worker processes as :class:`RequestSnapshots`; ``options``: the
+    rest of ``DataPlane``'s arguments."""
+    # Imported here: a worker process imports this module to rebuild requests, and only that.
+    from ..config import Secrets
+    from ..dataplane import DataPlane
+
+    executor = ThreadPoolExecutor(threads, thread_name_prefix="podium-model")
+    secrets = Secrets(Path(secrets_dir) if secrets_dir else None)
+    plane = DataPlane(secrets=secrets, executor=executor, codec=RequestSnapshots(), **options)
+    return plane, executor

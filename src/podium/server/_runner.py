@@ -10,14 +10,13 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .. import heap
-from ..config import Secrets, ServerConfig
-from ..dataplane import ControlPolicy, DataPlane, ModelControl, SystemSharedMemory
+from ..config import ServerConfig
+from ..dataplane import ControlPolicy, ModelControl, SystemSharedMemory
 from ..errors import DefinitionError
 from ..model import truss
 from ..model.torchserve import read_metrics_yaml
@@ -35,7 +34,7 @@ from ._limits import (
 from ._metrics import MetricsApp, PodiumCollector, metrics_registry
 from ._metrics_ts import TorchServeCollector, TorchServeLog
 from ._otel import start as start_tracing
-from ._requests import RequestSnapshots
+from ._requests import model_plane
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
 from .grpc._management import management_service
@@ -230,16 +229,9 @@ class Podium:
         #: ``--ts-metrics log``: TorchServe's frontend metric lines, and the task writing them
         self._ts_log: TorchServeLog | None = None
         self._ts_log_task: asyncio.Task[None] | None = None
-        self.executor = ThreadPoolExecutor(
-            config.serving.threads, thread_name_prefix="podium-model"
-        )
-        self.secrets = Secrets(config.serving.secrets_dir)
-        #: how request objects reach models in worker processes
-        self.request_codec = RequestSnapshots()
-        self.dataplane = DataPlane(
-            secrets=self.secrets,
-            executor=self.executor,
-            codec=self.request_codec,
+        self.dataplane, self.executor = model_plane(
+            config.serving.threads,
+            config.serving.secrets_dir,
             shared_memory=SystemSharedMemory(config.shared_memory),
             server_name=config.protocols.server_name,
         )
