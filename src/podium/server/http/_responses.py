@@ -146,25 +146,25 @@ async def send_stream(
     headers: list[tuple[bytes, bytes]],
     encode: Callable[[Any], bytes],
     failed: Callable[[Exception], bytes | None],
+    done: bytes = b"",
 ) -> None:
     """A streamed answer: ``first`` (taken before, so that its errors still have their status)
-    and the rest of ``items``, each ``encode``d; a :class:`Reply` first sets the status and
-    headers. ``failed(exc)``: the last bytes of a stream the model failed (None: none), or it
-    re-raises."""
+    and the rest of ``items``, each ``encode``d, then ``done``; a :class:`Reply` first sets the
+    status and headers. ``failed(exc)``: the last bytes of a stream the model failed, in place
+    of ``done`` (None: none), or it re-raises."""
     status = 200
     if isinstance(first, Reply):  # the status and headers a handler set go first
         status, headers = reply_start(first, headers)
     await send({"type": "http.response.start", "status": status, "headers": headers})
+    end = done
     if first is not NOTHING:
         await send({"type": "http.response.body", "body": encode(first), "more_body": True})
         try:
             async for item in items:
                 await send({"type": "http.response.body", "body": encode(item), "more_body": True})
         except Exception as exc:
-            tail = failed(exc)
-            if tail is not None:
-                await send({"type": "http.response.body", "body": tail, "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            end = failed(exc) or b""
+    await send({"type": "http.response.body", "body": end, "more_body": False})
 
 
 def sse_event(value: Any) -> bytes:

@@ -14,7 +14,6 @@ is how a stream starts only with its first event (OpenAI's and OIP's generate st
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
@@ -29,7 +28,16 @@ from ...errors import (
     Unavailable,
     http_status,
 )
-from ..http._responses import JSON, SSE, encoder, retry_headers, send_body, sse_event
+from ..http._responses import (
+    JSON,
+    NOTHING,
+    SSE,
+    encoder,
+    retry_headers,
+    send_body,
+    send_stream,
+    sse_event,
+)
 from ._protocol import OpenAIInvalid
 
 __all__ = [
@@ -110,30 +118,15 @@ async def send_events(
     """``events`` (each a JSON object) as Server-Sent Events. The response starts with the first
     event, so an error before it is a whole response with its status (raised here); an error
     after it ends the stream as ``tail(error)`` says, and ``done`` ends it otherwise."""
-    started = False
+
+    def failed(exc: Exception) -> bytes:
+        if not isinstance(exc, PodiumError):
+            logger.exception("a stream of generated text failed")
+            exc = PodiumError(f"internal error: {type(exc).__name__}")
+        return tail(exc)
+
     try:
-        try:
-            async for item in events:
-                if not started:
-                    started = True
-                    await send({"type": "http.response.start", "status": 200, "headers": SSE})
-                await send(
-                    {"type": "http.response.body", "body": sse_event(item), "more_body": True}
-                )
-            end = done
-        finally:
-            await events.aclose()
-    except PodiumError as exc:
-        if not started:
-            raise
-        end = tail(exc)
-    except (asyncio.CancelledError, GeneratorExit):
-        raise
-    except Exception as exc:
-        if not started:
-            raise
-        logger.exception("a stream of generated text failed")
-        end = tail(PodiumError(f"internal error: {type(exc).__name__}"))
-    if not started:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE})
-    await send({"type": "http.response.body", "body": end, "more_body": False})
+        first = await anext(events, NOTHING)
+        await send_stream(send, first, events, SSE, sse_event, failed, done)
+    finally:
+        await events.aclose()
