@@ -201,10 +201,6 @@ def _errors(*statuses: str) -> dict[str, Any]:
 _CALL = ("400", "404", "410", "413", "500", "503", "504")
 
 
-def _ok(text: str, schema: Mapping[str, Any], media: str = "application/json") -> dict[str, Any]:
-    return response(text, schema, media)
-
-
 # -- the operations --------------------------------------------------------------------------
 
 _PATH_PARAMS = {
@@ -261,7 +257,7 @@ _INFERRED = {
     },
 }
 _GENERATED_ITEM = {"anyOf": [ref("InferenceResponse"), ref("GenerateResponse")]}
-_GENERATED = _ok("The response, in the form of the request.", _GENERATED_ITEM)
+_GENERATED = response("The response, in the form of the request.", _GENERATED_ITEM)
 
 
 def _events(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -299,7 +295,7 @@ _MODEL_SET = response("A status the model's handler set (TorchServe's set_respon
 _MODEL_SET["content"] = {"*/*": {"schema": {}}}
 _PREDICTED = response("What the model returned: JSON, text, bytes, or a stream of chunks.")
 _PREDICTED["content"] = {"*/*": {"schema": {}}}
-_DOCUMENT = _ok("This document (OpenAPI 3.1).", ref("OpenApiDocument"))
+_DOCUMENT = response("This document (OpenAPI 3.1).", ref("OpenApiDocument"))
 
 
 def _op(summary: str, ok: dict[str, Any], *statuses: str, body: Any = None) -> Operation:
@@ -329,8 +325,8 @@ def _model_ready(summary: str) -> Operation:
     return Operation(
         summary,
         {
-            "200": _ok("Ready.", ref("ModelReady")),
-            "503": _ok("Not ready.", ref("ModelReady")),
+            "200": response("Ready.", ref("ModelReady")),
+            "503": response("Not ready.", ref("ModelReady")),
             **_errors("404"),
         },
     )
@@ -375,7 +371,7 @@ _TRUSS_ANSWER["content"] = {"*/*": {"schema": {}}}
 
 
 def _truss_ready(summary: str) -> Operation:
-    return _op(summary, _ok("Ready.", {"type": "object", "maxProperties": 0}), "404", "503")
+    return _op(summary, response("Ready.", {"type": "object", "maxProperties": 0}), "404", "503")
 
 
 def _truss_call(summary: str) -> Operation:
@@ -389,8 +385,8 @@ def _truss_call(summary: str) -> Operation:
 _PING_OP = Operation(
     "TorchServe's health check: Healthy when every model is ready.",
     {
-        "200": _ok("Every model is ready.", ref("Ping")),
-        "500": _ok("Some model is not ready.", ref("Ping")),
+        "200": response("Every model is ready.", ref("Ping")),
+        "500": response("Some model is not ready.", ref("Ping")),
         **_errors(),
     },
 )
@@ -425,15 +421,17 @@ _REGISTER_BODY = {
         }
     },
 }
-_REGIONS = _ok(
+_REGIONS = response(
     "The registered regions (all, or the one named).", {"type": "array", "items": _REGION}
 )
-_CUDA_REGIONS = _ok("None: Podium has no CUDA shared memory.", {"type": "array", "maxItems": 0})
+_CUDA_REGIONS = response(
+    "None: Podium has no CUDA shared memory.", {"type": "array", "maxItems": 0}
+)
 
 
-_METADATA = _ok("The metadata.", ref("ModelMetadata"))
-_CONFIG = _ok("The configuration.", ref("ModelConfiguration"))
-_STATISTICS = _ok(
+_METADATA = response("The metadata.", ref("ModelMetadata"))
+_CONFIG = response("The configuration.", ref("ModelConfiguration"))
+_STATISTICS = response(
     "Each version's requests and their times (docs/metrics.md).", ref("StatisticsResponse")
 )
 
@@ -441,14 +439,14 @@ _STATISTICS = _ok(
 _OPERATIONS: dict[str, Operation] = {
     "serverMetadata": _op(
         "The server's name, version and OIP extensions.",
-        _ok("The metadata.", ref("ServerMetadata")),
+        response("The metadata.", ref("ServerMetadata")),
     ),
-    "serverLive": _op("Liveness: the server answers.", _ok("Live.", ref("ServerLive"))),
+    "serverLive": _op("Liveness: the server answers.", response("Live.", ref("ServerLive"))),
     "serverReady": Operation(
         "Readiness: every model that should serve does.",
         {
-            "200": _ok("Ready.", ref("ServerReady")),
-            "503": _ok("Not ready.", ref("ServerReady")),
+            "200": response("Ready.", ref("ServerReady")),
+            "503": response("Not ready.", ref("ServerReady")),
             **_errors(),
         },
     ),
@@ -464,7 +462,7 @@ _OPERATIONS: dict[str, Operation] = {
     ),
     "repositoryIndex": _op(
         "Every model version and its state (Triton's repository index).",
-        _ok("The index.", ref("RepositoryIndex")),
+        response("The index.", ref("RepositoryIndex")),
         "400",
         "413",
         body=_INDEX_BODY,
@@ -554,12 +552,12 @@ _OPERATIONS: dict[str, Operation] = {
         "TorchServe explanations on a version; the rest of the path reaches the handler as the "
         "request header url_path."
     ),
-    "trussLive": _op("Truss: liveness (true).", _ok("Live.", {"const": True})),
+    "trussLive": _op("Truss: liveness (true).", response("Live.", {"const": True})),
     "trussReady": _truss_ready("Truss: ready and healthy (the model's is_healthy): {}."),
     "trussLoaded": _truss_ready("Truss: loaded (its health unasked): {}."),
     "trussSchema": _op(
         "Truss: the model's input and output schema (from its pydantic annotations).",
-        _ok("input_schema, output_schema, supports_streaming.", _TRUSS_SCHEMA),
+        response("input_schema, output_schema, supports_streaming.", _TRUSS_SCHEMA),
         "404",
         "503",
     ),
@@ -576,7 +574,7 @@ _OPERATIONS: dict[str, Operation] = {
         {"description": "Ready (no body)."},
         "503",
     ),
-    "openaiModels": _op("OpenAI: the models that serve OpenAI's API.", _ok("A list.", {})),
+    "openaiModels": _op("OpenAI: the models that serve OpenAI's API.", response("A list.", {})),
     **{
         name: _truss_call(
             f"OpenAI: {what} (docs/openai.md); Truss's model method {method} where the model "
