@@ -62,9 +62,9 @@ class ReplicaSettings:
     """What every model replica runs with: the pool for sync model code, where secrets are
     read after the environment (``--secrets-dir``), Podium's log level."""
 
-    threads: int = 64
+    threads: int = SETTINGS["threads"].default
     secrets_dir: str | None = None
-    log_level: str = "info"
+    log_level: str = SETTINGS["log_level"].default
 
 
 @dataclass(frozen=True, slots=True)
