@@ -48,7 +48,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "podium.server",
             "podium.cli",
-            "podium._exits",
             "podium._mlserver_start",
             "podium.__main__",
             "podium.ray",

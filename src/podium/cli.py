@@ -17,7 +17,6 @@ from typing import Any
 import click
 
 from . import logs
-from ._exits import exit_now, leftovers_end, run_loop, stuck_threads
 from ._server_fields import PRESETS
 from .config import SETTINGS, Kind, ServerConfig, Setting, read_config_file
 from .errors import DefinitionError
@@ -218,7 +217,15 @@ def _serve(
     # gRPC in a forked child: grpc's fork handlers would only log "Other threads are currently
     # calling into gRPC, skipping fork() handlers" for each one. Read when grpc starts.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
-    from .server import Podium, TracingUnavailable, UnsafeExposure
+    from .server import (
+        Podium,
+        TracingUnavailable,
+        UnsafeExposure,
+        exit_now,
+        leftovers_end,
+        run_loop,
+        stuck_threads,
+    )
 
     podium = Podium(config, all_paths, model_settings=settings)
     for note in [*start.notes, *mls.notes]:

@@ -9,7 +9,8 @@ pages; the start-up exposure rule), ``_limits`` (every HTTP listener's connectio
 ``_headers`` and ``_sequences`` (headers and sequence ids on the wire), ``_requests`` (request
 objects for worker processes and for Ray Serve replicas: podium.ray), ``_access`` (request ids
 and access lines; the HTTP middleware is ``http/_access``, the gRPC wrapper ``grpc/_access``),
-``_otel`` (OpenTelemetry, opt-in: the SDK and the spans' hooks); and ``_runner``
+``_otel`` (OpenTelemetry, opt-in: the SDK and the spans' hooks), ``_shutdown`` and
+``_exits`` (how the server stops, and how ``podium serve``'s process ends); and ``_runner``
 (:class:`Podium`: builds and wires everything, owns the listeners). They reach the layers below through the data plane only.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._asgi import ASGIApp, Message, Receive, Scope, Send
+from ._exits import exit_now, leftovers_end, run_loop, stuck_threads
 from ._guard import UnsafeExposure
 from ._otel import TracingUnavailable
 from ._requests import RequestSnapshots, Snapshot, model_plane, rebuild
@@ -36,8 +38,12 @@ __all__ = [
     "Snapshot",
     "TracingUnavailable",
     "UnsafeExposure",
+    "exit_now",
+    "leftovers_end",
     "model_plane",
     "rebuild",
+    "run_loop",
+    "stuck_threads",
 ]
 
 

@@ -30,13 +30,13 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 from ..dataplane import DataPlane, FlightReport
+from ._exits import exit_now
 
 __all__ = ["CUT_MARGIN", "FORCE_LIMIT", "KUBERNETES_DELAY", "Listener", "Shutdown", "delay_for"]
 
@@ -120,7 +120,10 @@ class Shutdown:
             _name(signum),
         )
         self._forced.set()
-        self._watchdog = threading.Timer(FORCE_LIMIT, _exit_now, (self.exit_code,))
+        why = f"still not stopped {FORCE_LIMIT:g} s after the second signal"
+        self._watchdog = threading.Timer(
+            FORCE_LIMIT, exit_now, (self.exit_code, why), {"shut_logging": False}
+        )
         self._watchdog.daemon = True
         self._watchdog.start()
 
@@ -128,10 +131,9 @@ class Shutdown:
     def exit_now(code: int, kill_workers: Callable[[], int]) -> None:
         """Exit at once with ``code``, worker processes killed first (a second signal before
         there is anything to drain: the server is still starting)."""
-        logger.warning("a second signal while starting: exiting now")
         with contextlib.suppress(Exception):
             kill_workers()
-        _exit_now(code, quiet=True)
+        exit_now(code, "a second signal while starting", shut_logging=False)
 
     async def run(self, signum: int | None = None) -> int:
         """Stop (see the module docstring); the exit code."""
@@ -251,14 +253,3 @@ def _name(signum: int | None) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-def _exit_now(code: int, *, quiet: bool = False) -> None:
-    """The last resort of a forced stop: exit without waiting for anything."""
-    if not quiet:
-        with contextlib.suppress(Exception):
-            logger.error("still not stopped %g s after the second signal: exiting now", FORCE_LIMIT)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)

@@ -48,10 +48,15 @@ def stuck_threads() -> list[str]:
     return alive
 
 
-def exit_now(code: int, why: str) -> None:
-    """Exit with ``code`` without waiting for what is left (``why``), logs flushed."""
-    logging.getLogger("podium").warning("exiting without waiting: %s", why)
-    logging.shutdown()
+def exit_now(code: int, why: str, *, shut_logging: bool = True) -> None:
+    """Exit with ``code`` without waiting for what is left (``why``), the standard streams
+    flushed. ``shut_logging``: flush and close logging's handlers first (``logging.shutdown``);
+    a forced stop passes False, as that waits for each handler's lock, which a thread that is
+    stuck may hold, and nothing may hold up a forced exit."""
+    with contextlib.suppress(Exception):
+        logging.getLogger("podium").warning("exiting without waiting: %s", why)
+    if shut_logging:
+        logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
