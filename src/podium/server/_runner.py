@@ -331,7 +331,7 @@ class Podium:
         heap.settle()
         listening = " ".join(f"{k} {v}" for k, v in self.addresses.items())
         versions = repository.versions()
-        serving = [mv.label for mv in versions if mv.state is ModelState.READY]
+        served = ", ".join(mv.label for mv in versions if mv.state is ModelState.READY)
         failed = [mv for mv in versions if mv.state is not ModelState.READY]
         # The truth, in order: what failed (each one's load error was logged as it happened),
         # then the listeners and what they serve, never naming a version that does not serve.
@@ -345,20 +345,14 @@ class Podium:
                 "--keep-running keeps the server up)",
                 [f"{reason} (--keep-running keeps the server up)"],
             )
+        ready = f"Podium is ready; listening on {listening}; serving {served or 'no models'}"
         if failed:
+            not_serving = ", ".join(mv.label for mv in failed)
             logger.warning(
-                "Podium is ready; listening on %s; serving %s; not serving %s (readiness "
-                "answers 503 until they load)",
-                listening,
-                ", ".join(serving) or "no models",
-                ", ".join(mv.label for mv in failed),
+                "%s; not serving %s (readiness answers 503 until they load)", ready, not_serving
             )
         else:
-            logger.info(
-                "Podium is ready; listening on %s; serving %s",
-                listening,
-                ", ".join(serving) or "no models",
-            )
+            logger.info("%s", ready)
         if on_ready is not None:
             on_ready(self.addresses)
 
