@@ -99,7 +99,9 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A short CUT_MARGIN, and no real exit from the watchdog: what it would exit with."""
     monkeypatch.setattr(_shutdown, "CUT_MARGIN", 0.2)
     exits: list[int] = []
-    monkeypatch.setattr(_shutdown, "exit_now", lambda code, why, shut_logging=True: exits.append(code))
+    monkeypatch.setattr(
+        _shutdown, "exit_now", lambda code, why, shut_logging=True: exits.append(code)
+    )
     return exits
 
 
