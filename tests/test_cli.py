@@ -36,6 +36,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: A config file's lines that put every listener but HTTP inference on a free port.
+OTHER_PORTS = "grpc_port: 0\nmanagement_port: 0\nmetrics_port: 0\ngrpc_management_port: 0\n"
+
+
 @contextlib.contextmanager
 def serving(*args: str | Path, timeout: float = 30) -> Iterator[str]:
     """``podium serve ARGS`` exactly as given (no port added); yield its URL once ready."""
@@ -256,7 +260,7 @@ def test_config_file_sets_the_port_the_limit_and_the_models(tmp_path: Path) -> N
     config = tmp_path / "podium.yaml"
     models = os.path.relpath(EXAMPLES / "echo", tmp_path)  # relative to the config file
     config.write_text(
-        f"host: 127.0.0.1\nhttp-port: {port}\ngrpc-port: 0\nmax_request_size: 300\n"
+        f"host: 127.0.0.1\nhttp-port: {port}\n{OTHER_PORTS}max_request_size: 300\n"
         f"models: [{models}]\n"
     )
     with serving("--config", config) as url:
@@ -274,7 +278,7 @@ def test_flags_win_over_the_config_file(tmp_path: Path) -> None:
     config_port, flag_port = free_port(), free_port()
     config = tmp_path / "podium.yaml"
     config.write_text(
-        f"host: 127.0.0.1\nhttp_port: {config_port}\ngrpc_port: 0\nmax_request_size: 300\n"
+        f"host: 127.0.0.1\nhttp_port: {config_port}\n{OTHER_PORTS}max_request_size: 300\n"
     )
     with serving(
         EXAMPLES / "echo",
