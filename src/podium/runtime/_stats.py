@@ -37,13 +37,13 @@ from ..errors import (
 )
 from ..metrics import MetricStore
 from ..types import WireProtocol
-from ._device_counts import DeviceCounts
 
 __all__ = [
     "DURATION_BUCKETS_NS",
     "BatchStats",
     "ComputeDelta",
     "Durations",
+    "Executions",
     "Outcome",
     "ProtocolStats",
     "RestartReason",
@@ -265,7 +265,40 @@ class TokenStats:
         self.finished: dict[str, int] = {}
 
 
-class VersionStats:
+class Executions:
+    """Executions of ``predict``: their durations (``predict``, whose count is the executions)
+    and those over 2 or more requests by size (``batched``). A version has these counts
+    (:class:`VersionStats` is one), and so has each GPU it runs on (``by_device``, the
+    statistics' ``device_stats``: docs/devices.md, "Seeing it"), which a worker on it adds to
+    as it adds to the version's: a thread worker each execution, a worker process's parent
+    each report of the process's counters."""
+
+    __slots__ = ("predict", "batched")
+
+    def __init__(self) -> None:
+        self.predict = Durations()
+        self.batched: dict[int, BatchStats] = {}  # executions over 2 or more requests
+
+    def executed(self, size: int, ns: int) -> None:
+        """One execution of ``predict`` over ``size`` requests that took ``ns``."""
+        self.predict.add(ns)
+        if size != 1:
+            _add(self.batched, size, 1, ns)
+
+    def merge_executions(self, delta: ComputeDelta) -> None:
+        """Add the executions of a worker process's report."""
+        self.predict.merge(delta.predict)
+        for size, (count, ns) in delta.batched.items():
+            _add(self.batched, size, count, ns)
+
+    @property
+    def inferences(self) -> int:
+        """The requests the executions ran (a continuous step's are counted apart, as
+        :attr:`VersionStats.infer_count` does)."""
+        return self.predict.count + sum((b.size - 1) * b.count for b in self.batched.values())
+
+
+class VersionStats(Executions):
     """The counters of one model version (see the module's docstring).
 
     Triton's statistics: ``success`` / ``fail`` are the sums of :attr:`protocols` (``ok``,
@@ -285,8 +318,6 @@ class VersionStats:
         "unqueued",
         "compute_input",
         "compute_output",
-        "predict",
-        "batched",
         "stepped_by",
         "generated_count",
         "generated_ns",
@@ -307,6 +338,7 @@ class VersionStats:
     )
 
     def __init__(self, custom: MetricStore | None = None) -> None:
+        super().__init__()
         #: by ``WireProtocol.index``
         self.protocols = [ProtocolStats(p) for p in WireProtocol]
         self.queue = Durations()
@@ -315,8 +347,6 @@ class VersionStats:
         self.unqueued = 0
         self.compute_input = Durations()
         self.compute_output = Durations()
-        self.predict = Durations()
-        self.batched: dict[int, BatchStats] = {}  # executions over 2 or more requests
         self.stepped_by: dict[int, BatchStats] = {}  # continuous steps, by batch size
         self.generated_count = 0  # requests of continuous batches that ended...
         self.generated_ns = 0  # ...and their time from joining a batch to their end
@@ -330,7 +360,7 @@ class VersionStats:
         #: requests failed by a device out of memory, by device ("cuda:0")
         self.out_of_memory: dict[str, int] = {}
         #: what ran on each GPU ("cuda:0"), for the statistics extension
-        self.by_device: dict[str, DeviceCounts] = {}
+        self.by_device: dict[str, Executions] = {}
         #: devices lost under a worker, by device; and the last loss: device and error
         self.lost_devices: dict[str, int] = {}
         self.last_device_lost: tuple[str, str] | None = None
@@ -341,12 +371,6 @@ class VersionStats:
         self.tokens = TokenStats()
 
     # -- recording ------------------------------------------------------------------------------
-
-    def executed(self, size: int, ns: int) -> None:
-        """One execution of ``predict`` over ``size`` requests that took ``ns``."""
-        self.predict.add(ns)
-        if size != 1:
-            _add(self.batched, size, 1, ns)
 
     def stepped(self, size: int, ns: int) -> None:
         """One step of a continuous batch of ``size`` requests (an execution); each request's
@@ -366,11 +390,11 @@ class VersionStats:
     def restarted(self, reason: RestartReason) -> None:
         self.restarts[reason] = self.restarts.get(reason, 0) + 1
 
-    def on_device(self, device: str) -> DeviceCounts:
+    def on_device(self, device: str) -> Executions:
         """The counts of ``device`` ("cuda:1"), which a worker on it adds to."""
         counts = self.by_device.get(device)
         if counts is None:
-            counts = self.by_device[device] = DeviceCounts()
+            counts = self.by_device[device] = Executions()
         return counts
 
     def out_of_memory_on(self, device: str) -> None:
@@ -473,15 +497,13 @@ class VersionStats:
         self.batched.clear()
         return delta
 
-    def merge_compute(self, delta: ComputeDelta, on: DeviceCounts | None = None) -> None:
+    def merge_compute(self, delta: ComputeDelta, on: Executions | None = None) -> None:
         """Add what a worker process reported (and to ``on``, its GPU's counts, if given)."""
         if on is not None:
-            on.merge(delta)
+            on.merge_executions(delta)
         self.compute_input.merge(delta.compute_input)
         self.compute_output.merge(delta.compute_output)
-        self.predict.merge(delta.predict)
-        for size, (count, ns) in delta.batched.items():
-            _add(self.batched, size, count, ns)
+        self.merge_executions(delta)
 
 
 def _add(by: dict[int, BatchStats], size: int, count: int, ns: int) -> None:
