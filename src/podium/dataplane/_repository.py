@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from ..runtime import (
     ModelVersion,
     Registry,
     RequestCodec,
+    TaskSet,
     build_path,
     inventory,
     register_paths,
@@ -184,7 +185,7 @@ class ModelRepository:
         self._codec = codec
         self._registered: dict[tuple[str, str | None], str] = {}  # url of each registration
         self._scaled: dict[tuple[str, str | None], tuple[int, int]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(logger)  # loads, scaling: in the asker's context, named, logged
         self._loading: dict[int, asyncio.Task[None]] = {}  # id(mv) → its background load
         self._started = {id(mv): _now() for mv in registry}
         self._given: dict[int, str] = {}  # id(mv) → its source as the paths given at start say
@@ -291,29 +292,12 @@ class ModelRepository:
 
     async def close(self) -> None:
         """Cancel the background work (loads, scaling) and wait for it to end."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel()
 
     def _build_executor(self) -> Executor:
         if self._executor is None:
             raise PodiumError("this model repository has no executor to build models in")
         return self._executor
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
-        async def run() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # nobody awaits a background task's result: log it
-                logger.error("%s failed: %s", what, exc, exc_info=exc)
-
-        task = asyncio.get_running_loop().create_task(run(), name=what)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # -- OIP's repository extension -------------------------------------------------------
 
@@ -411,7 +395,7 @@ class ModelRepository:
         versions = registered._added
         if not synchronous:
             for mv in versions:
-                self._loading[id(mv)] = self._spawn(self._load(mv), f"loading {mv.label}")
+                self._loading[id(mv)] = self._tasks.spawn(self._load(mv), f"loading {mv.label}")
             return
         await asyncio.gather(*(mv.load() for mv in versions))
         failed = [mv for mv in versions if mv.state is ModelState.FAILED]
@@ -456,7 +440,7 @@ class ModelRepository:
         new = {mv.version for mv in versions}
         clash = existing & new
         if clash or (existing and (None in existing or None in new)):
-            self._spawn(_close(versions), "closing unregistered versions")
+            self._tasks.spawn(_close(versions), "closing unregistered versions")
             if clash and None not in clash:
                 which = ", ".join(f"'{v}'" for v in sorted(v for v in clash if v is not None))
                 raise Conflict(f"model '{name}' version {which} is already registered")
@@ -527,7 +511,7 @@ class ModelRepository:
         mv = self._registry.get(name, version)
         self._scaled[(mv.name, mv.version)] = (min_workers, max_workers)
         if not synchronous:
-            self._spawn(mv.scale(min_workers, max_workers), f"scaling {mv.label}")
+            self._tasks.spawn(mv.scale(min_workers, max_workers), f"scaling {mv.label}")
             return Scaled(mv.name, mv.version, pending=True)
         await mv.scale(min_workers, max_workers)
         return Scaled(mv.name, mv.version, pending=False)
