@@ -15,10 +15,8 @@ Design notes: docs/continuous.md.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
-import contextvars
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -29,7 +27,7 @@ from ..types import Generation
 from ._clock import SYSTEM_CLOCK, Clock
 from ._items import ItemBuffer, StepLoop
 from ._line import queue_deadline, retry_after
-from ._scheduler import PoolScheduler
+from ._scheduler import PoolScheduler, TaskSet
 from ._stats import preprocess
 from .workers import Worker, WorkerPool, WorkerState
 
@@ -59,9 +57,9 @@ class _Request(ItemBuffer):
 class _Lane(StepLoop):
     """One worker's lane: its continuous batch (requests in ``joining`` were placed here with
     room, and enter it before its next step; between steps it also takes from the scheduler's
-    line) and the task that steps it."""
+    line), stepped by a task of the scheduler's."""
 
-    __slots__ = ("owner", "task", "lost")
+    __slots__ = ("owner", "lost")
 
     def __init__(self, worker: Worker, owner: ContinuousScheduler) -> None:
         label = owner._label
@@ -73,7 +71,6 @@ class _Lane(StepLoop):
             lambda: Unavailable(f"{label} stopped before this request finished"),
         )
         self.owner = owner
-        self.task: asyncio.Task[None] | None = None
         self.lost = False  # the worker takes no new requests (retired or replaced)
 
     @property
@@ -129,6 +126,7 @@ class ContinuousScheduler(PoolScheduler):
         self._max_waiting = config.max_queue_size
         self._buffer = max(config.stream_buffer, 1)
         self._lanes: dict[Worker, _Lane] = {}
+        self._tasks = TaskSet()  # the lanes' loops
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
         self.steps = 0
@@ -141,10 +139,7 @@ class ContinuousScheduler(PoolScheduler):
         the workers stop."""
         self._closed = True
         lanes = list(self._lanes.values())
-        tasks = [lane.task for lane in lanes if lane.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel()
         stopped = Unavailable(f"{self._label} stopped before this request finished")
         for lane in lanes:  # (a lane whose task never ran)
             for req in (*lane.active, *lane.joining):
@@ -200,10 +195,7 @@ class ContinuousScheduler(PoolScheduler):
         for worker in self._gate.workers:
             if worker.state is _READY and worker not in self._lanes:
                 lane = self._lanes[worker] = _Lane(worker, self)
-                # a context of its own: the lane serves every request, not the one that opened it
-                lane.task = asyncio.get_running_loop().create_task(
-                    lane.run(), context=contextvars.Context()
-                )
+                self._tasks.spawn(lane.run())  # serves every request, not the one that opened it
 
     def _place(self, req: _Request) -> None:
         """Into the least-loaded lane with room, else the back of the line (or refused)."""
