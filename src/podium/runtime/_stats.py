@@ -331,7 +331,6 @@ class VersionStats(Executions):
         "out_of_memory",
         "by_device",
         "lost_devices",
-        "last_device_lost",
         "load_ns",
         "custom",
         "tokens",
@@ -361,9 +360,8 @@ class VersionStats(Executions):
         self.out_of_memory: dict[str, int] = {}
         #: what ran on each GPU ("cuda:0"), for the statistics extension
         self.by_device: dict[str, Executions] = {}
-        #: devices lost under a worker, by device; and the last loss: device and error
+        #: devices lost under a worker, by device
         self.lost_devices: dict[str, int] = {}
-        self.last_device_lost: tuple[str, str] | None = None
         self.load_ns = 0  # how long the last load took; 0: not loaded yet
         #: the model's own metrics (podium.metrics, TorchServe's and MLServer's APIs)
         self.custom = custom if custom is not None else MetricStore()
@@ -401,10 +399,9 @@ class VersionStats(Executions):
         """A request failed: ``device`` ran out of memory."""
         self.out_of_memory[device] = self.out_of_memory.get(device, 0) + 1
 
-    def device_lost(self, device: str, error: str) -> None:
-        """A worker's ``device`` failed with ``error`` (its worker is replaced)."""
+    def device_lost(self, device: str) -> None:
+        """A worker's ``device`` failed (its worker is replaced; the error is logged)."""
         self.lost_devices[device] = self.lost_devices.get(device, 0) + 1
-        self.last_device_lost = (device, error[:512])
 
     # -- reading ------------------------------------------------------------------------------
 
