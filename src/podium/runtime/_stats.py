@@ -239,15 +239,14 @@ class RestartReason(enum.Enum):
 
 class ComputeDelta:
     """What a worker process adds to its version's counters between two reports (picklable):
-    ``preprocess`` / ``postprocess`` / ``predict`` durations and the batches by size."""
+    ``preprocess`` / ``postprocess`` durations and its :class:`Executions`."""
 
-    __slots__ = ("compute_input", "compute_output", "predict", "batched")
+    __slots__ = ("compute_input", "compute_output", "executions")
 
     def __init__(self) -> None:
         self.compute_input = Durations()
         self.compute_output = Durations()
-        self.predict = Durations()
-        self.batched: dict[int, tuple[int, int]] = {}
+        self.executions = Executions()
 
 
 class TokenStats:
@@ -285,11 +284,11 @@ class Executions:
         if size != 1:
             _add(self.batched, size, 1, ns)
 
-    def merge_executions(self, delta: ComputeDelta) -> None:
-        """Add the executions of a worker process's report."""
-        self.predict.merge(delta.predict)
-        for size, (count, ns) in delta.batched.items():
-            _add(self.batched, size, count, ns)
+    def merge_executions(self, other: Executions) -> None:
+        """Add ``other``'s (a worker process's report)."""
+        self.predict.merge(other.predict)
+        for size, batch in other.batched.items():
+            _add(self.batched, size, batch.count, batch.ns)
 
     @property
     def inferences(self) -> int:
@@ -484,23 +483,22 @@ class VersionStats(Executions):
         if not (self.predict.count or self.compute_input.count or self.compute_output.count):
             return None
         delta = ComputeDelta()
-        for name in ("compute_input", "compute_output", "predict"):
-            mine: Durations = getattr(self, name)
-            taken = getattr(delta, name)
-            taken.merge(mine)
+        delta.compute_input.merge(self.compute_input)
+        delta.compute_output.merge(self.compute_output)
+        delta.executions.merge_executions(self)
+        for mine in (self.compute_input, self.compute_output, self.predict):
             mine.ns = 0
             mine.buckets = [0] * len(mine.buckets)
-        delta.batched = {size: (b.count, b.ns) for size, b in self.batched.items()}
         self.batched.clear()
         return delta
 
     def merge_compute(self, delta: ComputeDelta, on: Executions | None = None) -> None:
         """Add what a worker process reported (and to ``on``, its GPU's counts, if given)."""
         if on is not None:
-            on.merge_executions(delta)
+            on.merge_executions(delta.executions)
         self.compute_input.merge(delta.compute_input)
         self.compute_output.merge(delta.compute_output)
-        self.merge_executions(delta)
+        self.merge_executions(delta.executions)
 
 
 def _add(by: dict[int, BatchStats], size: int, count: int, ns: int) -> None:
