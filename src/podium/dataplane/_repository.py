@@ -362,11 +362,12 @@ class ModelRepository:
         return self._configuration(self._registry.get(name, version))
 
     def _configuration(self, mv: ModelVersion) -> ModelConfiguration:
+        return configuration(mv, self._bounds(mv)[0])
+
+    def _bounds(self, mv: ModelVersion) -> tuple[int, int]:
+        """The version's (min_workers, max_workers): as last scaled, else its config's."""
         config = mv.config
-        workers, _ = self._scaled.get(
-            (mv.name, mv.version), (config.min_workers, config.max_workers)
-        )
-        return configuration(mv, workers)
+        return self._scaled.get((mv.name, mv.version), (config.min_workers, config.max_workers))
 
     async def unload(self, name: str, *, via: WireProtocol | None) -> None:
         """Stop serving every version of ``name`` (requests in flight finish); ``via`` as for
@@ -546,15 +547,12 @@ class ModelRepository:
         return self._given.get(id(mv)) or Path(mv.source).name
 
     def _describe(self, mv: ModelVersion, is_default: bool) -> VersionDescription:
-        config = mv.config
-        low, high = self._scaled.get(
-            (mv.name, mv.version), (config.min_workers, config.max_workers)
-        )
+        low, high = self._bounds(mv)
         return VersionDescription(
             name=mv.name,
             version=mv.version,
             url=self._url(mv),
-            config=config,
+            config=mv.config,
             min_workers=low,
             max_workers=high,
             loaded_at_startup=(mv.name, mv.version) not in self._registered,
