@@ -81,7 +81,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             # the clock every wait is timed by: schedulers' delays and the line's deadlines
             "podium.runtime._clock",
             "podium.runtime._stats",
-            "podium.runtime._device_counts",
             "podium.runtime.devices",
         ),
     ),

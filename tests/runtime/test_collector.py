@@ -7,6 +7,8 @@ held is read from what the runner was given.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -280,3 +282,35 @@ async def test_each_request_keeps_its_tag() -> None:
         assert [p.tag for p in pending] == ["ctx-1", "ctx-2"]
     finally:
         await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_task_set_runs_collectors_in_a_context_of_their_own() -> None:
+    asked = contextvars.ContextVar("asked", default="nobody")
+    asked.set("r1")
+    tasks = TaskSet()
+    assert await tasks.spawn(_read(asked)) == "nobody"
+
+
+@pytest.mark.anyio
+async def test_a_logged_task_set_keeps_the_askers_context_names_and_logs_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    asked = contextvars.ContextVar("asked", default="nobody")
+    asked.set("r1")
+    tasks = TaskSet(logging.getLogger("podium.repository"))
+    assert await tasks.spawn(_read(asked), "reading") == "r1"
+
+    async def fail() -> None:
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="podium.repository"):
+        task = tasks.spawn(fail(), "loading model 'm'")
+        assert task.get_name() == "loading model 'm'"
+        assert await task is None  # logged, not left for nobody to retrieve
+    assert [r.getMessage() for r in caplog.records] == ["loading model 'm' failed: boom"]
+    assert len(tasks) == 0
+
+
+async def _read(var: contextvars.ContextVar[str]) -> str:
+    return var.get()

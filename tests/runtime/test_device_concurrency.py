@@ -227,7 +227,7 @@ async def test_worker_processes_on_one_gpu_share_its_bound(
         stats = mv.stats.by_device
         await wait_until(lambda ran=stats: sum(c.inferences for c in ran.values()) == 12, 10.0)
         assert sorted(stats) == ["cuda:1", "cuda:3"]
-        assert all(c.executions == c.inferences > 0 and c.ns > 0 for c in stats.values())
+        assert all(c.predict.count == c.inferences > 0 and c.predict.ns > 0 for c in stats.values())
 
 
 class _W:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from ..runtime import (
     ModelVersion,
     Registry,
     RequestCodec,
+    TaskSet,
     build_path,
     inventory,
     register_paths,
@@ -192,7 +193,7 @@ class ModelRepository:
         self._codec = codec
         self._registered: dict[tuple[str, str | None], str] = {}  # url of each registration
         self._scaled: dict[tuple[str, str | None], tuple[int, int]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(logger)  # loads, scaling: in the asker's context, named, logged
         self._loading: dict[int, asyncio.Task[None]] = {}  # id(mv) → its background load
         self._started = {id(mv): _now() for mv in registry}
         self._given: dict[int, str] = {}  # id(mv) → its source as the paths given at start say
@@ -297,29 +298,12 @@ class ModelRepository:
 
     async def close(self) -> None:
         """Cancel the background work (loads, scaling) and wait for it to end."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel()
 
     def _build_executor(self) -> Executor:
         if self._executor is None:
             raise PodiumError("this model repository has no executor to build models in")
         return self._executor
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
-        async def run() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # nobody awaits a background task's result: log it
-                logger.error("%s failed: %s", what, exc, exc_info=exc)
-
-        task = asyncio.get_running_loop().create_task(run(), name=what)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # -- OIP's repository extension -------------------------------------------------------
 
@@ -384,11 +368,12 @@ class ModelRepository:
         return self._configuration(self._registry.get(name, version))
 
     def _configuration(self, mv: ModelVersion) -> ModelConfiguration:
+        return configuration(mv, self._bounds(mv)[0])
+
+    def _bounds(self, mv: ModelVersion) -> tuple[int, int]:
+        """The version's (min_workers, max_workers): as last scaled, else its config's."""
         config = mv.config
-        workers, _ = self._scaled.get(
-            (mv.name, mv.version), (config.min_workers, config.max_workers)
-        )
-        return configuration(mv, workers)
+        return self._scaled.get((mv.name, mv.version), (config.min_workers, config.max_workers))
 
     async def unload(self, name: str, *, via: WireProtocol | None) -> None:
         """Stop serving every version of ``name`` (requests in flight finish); ``via`` as for
@@ -417,7 +402,7 @@ class ModelRepository:
         versions = registered._added
         if not synchronous:
             for mv in versions:
-                self._loading[id(mv)] = self._spawn(self._load(mv), f"loading {mv.label}")
+                self._loading[id(mv)] = self._tasks.spawn(self._load(mv), f"loading {mv.label}")
             return
         await asyncio.gather(*(mv.load() for mv in versions))
         failed = [mv for mv in versions if mv.state is ModelState.FAILED]
@@ -462,7 +447,7 @@ class ModelRepository:
         new = {mv.version for mv in versions}
         clash = existing & new
         if clash or (existing and (None in existing or None in new)):
-            self._spawn(_close(versions), "closing unregistered versions")
+            self._tasks.spawn(_close(versions), "closing unregistered versions")
             if clash and None not in clash:
                 which = ", ".join(f"'{v}'" for v in sorted(v for v in clash if v is not None))
                 raise Conflict(f"model '{name}' version {which} is already registered")
@@ -533,7 +518,7 @@ class ModelRepository:
         mv = self._registry.get(name, version)
         self._scaled[(mv.name, mv.version)] = (min_workers, max_workers)
         if not synchronous:
-            self._spawn(mv.scale(min_workers, max_workers), f"scaling {mv.label}")
+            self._tasks.spawn(mv.scale(min_workers, max_workers), f"scaling {mv.label}")
             return Scaled(mv.name, mv.version, pending=True)
         await mv.scale(min_workers, max_workers)
         return Scaled(mv.name, mv.version, pending=False)
@@ -568,15 +553,12 @@ class ModelRepository:
         return self._given.get(id(mv)) or Path(mv.source).name
 
     def _describe(self, mv: ModelVersion, is_default: bool) -> VersionDescription:
-        config = mv.config
-        low, high = self._scaled.get(
-            (mv.name, mv.version), (config.min_workers, config.max_workers)
-        )
+        low, high = self._bounds(mv)
         return VersionDescription(
             name=mv.name,
             version=mv.version,
             url=self._url(mv),
-            config=config,
+            config=mv.config,
             min_workers=low,
             max_workers=high,
             loaded_at_startup=(mv.name, mv.version) not in self._registered,

@@ -144,9 +144,9 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
         device_stats=[
             DeviceStatistics(
                 device=name,
-                execution_count=on.executions,
+                execution_count=on.predict.count,
                 inference_count=on.inferences,
-                compute_infer=StatisticDuration(on.executions, on.ns),
+                compute_infer=_duration(on.predict),
             )
             for name, on in sorted(stats.by_device.items())
         ]

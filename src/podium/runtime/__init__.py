@@ -15,7 +15,7 @@ Other packages import the names below from here (or from a public module: ``regi
 ``loading``, ...), never from a private one.
 """
 
-from ._scheduler import Scheduler, SequenceScheduling
+from ._scheduler import Scheduler, SequenceScheduling, TaskSet
 from ._stats import (
     DURATION_BUCKETS_NS,
     Durations,
@@ -51,6 +51,7 @@ __all__ = [
     "Scheduler",
     "SequenceEnd",
     "SequenceScheduling",
+    "TaskSet",
     "VersionStats",
     "WorkerInfo",
     "WorkerKind",

@@ -37,13 +37,13 @@ from ..errors import (
 )
 from ..metrics import MetricStore
 from ..types import WireProtocol
-from ._device_counts import DeviceCounts
 
 __all__ = [
     "DURATION_BUCKETS_NS",
     "BatchStats",
     "ComputeDelta",
     "Durations",
+    "Executions",
     "Outcome",
     "ProtocolStats",
     "RestartReason",
@@ -239,15 +239,14 @@ class RestartReason(enum.Enum):
 
 class ComputeDelta:
     """What a worker process adds to its version's counters between two reports (picklable):
-    ``preprocess`` / ``postprocess`` / ``predict`` durations and the batches by size."""
+    ``preprocess`` / ``postprocess`` durations and its :class:`Executions`."""
 
-    __slots__ = ("compute_input", "compute_output", "predict", "batched")
+    __slots__ = ("compute_input", "compute_output", "executions")
 
     def __init__(self) -> None:
         self.compute_input = Durations()
         self.compute_output = Durations()
-        self.predict = Durations()
-        self.batched: dict[int, tuple[int, int]] = {}
+        self.executions = Executions()
 
 
 class TokenStats:
@@ -265,7 +264,40 @@ class TokenStats:
         self.finished: dict[str, int] = {}
 
 
-class VersionStats:
+class Executions:
+    """Executions of ``predict``: their durations (``predict``, whose count is the executions)
+    and those over 2 or more requests by size (``batched``). A version has these counts
+    (:class:`VersionStats` is one), and so has each GPU it runs on (``by_device``, the
+    statistics' ``device_stats``: docs/devices.md, "Seeing it"), which a worker on it adds to
+    as it adds to the version's: a thread worker each execution, a worker process's parent
+    each report of the process's counters."""
+
+    __slots__ = ("predict", "batched")
+
+    def __init__(self) -> None:
+        self.predict = Durations()
+        self.batched: dict[int, BatchStats] = {}  # executions over 2 or more requests
+
+    def executed(self, size: int, ns: int) -> None:
+        """One execution of ``predict`` over ``size`` requests that took ``ns``."""
+        self.predict.add(ns)
+        if size != 1:
+            _add(self.batched, size, 1, ns)
+
+    def merge_executions(self, other: Executions) -> None:
+        """Add ``other``'s (a worker process's report)."""
+        self.predict.merge(other.predict)
+        for size, batch in other.batched.items():
+            _add(self.batched, size, batch.count, batch.ns)
+
+    @property
+    def inferences(self) -> int:
+        """The requests the executions ran (a continuous step's are counted apart, as
+        :attr:`VersionStats.infer_count` does)."""
+        return self.predict.count + sum((b.size - 1) * b.count for b in self.batched.values())
+
+
+class VersionStats(Executions):
     """The counters of one model version (see the module's docstring).
 
     Triton's statistics: ``success`` / ``fail`` are the sums of :attr:`protocols` (``ok``,
@@ -285,8 +317,6 @@ class VersionStats:
         "unqueued",
         "compute_input",
         "compute_output",
-        "predict",
-        "batched",
         "stepped_by",
         "generated_count",
         "generated_ns",
@@ -300,13 +330,13 @@ class VersionStats:
         "out_of_memory",
         "by_device",
         "lost_devices",
-        "last_device_lost",
         "load_ns",
         "custom",
         "tokens",
     )
 
     def __init__(self, custom: MetricStore | None = None) -> None:
+        super().__init__()
         #: by ``WireProtocol.index``
         self.protocols = [ProtocolStats(p) for p in WireProtocol]
         self.queue = Durations()
@@ -315,8 +345,6 @@ class VersionStats:
         self.unqueued = 0
         self.compute_input = Durations()
         self.compute_output = Durations()
-        self.predict = Durations()
-        self.batched: dict[int, BatchStats] = {}  # executions over 2 or more requests
         self.stepped_by: dict[int, BatchStats] = {}  # continuous steps, by batch size
         self.generated_count = 0  # requests of continuous batches that ended...
         self.generated_ns = 0  # ...and their time from joining a batch to their end
@@ -330,10 +358,9 @@ class VersionStats:
         #: requests failed by a device out of memory, by device ("cuda:0")
         self.out_of_memory: dict[str, int] = {}
         #: what ran on each GPU ("cuda:0"), for the statistics extension
-        self.by_device: dict[str, DeviceCounts] = {}
-        #: devices lost under a worker, by device; and the last loss: device and error
+        self.by_device: dict[str, Executions] = {}
+        #: devices lost under a worker, by device
         self.lost_devices: dict[str, int] = {}
-        self.last_device_lost: tuple[str, str] | None = None
         self.load_ns = 0  # how long the last load took; 0: not loaded yet
         #: the model's own metrics (podium.metrics, TorchServe's and MLServer's APIs)
         self.custom = custom if custom is not None else MetricStore()
@@ -341,12 +368,6 @@ class VersionStats:
         self.tokens = TokenStats()
 
     # -- recording ------------------------------------------------------------------------------
-
-    def executed(self, size: int, ns: int) -> None:
-        """One execution of ``predict`` over ``size`` requests that took ``ns``."""
-        self.predict.add(ns)
-        if size != 1:
-            _add(self.batched, size, 1, ns)
 
     def stepped(self, size: int, ns: int) -> None:
         """One step of a continuous batch of ``size`` requests (an execution); each request's
@@ -366,21 +387,20 @@ class VersionStats:
     def restarted(self, reason: RestartReason) -> None:
         self.restarts[reason] = self.restarts.get(reason, 0) + 1
 
-    def on_device(self, device: str) -> DeviceCounts:
+    def on_device(self, device: str) -> Executions:
         """The counts of ``device`` ("cuda:1"), which a worker on it adds to."""
         counts = self.by_device.get(device)
         if counts is None:
-            counts = self.by_device[device] = DeviceCounts()
+            counts = self.by_device[device] = Executions()
         return counts
 
     def out_of_memory_on(self, device: str) -> None:
         """A request failed: ``device`` ran out of memory."""
         self.out_of_memory[device] = self.out_of_memory.get(device, 0) + 1
 
-    def device_lost(self, device: str, error: str) -> None:
-        """A worker's ``device`` failed with ``error`` (its worker is replaced)."""
+    def device_lost(self, device: str) -> None:
+        """A worker's ``device`` failed (its worker is replaced; the error is logged)."""
         self.lost_devices[device] = self.lost_devices.get(device, 0) + 1
-        self.last_device_lost = (device, error[:512])
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -463,25 +483,22 @@ class VersionStats:
         if not (self.predict.count or self.compute_input.count or self.compute_output.count):
             return None
         delta = ComputeDelta()
-        for name in ("compute_input", "compute_output", "predict"):
-            mine: Durations = getattr(self, name)
-            taken = getattr(delta, name)
-            taken.merge(mine)
+        delta.compute_input.merge(self.compute_input)
+        delta.compute_output.merge(self.compute_output)
+        delta.executions.merge_executions(self)
+        for mine in (self.compute_input, self.compute_output, self.predict):
             mine.ns = 0
             mine.buckets = [0] * len(mine.buckets)
-        delta.batched = {size: (b.count, b.ns) for size, b in self.batched.items()}
         self.batched.clear()
         return delta
 
-    def merge_compute(self, delta: ComputeDelta, on: DeviceCounts | None = None) -> None:
+    def merge_compute(self, delta: ComputeDelta, on: Executions | None = None) -> None:
         """Add what a worker process reported (and to ``on``, its GPU's counts, if given)."""
         if on is not None:
-            on.merge(delta)
+            on.merge_executions(delta.executions)
         self.compute_input.merge(delta.compute_input)
         self.compute_output.merge(delta.compute_output)
-        self.predict.merge(delta.predict)
-        for size, (count, ns) in delta.batched.items():
-            _add(self.batched, size, count, ns)
+        self.merge_executions(delta.executions)
 
 
 def _add(by: dict[int, BatchStats], size: int, count: int, ns: int) -> None:

@@ -128,7 +128,7 @@ class ThreadWorker:
                 self._on_device_error(self, exc)
             raise
         assert self._on_gpu is not None  # (this path stands for infer on a GPU only)
-        self._on_gpu.add(size, _now() - start)
+        self._on_gpu.executed(size, _now() - start)
         return outputs
 
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:

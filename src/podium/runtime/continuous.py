@@ -15,10 +15,8 @@ Design notes: docs/continuous.md.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
-import contextvars
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -27,9 +25,9 @@ from ..config import ModelConfig
 from ..errors import QueueFull, QueueTimeout, Unavailable, UnsupportedRepresentation, WorkerDied
 from ..types import Generation
 from ._clock import SYSTEM_CLOCK, Clock
-from ._items import ItemBuffer, step
+from ._items import ItemBuffer, StepLoop
 from ._line import queue_deadline, retry_after
-from ._scheduler import PoolScheduler
+from ._scheduler import PoolScheduler, TaskSet
 from ._stats import preprocess
 from .workers import Worker, WorkerPool, WorkerState
 
@@ -56,24 +54,58 @@ class _Request(ItemBuffer):
             self.lane.wake.set()
 
 
-class _Lane:
-    """One worker's lane: its continuous batch (``active`` requests, and ``joining`` ones that
-    enter it before its next step) and the task that steps it."""
+class _Lane(StepLoop):
+    """One worker's lane: its continuous batch (requests in ``joining`` were placed here with
+    room, and enter it before its next step; between steps it also takes from the scheduler's
+    line), stepped by a task of the scheduler's."""
 
-    __slots__ = ("worker", "active", "joining", "wake", "task", "lost", "holds_slot")
+    __slots__ = ("owner", "lost")
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.active: list[_Request] = []
-        self.joining: list[_Request] = []
-        self.wake = asyncio.Event()  # arrivals, readers catching up, clients leaving
-        self.task: asyncio.Task[None] | None = None
+    def __init__(self, worker: Worker, owner: ContinuousScheduler) -> None:
+        label = owner._label
+        super().__init__(
+            worker,
+            owner._gate,
+            owner._stats,
+            owner._batch_size,
+            lambda: Unavailable(f"{label} stopped before this request finished"),
+        )
+        self.owner = owner
         self.lost = False  # the worker takes no new requests (retired or replaced)
-        self.holds_slot = False  # holds one of the worker's slots (while it has requests)
 
     @property
     def load(self) -> int:
         return len(self.active) + len(self.joining)
+
+    def _admit(self) -> None:
+        """The joining requests, then waiting ones from the line while there is room; each
+        one's wait is counted as queue time."""
+        first = len(self.active)
+        self._take(self.joining)
+        if not self.lost:
+            self._take(self.owner._waiting)
+        queue = self.stats.queue
+        now = _now()
+        for req in self.active[first:]:
+            req.lane = self
+            req.joined = now
+            queue.add(now - req.placed)
+
+    def _idle(self) -> bool:
+        return self.lost  # a lost lane ends once its active requests have finished
+
+    def _ended(self) -> None:
+        lanes = self.owner._lanes
+        if lanes.get(self.worker) is self:
+            del lanes[self.worker]
+
+    async def _step(self, batch: list[_Request]) -> BaseException | None:
+        self.owner.steps += 1
+        error = await super()._step(batch)
+        if isinstance(error, WorkerDied):  # the process, and every generation it held, is gone
+            for req in self.active:
+                req.end(error)
+        return error
 
 
 class ContinuousScheduler(PoolScheduler):
@@ -94,6 +126,7 @@ class ContinuousScheduler(PoolScheduler):
         self._max_waiting = config.max_queue_size
         self._buffer = max(config.stream_buffer, 1)
         self._lanes: dict[Worker, _Lane] = {}
+        self._tasks = TaskSet()  # the lanes' loops
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
         self.steps = 0
@@ -106,12 +139,9 @@ class ContinuousScheduler(PoolScheduler):
         the workers stop."""
         self._closed = True
         lanes = list(self._lanes.values())
-        tasks = [lane.task for lane in lanes if lane.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel()
         stopped = Unavailable(f"{self._label} stopped before this request finished")
-        for lane in lanes:
+        for lane in lanes:  # (a lane whose task never ran)
             for req in (*lane.active, *lane.joining):
                 req.end(stopped)
         while self._waiting:
@@ -164,11 +194,8 @@ class ContinuousScheduler(PoolScheduler):
     def _open_lanes(self) -> None:
         for worker in self._gate.workers:
             if worker.state is _READY and worker not in self._lanes:
-                lane = self._lanes[worker] = _Lane(worker)
-                # a context of its own: the lane serves every request, not the one that opened it
-                lane.task = asyncio.get_running_loop().create_task(
-                    self._run_lane(lane), context=contextvars.Context()
-                )
+                lane = self._lanes[worker] = _Lane(worker, self)
+                self._tasks.spawn(lane.run())  # serves every request, not the one that opened it
 
     def _place(self, req: _Request) -> None:
         """Into the least-loaded lane with room, else the back of the line (or refused)."""
@@ -176,7 +203,7 @@ class ContinuousScheduler(PoolScheduler):
         if not self._waiting:
             best: _Lane | None = None
             for lane in self._lanes.values():
-                if not lane.lost and lane.load < self._batch_size:
+                if not lane.lost and lane.load < lane.limit:
                     if best is None or lane.load < best.load:
                         best = lane
             if best is not None:
@@ -226,60 +253,3 @@ class ContinuousScheduler(PoolScheduler):
         lane.wake.set()
         for other in self._lanes.values():
             other.wake.set()  # one of them may take the returned requests
-
-    # -- one worker's loop ---------------------------------------------------------------------
-
-    def _refill(self, lane: _Lane) -> None:
-        """Between steps: drop finished and cancelled requests, admit joining and waiting ones."""
-        active = lane.active = [r for r in lane.active if not r.gone]
-        admitted = [r for r in lane.joining if not r.gone]
-        lane.joining.clear()
-        while not lane.lost and self._waiting and len(active) + len(admitted) < self._batch_size:
-            req = self._waiting.popleft()
-            if not req.gone:
-                req.lane = lane
-                admitted.append(req)
-        queue = self._stats.queue
-        now = _now()
-        for req in admitted:
-            active.append(req)
-            req.joined = now
-            queue.add(now - req.placed)
-
-    async def _run_lane(self, lane: _Lane) -> None:
-        worker = lane.worker
-        try:
-            while True:
-                self._refill(lane)
-                if lane.active and not lane.holds_slot:
-                    lane.holds_slot = self._gate.try_acquire_on(
-                        worker
-                    )  # busy shows, retiring waits
-                elif not lane.active and lane.holds_slot:
-                    lane.holds_slot = False
-                    self._gate.release(worker)
-                if not lane.active and lane.lost:
-                    return
-                batch = [r for r in lane.active if not r.full]  # a full buffer sits out
-                if not batch:
-                    lane.wake.clear()
-                    await lane.wake.wait()
-                    continue
-                await self._run_step(lane, batch)
-        finally:
-            if self._lanes.get(worker) is lane:
-                del self._lanes[worker]
-            if lane.holds_slot:
-                lane.holds_slot = False
-                self._gate.release(worker)
-            stopped = Unavailable(f"{self._label} stopped before this request finished")
-            for req in (*lane.active, *lane.joining):
-                req.end(stopped)
-
-    async def _run_step(self, lane: _Lane, batch: list[_Request]) -> None:
-        worker = lane.worker
-        self.steps += 1
-        error = await step(worker, batch, self._stats)
-        if isinstance(error, WorkerDied):  # the process, and every generation it held, is gone
-            for req in lane.active:
-                req.end(error)

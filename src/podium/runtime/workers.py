@@ -441,7 +441,7 @@ class WorkerPool:
         if worker.id in self._replaced:
             return
         self._replaced[worker.id] = why
-        self.stats.device_lost(where, str(exc))
+        self.stats.device_lost(where)
         if worker.kind is WorkerKind.PROCESS:
             recycle = getattr(worker, "recycle", None)
             if recycle is not None:

@@ -141,8 +141,7 @@ class Lane:
                 inputs = await preprocess(self._stats, inst, inputs, request)
             finally:
                 current_context.reset(token)
-        if self.lost is not None:
-            raise self._closed_error(seq.id, self.lost)
+        # (a lost worker's Steps refuses it with closed_error, as lose() told it)
         async with contextlib.aclosing(self.steps.stream(ctx, inputs, request)) as items:
             async for item in items:
                 yield item

@@ -17,13 +17,12 @@ item), so one step can hold both: a running stream and the request that cancels 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ...types import Context, Generation, current_context
-from .._items import ItemBuffer, step
+from .._items import ItemBuffer, StepLoop
 from .._scheduler import TaskSet
 from .._stats import VersionStats
 
@@ -40,30 +39,17 @@ class _Request(ItemBuffer):
         self.ctx = ctx
 
 
-class Steps:
+class Steps(StepLoop):
     """The continuous batch of one worker (see the module docstring).
 
     ``gate`` gives the worker's slots: the loop holds one while it has requests (so the worker
-    shows busy and a retiring worker waits). ``tasks`` owns the loop's task (the scheduler
-    cancels them on close: the requests then end with ``stopped()``). :meth:`lose` ends every
-    request, and refuses new ones, once the worker is gone.
+    shows busy and a retiring worker waits). ``tasks`` owns the loop's task, which ends when
+    the batch empties (the next request starts another); the scheduler cancels them on close:
+    the requests then end with ``stopped()``. :meth:`lose` ends every request, and refuses new
+    ones, once the worker is gone.
     """
 
-    __slots__ = (
-        "_worker",
-        "_gate",
-        "_limit",
-        "_buffer",
-        "_tasks",
-        "_stopped",
-        "_active",
-        "_joining",
-        "_wake",
-        "_task",
-        "_lost",
-        "_stats",
-        "steps",
-    )
+    __slots__ = ("_buffer", "_tasks", "_task", "_lost", "steps")
 
     def __init__(
         self,
@@ -76,16 +62,11 @@ class Steps:
         stopped: Callable[[], BaseException],
         stats: VersionStats | None = None,
     ) -> None:
-        self._worker = worker
-        self._stats = stats if stats is not None else VersionStats()
-        self._gate = gate
-        self._limit = max(limit, 1)
+        super().__init__(
+            worker, gate, stats if stats is not None else VersionStats(), limit, stopped
+        )
         self._buffer = max(buffer, 1)
         self._tasks = tasks
-        self._stopped = stopped
-        self._active: list[_Request] = []
-        self._joining: collections.deque[_Request] = collections.deque()
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._lost: Callable[[Context], BaseException] | None = None
         self.steps = 0  # steps run
@@ -93,7 +74,7 @@ class Steps:
     @property
     def waiting(self) -> int:
         """Requests waiting to join the batch."""
-        return sum(1 for r in self._joining if not r.gone)
+        return sum(1 for r in self.joining if not r.gone)
 
     async def stream(self, ctx: Context, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """The items the steps emit for this request, in order, until it finishes. Leaving early
@@ -101,64 +82,31 @@ class Steps:
         if self._lost is not None:
             raise self._lost(ctx)
         req = _Request(Generation(inputs, request), ctx, self._buffer)
-        self._joining.append(req)
-        self._wake.set()
+        self.joining.append(req)
+        self.wake.set()
         if self._task is None:
-            self._task = self._tasks.spawn(self._run())
-        async with contextlib.aclosing(req.read(self._wake.set)) as items:
+            self._task = self._tasks.spawn(self.run())
+        async with contextlib.aclosing(req.read(self.wake.set)) as items:
             async for item in items:
                 yield item
 
     def lose(self, error: Callable[[Context], BaseException]) -> None:
         """The worker is gone: every request ends with ``error(its context)``, new ones are
-        refused with it."""
+        refused with it (the loop, with no request left, ends)."""
         self._lost = error
-        for req in (*self._active, *self._joining):
+        for req in (*self.active, *self.joining):
             req.end(error(req.ctx))
-        self._active.clear()
-        self._joining.clear()
-        self._wake.set()
+        self.active.clear()
+        self.joining.clear()
+        self.wake.set()
 
-    def _refill(self) -> None:
-        """Between steps: drop finished and cancelled requests, admit waiting ones."""
-        self._active = [r for r in self._active if not r.gone]
-        joining = self._joining
-        while joining and len(self._active) < self._limit:
-            req = joining.popleft()
-            if not req.gone:
-                self._active.append(req)
+    def _ended(self) -> None:
+        self._task = None
 
-    async def _run(self) -> None:
-        worker = self._worker
-        holds_slot = False
-        try:
-            while self._lost is None:
-                self._refill()
-                if not self._active:
-                    if not self._joining:
-                        return  # the next request starts a new task
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                if not holds_slot:
-                    holds_slot = self._gate.try_acquire_on(worker)  # busy shows, retiring waits
-                batch = [r for r in self._active if not r.full]  # a full buffer sits out
-                if not batch:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                await self._step(batch)
-        finally:
-            self._task = None
-            if holds_slot:
-                self._gate.release(worker)
-            for req in (*self._active, *self._joining):
-                req.end(self._stopped())
-
-    async def _step(self, batch: list[_Request]) -> None:
+    async def _step(self, batch: list[_Request]) -> BaseException | None:
         self.steps += 1
         token = current_context.set([r.ctx for r in batch])  # this task's own context
         try:
-            await step(self._worker, batch, self._stats)
+            return await super()._step(batch)
         finally:
             current_context.reset(token)
