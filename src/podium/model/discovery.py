@@ -15,7 +15,6 @@ A path given to ``podium serve`` is one of:
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -173,10 +172,8 @@ def _torchserve_hint(exc: Exception, file: Path) -> str:
 def import_model(source: ModelSource) -> ModelSpec:
     """Import the model's file and check its class; errors name the model, the file and the rule."""
     file = source.file
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    module_name = f"podium_user_model_{digest}"
     try:
-        module = exec_file(file, module_name, source.label)
+        module = exec_file(file, "podium_user_model", source.label)
     except DefinitionError:
         raise
     except Exception as exc:
@@ -188,7 +185,7 @@ def import_model(source: ModelSource) -> ModelSpec:
     cls = getattr(module, class_name, None)
     if cls is None:
         handles = callable(getattr(module, "handle", None)) or any(
-            isinstance(v, type) and v.__module__ == module_name and hasattr(v, "handle")
+            isinstance(v, type) and v.__module__ == module.__name__ and hasattr(v, "handle")
             for v in vars(module).values()
         )
         hint = _HANDLER_HINT.format(file=file.name) if handles else ""

@@ -14,7 +14,6 @@ define exactly one class: instantiated with no arguments, ``initialize(context)`
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -221,9 +220,7 @@ def _streams(model_dir: Path) -> bool:
 
 
 def _import_file(file: Path, label: str, where: str) -> ModuleType:
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    name = f"podium_ts_handler_{digest}"
-    return exec_file(file, name, f"{where}: handler '{label}' ({file})")
+    return exec_file(file, "podium_ts_handler", f"{where}: handler '{label}' ({file})")
 
 
 def _missing_builtin(module_name: str, where: str, label: str) -> DefinitionError:
