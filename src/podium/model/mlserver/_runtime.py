@@ -36,15 +36,14 @@ from ...errors import (
 from ...metrics import current_store, recording_to
 from ...types import (
     Capabilities,
-    Generation,
     InferenceResponse,
     InputKind,
     ResponseOutput,
     Returned,
     request_id,
 )
+from .._adapter import Adapter
 from .._calls import call_method, model_error, validation_failed
-from .._threads import CallThreads
 from . import _batch
 from ._handlers import call_arguments, handler_routes, rendered
 
@@ -111,7 +110,7 @@ def _dump(obj: Any) -> dict[str, Any] | None:
     return data or None
 
 
-class MLServerModel:
+class MLServerModel(Adapter):
     """One instance of an MLServer runtime (a class written to ``mlserver.MLModel``'s contract)."""
 
     def __init__(
@@ -150,10 +149,7 @@ class MLServerModel:
         )
         # a sync predict runs on threads of the instance's own, as a native one does
         # (model/_threads.py); a thread worker times its calls there
-        self._threads = CallThreads(name=f"podium-{name}")
-        self.calls: CallThreads | None = (
-            self._threads if self.capabilities.predict_in_thread else None
-        )
+        self._own_threads(self.capabilities.predict_in_thread)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -243,12 +239,6 @@ class MLServerModel:
     async def preprocess(self, inputs: Any, request: Any) -> Any:
         return self._request(inputs, request)
 
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        return outputs
-
-    def validate(self, value: Any) -> Any:
-        return value
-
     # -- responses -----------------------------------------------------------------------------
 
     def _response(self, result: Any, request_id: str | None) -> InferenceResponse:
@@ -329,9 +319,6 @@ class MLServerModel:
             yield payload
 
         return self._stream(one(), payload.id)
-
-    async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError("an MLServer runtime is not served by continuous batching")
 
     async def predict_input_stream(
         self, inputs: AsyncIterator[Any], request: Any

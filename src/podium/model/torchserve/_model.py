@@ -16,7 +16,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,10 @@ from ...types import (
     WireProtocol,
 )
 from ...types import Context as SequenceContext
+from .._adapter import Adapter
 from .._calls import model_error, run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
-from .._threads import CallThreads
 from ._archive import ARCHIVE_SUFFIXES, MANIFEST, ArchiveLimits, extract_owned, read_manifest
 from ._archive import set_limits as set_archive_limits
 from ._config import model_config
@@ -138,7 +138,7 @@ def build(
     return TorchServeModel(source, prepared, executor=executor)
 
 
-class TorchServeModel:
+class TorchServeModel(Adapter):
     """A TorchServe handler behind the :class:`podium.types.ModelInstance` interface.
 
     One ``handle(data, context)`` call per request, or per batch when ``batch_size`` > 1, in
@@ -195,9 +195,7 @@ class TorchServeModel:
         # handle() runs on threads of the adapter's own, as a native sync predict does
         # (model/_threads.py): cheaper than the shared pool, and at predict_concurrency 1 always
         # the same thread, as in TorchServe's one-threaded backend worker
-        self._threads = CallThreads(name=f"podium-{config.name}")
-        #: where ``handle`` runs (a thread worker times its calls there)
-        self.calls: CallThreads | None = self._threads
+        self._own_threads(True)
         try:
             self._entry, self._init = handler.instantiate()
         except Exception as exc:
@@ -228,15 +226,6 @@ class TorchServeModel:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 
-    def validate(self, value: Any) -> Any:
-        return value
-
-    async def preprocess(self, inputs: Any, request: Any) -> Any:
-        return inputs
-
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        return outputs
-
     # -- calls -------------------------------------------------------------------------------
 
     async def predict(self, inputs: Any, request: Any) -> Any:
@@ -244,10 +233,6 @@ class TorchServeModel:
         contexts = contexts_for(len(batch))
         results = await self._threads.run(self._handle, batch, requests, None, contexts)
         return results if self._batched else results[0]
-
-    async def close(self) -> None:
-        """Stop the threads ``handle`` runs on (each once the calls it holds have returned)."""
-        await self._threads.close()
 
     def _check_results(self, ret: Any, count: int, what: str) -> None:
         """A handler returns one result per request of its batch (or step)."""
@@ -264,13 +249,6 @@ class TorchServeModel:
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         return self._stream(inputs, request, contexts_for(1))
-
-    def predict_input_stream(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        raise RuntimeError(
-            "a TorchServe handler does not read a stream of requests (consumes_stream is False)"
-        )
 
     async def step(self, batch: list[Generation]) -> None:
         """One step of continuous batching: one ``handle(data, context)`` call with the active
