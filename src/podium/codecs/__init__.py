@@ -38,7 +38,8 @@ This package knows nothing about HTTP or gRPC: front ends hand it the neutral st
 
 Layout (private modules; import the names below from ``podium.codecs``)::
 
-    _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json;
+    _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json,
+                   request_builtins;
                    the same checks without decoding: check_input, check_request
     _declared.py   a request against the tensors its model declares: check_declared
     _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default
@@ -57,7 +58,14 @@ from __future__ import annotations
 
 from ._datatypes import NUMPY_DTYPES
 from ._declared import check_declared
-from ._inputs import check_input, check_request, decode_input, decode_request, inputs_as_json
+from ._inputs import (
+    check_input,
+    check_request,
+    decode_input,
+    decode_request,
+    inputs_as_json,
+    request_builtins,
+)
 from ._json import JSON_ERRORS, json_problem
 from ._outputs import concat_outputs, encode_output, encode_outputs, json_default
 from ._raw import decode_raw, encode_raw
@@ -80,4 +88,5 @@ __all__ = [
     "json_default",
     "json_problem",
     "output_elements",
+    "request_builtins",
 ]

@@ -21,9 +21,8 @@ from concurrent.futures import Executor
 from typing import Any
 
 import msgspec
-import numpy as np
 
-from ...codecs import JSON_ERRORS, json_problem
+from ...codecs import JSON_ERRORS, json_problem, request_builtins
 from ...errors import (
     BadModelOutput,
     InvalidInput,
@@ -78,14 +77,6 @@ def runtime_error(model: str, method: str, exc: BaseException) -> PodiumError:
         return InvalidInput(message)
     logger.error("model '%s' %s raised", model, method, exc_info=exc)
     return ModelError(message)
-
-
-def _raw_default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    raise TypeError(f"objects of type {type(obj).__name__} are not JSON-like")
 
 
 def _text(value: Any) -> Any:
@@ -201,7 +192,7 @@ class MLServerModel(Adapter):
         if isinstance(raw, cls):
             return raw
         if isinstance(raw, msgspec.Struct):  # Podium's own InferenceRequest
-            raw = msgspec.to_builtins(raw, builtin_types=(bytes, bytearray), enc_hook=_raw_default)
+            raw = request_builtins(raw)
         elif isinstance(raw, bytes | bytearray | str):
             try:
                 raw = msgspec.json.decode(raw)
