@@ -26,7 +26,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from ...errors import DefinitionError, InvalidInput, ModelError, ResponseTimeout
-from ...types import Capabilities, InputKind, Returned
+from ...types import Capabilities, InputKind, Returned, is_response
 from .._adapter import Adapter
 from .._calls import call_method, iterate_async, iterate_sync, model_error, run_sync, validated
 from .._source import ModelSource
@@ -73,10 +73,6 @@ def _load_retries() -> int:
 
 def _is_stream(value: Any) -> bool:
     return inspect.isgenerator(value) or inspect.isasyncgen(value)
-
-
-def _is_response(value: Any) -> bool:
-    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
 
 
 class TrussModel(Adapter):
@@ -229,7 +225,7 @@ class TrussModel(Adapter):
         if _is_stream(result):
             self._no_postprocess("a generator (streaming)")
             return await self._gather(result)
-        if _is_response(result):
+        if is_response(result):
             self._no_postprocess("a response object")
         return result
 
@@ -271,7 +267,7 @@ class TrussModel(Adapter):
             async for item in self._items(result):
                 yield item
             return
-        if _is_response(result):
+        if is_response(result):
             self._no_postprocess("a response object")
         elif self.spec.postprocess is not None:
             result = await self.postprocess(result, request)
