@@ -233,7 +233,10 @@ async def test_errors_name_the_handler(tmp_path: Path, executor: ThreadPoolExecu
     inst = await load(archive("raiser", tmp_path), executor)
     with pytest.raises(ModelError, match="handler 'handler.py' raised ValueError: the handler"):
         await inst.predict("raise", FakeRequest())
-    with pytest.raises(BadModelOutput, match="must return a list with one result per request"):
+    with pytest.raises(
+        BadModelOutput,
+        match="handler 'handler.py' must return a list for a batch of 1 requests, got dict",
+    ):
         await inst.predict("dict", FakeRequest())
 
 

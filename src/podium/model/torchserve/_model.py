@@ -26,7 +26,7 @@ import msgspec
 from ... import __version__
 from ...config import load_yaml
 from ...devices import device, gpu_index
-from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
+from ...errors import Cancelled, DefinitionError, ModelError, PodiumError
 from ...metrics import current_store
 from ...types import (
     END,
@@ -40,7 +40,7 @@ from ...types import (
 )
 from ...types import Context as SequenceContext
 from .._adapter import Adapter
-from .._calls import model_error, run_sync
+from .._calls import check_results, model_error, run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
 from ._archive import ARCHIVE_SUFFIXES, MANIFEST, ArchiveLimits, extract_owned, read_manifest
@@ -234,19 +234,6 @@ class TorchServeModel(Adapter):
         results = await self._threads.run(self._handle, batch, requests, None, contexts)
         return results if self._batched else results[0]
 
-    def _check_results(self, ret: Any, count: int, what: str) -> None:
-        """A handler returns one result per request of its batch (or step)."""
-        if not isinstance(ret, list | tuple):
-            raise BadModelOutput(
-                f"model '{self.name}' handler '{self._label}' must return a list with one "
-                f"result per request of the {what}, got {type(ret).__name__}"
-            )
-        if len(ret) != count:
-            raise BadModelOutput(
-                f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
-                f"for a {what} of {count} requests"
-            )
-
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         return self._stream(inputs, request, contexts_for(1))
 
@@ -420,7 +407,7 @@ class TorchServeModel(Adapter):
             # as TorchServe's backend (ts/service.py) after each handle call
             elapsed = round((time.perf_counter() - start) * 1000, 2)
             self.context.metrics.add_time("PredictionTime", elapsed, None, "ms")
-            self._check_results(returned, len(data), what)
+            check_results(returned, len(data), f"model '{self.name}' handler '{self._label}'", what)
             return returned, batch.kept or {}
         except PodiumError:
             raise
