@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from ...errors import DefinitionError
-from .._modules import exec_file
+from .._modules import exec_file, folders_first
 
 __all__ = [
     "BUILTIN_HANDLERS",
@@ -242,7 +242,7 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
     file = model_dir / f"{module_name}.py"
     shimmed = install_ts_shim()
     try:
-        with on_path(model_dir):
+        with folders_first(model_dir, [model_dir]):  # its siblings its own, not another's
             if file.is_file():
                 module = _import_file(file, label, where)
             elif module_name in BUILTIN_HANDLERS:
