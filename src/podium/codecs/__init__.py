@@ -42,7 +42,8 @@ Layout (private modules; import the names below from ``podium.codecs``)::
                    request_builtins;
                    the same checks without decoding: check_input, check_request
     _declared.py   a request against the tensors its model declares: check_declared
-    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default
+    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default;
+                   streamed items as one value: joined
     _raw.py        the binary tensor extension / raw contents: decode_raw, encode_raw
     _bytes.py      BYTES elements: as JSON strings or bytes, and length-prefixed raw
     _datatypes.py  the numpy mapping: datatype → dtype, dtype → datatype, raw dtypes
@@ -67,7 +68,7 @@ from ._inputs import (
     request_builtins,
 )
 from ._json import JSON_ERRORS, json_problem
-from ._outputs import concat_outputs, encode_output, encode_outputs, json_default
+from ._outputs import concat_outputs, encode_output, encode_outputs, joined, json_default
 from ._raw import decode_raw, encode_raw
 from ._shape import output_elements
 
@@ -85,6 +86,7 @@ __all__ = [
     "encode_outputs",
     "encode_raw",
     "inputs_as_json",
+    "joined",
     "json_default",
     "json_problem",
     "output_elements",

@@ -136,8 +136,8 @@ def gather(
     first = next((i for i in items if isinstance(i, Reply)), None)
     if first is not None:
         bodies = [i.body if isinstance(i, Reply) else i for i in items]
-        return Reply(_joined(bodies), first.status, dict(first.headers), first.content_type)
-    return _joined(items)
+        return Reply(codecs.joined(bodies), first.status, dict(first.headers), first.content_type)
+    return codecs.joined(items)
 
 
 def take_headers(response: InferenceResponse) -> dict[str, str] | None:
@@ -153,12 +153,3 @@ def take_headers(response: InferenceResponse) -> dict[str, str] | None:
     if not parameters:
         response.parameters = None
     return {str(key): str(value) for key, value in headers.items() if value is not None}
-
-
-def _joined(items: list[Any]) -> Any:
-    """Gathered items as one value: text joined, bytes joined, anything else the list."""
-    if items and all(isinstance(i, str) for i in items):
-        return "".join(items)
-    if items and all(isinstance(i, bytes) for i in items):
-        return b"".join(items)
-    return items

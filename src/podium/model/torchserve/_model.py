@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from ... import __version__
+from ...codecs import joined
 from ...config import load_yaml
 from ...devices import device, gpu_index
 from ...errors import Cancelled, DefinitionError, ModelError, PodiumError
@@ -54,7 +55,6 @@ from ._rows import (
     Refused,
     contexts_for,
     end_sequences,
-    gather,
     request_id_of,
     row_of,
     unwrap,
@@ -333,7 +333,7 @@ class TorchServeModel(Adapter):
         return [
             self._finish(
                 processors[i],
-                gather([*kept[i], ret[i]]) if i in kept else ret[i],
+                joined([*kept[i], ret[i]]) if i in kept else ret[i],
                 protocols[i],
                 final=True,
             )
