@@ -75,7 +75,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
     """Parse a YAML mapping from ``path``; an empty file is an empty mapping."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise DefinitionError(f"{path}: invalid YAML: {exc}") from exc
     except OSError as exc:
         raise DefinitionError(f"{path}: cannot be read: {exc.strerror}") from exc

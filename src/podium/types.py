@@ -60,6 +60,7 @@ __all__ = [
     "WireInput",
     "WireProtocol",
     "current_request",
+    "is_response",
     "request_id",
 ]
 
@@ -509,6 +510,12 @@ def request_id() -> str | None:
     batched ``predict``, which serves several."""
     info = current_request.get()
     return None if info is None else info.id
+
+
+def is_response(value: Any) -> bool:
+    """A starlette ``Response`` a model returned, sent as it is (recognised without importing
+    starlette)."""
+    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
 
 
 from ._instances import (  # noqa: E402  (after the types they use)

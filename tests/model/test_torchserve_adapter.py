@@ -233,7 +233,10 @@ async def test_errors_name_the_handler(tmp_path: Path, executor: ThreadPoolExecu
     inst = await load(archive("raiser", tmp_path), executor)
     with pytest.raises(ModelError, match="handler 'handler.py' raised ValueError: the handler"):
         await inst.predict("raise", FakeRequest())
-    with pytest.raises(BadModelOutput, match="must return a list with one result per request"):
+    with pytest.raises(
+        BadModelOutput,
+        match="handler 'handler.py' must return a list for a batch of 1 requests, got dict",
+    ):
         await inst.predict("dict", FakeRequest())
 
 
@@ -337,6 +340,34 @@ async def test_handler_imports_its_sibling_files(
     inst = await load(model, executor)
     assert await inst.predict(b"", FakeRequest()) == 42
     sys.modules.pop("helper_for_ts_test", None)
+
+
+@pytest.mark.anyio
+async def test_two_handlers_import_their_own_sibling_of_the_same_name(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    from podium.model.torchserve import archive_model
+
+    loaded = []
+    for value in (1, 2):
+        src = tmp_path / f"src{value}"
+        src.mkdir()
+        (src / "same_name_ts_helper.py").write_text(f"VALUE = {value}\n")
+        (src / "handler.py").write_text(
+            "import same_name_ts_helper\n"
+            "def handle(data, context):\n"
+            "    return None if data is None else [same_name_ts_helper.VALUE]\n"
+        )
+        model = archive_model(
+            model_name=f"m{value}",
+            handler=src / "handler.py",
+            extra_files=[src / "same_name_ts_helper.py"],
+            export_path=tmp_path / "store",
+            archive_format="no-archive",
+        )
+        loaded.append(await load(model, executor))
+    assert [await inst.predict(b"", FakeRequest()) for inst in loaded] == [1, 2]
+    sys.modules.pop("same_name_ts_helper", None)
 
 
 # -- streaming -----------------------------------------------------------------------------

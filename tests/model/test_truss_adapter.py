@@ -180,6 +180,7 @@ def test_an_import_error_names_the_missing_requirement(tmp_path: Path) -> None:
         ("docker_server: {start_command: 'x', server_port: 8000}\n", "'docker_server' runs"),
         ("runtime: {streaming_read_timeout: 0}\n", "streaming_read_timeout' must be a number"),
         ("secrets: [a, b]\n", "'secrets' must be a mapping"),
+        ("- a\n- b\n", "must be a mapping of keys to values, not list"),
         ("model_module_dir: ../elsewhere\n", None),
     ],
 )

@@ -38,10 +38,12 @@ This package knows nothing about HTTP or gRPC: front ends hand it the neutral st
 
 Layout (private modules; import the names below from ``podium.codecs``)::
 
-    _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json;
+    _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json,
+                   request_builtins;
                    the same checks without decoding: check_input, check_request
     _declared.py   a request against the tensors its model declares: check_declared
-    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default
+    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default;
+                   streamed items as one value: joined
     _raw.py        the binary tensor extension / raw contents: decode_raw, encode_raw
     _bytes.py      BYTES elements: as JSON strings or bytes, and length-prefixed raw
     _datatypes.py  the numpy mapping: datatype → dtype, dtype → datatype, raw dtypes
@@ -57,9 +59,16 @@ from __future__ import annotations
 
 from ._datatypes import NUMPY_DTYPES
 from ._declared import check_declared
-from ._inputs import check_input, check_request, decode_input, decode_request, inputs_as_json
+from ._inputs import (
+    check_input,
+    check_request,
+    decode_input,
+    decode_request,
+    inputs_as_json,
+    request_builtins,
+)
 from ._json import JSON_ERRORS, json_problem
-from ._outputs import concat_outputs, encode_output, encode_outputs, json_default
+from ._outputs import concat_outputs, encode_output, encode_outputs, joined, json_default
 from ._raw import decode_raw, encode_raw
 from ._shape import output_elements
 
@@ -77,7 +86,9 @@ __all__ = [
     "encode_outputs",
     "encode_raw",
     "inputs_as_json",
+    "joined",
     "json_default",
     "json_problem",
     "output_elements",
+    "request_builtins",
 ]

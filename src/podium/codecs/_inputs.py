@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from podium.errors import InvalidInput, InvalidTensor
@@ -23,7 +24,14 @@ from ._shape import (
     unknown_datatype,
 )
 
-__all__ = ["check_input", "check_request", "decode_input", "decode_request", "inputs_as_json"]
+__all__ = [
+    "check_input",
+    "check_request",
+    "decode_input",
+    "decode_request",
+    "inputs_as_json",
+    "request_builtins",
+]
 
 
 # Beyond this magnitude float64 cannot hold every integer, so numpy may have rounded the ints.
@@ -390,3 +398,21 @@ def inputs_as_json(decoded: dict[str, Any]) -> dict[str, Any]:
         else:
             view[name] = value
     return view
+
+
+def request_builtins(request: msgspec.Struct) -> Any:
+    """An OIP request as JSON-like data (``InputKind.RAW``, and what an MLServer runtime's
+    request is made from): numpy data as lists; ``bytes`` stay ``bytes`` (BYTES tensors that
+    came raw over gRPC or the binary extension), as MLServer's runtimes see them; from a JSON
+    body they are already text."""
+    return msgspec.to_builtins(request, builtin_types=(bytes, bytearray), enc_hook=_plain)
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, memoryview):
+        return obj.tobytes()
+    raise TypeError(f"{type(obj).__name__} is not JSON-like")

@@ -14,7 +14,7 @@ from podium.types import InferenceResponse, RequestOutput, ResponseOutput
 from ._datatypes import DATATYPE_OF
 from ._shape import RaggedError, describe, flatten
 
-__all__ = ["concat_outputs", "encode_output", "encode_outputs", "json_default"]
+__all__ = ["concat_outputs", "encode_output", "encode_outputs", "joined", "json_default"]
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -209,6 +209,16 @@ def _utf8(value: bytes) -> str:
             f"the model's result holds bytes {describe(value)} that are not valid UTF-8, "
             "which JSON cannot carry"
         ) from exc
+
+
+def joined(items: list[Any]) -> Any:
+    """Streamed items as one value: text joined, bytes joined, anything else (or nothing) the
+    list."""
+    if items and all(isinstance(i, str) for i in items):
+        return "".join(items)
+    if items and all(isinstance(i, bytes | bytearray) for i in items):
+        return b"".join(items)
+    return items
 
 
 def concat_outputs(parts: list[list[ResponseOutput]]) -> list[ResponseOutput]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from .. import codecs
 from ..errors import InvalidInput, UnsupportedRepresentation
@@ -59,8 +58,8 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
         if kind is InputKind.OIP_REQUEST:
             return request, request
         if kind is InputKind.RAW:
-            return _builtins(request), request
-        return WireInput(protocol, _builtins(request), request_id()), request
+            return codecs.request_builtins(request), request
+        return WireInput(protocol, codecs.request_builtins(request), request_id()), request
     if kind is InputKind.OIP_REQUEST:
         try:
             if isinstance(raw, bytes | str):
@@ -137,8 +136,8 @@ def gather(
     first = next((i for i in items if isinstance(i, Reply)), None)
     if first is not None:
         bodies = [i.body if isinstance(i, Reply) else i for i in items]
-        return Reply(_joined(bodies), first.status, dict(first.headers), first.content_type)
-    return _joined(items)
+        return Reply(codecs.joined(bodies), first.status, dict(first.headers), first.content_type)
+    return codecs.joined(items)
 
 
 def take_headers(response: InferenceResponse) -> dict[str, str] | None:
@@ -154,29 +153,3 @@ def take_headers(response: InferenceResponse) -> dict[str, str] | None:
     if not parameters:
         response.parameters = None
     return {str(key): str(value) for key, value in headers.items() if value is not None}
-
-
-def _builtins(request: InferenceRequest) -> Any:
-    """An OIP request as JSON-like data (``InputKind.RAW``): numpy data as lists; ``bytes`` stay
-    ``bytes`` (BYTES tensors that came raw over gRPC or the binary extension), as MLServer's
-    runtimes see them; from a JSON body they are already text."""
-    return msgspec.to_builtins(request, builtin_types=(bytes, bytearray), enc_hook=_plain)
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, memoryview):
-        return obj.tobytes()
-    raise TypeError(f"{type(obj).__name__} is not JSON-like")
-
-
-def _joined(items: list[Any]) -> Any:
-    """Gathered items as one value: text joined, bytes joined, anything else the list."""
-    if items and all(isinstance(i, str) for i in items):
-        return "".join(items)
-    if items and all(isinstance(i, bytes) for i in items):
-        return b"".join(items)
-    return items

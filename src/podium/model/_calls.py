@@ -14,6 +14,7 @@ from typing import Any
 
 from ..devices import device, empty_cache, is_device_lost, is_out_of_memory
 from ..errors import (
+    BadModelOutput,
     DeviceLost,
     DeviceOutOfMemory,
     ModelError,
@@ -193,6 +194,21 @@ async def iterate_async(agen: Any, model: str) -> AsyncGenerator[Any, None]:
             yield item
     finally:
         await agen.aclose()
+
+
+def check_results(outputs: Any, size: int, who: str, what: str = "batch") -> None:
+    """What a model returned for a batch (or a continuous ``step``, ``what``) of ``size``
+    requests is a list (or tuple) with one result per request; else ``BadModelOutput`` naming
+    ``who`` (``model 'm' predict``)."""
+    if not isinstance(outputs, list | tuple):
+        raise BadModelOutput(
+            f"{who} must return a list for a {what} of {size} requests, "
+            f"got {type(outputs).__name__}"
+        )
+    if len(outputs) != size:
+        raise BadModelOutput(
+            f"{who} returned {len(outputs)} results for a {what} of {size} requests"
+        )
 
 
 def validated(schema: Any, value: Any) -> Any:

@@ -3,6 +3,7 @@ its own folders."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -73,10 +74,11 @@ def folders_first(owner: Path, paths: list[Path], *, stay: bool = False) -> Iter
                     _imported_from[name] = owner
 
 
-def exec_file(file: Path, module_name: str, label: str) -> ModuleType:
-    """``file`` imported as ``module_name`` (registered in ``sys.modules``, and taken out again
-    when running it raises, which propagates); ``DefinitionError`` naming ``label`` when it
-    cannot be imported at all."""
+def exec_file(file: Path, prefix: str, label: str) -> ModuleType:
+    """``file`` imported as a module named ``prefix`` and a digest of its path (one name per
+    file; registered in ``sys.modules``, and taken out again when running it raises, which
+    propagates); ``DefinitionError`` naming ``label`` when it cannot be imported at all."""
+    module_name = f"{prefix}_{hashlib.sha1(str(file).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
         raise DefinitionError(f"{label}: cannot be imported")

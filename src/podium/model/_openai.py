@@ -29,16 +29,7 @@ from ..errors import BadModelOutput, DefinitionError
 from ..types import EmbedInputs, MethodInputs, OpenAIFace
 from ._calls import iterate_async, iterate_sync, model_error, one_parameter
 
-__all__ = [
-    "METHODS",
-    "check_embed",
-    "embedding_call",
-    "openai_call",
-    "openai_face",
-    "run_embed",
-    "run_method",
-    "run_openai",
-]
+__all__ = ["METHODS", "check_embed", "openai_call", "openai_face", "run_openai"]
 
 #: The OpenAI methods a model may define to answer chat / completions itself.
 METHODS = ("chat", "complete")
@@ -101,18 +92,21 @@ async def run_openai(
     method = inputs.method if type(inputs) is MethodInputs else "embed"
     try:
         if method != "embed":
-            return await run_method(obj, inputs, run, executor, model)
-        return await run_embed(obj.embed, run, predict, inputs, model)
+            return await _run_method(obj, inputs, run, executor, model)
+        return await _run_embed(obj.embed, run, predict, inputs, model)
     except Exception as exc:
         raise model_error(model, method, exc) from exc
 
 
 def openai_call(inputs: Any) -> bool:
-    """Whether ``inputs`` are an OpenAI call of the model's own (embed, chat, complete)."""
-    return type(inputs) is MethodInputs or embedding_call(inputs)
+    """Whether ``inputs`` (one request's, or a dynamic batch's list) are an OpenAI call of the
+    model's own (embed, chat, complete)."""
+    if type(inputs) is MethodInputs or type(inputs) is EmbedInputs:
+        return True
+    return type(inputs) is list and any(type(item) is EmbedInputs for item in inputs)
 
 
-async def run_method(
+async def _run_method(
     obj: Any, inputs: MethodInputs, run: Callable[..., Awaitable[Any]], executor: Any, model: str
 ) -> Any:
     """The model's ``chat`` / ``complete`` on the request: its text, or an async iterator of
@@ -134,14 +128,7 @@ async def run_method(
     return value
 
 
-def embedding_call(inputs: Any) -> bool:
-    """Whether ``inputs`` (one request's, or a dynamic batch's list) hold an embeddings call."""
-    if type(inputs) is EmbedInputs:
-        return True
-    return type(inputs) is list and any(type(item) is EmbedInputs for item in inputs)
-
-
-async def run_embed(
+async def _run_embed(
     embed: Callable[[list[str]], Any],
     run: Callable[..., Awaitable[Any]],
     predict: Callable[[Any], Awaitable[Any]],

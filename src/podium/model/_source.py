@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ModelConfig
+from ..config import MODEL_KEYS, ModelConfig
 from ..errors import DefinitionError
 from ._owned import Owned
 
@@ -22,6 +22,7 @@ __all__ = [
     "ModelSource",
     "TorchServeParts",
     "TrussParts",
+    "podium_section",
     "read_json_object",
     "requirement_lines",
 ]
@@ -47,6 +48,36 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DefinitionError(f"{path}: must be a JSON object, not {type(data).__name__}")
     return data
+
+
+def podium_section(
+    section: Any,
+    where: str,
+    problems: list[str],
+    refused: Mapping[str, str],
+    excluded: Collection[str] = (),
+) -> dict[str, Any]:
+    """The ``podium`` section of a TorchServe or MLServer model file (Podium's own model keys):
+    the keys it sets, as given. A key of ``refused`` (with why: one the file sets in its own
+    spelling, say), and one not a model key or ``excluded``, are problems in ``problems``
+    (the latter with the keys it may set)."""
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        problems.append(f"{where}: 'podium' must be a mapping of Podium's model keys")
+        return {}
+    allowed = MODEL_KEYS - set(refused) - set(excluded)
+    found: dict[str, Any] = {}
+    for key, value in section.items():
+        if key in refused:
+            problems.append(f"{where}: 'podium.{key}' {refused[key]}")
+        elif key not in allowed:
+            problems.append(
+                f"{where}: unknown key 'podium.{key}' (allowed: {', '.join(sorted(allowed))})"
+            )
+        else:
+            found[key] = value
+    return found
 
 
 def requirement_lines(lines: list[str]) -> tuple[str, ...]:

@@ -15,7 +15,6 @@ A path given to ``podium serve`` is one of:
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +65,19 @@ def discover_all(path: Path) -> tuple[list[ModelSource], list[str]]:
     return found, problems
 
 
+#: The adapters of models written for another server, each recognising its own by a look at
+#: the path (``is_source``), in the order they are asked.
+_ADAPTERS = (mlserver, torchserve, truss)
+
+
+def _adapter_of(path: Path) -> Any:
+    return next((adapter for adapter in _ADAPTERS if adapter.is_source(path)), None)
+
+
 def _is_model(path: Path) -> bool:
     """Whether ``path`` is one model (its versions), not a repository: a file, a model written
-    for MLServer or TorchServe, a model directory or a versioned one."""
-    if not path.is_dir():
-        return True
-    if (
-        mlserver.is_source(path)
-        or torchserve.is_source(path)
-        or truss.is_source(path)
-        or (path / "model.py").is_file()
-    ):
+    for MLServer or TorchServe, a truss, a model directory or a versioned one."""
+    if not path.is_dir() or _adapter_of(path) is not None or (path / "model.py").is_file():
         return True
     return any(_is_version_dir(p) for p in path.iterdir())
 
@@ -102,19 +103,13 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
     try:
         if not path.exists():
             problems.append(f"{path}: no such file or directory")
-        elif path.is_file() and torchserve.is_source(path):
-            found.extend(torchserve.sources(path))
+        elif (adapter := _adapter_of(path)) is not None:  # a TorchServe archive is a file
+            found.extend(adapter.sources(path))
         elif path.is_file():
             if path.suffix != ".py":
                 problems.append(f"{path}: a model file must be a .py file")
             else:
                 found.append(_source(path, path.parent, {}, path.stem, path))
-        elif mlserver.is_source(path):
-            found.extend(mlserver.sources(path))
-        elif torchserve.is_source(path):
-            found.extend(torchserve.sources(path))
-        elif truss.is_source(path):
-            found.extend(truss.sources(path))
         elif (path / "model.py").is_file():
             data, cfg = _config_of(path)
             found.append(_source(path / "model.py", path, data, path.name, cfg))
@@ -173,10 +168,8 @@ def _torchserve_hint(exc: Exception, file: Path) -> str:
 def import_model(source: ModelSource) -> ModelSpec:
     """Import the model's file and check its class; errors name the model, the file and the rule."""
     file = source.file
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    module_name = f"podium_user_model_{digest}"
     try:
-        module = exec_file(file, module_name, source.label)
+        module = exec_file(file, "podium_user_model", source.label)
     except DefinitionError:
         raise
     except Exception as exc:
@@ -188,7 +181,7 @@ def import_model(source: ModelSource) -> ModelSpec:
     cls = getattr(module, class_name, None)
     if cls is None:
         handles = callable(getattr(module, "handle", None)) or any(
-            isinstance(v, type) and v.__module__ == module_name and hasattr(v, "handle")
+            isinstance(v, type) and v.__module__ == module.__name__ and hasattr(v, "handle")
             for v in vars(module).values()
         )
         hint = _HANDLER_HINT.format(file=file.name) if handles else ""

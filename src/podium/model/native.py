@@ -20,7 +20,7 @@ import enum
 import inspect
 import types
 import typing
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,7 @@ from ..types import (
     OpenAIFace,
     current_context,
 )
+from ._adapter import Adapter
 from ._calls import (
     call_method,
     iterate_async,
@@ -50,7 +51,6 @@ from ._calls import (
     validation_failed,
 )
 from ._openai import METHODS, check_embed, openai_call, openai_face, run_openai
-from ._threads import CallThreads
 
 __all__ = [
     "MethodSpec",
@@ -459,7 +459,7 @@ def _inspect_init(cls: type, problems: list[str]) -> tuple[tuple[str, ...], bool
     return tuple(names), takes_any
 
 
-class NativeModel:
+class NativeModel(Adapter):
     """A native model instance behind the :class:`podium.types.ModelInstance` interface."""
 
     def __init__(
@@ -522,8 +522,7 @@ class NativeModel:
         # a sync predict (or step) runs on threads of the instance's own, as many as its slots
         # let run at once; they hand calls back to the loop more cheaply than the shared pool
         # (model/_threads.py), and a thread worker times its calls there
-        self._threads = CallThreads(name=f"podium-{self.name}")
-        self.calls: CallThreads | None = self._threads if in_thread else None
+        self._own_threads(in_thread)
 
     def _bind(self, spec: MethodSpec | None) -> Any:
         return None if spec is None else getattr(self.obj, spec.name)
@@ -602,13 +601,6 @@ class NativeModel:
         except Exception as exc:
             raise model_error(self.name, "step", exc) from exc
 
-    def predict_input_stream(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        raise RuntimeError(
-            "a native model does not read a stream of requests (consumes_stream is False)"
-        )
-
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         spec = self._predict_spec()
         args = self._args(spec, inputs, request)
@@ -627,11 +619,6 @@ class NativeModel:
             raise model_error(self.name, "predict", exc) from exc
         async for item in iterate_sync(gen, self._executor, self.name):
             yield item
-
-    async def close(self) -> None:
-        """Stop the instance's predict threads (each once the calls it holds have returned; this
-        does not wait for them)."""
-        await self._threads.close()
 
     async def postprocess(self, outputs: Any, request: Any) -> Any:
         if self.spec.postprocess is None:

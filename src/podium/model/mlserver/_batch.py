@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
+from ...codecs import output_elements
 from ...errors import BadModelOutput
 from ...types import InferenceResponse, ResponseOutput
 
@@ -107,20 +106,6 @@ def merge(requests: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _flat(data: Any) -> list[Any]:
-    if isinstance(data, np.ndarray):
-        return list(data.ravel().tolist())
-    if isinstance(data, list | tuple):
-        flat: list[Any] = []
-        for item in data:
-            if isinstance(item, list | tuple | np.ndarray):
-                flat.extend(_flat(item))
-            else:
-                flat.append(item)
-        return flat
-    return [data]
-
-
 def _split_parameters(params: dict[str, Any] | None, starts: list[int]) -> list[Any]:
     """Per request: ``content_type`` and ``headers`` as they are; another parameter holding a
     list gives each request the element at the request's first row (as a string, as MLServer
@@ -155,7 +140,7 @@ def split(
                 f"output '{out.name}' of shape {shape}; with adaptive batching every output's "
                 f"first dimension must be the batch's rows ({total})"
             )
-        data = _flat(out.data)
+        data = output_elements(out.name, out.data)
         width = math.prod(shape[1:])
         params = _split_parameters(out.parameters, starts)
         for i, (start, count) in enumerate(zip(starts, rows, strict=True)):

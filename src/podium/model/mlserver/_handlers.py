@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import gzip
 import inspect
-import json
 import typing
 from typing import Any
 
+import msgspec
+
+from ...codecs import JSON_ERRORS, json_problem
 from ...errors import InvalidInput
 from ...types import HandlerRoute
+from ..native import _hints
 
 __all__ = ["call_arguments", "handler_routes", "rendered"]
 
@@ -88,10 +91,7 @@ def _default(parameter: inspect.Parameter) -> Any:
 async def call_arguments(method: Any, request: Any, path_params: dict[str, str]) -> dict[str, Any]:
     """The keyword arguments of one call of the bound handler ``method``."""
     signature = inspect.signature(method)
-    try:
-        hints = typing.get_type_hints(method)
-    except Exception:  # an annotation that does not resolve: take them as written
-        hints = {}
+    hints = _hints(method)  # where an annotation does not resolve: as written
     bodies = []
     arguments: dict[str, Any] = {}
     for name, parameter in signature.parameters.items():
@@ -137,9 +137,9 @@ async def _json_body(request: Any) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data)
-    except ValueError as exc:
-        raise InvalidInput(f"the body is not JSON: {exc}") from exc
+        return msgspec.json.decode(data)
+    except JSON_ERRORS as exc:
+        raise InvalidInput(f"the body is not JSON: {json_problem(exc, data)}") from exc
 
 
 def rendered(result: Any) -> Any:

@@ -21,9 +21,8 @@ from concurrent.futures import Executor
 from typing import Any
 
 import msgspec
-import numpy as np
 
-from ...codecs import JSON_ERRORS, json_problem
+from ...codecs import JSON_ERRORS, json_problem, request_builtins
 from ...errors import (
     BadModelOutput,
     InvalidInput,
@@ -36,15 +35,14 @@ from ...errors import (
 from ...metrics import current_store, recording_to
 from ...types import (
     Capabilities,
-    Generation,
     InferenceResponse,
     InputKind,
     ResponseOutput,
     Returned,
     request_id,
 )
+from .._adapter import Adapter
 from .._calls import call_method, model_error, validation_failed
-from .._threads import CallThreads
 from . import _batch
 from ._handlers import call_arguments, handler_routes, rendered
 
@@ -81,14 +79,6 @@ def runtime_error(model: str, method: str, exc: BaseException) -> PodiumError:
     return ModelError(message)
 
 
-def _raw_default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    raise TypeError(f"objects of type {type(obj).__name__} are not JSON-like")
-
-
 def _text(value: Any) -> Any:
     """BYTES elements for JSON: UTF-8 bytes as text (what MLServer's REST answer does); other
     bytes stay bytes, which gRPC carries as they are."""
@@ -111,7 +101,7 @@ def _dump(obj: Any) -> dict[str, Any] | None:
     return data or None
 
 
-class MLServerModel:
+class MLServerModel(Adapter):
     """One instance of an MLServer runtime (a class written to ``mlserver.MLModel``'s contract)."""
 
     def __init__(
@@ -150,10 +140,7 @@ class MLServerModel:
         )
         # a sync predict runs on threads of the instance's own, as a native one does
         # (model/_threads.py); a thread worker times its calls there
-        self._threads = CallThreads(name=f"podium-{name}")
-        self.calls: CallThreads | None = (
-            self._threads if self.capabilities.predict_in_thread else None
-        )
+        self._own_threads(self.capabilities.predict_in_thread)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -205,7 +192,7 @@ class MLServerModel:
         if isinstance(raw, cls):
             return raw
         if isinstance(raw, msgspec.Struct):  # Podium's own InferenceRequest
-            raw = msgspec.to_builtins(raw, builtin_types=(bytes, bytearray), enc_hook=_raw_default)
+            raw = request_builtins(raw)
         elif isinstance(raw, bytes | bytearray | str):
             try:
                 raw = msgspec.json.decode(raw)
@@ -242,12 +229,6 @@ class MLServerModel:
 
     async def preprocess(self, inputs: Any, request: Any) -> Any:
         return self._request(inputs, request)
-
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        return outputs
-
-    def validate(self, value: Any) -> Any:
-        return value
 
     # -- responses -----------------------------------------------------------------------------
 
@@ -329,9 +310,6 @@ class MLServerModel:
             yield payload
 
         return self._stream(one(), payload.id)
-
-    async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError("an MLServer runtime is not served by continuous batching")
 
     async def predict_input_stream(
         self, inputs: AsyncIterator[Any], request: Any

@@ -33,10 +33,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ...config import FIELDS, MODEL_KEYS, UNSET, ModelConfig, signature_of
+from ...config import FIELDS, UNSET, ModelConfig, signature_of
 from ...devices import device, gpu_index
 from ...errors import DefinitionError
-from .._source import Contract, MLServerParts, ModelSource, read_json_object
+from .._source import Contract, MLServerParts, ModelSource, podium_section, read_json_object
 
 __all__ = [
     "MODEL_ENV_PREFIX",
@@ -282,23 +282,8 @@ def read_settings(
             signature_of(metadata, prefix="")  # named as this file names them
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
-    own = data.get("podium")
-    if own is not None:
-        if not isinstance(own, dict):
-            problems.append(f"{where}: 'podium' must be an object of Podium's model settings")
-        else:
-            for key in own:
-                if key in _MAPPED:
-                    problems.append(
-                        f"{where}: 'podium.{key}' cannot be set here; use '{_MAPPED[key]}'"
-                    )
-                elif key in _NOT_HERE or key not in MODEL_KEYS:
-                    allowed = sorted(MODEL_KEYS - set(_MAPPED) - _NOT_HERE)
-                    problems.append(
-                        f"{where}: unknown key 'podium.{key}' (allowed: {', '.join(allowed)})"
-                    )
-                else:
-                    config[key] = own[key]
+    refused = {key: f"cannot be set here; use '{spelling}'" for key, spelling in _MAPPED.items()}
+    config.update(podium_section(data.get("podium"), where, problems, refused, _NOT_HERE))
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     folder = path.parent.resolve()

@@ -15,8 +15,9 @@ import logging
 import re
 from typing import Any
 
-from ...config import FIELDS, MODEL_KEYS, ModelConfig, Spelling
+from ...config import FIELDS, ModelConfig, Spelling
 from ...errors import DefinitionError
+from .._source import podium_section
 
 __all__ = ["model_config"]
 
@@ -113,27 +114,12 @@ def model_config(
                 f"{where}: unknown TorchServe frontend key '{key}'{hint}; put settings for "
                 "the handler in a section such as 'handler:'"
             )
-    podium = yaml_config.get("podium")
-    if podium is not None:
-        if not isinstance(podium, dict):
-            problems.append(f"{where}: 'podium' must be a mapping of Podium's model keys")
-        else:
-            for key, value in podium.items():
-                if key in data and key not in ("name", "version"):
-                    torchserve = FIELDS[key].torchserve
-                    problems.append(f"{where}: 'podium.{key}' repeats '{torchserve}'; set it once")
-                elif key in ("name", "version"):
-                    problems.append(
-                        f"{where}: 'podium.{key}' cannot be set here: the model's name and "
-                        "version come from its MANIFEST.json"
-                    )
-                elif key not in MODEL_KEYS:
-                    problems.append(
-                        f"{where}: unknown key 'podium.{key}' "
-                        f"(allowed: {', '.join(sorted(MODEL_KEYS - {'name', 'version'}))})"
-                    )
-                else:
-                    data[key] = value
+    refused = {key: f"repeats '{FIELDS[key].torchserve}'; set it once" for key in data}
+    for key in ("name", "version"):
+        refused[key] = (
+            "cannot be set here: the model's name and version come from its MANIFEST.json"
+        )
+    data.update(podium_section(yaml_config.get("podium"), where, problems, refused))
     for key, value in TORCHSERVE_DEFAULTS.items():  # TorchServe's, where the file is silent
         if key not in data and (key == "max_batch_delay" or data.get("sequence_batching")):
             data[key] = value

@@ -14,7 +14,6 @@ define exactly one class: instantiated with no arguments, ``initialize(context)`
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -29,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from ...errors import DefinitionError
-from .._modules import exec_file
+from .._modules import exec_file, folders_first
 
 __all__ = [
     "BUILTIN_HANDLERS",
@@ -221,9 +220,7 @@ def _streams(model_dir: Path) -> bool:
 
 
 def _import_file(file: Path, label: str, where: str) -> ModuleType:
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    name = f"podium_ts_handler_{digest}"
-    return exec_file(file, name, f"{where}: handler '{label}' ({file})")
+    return exec_file(file, "podium_ts_handler", f"{where}: handler '{label}' ({file})")
 
 
 def _missing_builtin(module_name: str, where: str, label: str) -> DefinitionError:
@@ -245,7 +242,7 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
     file = model_dir / f"{module_name}.py"
     shimmed = install_ts_shim()
     try:
-        with on_path(model_dir):
+        with folders_first(model_dir, [model_dir]):  # its siblings its own, not another's
             if file.is_file():
                 module = _import_file(file, label, where)
             elif module_name in BUILTIN_HANDLERS:

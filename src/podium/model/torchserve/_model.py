@@ -16,7 +16,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,10 @@ from typing import Any
 import msgspec
 
 from ... import __version__
+from ...codecs import joined
 from ...config import load_yaml
 from ...devices import device, gpu_index
-from ...errors import BadModelOutput, Cancelled, DefinitionError, ModelError, PodiumError
+from ...errors import Cancelled, DefinitionError, ModelError, PodiumError
 from ...metrics import current_store
 from ...types import (
     END,
@@ -39,10 +40,10 @@ from ...types import (
     WireProtocol,
 )
 from ...types import Context as SequenceContext
-from .._calls import model_error, run_sync
+from .._adapter import Adapter
+from .._calls import check_results, model_error, run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
-from .._threads import CallThreads
 from ._archive import ARCHIVE_SUFFIXES, MANIFEST, ArchiveLimits, extract_owned, read_manifest
 from ._archive import set_limits as set_archive_limits
 from ._config import model_config
@@ -54,7 +55,6 @@ from ._rows import (
     Refused,
     contexts_for,
     end_sequences,
-    gather,
     request_id_of,
     row_of,
     unwrap,
@@ -138,7 +138,7 @@ def build(
     return TorchServeModel(source, prepared, executor=executor)
 
 
-class TorchServeModel:
+class TorchServeModel(Adapter):
     """A TorchServe handler behind the :class:`podium.types.ModelInstance` interface.
 
     One ``handle(data, context)`` call per request, or per batch when ``batch_size`` > 1, in
@@ -195,9 +195,7 @@ class TorchServeModel:
         # handle() runs on threads of the adapter's own, as a native sync predict does
         # (model/_threads.py): cheaper than the shared pool, and at predict_concurrency 1 always
         # the same thread, as in TorchServe's one-threaded backend worker
-        self._threads = CallThreads(name=f"podium-{config.name}")
-        #: where ``handle`` runs (a thread worker times its calls there)
-        self.calls: CallThreads | None = self._threads
+        self._own_threads(True)
         try:
             self._entry, self._init = handler.instantiate()
         except Exception as exc:
@@ -228,15 +226,6 @@ class TorchServeModel:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 
-    def validate(self, value: Any) -> Any:
-        return value
-
-    async def preprocess(self, inputs: Any, request: Any) -> Any:
-        return inputs
-
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        return outputs
-
     # -- calls -------------------------------------------------------------------------------
 
     async def predict(self, inputs: Any, request: Any) -> Any:
@@ -245,32 +234,8 @@ class TorchServeModel:
         results = await self._threads.run(self._handle, batch, requests, None, contexts)
         return results if self._batched else results[0]
 
-    async def close(self) -> None:
-        """Stop the threads ``handle`` runs on (each once the calls it holds have returned)."""
-        await self._threads.close()
-
-    def _check_results(self, ret: Any, count: int, what: str) -> None:
-        """A handler returns one result per request of its batch (or step)."""
-        if not isinstance(ret, list | tuple):
-            raise BadModelOutput(
-                f"model '{self.name}' handler '{self._label}' must return a list with one "
-                f"result per request of the {what}, got {type(ret).__name__}"
-            )
-        if len(ret) != count:
-            raise BadModelOutput(
-                f"model '{self.name}' handler '{self._label}' returned {len(ret)} results "
-                f"for a {what} of {count} requests"
-            )
-
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         return self._stream(inputs, request, contexts_for(1))
-
-    def predict_input_stream(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        raise RuntimeError(
-            "a TorchServe handler does not read a stream of requests (consumes_stream is False)"
-        )
 
     async def step(self, batch: list[Generation]) -> None:
         """One step of continuous batching: one ``handle(data, context)`` call with the active
@@ -368,7 +333,7 @@ class TorchServeModel:
         return [
             self._finish(
                 processors[i],
-                gather([*kept[i], ret[i]]) if i in kept else ret[i],
+                joined([*kept[i], ret[i]]) if i in kept else ret[i],
                 protocols[i],
                 final=True,
             )
@@ -442,7 +407,7 @@ class TorchServeModel:
             # as TorchServe's backend (ts/service.py) after each handle call
             elapsed = round((time.perf_counter() - start) * 1000, 2)
             self.context.metrics.add_time("PredictionTime", elapsed, None, "ms")
-            self._check_results(returned, len(data), what)
+            check_results(returned, len(data), f"model '{self.name}' handler '{self._label}'", what)
             return returned, batch.kept or {}
         except PodiumError:
             raise

@@ -21,7 +21,6 @@ __all__ = [
     "Refused",
     "contexts_for",
     "end_sequences",
-    "gather",
     "request_id_of",
     "row_of",
     "unwrap",
@@ -147,14 +146,6 @@ def contexts_for(count: int) -> list[SequenceContext | None] | None:
             f"{len(items)} sequence contexts for a call of {count} requests: the scheduler "
             "must set one per request"
         )
-    return items
-
-
-def gather(items: list[Any]) -> Any:
-    if all(isinstance(i, str) for i in items):
-        return "".join(items)
-    if all(isinstance(i, bytes | bytearray) for i in items):
-        return b"".join(items)
     return items
 
 

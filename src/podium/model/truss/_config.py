@@ -156,11 +156,9 @@ def is_source(path: Path) -> bool:
     if cfg is None:
         return False
     try:
-        data = load_yaml(cfg) or {}
-    except Exception:
+        data = load_yaml(cfg)
+    except DefinitionError:
         data = {}
-    if not isinstance(data, dict):
-        return False
     if _model_file(path, data).is_file():
         return True
     return bool(data.get("docker_server") or data.get("trt_llm"))
@@ -278,14 +276,7 @@ def read_truss(root: Path) -> ModelSource:
     root = root.resolve()
     cfg = _config_path(root)
     where = str(cfg if cfg is not None else root / CONFIG_FILE)
-    try:
-        data = (load_yaml(cfg) if cfg is not None else {}) or {}
-    except DefinitionError:
-        raise
-    except Exception as exc:
-        raise DefinitionError(f"{where}: cannot be read as YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise DefinitionError(f"{where}: a truss's config must be a mapping, got {data!r}")
+    data = load_yaml(cfg) if cfg is not None else {}
     problems: list[str] = []
     unknown = sorted(str(k) for k in data if k not in DEFAULTS and k not in LEGACY_KEYS)
     for key in unknown:
@@ -338,15 +329,11 @@ def read_truss(root: Path) -> ModelSource:
         timeout = 60
     requirements = _requirements(root, config, where, problems)
     podium_file = root / PODIUM_FILE
-    podium: Any = (load_yaml(podium_file) or {}) if podium_file.is_file() else {}
-    if not isinstance(podium, dict):
-        problems.append(f"{podium_file}: must be a mapping of Podium's model keys, got {podium!r}")
-        podium = {}
-    else:
-        try:  # its own keys, named in its own file
-            ModelConfig.from_mapping(podium, default_name=root.name, where=str(podium_file))
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
+    podium = load_yaml(podium_file) if podium_file.is_file() else {}
+    try:  # its own keys, named in its own file
+        ModelConfig.from_mapping(podium, default_name=root.name, where=str(podium_file))
+    except DefinitionError as exc:
+        problems.extend(exc.problems)
     if problems:
         raise DefinitionError("; ".join(problems), problems)
     mapped: dict[str, Any] = {"predict_concurrency": runtime.get("predict_concurrency")}

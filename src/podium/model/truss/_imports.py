@@ -11,8 +11,6 @@ same name (every truss has a ``model`` package) is imported afresh from this tru
 
 from __future__ import annotations
 
-import hashlib
-
 from ...errors import DefinitionError
 from .._modules import exec_file, folders_first
 from ._config import TrussSettings
@@ -26,12 +24,10 @@ def import_class(settings: TrussSettings, label: str) -> type:
     file = settings.model_file
     if not file.is_file():
         raise DefinitionError(f"{label}: the model class file {file} does not exist")
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    module_name = f"podium_truss_{digest}"
     # its folders stay on sys.path afterwards, last, as Truss leaves them (for later imports)
     paths = [settings.root, *(p for p in settings.package_dirs if p.is_dir())]
     with folders_first(settings.root, paths, stay=True):
-        module = exec_file(file, module_name, label)
+        module = exec_file(file, "podium_truss", label)
     cls = getattr(module, settings.class_name, None)
     if cls is None:
         raise DefinitionError(

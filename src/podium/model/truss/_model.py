@@ -21,15 +21,15 @@ import inspect
 import logging
 import os
 import textwrap
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from concurrent.futures import Executor
 from typing import Any
 
 from ...errors import DefinitionError, InvalidInput, ModelError, ResponseTimeout
-from ...types import Capabilities, Generation, InputKind, Returned
+from ...types import Capabilities, InputKind, Returned, is_response
+from .._adapter import Adapter
 from .._calls import call_method, iterate_async, iterate_sync, model_error, run_sync, validated
 from .._source import ModelSource
-from .._threads import CallThreads
 from . import _environ
 from ._config import TrussSettings
 from ._secrets import TrussSecrets
@@ -75,11 +75,7 @@ def _is_stream(value: Any) -> bool:
     return inspect.isgenerator(value) or inspect.isasyncgen(value)
 
 
-def _is_response(value: Any) -> bool:
-    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
-
-
-class TrussModel:
+class TrussModel(Adapter):
     """One instance of a truss's model class."""
 
     def __init__(
@@ -134,11 +130,7 @@ class TrussModel:
             io_schema=spec.schema,
             truss=True,
         )
-        self._threads = CallThreads(name=f"podium-{self.name}")
-        #: where a sync predict runs (a thread worker times its calls there)
-        self.calls: CallThreads | None = (
-            self._threads if self.capabilities.predict_in_thread else None
-        )
+        self._own_threads(self.capabilities.predict_in_thread)
 
     # -- calling the model's code ----------------------------------------------------------
 
@@ -233,7 +225,7 @@ class TrussModel:
         if _is_stream(result):
             self._no_postprocess("a generator (streaming)")
             return await self._gather(result)
-        if _is_response(result):
+        if is_response(result):
             self._no_postprocess("a response object")
         return result
 
@@ -275,19 +267,11 @@ class TrussModel:
             async for item in self._items(result):
                 yield item
             return
-        if _is_response(result):
+        if is_response(result):
             self._no_postprocess("a response object")
         elif self.spec.postprocess is not None:
             result = await self.postprocess(result, request)
         yield Returned(result)
-
-    def predict_input_stream(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        raise RuntimeError("a truss does not read a stream of requests (consumes_stream is False)")
-
-    async def step(self, batch: list[Generation]) -> None:
-        raise RuntimeError(f"model '{self.name}' is a truss: it has no continuous batching")
 
     # -- what a truss offers besides predict (types.ModelEndpoints) ------------------------
 
@@ -319,11 +303,6 @@ class TrussModel:
             if type(exc).__name__ == "WebSocketDisconnect":
                 raise
             raise model_error(self.name, "websocket", exc) from exc
-
-    # -- the instance's threads ----------------------------------------------------------
-
-    async def close(self) -> None:
-        await self._threads.close()
 
 
 def _location(loc: tuple[Any, ...]) -> str:
