@@ -115,11 +115,14 @@ async def test_sync_preprocess_in_the_pool_behaves_the_same(
     lock = threading.Lock()
     barrier = threading.Barrier(10, timeout=2)
     loop_thread = threading.get_ident()
+    five_in = threading.Event()
 
     def record(kind: str, value: Any) -> None:
         assert threading.get_ident() != loop_thread
         with lock:
             events.append((kind, value))
+            if sum(k == "predict start" for k, _ in events) == 5:
+                five_in.set()
 
     class Model:
         def preprocess(self, inputs):
@@ -130,6 +133,9 @@ async def test_sync_preprocess_in_the_pool_behaves_the_same(
 
         def predict(self, inputs):
             record("predict start", inputs)
+            # The first five hold their slots until all five are in (the pool's threads finish
+            # the preprocesses in any order, so a bare sleep could end one before the fifth starts).
+            five_in.wait(2)
             time.sleep(0.01)
             record("predict end", inputs)
             return -inputs
