@@ -20,10 +20,17 @@ import msgspec
 from ... import codecs
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, ModelError, ModelStatus, UnsupportedRepresentation
-from ...types import Call, InputKind, Reply, SequenceOutcome, SequenceRef, WireProtocol
+from ...types import (
+    Call,
+    InputKind,
+    Reply,
+    SequenceOutcome,
+    SequenceRef,
+    WireProtocol,
+    is_response,
+)
 from .. import _sequences
 from .._headers import grpc_metadata
-from ..http._responses import is_response
 from ._call import GrpcCall
 from ._errors import abort_with, guarded, status_of
 from ._pool import message_class

@@ -17,7 +17,15 @@ from typing import Any
 from ...config import SETTINGS
 from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, MethodNotAllowed, PodiumError
-from ...types import Answer, AnswerStream, Call, InferenceRequest, Reply, WireProtocol
+from ...types import (
+    Answer,
+    AnswerStream,
+    Call,
+    InferenceRequest,
+    Reply,
+    WireProtocol,
+    is_response,
+)
 from .. import _repository, _sequences
 from .._access import adopt
 from .._asgi import Message, Receive, Scope, Send, serve_other_scope
@@ -323,7 +331,7 @@ class HttpApp:
         answer = await self.dataplane.infer(call, mv)
         send = self._sender(mv, answer, send)
         result = answer.value
-        if _responses.is_response(result):
+        if is_response(result):
             await result(ex.scope, ex.app_receive, send)
         elif isinstance(result, Reply):
             await _responses.send_reply(send, result)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...dataplane import DataPlane
-from ...types import Call, Returned, WireProtocol
+from ...types import Call, Returned, WireProtocol, is_response
 from .._asgi import Scope, Send
 from ._exchange import Exchange
-from ._responses import is_response, send_json
+from ._responses import send_json
 
 __all__ = ["serve"]
 

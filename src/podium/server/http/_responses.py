@@ -54,12 +54,6 @@ async def send_json(send: Send, status: int, value: Any) -> None:
     await send_body(send, status, JSON, encoder.encode(value))
 
 
-def is_response(value: Any) -> bool:
-    """A starlette ``Response`` a model returned, sent as it is (recognised without importing
-    starlette)."""
-    return callable(value) and hasattr(value, "status_code") and hasattr(value, "init_headers")
-
-
 def error_body(exc: PodiumError) -> dict[str, Any]:
     body: dict[str, Any] = {"error": exc.message}
     if isinstance(exc, ValidationFailed) and exc.details:

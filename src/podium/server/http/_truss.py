@@ -52,6 +52,7 @@ from ...types import (
     Reply,
     Returned,
     WireProtocol,
+    is_response,
 )
 from .._asgi import Message, Receive, Scope, Send
 from .._headers import http_headers
@@ -319,7 +320,7 @@ async def _answer_value(
 ) -> None:
     """One whole answer: a ``Response`` as it is, a ``Reply`` as its handler set it, else
     Truss's JSON (or MessagePack, when the request was)."""
-    if _responses.is_response(value):
+    if is_response(value):
         if value.status_code >= 300:
             send = _with_error_headers(send)
         await value(ex.scope, ex.app_receive, send)
