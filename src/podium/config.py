@@ -208,8 +208,7 @@ class ModelConfig:
                 signature_of(values["model_metadata"])
             except ValueError as exc:
                 problems.append(f"{where}: {exc}")
-        if problems:
-            raise DefinitionError("; ".join(problems), problems)
+        DefinitionError.check(problems)
         return cls(**values)
 
 

@@ -381,6 +381,17 @@ class DefinitionError(PodiumError):
         super().__init__(message)
         self.problems = problems or [message]
 
+    @classmethod
+    def of(cls, problems: list[str]) -> DefinitionError:
+        """One error for every problem found, each kept in :attr:`problems`."""
+        return cls("; ".join(problems), problems)
+
+    @classmethod
+    def check(cls, problems: list[str]) -> None:
+        """Raise :meth:`of` ``problems`` if there are any."""
+        if problems:
+            raise cls.of(problems)
+
 
 class MissingSecret(PodiumError, KeyError):
     """A secret the model asked for is set neither in the environment nor in the secrets directory."""

@@ -52,8 +52,7 @@ def _config_of(directory: Path) -> tuple[dict[str, Any], Path]:
 def discover(path: Path) -> list[ModelSource]:
     """The models under ``path``; raise ``DefinitionError`` listing every problem found."""
     found, problems = discover_all(path)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     return found
 
 
@@ -190,4 +189,4 @@ def import_model(source: ModelSource) -> ModelSpec:
         return inspect_class(cls)
     except DefinitionError as exc:
         problems = [f"{source.label}: {p}" for p in exc.problems]
-        raise DefinitionError("; ".join(problems), problems) from None
+        raise DefinitionError.of(problems) from None

@@ -331,8 +331,7 @@ def inspect_class(cls: Any) -> ModelSpec:
     ):
         problems.append(f"{name}.load must not be a generator")
     init_kwargs, init_any = _inspect_init(cls, problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     first = pre or predict
     annotation = first.input_annotation if first is not None else None
     if isinstance(annotation, type) and issubclass(annotation, InferenceRequest):
@@ -373,7 +372,7 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
     if problems:
         if where:
             problems = [f"{where}: {p}" for p in problems]
-        raise DefinitionError("; ".join(problems), problems)
+        raise DefinitionError.of(problems)
 
 
 def _openai_only(cls: type) -> bool:

@@ -69,8 +69,7 @@ def discover_versions(paths: tuple[str, ...]) -> list[tuple[str, ModelConfig]]:
             deployment_options(config)
         except DefinitionError as exc:
             problems.extend(exc.problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     return found
 
 

@@ -209,8 +209,7 @@ def ray_section(config: ModelConfig, label: str) -> dict[str, Any]:
     for key in ("resources", "runtime_env", "autoscaling_config"):
         if key in section and not isinstance(section[key], dict):
             problems.append(f"{label}: 'ray.{key}' must be a mapping, got {section[key]!r}")
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     return section
 
 

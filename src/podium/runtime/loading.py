@@ -126,7 +126,7 @@ def build_instance(
                 )
         except DefinitionError as exc:  # __init__ raised: name the file too
             problems = [f"{p} ({source.file})" for p in exc.problems]
-            raise DefinitionError("; ".join(problems), problems) from exc
+            raise DefinitionError.of(problems) from exc
     hooks = tracing.hooks
     if hooks is None:
         return instance
@@ -350,8 +350,7 @@ def _build(
             )
         except DefinitionError as exc:
             problems.extend(exc.problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     return versions
 
 
@@ -482,8 +481,7 @@ def register_paths(
     if overrides:
         sources = [_with_config(s, overrides) for s in sources]
     checked, problems = _check(sources, problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     versions = _build(checked, secrets=secrets, executor=executor, codec=codec)
     for mv in versions:
         registry.add(mv)
@@ -511,8 +509,7 @@ def build_path(
         sources = [_with_config(s, _raised(overrides, s.config)) for s in found]
         sources = in_declared_environments(sources, problems)
         checked, problems = _check(sources, problems)
-        if problems:
-            raise DefinitionError("; ".join(problems), problems)
+        DefinitionError.check(problems)
         return _build(checked, secrets=secrets, executor=executor, codec=codec)
     except BaseException:  # no version came of them: what they own goes (an extraction)
         release_all(owned for source in found for owned in source.owned)

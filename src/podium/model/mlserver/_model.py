@@ -60,8 +60,7 @@ def sources(path: Path) -> list[ModelSource]:
             found.append(read_settings(folder / SETTINGS_FILE))
         except DefinitionError as exc:
             problems.extend(exc.problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     return found
 
 
@@ -126,8 +125,7 @@ def prepare(source: ModelSource) -> Any:
         for method in ("load", "predict")
         if not callable(getattr(cls, method, None))
     ]
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     if _base_flavour(cls) == "mlserver":
         types = importlib.import_module("mlserver.types")
         settings = importlib.import_module("mlserver.settings")

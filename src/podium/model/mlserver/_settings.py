@@ -284,8 +284,7 @@ def read_settings(
             problems.append(f"{where}: {exc}")
     refused = {key: f"cannot be set here; use '{spelling}'" for key, spelling in _MAPPED.items()}
     config.update(podium_section(data.get("podium"), where, problems, refused, _NOT_HERE))
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     folder = path.parent.resolve()
     model_config = ModelConfig.from_mapping(config, default_name=folder.name, where=where)
     runtime = {k: v for k, v in data.items() if k != "podium"}
@@ -326,7 +325,7 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
             f"{e.get('msg', '')}"
             for e in errors()
         ]
-        raise DefinitionError("; ".join(problems), problems) from exc
+        raise DefinitionError.of(problems) from exc
 
 
 def declared_environment(source: ModelSource) -> tuple[str, Path] | None:

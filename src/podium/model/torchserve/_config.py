@@ -163,8 +163,7 @@ def model_config(
         config = ModelConfig.from_mapping(data, default_name=name, where=where)
     except DefinitionError as exc:
         problems.extend(exc.problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     # the handler gets the whole file, as TorchServe gives it; ModelConfig.raw holds it too
     return dataclasses.replace(config, raw=dict(yaml_config))
 

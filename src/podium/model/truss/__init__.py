@@ -92,7 +92,7 @@ def prepare(source: ModelSource) -> TrussSpec:
         return inspect_truss(cls)
     except DefinitionError as exc:
         problems = [f"{source.label}: {p}" for p in exc.problems]
-        raise DefinitionError("; ".join(problems), problems) from None
+        raise DefinitionError.of(problems) from None
 
 
 def build(source: ModelSource, prepared: Any, *, secrets: Any, executor: Executor) -> ModelInstance:

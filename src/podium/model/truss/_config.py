@@ -292,8 +292,7 @@ def read_truss(root: Path) -> ModelSource:
             f"{where}: 'trt_llm' without a model class runs Baseten's TensorRT-LLM engine, "
             "which Podium does not include; write a model class that loads the engine"
         )
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     config = _filled(data)
     runtime = config["runtime"]
     module_dir = _text(where, "model_module_dir", config["model_module_dir"], problems)
@@ -334,8 +333,7 @@ def read_truss(root: Path) -> ModelSource:
         ModelConfig.from_mapping(podium, default_name=root.name, where=str(podium_file))
     except DefinitionError as exc:
         problems.extend(exc.problems)
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     mapped: dict[str, Any] = {"predict_concurrency": runtime.get("predict_concurrency")}
     if isinstance(config.get("model_name"), str) and config["model_name"]:
         mapped["name"] = config["model_name"]

@@ -163,8 +163,7 @@ def inspect_truss(cls: Any) -> TrussSpec:
     load = getattr(cls, "load", None)
     if load is not None and not callable(load):
         problems.append("`load` must be a method")
-    if problems:
-        raise DefinitionError("; ".join(problems), problems)
+    DefinitionError.check(problems)
     first = pre or predict
     annotation = first.input_annotation if first is not None else None
     input_schema = annotation if is_schema_annotation(annotation) else None
