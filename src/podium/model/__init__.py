@@ -11,7 +11,7 @@ Imports nothing above ``podium.types`` / ``podium.errors`` / ``podium.config`` /
 gRPC library.
 """
 
-from ._calls import model_error
+from ._calls import check_results, model_error
 from ._owned import Hold, Owned, Shared, release_all
 from ._source import Contract, ModelSource
 from .discovery import discover, discover_all, import_model, model_paths
@@ -26,6 +26,7 @@ __all__ = [
     "Owned",
     "Shared",
     "check_config",
+    "check_results",
     "discover",
     "discover_all",
     "import_model",

@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from .. import tracing
-from ..errors import BadModelOutput, QueueFull, QueueTimeout
+from ..errors import QueueFull, QueueTimeout
+from ..model import check_results
 from ..types import current_request
 from ._clock import SYSTEM_CLOCK, Clock
 from ._line import QueuePolicy, queue_deadline, retry_after
@@ -336,7 +337,7 @@ class BatchCollector(Generic[S]):
             else:  # the batch's span, linked to each request's (and theirs to it)
                 with hooks.batch([p.trace for p in batch]):
                     outputs = await self._run(slot, batch)
-            self._check(outputs, len(batch))
+            check_results(outputs, len(batch), f"{self._label} predict")
         except self._retry_on:
             # never reached the slot: back to the front of the line, in order
             self.batches_run -= 1
@@ -354,16 +355,3 @@ class BatchCollector(Generic[S]):
             if not p.future.done():
                 p.slot = slot
                 p.future.set_result(out)
-
-    def _check(self, outputs: Any, size: int) -> None:
-        """A batch's result is a list (or tuple) with one item per request."""
-        if not isinstance(outputs, list | tuple):
-            raise BadModelOutput(
-                f"{self._label} predict must return a list for a batch of {size} requests, "
-                f"got {type(outputs).__name__}"
-            )
-        if len(outputs) != size:
-            raise BadModelOutput(
-                f"{self._label} predict returned {len(outputs)} results for a batch of "
-                f"{size} requests"
-            )
