@@ -203,12 +203,9 @@ def _manifest_dir(target: Path) -> Path | None:
 def _safe_path(target: Path, name: str, archive: Path) -> Path:
     """Where member ``name`` goes under ``target``; refuses names that would escape it."""
     pure = PurePosixPath(name.replace("\\", "/"))
-    if pure.is_absolute() or ".." in pure.parts or (pure.parts and ":" in pure.parts[0]):
-        raise DefinitionError(
-            f"{archive}: member '{name}' would be extracted outside the model directory; refused"
-        )
-    dest = (target / Path(*pure.parts)).resolve() if pure.parts else target
-    if dest != target.resolve() and target.resolve() not in dest.parents:
+    climbs = pure.is_absolute() or ".." in pure.parts or ":" in (pure.parts or ("",))[0]
+    dest = (target / Path(*pure.parts)).resolve() if pure.parts and not climbs else target
+    if climbs or (dest != target.resolve() and target.resolve() not in dest.parents):
         raise DefinitionError(
             f"{archive}: member '{name}' would be extracted outside the model directory; refused"
         )

@@ -53,7 +53,6 @@ class SignatureCodec(RequestCodec):
             name: _without_optional(hint) for name, hint in typing.get_type_hints(predict).items()
         }
         self._output_hints = _as_list(hints.pop("return", None))
-        self._input_hints = hints
         self._input_codecs = {
             name: self._find_codec(name, hint, is_input=True) for name, hint in hints.items()
         }
