@@ -115,7 +115,7 @@ async def app(tmp_path: Path) -> AsyncIterator[AccessMiddleware]:
             )
         finally:
             logging.disable(logging.NOTSET)
-            await plane.repository.close()
+            await plane.close()  # the models too: the process workers end
 
 
 def scope(method: str, path: str, body: bytes) -> dict[str, Any]:
