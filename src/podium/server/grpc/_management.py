@@ -30,14 +30,6 @@ SERVICE = "org.pytorch.serve.grpc.management.ManagementAPIsService"
 _PACKAGE = "org.pytorch.serve.grpc.management"
 
 ManagementResponse: Any = message_class(f"{_PACKAGE}.ManagementResponse")
-_REQUESTS = {
-    "DescribeModel": "DescribeModelRequest",
-    "ListModels": "ListModelsRequest",
-    "RegisterModel": "RegisterModelRequest",
-    "ScaleWorker": "ScaleWorkerRequest",
-    "SetDefault": "SetDefaultRequest",
-    "UnregisterModel": "UnregisterModelRequest",
-}
 
 _encoder = msgspec.json.Encoder()
 
@@ -66,7 +58,8 @@ class ManagementService:
         methods = {
             name: grpc.unary_unary_rpc_method_handler(
                 self._wrap(name, handler),
-                request_deserializer=message_class(f"{_PACKAGE}.{_REQUESTS[name]}").FromString,
+                # each RPC's request is its name's message: RegisterModel takes RegisterModelRequest
+                request_deserializer=message_class(f"{_PACKAGE}.{name}Request").FromString,
                 response_serializer=ManagementResponse.SerializeToString,
             )
             for name, handler in handlers.items()
