@@ -149,6 +149,13 @@ async def test_errors_are_statuses_from_the_one_table(stub: Any, ts: SimpleNames
         stub.ScaleWorker(pb2.ScaleWorkerRequest(model_name="versioned", min_worker=3, max_worker=2))
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "max_worker" in details
+    # read as REST's query is (Scaling.parse): a negative count names its field and the rule
+    code, details = await status_of(
+        stub.ScaleWorker(pb2.ScaleWorkerRequest(model_name="versioned", min_worker=-1))
+    )
+    assert (
+        code == grpc.StatusCode.INVALID_ARGUMENT and "min_worker must be an integer >= 0" in details
+    )
     code, details = await status_of(stub.DescribeModel(pb2.DescribeModelRequest()))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "model_name" in details
 

@@ -279,7 +279,7 @@ def test_digits_int_refuses_are_a_400_not_a_500(text: str) -> None:
 
 def test_a_grpc_scale_and_a_registration_are_bounded_too() -> None:
     with pytest.raises(InvalidInput, match=f"at most {MAX_WORKERS}"):
-        Scaling.checked(1, MAX_WORKERS + 1, False)
+        Scaling.parse({"min_worker": 1, "max_worker": MAX_WORKERS + 1, "synchronous": False})
     with pytest.raises(InvalidInput, match=f"at most {MAX_WORKERS}"):
         Registration.parse({"url": "x", "initial_workers": MAX_WORKERS + 1})
     assert Registration.parse({"url": "x", "initial_workers": 2}).initial_workers == 2

@@ -491,6 +491,9 @@ def test_rest_bodies_and_methods(server: Server) -> None:
     handle = shm.create_shared_memory_region("rest", key, 128)
     try:
         with httpx.Client(base_url=base) as http:
+            bad = http.post("/region/rest/register")
+            error = bad.json()["error"]
+            assert bad.status_code == 400 and "empty; expected shared memory register" in error
             bad = http.post("/region/rest/register", content=b"{not json")
             assert bad.status_code == 400 and "malformed JSON" in bad.json()["error"]
             bad = http.post("/region/rest/register", json={"key": key})

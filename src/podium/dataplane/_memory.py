@@ -200,12 +200,9 @@ class SystemSharedMemory:
                 f"a shared memory region needs a name of 1 to {MAX_NAME} characters, got {name!r}"
             )
         bare = self._check_key(name, key)
-        for label, value in (("offset", offset), ("byte_size", byte_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidInput(
-                    f"cannot register shared memory region '{name}': {label} must be a "
-                    f"non-negative integer, got {value!r}"
-                )
+        _counts(
+            f"cannot register shared memory region '{name}'", offset=offset, byte_size=byte_size
+        )
         if byte_size == 0:
             raise InvalidInput(f"cannot register shared memory region '{name}': byte_size is 0")
         taken = self._regions.get(name)
@@ -327,9 +324,7 @@ class SystemSharedMemory:
         if size is None:
             raise InvalidInput(f"{what}: {REGION} '{name}' needs {BYTE_SIZE} as well")
         offset = params.get(OFFSET, 0)
-        for label, value in ((BYTE_SIZE, size), (OFFSET, offset)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidInput(f"{what}: {label} must be a non-negative integer, got {value!r}")
+        _counts(what, **{BYTE_SIZE: size, OFFSET: offset})
         region = self._regions.get(name)
         if region is None:
             raise InvalidInput(
@@ -443,6 +438,13 @@ class Placement:
             region.users -= 1
             if region.users == 0 and region.closing:
                 region.close()
+
+
+def _counts(where: str, **values: Any) -> None:
+    """Refuse (``InvalidInput``, after ``where``) any of ``values`` that is not an integer >= 0."""
+    for label, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput(f"{where}: {label} must be a non-negative integer, got {value!r}")
 
 
 def _map(name: str, key: str, bare: str, offset: int, byte_size: int) -> tuple[mmap.mmap, int]:

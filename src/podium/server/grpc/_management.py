@@ -30,14 +30,6 @@ SERVICE = "org.pytorch.serve.grpc.management.ManagementAPIsService"
 _PACKAGE = "org.pytorch.serve.grpc.management"
 
 ManagementResponse: Any = message_class(f"{_PACKAGE}.ManagementResponse")
-_REQUESTS = {
-    "DescribeModel": "DescribeModelRequest",
-    "ListModels": "ListModelsRequest",
-    "RegisterModel": "RegisterModelRequest",
-    "ScaleWorker": "ScaleWorkerRequest",
-    "SetDefault": "SetDefaultRequest",
-    "UnregisterModel": "UnregisterModelRequest",
-}
 
 _encoder = msgspec.json.Encoder()
 
@@ -66,7 +58,8 @@ class ManagementService:
         methods = {
             name: grpc.unary_unary_rpc_method_handler(
                 self._wrap(name, handler),
-                request_deserializer=message_class(f"{_PACKAGE}.{_REQUESTS[name]}").FromString,
+                # each RPC's request is its name's message: RegisterModel takes RegisterModelRequest
+                request_deserializer=message_class(f"{_PACKAGE}.{name}Request").FromString,
                 response_serializer=ManagementResponse.SerializeToString,
             )
             for name, handler in handlers.items()
@@ -90,9 +83,8 @@ class ManagementService:
     # -- the six RPCs ----------------------------------------------------------------------
 
     async def register(self, request: Any) -> Outcome:
-        values: dict[str, Any] = {"url": request.url}
-        # proto3: 0 and "" are "not given", as TorchServe reads them.
-        for key in (
+        values = _given(
+            request,
             "model_name",
             "batch_size",
             "max_batch_delay",
@@ -100,14 +92,9 @@ class ManagementService:
             "response_timeout",
             "runtime",
             "handler",
-        ):
-            value = getattr(request, key)
-            if value:
-                values[key] = value
-        if request.s3_sse_kms:
-            values["s3_sse_kms"] = True
-        values["synchronous"] = request.synchronous
-        return await self.management.register(Registration.parse(values))
+            "s3_sse_kms",
+        )
+        return await self.management.register(Registration.parse({"url": request.url, **values}))
 
     async def unregister(self, request: Any) -> Outcome:
         return await self.management.unregister(
@@ -115,14 +102,7 @@ class ManagementService:
         )
 
     async def scale(self, request: Any) -> Outcome:
-        low = request.min_worker or 1  # TorchServe: 0 (not given) means 1
-        high = request.max_worker or max(low, 1)
-        if low < 0 or high < 0:
-            raise InvalidInput(
-                f"min_worker and max_worker must be >= 0, got {request.min_worker}, "
-                f"{request.max_worker}"
-            )
-        scaling = Scaling.checked(low, high, request.synchronous)
+        scaling = Scaling.parse(_given(request, "min_worker", "max_worker"))
         return await self.management.scale(
             _name(request.model_name), request.model_version or None, scaling
         )
@@ -139,6 +119,13 @@ class ManagementService:
         if not request.model_version:
             raise InvalidInput("model_version is required")
         return self.management.set_default(_name(request.model_name), request.model_version)
+
+
+def _given(request: Any, *keys: str) -> dict[str, Any]:
+    """The REST parameters ``request``'s fields ``keys`` are, and its ``synchronous``: proto3's
+    0, "" and false are "not given", as TorchServe reads them."""
+    values = {key: getattr(request, key) for key in keys if getattr(request, key)}
+    return {**values, "synchronous": request.synchronous}
 
 
 def _name(name: str) -> str:

@@ -20,7 +20,6 @@ from typing import Any
 import msgspec
 
 from ...dataplane import no_cuda, no_cuda_region
-from ...errors import InvalidInput
 from .._asgi import Send
 from . import _oip
 from ._exchange import Exchange
@@ -57,12 +56,8 @@ async def system_status(self: Any, ex: Exchange, send: Send, name: str | None = 
 async def system_register(self: Any, ex: Exchange, send: Send, name: str) -> None:
     shm = self.dataplane.shared_memory
     shm.check_on(f"registering shared memory region '{name}'")  # before the body is read
-    body = await ex.body()
-    if not body:
-        raise InvalidInput(
-            f"registering shared memory region '{name}' needs a JSON body with key and byte_size"
-        )
-    request = _oip.decode_as(_register_decoder, body, "shared memory register request")
+    # an empty body too is a 400 naming what was expected
+    request = _oip.decode_as(_register_decoder, await ex.body(), "shared memory register request")
     shm.register(name, request.key, request.offset, request.byte_size)
     await send_body(send, 200, JSON, b"")
 

@@ -50,14 +50,20 @@ MAX_WORKERS = 1024
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
-def integer(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
-    """``value`` (an int, or the text of one) as an int >= ``minimum`` (and <= ``maximum``)."""
+def integer(name: str, value: Any, minimum: int | None, maximum: int | None = None) -> int:
+    """``value`` (an int, or the text of one) as an int >= ``minimum`` (None: any) and <=
+    ``maximum``."""
     if isinstance(value, str):
         text = value.strip()
         if _INTEGER.fullmatch(text):
             value = int(text)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"parameter {name} must be an integer >= {minimum}, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (minimum is not None and value < minimum)
+    ):
+        at_least = "" if minimum is None else f" >= {minimum}"
+        raise InvalidInput(f"parameter {name} must be an integer{at_least}, got {value!r}")
     if maximum is not None and value > maximum:
         raise InvalidInput(f"parameter {name} must be at most {maximum}, got {value}")
     return value
@@ -129,15 +135,15 @@ class Registration:
         if "s3_sse_kms" in values and flag("s3_sse_kms", values["s3_sse_kms"]):
             raise InvalidInput("parameter s3_sse_kms is not supported: s3 urls are not fetched")
 
-        def get(key: str, parse: Any, minimum: float) -> Any:
-            return parse(key, values[key], minimum) if key in values else None
+        def get(key: str, parse: Any, *bounds: float) -> Any:
+            return parse(key, values[key], *bounds) if key in values else None
 
         return cls(
             url=url.strip(),
             model_name=name.strip() if name else None,
             batch_size=get("batch_size", integer, 1),
             max_batch_delay=get("max_batch_delay", number, 0),
-            initial_workers=_workers("initial_workers", values),
+            initial_workers=get("initial_workers", integer, 0, MAX_WORKERS),
             response_timeout=get("response_timeout", number, 0),
             synchronous=flag("synchronous", values["synchronous"])
             if "synchronous" in values
@@ -166,9 +172,10 @@ class Scaling:
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> Scaling:
-        """From REST parameters: ``min_worker`` (default 1, as TorchServe), ``max_worker``
-        (default ``min_worker``, at least 1), ``synchronous`` (default false); ``timeout`` is accepted and
-        ignored (a worker being removed always finishes what it holds)."""
+        """From REST parameters, or gRPC's that are given: ``min_worker`` (default 1, as
+        TorchServe), ``max_worker`` (default ``min_worker``, at least 1), ``synchronous``
+        (default false); ``timeout`` is accepted and ignored (a worker being removed always
+        finishes what it holds)."""
         _unknown(values, SCALE_KEYS)
         low = (
             integer("min_worker", values["min_worker"], 0, MAX_WORKERS)
@@ -182,43 +189,22 @@ class Scaling:
         )
         if "timeout" in values:
             integer("timeout", values["timeout"], -1)
-        version = values.get("model_version") or None
-        return cls.checked(
-            low, high, flag("synchronous", values.get("synchronous", False)), version
-        )
-
-    @classmethod
-    def checked(cls, low: int, high: int, synchronous: bool, version: str | None = None) -> Scaling:
         if high < low:
             raise InvalidInput(
                 f"max_worker cannot be less than min_worker (min_worker {low}, max_worker {high})"
             )
         if high < 1:
             raise InvalidInput("max_worker must be at least 1")
-        if high > MAX_WORKERS:
-            raise InvalidInput(f"max_worker must be at most {MAX_WORKERS}, got {high}")
+        version = values.get("model_version") or None
+        synchronous = flag("synchronous", values.get("synchronous", False))
         return cls(low, high, synchronous, str(version) if version else None)
-
-
-def _workers(name: str, values: Mapping[str, Any]) -> int | None:
-    return integer(name, values[name], 0, MAX_WORKERS) if name in values else None
 
 
 def page(values: Mapping[str, Any]) -> tuple[int, int]:
     """``limit`` and ``next_page_token`` of a list request. As TorchServe: a limit that is
     absent, 0, negative or above 100 means 100; a negative token means 0."""
-    limit = _int_or(values.get("limit"), "limit", 100)
-    token = _int_or(values.get("next_page_token"), "next_page_token", 0)
+    given = {k: integer(k, values[k], None) for k in ("limit", "next_page_token") if values.get(k)}
+    limit = given.get("limit", 100)
     if limit <= 0 or limit > 100:
         limit = 100
-    return limit, max(token, 0)
-
-
-def _int_or(value: Any, name: str, default: int) -> int:
-    if value is None or value == "":
-        return default
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
-        return int(value)
-    raise InvalidInput(f"parameter {name} must be an integer, got {value!r}")
+    return limit, max(given.get("next_page_token", 0), 0)

@@ -32,7 +32,7 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ...config import Registration
-from ...errors import Conflict, InvalidInput, NotFound
+from ...errors import Conflict, InvalidInput, NotFound, bounded
 from ...model import Owned, Shared
 
 __all__ = ["UrlPolicy"]
@@ -50,8 +50,8 @@ _CHUNK = 1024 * 1024
 
 def _shown(url: str) -> str:
     """``url`` as an error message quotes it: the first 200 characters of a longer one, so the
-    message's own words survive (every message is bounded: ``errors.bounded``)."""
-    return url if len(url) <= 200 else f"{url[:200]}… ({len(url)} characters)"
+    message's own words survive (every message is bounded too)."""
+    return bounded(url, 200)
 
 
 def _exists(path: Path) -> bool:
