@@ -459,12 +459,11 @@ def render_binary(
     outputs: list[ResponseOutput] = []
     blobs: list[bytes] = []
     for out in response.outputs:
-        if out.data is None:  # written into shared memory: no data, and stays so
-            outputs.append(_in_region(out))
-            continue
-        params = dict(out.parameters) if out.parameters else {}
-        params.pop("binary_data_size", None)
-        if by_name.get(out.name, default):
+        params = out.parameters
+        if out.data is not None and params and "binary_data_size" in params:
+            params = {k: v for k, v in params.items() if k != "binary_data_size"} or None
+            out = replace(out, parameters=params)
+        if out.data is not None and by_name.get(out.name, default):
             try:
                 blob = codecs.encode_raw(out)
             except UnsupportedRepresentation as exc:
@@ -472,35 +471,14 @@ def render_binary(
                     f"model '{response.model_name}' returned an output that cannot be sent as "
                     f"binary data: {exc.message}"
                 ) from exc
-            params["binary_data_size"] = len(blob)
             blobs.append(blob)
-            outputs.append(
-                ResponseOutput(
-                    name=out.name, shape=out.shape, datatype=out.datatype, parameters=params
-                )
+            params = {**(params or {}), "binary_data_size": len(blob)}
+            out = ResponseOutput(
+                name=out.name, shape=out.shape, datatype=out.datatype, parameters=params
             )
-        else:
-            data = out.data
-            if out.datatype == "BYTES" and _has_bytes(data):
-                data = _texts(response, out, data)
-            outputs.append(
-                ResponseOutput(
-                    name=out.name,
-                    shape=out.shape,
-                    datatype=out.datatype,
-                    parameters=params or None,
-                    data=data,
-                )
-            )
-    head = encoder.encode(
-        InferenceResponse(
-            outputs=outputs,
-            model_name=response.model_name,
-            model_version=response.model_version,
-            id=response.id,
-            parameters=response.parameters,
-        )
-    )
+        outputs.append(out)
+    # The JSON part as the plain response's: text for bytes, outputs in shared memory bare.
+    head = encode_response(replace(response, outputs=outputs))
     if not blobs:
         return head, None
     return b"".join([head, *blobs]), len(head)
