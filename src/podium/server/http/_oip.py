@@ -194,21 +194,10 @@ def _nesting(name: str, value: list[Any]) -> tuple[list[int], list[Any]]:
         if not probe:
             break
         probe = probe[0]
-    leaves: list[Any] = []
-
-    def walk(level: Any, depth: int) -> None:
-        if depth == len(shape):
-            if isinstance(level, list):
-                raise InvalidInput(f"generate field '{name}' is a ragged nested list")
-            leaves.append(level)
-            return
-        if not isinstance(level, list) or len(level) != shape[depth]:
-            raise InvalidInput(f"generate field '{name}' is a ragged nested list")
-        for item in level:
-            walk(item, depth + 1)
-
-    walk(value, 0)
-    return shape, leaves
+    try:
+        return shape, codecs.flatten(value)  # the shape of its first elements, or ragged
+    except codecs.RaggedError:
+        raise InvalidInput(f"generate field '{name}' is a ragged nested list") from None
 
 
 #: The datatypes a JSON number may take in the generate form.
