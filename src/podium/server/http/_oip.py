@@ -28,7 +28,7 @@ from msgspec.structs import replace
 
 from ... import codecs
 from ...dataplane import REGION_PARAMETERS
-from ...errors import InvalidInput, UnsupportedRepresentation
+from ...errors import InvalidInput, UnsupportedRepresentation, bounded
 from ...types import (
     DATATYPES,
     InferenceRequest,
@@ -352,9 +352,8 @@ def _header_length(header: bytes, size: int) -> int:
     text = header.strip()
     digits = text[1:] if text.startswith(b"-") else text
     if not digits.isdigit() or not digits.isascii():
-        raise InvalidInput(
-            f"{_HEADER_NAME} header must be a non-negative integer, got {_show(header)}"
-        )
+        shown = bounded(repr(header.decode("latin-1")), 40)
+        raise InvalidInput(f"{_HEADER_NAME} header must be a non-negative integer, got {shown}")
     length = int(text)
     if length < 0:
         raise InvalidInput(f"{_HEADER_NAME} header must not be negative, got {length}")
@@ -363,11 +362,6 @@ def _header_length(header: bytes, size: int) -> int:
             f"{_HEADER_NAME} header is {length}, larger than the request body of {_bytes(size)}"
         )
     return length
-
-
-def _show(value: bytes) -> str:
-    text = value.decode("latin-1")
-    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _bytes(n: int) -> str:
