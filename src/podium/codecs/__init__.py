@@ -42,7 +42,8 @@ Layout (private modules; import the names below from ``podium.codecs``)::
                    request_builtins;
                    the same checks without decoding: check_input, check_request
     _declared.py   a request against the tensors its model declares: check_declared
-    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default;
+    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default,
+                   texts;
                    streamed items as one value: joined
     _raw.py        the binary tensor extension / raw contents: decode_raw, encode_raw
     _bytes.py      BYTES elements: as JSON strings or bytes, and length-prefixed raw
@@ -68,7 +69,7 @@ from ._inputs import (
     request_builtins,
 )
 from ._json import JSON_ERRORS, json_problem
-from ._outputs import concat_outputs, encode_output, encode_outputs, joined, json_default
+from ._outputs import concat_outputs, encode_output, encode_outputs, joined, json_default, texts
 from ._raw import decode_raw, encode_raw
 from ._shape import RaggedError, flatten, output_elements
 
@@ -93,4 +94,5 @@ __all__ = [
     "json_problem",
     "output_elements",
     "request_builtins",
+    "texts",
 ]

@@ -275,25 +275,12 @@ def _has_bytes(data: Any) -> bool:
 def _texts(response: InferenceResponse, out: ResponseOutput, data: Any) -> Any:
     """``data`` (a nested list) with every bytes element as its UTF-8 text."""
     try:
-        return _decoded(data)
+        return codecs.texts(data)
     except UnicodeDecodeError as exc:
         raise UnsupportedRepresentation(
             f"model '{response.model_name}' returned output '{out.name}' with bytes that are not "
             "valid UTF-8, which JSON cannot carry; ask for it as binary data"
         ) from exc
-
-
-def _decoded(data: Any) -> Any:
-    if isinstance(data, list):
-        return [
-            str(item, "utf-8")
-            if isinstance(item, _BLOB)
-            else _decoded(item)
-            if isinstance(item, list)
-            else item
-            for item in data
-        ]
-    return data
 
 
 def render(response: InferenceResponse, form: Form, *, join: bool = False) -> bytes:
