@@ -489,12 +489,7 @@ def _empty_final(request: Any) -> Any:
 
 
 def _asks_final(message: Any) -> bool:
-    param = message.parameters.get(_FINAL_ASKED)
-    return (
-        param is not None
-        and param.WhichOneof("parameter_choice") == "bool_param"
-        and (param.bool_param)
-    )
+    return (parameters_of(message.parameters) or {}).get(_FINAL_ASKED) is True
 
 
 def _model_name(message: Any, rpc: str) -> str:
