@@ -150,28 +150,23 @@ def _generate_input(name: str, value: Any, declared: TensorSpec | None) -> Reque
         shape, leaves = _nesting(name, value)
     else:
         shape, leaves = [1], [value]
-    if (
-        leaves
-        and declared is not None
-        and declared.datatype in _NUMERIC
-        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves)
-    ):
-        return RequestInput(name=name, shape=shape, datatype=declared.datatype, data=leaves)
     if leaves:
-        if all(isinstance(v, str) for v in leaves):
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves)
+        parameters: dict[str, Any] | None = None
+        if numbers and declared is not None and declared.datatype in _NUMERIC:
+            datatype: str | None = declared.datatype
+        elif numbers:
+            datatype = "INT64" if all(isinstance(v, int) for v in leaves) else "FP64"
+        elif all(isinstance(v, bool) for v in leaves):
+            datatype = "BOOL"
+        elif all(isinstance(v, str) for v in leaves):
+            datatype, parameters = "BYTES", {"content_type": "str"}
+        else:
+            datatype = None
+        if datatype is not None:
             return RequestInput(
-                name=name,
-                shape=shape,
-                datatype="BYTES",
-                data=leaves,
-                parameters={"content_type": "str"},
+                name=name, shape=shape, datatype=datatype, data=leaves, parameters=parameters
             )
-        if all(isinstance(v, bool) for v in leaves):
-            return RequestInput(name=name, shape=shape, datatype="BOOL", data=leaves)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in leaves):
-            return RequestInput(name=name, shape=shape, datatype="INT64", data=leaves)
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves):
-            return RequestInput(name=name, shape=shape, datatype="FP64", data=leaves)
     raise InvalidInput(
         f"generate field '{name}' must be a string, number, boolean or a list of one of those "
         f"(nested lists must be rectangular), got {_json_type(value)}"
