@@ -89,11 +89,8 @@ _m = message_class
 ModelStreamInferResponse: Any = _m("inference.ModelStreamInferResponse")
 
 
-class _End:
-    """The last entry of a request's lane: all its responses were queued."""
-
-
-_END = _End()
+#: The last entry of a request's lane: all its responses were queued.
+_END = object()
 
 
 class _Failure:
