@@ -42,13 +42,14 @@ Layout (private modules; import the names below from ``podium.codecs``)::
                    request_builtins;
                    the same checks without decoding: check_input, check_request
     _declared.py   a request against the tensors its model declares: check_declared
-    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default;
+    _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default,
+                   texts;
                    streamed items as one value: joined
     _raw.py        the binary tensor extension / raw contents: decode_raw, encode_raw
     _bytes.py      BYTES elements: as JSON strings or bytes, and length-prefixed raw
     _datatypes.py  the numpy mapping: datatype → dtype, dtype → datatype, raw dtypes
-    _shape.py      shapes, row-major flattening of nested lists (output_elements), the words
-                   of their errors
+    _shape.py      shapes, row-major flattening of nested lists (flatten, RaggedError,
+                   output_elements), the words of their errors
     _json.py       JSON text a client sent that does not decode: json_problem, JSON_ERRORS
 
 Imports point up this list's reverse: ``_shape`` and ``_datatypes`` import no sibling,
@@ -68,13 +69,14 @@ from ._inputs import (
     request_builtins,
 )
 from ._json import JSON_ERRORS, json_problem
-from ._outputs import concat_outputs, encode_output, encode_outputs, joined, json_default
+from ._outputs import concat_outputs, encode_output, encode_outputs, joined, json_default, texts
 from ._raw import decode_raw, encode_raw
-from ._shape import output_elements
+from ._shape import RaggedError, flatten, output_elements
 
 __all__ = [
     "JSON_ERRORS",
     "NUMPY_DTYPES",
+    "RaggedError",
     "check_declared",
     "check_input",
     "check_request",
@@ -85,10 +87,12 @@ __all__ = [
     "encode_output",
     "encode_outputs",
     "encode_raw",
+    "flatten",
     "inputs_as_json",
     "joined",
     "json_default",
     "json_problem",
     "output_elements",
     "request_builtins",
+    "texts",
 ]

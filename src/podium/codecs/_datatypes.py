@@ -31,34 +31,14 @@ NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
 #: The datatype a numpy dtype encodes as, keyed by (kind, itemsize) rather than dtype so that
 #: byte order does not matter.
 DATATYPE_OF: dict[tuple[str, int], str] = {
-    ("b", 1): "BOOL",
-    ("u", 1): "UINT8",
-    ("u", 2): "UINT16",
-    ("u", 4): "UINT32",
-    ("u", 8): "UINT64",
-    ("i", 1): "INT8",
-    ("i", 2): "INT16",
-    ("i", 4): "INT32",
-    ("i", 8): "INT64",
-    ("f", 2): "FP16",
-    ("f", 4): "FP32",
-    ("f", 8): "FP64",
+    (dtype.kind, dtype.itemsize): name for name, dtype in NUMPY_DTYPES.items() if name != "BF16"
 }
 
 
-#: The exact little-endian dtype of each fixed-size datatype's raw elements (BF16: its bits).
+#: The exact little-endian dtype of each fixed-size datatype's raw elements (BOOL: its bytes, 0
+#: or 1; BF16: its bits).
 RAW_DTYPES: dict[str, np.dtype[Any]] = {
+    **{name: dtype.newbyteorder("<") for name, dtype in NUMPY_DTYPES.items()},
     "BOOL": np.dtype("u1"),
-    "UINT8": np.dtype("u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
     "BF16": np.dtype("<u2"),
 }

@@ -14,7 +14,7 @@ from podium.types import InferenceResponse, RequestOutput, ResponseOutput
 from ._datatypes import DATATYPE_OF
 from ._shape import RaggedError, describe, flatten
 
-__all__ = ["concat_outputs", "encode_output", "encode_outputs", "joined", "json_default"]
+__all__ = ["concat_outputs", "encode_output", "encode_outputs", "joined", "json_default", "texts"]
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -179,36 +179,32 @@ def json_default(obj: Any) -> Any:
     ``TypeError``, as msgspec expects. msgspec itself encodes top-level ``bytes`` as base64
     without calling the hook; bytes inside numpy arrays are decoded here.
     """
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.kind in "SO":
-            return _decode_nested_bytes(obj.tolist())
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        item = obj.item()
-        return _utf8(item) if isinstance(item, bytes) else item
-    if isinstance(obj, bytes | bytearray | memoryview):
-        return _utf8(bytes(obj))
+    try:
+        if isinstance(obj, np.ndarray):
+            return texts(obj.tolist()) if obj.dtype.kind in "SO" else obj.tolist()
+        if isinstance(obj, np.generic):
+            return texts(obj.item())
+        if isinstance(obj, bytes | bytearray | memoryview):
+            return texts(obj)
+    except UnicodeDecodeError as exc:
+        raise UnsupportedRepresentation(
+            f"the model's result holds bytes {describe(exc.object)} that are not valid UTF-8, "
+            "which JSON cannot carry"
+        ) from exc
     if isinstance(obj, set | frozenset | tuple):
         return list(obj)
     raise TypeError(f"objects of type {type(obj).__name__} are not JSON serializable")
 
 
-def _decode_nested_bytes(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_decode_nested_bytes(item) for item in value]
-    if isinstance(value, bytes):
-        return _utf8(value)
-    return value
-
-
-def _utf8(value: bytes) -> str:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UnsupportedRepresentation(
-            f"the model's result holds bytes {describe(value)} that are not valid UTF-8, "
-            "which JSON cannot carry"
-        ) from exc
+def texts(data: Any) -> Any:
+    """``data`` (an element, or nested lists of them) with every bytes-like element as its
+    UTF-8 text, as JSON carries ``BYTES``; ``UnicodeDecodeError`` for bytes that are not UTF-8
+    (the caller names what held them)."""
+    if isinstance(data, list):
+        return [texts(item) for item in data]
+    if isinstance(data, bytes | bytearray | memoryview):
+        return str(data, "utf-8")
+    return data
 
 
 def joined(items: list[Any]) -> Any:

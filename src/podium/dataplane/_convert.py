@@ -43,24 +43,7 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     protocol = call.protocol
     if protocol.oip:
         request: InferenceRequest = raw
-        signature = mv.config.signature
-        declared = signature.inputs and caps.checks_declared_inputs
-        if kind is InputKind.DEFAULT or kind is InputKind.SCHEMA:
-            decoded = codecs.decode_request(request)
-            if declared:
-                codecs.check_declared(request, signature, mv.label)
-            if kind is InputKind.SCHEMA:
-                return inst.validate(codecs.inputs_as_json(decoded)), request
-            return decoded, request
-        codecs.check_request(request, text_length_shapes=caps.text_length_shapes)
-        if declared:
-            codecs.check_declared(request, signature, mv.label)
-        if kind is InputKind.OIP_REQUEST:
-            return request, request
-        if kind is InputKind.RAW:
-            return codecs.request_builtins(request), request
-        return WireInput(protocol, codecs.request_builtins(request), request_id()), request
-    if kind is InputKind.OIP_REQUEST:
+    elif kind is InputKind.OIP_REQUEST:  # JSON text or JSON-like data
         try:
             if isinstance(raw, bytes | str):
                 request = msgspec.json.decode(raw, type=InferenceRequest)
@@ -71,16 +54,30 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
         except codecs.JSON_ERRORS as exc:
             problem = codecs.json_problem(exc, raw)
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {problem}") from exc
-        codecs.check_request(request)
-        signature = mv.config.signature
-        if signature.inputs and caps.checks_declared_inputs:
-            codecs.check_declared(request, signature, mv.label)
-        return request, None
-    if kind is InputKind.SCHEMA:
+    elif kind is InputKind.SCHEMA:
         return inst.validate(raw), None
-    if kind is InputKind.WIRE:
+    elif kind is InputKind.WIRE:
         return WireInput(protocol, raw, request_id()), None
-    return raw, None
+    else:
+        return raw, None
+    decode = kind is InputKind.DEFAULT or kind is InputKind.SCHEMA
+    if decode:
+        decoded = codecs.decode_request(request)
+    else:
+        codecs.check_request(request, text_length_shapes=protocol.oip and caps.text_length_shapes)
+    signature = mv.config.signature
+    if signature.inputs and caps.checks_declared_inputs:
+        codecs.check_declared(request, signature, mv.label)
+    oip = request if protocol.oip else None
+    if kind is InputKind.SCHEMA:
+        return inst.validate(codecs.inputs_as_json(decoded)), oip
+    if decode:
+        return decoded, oip
+    if kind is InputKind.OIP_REQUEST:
+        return request, oip
+    if kind is InputKind.RAW:
+        return codecs.request_builtins(request), oip
+    return WireInput(protocol, codecs.request_builtins(request), request_id()), oip
 
 
 def oip_response(

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import grpc
@@ -88,11 +89,8 @@ _m = message_class
 ModelStreamInferResponse: Any = _m("inference.ModelStreamInferResponse")
 
 
-class _End:
-    """The last entry of a request's lane: all its responses were queued."""
-
-
-_END = _End()
+#: The last entry of a request's lane: all its responses were queued.
+_END = object()
 
 
 class _Failure:
@@ -328,13 +326,7 @@ class OipService:
         try:
             async with contextlib.aclosing(items):
                 async for response in items:
-                    if self.triton:
-                        out = ModelStreamInferResponse()
-                        to_message(response, raw, into=out.infer_response)
-                        out.infer_response.parameters[_FINAL].bool_param = False
-                    else:
-                        out = to_message(response, raw)
-                    await context.write(out)
+                    await context.write(self._framed(partial(to_message, response, raw), False))
             if self.triton and _asks_final(first):
                 await context.write(_empty_final(first))
         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -393,20 +385,14 @@ class OipService:
                     call.sequence.joined = joined
                 else:  # not a sequence model: nothing to wait for
                     joined.set_result(None)
-            triton = self.triton
             # A generator model is Triton's decoupled model: its last item is known only after
             # it, so no item is final; a plain model's one response is.
             decoupled = mv.instance.capabilities.streaming
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for response in items:
-                    if triton:
-                        out = ModelStreamInferResponse()
-                        _response(response, message, self.raw, into=out.infer_response)
-                        out.infer_response.parameters[_FINAL].bool_param = not decoupled
-                    else:
-                        out = _response(response, message, self.raw)
-                    await lane.put(out)
-            if triton and decoupled and _asks_final(message):
+                    fill = partial(_response, response, message, self.raw)
+                    await lane.put(self._framed(fill, not decoupled))
+            if self.triton and decoupled and _asks_final(message):
                 await lane.put(_empty_final(message))
             await lane.put(_END)
         except Exception as exc:
@@ -414,6 +400,17 @@ class OipService:
         finally:
             if joined is not None and not joined.done():
                 joined.set_result(None)
+
+    def _framed(self, fill: Callable[[Any], Any], final: bool) -> Any:
+        """One response of a stream in the stream's framing: ``fill(into)`` writes the
+        ``ModelInferResponse`` (into a new one when ``into`` is None); Triton's framing wraps it
+        with its ``triton_final_response``."""
+        if not self.triton:
+            return fill(None)
+        out = ModelStreamInferResponse()
+        fill(out.infer_response)
+        out.infer_response.parameters[_FINAL].bool_param = final
+        return out
 
     # -- repository ------------------------------------------------------------------------
 
@@ -467,10 +464,12 @@ async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield message
 
 
-def _addressed(out: Any, request: Any) -> Any:
-    out.model_name = request.model_name
-    out.model_version = request.model_version
-    out.id = request.id
+def _final(request: Any) -> Any:
+    """The last, empty response to ``request``: it names the request."""
+    out = ModelInferResponse(
+        model_name=request.model_name, model_version=request.model_version, id=request.id
+    )
+    out.parameters[_FINAL].bool_param = True
     return out
 
 
@@ -478,25 +477,16 @@ def _stream_error(text: str, request: Any) -> Any:
     """Triton's in-band error; the response names the request it answers, and is its last."""
     if request is None:
         return ModelStreamInferResponse(error_message=text)
-    addressed = _addressed(ModelInferResponse(), request)
-    addressed.parameters[_FINAL].bool_param = True
-    return ModelStreamInferResponse(error_message=text, infer_response=addressed)
+    return ModelStreamInferResponse(error_message=text, infer_response=_final(request))
 
 
 def _empty_final(request: Any) -> Any:
     """Triton's empty final response to a request of a decoupled model that asked for it."""
-    last = _addressed(ModelInferResponse(), request)
-    last.parameters[_FINAL].bool_param = True
-    return ModelStreamInferResponse(infer_response=last)
+    return ModelStreamInferResponse(infer_response=_final(request))
 
 
 def _asks_final(message: Any) -> bool:
-    param = message.parameters.get(_FINAL_ASKED)
-    return (
-        param is not None
-        and param.WhichOneof("parameter_choice") == "bool_param"
-        and (param.bool_param)
-    )
+    return (parameters_of(message.parameters) or {}).get(_FINAL_ASKED) is True
 
 
 def _model_name(message: Any, rpc: str) -> str:

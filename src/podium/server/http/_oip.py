@@ -28,7 +28,7 @@ from msgspec.structs import replace
 
 from ... import codecs
 from ...dataplane import REGION_PARAMETERS
-from ...errors import InvalidInput, UnsupportedRepresentation
+from ...errors import InvalidInput, UnsupportedRepresentation, bounded
 from ...types import (
     DATATYPES,
     InferenceRequest,
@@ -150,28 +150,23 @@ def _generate_input(name: str, value: Any, declared: TensorSpec | None) -> Reque
         shape, leaves = _nesting(name, value)
     else:
         shape, leaves = [1], [value]
-    if (
-        leaves
-        and declared is not None
-        and declared.datatype in _NUMERIC
-        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves)
-    ):
-        return RequestInput(name=name, shape=shape, datatype=declared.datatype, data=leaves)
     if leaves:
-        if all(isinstance(v, str) for v in leaves):
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves)
+        parameters: dict[str, Any] | None = None
+        if numbers and declared is not None and declared.datatype in _NUMERIC:
+            datatype: str | None = declared.datatype
+        elif numbers:
+            datatype = "INT64" if all(isinstance(v, int) for v in leaves) else "FP64"
+        elif all(isinstance(v, bool) for v in leaves):
+            datatype = "BOOL"
+        elif all(isinstance(v, str) for v in leaves):
+            datatype, parameters = "BYTES", {"content_type": "str"}
+        else:
+            datatype = None
+        if datatype is not None:
             return RequestInput(
-                name=name,
-                shape=shape,
-                datatype="BYTES",
-                data=leaves,
-                parameters={"content_type": "str"},
+                name=name, shape=shape, datatype=datatype, data=leaves, parameters=parameters
             )
-        if all(isinstance(v, bool) for v in leaves):
-            return RequestInput(name=name, shape=shape, datatype="BOOL", data=leaves)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in leaves):
-            return RequestInput(name=name, shape=shape, datatype="INT64", data=leaves)
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in leaves):
-            return RequestInput(name=name, shape=shape, datatype="FP64", data=leaves)
     raise InvalidInput(
         f"generate field '{name}' must be a string, number, boolean or a list of one of those "
         f"(nested lists must be rectangular), got {_json_type(value)}"
@@ -194,21 +189,10 @@ def _nesting(name: str, value: list[Any]) -> tuple[list[int], list[Any]]:
         if not probe:
             break
         probe = probe[0]
-    leaves: list[Any] = []
-
-    def walk(level: Any, depth: int) -> None:
-        if depth == len(shape):
-            if isinstance(level, list):
-                raise InvalidInput(f"generate field '{name}' is a ragged nested list")
-            leaves.append(level)
-            return
-        if not isinstance(level, list) or len(level) != shape[depth]:
-            raise InvalidInput(f"generate field '{name}' is a ragged nested list")
-        for item in level:
-            walk(item, depth + 1)
-
-    walk(value, 0)
-    return shape, leaves
+    try:
+        return shape, codecs.flatten(value)  # the shape of its first elements, or ragged
+    except codecs.RaggedError:
+        raise InvalidInput(f"generate field '{name}' is a ragged nested list") from None
 
 
 #: The datatypes a JSON number may take in the generate form.
@@ -286,25 +270,12 @@ def _has_bytes(data: Any) -> bool:
 def _texts(response: InferenceResponse, out: ResponseOutput, data: Any) -> Any:
     """``data`` (a nested list) with every bytes element as its UTF-8 text."""
     try:
-        return _decoded(data)
+        return codecs.texts(data)
     except UnicodeDecodeError as exc:
         raise UnsupportedRepresentation(
             f"model '{response.model_name}' returned output '{out.name}' with bytes that are not "
             "valid UTF-8, which JSON cannot carry; ask for it as binary data"
         ) from exc
-
-
-def _decoded(data: Any) -> Any:
-    if isinstance(data, list):
-        return [
-            str(item, "utf-8")
-            if isinstance(item, _BLOB)
-            else _decoded(item)
-            if isinstance(item, list)
-            else item
-            for item in data
-        ]
-    return data
 
 
 def render(response: InferenceResponse, form: Form, *, join: bool = False) -> bytes:
@@ -363,9 +334,8 @@ def _header_length(header: bytes, size: int) -> int:
     text = header.strip()
     digits = text[1:] if text.startswith(b"-") else text
     if not digits.isdigit() or not digits.isascii():
-        raise InvalidInput(
-            f"{_HEADER_NAME} header must be a non-negative integer, got {_show(header)}"
-        )
+        shown = bounded(repr(header.decode("latin-1")), 40)
+        raise InvalidInput(f"{_HEADER_NAME} header must be a non-negative integer, got {shown}")
     length = int(text)
     if length < 0:
         raise InvalidInput(f"{_HEADER_NAME} header must not be negative, got {length}")
@@ -374,11 +344,6 @@ def _header_length(header: bytes, size: int) -> int:
             f"{_HEADER_NAME} header is {length}, larger than the request body of {_bytes(size)}"
         )
     return length
-
-
-def _show(value: bytes) -> str:
-    text = value.decode("latin-1")
-    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _bytes(n: int) -> str:
@@ -459,12 +424,11 @@ def render_binary(
     outputs: list[ResponseOutput] = []
     blobs: list[bytes] = []
     for out in response.outputs:
-        if out.data is None:  # written into shared memory: no data, and stays so
-            outputs.append(_in_region(out))
-            continue
-        params = dict(out.parameters) if out.parameters else {}
-        params.pop("binary_data_size", None)
-        if by_name.get(out.name, default):
+        params = out.parameters
+        if out.data is not None and params and "binary_data_size" in params:
+            params = {k: v for k, v in params.items() if k != "binary_data_size"} or None
+            out = replace(out, parameters=params)
+        if out.data is not None and by_name.get(out.name, default):
             try:
                 blob = codecs.encode_raw(out)
             except UnsupportedRepresentation as exc:
@@ -472,35 +436,14 @@ def render_binary(
                     f"model '{response.model_name}' returned an output that cannot be sent as "
                     f"binary data: {exc.message}"
                 ) from exc
-            params["binary_data_size"] = len(blob)
             blobs.append(blob)
-            outputs.append(
-                ResponseOutput(
-                    name=out.name, shape=out.shape, datatype=out.datatype, parameters=params
-                )
+            params = {**(params or {}), "binary_data_size": len(blob)}
+            out = ResponseOutput(
+                name=out.name, shape=out.shape, datatype=out.datatype, parameters=params
             )
-        else:
-            data = out.data
-            if out.datatype == "BYTES" and _has_bytes(data):
-                data = _texts(response, out, data)
-            outputs.append(
-                ResponseOutput(
-                    name=out.name,
-                    shape=out.shape,
-                    datatype=out.datatype,
-                    parameters=params or None,
-                    data=data,
-                )
-            )
-    head = encoder.encode(
-        InferenceResponse(
-            outputs=outputs,
-            model_name=response.model_name,
-            model_version=response.model_version,
-            id=response.id,
-            parameters=response.parameters,
-        )
-    )
+        outputs.append(out)
+    # The JSON part as the plain response's: text for bytes, outputs in shared memory bare.
+    head = encode_response(replace(response, outputs=outputs))
     if not blobs:
         return head, None
     return b"".join([head, *blobs]), len(head)
