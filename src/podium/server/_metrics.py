@@ -50,7 +50,7 @@ from ..errors import MethodNotAllowed, NotFound, PodiumError
 from ..metrics import Kind
 from ..types import ModelState
 from ._access import AccessLog
-from ._asgi import Receive, Scope, Send
+from ._asgi import Receive, Scope, Send, header
 from ._limits import ConnectionStatistics
 from ._metrics_ts import TorchServeFamily
 from .http._responses import send_body, send_error
@@ -526,11 +526,9 @@ class MetricsApp:
                 raise MethodNotAllowed(
                     f"/metrics does not accept {scope['method']}; use GET, HEAD", ("GET", "HEAD")
                 )
-            accept = ""
-            for name, value in scope.get("headers", ()):
-                if name == b"accept":
-                    accept = value.decode("latin-1")
-            encoder, content_type = choose_encoder(accept)
+            encoder, content_type = choose_encoder(
+                (header(scope, b"accept") or b"").decode("latin-1")
+            )
             body = encoder(self.registry)
             await send_body(send, 200, [(b"content-type", content_type.encode())], body)
         except MethodNotAllowed as exc:
