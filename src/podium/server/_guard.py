@@ -40,7 +40,7 @@ from collections.abc import Iterable
 
 from ..config import normalize_host, normalize_origin, origin_of
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header
-from .http._responses import send_json
+from .http._responses import send_body, send_json
 
 __all__ = [
     "BrowserGuard",
@@ -67,7 +67,6 @@ _PREFLIGHT_HEADERS = [
     (b"access-control-allow-headers", b"authorization, content-type"),
     (b"access-control-max-age", b"600"),
     (b"vary", b"Origin"),
-    (b"content-length", b"0"),
 ]
 
 
@@ -142,14 +141,7 @@ class BrowserGuard:
             and method == "OPTIONS"
             and header(scope, b"access-control-request-method") is not None
         ):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 204,
-                    "headers": [cors[0], *_PREFLIGHT_HEADERS],
-                }
-            )
-            await send({"type": "http.response.body", "body": b""})
+            await send_body(send, 204, [cors[0], *_PREFLIGHT_HEADERS], b"")
             return
 
         async def send_with_cors(message: Message) -> None:
