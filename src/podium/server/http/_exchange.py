@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...errors import InvalidInput, PayloadTooLarge, PodiumError
-from .._asgi import Message, Receive, Scope, Send, header
+from .._asgi import Message, Receive, Scope, Send
 from .._limits import LOST_HOOK
 
 _DISCONNECT: Message = {"type": "http.disconnect"}
@@ -67,7 +67,10 @@ class Exchange:
         self.errors: Callable[[Send, PodiumError], Awaitable[None]] | None = None
 
     def header(self, name: bytes) -> bytes | None:
-        return header(self.scope, name)
+        for key, value in self.scope["headers"]:
+            if key == name:
+                return value
+        return None
 
     def check_length(self) -> None:
         """Refuse a declared ``Content-Length`` over the limit before reading anything."""
