@@ -34,14 +34,13 @@ without token authorization refuses to start unless the operator says ``--allow-
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import socket
 from collections.abc import Iterable
 
 from ..config import normalize_host, normalize_origin, origin_of
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header
-from .http._responses import JSON, send_body
+from .http._responses import send_body, send_json
 
 __all__ = [
     "BrowserGuard",
@@ -68,7 +67,6 @@ _PREFLIGHT_HEADERS = [
     (b"access-control-allow-headers", b"authorization, content-type"),
     (b"access-control-max-age", b"600"),
     (b"vary", b"Origin"),
-    (b"content-length", b"0"),
 ]
 
 
@@ -143,14 +141,7 @@ class BrowserGuard:
             and method == "OPTIONS"
             and header(scope, b"access-control-request-method") is not None
         ):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 204,
-                    "headers": [cors[0], *_PREFLIGHT_HEADERS],
-                }
-            )
-            await send({"type": "http.response.body", "body": b""})
+            await send_body(send, 204, [cors[0], *_PREFLIGHT_HEADERS], b"")
             return
 
         async def send_with_cors(message: Message) -> None:
@@ -245,10 +236,7 @@ async def _refuse(kind: str, send: Send, refusal: str, value: bytes) -> None:
     if kind == "websocket":
         await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
         return
-    body = json.dumps(
-        {"code": status, "type": name, "message": message}, separators=(",", ":")
-    ).encode()
-    await send_body(send, status, JSON, body)
+    await send_json(send, status, {"code": status, "type": name, "message": message})
 
 
 # -- start-up ----------------------------------------------------------------------------------

@@ -50,8 +50,9 @@ from ..errors import MethodNotAllowed, NotFound, PodiumError
 from ..metrics import Kind
 from ..types import ModelState
 from ._access import AccessLog
-from ._asgi import Receive, Scope, Send
+from ._asgi import Receive, Scope, Send, header
 from ._limits import ConnectionStatistics
+from ._metrics_ts import TorchServeFamily
 from .http._responses import send_body, send_error
 
 __all__ = ["MetricsApp", "PodiumCollector", "device_metrics", "metrics_registry"]
@@ -476,8 +477,8 @@ class PodiumCollector:
         labels = [*_MV, *family.labelnames]
         doc = family.documentation or family.name
         if family.kind is Kind.COUNTER:
-            if doc.startswith(_TS_COUNTER) and not family.name.endswith("_total"):
-                return _Exact(family.name, doc, labels)
+            if doc.startswith(_TS_COUNTER):
+                return TorchServeFamily(family.name, doc, family.kind, labels)
             return CounterMetricFamily(family.name, doc, labels=labels)
         if family.kind is Kind.GAUGE:
             return GaugeMetricFamily(family.name, doc, labels=labels)
@@ -487,18 +488,6 @@ class PodiumCollector:
 #: The help text of a TorchServe handler's counter under ``--ts-metrics prometheus``
 #: (``model.torchserve.ts_help``): written under its own name, as TorchServe writes it.
 _TS_COUNTER = "Torchserve prometheus counter metric"
-
-
-class _Exact(Metric):
-    """A counter written under its own name, untyped (TorchServe's Prometheus client adds no
-    ``_total``; prometheus-client would), with ``add_metric`` as the other families have it."""
-
-    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
-        super().__init__(name, documentation, "untyped")
-        self._labelnames = labels
-
-    def add_metric(self, values: list[str], value: float) -> None:
-        self.add_sample(self.name, dict(zip(self._labelnames, values, strict=True)), value)
 
 
 class _Default:
@@ -537,11 +526,9 @@ class MetricsApp:
                 raise MethodNotAllowed(
                     f"/metrics does not accept {scope['method']}; use GET, HEAD", ("GET", "HEAD")
                 )
-            accept = ""
-            for name, value in scope.get("headers", ()):
-                if name == b"accept":
-                    accept = value.decode("latin-1")
-            encoder, content_type = choose_encoder(accept)
+            encoder, content_type = choose_encoder(
+                (header(scope, b"accept") or b"").decode("latin-1")
+            )
             body = encoder(self.registry)
             await send_body(send, 200, [(b"content-type", content_type.encode())], body)
         except MethodNotAllowed as exc:

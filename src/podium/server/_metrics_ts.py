@@ -28,7 +28,14 @@ from ..dataplane import UNVERSIONED, DataPlane, ModelVersion
 from ..metrics import Kind
 from ..model.torchserve import DeclaredMetric, MetricsYaml, log_line, ts_help
 
-__all__ = ["LOG_INTERVAL", "TorchServeCollector", "TorchServeLog", "TorchServeValues", "ts_values"]
+__all__ = [
+    "LOG_INTERVAL",
+    "TorchServeCollector",
+    "TorchServeFamily",
+    "TorchServeLog",
+    "TorchServeValues",
+    "ts_values",
+]
 
 #: Seconds between two writes of TorchServe's frontend metric lines (``metrics_mode=log``).
 LOG_INTERVAL = 10.0
@@ -99,6 +106,21 @@ def _memory() -> tuple[float, float] | None:
         return None
 
 
+class TorchServeFamily(Metric):
+    """A family as TorchServe's Prometheus client (simpleclient 0.9) writes it: that client adds
+    no ``_total``, so a counter named otherwise is written as it is, untyped (prometheus-client
+    would add one), so that the name dashboards query is there; ``add_metric`` as the other
+    families have it."""
+
+    def __init__(self, name: str, documentation: str, kind: Kind, labels: list[str]) -> None:
+        untyped = kind is Kind.COUNTER and not name.endswith("_total")
+        super().__init__(name, documentation, "untyped" if untyped else kind.value)
+        self._labelnames = labels
+
+    def add_metric(self, values: list[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._labelnames, values, strict=True)), value)
+
+
 class TorchServeCollector:
     """TorchServe's frontend metrics over one data plane (a prometheus-client collector).
 
@@ -141,15 +163,10 @@ class TorchServeCollector:
 
     def collect(self) -> Iterator[Metric]:
         for spec, rows in self.readings():
-            # TorchServe's Prometheus client (simpleclient 0.9) adds no _total: a counter named
-            # otherwise is written as it is, untyped, so that the name dashboards query is there
-            typed = spec.kind.value
-            if spec.kind is Kind.COUNTER and not spec.name.endswith("_total"):
-                typed = "untyped"
-            metric = Metric(spec.name, ts_help(spec.kind, spec.unit), typed)
+            help_text = ts_help(spec.kind, spec.unit)
+            metric = TorchServeFamily(spec.name, help_text, spec.kind, list(spec.dimensions))
             for values, value in rows:
-                labels = dict(zip(spec.dimensions, values, strict=True))
-                metric.add_sample(spec.name, labels, value)
+                metric.add_metric(values, value)
             yield metric
 
     def _update_gauges(self, now: TorchServeValues) -> None:

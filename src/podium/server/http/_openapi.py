@@ -321,13 +321,21 @@ def _generate(summary: str, stream: bool = False) -> Operation:
     )
 
 
-def _model_ready(summary: str) -> Operation:
+def _ready(
+    summary: str,
+    schema: str,
+    *statuses: str,
+    when: tuple[str, str] = ("Ready.", "Not ready."),
+    not_ready: str = "503",
+) -> Operation:
+    """A readiness check: 200 when ready, ``not_ready`` when not (``when`` says each), both
+    with a body of ``schema``."""
     return Operation(
         summary,
         {
-            "200": response("Ready.", ref("ModelReady")),
-            "503": response("Not ready.", ref("ModelReady")),
-            **_errors("404"),
+            "200": response(when[0], ref(schema)),
+            not_ready: response(when[1], ref(schema)),
+            **_errors(*statuses),
         },
     )
 
@@ -382,14 +390,6 @@ def _truss_call(summary: str) -> Operation:
     )
 
 
-_PING_OP = Operation(
-    "TorchServe's health check: Healthy when every model is ready.",
-    {
-        "200": response("Every model is ready.", ref("Ping")),
-        "500": response("Some model is not ready.", ref("Ping")),
-        **_errors(),
-    },
-)
 _DESCRIBE = _op("This API description (TorchServe's).", _DOCUMENT)
 
 # -- Triton's shared memory extensions -------------------------------------------------------
@@ -442,18 +442,11 @@ _OPERATIONS: dict[str, Operation] = {
         response("The metadata.", ref("ServerMetadata")),
     ),
     "serverLive": _op("Liveness: the server answers.", response("Live.", ref("ServerLive"))),
-    "serverReady": Operation(
-        "Readiness: every model that should serve does.",
-        {
-            "200": response("Ready.", ref("ServerReady")),
-            "503": response("Not ready.", ref("ServerReady")),
-            **_errors(),
-        },
-    ),
+    "serverReady": _ready("Readiness: every model that should serve does.", "ServerReady"),
     "modelMetadata": _op("The default version's metadata.", _METADATA, "404"),
     "modelVersionMetadata": _op("A version's metadata.", _METADATA, "404"),
-    "modelReady": _model_ready("Whether the default version is ready."),
-    "modelVersionReady": _model_ready("Whether a version is ready."),
+    "modelReady": _ready("Whether the default version is ready.", "ModelReady", "404"),
+    "modelVersionReady": _ready("Whether a version is ready.", "ModelReady", "404"),
     "modelConfig": _op(
         "The default version's configuration, as Triton's ModelConfig.", _CONFIG, "404"
     ),
@@ -539,7 +532,12 @@ _OPERATIONS: dict[str, Operation] = {
     "cudaShmRegister": _op("CUDA shared memory: refused (no GPUs).", _DONE, "400"),
     "cudaShmUnregisterAll": _op("Unregister every CUDA shared memory region: none.", _DONE),
     "cudaShmUnregister": _op("Unregister a CUDA shared memory region: none.", _DONE),
-    "ping": _PING_OP,
+    "ping": _ready(
+        "TorchServe's health check: Healthy when every model is ready.",
+        "Ping",
+        when=("Every model is ready.", "Some model is not ready."),
+        not_ready="500",
+    ),
     "predictions": _predictions("TorchServe predictions on the default version."),
     "versionPredictions": _predictions("TorchServe predictions on a version."),
     "versionPredictionsPath": _predictions(

@@ -26,6 +26,7 @@ from typing import Any
 
 from ...config import Web
 from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
+from ._responses import send_body
 
 __all__ = ["Cors", "Gzip", "RootPath", "with_web"]
 
@@ -151,10 +152,7 @@ class Cors:
         listed = _with((), **headers, content_type=b"text/plain; charset=utf-8")
         if self.explicit:
             listed = _vary(listed, b"Origin")
-        listed.append((b"content-length", str(len(body)).encode()))
-        status = 400 if failures else 200
-        await send({"type": "http.response.start", "status": status, "headers": listed})
-        await send({"type": "http.response.body", "body": body})
+        await send_body(send, 400 if failures else 200, listed, body)
 
 
 def _accepts_gzip(scope: Scope) -> bool:

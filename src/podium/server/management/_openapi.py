@@ -127,6 +127,8 @@ _TOKEN = (param("type", "query", {"type": "string"}, "management or inference", 
 _DOCUMENT = {"200": response("This document (OpenAPI 3.1).", ref("OpenApiDocument"))}
 _SCALED = _answers(_status("Scaled.", accepted=True), "400", "404", "500", "503")
 _GONE = _answers(_status("Unregistered."), "400", "404", "500")
+_DESCRIBED = _answers({"200": response("The description.", ref("ModelDescription"))}, "404")
+_REPLACED = _answers(_status("Replaced."), "400", "404")
 
 #: Per operation id of :data:`MANAGEMENT_ROUTES`: what the table does not say.
 _OPERATIONS: dict[str, Operation] = {
@@ -148,30 +150,18 @@ _OPERATIONS: dict[str, Operation] = {
         parameters=_REGISTER,
         body=_REGISTER_BODY,
     ),
-    "describeModel": Operation(
-        "Describe the default version.",
-        _answers({"200": response("The description.", ref("ModelDescription"))}, "404"),
-    ),
+    "describeModel": Operation("Describe the default version.", _DESCRIBED),
     "setAutoScale": Operation("Scale the default version's workers.", _SCALED, _SCALE),
     "unregisterModel": Operation("Unregister every version.", _GONE),
-    "describeModelVersion": Operation(
-        "Describe a version (or all).",
-        _answers({"200": response("The description.", ref("ModelDescription"))}, "404"),
-    ),
+    "describeModelVersion": Operation("Describe a version (or all).", _DESCRIBED),
     "setAutoScaleVersion": Operation("Scale a version's workers.", _SCALED, _SCALE),
     "unregisterModelVersion": Operation("Unregister a version.", _GONE),
     "setDefault": Operation(
         "Make a version the default.", _answers(_status("Done."), "400", "404")
     ),
-    "token": Operation(
-        "Replace a key (with --auth; needs the API key).",
-        _answers(_status("Replaced."), "400", "404"),
-        _TOKEN,
-    ),
+    "token": Operation("Replace a key (with --auth; needs the API key).", _REPLACED, _TOKEN),
     "tokenGet": Operation(
-        "Replace a key, as TorchServe 0.9's token plugin answered GET.",
-        _answers(_status("Replaced."), "400", "404"),
-        _TOKEN,
+        "Replace a key, as TorchServe 0.9's token plugin answered GET.", _REPLACED, _TOKEN
     ),
 }
 _PATH_PARAMS = {
