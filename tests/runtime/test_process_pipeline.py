@@ -256,7 +256,7 @@ async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
     mv = lab.version(GATED)
     await mv.load()
     (worker,) = mv.scheduler.pool.gate.workers
-    transport = worker._transport
+    transport = worker._connection.transport
     writers: list[Any] = []
 
     class Recording:
@@ -267,7 +267,7 @@ async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
             writers.append(asyncio.current_task())  # None: a later callback wrote it
             transport.writelines(pieces)
 
-    worker._transport = Recording()
+    worker._connection.transport = Recording()
     first = asyncio.ensure_future(mv.scheduler.infer("hold", None))
     await lab.wait(lambda: lab.recorded("start"))
     assert writers == [first]  # written by the request's own task, as it was sent

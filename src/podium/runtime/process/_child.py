@@ -47,7 +47,6 @@ from ...config import Secrets
 from ...errors import ModelError, PodiumError
 from ...metrics import MetricStore, recording_to
 from ...model import model_error
-from ...turn import TurnBuffer
 from ...types import ModelInstance, RequestInfo, current_request
 from .._stats import postprocess, preprocess
 from ._messages import (
@@ -64,7 +63,6 @@ from ._messages import (
     Item,
     Message,
     Ready,
-    Release,
     Report,
     Results,
     StartFailed,
@@ -119,8 +117,7 @@ class Child(Connection):
     ``closed`` is set when the socket closes."""
 
     def __init__(self, closed: asyncio.Event) -> None:
-        super().__init__(self._on_message, closed.set, lambda upto: self.send(Release(upto)))
-        self._transport: Any = None
+        super().__init__(self._on_message, closed.set)  # a ring for large buffers on Init.shm
         self._requests: dict[int, _Request] = {}
         self._setup: asyncio.Task[None] | None = None
         self.instance: Any = None
@@ -139,27 +136,13 @@ class Child(Connection):
         self._limit = 1
         self._active = 0
         self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
-        # the frames made in one turn of the loop leave in one write
-        self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
-        self._encoder = Encoder()  # with a ring for large buffers to the server, on Init.shm
         self._steps: ChildSteps | None = None  # a continuous model's generations
         self._stepping: asyncio.Task[None] | None = None  # the step running (one at a time)
 
-    # -- the socket ------------------------------------------------------------------------
+    # -- requests queued ahead --------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:
-        self._transport = transport
-
-    def send(self, message: Message) -> None:
-        """Queue a frame; every frame of this turn of the loop leaves in one write, and only
-        then do queued requests start."""
-        if self._transport.is_closing():
-            return
-        self._out.add(self._encoder.encode(message))
-
-    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
-        if not self._transport.is_closing():
-            self._transport.writelines([frame for frames in messages for frame in frames])
+    def written(self) -> None:
+        """Queued requests start only once the frames of the turn (the answers before) left."""
         self._start_waiting()
 
     def _start_waiting(self) -> None:
@@ -209,9 +192,6 @@ class Child(Connection):
                 if request is not None and request.window is not None:
                     for _ in range(message.n):
                         request.window.release()
-            case Release():
-                if self._encoder.ring is not None:
-                    self._encoder.ring.release(message.upto)
             case Init():
                 self._setup = asyncio.get_running_loop().create_task(self._start(message))
 
@@ -220,7 +200,7 @@ class Child(Connection):
     async def _start(self, init: Init) -> None:
         config = init.source.config
         if init.shm:
-            self._encoder = Encoder(Ring(f"{init.shm}-c"))
+            self.encoder = Encoder(Ring(f"{init.shm}-c"))
         self.name = config.name
         self.stream_buffer = config.stream_buffer
         # The server's format, bounded, each line naming this worker and the request it is about.
@@ -382,7 +362,7 @@ class Child(Connection):
                 self._steps.drop(message.batch)
             self.report()
             self.send(Error(cid, Failed.of(model_error(self.name, "step", exc))))
-        self._out.flush()
+        self.out.flush()
 
     def _end(self, cid: int) -> None:
         """Its answer is queued to leave; the next request starts after the write (``_write``).
@@ -391,7 +371,7 @@ class Child(Connection):
         self._requests.pop(cid, None)
         self._active -= 1
         if not self._active:
-            self._out.flush()
+            self.out.flush()
             self._start_waiting()
 
     async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:

@@ -38,7 +38,6 @@ from typing import Any
 
 from ... import tracing
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...turn import TurnBuffer
 from ...types import END, Generation, ModelInstance, request_id
 from ..workers import (
     Failure,
@@ -60,7 +59,6 @@ from ._messages import (
     Item,
     Message,
     Ready,
-    Release,
     Report,
     Results,
     StartFailed,
@@ -71,7 +69,7 @@ from ._messages import (
 )
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
 from ._steps import RemoteSteps
-from ._wire import Encoder, Ring
+from ._wire import Ring
 
 __all__ = ["ProcessWorker", "WorkerGone"]
 
@@ -154,13 +152,7 @@ class ProcessWorker:
         self._max_ahead = queue_ahead(config.predict_concurrency, config)
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
-        # the frames made in one turn of the loop leave in one write
-        self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
-        # large buffers to the worker go through a shared memory ring named after init.shm
-        self._ring = Ring(f"{init.shm}-s") if init.shm else None
-        self._encode = Encoder(self._ring).encode
         self._proc: asyncio.subprocess.Process | None = None
-        self._transport: asyncio.Transport | None = None
         self._connection: Connection | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
@@ -202,9 +194,10 @@ class ProcessWorker:
         self.pid = self._proc.pid
         self._ready = loop.create_future()
         self._exited = loop.create_future()
-        connection = Connection(self._on_message, self._on_lost, self._on_released)
-        transport, _ = await loop.create_unix_connection(lambda: connection, sock=ours)
-        self._transport = transport
+        # large buffers to the worker go through a shared memory ring named after init.shm
+        ring = Ring(f"{self._init.shm}-s") if self._init.shm else None
+        connection = Connection(self._on_message, self._on_lost, ring)
+        await loop.create_unix_connection(lambda: connection, sock=ours)
         self._connection = connection
         self._send(self._init)
         try:
@@ -235,9 +228,10 @@ class ProcessWorker:
             self._ending, self._why = _Ending.STOPPED, _Ending.STOPPED.value
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
-        if self._transport is not None:
-            self._out.flush()
-            self._transport.close()
+        connection = self._connection
+        if connection is not None and connection.transport is not None:
+            connection.out.flush()
+            connection.transport.close()
         proc = self._proc
         if proc is not None and proc.returncode is None:
             try:
@@ -270,18 +264,18 @@ class ProcessWorker:
 
     # -- the socket ------------------------------------------------------------------------
 
-    def _send(self, message: Message) -> None:
+    def _send(self, message: Message) -> Connection:
         """Queue a frame; every frame of this turn of the loop leaves in one write."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        connection = self._connection
+        if connection is None or not connection.send(message):
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out.add(self._encode(message))
+        return connection
 
     def _send_inputs(self, message: Message, flush: bool) -> None:
         """Send a message that carries inputs (``flush``: now, not at the turn's end);
         ``InvalidInput`` where they cannot be encoded."""
         try:
-            self._send(message)
+            connection = self._send(message)
         except WorkerGone:
             raise
         except Exception as exc:  # inputs that cannot be pickled
@@ -289,16 +283,7 @@ class ProcessWorker:
                 f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
             ) from exc
         if flush:
-            self._out.flush()
-
-    def _on_released(self, upto: int) -> None:
-        with contextlib.suppress(WorkerGone):
-            self._send(Release(upto))
-
-    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.writelines([frame for frames in messages for frame in frames])
+            connection.out.flush()
 
     def _on_message(self, message: Message) -> None:
         # Bare class patterns, the most frequent first: each class that does not match costs an
@@ -330,9 +315,6 @@ class ProcessWorker:
                     call.fail(error := message.exception())
                     self._gate.release(self)
                     self._on_device_error(self, error)  # (counts OOMs, replaces lost devices)
-            case Release():
-                if self._ring is not None:
-                    self._ring.release(message.upto)
             case Report():
                 if message.compute is not None:
                     self._stats.merge_compute(message.compute, self._on_gpu)
@@ -400,12 +382,13 @@ class ProcessWorker:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 code = await proc.wait()
+        connection = self._connection
         if self._init.shm:  # the rings: a name that no reader mapped, our own mappings
             Ring.sweep(self._init.shm)
-            if self._ring is not None:
-                self._ring.close()
-            if self._connection is not None:
-                self._connection.decoder.close()
+            if connection is not None:
+                if connection.encoder.ring is not None:
+                    connection.encoder.ring.close()
+                connection.decoder.close()
         how = describe_exit(code)
         ending = self._ending
         if ending is None:
