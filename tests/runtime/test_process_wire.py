@@ -60,7 +60,6 @@ SAMPLES: list[m.Message] = [
     m.Error(7, m.Failed.of(ModelError("model 'm' predict raised KeyError: 'a'"))),
     m.Item(8, "token"),
     m.End(9),
-    m.Stopped(10),
     m.Report(None, [(("tokens", "counter", "", ("kind",), ()), ("a",), 2.0)]),
     m.Release(1 << 22),
     m.Step(11, [1, 2], [{"x": [1, 2]}, "text"], [3], [1, 2, 4]),

@@ -67,7 +67,6 @@ from ._messages import (
     Results,
     StartFailed,
     Step,
-    Stopped,
     Stream,
     Unvalidated,
     queues_ahead,
@@ -109,7 +108,7 @@ class _Request:
         self.gone = gone
         self.window = window
         self.ran = False  # its task began: it answers itself
-        self.dropped = False  # a cancel came before its task began: it only answers Stopped
+        self.dropped = False  # a cancel came before its task began: it only answers End
 
 
 class Child(Connection):
@@ -185,7 +184,7 @@ class Child(Connection):
                     for queued in self._waiting:
                         if queued.cid == cid:  # queued ahead: it never starts
                             self._waiting.remove(queued)
-                            self.send(Stopped(cid))
+                            self.send(End(cid))
                             break
             case Credit():
                 request = self._requests.get(message.cid)
@@ -296,7 +295,7 @@ class Child(Connection):
         cid = message.cid
         gone = state.gone
         if state.dropped:
-            self.send(Stopped(cid))
+            self.send(End(cid))
             self._end(cid)
             return
         state.ran = True
@@ -334,7 +333,7 @@ class Child(Connection):
                     )
         except asyncio.CancelledError:
             self.report()
-            self.send(Stopped(cid))
+            self.send(End(cid))
         except Exception as exc:
             self.report()
             # (no local keeps the error: its traceback holds this frame, a cycle)

@@ -11,12 +11,12 @@
                       Answer(cid, value) / Error    the answer to Infer (or Batch)
                       Results(cid, values)          the answer to Batch: one value per request
                       Item(cid, value) ... End(cid) a stream (or Error)
-                      Stopped(cid)                  a cancelled request has stopped
+                      End(cid)                      also: a cancelled request has stopped
                       Stepped(cid, items, done)     what one Step emitted, and who finished
                       Report(compute, metrics)      what its counters and the model's own
                                                     metrics added since the last Report
 
-Every request ends with exactly one of Answer, Results, Error, End or Stopped; the server frees its slot
+Every request ends with exactly one of Answer, Results, Error or End; the server frees its slot
 then. A Step ends with Stepped or Error and frees no slot (its lane holds one for its batch). Both sides dispatch on the class (``match``).
 
 What the worker process needs from the layers above the execution layer travels in :class:`Init`
@@ -63,7 +63,6 @@ __all__ = [
     "StartFailed",
     "Step",
     "Stepped",
-    "Stopped",
     "Stream",
     "Unvalidated",
     "queues_ahead",
@@ -221,10 +220,9 @@ class Item(msgspec.Struct, array_like=True, tag=9):
 
 
 class End(msgspec.Struct, array_like=True, tag=10):
-    cid: int
+    """The request ended without (more of) an answer: a stream's end, or a cancelled request's
+    (it stopped, or never started)."""
 
-
-class Stopped(msgspec.Struct, array_like=True, tag=11):
     cid: int
 
 
@@ -260,7 +258,6 @@ Message = (
     | Error
     | Item
     | End
-    | Stopped
     | Report
     | Release
     | Step

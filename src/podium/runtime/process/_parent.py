@@ -63,7 +63,6 @@ from ._messages import (
     Results,
     StartFailed,
     Stepped,
-    Stopped,
     Stream,
     queues_ahead,
 )
@@ -300,7 +299,7 @@ class ProcessWorker:
                 if call is not None:
                     call.push(message.value)
                     self._arm(cid, call)
-            case End() | Stopped():
+            case End():
                 call = self._last(message.cid)
                 if call is not None:
                     call.stop()
@@ -496,7 +495,7 @@ class ProcessWorker:
             raise
 
     def _abandon(self, cid: int) -> None:
-        """The caller went away: the worker cancels the request; its slot frees on Stopped."""
+        """The caller went away: the worker cancels the request; its slot frees on End."""
         if cid in self._calls:
             with contextlib.suppress(WorkerGone):
                 self._send(Cancel(cid))

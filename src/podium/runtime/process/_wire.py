@@ -73,7 +73,6 @@ from ._messages import (
     Results,
     Step,
     Stepped,
-    Stopped,
     Stream,
     Unvalidated,
 )
@@ -138,12 +137,11 @@ class _Pickled(msgspec.Struct, array_like=True, tag=0):
 #: What a frame's body may be (the messages of ``_messages`` are tagged arrays).
 _WIRE = (
     (_Pickled | Infer | Stream | Batch | Cancel | Credit | Release | Answer | Results | Item | End)
-    | Stopped
     | Step
     | Stepped
 )
 #: The messages that travel as they are (no value of a request in them).
-_AS_THEY_ARE = frozenset({Cancel, Credit, End, Stopped, Release})
+_AS_THEY_ARE = frozenset({Cancel, Credit, End, Release})
 
 
 def _all(tensors: Any, cls: type) -> bool:
