@@ -49,7 +49,7 @@ def _decode(data: bytes, chunk: int | None = None) -> list[m.Message]:
 
 SAMPLES: list[m.Message] = [
     m.Infer(1, {"x": [1, 2]}, None),
-    m.Stream(2, "text", ({"method": "POST"}, b"body")),
+    m.Infer(2, "text", ({"method": "POST"}, b"body"), stream=True),
     m.Batch(3, [1, 2], [None, None]),
     m.Cancel(4),
     m.Credit(5, 8),
@@ -283,7 +283,7 @@ PLAIN_MESSAGES: list[m.Message] = [
     m.Infer(2, _oip_request([[1, 2], [3, 4]], parameters={"p": 1}), None, None),
     m.Infer(3, m.Unvalidated({"x": [1.0]}), None, "rid"),
     m.Infer(4, "text", None),
-    m.Stream(4, {1: "an int key", 2: b"x" * 5000}, None),
+    m.Infer(4, {1: "an int key", 2: b"x" * 5000}, None, stream=True),
     m.Answer(5, _oip_response([1.5, 2, -0.0, 1e300], parameters={"q": None})),
     m.Answer(6, [{"label": "cat", "score": 0.5}]),
     m.Answer(7, None),

@@ -67,7 +67,6 @@ from ._messages import (
     Results,
     StartFailed,
     Step,
-    Stream,
     Unvalidated,
     queues_ahead,
 )
@@ -134,7 +133,7 @@ class Child(Connection):
         self._gated = False
         self._limit = 1
         self._active = 0
-        self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
+        self._waiting: collections.deque[Infer | Batch] = collections.deque()
         self._steps: ChildSteps | None = None  # a continuous model's generations
         self._stepping: asyncio.Task[None] | None = None  # the step running (one at a time)
 
@@ -149,12 +148,16 @@ class Child(Connection):
         while waiting and self._active < self._limit:
             self._begin(waiting.popleft())
 
-    def _begin(self, message: Infer | Stream | Batch) -> None:
+    def _begin(self, message: Infer | Batch) -> None:
         if isinstance(message, Batch):
             snapshots = any(r is not None for r in message.requests)
         else:
             snapshots = message.request is not None
-        window = asyncio.Semaphore(self.stream_buffer) if type(message) is Stream else None
+        window = (
+            asyncio.Semaphore(self.stream_buffer)
+            if type(message) is Infer and message.stream
+            else None
+        )
         request = _Request(asyncio.Event() if snapshots else None, window)
         self._active += 1
         self._requests[message.cid] = request
@@ -162,7 +165,7 @@ class Child(Connection):
 
     def _on_message(self, message: Message) -> None:
         match message:
-            case Infer() | Stream() | Batch():
+            case Infer() | Batch():
                 if self._gated and (self._waiting or self._active >= self._limit):
                     self._waiting.append(message)  # queued ahead: starts in its turn
                 else:
@@ -291,7 +294,7 @@ class Child(Connection):
             )
             self.send(Error(message.cid, Failed.of(error)))
 
-    async def _run(self, message: Infer | Stream | Batch, state: _Request) -> None:
+    async def _run(self, message: Infer | Batch, state: _Request) -> None:
         cid = message.cid
         gone = state.gone
         if state.dropped:
@@ -303,13 +306,13 @@ class Child(Connection):
             current_request.set(RequestInfo(message.request_id))  # this request's own task
         try:
             match message:
-                case Infer():
+                case Infer(stream=False):
                     request = self._request(message.request, gone)
                     inputs = self._validated(message.inputs)
                     outputs = await self.runner.infer(inputs, request)
                     self.report()
                     self._reply(Answer(cid, outputs))
-                case Stream():
+                case Infer():
                     request = self._request(message.request, gone)
                     items = self.runner.stream(self._validated(message.inputs), request)
                     window = state.window

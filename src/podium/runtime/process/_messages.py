@@ -1,7 +1,7 @@
 """The messages between the server and a worker process, one Struct each (``_wire`` frames them).
 
     server → worker   Init                          once, first: what to build and how
-                      Infer / Stream / Batch        a request (``cid`` names it from then on)
+                      Infer / Batch                 a request (``cid`` names it from then on)
                       Cancel(cid)                   the client left: cancel it; is_disconnected()
                       Credit(cid, n)                a stream's reader took ``n`` more items
                       Step(cid, ...)                one step of a continuous batch (``_steps``)
@@ -63,7 +63,6 @@ __all__ = [
     "StartFailed",
     "Step",
     "Stepped",
-    "Stream",
     "Unvalidated",
     "queues_ahead",
 ]
@@ -121,19 +120,17 @@ class Init(msgspec.Struct):
 
 
 class Infer(msgspec.Struct, array_like=True, tag=1):
-    op: ClassVar[str] = "infer"
+    """One request: answered by an ``Answer``, or (``stream``) by its ``Item``s and ``End``."""
+
     cid: int
     inputs: Any
     request: Any  # the request snapshot, or None
     request_id: str | None = None  # the request's id: its model's log lines name it
+    stream: bool = False
 
-
-class Stream(msgspec.Struct, array_like=True, tag=2):
-    op: ClassVar[str] = "stream"
-    cid: int
-    inputs: Any
-    request: Any
-    request_id: str | None = None
+    @property
+    def op(self) -> str:
+        return "stream" if self.stream else "infer"
 
 
 class Batch(msgspec.Struct, array_like=True, tag=3):
@@ -247,7 +244,6 @@ class Report(msgspec.Struct):
 Message = (
     Init
     | Infer
-    | Stream
     | Batch
     | Cancel
     | Credit

@@ -63,7 +63,6 @@ from ._messages import (
     Results,
     StartFailed,
     Stepped,
-    Stream,
     queues_ahead,
 )
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
@@ -454,7 +453,7 @@ class ProcessWorker:
         self.recycle(f"recycled after a predict ran past response_timeout {self._timeout:g} s")
 
     def _begin(
-        self, request: type[Infer | Stream | Batch], inputs: Any, snapshot: Any, stream: bool
+        self, kind: type[Infer | Batch], inputs: Any, snapshot: Any, stream: bool
     ) -> tuple[int, PendingCall]:
         if self.state is not _READY:
             self._gate.release(self)
@@ -462,10 +461,10 @@ class ProcessWorker:
         cid = next(self._ids)
         call = PendingCall(None if stream else asyncio.get_running_loop().create_future())
         try:
-            if request is Batch:  # serves several requests
+            if kind is Batch:  # serves several requests
                 message: Message = Batch(cid, inputs, snapshot)
             else:
-                message = request(cid, inputs, snapshot, request_id())  # type: ignore[call-arg]
+                message = Infer(cid, inputs, snapshot, request_id(), stream)
             # Nothing in flight: the worker waits for this one alone, and a request arriving
             # later in this turn gains nothing from sharing its write. It leaves now, a turn of
             # the loop sooner (one request at a time: the latency a process worker adds).
@@ -547,7 +546,7 @@ class ProcessWorker:
 
     async def _items(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         snapshot = await self._snapshot(request)
-        cid, call = self._begin(Stream, inputs, snapshot, stream=True)
+        cid, call = self._begin(Infer, inputs, snapshot, stream=True)
         taken = 0
         half = max(1, self._window // 2)
         items = call.items
