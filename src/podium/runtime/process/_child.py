@@ -100,14 +100,13 @@ class _Request:
     see the client leave (``gone``; only where one came), a stream's window (how many more
     items the server's reader will take: its buffer's free room)."""
 
-    __slots__ = ("task", "gone", "window", "ran", "dropped")
+    __slots__ = ("task", "gone", "window", "ran")
 
     def __init__(self, gone: asyncio.Event | None, window: asyncio.Semaphore | None) -> None:
         self.task: asyncio.Task[None] | None = None
         self.gone = gone
         self.window = window
         self.ran = False  # its task began: it answers itself
-        self.dropped = False  # a cancel came before its task began: it only answers End
 
 
 class Child(Connection):
@@ -178,11 +177,11 @@ class Child(Connection):
                 if request is not None:
                     if request.gone is not None:
                         request.gone.set()
-                    if request.ran:
-                        assert request.task is not None
-                        request.task.cancel()
-                    else:  # its task has not begun (the Cancel came in the same read)
-                        request.dropped = True
+                    assert request.task is not None
+                    request.task.cancel()
+                    if not request.ran:  # its task has not begun (the Cancel came in the same
+                        self.send(End(cid))  # read): its body, which answers, never runs
+                        self._end(cid)
                 elif self._waiting:
                     for queued in self._waiting:
                         if queued.cid == cid:  # queued ahead: it never starts
@@ -297,10 +296,6 @@ class Child(Connection):
     async def _run(self, message: Infer | Batch, state: _Request) -> None:
         cid = message.cid
         gone = state.gone
-        if state.dropped:
-            self.send(End(cid))
-            self._end(cid)
-            return
         state.ran = True
         if not isinstance(message, Batch) and message.request_id is not None:
             current_request.set(RequestInfo(message.request_id))  # this request's own task
