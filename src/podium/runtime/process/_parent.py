@@ -230,18 +230,7 @@ class ProcessWorker:
         if connection is not None and connection.transport is not None:
             connection.out.flush()
             connection.transport.close()
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            try:
-                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-            except TimeoutError:
-                logger.warning(
-                    "%s: worker process %s did not exit; killing it", self._label, proc.pid
-                )
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-        if self._exited is not None and not self._exited.done():
+        if self._exited is not None and not self._exited.done():  # (_reap waits, or kills it)
             await asyncio.shield(self._exited)
         self.state = WorkerState.DEAD
 
@@ -250,10 +239,23 @@ class ProcessWorker:
         if self._ending is None:
             self._ending, self._why = _Ending.RECYCLED, why
         self._hold_place()
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
+    async def _exit(self) -> int | None:
+        """Wait for the process to exit (its socket is closed), STOP_TIMEOUT at most, then kill
+        it; its return code (None: it never started)."""
         proc = self._proc
-        if proc is not None and proc.returncode is None:
+        if proc is None:
+            return None
+        try:
+            return await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+        except TimeoutError:  # closed its end but lives on: make sure it is gone
+            logger.warning("%s: worker process %s did not exit; killing it", self._label, proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+            return await proc.wait()
 
     def stuck(self) -> int:
         """None: a predict past response_timeout gets its process killed (and counted as a
@@ -371,15 +373,7 @@ class ProcessWorker:
 
     async def _reap(self) -> None:
         """The socket closed: the process is gone or going. Fail what it held, name how it ended."""
-        proc = self._proc
-        code = None
-        if proc is not None:
-            try:
-                code = await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-            except TimeoutError:  # closed its end but lives on: make sure it is gone
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                code = await proc.wait()
+        code = await self._exit()
         connection = self._connection
         if self._init.shm:  # the rings: a name that no reader mapped, our own mappings
             Ring.sweep(self._init.shm)
