@@ -369,15 +369,12 @@ class Ring:
             self._map = None
 
     @staticmethod
-    def sweep(prefix: str) -> int:
-        """Remove every file named ``<prefix>-*`` still there (no reader mapped it); how many."""
-        removed = 0
+    def sweep(prefix: str) -> None:
+        """Remove every file named ``<prefix>-*`` still there (no reader mapped it)."""
         with contextlib.suppress(OSError):
             for path in _SHM.glob(f"{prefix}-*"):
                 with contextlib.suppress(OSError):
                     path.unlink()
-                    removed += 1
-        return removed
 
 
 def _open_map(name: str, create: int = 0) -> mmap.mmap:
