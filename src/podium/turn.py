@@ -1,7 +1,7 @@
 """Holding writes until the end of the event loop's turn: :class:`TurnBuffer`.
 
-Several places write small things often (access lines, log lines, frames to and from worker
-processes, completion signals). Each write is a system call; the writes made in one turn of the
+Some places write small things often (access lines, frames to and from worker processes).
+Each write is a system call; the writes made in one turn of the
 event loop go together in one, made by a callback the first of them schedules (``call_soon``:
 it runs before the loop waits again, so nothing is held longer than one turn).
 """
