@@ -213,7 +213,7 @@ def test_errors_cross_as_class_message_and_picklable_attributes() -> None:
     error = m.Error(1, m.Failed.of(_Picky(1, 2)))
     (came,) = _decode(_frame(error))
     assert isinstance(came, m.Error)
-    exc = came.exception()
+    exc = came.failed.exception()
     assert type(exc) is _Picky and str(exc) == "1/2"
     assert exc.a == 1 and not hasattr(exc, "lock")
     died = m.Failed.of(WorkerDied("worker process 7 died"))

@@ -207,9 +207,6 @@ class Error(msgspec.Struct):
     cid: int
     failed: Failed
 
-    def exception(self) -> BaseException:
-        return self.failed.exception()
-
 
 class Item(msgspec.Struct, array_like=True, tag=9):
     cid: int

@@ -308,11 +308,12 @@ class ProcessWorker:
             case Stepped():
                 self._steps.answered(message)
             case Error():
-                if self._steps.failed(message.cid, message.exception()):
+                error = message.failed.exception()
+                if self._steps.failed(message.cid, error):
                     return
                 call = self._last(message.cid)
                 if call is not None:
-                    call.fail(error := message.exception())
+                    call.fail(error)
                     self._gate.release(self)
                     self._on_device_error(self, error)  # (counts OOMs, replaces lost devices)
             case Report():

@@ -163,20 +163,19 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
-    def closing(self) -> bool:
-        return self.transport is None or self.transport.is_closing()
-
     def send(self, message: Message) -> bool:
         """Queue a frame (False: the socket is closed, nothing is sent); every frame of this
         turn of the loop leaves in one write."""
-        if self.closing():
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return False
         self.out.add(self.encoder.encode(message))
         return True
 
     def _write(self, messages: list[list[bytes | memoryview]]) -> None:
-        if not self.closing():
-            self.transport.writelines([frame for frames in messages for frame in frames])
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.writelines([frame for frames in messages for frame in frames])
         self.written()
 
     def written(self) -> None:
