@@ -138,9 +138,9 @@ class Child(Connection):
 
     # -- requests queued ahead --------------------------------------------------------------
 
-    def written(self) -> None:
-        """Queued requests start only once the frames of the turn (the answers before) left."""
-        self._start_waiting()
+    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
+        super()._write(messages)
+        self._start_waiting()  # queued requests start only once the answers before them left
 
     def _start_waiting(self) -> None:
         waiting = self._waiting

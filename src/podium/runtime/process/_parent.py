@@ -525,21 +525,16 @@ class ProcessWorker:
             del future, call  # (its error's traceback holds this frame: no cycle through them)
             raise
 
-    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        hooks = tracing.hooks
-        if hooks is None:
-            return self._items(inputs, request)
-        return self._traced(hooks, inputs, request)
-
-    async def _traced(
-        self, hooks: tracing.Hooks, inputs: Any, request: Any
+    async def stream(
+        self, inputs: Any, request: Any, traced: bool = False
     ) -> AsyncGenerator[Any, None]:
-        with hooks.remote(self._model, self._version, self.pid):
-            async with contextlib.aclosing(self._items(inputs, request)) as items:
-                async for item in items:
-                    yield item
-
-    async def _items(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        hooks = tracing.hooks
+        if hooks is not None and not traced:  # its span, around this same stream
+            with hooks.remote(self._model, self._version, self.pid):
+                async with contextlib.aclosing(self.stream(inputs, request, True)) as inner:
+                    async for item in inner:
+                        yield item
+            return
         snapshot = await self._snapshot(request)
         cid, call = self._begin(Infer, inputs, snapshot, stream=True)
         taken = 0

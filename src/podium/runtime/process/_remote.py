@@ -176,10 +176,6 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.writelines([frame for frames in messages for frame in frames])
-        self.written()
-
-    def written(self) -> None:
-        """The turn's frames have left (the worker starts queued requests then)."""
 
     def data_received(self, data: bytes) -> None:
         decoder = self.decoder
