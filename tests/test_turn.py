@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
@@ -60,37 +59,6 @@ def test_a_loop_closed_mid_turn_leaves_nothing_stuck() -> None:
 
     asyncio.run(later())
     assert [item for batch in flushed for item in batch] == [1, 2]
-
-
-def test_with_a_lock_the_turns_end_holds_it_and_another_thread_may_flush() -> None:
-    lock = threading.Lock()
-    flushed: list[list[int]] = []
-    locked: list[bool] = []
-
-    def flush(items: list[int]) -> None:
-        locked.append(lock.locked())
-        flushed.append(items)
-
-    buffer = TurnBuffer(flush, lock=lock)
-
-    def other_thread() -> None:
-        with lock:
-            buffer.flush()
-
-    async def main() -> None:
-        with lock:
-            buffer.add(1)
-        thread = threading.Thread(target=other_thread)
-        thread.start()
-        thread.join()  # (the loop's turn has not ended: its call is still to come)
-        assert flushed == [[1]]
-        with lock:
-            buffer.add(2)  # the call still to come hands it over
-        await asyncio.sleep(0)
-        assert flushed == [[1], [2]]
-
-    asyncio.run(main())
-    assert locked == [True, True]
 
 
 def test_adding_off_a_loop_raises_and_holds_nothing() -> None:

@@ -17,7 +17,7 @@ import test_process_workers as _base
 
 from podium.errors import QueueFull, ResponseTimeout, WorkerDied
 from podium.runtime.process import _child
-from podium.runtime.process._messages import Answer, Cancel, Infer, Stopped
+from podium.runtime.process._messages import Answer, Cancel, End, Infer
 from podium.runtime.process._wire import Decoder, Encoder, Ring
 from podium.runtime.workers import queue_ahead
 
@@ -256,7 +256,7 @@ async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
     mv = lab.version(GATED)
     await mv.load()
     (worker,) = mv.scheduler.pool.gate.workers
-    transport = worker._transport
+    transport = worker._connection.transport
     writers: list[Any] = []
 
     class Recording:
@@ -267,7 +267,7 @@ async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
             writers.append(asyncio.current_task())  # None: a later callback wrote it
             transport.writelines(pieces)
 
-    worker._transport = Recording()
+    worker._connection.transport = Recording()
     first = asyncio.ensure_future(mv.scheduler.infer("hold", None))
     await lab.wait(lambda: lab.recorded("start"))
     assert writers == [first]  # written by the request's own task, as it was sent
@@ -280,14 +280,14 @@ async def test_a_request_to_an_idle_worker_is_written_at_once(lab: Lab) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_cancel_that_arrives_with_its_request_still_answers_stopped() -> None:
+async def test_a_cancel_that_arrives_with_its_request_still_answers_end() -> None:
     # the request's task is cancelled before it begins: its body, which answers, never runs
     child, log, _ = _child_with_runner(gated=False)
     encode = Encoder().encode
     child.data_received(b"".join([*encode(Infer(1, "x", None)), *encode(Cancel(1))]))
     for _ in range(5):
         await asyncio.sleep(0)
-    assert [m for m in log if isinstance(m, Stopped | Answer)] == [Stopped(1)]
+    assert [m for m in log if isinstance(m, End | Answer)] == [End(1)]
     assert not any(isinstance(m, tuple) for m in log)  # it never started
 
 

@@ -47,7 +47,6 @@ from ...config import Secrets
 from ...errors import ModelError, PodiumError
 from ...metrics import MetricStore, recording_to
 from ...model import model_error
-from ...turn import TurnBuffer
 from ...types import ModelInstance, RequestInfo, current_request
 from .._stats import postprocess, preprocess
 from ._messages import (
@@ -64,13 +63,10 @@ from ._messages import (
     Item,
     Message,
     Ready,
-    Release,
     Report,
     Results,
     StartFailed,
     Step,
-    Stopped,
-    Stream,
     Unvalidated,
     queues_ahead,
 )
@@ -104,14 +100,13 @@ class _Request:
     see the client leave (``gone``; only where one came), a stream's window (how many more
     items the server's reader will take: its buffer's free room)."""
 
-    __slots__ = ("task", "gone", "window", "ran", "dropped")
+    __slots__ = ("task", "gone", "window", "ran")
 
     def __init__(self, gone: asyncio.Event | None, window: asyncio.Semaphore | None) -> None:
         self.task: asyncio.Task[None] | None = None
         self.gone = gone
         self.window = window
         self.ran = False  # its task began: it answers itself
-        self.dropped = False  # a cancel came before its task began: it only answers Stopped
 
 
 class Child(Connection):
@@ -119,8 +114,7 @@ class Child(Connection):
     ``closed`` is set when the socket closes."""
 
     def __init__(self, closed: asyncio.Event) -> None:
-        super().__init__(self._on_message, closed.set, lambda upto: self.send(Release(upto)))
-        self._transport: Any = None
+        super().__init__(self._on_message, closed.set)  # a ring for large buffers on Init.shm
         self._requests: dict[int, _Request] = {}
         self._setup: asyncio.Task[None] | None = None
         self.instance: Any = None
@@ -138,41 +132,31 @@ class Child(Connection):
         self._gated = False
         self._limit = 1
         self._active = 0
-        self._waiting: collections.deque[Infer | Stream | Batch] = collections.deque()
-        # the frames made in one turn of the loop leave in one write
-        self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
-        self._encoder = Encoder()  # with a ring for large buffers to the server, on Init.shm
+        self._waiting: collections.deque[Infer | Batch] = collections.deque()
         self._steps: ChildSteps | None = None  # a continuous model's generations
         self._stepping: asyncio.Task[None] | None = None  # the step running (one at a time)
 
-    # -- the socket ------------------------------------------------------------------------
-
-    def connection_made(self, transport: Any) -> None:
-        self._transport = transport
-
-    def send(self, message: Message) -> None:
-        """Queue a frame; every frame of this turn of the loop leaves in one write, and only
-        then do queued requests start."""
-        if self._transport.is_closing():
-            return
-        self._out.add(self._encoder.encode(message))
+    # -- requests queued ahead --------------------------------------------------------------
 
     def _write(self, messages: list[list[bytes | memoryview]]) -> None:
-        if not self._transport.is_closing():
-            self._transport.writelines([frame for frames in messages for frame in frames])
-        self._start_waiting()
+        super()._write(messages)
+        self._start_waiting()  # queued requests start only once the answers before them left
 
     def _start_waiting(self) -> None:
         waiting = self._waiting
         while waiting and self._active < self._limit:
             self._begin(waiting.popleft())
 
-    def _begin(self, message: Infer | Stream | Batch) -> None:
+    def _begin(self, message: Infer | Batch) -> None:
         if isinstance(message, Batch):
             snapshots = any(r is not None for r in message.requests)
         else:
             snapshots = message.request is not None
-        window = asyncio.Semaphore(self.stream_buffer) if type(message) is Stream else None
+        window = (
+            asyncio.Semaphore(self.stream_buffer)
+            if type(message) is Infer and message.stream
+            else None
+        )
         request = _Request(asyncio.Event() if snapshots else None, window)
         self._active += 1
         self._requests[message.cid] = request
@@ -180,7 +164,7 @@ class Child(Connection):
 
     def _on_message(self, message: Message) -> None:
         match message:
-            case Infer() | Stream() | Batch():
+            case Infer() | Batch():
                 if self._gated and (self._waiting or self._active >= self._limit):
                     self._waiting.append(message)  # queued ahead: starts in its turn
                 else:
@@ -193,25 +177,22 @@ class Child(Connection):
                 if request is not None:
                     if request.gone is not None:
                         request.gone.set()
-                    if request.ran:
-                        assert request.task is not None
-                        request.task.cancel()
-                    else:  # its task has not begun (the Cancel came in the same read)
-                        request.dropped = True
+                    assert request.task is not None
+                    request.task.cancel()
+                    if not request.ran:  # its task has not begun (the Cancel came in the same
+                        self.send(End(cid))  # read): its body, which answers, never runs
+                        self._end(cid)
                 elif self._waiting:
                     for queued in self._waiting:
                         if queued.cid == cid:  # queued ahead: it never starts
                             self._waiting.remove(queued)
-                            self.send(Stopped(cid))
+                            self.send(End(cid))
                             break
             case Credit():
                 request = self._requests.get(message.cid)
                 if request is not None and request.window is not None:
                     for _ in range(message.n):
                         request.window.release()
-            case Release():
-                if self._encoder.ring is not None:
-                    self._encoder.ring.release(message.upto)
             case Init():
                 self._setup = asyncio.get_running_loop().create_task(self._start(message))
 
@@ -220,7 +201,7 @@ class Child(Connection):
     async def _start(self, init: Init) -> None:
         config = init.source.config
         if init.shm:
-            self._encoder = Encoder(Ring(f"{init.shm}-c"))
+            self.encoder = Encoder(Ring(f"{init.shm}-c"))
         self.name = config.name
         self.stream_buffer = config.stream_buffer
         # The server's format, bounded, each line naming this worker and the request it is about.
@@ -312,25 +293,21 @@ class Child(Connection):
             )
             self.send(Error(message.cid, Failed.of(error)))
 
-    async def _run(self, message: Infer | Stream | Batch, state: _Request) -> None:
+    async def _run(self, message: Infer | Batch, state: _Request) -> None:
         cid = message.cid
         gone = state.gone
-        if state.dropped:
-            self.send(Stopped(cid))
-            self._end(cid)
-            return
         state.ran = True
         if not isinstance(message, Batch) and message.request_id is not None:
             current_request.set(RequestInfo(message.request_id))  # this request's own task
         try:
             match message:
-                case Infer():
+                case Infer(stream=False):
                     request = self._request(message.request, gone)
                     inputs = self._validated(message.inputs)
                     outputs = await self.runner.infer(inputs, request)
                     self.report()
                     self._reply(Answer(cid, outputs))
-                case Stream():
+                case Infer():
                     request = self._request(message.request, gone)
                     items = self.runner.stream(self._validated(message.inputs), request)
                     window = state.window
@@ -354,7 +331,7 @@ class Child(Connection):
                     )
         except asyncio.CancelledError:
             self.report()
-            self.send(Stopped(cid))
+            self.send(End(cid))
         except Exception as exc:
             self.report()
             # (no local keeps the error: its traceback holds this frame, a cycle)
@@ -382,7 +359,7 @@ class Child(Connection):
                 self._steps.drop(message.batch)
             self.report()
             self.send(Error(cid, Failed.of(model_error(self.name, "step", exc))))
-        self._out.flush()
+        self.out.flush()
 
     def _end(self, cid: int) -> None:
         """Its answer is queued to leave; the next request starts after the write (``_write``).
@@ -391,7 +368,7 @@ class Child(Connection):
         self._requests.pop(cid, None)
         self._active -= 1
         if not self._active:
-            self._out.flush()
+            self.out.flush()
             self._start_waiting()
 
     async def _run_batch(self, inputs: list[Any], requests: list[Any]) -> list[Any]:

@@ -1,7 +1,7 @@
 """The messages between the server and a worker process, one Struct each (``_wire`` frames them).
 
     server → worker   Init                          once, first: what to build and how
-                      Infer / Stream / Batch        a request (``cid`` names it from then on)
+                      Infer / Batch                 a request (``cid`` names it from then on)
                       Cancel(cid)                   the client left: cancel it; is_disconnected()
                       Credit(cid, n)                a stream's reader took ``n`` more items
                       Step(cid, ...)                one step of a continuous batch (``_steps``)
@@ -11,12 +11,12 @@
                       Answer(cid, value) / Error    the answer to Infer (or Batch)
                       Results(cid, values)          the answer to Batch: one value per request
                       Item(cid, value) ... End(cid) a stream (or Error)
-                      Stopped(cid)                  a cancelled request has stopped
+                      End(cid)                      also: a cancelled request has stopped
                       Stepped(cid, items, done)     what one Step emitted, and who finished
                       Report(compute, metrics)      what its counters and the model's own
                                                     metrics added since the last Report
 
-Every request ends with exactly one of Answer, Results, Error, End or Stopped; the server frees its slot
+Every request ends with exactly one of Answer, Results, Error or End; the server frees its slot
 then. A Step ends with Stepped or Error and frees no slot (its lane holds one for its batch). Both sides dispatch on the class (``match``).
 
 What the worker process needs from the layers above the execution layer travels in :class:`Init`
@@ -63,8 +63,6 @@ __all__ = [
     "StartFailed",
     "Step",
     "Stepped",
-    "Stopped",
-    "Stream",
     "Unvalidated",
     "queues_ahead",
 ]
@@ -122,19 +120,17 @@ class Init(msgspec.Struct):
 
 
 class Infer(msgspec.Struct, array_like=True, tag=1):
-    op: ClassVar[str] = "infer"
+    """One request: answered by an ``Answer``, or (``stream``) by its ``Item``s and ``End``."""
+
     cid: int
     inputs: Any
     request: Any  # the request snapshot, or None
     request_id: str | None = None  # the request's id: its model's log lines name it
+    stream: bool = False
 
-
-class Stream(msgspec.Struct, array_like=True, tag=2):
-    op: ClassVar[str] = "stream"
-    cid: int
-    inputs: Any
-    request: Any
-    request_id: str | None = None
+    @property
+    def op(self) -> str:
+        return "stream" if self.stream else "infer"
 
 
 class Batch(msgspec.Struct, array_like=True, tag=3):
@@ -211,9 +207,6 @@ class Error(msgspec.Struct):
     cid: int
     failed: Failed
 
-    def exception(self) -> BaseException:
-        return self.failed.exception()
-
 
 class Item(msgspec.Struct, array_like=True, tag=9):
     cid: int
@@ -221,10 +214,9 @@ class Item(msgspec.Struct, array_like=True, tag=9):
 
 
 class End(msgspec.Struct, array_like=True, tag=10):
-    cid: int
+    """The request ended without (more of) an answer: a stream's end, or a cancelled request's
+    (it stopped, or never started)."""
 
-
-class Stopped(msgspec.Struct, array_like=True, tag=11):
     cid: int
 
 
@@ -249,7 +241,6 @@ class Report(msgspec.Struct):
 Message = (
     Init
     | Infer
-    | Stream
     | Batch
     | Cancel
     | Credit
@@ -260,7 +251,6 @@ Message = (
     | Error
     | Item
     | End
-    | Stopped
     | Report
     | Release
     | Step

@@ -38,7 +38,6 @@ from typing import Any
 
 from ... import tracing
 from ...errors import InvalidInput, ModelError, ResponseTimeout, WorkerDied
-from ...turn import TurnBuffer
 from ...types import END, Generation, ModelInstance, request_id
 from ..workers import (
     Failure,
@@ -60,18 +59,15 @@ from ._messages import (
     Item,
     Message,
     Ready,
-    Release,
     Report,
     Results,
     StartFailed,
     Stepped,
-    Stopped,
-    Stream,
     queues_ahead,
 )
 from ._remote import Connection, PendingCall, RemoteInstance, describe_exit
 from ._steps import RemoteSteps
-from ._wire import Encoder, Ring
+from ._wire import Ring
 
 __all__ = ["ProcessWorker", "WorkerGone"]
 
@@ -154,13 +150,7 @@ class ProcessWorker:
         self._max_ahead = queue_ahead(config.predict_concurrency, config)
         self._running = 0  # calls counted as started
         self._queued: collections.deque[int] = collections.deque()  # sent, not started, in order
-        # the frames made in one turn of the loop leave in one write
-        self._out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
-        # large buffers to the worker go through a shared memory ring named after init.shm
-        self._ring = Ring(f"{init.shm}-s") if init.shm else None
-        self._encode = Encoder(self._ring).encode
         self._proc: asyncio.subprocess.Process | None = None
-        self._transport: asyncio.Transport | None = None
         self._connection: Connection | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._exited: asyncio.Future[None] | None = None
@@ -202,9 +192,10 @@ class ProcessWorker:
         self.pid = self._proc.pid
         self._ready = loop.create_future()
         self._exited = loop.create_future()
-        connection = Connection(self._on_message, self._on_lost, self._on_released)
-        transport, _ = await loop.create_unix_connection(lambda: connection, sock=ours)
-        self._transport = transport
+        # large buffers to the worker go through a shared memory ring named after init.shm
+        ring = Ring(f"{self._init.shm}-s") if self._init.shm else None
+        connection = Connection(self._on_message, self._on_lost, ring)
+        await loop.create_unix_connection(lambda: connection, sock=ours)
         self._connection = connection
         self._send(self._init)
         try:
@@ -235,21 +226,11 @@ class ProcessWorker:
             self._ending, self._why = _Ending.STOPPED, _Ending.STOPPED.value
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPING
-        if self._transport is not None:
-            self._out.flush()
-            self._transport.close()
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            try:
-                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-            except TimeoutError:
-                logger.warning(
-                    "%s: worker process %s did not exit; killing it", self._label, proc.pid
-                )
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-        if self._exited is not None and not self._exited.done():
+        connection = self._connection
+        if connection is not None and connection.transport is not None:
+            connection.out.flush()
+            connection.transport.close()
+        if self._exited is not None and not self._exited.done():  # (_reap waits, or kills it)
             await asyncio.shield(self._exited)
         self.state = WorkerState.DEAD
 
@@ -258,10 +239,23 @@ class ProcessWorker:
         if self._ending is None:
             self._ending, self._why = _Ending.RECYCLED, why
         self._hold_place()
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
+    async def _exit(self) -> int | None:
+        """Wait for the process to exit (its socket is closed), STOP_TIMEOUT at most, then kill
+        it; its return code (None: it never started)."""
         proc = self._proc
-        if proc is not None and proc.returncode is None:
+        if proc is None:
+            return None
+        try:
+            return await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+        except TimeoutError:  # closed its end but lives on: make sure it is gone
+            logger.warning("%s: worker process %s did not exit; killing it", self._label, proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+            return await proc.wait()
 
     def stuck(self) -> int:
         """None: a predict past response_timeout gets its process killed (and counted as a
@@ -270,18 +264,18 @@ class ProcessWorker:
 
     # -- the socket ------------------------------------------------------------------------
 
-    def _send(self, message: Message) -> None:
+    def _send(self, message: Message) -> Connection:
         """Queue a frame; every frame of this turn of the loop leaves in one write."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        connection = self._connection
+        if connection is None or not connection.send(message):
             raise WorkerGone(f"{self._label} worker process {self.pid} is gone")
-        self._out.add(self._encode(message))
+        return connection
 
     def _send_inputs(self, message: Message, flush: bool) -> None:
         """Send a message that carries inputs (``flush``: now, not at the turn's end);
         ``InvalidInput`` where they cannot be encoded."""
         try:
-            self._send(message)
+            connection = self._send(message)
         except WorkerGone:
             raise
         except Exception as exc:  # inputs that cannot be pickled
@@ -289,16 +283,7 @@ class ProcessWorker:
                 f"{self._label}: the inputs cannot be sent to a worker process: {exc}"
             ) from exc
         if flush:
-            self._out.flush()
-
-    def _on_released(self, upto: int) -> None:
-        with contextlib.suppress(WorkerGone):
-            self._send(Release(upto))
-
-    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.writelines([frame for frames in messages for frame in frames])
+            connection.out.flush()
 
     def _on_message(self, message: Message) -> None:
         # Bare class patterns, the most frequent first: each class that does not match costs an
@@ -315,7 +300,7 @@ class ProcessWorker:
                 if call is not None:
                     call.push(message.value)
                     self._arm(cid, call)
-            case End() | Stopped():
+            case End():
                 call = self._last(message.cid)
                 if call is not None:
                     call.stop()
@@ -323,16 +308,14 @@ class ProcessWorker:
             case Stepped():
                 self._steps.answered(message)
             case Error():
-                if self._steps.failed(message.cid, message.exception()):
+                error = message.failed.exception()
+                if self._steps.failed(message.cid, error):
                     return
                 call = self._last(message.cid)
                 if call is not None:
-                    call.fail(error := message.exception())
+                    call.fail(error)
                     self._gate.release(self)
                     self._on_device_error(self, error)  # (counts OOMs, replaces lost devices)
-            case Release():
-                if self._ring is not None:
-                    self._ring.release(message.upto)
             case Report():
                 if message.compute is not None:
                     self._stats.merge_compute(message.compute, self._on_gpu)
@@ -391,21 +374,14 @@ class ProcessWorker:
 
     async def _reap(self) -> None:
         """The socket closed: the process is gone or going. Fail what it held, name how it ended."""
-        proc = self._proc
-        code = None
-        if proc is not None:
-            try:
-                code = await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-            except TimeoutError:  # closed its end but lives on: make sure it is gone
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                code = await proc.wait()
+        code = await self._exit()
+        connection = self._connection
         if self._init.shm:  # the rings: a name that no reader mapped, our own mappings
             Ring.sweep(self._init.shm)
-            if self._ring is not None:
-                self._ring.close()
-            if self._connection is not None:
-                self._connection.decoder.close()
+            if connection is not None:
+                if connection.encoder.ring is not None:
+                    connection.encoder.ring.close()
+                connection.decoder.close()
         how = describe_exit(code)
         ending = self._ending
         if ending is None:
@@ -472,7 +448,7 @@ class ProcessWorker:
         self.recycle(f"recycled after a predict ran past response_timeout {self._timeout:g} s")
 
     def _begin(
-        self, request: type[Infer | Stream | Batch], inputs: Any, snapshot: Any, stream: bool
+        self, kind: type[Infer | Batch], inputs: Any, snapshot: Any, stream: bool
     ) -> tuple[int, PendingCall]:
         if self.state is not _READY:
             self._gate.release(self)
@@ -480,10 +456,10 @@ class ProcessWorker:
         cid = next(self._ids)
         call = PendingCall(None if stream else asyncio.get_running_loop().create_future())
         try:
-            if request is Batch:  # serves several requests
+            if kind is Batch:  # serves several requests
                 message: Message = Batch(cid, inputs, snapshot)
             else:
-                message = request(cid, inputs, snapshot, request_id())  # type: ignore[call-arg]
+                message = Infer(cid, inputs, snapshot, request_id(), stream)
             # Nothing in flight: the worker waits for this one alone, and a request arriving
             # later in this turn gains nothing from sharing its write. It leaves now, a turn of
             # the loop sooner (one request at a time: the latency a process worker adds).
@@ -513,7 +489,7 @@ class ProcessWorker:
             raise
 
     def _abandon(self, cid: int) -> None:
-        """The caller went away: the worker cancels the request; its slot frees on Stopped."""
+        """The caller went away: the worker cancels the request; its slot frees on End."""
         if cid in self._calls:
             with contextlib.suppress(WorkerGone):
                 self._send(Cancel(cid))
@@ -549,23 +525,18 @@ class ProcessWorker:
             del future, call  # (its error's traceback holds this frame: no cycle through them)
             raise
 
-    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        hooks = tracing.hooks
-        if hooks is None:
-            return self._items(inputs, request)
-        return self._traced(hooks, inputs, request)
-
-    async def _traced(
-        self, hooks: tracing.Hooks, inputs: Any, request: Any
+    async def stream(
+        self, inputs: Any, request: Any, traced: bool = False
     ) -> AsyncGenerator[Any, None]:
-        with hooks.remote(self._model, self._version, self.pid):
-            async with contextlib.aclosing(self._items(inputs, request)) as items:
-                async for item in items:
-                    yield item
-
-    async def _items(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        hooks = tracing.hooks
+        if hooks is not None and not traced:  # its span, around this same stream
+            with hooks.remote(self._model, self._version, self.pid):
+                async with contextlib.aclosing(self.stream(inputs, request, True)) as inner:
+                    async for item in inner:
+                        yield item
+            return
         snapshot = await self._snapshot(request)
-        cid, call = self._begin(Stream, inputs, snapshot, stream=True)
+        cid, call = self._begin(Infer, inputs, snapshot, stream=True)
         taken = 0
         half = max(1, self._window // 2)
         items = call.items

@@ -13,10 +13,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
+from ...turn import TurnBuffer
 from ...types import END, Capabilities, Generation
 from ..workers import Failure
-from ._messages import Message, Ready, Unvalidated
-from ._wire import Decoder
+from ._messages import Message, Ready, Release, Unvalidated
+from ._wire import Decoder, Encoder, Ring
 
 __all__ = ["Connection", "PendingCall", "RemoteInstance", "describe_exit"]
 
@@ -141,25 +142,55 @@ class PendingCall:
 
 
 class Connection(asyncio.Protocol):
-    """A worker process's socket, read on the event loop: the server's end (the worker's own,
-    ``_child.Child``, builds on it)."""
+    """A worker process's socket, read on the event loop; both ends build on it (the server's
+    ``ProcessWorker`` holds one, the worker's ``_child.Child`` is one). Frames queued in one turn
+    of the loop leave in one write (``out``); each side's shared memory ring (``ring``: large
+    buffers it sends) is released here as the other side reports what it copied out."""
 
     def __init__(
         self,
         on_message: Callable[[Message], None],
         on_lost: Callable[[], None],
-        on_released: Callable[[int], None],
+        ring: Ring | None = None,
     ) -> None:
-        self.decoder = Decoder(on_message)
+        self.decoder = Decoder(self._received)
+        self.encoder = Encoder(ring)
+        self.out: TurnBuffer[list[bytes | memoryview]] = TurnBuffer(self._write)
+        self.transport: Any = None
+        self._dispatch = on_message
         self._on_lost = on_lost
-        self._on_released = on_released
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def send(self, message: Message) -> bool:
+        """Queue a frame (False: the socket is closed, nothing is sent); every frame of this
+        turn of the loop leaves in one write."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return False
+        self.out.add(self.encoder.encode(message))
+        return True
+
+    def _write(self, messages: list[list[bytes | memoryview]]) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.writelines([frame for frames in messages for frame in frames])
 
     def data_received(self, data: bytes) -> None:
         decoder = self.decoder
         decoder.feed(data)
         released = decoder.take_released()
         if released:
-            self._on_released(released)
+            self.send(Release(released))
+
+    def _received(self, message: Message) -> None:
+        if type(message) is Release:  # the other side copied our ring out up to there
+            ring = self.encoder.ring
+            if ring is not None:
+                ring.release(message.upto)
+        else:
+            self._dispatch(message)
 
     def eof_received(self) -> bool:
         return False

@@ -7,7 +7,7 @@ One message is one frame on a Unix stream socket:
     buffers  large buffers out of band, each at a 16-byte boundary of the frame
 
 **One encoding, chosen by type, never by walking a value.** What a request carries (an
-``Infer``'s or ``Stream``'s inputs, each input of a ``Batch``, an ``Answer``'s or ``Item``'s value,
+``Infer``'s inputs, each input of a ``Batch``, an ``Answer``'s or ``Item``'s value,
 each value of ``Results``, each input of a ``Step``, each item of ``Stepped``) is MessagePack
 where its own type is ``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``, ``None``,
 ``bytes`` or a numpy array; an OIP ``InferenceRequest`` /
@@ -73,8 +73,6 @@ from ._messages import (
     Results,
     Step,
     Stepped,
-    Stopped,
-    Stream,
     Unvalidated,
 )
 
@@ -137,13 +135,12 @@ class _Pickled(msgspec.Struct, array_like=True, tag=0):
 
 #: What a frame's body may be (the messages of ``_messages`` are tagged arrays).
 _WIRE = (
-    (_Pickled | Infer | Stream | Batch | Cancel | Credit | Release | Answer | Results | Item | End)
-    | Stopped
+    (_Pickled | Infer | Batch | Cancel | Credit | Release | Answer | Results | Item | End)
     | Step
     | Stepped
 )
 #: The messages that travel as they are (no value of a request in them).
-_AS_THEY_ARE = frozenset({Cancel, Credit, End, Stopped, Release})
+_AS_THEY_ARE = frozenset({Cancel, Credit, End, Release})
 
 
 def _all(tensors: Any, cls: type) -> bool:
@@ -183,11 +180,11 @@ def _to_wire(message: Message) -> Any:
     if kind is Answer or kind is Item:
         value = _mark(m.value)
         return message if value is m.value else kind(m.cid, value)
-    if kind is Infer or kind is Stream:
+    if kind is Infer:
         inputs = _mark(m.inputs)
         if inputs is m.inputs and m.request is None:
             return message
-        return kind(m.cid, inputs, _snapshot(m.request), m.request_id)
+        return Infer(m.cid, inputs, _snapshot(m.request), m.request_id, m.stream)
     if kind is Batch:
         return Batch(m.cid, [_mark(v) for v in m.inputs], [_snapshot(r) for r in m.requests])
     if kind is Results:
@@ -372,15 +369,12 @@ class Ring:
             self._map = None
 
     @staticmethod
-    def sweep(prefix: str) -> int:
-        """Remove every file named ``<prefix>-*`` still there (no reader mapped it); how many."""
-        removed = 0
+    def sweep(prefix: str) -> None:
+        """Remove every file named ``<prefix>-*`` still there (no reader mapped it)."""
         with contextlib.suppress(OSError):
             for path in _SHM.glob(f"{prefix}-*"):
                 with contextlib.suppress(OSError):
                     path.unlink()
-                    removed += 1
-        return removed
 
 
 def _open_map(name: str, create: int = 0) -> mmap.mmap:
