@@ -214,7 +214,7 @@ _DERANDOMIZE_DEEP = bool(os.environ.get("CI"))
     [
         pytest.param(6, True, id="default", marks=[pytest.mark.timeout(600)]),
         pytest.param(
-            50, _DERANDOMIZE_DEEP, id="deep", marks=[pytest.mark.slow, pytest.mark.timeout(1800)]
+            30, _DERANDOMIZE_DEEP, id="deep", marks=[pytest.mark.slow, pytest.mark.timeout(1800)]
         ),
     ],
 )
