@@ -183,3 +183,14 @@ def test_models_are_named_after_models_flag(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert "name the models after --models (--models a=a.mar b=b.mar)" in done.stderr
+
+
+def test_a_bare_model_name_finds_its_archive_in_the_store_by_every_suffix(tmp_path: Path) -> None:
+    from podium.cli import _store_entry
+
+    for file in ("a.mar", "b.tar.gz", "c.tgz"):
+        (tmp_path / file).write_bytes(b"")
+    assert _store_entry("a", tmp_path) == (tmp_path / "a.mar", None)
+    assert _store_entry("b", tmp_path) == (tmp_path / "b.tar.gz", None)
+    assert _store_entry("x=c", tmp_path) == (tmp_path / "c.tgz", "x")
+    assert _store_entry("d", tmp_path) == (tmp_path / "d", None)  # nothing: as named

@@ -300,9 +300,11 @@ def _store_entry(entry: str, store: Path | None) -> tuple[Path | None, str | Non
         if store is None:
             raise click.UsageError("--models all / load_models=all needs a model store")
         return store, None
+    from .model.torchserve import ARCHIVE_SUFFIXES
+
     path = Path(target)
     if not path.is_absolute() and store is not None and not path.exists():
-        candidates = [store / target, store / f"{target}.mar", store / f"{target}.tar.gz"]
+        candidates = [store / target, *(store / f"{target}{end}" for end in ARCHIVE_SUFFIXES)]
         path = next((c for c in candidates if c.exists()), store / target)
     return path, name or None
 

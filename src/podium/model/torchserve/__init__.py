@@ -13,7 +13,7 @@ a handler as TorchServe's model loader does, and makes ``import ts`` resolve to
 import path gives the same classes. What differs from TorchServe: ``docs/torchserve.md``.
 """
 
-from ._archive import archive_model
+from ._archive import ARCHIVE_SUFFIXES, archive_model
 from ._context import Context, RequestProcessor
 from ._handler import (
     PredictionException,
@@ -34,6 +34,7 @@ from ._model import (
 )
 
 __all__ = [
+    "ARCHIVE_SUFFIXES",
     "TORCHSERVE_DEFAULT",
     "ArchiveLimits",
     "Context",
