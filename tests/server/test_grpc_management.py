@@ -184,6 +184,25 @@ async def test_scale_worker(stub: Any, ts: SimpleNamespace) -> None:
     )
 
 
+@pytest.mark.anyio
+async def test_all_names_no_version_to_scale_or_unregister(stub: Any, ts: SimpleNamespace) -> None:
+    """As on REST (``DELETE /models/m/all`` is a 400): only describe reads ``all``."""
+    pb2 = ts.pb2
+    for call in (
+        stub.UnregisterModel(
+            pb2.UnregisterModelRequest(model_name="versioned", model_version="all")
+        ),
+        stub.ScaleWorker(
+            pb2.ScaleWorkerRequest(model_name="versioned", model_version="all", min_worker=1)
+        ),
+    ):
+        code, details = await status_of(call)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "'all' names no version" in details
+    listed = json.loads((await stub.ListModels(pb2.ListModelsRequest())).msg)
+    assert "versioned" in [m["modelName"] for m in listed["models"]]
+
+
 def test_the_service_matches_torchserves_declaration(ts: SimpleNamespace) -> None:
     """Same messages, field names, numbers and types as TorchServe's own file."""
     from google.protobuf import descriptor_pb2

@@ -550,3 +550,16 @@ async def test_scaling_up_and_down_under_load_fails_no_request(
 async def _more(statuses: list[int], before: int) -> bool:
     """Requests keep being answered after a scale (at least ten more)."""
     return len(statuses) >= before + 10
+
+
+@pytest.mark.anyio
+async def test_all_names_no_version_to_scale_or_unregister(api: httpx.AsyncClient) -> None:
+    """Only describe reads ``all`` (every version); scale and unregister need one named."""
+    for method, path in (("DELETE", "/models/versioned/all"), ("PUT", "/models/versioned/all")):
+        r = await api.request(method, path)
+        assert "'all' names no version" in error_of(r, 400, "BadRequestException")
+    assert [v["modelVersion"] for v in (await api.get("/models/versioned/all")).json()] == [
+        "1",
+        "2",
+        "10",
+    ]

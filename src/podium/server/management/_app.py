@@ -127,7 +127,6 @@ class ManagementApp:
     async def _scale(
         self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
     ) -> Outcome:
-        _one_version(scope, model_version)
         scaling = Scaling.parse(_query(scope))
         return await self.management.scale(model_name, model_version, scaling)
 
@@ -139,19 +138,12 @@ class ManagementApp:
     async def _unregister(
         self, scope: Scope, receive: Receive, model_name: str, model_version: str | None
     ) -> Outcome:
-        _one_version(scope, model_version)
         return await self.management.unregister(model_name, model_version)
 
 
 def _query(scope: Scope) -> dict[str, str]:
     """The query's parameters; the first of a repeated one counts."""
     return dict(reversed(parse_qsl(scope["query_string"].decode("latin-1"), True)))
-
-
-def _one_version(scope: Scope, version: str | None) -> None:
-    if version == "all":
-        method, path = scope["method"], scope["path"]
-        raise InvalidInput(f"{method} {path}: 'all' names no version; name one")
 
 
 async def _json_body(scope: Scope, receive: Receive) -> dict[str, Any]:

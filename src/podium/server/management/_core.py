@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...dataplane import ModelRepository, VersionDescription, WorkerDescription
+from ...errors import InvalidInput
 from ...types import ModelState
 from .._auth import iso_utc
 from ._params import Registration, Scaling
@@ -89,6 +90,7 @@ class Management:
     async def unregister(self, name: str, version: str | None = None) -> Outcome:
         """``DELETE /models/{m}[/{v}]``: every version of the model, or the one named. New
         requests get 404 at once; requests in flight finish first."""
+        _one_version(version, "unregister")
         await self.repository.unregister(name, version)
         return _status(f'Model "{name}" unregistered')
 
@@ -96,6 +98,7 @@ class Management:
 
     async def scale(self, name: str, version: str | None, request: Scaling) -> Outcome:
         """``PUT /models/{m}[/{v}]``: run ``min_workers`` workers (at most ``max_workers``)."""
+        _one_version(version, "scale")
         scaled = await self.repository.scale(
             name,
             version or request.version,
@@ -238,3 +241,9 @@ def _gpu_usage(w: WorkerDescription) -> str:
     if w.device_memory is not None:
         text += f" memory.used [MiB]::{w.device_memory >> 20} MiB"
     return text
+
+
+def _one_version(version: str | None, action: str) -> None:
+    """``all`` is a version only to describe (TorchServe's ``/models/{m}/all``), on either wire."""
+    if version == "all":
+        raise InvalidInput(f"cannot {action} version 'all': 'all' names no version; name one")
