@@ -134,3 +134,11 @@ def test_typed_output_that_does_not_fit_its_field_names_it() -> None:
             response(ResponseOutput(name="big", shape=[1], datatype="INT32", data=[2**40])),
             raw=False,
         )
+
+
+def test_ragged_typed_output_is_refused_naming_it_not_flattened() -> None:
+    with pytest.raises(UnsupportedRepresentation, match="output 'r' has ragged data"):
+        to_message(
+            response(ResponseOutput(name="r", shape=[2, 2], datatype="INT32", data=[[1, 2], [3]])),
+            raw=False,
+        )
