@@ -13,6 +13,13 @@ client left before its batch closed is dropped from it; a running batch whose cl
 left is cancelled. A batch's result must be a list (or tuple) as long as the batch; each request
 gets its own item, or every request the batch's error.
 
+What each request pays is kept to what it must: an arrival wakes the collector only when it
+completes what the collector waits for (the first request, or a full batch; the delay has one
+timer per batch), the queue is counted only when it may hold a full batch, and a request's
+deadline is looked at only once some request had one. Whether a running batch's clients have
+all left is asked when one leaves: a callback on each request's future (``watch``), or, where the
+owner's callers say so themselves (:meth:`BatchCollector.left`), nothing per request at all.
+
 The collector knows nothing of workers or models: its owner says how to take a slot, how to run
 a batch on it, which errors mean "never reached the worker: queue it again", what a request
 that was stopped gets, and which :class:`~podium.runtime._clock.Clock` times the delay.
@@ -44,8 +51,8 @@ class Pending:
     """One request in a batch queue: what it runs with, and its answer (``future``).
 
     ``tag`` is the owner's (a sequence's Context); ``task`` is the batch it runs in once its
-    batch closed; ``slot`` is where it ran, once answered; ``trace``: where its span was when it
-    joined, while tracing is on (``podium.tracing``).
+    batch closed, and ``batch`` that batch's requests; ``slot`` is where it ran, once answered;
+    ``trace``: where its span was when it joined, while tracing is on (``podium.tracing``).
     """
 
     __slots__ = (
@@ -55,6 +62,7 @@ class Pending:
         "future",
         "arrived",
         "task",
+        "batch",
         "slot",
         "trace",
         "deadline",
@@ -70,6 +78,7 @@ class Pending:
         self.future = future
         self.arrived = arrived
         self.task: asyncio.Task[None] | None = None
+        self.batch: list[Pending] | None = None
         self.slot: Any = None
         self.trace: Any = None
         self.deadline: float | None = None  # on the collector's clock (max_wait)
@@ -89,12 +98,20 @@ def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
         task.cancel()
 
 
-def _join(task: asyncio.Task[None], batch: list[Pending], joining: list[Pending]) -> None:
-    """``joining`` run in ``batch``'s ``task``, which is cancelled once all its clients left."""
-    abandon = functools.partial(_abandon, task, batch)
-    for pending in joining:
-        pending.task = task
-        pending.future.add_done_callback(abandon)
+def _join(
+    task: asyncio.Task[None], batch: list[Pending], joining: list[Pending], watch: bool
+) -> None:
+    """``joining`` run in ``batch``'s ``task``, which is cancelled once all its clients left
+    (with ``watch``, a callback on each future asks; else :meth:`BatchCollector.left` does)."""
+    if watch:
+        abandon = functools.partial(_abandon, task, batch)
+        for pending in joining:
+            pending.task = task
+            pending.future.add_done_callback(abandon)
+    else:
+        for pending in joining:
+            pending.task = task
+            pending.batch = batch
 
 
 class BatchCollector(Generic[S]):
@@ -115,7 +132,10 @@ class BatchCollector(Generic[S]):
     without reaching the model. ``priority``: the queue's priority levels (a
     :class:`~podium.runtime._line.QueuePolicy` with several; None: first come, first served):
     a batch takes the waiting requests of the highest levels first, a request rising one level
-    for each ``aging`` it has waited, as in the line.
+    for each ``aging`` it has waited, as in the line. ``watch``: whether the collector watches
+    each request's future for its client leaving (a done callback per request); an owner whose
+    callers tell it when they leave (:meth:`left`, when their wait for ``future`` is cancelled)
+    passes False.
     """
 
     def __init__(
@@ -136,8 +156,10 @@ class BatchCollector(Generic[S]):
         stats: VersionStats | None = None,
         max_wait: float | None = None,
         priority: QueuePolicy | None = None,
+        watch: bool = True,
     ) -> None:
         self._model = model
+        self._watch = watch
         self._max_wait = max_wait
         self._priority = priority if priority is not None and priority.levels > 1 else None
         self._stats = stats
@@ -155,6 +177,12 @@ class BatchCollector(Generic[S]):
         self._now = clock.now
         self._queue: collections.deque[Pending] = collections.deque()
         self._arrived = asyncio.Event()
+        # the queue's length at which an arrival wakes the collector: 1 while it waits for a
+        # first request, ``size`` while it waits for a batch to fill, never while it waits for
+        # a slot (it looks at the queue itself when it has one)
+        self._wake_at = 1
+        # whether some request had a deadline: only then is each batch searched for late ones
+        self._timed = False
         self._collector: asyncio.Task[None] | None = None
         self._slotted = asyncio.Event()  # the batch formed ahead has its slot, or is gone
         self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
@@ -185,7 +213,11 @@ class BatchCollector(Generic[S]):
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
         if self._max_wait is not None:
-            pending.deadline = queue_deadline(pending.arrived, self._max_wait, self._model)
+            deadline = pending.deadline = queue_deadline(
+                pending.arrived, self._max_wait, self._model
+            )
+            if deadline is not None:
+                self._timed = True
         if self._priority is not None:
             info = current_request.get()
             pending.level = self._priority.level(0 if info is None else info.priority)
@@ -193,10 +225,19 @@ class BatchCollector(Generic[S]):
         if hooks is not None:
             pending.trace = hooks.waiting()
         queue.append(pending)
-        self._arrived.set()
+        if len(queue) >= self._wake_at:
+            self._arrived.set()
         if self._collector is None:
             self.start()
         return pending
+
+    def left(self, pending: Pending) -> None:
+        """The caller waiting for ``pending.future`` was cancelled (its client left): if its
+        batch runs and all its clients have left, the batch is cancelled. For an owner that
+        does not ``watch``; a request still queued is dropped when its batch is taken."""
+        task, batch = pending.task, pending.batch
+        if task is not None and batch is not None:
+            _abandon(task, batch, None)
 
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
@@ -204,31 +245,54 @@ class BatchCollector(Generic[S]):
         queue, self._queue = self._queue, collections.deque()
         _fail(queue, error)
 
-    def _count_live(self) -> int:
+    def _waiting(self) -> bool:
+        """Whether a request still waits in the queue; the ones that left are dropped from its
+        front, so that the first is the oldest still waiting."""
         queue = self._queue
         while queue and queue[0].future.done():
             queue.popleft()
-        return sum(1 for p in queue if not p.future.done())
+        return bool(queue)
+
+    def _full(self) -> bool:
+        """Whether a full batch waits (counted only when the queue is long enough to hold one:
+        requests that left may still be in it)."""
+        queue, size = self._queue, self._size
+        if len(queue) < size:
+            return False
+        for pending in queue:  # (the oldest first: those are what a batch takes)
+            if not pending.future.done():
+                size -= 1
+                if not size:
+                    return True
+        return False
 
     async def _collect(self) -> None:
         clock = self._clock
         arrived = self._arrived
+        never = 1 << 62
         while True:
-            while not self._count_live():
+            while not self._waiting():
                 arrived.clear()
+                self._wake_at = 1
                 await arrived.wait()
-            # The delay runs from the arrival of the oldest request still waiting (the count has
-            # dropped the abandoned ones from the front), not from when the collector woke.
+            # The delay runs from the arrival of the oldest request still waiting (the ones
+            # that left have been dropped from the front), not from when the collector woke;
+            # one timer for it, and an arrival wakes the collector only when the batch is full.
             deadline = self._queue[0].arrived + self._delay
-            while self._count_live() < self._size:
-                remaining = deadline - self._now()
-                if remaining <= 0:
-                    break
-                arrived.clear()
-                timer = clock.call_later(remaining, arrived.set)
-                try:
+            timer = None
+            try:
+                while not self._full():
+                    remaining = deadline - self._now()
+                    if remaining <= 0:
+                        break
+                    arrived.clear()
+                    if timer is None:
+                        timer = clock.call_later(remaining, arrived.set)
+                    self._wake_at = self._size
                     await arrived.wait()
-                finally:
+            finally:
+                self._wake_at = never
+                if timer is not None:
                     timer.cancel()
             batch: list[Pending] = []
             self._take(batch)
@@ -238,7 +302,7 @@ class BatchCollector(Generic[S]):
             slotted.clear()
             self._ahead = batch
             task = self._tasks.spawn(self._run_batch(batch))
-            _join(task, batch, batch)
+            _join(task, batch, batch, self._watch)
 
             def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
                 # cancelled by the owner's close, even before it started: nobody waits forever
@@ -265,7 +329,7 @@ class BatchCollector(Generic[S]):
             pending = queue.popleft()
             if not pending.future.done():
                 batch.append(pending)
-        if self._max_wait is not None:
+        if self._timed:
             self._refuse_late(batch)
             if len(batch) < size and queue:  # room again: the next ones in line
                 self._take(batch)
@@ -310,7 +374,7 @@ class BatchCollector(Generic[S]):
             if self._ahead is batch:
                 self._ahead = []
             self._slotted.set()
-        if self._max_wait is not None:  # the batch formed ahead may have waited too long
+        if self._timed:  # the batch formed ahead may have waited too long
             self._refuse_late(batch)
         # requests that arrived while it waited join it; those that left are dropped
         before = len(batch)
@@ -318,7 +382,7 @@ class BatchCollector(Generic[S]):
             self._take(batch)
             task = asyncio.current_task()
             assert task is not None
-            _join(task, batch, batch[before:])
+            _join(task, batch, batch[before:], self._watch)
         batch[:] = [p for p in batch if not p.future.done()]
         if not batch:
             self._release(slot)
