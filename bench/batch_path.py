@@ -48,7 +48,11 @@ async def _drive(kind: str, requests: int, clients: int) -> int:
     executor = ThreadPoolExecutor(2)
     cls = BatchedModel if kind == "batched" else SingleModel
     instance = NativeModel(
-        inspect_class(cls), ModelConfig(name="m"), model_dir=Path("."), secrets={}, executor=executor
+        inspect_class(cls),
+        ModelConfig(name="m"),
+        model_dir=Path("."),
+        secrets={},
+        executor=executor,
     )
     scheduler: BatchScheduler | DirectScheduler
     if kind == "batched":

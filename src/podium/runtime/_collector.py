@@ -51,7 +51,7 @@ class Pending:
     """One request in a batch queue: what it runs with, and its answer (``future``).
 
     ``tag`` is the owner's (a sequence's Context); ``task`` is the batch it runs in once its
-    batch closed, and ``batch`` that batch's requests; ``slot`` is where it ran, once answered;
+    batch closed; ``slot`` is where it ran, once answered;
     ``trace``: where its span was when it joined, while tracing is on (``podium.tracing``).
     """
 
@@ -62,7 +62,6 @@ class Pending:
         "future",
         "arrived",
         "task",
-        "batch",
         "slot",
         "trace",
         "deadline",
@@ -78,7 +77,6 @@ class Pending:
         self.future = future
         self.arrived = arrived
         self.task: asyncio.Task[None] | None = None
-        self.batch: list[Pending] | None = None
         self.slot: Any = None
         self.trace: Any = None
         self.deadline: float | None = None  # on the collector's clock (max_wait)
@@ -111,7 +109,6 @@ def _join(
     else:
         for pending in joining:
             pending.task = task
-            pending.batch = batch
 
 
 class BatchCollector(Generic[S]):
@@ -186,6 +183,8 @@ class BatchCollector(Generic[S]):
         self._collector: asyncio.Task[None] | None = None
         self._slotted = asyncio.Event()  # the batch formed ahead has its slot, or is gone
         self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
+        # each batch's task and its requests, until it ends (what left() looks at)
+        self._running: dict[asyncio.Task[None], list[Pending]] = {}
         self.batches_run = 0
 
     @property
@@ -235,9 +234,11 @@ class BatchCollector(Generic[S]):
         """The caller waiting for ``pending.future`` was cancelled (its client left): if its
         batch runs and all its clients have left, the batch is cancelled. For an owner that
         does not ``watch``; a request still queued is dropped when its batch is taken."""
-        task, batch = pending.task, pending.batch
-        if task is not None and batch is not None:
-            _abandon(task, batch, None)
+        task = pending.task
+        if task is not None:
+            batch = self._running.get(task)
+            if batch is not None:
+                _abandon(task, batch, None)
 
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
@@ -302,6 +303,7 @@ class BatchCollector(Generic[S]):
             slotted.clear()
             self._ahead = batch
             task = self._tasks.spawn(self._run_batch(batch))
+            self._running[task] = batch
             _join(task, batch, batch, self._watch)
 
             def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
@@ -313,8 +315,9 @@ class BatchCollector(Generic[S]):
             task.add_done_callback(functools.partial(self._gone, slotted, batch))
             await slotted.wait()  # one batch ahead at most
 
-    def _gone(self, slotted: asyncio.Event, batch: list[Pending], _: object) -> None:
+    def _gone(self, slotted: asyncio.Event, batch: list[Pending], task: asyncio.Task[None]) -> None:
         # a batch task that ended (cancelled before it ran, even) is no longer ahead
+        self._running.pop(task, None)
         if self._ahead is batch:
             self._ahead = []
         slotted.set()
