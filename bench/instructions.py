@@ -207,8 +207,10 @@ def _count(
                             raise RuntimeError(f"{path} answered {status}")
 
                 def probe() -> int | None:
-                    sock.sendall(message)
-                    return _batches(_read_response(sock, pending)[1])
+                    # a connection of its own: the first one may have idled past keep-alive
+                    with socket.create_connection(("127.0.0.1", ports[0]), timeout=120) as own:
+                        own.sendall(message)
+                        return _batches(_read_response(own, bytearray())[1])
 
                 while True:  # the model may still be loading: wait for the first 200
                     sock.sendall(message)
