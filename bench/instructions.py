@@ -195,7 +195,7 @@ def main() -> int:
         parser.error("one of --other and --floor")
     extra = {"this": [], "other": [FLOOR] if args.floor else args.other_args.split()}
     trees = {"this": ROOT / "src", "other": ROOT / "src" if args.floor else args.other.resolve()}
-    models = {"this": args.model, "other": args.other_model or args.model}
+    models = {"this": args.model.resolve(), "other": (args.other_model or args.model).resolve()}
     per: dict[str, list[float]] = {name: [] for name in trees}
     idle: dict[str, list[float]] = {name: [] for name in trees}
     for round_ in range(args.repeat):
