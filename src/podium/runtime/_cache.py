@@ -7,19 +7,20 @@ entries), each entry living at most ``ttl_s`` when that is set. It belongs to th
 :class:`~podium.runtime.ModelVersion` it serves, which empties it when the version is unloaded,
 reloaded or removed, so no answer outlives the model that gave it.
 
-**The key** is a 128-bit BLAKE2b digest of, each part length-prefixed so that no two different
-sequences of parts hash the same bytes: the model's name and version; each input's name,
-datatype, shape, parameters and data; each requested output's name and parameters; and the
-request's parameters. Left out, because they cannot change the answer at the point where it is
-kept (before a front end encodes it): the request's ``id`` (a hit answers with the request's
-own), ``timeout`` and ``priority`` (how long and in what order it may wait),
-``binary_data_output`` and each output's ``binary_data`` (how the REST front end writes the
-answer: JSON or binary tensors), and the sequence parameters (a model with sequences is never
-cached). An input's data is hashed as it arrived: a list (JSON, gRPC typed contents) by its
-MessagePack encoding, an array (binary tensors, gRPC raw contents) by its dtype and its bytes,
-each under its own tag; so the same tensor sent as JSON and as binary data is two entries, never
-one answer for two different tensors. A 128-bit digest makes a collision between any two of
-even 10^12 requests a chance below 10^-14 (the birthday bound, n² / 2^129): far below a hardware
+**The key** is a 128-bit BLAKE2b digest of one MessagePack structure (it writes every string's
+and list's length and every value's type, so no two different requests write the same bytes)
+of: the model's name and version; each input's name, datatype, shape, parameters and data; each
+requested output's name and parameters; and the request's parameters (dict keys sorted). Left
+out, because they cannot change the answer at the point where it is kept (before a front end
+encodes it): the request's ``id`` (a hit answers with the request's own), ``timeout`` and
+``priority`` (how long and in what order it may wait), ``binary_data_output`` and each output's
+``binary_data`` (how the REST front end writes the answer: JSON or binary tensors), and the
+sequence parameters (a model with sequences is never cached). An input's data is keyed as it
+arrived, under a tag: a list (JSON, gRPC typed contents) as MessagePack writes it, an array
+(binary tensors, gRPC raw contents) by its dtype, shape and size in the structure and its bytes
+hashed after it; so the same tensor sent as JSON and as binary data is two entries, never one
+answer for two different tensors. A 128-bit digest makes a collision between any two of even
+10^12 requests a chance below 10^-14 (the birthday bound, n² / 2^129): far below a hardware
 fault's, so entries do not keep the full key.
 
 **Size**: each entry counts its outputs' data as Python holds it (an array's ``nbytes``; a list
@@ -56,74 +57,57 @@ IGNORED_PARAMETERS = frozenset(
     {"timeout", "priority", "binary_data_output", "sequence_id", "sequence_start", "sequence_end"}
 )
 #: An output's parameter that only says how the REST front end writes it.
-_OUTPUT_ENCODING = "binary_data"
+_OUTPUT_ENCODING = frozenset({"binary_data"})
 
 _encode = msgspec.msgpack.Encoder(order="sorted").encode
 
 
-class _Unhashable(Exception):
-    """A value the key cannot be made of: the call is not cached."""
+def _kept(params: dict[str, Any] | None, ignored: frozenset[str]) -> dict[str, Any] | None:
+    if not params or ignored.isdisjoint(params):
+        return params
+    return {k: v for k, v in params.items() if k not in ignored} or None
 
 
-def _part(h: Any, data: bytes) -> None:
-    h.update(len(data).to_bytes(8, "little"))
-    h.update(data)
-
-
-def _params(params: dict[str, Any] | None, ignored: frozenset[str] | tuple[str, ...]) -> bytes:
-    if not params:
-        return b""
-    kept = {k: v for k, v in params.items() if k not in ignored} if ignored else params
-    try:
-        return _encode(kept) if kept else b""
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise _Unhashable from exc
-
-
-def _data(h: Any, data: Any) -> None:
+def _data(data: Any, arrays: list[np.ndarray]) -> tuple[Any, ...]:
+    """An input's data as the key's structure has it: a list (or any value) as it is; an array
+    by its dtype, shape and size, its bytes hashed after the structure (no copy of them)."""
     if type(data) is np.ndarray:
         if data.dtype.hasobject:
-            _data(h, data.tolist())
-            return
-        _part(h, b"a" + data.dtype.str.encode())
-        _part(h, repr(data.shape).encode())
-        data = np.ascontiguousarray(data)
-        h.update(data.nbytes.to_bytes(8, "little"))
-        h.update(data)  # the buffer itself: no copy
-        return
-    try:
-        encoded = _encode(data)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise _Unhashable from exc
-    _part(h, b"l")
-    _part(h, encoded)
+            return ("l", data.tolist())
+        arrays.append(data)
+        return ("a", data.dtype.str, data.shape, data.nbytes)
+    return ("l", data)
 
 
 def request_key(name: str, version: str | None, request: InferenceRequest) -> bytes | None:
     """The cache key of ``request`` to that model version (see the module's docstring); None
-    when a part of it cannot be hashed (a value MessagePack cannot write): not cached."""
-    h = hashlib.blake2b(digest_size=16)
-    _part(h, name.encode())
-    _part(h, b"" if version is None else b"v" + version.encode())
+    when a part of it cannot be written (a value MessagePack cannot hold): not cached.
+
+    The parts are one MessagePack structure (its arrays and strings carry their lengths, so no
+    two different requests write the same bytes), followed by the bytes of each array input in
+    input order (their sizes are in the structure)."""
+    arrays: list[np.ndarray] = []
+    outputs = request.outputs
     try:
-        h.update(len(request.inputs).to_bytes(8, "little"))
-        for inp in request.inputs:
-            _part(h, inp.name.encode())
-            _part(h, inp.datatype.encode())
-            _part(h, repr(inp.shape).encode())
-            _part(h, _params(inp.parameters, ()))
-            _data(h, inp.data)
-        outputs = request.outputs
-        if outputs is None:
-            h.update(b"\xff" * 8)  # every output: not the same as none asked for
-        else:
-            h.update(len(outputs).to_bytes(8, "little"))
-            for out in outputs:
-                _part(h, out.name.encode())
-                _part(h, _params(out.parameters, (_OUTPUT_ENCODING,)))
-        _part(h, _params(request.parameters, IGNORED_PARAMETERS))
-    except _Unhashable:
+        structure = _encode(
+            (
+                name,
+                version,
+                [
+                    (i.name, i.datatype, i.shape, i.parameters, _data(i.data, arrays))
+                    for i in request.inputs
+                ],
+                None
+                if outputs is None
+                else [(o.name, _kept(o.parameters, _OUTPUT_ENCODING)) for o in outputs],
+                _kept(request.parameters, IGNORED_PARAMETERS),
+            )
+        )
+    except (TypeError, ValueError, OverflowError):
         return None
+    h = hashlib.blake2b(structure, digest_size=16)
+    for array in arrays:
+        h.update(np.ascontiguousarray(array))
     return h.digest()
 
 
