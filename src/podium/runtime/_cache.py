@@ -107,7 +107,7 @@ def request_key(name: str, version: str | None, request: InferenceRequest) -> by
         return None
     h = hashlib.blake2b(structure, digest_size=16)
     for array in arrays:
-        h.update(np.ascontiguousarray(array))
+        h.update(np.ascontiguousarray(array).data)
     return h.digest()
 
 
