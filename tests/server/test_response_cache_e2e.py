@@ -9,6 +9,7 @@ own input values, so that what one keeps does not answer another.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,3 +264,19 @@ def test_models_without_a_cache_run_every_time(server: Server, model: str) -> No
 def test_the_settings_refusal_is_logged(server: Server) -> None:
     assert "'sequence': response_cache is off: a model with sequence_batching" in server.log
     assert "'streaming': response_cache is off: a streaming model" in server.log
+
+
+def test_a_streaming_call_to_a_cached_model_is_never_cached(server: Server) -> None:
+    def streamed() -> int:
+        r = httpx.post(
+            f"{server.url}/v2/models/cached/infer_stream", json=body([8.0, 1.0]), timeout=PATIENCE
+        )
+        assert r.status_code == 200, r.text
+        [event] = [line for line in r.text.splitlines() if line.startswith("data: ")]
+        answer = json.loads(event.removeprefix("data: "))
+        return int(next(o["data"][0] for o in answer["outputs"] if o["name"] == "CALLS"))
+
+    before = counts(server)[:2]
+    first = streamed()
+    assert streamed() == first + 1
+    assert counts(server)[:2] == before  # neither a hit nor a miss
