@@ -144,7 +144,6 @@ def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> Torc
                 keys[name[3:].lower()] = value
     keys.pop("enable_envvars_config", None)
     found = TorchServeConfig()
-    model_store = keys.get("model_store")
     for key, value in keys.items():
         if key == "models":
             for name, versions in models_of(value, where).items():
@@ -182,6 +181,4 @@ def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> Torc
             found.notes.append(f"{where}: '{key}' is not honoured: {NOT_HONOURED[key]}")
         elif key not in QUIET:
             found.notes.append(f"{where}: '{key}' is not a key Podium knows; it is ignored")
-    if model_store is not None and "model_store" not in found.settings:
-        found.settings["model_store"] = Path(model_store)
     return found
