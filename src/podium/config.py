@@ -565,11 +565,6 @@ class ServerConfig:
             made[group] = cls(**given[group])
             object.__setattr__(self, group.value, made[group])
 
-    @classmethod
-    def keys(cls) -> frozenset[str]:
-        """The keys a ``--config`` YAML file may set (the flags' names with ``_``)."""
-        return frozenset(SETTINGS)
-
 
 #: Each group's class, in the order ``ServerConfig`` makes them (HTTP's before gRPC's).
 _GROUPS: dict[Group, type[_Group]] = {
