@@ -505,37 +505,13 @@ def _stop_started() -> int:
     help="default: NAME.mar (zip); tgz: NAME.tar.gz; no-archive: a directory NAME/.",
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing archive.")
-def archive(
-    model_name: str,
-    handler: Path,
-    version: str | None,
-    serialized_file: Path | None,
-    model_file: Path | None,
-    extra_files: str | None,
-    config_file: Path | None,
-    requirements_file: Path | None,
-    export_path: Path,
-    archive_format: str,
-    force: bool,
-) -> None:
+def archive(extra_files: str | None, **options: Any) -> None:
     """Build a TorchServe model archive (.mar), as torch-model-archiver does."""
     from .model.torchserve import archive_model
 
     extras = [Path(p.strip()) for p in (extra_files or "").split(",") if p.strip()]
     try:
-        dest = archive_model(
-            model_name=model_name,
-            handler=handler,
-            export_path=export_path,
-            version=version,
-            serialized_file=serialized_file,
-            model_file=model_file,
-            extra_files=extras,
-            config_file=config_file,
-            requirements_file=requirements_file,
-            archive_format=archive_format,
-            force=force,
-        )
+        dest = archive_model(extra_files=extras, **options)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {dest}")
