@@ -550,16 +550,13 @@ def archive(extra_files: str | None, **options: Any) -> None:
 def ray_command(
     paths: tuple[Path, ...],
     config_file: Path | None,
-    address: str | None,
-    host: str,
-    port: int,
-    grpc_port: int | None,
-    name: str,
     ingress_replicas: int | None,
     log_level: str | None,
+    **serve: Any,
 ) -> None:
     """Serve the models at PATHS on Ray Serve: a deployment per model version, Podium's HTTP
     protocols through Serve's HTTP proxy (docs/ray.md). Needs Ray: pip install 'podium[ray]'."""
+    # serve: where the application is deployed and its proxies listen, as run() takes them
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -580,7 +577,7 @@ def ray_command(
         raise click.UsageError(str(exc)) from None
     logs.configure(settings.replica.log_level.upper())
     try:
-        code = run(settings, address=address, host=host, port=port, grpc_port=grpc_port, name=name)
+        code = run(settings, **serve)
     except DefinitionError as exc:
         _cannot_start(exc)
         code = 1
