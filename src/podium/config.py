@@ -188,21 +188,14 @@ class ModelConfig:
                     continue
                 if value is not UNSET:
                     values[spec.attr] = value
-        # Between fields: max_workers defaults to min_workers, and is at least it.
-        low, high = FIELDS["min_workers"], FIELDS["max_workers"]
-        if high.attr not in values and low.attr in values:
-            values[high.attr] = max(values[low.attr], high.minimum)
-        if values.get(low.attr, low.default) > values.get(high.attr, high.default):
-            problems.append(
-                f"{where}: '{low.key}' ({values[low.attr]}) must not exceed "
-                f"'{high.key}' ({values[high.attr]})"
-            )
-        levels, default = FIELDS["priority_levels"], FIELDS["default_priority"]
-        if values.get(default.attr, default.default) > values.get(levels.attr, levels.default):
-            problems.append(
-                f"{where}: '{default.key}' ({values.get(default.attr, default.default)}) must "
-                f"not exceed '{levels.key}' ({values.get(levels.attr, levels.default)})"
-            )
+        # Between fields: max_workers defaults to min_workers; each pair's first is at most its
+        # second.
+        if "max_workers" not in values and "min_workers" in values:
+            values["max_workers"] = max(values["min_workers"], FIELDS["max_workers"].minimum)
+        for low, high in (("min_workers", "max_workers"), ("default_priority", "priority_levels")):
+            least, most = (values.get(key, FIELDS[key].default) for key in (low, high))
+            if least > most:
+                problems.append(f"{where}: '{low}' ({least}) must not exceed '{high}' ({most})")
         if "model_metadata" in values:
             try:
                 signature_of(values["model_metadata"])
