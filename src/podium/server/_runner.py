@@ -23,6 +23,7 @@ from ..model.torchserve import read_metrics_yaml
 from ..types import ModelState
 from ._access import AccessLog, RequestIds
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
+from ._exits import exit_now
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
     ConnectionGuard,
@@ -552,8 +553,10 @@ class Podium:
             self._signalled.set()
         elif self._shutdown is not None:
             self._shutdown.force(signum)
-        else:  # still starting: nothing to drain
-            Shutdown.exit_now(128 + signum, self.kill_workers)
+        else:  # still starting: nothing to drain; exit at once, worker processes killed first
+            with contextlib.suppress(Exception):
+                self.kill_workers()
+            exit_now(128 + signum, "a second signal while starting", shut_logging=False)
 
     async def signalled(self) -> int:
         """Wait for the first stop signal; its number."""
