@@ -370,14 +370,14 @@ PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
               "`podium torchserve --stop` stops it).")  # fmt: skip
 @click.option("--stop", is_flag=True, help="Stop the server `--start` started here.")
 @click.option("--foreground", is_flag=True, help="Run in the foreground (as --start does).")
-@click.option("--model-store", type=click.Path(path_type=Path), default=None)
+@_option(SETTINGS["model_store"])
 @click.option("--models", "models", multiple=True, help="name=file.mar, file.mar, a bare name "
               "in the model store, or all; several after one --models, as TorchServe.")  # fmt: skip
 @click.argument("more_models", nargs=-1, metavar="")
 @click.option("--ts-config", type=_FILE)
 @click.option("--ncs", "--no-config-snapshots", "ncs", is_flag=True,
               help="Accepted: Podium takes no config snapshots.")  # fmt: skip
-@click.option("--disable-token-auth", is_flag=True, help="No token authorization.")
+@_option(SETTINGS["auth"])
 @click.option("--enable-model-api", is_flag=True,
               help="Accepted: Podium's management API registers models with its key.")  # fmt: skip
 @click.option("--log-config", type=click.Path(path_type=Path), default=None,
@@ -392,7 +392,7 @@ def torchserve_command(
     models: tuple[str, ...],
     ts_config: Path | None,
     ncs: bool,
-    disable_token_auth: bool,
+    auth: bool | None,
     enable_model_api: bool,
     log_config: Path | None,
     workflow_store: Path | None,
@@ -415,9 +415,7 @@ def torchserve_command(
         click.echo(f"podium: --workflow-store {workflow_store} is not read: TorchServe's "
                    "workflows (.war, /workflows, /wfpredict) are not served (docs/migrating.md)",
                    err=True)  # fmt: skip
-    flags: dict[str, Any] = {"model_store": model_store}
-    if disable_token_auth:
-        flags["auth"] = False
+    flags = {"model_store": model_store, "auth": auth}
     PID_FILE.write_text(str(os.getpid()), encoding="utf-8")
     try:
         entries = [one.strip() for entry in models for one in entry.split(",")]
