@@ -303,8 +303,7 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
     params = data.get("parameters") or {}
     if params.get("version") is not None:
         params["version"] = str(params["version"])
-    params.setdefault("uri", str(source.model_dir))
-    if params.get("uri") is None:
+    if params.get("uri") is None:  # absent or null: the folder
         params["uri"] = str(source.model_dir)
     # the worker's GPU (docs/devices.md) where MLServer's runtimes look for it: HuggingFace's
     # reads parameters.extra.device (a number; its default -1 is the CPU)
