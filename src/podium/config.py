@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit, check
+from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit
 from ._server_fields import (
     MODEL_DEFAULTS,
     SETTINGS,
@@ -343,6 +343,21 @@ class ConnectionLimits(_Group):
     max_connections: int | None = _setting("max_connections")
 
 
+#: GrpcLimits' fields that are no settings, checked as settings are: the HTTP listeners'
+#: connection cap and handshake time (``ServerConfig`` gives it theirs), and two fixed limits.
+_GRPC_OWN: dict[str, Setting] = {
+    s.key: s
+    for s in (
+        Setting("max_connections", Kind.INTEGER, 1000, Group.GRPC, "", minimum=1, below=2**31),
+        Setting("handshake_timeout", Kind.NUMBER, _setting("header_timeout"), Group.GRPC, "",
+                minimum=0.001, below=math.inf, unit=Unit.SECONDS),
+        Setting("max_ping_strikes", Kind.INTEGER, 2, Group.GRPC, "", below=2**31),
+        Setting("max_metadata_size", Kind.INTEGER, 16 * 1024, Group.GRPC, "", minimum=1,
+                below=2**31),
+    )
+}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class GrpcLimits(_Group):
     """What a gRPC listener allows its clients (``server/grpc/_limits.py``); times in seconds
@@ -359,30 +374,10 @@ class GrpcLimits(_Group):
     keepalive_time: float = _setting("grpc_keepalive_time")
     keepalive_timeout: float = _setting("grpc_keepalive_timeout")
     min_ping_interval: float = _setting("grpc_min_ping_interval")
-    max_connections: int = 1000
-    handshake_timeout: float = _setting("header_timeout")
-    max_ping_strikes: int = 2  #: 0: never GOAWAY for pings
-    max_metadata_size: int = 16 * 1024
-
-    def __post_init__(self) -> None:
-        _Group.__post_init__(self)
-        for key, least in (
-            ("max_connections", 1),
-            ("max_metadata_size", 1),
-            ("max_ping_strikes", 0),
-        ):
-            value = getattr(self, key)
-            check(Kind.INTEGER, key, value, minimum=least, below=2**31, name=key.replace("_", "-"))
-        timeout = check(
-            Kind.NUMBER,
-            "handshake_timeout",
-            self.handshake_timeout,
-            minimum=0.001,
-            below=math.inf,
-            unit=Unit.SECONDS,
-            name="handshake-timeout",
-        )
-        object.__setattr__(self, "handshake_timeout", timeout)
+    max_connections: int = _GRPC_OWN["max_connections"].default
+    handshake_timeout: float = _GRPC_OWN["handshake_timeout"].default
+    max_ping_strikes: int = _GRPC_OWN["max_ping_strikes"].default  #: 0: never GOAWAY for pings
+    max_metadata_size: int = _GRPC_OWN["max_metadata_size"].default
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,7 +511,8 @@ class Web(_Group):
 
 
 _BY_GROUP: dict[Group, tuple[Setting, ...]] = {
-    group: tuple(s for s in SETTINGS.values() if s.group is group) for group in Group
+    group: tuple(s for s in (*SETTINGS.values(), *_GRPC_OWN.values()) if s.group is group)
+    for group in Group
 }
 
 
