@@ -312,7 +312,9 @@ class Podium:
             max_message_size=wire.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
             relay=not wire.grpc_aio,
-            authorize=None if inference_keys is None else self._authorize_inference,
+            authorize=None
+            if inference_keys is None
+            else functools.partial(inference_keys.check_metadata, kind="inference"),
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
         )
@@ -482,10 +484,6 @@ class Podium:
     def connection_statistics(self) -> dict[str, ConnectionStatistics]:
         """Each HTTP listener's connections and limit counters, by listener name."""
         return {name: guard.statistics() for name, guard in self._guards.items()}
-
-    def _authorize_inference(self, metadata: Any) -> None:
-        assert self.authorizer is not None
-        self.authorizer.check_metadata(metadata, "inference")
 
     async def _start_management(self) -> None:
         """The management API, REST and gRPC, on the management host (loopback by default)."""
