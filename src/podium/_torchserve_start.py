@@ -128,10 +128,12 @@ def _model_settings(where: str, name: str, settings: Mapping[str, Any]) -> dict[
     return found
 
 
-def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> TorchServeConfig:
-    """``path`` (a ``config.properties``) as Podium's settings; ``PropertiesError`` names the
-    key it cannot take. With ``enable_envvars_config=true``, ``TS_<KEY>`` environment variables
-    win over the file, as in TorchServe."""
+def read_ts_config(path: Path | None, environ: Mapping[str, str] | None = None) -> TorchServeConfig:
+    """``path`` (a ``config.properties``; None: none) as Podium's settings; ``PropertiesError``
+    names the key it cannot take. With ``enable_envvars_config=true``, ``TS_<KEY>`` environment
+    variables win over the file, as in TorchServe."""
+    if path is None:
+        return TorchServeConfig()
     where = str(path)
     try:
         keys = parse_properties(path.read_text(encoding="utf-8"), where)

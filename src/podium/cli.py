@@ -186,9 +186,14 @@ def _serve(
     reads them), then ``config_file``, then ``flags``; ``models``: TorchServe's ``--models``
     entries (``name=file.mar``, ...), served with its ``load_models``."""
     from ._mlserver_start import server_settings
+    from ._properties import PropertiesError
+    from ._torchserve_start import read_ts_config
     from .runtime import ModelSettings
 
-    start = _ts_start(ts_config)
+    try:
+        start = read_ts_config(ts_config)
+    except PropertiesError as exc:
+        raise click.UsageError(str(exc)) from None
     mls = server_settings(settings_file, paths, start=mlserver_start)
     alone = () if mls.model is None else (mls.model,)
     if alone:  # mlserver start FOLDER: no model-settings.json, the variables' model
@@ -274,19 +279,6 @@ def _cannot_start(exc: Exception) -> None:
     else:  # UnsafeExposure, TracingUnavailable
         what = "refusing to start" if isinstance(exc, UnsafeExposure) else "cannot trace"
         click.echo(f"podium: {what}: {exc}", err=True)
-
-
-def _ts_start(ts_config: Path | None) -> Any:
-    """``config.properties`` read (``_torchserve_start.TorchServeConfig``; empty: none)."""
-    from ._properties import PropertiesError
-    from ._torchserve_start import TorchServeConfig, read_ts_config
-
-    if ts_config is None:
-        return TorchServeConfig()
-    try:
-        return read_ts_config(ts_config)
-    except PropertiesError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def _store_entry(entry: str, store: Path | None) -> tuple[Path | None, str | None]:
