@@ -30,12 +30,11 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     pending: str | None = None
     start = 0
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.lstrip(_BLANKS) if pending is not None else raw
+        line = raw.lstrip(_BLANKS)  # leading blanks go, a continued line's too
         if pending is None:
-            stripped = line.lstrip(_BLANKS)
-            if not stripped or stripped[0] in "#!":
+            if not line or line[0] in "#!":
                 continue
-            line, start = stripped, number
+            start = number
         trailing = len(line) - len(line.rstrip("\\"))
         if trailing % 2 == 1:  # continued on the next line
             pending = (pending or "") + line[:-1]
