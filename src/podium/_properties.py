@@ -12,6 +12,7 @@ continued lines.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__ = ["PropertiesError", "models_of", "parse_properties"]
@@ -68,22 +69,16 @@ def _unescape(text: str, where: str) -> str:
     return "".join(out)
 
 
+#: A logical line: its key (up to the first ``=``, ``:`` or blank not escaped), blanks, one ``=``
+#: or ``:``, blanks, and its value; every part may be empty.
+_KEY_VALUE = re.compile(r"((?:\\.?|[^\\=: \t\f])*)[ \t\f]*[=:]?[ \t\f]*(.*)", re.DOTALL)
+
+
 def _split(line: str) -> tuple[str, str]:
     """The raw key and raw value of a logical line, as ``Properties.load`` splits them."""
-    i = 0
-    while i < len(line):
-        char = line[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char in "=:" or char in _BLANKS:
-            break
-        i += 1
-    key, rest = line[:i], line[i:]
-    rest = rest.lstrip(_BLANKS)
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(_BLANKS)
-    return key, rest
+    found = _KEY_VALUE.match(line)
+    assert found is not None  # the pattern matches any text
+    return found[1], found[2]
 
 
 def parse_properties(text: str, where: str = "config.properties") -> dict[str, str]:
