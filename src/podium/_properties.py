@@ -47,26 +47,20 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return lines
 
 
+#: An escape: a backslash and the character after it, with up to four more after a ``u``.
+_ESCAPE = re.compile(r"\\(u(.{0,4})|.)", re.DOTALL)
+
+
 def _unescape(text: str, where: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char != "\\" or i + 1 == len(text):
-            out.append(char)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                raise PropertiesError(f"{where}: malformed \\uxxxx escape")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
+    def one(found: re.Match[str]) -> str:
+        digits = found[2]
+        if digits is None:
+            return _ESCAPES.get(found[1], found[1])
+        if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+            raise PropertiesError(f"{where}: malformed \\uxxxx escape")
+        return chr(int(digits, 16))
+
+    return _ESCAPE.sub(one, text)
 
 
 #: A logical line: its key (up to the first ``=``, ``:`` or blank not escaped), blanks, one ``=``
