@@ -436,12 +436,8 @@ def _stop_started() -> int:
     """``torchserve --stop``: SIGTERM to the server ``--start`` started, and wait for it."""
     try:
         pid = int(PID_FILE.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        click.echo("podium: no server started with `podium torchserve --start` is running")
-        return 0
-    try:
         os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
+    except (OSError, ValueError):  # no pid file, or none in it, or its process is gone
         PID_FILE.unlink(missing_ok=True)
         click.echo("podium: no server started with `podium torchserve --start` is running")
         return 0
