@@ -64,10 +64,10 @@ def test_config_properties_in_podiums_words(tmp_path: Path) -> None:
     found = read_ts_config(path, environ={})
     # metrics.yaml and metrics_mode are read (docs/metrics.md, "TorchServe's names")
     assert found.settings["ts_metrics"] == "prometheus"
-    assert found.settings["metrics_config"] == Path("metrics.yaml")
+    assert found.settings["metrics_config"] == "metrics.yaml"
     assert any("'model_metrics_auto_detect' is not honoured" in n for n in found.notes)
     assert found.settings["host"] == "127.0.0.1" and found.settings["http_port"] == 9080
-    assert found.settings["model_store"] == store
+    assert found.settings["model_store"] == str(store)
     assert found.settings["auth"] is False  # disable_token_authorization=true
     assert found.defaults == {"min_workers": 2, "max_queue_size": 50}
     assert found.models == {

@@ -101,9 +101,7 @@ def _typed(where: str, key: str, kind: Kind, value: str) -> Any:
                 return value.strip().lower() == "true"
             case Kind.LIST:
                 return tuple(v.strip() for v in value.split(",") if v.strip())
-            case Kind.PATH:
-                return Path(value)
-            case _:
+            case _:  # text, and paths: ServerConfig makes a Path of it
                 return value
     except ValueError:
         raise PropertiesError(f"{where}: '{key}' is not a {kind.value}: {value!r}") from None
