@@ -219,11 +219,11 @@ class Podium:
         ``--otel`` and the ``OTEL_*`` variables decide (``_otel.py``)."""
         self.config = config
         self.paths = paths
-        #: model settings from outside the models' own files (``runtime.ModelSettings``, made
-        #: from TorchServe's config.properties), or None
         #: TorchServe's metrics.yaml (``--metrics-config``; its own by default): read here, so
         #: that a wrong file stops the start (the CLI tells every start-up model where it is)
         self.ts_metrics = read_metrics_yaml(config.logs.metrics_config)
+        #: model settings from outside the models' own files (``runtime.ModelSettings``, made
+        #: from TorchServe's config.properties and MLServer's settings.json), or None
         self.model_settings = model_settings
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
