@@ -184,10 +184,6 @@ def _cors_origin(name: str, value: str) -> str:
     return origin
 
 
-def _method(name: str, value: str) -> str:
-    return value if value == "*" else _header_name(name, value.strip()).upper()
-
-
 def _header_or_any(name: str, value: str) -> str:
     return value if value == "*" else _header_name(name, value.strip())
 
@@ -496,8 +492,9 @@ _TABLE = (
     Setting("cors_allow_credentials", _F, False, _WEB, attr="allow_credentials",
             mlserver="cors_settings.allow_credentials",
             help="CORS: let pages send cookies and Authorization (Access-Control-Allow-Credentials)"),
-    Setting("cors_allow_methods", Kind.LIST, ("GET",), _WEB, refine=_each(_method),
-            attr="allow_methods", shown="GET", mlserver="cors_settings.allow_methods",
+    Setting("cors_allow_methods", Kind.LIST, ("GET",), _WEB, attr="allow_methods", shown="GET",
+            refine=_each(lambda name, v: _header_or_any(name, v).upper()),
+            mlserver="cors_settings.allow_methods",
             help="CORS: a method a preflight admits (repeatable; '*': any)"),
     Setting("cors_allow_headers", Kind.LIST, (), _WEB, refine=_each(_header_or_any),
             attr="allow_headers", shown="the CORS-safelisted ones",
