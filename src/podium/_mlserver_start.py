@@ -150,7 +150,8 @@ def _checked(where: str, key: str, kind: str, value: Any) -> Any:
     try:
         return lax_value(base, value)
     except ValueError:
-        name = {"bool": "true or false", "int": "an integer", "str": "a string"}[base]
+        name = {"bool": "true or false", "int": "an integer", "str": "a string"}.get(base)
+        name = name or "a list of strings"
         raise MLServerSettingsError(f"{where}: '{key}' must be {name}, got {value!r}") from None
 
 
@@ -192,8 +193,9 @@ def read_settings_json(
 
 # MLServer's CORSSettings: each key's kind (null: its default, as Starlette would be given it).
 _CORS_KINDS: Mapping[str, str] = {
-    "allow_origins": "list", "allow_origin_regex": "str?", "allow_credentials": "bool?",
-    "allow_methods": "list", "allow_headers": "list", "expose_headers": "list", "max_age": "int?",
+    "allow_origins": "list?", "allow_origin_regex": "str?", "allow_credentials": "bool?",
+    "allow_methods": "list?", "allow_headers": "list?", "expose_headers": "list?",
+    "max_age": "int?",
 }  # fmt: skip
 
 
@@ -209,18 +211,10 @@ def _cors(found: MLServerConfig, where: str, value: Any) -> None:
                 "MLServer ignores it)"
             )
             continue
-        if item is None:
-            continue
-        if kind == "list":
-            if not isinstance(item, list) or not all(isinstance(v, str) for v in item):
-                raise MLServerSettingsError(
-                    f"{where}: 'cors_settings.{key}' must be a list of strings, got {item!r}"
-                )
-            item = tuple(item)
-        else:
-            item = _checked(where, f"cors_settings.{key}", kind, item)
+        item = _checked(where, f"cors_settings.{key}", kind, item)
         for row in foreign("mlserver", f"cors_settings.{key}"):
-            found.settings[row.key] = item
+            if item is not None:  # null: MLServer's default
+                found.settings[row.key] = item
 
 
 #: How a value of MLServer's becomes the value of the Podium setting(s) its table row names,

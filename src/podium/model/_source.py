@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import MODEL_KEYS, ModelConfig
-from ..errors import DefinitionError
+from ..errors import DefinitionError, model_label
 from ._owned import Owned
 
 if TYPE_CHECKING:  # the truss package imports this module
@@ -152,8 +152,7 @@ class ModelSource:
 
     @property
     def label(self) -> str:
-        version = f" version '{self.config.version}'" if self.config.version else ""
-        return f"model '{self.config.name}'{version} ({self.file})"
+        return f"{model_label(self.config.name, self.config.version)} ({self.file})"
 
     def torchserve_parts(self) -> TorchServeParts:
         """The TorchServe adapter's parts; ``ValueError`` for a model of another contract."""

@@ -89,12 +89,16 @@ def model_paths(path: Path) -> list[Path]:
     model, so that it imports no other model's code and extracts no other archive)."""
     if not path.exists() or _is_model(path):
         return [path]
+    return [p for p in _entries(path) if _is_model(p)]
+
+
+def _entries(repository: Path) -> list[Path]:
+    """What a model repository may hold, in order: its directories and TorchServe archives (a
+    TorchServe model store holds .mar files), less hidden and private ones."""
     return sorted(
         p
-        for p in path.iterdir()
-        if not p.name.startswith((".", "_"))
-        and (p.is_dir() or torchserve.is_source(p))
-        and _is_model(p)
+        for p in repository.iterdir()
+        if not p.name.startswith((".", "_")) and (p.is_dir() or torchserve.is_source(p))
     )
 
 
@@ -121,15 +125,8 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
                 data = {**shared, **own, "version": own.get("version", sub.name)}
                 found.append(_source(sub / "model.py", sub, data, path.name, own_cfg))
         elif top:
-            # Model directories, and TorchServe archives (a TorchServe model store holds .mar files).
-            entries = sorted(
-                p
-                for p in path.iterdir()
-                if not p.name.startswith((".", "_"))
-                and (p.is_dir() or (p.is_file() and torchserve.is_source(p)))
-            )
             before = len(found) + len(problems)
-            for sub in entries:
+            for sub in _entries(path):
                 _discover(sub, found, problems, top=False)
             if len(found) + len(problems) == before:
                 problems.append(f"{path}: holds no model (no model.py, no model subdirectories)")

@@ -93,12 +93,14 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 def lax_value(kind: str, value: Any) -> Any:
     """``value`` as pydantic's lax mode reads a field of ``kind`` (``bool``, ``int``, ``float``,
-    ``str``, ``json``: anything): a boolean from 0/1 or a true/false word, a number from the
+    ``str``, ``list`` (of strings, as a tuple), ``json``: anything): a boolean from 0/1 or a true/false word, a number from the
     text of one, an integer from a whole float (MLServer's own examples write ``"debug":
     "true"``, and variables are text); ``ValueError`` otherwise. The one reading of MLServer's
     values, from its files and from its variables."""
     if kind == "json" or (kind == "str" and isinstance(value, str)):
         return value
+    if kind == "list" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
     if isinstance(value, str):
         text = value.strip().lower()
         if kind == "bool" and (text in _TRUE or text in _FALSE):
@@ -310,8 +312,7 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
     params = data.get("parameters") or {}
     if params.get("version") is not None:
         params["version"] = str(params["version"])
-    params.setdefault("uri", str(source.model_dir))
-    if params.get("uri") is None:
+    if params.get("uri") is None:  # absent or null: the folder
         params["uri"] = str(source.model_dir)
     # the worker's GPU (docs/devices.md) where MLServer's runtimes look for it: HuggingFace's
     # reads parameters.extra.device (a number; its default -1 is the CPU)
