@@ -114,6 +114,7 @@ def test_model_config_all_keys() -> None:
         "workers_per_device": 2,
         "devices_per_worker": 1,
         "predict_concurrency_per": "worker",
+        "response_cache": {"ttl_s": 5},
         "ray": {"num_cpus": 2, "max_ongoing_requests": 8},
     }
     assert set(data) == MODEL_KEYS

@@ -27,7 +27,13 @@ import click
 from .config import FIELDS, MODEL_DEFAULTS, UNSET, foreign
 from .errors import DefinitionError
 from .model import ModelSource
-from .model.mlserver import environment_model, environment_values, lax_value, read_json_object
+from .model.mlserver import (
+    MLSERVER_CACHE_SIZE,
+    environment_model,
+    environment_values,
+    lax_value,
+    read_json_object,
+)
 
 __all__ = [
     "MLSERVER_DEFAULTS",
@@ -101,13 +107,24 @@ _NOT_HONOURED: Mapping[str, tuple[Callable[[Any], bool], str]] = {
         "Podium's logging is set with --log-level and --log-format (json)",
     ),
     "kafka_enabled": (bool, "Podium serves no Kafka topics"),
-    "cache_enabled": (bool, "Podium has no response cache"),
+    # MLServer caches a model when both this and its model-settings.json's cache_enabled say
+    # so; in Podium each model's own cache_enabled (or response_cache) is enough
+    "cache_enabled": (
+        lambda v: v is False,
+        "each model's own cache_enabled (model-settings.json) turns its response cache on "
+        "(docs/mlserver.md)",
+    ),
+    # one cache of N answers shared by every model in MLServer; one per model in Podium
+    "cache_size": (
+        lambda v: v != MLSERVER_CACHE_SIZE,
+        f"each model's cache keeps {MLSERVER_CACHE_SIZE} answers (MLServer's default); set "
+        "podium.response_cache.max_entries in its model-settings.json for another bound",
+    ),
 }
 
 #: Keys that need nothing here: what they say is Podium's behaviour, or they only matter with a
 #: key above that is off.
-_QUIET = frozenset({"metrics_dir", "kafka_servers", "kafka_topic_input", "kafka_topic_output",
-                    "cache_size"})  # fmt: skip
+_QUIET = frozenset({"metrics_dir", "kafka_servers", "kafka_topic_input", "kafka_topic_output"})
 
 
 @dataclass

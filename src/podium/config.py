@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit
+from ._model_fields import FIELDS, UNSET, Field, Kind, ResponseCacheSettings, Spelling, Unit
 from ._server_fields import (
     MODEL_DEFAULTS,
     SETTINGS,
@@ -52,6 +52,7 @@ __all__ = [
     "ModelConfig",
     "Protocols",
     "Registration",
+    "ResponseCacheSettings",
     "Secrets",
     "ServerConfig",
     "Serving",
@@ -156,6 +157,8 @@ class ModelConfig:
     workers_per_device: int = _default("workers_per_device")
     devices_per_worker: int = _default("devices_per_worker")
     predict_concurrency_per: str = _default("predict_concurrency_per")
+    # The response cache (docs/scaling.md): None, off.
+    response_cache: ResponseCacheSettings | None = _default("response_cache")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from podium.config import FIELDS, MODEL_KEYS, ModelConfig
+from podium.config import FIELDS, MODEL_KEYS, ModelConfig, ResponseCacheSettings
 from podium.errors import DefinitionError
 from podium.model import ModelSource
 from podium.model.discovery import discover, import_model
@@ -213,6 +213,10 @@ VALID: dict[str, tuple[str, Any]] = {
     "default_priority": ("1", 1),
     "priority_aging": ("500", 500.0),
     "predict_concurrency_per": ("worker", "worker"),
+    "response_cache": (
+        "{max_bytes: 1024, ttl_s: 30}",
+        ResponseCacheSettings(max_bytes=1024, ttl_s=30.0),
+    ),
 }
 
 INVALID: dict[str, str] = {
@@ -247,6 +251,7 @@ INVALID: dict[str, str] = {
     "default_priority": "0",
     "priority_aging": "0",
     "predict_concurrency_per": "gpu",
+    "response_cache": "lots",
 }
 
 

@@ -9,9 +9,11 @@ Every key MLServer defines is accepted or refused with an error naming the key a
 - ``parallel_workers``: N ≥ 1 → ``workers: process`` with N workers; 0 → ``workers: thread``;
 - ``platform``, ``inputs``, ``outputs``, ``parameters.content_type`` → the model's metadata;
 - ``parameters.uri`` (default: the folder), ``format``, ``extra`` and any other parameter reach
-  the runtime in ``settings.parameters``; ``versions``, ``warm_workers``, ``cache_enabled``,
+  the runtime in ``settings.parameters``; ``versions``, ``warm_workers``,
   ``parameters.inference_pool_gid`` / ``autogenerate_inference_pool_gid`` are accepted and have
   no effect;
+- ``cache_enabled: true`` → ``response_cache: {max_entries: 100}`` (MLServer's default
+  ``cache_size``; a ``podium.response_cache`` wins), docs/mlserver.md;
 - ``parameters.environment_tarball`` (relative to the file's folder) / ``environment_path``: the
   model runs in worker processes from that environment (:func:`declared_environment`);
 - ``podium``: Podium's own ``config.yaml`` keys for this model (``predict_concurrency``,
@@ -51,6 +53,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("podium.model")
+
+#: MLServer's default ``cache_size`` (settings.json): how many answers its one cache keeps.
+MLSERVER_CACHE_SIZE = 100
 
 SETTINGS_FILE = "model-settings.json"
 
@@ -285,6 +290,8 @@ def read_settings(
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
     refused = {key: f"cannot be set here; use '{spelling}'" for key, spelling in _MAPPED.items()}
+    if data.get("cache_enabled") is True:  # MLServer's cache: an LRU of cache_size entries
+        config["response_cache"] = {"max_entries": MLSERVER_CACHE_SIZE}
     config.update(podium_section(data.get("podium"), where, problems, refused, _NOT_HERE))
     DefinitionError.check(problems)
     folder = path.parent.resolve()
