@@ -100,7 +100,6 @@ class _Lane(StepLoop):
             del lanes[self.worker]
 
     async def _step(self, batch: list[_Request]) -> BaseException | None:
-        self.owner.steps += 1
         error = await super()._step(batch)
         if isinstance(error, WorkerDied):  # the process, and every generation it held, is gone
             for req in self.active:
@@ -113,7 +112,7 @@ class ContinuousScheduler(PoolScheduler):
 
     ``stream(inputs, request)`` yields the items of one request as the steps emit them;
     ``infer`` gathers them into a list (the data plane streams continuous models and gathers
-    on non-streaming routes itself). ``steps`` counts the steps run.
+    on non-streaming routes itself).
     """
 
     def __init__(
@@ -129,7 +128,6 @@ class ContinuousScheduler(PoolScheduler):
         self._tasks = TaskSet()  # the lanes' loops
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
-        self.steps = 0
         pool.on_worker_lost = self._on_worker_lost
 
     # -- the Scheduler protocol ----------------------------------------------------------------
@@ -151,11 +149,11 @@ class ContinuousScheduler(PoolScheduler):
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
-        and ``steps`` (steps run)."""
+        and ``steps`` (steps run: the version's counter)."""
         stats = self._pool.statistics()
         stats["active"] = sum(lane.load for lane in self._lanes.values())
         stats["queued"] = sum(1 for r in self._waiting if not r.gone)
-        stats["steps"] = self.steps
+        stats["steps"] = self._stats.steps
         return stats
 
     async def infer(self, inputs: Any, request: Any) -> list[Any]:
