@@ -6,10 +6,10 @@ each of its workers gets (docs/devices.md).
   the dry run of ``bench/gpu.py`` give the server a :class:`FakeInventory` instead: by
   :func:`set_inventory`, or with ``PODIUM_FAKE_GPUS=N`` in the server's environment (an
   operator's switch; nothing a client sends reaches it).
-- **Placement** (:class:`Placement`): what a model's config asks (``devices``,
-  ``workers_per_device``, ``devices_per_worker``), resolved against the inventory into the
-  device groups its workers take (:func:`resolve`): a clear load error when it asks for GPUs
-  that are not there; ``auto`` falls back to the CPU.
+- **Placement**: what a model's config asks (``devices``, ``workers_per_device``,
+  ``devices_per_worker``), resolved against the inventory into the device groups its workers
+  take (:func:`resolve`): a clear load error when it asks for GPUs that are not there; ``auto``
+  falls back to the CPU.
 - **Assignment** (:class:`DeviceAssigner`): each new worker takes the group holding the fewest
   workers (lowest first: round-robin as workers start); a worker that is replaced (it died, was
   stuck, its device failed) gives its group to its replacement.
@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..config import ModelConfig
 from ..devices import CPU, DEVICE_ENV
 from ..errors import DefinitionError
 
@@ -40,7 +41,6 @@ __all__ = [
     "Inventory",
     "NoInventory",
     "NvmlInventory",
-    "Placement",
     "assigner_for",
     "describe_group",
     "device_name",
@@ -307,31 +307,13 @@ def set_inventory(value: Inventory | None) -> None:
 Group = tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a model's workers run, as its config says (``devices``: ``"auto"``, ``"cpu"``,
-    ``"gpu"`` or GPU numbers; ``workers_per_device``: 0 = ``min_workers`` decides;
-    ``devices_per_worker``: GPUs each worker holds)."""
-
-    devices: str | tuple[int, ...] = "auto"
-    workers_per_device: int = 0
-    devices_per_worker: int = 1
-
-    @classmethod
-    def of(cls, config: Any) -> Placement:
-        return cls(
-            getattr(config, "devices", "auto"),
-            getattr(config, "workers_per_device", 0),
-            getattr(config, "devices_per_worker", 1),
-        )
-
-
-def resolve(placement: Placement, found: Inventory, label: str) -> tuple[Group, ...]:
-    """The device groups ``placement`` gives a model's workers on this machine: ``((),)`` for
-    the CPU, else groups of ``devices_per_worker`` GPUs (GPUs left over are not used).
-    ``DefinitionError`` (the model fails to load, saying why) where it asks for GPUs that are
-    not there; ``auto`` without GPUs is the CPU (logged)."""
-    asked = placement.devices
+def resolve(config: ModelConfig, found: Inventory, label: str) -> tuple[Group, ...]:
+    """The device groups a model's config gives its workers on this machine (``devices``:
+    ``"auto"``, ``"cpu"``, ``"gpu"`` or GPU numbers): ``((),)`` for the CPU, else groups of
+    ``devices_per_worker`` GPUs (GPUs left over are not used). ``DefinitionError`` (the model
+    fails to load, saying why) where it asks for GPUs that are not there; ``auto`` without GPUs
+    is the CPU (logged)."""
+    asked = config.devices
     gpus = found.gpus()
     numbers = [g.index for g in gpus]
     why = getattr(found, "reason", "no GPU was found")
@@ -355,7 +337,7 @@ def resolve(placement: Placement, found: Inventory, label: str) -> tuple[Group, 
                 f"{list(asked)}), but this machine has GPU {have}"
             )
         chosen = list(asked)
-    per = placement.devices_per_worker
+    per = config.devices_per_worker
     if per > len(chosen):
         raise DefinitionError(
             f"{label} asks for {per} GPUs per worker (devices_per_worker), but it may use "
@@ -447,14 +429,14 @@ class DeviceAssigner:
         return self.per_group * len(self.groups)
 
 
-def assigner_for(config: Any, label: str, found: Inventory | None = None) -> DeviceAssigner:
-    """The assigner of a model version's workers, from its config, on this machine."""
+def assigner_for(config: ModelConfig, label: str, found: Inventory | None = None) -> DeviceAssigner:
+    """The assigner of a model version's workers, from its config (``workers_per_device``: 0 =
+    ``min_workers`` decides), on this machine."""
     found = inventory() if found is None else found
-    placement = Placement.of(config)
-    groups = resolve(placement, found, label)
+    groups = resolve(config, found, label)
     local = {g.index: g.local for g in found.gpus()}
-    hide = placement.devices == "cpu"
-    return DeviceAssigner(groups, placement.workers_per_device, hide, local)
+    hide = config.devices == "cpu"
+    return DeviceAssigner(groups, config.workers_per_device, hide, local)
 
 
 def describe_group(group: Group) -> str:
