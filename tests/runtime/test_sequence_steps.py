@@ -101,7 +101,7 @@ async def test_requests_of_several_sequences_share_each_step_and_each_gets_its_i
         ([2, 3], ["s1", "s2"]),
         ([3], ["s2"]),
     ]
-    await wait_until(lambda: len(tasks) == 0)  # idle: the loop's task ended, its slot went back
+    await wait_until(lambda: not tasks._tasks)  # idle: the loop's task ended, its slot went back
     assert gate.held == 0 and steps.stats.steps == 3
 
 

@@ -177,9 +177,6 @@ class TaskSet:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._log = log
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     def spawn(self, coro: Coroutine[Any, Any, T], what: str | None = None) -> asyncio.Task[T]:
         """Run ``coro`` in a task of this set (it leaves the set when it ends). Without
         ``log``, in a context of its own: it serves no one request (a collector, a batch), so
