@@ -137,17 +137,15 @@ class PoolScheduler:
         """A model that reads a stream of requests reads it unbatched, outside any sequence."""
         return self._activity.through(stream_inputs_through(self._pool, inputs, request))
 
-    async def _stream(self, inputs: Any, request: Any, streams: bool) -> AsyncGenerator[Any, None]:
+    def _stream(self, inputs: Any, request: Any, streams: bool) -> AsyncGenerator[Any, None]:
         """One request's items, one by one on a worker's slot where the model ``streams``
         (:func:`stream_through`), else its one answer."""
-        if not streams:
-            yield await self.infer(inputs, request)  # type: ignore[attr-defined]
-            return
-        async with contextlib.aclosing(
-            self._activity.through(stream_through(self._pool, inputs, request))
-        ) as items:
-            async for item in items:
-                yield item
+        if streams:
+            return self._activity.through(stream_through(self._pool, inputs, request))
+        return self._answer(inputs, request)
+
+    async def _answer(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        yield await self.infer(inputs, request)  # type: ignore[attr-defined]
 
 
 class SequenceScheduling(Scheduler, Protocol):
