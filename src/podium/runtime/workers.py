@@ -295,9 +295,6 @@ class WorkerPool:
             )
         return ""
 
-    def _note_loss(self, what: str) -> None:
-        self._losses.append((time.monotonic(), what))
-
     def preprocessor(self) -> ModelInstance:
         """The instance a thread version's ``preprocess`` runs on: the least-loaded ready one."""
         best = None
@@ -476,7 +473,7 @@ class WorkerPool:
         self.gate.remove(worker)
         self.devices.vacate(worker.id)
         self._report_lost(worker, how)
-        self._note_loss(loss)
+        self._losses.append((time.monotonic(), loss))
         self.stats.restarted(why)
         self._spawn_replace()
         if retire:
