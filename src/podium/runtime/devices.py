@@ -43,7 +43,6 @@ __all__ = [
     "NvmlInventory",
     "assigner_for",
     "describe_group",
-    "device_name",
     "discover",
     "inventory",
     "resolve",
@@ -351,15 +350,6 @@ def resolve(config: ModelConfig, found: Inventory, label: str) -> tuple[Group, .
     return groups
 
 
-def device_name(group: Group, local: Mapping[int, int] | None = None) -> str:
-    """The framework's name of a group's first device in the server process: ``cuda:N`` (N its
-    local CUDA index) or ``cpu``."""
-    if not group:
-        return CPU
-    first = group[0]
-    return f"cuda:{(local or {}).get(first, first)}"
-
-
 def worker_env(group: Group, *, hide: bool = True) -> dict[str, str]:
     """The environment a worker process on ``group`` starts with: only its GPUs visible,
     numbered as NVML numbers them (so ``cuda:0`` is its first GPU). On the CPU, no GPU visible
@@ -417,7 +407,9 @@ class DeviceAssigner:
         return self._held.get(wid)
 
     def name(self, group: Group) -> str:
-        return device_name(group, self.local)
+        """The framework's name of a group's first device in the server process: ``cuda:N`` (N
+        its local CUDA index) or ``cpu``."""
+        return f"cuda:{self.local.get(group[0], group[0])}" if group else CPU
 
     def env(self, group: Group) -> dict[str, str]:
         """What a worker process on ``group`` adds to its environment (:func:`worker_env`)."""
