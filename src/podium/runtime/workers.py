@@ -578,7 +578,7 @@ def thread_pool(
 
     async def new_worker(wid: str, group: Group) -> Worker:
         # the first instance was built (by the caller) for the first group
-        if spare and group == devices.groups[0]:
+        if spare and group == pool.devices.groups[0]:
             made = spare.pop()
         else:
             # in this task's context: the metrics its __init__ creates are the version's
@@ -599,9 +599,8 @@ def thread_pool(
             on_device_error=pool.device_error,
             stats=pool.stats,
             devices=group,
-            device=devices.name(group),
+            device=pool.devices.name(group),
         )
 
-    devices = assigner if assigner is not None else DeviceAssigner(((),))
-    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats, devices)
+    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats, assigner)
     return pool
