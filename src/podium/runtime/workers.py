@@ -269,15 +269,13 @@ class WorkerPool:
         """Why the workers do not serve well, or ``""``: workers lost RESTART_LIMIT times within
         RESTART_WINDOW seconds (crash-looping; it clears once the window holds fewer), or every
         ready worker with all its slots held by calls stuck past ``response_timeout``."""
+        # (each deque holds the last LIMIT events: all are recent when the oldest is)
         losses = self._losses
-        if len(losses) >= RESTART_LIMIT:
-            since = time.monotonic() - RESTART_WINDOW
-            recent = [what for when, what in losses if when >= since]
-            if len(recent) >= RESTART_LIMIT:
-                return (
-                    f"crash-looping: {len(recent)} workers lost in the last "
-                    f"{RESTART_WINDOW:g} s (the last: {recent[-1]})"
-                )
+        if len(losses) >= RESTART_LIMIT and losses[0][0] >= time.monotonic() - RESTART_WINDOW:
+            return (
+                f"crash-looping: {len(losses)} workers lost in the last "
+                f"{RESTART_WINDOW:g} s (the last: {losses[-1][1]})"
+            )
         ooms = self._ooms
         if len(ooms) >= OOM_LIMIT and ooms[0][0] >= time.monotonic() - OOM_WINDOW:
             return (
