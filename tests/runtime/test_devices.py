@@ -44,7 +44,6 @@ from podium.runtime.devices import (
     assigner_for,
     discover,
     resolve,
-    worker_env,
 )
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelState, ModelVersion
@@ -134,17 +133,18 @@ def test_workers_take_the_least_held_group_and_a_replacement_takes_the_one_it_re
 
 
 def test_the_environment_of_a_worker_process() -> None:
-    assert worker_env((2,)) == {
+    hiding = DeviceAssigner((), hide=True)
+    assert hiding.env((2,)) == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "2",
         "PODIUM_DEVICE": "cuda:0",
     }
-    assert worker_env((0, 3))["CUDA_VISIBLE_DEVICES"] == "0,3"
-    assert worker_env(())["CUDA_VISIBLE_DEVICES"] == ""  # devices: cpu: no GPU visible
-    assert worker_env(())["PODIUM_DEVICE"] == "cpu"
+    assert hiding.env((0, 3))["CUDA_VISIBLE_DEVICES"] == "0,3"
+    assert hiding.env(())["CUDA_VISIBLE_DEVICES"] == ""  # devices: cpu: no GPU visible
+    assert hiding.env(())["PODIUM_DEVICE"] == "cpu"
     # no GPU found (nvidia-ml-py may just be absent): the server's own variable is left alone
-    assert worker_env((), hide=False) == {"PODIUM_DEVICE": "cpu"}
-    assert assigner_for(placed("cpu"), "m", FOUR).env(()) == worker_env(())
+    assert DeviceAssigner(()).env(()) == {"PODIUM_DEVICE": "cpu"}
+    assert assigner_for(placed("cpu"), "m", FOUR).env(()) == hiding.env(())
     assert assigner_for(placed(), "m", NoInventory()).env(()) == {"PODIUM_DEVICE": "cpu"}
 
 

@@ -14,7 +14,7 @@ each of its workers gets (docs/devices.md).
   workers (lowest first: round-robin as workers start); a worker that is replaced (it died, was
   stuck, its device failed) gives its group to its replacement.
 
-Process workers see only their group (``CUDA_VISIBLE_DEVICES``, :func:`worker_env`); thread
+Process workers see only their group (``CUDA_VISIBLE_DEVICES``, :meth:`DeviceAssigner.env`); thread
 workers compute on it by its index in the server (``podium.device()``: ``podium/devices.py``).
 """
 
@@ -47,7 +47,6 @@ __all__ = [
     "inventory",
     "resolve",
     "set_inventory",
-    "worker_env",
 ]
 
 logger = logging.getLogger("podium.devices")
@@ -350,20 +349,6 @@ def resolve(config: ModelConfig, found: Inventory, label: str) -> tuple[Group, .
     return groups
 
 
-def worker_env(group: Group, *, hide: bool = True) -> dict[str, str]:
-    """The environment a worker process on ``group`` starts with: only its GPUs visible,
-    numbered as NVML numbers them (so ``cuda:0`` is its first GPU). On the CPU, no GPU visible
-    when ``hide`` (the model said ``devices: cpu``); else (no GPU was found: perhaps only
-    because nvidia-ml-py is absent) the variable is left as the server has it."""
-    if not group and not hide:
-        return {DEVICE_ENV: CPU}
-    return {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": ",".join(map(str, group)),
-        DEVICE_ENV: "cuda:0" if group else CPU,
-    }
-
-
 @dataclass(slots=True)
 class DeviceAssigner:
     """Which worker holds which group. A new worker takes the group with the fewest workers
@@ -412,8 +397,17 @@ class DeviceAssigner:
         return f"cuda:{self.local.get(group[0], group[0])}" if group else CPU
 
     def env(self, group: Group) -> dict[str, str]:
-        """What a worker process on ``group`` adds to its environment (:func:`worker_env`)."""
-        return worker_env(group, hide=self.hide)
+        """What a worker process on ``group`` adds to its environment: only its GPUs visible,
+        numbered as NVML numbers them (so ``cuda:0`` is its first GPU). On the CPU, no GPU
+        visible when ``hide`` (the model said ``devices: cpu``); else (no GPU was found: perhaps
+        only because nvidia-ml-py is absent) the variable is left as the server has it."""
+        if not group and not self.hide:
+            return {DEVICE_ENV: CPU}
+        return {
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, group)),
+            DEVICE_ENV: "cuda:0" if group else CPU,
+        }
 
     @property
     def workers(self) -> int:
