@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..metrics import recording_to
 from ..types import ModelInstance
+from ._clock import TaskSet
 from ._device_share import DeviceShares
 from ._gate import WorkerGate
 from ._stats import RestartReason, VersionStats
@@ -146,7 +147,7 @@ class WorkerPool:
         self._workers: list[Worker] = []
         self._count = 0
         self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet(logger)  # restarts and retirements
         self._failures = 0  # deaths and failed starts in a row: the back-off
         self._start_failures = 0  # failed starts in a row: giving up
         # workers lost lately (monotonic time, what happened), for trouble()
@@ -475,18 +476,13 @@ class WorkerPool:
         self.stats.restarted(why)
         self._spawn_replace()
         if retire:
-            self._spawn(self._retire(worker, how=""))
-
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._retire(worker, how=""), f"retiring worker {worker.id}")
 
     def _spawn_replace(self) -> None:
         # Counted as starting from now on: requests arriving before the replacement task runs
         # wait for it instead of being told there are no workers.
         self.gate.starting += 1
-        self._spawn(self._replace())
+        self._tasks.spawn(self._replace(), f"restarting a worker of {self.label}")
 
     async def _replace(self) -> None:
         try:
@@ -528,9 +524,7 @@ class WorkerPool:
     async def close(self) -> None:
         """Stop every worker (worker processes: asked to exit, killed after a bound)."""
         self._closing = True
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel()
         self.gate.fail_waiters(Unavailable(f"{self.label} is stopped"))
         workers, self._workers = list(self._workers), []
         for worker in workers:
