@@ -62,14 +62,7 @@ class _Lane(StepLoop):
     __slots__ = ("owner", "lost")
 
     def __init__(self, worker: Worker, owner: ContinuousScheduler) -> None:
-        label = owner._label
-        super().__init__(
-            worker,
-            owner._gate,
-            owner._stats,
-            owner._batch_size,
-            lambda: Unavailable(f"{label} stopped before this request finished"),
-        )
+        super().__init__(worker, owner._gate, owner._stats, owner._batch_size, owner._stopped)
         self.owner = owner
         self.lost = False  # the worker takes no new requests (retired or replaced)
 
@@ -138,14 +131,16 @@ class ContinuousScheduler(PoolScheduler):
         self._closed = True
         lanes = list(self._lanes.values())
         await self._tasks.cancel()
-        stopped = Unavailable(f"{self._label} stopped before this request finished")
         for lane in lanes:  # (a lane whose task never ran)
             for req in (*lane.active, *lane.joining):
-                req.end(stopped)
+                req.end(self._stopped())
         while self._waiting:
-            self._waiting.popleft().end(stopped)
+            self._waiting.popleft().end(self._stopped())
         self._lanes.clear()
         await self._pool.close()
+
+    def _stopped(self) -> Unavailable:
+        return Unavailable(f"{self._label} stopped before this request finished")
 
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
