@@ -55,12 +55,8 @@ pytest_plugins = ["device_fixtures"]
 
 
 @pytest.fixture
-def no_gpus() -> Iterator[None]:
-    devices_module.set_inventory(NoInventory("no GPU here"))
-    try:
-        yield
-    finally:
-        devices_module.set_inventory(None)
+def no_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices_module, "_inventory", NoInventory("no GPU here"))
 
 
 @pytest.fixture

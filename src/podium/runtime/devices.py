@@ -3,8 +3,8 @@ each of its workers gets (docs/devices.md).
 
 - **Discovery** (:class:`Inventory`): NVIDIA GPUs through ``nvidia-ml-py`` (``pynvml``, the
   optional extra ``gpu``), read once; none when the library or the driver is absent. Tests and
-  the dry run of ``bench/gpu.py`` give the server a :class:`FakeInventory` instead: by
-  :func:`set_inventory`, or with ``PODIUM_FAKE_GPUS=N`` in the server's environment (an
+  the dry run of ``bench/gpu.py`` give the server a :class:`FakeInventory` instead: in place of
+  the module's ``_inventory``, or with ``PODIUM_FAKE_GPUS=N`` in the server's environment (an
   operator's switch; nothing a client sends reaches it).
 - **Placement**: what a model's config asks (``devices``, ``workers_per_device``,
   ``devices_per_worker``), resolved against the inventory into the device groups its workers
@@ -46,7 +46,6 @@ __all__ = [
     "discover",
     "inventory",
     "resolve",
-    "set_inventory",
 ]
 
 logger = logging.getLogger("podium.devices")
@@ -280,8 +279,7 @@ _inventory_lock = threading.Lock()
 
 
 def inventory() -> Inventory:
-    """The server's inventory: discovered the first time it is asked for (a model's load), or
-    what :func:`set_inventory` gave."""
+    """The server's inventory: discovered the first time it is asked for (a model's load)."""
     global _inventory
     with _inventory_lock:
         if _inventory is None:
@@ -290,13 +288,6 @@ def inventory() -> Inventory:
             except ValueError as exc:  # PODIUM_FAKE_GPUS, misspelt
                 raise DefinitionError(str(exc)) from None
         return _inventory
-
-
-def set_inventory(value: Inventory | None) -> None:
-    """Use ``value`` from now on (None: discover again when next asked)."""
-    global _inventory
-    with _inventory_lock:
-        _inventory = value
 
 
 # -- placement -------------------------------------------------------------------------------
