@@ -6,10 +6,11 @@ Layers, from the top (imports only point down; docs/architecture.md)::
     registry     registry (Registry, ModelVersion: models × versions), loading (sources on
                  disk → workers and a scheduler), _cache (ResponseCache: a version's answers)
     scheduling   direct, batcher, sequences/, continuous; _scheduler (the Scheduler protocol,
-                 PoolScheduler, TaskSet), _collector (BatchCollector), _clock
+                 PoolScheduler), _collector (BatchCollector)
     execution    workers (WorkerPool, thread workers), process/ (process workers), _gate
                  (WorkerGate), _line (Line: the one fair waiting queue), _stats
-                 (VersionStats: a version's counters, for metrics and statistics)
+                 (VersionStats: a version's counters, for metrics and statistics), _clock
+                 (the clock and timers; TaskSet, the tasks each part owns)
 
 Other packages import the names below from here (or from a public module: ``registry``,
 ``loading``, ...), never from a private one.
