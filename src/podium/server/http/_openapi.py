@@ -31,12 +31,11 @@ from .._openapi import (
     response,
     schemas,
 )
+from ._oip import _HEADER_NAME as _BINARY_HEADER
 from ._routing import RouteTable
 from ._truss import ENDPOINT_PATHS
 
 __all__ = ["description"]
-
-_BINARY_HEADER = "Inference-Header-Content-Length"
 
 # -- the bodies that no msgspec type parses --------------------------------------------------
 
