@@ -110,21 +110,11 @@ def load_label_mapping(mapping_file_path: str) -> dict[str, Any] | None:
 
 
 def install_ts_shim() -> bool:
-    """Make ``import ts`` resolve to ``podium.compat.ts`` unless the real package is installed.
-
-    Returns True when Podium's import paths are in use. Submodules (``ts.context``, ...) then
-    load from the shim's directory; each re-exports objects defined in ``podium.model``, so
-    every import path gives the same classes.
-    """
+    """Make ``import ts`` (and ``ts.context``, ...) resolve to ``podium.compat.ts``'s modules
+    unless the real package is installed; True when Podium's import paths are in use."""
     import podium.compat.ts as shim
 
-    current = sys.modules.get("ts")
-    if current is shim:
-        return True
-    if current is not None or importlib.util.find_spec("ts") is not None:
-        return False
-    sys.modules["ts"] = shim
-    return True
+    return shim.IMPORT_PATHS.install()
 
 
 @contextlib.contextmanager
