@@ -35,23 +35,16 @@ class Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def _ours(self, module: ModuleType | None) -> bool:
         return module is not None and getattr(module, "__name__", "").startswith(self.package)
 
-    def _real_installed(self) -> bool:
-        """Whether the package itself can be imported (the aliases do not count)."""
-        present = sys.modules.get(self.alias)
-        if present is not None:
-            return not self._ours(present)
-        try:
-            return importlib.util.find_spec(self.alias) is not None
-        except (ImportError, ValueError):
-            return False
-
     def install(self) -> bool:
         """Point the import paths here, unless the package is installed; ``True`` if they are
         (now) in place. Idempotent."""
         if self in sys.meta_path:
             return True
-        if self._real_installed():
-            return False
+        try:
+            if importlib.util.find_spec(self.alias) is not None:
+                return False  # the package itself (already imported, or importable)
+        except (ImportError, ValueError):
+            pass
         sys.meta_path.insert(0, self)
         return True
 
