@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import __version__
-from ...dataplane import ModelConfiguration, StatisticsResponse
+from ...dataplane import ModelConfiguration, RegionStatus, StatisticsResponse
 from ...types import (
     DATATYPES,
     InferenceRequest,
@@ -31,6 +31,7 @@ from .._openapi import (
     response,
     schemas,
 )
+from ._memory import RegionRegister
 from ._oip import _HEADER_NAME as _BINARY_HEADER
 from ._routing import RouteTable
 from ._truss import ENDPOINT_PATHS
@@ -150,6 +151,8 @@ def _components() -> dict[str, Any]:
             ModelMetadata,
             ModelConfiguration,
             StatisticsResponse,
+            RegionStatus,
+            RegionRegister,
         )
     )
     # The codecs accept exactly the OIP datatypes (any other is a 400): say which they are.
@@ -393,35 +396,14 @@ _DESCRIBE = _op("This API description (TorchServe's).", _DOCUMENT)
 
 # -- Triton's shared memory extensions -------------------------------------------------------
 
-_REGION = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "key": {"type": "string"},
-        "offset": {"type": "integer", "minimum": 0},
-        "byte_size": {"type": "integer", "minimum": 0},
-    },
-    "required": ["name", "key", "offset", "byte_size"],
-}
 _REGISTER_BODY = {
     "description": "The shared memory object (its key) and the region in it.",
     "required": True,
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "key": {"type": "string"},
-                    "offset": {"type": "integer", "minimum": 0},
-                    "byte_size": {"type": "integer", "minimum": 0},
-                },
-                "required": ["key", "byte_size"],
-            }
-        }
-    },
+    "content": {"application/json": {"schema": ref("RegionRegister")}},
 }
 _REGIONS = response(
-    "The registered regions (all, or the one named).", {"type": "array", "items": _REGION}
+    "The registered regions (all, or the one named).",
+    {"type": "array", "items": ref("RegionStatus")},
 )
 _CUDA_REGIONS = response(
     "None: Podium has no CUDA shared memory.", {"type": "array", "maxItems": 0}
