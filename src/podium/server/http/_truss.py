@@ -392,10 +392,7 @@ def _websocket_model(plane: DataPlane, path: str) -> str | None:
         if len(set(serving)) == 1:
             return serving[0]
         return plane.sole_model() or ""
-    parts = path.split("/")
-    if len(parts) == 5 and parts[:3] == ["", "v1", "models"] and parts[4] == "websocket":
-        return _target(plane, parts[3]) if parts[3] else None
-    return None
+    return _target(plane, path.split("/")[3]) if is_websocket_path(path) else None
 
 
 def is_websocket_path(path: str) -> bool:
