@@ -189,11 +189,13 @@ async def live(self: HttpApp, ex: Exchange, send: Send) -> None:
     await send_body(send, 200, JSON, _TRUE)
 
 
-async def ready(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
-    """Truss's readiness: ``{}``, or 503 when the model is not ready or says it is unhealthy."""
+async def ready(self: HttpApp, ex: Exchange, send: Send, model: str, healthy: bool = True) -> None:
+    """Truss's readiness: ``{}``, or 503 when the model is not ready or (``healthy``: asked)
+    says it is unhealthy."""
     ex.errors = send_truss_error
-    name = _target(self.dataplane, model)
-    if not await self.dataplane.model_healthy(name):
+    plane = self.dataplane
+    name = _target(plane, model)
+    if not (await plane.model_healthy(name) if healthy else plane.model_ready(name)):
         raise _not_ready(name)
     await send_body(send, 200, JSON, _EMPTY_OBJECT)
 
@@ -202,11 +204,7 @@ async def loaded(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     """Truss's ``/loaded``, and its ``/ping`` on a server of one truss (SageMaker's probe):
     ``{}`` once loaded, else its not-ready error (503); the model's health is not asked, as in
     Truss."""
-    ex.errors = send_truss_error
-    name = _target(self.dataplane, model)
-    if not self.dataplane.model_ready(name):
-        raise _not_ready(name)
-    await send_body(send, 200, JSON, _EMPTY_OBJECT)
+    await ready(self, ex, send, model, healthy=False)
 
 
 async def schema(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
