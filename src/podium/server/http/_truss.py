@@ -426,13 +426,11 @@ async def serve_websocket(plane: DataPlane, scope: Scope, receive: Receive, send
         mv = None
     except PodiumError as exc:  # not ready: refused before the handshake, as Truss refuses it
         if "websocket.http.response" in scope.get("extensions", {}):
-            status, code, message = truss_error(exc)
-            body = _responses.encoder.encode({"error": message})
-            headers = [*JSON, *error_headers(code), (b"content-length", str(len(body)).encode())]
-            await send(
-                {"type": "websocket.http.response.start", "status": status, "headers": headers}
-            )
-            await send({"type": "websocket.http.response.body", "body": body})
+
+            async def deny(message: Message) -> None:  # Truss's HTTP error, as the denial
+                await send({**message, "type": "websocket." + message["type"]})
+
+            await send_truss_error(deny, exc)
         else:  # a server without the denial response: accepted, then 1013 (try again later)
             await _accept_and_close(websocket, 1013, exc.message)
         return
