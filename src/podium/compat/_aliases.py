@@ -32,9 +32,6 @@ class Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def _aliased(self, name: str) -> bool:
         return name == self.alias or name.startswith(self.alias + ".")
 
-    def _ours(self, module: ModuleType | None) -> bool:
-        return module is not None and getattr(module, "__name__", "").startswith(self.package)
-
     def install(self) -> bool:
         """Point the import paths here, unless the package is installed; ``True`` if they are
         (now) in place. Idempotent."""
@@ -47,14 +44,6 @@ class Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             pass
         sys.meta_path.insert(0, self)
         return True
-
-    def uninstall(self) -> None:
-        """Remove the aliases (for tests); the real package's modules are left alone."""
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        for name in [n for n in sys.modules if self._aliased(n)]:
-            if self._ours(sys.modules[name]):
-                del sys.modules[name]
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None

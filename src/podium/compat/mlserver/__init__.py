@@ -17,7 +17,6 @@ from .version import __version__
 # ``mlserver.types`` is this package's ``types``, when MLServer is not installed.
 _IMPORT_PATHS = Aliases("mlserver", __name__)
 install_import_paths = _IMPORT_PATHS.install
-uninstall_import_paths = _IMPORT_PATHS.uninstall
 
 __all__ = [
     "MLModel",
@@ -34,6 +33,5 @@ __all__ = [
     "register",
     "settings",
     "types",
-    "uninstall_import_paths",
     "utils",
 ]
