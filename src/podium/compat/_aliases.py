@@ -29,9 +29,6 @@ class Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.package = package
         self._specs: dict[str, ModuleSpec | None] = {}
 
-    def _aliased(self, name: str) -> bool:
-        return name == self.alias or name.startswith(self.alias + ".")
-
     def install(self) -> bool:
         """Point the import paths here, unless the package is installed; ``True`` if they are
         (now) in place. Idempotent."""
@@ -48,7 +45,7 @@ class Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if not self._aliased(fullname):
+        if fullname != self.alias and not fullname.startswith(self.alias + "."):
             return None
         if importlib.util.find_spec(self.package + fullname[len(self.alias) :]) is None:
             return None
