@@ -33,6 +33,7 @@ from .._openapi import (
     response,
     schemas,
 )
+from .._repository import STATE_NAMES
 from ._memory import RegionRegister
 from ._oip import _HEADER_NAME as _BINARY_HEADER
 from ._routing import RouteTable
@@ -49,8 +50,8 @@ _INDEX = {
         "type": "object",
         "properties": {
             "name": {"type": "string"},
-            "version": {"type": "string", "description": "Empty for an unversioned model."},
-            "state": {"type": "string", "enum": ["READY", "LOADING", "UNAVAILABLE"]},
+            "version": {"type": "string", "description": '"1" for an unversioned model.'},
+            "state": {"type": "string", "enum": sorted(set(STATE_NAMES.values()))},
             "reason": {"type": "string", "description": "Why it is not ready (when it is not)."},
         },
         "required": ["name", "version", "state"],
