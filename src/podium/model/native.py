@@ -508,7 +508,6 @@ class NativeModel(Adapter):
             predict_in_thread=in_thread,
             continuous=continuous,
             embeds=callable(getattr(self.obj, "embed", None)),
-            openai_methods=frozenset(m for m in METHODS if callable(getattr(self.obj, m, None))),
         )
         self._pre = self._bind(spec.preprocess)
         self._predict = self._bind(spec.predict)
