@@ -42,6 +42,7 @@ from ..types import (
 from ._adapter import Adapter
 from ._calls import (
     call_method,
+    defining,
     iterate_async,
     iterate_sync,
     model_error,
@@ -477,12 +478,8 @@ class NativeModel(Adapter):
         available = {"config": config.raw, "data_dir": model_dir / "data", "secrets": secrets}
         wanted = INIT_KWARGS if spec.init_takes_any else spec.init_kwargs
         kwargs = {k: available[k] for k in wanted}
-        try:
+        with defining(f"model '{self.name}': {spec.cls.__name__}.__init__"):
             self.obj = spec.cls(**kwargs)
-        except Exception as exc:
-            raise DefinitionError(
-                f"model '{self.name}': {spec.cls.__name__}.__init__ raised {type(exc).__name__}: {exc}"
-            ) from exc
         #: some method takes the sequence's Context (read from ``current_context`` per call)
         self.needs_context = spec.needs_context
         # served by continuous batching: the scheduler calls ``step``, never ``predict``

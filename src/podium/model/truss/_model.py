@@ -25,10 +25,18 @@ from collections.abc import AsyncGenerator
 from concurrent.futures import Executor
 from typing import Any
 
-from ...errors import DefinitionError, InvalidInput, ModelError, ResponseTimeout
+from ...errors import InvalidInput, ModelError, ResponseTimeout
 from ...types import Capabilities, InputKind, Returned, is_response
 from .._adapter import Adapter
-from .._calls import call_method, iterate_async, iterate_sync, model_error, run_sync, validated
+from .._calls import (
+    call_method,
+    defining,
+    iterate_async,
+    iterate_sync,
+    model_error,
+    run_sync,
+    validated,
+)
 from .._source import ModelSource
 from . import _environ
 from ._config import TrussSettings
@@ -105,14 +113,9 @@ class TrussModel(Adapter):
             "environment": None,  # Baseten's environments (production, ...): none here
         }
         kwargs = {k: available[k] for k in spec.init_kwargs}
-        try:
+        with defining(f"model '{self.name}': {spec.cls.__name__}.__init__"):
             with _environ.using(self._env):
                 self.obj = spec.cls(**kwargs)
-        except Exception as exc:
-            raise DefinitionError(
-                f"model '{self.name}': {spec.cls.__name__}.__init__ raised "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
         predict = spec.predict
         self.capabilities = Capabilities(
             needs_inputs=spec.needs_inputs,
