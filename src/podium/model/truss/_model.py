@@ -221,16 +221,19 @@ class TrussModel(Adapter):
                 "postprocessing. Include all processing in the predict method."
             )
 
-    async def predict(self, inputs: Any, request: Any) -> Any:
-        """One call's whole value: a returned generator is gathered into one string."""
+    async def _predicted(self, inputs: Any, request: Any) -> tuple[Any, bool]:
+        """What ``predict`` returned, and whether it is a generator (which streams)."""
         method = self._predict()
         result = await self._call(method, method.args(inputs, request), threads=True)
-        if _is_stream(result):
-            self._no_postprocess("a generator (streaming)")
-            return await self._gather(result)
-        if is_response(result):
-            self._no_postprocess("a response object")
-        return result
+        stream = _is_stream(result)
+        if stream or is_response(result):
+            self._no_postprocess("a generator (streaming)" if stream else "a response object")
+        return result, stream
+
+    async def predict(self, inputs: Any, request: Any) -> Any:
+        """One call's whole value: a returned generator is gathered into one string."""
+        result, stream = await self._predicted(inputs, request)
+        return await self._gather(result) if stream else result
 
     async def _gather(self, stream: Any) -> str:
         chunks = []
@@ -263,16 +266,12 @@ class TrussModel(Adapter):
     async def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """A returned generator's items; or the returned value, postprocessed, as one
         :class:`Returned`."""
-        method = self._predict()
-        result = await self._call(method, method.args(inputs, request), threads=True)
-        if _is_stream(result):
-            self._no_postprocess("a generator (streaming)")
+        result, stream = await self._predicted(inputs, request)
+        if stream:
             async for item in self._items(result):
                 yield item
             return
-        if is_response(result):
-            self._no_postprocess("a response object")
-        elif self.spec.postprocess is not None:
+        if self.spec.postprocess is not None:  # (a response object has none: _predicted)
             result = await self.postprocess(result, request)
         yield Returned(result)
 
