@@ -598,22 +598,13 @@ class NativeModel(Adapter):
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         spec = self._predict_spec()
-        args = self._args(spec, inputs, request)
-        if spec.flavor is Flavor.ASYNC_GENERATOR:
-            try:
-                agen = self._predict(*args)
-            except Exception as exc:
-                raise model_error(self.name, "predict", exc) from exc
-            return iterate_async(agen, self.name)
-        return self._sync_stream(args)
-
-    async def _sync_stream(self, args: tuple[Any, ...]) -> AsyncGenerator[Any, None]:
-        try:
-            gen = self._predict(*args)  # a generator function: creating it runs no user code
+        try:  # a generator function: creating the generator runs no user code
+            gen = self._predict(*self._args(spec, inputs, request))
         except Exception as exc:
             raise model_error(self.name, "predict", exc) from exc
-        async for item in iterate_sync(gen, self._executor, self.name):
-            yield item
+        if spec.flavor is Flavor.ASYNC_GENERATOR:
+            return iterate_async(gen, self.name)
+        return iterate_sync(gen, self._executor, self.name)
 
     async def postprocess(self, outputs: Any, request: Any) -> Any:
         if self.spec.postprocess is None:
