@@ -114,11 +114,6 @@ class ModelSpec:
     def needs_request(self) -> bool:
         return any(m is not None and m.takes_request for m in self.methods())
 
-    @property
-    def needs_context(self) -> bool:
-        """Some method takes a :class:`podium.types.Context`."""
-        return any(m is not None and m.takes_context for m in self.methods())
-
     def methods(self) -> tuple[MethodSpec | None, ...]:
         return (self.preprocess, self.predict, self.postprocess)
 
@@ -480,8 +475,6 @@ class NativeModel(Adapter):
         kwargs = {k: available[k] for k in wanted}
         with defining(f"model '{self.name}': {spec.cls.__name__}.__init__"):
             self.obj = spec.cls(**kwargs)
-        #: some method takes the sequence's Context (read from ``current_context`` per call)
-        self.needs_context = spec.needs_context
         # served by continuous batching: the scheduler calls ``step``, never ``predict``
         # (with sequence_batching, continuous_batching means overlapping requests of a
         # sequence, served by the sequence scheduler: a streaming predict, not a step)
