@@ -456,3 +456,21 @@ def test_a_directory_of_torchserve_archives_is_a_repository(tmp_path: Path) -> N
     found = discover(store)
     assert sorted(s.config.name for s in found) == ["alpha", "beta"]
     assert {s.contract for s in found} == {"torchserve"}
+
+
+def test_the_requirements_a_model_declares_are_read_from_its_own_file(tmp_path: Path) -> None:
+    import json
+
+    native = write(tmp_path / "native" / "model.py")
+    assert one(native.parent).requirements() == ()
+    write(native.parent / "requirements.txt", "numpy>=1  # pinned\n-e ./local\n\nscipy\n")
+    assert one(native.parent).requirements() == ("numpy>=1", "scipy")
+    handler = write(tmp_path / "ts" / "handler.py", "def handle(data, context):\n    return data\n")
+    manifest = {"model": {"modelName": "ts", "handler": "handler.py"}}
+    write(handler.parent / "MAR-INF" / "MANIFEST.json", json.dumps(manifest))
+    assert one(handler.parent).requirements() == ()  # none listed
+    manifest["model"]["requirementsFile"] = "needs.txt"
+    write(handler.parent / "MAR-INF" / "MANIFEST.json", json.dumps(manifest))
+    assert one(handler.parent).requirements() == ()  # listed, but not there
+    write(handler.parent / "needs.txt", "torch\n")
+    assert one(handler.parent).requirements() == ("torch",)

@@ -21,6 +21,7 @@ from typing import Any
 from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
 from . import mlserver, torchserve, truss
+from ._calls import defining
 from ._modules import exec_file
 from ._source import ModelSource
 from .native import ModelSpec, inspect_class
@@ -164,15 +165,8 @@ def _torchserve_hint(exc: Exception, file: Path) -> str:
 def import_model(source: ModelSource) -> ModelSpec:
     """Import the model's file and check its class; errors name the model, the file and the rule."""
     file = source.file
-    try:
+    with defining(f"{source.label}: importing the file", lambda exc: _torchserve_hint(exc, file)):
         module = exec_file(file, "podium_user_model", source.label)
-    except DefinitionError:
-        raise
-    except Exception as exc:
-        raise DefinitionError(
-            f"{source.label}: importing the file raised {type(exc).__name__}: {exc}"
-            + _torchserve_hint(exc, file)
-        ) from exc
     class_name = source.config.model_class_name
     cls = getattr(module, class_name, None)
     if cls is None:
