@@ -4,6 +4,9 @@ a measure that load on the machine does not move (timings on a shared 2-core mac
     .venv/bin/python bench/instructions.py --other /path/to/other/checkout/src
     .venv/bin/python bench/instructions.py --other ... --path /v1/models/echo:predict --body '{}'
     .venv/bin/python bench/instructions.py --floor   # this tree against the raw ASGI echo
+    # a response cache hit against the plain echo path, both this tree:
+    .venv/bin/python bench/instructions.py --other src --model bench/models/echo_cached \
+        --other-model examples/echo
 
 Each tree's server runs under valgrind's callgrind (user-space instructions of every thread of
 the server process), serving ``--model`` on loopback ports. One keep-alive client in this
@@ -256,6 +259,13 @@ def main() -> int:
         "(uvloop, httptools, no access log), the floor the plain path is measured against",
     )
     parser.add_argument("--model", type=Path, default=ROOT / "examples" / "echo")
+    parser.add_argument(
+        "--other-model",
+        type=Path,
+        help="the model the other tree serves (default: --model), at the same --path (e.g. "
+        "bench/models/echo_cached against examples/echo: a response cache hit against the "
+        "plain path)",
+    )
     parser.add_argument("--path", default="/v2/models/echo/infer")
     parser.add_argument("--body", default=BODY)
     parser.add_argument("--requests", type=int, default=1000, help="requests measured")
@@ -277,6 +287,7 @@ def main() -> int:
         parser.error("one of --other and --floor")
     extra = {"this": [], "other": [FLOOR] if args.floor else args.other_args.split()}
     trees = {"this": ROOT / "src", "other": ROOT / "src" if args.floor else args.other.resolve()}
+    models = {"this": args.model.resolve(), "other": (args.other_model or args.model).resolve()}
     per: dict[str, list[float]] = {name: [] for name in trees}
     idle: dict[str, list[float]] = {name: [] for name in trees}
     for round_ in range(args.repeat):
@@ -284,7 +295,7 @@ def main() -> int:
         for name, src in order if round_ % 2 == 0 else reversed(order):
             request, per_second, fill = _count(
                 src,
-                args.model.resolve(),
+                models[name],
                 args.path,
                 args.body.encode(),
                 args.requests,

@@ -66,6 +66,16 @@ class Server:
         return "\n".join(self.lines)
 
 
+def uninstall_import_paths(alias: str) -> None:
+    """Take Podium's import paths for ``alias`` (``mlserver``, ``ts``) away again, for a test
+    that starts without them: the finder (``podium.compat._aliases``) and the modules imported
+    through it; a real package's modules are left alone."""
+    sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "alias", None) != alias]
+    for name in [n for n in sys.modules if n == alias or n.startswith(alias + ".")]:
+        if getattr(sys.modules[name], "__name__", "").startswith("podium.compat."):
+            del sys.modules[name]
+
+
 @contextlib.contextmanager
 def run_server(
     *paths: str | Path,

@@ -37,9 +37,7 @@ def test_frozen_and_slotted() -> None:
     assert not hasattr(caps, "__dict__")
     # the 11 flags, device, declared inputs, what a truss offers besides predict (5), and an
     # MLServer runtime's character-count BYTES shapes and custom handler routes
-    assert (
-        len(dataclasses.fields(Capabilities)) == 23
-    )  # and whether it embeds, and its OpenAI methods
+    assert len(dataclasses.fields(Capabilities)) == 22  # and whether it embeds
 
 
 def test_the_defaults_are_an_async_predict_that_takes_the_inputs(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import uninstall_import_paths
 
 from podium.compat import mlserver as compat
 from podium.compat.mlserver import MLModel, ModelSettings, errors, types, utils
@@ -183,9 +184,9 @@ def test_headers_helpers() -> None:
 
 @pytest.fixture
 def aliases() -> Iterator[None]:
-    compat.uninstall_import_paths()
+    uninstall_import_paths("mlserver")
     yield
-    compat.uninstall_import_paths()
+    uninstall_import_paths("mlserver")
 
 
 def test_mlserver_import_paths_point_here_when_mlserver_is_missing(aliases: None) -> None:
@@ -205,7 +206,7 @@ def test_mlserver_import_paths_point_here_when_mlserver_is_missing(aliases: None
     assert importlib.import_module("mlserver.logging").logger.name == "mlserver"
     with pytest.raises(ModuleNotFoundError, match="mlserver.batching"):
         importlib.import_module("mlserver.batching")
-    compat.uninstall_import_paths()
+    uninstall_import_paths("mlserver")
     assert "mlserver" not in sys.modules and "mlserver.types" not in sys.modules
 
 

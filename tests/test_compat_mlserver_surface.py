@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import uninstall_import_paths
 
-from podium.compat.mlserver import install_import_paths, uninstall_import_paths
+from podium.compat.mlserver import install_import_paths
 
 HERE = Path(__file__).resolve().parent
 SURFACE = json.loads((HERE / "mlserver-1.7.1-public-names.json").read_text())["modules"]
@@ -78,7 +79,7 @@ PROVIDED = sorted(m for m in SURFACE if absent_module(m) is None)
 def import_paths() -> Iterator[None]:
     assert install_import_paths(), "MLServer must not be installed in the development venv"
     yield
-    uninstall_import_paths()
+    uninstall_import_paths("mlserver")
 
 
 def test_the_list_is_mlservers_whole_surface() -> None:

@@ -114,6 +114,7 @@ def test_model_config_all_keys() -> None:
         "workers_per_device": 2,
         "devices_per_worker": 1,
         "predict_concurrency_per": "worker",
+        "response_cache": {"ttl_s": 5},
         "ray": {"num_cpus": 2, "max_ongoing_requests": 8},
     }
     assert set(data) == MODEL_KEYS
@@ -316,9 +317,7 @@ def test_invalid_settings_raise_value_error(key: str, value: Any, fragment: str)
 
 def test_server_config_accepts_granian_and_keys() -> None:
     assert ServerConfig(threads=1, max_request_size=1).serving.threads == 1
-    keys = ServerConfig.keys()
-    assert {"host", "http_port", "secrets_dir", "threads", "models"} <= keys
-    assert keys == set(SETTINGS)
+    assert {"host", "http_port", "secrets_dir", "threads", "models"} <= SETTINGS.keys()
     # each group holds its settings, by their attributes, and nothing else but GrpcLimits' own
     config = ServerConfig()
     for field in dataclasses.fields(ServerConfig):

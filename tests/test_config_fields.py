@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from podium.config import FIELDS, MODEL_KEYS, UNSET, Kind, ModelConfig, Unit
+from podium.config import (
+    FIELDS,
+    MODEL_KEYS,
+    UNSET,
+    Kind,
+    ModelConfig,
+    ResponseCacheSettings,
+    Unit,
+)
 from podium.errors import DefinitionError
 from podium.model.mlserver._settings import read_settings
 from podium.model.torchserve._config import MAPPED, SEQUENCE, model_config
@@ -52,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "workers_per_device": 0,
     "devices_per_worker": 1,
     "predict_concurrency_per": "device",
+    "response_cache": None,
     "model_metadata": {},
     "ray": {},
 }
@@ -109,6 +118,7 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "workers_per_device": (2, 2),
     "devices_per_worker": (2, 2),
     "predict_concurrency_per": ("worker", "worker"),
+    "response_cache": ({"max_bytes": 2048}, ResponseCacheSettings(max_bytes=2048)),
     "model_metadata": ({"platform": "onnx"}, {"platform": "onnx"}),
     "ray": ({"num_cpus": 2}, {"num_cpus": 2}),
 }

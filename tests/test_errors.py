@@ -13,6 +13,7 @@ from podium.errors import (
     Forbidden,
     InvalidInput,
     ModelError,
+    ModelStatus,
     PodiumError,
     ValidationFailed,
     bounded,
@@ -25,6 +26,25 @@ from podium.logs import MAX_LOG_LINE, MAX_LOG_MESSAGE, MAX_TRACEBACK, BoundedFor
 def test_forbidden_is_403_and_permission_denied() -> None:
     exc = Forbidden("no")
     assert (http_status(exc), grpc_code(exc)) == (403, "PERMISSION_DENIED")
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (400, "INVALID_ARGUMENT"),
+        (404, "NOT_FOUND"),
+        (405, "UNIMPLEMENTED"),
+        (429, "RESOURCE_EXHAUSTED"),
+        (501, "UNIMPLEMENTED"),
+        (503, "UNAVAILABLE"),  # Unavailable's, not SequenceLimit's
+        (507, "RESOURCE_EXHAUSTED"),
+        (418, "UNKNOWN"),
+        (502, "INTERNAL"),
+    ],
+)
+def test_a_status_the_model_chose_has_the_tables_code(status: int, code: str) -> None:
+    exc = ModelStatus("the model's own", status)
+    assert (http_status(exc), grpc_code(exc)) == (status, code)
 
 
 def test_bounded_cuts_and_says_how_long_it_was() -> None:

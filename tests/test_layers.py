@@ -55,7 +55,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("data plane", ("podium.dataplane",)),
-    ("registry", ("podium.runtime", "podium.runtime.registry", "podium.runtime.loading")),
+    (
+        "registry",
+        (
+            "podium.runtime",
+            "podium.runtime.registry",
+            "podium.runtime.loading",
+            # a version's response cache: the registry empties it on unload, reload, removal
+            "podium.runtime._cache",
+        ),
+    ),
     (
         "scheduling",
         (

@@ -118,7 +118,7 @@ def test_configure_installs_one_bounded_handler_in_the_chosen_format() -> None:
         configure("INFO", "json", stream=stream)
         logging.getLogger("models.x").info("hello %d", 1)
         assert json.loads(stream.getvalue())["message"] == "hello 1"
-        with pytest.raises(ValueError, match="log-format must be text or json"):
+        with pytest.raises(ValueError, match="log-format must be 'text' or 'json'"):
             configure("INFO", "yaml")
     finally:
         root.handlers[:], level = saved

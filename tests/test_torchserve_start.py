@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -63,10 +64,10 @@ def test_config_properties_in_podiums_words(tmp_path: Path) -> None:
     found = read_ts_config(path, environ={})
     # metrics.yaml and metrics_mode are read (docs/metrics.md, "TorchServe's names")
     assert found.settings["ts_metrics"] == "prometheus"
-    assert found.settings["metrics_config"] == Path("metrics.yaml")
+    assert found.settings["metrics_config"] == "metrics.yaml"
     assert any("'model_metrics_auto_detect' is not honoured" in n for n in found.notes)
     assert found.settings["host"] == "127.0.0.1" and found.settings["http_port"] == 9080
-    assert found.settings["model_store"] == store
+    assert found.settings["model_store"] == str(store)
     assert found.settings["auth"] is False  # disable_token_authorization=true
     assert found.defaults == {"min_workers": 2, "max_queue_size": 50}
     assert found.models == {
@@ -194,3 +195,25 @@ def test_a_bare_model_name_finds_its_archive_in_the_store_by_every_suffix(tmp_pa
     assert _store_entry("b", tmp_path) == (tmp_path / "b.tar.gz", None)
     assert _store_entry("x=c", tmp_path) == (tmp_path / "c.tgz", "x")
     assert _store_entry("d", tmp_path) == (tmp_path / "d", None)  # nothing: as named
+
+
+@pytest.mark.parametrize("content", [None, "not a pid", "stale"])
+def test_stop_without_a_started_server_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | None
+) -> None:
+    from click.testing import CliRunner
+
+    from podium import cli
+
+    pid_file = tmp_path / ".podium_model_server.pid"
+    if content == "stale":  # the pid of a process that has exited
+        done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+        content = done.stdout.strip()
+    if content is not None:
+        pid_file.write_text(content)
+    monkeypatch.setattr(cli, "PID_FILE", pid_file)
+    result = CliRunner().invoke(cli.main, ["torchserve", "--stop"])
+    assert result.exit_code == 0, result.output
+    assert "no server started with `podium torchserve --start` is running" in result.output
+    assert not pid_file.exists()

@@ -156,9 +156,6 @@ class Capabilities:
     #: The model defines ``embed`` (OpenAI's ``/v1/embeddings`` reach it in the predict slot:
     #: :class:`EmbedInputs`), in thread or process workers alike.
     embeds: bool = False
-    #: Which of OpenAI's own methods the model defines, ``chat`` and ``complete`` (each called
-    #: with the validated request: :class:`MethodInputs`; model/_openai.py).
-    openai_methods: frozenset[str] = frozenset()
     #: What the model's pydantic annotations say of its input and output, as Truss's ``/schema``
     #: answers it (``input_schema``, ``output_schema``, ``supports_streaming``); None when they
     #: say nothing.

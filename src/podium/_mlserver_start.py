@@ -27,7 +27,13 @@ import click
 from .config import FIELDS, MODEL_DEFAULTS, UNSET, foreign
 from .errors import DefinitionError
 from .model import ModelSource
-from .model.mlserver import environment_model, environment_values, lax_value, read_json_object
+from .model.mlserver import (
+    MLSERVER_CACHE_SIZE,
+    environment_model,
+    environment_values,
+    lax_value,
+    read_json_object,
+)
 
 __all__ = [
     "MLSERVER_DEFAULTS",
@@ -101,13 +107,24 @@ _NOT_HONOURED: Mapping[str, tuple[Callable[[Any], bool], str]] = {
         "Podium's logging is set with --log-level and --log-format (json)",
     ),
     "kafka_enabled": (bool, "Podium serves no Kafka topics"),
-    "cache_enabled": (bool, "Podium has no response cache"),
+    # MLServer caches a model when both this and its model-settings.json's cache_enabled say
+    # so; in Podium each model's own cache_enabled (or response_cache) is enough
+    "cache_enabled": (
+        lambda v: v is False,
+        "each model's own cache_enabled (model-settings.json) turns its response cache on "
+        "(docs/mlserver.md)",
+    ),
+    # one cache of N answers shared by every model in MLServer; one per model in Podium
+    "cache_size": (
+        lambda v: v != MLSERVER_CACHE_SIZE,
+        f"each model's cache keeps {MLSERVER_CACHE_SIZE} answers (MLServer's default); set "
+        "podium.response_cache.max_entries in its model-settings.json for another bound",
+    ),
 }
 
 #: Keys that need nothing here: what they say is Podium's behaviour, or they only matter with a
 #: key above that is off.
-_QUIET = frozenset({"metrics_dir", "kafka_servers", "kafka_topic_input", "kafka_topic_output",
-                    "cache_size"})  # fmt: skip
+_QUIET = frozenset({"metrics_dir", "kafka_servers", "kafka_topic_input", "kafka_topic_output"})
 
 
 @dataclass
@@ -133,7 +150,8 @@ def _checked(where: str, key: str, kind: str, value: Any) -> Any:
     try:
         return lax_value(base, value)
     except ValueError:
-        name = {"bool": "true or false", "int": "an integer", "str": "a string"}[base]
+        name = {"bool": "true or false", "int": "an integer", "str": "a string"}.get(base)
+        name = name or "a list of strings"
         raise MLServerSettingsError(f"{where}: '{key}' must be {name}, got {value!r}") from None
 
 
@@ -175,8 +193,9 @@ def read_settings_json(
 
 # MLServer's CORSSettings: each key's kind (null: its default, as Starlette would be given it).
 _CORS_KINDS: Mapping[str, str] = {
-    "allow_origins": "list", "allow_origin_regex": "str?", "allow_credentials": "bool?",
-    "allow_methods": "list", "allow_headers": "list", "expose_headers": "list", "max_age": "int?",
+    "allow_origins": "list?", "allow_origin_regex": "str?", "allow_credentials": "bool?",
+    "allow_methods": "list?", "allow_headers": "list?", "expose_headers": "list?",
+    "max_age": "int?",
 }  # fmt: skip
 
 
@@ -192,18 +211,10 @@ def _cors(found: MLServerConfig, where: str, value: Any) -> None:
                 "MLServer ignores it)"
             )
             continue
-        if item is None:
-            continue
-        if kind == "list":
-            if not isinstance(item, list) or not all(isinstance(v, str) for v in item):
-                raise MLServerSettingsError(
-                    f"{where}: 'cors_settings.{key}' must be a list of strings, got {item!r}"
-                )
-            item = tuple(item)
-        else:
-            item = _checked(where, f"cors_settings.{key}", kind, item)
+        item = _checked(where, f"cors_settings.{key}", kind, item)
         for row in foreign("mlserver", f"cors_settings.{key}"):
-            found.settings[row.key] = item
+            if item is not None:  # null: MLServer's default
+                found.settings[row.key] = item
 
 
 #: How a value of MLServer's becomes the value of the Podium setting(s) its table row names,

@@ -26,7 +26,7 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["FIELDS", "UNSET", "Field", "Kind", "Spelling", "Unit"]
+__all__ = ["FIELDS", "UNSET", "Field", "Kind", "ResponseCacheSettings", "Spelling", "Unit"]
 
 
 class _Unset(enum.Enum):
@@ -56,6 +56,7 @@ class Kind(enum.Enum):
     PATH = "path"  # a non-empty string or path, as a Path
     LIST = "list"  # a list of strings (one string: a list of it), as a tuple
     DEVICES = "devices"  # "auto", "cpu", "gpu", or GPU numbers (a list, or one), as a tuple
+    CACHE = "cache"  # true, false / null, or a mapping of bounds: a ResponseCacheSettings or UNSET
 
 
 class Unit(enum.Enum):
@@ -164,6 +165,8 @@ def check(
                 raise ValueError(f"{name} must be a mapping")
         case Kind.DEVICES:
             return _devices(name, value)
+        case Kind.CACHE:
+            return _response_cache(name, value)
     return value
 
 
@@ -198,6 +201,50 @@ def _devices(name: str, value: Any) -> Any:
     if len(set(numbers)) != len(numbers):
         raise ValueError(f"{name} lists a GPU twice: {list(numbers)}")
     return tuple(numbers)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseCacheSettings:
+    """A model's ``response_cache`` (docs/scaling.md, "The response cache"): at most
+    ``max_bytes`` of answers (their tensors' bytes and a fixed overhead each), at most
+    ``max_entries`` answers (0: no such bound; MLServer's cache counts entries), each kept at
+    most ``ttl_s`` seconds (0: until evicted or the version is unloaded)."""
+
+    max_bytes: int = 64 * 1024 * 1024
+    max_entries: int = 0
+    ttl_s: float = 0.0
+
+
+_CACHE_BOUNDS = {"max_bytes": (Kind.INTEGER, 1), "max_entries": (Kind.INTEGER, 0)}
+
+
+def _response_cache(name: str, value: Any) -> Any:
+    """``response_cache``: ``true`` (the defaults), ``false`` or null (none), or a mapping of
+    ``max_bytes`` (>= 1), ``max_entries`` (>= 0) and ``ttl_s`` (seconds >= 0)."""
+    if value is None or value is False:
+        return UNSET
+    if value is True:
+        return ResponseCacheSettings()
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{name} must be true, false or a mapping of max_bytes, max_entries and ttl_s"
+        )
+    unknown = sorted(str(key) for key in value if key not in (*_CACHE_BOUNDS, "ttl_s"))
+    if unknown:
+        raise ValueError(
+            f"{name} has unknown key(s) {', '.join(unknown)} (allowed: max_bytes, max_entries, "
+            "ttl_s)"
+        )
+    bounds: dict[str, Any] = {}
+    inner = name.strip("'")
+    for key, (kind, minimum) in _CACHE_BOUNDS.items():
+        if value.get(key) is not None:
+            bounds[key] = check(kind, key, value[key], minimum=minimum, name=f"'{inner}.{key}'")
+    if value.get("ttl_s") is not None:
+        bounds["ttl_s"] = check(
+            Kind.NUMBER, "ttl_s", value["ttl_s"], unit=Unit.SECONDS, name=f"'{inner}.ttl_s'"
+        )
+    return ResponseCacheSettings(**bounds)
 
 
 def _short(number: float) -> str:
@@ -414,6 +461,11 @@ _TABLE = (
     # GPU group together) or "worker" (each worker's own, as TorchServe's workers: its default
     # there)
     Field("predict_concurrency_per", Kind.CHOICE, "device", choices=("device", "worker")),
+    # opt-in: answers kept by the model version, the inputs, outputs and parameters asked for
+    # (docs/scaling.md, "The response cache"); true: the defaults. MLServer's cache_enabled
+    # turns it on with MLServer's cache_size entries (model.mlserver._settings), unless the
+    # file's podium section sets it
+    Field("response_cache", Kind.CACHE, None),
     # free-form, returned in the model's metadata (a fresh dict each)
     Field("model_metadata", Kind.MAPPING, {}),
     # Ray Serve's options for this model's deployment (podium.ray, docs/ray.md): passed on,

@@ -12,6 +12,7 @@ continued lines.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__ = ["PropertiesError", "models_of", "parse_properties"]
@@ -30,12 +31,11 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     pending: str | None = None
     start = 0
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.lstrip(_BLANKS) if pending is not None else raw
+        line = raw.lstrip(_BLANKS)  # leading blanks go, a continued line's too
         if pending is None:
-            stripped = line.lstrip(_BLANKS)
-            if not stripped or stripped[0] in "#!":
+            if not line or line[0] in "#!":
                 continue
-            line, start = stripped, number
+            start = number
         trailing = len(line) - len(line.rstrip("\\"))
         if trailing % 2 == 1:  # continued on the next line
             pending = (pending or "") + line[:-1]
@@ -47,44 +47,32 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return lines
 
 
+#: An escape: a backslash and the character after it, with up to four more after a ``u``.
+_ESCAPE = re.compile(r"\\(u(.{0,4})|.)", re.DOTALL)
+
+
 def _unescape(text: str, where: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char != "\\" or i + 1 == len(text):
-            out.append(char)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                raise PropertiesError(f"{where}: malformed \\uxxxx escape")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
+    def one(found: re.Match[str]) -> str:
+        digits = found[2]
+        if digits is None:
+            return _ESCAPES.get(found[1], found[1])
+        if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+            raise PropertiesError(f"{where}: malformed \\uxxxx escape")
+        return chr(int(digits, 16))
+
+    return _ESCAPE.sub(one, text)
+
+
+#: A logical line: its key (up to the first ``=``, ``:`` or blank not escaped), blanks, one ``=``
+#: or ``:``, blanks, and its value; every part may be empty.
+_KEY_VALUE = re.compile(r"((?:\\.?|[^\\=: \t\f])*)[ \t\f]*[=:]?[ \t\f]*(.*)", re.DOTALL)
 
 
 def _split(line: str) -> tuple[str, str]:
     """The raw key and raw value of a logical line, as ``Properties.load`` splits them."""
-    i = 0
-    while i < len(line):
-        char = line[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char in "=:" or char in _BLANKS:
-            break
-        i += 1
-    key, rest = line[:i], line[i:]
-    rest = rest.lstrip(_BLANKS)
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(_BLANKS)
-    return key, rest
+    found = _KEY_VALUE.match(line)
+    assert found is not None  # the pattern matches any text
+    return found[1], found[2]
 
 
 def parse_properties(text: str, where: str = "config.properties") -> dict[str, str]:

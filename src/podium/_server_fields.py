@@ -146,13 +146,18 @@ def _size(count: int) -> str:
 # -- the checks of a few settings beyond their kind ----------------------------------------------
 
 
-def _regexes(name: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"{name}: {pattern!r} is not a regular expression: {exc}") from None
-    return patterns
+def _each(one: Refine) -> Refine:
+    """The check of a list setting: ``one`` (given the flag's name) for each entry, then the
+    entries without repeats."""
+    return lambda name, values: tuple(dict.fromkeys(one(name, value) for value in values))
+
+
+def _regex(name: str, pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{name}: {pattern!r} is not a regular expression: {exc}") from None
+    return pattern
 
 
 def _header_name(name: str, value: str) -> str:
@@ -169,30 +174,18 @@ def _object_prefix(name: str, value: str) -> str:
     return value
 
 
-def _cors_origins(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
-    found = []
-    for value in values:
-        origin = "*" if value.strip() == "*" else origin_of(value)
-        if origin is None:
-            raise ValueError(
-                f"{name}: {value!r} is not a web origin; give scheme://host[:port] (http or "
-                "https, no path) or '*' for any"
-            )
-        found.append(origin)
-    return tuple(dict.fromkeys(found))
+def _cors_origin(name: str, value: str) -> str:
+    origin = "*" if value.strip() == "*" else origin_of(value)
+    if origin is None:
+        raise ValueError(
+            f"{name}: {value!r} is not a web origin; give scheme://host[:port] (http or "
+            "https, no path) or '*' for any"
+        )
+    return origin
 
 
-def _regex(name: str, value: str) -> str:
-    return _regexes(name, (value,))[0]
-
-
-def _methods(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(_header_name(name, v.strip()).upper() if v != "*" else v
-                               for v in values))  # fmt: skip
-
-
-def _header_names(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(v if v == "*" else _header_name(name, v.strip()) for v in values))
+def _header_or_any(name: str, value: str) -> str:
+    return value if value == "*" else _header_name(name, value.strip())
 
 
 def _root_path(name: str, value: str) -> str:
@@ -205,14 +198,6 @@ def _root_path(name: str, value: str) -> str:
             f"got {value!r}"
         )
     return root
-
-
-def _hosts(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(normalize_host(v) for v in values))
-
-
-def _origins(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(normalize_origin(v) for v in values))
 
 
 def normalize_host(name: str) -> str:
@@ -408,7 +393,7 @@ _TABLE = (
     # -- what registration may read and fetch (docs/security.md, "Archives and downloads")
     Setting("model_store", Kind.PATH, None, _REGISTRATION, optional=True, torchserve="model_store",
             help="Directory where registration finds model files by name and saves downloads"),
-    Setting("allowed_urls", Kind.LIST, (), _REGISTRATION, refine=_regexes,
+    Setting("allowed_urls", Kind.LIST, (), _REGISTRATION, refine=_each(_regex),
             shown="none: remote urls are refused", torchserve="allowed_urls",
             help="Regular expression a remote registration url must match in full (repeatable)"),
     Setting("download_timeout", _N, 300.0, _REGISTRATION, above=True, unit=_S,
@@ -434,12 +419,12 @@ _TABLE = (
     Setting("token_expiration", _N, 0.0, _AUTH, unit=_MIN,
             help="Minutes the management and inference keys last; 0: no expiry"),
     # -- who may call the management API, and load or unload models (docs/security.md)
-    Setting("management_allowed_hosts", Kind.LIST, (), _MANAGEMENT, refine=_hosts, shown="none",
-            attr="allowed_hosts",
+    Setting("management_allowed_hosts", Kind.LIST, (), _MANAGEMENT, shown="none",
+            refine=_each(lambda _, v: normalize_host(v)), attr="allowed_hosts",
             help="A host name the management API answers to besides IP addresses and localhost "
             "(repeatable); other Host headers get 421, which stops DNS rebinding"),
-    Setting("management_allowed_origins", Kind.LIST, (), _MANAGEMENT, refine=_origins, shown="none",
-            attr="allowed_origins",
+    Setting("management_allowed_origins", Kind.LIST, (), _MANAGEMENT, shown="none",
+            refine=_each(lambda _, v: normalize_origin(v)), attr="allowed_origins",
             help="A web origin (scheme://host[:port]) whose pages may call the management API "
             "(repeatable); requests from other pages get 403"),
     Setting("allow_open_management", _F, False, _MANAGEMENT, shown="", attr="allow_open",
@@ -496,8 +481,8 @@ _TABLE = (
             "context.metrics (model_metrics), and the TorchServe names --ts-metrics serves"),
     # -- what browsers and proxies meet on the HTTP inference listener (server/http/_web.py): off by
     # default; MLServer's settings.json names them as its cors_settings, gzip_enabled, root_path
-    Setting("cors_allow_origins", Kind.LIST, (), _WEB, refine=_cors_origins, attr="allow_origins",
-            shown="none: no CORS", mlserver="cors_settings.allow_origins",
+    Setting("cors_allow_origins", Kind.LIST, (), _WEB, refine=_each(_cors_origin),
+            attr="allow_origins", shown="none: no CORS", mlserver="cors_settings.allow_origins",
             help="A web origin (scheme://host[:port], or '*': any) whose pages may call the inference "
             "listener (repeatable): its answers get CORS headers and its preflight OPTIONS is "
             "answered; none (and no --cors-allow-origin-regex): no CORS at all"),
@@ -507,13 +492,15 @@ _TABLE = (
     Setting("cors_allow_credentials", _F, False, _WEB, attr="allow_credentials",
             mlserver="cors_settings.allow_credentials",
             help="CORS: let pages send cookies and Authorization (Access-Control-Allow-Credentials)"),
-    Setting("cors_allow_methods", Kind.LIST, ("GET",), _WEB, refine=_methods, attr="allow_methods",
-            shown="GET", mlserver="cors_settings.allow_methods",
+    Setting("cors_allow_methods", Kind.LIST, ("GET",), _WEB, attr="allow_methods", shown="GET",
+            refine=_each(lambda name, v: _header_or_any(name, v).upper()),
+            mlserver="cors_settings.allow_methods",
             help="CORS: a method a preflight admits (repeatable; '*': any)"),
-    Setting("cors_allow_headers", Kind.LIST, (), _WEB, refine=_header_names, attr="allow_headers",
-            shown="the CORS-safelisted ones", mlserver="cors_settings.allow_headers",
+    Setting("cors_allow_headers", Kind.LIST, (), _WEB, refine=_each(_header_or_any),
+            attr="allow_headers", shown="the CORS-safelisted ones",
+            mlserver="cors_settings.allow_headers",
             help="CORS: a request header a preflight admits (repeatable; '*': any)"),
-    Setting("cors_expose_headers", Kind.LIST, (), _WEB, refine=_header_names,
+    Setting("cors_expose_headers", Kind.LIST, (), _WEB, refine=_each(_header_or_any),
             attr="expose_headers", shown="none", mlserver="cors_settings.expose_headers",
             help="CORS: a response header pages may read (repeatable)"),
     Setting("cors_max_age", _I, 600, _WEB, attr="max_age", mlserver="cors_settings.max_age",

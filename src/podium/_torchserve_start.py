@@ -101,9 +101,7 @@ def _typed(where: str, key: str, kind: Kind, value: str) -> Any:
                 return value.strip().lower() == "true"
             case Kind.LIST:
                 return tuple(v.strip() for v in value.split(",") if v.strip())
-            case Kind.PATH:
-                return Path(value)
-            case _:
+            case _:  # text, and paths: ServerConfig makes a Path of it
                 return value
     except ValueError:
         raise PropertiesError(f"{where}: '{key}' is not a {kind.value}: {value!r}") from None
@@ -128,10 +126,12 @@ def _model_settings(where: str, name: str, settings: Mapping[str, Any]) -> dict[
     return found
 
 
-def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> TorchServeConfig:
-    """``path`` (a ``config.properties``) as Podium's settings; ``PropertiesError`` names the
-    key it cannot take. With ``enable_envvars_config=true``, ``TS_<KEY>`` environment variables
-    win over the file, as in TorchServe."""
+def read_ts_config(path: Path | None, environ: Mapping[str, str] | None = None) -> TorchServeConfig:
+    """``path`` (a ``config.properties``; None: none) as Podium's settings; ``PropertiesError``
+    names the key it cannot take. With ``enable_envvars_config=true``, ``TS_<KEY>`` environment
+    variables win over the file, as in TorchServe."""
+    if path is None:
+        return TorchServeConfig()
     where = str(path)
     try:
         keys = parse_properties(path.read_text(encoding="utf-8"), where)
@@ -144,7 +144,6 @@ def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> Torc
                 keys[name[3:].lower()] = value
     keys.pop("enable_envvars_config", None)
     found = TorchServeConfig()
-    model_store = keys.get("model_store")
     for key, value in keys.items():
         if key == "models":
             for name, versions in models_of(value, where).items():
@@ -182,6 +181,4 @@ def read_ts_config(path: Path, environ: Mapping[str, str] | None = None) -> Torc
             found.notes.append(f"{where}: '{key}' is not honoured: {NOT_HONOURED[key]}")
         elif key not in QUIET:
             found.notes.append(f"{where}: '{key}' is not a key Podium knows; it is ignored")
-    if model_store is not None and "model_store" not in found.settings:
-        found.settings["model_store"] = Path(model_store)
     return found

@@ -186,9 +186,14 @@ def _serve(
     reads them), then ``config_file``, then ``flags``; ``models``: TorchServe's ``--models``
     entries (``name=file.mar``, ...), served with its ``load_models``."""
     from ._mlserver_start import server_settings
+    from ._properties import PropertiesError
+    from ._torchserve_start import read_ts_config
     from .runtime import ModelSettings
 
-    start = _ts_start(ts_config)
+    try:
+        start = read_ts_config(ts_config)
+    except PropertiesError as exc:
+        raise click.UsageError(str(exc)) from None
     mls = server_settings(settings_file, paths, start=mlserver_start)
     alone = () if mls.model is None else (mls.model,)
     if alone:  # mlserver start FOLDER: no model-settings.json, the variables' model
@@ -276,19 +281,6 @@ def _cannot_start(exc: Exception) -> None:
         click.echo(f"podium: {what}: {exc}", err=True)
 
 
-def _ts_start(ts_config: Path | None) -> Any:
-    """``config.properties`` read (``_torchserve_start.TorchServeConfig``; empty: none)."""
-    from ._properties import PropertiesError
-    from ._torchserve_start import TorchServeConfig, read_ts_config
-
-    if ts_config is None:
-        return TorchServeConfig()
-    try:
-        return read_ts_config(ts_config)
-    except PropertiesError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
 def _store_entry(entry: str, store: Path | None) -> tuple[Path | None, str | None]:
     """A ``load_models`` / ``--models`` entry (``all``, ``name=file.mar``, ``file.mar``, a bare
     name) as the path to serve and the name to serve it under (None: its own). ``all``: the
@@ -370,14 +362,14 @@ PID_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / ".podium_model_server.pid"
               "`podium torchserve --stop` stops it).")  # fmt: skip
 @click.option("--stop", is_flag=True, help="Stop the server `--start` started here.")
 @click.option("--foreground", is_flag=True, help="Run in the foreground (as --start does).")
-@click.option("--model-store", type=click.Path(path_type=Path), default=None)
+@_option(SETTINGS["model_store"])
 @click.option("--models", "models", multiple=True, help="name=file.mar, file.mar, a bare name "
               "in the model store, or all; several after one --models, as TorchServe.")  # fmt: skip
 @click.argument("more_models", nargs=-1, metavar="")
 @click.option("--ts-config", type=_FILE)
 @click.option("--ncs", "--no-config-snapshots", "ncs", is_flag=True,
               help="Accepted: Podium takes no config snapshots.")  # fmt: skip
-@click.option("--disable-token-auth", is_flag=True, help="No token authorization.")
+@_option(SETTINGS["auth"])
 @click.option("--enable-model-api", is_flag=True,
               help="Accepted: Podium's management API registers models with its key.")  # fmt: skip
 @click.option("--log-config", type=click.Path(path_type=Path), default=None,
@@ -392,7 +384,7 @@ def torchserve_command(
     models: tuple[str, ...],
     ts_config: Path | None,
     ncs: bool,
-    disable_token_auth: bool,
+    auth: bool | None,
     enable_model_api: bool,
     log_config: Path | None,
     workflow_store: Path | None,
@@ -415,9 +407,7 @@ def torchserve_command(
         click.echo(f"podium: --workflow-store {workflow_store} is not read: TorchServe's "
                    "workflows (.war, /workflows, /wfpredict) are not served (docs/migrating.md)",
                    err=True)  # fmt: skip
-    flags: dict[str, Any] = {"model_store": model_store}
-    if disable_token_auth:
-        flags["auth"] = False
+    flags = {"model_store": model_store, "auth": auth}
     PID_FILE.write_text(str(os.getpid()), encoding="utf-8")
     try:
         entries = [one.strip() for entry in models for one in entry.split(",")]
@@ -446,12 +436,8 @@ def _stop_started() -> int:
     """``torchserve --stop``: SIGTERM to the server ``--start`` started, and wait for it."""
     try:
         pid = int(PID_FILE.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        click.echo("podium: no server started with `podium torchserve --start` is running")
-        return 0
-    try:
         os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
+    except (OSError, ValueError):  # no pid file, or none in it, or its process is gone
         PID_FILE.unlink(missing_ok=True)
         click.echo("podium: no server started with `podium torchserve --start` is running")
         return 0
@@ -505,37 +491,13 @@ def _stop_started() -> int:
     help="default: NAME.mar (zip); tgz: NAME.tar.gz; no-archive: a directory NAME/.",
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing archive.")
-def archive(
-    model_name: str,
-    handler: Path,
-    version: str | None,
-    serialized_file: Path | None,
-    model_file: Path | None,
-    extra_files: str | None,
-    config_file: Path | None,
-    requirements_file: Path | None,
-    export_path: Path,
-    archive_format: str,
-    force: bool,
-) -> None:
+def archive(extra_files: str | None, **options: Any) -> None:
     """Build a TorchServe model archive (.mar), as torch-model-archiver does."""
     from .model.torchserve import archive_model
 
     extras = [Path(p.strip()) for p in (extra_files or "").split(",") if p.strip()]
     try:
-        dest = archive_model(
-            model_name=model_name,
-            handler=handler,
-            export_path=export_path,
-            version=version,
-            serialized_file=serialized_file,
-            model_file=model_file,
-            extra_files=extras,
-            config_file=config_file,
-            requirements_file=requirements_file,
-            archive_format=archive_format,
-            force=force,
-        )
+        dest = archive_model(extra_files=extras, **options)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {dest}")
@@ -574,16 +536,13 @@ def archive(
 def ray_command(
     paths: tuple[Path, ...],
     config_file: Path | None,
-    address: str | None,
-    host: str,
-    port: int,
-    grpc_port: int | None,
-    name: str,
     ingress_replicas: int | None,
     log_level: str | None,
+    **serve: Any,
 ) -> None:
     """Serve the models at PATHS on Ray Serve: a deployment per model version, Podium's HTTP
     protocols through Serve's HTTP proxy (docs/ray.md). Needs Ray: pip install 'podium[ray]'."""
+    # serve: where the application is deployed and its proxies listen, as run() takes them
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -604,7 +563,7 @@ def ray_command(
         raise click.UsageError(str(exc)) from None
     logs.configure(settings.replica.log_level.upper())
     try:
-        code = run(settings, address=address, host=host, port=port, grpc_port=grpc_port, name=name)
+        code = run(settings, **serve)
     except DefinitionError as exc:
         _cannot_start(exc)
         code = 1

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from ._model_fields import FIELDS, UNSET, Field, Kind, Spelling, Unit, check
+from ._model_fields import FIELDS, UNSET, Field, Kind, ResponseCacheSettings, Spelling, Unit
 from ._server_fields import (
     MODEL_DEFAULTS,
     SETTINGS,
@@ -52,6 +52,7 @@ __all__ = [
     "ModelConfig",
     "Protocols",
     "Registration",
+    "ResponseCacheSettings",
     "Secrets",
     "ServerConfig",
     "Serving",
@@ -156,6 +157,8 @@ class ModelConfig:
     workers_per_device: int = _default("workers_per_device")
     devices_per_worker: int = _default("devices_per_worker")
     predict_concurrency_per: str = _default("predict_concurrency_per")
+    # The response cache (docs/scaling.md): None, off.
+    response_cache: ResponseCacheSettings | None = _default("response_cache")
     model_metadata: dict[str, Any] = field(default_factory=dict)
     # Ray Serve's options for the model's deployment (podium.ray checks them; docs/ray.md).
     ray: dict[str, Any] = field(default_factory=dict)
@@ -188,21 +191,14 @@ class ModelConfig:
                     continue
                 if value is not UNSET:
                     values[spec.attr] = value
-        # Between fields: max_workers defaults to min_workers, and is at least it.
-        low, high = FIELDS["min_workers"], FIELDS["max_workers"]
-        if high.attr not in values and low.attr in values:
-            values[high.attr] = max(values[low.attr], high.minimum)
-        if values.get(low.attr, low.default) > values.get(high.attr, high.default):
-            problems.append(
-                f"{where}: '{low.key}' ({values[low.attr]}) must not exceed "
-                f"'{high.key}' ({values[high.attr]})"
-            )
-        levels, default = FIELDS["priority_levels"], FIELDS["default_priority"]
-        if values.get(default.attr, default.default) > values.get(levels.attr, levels.default):
-            problems.append(
-                f"{where}: '{default.key}' ({values.get(default.attr, default.default)}) must "
-                f"not exceed '{levels.key}' ({values.get(levels.attr, levels.default)})"
-            )
+        # Between fields: max_workers defaults to min_workers; each pair's first is at most its
+        # second.
+        if "max_workers" not in values and "min_workers" in values:
+            values["max_workers"] = max(values["min_workers"], FIELDS["max_workers"].minimum)
+        for low, high in (("min_workers", "max_workers"), ("default_priority", "priority_levels")):
+            least, most = (values.get(key, FIELDS[key].default) for key in (low, high))
+            if least > most:
+                problems.append(f"{where}: '{low}' ({least}) must not exceed '{high}' ({most})")
         if "model_metadata" in values:
             try:
                 signature_of(values["model_metadata"])
@@ -350,6 +346,21 @@ class ConnectionLimits(_Group):
     max_connections: int | None = _setting("max_connections")
 
 
+#: GrpcLimits' fields that are no settings, checked as settings are: the HTTP listeners'
+#: connection cap and handshake time (``ServerConfig`` gives it theirs), and two fixed limits.
+_GRPC_OWN: dict[str, Setting] = {
+    s.key: s
+    for s in (
+        Setting("max_connections", Kind.INTEGER, 1000, Group.GRPC, "", minimum=1, below=2**31),
+        Setting("handshake_timeout", Kind.NUMBER, _setting("header_timeout"), Group.GRPC, "",
+                minimum=0.001, below=math.inf, unit=Unit.SECONDS),
+        Setting("max_ping_strikes", Kind.INTEGER, 2, Group.GRPC, "", below=2**31),
+        Setting("max_metadata_size", Kind.INTEGER, 16 * 1024, Group.GRPC, "", minimum=1,
+                below=2**31),
+    )
+}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class GrpcLimits(_Group):
     """What a gRPC listener allows its clients (``server/grpc/_limits.py``); times in seconds
@@ -366,30 +377,10 @@ class GrpcLimits(_Group):
     keepalive_time: float = _setting("grpc_keepalive_time")
     keepalive_timeout: float = _setting("grpc_keepalive_timeout")
     min_ping_interval: float = _setting("grpc_min_ping_interval")
-    max_connections: int = 1000
-    handshake_timeout: float = _setting("header_timeout")
-    max_ping_strikes: int = 2  #: 0: never GOAWAY for pings
-    max_metadata_size: int = 16 * 1024
-
-    def __post_init__(self) -> None:
-        _Group.__post_init__(self)
-        for key, least in (
-            ("max_connections", 1),
-            ("max_metadata_size", 1),
-            ("max_ping_strikes", 0),
-        ):
-            value = getattr(self, key)
-            check(Kind.INTEGER, key, value, minimum=least, below=2**31, name=key.replace("_", "-"))
-        timeout = check(
-            Kind.NUMBER,
-            "handshake_timeout",
-            self.handshake_timeout,
-            minimum=0.001,
-            below=math.inf,
-            unit=Unit.SECONDS,
-            name="handshake-timeout",
-        )
-        object.__setattr__(self, "handshake_timeout", timeout)
+    max_connections: int = _GRPC_OWN["max_connections"].default
+    handshake_timeout: float = _GRPC_OWN["handshake_timeout"].default
+    max_ping_strikes: int = _GRPC_OWN["max_ping_strikes"].default  #: 0: never GOAWAY for pings
+    max_metadata_size: int = _GRPC_OWN["max_metadata_size"].default
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,7 +514,8 @@ class Web(_Group):
 
 
 _BY_GROUP: dict[Group, tuple[Setting, ...]] = {
-    group: tuple(s for s in SETTINGS.values() if s.group is group) for group in Group
+    group: tuple(s for s in (*SETTINGS.values(), *_GRPC_OWN.values()) if s.group is group)
+    for group in Group
 }
 
 
@@ -564,11 +556,6 @@ class ServerConfig:
                     given[group]["max_connections"] = http.max_connections
             made[group] = cls(**given[group])
             object.__setattr__(self, group.value, made[group])
-
-    @classmethod
-    def keys(cls) -> frozenset[str]:
-        """The keys a ``--config`` YAML file may set (the flags' names with ``_``)."""
-        return frozenset(SETTINGS)
 
 
 #: Each group's class, in the order ``ServerConfig`` makes them (HTTP's before gRPC's).

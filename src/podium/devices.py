@@ -113,36 +113,31 @@ _LOST_MESSAGES = (
 )
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def _says(exc: BaseException, messages: tuple[str, ...], class_name: str = "") -> bool:
+    """Whether ``exc`` or what caused it (its first eight links) is of class ``class_name``, or
+    says one of ``messages`` (case-insensitive)."""
     seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 8:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen and len(seen) < 8:
+        seen.add(id(error))
+        text = str(error)[:4096].lower()
+        if type(error).__name__ == class_name or any(m in text for m in messages):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a device running out of memory: torch's
     ``OutOfMemoryError`` by class name, or an out-of-memory message from CUDA or its libraries.
     Host memory (``MemoryError``) is not a device's."""
-    for error in _chain(exc):
-        if type(error).__name__ == "OutOfMemoryError":
-            return True
-        text = str(error)[:4096].lower()
-        if any(message in text for message in _OOM_MESSAGES):
-            return True
-    return False
+    return _says(exc, _OOM_MESSAGES, "OutOfMemoryError")
 
 
 def is_device_lost(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) says the device is lost or its context broken: the
     worker must be restarted to use a device again."""
-    for error in _chain(exc):
-        text = str(error)[:4096].lower()
-        if any(message in text for message in _LOST_MESSAGES):
-            return True
-    return False
+    return _says(exc, _LOST_MESSAGES)
 
 
 def empty_cache() -> None:

@@ -422,20 +422,12 @@ STATUS: dict[type[PodiumError], tuple[int, str]] = {
 
 
 #: The gRPC code of a status a model chose (:class:`ModelStatus`, a TorchServe handler's reply):
-#: as the table maps it.
+#: the code of the table's first class with that status (reversed: the first one written wins;
+#: 503 is Unavailable's), and two statuses no error of Podium's has.
 _CODE_OF_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ALREADY_EXISTS",
-    410: "FAILED_PRECONDITION",
-    413: "RESOURCE_EXHAUSTED",
+    **{status: code for status, code in reversed(STATUS.values())},
     429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
     501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
 }
 
 

@@ -37,12 +37,12 @@ from typing import IO, Any
 
 import msgspec
 
+from ._server_fields import SETTINGS
 from .devices import running_on
 from .errors import bounded
 from .types import current_request
 
 __all__ = [
-    "FORMATS",
     "MAX_LOG_LINE",
     "MAX_LOG_MESSAGE",
     "MAX_TRACEBACK",
@@ -64,8 +64,6 @@ MAX_LOG_MESSAGE = 16 * 1024
 MAX_LOG_LINE = 2 * 1024
 #: A traceback longer than twice this keeps this many characters of its head and of its tail.
 MAX_TRACEBACK = 16 * 1024
-#: The values of ``--log-format``.
-FORMATS = ("text", "json")
 
 
 class BoundedFormatter(logging.Formatter):
@@ -324,13 +322,12 @@ def configure(
     stream: IO[str] | None = None,
 ) -> logging.Handler:
     """Log every record of this process at ``level`` and above to ``stream`` (stderr) in
-    ``fmt`` (:data:`FORMATS`), through one handler on the root logger, with
+    ``fmt`` (``--log-format``'s choices), through one handler on the root logger, with
     :class:`RequestIdFilter`; the handler. ``tag`` goes into every text line, ``static`` into
     every JSON one (a worker process's name and pid). Called once, by the process's entry point
     (``podium serve``, a worker process)."""
     global _format, _installed
-    if fmt not in FORMATS:
-        raise ValueError(f"log-format must be {' or '.join(FORMATS)}, got {fmt!r}")
+    SETTINGS["log_format"].check(fmt)
     handler = LineWriter(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter(static) if fmt == "json" else TextFormatter(tag))
     handler.addFilter(RequestIdFilter())

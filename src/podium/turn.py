@@ -33,9 +33,6 @@ class TurnBuffer(Generic[T]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.Handle | None = None
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def add(self, item: T) -> None:
         """Hold ``item`` until this turn of the running loop ends (``RuntimeError`` where no
         loop runs on this thread, and nothing is held)."""

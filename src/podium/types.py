@@ -21,6 +21,8 @@ from typing import Any, Final, Protocol
 import msgspec
 
 __all__ = [
+    "CACHE_NO_READ",
+    "CACHE_NO_STORE",
     "DATATYPES",
     "END",
     "ENDPOINT_METHODS",
@@ -474,6 +476,13 @@ current_context: ContextVar[Context | list[Context] | None] = ContextVar(
 )
 
 
+#: ``RequestInfo.cache`` bits (HTTP's request directives, RFC 9111): ``no-cache`` (or
+#: ``max-age=0``): not answered from a cache, though its answer may be kept; ``no-store``: its
+#: answer is not kept.
+CACHE_NO_READ: Final = 1
+CACHE_NO_STORE: Final = 2
+
+
 class RequestInfo:
     """The request being served, as every layer may see it (:data:`current_request`): its id
     (the client's ``X-Request-ID`` / ``x-request-id`` / OIP ``id``, or one the server made), and
@@ -484,10 +493,12 @@ class RequestInfo:
     set them from the OIP ``timeout`` / ``priority`` parameters, headers, gRPC deadlines and
     metadata: docs/scaling.md): the latest ``time.monotonic()`` at which the request may still
     leave the queue for the model (None: the model's own ``max_queue_delay`` alone), and its
-    priority level (1 the highest; 0: the model's default).
+    priority level (1 the highest; 0: the model's default). ``cache``: what its
+    ``Cache-Control`` header (or metadata) asks of a model's response cache, the bits
+    :data:`CACHE_NO_READ` and :data:`CACHE_NO_STORE` (0: nothing).
     """
 
-    __slots__ = ("id", "model", "version", "deadline", "priority")
+    __slots__ = ("id", "model", "version", "deadline", "priority", "cache")
 
     def __init__(self, id: str) -> None:
         self.id = id
@@ -495,6 +506,7 @@ class RequestInfo:
         self.version: str | None = None
         self.deadline: float | None = None
         self.priority = 0
+        self.cache = 0
 
 
 #: The request the current task (or the model thread it runs) serves; None outside a request

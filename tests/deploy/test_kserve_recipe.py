@@ -25,7 +25,7 @@ from kserve_fixtures import (
 )
 
 from podium.cli import main as cli
-from podium.config import ServerConfig
+from podium.config import SETTINGS, ServerConfig
 
 __all__ = ["tools_python"]  # the fixture, imported for the tests below
 
@@ -63,9 +63,8 @@ def _serve_config(args: list[str]) -> ServerConfig:
     serve = cli.commands["serve"]  # type: ignore[attr-defined]
     context = serve.make_context("serve", list(args[1:]))
     params = context.params
-    fields = ServerConfig.keys()
     return ServerConfig(
-        **{k: v for k, v in params.items() if k in fields and v is not None},
+        **{k: v for k, v in params.items() if k in SETTINGS and v is not None},
         models=tuple(str(p) for p in params["paths"]),
     )
 

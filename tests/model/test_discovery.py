@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from podium.config import FIELDS, MODEL_KEYS, ModelConfig
+from podium.config import FIELDS, MODEL_KEYS, ModelConfig, ResponseCacheSettings
 from podium.errors import DefinitionError
 from podium.model import ModelSource
 from podium.model.discovery import discover, import_model
@@ -213,6 +213,10 @@ VALID: dict[str, tuple[str, Any]] = {
     "default_priority": ("1", 1),
     "priority_aging": ("500", 500.0),
     "predict_concurrency_per": ("worker", "worker"),
+    "response_cache": (
+        "{max_bytes: 1024, ttl_s: 30}",
+        ResponseCacheSettings(max_bytes=1024, ttl_s=30.0),
+    ),
 }
 
 INVALID: dict[str, str] = {
@@ -247,6 +251,7 @@ INVALID: dict[str, str] = {
     "default_priority": "0",
     "priority_aging": "0",
     "predict_concurrency_per": "gpu",
+    "response_cache": "lots",
 }
 
 
@@ -451,3 +456,21 @@ def test_a_directory_of_torchserve_archives_is_a_repository(tmp_path: Path) -> N
     found = discover(store)
     assert sorted(s.config.name for s in found) == ["alpha", "beta"]
     assert {s.contract for s in found} == {"torchserve"}
+
+
+def test_the_requirements_a_model_declares_are_read_from_its_own_file(tmp_path: Path) -> None:
+    import json
+
+    native = write(tmp_path / "native" / "model.py")
+    assert one(native.parent).requirements() == ()
+    write(native.parent / "requirements.txt", "numpy>=1  # pinned\n-e ./local\n\nscipy\n")
+    assert one(native.parent).requirements() == ("numpy>=1", "scipy")
+    handler = write(tmp_path / "ts" / "handler.py", "def handle(data, context):\n    return data\n")
+    manifest = {"model": {"modelName": "ts", "handler": "handler.py"}}
+    write(handler.parent / "MAR-INF" / "MANIFEST.json", json.dumps(manifest))
+    assert one(handler.parent).requirements() == ()  # none listed
+    manifest["model"]["requirementsFile"] = "needs.txt"
+    write(handler.parent / "MAR-INF" / "MANIFEST.json", json.dumps(manifest))
+    assert one(handler.parent).requirements() == ()  # listed, but not there
+    write(handler.parent / "needs.txt", "torch\n")
+    assert one(handler.parent).requirements() == ("torch",)

@@ -86,8 +86,7 @@ def test_each_allowed_position_is_recognised() -> None:
     assert (b.takes_inputs, b.takes_request, b.takes_context) == (True, True, True)
     c = inspect_class(RequestContext).predict
     assert (c.takes_inputs, c.takes_request, c.takes_context) == (False, True, True)
-    assert inspect_class(InputsContext).needs_context
-    assert not inspect_class(NoContext).needs_context
+    assert inspect_class(NoContext).predict.takes_context is False
     assert inspect_class(RequestContext).needs_inputs is False
 
 
@@ -191,7 +190,7 @@ async def test_an_optional_context_runs_without_sequences_and_gets_none(
             return context
 
     model = make(Model, executor, sequence_batching=False)
-    assert model.needs_context
+    assert model.spec.predict.takes_context
     assert await model.predict(1, None) is None
 
 
@@ -337,5 +336,5 @@ async def test_a_model_without_a_context_parameter_is_called_as_before(
             return (inputs, request)
 
     model = make(Model, executor)
-    assert not model.needs_context
+    assert not model.spec.predict.takes_context
     assert await with_context(ctx(), lambda: model.predict(1, "R")) == (1, "R")

@@ -145,7 +145,6 @@ def test_own_chat_and_complete_run_in_the_predict_slot(executor: ThreadPoolExecu
             return 42  # not text
 
     model = make(Own, executor)
-    assert model.capabilities.openai_methods == {"chat", "complete"}
     asyncio.run(model.load())
     assert model.openai is not None and model.openai.methods == {"chat", "complete"}
 

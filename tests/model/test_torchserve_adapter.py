@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.machinery
 import importlib.util
 import json
 import subprocess
@@ -289,7 +290,7 @@ def test_builtin_handler_without_torch_is_a_clear_error(
 
 
 def test_a_builtin_handler_podium_does_not_provide_is_a_clear_error(tmp_path: Path) -> None:
-    if importlib.util.find_spec("ts") is not None and "ts" not in sys.modules:
+    if importlib.machinery.PathFinder.find_spec("ts") is not None:
         pytest.skip("the real torchserve package is installed")
     (src,) = discover(_naming_handler(tmp_path, "dali_image_classifier"))
     with pytest.raises(

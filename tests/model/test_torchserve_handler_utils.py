@@ -25,6 +25,26 @@ from podium.compat.ts.utils.util import (
     map_class_to_label,
 )
 
+# -- the ts import paths --------------------------------------------------------------------
+
+
+def test_the_ts_import_paths_are_podiums_modules_themselves() -> None:
+    """``ts.utils.util`` is the module ``podium.compat.ts.utils.util`` (not a copy of it), so a
+    class defined there is one class under both paths; a module Podium lacks is not found."""
+    import importlib
+
+    import podium.compat.ts.utils.util as ours
+    from podium.model.torchserve import install_ts_shim
+
+    if not install_ts_shim():
+        pytest.skip("the real torchserve package is installed")
+    assert importlib.import_module("ts.utils.util") is ours
+    assert importlib.import_module("ts").__name__ == "podium.compat.ts"
+    assert ours.logger.name == "ts.utils.util"  # TorchServe's logger name, either way
+    with pytest.raises(ModuleNotFoundError, match="ts.no_such_module"):
+        importlib.import_module("ts.no_such_module")
+
+
 # -- ts.utils.util -------------------------------------------------------------------------
 
 

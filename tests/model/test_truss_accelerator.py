@@ -79,22 +79,20 @@ async def test_a_truss_on_gpus_of_another_type_loads_with_a_warning(
     tmp_path: Path,
     executor: ThreadPoolExecutor,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
     gpu: str,
     warned: bool,
 ) -> None:
-    devices_module.set_inventory(FakeInventory(4, name=gpu))
+    monkeypatch.setattr(devices_module, "_inventory", FakeInventory(4, name=gpu))
+    source = read_truss(_truss(tmp_path / "t", "A10G:2"))
+    with caplog.at_level(logging.WARNING):
+        mv = build_version(source, secrets={}, executor=executor, codec=RequestSnapshots())
+        await mv.load()
     try:
-        source = read_truss(_truss(tmp_path / "t", "A10G:2"))
-        with caplog.at_level(logging.WARNING):
-            mv = build_version(source, secrets={}, executor=executor, codec=RequestSnapshots())
-            await mv.load()
-        try:
-            assert mv.state is ModelState.READY, mv.reason
-            assert [w.devices for w in mv.workers()] == [(0, 1)]
-        finally:
-            await mv.close()
+        assert mv.state is ModelState.READY, mv.reason
+        assert [w.devices for w in mv.workers()] == [(0, 1)]
     finally:
-        devices_module.set_inventory(None)
+        await mv.close()
     notes = [r.getMessage() for r in caplog.records if "resources.accelerator" in r.getMessage()]
     if warned:
         assert len(notes) == 1

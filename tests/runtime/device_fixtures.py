@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from podium.runtime import devices
@@ -11,11 +9,8 @@ from podium.runtime.devices import FakeInventory
 
 
 @pytest.fixture
-def gpus() -> Iterator[FakeInventory]:
+def gpus(monkeypatch: pytest.MonkeyPatch) -> FakeInventory:
     """The server believes it has four GPUs."""
     fake = FakeInventory(4)
-    devices.set_inventory(fake)
-    try:
-        yield fake
-    finally:
-        devices.set_inventory(None)
+    monkeypatch.setattr(devices, "_inventory", fake)
+    return fake

@@ -22,6 +22,7 @@ import pytest
 from helpers import wait_until
 
 import podium
+from podium.config import ModelConfig
 from podium.devices import (
     device,
     empty_cache,
@@ -40,11 +41,9 @@ from podium.runtime.devices import (
     FakeInventory,
     NoInventory,
     NvmlInventory,
-    Placement,
     assigner_for,
     discover,
     resolve,
-    worker_env,
 )
 from podium.runtime.loading import build_version
 from podium.runtime.registry import ModelState, ModelVersion
@@ -56,12 +55,8 @@ pytest_plugins = ["device_fixtures"]
 
 
 @pytest.fixture
-def no_gpus() -> Iterator[None]:
-    devices_module.set_inventory(NoInventory("no GPU here"))
-    try:
-        yield
-    finally:
-        devices_module.set_inventory(None)
+def no_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices_module, "_inventory", NoInventory("no GPU here"))
 
 
 @pytest.fixture
@@ -86,18 +81,23 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 # -- placement -----------------------------------------------------------------------------------
 
 
+def placed(devices: Any = "auto", per: int = 1) -> ModelConfig:
+    """A model's config asking for ``devices``, ``per`` GPUs to a worker."""
+    return ModelConfig(name="m", devices=devices, devices_per_worker=per)
+
+
 def test_auto_takes_every_gpu_one_per_worker() -> None:
-    assert resolve(Placement(), FOUR, "m") == ((0,), (1,), (2,), (3,))
+    assert resolve(placed(), FOUR, "m") == ((0,), (1,), (2,), (3,))
 
 
 def test_auto_without_gpus_is_the_cpu_and_cpu_is_the_cpu() -> None:
-    assert resolve(Placement("auto"), NoInventory(), "m") == ((),)
-    assert resolve(Placement("cpu"), FOUR, "m") == ((),)
+    assert resolve(placed("auto"), NoInventory(), "m") == ((),)
+    assert resolve(placed("cpu"), FOUR, "m") == ((),)
 
 
 def test_asking_for_a_gpu_where_there_is_none_is_a_load_error_that_says_why() -> None:
     with pytest.raises(DefinitionError) as info:
-        resolve(Placement("gpu"), NoInventory("nvidia-ml-py is not installed"), "model 'm'")
+        resolve(placed("gpu"), NoInventory("nvidia-ml-py is not installed"), "model 'm'")
     assert str(info.value) == (
         "model 'm' asks for a GPU (devices: gpu), but nvidia-ml-py is not installed"
     )
@@ -105,17 +105,17 @@ def test_asking_for_a_gpu_where_there_is_none_is_a_load_error_that_says_why() ->
 
 def test_asking_for_gpus_the_machine_lacks_names_them() -> None:
     with pytest.raises(DefinitionError) as info:
-        resolve(Placement((1, 5, 7)), FOUR, "model 'm'")
+        resolve(placed((1, 5, 7)), FOUR, "model 'm'")
     assert str(info.value) == (
         "model 'm' asks for GPU 5, 7 (devices: [1, 5, 7]), but this machine has GPU 0, 1, 2, 3"
     )
 
 
 def test_devices_per_worker_groups_the_gpus() -> None:
-    assert resolve(Placement("gpu", devices_per_worker=2), FOUR, "m") == ((0, 1), (2, 3))
-    assert resolve(Placement((3, 1, 2), devices_per_worker=2), FOUR, "m") == ((3, 1),)
+    assert resolve(placed("gpu", 2), FOUR, "m") == ((0, 1), (2, 3))
+    assert resolve(placed((3, 1, 2), 2), FOUR, "m") == ((3, 1),)
     with pytest.raises(DefinitionError, match="asks for 3 GPUs per worker"):
-        resolve(Placement((0, 1), devices_per_worker=3), FOUR, "m")
+        resolve(placed((0, 1), 3), FOUR, "m")
 
 
 def test_workers_take_the_least_held_group_and_a_replacement_takes_the_one_it_replaces() -> None:
@@ -129,20 +129,19 @@ def test_workers_take_the_least_held_group_and_a_replacement_takes_the_one_it_re
 
 
 def test_the_environment_of_a_worker_process() -> None:
-    assert worker_env((2,)) == {
+    hiding = DeviceAssigner((), hide=True)
+    assert hiding.env((2,)) == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "2",
         "PODIUM_DEVICE": "cuda:0",
     }
-    assert worker_env((0, 3))["CUDA_VISIBLE_DEVICES"] == "0,3"
-    assert worker_env(())["CUDA_VISIBLE_DEVICES"] == ""  # devices: cpu: no GPU visible
-    assert worker_env(())["PODIUM_DEVICE"] == "cpu"
+    assert hiding.env((0, 3))["CUDA_VISIBLE_DEVICES"] == "0,3"
+    assert hiding.env(())["CUDA_VISIBLE_DEVICES"] == ""  # devices: cpu: no GPU visible
+    assert hiding.env(())["PODIUM_DEVICE"] == "cpu"
     # no GPU found (nvidia-ml-py may just be absent): the server's own variable is left alone
-    assert worker_env((), hide=False) == {"PODIUM_DEVICE": "cpu"}
-    assert assigner_for(types.SimpleNamespace(devices="cpu"), "m", FOUR).env(()) == worker_env(())
-    assert assigner_for(types.SimpleNamespace(), "m", NoInventory()).env(()) == {
-        "PODIUM_DEVICE": "cpu"
-    }
+    assert DeviceAssigner(()).env(()) == {"PODIUM_DEVICE": "cpu"}
+    assert assigner_for(placed("cpu"), "m", FOUR).env(()) == hiding.env(())
+    assert assigner_for(placed(), "m", NoInventory()).env(()) == {"PODIUM_DEVICE": "cpu"}
 
 
 # -- discovery -----------------------------------------------------------------------------------
@@ -205,7 +204,7 @@ def test_nvml_inventory_reads_and_samples_what_the_library_says() -> None:
 def test_the_servers_own_cuda_visible_devices_limits_and_renumbers_the_gpus() -> None:
     found = NvmlInventory(_fake_nvml(4), "3,GPU-0001")
     assert [(g.index, g.local) for g in found.gpus()] == [(3, 0), (1, 1)]
-    assigner = DeviceAssigner(resolve(Placement(), found, "m"), local={3: 0, 1: 1})
+    assigner = DeviceAssigner(resolve(placed(), found, "m"), local={3: 0, 1: 1})
     assert assigner.name((3,)) == "cuda:0"  # a thread worker on GPU 3 computes on cuda:0 here
 
 

@@ -101,8 +101,8 @@ async def test_requests_of_several_sequences_share_each_step_and_each_gets_its_i
         ([2, 3], ["s1", "s2"]),
         ([3], ["s2"]),
     ]
-    await wait_until(lambda: len(tasks) == 0)  # idle: the loop's task ended, its slot went back
-    assert gate.held == 0 and steps.steps == 3
+    await wait_until(lambda: not tasks._tasks)  # idle: the loop's task ended, its slot went back
+    assert gate.held == 0 and steps.stats.steps == 3
 
 
 async def test_a_request_that_joins_while_another_streams_shares_its_next_step() -> None:
@@ -139,7 +139,7 @@ async def test_a_reader_that_leaves_while_its_step_runs_gets_nothing_more() -> N
         await first
     await items.aclose()
     worker.instance.hold.set()
-    await wait_until(lambda: steps.steps == 1 and not steps.waiting)
+    await wait_until(lambda: steps.stats.steps == 1 and not steps.waiting)
     other = await collect(steps.stream(ctx("b"), 1, None))
     assert other == ["1:1"] and [i for i, _ in worker.instance.steps] == [[5], [1]]
 

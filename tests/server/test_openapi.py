@@ -93,6 +93,13 @@ def test_the_oip_bodies_are_the_msgspec_types_schemas() -> None:
             assert found["properties"]["datatype"] == {"type": "string", "enum": sorted(DATATYPES)}
             found["properties"] = {**found["properties"], "datatype": {"type": "string"}}
         assert found == schema, name
+    # the shared memory extension's bodies, by the types that parse and encode them
+    for name in ("RegionStatus", "RegionRegister"):
+        assert components[name]["title"] == name
+    register = document["paths"]["/v2/systemsharedmemory/region/{name}/register"]["post"]
+    assert register["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/RegionRegister"
+    )
     infer = document["paths"]["/v2/models/{model}/infer"]["post"]
     body = infer["requestBody"]["content"]
     assert body["application/json"]["schema"] == {"$ref": "#/components/schemas/InferenceRequest"}

@@ -54,6 +54,7 @@ from ..runtime import (
 from ._control import ControlPolicy, ModelControl
 from ._flight import FlightReport, InFlight
 from ._memory import (
+    REGION,
     REGION_PARAMETERS,
     RegionStatus,
     SystemSharedMemory,
@@ -75,6 +76,7 @@ from ._statistics import ModelStatistics, StatisticDuration, StatisticsResponse
 
 __all__ = [
     "DURATION_BUCKETS_NS",
+    "REGION",
     "REGION_PARAMETERS",
     "UNVERSIONED",
     "ConfigOverrides",

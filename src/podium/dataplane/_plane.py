@@ -13,8 +13,19 @@ from msgspec.structs import replace
 
 from .. import __version__
 from ..errors import InvalidInput, ModelNotReady, NotFound, bounded, unloaded_model
-from ..runtime import UNVERSIONED, ModelVersion, Registry, RequestCodec, SequenceScheduling
+from ..runtime import (
+    UNVERSIONED,
+    ModelVersion,
+    Registry,
+    RequestCodec,
+    ResponseCache,
+    SequenceScheduling,
+    answer_size,
+    request_key,
+)
 from ..types import (
+    CACHE_NO_READ,
+    CACHE_NO_STORE,
     Answer,
     AnswerStream,
     Call,
@@ -309,36 +320,45 @@ class DataPlane:
         placement: Placement | None = None
         try:
             _queue_asks(mv, call)
-            call, placement = self._placed(call)
-            inputs, oip = inputs_of(mv, call)
-            sequence = _sequence(mv, call)
-            caps = mv.instance.capabilities
-            if caps.streaming and not caps.predict_on_infer:
-                async with contextlib.aclosing(
-                    _stream_from_scheduler(mv, inputs, call, sequence)
-                ) as stream:
-                    items = [item async for item in stream]
-                value = gather(mv, call.protocol, items, oip, sequence)
-                if placement is not None:
-                    placement.write(value)
-                answer = Answer(value, None, None if sequence is None else sequence.outcome())
-            else:
-                if sequence is None:
-                    result = await mv.scheduler.infer(inputs, call.request)
-                else:
-                    scheduler = cast(SequenceScheduling, mv.scheduler)
-                    result = await scheduler.infer_in(sequence, inputs, call.request)
-                if call.protocol.oip:
-                    result = oip_response(mv, result, oip, sequence)
+            cache = mv.cache
+            key = hit = None
+            if cache is not None:  # a hit answers here; a miss keeps the answer below
+                key, generation, hit = _look_up(mv, cache, call)
+            if hit is None:
+                call, placement = self._placed(call)
+                inputs, oip = inputs_of(mv, call)
+                sequence = _sequence(mv, call)
+                caps = mv.instance.capabilities
+                if caps.streaming and not caps.predict_on_infer:
+                    async with contextlib.aclosing(
+                        _stream_from_scheduler(mv, inputs, call, sequence)
+                    ) as stream:
+                        items = [item async for item in stream]
+                    value = gather(mv, call.protocol, items, oip, sequence)
                     if placement is not None:
-                        placement.write(result)
-                headers = None
-                if isinstance(result, InferenceResponse) and result.parameters:
-                    headers = take_headers(result)
-                if sequence is None:
-                    answer = Answer(result, headers)
+                        placement.write(value)
+                    answer = Answer(value, None, None if sequence is None else sequence.outcome())
                 else:
-                    answer = Answer(result, headers, sequence.outcome())
+                    if sequence is None:
+                        result = await mv.scheduler.infer(inputs, call.request)
+                    else:
+                        scheduler = cast(SequenceScheduling, mv.scheduler)
+                        result = await scheduler.infer_in(sequence, inputs, call.request)
+                    if call.protocol.oip:
+                        result = oip_response(mv, result, oip, sequence)
+                        if placement is not None:
+                            placement.write(result)
+                    headers = None
+                    if isinstance(result, InferenceResponse) and result.parameters:
+                        headers = take_headers(result)
+                    if sequence is None:
+                        answer = Answer(result, headers)
+                    else:
+                        answer = Answer(result, headers, sequence.outcome())
+                if key is not None and cache is not None:
+                    _keep(cache, key, generation, answer)
+            else:
+                answer = hit
         except BaseException as exc:
             stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
             raise
@@ -452,6 +472,57 @@ class DataPlane:
                 async for item in items:
                     stats.items += 1
                     yield oip_response(mv, item, None) if protocol.oip else item
+
+
+def _look_up(
+    mv: ModelVersion, cache: ResponseCache, call: Call
+) -> tuple[bytes | None, int, Answer | None]:
+    """A call to a version with a response cache: ``(key, generation, answer)``, where
+    ``answer`` is the stored one (a hit: a copy with the request's id) or None, and ``key``
+    (with the cache's ``generation`` then) is where to keep the answer the model gives (None:
+    not kept). Only OIP calls are cached, and not those with tensors in shared memory (their
+    data is the region's, read later) nor those whose ``Cache-Control`` says not to. The
+    lookup's time counts as Triton's ``cache_hit`` / ``cache_miss`` do."""
+    payload = call.payload
+    if (
+        not call.protocol.oip
+        or type(payload) is not InferenceRequest
+        or uses_shared_memory(payload)
+    ):
+        return None, 0, None
+    info = current_request.get()
+    asked = 0 if info is None else info.cache
+    if asked == CACHE_NO_READ | CACHE_NO_STORE:
+        return None, 0, None
+    start = _now()
+    key = request_key(mv.name, mv.version, payload)
+    if key is None:
+        return None, 0, None
+    stats = cache.stats
+    if not asked & CACHE_NO_READ:
+        found = cache.get(key)
+        if found is not None:
+            response, headers = found
+            answer = Answer(
+                replace(response, id=payload.id), None if headers is None else dict(headers)
+            )
+            stats.hits += 1
+            stats.hit_ns += _now() - start
+            return None, 0, answer
+    stats.misses += 1
+    stats.miss_ns += _now() - start
+    return (None if asked & CACHE_NO_STORE else key), cache.generation, None
+
+
+def _keep(cache: ResponseCache, key: bytes, generation: int, answer: Answer) -> None:
+    """Keep a miss's answer (an OIP response; its id is the request's, left out), its time
+    counted in ``cache_miss``."""
+    start = _now()
+    response = answer.value
+    if type(response) is InferenceResponse:
+        kept = replace(response, id=None)
+        cache.put(key, kept, answer.headers, answer_size(kept), generation)
+    cache.stats.miss_ns += _now() - start
 
 
 def _queue_asks(mv: ModelVersion, call: Call) -> None:

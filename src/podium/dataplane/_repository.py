@@ -356,6 +356,8 @@ class ModelRepository:
             for mv, base, new in changed:  # all or none
                 self._found.setdefault(id(mv), (mv, base))
                 mv.config = new
+        for mv in versions:  # a load is a reload (Triton's): no answer of before is kept
+            mv.forget_answers()
         versions = await self._registry.load(name)
         failed = [mv for mv in versions if mv.state is not ModelState.READY]
         if failed:

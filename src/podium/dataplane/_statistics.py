@@ -12,7 +12,12 @@ a batch; ``compute_input`` / ``compute_output`` the model's ``preprocess`` / ``p
 ``execution_count`` the executions of ``predict`` (batches), ``inference_count`` the requests
 they ran; ``batch_stats`` the executions by batch size (``compute_infer``; Podium runs
 ``preprocess`` and ``postprocess`` per request, outside the batch, so their per-batch entries
-are zero); ``cache_hit`` / ``cache_miss`` are zero (Podium has no response cache).
+are zero); ``cache_hit`` / ``cache_miss`` the version's response cache (``response_cache``;
+zero without one), as Triton counts them: a hit's count and time to look up and copy out the
+stored answer, a miss's count and time to look up and to store the answer the model gave. A hit
+counts in ``success`` (its whole time in the data plane) and in nothing else: it never reaches
+a queue, a worker or ``predict``, so ``inference_count`` and ``execution_count`` leave it out,
+as Triton's do.
 
 ``device_stats`` is Podium's, in the JSON answer only (gRPC's message has no field for it), and
 only for a version whose workers run on GPUs: per GPU ("cuda:1"), the executions of ``predict``
@@ -124,6 +129,11 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
         cache_hit=StatisticDuration(),
         cache_miss=StatisticDuration(),
     )
+    cache = mv.cache
+    if cache is not None:
+        counted = cache.stats
+        infer.cache_hit = StatisticDuration(counted.hits, counted.hit_ns)
+        infer.cache_miss = StatisticDuration(counted.misses, counted.miss_ns)
     batches = [
         BatchStatistics(
             batch_size=size,

@@ -8,13 +8,15 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from typing import Any
 
 from ..devices import device, empty_cache, is_device_lost, is_out_of_memory
 from ..errors import (
     BadModelOutput,
+    DefinitionError,
     DeviceLost,
     DeviceOutOfMemory,
     ModelError,
@@ -44,6 +46,19 @@ def one_parameter(cls: type, name: str) -> int | None:
         if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
     return None if positional and len(required) <= 1 else len(params)
+
+
+@contextmanager
+def defining(what: str, hint: Callable[[Exception], str] = lambda exc: "") -> Iterator[None]:
+    """User code run while a model is defined (its file imported, its class made), in every
+    contract: what it raises becomes a ``DefinitionError`` "``what`` raised T: message", then
+    ``hint(exc)``; a ``DefinitionError`` passes as it is."""
+    try:
+        yield
+    except DefinitionError:
+        raise
+    except Exception as exc:
+        raise DefinitionError(f"{what} raised {type(exc).__name__}: {exc}{hint(exc)}") from exc
 
 
 def model_error(model: str, method: str, exc: BaseException) -> PodiumError:

@@ -21,13 +21,14 @@ Both are checked when the model loads, each problem naming the attribute and the
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import BadModelOutput, DefinitionError
 from ..types import EmbedInputs, MethodInputs, OpenAIFace
-from ._calls import iterate_async, iterate_sync, model_error, one_parameter
+from ._calls import call_method, iterate_async, iterate_sync, model_error, one_parameter
 
 __all__ = ["METHODS", "check_embed", "openai_call", "openai_face", "run_openai"]
 
@@ -88,12 +89,13 @@ async def run_openai(
 ) -> Any:
     """An OpenAI call of the model's own (:func:`openai_call`) in the predict slot: ``embed``
     (alone, or over a dynamic batch), ``chat`` or ``complete``; what the model raises becomes a
-    ``ModelError`` naming the method."""
+    ``ModelError`` naming the method. ``run`` runs a sync method (in the instance's threads)."""
     method = inputs.method if type(inputs) is MethodInputs else "embed"
+    call = functools.partial(call_method, executor=executor, threads=run)  # any method
     try:
         if method != "embed":
-            return await _run_method(obj, inputs, run, executor, model)
-        return await _run_embed(obj.embed, run, predict, inputs, model)
+            return await _run_method(obj, inputs, call, executor, model)
+        return await _run_embed(obj.embed, call, predict, inputs, model)
     except Exception as exc:
         raise model_error(model, method, exc) from exc
 
@@ -114,10 +116,7 @@ async def _run_method(
     fn = getattr(obj, inputs.method)
     if inspect.isasyncgenfunction(fn):
         return iterate_async(fn(inputs.request), model)
-    if inspect.iscoroutinefunction(fn):
-        value = await fn(inputs.request)
-    else:
-        value = await run(fn, inputs.request)
+    value = await run(fn, inputs.request)
     if inspect.isgenerator(value):
         return iterate_sync(value, executor, model)
     if not isinstance(value, str):
@@ -135,9 +134,9 @@ async def _run_embed(
     inputs: Any,
     model: str,
 ) -> Any:
-    """``inputs`` through the model's ``embed`` (``run`` calls a sync one in a thread): one
-    call's vectors, or a batch's list of them. A batch that mixes embeddings calls with others
-    sends the others to ``predict`` (as one batch, in their order)."""
+    """``inputs`` through the model's ``embed`` (called by ``run``): one call's vectors, or a
+    batch's list of them. A batch that mixes embeddings calls with others sends the others to
+    ``predict`` (as one batch, in their order)."""
     if type(inputs) is EmbedInputs:
         return await _vectors(embed, run, inputs.texts, model)
     calls = [i for i, item in enumerate(inputs) if type(item) is EmbedInputs]
@@ -165,10 +164,7 @@ async def _vectors(
 ) -> Any:
     import numpy as np
 
-    if inspect.iscoroutinefunction(embed):
-        value = await embed(texts)
-    else:
-        value = await run(embed, texts)
+    value = await run(embed, texts)
     try:
         array = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError) as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import MODEL_KEYS, ModelConfig
-from ..errors import DefinitionError
+from ..errors import DefinitionError, model_label
 from ._owned import Owned
 
 if TYPE_CHECKING:  # the truss package imports this module
@@ -24,7 +24,7 @@ __all__ = [
     "TrussParts",
     "podium_section",
     "read_json_object",
-    "requirement_lines",
+    "read_requirements",
 ]
 
 
@@ -80,9 +80,10 @@ def podium_section(
     return found
 
 
-def requirement_lines(lines: list[str]) -> tuple[str, ...]:
-    """The requirements of a requirements file's lines: comments and options (``-e``, ``-r``,
-    ``--index-url``...) left out."""
+def read_requirements(path: Path) -> tuple[str, ...]:
+    """The requirements of the requirements file ``path``: comments and options (``-e``,
+    ``-r``, ``--index-url``...) left out; ``OSError`` if it cannot be read."""
+    lines = path.read_text(encoding="utf-8").splitlines()
     kept = (line.split("#", 1)[0].strip() for line in lines)
     return tuple(line for line in kept if line and not line.startswith("-"))
 
@@ -152,8 +153,7 @@ class ModelSource:
 
     @property
     def label(self) -> str:
-        version = f" version '{self.config.version}'" if self.config.version else ""
-        return f"model '{self.config.name}'{version} ({self.file})"
+        return f"{model_label(self.config.name, self.config.version)} ({self.file})"
 
     def torchserve_parts(self) -> TorchServeParts:
         """The TorchServe adapter's parts; ``ValueError`` for a model of another contract."""
@@ -171,20 +171,16 @@ class ModelSource:
         """The packages the model's code declares it needs, as requirement lines: a truss's
         ``requirements`` (or its ``requirements_file``), a TorchServe archive's requirements
         file, the ``requirements.txt`` beside a native model's file; none for other models."""
-        if self.contract is Contract.NATIVE:
-            beside = self.file.parent / "requirements.txt"
-            if beside.is_file():
-                return requirement_lines(beside.read_text(encoding="utf-8").splitlines())
-            return ()
         if self.truss is not None:
             return self.truss.settings.requirements
-        if self.torchserve is not None:
+        if self.contract is Contract.NATIVE:
+            path = self.file.parent / "requirements.txt"
+        elif self.torchserve is not None:
             listed = (self.torchserve.manifest.get("model") or {}).get("requirementsFile")
-            if listed:
-                path = self.model_dir / str(listed)
-                if path.is_file():
-                    return requirement_lines(path.read_text(encoding="utf-8").splitlines())
-        return ()
+            path = self.model_dir / str(listed or "")  # none listed: the folder, no file
+        else:
+            return ()
+        return read_requirements(path) if path.is_file() else ()
 
     def mlserver_parts(self) -> MLServerParts:
         """The MLServer adapter's parts; ``ValueError`` for a model of another contract."""

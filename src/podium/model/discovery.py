@@ -21,6 +21,7 @@ from typing import Any
 from ..config import ModelConfig, load_yaml
 from ..errors import DefinitionError
 from . import mlserver, torchserve, truss
+from ._calls import defining
 from ._modules import exec_file
 from ._source import ModelSource
 from .native import ModelSpec, inspect_class
@@ -89,12 +90,16 @@ def model_paths(path: Path) -> list[Path]:
     model, so that it imports no other model's code and extracts no other archive)."""
     if not path.exists() or _is_model(path):
         return [path]
+    return [p for p in _entries(path) if _is_model(p)]
+
+
+def _entries(repository: Path) -> list[Path]:
+    """What a model repository may hold, in order: its directories and TorchServe archives (a
+    TorchServe model store holds .mar files), less hidden and private ones."""
     return sorted(
         p
-        for p in path.iterdir()
-        if not p.name.startswith((".", "_"))
-        and (p.is_dir() or torchserve.is_source(p))
-        and _is_model(p)
+        for p in repository.iterdir()
+        if not p.name.startswith((".", "_")) and (p.is_dir() or torchserve.is_source(p))
     )
 
 
@@ -121,15 +126,8 @@ def _discover(path: Path, found: list[ModelSource], problems: list[str], *, top:
                 data = {**shared, **own, "version": own.get("version", sub.name)}
                 found.append(_source(sub / "model.py", sub, data, path.name, own_cfg))
         elif top:
-            # Model directories, and TorchServe archives (a TorchServe model store holds .mar files).
-            entries = sorted(
-                p
-                for p in path.iterdir()
-                if not p.name.startswith((".", "_"))
-                and (p.is_dir() or (p.is_file() and torchserve.is_source(p)))
-            )
             before = len(found) + len(problems)
-            for sub in entries:
+            for sub in _entries(path):
                 _discover(sub, found, problems, top=False)
             if len(found) + len(problems) == before:
                 problems.append(f"{path}: holds no model (no model.py, no model subdirectories)")
@@ -167,15 +165,8 @@ def _torchserve_hint(exc: Exception, file: Path) -> str:
 def import_model(source: ModelSource) -> ModelSpec:
     """Import the model's file and check its class; errors name the model, the file and the rule."""
     file = source.file
-    try:
+    with defining(f"{source.label}: importing the file", lambda exc: _torchserve_hint(exc, file)):
         module = exec_file(file, "podium_user_model", source.label)
-    except DefinitionError:
-        raise
-    except Exception as exc:
-        raise DefinitionError(
-            f"{source.label}: importing the file raised {type(exc).__name__}: {exc}"
-            + _torchserve_hint(exc, file)
-        ) from exc
     class_name = source.config.model_class_name
     cls = getattr(module, class_name, None)
     if cls is None:

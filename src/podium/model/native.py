@@ -42,6 +42,7 @@ from ..types import (
 from ._adapter import Adapter
 from ._calls import (
     call_method,
+    defining,
     iterate_async,
     iterate_sync,
     model_error,
@@ -112,11 +113,6 @@ class ModelSpec:
     @property
     def needs_request(self) -> bool:
         return any(m is not None and m.takes_request for m in self.methods())
-
-    @property
-    def needs_context(self) -> bool:
-        """Some method takes a :class:`podium.types.Context`."""
-        return any(m is not None and m.takes_context for m in self.methods())
 
     def methods(self) -> tuple[MethodSpec | None, ...]:
         return (self.preprocess, self.predict, self.postprocess)
@@ -477,14 +473,8 @@ class NativeModel(Adapter):
         available = {"config": config.raw, "data_dir": model_dir / "data", "secrets": secrets}
         wanted = INIT_KWARGS if spec.init_takes_any else spec.init_kwargs
         kwargs = {k: available[k] for k in wanted}
-        try:
+        with defining(f"model '{self.name}': {spec.cls.__name__}.__init__"):
             self.obj = spec.cls(**kwargs)
-        except Exception as exc:
-            raise DefinitionError(
-                f"model '{self.name}': {spec.cls.__name__}.__init__ raised {type(exc).__name__}: {exc}"
-            ) from exc
-        #: some method takes the sequence's Context (read from ``current_context`` per call)
-        self.needs_context = spec.needs_context
         # served by continuous batching: the scheduler calls ``step``, never ``predict``
         # (with sequence_batching, continuous_batching means overlapping requests of a
         # sequence, served by the sequence scheduler: a streaming predict, not a step)
@@ -508,7 +498,6 @@ class NativeModel(Adapter):
             predict_in_thread=in_thread,
             continuous=continuous,
             embeds=callable(getattr(self.obj, "embed", None)),
-            openai_methods=frozenset(m for m in METHODS if callable(getattr(self.obj, m, None))),
         )
         self._pre = self._bind(spec.preprocess)
         self._predict = self._bind(spec.predict)
@@ -602,22 +591,13 @@ class NativeModel(Adapter):
 
     def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         spec = self._predict_spec()
-        args = self._args(spec, inputs, request)
-        if spec.flavor is Flavor.ASYNC_GENERATOR:
-            try:
-                agen = self._predict(*args)
-            except Exception as exc:
-                raise model_error(self.name, "predict", exc) from exc
-            return iterate_async(agen, self.name)
-        return self._sync_stream(args)
-
-    async def _sync_stream(self, args: tuple[Any, ...]) -> AsyncGenerator[Any, None]:
-        try:
-            gen = self._predict(*args)  # a generator function: creating it runs no user code
+        try:  # a generator function: creating the generator runs no user code
+            gen = self._predict(*self._args(spec, inputs, request))
         except Exception as exc:
             raise model_error(self.name, "predict", exc) from exc
-        async for item in iterate_sync(gen, self._executor, self.name):
-            yield item
+        if spec.flavor is Flavor.ASYNC_GENERATOR:
+            return iterate_async(gen, self.name)
+        return iterate_sync(gen, self._executor, self.name)
 
     async def postprocess(self, outputs: Any, request: Any) -> Any:
         if self.spec.postprocess is None:

@@ -4,17 +4,19 @@ contracts. Imports no web or gRPC library, and nothing of the data plane or the 
 Layers, from the top (imports only point down; docs/architecture.md)::
 
     registry     registry (Registry, ModelVersion: models × versions), loading (sources on
-                 disk → workers and a scheduler)
+                 disk → workers and a scheduler), _cache (ResponseCache: a version's answers)
     scheduling   direct, batcher, sequences/, continuous; _scheduler (the Scheduler protocol,
-                 PoolScheduler, TaskSet), _collector (BatchCollector), _clock
+                 PoolScheduler), _collector (BatchCollector)
     execution    workers (WorkerPool, thread workers), process/ (process workers), _gate
                  (WorkerGate), _line (Line: the one fair waiting queue), _stats
-                 (VersionStats: a version's counters, for metrics and statistics)
+                 (VersionStats: a version's counters, for metrics and statistics), _clock
+                 (the clock and timers; TaskSet, the tasks each part owns)
 
 Other packages import the names below from here (or from a public module: ``registry``,
 ``loading``, ...), never from a private one.
 """
 
+from ._cache import CacheStats, ResponseCache, answer_size, request_key
 from ._scheduler import Scheduler, SequenceScheduling, TaskSet
 from ._stats import (
     DURATION_BUCKETS_NS,
@@ -40,6 +42,7 @@ from .workers import RequestCodec, WorkerInfo, WorkerKind, WorkerState
 __all__ = [
     "DURATION_BUCKETS_NS",
     "UNVERSIONED",
+    "CacheStats",
     "Durations",
     "GpuSample",
     "ModelSettings",
@@ -47,6 +50,7 @@ __all__ = [
     "Outcome",
     "Registry",
     "RequestCodec",
+    "ResponseCache",
     "RestartReason",
     "Scheduler",
     "SequenceEnd",
@@ -56,6 +60,7 @@ __all__ = [
     "WorkerInfo",
     "WorkerKind",
     "WorkerState",
+    "answer_size",
     "build_path",
     "check_paths",
     "in_declared_environments",
@@ -63,4 +68,5 @@ __all__ = [
     "inventory",
     "outcome_of",
     "register_paths",
+    "request_key",
 ]

@@ -1,18 +1,17 @@
 """What every scheduler offers the registry and the data plane, and keeps of its pool; the
-requests and tasks a scheduler owns."""
+requests a scheduler owns (and, re-exported, the :class:`TaskSet` of the tasks it owns)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnsupportedRepresentation
 from ..types import ModelInstance, SequenceRef
+from ._clock import TaskSet
 from ._stats import preprocess
 from .process import WorkerGone
 
@@ -29,7 +28,6 @@ __all__ = [
     "stream_through",
 ]
 
-T = TypeVar("T")
 _now = time.perf_counter_ns
 
 
@@ -137,17 +135,15 @@ class PoolScheduler:
         """A model that reads a stream of requests reads it unbatched, outside any sequence."""
         return self._activity.through(stream_inputs_through(self._pool, inputs, request))
 
-    async def _stream(self, inputs: Any, request: Any, streams: bool) -> AsyncGenerator[Any, None]:
+    def _stream(self, inputs: Any, request: Any, streams: bool) -> AsyncGenerator[Any, None]:
         """One request's items, one by one on a worker's slot where the model ``streams``
         (:func:`stream_through`), else its one answer."""
-        if not streams:
-            yield await self.infer(inputs, request)  # type: ignore[attr-defined]
-            return
-        async with contextlib.aclosing(
-            self._activity.through(stream_through(self._pool, inputs, request))
-        ) as items:
-            async for item in items:
-                yield item
+        if streams:
+            return self._activity.through(stream_through(self._pool, inputs, request))
+        return self._answer(inputs, request)
+
+    async def _answer(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
+        yield await self.infer(inputs, request)  # type: ignore[attr-defined]
 
 
 class SequenceScheduling(Scheduler, Protocol):
@@ -159,56 +155,6 @@ class SequenceScheduling(Scheduler, Protocol):
     def stream_in(
         self, sequence: SequenceRef, inputs: Any, request: Any
     ) -> AsyncGenerator[Any, None]: ...
-
-
-class TaskSet:
-    """The tasks a scheduler starts (batch collectors, running batches), owned by it:
-    :meth:`cancel` cancels every one still running and waits for them, so that none outlives
-    the scheduler's ``close()``.
-
-    A set made with ``log`` holds background work done for whoever asked (the model
-    repository's loads and scaling): its tasks run in the asker's context (their log lines carry
-    its request id), are named by what they do, and a failure, which nobody awaits, is logged
-    to ``log``."""
-
-    __slots__ = ("_tasks", "_log")
-
-    def __init__(self, log: logging.Logger | None = None) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._log = log
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def spawn(self, coro: Coroutine[Any, Any, T], what: str | None = None) -> asyncio.Task[T]:
-        """Run ``coro`` in a task of this set (it leaves the set when it ends). Without
-        ``log``, in a context of its own: it serves no one request (a collector, a batch), so
-        it does not carry the request id (nor the span) of the request that happened to start
-        it. With ``log``: see the class."""
-        loop = asyncio.get_running_loop()
-        if self._log is None:
-            task = loop.create_task(coro, context=contextvars.Context())
-        else:
-            task = loop.create_task(self._logged(coro, what or "a background task"), name=what)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _logged(self, coro: Coroutine[Any, Any, Any], what: str) -> Any:
-        try:
-            return await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # nobody awaits a background task's result: log it
-            assert self._log is not None
-            self._log.error("%s failed: %s", what, exc, exc_info=exc)
-
-    async def cancel(self) -> None:
-        """Cancel every task still running and return once they have all ended."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def stream_inputs_through(

@@ -62,14 +62,7 @@ class _Lane(StepLoop):
     __slots__ = ("owner", "lost")
 
     def __init__(self, worker: Worker, owner: ContinuousScheduler) -> None:
-        label = owner._label
-        super().__init__(
-            worker,
-            owner._gate,
-            owner._stats,
-            owner._batch_size,
-            lambda: Unavailable(f"{label} stopped before this request finished"),
-        )
+        super().__init__(worker, owner._gate, owner._stats, owner._batch_size, owner._stopped)
         self.owner = owner
         self.lost = False  # the worker takes no new requests (retired or replaced)
 
@@ -100,7 +93,6 @@ class _Lane(StepLoop):
             del lanes[self.worker]
 
     async def _step(self, batch: list[_Request]) -> BaseException | None:
-        self.owner.steps += 1
         error = await super()._step(batch)
         if isinstance(error, WorkerDied):  # the process, and every generation it held, is gone
             for req in self.active:
@@ -113,7 +105,7 @@ class ContinuousScheduler(PoolScheduler):
 
     ``stream(inputs, request)`` yields the items of one request as the steps emit them;
     ``infer`` gathers them into a list (the data plane streams continuous models and gathers
-    on non-streaming routes itself). ``steps`` counts the steps run.
+    on non-streaming routes itself).
     """
 
     def __init__(
@@ -129,7 +121,6 @@ class ContinuousScheduler(PoolScheduler):
         self._tasks = TaskSet()  # the lanes' loops
         self._waiting: collections.deque[_Request] = collections.deque()
         self._closed = False
-        self.steps = 0
         pool.on_worker_lost = self._on_worker_lost
 
     # -- the Scheduler protocol ----------------------------------------------------------------
@@ -140,22 +131,24 @@ class ContinuousScheduler(PoolScheduler):
         self._closed = True
         lanes = list(self._lanes.values())
         await self._tasks.cancel()
-        stopped = Unavailable(f"{self._label} stopped before this request finished")
         for lane in lanes:  # (a lane whose task never ran)
             for req in (*lane.active, *lane.joining):
-                req.end(stopped)
+                req.end(self._stopped())
         while self._waiting:
-            self._waiting.popleft().end(stopped)
+            self._waiting.popleft().end(self._stopped())
         self._lanes.clear()
         await self._pool.close()
 
+    def _stopped(self) -> Unavailable:
+        return Unavailable(f"{self._label} stopped before this request finished")
+
     def statistics(self) -> dict[str, int]:
         """The pool's counters, ``active`` (requests in a batch), ``queued`` (waiting for room)
-        and ``steps`` (steps run)."""
+        and ``steps`` (steps run: the version's counter)."""
         stats = self._pool.statistics()
         stats["active"] = sum(lane.load for lane in self._lanes.values())
         stats["queued"] = sum(1 for r in self._waiting if not r.gone)
-        stats["steps"] = self.steps
+        stats["steps"] = self._stats.steps
         return stats
 
     async def infer(self, inputs: Any, request: Any) -> list[Any]:

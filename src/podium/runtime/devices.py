@@ -3,18 +3,18 @@ each of its workers gets (docs/devices.md).
 
 - **Discovery** (:class:`Inventory`): NVIDIA GPUs through ``nvidia-ml-py`` (``pynvml``, the
   optional extra ``gpu``), read once; none when the library or the driver is absent. Tests and
-  the dry run of ``bench/gpu.py`` give the server a :class:`FakeInventory` instead: by
-  :func:`set_inventory`, or with ``PODIUM_FAKE_GPUS=N`` in the server's environment (an
+  the dry run of ``bench/gpu.py`` give the server a :class:`FakeInventory` instead: in place of
+  the module's ``_inventory``, or with ``PODIUM_FAKE_GPUS=N`` in the server's environment (an
   operator's switch; nothing a client sends reaches it).
-- **Placement** (:class:`Placement`): what a model's config asks (``devices``,
-  ``workers_per_device``, ``devices_per_worker``), resolved against the inventory into the
-  device groups its workers take (:func:`resolve`): a clear load error when it asks for GPUs
-  that are not there; ``auto`` falls back to the CPU.
+- **Placement**: what a model's config asks (``devices``, ``workers_per_device``,
+  ``devices_per_worker``), resolved against the inventory into the device groups its workers
+  take (:func:`resolve`): a clear load error when it asks for GPUs that are not there; ``auto``
+  falls back to the CPU.
 - **Assignment** (:class:`DeviceAssigner`): each new worker takes the group holding the fewest
   workers (lowest first: round-robin as workers start); a worker that is replaced (it died, was
   stuck, its device failed) gives its group to its replacement.
 
-Process workers see only their group (``CUDA_VISIBLE_DEVICES``, :func:`worker_env`); thread
+Process workers see only their group (``CUDA_VISIBLE_DEVICES``, :meth:`DeviceAssigner.env`); thread
 workers compute on it by its index in the server (``podium.device()``: ``podium/devices.py``).
 """
 
@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..config import ModelConfig
 from ..devices import CPU, DEVICE_ENV
 from ..errors import DefinitionError
 
@@ -40,15 +41,11 @@ __all__ = [
     "Inventory",
     "NoInventory",
     "NvmlInventory",
-    "Placement",
     "assigner_for",
     "describe_group",
-    "device_name",
     "discover",
     "inventory",
     "resolve",
-    "set_inventory",
-    "worker_env",
 ]
 
 logger = logging.getLogger("podium.devices")
@@ -282,8 +279,7 @@ _inventory_lock = threading.Lock()
 
 
 def inventory() -> Inventory:
-    """The server's inventory: discovered the first time it is asked for (a model's load), or
-    what :func:`set_inventory` gave."""
+    """The server's inventory: discovered the first time it is asked for (a model's load)."""
     global _inventory
     with _inventory_lock:
         if _inventory is None:
@@ -294,44 +290,19 @@ def inventory() -> Inventory:
         return _inventory
 
 
-def set_inventory(value: Inventory | None) -> None:
-    """Use ``value`` from now on (None: discover again when next asked)."""
-    global _inventory
-    with _inventory_lock:
-        _inventory = value
-
-
 # -- placement -------------------------------------------------------------------------------
 
 #: A worker's devices: the GPU numbers it holds (PCI order), or () for the CPU.
 Group = tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a model's workers run, as its config says (``devices``: ``"auto"``, ``"cpu"``,
-    ``"gpu"`` or GPU numbers; ``workers_per_device``: 0 = ``min_workers`` decides;
-    ``devices_per_worker``: GPUs each worker holds)."""
-
-    devices: str | tuple[int, ...] = "auto"
-    workers_per_device: int = 0
-    devices_per_worker: int = 1
-
-    @classmethod
-    def of(cls, config: Any) -> Placement:
-        return cls(
-            getattr(config, "devices", "auto"),
-            getattr(config, "workers_per_device", 0),
-            getattr(config, "devices_per_worker", 1),
-        )
-
-
-def resolve(placement: Placement, found: Inventory, label: str) -> tuple[Group, ...]:
-    """The device groups ``placement`` gives a model's workers on this machine: ``((),)`` for
-    the CPU, else groups of ``devices_per_worker`` GPUs (GPUs left over are not used).
-    ``DefinitionError`` (the model fails to load, saying why) where it asks for GPUs that are
-    not there; ``auto`` without GPUs is the CPU (logged)."""
-    asked = placement.devices
+def resolve(config: ModelConfig, found: Inventory, label: str) -> tuple[Group, ...]:
+    """The device groups a model's config gives its workers on this machine (``devices``:
+    ``"auto"``, ``"cpu"``, ``"gpu"`` or GPU numbers): ``((),)`` for the CPU, else groups of
+    ``devices_per_worker`` GPUs (GPUs left over are not used). ``DefinitionError`` (the model
+    fails to load, saying why) where it asks for GPUs that are not there; ``auto`` without GPUs
+    is the CPU (logged)."""
+    asked = config.devices
     gpus = found.gpus()
     numbers = [g.index for g in gpus]
     why = getattr(found, "reason", "no GPU was found")
@@ -355,7 +326,7 @@ def resolve(placement: Placement, found: Inventory, label: str) -> tuple[Group, 
                 f"{list(asked)}), but this machine has GPU {have}"
             )
         chosen = list(asked)
-    per = placement.devices_per_worker
+    per = config.devices_per_worker
     if per > len(chosen):
         raise DefinitionError(
             f"{label} asks for {per} GPUs per worker (devices_per_worker), but it may use "
@@ -367,29 +338,6 @@ def resolve(placement: Placement, found: Inventory, label: str) -> tuple[Group, 
             "%s: %d GPU(s) left unused: %d per worker", label, len(chosen) - len(groups) * per, per
         )
     return groups
-
-
-def device_name(group: Group, local: Mapping[int, int] | None = None) -> str:
-    """The framework's name of a group's first device in the server process: ``cuda:N`` (N its
-    local CUDA index) or ``cpu``."""
-    if not group:
-        return CPU
-    first = group[0]
-    return f"cuda:{(local or {}).get(first, first)}"
-
-
-def worker_env(group: Group, *, hide: bool = True) -> dict[str, str]:
-    """The environment a worker process on ``group`` starts with: only its GPUs visible,
-    numbered as NVML numbers them (so ``cuda:0`` is its first GPU). On the CPU, no GPU visible
-    when ``hide`` (the model said ``devices: cpu``); else (no GPU was found: perhaps only
-    because nvidia-ml-py is absent) the variable is left as the server has it."""
-    if not group and not hide:
-        return {DEVICE_ENV: CPU}
-    return {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": ",".join(map(str, group)),
-        DEVICE_ENV: "cuda:0" if group else CPU,
-    }
 
 
 @dataclass(slots=True)
@@ -435,11 +383,22 @@ class DeviceAssigner:
         return self._held.get(wid)
 
     def name(self, group: Group) -> str:
-        return device_name(group, self.local)
+        """The framework's name of a group's first device in the server process: ``cuda:N`` (N
+        its local CUDA index) or ``cpu``."""
+        return f"cuda:{self.local.get(group[0], group[0])}" if group else CPU
 
     def env(self, group: Group) -> dict[str, str]:
-        """What a worker process on ``group`` adds to its environment (:func:`worker_env`)."""
-        return worker_env(group, hide=self.hide)
+        """What a worker process on ``group`` adds to its environment: only its GPUs visible,
+        numbered as NVML numbers them (so ``cuda:0`` is its first GPU). On the CPU, no GPU
+        visible when ``hide`` (the model said ``devices: cpu``); else (no GPU was found: perhaps
+        only because nvidia-ml-py is absent) the variable is left as the server has it."""
+        if not group and not self.hide:
+            return {DEVICE_ENV: CPU}
+        return {
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, group)),
+            DEVICE_ENV: "cuda:0" if group else CPU,
+        }
 
     @property
     def workers(self) -> int:
@@ -447,14 +406,14 @@ class DeviceAssigner:
         return self.per_group * len(self.groups)
 
 
-def assigner_for(config: Any, label: str, found: Inventory | None = None) -> DeviceAssigner:
-    """The assigner of a model version's workers, from its config, on this machine."""
+def assigner_for(config: ModelConfig, label: str, found: Inventory | None = None) -> DeviceAssigner:
+    """The assigner of a model version's workers, from its config (``workers_per_device``: 0 =
+    ``min_workers`` decides), on this machine."""
     found = inventory() if found is None else found
-    placement = Placement.of(config)
-    groups = resolve(placement, found, label)
+    groups = resolve(config, found, label)
     local = {g.index: g.local for g in found.gpus()}
-    hide = placement.devices == "cpu"
-    return DeviceAssigner(groups, placement.workers_per_device, hide, local)
+    hide = config.devices == "cpu"
+    return DeviceAssigner(groups, config.workers_per_device, hide, local)
 
 
 def describe_group(group: Group) -> str:

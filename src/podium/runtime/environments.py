@@ -92,10 +92,9 @@ def environments_root() -> Path:
     return Path(given) if given else Path.home() / ".cache" / "podium" / "envs"
 
 
-def _key(requirements: Sequence[str]) -> str:
-    text = "\n".join(
-        [sys.executable, f"{sys.version_info.major}.{sys.version_info.minor}", *requirements]
-    )
+def _key(*parts: str) -> str:
+    """An environment's cache key: what it is made of (``parts``), and the Python it is for."""
+    text = "\n".join([sys.executable, f"{sys.version_info.major}.{sys.version_info.minor}", *parts])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -142,7 +141,7 @@ def install(
     def make(building: Path) -> None:
         _build(building, wanted, label=label, timeout=timeout, max_bytes=max_bytes)
 
-    final = _cached(root, _key(wanted), make, "\n".join(wanted) + "\n")
+    final = _cached(root, _key(*wanted), make, "\n".join(wanted) + "\n")
     return Environment(final, wanted)
 
 
@@ -229,13 +228,12 @@ def _tail(output: str) -> str:
     return (":\n" + "\n".join(lines)) if lines else ""
 
 
-def _file_key(path: Path) -> str:
+def _file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as file:
         while chunk := file.read(1 << 20):
             digest.update(chunk)
-    digest.update(f"\n{sys.executable}\n{sys.version_info[:2]}".encode())
-    return digest.hexdigest()[:20]
+    return digest.hexdigest()
 
 
 def unpack(
@@ -256,7 +254,7 @@ def unpack(
         raise EnvironmentFailed(f"{label}: its environment tarball {tarball} is not a file")
     root = environments_root() if root is None else root
     try:
-        key = "tarball-" + _file_key(tarball)
+        key = "tarball-" + _key(_file_digest(tarball))
     except OSError as exc:
         raise EnvironmentFailed(f"{label}: its environment tarball {tarball}: {exc}") from None
 
@@ -268,11 +266,12 @@ def unpack(
         _build(building, (), label=label, timeout=timeout, max_bytes=max_bytes, first=first)
 
     final = _cached(root, key, make, f"{tarball}\n")
-    return Environment(final, (), _bin_of(final))
+    return Environment(final, (), _bin_of(final / "tarball"))
 
 
-def _bin_of(env: Path) -> Path | None:
-    found = env / "tarball" / "bin"
+def _bin_of(folder: Path) -> Path | None:
+    """An environment's folder of programs, if it has one."""
+    found = folder / "bin"
     return found if found.is_dir() else None
 
 
@@ -339,12 +338,10 @@ def use_existing(folder: Path, *, label: str, root: Path | None = None) -> Envir
         raise EnvironmentFailed(f"{label}: its environment_path {folder} is not a folder")
     packages = _tarball_site_packages(folder, folder, label)
     root = environments_root() if root is None else root
-    text = "\n".join([str(folder), sys.executable, f"{sys.version_info[:2]}"])
-    key = "path-" + hashlib.sha256(text.encode()).hexdigest()[:20]
+    key = "path-" + _key(str(folder))
 
     def make(building: Path) -> None:
         _build(building, (), label=label, timeout=0, max_bytes=0, first=packages)
 
     final = _cached(root, key, make, f"{folder}\n")
-    programs = folder / "bin"
-    return Environment(final, (), programs if programs.is_dir() else None)
+    return Environment(final, (), _bin_of(folder))

@@ -318,14 +318,6 @@ def _check(sources: list[ModelSource], problems: list[str]) -> tuple[list[Checke
     return checked, problems
 
 
-def _collect(paths: list[Path]) -> tuple[list[Checked], list[str]]:
-    """Discover and import every model once; the checked ones, and every problem found. A
-    model that brings its own environment (an environment tarball) is not imported here, where
-    its packages are absent: its environment is made (unpacked, cached) instead."""
-    sources, problems = _discover(paths)
-    return _check(in_declared_environments(sources, problems), problems)
-
-
 def _build(
     checked: list[Checked],
     *,
@@ -436,8 +428,11 @@ def _in_environment(
 
 
 def check_paths(paths: list[Path]) -> list[str]:
-    """Every definition problem in ``paths``, without instantiating or serving anything."""
-    return _collect(paths)[1]
+    """Every definition problem in ``paths``, without instantiating or serving anything: each
+    model is imported once, but one that brings its own environment (an environment tarball),
+    whose packages are absent here, has its environment made (unpacked, cached) instead."""
+    sources, problems = _discover(paths)
+    return _check(in_declared_environments(sources, problems), problems)[1]
 
 
 def register_paths(

@@ -24,11 +24,19 @@ from ..errors import (
 from ..metrics import recording_to
 from ..model import Owned, release_all
 from ..types import ModelInstance, ModelState
+from ._cache import ResponseCache
 from ._scheduler import Scheduler
 from ._stats import VersionStats
 from .workers import WorkerInfo, WorkerKind, WorkerPool, WorkerState
 
-__all__ = ["UNVERSIONED", "ModelState", "ModelVersion", "Registry", "version_key"]
+__all__ = [
+    "UNVERSIONED",
+    "ModelState",
+    "ModelVersion",
+    "Registry",
+    "cache_refusal",
+    "version_key",
+]
 
 #: Seconds that requests in flight get to finish when a version is removed.
 REMOVE_GRACE = 10.0
@@ -73,10 +81,25 @@ class ModelVersion:
     #: let go of by :meth:`release` once the version is removed.
     owned: list[Owned] = field(default_factory=list)
     stats: VersionStats = field(init=False)
+    #: Its answers, when its config asks for a response cache and it may have one
+    #: (:func:`cache_refusal`); emptied when it is unloaded, reloaded or removed.
+    cache: ResponseCache | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         pool = self._workers_pool()
         self.stats = pool.stats if pool is not None else VersionStats()
+        settings = self.config.response_cache
+        if settings is not None:
+            refusal = cache_refusal(self)
+            if refusal:
+                logger.warning("%s: response_cache is off: %s", self.label, refusal)
+            else:
+                self.cache = ResponseCache(settings)
+
+    def forget_answers(self) -> None:
+        """Empty its response cache (it answers differently from now on, or not at all)."""
+        if self.cache is not None:
+            self.cache.clear()
 
     @property
     def name(self) -> str:
@@ -188,6 +211,7 @@ class ModelVersion:
             return
         if self.state is ModelState.READY:
             return
+        self.forget_answers()
         self.state = ModelState.LOADING
         self.reason = ""
         self._loaded = asyncio.Event()
@@ -201,6 +225,7 @@ class ModelVersion:
             await self._loaded.wait()
         self.state = ModelState.UNLOADED
         self.reason = "unloaded on request"
+        self.forget_answers()
         logger.info("%s is unloaded", self.label)
 
     def check_ready(self) -> None:
@@ -211,6 +236,22 @@ class ModelVersion:
         if self.state is ModelState.UNLOADED:
             raise ModelNotReady(f"{self.label} is not ready: it was unloaded")
         raise ModelNotReady(f"{self.label} is not ready: {self.reason}")
+
+
+def cache_refusal(mv: ModelVersion) -> str:
+    """Why ``mv`` may not have a response cache, or ``""``: its answers depend on more than
+    its inputs (a stateful sequence, the raw request) or come as a stream."""
+    caps = mv.instance.capabilities
+    config = mv.config
+    if config.sequence_batching:
+        return "a model with sequence_batching answers by its sequence's state"
+    if config.continuous_batching or caps.streaming or caps.continuous or caps.consumes_stream:
+        return "a streaming model's answers are not cached"
+    if caps.needs_request:
+        return "a model that takes the raw request may answer by more than its inputs"
+    if not caps.needs_inputs:
+        return "a model that takes no inputs has nothing to key its answers by"
+    return ""
 
 
 class Registry:
@@ -337,6 +378,7 @@ class Registry:
         for mv in removed:
             mv.state = ModelState.UNLOADED
             mv.reason = "removed"
+            mv.forget_answers()
             await mv.release()  # its workers stopped: its extraction or download may go
         return removed
 

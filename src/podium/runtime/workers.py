@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..metrics import recording_to
 from ..types import ModelInstance
+from ._clock import TaskSet
 from ._device_share import DeviceShares
 from ._gate import WorkerGate
 from ._stats import RestartReason, VersionStats
@@ -146,7 +147,7 @@ class WorkerPool:
         self._workers: list[Worker] = []
         self._count = 0
         self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet(logger)  # restarts and retirements
         self._failures = 0  # deaths and failed starts in a row: the back-off
         self._start_failures = 0  # failed starts in a row: giving up
         # workers lost lately (monotonic time, what happened), for trouble()
@@ -269,15 +270,13 @@ class WorkerPool:
         """Why the workers do not serve well, or ``""``: workers lost RESTART_LIMIT times within
         RESTART_WINDOW seconds (crash-looping; it clears once the window holds fewer), or every
         ready worker with all its slots held by calls stuck past ``response_timeout``."""
+        # (each deque holds the last LIMIT events: all are recent when the oldest is)
         losses = self._losses
-        if len(losses) >= RESTART_LIMIT:
-            since = time.monotonic() - RESTART_WINDOW
-            recent = [what for when, what in losses if when >= since]
-            if len(recent) >= RESTART_LIMIT:
-                return (
-                    f"crash-looping: {len(recent)} workers lost in the last "
-                    f"{RESTART_WINDOW:g} s (the last: {recent[-1]})"
-                )
+        if len(losses) >= RESTART_LIMIT and losses[0][0] >= time.monotonic() - RESTART_WINDOW:
+            return (
+                f"crash-looping: {len(losses)} workers lost in the last "
+                f"{RESTART_WINDOW:g} s (the last: {losses[-1][1]})"
+            )
         ooms = self._ooms
         if len(ooms) >= OOM_LIMIT and ooms[0][0] >= time.monotonic() - OOM_WINDOW:
             return (
@@ -294,9 +293,6 @@ class WorkerPool:
                 f"{STUCK_GRACE:g} s past response_timeout"
             )
         return ""
-
-    def _note_loss(self, what: str) -> None:
-        self._losses.append((time.monotonic(), what))
 
     def preprocessor(self) -> ModelInstance:
         """The instance a thread version's ``preprocess`` runs on: the least-loaded ready one."""
@@ -476,22 +472,17 @@ class WorkerPool:
         self.gate.remove(worker)
         self.devices.vacate(worker.id)
         self._report_lost(worker, how)
-        self._note_loss(loss)
+        self._losses.append((time.monotonic(), loss))
         self.stats.restarted(why)
         self._spawn_replace()
         if retire:
-            self._spawn(self._retire(worker, how=""))
-
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._retire(worker, how=""), f"retiring worker {worker.id}")
 
     def _spawn_replace(self) -> None:
         # Counted as starting from now on: requests arriving before the replacement task runs
         # wait for it instead of being told there are no workers.
         self.gate.starting += 1
-        self._spawn(self._replace())
+        self._tasks.spawn(self._replace(), f"restarting a worker of {self.label}")
 
     async def _replace(self) -> None:
         try:
@@ -533,9 +524,7 @@ class WorkerPool:
     async def close(self) -> None:
         """Stop every worker (worker processes: asked to exit, killed after a bound)."""
         self._closing = True
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel()
         self.gate.fail_waiters(Unavailable(f"{self.label} is stopped"))
         workers, self._workers = list(self._workers), []
         for worker in workers:
@@ -581,7 +570,7 @@ def thread_pool(
 
     async def new_worker(wid: str, group: Group) -> Worker:
         # the first instance was built (by the caller) for the first group
-        if spare and group == devices.groups[0]:
+        if spare and group == pool.devices.groups[0]:
             made = spare.pop()
         else:
             # in this task's context: the metrics its __init__ creates are the version's
@@ -602,9 +591,8 @@ def thread_pool(
             on_device_error=pool.device_error,
             stats=pool.stats,
             devices=group,
-            device=devices.name(group),
+            device=pool.devices.name(group),
         )
 
-    devices = assigner if assigner is not None else DeviceAssigner(((),))
-    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats, devices)
+    pool = WorkerPool.for_config(config, WorkerKind.THREAD, instance, new_worker, stats, assigner)
     return pool

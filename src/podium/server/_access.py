@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import InvalidInput, bounded
 from ..logs import MAX_LOG_MESSAGE, configured, flush_at_exit
 from ..turn import TurnBuffer
-from ..types import RequestInfo, current_request
+from ..types import CACHE_NO_READ, CACHE_NO_STORE, RequestInfo, current_request
 from ._access_thread import MAX_QUEUED_LINES, LineThread
 
 __all__ = [
@@ -42,6 +42,8 @@ __all__ = [
     "MAX_ID",
     "PRIORITY_HEADER",
     "PRIORITY_METADATA",
+    "CACHE_HEADER",
+    "CACHE_METADATA",
     "QUEUE_HEADERS",
     "TIMEOUT_HEADER",
     "Access",
@@ -49,6 +51,7 @@ __all__ = [
     "RequestIds",
     "adopt",
     "ask_of_queue",
+    "cache_control",
     "client_id",
     "printable",
     "with_request_id",
@@ -75,15 +78,44 @@ MAX_PATH = 512
 PRIORITY_HEADER = b"x-podium-priority"
 PRIORITY_METADATA = "x-podium-priority"
 TIMEOUT_HEADER = b"x-podium-timeout-ms"
-QUEUE_HEADERS = frozenset({PRIORITY_HEADER, TIMEOUT_HEADER})
+#: The header (HTTP) and metadata key (gRPC) by which a client opts out of a model's response
+#: cache (docs/scaling.md, "The response cache").
+CACHE_HEADER = b"cache-control"
+CACHE_METADATA = "cache-control"
+#: The headers read into the request's RequestInfo: what it asks of the model's queue and cache.
+QUEUE_HEADERS = frozenset({PRIORITY_HEADER, TIMEOUT_HEADER, CACHE_HEADER})
+
+#: The longest Cache-Control value read (characters; a longer one asks for nothing).
+MAX_CACHE_CONTROL = 256
+
+
+def cache_control(value: bytes | str) -> int:
+    """What a ``Cache-Control`` request header asks of a response cache, as RFC 9111 has it:
+    ``no-cache`` (and ``max-age=0``: no stored answer is fresh enough) → not answered from the
+    cache (:data:`CACHE_NO_READ`), its answer still kept; ``no-store`` → its answer not kept
+    (:data:`CACHE_NO_STORE`); both, neither. Other directives, and unknown ones, ask nothing."""
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    if len(text) > MAX_CACHE_CONTROL:
+        return 0
+    asked = 0
+    for directive in text.lower().split(","):
+        directive = directive.strip().replace(" ", "")
+        if directive == "no-cache" or directive == "max-age=0" or directive == 'max-age="0"':
+            asked |= CACHE_NO_READ
+        elif directive == "no-store":
+            asked |= CACHE_NO_STORE
+    return asked
 
 
 def ask_of_queue(info: RequestInfo, key: bytes | str, value: bytes | str) -> None:
     """Note in ``info`` what a client's priority or timeout header (or metadata) asks of the
-    model's queue; ``InvalidInput`` for a value that is not a priority (an integer >= 0) or a
+    model's queue, or its ``Cache-Control`` of a response cache; ``InvalidInput`` for a value that is not a priority (an integer >= 0) or a
     timeout (a number of milliseconds > 0). The message never quotes the value."""
-    text = value.decode("latin-1") if isinstance(value, bytes) else value
     name = key.decode("latin-1") if isinstance(key, bytes) else key
+    if name == CACHE_METADATA:
+        info.cache |= cache_control(value)
+        return
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
     if name == PRIORITY_METADATA:
         if len(text) > 9 or not text.isdigit():
             raise InvalidInput(f"'{name}' must be an integer >= 0 (1 the highest level)")
@@ -154,6 +186,7 @@ class Access(RequestInfo):
         self.version: str | None = None
         self.deadline: float | None = None
         self.priority = 0
+        self.cache = 0
         self.from_client = from_client
         self.start = start
         self.protocol: str | None = None

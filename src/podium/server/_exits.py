@@ -68,5 +68,4 @@ def run_loop(coro: Any) -> int:
         import uvloop
     except ImportError:  # uvloop is optional (not on Windows)
         return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
+    return uvloop.run(coro)

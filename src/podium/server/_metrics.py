@@ -175,6 +175,7 @@ class PodiumCollector:
         yield from self._requests(versions)
         yield from self._tokens(versions)
         yield from self._state(versions)
+        yield from self._cache(versions)
         yield from device_metrics(self._gpus())
         yield from self._custom(versions)
 
@@ -432,6 +433,50 @@ class PodiumCollector:
                 load.add_metric(labels, stats.load_ns / 1e9)
         yield from (in_flight, queued, streams, slots, busy, running, sequences, workers, on)
         yield from (ready, load)
+
+    def _cache(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+        """The response caches (``response_cache``): only versions that have one."""
+        hits = _counter(
+            "podium_response_cache_hits", "Calls answered from the version's response cache."
+        )
+        misses = _counter(
+            "podium_response_cache_misses",
+            "Cacheable calls the model answered (its answer then kept, unless too large).",
+        )
+        hit_time = _counter(
+            "podium_response_cache_hit_seconds",
+            "Time to look up and copy out the answers of hits (Triton's cache_hit).",
+        )
+        miss_time = _counter(
+            "podium_response_cache_miss_seconds",
+            "Time to look up misses and store their answers (Triton's cache_miss).",
+        )
+        evictions = _counter(
+            "podium_response_cache_evictions",
+            "Answers dropped: for room (size: LRU past max_bytes or max_entries) or by age (ttl).",
+            "reason",
+        )
+        entries = _gauge("podium_response_cache_entries", "Answers held.")
+        held = _gauge(
+            "podium_response_cache_bytes", "Bytes the answers held count (data and overhead)."
+        )
+        limit = _gauge("podium_response_cache_max_bytes", "The cache's bound (max_bytes).")
+        for mv in versions:
+            cache = mv.cache
+            if cache is None:
+                continue
+            labels = _labels(mv)
+            counted = cache.stats
+            hits.add_metric(labels, counted.hits)
+            misses.add_metric(labels, counted.misses)
+            hit_time.add_metric(labels, counted.hit_ns / 1e9)
+            miss_time.add_metric(labels, counted.miss_ns / 1e9)
+            evictions.add_metric([*labels, "size"], counted.evictions)
+            evictions.add_metric([*labels, "ttl"], counted.expired)
+            entries.add_metric(labels, counted.entries)
+            held.add_metric(labels, counted.bytes)
+            limit.add_metric(labels, cache.max_bytes)
+        yield from (hits, misses, hit_time, miss_time, evictions, entries, held, limit)
 
     # -- the models' own -------------------------------------------------------------------------
 

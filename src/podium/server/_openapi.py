@@ -29,10 +29,12 @@ if TYPE_CHECKING:  # the listeners' packages import this module
     from .http import RouteTable
 
 __all__ = [
+    "BINARY",
     "DOCUMENT_SCHEMA",
     "OPENAPI",
     "TORCHSERVE_ERROR",
     "Operation",
+    "body",
     "describe",
     "error_responses",
     "param",
@@ -40,6 +42,9 @@ __all__ = [
     "response",
     "schemas",
 ]
+
+#: A body of bytes (the binary tensor extension's, MessagePack's).
+BINARY = {"type": "string", "format": "binary"}
 
 #: The OpenAPI version of every document Podium serves.
 OPENAPI = "3.1.0"
@@ -130,6 +135,12 @@ def response(
         out["headers"] = dict(headers)
     out["content"] = {media: {"schema": dict(schema)} if schema is not None else {}}
     return out
+
+
+def body(text: str, content: Mapping[str, Any], required: bool = False) -> dict[str, Any]:
+    """A request body object: ``text``, and per media type of ``content`` its schema."""
+    media = {kind: {"schema": dict(schema)} for kind, schema in content.items()}
+    return {"description": text, "required": required, "content": media}
 
 
 def error_responses(why: Mapping[str, str]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ..model.torchserve import read_metrics_yaml
 from ..types import ModelState
 from ._access import AccessLog, RequestIds
 from ._auth import AuthMiddleware, Authorizer, inference_rule, management_rule, render_error
+from ._exits import exit_now
 from ._guard import BrowserGuard, check_exposure
 from ._limits import (
     ConnectionGuard,
@@ -218,11 +219,11 @@ class Podium:
         ``--otel`` and the ``OTEL_*`` variables decide (``_otel.py``)."""
         self.config = config
         self.paths = paths
-        #: model settings from outside the models' own files (``runtime.ModelSettings``, made
-        #: from TorchServe's config.properties), or None
         #: TorchServe's metrics.yaml (``--metrics-config``; its own by default): read here, so
         #: that a wrong file stops the start (the CLI tells every start-up model where it is)
         self.ts_metrics = read_metrics_yaml(config.logs.metrics_config)
+        #: model settings from outside the models' own files (``runtime.ModelSettings``, made
+        #: from TorchServe's config.properties and MLServer's settings.json), or None
         self.model_settings = model_settings
         self._tracer_provider = tracer_provider
         self.tracing: Any = None  # _otel.Tracing while tracing is on
@@ -311,7 +312,9 @@ class Podium:
             max_message_size=wire.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
             relay=not wire.grpc_aio,
-            authorize=None if inference_keys is None else self._authorize_inference,
+            authorize=None
+            if inference_keys is None
+            else functools.partial(inference_keys.check_metadata, kind="inference"),
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
         )
@@ -482,10 +485,6 @@ class Podium:
         """Each HTTP listener's connections and limit counters, by listener name."""
         return {name: guard.statistics() for name, guard in self._guards.items()}
 
-    def _authorize_inference(self, metadata: Any) -> None:
-        assert self.authorizer is not None
-        self.authorizer.check_metadata(metadata, "inference")
-
     async def _start_management(self) -> None:
         """The management API, REST and gRPC, on the management host (loopback by default)."""
         config = self.config
@@ -552,8 +551,10 @@ class Podium:
             self._signalled.set()
         elif self._shutdown is not None:
             self._shutdown.force(signum)
-        else:  # still starting: nothing to drain
-            Shutdown.exit_now(128 + signum, self.kill_workers)
+        else:  # still starting: nothing to drain; exit at once, worker processes killed first
+            with contextlib.suppress(Exception):
+                self.kill_workers()
+            exit_now(128 + signum, "a second signal while starting", shut_logging=False)
 
     async def signalled(self) -> int:
         """Wait for the first stop signal; its number."""

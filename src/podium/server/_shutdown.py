@@ -26,7 +26,6 @@ as a shell reports a process killed by it), within :data:`FORCE_LIMIT` seconds w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -126,14 +125,6 @@ class Shutdown:
         )
         self._watchdog.daemon = True
         self._watchdog.start()
-
-    @staticmethod
-    def exit_now(code: int, kill_workers: Callable[[], int]) -> None:
-        """Exit at once with ``code``, worker processes killed first (a second signal before
-        there is anything to drain: the server is still starting)."""
-        with contextlib.suppress(Exception):
-            kill_workers()
-        exit_now(code, "a second signal while starting", shut_logging=False)
 
     async def run(self, signum: int | None = None) -> int:
         """Stop (see the module docstring); the exit code."""

@@ -7,12 +7,16 @@ import paths point here (:func:`podium.compat.mlserver.install_import_paths`, ca
 MLServer model is prepared). See ``docs/mlserver.md`` for what differs from MLServer.
 """
 
+from .._aliases import Aliases
 from . import codecs, errors, handlers, logging, metrics, settings, types, utils
-from ._shim import install_import_paths, uninstall_import_paths
 from .metrics import log, register
 from .model import MLModel
 from .settings import ModelSettings, Settings
 from .version import __version__
+
+# ``mlserver.types`` is this package's ``types``, when MLServer is not installed.
+_IMPORT_PATHS = Aliases("mlserver", __name__)
+install_import_paths = _IMPORT_PATHS.install
 
 __all__ = [
     "MLModel",
@@ -29,6 +33,5 @@ __all__ = [
     "register",
     "settings",
     "types",
-    "uninstall_import_paths",
     "utils",
 ]

@@ -14,6 +14,7 @@ prepared or built: discovery stays cheap and native models never pay for them.
 
 from ._model import build, is_source, prepare, sources
 from ._settings import (
+    MLSERVER_CACHE_SIZE,
     declared_environment,
     environment_model,
     environment_values,
@@ -22,6 +23,7 @@ from ._settings import (
 )
 
 __all__ = [
+    "MLSERVER_CACHE_SIZE",
     "build",
     "declared_environment",
     "environment_model",

@@ -22,6 +22,7 @@ from typing import Any
 
 from ...errors import DefinitionError
 from ...types import ModelInstance
+from .._calls import defining
 from .._modules import folders_first
 from .._source import ModelSource
 from ._settings import SETTINGS_FILE, read_settings, runtime_settings
@@ -108,16 +109,9 @@ def prepare(source: ModelSource) -> Any:
     from ...compat import mlserver as compat
 
     compat.install_import_paths()  # `from mlserver import MLModel` works without MLServer
-    try:
+    implementation = source.mlserver_parts().implementation
+    with defining(f"{source.label}: importing 'implementation' ({implementation})"):
         cls = _import_implementation(source)
-    except DefinitionError:
-        raise
-    except Exception as exc:
-        raise DefinitionError(
-            f"{source.label}: importing 'implementation' "
-            f"({source.mlserver_parts().implementation}) "
-            f"raised {type(exc).__name__}: {exc}"
-        ) from exc
     if not inspect.isclass(cls):
         raise DefinitionError(f"{source.label}: 'implementation' must name a class, not {cls!r}")
     problems = [
@@ -144,12 +138,8 @@ def build(
     from ._runtime import MLServerModel
 
     settings = runtime_settings(source, prepared.settings)
-    try:
+    with defining(f"{source.label}: {prepared.cls.__name__}(settings)"):
         runtime = prepared.cls(settings)
-    except Exception as exc:
-        raise DefinitionError(
-            f"{source.label}: {prepared.cls.__name__}(settings) raised {type(exc).__name__}: {exc}"
-        ) from exc
     return MLServerModel(
         runtime,
         name=source.config.name,

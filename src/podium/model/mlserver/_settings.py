@@ -9,9 +9,11 @@ Every key MLServer defines is accepted or refused with an error naming the key a
 - ``parallel_workers``: N ≥ 1 → ``workers: process`` with N workers; 0 → ``workers: thread``;
 - ``platform``, ``inputs``, ``outputs``, ``parameters.content_type`` → the model's metadata;
 - ``parameters.uri`` (default: the folder), ``format``, ``extra`` and any other parameter reach
-  the runtime in ``settings.parameters``; ``versions``, ``warm_workers``, ``cache_enabled``,
+  the runtime in ``settings.parameters``; ``versions``, ``warm_workers``,
   ``parameters.inference_pool_gid`` / ``autogenerate_inference_pool_gid`` are accepted and have
   no effect;
+- ``cache_enabled: true`` → ``response_cache: {max_entries: 100}`` (MLServer's default
+  ``cache_size``; a ``podium.response_cache`` wins), docs/mlserver.md;
 - ``parameters.environment_tarball`` (relative to the file's folder) / ``environment_path``: the
   model runs in worker processes from that environment (:func:`declared_environment`);
 - ``podium``: Podium's own ``config.yaml`` keys for this model (``predict_concurrency``,
@@ -52,6 +54,9 @@ __all__ = [
 
 logger = logging.getLogger("podium.model")
 
+#: MLServer's default ``cache_size`` (settings.json): how many answers its one cache keeps.
+MLSERVER_CACHE_SIZE = 100
+
 SETTINGS_FILE = "model-settings.json"
 
 # Podium keys that model-settings.json sets through MLServer's own keys (the field table's
@@ -88,12 +93,14 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 def lax_value(kind: str, value: Any) -> Any:
     """``value`` as pydantic's lax mode reads a field of ``kind`` (``bool``, ``int``, ``float``,
-    ``str``, ``json``: anything): a boolean from 0/1 or a true/false word, a number from the
+    ``str``, ``list`` (of strings, as a tuple), ``json``: anything): a boolean from 0/1 or a true/false word, a number from the
     text of one, an integer from a whole float (MLServer's own examples write ``"debug":
     "true"``, and variables are text); ``ValueError`` otherwise. The one reading of MLServer's
     values, from its files and from its variables."""
     if kind == "json" or (kind == "str" and isinstance(value, str)):
         return value
+    if kind == "list" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
     if isinstance(value, str):
         text = value.strip().lower()
         if kind == "bool" and (text in _TRUE or text in _FALSE):
@@ -283,6 +290,8 @@ def read_settings(
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
     refused = {key: f"cannot be set here; use '{spelling}'" for key, spelling in _MAPPED.items()}
+    if data.get("cache_enabled") is True:  # MLServer's cache: an LRU of cache_size entries
+        config["response_cache"] = {"max_entries": MLSERVER_CACHE_SIZE}
     config.update(podium_section(data.get("podium"), where, problems, refused, _NOT_HERE))
     DefinitionError.check(problems)
     folder = path.parent.resolve()
@@ -303,8 +312,7 @@ def runtime_settings(source: ModelSource, settings_module: ModuleType) -> Any:
     params = data.get("parameters") or {}
     if params.get("version") is not None:
         params["version"] = str(params["version"])
-    params.setdefault("uri", str(source.model_dir))
-    if params.get("uri") is None:
+    if params.get("uri") is None:  # absent or null: the folder
         params["uri"] = str(source.model_dir)
     # the worker's GPU (docs/devices.md) where MLServer's runtimes look for it: HuggingFace's
     # reads parameters.extra.device (a number; its default -1 is the CPU)

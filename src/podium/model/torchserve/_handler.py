@@ -110,21 +110,11 @@ def load_label_mapping(mapping_file_path: str) -> dict[str, Any] | None:
 
 
 def install_ts_shim() -> bool:
-    """Make ``import ts`` resolve to ``podium.compat.ts`` unless the real package is installed.
-
-    Returns True when Podium's import paths are in use. Submodules (``ts.context``, ...) then
-    load from the shim's directory; each re-exports objects defined in ``podium.model``, so
-    every import path gives the same classes.
-    """
+    """Make ``import ts`` (and ``ts.context``, ...) resolve to ``podium.compat.ts``'s modules
+    unless the real package is installed; True when Podium's import paths are in use."""
     import podium.compat.ts as shim
 
-    current = sys.modules.get("ts")
-    if current is shim:
-        return True
-    if current is not None or importlib.util.find_spec("ts") is not None:
-        return False
-    sys.modules["ts"] = shim
-    return True
+    return shim.IMPORT_PATHS.install()
 
 
 @contextlib.contextmanager
@@ -219,10 +209,6 @@ def _streams(model_dir: Path) -> bool:
     return False
 
 
-def _import_file(file: Path, label: str, where: str) -> ModuleType:
-    return exec_file(file, "podium_ts_handler", f"{where}: handler '{label}' ({file})")
-
-
 def _missing_builtin(module_name: str, where: str, label: str) -> DefinitionError:
     provided = ", ".join(sorted(PODIUM_HANDLERS))
     return DefinitionError(
@@ -244,7 +230,9 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
     try:
         with folders_first(model_dir, [model_dir]):  # its siblings its own, not another's
             if file.is_file():
-                module = _import_file(file, label, where)
+                module = exec_file(
+                    file, "podium_ts_handler", f"{where}: handler '{label}' ({file})"
+                )
             elif module_name in BUILTIN_HANDLERS:
                 if shimmed and module_name not in PODIUM_HANDLERS:
                     raise _missing_builtin(module_name, where, label)
@@ -267,8 +255,7 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
     fn = getattr(module, name, None)
     if fn is not None and not inspect.isclass(fn):
         _check_callable(fn, f"handler '{label}': function '{name}'", problems)
-        if problems:
-            raise DefinitionError("; ".join(f"{where}: {p}" for p in problems))
+        DefinitionError.check([f"{where}: {p}" for p in problems])
         return HandlerSpec(label, fn, None, streams)
     if function_name and function_name != "handle":  # ':handle' names a class's handle too
         raise DefinitionError(f"{where}: handler '{label}' has no function '{function_name}'")
@@ -291,6 +278,5 @@ def load_handler(manifest: dict[str, Any], model_dir: Path, where: str) -> Handl
     init = getattr(cls, "initialize", None)
     if init is not None and (inspect.iscoroutinefunction(init) or not callable(init)):
         problems.append(f"handler '{label}': {cls.__name__}.initialize must be a plain method")
-    if problems:
-        raise DefinitionError("; ".join(f"{where}: {p}" for p in problems))
+    DefinitionError.check([f"{where}: {p}" for p in problems])
     return HandlerSpec(label, None, cls, streams)

@@ -49,8 +49,7 @@ _LATENCY = ("model_name", "model_version", "hostname")
 _C, _G = Kind.COUNTER, Kind.GAUGE
 
 
-def _m(name: str, kind: Kind, unit: str, dims: tuple[str, ...]) -> DeclaredMetric:
-    return DeclaredMetric(name, kind, unit, dims)
+_m = DeclaredMetric  # (name, kind, unit, dimensions), short for the table below
 
 
 #: TorchServe 0.12's default ``metrics.yaml`` (``ts/configs/metrics.yaml``), as data.

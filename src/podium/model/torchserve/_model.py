@@ -41,7 +41,7 @@ from ...types import (
 )
 from ...types import Context as SequenceContext
 from .._adapter import Adapter
-from .._calls import check_results, model_error, run_sync
+from .._calls import check_results, defining, model_error, run_sync
 from .._owned import Owned
 from .._source import Contract, ModelSource, TorchServeParts
 from ._archive import ARCHIVE_SUFFIXES, MANIFEST, ArchiveLimits, extract_owned, read_manifest
@@ -196,13 +196,8 @@ class TorchServeModel(Adapter):
         # (model/_threads.py): cheaper than the shared pool, and at predict_concurrency 1 always
         # the same thread, as in TorchServe's one-threaded backend worker
         self._own_threads(True)
-        try:
+        with defining(f"{source.label}: creating the handler '{handler.label}'"):
             self._entry, self._init = handler.instantiate()
-        except Exception as exc:
-            raise DefinitionError(
-                f"{source.label}: creating the handler '{handler.label}' raised "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...errors import DefinitionError
 from ...types import ModelInstance
+from .._calls import defining
 from .._source import ModelSource
 from ._accelerator import accelerator_mismatch
 from ._config import TrussSettings, is_source, read_truss
@@ -72,22 +73,18 @@ def prepare(source: ModelSource) -> TrussSpec:
     settings = source.truss_parts().settings
     if settings.environment:
         install()
-    try:
-        with using(settings.environment):
-            cls = import_class(settings, source.label)
-    except DefinitionError:
-        raise
-    except Exception as exc:
-        hint = ""
+
+    def hint(exc: Exception) -> str:
         missing = missing_requirements(settings.requirements)
-        if isinstance(exc, ImportError) and missing:
-            hint = (
-                f"; the truss's requirements not installed here: {', '.join(missing)} "
-                f"(install them: pip install {' '.join(missing)})"
-            )
-        raise DefinitionError(
-            f"{source.label}: importing the file raised {type(exc).__name__}: {exc}{hint}"
-        ) from exc
+        if not isinstance(exc, ImportError) or not missing:
+            return ""
+        return (
+            f"; the truss's requirements not installed here: {', '.join(missing)} "
+            f"(install them: pip install {' '.join(missing)})"
+        )
+
+    with defining(f"{source.label}: importing the file", hint), using(settings.environment):
+        cls = import_class(settings, source.label)
     try:
         return inspect_truss(cls)
     except DefinitionError as exc:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...config import ModelConfig, load_yaml, signature_of
 from ...errors import DefinitionError
-from .._source import Contract, ModelSource, TrussParts, requirement_lines
+from .._source import Contract, ModelSource, TrussParts, read_requirements
 
 __all__ = ["CONFIG_FILE", "PODIUM_FILE", "TrussSettings", "is_source", "read_truss"]
 
@@ -228,11 +228,10 @@ def _requirements(
     if path.suffix != ".txt":  # pyproject.toml and uv.lock, Truss's other forms, are not read
         return ()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return read_requirements(path)
     except OSError as exc:
         problems.append(f"{where}: 'requirements_file' {file!r} cannot be read: {exc.strerror}")
         return ()
-    return requirement_lines(lines)
 
 
 def _notes(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:

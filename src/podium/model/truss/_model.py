@@ -25,10 +25,18 @@ from collections.abc import AsyncGenerator
 from concurrent.futures import Executor
 from typing import Any
 
-from ...errors import DefinitionError, InvalidInput, ModelError, ResponseTimeout
+from ...errors import InvalidInput, ModelError, ResponseTimeout
 from ...types import Capabilities, InputKind, Returned, is_response
 from .._adapter import Adapter
-from .._calls import call_method, iterate_async, iterate_sync, model_error, run_sync, validated
+from .._calls import (
+    call_method,
+    defining,
+    iterate_async,
+    iterate_sync,
+    model_error,
+    run_sync,
+    validated,
+)
 from .._source import ModelSource
 from . import _environ
 from ._config import TrussSettings
@@ -105,14 +113,9 @@ class TrussModel(Adapter):
             "environment": None,  # Baseten's environments (production, ...): none here
         }
         kwargs = {k: available[k] for k in spec.init_kwargs}
-        try:
+        with defining(f"model '{self.name}': {spec.cls.__name__}.__init__"):
             with _environ.using(self._env):
                 self.obj = spec.cls(**kwargs)
-        except Exception as exc:
-            raise DefinitionError(
-                f"model '{self.name}': {spec.cls.__name__}.__init__ raised "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
         predict = spec.predict
         self.capabilities = Capabilities(
             needs_inputs=spec.needs_inputs,
@@ -218,16 +221,19 @@ class TrussModel(Adapter):
                 "postprocessing. Include all processing in the predict method."
             )
 
-    async def predict(self, inputs: Any, request: Any) -> Any:
-        """One call's whole value: a returned generator is gathered into one string."""
+    async def _predicted(self, inputs: Any, request: Any) -> tuple[Any, bool]:
+        """What ``predict`` returned, and whether it is a generator (which streams)."""
         method = self._predict()
         result = await self._call(method, method.args(inputs, request), threads=True)
-        if _is_stream(result):
-            self._no_postprocess("a generator (streaming)")
-            return await self._gather(result)
-        if is_response(result):
-            self._no_postprocess("a response object")
-        return result
+        stream = _is_stream(result)
+        if stream or is_response(result):
+            self._no_postprocess("a generator (streaming)" if stream else "a response object")
+        return result, stream
+
+    async def predict(self, inputs: Any, request: Any) -> Any:
+        """One call's whole value: a returned generator is gathered into one string."""
+        result, stream = await self._predicted(inputs, request)
+        return await self._gather(result) if stream else result
 
     async def _gather(self, stream: Any) -> str:
         chunks = []
@@ -260,16 +266,12 @@ class TrussModel(Adapter):
     async def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
         """A returned generator's items; or the returned value, postprocessed, as one
         :class:`Returned`."""
-        method = self._predict()
-        result = await self._call(method, method.args(inputs, request), threads=True)
-        if _is_stream(result):
-            self._no_postprocess("a generator (streaming)")
+        result, stream = await self._predicted(inputs, request)
+        if stream:
             async for item in self._items(result):
                 yield item
             return
-        if is_response(result):
-            self._no_postprocess("a response object")
-        elif self.spec.postprocess is not None:
+        if self.spec.postprocess is not None:  # (a response object has none: _predicted)
             result = await self.postprocess(result, request)
         yield Returned(result)
 

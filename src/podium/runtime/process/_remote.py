@@ -192,8 +192,5 @@ class Connection(asyncio.Protocol):
         else:
             self._dispatch(message)
 
-    def eof_received(self) -> bool:
-        return False
-
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_lost()

@@ -156,6 +156,3 @@ class ClosedIds:
         if reason is not None:
             self._ids.move_to_end(sid)
         return reason
-
-    def __len__(self) -> int:
-        return len(self._ids)

@@ -49,7 +49,7 @@ class Steps(StepLoop):
     ones, once the worker is gone.
     """
 
-    __slots__ = ("_buffer", "_tasks", "_task", "_lost", "steps")
+    __slots__ = ("_buffer", "_tasks", "_task", "_lost")
 
     def __init__(
         self,
@@ -69,7 +69,6 @@ class Steps(StepLoop):
         self._tasks = tasks
         self._task: asyncio.Task[None] | None = None
         self._lost: Callable[[Context], BaseException] | None = None
-        self.steps = 0  # steps run
 
     @property
     def waiting(self) -> int:
@@ -104,7 +103,6 @@ class Steps(StepLoop):
         self._task = None
 
     async def _step(self, batch: list[_Request]) -> BaseException | None:
-        self.steps += 1
         token = current_context.set([r.ctx for r in batch])  # this task's own context
         try:
             return await super()._step(batch)

@@ -26,12 +26,14 @@ from ... import tracing
 from ...errors import InvalidInput, PodiumError, grpc_code
 from ...types import current_request
 from .._access import (
+    CACHE_METADATA,
     ID_METADATA,
     PRIORITY_METADATA,
     Access,
     AccessLog,
     RequestIds,
     ask_of_queue,
+    cache_control,
     client_id,
 )
 from .bridge import Aborted
@@ -73,14 +75,18 @@ class _Observer:
     def begin(self, context: Any) -> Access:
         start = _now()
         metadata = context.invocation_metadata()
-        sent = priority = None
+        sent = priority = cache = None
         for key, value in metadata or ():
             if key == ID_METADATA:
                 sent = value
             elif key == PRIORITY_METADATA:
                 priority = value
+            elif key == CACHE_METADATA:
+                cache = value
         found = client_id(sent)
         access = Access(self.ids.make() if found is None else found, found is not None, start)
+        if cache is not None:
+            access.cache = cache_control(cache)
         access.context = context
         remaining = context.time_remaining()
         if remaining is not None:  # the call's deadline bounds its wait in the model's queue

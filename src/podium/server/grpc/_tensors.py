@@ -27,6 +27,7 @@ import msgspec
 import numpy as np
 
 from ... import codecs
+from ...dataplane import REGION
 from ...errors import InvalidInput, InvalidTensor, UnsupportedRepresentation
 from ...types import InferenceRequest, InferenceResponse, RequestInput, RequestOutput
 from ._pool import message_class
@@ -40,9 +41,6 @@ __all__ = [
     "to_request",
     "uses_shared_memory",
 ]
-
-#: The parameter naming a tensor's shared memory region (Triton's extension).
-_REGION = "shared_memory_region"
 
 ModelInferRequest: Any = message_class("inference.ModelInferRequest")
 ModelInferResponse: Any = message_class("inference.ModelInferResponse")
@@ -134,7 +132,7 @@ def to_request(message: Any) -> InferenceRequest:
                     "the other for all its inputs"
                 )
     if raw and len(raw) != len(inputs):
-        in_memory = sum(1 for tensor in inputs if _REGION in tensor.parameters)
+        in_memory = sum(1 for tensor in inputs if REGION in tensor.parameters)
         if len(raw) + in_memory != len(inputs):
             raise InvalidInput(
                 f"the request has {len(inputs)} inputs ({in_memory} in shared memory) but "
@@ -145,12 +143,12 @@ def to_request(message: Any) -> InferenceRequest:
     index = 0
     for tensor in inputs:
         name, datatype, shape = tensor.name, tensor.datatype, list(tensor.shape)
-        if in_memory and _REGION in tensor.parameters:
+        if in_memory and REGION in tensor.parameters:
             data: Any = None  # the data plane reads it from its region
         elif raw:
             data = codecs.decode_raw(name, datatype, shape, raw[index])
             index += 1
-        elif tensor.HasField("contents") or _REGION not in tensor.parameters:
+        elif tensor.HasField("contents") or REGION not in tensor.parameters:
             data = _typed_input(tensor, name, datatype)
         else:
             data = None  # in shared memory, as every input of a request without raw contents
@@ -178,8 +176,8 @@ def to_request(message: Any) -> InferenceRequest:
 def uses_shared_memory(message: Any) -> bool:
     """Whether an input or a requested output of a ``ModelInferRequest`` names a shared memory
     region (Triton's ``shared_memory_region`` parameter)."""
-    return any(_REGION in t.parameters for t in message.inputs) or any(
-        _REGION in t.parameters for t in message.outputs
+    return any(REGION in t.parameters for t in message.inputs) or any(
+        REGION in t.parameters for t in message.outputs
     )
 
 

@@ -28,6 +28,7 @@ from ._routing import Api, Route
 
 __all__ = [
     "ROUTES",
+    "RegionRegister",
     "cuda_register",
     "cuda_status",
     "cuda_unregister",
@@ -37,15 +38,16 @@ __all__ = [
 ]
 
 
-class _Register(msgspec.Struct):
-    """The body of a system shared memory register request."""
+class RegionRegister(msgspec.Struct):
+    """The body of a system shared memory register request: the shared memory object (its key)
+    and the region in it."""
 
     key: str
     byte_size: int
     offset: int = 0
 
 
-_register_decoder = msgspec.json.Decoder(_Register)
+_register_decoder = msgspec.json.Decoder(RegionRegister)
 
 
 async def system_status(self: Any, ex: Exchange, send: Send, name: str | None = None) -> None:

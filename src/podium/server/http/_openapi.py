@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import __version__
-from ...dataplane import ModelConfiguration, StatisticsResponse
+from ...dataplane import ModelConfiguration, RegionStatus, StatisticsResponse
 from ...types import (
     DATATYPES,
     InferenceRequest,
@@ -21,9 +21,11 @@ from ...types import (
     ServerMetadata,
 )
 from .._openapi import (
+    BINARY,
     DOCUMENT_SCHEMA,
     TORCHSERVE_ERROR,
     Operation,
+    body,
     describe,
     error_responses,
     param,
@@ -31,12 +33,13 @@ from .._openapi import (
     response,
     schemas,
 )
+from .._repository import STATE_NAMES
+from ._memory import RegionRegister
+from ._oip import _HEADER_NAME as _BINARY_HEADER
 from ._routing import RouteTable
 from ._truss import ENDPOINT_PATHS
 
 __all__ = ["description"]
-
-_BINARY_HEADER = "Inference-Header-Content-Length"
 
 # -- the bodies that no msgspec type parses --------------------------------------------------
 
@@ -47,40 +50,28 @@ _INDEX = {
         "type": "object",
         "properties": {
             "name": {"type": "string"},
-            "version": {"type": "string", "description": "Empty for an unversioned model."},
-            "state": {"type": "string", "enum": ["READY", "LOADING", "UNAVAILABLE"]},
+            "version": {"type": "string", "description": '"1" for an unversioned model.'},
+            "state": {"type": "string", "enum": sorted(set(STATE_NAMES.values()))},
             "reason": {"type": "string", "description": "Why it is not ready (when it is not)."},
         },
         "required": ["name", "version", "state"],
     },
 }
-_INDEX_BODY = {
-    "description": 'Optional: {"ready": true} lists only the versions that are ready.',
-    "required": False,
-    "content": {
-        "application/json": {
-            "schema": {"type": "object", "properties": {"ready": {"type": "boolean"}}}
-        }
-    },
-}
+_INDEX_BODY = body(
+    'Optional: {"ready": true} lists only the versions that are ready.',
+    {"application/json": {"type": "object", "properties": {"ready": {"type": "boolean"}}}},
+)
 
 
 _DONE = {"description": "Done (an empty body, as Triton answers)."}
 
 
 def _control_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "description": "Optional: Triton's parameters.",
-        "required": False,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "properties": {"parameters": {"type": "object", "properties": parameters}},
-                }
-            }
-        },
-    }
+    schema = {"type": "object", "properties": parameters}
+    return body(
+        "Optional: Triton's parameters.",
+        {"application/json": {"type": "object", "properties": {"parameters": schema}}},
+    )
 
 
 _ERROR = {
@@ -151,6 +142,8 @@ def _components() -> dict[str, Any]:
             ModelMetadata,
             ModelConfiguration,
             StatisticsResponse,
+            RegionStatus,
+            RegionRegister,
         )
     )
     # The codecs accept exactly the OIP datatypes (any other is a 400): say which they are.
@@ -217,29 +210,20 @@ _BINARY_PARAM = param(
     "Binary tensor extension: the body is this many bytes of JSON (the inference request), "
     "then the raw bytes of each input that has parameters.binary_data_size, in input order.",
 )
-_OIP_BODY = {
-    "description": (
-        "An inference request: JSON, or with the binary tensor extension "
-        f"({_BINARY_HEADER}) the JSON followed by raw tensor bytes."
-    ),
-    "required": True,
-    "content": {
-        "application/json": {"schema": ref("InferenceRequest")},
-        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+_OIP_BODY = body(
+    "An inference request: JSON, or with the binary tensor extension "
+    f"({_BINARY_HEADER}) the JSON followed by raw tensor bytes.",
+    {"application/json": ref("InferenceRequest"), "application/octet-stream": BINARY},
+    required=True,
+)
+_GENERATE_BODY = body(
+    "An inference request, or Triton's generate form (the answer comes in the same form).",
+    {
+        "application/json": {"anyOf": [ref("InferenceRequest"), ref("GenerateRequest")]},
+        "application/octet-stream": BINARY,
     },
-}
-_GENERATE_BODY = {
-    "description": (
-        "An inference request, or Triton's generate form (the answer comes in the same form)."
-    ),
-    "required": True,
-    "content": {
-        "application/json": {
-            "schema": {"anyOf": [ref("InferenceRequest"), ref("GenerateRequest")]}
-        },
-        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-    },
-}
+    required=True,
+)
 _INFERRED = {
     "description": (
         "The inference response: JSON, or (when the request asked for binary outputs, or sent "
@@ -253,7 +237,7 @@ _INFERRED = {
     },
     "content": {
         "application/json": {"schema": ref("InferenceResponse")},
-        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        "application/octet-stream": {"schema": BINARY},
     },
 }
 _GENERATED_ITEM = {"anyOf": [ref("InferenceResponse"), ref("GenerateResponse")]}
@@ -286,15 +270,15 @@ def _events(item: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-_ANY_BODY = {
-    "description": "Whatever the model takes: JSON arrives parsed, anything else as bytes.",
-    "required": False,
-    "content": {"*/*": {"schema": {}}},
-}
-_MODEL_SET = response("A status the model's handler set (TorchServe's set_response_status).")
-_MODEL_SET["content"] = {"*/*": {"schema": {}}}
-_PREDICTED = response("What the model returned: JSON, text, bytes, or a stream of chunks.")
-_PREDICTED["content"] = {"*/*": {"schema": {}}}
+_ANY_BODY = body(
+    "Whatever the model takes: JSON arrives parsed, anything else as bytes.", {"*/*": {}}
+)
+_MODEL_SET = response(
+    "A status the model's handler set (TorchServe's set_response_status).", {}, "*/*"
+)
+_PREDICTED = response(
+    "What the model returned: JSON, text, bytes, or a stream of chunks.", {}, "*/*"
+)
 _DOCUMENT = response("This document (OpenAPI 3.1).", ref("OpenApiDocument"))
 
 
@@ -362,20 +346,17 @@ _TRUSS_SCHEMA = {
     },
     "required": ["input_schema", "output_schema", "supports_streaming"],
 }
-_TRUSS_BODY = {
-    "description": "JSON, or Truss's MessagePack with content-type application/octet-stream.",
-    "required": False,
-    "content": {
-        "application/json": {"schema": {}},
-        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-    },
-}
+_TRUSS_BODY = body(
+    "JSON, or Truss's MessagePack with content-type application/octet-stream.",
+    {"application/json": {}, "application/octet-stream": BINARY},
+)
 _TRUSS_ANSWER = response(
     "What the model returned: JSON (MessagePack to a MessagePack request), a stream of "
     "chunks (application/octet-stream; one JSON string to accept: application/json), or the "
-    "response the model made."
+    "response the model made.",
+    {},
+    "*/*",
 )
-_TRUSS_ANSWER["content"] = {"*/*": {"schema": {}}}
 
 
 def _truss_ready(summary: str) -> Operation:
@@ -394,35 +375,14 @@ _DESCRIBE = _op("This API description (TorchServe's).", _DOCUMENT)
 
 # -- Triton's shared memory extensions -------------------------------------------------------
 
-_REGION = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "key": {"type": "string"},
-        "offset": {"type": "integer", "minimum": 0},
-        "byte_size": {"type": "integer", "minimum": 0},
-    },
-    "required": ["name", "key", "offset", "byte_size"],
-}
-_REGISTER_BODY = {
-    "description": "The shared memory object (its key) and the region in it.",
-    "required": True,
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "key": {"type": "string"},
-                    "offset": {"type": "integer", "minimum": 0},
-                    "byte_size": {"type": "integer", "minimum": 0},
-                },
-                "required": ["key", "byte_size"],
-            }
-        }
-    },
-}
+_REGISTER_BODY = body(
+    "The shared memory object (its key) and the region in it.",
+    {"application/json": ref("RegionRegister")},
+    required=True,
+)
 _REGIONS = response(
-    "The registered regions (all, or the one named).", {"type": "array", "items": _REGION}
+    "The registered regions (all, or the one named).",
+    {"type": "array", "items": ref("RegionStatus")},
 )
 _CUDA_REGIONS = response(
     "None: Podium has no CUDA shared memory.", {"type": "array", "maxItems": 0}

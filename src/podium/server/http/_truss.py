@@ -189,11 +189,13 @@ async def live(self: HttpApp, ex: Exchange, send: Send) -> None:
     await send_body(send, 200, JSON, _TRUE)
 
 
-async def ready(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
-    """Truss's readiness: ``{}``, or 503 when the model is not ready or says it is unhealthy."""
+async def ready(self: HttpApp, ex: Exchange, send: Send, model: str, healthy: bool = True) -> None:
+    """Truss's readiness: ``{}``, or 503 when the model is not ready or (``healthy``: asked)
+    says it is unhealthy."""
     ex.errors = send_truss_error
-    name = _target(self.dataplane, model)
-    if not await self.dataplane.model_healthy(name):
+    plane = self.dataplane
+    name = _target(plane, model)
+    if not (await plane.model_healthy(name) if healthy else plane.model_ready(name)):
         raise _not_ready(name)
     await send_body(send, 200, JSON, _EMPTY_OBJECT)
 
@@ -202,11 +204,7 @@ async def loaded(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     """Truss's ``/loaded``, and its ``/ping`` on a server of one truss (SageMaker's probe):
     ``{}`` once loaded, else its not-ready error (503); the model's health is not asked, as in
     Truss."""
-    ex.errors = send_truss_error
-    name = _target(self.dataplane, model)
-    if not self.dataplane.model_ready(name):
-        raise _not_ready(name)
-    await send_body(send, 200, JSON, _EMPTY_OBJECT)
+    await ready(self, ex, send, model, healthy=False)
 
 
 async def schema(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
@@ -392,10 +390,7 @@ def _websocket_model(plane: DataPlane, path: str) -> str | None:
         if len(set(serving)) == 1:
             return serving[0]
         return plane.sole_model() or ""
-    parts = path.split("/")
-    if len(parts) == 5 and parts[:3] == ["", "v1", "models"] and parts[4] == "websocket":
-        return _target(plane, parts[3]) if parts[3] else None
-    return None
+    return _target(plane, path.split("/")[3]) if is_websocket_path(path) else None
 
 
 def is_websocket_path(path: str) -> bool:
@@ -431,13 +426,11 @@ async def serve_websocket(plane: DataPlane, scope: Scope, receive: Receive, send
         mv = None
     except PodiumError as exc:  # not ready: refused before the handshake, as Truss refuses it
         if "websocket.http.response" in scope.get("extensions", {}):
-            status, code, message = truss_error(exc)
-            body = _responses.encoder.encode({"error": message})
-            headers = [*JSON, *error_headers(code), (b"content-length", str(len(body)).encode())]
-            await send(
-                {"type": "websocket.http.response.start", "status": status, "headers": headers}
-            )
-            await send({"type": "websocket.http.response.body", "body": body})
+
+            async def deny(message: Message) -> None:  # Truss's HTTP error, as the denial
+                await send({**message, "type": "websocket." + message["type"]})
+
+            await send_truss_error(deny, exc)
         else:  # a server without the denial response: accepted, then 1013 (try again later)
             await _accept_and_close(websocket, 1013, exc.message)
         return

@@ -54,14 +54,13 @@ def decode_json(body: bytes) -> Any:
     library reads the rest, as Truss does (``NaN``, integers past 64 bits)."""
     try:
         return _any_decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except codecs.JSON_ERRORS as exc:
         problem = codecs.json_problem(exc, body)
-        if problem.startswith(("lone UTF-16 surrogate", "invalid UTF-8")):  # nor does json: no
+        # not UTF-8, lone surrogates: named as Podium names them (json reads neither)
+        if problem.startswith(("lone UTF-16 surrogate", "invalid UTF-8")):
             raise InvalidInput(f"Invalid JSON payload: {problem}") from None
     except RecursionError:
         pass  # (the standard library's message, and what only it reads)
-    except codecs.JSON_ERRORS as exc:  # not UTF-8, lone surrogates: named as Podium names them
-        raise InvalidInput(f"Invalid JSON payload: {codecs.json_problem(exc, body)}") from None
     try:
         return json.loads(body)
     except json.JSONDecodeError as exc:

@@ -59,8 +59,7 @@ class Management:
     async def register(self, request: Registration) -> Outcome:
         """``POST /models``: find (or download) ``url``, build, register and load the model."""
         downloaded: Path | None = None
-        if self.urls.is_remote(request.url):
-            self.urls.check_remote(request.url)  # before anything else: refused is refused
+        if self.urls.is_remote(request.url):  # download() refuses it first if it may not
             path = downloaded = await self.urls.download(request.url)
         else:
             path = self.urls.local(request.url)

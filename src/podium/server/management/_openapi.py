@@ -17,6 +17,7 @@ from .._openapi import (
     DOCUMENT_SCHEMA,
     TORCHSERVE_ERROR,
     Operation,
+    body,
     describe,
     error_responses,
     param,
@@ -118,11 +119,10 @@ _REGISTER = (
     param("response_timeout", "query", {"type": "integer"}, "Seconds a predict may run."),
     _SYNC,
 )
-_REGISTER_BODY = {
-    "description": "The same parameters as a JSON object (they override the query's).",
-    "required": False,
-    "content": {"application/json": {"schema": {"type": "object"}}},
-}
+_REGISTER_BODY = body(
+    "The same parameters as a JSON object (they override the query's).",
+    {"application/json": {"type": "object"}},
+)
 _TOKEN = (param("type", "query", {"type": "string"}, "management or inference", True),)
 _DOCUMENT = {"200": response("This document (OpenAPI 3.1).", ref("OpenApiDocument"))}
 _SCALED = _answers(_status("Scaled.", accepted=True), "400", "404", "500", "503")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ...dataplane import ConfigOverrides
@@ -26,20 +26,7 @@ __all__ = [
     "page",
 ]
 
-REGISTER_KEYS = frozenset(
-    {
-        "url",
-        "model_name",
-        "batch_size",
-        "max_batch_delay",
-        "initial_workers",
-        "synchronous",
-        "response_timeout",
-        "runtime",
-        "handler",
-        "s3_sse_kms",
-    }
-)
+_TORCHSERVE_ONLY = ("runtime", "handler", "s3_sse_kms")
 SCALE_KEYS = frozenset({"min_worker", "max_worker", "synchronous", "timeout", "model_version"})
 #: The most workers one request may ask a model version for. Each is a model instance (or a
 #: process); without a bound, one request for millions of them kept the server busy building
@@ -159,6 +146,11 @@ class Registration:
             min_workers=self.initial_workers,
             response_timeout_s=self.response_timeout,
         )
+
+
+#: A registration's parameters: its fields, and TorchServe's that it takes only as Podium runs
+#: models (runtime python, no handler, no s3_sse_kms).
+REGISTER_KEYS = frozenset(f.name for f in fields(Registration)).union(_TORCHSERVE_ONLY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeAlias
 
 from ..logging import logger
@@ -198,72 +198,51 @@ def _first(matching: list[Any], what: str) -> Any:
     return matching[0]
 
 
-#: Codecs by content type; a later registration for a content type replaces the earlier.
-_inputs: dict[str, Any] = {}
-_requests: dict[str, Any] = {}
+class _Registry:
+    """Codecs by content type, of one kind (input codecs, request codecs): a later registration
+    for a content type replaces the earlier. As in MLServer, the module's ``find_*`` and
+    ``register_*`` functions are the methods of a registry."""
+
+    def __init__(self) -> None:
+        self._codecs: dict[str, Any] = {}
+
+    def register(self, codec: Any) -> Any:
+        """Class decorator: register a codec under its ``ContentType``."""
+        if codec.ContentType is not None:
+            self._codecs[codec.ContentType] = codec
+        return codec
+
+    def find(
+        self, content_type: str | None = None, payload: Any = None, type_hint: Any = None
+    ) -> Any:
+        """The codec for a content type, else one that can encode ``payload``, else the one
+        whose ``TypeHint`` is ``type_hint``; ``None`` if none. The first truthy argument
+        decides, as in MLServer: an empty payload finds nothing."""
+        if content_type:
+            return self._codecs.get(content_type)
+        if payload:
+            return self.by_payload(payload)
+        if type_hint:
+            return self.by_type_hint(type_hint)
+        return None
+
+    def by_payload(self, payload: Any) -> Any:
+        matching = [c for c in self._codecs.values() if c.can_encode(payload)]
+        return _first(matching, f"payload with type {type(payload)}")
+
+    def by_type_hint(self, type_hint: Any) -> Any:
+        matching = [c for c in self._codecs.values() if c.TypeHint == type_hint]
+        return _first(matching, f"type hint {type_hint}")
 
 
-def _find(codecs: dict[str, Any], content_type: str | None, payload: Any, type_hint: Any) -> Any:
-    # The first truthy argument decides, as in MLServer: an empty payload finds nothing.
-    if content_type:
-        return codecs.get(content_type)
-    if payload:
-        return _by_payload(payload, codecs.values())
-    if type_hint:
-        return _by_type_hint(type_hint, codecs.values())
-    return None
+_inputs = _Registry()
+find_input_codec = _inputs.find
+find_input_codec_by_payload = _inputs.by_payload
+find_input_codec_by_type_hint = _inputs.by_type_hint
+register_input_codec = _inputs.register
 
-
-def _by_payload(payload: Any, codecs: Iterable[Any]) -> Any:
-    return _first(
-        [c for c in codecs if c.can_encode(payload)], f"payload with type {type(payload)}"
-    )
-
-
-def _by_type_hint(type_hint: Any, codecs: Iterable[Any]) -> Any:
-    return _first([c for c in codecs if c.TypeHint == type_hint], f"type hint {type_hint}")
-
-
-def find_input_codec(
-    content_type: str | None = None, payload: Any = None, type_hint: Any = None
-) -> Any:
-    """The input codec for a content type, else one that can encode ``payload``, else the one
-    whose ``TypeHint`` is ``type_hint``; ``None`` if none."""
-    return _find(_inputs, content_type, payload, type_hint)
-
-
-def find_input_codec_by_payload(payload: Any) -> Any:
-    return _by_payload(payload, _inputs.values())
-
-
-def find_input_codec_by_type_hint(type_hint: Any) -> Any:
-    return _by_type_hint(type_hint, _inputs.values())
-
-
-def find_request_codec(
-    content_type: str | None = None, payload: Any = None, type_hint: Any = None
-) -> Any:
-    """As :func:`find_input_codec`, among request codecs."""
-    return _find(_requests, content_type, payload, type_hint)
-
-
-def find_request_codec_by_payload(payload: Any) -> Any:
-    return _by_payload(payload, _requests.values())
-
-
-def find_request_codec_by_type_hint(type_hint: Any) -> Any:
-    return _by_type_hint(type_hint, _requests.values())
-
-
-def register_input_codec(codec: Any) -> Any:
-    """Class decorator: register an input codec under its ``ContentType``."""
-    if codec.ContentType is not None:
-        _inputs[codec.ContentType] = codec
-    return codec
-
-
-def register_request_codec(codec: Any) -> Any:
-    """Class decorator: register a request codec under its ``ContentType``."""
-    if codec.ContentType is not None:
-        _requests[codec.ContentType] = codec
-    return codec
+_requests = _Registry()
+find_request_codec = _requests.find
+find_request_codec_by_payload = _requests.by_payload
+find_request_codec_by_type_hint = _requests.by_type_hint
+register_request_codec = _requests.register

@@ -26,7 +26,7 @@ from .contractions import CONTRACTION_MAP
 
 __all__ = ["CONTRACTIONS_PATTERN", "TextHandler"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("ts.torch_handler.text_handler")  # TorchServe's name
 
 #: Any key of CONTRACTION_MAP, tried in the table's order, whatever the case.
 CONTRACTIONS_PATTERN = re.compile(

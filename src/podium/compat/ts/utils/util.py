@@ -35,7 +35,7 @@ __all__ = [
     "map_class_to_label",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("ts.utils.util")  # TorchServe's name, under either import path
 
 #: An HTML tag or an entity (``&amp;``, ``&#39;``, ``&#x27;``): what text handlers strip.
 CLEANUP_REGEX = re.compile("<.*?>|&([a-z0-9]+|#[0-9]{1,6}|#x[0-9a-f]{1,6});")
