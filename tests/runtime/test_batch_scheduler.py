@@ -485,9 +485,13 @@ async def test_requests_past_max_queue_delay_are_refused_unrun(
         await scheduler.close()
 
 
-async def infer_by(scheduler: BatchScheduler, x: Any, deadline: float) -> Any:
-    """``scheduler.infer(x)`` as a request that must have left the queue by ``deadline``."""
+async def infer_as(
+    scheduler: BatchScheduler, x: Any, priority: int = 0, deadline: float | None = None
+) -> Any:
+    """``scheduler.infer(x)`` as a request that asked for ``priority`` and must have left the
+    queue by ``deadline`` (on the scheduler's clock)."""
     info = RequestInfo("r")
+    info.priority = priority
     info.deadline = deadline
     current_request.set(info)  # this task's own context
     return await scheduler.infer(x, None)
@@ -504,7 +508,7 @@ async def test_a_request_past_its_own_deadline_is_refused_unrun_without_max_queu
     try:
         running = [asyncio.create_task(scheduler.infer(i, None)) for i in range(2)]
         await wait_until(lambda: batches == [[0, 1]])
-        late = asyncio.create_task(infer_by(scheduler, 2, deadline=0.1))
+        late = asyncio.create_task(infer_as(scheduler, 2, deadline=0.1))
         patient = asyncio.create_task(scheduler.infer(3, None))  # no deadline of its own
         await wait_until(lambda: scheduler.statistics()["queued"] == 2)
         clock.advance(0.2)  # past the one request's own deadline
@@ -516,14 +520,6 @@ async def test_a_request_past_its_own_deadline_is_refused_unrun_without_max_queu
         assert batches == [[0, 1], [3]]  # the late one never reached the model
     finally:
         await scheduler.close()
-
-
-async def infer_as(scheduler: BatchScheduler, x: Any, priority: int) -> Any:
-    """``scheduler.infer(x)`` as a request that asked for ``priority``."""
-    info = RequestInfo("r")
-    info.priority = priority
-    current_request.set(info)  # this task's own context
-    return await scheduler.infer(x, None)
 
 
 @pytest.mark.anyio
