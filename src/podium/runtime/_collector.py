@@ -281,14 +281,22 @@ class BatchCollector(Generic[S]):
             # one timer for it, and an arrival wakes the collector only when the batch is full.
             deadline = self._queue[0].arrived + self._delay
             timer = None
+            rang = [False]
+
+            def ring(rang: list[bool] = rang) -> None:
+                rang[0] = True
+                arrived.set()
+
             try:
                 while not self._full():
                     remaining = deadline - self._now()
                     if remaining <= 0:
                         break
                     arrived.clear()
-                    if timer is None:
-                        timer = clock.call_later(remaining, arrived.set)
+                    # a timer may ring early (uvloop's count whole milliseconds): then another
+                    if timer is None or rang[0]:
+                        rang[0] = False
+                        timer = clock.call_later(remaining, ring)
                     self._wake_at = self._size
                     await arrived.wait()
             finally:
