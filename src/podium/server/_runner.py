@@ -504,12 +504,15 @@ class Podium:
             "http-management", app, listeners.management_host, listeners.management_port
         )
         grpc_server = GrpcServer(
-            [management_service(self.management, self.authorizer)],
+            [management_service(self.management)],
             host=listeners.management_host,
             port=listeners.grpc_management_port,
             max_message_size=config.protocols.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
             relay=False,  # grpc.aio: management calls are few
+            authorize=None
+            if self.authorizer is None
+            else functools.partial(self.authorizer.check_metadata, kind="management"),
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
         )
