@@ -301,12 +301,7 @@ class Podium:
             "http-inference", app, listeners.host, listeners.http_port, websockets=True
         )
         grpc_server = GrpcServer(
-            inference_services(
-                self.dataplane,
-                stream_format=wire.grpc_stream_format,
-                output_contents=wire.grpc_output_contents,
-                sequence_header=wire.sequence_header,
-            ),
+            inference_services(self.dataplane, wire),
             host=listeners.host,
             port=listeners.grpc_port,
             max_message_size=wire.grpc_max_message_size,

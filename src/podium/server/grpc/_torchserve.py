@@ -18,6 +18,7 @@ import grpc
 import msgspec
 
 from ... import codecs
+from ...config import SETTINGS
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, ModelError, ModelStatus, UnsupportedRepresentation
 from ...types import (
@@ -43,7 +44,6 @@ __all__ = [
     "TorchServeInference",
     "payload_of",
     "prediction_of",
-    "torchserve_service",
 ]
 
 SERVICE = "org.pytorch.serve.grpc.inference.InferenceAPIsService"
@@ -146,24 +146,18 @@ async def _send_headers(context: grpc.aio.ServicerContext, value: Any, sent: lis
         await context.send_initial_metadata(metadata)
 
 
-def torchserve_service(
-    dataplane: DataPlane, *, sequence_header: str = "ts_request_sequence_id"
-) -> Service:
-    """The TorchServe inference service for :class:`~podium.server.grpc._server.GrpcServer`."""
-    return TorchServeInference(dataplane, sequence_header=sequence_header).service()
-
-
 class TorchServeInference:
     """``org.pytorch.serve.grpc.inference.InferenceAPIsService`` over one data plane."""
 
     def __init__(
-        self, dataplane: DataPlane, *, sequence_header: str = "ts_request_sequence_id"
+        self, dataplane: DataPlane, *, sequence_header: str = SETTINGS["sequence_header"].default
     ) -> None:
         self.dataplane = dataplane
         self.sequence_header = sequence_header
         self._flags = _sequences.flag_names(sequence_header)  # (start names, end names)
 
     def service(self) -> Service:
+        """The service's method handlers, for :class:`GrpcServer`."""
         read = PredictionsRequest.FromString
         write = PredictionResponse.SerializeToString
         methods = {
