@@ -223,20 +223,14 @@ class GrpcServer:
             self._server = grpc.aio.server(options=self._options)
         after = _channelz.server_ids()
         self._channelz = None if before is None or after is None else after - before
-        for service in self.services:
+        wrapped = [(service, self._authorize) for service in self.services]
+        wrapped.append((self.health.service(), None))  # health stays open, for probes
+        for service, authorize in wrapped:
             methods = {
-                name: adapt(self._observed(service, name, handler, self._authorize))
+                name: adapt(self._observed(service, name, handler, authorize))
                 for name, handler in service.methods.items()
             }
             self._add(service.name, methods)
-        health = self.health.service()  # health stays open, for probes
-        self._add(
-            health.name,
-            {
-                name: adapt(self._observed(health, name, handler, None))
-                for name, handler in health.methods.items()
-            },
-        )
         reflecting = self._reflection()  # open, and without access lines, as before
         self._add(
             reflecting.name,

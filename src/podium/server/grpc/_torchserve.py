@@ -136,14 +136,13 @@ def metadata_of(value: Any) -> tuple[tuple[str, str | bytes], ...]:
     return grpc_metadata((k, v) for k, v in pairs if k.lower() not in _NOT_METADATA)
 
 
-async def _send_headers(context: grpc.aio.ServicerContext, value: Any, sent: list[bool]) -> None:
-    """Response headers set by the model go back as the call's initial metadata (once)."""
-    if sent[0]:
-        return
+async def _send_headers(context: grpc.aio.ServicerContext, value: Any) -> bool:
+    """Response headers set by the model go back as the call's initial metadata: whether it
+    set any (and they were sent: a call sends them once)."""
     metadata = metadata_of(value)
     if metadata:
-        sent[0] = True
         await context.send_initial_metadata(metadata)
+    return bool(metadata)
 
 
 class TorchServeInference:
@@ -198,7 +197,7 @@ class TorchServeInference:
             return await self._first(mv, call, request, context)
         answer = await self.dataplane.infer(call, mv)
         response = _answer(mv, answer.value, request, answer.sequence)
-        await _send_headers(context, answer.value, [False])
+        await _send_headers(context, answer.value)
         return response
 
     async def _first(
@@ -211,7 +210,7 @@ class TorchServeInference:
         async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
             async for item in items:
                 response = _answer(mv, item, request, items.sequence)
-                await _send_headers(context, item, [False])
+                await _send_headers(context, item)
                 return response
         raise ModelError(f"{mv.label} sent no response")  # a stream that ended with nothing
 
@@ -220,11 +219,11 @@ class TorchServeInference:
     ) -> AsyncIterator[Any]:
         try:
             mv, call = self._start(request, lambda: GrpcCall(context, _STREAM))
-            sent = [False]
+            sent = False
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for item in items:
                     response = _answer(mv, item, request, items.sequence)
-                    await _send_headers(context, item, sent)
+                    sent = sent or await _send_headers(context, item)
                     yield response
         except Exception as exc:
             await abort_with(context, exc, _STREAM)
