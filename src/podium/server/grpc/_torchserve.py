@@ -231,13 +231,7 @@ class TorchServeInference:
     async def stream_predictions2(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        shared: list[GrpcCall] = []  # made once, in the call's own task, if a model needs it
-
-        def grpc_call() -> GrpcCall:
-            if not shared:
-                shared.append(GrpcCall(context, _STREAM2))
-            return shared[0]
-
+        shared = GrpcCall(context, _STREAM2)  # in the call's own task: it sees cancellation
         # One request at a time: answers come back in request order, and a sequence's requests
         # reach the model in the order the client sent them. A generator model's items each
         # come back as a response, as TorchServe sends its intermediate responses.
@@ -253,7 +247,7 @@ class TorchServeInference:
             except Exception as exc:  # reading the stream failed: the call ends
                 await abort_with(context, exc, _STREAM2)
             try:
-                mv, call = self._start(request, grpc_call)
+                mv, call = self._start(request, lambda: shared)
                 async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                     async for item in items:
                         yield _answer(mv, item, request, items.sequence)
