@@ -38,7 +38,7 @@ from ._otel import start as start_tracing
 from ._requests import model_plane
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
-from .grpc._management import management_service
+from .grpc._management import ManagementService
 from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp, RootPath, with_web
 from .management import (
     MANAGEMENT_ROUTES,
@@ -499,7 +499,7 @@ class Podium:
             "http-management", app, listeners.management_host, listeners.management_port
         )
         grpc_server = GrpcServer(
-            [management_service(self.management)],
+            [ManagementService(self.management).service()],
             host=listeners.management_host,
             port=listeners.grpc_management_port,
             max_message_size=config.protocols.grpc_max_message_size,

@@ -23,7 +23,7 @@ from ._errors import guarded
 from ._pool import message_class
 from ._server import Service
 
-__all__ = ["SERVICE", "management_service"]
+__all__ = ["SERVICE", "ManagementService"]
 
 SERVICE = "org.pytorch.serve.grpc.management.ManagementAPIsService"
 _PACKAGE = "org.pytorch.serve.grpc.management"
@@ -33,11 +33,6 @@ ManagementResponse: Any = message_class(f"{_PACKAGE}.ManagementResponse")
 _encoder = msgspec.json.Encoder()
 
 
-def management_service(management: Management) -> Service:
-    """The management service for :class:`~podium.server.grpc._server.GrpcServer`."""
-    return ManagementService(management).service()
-
-
 class ManagementService:
     """``ManagementAPIsService`` over one :class:`~podium.server.management.Management`."""
 
@@ -45,6 +40,7 @@ class ManagementService:
         self.management = management
 
     def service(self) -> Service:
+        """The service's method handlers, for :class:`GrpcServer`."""
         handlers: dict[str, Callable[[Any], Awaitable[Outcome]]] = {
             "DescribeModel": self.describe,
             "ListModels": self.list_models,
