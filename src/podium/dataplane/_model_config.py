@@ -37,28 +37,13 @@ import msgspec
 from ..config import ModelConfig
 from ..errors import DefinitionError, InvalidInput
 from ..runtime import ModelVersion
-from ..types import TensorSpec
+from ..types import DATATYPES, TensorSpec
 
 __all__ = ["DATA_TYPES", "ModelConfiguration", "configuration", "overlay"]
 
 
-#: Triton's ``DataType`` of each OIP datatype.
-DATA_TYPES = {
-    "BOOL": "TYPE_BOOL",
-    "UINT8": "TYPE_UINT8",
-    "UINT16": "TYPE_UINT16",
-    "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64",
-    "INT8": "TYPE_INT8",
-    "INT16": "TYPE_INT16",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16",
-    "FP32": "TYPE_FP32",
-    "FP64": "TYPE_FP64",
-    "BYTES": "TYPE_STRING",
-    "BF16": "TYPE_BF16",
-}
+#: Triton's ``DataType`` of each OIP datatype (``TYPE_<datatype>``; BYTES is its ``TYPE_STRING``).
+DATA_TYPES = {d: "TYPE_STRING" if d == "BYTES" else f"TYPE_{d}" for d in DATATYPES}
 _DATATYPES = {name: datatype for datatype, name in DATA_TYPES.items()}
 
 
