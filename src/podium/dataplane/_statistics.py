@@ -147,7 +147,7 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
         name=mv.name,
         version=mv.version or UNVERSIONED,
         last_inference=stats.last_inference_ms(),
-        inference_count=stats.inference_count,
+        inference_count=stats.infer_count,
         execution_count=stats.execution_count,
         inference_stats=infer,
         batch_stats=batches,

@@ -312,10 +312,7 @@ class PodiumCollector:
                 with_protocol = [*labels, p.protocol.value]
                 for (outcome, code), n in sorted(p.counts().items(), key=lambda kv: kv[0][1]):
                     total.add_metric([*with_protocol, outcome.value, code], n)
-                both = Durations()
-                both.merge(p.ok)
-                both.merge(p.failed)
-                _histogram(duration, with_protocol, both)
+                _histogram(duration, with_protocol, Durations.total((p.ok, p.failed)))
             _histogram(parts["queue"], labels, stats.queue_durations())
             _histogram(parts["preprocess"], labels, stats.compute_input)
             _histogram(parts["predict"], labels, stats.predict)
