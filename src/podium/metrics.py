@@ -269,16 +269,15 @@ class MetricStore:
             except ValueError as exc:
                 logger.warning("a worker process reported a metric that clashes: %s", exc)
                 continue
-            with self._lock:
-                series = family.series
-                if family.kind is Kind.GAUGE:
-                    series[labels] = value
-                elif family.kind is Kind.COUNTER:
-                    series[labels] = series.get(labels, 0.0) + value
-                else:
-                    counts = series.get(labels)
+            if family.kind is Kind.GAUGE:
+                self.set(family, labels, value)
+            elif family.kind is Kind.COUNTER:
+                self.add(family, labels, value)
+            else:
+                with self._lock:
+                    counts = family.series.get(labels)
                     if counts is None:
-                        counts = series[labels] = family.zero()
+                        counts = family.series[labels] = family.zero()
                     for i, added in enumerate(value):
                         counts[i] += added
 
@@ -339,8 +338,6 @@ def _store_for(name: str) -> MetricStore | None:
 
 class _Metric:
     __slots__ = ("_store", "_family", "_labels")
-
-    _kind: Kind
 
     def __init__(self, store: MetricStore | None, family: Family | None, labels: tuple[str, ...]):
         self._store = store
