@@ -334,10 +334,10 @@ class DataPlane:
                         _stream_from_scheduler(mv, inputs, call, sequence)
                     ) as stream:
                         items = [item async for item in stream]
-                    value = gather(mv, call.protocol, items, oip, sequence)
+                    result = gather(mv, call.protocol, items, oip, sequence)
                     if placement is not None:
-                        placement.write(value)
-                    answer = Answer(value, None, None if sequence is None else sequence.outcome())
+                        placement.write(result)
+                    headers = None
                 else:
                     if sequence is None:
                         result = await mv.scheduler.infer(inputs, call.request)
@@ -351,10 +351,7 @@ class DataPlane:
                     headers = None
                     if isinstance(result, InferenceResponse) and result.parameters:
                         headers = take_headers(result)
-                    if sequence is None:
-                        answer = Answer(result, headers)
-                    else:
-                        answer = Answer(result, headers, sequence.outcome())
+                answer = Answer(result, headers, None if sequence is None else sequence.outcome())
                 if key is not None and cache is not None:
                     _keep(cache, key, generation, answer)
             else:
