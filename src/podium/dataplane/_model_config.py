@@ -69,16 +69,6 @@ class ConfigOutput(msgspec.Struct, kw_only=True):
     is_shape_tensor: bool = False
 
 
-class VersionPolicyAll(msgspec.Struct):
-    """Triton's ``ModelVersionPolicy.All``: every version is served."""
-
-
-class VersionPolicy(msgspec.Struct, kw_only=True):
-    """Triton's ``ModelVersionPolicy`` (Podium serves every version)."""
-
-    all: VersionPolicyAll = msgspec.field(default_factory=VersionPolicyAll)
-
-
 class QueuePolicy(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Triton's ``ModelQueuePolicy``: the bound of the model's queue, in length and (where the
     model sets ``max_queue_delay``) in time."""
@@ -125,7 +115,8 @@ class ModelConfiguration(msgspec.Struct, kw_only=True, omit_defaults=True):
     name: str
     platform: str
     backend: str
-    version_policy: VersionPolicy
+    #: Triton's ``ModelVersionPolicy``: always ``{"all": {}}``, every version is served.
+    version_policy: dict[str, Any]
     max_batch_size: int
     input: list[ConfigInput]
     output: list[ConfigOutput]
@@ -163,7 +154,7 @@ def configuration(mv: ModelVersion, workers: int) -> ModelConfiguration:
         name=mv.name,
         platform=platform if isinstance(platform, str) else str(platform),
         backend="podium",
-        version_policy=VersionPolicy(),
+        version_policy={"all": {}},
         max_batch_size=batch,
         input=[
             ConfigInput(name=s.name, data_type=DATA_TYPES[s.datatype], dims=_dims(s, batch))
