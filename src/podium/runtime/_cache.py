@@ -172,9 +172,6 @@ class ResponseCache:
         #: while its version was unloaded or reloaded) is not stored after it.
         self.generation = 0
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def get(self, key: bytes) -> tuple[Any, Any] | None:
         """The stored ``(response, headers)`` for ``key`` (now the most recently used), or None;
         an expired one is dropped."""
