@@ -339,23 +339,21 @@ class ModelRepository:
             versions = self._registry.versions(name)
         except NotFound as exc:
             raise NotFound(f"failed to load: {exc.message}") from None
-        if config is None:
-            for mv in versions:
-                found = self._found.pop(id(mv), None)
-                if found is not None:
-                    mv.config = found[1]
-        else:
-            changed = []
-            for mv in versions:
-                entry = self._found.get(id(mv))
-                base = entry[1] if entry is not None else mv.config
-                try:
-                    changed.append((mv, base, overlay(base, self._configuration(mv), config)))
-                except InvalidInput as exc:
-                    raise InvalidInput(f"failed to load {mv.label}: {exc.message}") from None
-            for mv, base, new in changed:  # all or none
+        changed = []
+        for mv in versions:
+            entry = self._found.get(id(mv))
+            base = entry[1] if entry is not None else mv.config  # the config as found
+            try:
+                new = base if config is None else overlay(base, self._configuration(mv), config)
+            except InvalidInput as exc:
+                raise InvalidInput(f"failed to load {mv.label}: {exc.message}") from None
+            changed.append((mv, base, new))
+        for mv, base, new in changed:  # all or none
+            if config is None:
+                self._found.pop(id(mv), None)
+            else:
                 self._found.setdefault(id(mv), (mv, base))
-                mv.config = new
+            mv.config = new
         for mv in versions:  # a load is a reload (Triton's): no answer of before is kept
             mv.forget_answers()
         versions = await self._registry.load(name)
