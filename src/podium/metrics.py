@@ -362,23 +362,18 @@ class _Metric:
             raise ValueError(f"metric '{family.name}' takes {len(names)} label values")
         return type(self)(self._store, family, tuple(str(v) for v in values))
 
-    def _target(self) -> tuple[MetricStore, Family] | None:
+    def _record(self, record: Callable[..., None], value: float) -> None:
+        """``value`` recorded for this series by ``record`` (a :class:`MetricStore` method);
+        nothing when the metric was made outside a model's scope."""
         family = self._family
         if family is None or self._store is None:
-            return None
+            return
         if family.labelnames and not self._labels:
             raise ValueError(
                 f"metric '{family.name}' has labels {list(family.labelnames)}: "
                 "record through .labels(...)"
             )
-        return self._store, family
-
-    def _record(self, record: Callable[..., None], value: float) -> None:
-        """``value`` recorded for this series by ``record`` (a :class:`MetricStore` method);
-        nothing when the metric was made outside a model's scope."""
-        target = self._target()
-        if target is not None:
-            record(target[0], target[1], self._labels, float(value))
+        record(self._store, family, self._labels, float(value))
 
 
 class Counter(_Metric):
