@@ -116,15 +116,10 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        """The server's readiness: false from the moment it begins to stop
-        (:attr:`stopping`), else by the repository's rule (:meth:`ModelRepository.ready`): no
+        """The server's readiness: false from the moment it begins to stop (the flight's
+        ``stopping``), else by the repository's rule (:meth:`ModelRepository.ready`): no
         version failed, none is still loading at start-up; unloaded ones do not count."""
         return not self.flight.stopping and self.repository.ready()
-
-    @property
-    def stopping(self) -> bool:
-        """The server is shutting down (``SIGTERM``): not ready, draining its calls."""
-        return self.flight.stopping
 
     def torchserve_health(self) -> str:
         """TorchServe's ``/ping`` status, on HTTP and gRPC alike: ``Healthy`` when :meth:`ready`,
