@@ -229,7 +229,7 @@ class DataPlane:
     def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
         """That version's configuration as Triton's ``ModelConfig`` (OIP's model configuration
         extension; the default version when None); ``NotFound`` if unknown."""
-        return self.repository.configuration(name, version)
+        return self.repository.configuration(self._registry.get(name, version))
 
     def statistics(
         self, name: str | None = None, version: str | None = None

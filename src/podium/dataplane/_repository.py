@@ -344,7 +344,7 @@ class ModelRepository:
             entry = self._found.get(id(mv))
             base = entry[1] if entry is not None else mv.config  # the config as found
             try:
-                new = base if config is None else overlay(base, self._configuration(mv), config)
+                new = base if config is None else overlay(base, self.configuration(mv), config)
             except InvalidInput as exc:
                 raise InvalidInput(f"failed to load {mv.label}: {exc.message}") from None
             changed.append((mv, base, new))
@@ -362,12 +362,8 @@ class ModelRepository:
             reasons = "; ".join(f"{mv.label}: {mv.reason}" for mv in failed)
             raise ModelError(f"model '{name}' failed to load: {reasons}")
 
-    def configuration(self, name: str, version: str | None = None) -> ModelConfiguration:
-        """That version's configuration as Triton's ``ModelConfig`` (the default version when
-        None; OIP's model configuration extension); ``NotFound`` if unknown."""
-        return self._configuration(self._registry.get(name, version))
-
-    def _configuration(self, mv: ModelVersion) -> ModelConfiguration:
+    def configuration(self, mv: ModelVersion) -> ModelConfiguration:
+        """``mv``'s configuration as Triton's ``ModelConfig``, its workers as last scaled."""
         return configuration(mv, self._bounds(mv)[0])
 
     def _bounds(self, mv: ModelVersion) -> tuple[int, int]:
