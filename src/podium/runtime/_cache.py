@@ -160,7 +160,6 @@ class ResponseCache:
     def __init__(
         self, settings: ResponseCacheSettings, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.settings = settings
         self.max_bytes = settings.max_bytes
         self.max_entries = settings.max_entries
         self.ttl = settings.ttl_s
