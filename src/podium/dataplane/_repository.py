@@ -64,6 +64,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("podium.repository")
+_now = time.time  # when a version or worker started, as descriptions say it (epoch seconds)
 
 
 class ConfigOverrides(msgspec.Struct, frozen=True, kw_only=True):
@@ -587,10 +588,6 @@ class ModelRepository:
             )
             for info in infos
         ]
-
-
-def _now() -> float:
-    return time.time()
 
 
 def _as_given(source: str, paths: list[Path]) -> str:
