@@ -813,3 +813,26 @@ async def test_set_default_and_scale_name_what_is_missing() -> None:
 async def test_a_repository_without_an_executor_cannot_build(tmp_path: Path) -> None:
     with pytest.raises(PodiumError, match="no executor"):
         await plane().repository.register(write_model(tmp_path / "m"), url="m")
+
+
+async def test_a_remote_version_describes_its_model_and_runs_nothing_here() -> None:
+    # What podium.ray's ingress registers: ready at once, answering metadata and telling front
+    # ends what the model asks for; a call that reaches its instance or scheduler is refused.
+    dp = plane()
+    mv = dp.repository.add_remote(
+        ModelConfig(name="far", version="2", default_version="2"), Capabilities(streaming=True)
+    )
+    assert dp.resolve("far") is mv and dp.model_ready("far")
+    assert mv.instance.capabilities.streaming
+    assert mv.scheduler.statistics() == {} and mv.scheduler.in_flight == 0
+    refusals = [
+        lambda: mv.scheduler.infer({}, None),
+        lambda: mv.scheduler.stream({}, None),
+        lambda: mv.instance.predict({}, None),
+        lambda: mv.instance.predict_stream({}, None),
+    ]
+    for refused in refusals:
+        with pytest.raises(PodiumError, match="model 'far' version '2' runs elsewhere"):
+            refused()
+    await mv.instance.load()
+    await mv.scheduler.close()

@@ -346,6 +346,7 @@ async def test_a_load_config_changes_what_the_model_declares_until_a_plain_load(
         ('{"name": "other"}', "sets 'name' to 'other', but that is not changed by a load"),
         ('{"instance_group": [{"count": 4, "kind": "KIND_CPU"}]}', "workers are scaled"),
         ('{"dynamic_batching": {}}', "batching is set by batch_size and max_batch_delay"),
+        ('{"version_policy": {"latest": {"num_versions": 1}}}', "Podium serves every version"),
         ('{"optimization": {"priority": "PRIORITY_MAX"}}', "'optimization', which Podium has no"),
         (
             '{"input": [{"name": "x", "data_type": "TYPE_FP33", "dims": [1]}]}',

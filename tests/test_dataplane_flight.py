@@ -92,9 +92,9 @@ async def test_readiness_turns_false_at_once_while_calls_go_on() -> None:
     dp = served(m=held)
     call = asyncio.ensure_future(dp.infer(Call("m", None, REST)))
     await until(lambda: held.started)
-    assert dp.ready() and not dp.stopping
+    assert dp.ready() and not dp.flight.stopping
     dp.flight.begin()
-    assert not dp.ready() and dp.stopping and dp.live()
+    assert not dp.ready() and dp.flight.stopping and dp.live()
     assert dp.flight.report.running == {"truss model 'm'": 1}
     # Calls still come in, and run, until the cut.
     second = asyncio.ensure_future(dp.infer(Call("m", None, GRPC)))

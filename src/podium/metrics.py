@@ -269,16 +269,15 @@ class MetricStore:
             except ValueError as exc:
                 logger.warning("a worker process reported a metric that clashes: %s", exc)
                 continue
-            with self._lock:
-                series = family.series
-                if family.kind is Kind.GAUGE:
-                    series[labels] = value
-                elif family.kind is Kind.COUNTER:
-                    series[labels] = series.get(labels, 0.0) + value
-                else:
-                    counts = series.get(labels)
+            if family.kind is Kind.GAUGE:
+                self.set(family, labels, value)
+            elif family.kind is Kind.COUNTER:
+                self.add(family, labels, value)
+            else:
+                with self._lock:
+                    counts = family.series.get(labels)
                     if counts is None:
-                        counts = series[labels] = family.zero()
+                        counts = family.series[labels] = family.zero()
                     for i, added in enumerate(value):
                         counts[i] += added
 
@@ -340,8 +339,6 @@ def _store_for(name: str) -> MetricStore | None:
 class _Metric:
     __slots__ = ("_store", "_family", "_labels")
 
-    _kind: Kind
-
     def __init__(self, store: MetricStore | None, family: Family | None, labels: tuple[str, ...]):
         self._store = store
         self._family = family
@@ -365,23 +362,18 @@ class _Metric:
             raise ValueError(f"metric '{family.name}' takes {len(names)} label values")
         return type(self)(self._store, family, tuple(str(v) for v in values))
 
-    def _target(self) -> tuple[MetricStore, Family] | None:
+    def _record(self, record: Callable[..., None], value: float) -> None:
+        """``value`` recorded for this series by ``record`` (a :class:`MetricStore` method);
+        nothing when the metric was made outside a model's scope."""
         family = self._family
         if family is None or self._store is None:
-            return None
+            return
         if family.labelnames and not self._labels:
             raise ValueError(
                 f"metric '{family.name}' has labels {list(family.labelnames)}: "
                 "record through .labels(...)"
             )
-        return self._store, family
-
-    def _record(self, record: Callable[..., None], value: float) -> None:
-        """``value`` recorded for this series by ``record`` (a :class:`MetricStore` method);
-        nothing when the metric was made outside a model's scope."""
-        target = self._target()
-        if target is not None:
-            record(target[0], target[1], self._labels, float(value))
+        record(self._store, family, self._labels, float(value))
 
 
 class Counter(_Metric):

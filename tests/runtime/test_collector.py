@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -420,3 +422,21 @@ async def test_a_logged_task_set_keeps_the_askers_context_names_and_logs_failure
 
 async def _read(var: contextvars.ContextVar[str]) -> str:
     return var.get()
+
+
+@pytest.mark.anyio
+async def test_a_logged_task_cancelled_before_it_ran_leaves_no_coroutine_unawaited() -> None:
+    ran = []
+
+    async def work() -> None:
+        ran.append(True)
+
+    tasks = TaskSet(logging.getLogger("podium.repository"))
+    coro = work()
+    tasks.spawn(coro, "restarting a worker")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would be an error
+        await tasks.cancel()
+        gc.collect()
+    assert ran == []
+    assert coro.cr_frame is None  # closed, not left for the garbage collector to report

@@ -112,7 +112,7 @@ def test_executions_are_counted_per_execution_and_per_request() -> None:
     stats.executed(4, 3_000)
     stats.executed(1, 200)
     assert stats.execution_count == 4
-    assert stats.inference_count == 10
+    assert stats.infer_count == 10
     assert (stats.infer_count, stats.infer_ns) == (10, 300 + 4 * 1_000 + 4 * 3_000)
     assert stats.by_size() == {1: (2, 300), 4: (2, 4_000)}
     stats.stepped(3, 500)  # a continuous batch's step...
@@ -120,7 +120,7 @@ def test_executions_are_counted_per_execution_and_per_request() -> None:
     stats.generated(2_000)  # ...and one of its requests, when it ends
     assert stats.steps == 2 and stats.execution_count == 6
     assert stats.by_size() == {1: (3, 350), 3: (1, 500), 4: (2, 4_000)}
-    assert stats.inference_count == 11 and stats.infer_ns == 16_300 + 2_000
+    assert stats.infer_count == 11 and stats.infer_ns == 16_300 + 2_000
 
 
 def test_requests_that_did_not_wait_count_as_zero_queue_time() -> None:
@@ -155,7 +155,7 @@ def test_a_worker_process_reports_its_compute_counters_once() -> None:
     server.executed(1, 7)
     server.merge_compute(delta)
     server.merge_compute(delta)  # a second worker process's report adds up too
-    assert server.execution_count == 5 and server.inference_count == 7
+    assert server.execution_count == 5 and server.infer_count == 7
     assert (server.compute_input.count, server.compute_output.ns) == (2, 40)
     assert server.by_size() == {1: (3, 67), 2: (2, 200)}
     assert server.queue.count == 0

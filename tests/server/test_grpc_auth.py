@@ -83,3 +83,12 @@ def test_health_stays_open(server: Server) -> None:
         health = health_pb2_grpc.HealthStub(channel)
         answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=PATIENCE)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_key_check_needs_the_access_wrapper() -> None:
+    """The key is checked in the wrapper that writes each call's access line: a server given
+    ``authorize`` without ``access`` would check nothing, so it is refused when made."""
+    from podium.server.grpc import GrpcServer
+
+    with pytest.raises(ValueError, match="give access"):
+        GrpcServer([], host="127.0.0.1", port=0, max_message_size=1 << 20, authorize=lambda _: None)

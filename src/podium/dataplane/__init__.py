@@ -43,13 +43,9 @@ from ..runtime import (
     Durations,
     GpuSample,
     ModelVersion,
-    Outcome,
-    RestartReason,
-    SequenceEnd,
     VersionStats,
     WorkerState,
     inventory,
-    outcome_of,
 )
 from ._control import ControlPolicy, ModelControl
 from ._flight import FlightReport, InFlight
@@ -72,7 +68,7 @@ from ._repository import (
     VersionDescription,
     WorkerDescription,
 )
-from ._statistics import ModelStatistics, StatisticDuration, StatisticsResponse
+from ._statistics import ModelStatistics, StatisticsResponse
 
 __all__ = [
     "DURATION_BUCKETS_NS",
@@ -92,13 +88,9 @@ __all__ = [
     "ModelRepository",
     "ModelStatistics",
     "ModelVersion",
-    "Outcome",
     "RegionStatus",
     "Registered",
-    "RestartReason",
     "Scaled",
-    "SequenceEnd",
-    "StatisticDuration",
     "StatisticsResponse",
     "SystemSharedMemory",
     "VersionDescription",
@@ -108,5 +100,4 @@ __all__ = [
     "inventory",
     "no_cuda",
     "no_cuda_region",
-    "outcome_of",
 ]

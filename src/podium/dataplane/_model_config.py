@@ -37,28 +37,13 @@ import msgspec
 from ..config import ModelConfig
 from ..errors import DefinitionError, InvalidInput
 from ..runtime import ModelVersion
-from ..types import TensorSpec
+from ..types import DATATYPES, TensorSpec
 
 __all__ = ["DATA_TYPES", "ModelConfiguration", "configuration", "overlay"]
 
 
-#: Triton's ``DataType`` of each OIP datatype.
-DATA_TYPES = {
-    "BOOL": "TYPE_BOOL",
-    "UINT8": "TYPE_UINT8",
-    "UINT16": "TYPE_UINT16",
-    "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64",
-    "INT8": "TYPE_INT8",
-    "INT16": "TYPE_INT16",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16",
-    "FP32": "TYPE_FP32",
-    "FP64": "TYPE_FP64",
-    "BYTES": "TYPE_STRING",
-    "BF16": "TYPE_BF16",
-}
+#: Triton's ``DataType`` of each OIP datatype (``TYPE_<datatype>``; BYTES is its ``TYPE_STRING``).
+DATA_TYPES = {d: "TYPE_STRING" if d == "BYTES" else f"TYPE_{d}" for d in DATATYPES}
 _DATATYPES = {name: datatype for datatype, name in DATA_TYPES.items()}
 
 
@@ -82,16 +67,6 @@ class ConfigOutput(msgspec.Struct, kw_only=True):
     dims: list[int]
     label_filename: str = ""
     is_shape_tensor: bool = False
-
-
-class VersionPolicyAll(msgspec.Struct):
-    """Triton's ``ModelVersionPolicy.All``: every version is served."""
-
-
-class VersionPolicy(msgspec.Struct, kw_only=True):
-    """Triton's ``ModelVersionPolicy`` (Podium serves every version)."""
-
-    all: VersionPolicyAll = msgspec.field(default_factory=VersionPolicyAll)
 
 
 class QueuePolicy(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -140,7 +115,8 @@ class ModelConfiguration(msgspec.Struct, kw_only=True, omit_defaults=True):
     name: str
     platform: str
     backend: str
-    version_policy: VersionPolicy
+    #: Triton's ``ModelVersionPolicy``: always ``{"all": {}}``, every version is served.
+    version_policy: dict[str, Any]
     max_batch_size: int
     input: list[ConfigInput]
     output: list[ConfigOutput]
@@ -178,7 +154,7 @@ def configuration(mv: ModelVersion, workers: int) -> ModelConfiguration:
         name=mv.name,
         platform=platform if isinstance(platform, str) else str(platform),
         backend="podium",
-        version_policy=VersionPolicy(),
+        version_policy={"all": {}},
         max_batch_size=batch,
         input=[
             ConfigInput(name=s.name, data_type=DATA_TYPES[s.datatype], dims=_dims(s, batch))

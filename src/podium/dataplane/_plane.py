@@ -116,15 +116,10 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        """The server's readiness: false from the moment it begins to stop
-        (:attr:`stopping`), else by the repository's rule (:meth:`ModelRepository.ready`): no
+        """The server's readiness: false from the moment it begins to stop (the flight's
+        ``stopping``), else by the repository's rule (:meth:`ModelRepository.ready`): no
         version failed, none is still loading at start-up; unloaded ones do not count."""
         return not self.flight.stopping and self.repository.ready()
-
-    @property
-    def stopping(self) -> bool:
-        """The server is shutting down (``SIGTERM``): not ready, draining its calls."""
-        return self.flight.stopping
 
     def torchserve_health(self) -> str:
         """TorchServe's ``/ping`` status, on HTTP and gRPC alike: ``Healthy`` when :meth:`ready`,
@@ -234,7 +229,7 @@ class DataPlane:
     def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
         """That version's configuration as Triton's ``ModelConfig`` (OIP's model configuration
         extension; the default version when None); ``NotFound`` if unknown."""
-        return self.repository.configuration(name, version)
+        return self.repository.configuration(self._registry.get(name, version))
 
     def statistics(
         self, name: str | None = None, version: str | None = None
@@ -334,10 +329,10 @@ class DataPlane:
                         _stream_from_scheduler(mv, inputs, call, sequence)
                     ) as stream:
                         items = [item async for item in stream]
-                    value = gather(mv, call.protocol, items, oip, sequence)
+                    result = gather(mv, call.protocol, items, oip, sequence)
                     if placement is not None:
-                        placement.write(value)
-                    answer = Answer(value, None, None if sequence is None else sequence.outcome())
+                        placement.write(result)
+                    headers = None
                 else:
                     if sequence is None:
                         result = await mv.scheduler.infer(inputs, call.request)
@@ -351,10 +346,7 @@ class DataPlane:
                     headers = None
                     if isinstance(result, InferenceResponse) and result.parameters:
                         headers = take_headers(result)
-                    if sequence is None:
-                        answer = Answer(result, headers)
-                    else:
-                        answer = Answer(result, headers, sequence.outcome())
+                answer = Answer(result, headers, None if sequence is None else sequence.outcome())
                 if key is not None and cache is not None:
                     _keep(cache, key, generation, answer)
             else:

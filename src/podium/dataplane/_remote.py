@@ -11,17 +11,17 @@ describe the model, refusing to run anything should a call reach them all the sa
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NoReturn
 
 from ..errors import PodiumError
-from ..types import Capabilities, Generation, SequenceRef
+from ..types import Capabilities
 
 __all__ = ["RemoteInstance", "RemoteScheduler"]
 
 
-def _refuse(label: str) -> NoReturn:
-    raise PodiumError(f"{label} runs elsewhere: its calls are forwarded, never run here")
+def _refuse(self: RemoteInstance | RemoteScheduler, *args: Any) -> NoReturn:
+    """Every way to run a call here (should one reach a version that only describes its model)."""
+    raise PodiumError(f"{self._label} runs elsewhere: its calls are forwarded, never run here")
 
 
 class RemoteInstance:
@@ -36,28 +36,8 @@ class RemoteInstance:
     async def load(self) -> None:
         """Nothing to load here: the model loads where it runs."""
 
-    async def preprocess(self, inputs: Any, request: Any) -> Any:
-        _refuse(self._label)
-
-    async def predict(self, inputs: Any, request: Any) -> Any:
-        _refuse(self._label)
-
-    def predict_stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        _refuse(self._label)
-
-    def validate(self, value: Any) -> Any:
-        _refuse(self._label)
-
-    def predict_input_stream(
-        self, inputs: AsyncIterator[Any], request: Any
-    ) -> AsyncGenerator[Any, None]:
-        _refuse(self._label)
-
-    async def postprocess(self, outputs: Any, request: Any) -> Any:
-        _refuse(self._label)
-
-    async def step(self, batch: list[Generation]) -> None:
-        _refuse(self._label)
+    preprocess = predict = predict_stream = validate = predict_input_stream = _refuse
+    postprocess = step = _refuse
 
 
 class RemoteScheduler:
@@ -67,22 +47,7 @@ class RemoteScheduler:
     def __init__(self, label: str) -> None:
         self._label = label
 
-    async def infer(self, inputs: Any, request: Any) -> Any:
-        _refuse(self._label)
-
-    def stream(self, inputs: Any, request: Any) -> AsyncGenerator[Any, None]:
-        _refuse(self._label)
-
-    def stream_inputs(self, inputs: AsyncIterator[Any], request: Any) -> AsyncGenerator[Any, None]:
-        _refuse(self._label)
-
-    async def infer_in(self, sequence: SequenceRef, inputs: Any, request: Any) -> Any:
-        _refuse(self._label)
-
-    def stream_in(
-        self, sequence: SequenceRef, inputs: Any, request: Any
-    ) -> AsyncGenerator[Any, None]:
-        _refuse(self._label)
+    infer = stream = stream_inputs = infer_in = stream_in = _refuse
 
     def statistics(self) -> dict[str, int]:
         return {}

@@ -64,6 +64,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("podium.repository")
+_now = time.time  # when a version or worker started, as descriptions say it (epoch seconds)
 
 
 class ConfigOverrides(msgspec.Struct, frozen=True, kw_only=True):
@@ -339,23 +340,21 @@ class ModelRepository:
             versions = self._registry.versions(name)
         except NotFound as exc:
             raise NotFound(f"failed to load: {exc.message}") from None
-        if config is None:
-            for mv in versions:
-                found = self._found.pop(id(mv), None)
-                if found is not None:
-                    mv.config = found[1]
-        else:
-            changed = []
-            for mv in versions:
-                entry = self._found.get(id(mv))
-                base = entry[1] if entry is not None else mv.config
-                try:
-                    changed.append((mv, base, overlay(base, self._configuration(mv), config)))
-                except InvalidInput as exc:
-                    raise InvalidInput(f"failed to load {mv.label}: {exc.message}") from None
-            for mv, base, new in changed:  # all or none
+        changed = []
+        for mv in versions:
+            entry = self._found.get(id(mv))
+            base = entry[1] if entry is not None else mv.config  # the config as found
+            try:
+                new = base if config is None else overlay(base, self.configuration(mv), config)
+            except InvalidInput as exc:
+                raise InvalidInput(f"failed to load {mv.label}: {exc.message}") from None
+            changed.append((mv, base, new))
+        for mv, base, new in changed:  # all or none
+            if config is None:
+                self._found.pop(id(mv), None)
+            else:
                 self._found.setdefault(id(mv), (mv, base))
-                mv.config = new
+            mv.config = new
         for mv in versions:  # a load is a reload (Triton's): no answer of before is kept
             mv.forget_answers()
         versions = await self._registry.load(name)
@@ -364,12 +363,8 @@ class ModelRepository:
             reasons = "; ".join(f"{mv.label}: {mv.reason}" for mv in failed)
             raise ModelError(f"model '{name}' failed to load: {reasons}")
 
-    def configuration(self, name: str, version: str | None = None) -> ModelConfiguration:
-        """That version's configuration as Triton's ``ModelConfig`` (the default version when
-        None; OIP's model configuration extension); ``NotFound`` if unknown."""
-        return self._configuration(self._registry.get(name, version))
-
-    def _configuration(self, mv: ModelVersion) -> ModelConfiguration:
+    def configuration(self, mv: ModelVersion) -> ModelConfiguration:
+        """``mv``'s configuration as Triton's ``ModelConfig``, its workers as last scaled."""
         return configuration(mv, self._bounds(mv)[0])
 
     def _bounds(self, mv: ModelVersion) -> tuple[int, int]:
@@ -593,10 +588,6 @@ class ModelRepository:
             )
             for info in infos
         ]
-
-
-def _now() -> float:
-    return time.time()
 
 
 def _as_given(source: str, paths: list[Path]) -> str:

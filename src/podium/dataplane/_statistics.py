@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from ..runtime import UNVERSIONED, Durations, ModelVersion
+from ..runtime import UNVERSIONED, CacheStats, Durations, ModelVersion
 
 __all__ = [
     "BatchStatistics",
@@ -119,6 +119,7 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
     # counts with 0 ns, as every request of Triton's has a compute_input and compute_output.
     executed = stats.infer_count
     pre, post = stats.compute_input, stats.compute_output
+    cached = mv.cache.stats if mv.cache is not None else CacheStats()  # none: all zero
     infer = InferStatistics(
         success=_duration(stats.success()),
         fail=_duration(stats.fail()),
@@ -126,14 +127,9 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
         compute_input=StatisticDuration(pre.count or executed, pre.ns),
         compute_infer=StatisticDuration(executed, stats.infer_ns),
         compute_output=StatisticDuration(post.count or executed, post.ns),
-        cache_hit=StatisticDuration(),
-        cache_miss=StatisticDuration(),
+        cache_hit=StatisticDuration(cached.hits, cached.hit_ns),
+        cache_miss=StatisticDuration(cached.misses, cached.miss_ns),
     )
-    cache = mv.cache
-    if cache is not None:
-        counted = cache.stats
-        infer.cache_hit = StatisticDuration(counted.hits, counted.hit_ns)
-        infer.cache_miss = StatisticDuration(counted.misses, counted.miss_ns)
     batches = [
         BatchStatistics(
             batch_size=size,
@@ -147,7 +143,7 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
         name=mv.name,
         version=mv.version or UNVERSIONED,
         last_inference=stats.last_inference_ms(),
-        inference_count=stats.inference_count,
+        inference_count=stats.infer_count,
         execution_count=stats.execution_count,
         inference_stats=infer,
         batch_stats=batches,

@@ -160,7 +160,6 @@ class ResponseCache:
     def __init__(
         self, settings: ResponseCacheSettings, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.settings = settings
         self.max_bytes = settings.max_bytes
         self.max_entries = settings.max_entries
         self.ttl = settings.ttl_s
@@ -171,9 +170,6 @@ class ResponseCache:
         #: How many times it was emptied: an answer computed before that (a call in flight
         #: while its version was unloaded or reloaded) is not stored after it.
         self.generation = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def get(self, key: bytes) -> tuple[Any, Any] | None:
         """The stored ``(response, headers)`` for ``key`` (now the most recently used), or None;

@@ -77,6 +77,9 @@ class TaskSet:
             task = loop.create_task(coro, context=contextvars.Context())
         else:
             task = loop.create_task(self._logged(coro, what or "a background task"), name=what)
+            # Cancelled before its first step, the wrapper never awaits ``coro``: close it
+            # (a no-op once it has run), or it is reported as never awaited.
+            task.add_done_callback(lambda _: coro.close())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

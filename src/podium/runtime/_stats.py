@@ -24,6 +24,7 @@ import asyncio
 import enum
 import itertools
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import (
@@ -95,6 +96,14 @@ class Durations:
         buckets = self.buckets
         for i, n in enumerate(other.buckets):
             buckets[i] += n
+
+    @classmethod
+    def total(cls, parts: Iterable[Durations]) -> Durations:
+        """The sum of ``parts``, a new one."""
+        found = cls()
+        for part in parts:
+            found.merge(part)
+        return found
 
     def cumulative(self) -> list[int]:
         """How many took at most each bound of :data:`DURATION_BUCKETS_NS`, then in all
@@ -442,30 +451,19 @@ class VersionStats(Executions):
         single = self._single()[1]
         return single + sum(b.size * b.ns for b in self.batched.values()) + self.generated_ns
 
-    @property
-    def inference_count(self) -> int:
-        return self.infer_count
-
     def queue_durations(self) -> Durations:
         """``queue`` with the requests that did not wait (0 ns) counted in."""
-        found = Durations()
-        found.merge(self.queue)
+        found = Durations.total((self.queue,))
         found.buckets[0] += self.unqueued
         return found
 
     def success(self) -> Durations:
         """Every successful request (Triton's ``success``)."""
-        found = Durations()
-        for p in self.protocols:
-            found.merge(p.ok)
-        return found
+        return Durations.total(p.ok for p in self.protocols)
 
     def fail(self) -> Durations:
         """Every request that did not succeed (Triton's ``fail``)."""
-        found = Durations()
-        for p in self.protocols:
-            found.merge(p.failed)
-        return found
+        return Durations.total(p.failed for p in self.protocols)
 
     def last_inference_ms(self) -> int:
         """When the last request ended, in milliseconds since the epoch (0: never)."""

@@ -53,7 +53,7 @@ import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from ..config import ConnectionLimits
+from ..config import ConnectionLimits, GrpcLimits
 
 __all__ = [
     "LOST_HOOK",
@@ -76,6 +76,9 @@ LOG_EVERY = 10.0
 
 #: File descriptors kept for everything but connections (model files, workers, grpc's own).
 RESERVED_FDS = 256
+
+#: Connections per listener where the open-files limit allows: the settings table's default.
+MOST_CONNECTIONS = GrpcLimits().max_connections
 
 #: Listeners that share the open-files limit: inference, management and metrics over HTTP,
 #: inference and management over gRPC (whose connections --max-connections caps too).
@@ -112,7 +115,7 @@ class ConnectionGuard:
         check_uvicorn()
         self.name = name
         self.limits = limits
-        #: ``limits.max_connections``; None: 1000 (the server gives what the open-files limit allows)
+        #: ``limits.max_connections``; None: MOST_CONNECTIONS (the server gives what files allow)
         self.max_connections = limits.max_connections or default_max_connections(None)
         self.open = 0
         self.refusing = 0  # refused connections still draining
@@ -633,8 +636,8 @@ def raise_open_files_limit() -> tuple[int, int] | None:
 
 
 def default_max_connections(open_files: int | None) -> int:
-    """1000 per listener, or fewer where the open-files limit cannot hold that many on every
-    listener (HTTP and gRPC) plus RESERVED_FDS for the rest of the server."""
+    """MOST_CONNECTIONS per listener, or fewer where the open-files limit cannot hold that many
+    on every listener (HTTP and gRPC) plus RESERVED_FDS for the rest of the server."""
     if open_files is None or open_files < 0:  # unknown or unlimited
-        return 1000
-    return max(16, min(1000, (open_files - RESERVED_FDS) // LISTENERS))
+        return MOST_CONNECTIONS
+    return max(16, min(MOST_CONNECTIONS, (open_files - RESERVED_FDS) // LISTENERS))

@@ -312,10 +312,7 @@ class PodiumCollector:
                 with_protocol = [*labels, p.protocol.value]
                 for (outcome, code), n in sorted(p.counts().items(), key=lambda kv: kv[0][1]):
                     total.add_metric([*with_protocol, outcome.value, code], n)
-                both = Durations()
-                both.merge(p.ok)
-                both.merge(p.failed)
-                _histogram(duration, with_protocol, both)
+                _histogram(duration, with_protocol, Durations.total((p.ok, p.failed)))
             _histogram(parts["queue"], labels, stats.queue_durations())
             _histogram(parts["preprocess"], labels, stats.compute_input)
             _histogram(parts["predict"], labels, stats.predict)
@@ -535,22 +532,13 @@ class PodiumCollector:
 _TS_COUNTER = "Torchserve prometheus counter metric"
 
 
-class _Default:
-    """prometheus-client's default registry (the process and platform collectors, and what a
-    model records with prometheus-client itself in the server process), as one collector."""
-
-    def collect(self) -> Iterable[Metric]:
-        return REGISTRY.collect()
-
-
 def metrics_registry(collector: PodiumCollector, *more: Any) -> CollectorRegistry:
     """A registry of Podium's collector, ``more`` collectors (TorchServe's names) and
-    prometheus-client's default one."""
+    prometheus-client's default registry, read as one more collector (the process and platform
+    collectors, and what a model records with prometheus-client itself in the server process)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    for extra in more:
-        registry.register(extra)
-    registry.register(_Default())
+    for each in (collector, *more, REGISTRY):
+        registry.register(each)
     return registry
 
 

@@ -38,7 +38,7 @@ from ._otel import start as start_tracing
 from ._requests import model_plane
 from ._shutdown import Shutdown, delay_for
 from .grpc import GrpcLimits, GrpcServer, inference_services
-from .grpc._management import management_service
+from .grpc._management import ManagementService
 from .http import INFERENCE_ROUTES, AccessMiddleware, HttpApp, RootPath, with_web
 from .management import (
     MANAGEMENT_ROUTES,
@@ -301,12 +301,7 @@ class Podium:
             "http-inference", app, listeners.host, listeners.http_port, websockets=True
         )
         grpc_server = GrpcServer(
-            inference_services(
-                self.dataplane,
-                stream_format=wire.grpc_stream_format,
-                output_contents=wire.grpc_output_contents,
-                sequence_header=wire.sequence_header,
-            ),
+            inference_services(self.dataplane, wire),
             host=listeners.host,
             port=listeners.grpc_port,
             max_message_size=wire.grpc_max_message_size,
@@ -504,12 +499,15 @@ class Podium:
             "http-management", app, listeners.management_host, listeners.management_port
         )
         grpc_server = GrpcServer(
-            [management_service(self.management, self.authorizer)],
+            [ManagementService(self.management).service()],
             host=listeners.management_host,
             port=listeners.grpc_management_port,
             max_message_size=config.protocols.grpc_max_message_size,
             grace=config.shutdown.graceful_timeout,
             relay=False,  # grpc.aio: management calls are few
+            authorize=None
+            if self.authorizer is None
+            else functools.partial(self.authorizer.check_metadata, kind="management"),
             limits=self._grpc_limits,
             access=(self.access_log, self.request_ids),
         )

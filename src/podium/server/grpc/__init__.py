@@ -20,11 +20,12 @@ it to :func:`inference_services`.
 
 from __future__ import annotations
 
+from ...config import Protocols
 from ...dataplane import DataPlane
 from ._limits import GrpcLimits
 from ._oip import OipService
 from ._server import GrpcServer, Service
-from ._torchserve import torchserve_service
+from ._torchserve import TorchServeInference
 
 __all__ = [
     "GrpcLimits",
@@ -35,17 +36,14 @@ __all__ = [
 ]
 
 
-def inference_services(
-    dataplane: DataPlane,
-    *,
-    stream_format: str = "triton",
-    output_contents: str = "request",
-    sequence_header: str = "ts_request_sequence_id",
-) -> list[Service]:
-    """Every service of the gRPC inference listener (``--grpc-port``)."""
+def inference_services(dataplane: DataPlane, wire: Protocols) -> list[Service]:
+    """Every service of the gRPC inference listener (``--grpc-port``), as the server's
+    ``wire`` settings say."""
     return [
         OipService(
-            dataplane, stream_format=stream_format, output_contents=output_contents
+            dataplane,
+            stream_format=wire.grpc_stream_format,
+            output_contents=wire.grpc_output_contents,
         ).service(),
-        torchserve_service(dataplane, sequence_header=sequence_header),
+        TorchServeInference(dataplane, sequence_header=wire.sequence_header).service(),
     ]

@@ -1,20 +1,20 @@
-"""Each gRPC call's id, access line and span: a wrapper around every method handler.
+"""Each gRPC call's id, key check, access line and span: a wrapper around every method handler.
 
-:func:`observed` wraps a service's ``grpc.aio``-style handler (before the bridge adapts it, after
-authorization is added, so refused calls are logged too). It takes the call's id from the
-``x-request-id`` metadata (or makes one), sets it as the current request for everything below,
-sends it back as trailing metadata (``x-request-id``: set first, so every ending, an abort
-included, carries it; a handler that sets trailing metadata of its own adds it, see
-``_oip.py``), and when the call has ended (a stream at its end) writes its access line: the
-RPC, its status code, bytes in and out (the messages' sizes, asked only when a line is written),
-the peer. Server reflection is not wrapped.
+:func:`observed` wraps a service's ``grpc.aio``-style handler (before the bridge adapts it). It
+takes the call's id from the ``x-request-id`` metadata (or makes one), sets it as the current
+request for everything below, sends it back as trailing metadata (``x-request-id``: set first,
+so every ending, an abort included, carries it; a handler that sets trailing metadata of its own
+adds it, see ``_oip.py``), checks the call's key where the listener wants one (``authorize``,
+before the handler runs: a refused call has its line too), and when the call has ended (a
+stream at its end) writes its access line: the RPC, its status code, bytes in and out (the
+messages' sizes, asked only when a line is written), the peer. Server reflection is not
+wrapped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import inspect
 import time
 from collections.abc import AsyncIterator, Callable
@@ -36,11 +36,17 @@ from .._access import (
     cache_control,
     client_id,
 )
+from ._errors import abort_with
 from .bridge import Aborted
 
-__all__ = ["code_of", "observed", "rewrapped"]
+__all__ = ["Authorize", "Lines", "code_of", "observed"]
 
 _now = time.perf_counter_ns
+
+#: The access log and the request ids of a listener's calls.
+Lines = tuple[AccessLog, RequestIds]
+#: Checks a call's metadata (its key), raising when the call may not go on.
+Authorize = Callable[[Any], None] | None
 
 
 def code_of(exc: BaseException | None, context: Any = None) -> grpc.StatusCode:
@@ -63,14 +69,21 @@ def code_of(exc: BaseException | None, context: Any = None) -> grpc.StatusCode:
 class _Observer:
     """What every wrapped call of one method shares."""
 
-    __slots__ = ("path", "name", "protocol", "log", "ids")
+    __slots__ = ("path", "name", "protocol", "log", "ids", "authorize")
 
-    def __init__(self, path: str, name: str, protocol: str, log: AccessLog, ids: RequestIds):
+    def __init__(self, path: str, name: str, protocol: str, access: Lines, authorize: Authorize):
         self.path = path
         self.name = name
         self.protocol = protocol
-        self.log = log
-        self.ids = ids
+        self.log, self.ids = access
+        self.authorize = authorize
+
+    async def check(self, context: Any) -> None:
+        """End the call unless ``authorize`` passes its metadata (called only when set)."""
+        try:
+            self.authorize(context.invocation_metadata())  # type: ignore[misc]
+        except Exception as exc:
+            await abort_with(context, exc)
 
     def begin(self, context: Any) -> Access:
         start = _now()
@@ -121,17 +134,19 @@ class _Observer:
         self.log.write(access)
 
 
-def rewrapped(
+def observed(
+    service: str,
+    name: str,
     method: grpc.RpcMethodHandler,
-    unary: Callable[[Any], Any],
-    stream: Callable[[Any, bool], Any],
-    what: str,
+    protocol: str,
+    access: Lines,
+    authorize: Authorize = None,
 ) -> grpc.RpcMethodHandler:
-    """``method`` with its behavior replaced, its messages parsed and written as before:
-    ``unary(behavior)`` for a unary-unary method, ``stream(behavior, request_streaming)`` for
-    one whose responses stream (an async generator, or a coroutine that writes with
-    ``context.write``). A stream-unary method (Podium serves none) is refused, naming ``what``
-    would have been done to it."""
+    """``method`` (RPC ``name`` of ``service``, whose calls' lines say ``protocol``), with each
+    call's id, access line (``access``: the log and the ids) and span, and
+    ``authorize(metadata)`` first if given (see the module's docstring); its messages parsed
+    and written as before. A stream-unary method (Podium serves none) is refused."""
+    observer = _Observer(f"/{service}/{name}", name, protocol, access, authorize)
     parse, render = method.request_deserializer, method.response_serializer
     if method.response_streaming:
         streamed = method.request_streaming
@@ -142,47 +157,40 @@ def rewrapped(
             else grpc.unary_stream_rpc_method_handler
         )
         return make(
-            stream(behavior, streamed), request_deserializer=parse, response_serializer=render
+            _stream(observer, behavior, streamed),
+            request_deserializer=parse,
+            response_serializer=render,
         )
     if method.request_streaming:
-        raise ValueError(f"stream-unary methods are not {what} (Podium serves none)")
+        raise ValueError("stream-unary methods are not observed (Podium serves none)")
     return grpc.unary_unary_rpc_method_handler(
-        unary(method.unary_unary), request_deserializer=parse, response_serializer=render
+        _unary(observer, method.unary_unary),
+        request_deserializer=parse,
+        response_serializer=render,
     )
 
 
-def observed(
-    service: str,
-    name: str,
-    method: grpc.RpcMethodHandler,
-    *,
-    protocol: str,
-    log: AccessLog,
-    ids: RequestIds,
-) -> grpc.RpcMethodHandler:
-    """``method`` (RPC ``name`` of ``service``, whose calls' lines say ``protocol``), with each
-    call's id, access line and span (see the module's docstring)."""
-    observer = _Observer(f"/{service}/{name}", name, protocol, log, ids)
+def _unary(observer: _Observer, behavior: Any) -> Any:
+    """A unary handler like ``behavior``, observed."""
 
-    def unary(behavior: Any) -> Any:
-        async def serve(request: Any, context: Any) -> Any:
-            access = observer.begin(context)
-            counting = observer.log.wants()
-            if counting:
-                access.bytes_in = request.ByteSize()
-            try:
-                response = await behavior(request, context)
-            except BaseException as exc:
-                observer.end(access, exc)
-                raise
-            if counting and response is not None:
-                access.bytes_out = response.ByteSize()
-            observer.end(access, None)
-            return response
+    async def serve(request: Any, context: Any) -> Any:
+        access = observer.begin(context)
+        counting = observer.log.wants()
+        if counting:
+            access.bytes_in = request.ByteSize()
+        try:
+            if observer.authorize is not None:
+                await observer.check(context)
+            response = await behavior(request, context)
+        except BaseException as exc:
+            observer.end(access, exc)
+            raise
+        if counting and response is not None:
+            access.bytes_out = response.ByteSize()
+        observer.end(access, None)
+        return response
 
-        return serve
-
-    return rewrapped(method, unary, functools.partial(_stream, observer), "observed")
+    return serve
 
 
 def _stream(observer: _Observer, behavior: Any, streamed: bool) -> Any:
@@ -204,6 +212,8 @@ def _stream(observer: _Observer, behavior: Any, streamed: bool) -> Any:
                 request = counted(request, access)
             failure: BaseException | None = None
             try:
+                if observer.authorize is not None:
+                    await observer.check(context)
                 async with contextlib.aclosing(behavior(request, context)) as items:
                     async for item in items:
                         if counting:
@@ -223,6 +233,8 @@ def _stream(observer: _Observer, behavior: Any, streamed: bool) -> Any:
             request = counted(request, access)
             context = _Counting(context, access)
         try:
+            if observer.authorize is not None:
+                await observer.check(context)
             await behavior(request, context)
         except BaseException as exc:
             observer.end(access, exc)

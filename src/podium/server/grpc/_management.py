@@ -4,9 +4,9 @@ Wire-compatible with TorchServe's ``management.proto`` (``protos/torchserve_mana
 Each RPC does what its REST route does (``server/management``), and the reply's ``msg`` carries
 what TorchServe's does: the status text for register, scale, set-default and unregister, the
 REST body's JSON for list and describe; failures are statuses from the one table in
-``errors.py``. With
-``--auth``, every call needs the management key in its ``authorization`` metadata
-(``Bearer <key>``), checked before anything else runs.
+``errors.py``. Unless ``--no-auth``, every call needs the management key in its
+``authorization`` metadata (``Bearer <key>``): the listener checks it before anything else runs
+(``GrpcServer``'s ``authorize``, as for the inference listener's key).
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ import grpc
 import msgspec
 
 from ...errors import InvalidInput
-from .._auth import MANAGEMENT, Authorizer
 from ..management import Management, Outcome, Registration, Scaling, page
 from ._errors import guarded
 from ._pool import message_class
 from ._server import Service
 
-__all__ = ["SERVICE", "management_service"]
+__all__ = ["SERVICE", "ManagementService"]
 
 SERVICE = "org.pytorch.serve.grpc.management.ManagementAPIsService"
 _PACKAGE = "org.pytorch.serve.grpc.management"
@@ -34,19 +33,14 @@ ManagementResponse: Any = message_class(f"{_PACKAGE}.ManagementResponse")
 _encoder = msgspec.json.Encoder()
 
 
-def management_service(management: Management, authorizer: Authorizer | None = None) -> Service:
-    """The management service for :class:`~podium.server.grpc._server.GrpcServer`."""
-    return ManagementService(management, authorizer).service()
-
-
 class ManagementService:
     """``ManagementAPIsService`` over one :class:`~podium.server.management.Management`."""
 
-    def __init__(self, management: Management, authorizer: Authorizer | None = None) -> None:
+    def __init__(self, management: Management) -> None:
         self.management = management
-        self.authorizer = authorizer
 
     def service(self) -> Service:
+        """The service's method handlers, for :class:`GrpcServer`."""
         handlers: dict[str, Callable[[Any], Awaitable[Outcome]]] = {
             "DescribeModel": self.describe,
             "ListModels": self.list_models,
@@ -71,8 +65,6 @@ class ManagementService:
     ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if self.authorizer is not None:  # before anything of the call runs
-                self.authorizer.check_metadata(context.invocation_metadata(), MANAGEMENT)
             reply = await handler(request)
             if reply.text is not None:  # as TorchServe: the status text, not its JSON
                 return ManagementResponse(msg=reply.text)

@@ -47,6 +47,7 @@ import grpc
 import msgspec
 from google.protobuf import json_format
 
+from ...config import SETTINGS
 from ...dataplane import DataPlane, ModelVersion, StatisticsResponse
 from ...errors import InvalidInput, NotFound, PodiumError
 from ...types import Call, InferenceResponse, WireProtocol
@@ -130,8 +131,8 @@ class OipService:
         self,
         dataplane: DataPlane,
         *,
-        stream_format: str = "triton",
-        output_contents: str = "request",
+        stream_format: str = SETTINGS["grpc_stream_format"].default,
+        output_contents: str = SETTINGS["grpc_output_contents"].default,
     ) -> None:
         self.dataplane = dataplane
         self.triton = stream_format == "triton"

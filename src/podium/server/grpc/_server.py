@@ -16,10 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import inspect
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +29,8 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .._access import AccessLog, RequestIds
 from . import _channelz
-from ._access import observed, rewrapped
-from ._errors import abort_with, unhandled_status
+from ._access import Authorize, observed
+from ._errors import unhandled_status
 from ._limits import GrpcLimits, channel_options
 from ._pool import reflection_pool
 from .bridge import Bridge, Decision, decide
@@ -139,7 +138,10 @@ class GrpcServer:
     is ``None`` with ``relay=False``), and :meth:`start` logs it.
 
     ``access``: the access log and the request ids every call gets (:mod:`._access`; None: no
-    line and no id, for servers that are not Podium's listeners). Messages larger than
+    line and no id, for servers that are not Podium's listeners). ``authorize``: called with
+    each call's metadata before its handler runs (the services', not health's nor
+    reflection's); when it raises (e.g. ``Unauthenticated``), the call ends with that error's
+    status and its handler never runs; it needs ``access``. Messages larger than
     ``max_message_size`` bytes, either way, end the call with ``RESOURCE_EXHAUSTED``.
     ``limits`` (default: ``GrpcLimits()``) bound connections, streams, pings and the life of a
     connection (:mod:`._limits`). Create and start it inside the running event loop.
@@ -167,6 +169,8 @@ class GrpcServer:
         self.relay = relay
         #: How calls are served (set by :meth:`start`); ``None`` when not asked to relay.
         self.decision: Decision | None = None
+        if authorize is not None and access is None:
+            raise ValueError("authorize is checked where the access line is written: give access")
         self._authorize = authorize
         self.health = _Health(self.services)
         if limits is None:
@@ -219,21 +223,14 @@ class GrpcServer:
             self._server = grpc.aio.server(options=self._options)
         after = _channelz.server_ids()
         self._channelz = None if before is None or after is None else after - before
-        guard = _guarded(self._authorize) if self._authorize is not None else _unchanged
-        for service in self.services:
+        wrapped = [(service, self._authorize) for service in self.services]
+        wrapped.append((self.health.service(), None))  # health stays open, for probes
+        for service, authorize in wrapped:
             methods = {
-                name: adapt(self._observed(service, name, guard(handler)))
+                name: adapt(self._observed(service, name, handler, authorize))
                 for name, handler in service.methods.items()
             }
             self._add(service.name, methods)
-        health = self.health.service()  # health stays open, for probes
-        self._add(
-            health.name,
-            {
-                name: adapt(self._observed(health, name, handler))
-                for name, handler in health.methods.items()
-            },
-        )
         reflecting = self._reflection()  # open, and without access lines, as before
         self._add(
             reflecting.name,
@@ -287,14 +284,17 @@ class GrpcServer:
         return Service(reflection.SERVICE_NAME, {"ServerReflectionInfo": info})
 
     def _observed(
-        self, service: Service, name: str, handler: grpc.RpcMethodHandler
+        self,
+        service: Service,
+        name: str,
+        handler: grpc.RpcMethodHandler,
+        authorize: Authorize,
     ) -> grpc.RpcMethodHandler:
-        """``handler`` with each call's id and access line (outside authorization: a refused
-        call has its line too), if this server has an access log."""
+        """``handler`` with each call's id, key check and access line (a refused call has its
+        line too), if this server has an access log."""
         if self._access is None:
             return handler
-        log, ids = self._access
-        return observed(service.name, name, handler, protocol=service.protocol, log=log, ids=ids)
+        return observed(service.name, name, handler, service.protocol, self._access, authorize)
 
     def not_serving(self) -> None:
         """Health says ``NOT_SERVING`` for everything from now on (the server is stopping);
@@ -334,45 +334,6 @@ class GrpcServer:
 
 def _unchanged(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return handler
-
-
-def _guarded(
-    authorize: Callable[[Any], None],
-) -> Callable[[grpc.RpcMethodHandler], grpc.RpcMethodHandler]:
-    """Method handlers that first call ``authorize(invocation_metadata)``: when it raises (e.g.
-    ``Unauthenticated``), the call ends with that error's status and its handler never runs."""
-
-    async def check(context: Any) -> None:
-        try:
-            authorize(context.invocation_metadata())
-        except Exception as exc:
-            await abort_with(context, exc)
-
-    def unary(behavior: Any) -> Any:
-        async def serve(request: Any, context: Any) -> Any:
-            await check(context)
-            return await behavior(request, context)
-
-        return serve
-
-    def stream(behavior: Any, streamed: bool) -> Any:
-        if inspect.isasyncgenfunction(behavior):
-
-            async def serve_items(request: Any, context: Any) -> AsyncIterator[Any]:
-                await check(context)
-                async with contextlib.aclosing(behavior(request, context)) as items:
-                    async for item in items:
-                        yield item
-
-            return serve_items
-
-        async def serve(request: Any, context: Any) -> None:  # it writes with context.write
-            await check(context)
-            await behavior(request, context)
-
-        return serve
-
-    return lambda method: rewrapped(method, unary, stream, "guarded")
 
 
 def _bind_error(host: str, port: int) -> str:

@@ -18,6 +18,7 @@ import grpc
 import msgspec
 
 from ... import codecs
+from ...config import SETTINGS
 from ...dataplane import DataPlane, ModelVersion
 from ...errors import InvalidInput, ModelError, ModelStatus, UnsupportedRepresentation
 from ...types import (
@@ -43,7 +44,6 @@ __all__ = [
     "TorchServeInference",
     "payload_of",
     "prediction_of",
-    "torchserve_service",
 ]
 
 SERVICE = "org.pytorch.serve.grpc.inference.InferenceAPIsService"
@@ -136,34 +136,27 @@ def metadata_of(value: Any) -> tuple[tuple[str, str | bytes], ...]:
     return grpc_metadata((k, v) for k, v in pairs if k.lower() not in _NOT_METADATA)
 
 
-async def _send_headers(context: grpc.aio.ServicerContext, value: Any, sent: list[bool]) -> None:
-    """Response headers set by the model go back as the call's initial metadata (once)."""
-    if sent[0]:
-        return
+async def _send_headers(context: grpc.aio.ServicerContext, value: Any) -> bool:
+    """Response headers set by the model go back as the call's initial metadata: whether it
+    set any (and they were sent: a call sends them once)."""
     metadata = metadata_of(value)
     if metadata:
-        sent[0] = True
         await context.send_initial_metadata(metadata)
-
-
-def torchserve_service(
-    dataplane: DataPlane, *, sequence_header: str = "ts_request_sequence_id"
-) -> Service:
-    """The TorchServe inference service for :class:`~podium.server.grpc._server.GrpcServer`."""
-    return TorchServeInference(dataplane, sequence_header=sequence_header).service()
+    return bool(metadata)
 
 
 class TorchServeInference:
     """``org.pytorch.serve.grpc.inference.InferenceAPIsService`` over one data plane."""
 
     def __init__(
-        self, dataplane: DataPlane, *, sequence_header: str = "ts_request_sequence_id"
+        self, dataplane: DataPlane, *, sequence_header: str = SETTINGS["sequence_header"].default
     ) -> None:
         self.dataplane = dataplane
         self.sequence_header = sequence_header
         self._flags = _sequences.flag_names(sequence_header)  # (start names, end names)
 
     def service(self) -> Service:
+        """The service's method handlers, for :class:`GrpcServer`."""
         read = PredictionsRequest.FromString
         write = PredictionResponse.SerializeToString
         methods = {
@@ -204,7 +197,7 @@ class TorchServeInference:
             return await self._first(mv, call, request, context)
         answer = await self.dataplane.infer(call, mv)
         response = _answer(mv, answer.value, request, answer.sequence)
-        await _send_headers(context, answer.value, [False])
+        await _send_headers(context, answer.value)
         return response
 
     async def _first(
@@ -217,7 +210,7 @@ class TorchServeInference:
         async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
             async for item in items:
                 response = _answer(mv, item, request, items.sequence)
-                await _send_headers(context, item, [False])
+                await _send_headers(context, item)
                 return response
         raise ModelError(f"{mv.label} sent no response")  # a stream that ended with nothing
 
@@ -226,11 +219,11 @@ class TorchServeInference:
     ) -> AsyncIterator[Any]:
         try:
             mv, call = self._start(request, lambda: GrpcCall(context, _STREAM))
-            sent = [False]
+            sent = False
             async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                 async for item in items:
                     response = _answer(mv, item, request, items.sequence)
-                    await _send_headers(context, item, sent)
+                    sent = sent or await _send_headers(context, item)
                     yield response
         except Exception as exc:
             await abort_with(context, exc, _STREAM)
@@ -238,13 +231,7 @@ class TorchServeInference:
     async def stream_predictions2(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        shared: list[GrpcCall] = []  # made once, in the call's own task, if a model needs it
-
-        def grpc_call() -> GrpcCall:
-            if not shared:
-                shared.append(GrpcCall(context, _STREAM2))
-            return shared[0]
-
+        shared = GrpcCall(context, _STREAM2)  # in the call's own task: it sees cancellation
         # One request at a time: answers come back in request order, and a sequence's requests
         # reach the model in the order the client sent them. A generator model's items each
         # come back as a response, as TorchServe sends its intermediate responses.
@@ -260,7 +247,7 @@ class TorchServeInference:
             except Exception as exc:  # reading the stream failed: the call ends
                 await abort_with(context, exc, _STREAM2)
             try:
-                mv, call = self._start(request, grpc_call)
+                mv, call = self._start(request, lambda: shared)
                 async with contextlib.aclosing(self.dataplane.stream(call, mv)) as items:
                     async for item in items:
                         yield _answer(mv, item, request, items.sequence)

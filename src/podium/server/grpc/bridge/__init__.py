@@ -44,23 +44,19 @@ self-test).
 from __future__ import annotations
 
 from ._bridge import Bridge
-from ._context import Aborted, LoopContext, Status
+from ._context import Aborted
 from ._internals import Internals, InternalsDiffer, load
-from ._mode import SELF_TEST_TIME_LIMIT_S, Decision, Mode, SelfTestFailed, check, decide, self_test
+from ._mode import Decision, Mode, check, decide, self_test
 from ._relay import WINDOW
 
 __all__ = [
-    "SELF_TEST_TIME_LIMIT_S",
     "WINDOW",
     "Aborted",
     "Bridge",
     "Decision",
     "Internals",
     "InternalsDiffer",
-    "LoopContext",
     "Mode",
-    "SelfTestFailed",
-    "Status",
     "check",
     "decide",
     "load",

@@ -181,43 +181,31 @@ class Internals:
         parsed by ``parse`` (on grpc's polling thread). A message that does not parse ends the
         call with ``INVALID_ARGUMENT``, a client that sent none with ``UNIMPLEMENTED`` (what grpc
         says for a unary call without its request); a cancelled call delivers nothing."""
-        rpc_event = context._rpc_event
-        state = context._state
-        received = self._receive_message(state, rpc_event.call, None)  # bytes, as they came
 
-        def on_message(event: Any) -> Any:
-            outcome = received(event)  # grpc's bookkeeping: the request, or why there is none
-            with state.condition:
-                payload, state.request = state.request, None
-                client = state.client
-            if payload is not None:
-                try:
-                    request = payload if parse is None else parse(payload)
-                except Exception as exc:
-                    self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, unparsable(exc))
-                    return outcome
-                try:
-                    deliver(request)
-                except Exception as exc:  # never out of here: it would end grpc's polling thread
-                    logger.exception("could not hand a gRPC request on")
-                    self._fail(
-                        context,
-                        grpc.StatusCode.UNAVAILABLE,
-                        f"the server could not take the request: {exc}",
-                    )
-            elif client is self._closed:
-                method = rpc_event.call_details.method.decode(errors="replace")
+        def on_message(request: Any) -> None:
+            try:
+                deliver(request)
+            except Exception as exc:  # the loop is gone (closed): the call cannot be served
+                logger.exception("could not hand a gRPC request on")
+                self._fail(
+                    context,
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the server could not take the request: {exc}",
+                )
+
+        def on_end(error: BaseException | None) -> None:
+            if error is None:  # the client closed its side without a message
+                method = context._rpc_event.call_details.method.decode(errors="replace")
                 self._fail(
                     context,
                     grpc.StatusCode.UNIMPLEMENTED,
                     f'"{method}" requires exactly one request message.',
                 )
-            return outcome
 
-        with state.condition:
-            if state.client is self._open and not state.statused:
-                rpc_event.call.start_server_batch((self._operation(self._flags),), on_message)
-                state.due.add(self._token)
+        def on_unparsable(exc: Exception) -> None:
+            self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, unparsable(exc))
+
+        self.receive_next(context, parse, on_message, on_end, on_unparsable)
 
     def _fail(self, context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
         context.set_code(code)

@@ -2,7 +2,7 @@
 
 One sender thread (:class:`Sender`) ends relayed unary calls (:class:`Relay`) and starts the
 sends of idle response streams (:class:`Outbox`); grpc's polling thread receives the messages of
-request streams (:class:`Inbox`, a :class:`Requests` buffer the handler reads with ``async for``)
+request streams (:class:`Inbox`, a buffer the handler reads with ``async for``)
 and starts each next send of a busy response stream. Both ways at most :data:`WINDOW` messages
 wait between the loop and grpc on one stream.
 """
@@ -25,7 +25,7 @@ from ._internals import Internals, unparsable
 if TYPE_CHECKING:
     from ._context import Call, Status
 
-__all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Requests", "Sender"]
+__all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Sender"]
 
 logger = logging.getLogger("podium.grpc")
 
@@ -37,59 +37,15 @@ END = object()
 
 
 class Failed:
-    """A request stream that ended with ``exc`` (put in the buffer instead of a message)."""
+    """Put in a request stream's buffer instead of a message: reading it raises ``exc``, once
+    (a message that did not parse: the handler may read on), or ever after when ``final`` (the
+    stream ended with it)."""
 
-    __slots__ = ("exc",)
+    __slots__ = ("exc", "final")
 
-    def __init__(self, exc: BaseException) -> None:
+    def __init__(self, exc: BaseException, *, final: bool) -> None:
         self.exc = exc
-
-
-class Requests:
-    """A request stream as an async iterator over a buffer that another thread fills
-    (:meth:`push`); the loop is woken only when the handler waits for a message."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._buffer: collections.deque[Any] = collections.deque()
-        self._arrived: asyncio.Future[None] | None = None
-        self._waiting = False
-
-    def push(self, entry: Any) -> None:
-        """A message, :data:`END` or a :class:`Failed` (any thread but the loop's)."""
-        self._buffer.append(entry)
-        if self._waiting:
-            self._waiting = False
-            self._loop.call_soon_threadsafe(self._wake)
-
-    def _wake(self) -> None:
-        arrived = self._arrived
-        if arrived is not None and not arrived.done():
-            arrived.set_result(None)
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
-
-    async def __anext__(self) -> Any:
-        return await self.take()
-
-    async def take(self) -> Any:
-        """The next message; raises at the end (and ever after) or for a failed stream."""
-        if not self._buffer:
-            self._arrived = self._loop.create_future()
-            self._waiting = True
-            if not self._buffer:
-                await self._arrived
-            else:
-                self._waiting = False
-        message = self._buffer.popleft()
-        if message is END:
-            self._buffer.appendleft(END)
-            raise StopAsyncIteration
-        if isinstance(message, Failed):
-            self._buffer.appendleft(message)
-            raise message.exc
-        return message
+        self.final = final
 
 
 def _serialize_failed(context: grpc.ServicerContext) -> None:
@@ -221,11 +177,12 @@ class _Ending:
         self.error = error
 
 
-class Inbox(Requests):
-    """A relayed call's request stream as an async iterator: grpc's polling thread receives
-    one message after another, up to :data:`WINDOW` ahead of the handler (back-pressure reaches
-    the client through HTTP/2 flow control); the sender thread asks again once the handler has
-    read half of them."""
+class Inbox:
+    """A relayed call's request stream as an async iterator over a buffer that grpc's polling
+    thread fills, receiving one message after another, up to :data:`WINDOW` ahead of the
+    handler (back-pressure reaches the client through HTTP/2 flow control); the sender thread
+    asks again once the handler has read half of them. The loop is woken only when the handler
+    waits for a message."""
 
     def __init__(
         self,
@@ -234,7 +191,10 @@ class Inbox(Requests):
         parse: Callable[[bytes], Any] | None,
         sender: Sender,
     ) -> None:
-        super().__init__(loop)
+        self._loop = loop
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._arrived: asyncio.Future[None] | None = None
+        self._waiting = False
         self._context = context
         self._parse = parse
         self._sender = sender
@@ -249,10 +209,10 @@ class Inbox(Requests):
 
     def _on_unparsable(self, exc: Exception) -> None:
         # The handler gets InvalidInput for this message, once, and may read on.
-        self._on_message(_Unparsable(InvalidInput(unparsable(exc))))
+        self._on_message(Failed(InvalidInput(unparsable(exc)), final=False))
 
     def _on_message(self, message: Any) -> None:
-        self.push(message)
+        self._push(message)
         with self._lock:
             if len(self._buffer) >= WINDOW:
                 self._paused = True
@@ -260,26 +220,48 @@ class Inbox(Requests):
         self.receive()
 
     def _on_end(self, error: BaseException | None) -> None:
-        self.push(END if error is None else Failed(error))
+        self._push(END if error is None else Failed(error, final=True))
+
+    def _push(self, entry: Any) -> None:
+        """A message, :data:`END` or a :class:`Failed` (any thread but the loop's)."""
+        self._buffer.append(entry)
+        if self._waiting:
+            self._waiting = False
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        arrived = self._arrived
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
 
     async def __anext__(self) -> Any:
-        message = await self.take()
+        """The next message; raises at the end (and ever after) or for a failed one."""
+        if not self._buffer:
+            self._arrived = self._loop.create_future()
+            self._waiting = True
+            if not self._buffer:
+                await self._arrived
+            else:
+                self._waiting = False
+        message = self._buffer.popleft()
+        if message is END:  # nothing is received after an end: nothing to resume
+            self._buffer.appendleft(END)
+            raise StopAsyncIteration
+        if isinstance(message, Failed) and message.final:
+            self._buffer.appendleft(message)
+            raise message.exc
         with self._lock:
             resume = self._paused and len(self._buffer) <= WINDOW // 2
             if resume:
                 self._paused = False
         if resume:
             self._sender.queue.put((self.receive,))
-        if isinstance(message, _Unparsable):
+        if isinstance(message, Failed):
             raise message.exc
         return message
-
-
-class _Unparsable:
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: InvalidInput) -> None:
-        self.exc = exc
 
 
 class Sender:
