@@ -15,13 +15,24 @@ zeroes the counters, the client sends ``--requests`` identical requests one afte
 the counters are dumped ("busy"); then the server idles as long as that took and they are
 dumped again ("idle": timers, pollers). Per request: (busy − idle) / requests. The kernel's
 share (socket reads and writes) is not counted. ``--repeat`` alternates the trees.
+
+``--connections N`` keeps N keep-alive clients busy at once (one thread, a selector): what a
+dynamically batched model needs to form batches, e.g.
+
+    .venv/bin/python bench/instructions.py --other ... --model bench/models/batch_busy \
+        --path /v2/models/batch_busy/infer --connections 64 --requests 4000
+
+A model that reports the batches it ran (``parameters.batches`` in its answer, as
+bench/models/batch_busy does) gets its mean batch size printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import selectors
 import signal
 import socket
 import subprocess
@@ -47,23 +58,75 @@ def _request(path: str, body: bytes) -> bytes:
     ).encode() + body
 
 
-def _read_response(sock: socket.socket, pending: bytearray) -> int:
-    """Read one response with a Content-Length; its status."""
-    while b"\r\n\r\n" not in pending:
+def _parse_response(pending: bytearray) -> tuple[int, bytes] | None:
+    """One whole response with a Content-Length taken from the front of ``pending``: its
+    status and body; None while it is incomplete."""
+    end = pending.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = bytes(pending[:end])
+    match = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    length = int(match.group(1)) if match else 0
+    if len(pending) < end + 4 + length:
+        return None
+    body = bytes(pending[end + 4 : end + 4 + length])
+    del pending[: end + 4 + length]
+    return int(head.split(b" ", 2)[1]), body
+
+
+def _read_response(sock: socket.socket, pending: bytearray) -> tuple[int, bytes]:
+    """Read one response with a Content-Length; its status and body."""
+    while True:
+        parsed = _parse_response(pending)
+        if parsed is not None:
+            return parsed
         chunk = sock.recv(65536)
         if not chunk:
             raise ConnectionError("the server closed the connection")
         pending += chunk
-    head, _, rest = bytes(pending).partition(b"\r\n\r\n")
-    match = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-    length = int(match.group(1)) if match else 0
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("the server closed the connection")
-        rest += chunk
-    pending[:] = rest[length:]
-    return int(head.split(b" ", 2)[1])
+
+
+def _batches(body: bytes) -> int | None:
+    """The batches the model says it has run (``parameters.batches``), if it says."""
+    try:
+        params = json.loads(body).get("parameters") or {}
+    except (ValueError, AttributeError):
+        return None
+    batches = params.get("batches")
+    return batches if isinstance(batches, int) else None
+
+
+def _send_concurrently(port: int, message: bytes, connections: int, count: int, path: str) -> None:
+    """``count`` requests over ``connections`` keep-alive connections, each sending its next
+    request as soon as its answer is read, until ``count`` have been answered."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=120) for _ in range(connections)]
+    selector = selectors.DefaultSelector()
+    try:
+        sent = answered = 0
+        for sock in socks:
+            if sent < count:
+                sock.sendall(message)
+                sent += 1
+            selector.register(sock, selectors.EVENT_READ, bytearray())
+        while answered < count:
+            for key, _ in selector.select(timeout=120):
+                sock, pending = key.fileobj, key.data
+                assert isinstance(sock, socket.socket)
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError("the server closed the connection")
+                pending += chunk
+                while (parsed := _parse_response(pending)) is not None:
+                    if parsed[0] != 200:
+                        raise RuntimeError(f"{path} answered {parsed[0]}")
+                    answered += 1
+                    if sent < count:
+                        sock.sendall(message)
+                        sent += 1
+    finally:
+        selector.close()
+        for sock in socks:
+            sock.close()
 
 
 def _callgrind(*args: str) -> None:
@@ -87,10 +150,17 @@ FLOOR = "floor"
 
 
 def _count(
-    src: Path, model: Path, path: str, body: bytes, requests: int, extra: list[str]
-) -> tuple[float, float]:
+    src: Path,
+    model: Path,
+    path: str,
+    body: bytes,
+    requests: int,
+    extra: list[str],
+    connections: int = 1,
+) -> tuple[float, float, float | None]:
     """One server under callgrind: the instructions of ``requests`` requests (after a warm-up),
-    less those of the same time idle; per request. Also the idle instructions per second."""
+    less those of the same time idle; per request. Also the idle instructions per second, and
+    the mean requests per batch where the model reports its batches."""
     ports = [_free_port() for _ in range(5)]
     if extra == [FLOOR]:
         argv = [sys.executable, "-m", "uvicorn", "hello_app:echo_app", "--app-dir"]
@@ -101,7 +171,9 @@ def _count(
         argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
         for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
             argv += [flag, str(port)]
-        argv += extra
+        # under callgrind the server runs tens of times slower: its connection timers must not
+        # close the clients' connections (they are armed all the same: the count is unchanged)
+        argv += ["--header-timeout", "600", "--keep-alive-timeout", "600", *extra]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
@@ -130,20 +202,30 @@ def _count(
                 pending = bytearray()
 
                 def send(count: int) -> None:
+                    if connections > 1:
+                        _send_concurrently(ports[0], message, connections, count, path)
+                        return
                     for _ in range(count):
                         sock.sendall(message)
-                        status = _read_response(sock, pending)
+                        status = _read_response(sock, pending)[0]
                         if status != 200:
                             raise RuntimeError(f"{path} answered {status}")
 
+                def probe() -> int | None:
+                    # a connection of its own: the first one may have idled past keep-alive
+                    with socket.create_connection(("127.0.0.1", ports[0]), timeout=120) as own:
+                        own.sendall(message)
+                        return _batches(_read_response(own, bytearray())[1])
+
                 while True:  # the model may still be loading: wait for the first 200
                     sock.sendall(message)
-                    if _read_response(sock, pending) == 200:
+                    if _read_response(sock, pending)[0] == 200:
                         break
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"{path} never answered 200")
                     time.sleep(0.5)
-                send(200)  # warm-up: caches, lazily built objects
+                send(200 if connections == 1 else max(200, 4 * connections))  # warm-up
+                before = probe()
                 _callgrind("--zero", pid)
                 start = time.monotonic()
                 send(requests)
@@ -151,7 +233,11 @@ def _count(
                 _callgrind("--dump=busy", pid)  # a dump zeroes the counters
                 time.sleep(busy_s)
                 _callgrind("--dump=idle", pid)
+                after = probe()
             busy, idle = _totals(out, "busy"), _totals(out, "idle")
+            fill = None
+            if before is not None and after is not None and after - before > 1:
+                fill = requests / (after - before - 1)  # (less the second probe's own)
         finally:
             server.send_signal(signal.SIGINT)
             try:
@@ -160,7 +246,7 @@ def _count(
                 server.kill()
                 server.wait()
             errors.close()
-    return (busy - idle) / requests, idle / busy_s
+    return (busy - idle) / requests, idle / busy_s, fill
 
 
 def main() -> int:
@@ -185,6 +271,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1000, help="requests measured")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
+        "--connections",
+        type=int,
+        default=1,
+        help="keep-alive clients sending at once (a batched model needs several to batch)",
+    )
+    parser.add_argument(
         "--other-args",
         default="",
         help="more `podium serve` options for the other tree only (e.g. --no-access-log, with "
@@ -201,14 +293,21 @@ def main() -> int:
     for round_ in range(args.repeat):
         order = list(trees.items())
         for name, src in order if round_ % 2 == 0 else reversed(order):
-            request, per_second = _count(
-                src, models[name], args.path, args.body.encode(), args.requests, extra[name]
+            request, per_second, fill = _count(
+                src,
+                models[name],
+                args.path,
+                args.body.encode(),
+                args.requests,
+                extra[name],
+                args.connections,
             )
             per[name].append(request)
             idle[name].append(per_second)
+            batched = "" if fill is None else f", {fill:.1f} requests per batch"
             print(
                 f"round {round_ + 1}, {name}: {request:,.0f} instructions/request "
-                f"(idle: {per_second:,.0f}/s)",
+                f"(idle: {per_second:,.0f}/s{batched})",
                 flush=True,
             )
     print()

@@ -485,12 +485,41 @@ async def test_requests_past_max_queue_delay_are_refused_unrun(
         await scheduler.close()
 
 
-async def infer_as(scheduler: BatchScheduler, x: Any, priority: int) -> Any:
-    """``scheduler.infer(x)`` as a request that asked for ``priority``."""
+async def infer_as(
+    scheduler: BatchScheduler, x: Any, priority: int = 0, deadline: float | None = None
+) -> Any:
+    """``scheduler.infer(x)`` as a request that asked for ``priority`` and must have left the
+    queue by ``deadline`` (on the scheduler's clock)."""
     info = RequestInfo("r")
     info.priority = priority
+    info.deadline = deadline
     current_request.set(info)  # this task's own context
     return await scheduler.infer(x, None)
+
+
+@pytest.mark.anyio
+async def test_a_request_past_its_own_deadline_is_refused_unrun_without_max_queue_delay(
+    executor: ThreadPoolExecutor,
+) -> None:
+    batches: list[list[Any]] = []
+    release = asyncio.Event()
+    clock = ManualClock()
+    scheduler = await batcher(holding(batches, release), executor, batch_size=2, clock=clock)
+    try:
+        running = [asyncio.create_task(scheduler.infer(i, None)) for i in range(2)]
+        await wait_until(lambda: batches == [[0, 1]])
+        late = asyncio.create_task(infer_as(scheduler, 2, deadline=0.1))
+        patient = asyncio.create_task(scheduler.infer(3, None))  # no deadline of its own
+        await wait_until(lambda: scheduler.statistics()["queued"] == 2)
+        clock.advance(0.2)  # past the one request's own deadline
+        release.set()
+        assert await gather_within(*running) == [0, 1]
+        with pytest.raises(QueueTimeout):
+            await late
+        assert await gather_within(patient) == [3]
+        assert batches == [[0, 1], [3]]  # the late one never reached the model
+    finally:
+        await scheduler.close()
 
 
 @pytest.mark.anyio

@@ -18,6 +18,7 @@ import pytest
 from helpers import ManualClock
 
 from podium.errors import BadModelOutput, QueueFull, Unavailable
+from podium.runtime._clock import Timer
 from podium.runtime._collector import BatchCollector, Pending
 from podium.runtime._scheduler import TaskSet
 
@@ -40,6 +41,28 @@ class Slots:
         self._free.release()
 
 
+class CountingClock(ManualClock):
+    """A manual clock that counts the timers set on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timers_set = 0
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        self.timers_set += 1
+        return super().call_later(delay, callback)
+
+
+class EarlyClock(CountingClock):
+    """A manual clock whose timers ring ``early`` seconds before they are due (as uvloop's may:
+    it counts whole milliseconds)."""
+
+    early = 1 / 1024
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        return super().call_later(max(delay - self.early, 0.0), callback)
+
+
 class NeverReached(Exception):
     """What a runner raises for a batch that never reached its slot."""
 
@@ -56,8 +79,10 @@ class Harness:
         limit: int | None = 100,
         slots: int = 1,
         answer: Callable[[list[Any]], Any] = lambda xs: [x * 2 for x in xs],
+        watch: bool = True,
+        clock: CountingClock | None = None,
     ) -> None:
-        self.clock = ManualClock()
+        self.clock = clock if clock is not None else CountingClock()
         self.tasks = TaskSet()
         self.gate = Slots(slots)
         self.batches: list[list[Any]] = []
@@ -79,6 +104,7 @@ class Harness:
             stopped=lambda: Unavailable("stopped"),
             retry_on=(NeverReached,),
             clock=self.clock,
+            watch=watch,
         )
 
     async def acquire(self) -> str:
@@ -140,6 +166,66 @@ async def test_a_batch_closes_exactly_when_the_delay_since_its_first_request_exp
         h.clock.advance(1 / 1024)  # now exactly DELAY after the first arrived
         assert await results(first + second) == [2, 4]
         assert h.batches == [[1, 2]]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_filling_batch_sets_one_timer_and_arrivals_do_not_wake_the_collector() -> None:
+    h = Harness(size=4)
+    try:
+        pending = h.add(1)
+        await h.settle()
+        wakes = 0
+        arrived = h.collector._arrived
+        set_event = arrived.set
+
+        def counted_set() -> None:
+            nonlocal wakes
+            wakes += 1
+            set_event()
+
+        arrived.set = counted_set  # type: ignore[method-assign]
+        for x in (2, 3):
+            pending += h.add(x)
+            await h.settle()
+        assert h.batches == [] and wakes == 0 and h.clock.timers_set == 1
+        pending += h.add(4)  # the one that fills the batch wakes it, before the delay
+        assert await results(pending) == [2, 4, 6, 8]
+        assert wakes == 1 and h.clock.timers_set == 1 and h.clock.pending == 0
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_delay_timer_that_rings_early_is_set_again_for_the_rest() -> None:
+    clock = EarlyClock()
+    h = Harness(size=4, clock=clock)
+    try:
+        pending = h.add(1)
+        await h.settle()
+        clock.advance(DELAY - clock.early)  # the timer rings, before the delay has passed
+        await h.settle()
+        assert h.batches == [] and clock.timers_set == 2  # set again for what is left
+        clock.advance(clock.early)
+        assert await results(pending) == [2]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_requests_that_left_do_not_count_towards_a_full_batch() -> None:
+    h = Harness(size=3)
+    try:
+        a, b = h.add("a", "b")
+        await h.settle()
+        b.future.cancel()
+        (c,) = h.add("c")  # three in the queue, two still waiting: not full
+        await h.settle()
+        assert h.batches == []
+        (d,) = h.add("d")
+        assert await results([a, c, d]) == ["aa", "cc", "dd"]
+        assert h.batches == [["a", "c", "d"]]
     finally:
         await h.tasks.cancel()
 
@@ -238,6 +324,26 @@ async def test_a_running_batch_whose_requests_all_left_is_cancelled_and_frees_it
         await h.settle()
         assert h.cancelled == 0  # one request still waits for it
         pending[1].future.cancel()
+        await h.settle()
+        assert h.cancelled == 1 and h.gate.busy == 0
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_unwatched_a_running_batch_is_cancelled_when_its_callers_say_all_left() -> None:
+    h = Harness(size=2, watch=False)
+    h.release.clear()
+    try:
+        first, second = h.add(1, 2)
+        await h.settle()
+        assert h.batches == [[1, 2]] and h.gate.busy == 1
+        first.future.cancel()
+        h.collector.left(first)
+        second.future.cancel()  # not said: the collector does not watch the futures
+        await h.settle()
+        assert h.cancelled == 0 and h.gate.busy == 1
+        h.collector.left(second)
         await h.settle()
         assert h.cancelled == 1 and h.gate.busy == 0
     finally:

@@ -2,7 +2,14 @@
 accelerator's time: it waits, the event loop serves meanwhile), and the model measures how busy
 it is. Every answer carries, in its parameters, the seconds it has spent in ``predict`` so far
 (``busy_s``), its clock (``at_s``) and the batches it ran (``batches``): bench/run.py reads them before and after a run, so the
-share of the time the model was busy comes from the model itself."""
+share of the time the model was busy comes from the model itself.
+
+Two variants share this file (their directories link to it and name the class in
+``model_class_name``): ``SyncModel`` (``bench/models/batch_busy_sync``) waits with a blocking
+``time.sleep`` on the model's thread, as an accelerator's blocking call does, timed by the OS
+(``asyncio.sleep`` counts whole milliseconds on uvloop: bench/RESULTS.md §34); ``SingleModel``
+(``bench/models/busy_single``) does the same work unbatched, one request at a time, waiting 1 ms
++ 0.05 ms for each (its ``batches`` counts calls)."""
 
 import asyncio
 import time
@@ -10,31 +17,51 @@ import time
 from podium import InferenceResponse, ResponseOutput
 
 
+def _answer(inputs: dict, stats: dict) -> InferenceResponse:
+    """One request's answer: its inputs (numpy arrays, by name) back, and the model's figures."""
+    return InferenceResponse(
+        outputs=[
+            ResponseOutput(
+                name=name,
+                shape=list(value.shape),
+                datatype="FP32",
+                data=value.ravel().tolist(),
+            )
+            for name, value in inputs.items()
+        ],
+        parameters=stats,
+    )
+
+
 class Model:
     def __init__(self) -> None:
         self.busy = 0.0
         self.batches = 0
 
+    def _ran(self, started: float) -> dict:
+        now = time.monotonic()
+        self.busy += now - started
+        self.batches += 1
+        return {"busy_s": self.busy, "at_s": now, "batches": self.batches}
+
     async def predict(self, batch: list) -> list:
         # each item: the request's inputs by name (numpy arrays)
         started = time.monotonic()
         await asyncio.sleep(0.001 + 0.00005 * len(batch))
-        now = time.monotonic()
-        self.busy += now - started
-        self.batches += 1
-        stats = {"busy_s": self.busy, "at_s": now, "batches": self.batches}
-        return [
-            InferenceResponse(
-                outputs=[
-                    ResponseOutput(
-                        name=name,
-                        shape=list(value.shape),
-                        datatype="FP32",
-                        data=value.ravel().tolist(),
-                    )
-                    for name, value in inputs.items()
-                ],
-                parameters=stats,
-            )
-            for inputs in batch
-        ]
+        stats = self._ran(started)
+        return [_answer(inputs, stats) for inputs in batch]
+
+
+class SyncModel(Model):
+    def predict(self, batch: list) -> list:  # type: ignore[override]
+        started = time.monotonic()
+        time.sleep(0.001 + 0.00005 * len(batch))
+        stats = self._ran(started)
+        return [_answer(inputs, stats) for inputs in batch]
+
+
+class SingleModel(Model):
+    async def predict(self, inputs: dict) -> InferenceResponse:  # type: ignore[override]
+        started = time.monotonic()
+        await asyncio.sleep(0.00105)
+        return _answer(inputs, self._ran(started))

@@ -13,6 +13,13 @@ client left before its batch closed is dropped from it; a running batch whose cl
 left is cancelled. A batch's result must be a list (or tuple) as long as the batch; each request
 gets its own item, or every request the batch's error.
 
+What each request pays is kept to what it must: an arrival wakes the collector only when it
+completes what the collector waits for (the first request, or a full batch; the delay has one
+timer per batch), the queue is counted only when it may hold a full batch, and a request's
+deadline is looked at only once some request had one. Whether a running batch's clients have
+all left is asked when one leaves: a callback on each request's future (``watch``), or, where the
+owner's callers say so themselves (:meth:`BatchCollector.left`), nothing per request at all.
+
 The collector knows nothing of workers or models: its owner says how to take a slot, how to run
 a batch on it, which errors mean "never reached the worker: queue it again", what a request
 that was stopped gets, and which :class:`~podium.runtime._clock.Clock` times the delay.
@@ -44,8 +51,8 @@ class Pending:
     """One request in a batch queue: what it runs with, and its answer (``future``).
 
     ``tag`` is the owner's (a sequence's Context); ``task`` is the batch it runs in once its
-    batch closed; ``slot`` is where it ran, once answered; ``trace``: where its span was when it
-    joined, while tracing is on (``podium.tracing``).
+    batch closed; ``slot`` is where it ran, once answered;
+    ``trace``: where its span was when it joined, while tracing is on (``podium.tracing``).
     """
 
     __slots__ = (
@@ -89,12 +96,19 @@ def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
         task.cancel()
 
 
-def _join(task: asyncio.Task[None], batch: list[Pending], joining: list[Pending]) -> None:
-    """``joining`` run in ``batch``'s ``task``, which is cancelled once all its clients left."""
-    abandon = functools.partial(_abandon, task, batch)
-    for pending in joining:
-        pending.task = task
-        pending.future.add_done_callback(abandon)
+def _join(
+    task: asyncio.Task[None], batch: list[Pending], joining: list[Pending], watch: bool
+) -> None:
+    """``joining`` run in ``batch``'s ``task``, which is cancelled once all its clients left
+    (with ``watch``, a callback on each future asks; else :meth:`BatchCollector.left` does)."""
+    if watch:
+        abandon = functools.partial(_abandon, task, batch)
+        for pending in joining:
+            pending.task = task
+            pending.future.add_done_callback(abandon)
+    else:
+        for pending in joining:
+            pending.task = task
 
 
 class BatchCollector(Generic[S]):
@@ -115,7 +129,10 @@ class BatchCollector(Generic[S]):
     without reaching the model. ``priority``: the queue's priority levels (a
     :class:`~podium.runtime._line.QueuePolicy` with several; None: first come, first served):
     a batch takes the waiting requests of the highest levels first, a request rising one level
-    for each ``aging`` it has waited, as in the line.
+    for each ``aging`` it has waited, as in the line. ``watch``: whether the collector watches
+    each request's future for its client leaving (a done callback per request); an owner whose
+    callers tell it when they leave (:meth:`left`, when their wait for ``future`` is cancelled)
+    passes False.
     """
 
     def __init__(
@@ -136,8 +153,10 @@ class BatchCollector(Generic[S]):
         stats: VersionStats | None = None,
         max_wait: float | None = None,
         priority: QueuePolicy | None = None,
+        watch: bool = True,
     ) -> None:
         self._model = model
+        self._watch = watch
         self._max_wait = max_wait
         self._priority = priority if priority is not None and priority.levels > 1 else None
         self._stats = stats
@@ -155,9 +174,17 @@ class BatchCollector(Generic[S]):
         self._now = clock.now
         self._queue: collections.deque[Pending] = collections.deque()
         self._arrived = asyncio.Event()
+        # the queue's length at which an arrival wakes the collector: 1 while it waits for a
+        # first request, ``size`` while it waits for a batch to fill, never while it waits for
+        # a slot (it looks at the queue itself when it has one)
+        self._wake_at = 1
+        # whether some request had a deadline: only then is each batch searched for late ones
+        self._timed = False
         self._collector: asyncio.Task[None] | None = None
         self._slotted = asyncio.Event()  # the batch formed ahead has its slot, or is gone
         self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
+        # each batch's task and its requests, until it ends (what left() looks at)
+        self._running: dict[asyncio.Task[None], list[Pending]] = {}
         self.batches_run = 0
 
     @property
@@ -185,7 +212,11 @@ class BatchCollector(Generic[S]):
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
         if self._max_wait is not None:
-            pending.deadline = queue_deadline(pending.arrived, self._max_wait, self._model)
+            deadline = pending.deadline = queue_deadline(
+                pending.arrived, self._max_wait, self._model
+            )
+            if deadline is not None:
+                self._timed = True
         if self._priority is not None:
             info = current_request.get()
             pending.level = self._priority.level(0 if info is None else info.priority)
@@ -193,10 +224,21 @@ class BatchCollector(Generic[S]):
         if hooks is not None:
             pending.trace = hooks.waiting()
         queue.append(pending)
-        self._arrived.set()
+        if len(queue) >= self._wake_at:
+            self._arrived.set()
         if self._collector is None:
             self.start()
         return pending
+
+    def left(self, pending: Pending) -> None:
+        """The caller waiting for ``pending.future`` was cancelled (its client left): if its
+        batch runs and all its clients have left, the batch is cancelled. For an owner that
+        does not ``watch``; a request still queued is dropped when its batch is taken."""
+        task = pending.task
+        if task is not None:
+            batch = self._running.get(task)
+            if batch is not None:
+                _abandon(task, batch, None)
 
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
@@ -204,31 +246,62 @@ class BatchCollector(Generic[S]):
         queue, self._queue = self._queue, collections.deque()
         _fail(queue, error)
 
-    def _count_live(self) -> int:
+    def _waiting(self) -> bool:
+        """Whether a request still waits in the queue; the ones that left are dropped from its
+        front, so that the first is the oldest still waiting."""
         queue = self._queue
         while queue and queue[0].future.done():
             queue.popleft()
-        return sum(1 for p in queue if not p.future.done())
+        return bool(queue)
+
+    def _full(self) -> bool:
+        """Whether a full batch waits (counted only when the queue is long enough to hold one:
+        requests that left may still be in it)."""
+        queue, size = self._queue, self._size
+        if len(queue) < size:
+            return False
+        for pending in queue:  # (the oldest first: those are what a batch takes)
+            if not pending.future.done():
+                size -= 1
+                if not size:
+                    return True
+        return False
 
     async def _collect(self) -> None:
         clock = self._clock
         arrived = self._arrived
+        never = 1 << 62
         while True:
-            while not self._count_live():
+            while not self._waiting():
                 arrived.clear()
+                self._wake_at = 1
                 await arrived.wait()
-            # The delay runs from the arrival of the oldest request still waiting (the count has
-            # dropped the abandoned ones from the front), not from when the collector woke.
+            # The delay runs from the arrival of the oldest request still waiting (the ones
+            # that left have been dropped from the front), not from when the collector woke;
+            # one timer for it, and an arrival wakes the collector only when the batch is full.
             deadline = self._queue[0].arrived + self._delay
-            while self._count_live() < self._size:
-                remaining = deadline - self._now()
-                if remaining <= 0:
-                    break
-                arrived.clear()
-                timer = clock.call_later(remaining, arrived.set)
-                try:
+            timer = None
+            rang = [False]
+
+            def ring(rang: list[bool] = rang) -> None:
+                rang[0] = True
+                arrived.set()
+
+            try:
+                while not self._full():
+                    remaining = deadline - self._now()
+                    if remaining <= 0:
+                        break
+                    arrived.clear()
+                    # a timer may ring early (uvloop's count whole milliseconds): then another
+                    if timer is None or rang[0]:
+                        rang[0] = False
+                        timer = clock.call_later(remaining, ring)
+                    self._wake_at = self._size
                     await arrived.wait()
-                finally:
+            finally:
+                self._wake_at = never
+                if timer is not None:
                     timer.cancel()
             batch: list[Pending] = []
             self._take(batch)
@@ -238,7 +311,8 @@ class BatchCollector(Generic[S]):
             slotted.clear()
             self._ahead = batch
             task = self._tasks.spawn(self._run_batch(batch))
-            _join(task, batch, batch)
+            self._running[task] = batch
+            _join(task, batch, batch, self._watch)
 
             def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
                 # cancelled by the owner's close, even before it started: nobody waits forever
@@ -249,8 +323,9 @@ class BatchCollector(Generic[S]):
             task.add_done_callback(functools.partial(self._gone, slotted, batch))
             await slotted.wait()  # one batch ahead at most
 
-    def _gone(self, slotted: asyncio.Event, batch: list[Pending], _: object) -> None:
+    def _gone(self, slotted: asyncio.Event, batch: list[Pending], task: asyncio.Task[None]) -> None:
         # a batch task that ended (cancelled before it ran, even) is no longer ahead
+        self._running.pop(task, None)
         if self._ahead is batch:
             self._ahead = []
         slotted.set()
@@ -265,7 +340,7 @@ class BatchCollector(Generic[S]):
             pending = queue.popleft()
             if not pending.future.done():
                 batch.append(pending)
-        if self._max_wait is not None:
+        if self._timed:
             self._refuse_late(batch)
             if len(batch) < size and queue:  # room again: the next ones in line
                 self._take(batch)
@@ -310,7 +385,7 @@ class BatchCollector(Generic[S]):
             if self._ahead is batch:
                 self._ahead = []
             self._slotted.set()
-        if self._max_wait is not None:  # the batch formed ahead may have waited too long
+        if self._timed:  # the batch formed ahead may have waited too long
             self._refuse_late(batch)
         # requests that arrived while it waited join it; those that left are dropped
         before = len(batch)
@@ -318,7 +393,7 @@ class BatchCollector(Generic[S]):
             self._take(batch)
             task = asyncio.current_task()
             assert task is not None
-            _join(task, batch, batch[before:])
+            _join(task, batch, batch[before:], self._watch)
         batch[:] = [p for p in batch if not p.future.done()]
         if not batch:
             self._release(slot)

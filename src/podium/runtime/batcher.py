@@ -79,6 +79,7 @@ class BatchScheduler(PoolScheduler):
             stats=self._pool.stats,
             max_wait=max_queue_delay_ms / 1000.0,
             priority=priority,
+            watch=False,  # infer() says when its client leaves: no callback per request
         )
 
     async def start(self) -> None:
@@ -109,10 +110,13 @@ class BatchScheduler(PoolScheduler):
                 inputs = await preprocess(pool.stats, pool.preprocessor(), inputs, request)
             if self._closed:
                 raise Unavailable(f"model '{self._model}' is stopped")
-            pending = self._batches.add(inputs, request)  # QueueFull past max_queue_size
+            batches = self._batches
+            pending = batches.add(inputs, request)  # QueueFull past max_queue_size
             try:
                 outputs = await pending.future
             except BaseException:
+                if pending.future.cancelled():  # its client left: its batch may be abandoned
+                    batches.left(pending)
                 # what it raised holds this frame (its traceback) and the future holds what it
                 # raised: no cycle through them (it would wait for a garbage collection)
                 del pending
