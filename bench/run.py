@@ -350,15 +350,16 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
 
     if args.batch:
         # issue 14's batching workload: 1 ms + 0.05 ms per request, batch_size 32, 128
-        # connections; the model reports how busy it was (bench/models/batch_busy)
-        batch_dir = BENCH / "models" / "batch_busy"
+        # connections; the model reports how busy it was (bench/models/batch_busy; with
+        # --batch-model batch_busy_sync, its wait a blocking call on the model's thread)
+        batch_dir = BENCH / "models" / args.batch_model
         for suffix, tag, env in sources:
             targets.append(
                 Target(
                     name="podium-batch" + suffix,
                     label="Podium, dynamic batching 32, 1 ms + 0.05 ms/item" + tag,
                     method="POST",
-                    path="/v2/models/batch_busy/infer",
+                    path=f"/v2/models/{args.batch_model}/infer",
                     make_server=functools.partial(_podium_server, batch_dir, choices[0], env),
                     check=check_echo,
                     available=unavailable,
@@ -767,6 +768,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="add the dynamic-batching row (bench/models/batch_busy: model-busy share, p99)",
     )
     parser.add_argument("--batch-connections", type=int, default=128)
+    parser.add_argument(
+        "--batch-model",
+        choices=("batch_busy", "batch_busy_sync"),
+        default="batch_busy",
+        help="the batching row's model (bench/models): batch_busy_sync waits on its thread",
+    )
     parser.add_argument(
         "--plain",
         action="store_true",

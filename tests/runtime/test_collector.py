@@ -81,6 +81,7 @@ class Harness:
         answer: Callable[[list[Any]], Any] = lambda xs: [x * 2 for x in xs],
         watch: bool = True,
         clock: CountingClock | None = None,
+        placed: Callable[[str], bool] | None = None,
     ) -> None:
         self.clock = clock if clock is not None else CountingClock()
         self.tasks = TaskSet()
@@ -105,6 +106,7 @@ class Harness:
             retry_on=(NeverReached,),
             clock=self.clock,
             watch=watch,
+            placed=placed,
         )
 
     async def acquire(self) -> str:
@@ -147,6 +149,28 @@ async def test_a_batch_closes_when_full_without_waiting_for_the_delay() -> None:
         assert await results(pending) == [2, 4, 6]  # the clock never moved
         assert h.batches == [[1, 2, 3]] and h.collector.batches_run == 1
         assert all(p.slot == "slot" for p in pending)
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_placed_batch_counts_as_queued_until_one_before_it_ends() -> None:
+    # two slots, the second a place in the worker behind the first (its predict thread busy)
+    h = Harness(size=2, slots=2, limit=3, placed=lambda _: h.gate.busy > 1)
+    try:
+        h.release.clear()
+        running = h.add(1, 2)
+        await h.settle()
+        placed = h.add(3, 4)
+        await h.settle()
+        assert h.gate.busy == 2 and h.collector.queued == 2  # 3 and 4 still wait
+        behind = h.add(5)
+        with pytest.raises(QueueFull, match=r"3 requests waiting \(max_queue_size 3\)"):
+            h.add(6)
+        h.release.set()
+        h.clock.advance(DELAY)  # (5 closes alone, on its delay)
+        assert await results(running + placed + behind) == [2, 4, 6, 8, 10]
+        assert h.collector.queued == 0
     finally:
         await h.tasks.cancel()
 

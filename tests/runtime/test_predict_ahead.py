@@ -1,6 +1,11 @@
 """A thread worker of a plain sync predict takes requests queued ahead of its predict threads
 (runtime/_thread_worker.py, queue_ahead): predict_concurrency stays the bound of predicts at once,
-on the same threads, and a request whose client left before its predict started never runs."""
+on the same threads, and a request whose client left before its predict started never runs.
+
+A sync batched predict takes one batch ahead: its thread starts the next batch the moment the one
+before returns, without the event loop handing it on; a batch queued ahead whose clients all left
+never runs; response_timeout counts from a batch's start; a batch queued behind a stuck predict
+goes to the worker that replaces it; its requests count against max_queue_size until it starts."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,21 +39,25 @@ RUNNING = [0, 0]
 
 
 class Model:
-    def predict(self, inputs):
+    def predict(self, inputs):  # a batch (a list), with batch_size
         with LOCK:
             RUNNING[0] += 1
             RUNNING[1] = max(RUNNING)
             RAN.append(inputs)
             THREADS.add(threading.get_ident())
-        if inputs == "hold":
+        items = inputs if isinstance(inputs, list) else [inputs]
+        if "hold" in items:
             assert HOLD.wait(5)
-        if isinstance(inputs, str) and inputs.startswith("x"):  # SLOW: 1 µs per character
-            threading.Event().wait(len(inputs) / 1e6)
+        slow = [i for i in items if isinstance(i, str) and i.startswith("x")]
+        if slow:  # SLOW: 1 µs per character (of a batch's first)
+            threading.Event().wait(len(slow[0]) / 1e6)
         threading.Event().wait(0.0002)  # a real wait: another thread could come in
         with LOCK:
             RUNNING[0] -= 1
         return inputs
 """
+
+BATCHED = "batch_size: 2\nmax_batch_delay: 60000\n"  # a batch closes when full
 
 
 @pytest.fixture
@@ -123,40 +133,22 @@ async def test_a_request_ahead_whose_client_left_never_runs(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("batch", [False, True])
 async def test_response_timeout_counts_from_the_predicts_start_not_the_wait_ahead(
-    tmp_path: Path, executor: ThreadPoolExecutor
+    tmp_path: Path, executor: ThreadPoolExecutor, batch: bool
 ) -> None:
-    # two predicts of 0.6 s one after the other, at response_timeout 1: the second waits 0.6 s
-    # queued ahead, then runs 0.6 s; timed from its arrival it would fail
-    async with started(tmp_path, "response_timeout: 1\n", executor) as (mv, mod):
-        mod.HOLD.set()  # "hold" does not wait for the test
-        assert mv.scheduler.statistics()["slots"] == 1 + QUEUE_AHEAD  # taken ahead, timed
+    # two predicts (of a request, or of a batch) of 0.6 s one after the other, at
+    # response_timeout 1: the second waits 0.6 s queued ahead, then runs 0.6 s; timed from its
+    # arrival it would fail
+    config = (BATCHED if batch else "") + "response_timeout: 1\n"
+    async with started(tmp_path, config, executor) as (mv, mod):
+        ahead = 1 if batch else QUEUE_AHEAD
+        assert mv.scheduler.statistics()["slots"] == 1 + ahead  # taken ahead, timed
         slow = "x" * 600_000  # see SLOW: 0.6 s
-        first = asyncio.create_task(mv.scheduler.infer(slow, None))
-        await wait_until(lambda: len(mod.RAN) == 1)
-        second = asyncio.create_task(mv.scheduler.infer(slow, None))
-        await wait_until(lambda: mv.scheduler.statistics()["busy"] == 2)  # queued ahead
-        assert (await first, await second) == (slow, slow)
+        running, queued = ((slow, "a"), (slow, "b")) if batch else ((slow,), (slow,))
+        first, second = await running_and_ahead(mv, mod, running, queued)
+        assert [await t for t in first + second] == [*running, *queued]
         assert mod.RUNNING[1] == 1
-
-
-@pytest.mark.anyio
-async def test_requests_ahead_of_a_stuck_predict_go_to_the_replacement_worker(
-    tmp_path: Path, executor: ThreadPoolExecutor
-) -> None:
-    async with started(tmp_path, "response_timeout: 0.3\n", executor) as (mv, mod):
-        held = asyncio.create_task(mv.scheduler.infer("hold", None))
-        await wait_until(lambda: mod.RAN == ["hold"])
-        after = asyncio.create_task(mv.scheduler.infer("after", None))
-        await wait_until(lambda: mv.scheduler.statistics()["busy"] == 2)  # queued ahead
-        with pytest.raises(ResponseTimeout):
-            await held  # its thread runs on, past the timeout
-        # "after" never ran behind it: it was taken back and ran on the worker that replaced
-        # the stuck one (on another thread), while "hold" still runs
-        assert await after == "after"
-        assert mod.RAN == ["hold", "after"]
-        assert len(mod.THREADS) == 2
-        assert not mod.HOLD.is_set()
 
 
 @pytest.mark.anyio
@@ -173,3 +165,138 @@ async def test_requests_ahead_count_against_max_queue_size(
             await mv.scheduler.infer("third", None)
         mod.HOLD.set()
         assert (await held, *[await a for a in ahead]) == ("hold", 0, 1)
+
+
+# -- batches ahead -------------------------------------------------------------------------
+
+
+def batched(
+    tmp_path: Path, config: str, executor: ThreadPoolExecutor
+) -> contextlib.AbstractAsyncContextManager[tuple[ModelVersion, Any]]:
+    """The batched test model (batches of 2) under ``config``: :func:`started`."""
+    return started(tmp_path, BATCHED + config, executor)
+
+
+def infer(mv: ModelVersion, *items: str) -> list[asyncio.Task[Any]]:
+    return [asyncio.create_task(mv.scheduler.infer(item, None)) for item in items]
+
+
+def busy(mv: ModelVersion) -> int:
+    return mv.scheduler.statistics()["busy"]
+
+
+async def running_and_ahead(
+    mv: ModelVersion, mod: Any, running: tuple[str, str], ahead: tuple[str, str]
+) -> tuple[list[asyncio.Task[Any]], list[asyncio.Task[Any]]]:
+    """The requests of ``running`` as a batch whose predict has started, and those of ``ahead``
+    as a (full) batch queued at the worker behind it: their tasks."""
+    first = infer(mv, *running)
+    await wait_until(lambda: len(mod.RAN) == 1)
+    queued = infer(mv, *ahead)
+    await wait_until(lambda: busy(mv) == 2, what="a batch queued at the worker")
+    return first, queued
+
+
+def started_without_the_loop(mod: Any, batches: int) -> None:
+    """Block the event loop (on purpose) until the model has started ``batches`` batches: only
+    the model's own thread can start one meanwhile. A safety net of 5 s, not a timing."""
+    limit = time.monotonic() + 5
+    while len(mod.RAN) < batches and time.monotonic() < limit:
+        time.sleep(0.001)
+
+
+@pytest.mark.anyio
+async def test_the_thread_starts_the_next_batch_without_the_loop_handing_it_on(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    async with batched(tmp_path, "response_timeout: 0\n", executor) as (mv, mod):
+        assert mv.scheduler.statistics()["slots"] == 1 + 1  # its predict thread, one ahead
+        first, second = await running_and_ahead(mv, mod, ("hold", "a"), ("b", "c"))
+        mod.HOLD.set()
+        started_without_the_loop(mod, 2)  # the loop has not turned since the release
+        assert mod.RAN == [["hold", "a"], ["b", "c"]]
+        assert [await t for t in first + second] == ["hold", "a", "b", "c"]
+        assert mod.RUNNING[1] == 1  # predict_concurrency: one batch at a time
+        assert len(mod.THREADS) == 1  # on the same thread
+
+
+@pytest.mark.anyio
+async def test_arrivals_join_the_batch_formed_behind_the_one_queued_ahead(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    async with batched(tmp_path, "response_timeout: 0\n", executor) as (mv, mod):
+        first, ahead = await running_and_ahead(mv, mod, ("hold", "a"), ("b", "c"))
+        behind = infer(mv, "d")  # the batch formed behind it waits for a slot...
+        await wait_until(lambda: mv.scheduler.statistics()["queued"] == 2 + 1)
+        behind += infer(mv, "e")  # ...and arrivals join it
+        mod.HOLD.set()
+        results = [await t for t in first + ahead + behind]
+        assert results == ["hold", "a", "b", "c", "d", "e"]
+        assert mod.RAN == [["hold", "a"], ["b", "c"], ["d", "e"]]
+
+
+@pytest.mark.anyio
+async def test_a_batch_queued_ahead_whose_clients_all_left_never_runs(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    async with batched(tmp_path, "response_timeout: 0\n", executor) as (mv, mod):
+        first, gone = await running_and_ahead(mv, mod, ("hold", "a"), ("b", "c"))
+        for task in gone:
+            task.cancel()
+        for task in gone:
+            with pytest.raises(asyncio.CancelledError):
+                await task  # at once: its predict had not started
+        await wait_until(lambda: busy(mv) == 1, what="its place given back")
+        assert mv.scheduler.statistics()["queued"] == 0  # nor counted as waiting
+        after = infer(mv, "d", "e")
+        mod.HOLD.set()
+        assert [await t for t in first + after] == ["hold", "a", "d", "e"]
+        assert mod.RAN == [["hold", "a"], ["d", "e"]]
+
+
+@pytest.mark.anyio
+async def test_a_batch_queued_ahead_counts_against_max_queue_size_until_it_starts(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    async with batched(tmp_path, "response_timeout: 0\nmax_queue_size: 2\n", executor) as (mv, mod):
+        first, ahead = await running_and_ahead(mv, mod, ("hold", "a"), ("b", "c"))
+        assert mv.scheduler.statistics()["queued"] == 2
+        with pytest.raises(QueueFull):
+            await mv.scheduler.infer("d", None)
+        mod.HOLD.set()
+        assert [await t for t in first] == ["hold", "a"]  # "b", "c" started: room again
+        assert mv.scheduler.statistics()["queued"] == 0
+        behind = infer(mv, "e", "f")
+        assert [await t for t in ahead + behind] == ["b", "c", "e", "f"]
+        assert mod.RAN == [["hold", "a"], ["b", "c"], ["e", "f"]]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("batch", [False, True])
+async def test_requests_ahead_of_a_stuck_predict_go_to_the_replacement_worker(
+    tmp_path: Path, executor: ThreadPoolExecutor, batch: bool
+) -> None:
+    # a request queued ahead, or a batch (then back to the front of the batch queue: Moved)
+    config = (BATCHED if batch else "") + "response_timeout: 0.3\n"
+    running, ahead = (("hold", "a"), ("b", "c")) if batch else (("hold",), ("after",))
+    async with started(tmp_path, config, executor) as (mv, mod):
+        held, after = await running_and_ahead(mv, mod, running, ahead)
+        for task in held:
+            with pytest.raises(ResponseTimeout):
+                await task  # its thread runs on, past the timeout
+        # what was ahead never ran behind it: taken back, it ran on the worker that replaced
+        # the stuck one (on another thread), while "hold" still runs
+        assert [await t for t in after] == list(ahead)
+        assert mod.RAN == ([list(running), list(ahead)] if batch else [*running, *ahead])
+        assert len(mod.THREADS) == 2
+        assert not mod.HOLD.is_set()
+
+
+@pytest.mark.anyio
+async def test_no_batch_ahead_with_a_queue_policy(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # with max_queue_delay, a batch waits in the collector, where its requests' deadlines hold
+    config = "response_timeout: 0\nmax_queue_delay: 10000\n"
+    async with batched(tmp_path, config, executor) as (mv, mod):
+        assert mv.scheduler.statistics()["slots"] == 1

@@ -354,6 +354,7 @@ async def test_a_batch_waits_ahead_in_the_worker_and_a_crash_sends_it_to_the_rep
     ahead = [asyncio.ensure_future(mv.scheduler.infer(x, None)) for x in (1, 2)]
     # one batch runs, the next (one message) waits in the worker process: two of its slots
     await lab.wait(lambda: mv.statistics()["busy"] == 2)
+    assert mv.statistics()["queued"] == 2  # they wait: counted against max_queue_size
     (victim,) = [w.pid for w in mv.workers()]
     assert victim is not None
     os.kill(victim, signal.SIGKILL)
@@ -363,6 +364,7 @@ async def test_a_batch_waits_ahead_in_the_worker_and_a_crash_sends_it_to_the_rep
     answers = await asyncio.gather(*ahead)
     assert [a["x"] for a in answers] == [1, 2] and {a["pid"] for a in answers} != {victim}
     assert [e["xs"] for e in lab.recorded("batch")] == [["hold", "h2"], [1, 2]]
+    assert mv.statistics()["queued"] == 0
 
 
 @pytest.mark.anyio

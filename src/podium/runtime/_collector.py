@@ -8,7 +8,12 @@ waiting arrived, whichever comes first, and hands it to a task of its own, which
 batch already waits for one, and runs the moment one is freed, before the answers of the batch
 that freed it are delivered (so the model is not idle while the server sends them); requests
 that arrived meanwhile join it then, up to ``size``. The next batch forms once it has its slot,
-while it runs. A request whose
+while it runs. Where a worker takes a batch queued ahead of its predict slots (a sync
+``predict`` on thread workers, a worker process: ``queue_ahead``), the owner's slots count that
+place too: a batch formed ahead gets it at once and, closed, waits in the worker, which starts it
+the moment the batch before returns, without waiting for this loop; the batch formed behind it
+is the one later arrivals join. Such a batch still counts as queued (against ``limit``) until a
+batch before it on that worker returns. A request whose
 client left before its batch closed is dropped from it; a running batch whose clients have all
 left is cancelled. A batch's result must be a list (or tuple) as long as the batch; each request
 gets its own item, or every request the batch's error.
@@ -132,7 +137,9 @@ class BatchCollector(Generic[S]):
     for each ``aging`` it has waited, as in the line. ``watch``: whether the collector watches
     each request's future for its client leaving (a done callback per request); an owner whose
     callers tell it when they leave (:meth:`left`, when their wait for ``future`` is cancelled)
-    passes False.
+    passes False. ``placed(slot)``: whether a batch that just took ``slot`` waits there behind
+    running ones (a place ahead of a worker's predict slots); its requests count as queued until
+    a batch before it on that slot returns.
     """
 
     def __init__(
@@ -154,6 +161,7 @@ class BatchCollector(Generic[S]):
         max_wait: float | None = None,
         priority: QueuePolicy | None = None,
         watch: bool = True,
+        placed: Callable[[S], bool] | None = None,
     ) -> None:
         self._model = model
         self._watch = watch
@@ -185,13 +193,19 @@ class BatchCollector(Generic[S]):
         self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
         # each batch's task and its requests, until it ends (what left() looks at)
         self._running: dict[asyncio.Task[None], list[Pending]] = {}
+        self._placed = placed
+        # batches queued in a worker behind running ones (slot, batch, its length), the oldest
+        # first, and how many requests they hold
+        self._waiting_in: list[tuple[Any, list[Pending], int]] = []
+        self._placed_n = 0
         self.batches_run = 0
 
     @property
     def queued(self) -> int:
-        """Requests waiting: in the queue, or in the batch formed ahead that waits for its slot
-        (a request that left is counted until the collector drops it)."""
-        return len(self._queue) + len(self._ahead)
+        """Requests waiting: in the queue, in the batch formed ahead that waits for its slot, or
+        in a batch queued in a worker behind running ones (a request that left is counted until
+        the collector drops it)."""
+        return len(self._queue) + len(self._ahead) + self._placed_n
 
     def start(self) -> None:
         """Start the collector task (:meth:`add` starts it too, if need be)."""
@@ -206,8 +220,8 @@ class BatchCollector(Generic[S]):
     def add(self, inputs: Any, request: Any, tag: Any = None) -> Pending:
         """Queue one request; its answer is ``.future``. ``QueueFull`` past ``limit``."""
         queue = self._queue
-        if self._limit is not None and len(queue) + len(self._ahead) >= self._limit:
-            raise QueueFull.of(self._model, len(queue) + len(self._ahead), self._limit)
+        if self._limit is not None and self.queued >= self._limit:
+            raise QueueFull.of(self._model, self.queued, self._limit)
         pending = Pending(
             inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
         )
@@ -398,6 +412,27 @@ class BatchCollector(Generic[S]):
         if not batch:
             self._release(slot)
             return
+        placed = self._placed
+        if placed is not None and placed(slot):
+            self._waiting_in.append((slot, batch, len(batch)))
+            self._placed_n += len(batch)
+        try:
+            await self._run_placed(slot, batch)
+        finally:
+            if self._waiting_in:
+                self._started_behind(slot, batch)
+
+    def _started_behind(self, slot: Any, batch: list[Pending]) -> None:
+        """``batch`` has ended on ``slot``: if it was still queued there, it never started and
+        waits no more; else the oldest batch queued behind it there has taken its place."""
+        waiting_in = self._waiting_in
+        at = next((i for i, entry in enumerate(waiting_in) if entry[1] is batch), None)
+        if at is None:
+            at = next((i for i, entry in enumerate(waiting_in) if entry[0] is slot), None)
+        if at is not None:
+            self._placed_n -= waiting_in.pop(at)[2]
+
+    async def _run_placed(self, slot: Any, batch: list[Pending]) -> None:
         self.batches_run += 1
         started = self._now()
         stats = self._stats

@@ -43,9 +43,13 @@ def queue_ahead(slots: int, config: Any) -> int:
     one rule for thread and process workers. They count as waiting, against
     ``max_queue_size``, so never more than that; none for a model with a queue policy
     (``max_queue_delay``, priority levels): its requests wait in the gate's line, where their
-    deadlines and levels hold."""
+    deadlines and levels hold. With dynamic batching (``batch_size`` > 1) a place holds a
+    batch, and a worker takes one batch ahead: the next batch then starts the moment a predict
+    ends, and arrivals still join the batch the collector forms behind it."""
     if config.max_queue_delay_ms > 0 or config.priority_levels > 1:
         return 0
+    if config.batch_size > 1:
+        return min(1, config.max_queue_size)
     return min(max(QUEUE_AHEAD, slots), config.max_queue_size)
 
 

@@ -21,7 +21,7 @@ from ._line import QueuePolicy
 from ._scheduler import PoolScheduler, TaskSet
 from ._stats import postprocess, preprocess
 from .process import Failed, WorkerGone
-from .workers import Worker, WorkerPool
+from .workers import Moved, Worker, WorkerPool
 
 __all__ = ["BatchScheduler"]
 
@@ -34,8 +34,10 @@ class BatchScheduler(PoolScheduler):
     ``predict`` gets the list of (preprocessed) inputs, and, if it takes the request, the list of
     the requests in the same order; it must return a list of the same length. ``target`` is the
     version's :class:`WorkerPool` (or one loaded instance); each batch goes to the least-loaded
-    ready worker, at most ``predict_concurrency`` batches per worker at a time. A batch whose
-    worker process died before it was sent goes back to the front of the queue. ``clock`` times
+    ready worker, at most ``predict_concurrency`` batches per worker at a time (and one more
+    queued ahead in the worker, where it takes one: ``queue_ahead``). A batch whose worker
+    process died before it was sent, or that a thread worker took back before it started (every
+    predict thread held past ``response_timeout``), goes back to the front of the queue. ``clock`` times
     ``max_batch_delay`` (tests pass a manual one). ``max_queue_delay_ms``: the longest a request
     waits for its batch (0: only its own deadline bounds it); past it, it is refused with
     ``QueueTimeout`` when its batch is taken, without reaching the model. ``priority``: the
@@ -74,12 +76,13 @@ class BatchScheduler(PoolScheduler):
             run=self._run_batch,
             tasks=self._tasks,
             stopped=self._stopped_error,
-            retry_on=(WorkerGone,),
+            retry_on=(WorkerGone, Moved),
             clock=clock,
             stats=self._pool.stats,
             max_wait=max_queue_delay_ms / 1000.0,
             priority=priority,
             watch=False,  # infer() says when its client leaves: no callback per request
+            placed=_placed,
         )
 
     async def start(self) -> None:
@@ -137,3 +140,9 @@ class BatchScheduler(PoolScheduler):
     @staticmethod
     def _run_batch(worker: Worker, batch: list[Pending]) -> Awaitable[Any]:
         return worker.batch([p.inputs for p in batch], [p.request for p in batch])
+
+
+def _placed(worker: Worker) -> bool:
+    """Whether a batch that just took a slot on ``worker`` waits there, queued ahead of its
+    predict slots, behind running batches (``queue_ahead``)."""
+    return worker.busy > getattr(worker, "slots", worker.capacity)

@@ -210,7 +210,7 @@ class ProcessWorker:
             raise WorkerDied(f"{self._label} worker process {self.pid}: {exc}") from exc
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
-            self.ahead = min(1, self._max_ahead) if self._batching else self._max_ahead
+            self.ahead = self._max_ahead  # (one batch, with dynamic batching)
             self.capacity = self.slots + self.ahead
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be
