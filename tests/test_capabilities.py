@@ -35,9 +35,9 @@ def test_frozen_and_slotted() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         caps.streaming = True  # type: ignore[misc]
     assert not hasattr(caps, "__dict__")
-    # the 11 flags, device, declared inputs, what a truss offers besides predict (5), and an
+    # the 12 flags, device, declared inputs, what a truss offers besides predict (5), and an
     # MLServer runtime's character-count BYTES shapes and custom handler routes
-    assert len(dataclasses.fields(Capabilities)) == 22  # and whether it embeds
+    assert len(dataclasses.fields(Capabilities)) == 23  # and whether it embeds
 
 
 def test_the_defaults_are_an_async_predict_that_takes_the_inputs(

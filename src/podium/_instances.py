@@ -102,6 +102,9 @@ class Capabilities:
     needs_inputs: bool = True
     #: Some method takes the raw request: the front end makes it (a ``starlette`` ``Request``).
     needs_request: bool = False
+    #: ... and reads only its headers (an MLServer runtime's ``parameters.headers``): a response
+    #: cache may keep its answers, keyed by the headers too.
+    request_headers_only: bool = False
     #: What the first parameter asks for (the data plane converts the payload into it).
     input_kind: InputKind = InputKind.DEFAULT
     #: The pydantic model of :attr:`InputKind.SCHEMA` (``validate`` makes it), else None.

@@ -54,8 +54,46 @@ class Model:
         yield {"CALLS": np.array([self.calls], dtype=np.int64)}
 """
 
+TAKES_REQUEST = """
+import numpy as np
+from starlette.requests import Request
+
+
+class Model:
+    def __init__(self):
+        self.calls = 0
+
+    def predict(self, inputs, request: Request):
+        self.calls += 1
+        return {"CALLS": np.array([self.calls], dtype=np.int64)}
+"""
+
+#: An MLServer runtime (served through Podium's own ``mlserver`` import path): it reads the
+#: request's headers (``parameters.headers``), so its answers are kept by them too, as MLServer's
+#: own cache keeps them.
+MLSERVER_COUNTING = """
+import numpy as np
+from mlserver import MLModel
+from mlserver.codecs import NumpyCodec
+from mlserver.types import InferenceRequest, InferenceResponse
+
+
+class Counter(MLModel):
+    async def load(self):
+        self.calls = 0
+        return True
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        self.calls += 1
+        calls = np.array([self.calls], dtype=np.int64)
+        return InferenceResponse(
+            model_name=self.name, outputs=[NumpyCodec.encode_output("CALLS", calls)]
+        )
+"""
+
 MODELS = {
     "cached": (COUNTING, "response_cache: {max_bytes: 1000000}\n"),
+    "takes_request": (TAKES_REQUEST, "response_cache: true\n"),
     "plain": (COUNTING, ""),
     "sequence": (COUNTING, "sequence_batching: true\nresponse_cache: true\n"),
     "streaming": (STREAMING, "response_cache: true\n"),
@@ -70,7 +108,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         folder.mkdir()
         (folder / "model.py").write_text(textwrap.dedent(code))
         (folder / "config.yaml").write_text(config)
-    paths: list[Path] = [root / name for name in MODELS]
+    runtime = root / "mls_counter"  # MLServer's files: cache_enabled in model-settings.json
+    runtime.mkdir()
+    (runtime / "model.py").write_text(textwrap.dedent(MLSERVER_COUNTING))
+    settings = {"name": "mls_counter", "implementation": "model.Counter", "cache_enabled": True}
+    (runtime / "model-settings.json").write_text(json.dumps(settings))
+    paths: list[Path] = [root / name for name in MODELS] + [runtime]
     with run_server(*paths, args=("--model-control", "inference")) as server:
         yield server
 
@@ -253,7 +296,7 @@ def test_metrics_count_hits_misses_entries_and_bytes(server: Server) -> None:
     )
 
 
-@pytest.mark.parametrize("model", ["plain", "sequence", "streaming"])
+@pytest.mark.parametrize("model", ["plain", "sequence", "streaming", "takes_request"])
 def test_models_without_a_cache_run_every_time(server: Server, model: str) -> None:
     first = calls(infer(server, [4.0, 2.0], model=model))
     assert calls(infer(server, [4.0, 2.0], model=model)) == first + 1
@@ -264,6 +307,37 @@ def test_models_without_a_cache_run_every_time(server: Server, model: str) -> No
 def test_the_settings_refusal_is_logged(server: Server) -> None:
     assert "'sequence': response_cache is off: a model with sequence_batching" in server.log
     assert "'streaming': response_cache is off: a streaming model" in server.log
+    assert "'takes_request': response_cache is off: a model that takes the raw request" in (
+        server.log
+    )
+    assert "'mls_counter': response_cache is off" not in server.log
+
+
+def test_an_mlserver_runtimes_answers_are_kept_by_its_inputs_and_headers(server: Server) -> None:
+    """MLServer's cache_enabled turns the cache on for a runtime, which reads the request's
+    headers (parameters.headers): the same request with the same headers is a hit, another
+    header value is a miss, as MLServer's own cache (keyed by the payload, headers included)."""
+    tenant_a = {"x-tenant": "a"}
+    first = calls(infer(server, [6.0, 1.0], model="mls_counter", headers=tenant_a))
+    assert calls(infer(server, [6.0, 1.0], model="mls_counter", headers=tenant_a)) == first
+    other = calls(infer(server, [6.0, 1.0], model="mls_counter", headers={"x-tenant": "b"}))
+    assert other == first + 1
+    assert calls(infer(server, [6.0, 2.0], model="mls_counter", headers=tenant_a)) == first + 2
+    hits, misses, _, _ = counts(server, "mls_counter")
+    assert (hits, misses) == (1, 3)
+
+
+def test_a_hit_to_a_request_without_an_id_is_named_as_the_model_names_it(server: Server) -> None:
+    """An MLServer runtime names every request that has no id (MLServer's data plane does): a
+    hit gets a name of its own, never the kept request's; a model that names none gives none."""
+    first = infer(server, [6.0, 3.0], model="mls_counter")
+    second = infer(server, [6.0, 3.0], model="mls_counter")
+    assert calls(first) == calls(second)
+    assert first.json()["id"] and second.json()["id"]
+    assert first.json()["id"] != second.json()["id"]
+    native = [infer(server, [6.0, 3.0]) for _ in range(2)]
+    assert calls(native[0]) == calls(native[1])
+    assert [r.json().get("id") for r in native] == [None, None]
 
 
 def test_a_streaming_call_to_a_cached_model_is_never_cached(server: Server) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
@@ -40,6 +41,7 @@ from ..types import (
     ServerMetadata,
     WireProtocol,
     current_request,
+    request_id,
 )
 from ._convert import gather, inputs_of, oip_response, take_headers
 from ._endpoints import endpoint_items, handler_route, healthy, serve_websocket
@@ -348,7 +350,7 @@ class DataPlane:
                         headers = take_headers(result)
                 answer = Answer(result, headers, None if sequence is None else sequence.outcome())
                 if key is not None and cache is not None:
-                    _keep(cache, key, generation, answer)
+                    _keep(cache, key, generation, answer, call.payload.id)
             else:
                 answer = hit
         except BaseException as exc:
@@ -487,7 +489,11 @@ def _look_up(
     if asked == CACHE_NO_READ | CACHE_NO_STORE:
         return None, 0, None
     start = _now()
-    key = request_key(mv.name, mv.version, payload)
+    headers = None
+    if mv.instance.capabilities.request_headers_only:  # what else the model reads
+        found = getattr(call.request, "headers", None)
+        headers = [] if found is None else sorted(found.items())
+    key = request_key(mv.name, mv.version, payload, headers)
     if key is None:
         return None, 0, None
     stats = cache.stats
@@ -495,8 +501,11 @@ def _look_up(
         found = cache.get(key)
         if found is not None:
             response, headers = found
+            answer_id = payload.id
+            if answer_id is None and response.id is _OWN_ID:  # as the model names a request
+                answer_id = request_id() or str(uuid.uuid4())
             answer = Answer(
-                replace(response, id=payload.id), None if headers is None else dict(headers)
+                replace(response, id=answer_id), None if headers is None else dict(headers)
             )
             stats.hits += 1
             stats.hit_ns += _now() - start
@@ -506,13 +515,23 @@ def _look_up(
     return (None if asked & CACHE_NO_STORE else key), cache.generation, None
 
 
-def _keep(cache: ResponseCache, key: bytes, generation: int, answer: Answer) -> None:
-    """Keep a miss's answer (an OIP response; its id is the request's, left out), its time
-    counted in ``cache_miss``."""
+#: The id a kept answer holds when the model named a request that came without one (an MLServer
+#: runtime names every request, as MLServer does: ``podium.request_id()``): a hit to a request
+#: without an id is named the same way, never with the id of the request that was kept.
+_OWN_ID = "(the request's own id)"
+
+
+def _keep(
+    cache: ResponseCache, key: bytes, generation: int, answer: Answer, asked_id: str | None
+) -> None:
+    """Keep a miss's answer (an OIP response; its id is the request's, left out, or
+    :data:`_OWN_ID` where the model named a request without one), its time counted in
+    ``cache_miss``."""
     start = _now()
     response = answer.value
     if type(response) is InferenceResponse:
-        kept = replace(response, id=None)
+        own = asked_id is None and response.id is not None
+        kept = replace(response, id=_OWN_ID if own else None)
         cache.put(key, kept, answer.headers, answer_size(kept), generation)
     cache.stats.miss_ns += _now() - start
 

@@ -79,9 +79,17 @@ def _data(data: Any, arrays: list[np.ndarray]) -> tuple[Any, ...]:
     return ("l", data)
 
 
-def request_key(name: str, version: str | None, request: InferenceRequest) -> bytes | None:
+def request_key(
+    name: str,
+    version: str | None,
+    request: InferenceRequest,
+    headers: list[tuple[str, str]] | None = None,
+) -> bytes | None:
     """The cache key of ``request`` to that model version (see the module's docstring); None
     when a part of it cannot be written (a value MessagePack cannot hold): not cached.
+    ``headers``: the request's headers, sorted, for a model that reads them
+    (``Capabilities.request_headers_only``: an MLServer runtime's ``parameters.headers``, which
+    MLServer's own cache keys by as well); None for every other model.
 
     The parts are one MessagePack structure (its arrays and strings carry their lengths, so no
     two different requests write the same bytes), followed by the bytes of each array input in
@@ -101,6 +109,7 @@ def request_key(name: str, version: str | None, request: InferenceRequest) -> by
                 if outputs is None
                 else [(o.name, _kept(o.parameters, _OUTPUT_ENCODING)) for o in outputs],
                 _kept(request.parameters, IGNORED_PARAMETERS),
+                headers,
             )
         )
     except (TypeError, ValueError, OverflowError):

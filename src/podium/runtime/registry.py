@@ -247,7 +247,7 @@ def cache_refusal(mv: ModelVersion) -> str:
         return "a model with sequence_batching answers by its sequence's state"
     if config.continuous_batching or caps.streaming or caps.continuous or caps.consumes_stream:
         return "a streaming model's answers are not cached"
-    if caps.needs_request:
+    if caps.needs_request and not caps.request_headers_only:
         return "a model that takes the raw request may answer by more than its inputs"
     if not caps.needs_inputs:
         return "a model that takes no inputs has nothing to key its answers by"

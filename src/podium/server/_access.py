@@ -109,8 +109,9 @@ def cache_control(value: bytes | str) -> int:
 
 def ask_of_queue(info: RequestInfo, key: bytes | str, value: bytes | str) -> None:
     """Note in ``info`` what a client's priority or timeout header (or metadata) asks of the
-    model's queue, or its ``Cache-Control`` of a response cache; ``InvalidInput`` for a value that is not a priority (an integer >= 0) or a
-    timeout (a number of milliseconds > 0). The message never quotes the value."""
+    model's queue, or its ``Cache-Control`` of a response cache; ``InvalidInput`` for a value
+    that is not a priority (an integer >= 0) or a timeout (a number of milliseconds > 0). The
+    message never quotes the value."""
     name = key.decode("latin-1") if isinstance(key, bytes) else key
     if name == CACHE_METADATA:
         info.cache |= cache_control(value)

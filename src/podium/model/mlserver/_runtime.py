@@ -123,6 +123,7 @@ class MLServerModel(Adapter):
         self.capabilities = Capabilities(
             input_kind=InputKind.RAW,
             needs_request=True,  # for parameters.headers, as MLServer gives them to the runtime
+            request_headers_only=True,  # and for nothing else (a response cache keys by them)
             has_preprocess=True,  # validates the payload into the runtime's InferenceRequest
             streaming=streaming,
             # gRPC ModelStreamInfer feeds predict_stream many requests
