@@ -174,6 +174,21 @@ def test_a_repeated_request_is_answered_from_the_cache(server: Server) -> None:
     assert hit["ns"] > 0
 
 
+def test_a_hit_counts_in_the_queue_as_tritons_do(server: Server) -> None:
+    """Triton 2.51 (run with response_cache on): every request counts in queue, hits too, and
+    only the miss in compute and inference_count."""
+
+    def queue_and_compute() -> tuple[int, int, int]:
+        s = stats(server)
+        infer = s["inference_stats"]
+        return infer["queue"]["count"], infer["compute_infer"]["count"], s["inference_count"]
+
+    before = queue_and_compute()
+    assert calls(infer(server, [9.0, 9.5])) == calls(infer(server, [9.0, 9.5]))
+    after = queue_and_compute()
+    assert [a - b for a, b in zip(after, before, strict=True)] == [2, 1, 1]
+
+
 def test_a_different_input_parameter_or_output_misses(server: Server) -> None:
     kept = calls(infer(server, [3.0, 4.0]))
     assert calls(infer(server, [3.0, 4.0])) == kept

@@ -15,8 +15,9 @@ they ran; ``batch_stats`` the executions by batch size (``compute_infer``; Podiu
 are zero); ``cache_hit`` / ``cache_miss`` the version's response cache (``response_cache``;
 zero without one), as Triton counts them: a hit's count and time to look up and copy out the
 stored answer, a miss's count and time to look up and to store the answer the model gave. A hit
-counts in ``success`` (its whole time in the data plane) and in nothing else: it never reaches
-a queue, a worker or ``predict``, so ``inference_count`` and ``execution_count`` leave it out,
+counts in ``success`` (its whole time in the data plane) and in ``queue``'s count, with no time
+(Triton 2.51 counts every request there, hits too); in nothing else: it never reaches a worker
+or ``predict``, so ``inference_count``, ``execution_count`` and the compute counts leave it out,
 as Triton's do.
 
 ``device_stats`` is Podium's, in the JSON answer only (gRPC's message has no field for it), and
@@ -120,10 +121,11 @@ def model_statistics(mv: ModelVersion) -> ModelStatistics:
     executed = stats.infer_count
     pre, post = stats.compute_input, stats.compute_output
     cached = mv.cache.stats if mv.cache is not None else CacheStats()  # none: all zero
+    queued = stats.queue_durations()
     infer = InferStatistics(
         success=_duration(stats.success()),
         fail=_duration(stats.fail()),
-        queue=_duration(stats.queue_durations()),
+        queue=StatisticDuration(queued.count + cached.hits, queued.ns),
         compute_input=StatisticDuration(pre.count or executed, pre.ns),
         compute_infer=StatisticDuration(executed, stats.infer_ns),
         compute_output=StatisticDuration(post.count or executed, post.ns),
