@@ -10,6 +10,7 @@ import random
 import re
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -129,3 +130,12 @@ def test_durations_at_random_round_as_round_rounds_them() -> None:
     for _ in range(20_000):
         made.end = rng.randrange(10 ** rng.randrange(1, 17))
         assert made.duration_ms == round(made.end / 1e6, 3)
+
+
+@pytest.mark.parametrize("formatter", [TextFormatter(), TextFormatter("worker 1"), JsonFormatter()])
+def test_lines_made_together_are_the_lines_made_one_by_one(formatter: Any) -> None:
+    items = [("r-1", "one", access()), (None, "two", None), ("r-3", 'th"ree', {"a": 1})]
+    created = 1764400000.125
+    one_by_one = "".join(formatter.line(created, "INFO", "n", *item) + "\n" for item in items)
+    assert formatter.lines(created, "INFO", "n", items, "\n") == one_by_one
+    assert formatter.lines(created, "INFO", "n", [], "\n") == ""

@@ -65,6 +65,9 @@ MAX_LOG_LINE = 2 * 1024
 #: A traceback longer than twice this keeps this many characters of its head and of its tail.
 MAX_TRACEBACK = 16 * 1024
 
+#: What a formatter's ``lines`` makes lines of: each record's request id, message and fields.
+Lines = list[tuple[str | None, str, Any]]
+
 
 class BoundedFormatter(logging.Formatter):
     """A :class:`logging.Formatter` whose output is bounded (see the module's docstring)."""
@@ -195,6 +198,20 @@ class TextFormatter(BoundedFormatter):
             return f"{stamp} {level} {name}{self._tag} [{request_id}]: {message}"
         return f"{stamp} {level} {name}{self._tag}: {message}"
 
+    def lines(self, created: float, level: str, name: str, items: Lines, end: str) -> str:
+        """The lines of records made at one time (``items``: each one's request id, message
+        and fields, as :meth:`line` takes them), each ended by ``end``: what :meth:`line` makes
+        of each, with what they share (the stamp, level and logger) made once."""
+        head = f"{self._clock.text(created)} {level} {name}{self._tag}"
+        return "".join(
+            [
+                f"{head} [{request_id}]: {message}{end}"
+                if request_id
+                else f"{head}: {message}{end}"
+                for request_id, message, _ in items
+            ]
+        )
+
 
 _encoder = msgspec.json.Encoder()
 #: The keys every JSON line has, first and in this order.
@@ -233,6 +250,14 @@ class JsonFormatter(logging.Formatter):
     def line(self, *parts: Any) -> str:
         """The line of a record without traceback (``parts``: as :meth:`TextFormatter.line`'s)."""
         return self._encode(self._keys(*parts))
+
+    def lines(self, created: float, level: str, name: str, items: Lines, end: str) -> str:
+        """The lines of records made at one time, each ended by ``end`` (as
+        :meth:`TextFormatter.lines`)."""
+        keys, encode = self._keys, self._encode
+        made = [encode(keys(created, level, name, *item)) for item in items]
+        made.append("")  # (the last line's end)
+        return end.join(made)
 
     def _keys(
         self,

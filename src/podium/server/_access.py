@@ -372,18 +372,14 @@ class AccessLog:
     def _lines(self, held: list[Access]) -> None:
         """The lines, made by Podium's writer's formatter and written together."""
         writer: Any = self._writer
-        line = writer.formatter.line
-        name = self.logger.name
-        end = writer.terminator
-        now = time.time()
-        lines = []
         for access in held:
             if access.describe is not None:
                 access.describe(access)
-            message = bounded(str(access), MAX_LOG_MESSAGE)
-            lines.append(line(now, "INFO", name, access.id, message, access))
-        lines.append("")  # (the last line's end)
-        writer.write_now(end.join(lines))
+        items = [(access.id, bounded(str(access), MAX_LOG_MESSAGE), access) for access in held]
+        lines = writer.formatter.lines(
+            time.time(), "INFO", self.logger.name, items, writer.terminator
+        )
+        writer.write_now(lines)
 
     def _records(self, held: list[Access]) -> None:
         """The lines as records of the logger."""
