@@ -88,16 +88,17 @@ class AccessMiddleware:
         self._known: dict[tuple[str, str], _Known] = {}  # by method and path (_look_up)
         #: what serves scopes other than HTTP requests (WebSockets): the app, or uvicorn's
         #: proxy headers before it (forwarded_from)
-        self._other: ASGIApp = app
+        self._other: Any = app
         #: uvicorn's proxy headers over nothing: rewrites a request's scope, in place
-        self._forwarded: ASGIApp | None = None
+        self._forwarded: Any = None
 
     def forwarded_from(self, trusted_hosts: list[str] | str) -> None:
         """Take ``X-Forwarded-For`` and ``X-Forwarded-Proto`` from the peers ``trusted_hosts``
         names (uvicorn's ``forwarded_allow_ips``), exactly as uvicorn's
         ``ProxyHeadersMiddleware`` does, which the server then need not run around this."""
-        self._other = ProxyHeadersMiddleware(self.app, trusted_hosts)
-        self._forwarded = ProxyHeadersMiddleware(_nothing, trusted_hosts)
+        # (Any: uvicorn's ASGI types are narrower than Podium's, for the same messages)
+        self._other = ProxyHeadersMiddleware(cast(Any, self.app), trusted_hosts)
+        self._forwarded = ProxyHeadersMiddleware(cast(Any, _nothing), trusted_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
