@@ -8,12 +8,13 @@ waiting arrived, whichever comes first, and hands it to a task of its own, which
 batch already waits for one, and runs the moment one is freed, before the answers of the batch
 that freed it are delivered (so the model is not idle while the server sends them); requests
 that arrived meanwhile join it then, up to ``size``. The next batch forms once it has its slot,
-while it runs. Where a worker takes a batch queued ahead of its predict slots (a sync
-``predict`` on thread workers, a worker process: ``queue_ahead``), the owner's slots count that
-place too: a batch formed ahead gets it at once and, closed, waits in the worker, which starts it
-the moment the batch before returns, without waiting for this loop; the batch formed behind it
-is the one later arrivals join. Such a batch still counts as queued (against ``limit``) until a
-batch before it on that worker returns. A request whose
+while it runs. Where a worker takes batches queued ahead of its predict slots (a sync
+``predict`` on thread workers, a worker process: ``queue_ahead``, one per slot), the owner's
+slots count those places too: a batch formed ahead gets one at once and, closed, waits in the
+worker, which starts it the moment a batch before returns, without waiting for this loop; the
+batch formed behind them is the one later arrivals join. Such a batch still counts as queued
+(against ``limit``) until a batch before it on that worker returns (the oldest waiting there
+starts first). A request whose
 client left before its batch closed is dropped from it; a running batch whose clients have all
 left is cancelled. A batch's result must be a list (or tuple) as long as the batch; each request
 gets its own item, or every request the batch's error.
