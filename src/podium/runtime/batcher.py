@@ -81,7 +81,6 @@ class BatchScheduler(PoolScheduler):
             stats=self._pool.stats,
             max_wait=max_queue_delay_ms / 1000.0,
             priority=priority,
-            watch=False,  # infer() says when its client leaves: no callback per request
             placed=_placed,
         )
 
