@@ -4,14 +4,18 @@ it is. Every answer carries, in its parameters, the seconds it has spent in ``pr
 (``busy_s``), its clock (``at_s``) and the batches it ran (``batches``): bench/run.py reads them before and after a run, so the
 share of the time the model was busy comes from the model itself.
 
-Two variants share this file (their directories link to it and name the class in
+Three variants share this file (their directories link to it and name the class in
 ``model_class_name``): ``SyncModel`` (``bench/models/batch_busy_sync``) waits with a blocking
 ``time.sleep`` on the model's thread, as an accelerator's blocking call does, timed by the OS
-(``asyncio.sleep`` counts whole milliseconds on uvloop: bench/RESULTS.md §34); ``SingleModel``
+(``asyncio.sleep`` counts whole milliseconds on uvloop: bench/RESULTS.md §34); ``PairModel``
+(``bench/models/batch_busy_sync2``) is ``SyncModel`` on two predict threads
+(``predict_concurrency: 2``), each batch waiting twice as long, so that the model alone allows
+as much as ``SyncModel``; its ``busy_s`` is its threads' mean (bench/RESULTS.md §43); ``SingleModel``
 (``bench/models/busy_single``) does the same work unbatched, one request at a time, waiting 1 ms
 + 0.05 ms for each (its ``batches`` counts calls)."""
 
 import asyncio
+import threading
 import time
 
 from podium import InferenceResponse, ResponseOutput
@@ -56,6 +60,25 @@ class SyncModel(Model):
     def predict(self, batch: list) -> list:  # type: ignore[override]
         started = time.monotonic()
         time.sleep(0.001 + 0.00005 * len(batch))
+        stats = self._ran(started)
+        return [_answer(inputs, stats) for inputs in batch]
+
+
+class PairModel(Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()  # its two threads count into one total
+
+    def _ran(self, started: float) -> dict:
+        with self._lock:
+            stats = super()._ran(started)
+            self.busy -= (stats["at_s"] - started) / 2  # the mean of its two threads
+            stats["busy_s"] = self.busy
+            return stats
+
+    def predict(self, batch: list) -> list:  # type: ignore[override]
+        started = time.monotonic()
+        time.sleep(2 * (0.001 + 0.00005 * len(batch)))
         stats = self._ran(started)
         return [_answer(inputs, stats) for inputs in batch]
 
