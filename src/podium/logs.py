@@ -65,6 +65,9 @@ MAX_LOG_LINE = 2 * 1024
 #: A traceback longer than twice this keeps this many characters of its head and of its tail.
 MAX_TRACEBACK = 16 * 1024
 
+#: What a formatter's ``lines`` makes lines of: each record's request id, message and fields.
+Lines = list[tuple[str | None, str, Any]]
+
 
 class BoundedFormatter(logging.Formatter):
     """A :class:`logging.Formatter` whose output is bounded (see the module's docstring)."""
@@ -122,24 +125,39 @@ def _parts(record: logging.LogRecord) -> tuple[float, str, str, str | None, str,
     )
 
 
-class _Seconds:
-    """A clock's text, made once per second (``time.strftime`` costs more than a log line's
-    other parts together)."""
+class _Stamps:
+    """A clock's text to the millisecond, ``pattern`` (``time.strftime``'s, of the second)
+    then ``point`` and the milliseconds (three digits) then ``end``. The seconds' text is made
+    once per second (``time.strftime`` costs more than a log line's other parts together), and
+    the whole stamp once per ``created``: the access lines made together share one time
+    (``AccessLog``), and formatting the milliseconds costs as much as the rest of a line."""
 
-    __slots__ = ("_pattern", "_convert", "_second", "_text")
+    __slots__ = ("_pattern", "_convert", "_point", "_end", "_second", "_last")
 
-    def __init__(self, pattern: str, convert: Any) -> None:
+    def __init__(self, pattern: str, convert: Any, point: str, end: str = "") -> None:
         self._pattern = pattern
         self._convert = convert
-        self._second = -1
-        self._text = ""
+        self._point = point
+        self._end = end
+        # (time, its text), each replaced whole: threads that log at once (the access log's
+        # and any other) never read a text with another time's
+        self._second: tuple[int, str] = (-1, "")
+        self._last: tuple[float, str] = (-1.0, "")
 
     def text(self, created: float) -> str:
+        at, text = self._last
+        if created == at:
+            return text
         second = int(created)
-        if second != self._second:
-            self._text = time.strftime(self._pattern, self._convert(second))
-            self._second = second
-        return self._text
+        at_second, seconds = self._second
+        if second != at_second:
+            seconds = time.strftime(self._pattern, self._convert(second))
+            self._second = (second, seconds)
+        # str().zfill(3): the text of f"{n:03d}" for 0 <= n < 1000, without a format spec
+        milliseconds = str(int((created % 1) * 1000)).zfill(3)
+        text = f"{seconds}{self._point}{milliseconds}{self._end}"
+        self._last = (created, text)
+        return text
 
 
 class TextFormatter(BoundedFormatter):
@@ -150,7 +168,7 @@ class TextFormatter(BoundedFormatter):
     def __init__(self, tag: str = "") -> None:
         super().__init__()
         self._tag = f" [{tag}]" if tag else ""
-        self._clock = _Seconds("%Y-%m-%d %H:%M:%S", time.localtime)
+        self._clock = _Stamps("%Y-%m-%d %H:%M:%S", time.localtime, ",")
 
     def format(self, record: logging.LogRecord) -> str:
         parts = _parts(record)
@@ -175,12 +193,29 @@ class TextFormatter(BoundedFormatter):
     ) -> str:
         """The line of a record without traceback (``message`` bounded already; ``fields`` are
         not written in this format)."""
-        stamp = f"{self._clock.text(created)},{int((created % 1) * 1000):03d}"
-        where = f"{self._tag} [{request_id}]" if request_id else self._tag
-        return f"{stamp} {level} {name}{where}: {message}"
+        stamp = self._clock.text(created)
+        if request_id:
+            return f"{stamp} {level} {name}{self._tag} [{request_id}]: {message}"
+        return f"{stamp} {level} {name}{self._tag}: {message}"
+
+    def lines(self, created: float, level: str, name: str, items: Lines, end: str) -> str:
+        """The lines of records made at one time (``items``: each one's request id, message
+        and fields, as :meth:`line` takes them), each ended by ``end``: what :meth:`line` makes
+        of each, with what they share (the stamp, level and logger) made once."""
+        head = f"{self._clock.text(created)} {level} {name}{self._tag}"
+        return "".join(
+            [
+                f"{head} [{request_id}]: {message}{end}"
+                if request_id
+                else f"{head}: {message}{end}"
+                for request_id, message, _ in items
+            ]
+        )
 
 
 _encoder = msgspec.json.Encoder()
+#: The keys every JSON line has, first and in this order.
+_STANDARD_KEYS = ("ts", "level", "logger", "message", "request_id")
 
 
 class JsonFormatter(logging.Formatter):
@@ -194,8 +229,10 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self, static: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        self._static = dict(static or {})
-        self._clock = _Seconds("%Y-%m-%dT%H:%M:%S", time.gmtime)
+        # a static key never replaces a standard one: those are left out here, once
+        self._static = {k: v for k, v in (static or {}).items() if k not in _STANDARD_KEYS}
+        self._taken = frozenset((*_STANDARD_KEYS, *self._static))  # the keys fields cannot set
+        self._clock = _Stamps("%Y-%m-%dT%H:%M:%S", time.gmtime, ".", "Z")
 
     def format(self, record: logging.LogRecord) -> str:
         line = self._keys(*_parts(record))
@@ -214,6 +251,14 @@ class JsonFormatter(logging.Formatter):
         """The line of a record without traceback (``parts``: as :meth:`TextFormatter.line`'s)."""
         return self._encode(self._keys(*parts))
 
+    def lines(self, created: float, level: str, name: str, items: Lines, end: str) -> str:
+        """The lines of records made at one time, each ended by ``end`` (as
+        :meth:`TextFormatter.lines`)."""
+        keys, encode = self._keys, self._encode
+        made = [encode(keys(created, level, name, *item)) for item in items]
+        made.append("")  # (the last line's end)
+        return end.join(made)
+
     def _keys(
         self,
         created: float,
@@ -224,20 +269,22 @@ class JsonFormatter(logging.Formatter):
         fields: Any,
     ) -> dict[str, Any]:
         line: dict[str, Any] = {
-            "ts": f"{self._clock.text(created)}.{int((created % 1) * 1000):03d}Z",
+            "ts": self._clock.text(created),
             "level": level,
             "logger": name,
             "message": message,
             "request_id": request_id,
         }
         if self._static:
-            for key, value in self._static.items():
-                line.setdefault(key, value)
+            line.update(self._static)  # (none of the keys above: __init__)
         if fields is not None:
             if not isinstance(fields, Mapping):
                 fields = fields.fields()
-            for key, value in fields.items():
-                line.setdefault(key, value)
+            if self._taken.isdisjoint(fields):  # as a rule (the access log's): add them whole
+                line.update(fields)
+            else:
+                for key, value in fields.items():
+                    line.setdefault(key, value)
         return line
 
     @staticmethod

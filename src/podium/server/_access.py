@@ -216,7 +216,12 @@ class Access(RequestInfo):
     @property
     def duration_ms(self) -> float:
         """From its arrival to its end (:meth:`ended`), in milliseconds (to the microsecond)."""
-        return round((self.end - self.start) / 1e6, 3)
+        ns = self.end - self.start
+        if 0 <= ns < _EXACT_NS:
+            microseconds, rest = divmod(ns, 1000)
+            if rest != 500:
+                return (microseconds + (rest > 500)) / 1000
+        return round(ns / 1e6, 3)  # (a tie, or over 11 days)
 
     def __str__(self) -> str:
         status = self.code if self.code is not None else self.status
@@ -256,6 +261,13 @@ def printable(text: str, limit: int = MAX_PATH) -> str:
 
 
 _now = time.perf_counter_ns
+#: Durations shorter than this many nanoseconds (11.6 days) are rounded to the microsecond
+#: exactly as ``round(ns / 1e6, 3)`` rounds them, by integer arithmetic (a third of its cost):
+#: ``ns / 1e6`` is within 2**-53 of itself of ``ns``'s value in milliseconds, under 1e-6 ms
+#: here, so it lies on the same side of every tie (a tie is 1 ns from any other ``ns``), except
+#: at a tie (``ns % 1000 == 500``), which is left to ``round``; and ``q / 1000`` is the double
+#: nearest ``q`` thousandths, which ``round`` answers.
+_EXACT_NS = 10**15
 #: When logging started (``relativeCreated`` counts from it, as the logging module's records do).
 _START: float = getattr(logging, "_startTime", time.time())
 
@@ -360,17 +372,14 @@ class AccessLog:
     def _lines(self, held: list[Access]) -> None:
         """The lines, made by Podium's writer's formatter and written together."""
         writer: Any = self._writer
-        line = writer.formatter.line
-        name = self.logger.name
-        end = writer.terminator
-        now = time.time()
-        lines = []
         for access in held:
             if access.describe is not None:
                 access.describe(access)
-            message = bounded(str(access), MAX_LOG_MESSAGE)
-            lines.append(line(now, "INFO", name, access.id, message, access) + end)
-        writer.write_now("".join(lines))
+        items = [(access.id, bounded(str(access), MAX_LOG_MESSAGE), access) for access in held]
+        lines = writer.formatter.lines(
+            time.time(), "INFO", self.logger.name, items, writer.terminator
+        )
+        writer.write_now(lines)
 
     def _records(self, held: list[Access]) -> None:
         """The lines as records of the logger."""
