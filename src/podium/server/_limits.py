@@ -178,23 +178,27 @@ class _Cork:
     held longer than one turn, and the order of bytes is kept. Everything else is the
     transport's own (``close`` writes what is held first)."""
 
-    __slots__ = ("transport", "loop", "held", "armed")
+    __slots__ = ("transport", "loop", "held", "armed", "_flush")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
         self.loop = loop
         self.held: bytes | None = None
         self.armed = False  # the next write begins a response: hold it
+        self._flush: asyncio.Handle | None = None  # the end of turn's flush of what is held
 
     def write(self, data: bytes) -> None:
         held = self.held
         if held is not None:
             self.held = None
+            # the usual case (a body written in the head's turn): the flush has nothing left to
+            # do; cancelled, the loop drops it without calling it
+            self._flush.cancel()  # type: ignore[union-attr]
             self.transport.write(held + data)
         elif self.armed:
             self.armed = False
             self.held = data
-            self.loop.call_soon(self.flush)
+            self._flush = self.loop.call_soon(self.flush)
         else:
             self.transport.write(data)
 
@@ -203,6 +207,7 @@ class _Cork:
         held = self.held
         if held is not None:
             self.held = None
+            self._flush.cancel()  # type: ignore[union-attr]
             if not self.transport.is_closing():
                 self.transport.write(held)
 
@@ -224,10 +229,9 @@ class LostHook:
     keeping a task reading ``receive()`` for ``http.disconnect``. In the request's scope as
     :data:`LOST_HOOK`; ``callback`` is called once, on the loop, if set then."""
 
-    __slots__ = ("callback",)
-
-    def __init__(self) -> None:
-        self.callback: Callable[[], None] | None = None
+    #: set on the instance while the application waits; a class default, so that making the
+    #: hook of every request runs no ``__init__``
+    callback: Callable[[], None] | None = None
 
 
 class _GuardedProtocol(HttpToolsProtocol):
@@ -359,7 +363,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         before = self.cycle
         hook = LostHook()
         self.scope[LOST_HOOK] = hook  # type: ignore[literal-required]
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)  # (no super() object per request)
         cycle = self.cycle
         if cycle is not before and cycle is not None:
             cycle.transport = self._cork  # type: ignore[assignment]

@@ -75,6 +75,10 @@ def _url(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
+#: Seconds between two refreshes of an HTTP listener's ``Date`` header (uvicorn's own period).
+DATE_EVERY = 1.0
+
+
 class _Uvicorn:
     """uvicorn on a socket we bound, without its signal handling (we own the process's signals),
     with the connection limits of ``guard`` on every connection (see ``_limits``). It is a
@@ -112,8 +116,38 @@ class _Uvicorn:
         self.guard = guard
 
         class Server(uvicorn.Server):
+            """uvicorn's server, with a main loop that sleeps while nothing happens.
+
+            uvicorn's main loop wakes every 0.1 s to see whether it should exit, and every
+            tenth time refreshes the ``Date`` header: ten wake-ups a second on every listener,
+            idle or not. This one wakes every DATE_EVERY seconds for the ``Date`` header, and
+            at once when ``should_exit`` is set (by :meth:`_Uvicorn.stop` or anyone else)."""
+
+            def __init__(self, config: uvicorn.Config) -> None:
+                self._exit = asyncio.Event()  # (binds to the loop at its first wait)
+                super().__init__(config)
+
+            @property
+            def should_exit(self) -> bool:
+                return self._exit.is_set()
+
+            @should_exit.setter
+            def should_exit(self, value: bool) -> None:
+                if value:
+                    self._exit.set()
+                else:
+                    self._exit.clear()
+
             def capture_signals(self) -> Any:
                 return contextlib.nullcontext()
+
+            async def main_loop(self) -> None:
+                # on_tick(0): a tick whose count is a multiple of 10 refreshes the Date header;
+                # it answers True when the server should exit
+                while not await self.on_tick(0):
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(DATE_EVERY):
+                            await self._exit.wait()
 
         self.server = Server(config)
         _quiet_uvicorn()
