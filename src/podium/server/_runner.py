@@ -79,6 +79,11 @@ def _url(sock: socket.socket) -> str:
 DATE_EVERY = 1.0
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _Uvicorn:
     """uvicorn on a socket we bound, without its signal handling (we own the process's signals),
     with the connection limits of ``guard`` on every connection (see ``_limits``). It is a
@@ -124,30 +129,34 @@ class _Uvicorn:
             at once when ``should_exit`` is set (by :meth:`_Uvicorn.stop` or anyone else)."""
 
             def __init__(self, config: uvicorn.Config) -> None:
-                self._exit = asyncio.Event()  # (binds to the loop at its first wait)
+                self._exiting = False
+                self._wake: asyncio.Future[None] | None = None  # what main_loop waits on
                 super().__init__(config)
 
             @property
             def should_exit(self) -> bool:
-                return self._exit.is_set()
+                return self._exiting
 
             @should_exit.setter
             def should_exit(self, value: bool) -> None:
-                if value:
-                    self._exit.set()
-                else:
-                    self._exit.clear()
+                self._exiting = value
+                if value and self._wake is not None:
+                    _resolve(self._wake)
 
             def capture_signals(self) -> Any:
                 return contextlib.nullcontext()
 
             async def main_loop(self) -> None:
+                loop = asyncio.get_running_loop()
                 # on_tick(0): a tick whose count is a multiple of 10 refreshes the Date header;
                 # it answers True when the server should exit
                 while not await self.on_tick(0):
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(DATE_EVERY):
-                            await self._exit.wait()
+                    # a future that the timer or should_exit resolves: no exception thrown into
+                    # the task at every tick, as a timeout (a cancellation) would
+                    self._wake = wake = loop.create_future()
+                    timer = loop.call_later(DATE_EVERY, _resolve, wake)
+                    await wake
+                    timer.cancel()
 
         self.server = Server(config)
         _quiet_uvicorn()
