@@ -4,6 +4,9 @@ a measure that load on the machine does not move (timings on a shared 2-core mac
     .venv/bin/python bench/instructions.py --other /path/to/other/checkout/src
     .venv/bin/python bench/instructions.py --other ... --path /v1/models/echo:predict --body '{}'
     .venv/bin/python bench/instructions.py --floor   # this tree against the raw ASGI echo
+    # what Podium's connection limits cost: the raw echo on its guarded protocol, against plain
+    .venv/bin/python bench/instructions.py --guarded --floor
+    .venv/bin/python bench/instructions.py --guarded --other ...   # two trees' protocols
     # a response cache hit against the plain echo path, both this tree:
     .venv/bin/python bench/instructions.py --other src --model bench/models/echo_cached \
         --other-model examples/echo
@@ -147,6 +150,9 @@ def _totals(out: Path, label: str) -> int:
 #: ``--floor``'s server: the raw ASGI echo (bench/hello_app.py) on uvicorn, as bench/run.py runs
 #: the hello: the least any server that answers with what it was sent can do.
 FLOOR = "floor"
+#: ``--guarded``'s server: the same raw echo on uvicorn with the tree's guarded protocol
+#: (bench/guarded_echo.py), in place of ``podium serve``.
+GUARDED = "guarded"
 
 
 def _count(
@@ -166,6 +172,8 @@ def _count(
         argv = [sys.executable, "-m", "uvicorn", "hello_app:echo_app", "--app-dir"]
         argv += [str(ROOT / "bench"), "--host", "127.0.0.1", "--port", str(ports[0])]
         argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
+    elif extra == [GUARDED]:
+        argv = [sys.executable, str(ROOT / "bench" / "guarded_echo.py"), "--port", str(ports[0])]
     else:
         flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
         argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
@@ -258,6 +266,13 @@ def main() -> int:
         help="in place of another tree: the raw ASGI echo of bench/hello_app.py on uvicorn "
         "(uvloop, httptools, no access log), the floor the plain path is measured against",
     )
+    parser.add_argument(
+        "--guarded",
+        action="store_true",
+        help="each tree serves the raw ASGI echo on uvicorn through its own guarded protocol "
+        "(bench/guarded_echo.py) in place of `podium serve`: with --floor, what the connection "
+        "limits cost; with --other, two trees' protocols",
+    )
     parser.add_argument("--model", type=Path, default=ROOT / "examples" / "echo")
     parser.add_argument(
         "--other-model",
@@ -285,7 +300,8 @@ def main() -> int:
     args = parser.parse_args()
     if (args.other is None) == (not args.floor):
         parser.error("one of --other and --floor")
-    extra = {"this": [], "other": [FLOOR] if args.floor else args.other_args.split()}
+    mine = [GUARDED] if args.guarded else []
+    extra = {"this": mine, "other": [FLOOR] if args.floor else mine or args.other_args.split()}
     trees = {"this": ROOT / "src", "other": ROOT / "src" if args.floor else args.other.resolve()}
     models = {"this": args.model.resolve(), "other": (args.other_model or args.model).resolve()}
     per: dict[str, list[float]] = {name: [] for name in trees}
@@ -318,6 +334,8 @@ def main() -> int:
         mean = sum(per[name]) / len(per[name])
         quiet = sum(idle[name]) / len(idle[name])
         shown = "raw ASGI echo, uvicorn" if name == "other" and args.floor else f"`{src}`"
+        if args.guarded and not (name == "other" and args.floor):
+            shown += " (raw echo, guarded protocol)"
         print(f"| {name} | {shown} | {runs} | {mean:,.0f} | {quiet:,.0f} |")
     ratio = (sum(per["this"]) / len(per["this"])) / (sum(per["other"]) / len(per["other"]))
     print(f"\nthis / other: {ratio:.3f}")

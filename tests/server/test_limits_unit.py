@@ -19,7 +19,7 @@ from helpers import wait_until
 
 from podium.cli import _merge
 from podium.config import ServerConfig
-from podium.server import _limits
+from podium.server import _limits, _limits_setup
 from podium.server._limits import (
     ConnectionGuard,
     ConnectionLimits,
@@ -279,7 +279,7 @@ def test_a_uvicorn_without_the_needed_internals_fails_at_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     check_uvicorn()  # the installed one has them
-    monkeypatch.setattr(_limits, "_METHODS", (*_limits._METHODS, "no_such_method"))
+    monkeypatch.setattr(_limits_setup, "_METHODS", (*_limits_setup._METHODS, "no_such_method"))
     with pytest.raises(RuntimeError, match="no_such_method.*tested with"):
         ConnectionGuard("http-test", ConnectionLimits())
 
@@ -412,7 +412,7 @@ async def test_a_response_head_goes_out_with_its_first_body_write() -> None:
 def test_uvicorn_cycles_write_through_the_cork() -> None:
     # the guarded protocol sets each request cycle's transport: the attribute must exist
     check_uvicorn()
-    assert "transport" in _limits._NEEDED[2][1]
+    assert "transport" in _limits_setup._NEEDED[2][1]
 
 
 @pytest.mark.anyio
@@ -434,3 +434,49 @@ async def test_a_lost_connection_calls_its_requests_lost_hook_once() -> None:
         await shut(writer)
         await asyncio.sleep(0.1)
         assert LEFT == ["/hooked"]
+
+
+@pytest.mark.anyio
+async def test_a_connection_keeps_one_keep_alive_timer_across_its_requests() -> None:
+    """The keep-alive timer is made at a response where none is armed, not at every response;
+    when it rings it closes the connection only if it has been idle since its last response for
+    keep_alive_timeout, else it waits for the rest (or lapses while a request is under way)."""
+    guard = ConnectionGuard("http-test", ConnectionLimits(keep_alive_timeout=600))
+    sock = bind("127.0.0.1", 0)
+    server = _Uvicorn(app, sock, graceful=1, guard=guard)
+    await server.start()
+    try:
+        reader, writer = await connect(sock.getsockname()[1])
+        writer.write(GET)
+        assert (await response(reader))[0] == 200
+        (protocol,) = server.server.server_state.connections
+        timer = protocol.timeout_keep_alive_task
+        assert timer is not None
+        for _ in range(3):
+            writer.write(GET)
+            assert (await response(reader))[0] == 200
+            assert protocol.timeout_keep_alive_task is timer  # not remade per request
+        loop = asyncio.get_running_loop()
+        # it rings while the connection has been idle for less than the timeout: again, later
+        timer.cancel()  # (rung)
+        protocol._keep_alive_rang()
+        again = protocol.timeout_keep_alive_task
+        assert again is not None and again is not timer
+        assert not protocol.transport.is_closing()
+        # it rings while a request is under way (bytes arrived since the last response): lapses
+        protocol._idle_since = None
+        protocol._keep_alive_rang()
+        assert protocol.timeout_keep_alive_task is None
+        again.cancel()
+        assert not protocol.transport.is_closing()
+        writer.write(GET)  # the next response arms it again
+        assert (await response(reader))[0] == 200
+        assert protocol.timeout_keep_alive_task is not None
+        # it rings after keep_alive_timeout of idleness: closed, and counted
+        protocol._idle_since = loop.time() - 601
+        protocol._keep_alive_rang()
+        assert await closed(reader) == b""
+        assert guard.idle_timeouts == 1
+        await shut(writer)
+    finally:
+        await server.stop()

@@ -16,8 +16,9 @@ head deadline), or only where a request is slow (a head or a body split over sev
   or of sending the first byte of its next request: 408 if part of a head arrived, a silent close
   if nothing did (an unsolicited 408 on an idle connection would be read as the answer to the
   client's next request).
-- Between requests a connection may stay idle for ``keep_alive_timeout`` (uvicorn's timer, plus
-  the cases it misses: bytes that begin no request, a body finished after its response).
+- Between requests a connection may stay idle for ``keep_alive_timeout`` (a keep-alive timer per
+  connection, armed at a response and not remade per request, plus the cases it misses: bytes
+  that begin no request, a body finished after its response).
 - A request body must bring at least ``max(1, min_body_rate * body_timeout)`` bytes in every
   ``body_timeout``, measured only while Podium waits for the client (not while the application
   has body bytes it has not read yet, nor before a ``100 Continue``): else 408, or a close if the
@@ -49,11 +50,10 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import httptools
-import uvicorn
-from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from ..config import ConnectionLimits, GrpcLimits
+from ..config import ConnectionLimits
+from ._limits_setup import check_uvicorn, default_max_connections, raise_open_files_limit
 
 __all__ = [
     "LOST_HOOK",
@@ -73,16 +73,6 @@ LINGER = 2.0
 
 #: Seconds between two warnings of one kind on one listener.
 LOG_EVERY = 10.0
-
-#: File descriptors kept for everything but connections (model files, workers, grpc's own).
-RESERVED_FDS = 256
-
-#: Connections per listener where the open-files limit allows: the settings table's default.
-MOST_CONNECTIONS = GrpcLimits().max_connections
-
-#: Listeners that share the open-files limit: inference, management and metrics over HTTP,
-#: inference and management over gRPC (whose connections --max-connections caps too).
-LISTENERS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +149,7 @@ class _Wait(enum.Enum):
     NOTHING = 0
     HEAD = 1  # a complete request head (header_timeout)
     BODY = 2  # the next body_timeout's worth of request body
-    IDLE = 3  # the next request (keep_alive_timeout), where uvicorn's own timer is not armed
+    IDLE = 3  # the next request (keep_alive_timeout), where the keep-alive timer does not see it
     LINGER = 4  # the end of a refused connection's draining
 
 
@@ -178,23 +168,27 @@ class _Cork:
     held longer than one turn, and the order of bytes is kept. Everything else is the
     transport's own (``close`` writes what is held first)."""
 
-    __slots__ = ("transport", "loop", "held", "armed")
+    __slots__ = ("transport", "loop", "held", "armed", "_flush")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
         self.loop = loop
         self.held: bytes | None = None
         self.armed = False  # the next write begins a response: hold it
+        self._flush: asyncio.Handle | None = None  # the end of turn's flush of what is held
 
     def write(self, data: bytes) -> None:
         held = self.held
         if held is not None:
             self.held = None
+            # the usual case (a body written in the head's turn): the flush has nothing left to
+            # do; cancelled, the loop drops it without calling it
+            self._flush.cancel()  # type: ignore[union-attr]
             self.transport.write(held + data)
         elif self.armed:
             self.armed = False
             self.held = data
-            self.loop.call_soon(self.flush)
+            self._flush = self.loop.call_soon(self.flush)
         else:
             self.transport.write(data)
 
@@ -203,6 +197,7 @@ class _Cork:
         held = self.held
         if held is not None:
             self.held = None
+            self._flush.cancel()  # type: ignore[union-attr]
             if not self.transport.is_closing():
                 self.transport.write(held)
 
@@ -224,10 +219,9 @@ class LostHook:
     keeping a task reading ``receive()`` for ``http.disconnect``. In the request's scope as
     :data:`LOST_HOOK`; ``callback`` is called once, on the loop, if set then."""
 
-    __slots__ = ("callback",)
-
-    def __init__(self) -> None:
-        self.callback: Callable[[], None] | None = None
+    #: set on the instance while the application waits; a class default, so that making the
+    #: hook of every request runs no ``__init__``
+    callback: Callable[[], None] | None = None
 
 
 class _GuardedProtocol(HttpToolsProtocol):
@@ -250,6 +244,9 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._body_mark = 0
         self._body_owed = True  # the client owed bytes when the current body window began
         self._hooks: list[LostHook] = []  # the requests of this connection not answered yet
+        #: loop time of the last response, while nothing arrived since (keep-alive: see
+        #: on_response_complete); None while the connection is not idle
+        self._idle_since: float | None = None
 
     # -- uvicorn's protocol interface ------------------------------------------------------------
 
@@ -279,6 +276,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._unset_keepalive_if_required()  # (uvicorn's own does only where exc is None)
         if self._admitted:
             self._admitted = False
             self.guard.open -= 1
@@ -296,7 +294,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         # one read) to a few attribute reads.
         if self._closing:
             return  # refused: drained, not parsed
-        self._unset_keepalive_if_required()
+        self._idle_since = None  # (uvicorn cancels its keep-alive timer here)
         scope = self.scope
         self._chunk = len(data)
         try:
@@ -328,6 +326,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         against ``--max-connections`` until the WebSocket's connection is lost: a client
         cannot open WebSockets past the bound an HTTP connection has."""
         self._cancel()
+        self._unset_keepalive_if_required()
         self.handle_websocket_upgrade()
         protocol = self.transport.get_protocol()
         if protocol is self or not self._admitted:
@@ -359,7 +358,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         before = self.cycle
         hook = LostHook()
         self.scope[LOST_HOOK] = hook  # type: ignore[literal-required]
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)  # (no super() object per request)
         cycle = self.cycle
         if cycle is not before and cycle is not None:
             cycle.transport = self._cork  # type: ignore[assignment]
@@ -369,6 +368,40 @@ class _GuardedProtocol(HttpToolsProtocol):
                 self._hooks = [hook]
             else:
                 self._hooks.append(hook)
+
+    def on_response_complete(self) -> None:
+        # uvicorn's, but for the keep-alive timer. uvicorn makes a timer at every response and
+        # cancels it at the next request's first byte: a libuv timer made and closed per
+        # request, where a busy connection's timer never rings. Here the connection keeps one,
+        # armed at a response when none is, and _idle_since says since when it has been idle;
+        # when it rings, _keep_alive_rang closes the connection only if it is still idle since
+        # then and for keep_alive_timeout, else waits again for the rest (or for the next
+        # response, if a request came in). Every connection is still closed at
+        # keep_alive_timeout after its last response, as by uvicorn's timer.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:  # a pipelined request was waiting: start it
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self._keep_alive_rang
+            )
+
+    def _keep_alive_rang(self) -> None:
+        self.timeout_keep_alive_task = None
+        idle_since = self._idle_since
+        if idle_since is None or self.transport.is_closing():
+            return  # bytes arrived since (a request, or _settle's IDLE wait if they began none)
+        left = idle_since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:  # a later response: its own deadline
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_rang)
+        else:
+            self.timeout_keep_alive_handler()
 
     def timeout_keep_alive_handler(self) -> None:
         if not self.transport.is_closing():
@@ -408,10 +441,10 @@ class _GuardedProtocol(HttpToolsProtocol):
             elif self._timer is not None:
                 self._cancel()
         elif self._waiting not in (_Wait.HEAD, _Wait.IDLE):  # idle between requests
-            # Bytes that begin no request (blank lines) disarmed uvicorn's keep-alive timer, and
-            # a body that ends after its response never re-arms it. A deadline already set is
-            # kept: trickled bytes do not extend it.
-            if self.timeout_keep_alive_task is None:
+            # Bytes that begin no request (blank lines) end the keep-alive timer's idle time
+            # (_idle_since), and a body that ends after its response never starts it again. A
+            # deadline already set is kept: trickled bytes do not extend it.
+            if self._idle_since is None:  # (the keep-alive timer does not see the connection idle)
                 self._wait(_Wait.IDLE, limits.keep_alive_timeout)
             else:
                 self._cancel()
@@ -556,88 +589,3 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def _peer(self) -> str:
         return f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
-
-
-# -- start-up checks -----------------------------------------------------------------------------
-
-#: Attribute names the guarded protocol reads or writes, by the uvicorn function that sets them.
-_NEEDED: tuple[tuple[Any, frozenset[str]], ...] = (
-    (
-        HttpToolsProtocol.__init__,
-        frozenset(
-            {"parser", "cycle", "scope", "headers", "transport", "flow", "loop", "server_state"}
-            | {"timeout_keep_alive_task", "client"}
-        ),
-    ),
-    (HttpToolsProtocol.on_message_begin, frozenset({"url", "headers", "scope"})),
-    (
-        RequestResponseCycle.__init__,
-        frozenset(
-            {"more_body", "body", "response_started", "response_complete", "disconnected"}
-            | {"message_event", "waiting_for_100_continue", "transport"}
-        ),
-    ),
-    (FlowControl.__init__, frozenset({"read_paused"})),
-)
-_METHODS = (
-    "connection_made",
-    "connection_lost",
-    "data_received",
-    "on_message_begin",
-    "on_url",
-    "on_header",
-    "on_headers_complete",
-    "on_response_complete",
-    "timeout_keep_alive_handler",
-    "shutdown",
-    "_unset_keepalive_if_required",
-)
-_TESTED = "0.54"
-
-
-def check_uvicorn() -> None:
-    """Raise RuntimeError if uvicorn's httptools protocol lacks what the limits rely on."""
-    missing = [m for m in _METHODS if not callable(getattr(HttpToolsProtocol, m, None))]
-    for function, names in _NEEDED:
-        code = getattr(function, "__code__", None)
-        found = set(code.co_names) if code is not None else set()
-        missing += sorted(f"{function.__qualname__}: {n}" for n in names - found)
-    if not hasattr(FlowControl, "resume_reading"):
-        missing.append("FlowControl.resume_reading")
-    if missing:
-        raise RuntimeError(
-            f"uvicorn {uvicorn.__version__} lacks what Podium's connection limits rely on "
-            f"({', '.join(missing)}); install the uvicorn version Podium was tested with "
-            f"({_TESTED}.x)"
-        )
-
-
-def raise_open_files_limit() -> tuple[int, int] | None:
-    """Raise this process's soft RLIMIT_NOFILE to its hard limit: (before, after), or None
-    where the platform has no such limit."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    unlimited = resource.RLIM_INFINITY
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == unlimited or soft == hard:
-        return soft, soft
-    # An unlimited hard limit (macOS) cannot be the soft one: try a large value, then OPEN_MAX.
-    for target in [hard] if hard != unlimited else [1 << 20, 10240]:
-        if target <= soft:
-            break
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            continue
-        break
-    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def default_max_connections(open_files: int | None) -> int:
-    """MOST_CONNECTIONS per listener, or fewer where the open-files limit cannot hold that many
-    on every listener (HTTP and gRPC) plus RESERVED_FDS for the rest of the server."""
-    if open_files is None or open_files < 0:  # unknown or unlimited
-        return MOST_CONNECTIONS
-    return max(16, min(MOST_CONNECTIONS, (open_files - RESERVED_FDS) // LISTENERS))

@@ -75,6 +75,15 @@ def _url(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
+#: Seconds between two refreshes of an HTTP listener's ``Date`` header (uvicorn's own period).
+DATE_EVERY = 1.0
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _Uvicorn:
     """uvicorn on a socket we bound, without its signal handling (we own the process's signals),
     with the connection limits of ``guard`` on every connection (see ``_limits``). It is a
@@ -118,8 +127,42 @@ class _Uvicorn:
         self.guard = guard
 
         class Server(uvicorn.Server):
+            """uvicorn's server, with a main loop that sleeps while nothing happens.
+
+            uvicorn's main loop wakes every 0.1 s to see whether it should exit, and every
+            tenth time refreshes the ``Date`` header: ten wake-ups a second on every listener,
+            idle or not. This one wakes every DATE_EVERY seconds for the ``Date`` header, and
+            at once when ``should_exit`` is set (by :meth:`_Uvicorn.stop` or anyone else)."""
+
+            def __init__(self, config: uvicorn.Config) -> None:
+                self._exiting = False
+                self._wake: asyncio.Future[None] | None = None  # what main_loop waits on
+                super().__init__(config)
+
+            @property
+            def should_exit(self) -> bool:
+                return self._exiting
+
+            @should_exit.setter
+            def should_exit(self, value: bool) -> None:
+                self._exiting = value
+                if value and self._wake is not None:
+                    _resolve(self._wake)
+
             def capture_signals(self) -> Any:
                 return contextlib.nullcontext()
+
+            async def main_loop(self) -> None:
+                loop = asyncio.get_running_loop()
+                # on_tick(0): a tick whose count is a multiple of 10 refreshes the Date header;
+                # it answers True when the server should exit
+                while not await self.on_tick(0):
+                    # a future that the timer or should_exit resolves: no exception thrown into
+                    # the task at every tick, as a timeout (a cancellation) would
+                    self._wake = wake = loop.create_future()
+                    timer = loop.call_later(DATE_EVERY, _resolve, wake)
+                    await wake
+                    timer.cancel()
 
         self.server = Server(config)
         _quiet_uvicorn()
