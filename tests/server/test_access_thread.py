@@ -141,3 +141,28 @@ def test_every_line_is_written_at_shutdown() -> None:
     # the server stopped on SIGTERM right after the last answer: its lines were all written
     lines = [line for line in server.lines if "podium.access [flush-" in line]
     assert len(lines) == count
+
+
+def test_an_idle_thread_sleeps_until_lines_are_handed_over() -> None:
+    """With nothing to write the thread does not wake every interval (an idle server's log
+    costs nothing); the next lines wake it, and are written after one interval's gathering."""
+    written: list[str] = []
+    drains: list[int] = []
+
+    class Counted(LineThread):
+        def _drain(self) -> int:
+            drains.append(1)
+            return super()._drain()
+
+    lines = Counted(written.extend, interval=0.005)
+    lines.put(["a"])
+    assert lines.flush()
+    time.sleep(0.1)  # twenty intervals: an interval's wake-up would drain about twenty times
+    assert len(drains) <= 3 and lines._idle
+    lines.put(["b"])  # wakes it: written without a flush
+    deadline = time.monotonic() + 5
+    while written != ["a", "b"] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert written == ["a", "b"]
+    lines.close()
+    assert lines._thread is not None and not lines._thread.is_alive()

@@ -6,7 +6,10 @@ formatter's work: the route, the path, the text or JSON) and writes them. The lo
 ``deque.append`` per turn and never wakes the thread: the thread looks every
 :data:`INTERVAL` (50 ms) and writes everything that piled up in one write (a wake-up per
 turn, as a ``queue.Queue`` gives, cost the loop a system call and a switch of threads per turn:
-more than the line it saved). So a line appears up to 50 ms after its request ended.
+more than the line it saved). So a line appears up to 50 ms after its request ended. A thread
+that found nothing to write sleeps until the next list is handed over (the loop then wakes it,
+once: the thread then gathers for an interval again), so an idle server's log thread does not
+wake at all.
 
 It is bounded: at most ``limit`` lines wait for the thread. A turn that finds no room drops
 the lines that do not fit and counts them (:attr:`LineThread.dropped`, the metric
@@ -58,6 +61,8 @@ class LineThread:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # starting the thread
         self._stop = False
+        # the thread found nothing to write and waits for the next put() to wake it
+        self._idle = False
         # lines put (by the loop's thread) and done (by the writer's): each written by one
         # thread only, so that their difference is exact without a lock
         self._put = 0
@@ -90,8 +95,11 @@ class LineThread:
         self._waiting.append(ended)
         if self._thread is None:
             self._start()
-        elif queued + len(ended) > self.limit >> 1:
-            self._wake.set()  # filling up: do not wait for the interval
+        elif self._idle or queued + len(ended) > self.limit >> 1:
+            # the thread sleeps with nothing to write (it gathers for an interval, then
+            # writes), or the queue is filling up (it writes at once)
+            self._idle = False
+            self._wake.set()
 
     def _start(self) -> None:
         with self._lock:
@@ -109,6 +117,16 @@ class LineThread:
             self._done += self._drain()
             if stop:
                 return
+            if not self._waiting:
+                # Nothing waits: sleep until put() (or flush, close) wakes the thread. The flag
+                # is set before the queue is looked at again, so a list put in between is
+                # either seen here or wakes the thread (put reads the flag after appending).
+                self._idle = True
+                if not self._waiting and not self._stop:
+                    wake.wait()
+                self._idle = False
+                if not self._stop:
+                    wake.clear()  # (a close: no interval to wait for)
 
     def _drain(self) -> int:
         """Write every list waiting, in one call; how many lines that was."""
