@@ -187,7 +187,7 @@ class WorkerGate:
                 group.append(worker)
             for member in sorted(group, key=lambda w: w.busy):
                 self._wake(member)
-        elif worker in self._workers:
+        elif (self._line or self._pinned) and worker in self._workers:  # someone waits
             self._wake(worker)
 
     def _wake(self, worker: Any) -> None:
