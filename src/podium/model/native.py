@@ -72,6 +72,12 @@ class Flavor(enum.Enum):
     ASYNC_GENERATOR = "async generator"
 
 
+#: Read off the enum once, for :meth:`NativeModel._call` (every request): on Python 3.11 each
+#: read of a member off its class goes through the enum type's ``__getattr__`` hook, which costs
+#: as much as a function call.
+_ASYNC = Flavor.ASYNC
+
+
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
     """How to call one of preprocess/predict/postprocess."""
@@ -543,7 +549,7 @@ class NativeModel(Adapter):
         else:  # (inputs[, request]), the common case, without a call of its own
             args = (inputs, request) if spec.takes_request else (inputs,)
         try:
-            if spec.flavor is Flavor.ASYNC:
+            if spec.flavor is _ASYNC:
                 return await fn(*args)
             if fn is self._predict:
                 return await self._threads.run(fn, *args)
