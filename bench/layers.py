@@ -10,7 +10,8 @@ through the same objects `podium serve` builds, one layer more each time:
 3. the access middleware with the access log off (request id, the current request);
 4. the same with the access log on (its line made and written to /dev/null through Podium's
    log writer, as `podium serve` sets up logging);
-5. uvicorn's proxy-headers middleware around it, as `podium serve` runs it;
+5. uvicorn's proxy headers, as `podium serve` runs them (since §39 the access middleware reads
+   `X-Forwarded-*` itself, only for a request that carries them; before, uvicorn's middleware);
 6. the same with CORS and gzip on (`--cors-allow-origins '*' --gzip`, server/http/_web.py) and a
    request that sends an `Origin` and `Accept-Encoding: gzip` (the echo's answer is under
    gzip's minimum size: what the wrappers cost, not what compressing costs). Off, as by
@@ -148,16 +149,24 @@ async def _measure(requests: int, rounds: int, route: str, counting: bool) -> di
         logs.append(AccessLog(log_on))
         return AccessMiddleware(inner, log=logs[-1], ids=RequestIds(), routes=INFERENCE_ROUTES)
 
+    def proxied(stack: AccessMiddleware) -> Any:
+        """``stack`` as podium serve runs it behind uvicorn's proxy headers: the access
+        middleware reads them itself where it can (forwarded_from), else uvicorn's around it."""
+        if hasattr(stack, "forwarded_from"):
+            stack.forwarded_from("127.0.0.1")
+            return stack
+        return ProxyHeadersMiddleware(stack, trusted_hosts="127.0.0.1")
+
     stacks: dict[str, Any] = {
         LAYERS[0]: plane_only,
         LAYERS[1]: app,
         LAYERS[2]: middleware(False),
         LAYERS[3]: middleware(True),
-        LAYERS[4]: ProxyHeadersMiddleware(middleware(True), trusted_hosts="127.0.0.1"),
+        LAYERS[4]: proxied(middleware(True)),
     }
     if with_web is not None:
         on = Web(allow_origins=("*",), gzip=True)
-        stacks[LAYERS[5]] = ProxyHeadersMiddleware(middleware(True, on), trusted_hosts="127.0.0.1")
+        stacks[LAYERS[5]] = proxied(middleware(True, on))
     asked = ((b"origin", b"https://app.example"), (b"accept-encoding", b"gzip, deflate"))
     if counting:
         return await _count(stacks, scope, receive, send, requests, logs)

@@ -770,9 +770,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch-connections", type=int, default=128)
     parser.add_argument(
         "--batch-model",
-        choices=("batch_busy", "batch_busy_sync"),
+        choices=("batch_busy", "batch_busy_sync", "batch_busy_sync2"),
         default="batch_busy",
-        help="the batching row's model (bench/models): batch_busy_sync waits on its thread",
+        help="the batching row's model (bench/models): batch_busy_sync waits on its thread, "
+        "batch_busy_sync2 on two (predict_concurrency 2, each batch twice as long)",
     )
     parser.add_argument(
         "--plain",

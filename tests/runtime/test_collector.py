@@ -79,7 +79,6 @@ class Harness:
         limit: int | None = 100,
         slots: int = 1,
         answer: Callable[[list[Any]], Any] = lambda xs: [x * 2 for x in xs],
-        watch: bool = True,
         clock: CountingClock | None = None,
         placed: Callable[[str], bool] | None = None,
     ) -> None:
@@ -105,7 +104,6 @@ class Harness:
             stopped=lambda: Unavailable("stopped"),
             retry_on=(NeverReached,),
             clock=self.clock,
-            watch=watch,
             placed=placed,
         )
 
@@ -337,26 +335,8 @@ async def test_a_batch_that_never_reached_its_slot_goes_back_to_the_front_in_ord
 
 
 @pytest.mark.anyio
-async def test_a_running_batch_whose_requests_all_left_is_cancelled_and_frees_its_slot() -> None:
+async def test_a_running_batch_is_cancelled_when_its_callers_say_all_left() -> None:
     h = Harness(size=2)
-    h.release.clear()
-    try:
-        pending = h.add(1, 2)
-        await h.settle()
-        assert h.batches == [[1, 2]] and h.gate.busy == 1
-        pending[0].future.cancel()
-        await h.settle()
-        assert h.cancelled == 0  # one request still waits for it
-        pending[1].future.cancel()
-        await h.settle()
-        assert h.cancelled == 1 and h.gate.busy == 0
-    finally:
-        await h.tasks.cancel()
-
-
-@pytest.mark.anyio
-async def test_unwatched_a_running_batch_is_cancelled_when_its_callers_say_all_left() -> None:
-    h = Harness(size=2, watch=False)
     h.release.clear()
     try:
         first, second = h.add(1, 2)
@@ -364,12 +344,14 @@ async def test_unwatched_a_running_batch_is_cancelled_when_its_callers_say_all_l
         assert h.batches == [[1, 2]] and h.gate.busy == 1
         first.future.cancel()
         h.collector.left(first)
+        await h.settle()
+        assert h.cancelled == 0  # one request still waits for it
         second.future.cancel()  # not said: the collector does not watch the futures
         await h.settle()
         assert h.cancelled == 0 and h.gate.busy == 1
         h.collector.left(second)
         await h.settle()
-        assert h.cancelled == 1 and h.gate.busy == 0
+        assert h.cancelled == 1 and h.gate.busy == 0  # and its slot is free
     finally:
         await h.tasks.cancel()
 

@@ -2,10 +2,12 @@
 (runtime/_thread_worker.py, queue_ahead): predict_concurrency stays the bound of predicts at once,
 on the same threads, and a request whose client left before its predict started never runs.
 
-A sync batched predict takes one batch ahead: its thread starts the next batch the moment the one
-before returns, without the event loop handing it on; a batch queued ahead whose clients all left
-never runs; response_timeout counts from a batch's start; a batch queued behind a stuck predict
-goes to the worker that replaces it; its requests count against max_queue_size until it starts."""
+A sync batched predict takes one batch ahead per predict thread: a thread starts the next batch
+the moment the one before returns, without the event loop handing it on (with predict_concurrency
+2, two batches run, two more wait at the worker, and the collector forms a fifth); a batch queued
+ahead whose clients all left never runs; response_timeout counts from a batch's start; a batch
+queued behind a stuck predict goes to the worker that replaces it; its requests count against
+max_queue_size until it starts."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ CODE = """
 import threading
 
 HOLD = threading.Event()
+GATES = {name: threading.Event() for name in ("g1", "g2")}  # a batch holding one waits for it
 LOCK = threading.Lock()
 RAN = []
 THREADS = set()
@@ -48,6 +51,9 @@ class Model:
         items = inputs if isinstance(inputs, list) else [inputs]
         if "hold" in items:
             assert HOLD.wait(5)
+        for name in items:
+            if name in GATES:
+                assert GATES[name].wait(5)
         slow = [i for i in items if isinstance(i, str) and i.startswith("x")]
         if slow:  # SLOW: 1 µs per character (of a batch's first)
             threading.Event().wait(len(slow[0]) / 1e6)
@@ -93,6 +99,8 @@ async def started(
         yield mv, mod
     finally:
         mod.HOLD.set()
+        for gate in mod.GATES.values():
+            gate.set()
         await mv.scheduler.close()
 
 
@@ -300,3 +308,108 @@ async def test_no_batch_ahead_with_a_queue_policy(
     config = "response_timeout: 0\nmax_queue_delay: 10000\n"
     async with batched(tmp_path, config, executor) as (mv, mod):
         assert mv.scheduler.statistics()["slots"] == 1
+
+
+# -- a batch ahead per predict thread (predict_concurrency > 1) ------------------------------
+
+TWO = "response_timeout: 0\npredict_concurrency: 2\n"
+
+
+def queued(mv: ModelVersion) -> int:
+    return mv.scheduler.statistics()["queued"]
+
+
+async def two_running_two_ahead(
+    mv: ModelVersion, mod: Any
+) -> tuple[list[asyncio.Task[Any]], list[asyncio.Task[Any]], list[asyncio.Task[Any]]]:
+    """Two batches running (held by the gates g1, g2), two full batches queued at the worker
+    behind them, and a fifth formed in the collector, waiting for a place: their tasks."""
+    running = infer(mv, "g1", "a") + infer(mv, "g2", "b")
+    await wait_until(lambda: mod.RUNNING[0] == 2, what="two batches running at once")
+    ahead = infer(mv, "c", "d") + infer(mv, "e", "f")
+    await wait_until(lambda: busy(mv) == 4, what="a batch queued at the worker per thread")
+    behind = infer(mv, "g", "h")
+    await wait_until(lambda: queued(mv) == 2 + 2 + 2, what="the fifth batch formed")
+    assert len(mod.RAN) == 2
+    return running, ahead, behind
+
+
+@pytest.mark.anyio
+async def test_each_predict_thread_has_a_batch_queued_ahead(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    async with batched(tmp_path, TWO, executor) as (mv, mod):
+        assert mv.scheduler.statistics()["slots"] == 2 + 2  # its two threads, a batch ahead each
+        running, ahead, behind = await two_running_two_ahead(mv, mod)
+        mod.GATES["g1"].set()
+        mod.GATES["g2"].set()
+        started_without_the_loop(mod, 4)  # the loop has not turned since the release
+        # both threads took the next batch themselves, the oldest first
+        assert mod.RAN[2:] == [["c", "d"], ["e", "f"]]
+        results = [await t for t in running + ahead + behind]
+        assert results == ["g1", "a", "g2", "b", "c", "d", "e", "f", "g", "h"]
+        assert mod.RAN[4:] == [["g", "h"]]
+        assert mod.RUNNING[1] == 2  # predict_concurrency: never more than two batches at once
+        assert len(mod.THREADS) == 2
+        assert queued(mv) == 0
+
+
+@pytest.mark.anyio
+async def test_a_thread_that_ends_takes_the_oldest_batch_ahead_and_the_next_takes_its_place(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    async with batched(tmp_path, TWO, executor) as (mv, mod):
+        running, ahead, behind = await two_running_two_ahead(mv, mod)
+        mod.GATES["g1"].set()  # one thread ends: it starts ("c", "d"); ("e", "f") still waits
+        assert [await t for t in running[:2]] == ["g1", "a"]
+        await wait_until(lambda: mod.RAN[2:] == [["c", "d"]])
+        # the fifth batch took the place freed: queued at the worker behind ("e", "f")
+        await wait_until(lambda: busy(mv) == 4 and queued(mv) == 2 + 2)
+        assert [await t for t in ahead[:2]] == ["c", "d"]
+        await wait_until(lambda: mod.RAN[3:] == [["e", "f"]], what="the next batch started")
+        assert [await t for t in ahead[2:]] == ["e", "f"]
+        await wait_until(lambda: mod.RAN[4:] == [["g", "h"]])
+        assert [await t for t in behind] == ["g", "h"]
+        assert not running[2].done()  # all the while, g2's batch held the other thread
+        mod.GATES["g2"].set()
+        assert [await t for t in running[2:]] == ["g2", "b"]
+        assert mod.RUNNING[1] == 2
+        assert queued(mv) == 0
+
+
+@pytest.mark.anyio
+async def test_a_batch_ahead_whose_clients_left_never_runs_and_the_one_behind_it_does(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    async with batched(tmp_path, TWO, executor) as (mv, mod):
+        running, ahead, behind = await two_running_two_ahead(mv, mod)
+        for task in ahead[:2]:  # the first batch queued at the worker
+            task.cancel()
+        for task in ahead[:2]:
+            with pytest.raises(asyncio.CancelledError):
+                await task  # at once: its predict had not started
+        # its place went to the batch formed behind: ("e", "f") and ("g", "h") wait there
+        await wait_until(lambda: busy(mv) == 4 and queued(mv) == 2 + 2)
+        mod.GATES["g1"].set()
+        mod.GATES["g2"].set()
+        results = [await t for t in running + ahead[2:] + behind]
+        assert results == ["g1", "a", "g2", "b", "e", "f", "g", "h"]
+        assert mod.RAN[2:] == [["e", "f"], ["g", "h"]]  # ("c", "d") never ran
+        assert queued(mv) == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("config", "ahead"),
+    [
+        ("predict_concurrency: 3\n", 3),  # a batch for each thread
+        ("predict_concurrency: 3\nmax_queue_size: 2\n", 2),  # never more than the queue holds
+        ("predict_concurrency: 2\nmax_queue_delay: 10000\n", 0),  # a queue policy: none
+    ],
+)
+async def test_batches_ahead_one_per_thread_within_the_queue_bound(
+    tmp_path: Path, executor: ThreadPoolExecutor, config: str, ahead: int
+) -> None:
+    async with batched(tmp_path, "response_timeout: 0\n" + config, executor) as (mv, _):
+        threads = mv.config.predict_concurrency
+        assert mv.scheduler.statistics()["slots"] == threads + ahead

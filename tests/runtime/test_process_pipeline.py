@@ -368,6 +368,34 @@ async def test_a_batch_waits_ahead_in_the_worker_and_a_crash_sends_it_to_the_rep
 
 
 @pytest.mark.anyio
+async def test_a_worker_process_takes_a_batch_ahead_per_predict_slot(lab: Lab) -> None:
+    mv = lab.version(
+        """
+        class Model:
+            def predict(self, batch):
+                record("batch", xs=batch)
+                if "hold" in batch:
+                    gate(EVENTS + ".open")
+                return list(batch)
+        """,
+        "batch_size: 2\nmax_batch_delay: 10000\npredict_concurrency: 2\n",
+    )
+    await mv.load()
+    running = [asyncio.ensure_future(mv.scheduler.infer(x, None)) for x in ("hold", 1, "hold", 2)]
+    await lab.wait(lambda: len(lab.recorded("batch")) == 2)  # two batches at once
+    ahead = [asyncio.ensure_future(mv.scheduler.infer(x, None)) for x in (3, 4, 5, 6)]
+    # and two more (a batch per slot) wait in the worker process, counted as queued
+    await lab.wait(lambda: mv.statistics()["busy"] == 4)
+    assert mv.statistics()["queued"] == 4
+    assert len(lab.recorded("batch")) == 2
+    _open(lab)
+    assert await asyncio.gather(*running, *ahead) == ["hold", 1, "hold", 2, 3, 4, 5, 6]
+    batches = [e["xs"] for e in lab.recorded("batch")]
+    assert batches[2:] == [[3, 4], [5, 6]]  # in the order sent
+    assert mv.statistics()["queued"] == 0
+
+
+@pytest.mark.anyio
 async def test_requests_queued_in_a_worker_count_against_max_queue_size(lab: Lab) -> None:
     mv = lab.version(GATED, "max_queue_size: 3\n")
     await mv.load()

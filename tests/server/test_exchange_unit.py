@@ -49,7 +49,7 @@ async def test_with_a_lost_hook_no_task_watches_and_the_hook_cancels_the_request
     assert ex.disconnected
     with pytest.raises(asyncio.CancelledError):
         await task
-    ex.unwatch()
+    ex.close()
     assert hook.callback is None
 
 
@@ -67,4 +67,4 @@ async def test_without_a_hook_a_watcher_task_reads_the_disconnect() -> None:
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
     assert ex.disconnected
-    ex.unwatch()
+    ex.close()

@@ -30,6 +30,7 @@ from podium.server.http import (
     _truss,
     _ts_explain,
 )
+from podium.server.http._routing import REMEMBERED, REMEMBERED_PATH
 from podium.server.management import MANAGEMENT_ROUTES, ManagementApp
 from podium.server.management._openapi import description
 from podium.server.openai import _routes as _openai_routes
@@ -151,7 +152,8 @@ def test_the_compiled_router_agrees_with_the_reference_on_every_sample(which: st
     app = make()
     router = table.compile(app)
     checked = 0
-    for path in set(sample_paths(table)):
+    paths = list(set(sample_paths(table)))
+    for path in paths + paths:  # twice: found by the walk, then as remembered (Router.match)
         for method in METHODS:
             want = reference(table, method, path)
             try:
@@ -406,6 +408,27 @@ def test_paths_that_routing_splits_with_care() -> None:
     management = ManagementApp(None)  # type: ignore[arg-type]
     status, _, body = asyncio.run(call(management, "OPTIONS", "//"))  # empty segments dropped
     assert status == 200 and json.loads(body)["openapi"].startswith("3.")
+
+
+def test_a_router_remembers_the_paths_it_found_in_a_bounded_memory() -> None:
+    app = HttpApp(None)  # type: ignore[arg-type]
+    router = INFERENCE_ROUTES.compile(app)
+    found = router.match("POST", "/v2/models/m/infer")
+    assert found == (app._oip, ("m", None, "infer"))
+    assert router.match("POST", "/v2/models/m/infer") is found  # remembered
+    for _ in range(2):  # a 405 and a 404 are never remembered: the same answer each time
+        with pytest.raises(MethodNotAllowed):
+            router.match("GET", "/v2/models/m/infer")
+        assert router.match("POST", "/nowhere") is None
+    for n in range(REMEMBERED + 10):  # clients' paths never grow the memory past REMEMBERED
+        assert router.match("POST", f"/v2/models/m{n}/infer") == (
+            app._oip,
+            (f"m{n}", None, "infer"),
+        )
+        assert len(router._found) <= REMEMBERED
+    long = "/v2/models/" + "m" * REMEMBERED_PATH + "/infer"
+    assert router.match("POST", long) == (app._oip, ("m" * REMEMBERED_PATH, None, "infer"))
+    assert ("POST", long) not in router._found  # a long path is found, not remembered
 
 
 # -- the management description is the table's ------------------------------------------------

@@ -114,6 +114,14 @@ def test_an_oip_rest_request_with_an_id_is_named_by_it_everywhere(server: Server
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", access["ts"])
 
 
+def test_a_trusted_proxy_names_the_client_in_the_line(server: Server) -> None:
+    # uvicorn trusts 127.0.0.1 by default (FORWARDED_ALLOW_IPS); Podium reads the headers
+    headers = {"X-Request-ID": "proxied-1", "X-Forwarded-For": "203.0.113.7, 127.0.0.1"}
+    response = httpx.post(f"{server.url}/v2/models/tell/infer", json=BODY, headers=headers)
+    assert response.status_code == 200
+    assert access_of(about(server, "proxied-1"))["peer"] == "203.0.113.7:0"
+
+
 def test_a_request_without_an_id_gets_one_made_by_the_server(server: Server) -> None:
     response = httpx.post(f"{server.url}/v2/models/tell/infer", json=BODY)
     made = response.headers["x-request-id"]

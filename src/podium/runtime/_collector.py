@@ -8,12 +8,13 @@ waiting arrived, whichever comes first, and hands it to a task of its own, which
 batch already waits for one, and runs the moment one is freed, before the answers of the batch
 that freed it are delivered (so the model is not idle while the server sends them); requests
 that arrived meanwhile join it then, up to ``size``. The next batch forms once it has its slot,
-while it runs. Where a worker takes a batch queued ahead of its predict slots (a sync
-``predict`` on thread workers, a worker process: ``queue_ahead``), the owner's slots count that
-place too: a batch formed ahead gets it at once and, closed, waits in the worker, which starts it
-the moment the batch before returns, without waiting for this loop; the batch formed behind it
-is the one later arrivals join. Such a batch still counts as queued (against ``limit``) until a
-batch before it on that worker returns. A request whose
+while it runs. Where a worker takes batches queued ahead of its predict slots (a sync
+``predict`` on thread workers, a worker process: ``queue_ahead``, one per slot), the owner's
+slots count those places too: a batch formed ahead gets one at once and, closed, waits in the
+worker, which starts it the moment a batch before returns, without waiting for this loop; the
+batch formed behind them is the one later arrivals join. Such a batch still counts as queued
+(against ``limit``) until a batch before it on that worker returns (the oldest waiting there
+starts first). A request whose
 client left before its batch closed is dropped from it; a running batch whose clients have all
 left is cancelled. A batch's result must be a list (or tuple) as long as the batch; each request
 gets its own item, or every request the batch's error.
@@ -22,8 +23,9 @@ What each request pays is kept to what it must: an arrival wakes the collector o
 completes what the collector waits for (the first request, or a full batch; the delay has one
 timer per batch), the queue is counted only when it may hold a full batch, and a request's
 deadline is looked at only once some request had one. Whether a running batch's clients have
-all left is asked when one leaves: a callback on each request's future (``watch``), or, where the
-owner's callers say so themselves (:meth:`BatchCollector.left`), nothing per request at all.
+all left is asked only when one leaves: the owner's callers say so themselves
+(:meth:`BatchCollector.left`, when their wait for a request's future is cancelled), so that no
+request pays a callback on its future.
 
 The collector knows nothing of workers or models: its owner says how to take a slot, how to run
 a batch on it, which errors mean "never reached the worker: queue it again", what a request
@@ -95,25 +97,10 @@ def _fail(batch: Iterable[Pending], error: Callable[[Pending], BaseException]) -
             pending.future.set_exception(error(pending))
 
 
-def _abandon(task: asyncio.Task[None], batch: list[Pending], _: object) -> None:
-    """A batch whose clients have all left is cancelled."""
-    if all(p.future.cancelled() for p in batch):
-        task.cancel()
-
-
-def _join(
-    task: asyncio.Task[None], batch: list[Pending], joining: list[Pending], watch: bool
-) -> None:
-    """``joining`` run in ``batch``'s ``task``, which is cancelled once all its clients left
-    (with ``watch``, a callback on each future asks; else :meth:`BatchCollector.left` does)."""
-    if watch:
-        abandon = functools.partial(_abandon, task, batch)
-        for pending in joining:
-            pending.task = task
-            pending.future.add_done_callback(abandon)
-    else:
-        for pending in joining:
-            pending.task = task
+def _join(task: asyncio.Task[None], joining: list[Pending]) -> None:
+    """``joining`` run in ``task`` (what :meth:`BatchCollector.left` looks for)."""
+    for pending in joining:
+        pending.task = task
 
 
 class BatchCollector(Generic[S]):
@@ -134,10 +121,9 @@ class BatchCollector(Generic[S]):
     without reaching the model. ``priority``: the queue's priority levels (a
     :class:`~podium.runtime._line.QueuePolicy` with several; None: first come, first served):
     a batch takes the waiting requests of the highest levels first, a request rising one level
-    for each ``aging`` it has waited, as in the line. ``watch``: whether the collector watches
-    each request's future for its client leaving (a done callback per request); an owner whose
-    callers tell it when they leave (:meth:`left`, when their wait for ``future`` is cancelled)
-    passes False. ``placed(slot)``: whether a batch that just took ``slot`` waits there behind
+    for each ``aging`` it has waited, as in the line. The owner's callers tell it when they
+    leave (:meth:`left`, when their wait for ``future`` is cancelled): it watches no future
+    itself. ``placed(slot)``: whether a batch that just took ``slot`` waits there behind
     running ones (a place ahead of a worker's predict slots); its requests count as queued until
     a batch before it on that slot returns.
     """
@@ -160,11 +146,9 @@ class BatchCollector(Generic[S]):
         stats: VersionStats | None = None,
         max_wait: float | None = None,
         priority: QueuePolicy | None = None,
-        watch: bool = True,
         placed: Callable[[S], bool] | None = None,
     ) -> None:
         self._model = model
-        self._watch = watch
         self._max_wait = max_wait
         self._priority = priority if priority is not None and priority.levels > 1 else None
         self._stats = stats
@@ -246,13 +230,13 @@ class BatchCollector(Generic[S]):
 
     def left(self, pending: Pending) -> None:
         """The caller waiting for ``pending.future`` was cancelled (its client left): if its
-        batch runs and all its clients have left, the batch is cancelled. For an owner that
-        does not ``watch``; a request still queued is dropped when its batch is taken."""
+        batch runs and all its clients have left, the batch is cancelled (a request still
+        queued is dropped when its batch is taken)."""
         task = pending.task
         if task is not None:
             batch = self._running.get(task)
-            if batch is not None:
-                _abandon(task, batch, None)
+            if batch is not None and all(p.future.cancelled() for p in batch):
+                task.cancel()
 
     def fail_queued(self, error: Callable[[Pending], BaseException]) -> None:
         """Every request still queued fails with ``error(it)`` (the owner stops, or its worker
@@ -326,7 +310,7 @@ class BatchCollector(Generic[S]):
             self._ahead = batch
             task = self._tasks.spawn(self._run_batch(batch))
             self._running[task] = batch
-            _join(task, batch, batch, self._watch)
+            _join(task, batch)
 
             def fail_unanswered(done: asyncio.Task[None], batch: list[Pending] = batch) -> None:
                 # cancelled by the owner's close, even before it started: nobody waits forever
@@ -407,7 +391,7 @@ class BatchCollector(Generic[S]):
             self._take(batch)
             task = asyncio.current_task()
             assert task is not None
-            _join(task, batch, batch[before:], self._watch)
+            _join(task, batch[before:])
         batch[:] = [p for p in batch if not p.future.done()]
         if not batch:
             self._release(slot)

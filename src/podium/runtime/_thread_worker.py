@@ -356,9 +356,9 @@ def worker_ahead(config: Any, instance: ModelInstance) -> int:
     only for a plain sync ``predict`` on the instance's own threads (``calls``), which it bounds
     to the slots so that predict_concurrency stays the bound of predicts at once, and whose
     calls it times from their start (response_timeout does not count a request's wait behind
-    another). With dynamic batching, one batch: the batch formed ahead is queued to the
-    thread while the one before runs, so that the thread starts it the moment that one returns,
-    not once the event loop has read its result and handed the slot on. Not with streaming or
+    another). With dynamic batching, one batch per thread: the batches formed ahead are queued
+    to the threads while the ones before run, so that a thread starts the next the moment its
+    batch returns, not once the event loop has read its result and handed the slot on. Not with streaming or
     sequences (their schedulers count slots as turns)."""
     caps = instance.capabilities
     calls = instance.calls

@@ -44,12 +44,14 @@ def queue_ahead(slots: int, config: Any) -> int:
     ``max_queue_size``, so never more than that; none for a model with a queue policy
     (``max_queue_delay``, priority levels): its requests wait in the gate's line, where their
     deadlines and levels hold. With dynamic batching (``batch_size`` > 1) a place holds a
-    batch, and a worker takes one batch ahead: the next batch then starts the moment a predict
-    ends, and arrivals still join the batch the collector forms behind it."""
+    batch, and a worker takes one batch ahead per slot: each predict that ends finds the next
+    batch already there (with several slots, as many batches as there are, so that two ending
+    close together both start at once), and arrivals still join the batch the collector forms
+    behind them. A batch holds at least one request: never more places than the queue holds."""
     if config.max_queue_delay_ms > 0 or config.priority_levels > 1:
         return 0
     if config.batch_size > 1:
-        return min(1, config.max_queue_size)
+        return min(slots, config.max_queue_size)
     return min(max(QUEUE_AHEAD, slots), config.max_queue_size)
 
 

@@ -34,8 +34,8 @@ class BatchScheduler(PoolScheduler):
     ``predict`` gets the list of (preprocessed) inputs, and, if it takes the request, the list of
     the requests in the same order; it must return a list of the same length. ``target`` is the
     version's :class:`WorkerPool` (or one loaded instance); each batch goes to the least-loaded
-    ready worker, at most ``predict_concurrency`` batches per worker at a time (and one more
-    queued ahead in the worker, where it takes one: ``queue_ahead``). A batch whose worker
+    ready worker, at most ``predict_concurrency`` batches per worker at a time (and as many more
+    queued ahead in the worker, where it takes them: ``queue_ahead``). A batch whose worker
     process died before it was sent, or that a thread worker took back before it started (every
     predict thread held past ``response_timeout``), goes back to the front of the queue. ``clock`` times
     ``max_batch_delay`` (tests pass a manual one). ``max_queue_delay_ms``: the longest a request
@@ -81,7 +81,6 @@ class BatchScheduler(PoolScheduler):
             stats=self._pool.stats,
             max_wait=max_queue_delay_ms / 1000.0,
             priority=priority,
-            watch=False,  # infer() says when its client leaves: no callback per request
             placed=_placed,
         )
 

@@ -92,8 +92,12 @@ class _Uvicorn:
     ) -> None:
         import uvicorn
 
+        # Podium's access middleware reads X-Forwarded-* itself, by uvicorn's own middleware
+        # and only for a request that carries them (http/_access.py); other apps get uvicorn's
+        forwarding = isinstance(app, AccessMiddleware)
         config = uvicorn.Config(
             app,
+            proxy_headers=not forwarding,
             loop="none",
             lifespan="off",
             log_config=None,
@@ -109,6 +113,8 @@ class _Uvicorn:
             # the websockets package (a dependency); elsewhere upgrades are plain requests
             ws="websockets-sansio" if websockets else "none",
         )
+        if forwarding:
+            app.forwarded_from(config.forwarded_allow_ips)  # FORWARDED_ALLOW_IPS, as uvicorn's
         self.guard = guard
 
         class Server(uvicorn.Server):

@@ -8,7 +8,7 @@ request (``_wire``; the messages are in ``_messages``).
 
 Pipelining: where a request is all predict (:func:`~._messages.queues_ahead`), a worker holds
 requests queued ahead of its ``predict_concurrency`` slots (``queue_ahead``, the rule thread
-workers follow too; one batch, with dynamic batching), so that the next request is already in the worker process when a
+workers follow too; a batch per slot, with dynamic batching), so that the next request is already in the worker process when a
 predict ends. Frames written in one turn of the event loop leave in one write, and the worker
 answers likewise. The worker starts queued requests in the order they were sent, and only once
 the answer of the one before has left; so the server knows which have not started: a deadline
@@ -210,7 +210,7 @@ class ProcessWorker:
             raise WorkerDied(f"{self._label} worker process {self.pid}: {exc}") from exc
         if queues_ahead(ready.capabilities):
             # the next request waits in the worker, not here: no round trip between two predicts
-            self.ahead = self._max_ahead  # (one batch, with dynamic batching)
+            self.ahead = self._max_ahead  # (a batch per slot, with dynamic batching)
             self.capacity = self.slots + self.ahead
         elif self._descriptor.pipelined and not self._batching:
             # predict_concurrency bounds predict inside the worker; as many requests again may be

@@ -30,7 +30,10 @@ class Lane:
 
     A request holding its sequence's turn runs here with ``types.current_context`` set to its
     Context: preprocess, then a slot on the worker (at once if free, else in the gate's line for
-    this worker) or a place in the worker's next batch, then postprocess. For a ``continuous``
+    this worker) or a place in the worker's next batch, then postprocess. A batched request
+    whose wait is cancelled (its client left) tells the collector (``BatchCollector.left``),
+    which watches no request's future itself: a running batch whose clients have all left is
+    cancelled. For a ``continuous``
     instance, ``steps`` (set by the scheduler) is the worker's continuous batch, and streaming
     requests join it instead (``_steps``). Once the worker is lost (``lost`` says why) nothing
     new runs here: requests get ``closed_error(sid, why)``. The wait for a slot (not for the
@@ -86,8 +89,15 @@ class Lane:
             if batched:
                 if self.lost is not None:
                     raise self._closed_error(seq.id, self.lost)
-                pending = seq.batched = self.batches.add(inputs, request, ctx)
-                outputs = await pending.future
+                batches = self.batches
+                pending = seq.batched = batches.add(inputs, request, ctx)
+                try:
+                    outputs = await pending.future
+                except BaseException:
+                    if pending.future.cancelled():  # its client left: its batch may be abandoned
+                        batches.left(pending)
+                    del pending  # (what it raised holds this frame: no cycle through it)
+                    raise
             else:
                 await self._acquire_slot(seq.id)
                 outputs = await worker.infer(inputs, request)  # gives the slot back

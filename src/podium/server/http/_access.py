@@ -12,12 +12,20 @@ reach an app and have no line; ``server/_limits.py`` counts them.
 
 With tracing on (``podium.tracing.hooks``), the request is a server span, a child of the
 ``traceparent`` the client sent.
+
+Behind a proxy (:meth:`AccessMiddleware.forwarded_from`, as ``podium serve`` sets it up), the
+``X-Forwarded-For`` and ``X-Forwarded-Proto`` headers of a request from a trusted peer give its
+client and scheme, by uvicorn's own ``ProxyHeadersMiddleware``: the header loop that looks for
+the request id notices them, so a request without them (the common case) pays nothing for it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import Any, TypeAlias, cast
+
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from ... import tracing
 from ...errors import InvalidInput, PodiumError
@@ -48,6 +56,11 @@ CLIENT_CLOSED = 499
 #: characters each: a bounded memory whatever the paths clients send).
 KNOWN = 512
 
+#: The headers by which a proxy tells the client's address and scheme (uvicorn reads them).
+FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto"})
+#: The request headers the middleware looks at besides the id (one set: one test per header).
+_NOTED = QUEUE_HEADERS | FORWARDED
+
 #: A path's route, the route's name and protocol, and the path as a line shows it.
 _Known: TypeAlias = tuple[Route | None, str | None, str | None, str]
 
@@ -73,19 +86,38 @@ class AccessMiddleware:
         self._normalize = normalize
         self._templates: dict[Route, str] = {}  # each route's path template, made once
         self._known: dict[tuple[str, str], _Known] = {}  # by method and path (_look_up)
+        #: what serves scopes other than HTTP requests (WebSockets): the app, or uvicorn's
+        #: proxy headers before it (forwarded_from)
+        self._other: Any = app
+        #: uvicorn's proxy headers over nothing: rewrites a request's scope, in place
+        self._forwarded: Any = None
+
+    def forwarded_from(self, trusted_hosts: list[str] | str) -> None:
+        """Take ``X-Forwarded-For`` and ``X-Forwarded-Proto`` from the peers ``trusted_hosts``
+        names (uvicorn's ``forwarded_allow_ips``), exactly as uvicorn's
+        ``ProxyHeadersMiddleware`` does, which the server then need not run around this."""
+        # (Any: uvicorn's ASGI types are narrower than Podium's, for the same messages)
+        self._other = ProxyHeadersMiddleware(cast(Any, self.app), trusted_hosts)
+        self._forwarded = ProxyHeadersMiddleware(cast(Any, _nothing), trusted_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self._other(scope, receive, send)
             return
         start = _now()
         sent = None
         asks = None
+        forwarded = False
         for key, value in scope["headers"]:
             if key == ID_HEADER:
                 sent = value
-            elif key in QUEUE_HEADERS:
-                asks = (asks or []) + [(key, value)]
+            elif key in _NOTED:
+                if key in FORWARDED:
+                    forwarded = True
+                else:
+                    asks = (asks or []) + [(key, value)]
+        if forwarded and self._forwarded is not None:
+            await self._forwarded(scope, receive, send)  # the client and scheme, from a proxy
         found = client_id(sent)
         access = Access(self.ids.make() if found is None else found, found is not None, start)
         if asks is not None:
@@ -95,7 +127,7 @@ class AccessMiddleware:
             except InvalidInput as exc:
                 token = current_request.set(access)
                 try:
-                    await send_error(_sender(send, access, False), exc)
+                    await send_error(_Relay(access, receive, send, False).send, exc)
                 finally:
                     current_request.reset(token)
                 access.ended()
@@ -107,11 +139,10 @@ class AccessMiddleware:
         if hooks is not None:
             access.span = hooks.http_request(scope)
         counting = self.log.wants()
-        if counting:
-            receive = _counted(receive, access)
+        relay = _Relay(access, receive, send, counting)
         token = current_request.set(access)
         try:
-            await self.app(scope, receive, _sender(send, access, counting))
+            await self.app(scope, relay.receive if counting else receive, relay.send)
         except BaseException as exc:
             if access.status is None:
                 access.status = CLIENT_CLOSED if not isinstance(exc, Exception) else 500
@@ -185,36 +216,47 @@ class AccessMiddleware:
         self.log.write(access)
 
 
-def _counted(receive: Receive, access: Access) -> Receive:
-    """``receive``, counting the body's bytes into ``access``."""
+async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app under :attr:`AccessMiddleware._forwarded`: what it is for is done to the scope."""
 
-    async def counted() -> Message:
-        message = await receive()
+
+class _Relay:
+    """A request's ``receive`` and ``send`` as the app gets them: the request id added to the
+    response's headers and its status noted in ``access``, and (``counting``) the body's bytes
+    each way. (One object per request, its methods the wrappers: cheaper than two closures.)"""
+
+    __slots__ = ("access", "counting", "_receive", "_send")
+
+    def __init__(self, access: Access, receive: Receive, send: Send, counting: bool) -> None:
+        self.access = access
+        self.counting = counting
+        self._receive = receive
+        self._send = send
+
+    async def receive(self) -> Message:
+        """``receive``, counting the body's bytes."""
+        message = await self._receive()
         body = message.get("body")
         if body:
-            access.bytes_in += len(body)
+            self.access.bytes_in += len(body)
         return message
 
-    return counted
-
-
-def _sender(send: Send, access: Access, counting: bool) -> Send:
-    """``send``, with the request id added to the response's headers and the status (and,
-    ``counting``, the body's bytes) noted in ``access``."""
-
-    async def send_with_id(message: Message) -> None:
+    def send(self, message: Message) -> Awaitable[None]:
+        """``send``'s own awaitable (not a coroutine function: a message costs no second
+        coroutine). The start's headers get the id in place, as Starlette's middlewares set
+        theirs (the message is the app's to give away; its list of headers is not: it may be a
+        constant of the app's, so a new one is made)."""
         if message["type"] == "http.response.start":
+            access = self.access
             access.status = message["status"]
             headers: Any = message.get("headers", ())
             for key, _ in headers:  # (a loop, not any() over a generator: cheaper)
                 if key.lower() == ID_HEADER:  # a model set one: ours only
                     headers = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
                     break
-            message = {**message, "headers": [*headers, (ID_HEADER, access.id.encode())]}
-        elif counting:
+            message["headers"] = [*headers, (ID_HEADER, access.id.encode())]
+        elif self.counting:
             body = message.get("body")
             if body:
-                access.bytes_out += len(body)
-        await send(message)
-
-    return send_with_id
+                self.access.bytes_out += len(body)
+        return self._send(message)

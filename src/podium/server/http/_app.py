@@ -61,14 +61,10 @@ class HttpApp:
         self._description = _responses.encoder.encode(description(INFERENCE_ROUTES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self._http(scope, receive, send)
-        elif scope["type"] == "websocket" and _truss.is_websocket_path(scope["path"]):
-            await _truss.serve_websocket(self.dataplane, scope, receive, send)
-        else:
-            await serve_other_scope(scope, receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # An HTTP request is served here, not in a method of its own: one coroutine less each
+        if scope["type"] != "http":
+            await self._other(scope, receive, send)
+            return
         ex = Exchange(scope, receive, self.max_request_size)
         try:
             found = self._router.match(scope["method"], scope["path"])
@@ -94,6 +90,13 @@ class HttpApp:
             await _fail(ex, send, PodiumError(f"internal error: {type(exc).__name__}: {exc}"))
         finally:
             ex.close()
+
+    async def _other(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A scope other than an HTTP request: Truss's WebSockets, else what ASGI says."""
+        if scope["type"] == "websocket" and _truss.is_websocket_path(scope["path"]):
+            await _truss.serve_websocket(self.dataplane, scope, receive, send)
+        else:
+            await serve_other_scope(scope, receive, send)
 
     # -- health and metadata ---------------------------------------------------------------
 

@@ -74,7 +74,11 @@ class Exchange:
 
     def check_length(self) -> None:
         """Refuse a declared ``Content-Length`` over the limit before reading anything."""
-        declared = self.header(b"content-length")
+        declared = None
+        for key, value in self.scope["headers"]:  # (header()'s loop: no call per request)
+            if key == b"content-length":
+                declared = value
+                break
         if declared is not None:
             try:
                 size = int(declared)
@@ -99,7 +103,8 @@ class Exchange:
         """The whole body, read once; ``PayloadTooLarge`` past the limit."""
         if self._body is not None:
             return self._body
-        self._promote()
+        if self._pending is not None:
+            self._promote()
         if self._watcher is None:
             while not self._body_done:
                 message = await self._receive()
@@ -160,7 +165,10 @@ class Exchange:
             self._pending.cancel()
             self._start_watcher()
 
-    def unwatch(self) -> None:
+    def close(self) -> None:
+        """The request has been answered (or has failed): stop watching, and let go of the
+        model's request object and the task, which refer back to this exchange (no cycle
+        left for the garbage collector)."""
         if self._hook is not None:
             self._hook.callback = None
             self._hook = None
@@ -170,12 +178,6 @@ class Exchange:
         if self._watcher is not None:
             self._watcher.cancel()
             self._watcher = None
-
-    def close(self) -> None:
-        """The request has been answered (or has failed): stop watching, and let go of the
-        model's request object and the task, which refer back to this exchange (no cycle
-        left for the garbage collector)."""
-        self.unwatch()
         self._request = None
         self._task = None
 

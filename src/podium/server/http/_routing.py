@@ -44,6 +44,10 @@ from ...types import WireProtocol
 __all__ = ["Api", "Route", "RouteTable", "Router"]
 
 Handler = Callable[..., Any]
+#: The most paths whose match a router remembers at once, and the longest it remembers.
+REMEMBERED = 512
+REMEMBERED_PATH = 512
+
 #: What :attr:`Router.match` finds: the handler (bound to the app) and its route arguments.
 Found = tuple[Handler, tuple[Any, ...]]
 
@@ -544,7 +548,7 @@ class Router:
     table refuses them), so the pattern found is the only one.
     """
 
-    __slots__ = ("table", "_fixed", "_sized", "_tails")
+    __slots__ = ("table", "_fixed", "_sized", "_tails", "_found")
 
     def __init__(
         self, table: RouteTable, owner: object = None, find: Callable[[Route], Any] | None = None
@@ -582,9 +586,24 @@ class Router:
         for trie in (*self._sized.values(), *tails.values()):
             trie.settle()
         self._tails = sorted(tails.items())
+        #: what the last paths found lead to, by method and path (match)
+        self._found: dict[tuple[str, str], Found] = {}
 
     def match(self, method: str, path: str) -> Found | None:
-        """See the class docstring."""
+        """See the class docstring. A path found is remembered, if it is short: the next
+        request to it (clients call the same few routes) costs one dictionary look-up; at most
+        :data:`REMEMBERED` paths are, of at most :data:`REMEMBERED_PATH` characters each."""
+        found = self._found.get((method, path))
+        if found is not None:
+            return found
+        found = self._match(method, path)
+        if found is not None and len(path) <= REMEMBERED_PATH:
+            if len(self._found) >= REMEMBERED:
+                self._found.clear()  # (forgotten all at once: a bounded memory, kept simply)
+            self._found[(method, path)] = found
+        return found
+
+    def _match(self, method: str, path: str) -> Found | None:
         if "//" in path:  # an empty segment matches nothing
             return None
         if path[-1:] == "/" and len(path) > 1:  # one trailing '/' (the root's is the path)

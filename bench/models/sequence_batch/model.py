@@ -1,0 +1,1 @@
+../batch_busy/model.py

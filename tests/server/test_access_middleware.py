@@ -1,0 +1,63 @@
+"""The access middleware's wrappers of ``receive`` and ``send`` (``server/http/_access.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from podium.server._access import Access, AccessLog, RequestIds
+from podium.server.http import INFERENCE_ROUTES, AccessMiddleware
+
+pytestmark = pytest.mark.anyio
+
+#: A constant list of headers, as apps keep them (``_responses.SSE``): never changed
+HEADERS = [(b"content-type", b"text/plain"), (b"X-Request-ID", b"the-models")]
+
+
+async def test_each_response_has_the_id_once_and_the_apps_headers_are_left_alone() -> None:
+    lines: list[Access] = []
+
+    class Log(AccessLog):
+        def wants(self) -> bool:
+            return True
+
+        def write(self, access: Access) -> None:
+            lines.append(access)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 201, "headers": HEADERS})
+        await send({"type": "http.response.body", "body": b"abc", "more_body": True})
+        await send({"type": "http.response.body", "body": b"de"})
+
+    middleware = AccessMiddleware(app, log=Log(True), ids=RequestIds(), routes=INFERENCE_ROUTES)
+    chunks = iter([b"12", b"345", b""])
+    for n in range(2):
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            body = next(chunks, b"")
+            return {"type": "http.request", "body": body, "more_body": bool(body)}
+
+        async def send(message: dict[str, Any], sent: list[Any] = sent) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/x",
+            "client": ("127.0.0.1", 1),
+            "headers": [(b"x-request-id", f"client-{n}".encode())],
+        }
+        await middleware(scope, receive, send)
+        assert sent[0]["headers"] == [
+            (b"content-type", b"text/plain"),
+            (b"x-request-id", f"client-{n}".encode()),
+        ]
+    assert HEADERS == [(b"content-type", b"text/plain"), (b"X-Request-ID", b"the-models")]
+    assert [(line.id, line.status, line.bytes_in, line.bytes_out) for line in lines] == [
+        ("client-0", 201, 5, 5),
+        ("client-1", 201, 0, 5),
+    ]
