@@ -96,12 +96,13 @@ def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
         # less (inline: a call would cost what it saves); anything else, or a verdict only
         # numpy can give, goes on to _numeric. See _BOUNDS.
         least, greatest, allowed = bounds
+        # (``issuperset`` of an iterator tests each element's type as it comes: no set made)
         if allowed is _BOOL:
-            if set(map(type, data)) == _BOOL:
+            if _BOOL.issuperset(map(type, data)):
                 return
         elif (
             count <= _SMALL
-            and set(map(type, data)) <= allowed
+            and allowed.issuperset(map(type, data))
             and least <= min(data)
             and max(data) <= greatest
         ):
@@ -293,9 +294,9 @@ _NUMBER = frozenset({int, float})
 
 #: By numeric datatype: the least and the greatest element that certainly passes its checks,
 #: and the Python types its elements may have (BOOL: ``bool`` alone, at any size, the bounds
-#: unused), for
-#: :func:`check_input`'s flat lists of up to ``_SMALL`` elements, which ``set(map(type, ...))``,
-#: ``min`` and ``max`` check for less than numpy's reading and reductions
+#: unused), for :func:`check_input`'s flat lists of up to ``_SMALL`` elements, which
+#: ``issuperset(map(type, ...))``, ``min`` and ``max`` check for less than numpy's reading and
+#: reductions
 #: (``bench/input_checks.py``). A list that fails this goes through :func:`_numeric`, which says
 #: what is wrong or passes what only it can judge (integral floats for an integer, floats that
 #: round to the largest finite value, NaN), so every check is kept. Not for INT64 and FP64:

@@ -24,6 +24,17 @@ from ..types import (
 
 __all__ = ["gather", "inputs_of", "oip_response", "take_headers"]
 
+# The input kinds :func:`inputs_of` tells apart on every call, read off the enum once: on Python
+# 3.11 each read of a member off its class (``InputKind.RAW``) goes through the enum type's
+# ``__getattr__`` hook, which costs as much as a function call (3.12 dropped that hook).
+_DEFAULT, _OIP_REQUEST, _RAW, _SCHEMA, _WIRE = (
+    InputKind.DEFAULT,
+    InputKind.OIP_REQUEST,
+    InputKind.RAW,
+    InputKind.SCHEMA,
+    InputKind.WIRE,
+)
+
 
 def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | None]:
     """What the model's first parameter asks for (its capabilities' ``input_kind``) made of the
@@ -43,7 +54,7 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     protocol = call.protocol
     if protocol.oip:
         request: InferenceRequest = raw
-    elif kind is InputKind.OIP_REQUEST:  # JSON text or JSON-like data
+    elif kind is _OIP_REQUEST:  # JSON text or JSON-like data
         try:
             if isinstance(raw, bytes | str):
                 request = msgspec.json.decode(raw, type=InferenceRequest)
@@ -54,13 +65,13 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
         except codecs.JSON_ERRORS as exc:
             problem = codecs.json_problem(exc, raw)
             raise InvalidInput(f"model '{mv.name}' takes an inference request: {problem}") from exc
-    elif kind is InputKind.SCHEMA:
+    elif kind is _SCHEMA:
         return inst.validate(raw), None
-    elif kind is InputKind.WIRE:
+    elif kind is _WIRE:
         return WireInput(protocol, raw, request_id()), None
     else:
         return raw, None
-    decode = kind is InputKind.DEFAULT or kind is InputKind.SCHEMA
+    decode = kind is _DEFAULT or kind is _SCHEMA
     if decode:
         decoded = codecs.decode_request(request)
     else:
@@ -69,13 +80,13 @@ def inputs_of(mv: ModelVersion, call: Call) -> tuple[Any, InferenceRequest | Non
     if signature.inputs and caps.checks_declared_inputs:
         codecs.check_declared(request, signature, mv.label)
     oip = request if protocol.oip else None
-    if kind is InputKind.SCHEMA:
+    if kind is _SCHEMA:
         return inst.validate(codecs.inputs_as_json(decoded)), oip
     if decode:
         return decoded, oip
-    if kind is InputKind.OIP_REQUEST:
+    if kind is _OIP_REQUEST:
         return request, oip
-    if kind is InputKind.RAW:
+    if kind is _RAW:
         return codecs.request_builtins(request), oip
     return WireInput(protocol, codecs.request_builtins(request), request_id()), oip
 

@@ -295,77 +295,77 @@ class DataPlane:
         The call is counted in the version's :attr:`~ModelVersion.stats`, by outcome and code
         (of its protocol), with its duration.
         """
+        # One coroutine for the whole call (no inner one: each level of await costs a frame
+        # on every request). ``task`` is None when this task runs a call already: that one
+        # counts in the flight.
         flight = self.flight
         task = flight.enter(call)
-        if task is None:  # this task runs a call already: that one counts
-            return await self._infer(call, mv)
         try:
-            return await self._infer(call, mv)
+            if mv is None:
+                mv = self._registry.ready(call.model, call.version)
+            stats = mv.stats.protocols[call.protocol.index]
+            start = _now()
+            placement: Placement | None = None
+            try:
+                _queue_asks(mv, call)
+                cache = mv.cache
+                key = hit = None
+                if cache is not None:  # a hit answers here; a miss keeps the answer below
+                    key, generation, hit = _look_up(mv, cache, call)
+                if hit is None:
+                    call, placement = self._placed(call)
+                    inputs, oip = inputs_of(mv, call)
+                    sequence = _sequence(mv, call)
+                    caps = mv.instance.capabilities
+                    headers = None
+                    if caps.streaming and not caps.predict_on_infer:
+                        async with contextlib.aclosing(
+                            _stream_from_scheduler(mv, inputs, call, sequence)
+                        ) as stream:
+                            items = [item async for item in stream]
+                        result = gather(mv, call.protocol, items, oip, sequence)
+                        if placement is not None:
+                            placement.write(result)
+                    else:
+                        if sequence is None:
+                            result = await mv.scheduler.infer(inputs, call.request)
+                        else:
+                            scheduler = cast(SequenceScheduling, mv.scheduler)
+                            result = await scheduler.infer_in(sequence, inputs, call.request)
+                        if call.protocol.oip:
+                            result = oip_response(mv, result, oip, sequence)
+                            if placement is not None:
+                                placement.write(result)
+                        if isinstance(result, InferenceResponse) and result.parameters:
+                            headers = take_headers(result)
+                    answer = Answer(
+                        result, headers, None if sequence is None else sequence.outcome()
+                    )
+                    if key is not None and cache is not None:
+                        _keep(cache, key, generation, answer, call.payload.id)
+                else:
+                    answer = hit
+            except BaseException as exc:
+                stats.failed_with(exc, _now() - start)
+                raise
+            finally:
+                if placement is not None:
+                    placement.release()
+            mv.stats.last_ns = end = _now()
+            value = answer.value
+            if type(value) is Reply:  # the status a handler chose
+                stats.answered(value.status, end - start)
+            else:
+                stats.ok.add(end - start)
+            return answer
         except asyncio.CancelledError:
-            error = flight.cut_error(task)
+            error = None if task is None else flight.cut_error(task)
             if error is None:
                 raise
             raise error from None
         finally:
-            flight.leave(task)
-
-    async def _infer(self, call: Call, mv: ModelVersion | None) -> Answer:
-        if mv is None:
-            mv = self._registry.ready(call.model, call.version)
-        stats = mv.stats
-        start = _now()
-        placement: Placement | None = None
-        try:
-            _queue_asks(mv, call)
-            cache = mv.cache
-            key = hit = None
-            if cache is not None:  # a hit answers here; a miss keeps the answer below
-                key, generation, hit = _look_up(mv, cache, call)
-            if hit is None:
-                call, placement = self._placed(call)
-                inputs, oip = inputs_of(mv, call)
-                sequence = _sequence(mv, call)
-                caps = mv.instance.capabilities
-                if caps.streaming and not caps.predict_on_infer:
-                    async with contextlib.aclosing(
-                        _stream_from_scheduler(mv, inputs, call, sequence)
-                    ) as stream:
-                        items = [item async for item in stream]
-                    result = gather(mv, call.protocol, items, oip, sequence)
-                    if placement is not None:
-                        placement.write(result)
-                    headers = None
-                else:
-                    if sequence is None:
-                        result = await mv.scheduler.infer(inputs, call.request)
-                    else:
-                        scheduler = cast(SequenceScheduling, mv.scheduler)
-                        result = await scheduler.infer_in(sequence, inputs, call.request)
-                    if call.protocol.oip:
-                        result = oip_response(mv, result, oip, sequence)
-                        if placement is not None:
-                            placement.write(result)
-                    headers = None
-                    if isinstance(result, InferenceResponse) and result.parameters:
-                        headers = take_headers(result)
-                answer = Answer(result, headers, None if sequence is None else sequence.outcome())
-                if key is not None and cache is not None:
-                    _keep(cache, key, generation, answer, call.payload.id)
-            else:
-                answer = hit
-        except BaseException as exc:
-            stats.protocols[call.protocol.index].failed_with(exc, _now() - start)
-            raise
-        finally:
-            if placement is not None:
-                placement.release()
-        stats.last_ns = end = _now()
-        value = answer.value
-        if type(value) is Reply:  # the status a handler chose
-            stats.protocols[call.protocol.index].answered(value.status, end - start)
-        else:
-            stats.protocols[call.protocol.index].ok.add(end - start)
-        return answer
+            if task is not None:
+                flight.leave(task)
 
     def _placed(self, call: Call) -> tuple[Call, Placement | None]:
         """``call`` with the inputs it names in shared memory (Triton's system shared memory

@@ -72,6 +72,12 @@ class Flavor(enum.Enum):
     ASYNC_GENERATOR = "async generator"
 
 
+#: Read off the enum once, for :meth:`NativeModel._call` (every request): on Python 3.11 each
+#: read of a member off its class goes through the enum type's ``__getattr__`` hook, which costs
+#: as much as a function call.
+_ASYNC = Flavor.ASYNC
+
+
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
     """How to call one of preprocess/predict/postprocess."""
@@ -535,9 +541,15 @@ class NativeModel(Adapter):
         self.openai = openai_face(self.obj, self.name, self._continuous)
 
     async def _call(self, spec: MethodSpec, fn: Any, inputs: Any, request: Any) -> Any:
-        args = self._args(spec, inputs, request)
+        """Call ``fn`` (preprocess, predict or postprocess, as ``spec`` says it is called):
+        async on the loop, a sync predict on the instance's threads, other sync methods in the
+        pool; what it raises becomes a ``ModelError`` naming the model and the method."""
+        if spec.takes_context or not spec.takes_inputs:
+            args = self._args(spec, inputs, request)
+        else:  # (inputs[, request]), the common case, without a call of its own
+            args = (inputs, request) if spec.takes_request else (inputs,)
         try:
-            if spec.flavor is Flavor.ASYNC:
+            if spec.flavor is _ASYNC:
                 return await fn(*args)
             if fn is self._predict:
                 return await self._threads.run(fn, *args)
@@ -571,7 +583,9 @@ class NativeModel(Adapter):
         if openai_call(inputs):  # model/_openai.py
             run, executor = self._threads.run, self._executor
             return await run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
-        return await self._call(self._predict_spec(), self._predict, inputs, request)
+        # (the spec's own attribute: _predict_spec, a call of its own, only to raise)
+        spec = self.spec.predict or self._predict_spec()
+        return await self._call(spec, self._predict, inputs, request)
 
     async def _predict_list(self, inputs: list[Any]) -> Any:
         return await self._call(self._predict_spec(), self._predict, inputs, None)

@@ -104,21 +104,24 @@ class WorkerGate:
                 total += max(0, worker.busy - worker.slots)
         return total
 
-    def _least_loaded(self) -> Any:
-        best = None
-        for worker in self._workers:
-            if (best is None or worker.busy < best.busy) and self._room(worker):
-                best = worker
-        return best
-
     def try_acquire(self) -> Any:
-        """A slot on the least-loaded worker without waiting; None if busy or others wait."""
+        """A slot on the least-loaded worker without waiting (the fewest requests held, ties to
+        the oldest worker); None if busy or others wait."""
         if self._line:
             return None
-        worker = self._least_loaded()
-        if worker is not None:
-            worker.busy += 1
-        return worker
+        best = None
+        shares = self.shares
+        for worker in self._workers:
+            # :meth:`_room`, inline: every request passes here
+            if (
+                worker.busy < worker.capacity
+                and (best is None or worker.busy < best.busy)
+                and (shares is None or shares.room(worker, self._workers))
+            ):
+                best = worker
+        if best is not None:
+            best.busy += 1
+        return best
 
     def try_acquire_on(self, worker: Any) -> bool:
         """A slot on ``worker`` itself without waiting, if it still takes work, has one free and
@@ -184,7 +187,7 @@ class WorkerGate:
                 group.append(worker)
             for member in sorted(group, key=lambda w: w.busy):
                 self._wake(member)
-        elif worker in self._workers:
+        elif (self._line or self._pinned) and worker in self._workers:  # someone waits
             self._wake(worker)
 
     def _wake(self, worker: Any) -> None:

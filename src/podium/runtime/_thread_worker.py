@@ -3,7 +3,7 @@
 The scheduler runs ``preprocess`` / ``postprocess`` outside the worker's slots; the worker runs
 ``predict``. A sync ``predict`` runs on the instance's own threads (its ``calls``), where the
 worker may queue requests ahead of its slots (:func:`worker_ahead`). ``response_timeout`` is
-kept by one path for every predict (:meth:`ThreadWorker._timed`): the caller waits in its own
+kept by one path for every predict (:meth:`ThreadWorker.infer`): the caller waits in its own
 task, and the worker's one sweep finds the calls past their deadline.
 """
 
@@ -83,7 +83,7 @@ class ThreadWorker:
         #: what it ran on its GPU (the statistics extension's device_stats); None on the CPU
         self._on_gpu = self._stats.on_device(device) if devices else None
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
-        # response_timeout (:meth:`_timed`): the callers' tasks the sweep watches, each with
+        # response_timeout (:meth:`infer`): the callers' tasks the sweep watches, each with
         # since when its predict runs (None: a sync call's start, asked of ``calls``); those it
         # stopped, with the error their caller raises; those past their deadline that still
         # run, since when; those whose slot the call's real end frees (a detached sync call)
@@ -103,14 +103,53 @@ class ThreadWorker:
         self.state = WorkerState.READY
 
     async def infer(self, inputs: Any, request: Any, size: int = 1) -> Any:
-        """``predict`` on ``inputs`` (``size`` requests: a batch's length)."""
+        """``predict`` on ``inputs`` (``size`` requests: a batch's length), bounded by
+        response_timeout when the model has one.
+
+        The bound counts from when predict starts: at once for an async one, when its call
+        starts in a thread for a sync one (a request queued ahead waits behind the calls before
+        it without its clock running). It is kept in the caller's own task, with no task,
+        future or timer of its own (and in this one coroutine, no inner one: a level of await
+        costs every request a frame): one sweep per worker, every quarter of the timeout (at
+        most 1 s), finds the calls past their deadline (:meth:`_sweep`), so a predict is
+        stopped between ``response_timeout`` and a quarter more after it started.
+
+        Past it the caller fails at once with ``ResponseTimeout``. An async predict is
+        cancelled, and its end frees the slot. A thread cannot be stopped: a sync call runs on,
+        holding its slot until it returns (so predict_concurrency stays a true bound), and one
+        still running STUCK_GRACE later gets this worker replaced
+        (:meth:`WorkerPool._replace_stuck`)."""
         start = _now()
-        if self._timeout:
-            outputs = await self._timed(inputs, request)
-        else:
+        if not self._timeout:
             try:
                 outputs = await self.instance.predict(inputs, request)
             finally:
+                self._gate.release(self)
+            self._stats.executed(size, _now() - start)
+            return outputs
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self._waiting[task] = None if self._calls is not None else time.monotonic()
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._tick, self._sweep)
+        try:
+            outputs = await self.instance.predict(inputs, request)
+        except asyncio.CancelledError:
+            stopped = self._stopped.pop(task, None)
+            if stopped is not None and task.uncancel() == 0:  # not the client leaving as well
+                raise stopped from None
+            raise
+        finally:
+            self._waiting.pop(task, None)
+            # what the sweep keeps is rare: a dictionary looked at only when it holds anything
+            if self._stopped:
+                self._stopped.pop(task, None)
+            if task in self._held:  # its call runs on: its end frees the slot (_late_ended)
+                self._held.discard(task)
+            else:
+                if self._late:  # (an async predict that swallowed its cancellation)
+                    self._late.pop(task, None)
                 self._gate.release(self)
         self._stats.executed(size, _now() - start)
         return outputs
@@ -134,43 +173,8 @@ class ThreadWorker:
     async def batch(self, inputs: list[Any], requests: list[Any]) -> Any:
         return await self.infer(inputs, requests, len(inputs))
 
-    async def _timed(self, inputs: Any, request: Any) -> Any:
-        """``predict`` bounded by response_timeout, counted from when it starts: at once for an
-        async one, when its call starts in a thread for a sync one (a request queued ahead waits
-        behind the calls before it without its clock running). Waited for in the caller's own
-        task, with no task, future or timer of its own: one sweep per worker, every quarter of
-        the timeout (at most 1 s), finds the calls past their deadline (:meth:`_sweep`), so a
-        predict is stopped between ``response_timeout`` and a quarter more after it started.
-
-        Past it the caller fails at once with ``ResponseTimeout``. An async predict is
-        cancelled, and its end frees the slot. A thread cannot be stopped: a sync call runs on,
-        holding its slot until it returns (so predict_concurrency stays a true bound), and one
-        still running STUCK_GRACE later gets this worker replaced
-        (:meth:`WorkerPool._replace_stuck`)."""
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        assert task is not None
-        self._waiting[task] = None if self._calls is not None else time.monotonic()
-        if self._sweeper is None:
-            self._sweeper = loop.call_later(self._tick, self._sweep)
-        try:
-            return await self.instance.predict(inputs, request)
-        except asyncio.CancelledError:
-            stopped = self._stopped.pop(task, None)
-            if stopped is not None and task.uncancel() == 0:  # not the client leaving as well
-                raise stopped from None
-            raise
-        finally:
-            self._waiting.pop(task, None)
-            self._stopped.pop(task, None)
-            if task in self._held:  # its call runs on: its end frees the slot (_late_ended)
-                self._held.discard(task)
-            else:
-                self._late.pop(task, None)  # (an async predict that swallowed its cancellation)
-                self._gate.release(self)
-
     def _sweep(self) -> None:
-        """The predicts of :meth:`_timed` past response_timeout: each caller fails at once. When
+        """The predicts of :meth:`infer` past response_timeout: each caller fails at once. When
         every predict thread is held by a sync call so, the requests queued ahead that have not
         started are taken back (``Moved``: the next worker takes them) and the worker takes no
         more ahead of its threads until one returns."""

@@ -58,6 +58,12 @@ def version_key(version: str | None) -> tuple[Any, ...]:
     )
 
 
+#: Read off the enum once, for :meth:`Registry.ready` (every request): on Python 3.11 each read
+#: of a member off its class goes through the enum type's ``__getattr__`` hook, which costs as
+#: much as a function call.
+_READY = ModelState.READY
+
+
 @dataclass(slots=True, eq=False)
 class ModelVersion:
     """One loaded version of a model: its workers, its scheduler and its state.
@@ -333,7 +339,7 @@ class Registry:
     def ready(self, name: str, version: str | None = None) -> ModelVersion:
         """Like :meth:`get`, and ``ModelNotReady`` (503) unless that version is ready."""
         mv = self.get(name, version)
-        if mv.state is not ModelState.READY:
+        if mv.state is not _READY:
             mv.check_ready()
         return mv
 
