@@ -295,7 +295,7 @@ def _flat(datatype: str, kind: type, least: float, greatest: float) -> type[msgs
     """A one-field msgspec type whose field is a list of ``kind`` in ``[least, greatest]``
     (a tuple converts to it: ``array_like``); msgspec keeps what it compiled of a Struct type,
     and would compile a bare ``list[...]`` anew on every call."""
-    element = Annotated[kind, msgspec.Meta(ge=least, le=greatest)]
+    element: Any = Annotated[kind, msgspec.Meta(ge=least, le=greatest)]
     return msgspec.defstruct(f"_Flat{datatype}", [("data", list[element])], array_like=True)
 
 
