@@ -86,7 +86,7 @@ def test_checking_data_of_the_right_count(
     )
 
 
-# The flat lists of Python numbers that checking passes without numpy (codecs/_inputs.py, _BOUNDS
+# The flat lists of Python numbers that checking passes without numpy (codecs/_inputs.py, _FLAT
 # and check_input), at the edges of that path: each must get decoding's verdict.
 _FLAT_EDGES = [
     ("FP32", [1, 2, 3, 4]),
@@ -112,6 +112,12 @@ _FLAT_EDGES = [
     ("UINT64", [2**64 - 1, 0]),
     ("UINT64", [2**64]),
     ("UINT64", [-1]),
+    ("UINT64", [2**63, 1]),  # past msgspec's int64 bounds: numpy's verdict
+    ("UINT32", [2**32 - 1, 0]),
+    ("UINT32", [2**32]),
+    ("FP32", [float("inf"), 1.0]),  # infinite: passes, as numpy judges it
+    ("FP32", [1, float("nan")]),
+    ("FP16", [1, 2**64]),
     ("UINT8", list(range(256))),
     ("BOOL", [True, False]),
     ("BOOL", [True, 1]),

@@ -4,7 +4,7 @@ JSON view of decoded inputs that a model's schema is checked against."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -90,23 +90,22 @@ def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
         check_bytes(inp, shape, count)
         return
     data = inp.data
-    bounds = _BOUNDS.get(datatype)
-    if bounds is not None and type(data) is list and len(data) == count and count:
+    if type(data) is list and len(data) == count and count:
         # A flat list of Python numbers (a JSON body's): told without numpy where that costs
         # less (inline: a call would cost what it saves); anything else, or a verdict only
-        # numpy can give, goes on to _numeric. See _BOUNDS.
-        least, greatest, allowed = bounds
-        # (``issuperset`` of an iterator tests each element's type as it comes: no set made)
-        if allowed is _BOOL:
+        # numpy can give, goes on to _numeric. See _FLAT.
+        if datatype == "BOOL":
+            # (``issuperset`` of an iterator tests each element's type as it comes: no set made)
             if _BOOL.issuperset(map(type, data)):
                 return
-        elif (
-            count <= _SMALL
-            and allowed.issuperset(map(type, data))
-            and least <= min(data)
-            and max(data) <= greatest
-        ):
-            return
+        elif count <= _SMALL:
+            flat = _FLAT.get(datatype)
+            if flat is not None:
+                try:
+                    msgspec.convert((data,), flat)
+                    return
+                except msgspec.ValidationError:
+                    pass
     if isinstance(data, np.ndarray) and data.dtype == NUMPY_DTYPES[datatype] and data.size == count:
         return
     _numeric(inp.name, datatype, data, shape, count)
@@ -181,7 +180,8 @@ def _numeric(name: str, datatype: str, data: Any, shape: list[int], count: int) 
 
 
 # Up to this many elements, Python's min() and max() over a flat list (loops in C) beat numpy's
-# reductions, whose fixed cost is about a microsecond each; beyond it numpy is faster.
+# reductions, whose fixed cost is about a microsecond each; beyond it numpy is faster (and
+# check_input's flat lists are told without numpy up to this many, _FLAT).
 _SMALL = 64
 
 
@@ -289,31 +289,40 @@ _FLOAT_MAX = {np.dtype(dt): float(np.finfo(dt).max) for dt in (np.float16, np.fl
 
 
 _BOOL = frozenset({bool})
-_INT = frozenset({int})
-_NUMBER = frozenset({int, float})
 
-#: By numeric datatype: the least and the greatest element that certainly passes its checks,
-#: and the Python types its elements may have (BOOL: ``bool`` alone, at any size, the bounds
-#: unused), for :func:`check_input`'s flat lists of up to ``_SMALL`` elements, which
-#: ``issuperset(map(type, ...))``, ``min`` and ``max`` check for less than numpy's reading and
-#: reductions
+
+def _flat(datatype: str, kind: type, least: float, greatest: float) -> type[msgspec.Struct]:
+    """A one-field msgspec type whose field is a list of ``kind`` in ``[least, greatest]``
+    (a tuple converts to it: ``array_like``); msgspec keeps what it compiled of a Struct type,
+    and would compile a bare ``list[...]`` anew on every call."""
+    element: Any = Annotated[kind, msgspec.Meta(ge=least, le=greatest)]
+    return msgspec.defstruct(f"_Flat{datatype}", [("data", list[element])], array_like=True)
+
+
+#: By numeric datatype: the flat lists of up to ``_SMALL`` elements that certainly pass its
+#: checks, as a type that ``msgspec.convert`` checks a list against in one pass in C, each
+#: element's type (``int``: not ``bool``, not ``float``; for a float datatype ``int`` or
+#: ``float``) and range (a float's: finite and within the largest finite value), for less than
+#: numpy's reading and reductions, or than Python's ``min`` and ``max``
 #: (``bench/input_checks.py``). A list that fails this goes through :func:`_numeric`, which says
 #: what is wrong or passes what only it can judge (integral floats for an integer, floats that
-#: round to the largest finite value, NaN), so every check is kept. Not for INT64 and FP64:
-#: numpy reads Python ints into int64 and floats into float64, which then need no range test,
-#: and that reading costs less than ``min`` and ``max``.
-_BOUNDS: dict[str, tuple[float, float, frozenset[type]]] = {
+#: round to the largest finite value, infinities, NaN), so every check is kept. Not for INT64
+#: and FP64: numpy reads Python ints into int64 and floats into float64, which then need no
+#: range test, and that reading costs less. BOOL is told by its elements' types alone, at any
+#: size.
+_FLAT: dict[str, type[msgspec.Struct]] = {
     **{
-        name: (*_INT_RANGES[dtype], _INT)
+        # (msgspec's bounds are an int64's: UINT64's elements past it go on to _numeric)
+        name: _flat(name, int, least, min(greatest, _INT_RANGES[np.dtype(np.int64)][1]))
         for name, dtype in NUMPY_DTYPES.items()
         if dtype in _INT_RANGES and dtype != np.int64
+        for least, greatest in [_INT_RANGES[dtype]]
     },
     **{
-        name: (-_FLOAT_MAX[dtype], _FLOAT_MAX[dtype], _NUMBER)
+        name: _flat(name, float, -_FLOAT_MAX[dtype], _FLOAT_MAX[dtype])
         for name, dtype in NUMPY_DTYPES.items()
         if dtype in _FLOAT_MAX
     },
-    "BOOL": (0, 1, _BOOL),
 }
 
 
