@@ -180,9 +180,11 @@ def to_request(message: Any) -> InferenceRequest:
 def uses_shared_memory(message: Any) -> bool:
     """Whether an input or a requested output of a ``ModelInferRequest`` names a shared memory
     region (Triton's ``shared_memory_region`` parameter)."""
-    return any(REGION in t.parameters for t in message.inputs[:]) or any(
-        REGION in t.parameters for t in message.outputs[:]
-    )
+    for tensors in (message.inputs[:], message.outputs[:]):  # (no generator per call)
+        for tensor in tensors:
+            if REGION in tensor.parameters:
+                return True
+    return False
 
 
 def _typed_input(tensor: Any, name: str, datatype: str) -> Any:
