@@ -39,6 +39,7 @@ it; else typed) one call after another, e.g.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -49,7 +50,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = '{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
@@ -183,25 +186,13 @@ class _GrpcClient:
 def _count_grpc(src: Path, model: Path, message: bytes, requests: int) -> tuple[float, float]:
     """As :func:`_count`, for ``ModelInfer`` calls on the gRPC listener."""
     ports = [_free_port() for _ in range(5)]
-    flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
-    argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
-    for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
-        argv += [flag, str(port)]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
-        env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
-        errors = open(Path(tmp) / "server.log", "w+b")  # noqa: SIM115 (closed with tmp)
-        server = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+    with _under_callgrind(src, _podium_argv(model, ports)) as (server, out, errors):
         pid = str(server.pid)
         client = _GrpcClient(ports[1], message)
         try:
             deadline = time.monotonic() + 600
             while not client.ready():
-                if server.poll() is not None:
-                    errors.seek(0)
-                    error = errors.read().decode(errors="replace")[-2000:]
-                    raise RuntimeError(f"the server exited: {error}")
+                _check_running(server, errors)
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{GRPC_METHOD} never succeeded")
                 time.sleep(0.5)
@@ -216,14 +207,49 @@ def _count_grpc(src: Path, model: Path, message: bytes, requests: int) -> tuple[
             busy, idle = _totals(out, "busy"), _totals(out, "idle")
         finally:
             client.close()
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-            errors.close()
     return (busy - idle) / requests, idle / busy_s
+
+
+def _podium_argv(model: Path, ports: list[int]) -> list[str]:
+    """``podium serve model`` on loopback, its five listeners on ``ports``."""
+    flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
+    argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
+    for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
+        argv += [flag, str(port)]
+    return argv
+
+
+@contextlib.contextmanager
+def _under_callgrind(src: Path, argv: list[str]) -> Iterator[tuple[Any, Path, IO[bytes]]]:
+    """``argv`` started under callgrind with ``src`` on its path: the process, the file its
+    dumps are named after, and its log; stopped (SIGINT) when the block ends."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+        env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
+        # the server's log (its access lines too) goes to a file: a pipe nobody reads would
+        # fill up and stop the server in its next write
+        with open(Path(tmp) / "server.log", "w+b") as errors:
+            server = subprocess.Popen(
+                cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=errors
+            )
+            try:
+                yield server, out, errors
+            finally:
+                server.send_signal(signal.SIGINT)
+                try:
+                    server.wait(timeout=300)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
+
+
+def _check_running(server: Any, errors: IO[bytes]) -> None:
+    """Raise with the end of its log if the server has exited."""
+    if server.poll() is not None:
+        errors.seek(0)
+        error = errors.read().decode(errors="replace")[-2000:]
+        raise RuntimeError(f"the server exited: {error}")
 
 
 def _callgrind(*args: str) -> None:
@@ -269,85 +295,63 @@ def _count(
     elif extra == [GUARDED]:
         argv = [sys.executable, str(ROOT / "bench" / "guarded_echo.py"), "--port", str(ports[0])]
     else:
-        flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
-        argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
-        for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
-            argv += [flag, str(port)]
+        argv = _podium_argv(model, ports)
         # under callgrind the server runs tens of times slower: its connection timers must not
         # close the clients' connections (they are armed all the same: the count is unchanged)
         argv += ["--header-timeout", "600", "--keep-alive-timeout", "600", *extra]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
-        env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
-        # the server's log (its access lines too) goes to a file: a pipe nobody reads would
-        # fill up and stop the server in its next write
-        errors = open(Path(tmp) / "server.log", "w+b")  # noqa: SIM115 (closed with tmp)
-        server = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+    with _under_callgrind(src, argv) as (server, out, errors):
         pid = str(server.pid)
-        try:
-            deadline = time.monotonic() + 600
-            while True:
-                if server.poll() is not None:
-                    errors.seek(0)
-                    error = errors.read().decode(errors="replace")[-2000:]
-                    raise RuntimeError(f"the server exited: {error}")
-                try:
-                    sock = socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            with sock:
-                message = _request(path, body)
-                pending = bytearray()
-
-                def send(count: int) -> None:
-                    if connections > 1:
-                        _send_concurrently(ports[0], message, connections, count, path)
-                        return
-                    for _ in range(count):
-                        sock.sendall(message)
-                        status = _read_response(sock, pending)[0]
-                        if status != 200:
-                            raise RuntimeError(f"{path} answered {status}")
-
-                def probe() -> int | None:
-                    # a connection of its own: the first one may have idled past keep-alive
-                    with socket.create_connection(("127.0.0.1", ports[0]), timeout=120) as own:
-                        own.sendall(message)
-                        return _batches(_read_response(own, bytearray())[1])
-
-                while True:  # the model may still be loading: wait for the first 200
-                    sock.sendall(message)
-                    if _read_response(sock, pending)[0] == 200:
-                        break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{path} never answered 200")
-                    time.sleep(0.5)
-                send(200 if connections == 1 else max(200, 4 * connections))  # warm-up
-                before = probe()
-                _callgrind("--zero", pid)
-                start = time.monotonic()
-                send(requests)
-                busy_s = time.monotonic() - start
-                _callgrind("--dump=busy", pid)  # a dump zeroes the counters
-                time.sleep(busy_s)
-                _callgrind("--dump=idle", pid)
-                after = probe()
-            busy, idle = _totals(out, "busy"), _totals(out, "idle")
-            fill = None
-            if before is not None and after is not None and after - before > 1:
-                fill = requests / (after - before - 1)  # (less the second probe's own)
-        finally:
-            server.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 600
+        while True:
+            _check_running(server, errors)
             try:
-                server.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-            errors.close()
+                sock = socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        with sock:
+            message = _request(path, body)
+            pending = bytearray()
+
+            def send(count: int) -> None:
+                if connections > 1:
+                    _send_concurrently(ports[0], message, connections, count, path)
+                    return
+                for _ in range(count):
+                    sock.sendall(message)
+                    status = _read_response(sock, pending)[0]
+                    if status != 200:
+                        raise RuntimeError(f"{path} answered {status}")
+
+            def probe() -> int | None:
+                # a connection of its own: the first one may have idled past keep-alive
+                with socket.create_connection(("127.0.0.1", ports[0]), timeout=120) as own:
+                    own.sendall(message)
+                    return _batches(_read_response(own, bytearray())[1])
+
+            while True:  # the model may still be loading: wait for the first 200
+                sock.sendall(message)
+                if _read_response(sock, pending)[0] == 200:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{path} never answered 200")
+                time.sleep(0.5)
+            send(200 if connections == 1 else max(200, 4 * connections))  # warm-up
+            before = probe()
+            _callgrind("--zero", pid)
+            start = time.monotonic()
+            send(requests)
+            busy_s = time.monotonic() - start
+            _callgrind("--dump=busy", pid)  # a dump zeroes the counters
+            time.sleep(busy_s)
+            _callgrind("--dump=idle", pid)
+            after = probe()
+        busy, idle = _totals(out, "busy"), _totals(out, "idle")
+        fill = None
+        if before is not None and after is not None and after - before > 1:
+            fill = requests / (after - before - 1)  # (less the second probe's own)
     return (busy - idle) / requests, idle / busy_s, fill
 
 
