@@ -27,11 +27,19 @@ dynamically batched model needs to form batches, e.g.
 
 A model that reports the batches it ran (``parameters.batches`` in its answer, as
 bench/models/batch_busy does) gets its mean batch size printed too.
+
+``--grpc`` measures OIP gRPC ``ModelInfer`` in place of REST: one grpcio channel (one HTTP/2
+connection, keep-alive) on the server's gRPC port sends the same serialized
+``ModelInferRequest`` (``--raw``: the tensor in ``raw_input_contents``, as tritonclient sends
+it; else typed) one call after another, e.g.
+
+    .venv/bin/python bench/instructions.py --grpc --other /tmp/base/src --requests 1000
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -42,7 +50,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = '{"inputs":[{"name":"input-0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
@@ -132,6 +142,116 @@ def _send_concurrently(port: int, message: bytes, connections: int, count: int, 
             sock.close()
 
 
+#: The OIP gRPC method ``--grpc`` calls.
+GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def _grpc_message(model: str, raw: bool) -> bytes:
+    """A serialized ``ModelInferRequest`` for bench/grpc_messages.py's echo tensor."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from grpc_messages import infer_request
+
+    return bytes(infer_request(model, raw=raw).SerializeToString())
+
+
+class _GrpcClient:
+    """One grpcio channel (one keep-alive HTTP/2 connection) calling ``ModelInfer`` with
+    prebuilt bytes, one call after another."""
+
+    def __init__(self, port: int, message: bytes) -> None:
+        import grpc
+
+        self._rpc_error = grpc.RpcError
+        self._channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self._infer = self._channel.unary_unary(GRPC_METHOD)  # bytes in, bytes out
+        self._message = message
+
+    def ready(self) -> bool:
+        """Whether a call succeeds now (the server may still be starting or loading)."""
+        try:
+            self._infer(self._message, timeout=120)
+        except self._rpc_error:
+            return False
+        return True
+
+    def send(self, count: int) -> None:
+        for _ in range(count):
+            if not self._infer(self._message, timeout=120):
+                raise RuntimeError(f"{GRPC_METHOD} answered nothing")
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _count_grpc(src: Path, model: Path, message: bytes, requests: int) -> tuple[float, float]:
+    """As :func:`_count`, for ``ModelInfer`` calls on the gRPC listener."""
+    ports = [_free_port() for _ in range(5)]
+    with _under_callgrind(src, _podium_argv(model, ports)) as (server, out, errors):
+        pid = str(server.pid)
+        client = _GrpcClient(ports[1], message)
+        try:
+            deadline = time.monotonic() + 600
+            while not client.ready():
+                _check_running(server, errors)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{GRPC_METHOD} never succeeded")
+                time.sleep(0.5)
+            client.send(200)  # warm-up
+            _callgrind("--zero", pid)
+            start = time.monotonic()
+            client.send(requests)
+            busy_s = time.monotonic() - start
+            _callgrind("--dump=busy", pid)  # a dump zeroes the counters
+            time.sleep(busy_s)
+            _callgrind("--dump=idle", pid)
+            busy, idle = _totals(out, "busy"), _totals(out, "idle")
+        finally:
+            client.close()
+    return (busy - idle) / requests, idle / busy_s
+
+
+def _podium_argv(model: Path, ports: list[int]) -> list[str]:
+    """``podium serve model`` on loopback, its five listeners on ``ports``."""
+    flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
+    argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
+    for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
+        argv += [flag, str(port)]
+    return argv
+
+
+@contextlib.contextmanager
+def _under_callgrind(src: Path, argv: list[str]) -> Iterator[tuple[Any, Path, IO[bytes]]]:
+    """``argv`` started under callgrind with ``src`` on its path: the process, the file its
+    dumps are named after, and its log; stopped (SIGINT) when the block ends."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+        env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
+        # the server's log (its access lines too) goes to a file: a pipe nobody reads would
+        # fill up and stop the server in its next write
+        with open(Path(tmp) / "server.log", "w+b") as errors:
+            server = subprocess.Popen(
+                cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=errors
+            )
+            try:
+                yield server, out, errors
+            finally:
+                server.send_signal(signal.SIGINT)
+                try:
+                    server.wait(timeout=300)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
+
+
+def _check_running(server: Any, errors: IO[bytes]) -> None:
+    """Raise with the end of its log if the server has exited."""
+    if server.poll() is not None:
+        errors.seek(0)
+        error = errors.read().decode(errors="replace")[-2000:]
+        raise RuntimeError(f"the server exited: {error}")
+
+
 def _callgrind(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=300)
 
@@ -175,85 +295,63 @@ def _count(
     elif extra == [GUARDED]:
         argv = [sys.executable, str(ROOT / "bench" / "guarded_echo.py"), "--port", str(ports[0])]
     else:
-        flags = ("--http-port", "--grpc-port", "--management-port", "--grpc-management-port")
-        argv = [sys.executable, "-m", "podium", "serve", str(model), "--host", "127.0.0.1"]
-        for flag, port in zip((*flags, "--metrics-port"), ports, strict=True):
-            argv += [flag, str(port)]
+        argv = _podium_argv(model, ports)
         # under callgrind the server runs tens of times slower: its connection timers must not
         # close the clients' connections (they are armed all the same: the count is unchanged)
         argv += ["--header-timeout", "600", "--keep-alive-timeout", "600", *extra]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
-        env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
-        # the server's log (its access lines too) goes to a file: a pipe nobody reads would
-        # fill up and stop the server in its next write
-        errors = open(Path(tmp) / "server.log", "w+b")  # noqa: SIM115 (closed with tmp)
-        server = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+    with _under_callgrind(src, argv) as (server, out, errors):
         pid = str(server.pid)
-        try:
-            deadline = time.monotonic() + 600
-            while True:
-                if server.poll() is not None:
-                    errors.seek(0)
-                    error = errors.read().decode(errors="replace")[-2000:]
-                    raise RuntimeError(f"the server exited: {error}")
-                try:
-                    sock = socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            with sock:
-                message = _request(path, body)
-                pending = bytearray()
-
-                def send(count: int) -> None:
-                    if connections > 1:
-                        _send_concurrently(ports[0], message, connections, count, path)
-                        return
-                    for _ in range(count):
-                        sock.sendall(message)
-                        status = _read_response(sock, pending)[0]
-                        if status != 200:
-                            raise RuntimeError(f"{path} answered {status}")
-
-                def probe() -> int | None:
-                    # a connection of its own: the first one may have idled past keep-alive
-                    with socket.create_connection(("127.0.0.1", ports[0]), timeout=120) as own:
-                        own.sendall(message)
-                        return _batches(_read_response(own, bytearray())[1])
-
-                while True:  # the model may still be loading: wait for the first 200
-                    sock.sendall(message)
-                    if _read_response(sock, pending)[0] == 200:
-                        break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{path} never answered 200")
-                    time.sleep(0.5)
-                send(200 if connections == 1 else max(200, 4 * connections))  # warm-up
-                before = probe()
-                _callgrind("--zero", pid)
-                start = time.monotonic()
-                send(requests)
-                busy_s = time.monotonic() - start
-                _callgrind("--dump=busy", pid)  # a dump zeroes the counters
-                time.sleep(busy_s)
-                _callgrind("--dump=idle", pid)
-                after = probe()
-            busy, idle = _totals(out, "busy"), _totals(out, "idle")
-            fill = None
-            if before is not None and after is not None and after - before > 1:
-                fill = requests / (after - before - 1)  # (less the second probe's own)
-        finally:
-            server.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 600
+        while True:
+            _check_running(server, errors)
             try:
-                server.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-            errors.close()
+                sock = socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        with sock:
+            message = _request(path, body)
+            pending = bytearray()
+
+            def send(count: int) -> None:
+                if connections > 1:
+                    _send_concurrently(ports[0], message, connections, count, path)
+                    return
+                for _ in range(count):
+                    sock.sendall(message)
+                    status = _read_response(sock, pending)[0]
+                    if status != 200:
+                        raise RuntimeError(f"{path} answered {status}")
+
+            def probe() -> int | None:
+                # a connection of its own: the first one may have idled past keep-alive
+                with socket.create_connection(("127.0.0.1", ports[0]), timeout=120) as own:
+                    own.sendall(message)
+                    return _batches(_read_response(own, bytearray())[1])
+
+            while True:  # the model may still be loading: wait for the first 200
+                sock.sendall(message)
+                if _read_response(sock, pending)[0] == 200:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{path} never answered 200")
+                time.sleep(0.5)
+            send(200 if connections == 1 else max(200, 4 * connections))  # warm-up
+            before = probe()
+            _callgrind("--zero", pid)
+            start = time.monotonic()
+            send(requests)
+            busy_s = time.monotonic() - start
+            _callgrind("--dump=busy", pid)  # a dump zeroes the counters
+            time.sleep(busy_s)
+            _callgrind("--dump=idle", pid)
+            after = probe()
+        busy, idle = _totals(out, "busy"), _totals(out, "idle")
+        fill = None
+        if before is not None and after is not None and after - before > 1:
+            fill = requests / (after - before - 1)  # (less the second probe's own)
     return (busy - idle) / requests, idle / busy_s, fill
 
 
@@ -292,6 +390,17 @@ def main() -> int:
         help="keep-alive clients sending at once (a batched model needs several to batch)",
     )
     parser.add_argument(
+        "--grpc",
+        action="store_true",
+        help="OIP gRPC ModelInfer on the gRPC listener in place of REST (--model's name from "
+        "its folder; --path, --body, --connections, --guarded and --floor do not apply)",
+    )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="with --grpc: the tensor in raw_input_contents (as tritonclient sends it)",
+    )
+    parser.add_argument(
         "--other-args",
         default="",
         help="more `podium serve` options for the other tree only (e.g. --no-access-log, with "
@@ -300,6 +409,8 @@ def main() -> int:
     args = parser.parse_args()
     if (args.other is None) == (not args.floor):
         parser.error("one of --other and --floor")
+    if args.grpc and (args.floor or args.guarded or args.connections != 1):
+        parser.error("--grpc compares two trees: not with --floor, --guarded or --connections")
     mine = [GUARDED] if args.guarded else []
     extra = {"this": mine, "other": [FLOOR] if args.floor else mine or args.other_args.split()}
     trees = {"this": ROOT / "src", "other": ROOT / "src" if args.floor else args.other.resolve()}
@@ -309,15 +420,20 @@ def main() -> int:
     for round_ in range(args.repeat):
         order = list(trees.items())
         for name, src in order if round_ % 2 == 0 else reversed(order):
-            request, per_second, fill = _count(
-                src,
-                models[name],
-                args.path,
-                args.body.encode(),
-                args.requests,
-                extra[name],
-                args.connections,
-            )
+            if args.grpc:
+                message = _grpc_message(models[name].name, args.raw)
+                request, per_second = _count_grpc(src, models[name], message, args.requests)
+                fill = None
+            else:
+                request, per_second, fill = _count(
+                    src,
+                    models[name],
+                    args.path,
+                    args.body.encode(),
+                    args.requests,
+                    extra[name],
+                    args.connections,
+                )
             per[name].append(request)
             idle[name].append(per_second)
             batched = "" if fill is None else f", {fill:.1f} requests per batch"

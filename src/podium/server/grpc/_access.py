@@ -47,6 +47,9 @@ _now = time.perf_counter_ns
 Lines = tuple[AccessLog, RequestIds]
 #: Checks a call's metadata (its key), raising when the call may not go on.
 Authorize = Callable[[Any], None] | None
+#: Each status code's number and name, as the access line writes them: ``code.value`` and
+#: ``code.name`` are enum descriptors, a Python call each on every call's line.
+_LINE_CODES = {code: (code.value[0], code.name) for code in grpc.StatusCode}
 
 
 def code_of(exc: BaseException | None, context: Any = None) -> grpc.StatusCode:
@@ -121,9 +124,7 @@ class _Observer:
         if access.span is None and not self.log.wants():
             return
         access.ended()
-        code = code_of(exc, context)
-        access.status = code.value[0]
-        access.code = code.name
+        access.status, access.code = _LINE_CODES[code_of(exc, context)]
         access.protocol = self.protocol
         access.route = self.name
         access.path = self.path

@@ -17,6 +17,10 @@ Parameters of every kind (``bool``, ``int64``, ``string``, ``double``, ``uint64`
 Python values and back: ``bool`` → bool, ``int`` → int64 (uint64 above the int64 range),
 ``float`` → double, ``str`` → string. ``None`` is left out, and any other value (a list, a
 mapping) travels as its JSON text in a string parameter, since no parameter kind can hold it.
+
+Repeated fields are read as lists (``field[:]``, one C call) and never iterated themselves:
+protobuf's upb containers have no ``__iter__``, so Python iterates them by index until one raises
+an ``IndexError``, whose message it formats each time (bench/RESULTS.md §46).
 """
 
 from __future__ import annotations
@@ -121,7 +125,7 @@ def to_request(message: Any) -> InferenceRequest:
     :class:`InvalidInput` when raw contents do not pair up with the inputs.
     """
     raw = message.raw_input_contents
-    inputs = message.inputs
+    inputs = message.inputs[:]  # a list: see the module's docstring
     in_memory = 0  # inputs in shared memory have no raw entry (as Triton pairs them)
     if raw:  # checked first, as Triton does: its examples send both and match on these words
         for tensor in inputs:
@@ -142,7 +146,7 @@ def to_request(message: Any) -> InferenceRequest:
     decoded = []
     index = 0
     for tensor in inputs:
-        name, datatype, shape = tensor.name, tensor.datatype, list(tensor.shape)
+        name, datatype, shape = tensor.name, tensor.datatype, tensor.shape[:]
         if in_memory and REGION in tensor.parameters:
             data: Any = None  # the data plane reads it from its region
         elif raw:
@@ -163,7 +167,7 @@ def to_request(message: Any) -> InferenceRequest:
         )
     outputs = [
         RequestOutput(name=out.name, parameters=parameters_of(out.parameters))
-        for out in message.outputs
+        for out in message.outputs[:]
     ]
     return InferenceRequest(
         inputs=decoded,
@@ -176,9 +180,11 @@ def to_request(message: Any) -> InferenceRequest:
 def uses_shared_memory(message: Any) -> bool:
     """Whether an input or a requested output of a ``ModelInferRequest`` names a shared memory
     region (Triton's ``shared_memory_region`` parameter)."""
-    return any(REGION in t.parameters for t in message.inputs) or any(
-        REGION in t.parameters for t in message.outputs
-    )
+    for tensors in (message.inputs[:], message.outputs[:]):  # (no generator per call)
+        for tensor in tensors:
+            if REGION in tensor.parameters:
+                return True
+    return False
 
 
 def _typed_input(tensor: Any, name: str, datatype: str) -> Any:
@@ -199,7 +205,7 @@ def _typed_input(tensor: Any, name: str, datatype: str) -> Any:
                 f"input '{name}' of datatype {datatype} carries its elements in "
                 f"{descriptor.name}; that datatype's field is {field}"
             )
-    return list(getattr(contents, field))
+    return getattr(contents, field)[:]
 
 
 # -- responses -----------------------------------------------------------------------------------
