@@ -61,3 +61,53 @@ async def test_each_response_has_the_id_once_and_the_apps_headers_are_left_alone
         ("client-0", 201, 5, 5),
         ("client-1", 201, 0, 5),
     ]
+
+
+async def test_the_line_head_and_the_peer_made_once_are_those_of_each_request() -> None:
+    """``_describe`` keeps each method and path's ``protocol route "method path"`` and the last
+    connection's peer text: the lines say each request's own, as made afresh."""
+    lines: list[Access] = []
+
+    class Log(AccessLog):
+        def wants(self) -> bool:
+            return True
+
+        def write(self, access: Access) -> None:
+            lines.append(access)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    middleware = AccessMiddleware(app, log=Log(True), ids=RequestIds(), routes=INFERENCE_ROUTES)
+    one, other = ("10.0.0.1", 5000), ("10.0.0.2", 6000)
+    asked = [
+        (one, "POST", "/v2/models/echo/infer"),
+        (one, "POST", "/v2/models/echo/infer"),  # the same connection: one client tuple
+        (other, "POST", "/v2/models/echo/infer"),
+        (("10.0.0.1", 5000), "GET", '/no/"such"'),  # an equal tuple, not the same one
+        (one, "GET", "/v2/health/ready"),
+    ]
+    for client, method, path in asked:
+        scope = {"type": "http", "method": method, "path": path, "client": client, "headers": []}
+        await middleware(scope, receive, send)
+    for access in lines:
+        access.describe(access)
+    heads = [str(access).split(" 200 ")[0] for access in lines]
+    assert heads == [
+        '10.0.0.1:5000 oip_rest modelInfer "POST /v2/models/echo/infer"',
+        '10.0.0.1:5000 oip_rest modelInfer "POST /v2/models/echo/infer"',
+        '10.0.0.2:6000 oip_rest modelInfer "POST /v2/models/echo/infer"',
+        '10.0.0.1:5000 - - "GET /no/\\"such\\""',
+        '10.0.0.1:5000 oip_rest serverReady "GET /v2/health/ready"',
+    ]
+    for access in lines:  # the head kept is what the fields would make
+        kept = str(access)
+        access.head = None
+        assert str(access) == kept
