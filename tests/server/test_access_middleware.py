@@ -15,15 +15,23 @@ pytestmark = pytest.mark.anyio
 HEADERS = [(b"content-type", b"text/plain"), (b"X-Request-ID", b"the-models")]
 
 
+class _Log(AccessLog):
+    """Keeps each request's Access as written, its line not made."""
+
+    def __init__(self, enabled: bool) -> None:
+        super().__init__(enabled)
+        self.lines_written: list[Access] = []
+
+    def wants(self) -> bool:
+        return True
+
+    def write(self, access: Access) -> None:
+        self.lines_written.append(access)
+
+
 async def test_each_response_has_the_id_once_and_the_apps_headers_are_left_alone() -> None:
-    lines: list[Access] = []
-
-    class Log(AccessLog):
-        def wants(self) -> bool:
-            return True
-
-        def write(self, access: Access) -> None:
-            lines.append(access)
+    log = _Log(True)
+    lines = log.lines_written
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         while (await receive()).get("more_body"):
@@ -32,7 +40,7 @@ async def test_each_response_has_the_id_once_and_the_apps_headers_are_left_alone
         await send({"type": "http.response.body", "body": b"abc", "more_body": True})
         await send({"type": "http.response.body", "body": b"de"})
 
-    middleware = AccessMiddleware(app, log=Log(True), ids=RequestIds(), routes=INFERENCE_ROUTES)
+    middleware = AccessMiddleware(app, log=log, ids=RequestIds(), routes=INFERENCE_ROUTES)
     chunks = iter([b"12", b"345", b""])
     for n in range(2):
         sent: list[dict[str, Any]] = []
@@ -61,3 +69,49 @@ async def test_each_response_has_the_id_once_and_the_apps_headers_are_left_alone
         ("client-0", 201, 5, 5),
         ("client-1", 201, 0, 5),
     ]
+
+
+async def test_the_line_head_and_the_peer_made_once_are_those_of_each_request() -> None:
+    """``_describe`` keeps each method and path's ``protocol route "method path"`` and the last
+    connection's peer text: the lines say each request's own, as made afresh."""
+    log = _Log(True)
+    lines = log.lines_written
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    middleware = AccessMiddleware(app, log=log, ids=RequestIds(), routes=INFERENCE_ROUTES)
+    one, other = ("10.0.0.1", 5000), ("10.0.0.2", 6000)
+    asked = [
+        (one, "POST", "/v2/models/echo/infer"),
+        (one, "POST", "/v2/models/echo/infer"),  # the same connection: one client tuple
+        (other, "POST", "/v2/models/echo/infer"),
+        (("10.0.0.1", 5000), "GET", '/no/"such"'),  # an equal tuple, not the same one
+        (one, "GET", "/v2/health/ready"),
+        (one, "POST", "/v2/health/ready"),  # another method: no route (a 405)
+    ]
+    for client, method, path in asked:
+        scope = {"type": "http", "method": method, "path": path, "client": client, "headers": []}
+        await middleware(scope, receive, send)
+    for access in lines:
+        access.describe(access)
+    heads = [str(access).split(" 200 ")[0] for access in lines]
+    assert heads == [
+        '10.0.0.1:5000 oip_rest modelInfer "POST /v2/models/echo/infer"',
+        '10.0.0.1:5000 oip_rest modelInfer "POST /v2/models/echo/infer"',
+        '10.0.0.2:6000 oip_rest modelInfer "POST /v2/models/echo/infer"',
+        '10.0.0.1:5000 - - "GET /no/\\"such\\""',
+        '10.0.0.1:5000 oip_rest serverReady "GET /v2/health/ready"',
+        '10.0.0.1:5000 - - "POST /v2/health/ready"',
+    ]
+    for access in lines:  # the head kept is what the fields would make
+        kept = str(access)
+        access.head = None
+        assert str(access) == kept

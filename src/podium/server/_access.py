@@ -49,6 +49,7 @@ __all__ = [
     "Access",
     "AccessLog",
     "RequestIds",
+    "access_head",
     "adopt",
     "ask_of_queue",
     "cache_control",
@@ -179,6 +180,7 @@ class Access(RequestInfo):
         "span",
         "end",
         "describe",
+        "head",
     )
 
     def __init__(self, id: str, from_client: bool, start: int) -> None:
@@ -205,6 +207,9 @@ class Access(RequestInfo):
         #: fills in what the line says of the request (route, path, peer) when the line is
         #: made, if that was left to then (the HTTP middleware's, see AccessLog.write)
         self.describe: Any = None
+        #: the line's ``protocol route "method path"`` made whole, where the front end keeps
+        #: it made for each method and path (the HTTP middleware's describe); else None
+        self.head: str | None = None
 
     # What the line says, made only when a line is written: in the text format the message
     # (the formatter puts the id in front of it), in the JSON format the keys.
@@ -225,9 +230,11 @@ class Access(RequestInfo):
 
     def __str__(self) -> str:
         status = self.code if self.code is not None else self.status
-        request = f"{self.method} {self.path}" if self.method else self.path
+        head = self.head
+        if head is None:
+            head = access_head(self.protocol, self.route, self.method, self.path)
         return (
-            f'{self.peer or "-"} {self.protocol or "-"} {self.route or "-"} "{request}" '
+            f"{self.peer or '-'} {head} "
             f"{status} {(self.end - self.start) / 1e6:.3f}ms in={self.bytes_in} out={self.bytes_out} "
             f"model={self.model or '-'} version={self.version or '-'}"
         )
@@ -247,6 +254,13 @@ class Access(RequestInfo):
             "version": self.version,
             "peer": self.peer,
         }
+
+
+def access_head(protocol: str | None, route: str | None, method: str | None, path: str) -> str:
+    """The text line's ``protocol route "method path"`` (``-`` for what is not known; a gRPC
+    call has no method: its path alone)."""
+    request = f"{method} {path}" if method else path
+    return f'{protocol or "-"} {route or "-"} "{request}"'
 
 
 def printable(text: str, limit: int = MAX_PATH) -> str:

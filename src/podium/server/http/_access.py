@@ -37,6 +37,7 @@ from .._access import (
     Access,
     AccessLog,
     RequestIds,
+    access_head,
     ask_of_queue,
     client_id,
     printable,
@@ -61,8 +62,9 @@ FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto"})
 #: The request headers the middleware looks at besides the id (one set: one test per header).
 _NOTED = QUEUE_HEADERS | FORWARDED
 
-#: A path's route, the route's name and protocol, and the path as a line shows it.
-_Known: TypeAlias = tuple[Route | None, str | None, str | None, str]
+#: A path's route, the route's name and protocol, the path as a line shows it, and the text
+#: line's ``protocol route "method path"`` (Access.head), made once.
+_Known: TypeAlias = tuple[Route | None, str | None, str | None, str, str]
 
 
 class AccessMiddleware:
@@ -86,6 +88,10 @@ class AccessMiddleware:
         self._normalize = normalize
         self._templates: dict[Route, str] = {}  # each route's path template, made once
         self._known: dict[tuple[str, str], _Known] = {}  # by method and path (_look_up)
+        #: the last peer described and its text: a connection's requests share one ``client``
+        #: tuple (uvicorn's), so its text is made once for them (one attribute: the log's
+        #: thread reads and replaces it whole)
+        self._peer: tuple[Any, str] = ((), "")
         #: what serves scopes other than HTTP requests (WebSockets): the app, or uvicorn's
         #: proxy headers before it (forwarded_from)
         self._other: Any = app
@@ -170,14 +176,20 @@ class AccessMiddleware:
         known = self._known.get((method, path))
         if known is None:
             known = self._look_up(method, path)
-        route, name, protocol, shown = known
+        route, name, protocol, shown, head = known
         access.method = method
         access.path = shown
         access.route = name
         access.protocol = protocol
+        access.head = head
         client = scope.get("client")
         if client:
-            access.peer = f"{client[0]}:{client[1]}"
+            last = self._peer
+            if client is last[0]:  # (the same tuple: it cannot have changed)
+                access.peer = last[1]
+            else:
+                peer = access.peer = f"{client[0]}:{client[1]}"
+                self._peer = (client, peer)
         return route
 
     def _look_up(self, method: str, path: str) -> _Known:
@@ -190,10 +202,12 @@ class AccessMiddleware:
             found = self._routes.match(method, found_at)
         except PodiumError:  # a known path with another method (405)
             found = None
-        known: _Known = (None, None, None, printable(path))
+        route = name = protocol = None
         if found is not None:
             route = cast(Route, found[0])  # what names() answers in place of a handler
-            known = (route, route.name, route.protocol.value, known[3])
+            name, protocol = route.name, route.protocol.value
+        shown = printable(path)
+        known = (route, name, protocol, shown, access_head(protocol, name, method, shown))
         if len(path) <= MAX_PATH:
             if len(self._known) >= KNOWN:
                 self._known.clear()

@@ -43,6 +43,12 @@ __all__ = ["INFERENCE_ROUTES", "HttpApp"]
 
 logger = logging.getLogger("podium.http")
 
+# The protocols the handlers name on every request, read off their enum once: on Python 3.11 a
+# member read off its class (``WireProtocol.OIP_REST``) goes through ``EnumType.__getattr__``,
+# as dear as a function call.
+_OIP_REST = WireProtocol.OIP_REST
+_TORCHSERVE_REST = WireProtocol.TORCHSERVE_REST
+
 
 class HttpApp:
     """The ASGI application serving OIP REST, Truss-style and TorchServe inference routes."""
@@ -249,7 +255,7 @@ class HttpApp:
     async def _oip(
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
-        mv, call = self._start(ex, model, version, WireProtocol.OIP_REST)
+        mv, call = self._start(ex, model, version, _OIP_REST)
         if action != "infer" and _openai.generates(mv):  # an OpenAI model (docs/openai.md)
             return await _openai.serve_generate(self.dataplane, ex, send, mv, action)
         # The binary tensor extension costs a plain JSON request this one header lookup.
@@ -322,7 +328,7 @@ class HttpApp:
             (b"url_path", url_path.encode()),
             (b"explain", b"True" if explain else b"False"),
         ]
-        mv, call = self._start(ex, model, version, WireProtocol.TORCHSERVE_REST)
+        mv, call = self._start(ex, model, version, _TORCHSERVE_REST)
         content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
         await self._read(ex, mv, call, _oip.decode_json if is_json else bytes)

@@ -101,6 +101,11 @@ if {method for method, _ in ENDPOINT_PATHS.values()} != set(ENDPOINT_METHODS):
 
 # X-BASETEN-ERROR-CODE: the request's fault, the model's (downstream), or unexpected.
 _CLIENT, _DOWNSTREAM, _UNEXPECTED = b"700", b"600", b"500"
+# Enum members a request compares, read once (on Python 3.11 a member read off its class goes
+# through ``EnumType.__getattr__``, as dear as a function call).
+_TRUSS = WireProtocol.TRUSS
+_SCHEMA = InputKind.SCHEMA
+
 _SOURCE = (b"x-baseten-error-source", b"04")
 _CODE = b"x-baseten-error-code"
 
@@ -240,12 +245,12 @@ async def predict(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     ex.errors = send_truss_error
     name = _target(self.dataplane, model)
     try:
-        mv, call = self._start(ex, name, None, WireProtocol.TRUSS)
+        mv, call = self._start(ex, name, None, _TRUSS)
     except ModelNotReady as exc:
         raise _not_ready(name, exc.message) from None
     binary = _is_binary(ex)
     caps = mv.instance.capabilities
-    await self._read(ex, mv, call, _parser(binary, caps.input_kind is InputKind.SCHEMA))
+    await self._read(ex, mv, call, _parser(binary, caps.input_kind is _SCHEMA))
     if caps.streaming or caps.returns_streams:
         await _answer_items(self, ex, send, mv, self.dataplane.stream(call, mv), binary)
         return
