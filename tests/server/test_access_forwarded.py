@@ -14,7 +14,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from podium.server._access import AccessLog, RequestIds
 from podium.server._limits import ConnectionGuard, ConnectionLimits
-from podium.server._runner import _Uvicorn, bind
+from podium.server._listener import Uvicorn, bind
 from podium.server.http import INFERENCE_ROUTES, AccessMiddleware
 
 pytestmark = pytest.mark.anyio
@@ -127,9 +127,9 @@ async def _record(seen: list[Any], scope: dict[str, Any], receive: Any, send: An
     await send({"type": "http.response.body", "body": b""})
 
 
-def _uvicorn(app: Any) -> _Uvicorn:
+def _uvicorn(app: Any) -> Uvicorn:
     sock = bind("127.0.0.1", 0)
-    server = _Uvicorn(app, sock, graceful=1, guard=ConnectionGuard("http-t", ConnectionLimits()))
+    server = Uvicorn(app, sock, graceful=1, guard=ConnectionGuard("http-t", ConnectionLimits()))
     sock.close()
     return server
 

@@ -26,7 +26,7 @@ from podium.server._limits import (
     check_uvicorn,
     default_max_connections,
 )
-from podium.server._runner import _Uvicorn, bind
+from podium.server._listener import Uvicorn, bind
 
 PATIENCE = 5.0
 RELEASE: list[asyncio.Event] = []  # ``/gated`` reads its body once the test sets this event
@@ -63,7 +63,7 @@ async def serving(**limits: Any) -> AsyncIterator[tuple[ConnectionGuard, int]]:
     guard = ConnectionGuard("http-test", ConnectionLimits(**limits))
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = _Uvicorn(app, sock, graceful=1, guard=guard)
+    server = Uvicorn(app, sock, graceful=1, guard=guard)
     await server.start()
     try:
         yield guard, port
@@ -443,7 +443,7 @@ async def test_a_connection_keeps_one_keep_alive_timer_across_its_requests() -> 
     keep_alive_timeout, else it waits for the rest (or lapses while a request is under way)."""
     guard = ConnectionGuard("http-test", ConnectionLimits(keep_alive_timeout=600))
     sock = bind("127.0.0.1", 0)
-    server = _Uvicorn(app, sock, graceful=1, guard=guard)
+    server = Uvicorn(app, sock, graceful=1, guard=guard)
     await server.start()
     try:
         reader, writer = await connect(sock.getsockname()[1])

@@ -19,7 +19,7 @@ from podium.errors import ShuttingDown
 from podium.runtime.registry import ModelVersion, Registry
 from podium.server import _shutdown
 from podium.server._limits import ConnectionGuard, ConnectionLimits
-from podium.server._runner import _Uvicorn, bind
+from podium.server._listener import Uvicorn, bind
 from podium.server._shutdown import KUBERNETES_DELAY, Shutdown, delay_for
 from podium.types import Call, Capabilities, ModelState, WireProtocol
 
@@ -215,7 +215,7 @@ async def test_the_http_listener_refuses_new_connections_and_closes_what_outlive
     guard = ConnectionGuard("http-test", ConnectionLimits())
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = _Uvicorn(echo, sock, graceful=30, guard=guard)
+    server = Uvicorn(echo, sock, graceful=30, guard=guard)
     await server.start()
     try:
         # An upload that stalls: it would hold a graceful stop for --body-timeout and more.

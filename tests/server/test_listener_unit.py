@@ -1,4 +1,4 @@
-"""The uvicorn wrapper of ``server/_runner.py`` in process: its main loop sleeps while nothing
+"""The uvicorn wrapper of ``server/_listener.py`` in process: its main loop sleeps while nothing
 happens (a wake-up per ``DATE_EVERY`` for the ``Date`` header, not uvicorn's ten a second), and
 still stops at once when told to."""
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from helpers import wait_until
 
-from podium.server import _runner
+from podium.server import _listener
 from podium.server._limits import ConnectionGuard, ConnectionLimits
-from podium.server._runner import _Uvicorn, bind
+from podium.server._listener import Uvicorn, bind
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -25,11 +25,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serving() -> AsyncIterator[tuple[_Uvicorn, list[int]]]:
+async def serving() -> AsyncIterator[tuple[Uvicorn, list[int]]]:
     """A started server, and a list that grows by one at each tick of its main loop."""
     guard = ConnectionGuard("http-test", ConnectionLimits())
     sock = bind("127.0.0.1", 0)
-    server = _Uvicorn(app, sock, graceful=1, guard=guard)
+    server = Uvicorn(app, sock, graceful=1, guard=guard)
     ticks: list[int] = []
     on_tick = server.server.on_tick
 
@@ -57,7 +57,7 @@ async def date_of(port: int) -> bytes:
 
 @pytest.mark.anyio
 async def test_an_idle_server_ticks_once_per_date_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_runner, "DATE_EVERY", 3600.0)
+    monkeypatch.setattr(_listener, "DATE_EVERY", 3600.0)
     async with serving() as (server, ticks):
         await wait_until(lambda: ticks)
         await asyncio.sleep(0.5)  # uvicorn's own loop ticks every 0.1 s: 5 more by now
@@ -69,7 +69,7 @@ async def test_an_idle_server_ticks_once_per_date_refresh(monkeypatch: pytest.Mo
 
 @pytest.mark.anyio
 async def test_the_date_is_refreshed_every_date_every(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_runner, "DATE_EVERY", 0.01)
+    monkeypatch.setattr(_listener, "DATE_EVERY", 0.01)
     async with serving() as (server, ticks):
         await wait_until(lambda: len(ticks) >= 3)
         state = server.server.server_state
@@ -81,7 +81,7 @@ async def test_the_date_is_refreshed_every_date_every(monkeypatch: pytest.Monkey
 @pytest.mark.anyio
 async def test_stop_wakes_the_main_loop_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # With a main loop that only woke per DATE_EVERY, this stop would wait an hour.
-    monkeypatch.setattr(_runner, "DATE_EVERY", 3600.0)
+    monkeypatch.setattr(_listener, "DATE_EVERY", 3600.0)
     async with serving() as (server, ticks):
         await wait_until(lambda: ticks)
         async with asyncio.timeout(5):
@@ -96,7 +96,7 @@ async def test_should_exit_can_be_set_and_cleared() -> None:
     guard = ConnectionGuard("http-test", ConnectionLimits())
     sock = bind("127.0.0.1", 0)
     try:
-        server = _Uvicorn(app, sock, graceful=1, guard=guard).server
+        server = Uvicorn(app, sock, graceful=1, guard=guard).server
         assert server.should_exit is False
         server.should_exit = True
         assert server.should_exit is True
