@@ -449,7 +449,10 @@ def process_version(tmp_path: Path, config: str, executor: ThreadPoolExecutor) -
 
 
 async def _by_pid(mv: ModelVersion) -> dict[int, dict[str, Any]]:
-    """Each worker process's answer, asking until every one has answered."""
+    """Each worker process's answer, asking until every one has answered, once every one is
+    ready (a worker that is still starting, or starting again, takes no request; on a loaded
+    machine that can outlast many rounds of requests)."""
+    await wait_until(lambda: all(w.state == "ready" for w in mv.workers()), 30.0)
     seen: dict[int, dict[str, Any]] = {}
     pids = {w.pid for w in mv.workers()}
     for _ in range(50):
