@@ -12,6 +12,7 @@ serves on) and on asyncio's own loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import socket
@@ -21,6 +22,7 @@ from typing import Any
 
 import uvicorn
 import uvloop
+from helpers import wait_until
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from podium.config import ConnectionLimits
@@ -134,7 +136,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Send) -> None:
         size = 4 * 1024 * 1024
         await _start(send, 200, [(b"content-length", str(size).encode())])
         for _ in range(4):
-            await send({"type": "http.response.body", "body": b"x" * (size // 4), "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": b"x" * (size // 4), "more_body": True}
+            )
         await send({"type": "http.response.body"})
         return
     headers = [
@@ -280,14 +284,10 @@ async def _exchange(port: int, name: str, steps: list[Any]) -> bytes:
             elif isinstance(step, Until):
                 await read_until(lambda s=step: received.count(s.marker) >= s.count)  # type: ignore[misc]
             else:
-                async with asyncio.timeout(PATIENCE):
-                    while len(SEEN.get(name, ())) < step.count:
-                        await asyncio.sleep(0.005)
+                await wait_until(lambda s=step: len(SEEN.get(name, ())) >= s.count)
         if name == "client leaves mid-body":
             sock.close()  # at once: the application is told http.disconnect
-            async with asyncio.timeout(PATIENCE):
-                while len(SEEN.get(name, ())) < 3:
-                    await asyncio.sleep(0.005)
+            await wait_until(lambda: len(SEEN.get(name, ())) >= 3)
             return received
         if steps[-1] is END:
             await read_until(lambda: b"x-end: 1" in received)
@@ -309,8 +309,7 @@ async def _serve_all(http: type[HttpToolsProtocol]) -> dict[str, Any]:
         timeout_keep_alive=30,
         http=http,
     )
-    server = uvicorn.Server(config)
-    server.capture_signals = lambda: _Nothing()  # type: ignore[method-assign]
+    server = _Server(config)
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
@@ -319,9 +318,7 @@ async def _serve_all(http: type[HttpToolsProtocol]) -> dict[str, Any]:
     error_log.addHandler(lines)
     results: dict[str, Any] = {}
     try:
-        async with asyncio.timeout(PATIENCE):
-            while not server.started:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: server.started)
         SEEN.clear()
         for name, steps in EXCHANGES.items():
             lines.lines.clear()
@@ -335,12 +332,9 @@ async def _serve_all(http: type[HttpToolsProtocol]) -> dict[str, Any]:
     return results
 
 
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+class _Server(uvicorn.Server):
+    def capture_signals(self) -> Any:  # the test's process keeps its signals
+        return contextlib.nullcontext()
 
 
 def _differential(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:

@@ -45,14 +45,17 @@ import enum
 import http
 import logging
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..config import ConnectionLimits
+from ._cycle import Cycle
 from ._limits_setup import check_uvicorn, default_max_connections, raise_open_files_limit
 
 __all__ = [
@@ -355,19 +358,63 @@ class _GuardedProtocol(HttpToolsProtocol):
             self._refusal = self._head_refusal(self._head_size())
             raise _Refused  # httptools stops parsing; data_received answers
         self._head_split = False
-        before = self.cycle
         hook = LostHook()
         self.scope[LOST_HOOK] = hook  # type: ignore[literal-required]
-        HttpToolsProtocol.on_headers_complete(self)  # (no super() object per request)
+        before = self.cycle
+        self._start_cycle()
         cycle = self.cycle
-        if cycle is not before and cycle is not None:
-            cycle.transport = self._cork  # type: ignore[assignment]
+        if cycle is not before:
             alone = before is None or before.response_complete  # (not pipelined)
             self._cork.armed = alone
             if alone:
                 self._hooks = [hook]
             else:
                 self._hooks.append(hook)
+
+    def _start_cycle(self) -> None:
+        """uvicorn's ``on_headers_complete``, with a :class:`~._cycle.Cycle` on the cork."""
+        parser = self.parser
+        scope = self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        root_path = self.root_path
+        scope["path"] = root_path + path
+        scope["raw_path"] = root_path.encode("ascii") + raw_path if root_path else raw_path
+        scope["query_string"] = parsed_url.query or b""
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        else:
+            app = self.app
+        existing_cycle = self.cycle
+        self.cycle = cycle = Cycle(
+            scope=scope,
+            transport=self._cork,  # type: ignore[arg-type]
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
+            on_response=self.on_response_complete,
+        )
+        if existing_cycle is None or existing_cycle.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # pipelined: queued behind the response under way
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
 
     def on_response_complete(self) -> None:
         # uvicorn's, but for the keep-alive timer. uvicorn makes a timer at every response and

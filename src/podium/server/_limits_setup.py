@@ -41,6 +41,9 @@ _NEEDED: tuple[tuple[Any, frozenset[str]], ...] = (
         frozenset(
             {"parser", "cycle", "scope", "headers", "transport", "flow", "loop", "server_state"}
             | {"timeout_keep_alive_task", "timeout_keep_alive", "client", "pipeline"}
+            # what the cycle is made of (_limits.py's _start_cycle)
+            | {"app", "root_path", "limit_concurrency", "connections", "tasks", "logger"}
+            | {"access_logger", "access_log", "expect_100_continue"}
         ),
     ),
     (HttpToolsProtocol.on_message_begin, frozenset({"url", "headers", "scope"})),
@@ -49,6 +52,9 @@ _NEEDED: tuple[tuple[Any, frozenset[str]], ...] = (
         frozenset(
             {"more_body", "body", "response_started", "response_complete", "disconnected"}
             | {"message_event", "waiting_for_100_continue", "transport"}
+            # what the cycle's response head reads and sets (_cycle.py)
+            | {"scope", "flow", "access_log", "access_logger", "default_headers", "keep_alive"}
+            | {"chunked_encoding", "expected_content_length"}
         ),
     ),
     (FlowControl.__init__, frozenset({"read_paused"})),
@@ -67,6 +73,7 @@ _METHODS = (
     "shutdown",
     "_unset_keepalive_if_required",
     "_start_asgi_task",
+    "_should_upgrade",
 )
 _TESTED = "0.54"
 
