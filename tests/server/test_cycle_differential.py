@@ -100,6 +100,15 @@ async def app(scope: dict[str, Any], receive: Any, send: Send) -> None:
         await _start(send, 200, [(b"Transfer-Encoding", b"Chunked")])
         await send({"type": "http.response.body", "body": b"abc"})
         return
+    if path == "/odd-headers":  # a pair as a list; a length after a chunked encoding: unread
+        odd: list[Any] = [[b"x-list", b"1"], (b"Transfer-Encoding", b"chunked")]
+        await _start(send, 200, [*odd, (b"content-length", b"x"), (b"Content-Length", b"1")])
+        await send({"type": "http.response.body", "body": b"abc"})
+        return
+    if path == "/bad-length":
+        await _start(send, 200, [(b"content-length", b"abc")])
+        await send({"type": "http.response.body", "body": b"abc"})
+        return
     if path == "/close":
         await _start(send, 200, [(b"content-length", b"2"), (b"Connection", b"Keep-Alive, CLOSE")])
         await send({"type": "http.response.body", "body": b"ok"})
@@ -217,6 +226,8 @@ EXCHANGES: dict[str, list[Any]] = {
     "chunked response": [b"GET /chunked HTTP/1.1\r\nhost: t\r\n\r\n"],
     "own transfer-encoding": [b"GET /te HTTP/1.1\r\nhost: t\r\n\r\n"],
     "application closes": [b"GET /close HTTP/1.1\r\nhost: t\r\n\r\n" + post("/echo", b"z"), CLOSES],
+    "odd headers": [b"GET /odd-headers HTTP/1.1\r\nhost: t\r\n\r\n"] * 2,
+    "bad content-length": [b"GET /bad-length HTTP/1.1\r\nhost: t\r\n\r\n", CLOSES],
     "204": [b"GET /204 HTTP/1.1\r\nhost: t\r\n\r\n"],
     "stream": [b"GET /stream HTTP/1.1\r\nhost: t\r\n\r\n"],
     "tab in a value": [b"GET /tab-value HTTP/1.1\r\nhost: t\r\n\r\n"],

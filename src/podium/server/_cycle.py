@@ -5,15 +5,19 @@ uvicorn checks every response header pair on every response: two regular express
 (the name's characters, the value's), the name lowered, three comparisons for the names that
 change how the body is framed (``content-length``, ``transfer-encoding``, ``connection``), and
 four pieces appended to the head. A server answers most responses with the same few pairs
-(``date`` for a second, ``content-type``, a route's own headers): :class:`Cycle` remembers the
-line (``name: value\\r\\n``, the name lowered) of each pair that passed those checks and frames
-nothing, so that the next response with the same pair appends that line after one dictionary
-look-up. Pairs uvicorn refuses are never remembered: each is checked again, and refused with
-uvicorn's own exception and message (its request cycle then logs it and closes the
-connection, as uvicorn does). The pairs that frame the body are always handled as uvicorn
-handles them. The memory is bounded (:data:`MAX_PAIRS` pairs, each at most
+(``date`` for a second, ``content-type``, a route's own headers, a body's length):
+:class:`Cycle` remembers the line (``name: value\\r\\n``, the name lowered) of each pair that
+passed those checks, with the length of a ``content-length`` pair, so that the next response
+with the same pair appends that line after one dictionary look-up. Pairs uvicorn refuses are
+never remembered: each is checked again and refused with uvicorn's own exception and message
+(its request cycle then logs it and closes the connection, as uvicorn does). The other pairs
+that frame the body (``transfer-encoding``, ``connection``) are always handled as uvicorn
+handles them. The memory is bounded (:data:`MAX_PAIRS` pairs, each line at most
 :data:`MAX_PAIR_BYTES` long); when it is full it is emptied and fills again with the pairs in
 use (a value that changes with each response, a request id, only makes that happen sooner).
+
+A cycle is also cheaper to make than uvicorn's (its initial state is the class's, and its
+``message_event`` a :class:`Signal` that makes nothing until something waits on it).
 
 Everything else of ``send`` (the body, chunking, HEAD, the length's checks, flow control, a
 disconnected client, the order of messages) is uvicorn's behaviour, as
@@ -22,6 +26,7 @@ disconnected client, the order of messages) is uvicorn's behaviour, as
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import (
@@ -32,42 +37,110 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-__all__ = ["MAX_PAIR_BYTES", "MAX_PAIRS", "Cycle"]
+__all__ = ["MAX_PAIR_BYTES", "MAX_PAIRS", "Cycle", "Signal"]
 
 #: response header pairs remembered at most (all connections of the process together)
 MAX_PAIRS = 512
 #: a pair longer than this (name and value) is checked every time, never remembered
 MAX_PAIR_BYTES = 256
 
-#: (name, value) as the application gave them -> the head's line for them; only pairs that
-#: passed uvicorn's checks and do not frame the body
-_lines: dict[tuple[bytes, bytes], bytes] = {}
-
-#: lowered names whose pairs change how the body is framed or the connection kept
-_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
+#: (name, value) as the application gave them -> the head's line for them and, for a
+#: ``content-length`` pair, its length (None for the others); only pairs that passed uvicorn's
+#: checks, and no other pair that frames the body
+_known: dict[tuple[bytes, bytes], tuple[bytes, int | None]] = {}
 
 
-def _line(pair: Any) -> bytes | None:
-    """The head's line for a pair that frames nothing (remembered if small enough), or None
-    for a framing pair; raises uvicorn's RuntimeError for a pair uvicorn refuses."""
+def _check(pair: Any) -> tuple[bytes, int | None] | None:
+    """uvicorn's checks of a response header pair: its head line and length as ``_known``
+    keeps them (remembered there if small enough), or None for a pair that frames the body
+    otherwise (``transfer-encoding``, ``connection``, a length ``int`` refuses); raises
+    uvicorn's RuntimeError for a pair uvicorn refuses."""
     name, value = pair
     if HEADER_RE.search(name):
         raise RuntimeError("Invalid HTTP header name.")
     if HEADER_VALUE_RE.search(value):
         raise RuntimeError("Invalid HTTP header value.")
-    lowered = name.lower()
-    if lowered in _FRAMING:
+    name = name.lower()
+    length = None
+    if name == b"content-length":
+        try:
+            length = int(value.decode())
+        except ValueError:  # uvicorn raises it only where it reads the length: its own path
+            return None
+    elif name == b"transfer-encoding" or name == b"connection":
         return None
-    line = b"%s: %s\r\n" % (lowered, value)
-    if type(pair) is tuple and len(line) <= MAX_PAIR_BYTES:
-        if len(_lines) >= MAX_PAIRS:
-            _lines.clear()
-        _lines[pair] = line
-    return line
+    known = (b"%s: %s\r\n" % (name, value), length)
+    if type(pair) is tuple and len(known[0]) <= MAX_PAIR_BYTES:
+        if len(_known) >= MAX_PAIRS:
+            _known.clear()
+        _known[pair] = known
+    return known
+
+
+class Signal:
+    """What a request cycle's ``message_event`` is to uvicorn (``set``, ``clear``, ``is_set``,
+    ``wait``: asyncio.Event's promises), made for nothing: asyncio.Event makes a deque of waiters
+    in its ``__init__`` for every request, where a request whose body has arrived when the
+    application reads it (nearly all) is never waited on. The flag and the waiters are class
+    defaults until used; ``wait`` finds the loop only when it has to wait."""
+
+    _value = False
+    _waiters: list[asyncio.Future[bool]] | None = None
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        if not self._value:
+            self._value = True
+            for future in self._waiters or ():
+                if not future.done():
+                    future.set_result(True)
+
+    def clear(self) -> None:
+        self._value = False
+
+    async def wait(self) -> bool:
+        if self._value:
+            return True
+        future = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(future)
+        try:
+            await future
+            return True
+        finally:
+            self._waiters.remove(future)
 
 
 class Cycle(RequestResponseCycle):
-    """uvicorn's request cycle; the response head's pairs checked once (see the module)."""
+    """uvicorn's request cycle; the response head's pairs checked once (see the module), and
+    made from its protocol in one call: a request's initial state (uvicorn's, the same values)
+    is the class's, so that making a cycle stores only what the request has of its own."""
+
+    disconnected = False
+    more_body = True
+    response_started = False
+    response_complete = False
+    chunked_encoding: bool | None = None
+    expected_content_length = 0
+
+    def __init__(  # (uvicorn's takes eleven keywords from its protocol)
+        self, protocol: Any, transport: Any, scope: Any, keep_alive: bool
+    ) -> None:
+        self.scope = scope
+        self.transport = transport
+        self.flow = protocol.flow
+        self.logger = protocol.logger
+        self.access_logger = protocol.access_logger
+        self.access_log = protocol.access_log
+        self.default_headers = protocol.server_state.default_headers
+        self.message_event = Signal()  # type: ignore[assignment]
+        self.on_response = protocol.on_response_complete
+        self.keep_alive = keep_alive
+        self.waiting_for_100_continue = protocol.expect_100_continue
+        self.body = bytearray()
 
     async def send(self, message: Any) -> None:
         if self.response_started or self.flow.write_paused or self.disconnected:
@@ -92,13 +165,17 @@ class Cycle(RequestResponseCycle):
             )
         content = [STATUS_LINE[status_code]]
         has_connection_close = False
-        lines = _lines
+        memory = _known
         for headers in (self.default_headers, message.get("headers", ())):
             for pair in headers:
-                line = lines.get(pair) if type(pair) is tuple else None
-                if line is None:
-                    line = _line(pair)
-                if line is not None:
+                known = memory.get(pair) if type(pair) is tuple else None
+                if known is None:
+                    known = _check(pair)
+                if known is not None:
+                    line, length = known
+                    if length is not None and self.chunked_encoding is None:
+                        self.expected_content_length = length
+                        self.chunked_encoding = False
                     content.append(line)
                     continue
                 # a pair that frames the body: uvicorn's rules, in order with the others

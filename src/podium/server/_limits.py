@@ -398,17 +398,7 @@ class _GuardedProtocol(HttpToolsProtocol):
             app = self.app
         existing_cycle = self.cycle
         self.cycle = cycle = Cycle(
-            scope=scope,
-            transport=self._cork,  # type: ignore[arg-type]
-            flow=self.flow,
-            logger=self.logger,
-            access_logger=self.access_logger,
-            access_log=self.access_log,
-            default_headers=self.server_state.default_headers,
-            message_event=asyncio.Event(),
-            expect_100_continue=self.expect_100_continue,
-            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
-            on_response=self.on_response_complete,
+            self, self._cork, scope, http_version != "1.0" and parser.should_keep_alive()
         )
         if existing_cycle is None or existing_cycle.response_complete:
             self._start_asgi_task(cycle, app)

@@ -5,6 +5,7 @@ connections each listener may hold within it.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import uvicorn
@@ -13,6 +14,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from ..config import GrpcLimits
+from ._cycle import Cycle
 
 __all__ = [
     "LISTENERS",
@@ -87,6 +89,10 @@ def check_uvicorn() -> None:
         missing += sorted(f"{function.__qualname__}: {n}" for n in names - found)
     if not hasattr(FlowControl, "resume_reading"):
         missing.append("FlowControl.resume_reading")
+    # _cycle.Cycle makes its state itself: every attribute uvicorn's cycle starts with
+    cycle_state = set(RequestResponseCycle.__init__.__code__.co_names) - set(dir(builtins))
+    made = set(Cycle.__init__.__code__.co_names) | set(vars(Cycle))
+    missing += sorted(f"RequestResponseCycle.{n}" for n in cycle_state - made)
     if missing:
         raise RuntimeError(
             f"uvicorn {uvicorn.__version__} lacks what Podium's connection limits rely on "
