@@ -31,6 +31,7 @@ from podium.server._listener import bind
 
 PATIENCE = 5.0
 SEEN: dict[str, list[Any]] = {}  # per case: the request messages the application received
+SCOPES: list[tuple[Any, ...]] = []  # every request's scope and the mutable things in it
 _DATE = re.compile(rb"\r\ndate: [^\r]*", re.IGNORECASE)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -46,6 +47,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Send) -> None:
         return
     case = dict(scope["headers"]).get(b"x-case", b"").decode()
     seen = SEEN.setdefault(case, [])
+    SCOPES.append((scope, scope["asgi"], scope["state"], scope["headers"]))
     path = scope["path"]
     # what the application sees of the request, kept: the scope but for addresses and state
     seen.append(
@@ -355,6 +357,11 @@ def _differential(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None
         guarded = runner.run(_serve_all(guard.protocol))
     for name in EXCHANGES:
         assert guarded[name] == plain[name], name
+    # every request has its own scope, and its own asgi, state and headers in it
+    assert SCOPES and all(
+        len({id(o) for o in objects}) == len(SCOPES) for objects in zip(*SCOPES, strict=True)
+    )
+    SCOPES.clear()
     # the table did reach what it is meant to
     assert b"HTTP/1.1 100 Continue" in plain["expect 100"][0]
     assert plain["pipelined"][0].count(b"HTTP/1.1 200 OK") == 3 + 1  # and END's

@@ -17,7 +17,10 @@ handles them. The memory is bounded (:data:`MAX_PAIRS` pairs, each line at most
 use (a value that changes with each response, a request id, only makes that happen sooner).
 
 A cycle is also cheaper to make than uvicorn's (its initial state is the class's, and its
-``message_event`` a :class:`Signal` that makes nothing until something waits on it).
+``message_event`` a :class:`Signal` that makes nothing until something waits on it), and so is
+a request's scope: :func:`scope_template` holds what uvicorn puts in every scope of a
+connection, and the protocol copies it per request (uvicorn builds the whole dictionary).
+:func:`start_cycle` is uvicorn's ``on_headers_complete`` making a :class:`Cycle`.
 
 Everything else of ``send`` (the body, chunking, HEAD, the length's checks, flow control, a
 disconnected client, the order of messages) is uvicorn's behaviour, as
@@ -27,8 +30,11 @@ disconnected client, the order of messages) is uvicorn's behaviour, as
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from typing import Any
 
+import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
@@ -37,7 +43,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-__all__ = ["MAX_PAIR_BYTES", "MAX_PAIRS", "Cycle", "Signal"]
+__all__ = ["MAX_PAIR_BYTES", "MAX_PAIRS", "Cycle", "Signal", "scope_template", "start_cycle"]
 
 #: response header pairs remembered at most (all connections of the process together)
 MAX_PAIRS = 512
@@ -204,3 +210,57 @@ class Cycle(RequestResponseCycle):
             content.append(b"transfer-encoding: chunked\r\n")
         content.append(b"\r\n")
         self.transport.write(b"".join(content))
+
+
+def scope_template(self: Any) -> dict[str, Any]:
+    """What uvicorn's ``on_message_begin`` puts in every scope of the guarded protocol
+    ``self``'s connection, made once per connection: each request's scope is a copy of it
+    (uvicorn's keys in uvicorn's order), with its own ``asgi``, ``headers`` and ``state``."""
+    return {
+        "type": "http",
+        "asgi": None,
+        "http_version": "1.1",
+        "server": self.server,
+        "client": self.client,
+        "scheme": self.scheme,
+        "root_path": self.root_path,
+        "headers": None,
+        "state": None,
+    }
+
+
+def start_cycle(self: Any, transport: Any) -> None:
+    """uvicorn's ``on_headers_complete`` for the guarded protocol ``self``: its request's
+    cycle a :class:`Cycle` writing to ``transport`` (the protocol's cork)."""
+    parser = self.parser
+    scope = self.scope
+    http_version = parser.get_http_version()
+    scope["method"] = parser.get_method().decode("ascii")
+    if http_version != "1.1":
+        scope["http_version"] = http_version
+    if parser.should_upgrade() and self._should_upgrade():
+        return
+    parsed_url = httptools.parse_url(self.url)
+    raw_path = parsed_url.path
+    path = raw_path.decode("ascii")
+    if "%" in path:
+        path = urllib.parse.unquote(path)
+    root_path = self.root_path
+    scope["path"] = root_path + path
+    scope["raw_path"] = root_path.encode("ascii") + raw_path if root_path else raw_path
+    scope["query_string"] = parsed_url.query or b""
+    limit = self.limit_concurrency
+    if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+        app = service_unavailable
+        self.logger.warning("Exceeded concurrency limit.")
+    else:
+        app = self.app
+    existing_cycle = self.cycle
+    self.cycle = cycle = Cycle(
+        self, transport, scope, http_version != "1.0" and parser.should_keep_alive()
+    )
+    if existing_cycle is None or existing_cycle.response_complete:
+        self._start_asgi_task(cycle, app)
+    else:  # pipelined: queued behind the response under way
+        self.flow.pause_reading()
+        self.pipeline.appendleft((cycle, app))

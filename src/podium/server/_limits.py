@@ -45,17 +45,15 @@ import enum
 import http
 import logging
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..config import ConnectionLimits
-from ._cycle import Cycle
+from ._cycle import scope_template, start_cycle
 from ._limits_setup import check_uvicorn, default_max_connections, raise_open_files_limit
 
 __all__ = [
@@ -255,6 +253,7 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._scope = scope_template(self)
         self._cork = _Cork(transport, self.loop)
         guard = self.guard
         if guard.open >= guard.max_connections:
@@ -274,6 +273,17 @@ class _GuardedProtocol(HttpToolsProtocol):
         guard.open += 1
         guard.accepted += 1
         self._wait(_Wait.HEAD, guard.limits.header_timeout)
+
+    def on_message_begin(self) -> None:
+        # uvicorn's, the scope copied from the connection's (see _cycle.scope_template)
+        self.url = b""
+        self.expect_100_continue = False
+        headers: list[tuple[bytes, bytes]] = []
+        self.headers = headers
+        self.scope = scope = self._scope.copy()  # type: ignore[assignment]
+        scope["asgi"] = {"version": self.asgi_version, "spec_version": "2.3"}
+        scope["headers"] = headers
+        scope["state"] = self.app_state.copy()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -361,7 +371,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         hook = LostHook()
         self.scope[LOST_HOOK] = hook  # type: ignore[literal-required]
         before = self.cycle
-        self._start_cycle()
+        start_cycle(self, self._cork)
         cycle = self.cycle
         if cycle is not before:
             alone = before is None or before.response_complete  # (not pipelined)
@@ -370,41 +380,6 @@ class _GuardedProtocol(HttpToolsProtocol):
                 self._hooks = [hook]
             else:
                 self._hooks.append(hook)
-
-    def _start_cycle(self) -> None:
-        """uvicorn's ``on_headers_complete``, with a :class:`~._cycle.Cycle` on the cork."""
-        parser = self.parser
-        scope = self.scope
-        http_version = parser.get_http_version()
-        scope["method"] = parser.get_method().decode("ascii")
-        if http_version != "1.1":
-            scope["http_version"] = http_version
-        if parser.should_upgrade() and self._should_upgrade():
-            return
-        parsed_url = httptools.parse_url(self.url)
-        raw_path = parsed_url.path
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        root_path = self.root_path
-        scope["path"] = root_path + path
-        scope["raw_path"] = root_path.encode("ascii") + raw_path if root_path else raw_path
-        scope["query_string"] = parsed_url.query or b""
-        limit = self.limit_concurrency
-        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
-            app = service_unavailable
-            self.logger.warning("Exceeded concurrency limit.")
-        else:
-            app = self.app
-        existing_cycle = self.cycle
-        self.cycle = cycle = Cycle(
-            self, self._cork, scope, http_version != "1.0" and parser.should_keep_alive()
-        )
-        if existing_cycle is None or existing_cycle.response_complete:
-            self._start_asgi_task(cycle, app)
-        else:  # pipelined: queued behind the response under way
-            self.flow.pause_reading()
-            self.pipeline.appendleft((cycle, app))
 
     def on_response_complete(self) -> None:
         # uvicorn's, but for the keep-alive timer. uvicorn makes a timer at every response and
