@@ -103,8 +103,9 @@ def oip_response(
     config = mv.config  # (its name and version: ``mv.name`` and ``mv.version`` are calls)
     if type(result) is InferenceResponse and not requested and type(result.outputs) is list:
         # The model's own response, and the request names no outputs: its outputs are the
-        # answer as they are (encoding would copy the list; what rewrites it, a shared memory
-        # placement, copies it first), completed with the name, version and the request's id.
+        # answer as they are (encoding would copy the list), completed with the name, version
+        # and the request's id. (Nothing rewrites them: a shared memory placement writes only
+        # outputs a request names, whose list encoding has made.)
         response = result
         response.model_name = config.name
         response.model_version = config.version

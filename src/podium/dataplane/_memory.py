@@ -403,9 +403,7 @@ class Placement:
         targets = self._targets
         if not targets:
             return
-        # A list of its own: the response's may be the model's (``oip_response`` keeps a
-        # model's own response's outputs as they are), which this must not rewrite.
-        response.outputs = outputs = list(response.outputs)
+        outputs = response.outputs
         for index, out in enumerate(outputs):
             target = targets.get(out.name)
             if target is None:

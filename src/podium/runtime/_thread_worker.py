@@ -133,10 +133,12 @@ class ThreadWorker:
         # The caller's task, asked of the loop this worker last ran on: with no loop given,
         # ``current_task`` (and ``get_running_loop``) ask the OS for the pid on every call on
         # Python 3.11. A worker serves one loop (its gate's futures belong to it); another one
-        # (a test's next loop) has no current task on the old one, and is looked up then.
+        # (a test's next loop) has no current task on the old one, and is looked up then, and
+        # a sweep set on the old loop will never run: the next call sets one on this loop.
         loop = self._loop
         if loop is None or (task := asyncio.current_task(loop)) is None:
             self._loop = loop = asyncio.get_running_loop()
+            self._sweeper = None
             task = asyncio.current_task(loop)
             assert task is not None
         self._waiting[task] = None if self._calls is not None else time.monotonic()
