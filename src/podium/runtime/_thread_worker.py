@@ -94,9 +94,9 @@ class ThreadWorker:
         self._held: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one it serves, as last seen
-        # (No more attributes here without taking one away: past 30, Python 3.11 stops sharing
-        # the instances' attribute names, and every attribute read on the path gets slower.
-        # The sweep's period is worked out when it is set, not kept.)
+        # (No more attributes here without taking one away: it has 29, and at 30 Python 3.11
+        # stops sharing the instances' attribute names, which makes every attribute read on the
+        # path slower. The sweep's period is worked out when it is set, not kept.)
 
     async def start(self) -> None:
         if not self._loaded:
