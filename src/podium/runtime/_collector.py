@@ -173,6 +173,10 @@ class BatchCollector(Generic[S]):
         # whether some request had a deadline: only then is each batch searched for late ones
         self._timed = False
         self._collector: asyncio.Task[None] | None = None
+        # the event loop it runs on, from start(): each request's future is made on it without
+        # asking for the running loop (on CPython 3.11 that asks the kernel for the pid, a
+        # system call per request)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._slotted = asyncio.Event()  # the batch formed ahead has its slot, or is gone
         self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
         # each batch's task and its requests, until it ends (what left() looks at)
@@ -194,6 +198,7 @@ class BatchCollector(Generic[S]):
     def start(self) -> None:
         """Start the collector task (:meth:`add` starts it too, if need be)."""
         if self._collector is None:
+            self._loop = asyncio.get_running_loop()
             self._collector = self._tasks.spawn(self._collect())
 
     def stop(self) -> None:
@@ -206,9 +211,12 @@ class BatchCollector(Generic[S]):
         queue = self._queue
         if self._limit is not None and self.queued >= self._limit:
             raise QueueFull.of(self._model, self.queued, self._limit)
-        pending = Pending(
-            inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
-        )
+        loop = self._loop
+        if loop is None:  # the first request starts the collector (if its owner did not)
+            self.start()
+            loop = self._loop
+            assert loop is not None
+        pending = Pending(inputs, request, tag, loop.create_future(), self._now())
         if self._max_wait is not None:
             deadline = pending.deadline = queue_deadline(
                 pending.arrived, self._max_wait, self._model
@@ -224,8 +232,6 @@ class BatchCollector(Generic[S]):
         queue.append(pending)
         if len(queue) >= self._wake_at:
             self._arrived.set()
-        if self._collector is None:
-            self.start()
         return pending
 
     def left(self, pending: Pending) -> None:
