@@ -37,6 +37,7 @@ from instructions import (
     _read_response,
     _request,
     _send_concurrently,
+    stop,
 )
 
 
@@ -81,12 +82,7 @@ def _count(
             tracer.send_signal(signal.SIGINT)
             tracer.wait(timeout=60)
         finally:
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server, 60)
         found = re.search(
             rf"(?m)^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?{syscall}$", out.read_text()
         )
