@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -220,12 +220,15 @@ def _podium_argv(model: Path, ports: list[int]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _under_callgrind(src: Path, argv: list[str]) -> Iterator[tuple[Any, Path, IO[bytes]]]:
-    """``argv`` started under callgrind with ``src`` on its path: the process, the file its
-    dumps are named after, and its log; stopped (SIGINT) when the block ends."""
+def _under_callgrind(
+    src: Path, argv: list[str], options: Sequence[str] = ()
+) -> Iterator[tuple[Any, Path, IO[bytes]]]:
+    """``argv`` started under callgrind (with its ``options``) with ``src`` on its path: the
+    process, the file its dumps are named after, and its log; stopped (SIGINT) when the block
+    ends."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *options, *argv]
         env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
         # the server's log (its access lines too) goes to a file: a pipe nobody reads would
         # fill up and stop the server in its next write

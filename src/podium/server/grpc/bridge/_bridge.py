@@ -88,8 +88,11 @@ class Bridge:
                 loop.call_soon_threadsafe(call.start_with, behavior, inbox)
                 inbox.receive()
                 return
-            # the polling thread again, with the request: the loop starts the handler
-            internals.receive(context, parse, loop.call_soon_threadsafe, call.start_with, behavior)
+
+            def deliver(request: Any) -> None:  # the polling thread again, with the request
+                loop.call_soon_threadsafe(call.start_with, behavior, request)
+
+            internals.receive(context, parse, deliver)
 
         serve.experimental_non_blocking = True  # type: ignore[attr-defined]
         serve.experimental_thread_pool = INLINE  # type: ignore[attr-defined]

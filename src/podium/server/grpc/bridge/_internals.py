@@ -161,68 +161,6 @@ class Internals:
         ``on_unparsable(error)`` when it does not parse (the stream goes on), ``on_end(None)``
         when the client has closed its side, ``on_end(asyncio.CancelledError())`` when the call
         is over. They run on grpc's polling thread, or at once here."""
-
-        def arrived(payload: bytes | None, client: Any) -> None:
-            if payload is not None:
-                try:
-                    message = payload if parse is None else parse(payload)
-                except Exception as exc:
-                    on_unparsable(exc)
-                else:
-                    on_message(message)
-            elif client is self._closed:
-                on_end(None)
-            else:
-                on_end(asyncio.CancelledError())
-
-        self._ask(context, arrived)
-
-    def receive(
-        self, context: grpc.ServicerContext, parse: Parse | None, deliver: Any, *args: Any
-    ) -> None:
-        """Ask for the call's one request message; when it has arrived, call
-        ``deliver(*args, request)`` with it parsed by ``parse`` (on grpc's polling thread). A
-        message that does not parse ends the call with ``INVALID_ARGUMENT``, a client that sent
-        none with ``UNIMPLEMENTED`` (what grpc says for a unary call without its request); a
-        cancelled call delivers nothing.
-
-        Every unary call comes through here: ``deliver`` and its ``args`` are passed as they
-        are (the bridge gives ``loop.call_soon_threadsafe`` and what it should call), so a call
-        makes no closure of its own beyond the one below and :meth:`_ask`'s."""
-
-        def arrived(payload: bytes | None, client: Any) -> None:
-            if payload is None:
-                if client is self._closed:  # the client closed its side without a message
-                    method = context._rpc_event.call_details.method.decode(errors="replace")
-                    self._fail(
-                        context,
-                        grpc.StatusCode.UNIMPLEMENTED,
-                        f'"{method}" requires exactly one request message.',
-                    )
-                return
-            try:
-                request = payload if parse is None else parse(payload)
-            except Exception as exc:
-                self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, unparsable(exc))
-                return
-            try:
-                deliver(*args, request)
-            except Exception as exc:  # the loop is gone (closed): the call cannot be served
-                logger.exception("could not hand a gRPC request on")
-                self._fail(
-                    context,
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"the server could not take the request: {exc}",
-                )
-
-        self._ask(context, arrived)
-
-    def _ask(
-        self, context: grpc.ServicerContext, arrived: Callable[[bytes | None, Any], None]
-    ) -> None:
-        """Start receiving one message; ``arrived(payload, client)`` gets it (``None`` at the
-        stream's end or when the call is over; ``client`` says which) on grpc's polling thread,
-        or at once here when the call cannot receive any more."""
         rpc_event = context._rpc_event
         state = context._state
         received = self._receive_message(state, rpc_event.call, None)
@@ -233,9 +171,19 @@ class Internals:
                 payload, state.request = state.request, None
                 client = state.client
             try:
-                arrived(payload, client)
+                if payload is not None:
+                    try:
+                        message = payload if parse is None else parse(payload)
+                    except Exception as exc:
+                        on_unparsable(exc)
+                    else:
+                        on_message(message)
+                elif client is self._closed:
+                    on_end(None)
+                else:
+                    on_end(asyncio.CancelledError())
             except Exception:  # never out of here: it would end grpc's polling thread
-                logger.exception("failed to go on with a gRPC request")
+                logger.exception("failed to go on with a gRPC request stream")
             return outcome
 
         with state.condition:
@@ -243,8 +191,39 @@ class Internals:
                 rpc_event.call.start_server_batch((self._operation(self._flags),), on_event)
                 state.due.add(self._token)
                 return
-            client = state.client
-        arrived(None, client)
+            closed = state.client is self._closed
+        on_end(None if closed else asyncio.CancelledError())
+
+    def receive(self, context: grpc.ServicerContext, parse: Parse | None, deliver: Deliver) -> None:
+        """Ask for the call's one request message; when it has arrived, call ``deliver`` with it
+        parsed by ``parse`` (on grpc's polling thread). A message that does not parse ends the
+        call with ``INVALID_ARGUMENT``, a client that sent none with ``UNIMPLEMENTED`` (what grpc
+        says for a unary call without its request); a cancelled call delivers nothing."""
+
+        def on_message(request: Any) -> None:
+            try:
+                deliver(request)
+            except Exception as exc:  # the loop is gone (closed): the call cannot be served
+                logger.exception("could not hand a gRPC request on")
+                self._fail(
+                    context,
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the server could not take the request: {exc}",
+                )
+
+        def on_end(error: BaseException | None) -> None:
+            if error is None:  # the client closed its side without a message
+                method = context._rpc_event.call_details.method.decode(errors="replace")
+                self._fail(
+                    context,
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f'"{method}" requires exactly one request message.',
+                )
+
+        def on_unparsable(exc: Exception) -> None:
+            self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, unparsable(exc))
+
+        self.receive_next(context, parse, on_message, on_end, on_unparsable)
 
     def _fail(self, context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
         context.set_code(code)
