@@ -22,15 +22,12 @@ import argparse
 import collections
 import re
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from instructions import (  # noqa: E402 - the sibling script
-    GRPC_METHOD,
     ROOT,
     _callgrind,
-    _check_running,
     _free_port,
     _grpc_message,
     _GrpcClient,
@@ -82,12 +79,7 @@ def count(src: Path, model: Path, message: bytes, requests: int) -> dict[int, di
     with _under_callgrind(src, argv, ["--separate-threads=yes"]) as (server, out, errors):
         client = _GrpcClient(ports[1], message)
         try:
-            deadline = time.monotonic() + 600
-            while not client.ready():
-                _check_running(server, errors)
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{GRPC_METHOD} never succeeded")
-                time.sleep(0.5)
+            client.wait(server, errors)
             errors.seek(0)
             if b"calls relayed" not in errors.read():
                 raise RuntimeError(f"{src}: the server does not relay (see its log)")

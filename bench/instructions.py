@@ -174,6 +174,16 @@ class _GrpcClient:
             return False
         return True
 
+    def wait(self, server: Any, errors: IO[bytes]) -> None:
+        """Until a call succeeds: the server (its log ``errors``) may still be starting or
+        loading its model."""
+        deadline = time.monotonic() + 600
+        while not self.ready():
+            _check_running(server, errors)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{GRPC_METHOD} never succeeded")
+            time.sleep(0.5)
+
     def send(self, count: int) -> None:
         for _ in range(count):
             if not self._infer(self._message, timeout=120):
@@ -190,12 +200,7 @@ def _count_grpc(src: Path, model: Path, message: bytes, requests: int) -> tuple[
         pid = str(server.pid)
         client = _GrpcClient(ports[1], message)
         try:
-            deadline = time.monotonic() + 600
-            while not client.ready():
-                _check_running(server, errors)
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{GRPC_METHOD} never succeeded")
-                time.sleep(0.5)
+            client.wait(server, errors)
             client.send(200)  # warm-up
             _callgrind("--zero", pid)
             start = time.monotonic()
