@@ -236,12 +236,17 @@ def _under_callgrind(src: Path, argv: list[str]) -> Iterator[tuple[Any, Path, IO
             try:
                 yield server, out, errors
             finally:
-                server.send_signal(signal.SIGINT)
-                try:
-                    server.wait(timeout=300)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+                stop(server, 300)
+
+
+def stop(server: subprocess.Popen[bytes], timeout: float) -> None:
+    """Stop ``server`` as a user does (SIGINT); killed if it has not exited after ``timeout``."""
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def _check_running(server: Any, errors: IO[bytes]) -> None:
