@@ -37,7 +37,7 @@ async def _measure(calls: int, rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
