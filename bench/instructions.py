@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -174,6 +174,16 @@ class _GrpcClient:
             return False
         return True
 
+    def wait(self, server: Any, errors: IO[bytes]) -> None:
+        """Until a call succeeds: the server (its log ``errors``) may still be starting or
+        loading its model."""
+        deadline = time.monotonic() + 600
+        while not self.ready():
+            _check_running(server, errors)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{GRPC_METHOD} never succeeded")
+            time.sleep(0.5)
+
     def send(self, count: int) -> None:
         for _ in range(count):
             if not self._infer(self._message, timeout=120):
@@ -190,12 +200,7 @@ def _count_grpc(src: Path, model: Path, message: bytes, requests: int) -> tuple[
         pid = str(server.pid)
         client = _GrpcClient(ports[1], message)
         try:
-            deadline = time.monotonic() + 600
-            while not client.ready():
-                _check_running(server, errors)
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{GRPC_METHOD} never succeeded")
-                time.sleep(0.5)
+            client.wait(server, errors)
             client.send(200)  # warm-up
             _callgrind("--zero", pid)
             start = time.monotonic()
@@ -220,12 +225,15 @@ def _podium_argv(model: Path, ports: list[int]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _under_callgrind(src: Path, argv: list[str]) -> Iterator[tuple[Any, Path, IO[bytes]]]:
-    """``argv`` started under callgrind with ``src`` on its path: the process, the file its
-    dumps are named after, and its log; stopped (SIGINT) when the block ends."""
+def _under_callgrind(
+    src: Path, argv: list[str], options: Sequence[str] = ()
+) -> Iterator[tuple[Any, Path, IO[bytes]]]:
+    """``argv`` started under callgrind (with its ``options``) with ``src`` on its path: the
+    process, the file its dumps are named after, and its log; stopped (SIGINT) when the block
+    ends."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *options, *argv]
         env = {**os.environ, "PYTHONPATH": str(src), "HOME": tmp}
         # the server's log (its access lines too) goes to a file: a pipe nobody reads would
         # fill up and stop the server in its next write
@@ -236,12 +244,17 @@ def _under_callgrind(src: Path, argv: list[str]) -> Iterator[tuple[Any, Path, IO
             try:
                 yield server, out, errors
             finally:
-                server.send_signal(signal.SIGINT)
-                try:
-                    server.wait(timeout=300)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+                stop(server, 300)
+
+
+def stop(server: subprocess.Popen[bytes], timeout: float) -> None:
+    """Stop ``server`` as a user does (SIGINT); killed if it has not exited after ``timeout``."""
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def _check_running(server: Any, errors: IO[bytes]) -> None:

@@ -50,6 +50,7 @@ from podium.types import (
     RepositoryModel,
     RequestInput,
     RequestOutput,
+    ResponseOutput,
     SequenceRef,
     ServerMetadata,
     WireInput,
@@ -404,6 +405,33 @@ async def test_oip_responses_of_a_sequence_name_it() -> None:
     assert answer.value.parameters == {"sequence_id": "s", "sequence_end": True}
     answer = await plane(mv).infer(Call("m", None, OIP, oip_request()), mv)
     assert answer.value.parameters == {"sequence_id": "made-1"}
+
+
+async def test_a_models_own_response_is_completed_as_it_is() -> None:
+    # Its outputs are the answer's (not a copy) when the request names none; named by the
+    # version and the request's id.
+    outputs = [ResponseOutput(name="y", shape=[1], datatype="FP32", data=[1.0])]
+    own = InferenceResponse(outputs=outputs, model_name="other", id="its-own")
+    mv = fake(version="2", scheduler=FakeScheduler(result=own))
+    answer = await plane(mv).infer(Call("m", "2", OIP, oip_request(id="r-1")), mv)
+    assert answer.value is own and own.outputs is outputs
+    assert (own.model_name, own.model_version, own.id) == ("m", "2", "r-1")
+    own.id = "its-own"
+    answer = await plane(mv).infer(Call("m", "2", OIP, oip_request()), mv)
+    assert answer.value.id == "its-own"  # a request without an id keeps the model's
+
+
+async def test_a_models_own_response_gives_the_outputs_asked_for() -> None:
+    outputs = [ResponseOutput(name=name, shape=[1], datatype="FP32", data=[1.0]) for name in "abc"]
+    own = InferenceResponse(outputs=outputs)
+    mv = fake(scheduler=FakeScheduler(result=own))
+    asked = oip_request(outputs=[RequestOutput(name="c"), RequestOutput(name="a")])
+    answer = await plane(mv).infer(Call("m", None, OIP, asked), mv)
+    assert [out.name for out in answer.value.outputs] == ["c", "a"]
+    assert [out.name for out in outputs] == ["a", "b", "c"]  # the model's list as it was
+    with pytest.raises(InvalidInput, match="'d'"):
+        asked = oip_request(outputs=[RequestOutput(name="d")])
+        await plane(mv).infer(Call("m", None, OIP, asked), mv)
 
 
 async def test_a_model_without_sequences_ignores_the_sequence_asked_for() -> None:

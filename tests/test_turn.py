@@ -68,3 +68,64 @@ def test_adding_off_a_loop_raises_and_holds_nothing() -> None:
         buffer.add(1)
     buffer.flush()
     assert flushed == []  # nothing was held
+
+
+def test_running_loop_is_the_running_loop_of_the_thread_that_asks() -> None:
+    """``running_loop`` answers ``get_running_loop()``'s loop: each loop in turn on one thread,
+    two loops at once on two threads, and none (``RuntimeError``) where none runs."""
+    import threading
+
+    from podium.turn import running_loop
+
+    async def which() -> tuple[asyncio.AbstractEventLoop, asyncio.AbstractEventLoop]:
+        return running_loop(), asyncio.get_running_loop()
+
+    for _ in range(3):  # a new loop each time on this thread: never the last one's
+        found, actual = asyncio.run(which())
+        assert found is actual
+    with pytest.raises(RuntimeError):
+        running_loop()  # no loop runs here now (the last one found is kept, stopped)
+
+    started, done = threading.Event(), threading.Event()
+    other: list[asyncio.AbstractEventLoop] = []
+
+    async def hold() -> None:
+        other.append(running_loop())
+        started.set()
+        await asyncio.to_thread(done.wait, 10)
+
+    thread = threading.Thread(target=asyncio.run, args=(hold(),))
+    thread.start()
+    try:
+        assert started.wait(10)
+        found, actual = asyncio.run(which())  # while the other thread's loop runs
+        assert found is actual and found is not other[0]
+        with pytest.raises(RuntimeError):
+            running_loop()
+    finally:
+        done.set()
+        thread.join(10)
+
+
+def test_running_loop_is_forgotten_by_a_forked_child() -> None:
+    """A child forked while a loop runs has no running loop (as ``get_running_loop()``)."""
+    import os
+
+    from podium.turn import running_loop
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+
+    async def fork() -> int:
+        running_loop()  # found, and kept
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's loop is not running here
+            try:
+                running_loop()
+            except RuntimeError:
+                os._exit(0)
+            os._exit(1)
+        return pid
+
+    pid = asyncio.run(fork())
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0

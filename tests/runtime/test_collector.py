@@ -220,6 +220,33 @@ async def test_a_filling_batch_sets_one_timer_and_arrivals_do_not_wake_the_colle
 
 
 @pytest.mark.anyio
+async def test_a_request_joins_without_asking_for_the_running_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CPython 3.11 asks the kernel for the pid in every get_running_loop(): the collector
+    # learns its loop once, when it starts, and makes each request's future on it
+    h = Harness(size=4)
+    try:
+        asked = 0
+        get_running_loop = asyncio.get_running_loop
+
+        def counted() -> asyncio.AbstractEventLoop:
+            nonlocal asked
+            asked += 1
+            return get_running_loop()
+
+        monkeypatch.setattr(asyncio, "get_running_loop", counted)
+        pending = h.add(1)  # the first starts the collector: it learns the loop there
+        first = asked
+        pending += h.add(2, 3, 4)
+        assert first >= 1 and asked == first
+        monkeypatch.undo()
+        assert await results(pending) == [2, 4, 6, 8]
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
 async def test_a_delay_timer_that_rings_early_is_set_again_for_the_rest() -> None:
     clock = EarlyClock()
     h = Harness(size=4, clock=clock)

@@ -391,7 +391,8 @@ async def test_a_worker_process_takes_a_batch_ahead_per_predict_slot(lab: Lab) -
     _open(lab)
     assert await asyncio.gather(*running, *ahead) == ["hold", 1, "hold", 2, 3, 4, 5, 6]
     batches = [e["xs"] for e in lab.recorded("batch")]
-    assert batches[2:] == [[3, 4], [5, 6]]  # in the order sent
+    # formed in the order sent; the two predict threads may record them in either order
+    assert sorted(batches[2:]) == [[3, 4], [5, 6]]
     assert mv.statistics()["queued"] == 0
 
 

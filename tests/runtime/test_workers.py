@@ -287,6 +287,30 @@ async def test_a_timed_out_async_predict_is_cancelled_and_504(
         await mv.close()
 
 
+def test_a_thread_worker_keeps_response_timeout_on_the_next_event_loop(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # The worker asks the loop it last ran on for the caller's task; on another loop it looks
+    # again (a test's next loop; a server runs one).
+    mv = version_from(tmp_path, SLOW_ASYNC, "response_timeout: 0.05\n", executor)
+
+    async def first() -> Any:
+        await mv.load()
+        return await mv.scheduler.infer("0", None)
+
+    async def second() -> None:
+        try:
+            with pytest.raises(ResponseTimeout):
+                await mv.scheduler.infer("30", None)
+            await wait_until(lambda: model_module(mv).CANCELLED == ["30"])
+            assert await mv.scheduler.infer("0", None) == "0"
+        finally:
+            await mv.close()
+
+    assert asyncio.run(first()) == "0"
+    asyncio.run(second())
+
+
 @pytest.mark.anyio
 async def test_a_client_leaving_a_timed_predict_is_a_cancellation_not_a_timeout(
     tmp_path: Path, executor: ThreadPoolExecutor

@@ -115,3 +115,52 @@ async def test_the_line_head_and_the_peer_made_once_are_those_of_each_request() 
         kept = str(access)
         access.head = None
         assert str(access) == kept
+
+
+async def test_a_written_access_holds_nothing_of_the_requests_connection() -> None:
+    """The request's Access is its ``receive`` and ``send`` while it is served; its line is made
+    later (up to the log thread's interval), so the server's pair (which hold the connection's
+    request cycle and body) are let go when the request ends: served, failed, or refused for a
+    bad header."""
+    import gc
+    import weakref
+
+    log = _Log(True)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        if scope["path"] == "/fails":
+            raise RuntimeError("after the response")
+
+    middleware = AccessMiddleware(app, log=log, ids=RequestIds(), routes=INFERENCE_ROUTES)
+
+    class _Cycle:  # what uvicorn's receive and send are bound to
+        async def receive(self) -> dict[str, Any]:
+            return {"type": "http.request", "body": b"abc", "more_body": False}
+
+        async def send(self, message: dict[str, Any]) -> None:
+            pass
+
+    for path, headers in (
+        ("/x", []),
+        ("/fails", []),
+        ("/x", [(b"x-podium-priority", b"high")]),  # refused: 400 from the middleware
+    ):
+        cycle = _Cycle()
+        gone = weakref.ref(cycle)
+        scope = {"type": "http", "method": "POST", "path": path, "client": None}
+        scope["headers"] = headers
+        try:
+            await middleware(scope, cycle.receive, cycle.send)
+        except RuntimeError:
+            assert path == "/fails"
+        del cycle
+        gc.collect()
+        assert gone() is None, path
+    assert [(access.status, access.bytes_in, access.bytes_out) for access in log.lines_written] == [
+        (200, 3, 2),
+        (200, 3, 2),
+        (400, 0, 0),  # (refused before the app: its bytes are not counted)
+    ]

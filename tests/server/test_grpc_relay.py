@@ -246,6 +246,28 @@ async def test_the_sender_thread_ends_with_the_server() -> None:
     assert "podium-grpc-send" not in {t.name for t in threading.enumerate()} - before
 
 
+def test_the_inline_executor_runs_at_once_and_shares_one_finished_future() -> None:
+    from podium.server.grpc.bridge._internals import INLINE
+
+    threads: list[int] = []
+    first = INLINE.submit(lambda: threads.append(threading.get_ident()))
+    second = INLINE.submit(lambda: None)
+    assert threads == [threading.get_ident()]  # run at once, in the submitting thread
+    assert first is second and first.done() and first.result() is None
+    called: list[Any] = []
+    first.add_done_callback(called.append)  # what grpc does with it: run at once
+    assert called == [first]
+    answered = INLINE.submit(lambda: 7)  # a result is kept in a future of its own
+    assert answered is not first and answered.result() == 7
+
+    def fails() -> None:
+        raise RuntimeError("a bug")
+
+    failed = INLINE.submit(fails)
+    assert failed is not first and isinstance(failed.exception(), RuntimeError)
+    assert first.result() is None  # the shared one is untouched
+
+
 class _Module(SimpleNamespace):
     pass
 

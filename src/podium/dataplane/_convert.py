@@ -100,26 +100,37 @@ def oip_response(
     """A model's value as an OIP response: outputs encoded (those ``request`` asks for), the
     model's name and version, the request's id, and a sequence's id (and end) as parameters."""
     requested = request.outputs if request is not None else None
-    try:
-        outputs = codecs.encode_outputs(result, requested)
-    except UnsupportedRepresentation as exc:
-        raise UnsupportedRepresentation(
-            f"model '{mv.name}' returned a value the Open Inference Protocol cannot carry: "
-            f"{exc.message}"
-        ) from exc
-    request_id = request.id if request is not None else None
-    if isinstance(result, InferenceResponse):
-        # The model's own response, completed: name, version and the request's id.
-        result.outputs = outputs
-        result.model_name = mv.name
-        result.model_version = mv.version
-        if request_id is not None:
-            result.id = request_id
+    config = mv.config  # (its name and version: ``mv.name`` and ``mv.version`` are calls)
+    if type(result) is InferenceResponse and not requested and type(result.outputs) is list:
+        # The model's own response, and the request names no outputs: its outputs are the
+        # answer as they are (encoding would copy the list), completed with the name, version
+        # and the request's id. (Nothing rewrites them: a shared memory placement writes only
+        # outputs a request names, whose list encoding has made.)
         response = result
+        response.model_name = config.name
+        response.model_version = config.version
+        if request is not None and request.id is not None:
+            response.id = request.id
     else:
-        response = InferenceResponse(
-            outputs=outputs, model_name=mv.name, model_version=mv.version, id=request_id
-        )
+        try:
+            outputs = codecs.encode_outputs(result, requested)
+        except UnsupportedRepresentation as exc:
+            raise UnsupportedRepresentation(
+                f"model '{config.name}' returned a value the Open Inference Protocol cannot "
+                f"carry: {exc.message}"
+            ) from exc
+        request_id = request.id if request is not None else None
+        if isinstance(result, InferenceResponse):  # (a subclass's, or outputs asked for)
+            result.outputs = outputs
+            result.model_name = config.name
+            result.model_version = config.version
+            if request_id is not None:
+                result.id = request_id
+            response = result
+        else:
+            response = InferenceResponse(
+                outputs=outputs, model_name=config.name, model_version=config.version, id=request_id
+            )
     if sequence is not None and sequence.id is not None:
         # Every response of a sequence names it (Triton's sequence parameters).
         response.parameters = {**(response.parameters or {}), "sequence_id": sequence.id}

@@ -531,7 +531,8 @@ def _keep(
     response = answer.value
     if type(response) is InferenceResponse:
         own = asked_id is None and response.id is not None
-        kept = replace(response, id=_OWN_ID if own else None)
+        # (a list of its own: the answer's may be the model's, ``oip_response``)
+        kept = replace(response, id=_OWN_ID if own else None, outputs=list(response.outputs))
         cache.put(key, kept, answer.headers, answer_size(kept), generation)
     cache.stats.miss_ns += _now() - start
 

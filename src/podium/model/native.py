@@ -20,7 +20,7 @@ import enum
 import inspect
 import types
 import typing
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -579,13 +579,17 @@ class NativeModel(Adapter):
             )
         return self.spec.predict
 
-    async def predict(self, inputs: Any, request: Any) -> Any:
+    def predict(self, inputs: Any, request: Any) -> Coroutine[Any, Any, Any]:
+        # Not a coroutine of its own: it hands back the one that calls the model (``_call``'s,
+        # or the OpenAI call's), so that awaiting it is one level of await fewer on every
+        # request. Its callers await it at once, so an error raised here comes where it would
+        # have come from an ``async def``.
         if openai_call(inputs):  # model/_openai.py
             run, executor = self._threads.run, self._executor
-            return await run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
+            return run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
         # (the spec's own attribute: _predict_spec, a call of its own, only to raise)
         spec = self.spec.predict or self._predict_spec()
-        return await self._call(spec, self._predict, inputs, request)
+        return self._call(spec, self._predict, inputs, request)
 
     async def _predict_list(self, inputs: list[Any]) -> Any:
         return await self._call(self._predict_spec(), self._predict, inputs, None)

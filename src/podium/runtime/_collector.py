@@ -21,8 +21,9 @@ gets its own item, or every request the batch's error.
 
 What each request pays is kept to what it must: an arrival wakes the collector only when it
 completes what the collector waits for (the first request, or a full batch; the delay has one
-timer per batch), the queue is counted only when it may hold a full batch, and a request's
-deadline is looked at only once some request had one. Whether a running batch's clients have
+timer per batch), the queue is counted only when it may hold a full batch, a request's
+deadline is looked at only once some request had one, and its future is made on the loop the
+collector learned when it started (no ``get_running_loop``, a system call on CPython 3.11). Whether a running batch's clients have
 all left is asked only when one leaves: the owner's callers say so themselves
 (:meth:`BatchCollector.left`, when their wait for a request's future is cancelled), so that no
 request pays a callback on its future.
@@ -173,6 +174,10 @@ class BatchCollector(Generic[S]):
         # whether some request had a deadline: only then is each batch searched for late ones
         self._timed = False
         self._collector: asyncio.Task[None] | None = None
+        # the event loop it runs on, from start(): each request's future is made on it without
+        # asking for the running loop (on CPython 3.11 that asks the kernel for the pid, a
+        # system call per request)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._slotted = asyncio.Event()  # the batch formed ahead has its slot, or is gone
         self._ahead: list[Pending] = []  # the batch formed ahead, while it waits for its slot
         # each batch's task and its requests, until it ends (what left() looks at)
@@ -194,6 +199,7 @@ class BatchCollector(Generic[S]):
     def start(self) -> None:
         """Start the collector task (:meth:`add` starts it too, if need be)."""
         if self._collector is None:
+            self._loop = asyncio.get_running_loop()
             self._collector = self._tasks.spawn(self._collect())
 
     def stop(self) -> None:
@@ -206,9 +212,12 @@ class BatchCollector(Generic[S]):
         queue = self._queue
         if self._limit is not None and self.queued >= self._limit:
             raise QueueFull.of(self._model, self.queued, self._limit)
-        pending = Pending(
-            inputs, request, tag, asyncio.get_running_loop().create_future(), self._now()
-        )
+        loop = self._loop
+        if loop is None:  # the first request starts the collector (if its owner did not)
+            self.start()
+            loop = self._loop
+            assert loop is not None
+        pending = Pending(inputs, request, tag, loop.create_future(), self._now())
         if self._max_wait is not None:
             deadline = pending.deadline = queue_deadline(
                 pending.arrived, self._max_wait, self._model
@@ -224,8 +233,6 @@ class BatchCollector(Generic[S]):
         queue.append(pending)
         if len(queue) >= self._wake_at:
             self._arrived.set()
-        if self._collector is None:
-            self.start()
         return pending
 
     def left(self, pending: Pending) -> None:

@@ -93,7 +93,10 @@ class ThreadWorker:
         self._late: dict[asyncio.Task[Any], float] = {}
         self._held: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
-        self._tick = min(response_timeout / 4, 1.0) if response_timeout else 1.0
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one it serves, as last seen
+        # (No more attributes here without taking one away: it has 29, and at 30 Python 3.11
+        # stops sharing the instances' attribute names, which makes every attribute read on the
+        # path slower. The sweep's period is worked out when it is set, not kept.)
 
     async def start(self) -> None:
         if not self._loaded:
@@ -127,12 +130,20 @@ class ThreadWorker:
                 self._gate.release(self)
             self._stats.executed(size, _now() - start)
             return outputs
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        assert task is not None
+        # The caller's task, asked of the loop this worker last ran on: with no loop given,
+        # ``current_task`` (and ``get_running_loop``) ask the OS for the pid on every call on
+        # Python 3.11. A worker serves one loop (its gate's futures belong to it); another one
+        # (a test's next loop) has no current task on the old one, and is looked up then, and
+        # a sweep set on the old loop will never run: the next call sets one on this loop.
+        loop = self._loop
+        if loop is None or (task := asyncio.current_task(loop)) is None:
+            self._loop = loop = asyncio.get_running_loop()
+            self._sweeper = None
+            task = asyncio.current_task(loop)
+            assert task is not None
         self._waiting[task] = None if self._calls is not None else time.monotonic()
         if self._sweeper is None:
-            self._sweeper = loop.call_later(self._tick, self._sweep)
+            self._sweeper = loop.call_later(_tick(self._timeout), self._sweep)
         try:
             outputs = await self.instance.predict(inputs, request)
         except asyncio.CancelledError:
@@ -207,7 +218,9 @@ class ThreadWorker:
                         "by a call past response_timeout; the request goes to another worker"
                     )
                     task.cancel()
-        self._sweeper = loop.call_later(self._tick, self._sweep) if self._waiting else None
+        self._sweeper = (
+            loop.call_later(_tick(self._timeout), self._sweep) if self._waiting else None
+        )
 
     def _late_ended(self, task: asyncio.Task[Any]) -> None:
         """A detached call (:meth:`_sweep`) has returned: its slot is free."""
@@ -332,6 +345,12 @@ class ThreadWorker:
         close = getattr(self.instance, "close", None)
         if close is not None:
             await close()
+
+
+def _tick(response_timeout: float) -> float:
+    """How often a worker's sweep looks for calls past ``response_timeout``: every quarter of
+    it, at most every second."""
+    return min(response_timeout / 4, 1.0)
 
 
 #: Thread workers' instances load one at a time on each event loop (a server's): libraries'

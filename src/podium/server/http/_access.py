@@ -124,8 +124,11 @@ class AccessMiddleware:
                     asks = (asks or []) + [(key, value)]
         if forwarded and self._forwarded is not None:
             await self._forwarded(scope, receive, send)  # the client and scheme, from a proxy
-        found = client_id(sent)
-        access = Access(self.ids.make() if found is None else found, found is not None, start)
+        found = None if sent is None else client_id(sent)
+        access = _HttpAccess(self.ids.make() if found is None else found, found is not None, start)
+        access._receive = receive
+        access._send = send
+        access.counting = False
         if asks is not None:
             try:
                 for key, value in asks:
@@ -133,9 +136,10 @@ class AccessMiddleware:
             except InvalidInput as exc:
                 token = current_request.set(access)
                 try:
-                    await send_error(_Relay(access, receive, send, False).send, exc)
+                    await send_error(access.send, exc)
                 finally:
                     current_request.reset(token)
+                    access._receive = access._send = None
                 access.ended()
                 access.context = scope
                 access.describe = self._describe
@@ -144,17 +148,18 @@ class AccessMiddleware:
         hooks = tracing.hooks
         if hooks is not None:
             access.span = hooks.http_request(scope)
-        counting = self.log.wants()
-        relay = _Relay(access, receive, send, counting)
+        counting = access.counting = self.log.wants()
         token = current_request.set(access)
         try:
-            await self.app(scope, relay.receive if counting else receive, relay.send)
+            await self.app(scope, access.receive if counting else receive, access.send)
         except BaseException as exc:
             if access.status is None:
                 access.status = CLIENT_CLOSED if not isinstance(exc, Exception) else 500
             raise
         finally:
             current_request.reset(token)
+            # (the line is made later: what the request's connection holds is let go now)
+            access._receive = access._send = None
             if access.status is None:
                 access.status = CLIENT_CLOSED
             if access.span is not None:
@@ -234,25 +239,24 @@ async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
     """The app under :attr:`AccessMiddleware._forwarded`: what it is for is done to the scope."""
 
 
-class _Relay:
-    """A request's ``receive`` and ``send`` as the app gets them: the request id added to the
-    response's headers and its status noted in ``access``, and (``counting``) the body's bytes
-    each way. (One object per request, its methods the wrappers: cheaper than two closures.)"""
+class _HttpAccess(Access):
+    """An HTTP request's :class:`Access`, which is also its ``receive`` and ``send`` as the app
+    gets them: the request id added to the response's headers and its status noted, and
+    (``counting``) the body's bytes each way. (The request's one object: its methods are the
+    wrappers, with no second object per request to make.)"""
 
-    __slots__ = ("access", "counting", "_receive", "_send")
+    __slots__ = ("counting", "_receive", "_send")
 
-    def __init__(self, access: Access, receive: Receive, send: Send, counting: bool) -> None:
-        self.access = access
-        self.counting = counting
-        self._receive = receive
-        self._send = send
+    counting: bool
+    _receive: Any  # the server's, while the request is served (None after)
+    _send: Any
 
     async def receive(self) -> Message:
         """``receive``, counting the body's bytes."""
         message = await self._receive()
         body = message.get("body")
         if body:
-            self.access.bytes_in += len(body)
+            self.bytes_in += len(body)
         return message
 
     def send(self, message: Message) -> Awaitable[None]:
@@ -261,16 +265,15 @@ class _Relay:
         theirs (the message is the app's to give away; its list of headers is not: it may be a
         constant of the app's, so a new one is made)."""
         if message["type"] == "http.response.start":
-            access = self.access
-            access.status = message["status"]
+            self.status = message["status"]
             headers: Any = message.get("headers", ())
             for key, _ in headers:  # (a loop, not any() over a generator: cheaper)
                 if key.lower() == ID_HEADER:  # a model set one: ours only
                     headers = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
                     break
-            message["headers"] = [*headers, (ID_HEADER, access.id.encode())]
+            message["headers"] = [*headers, (ID_HEADER, self.id.encode())]
         elif self.counting:
             body = message.get("body")
             if body:
-                self.access.bytes_out += len(body)
+                self.bytes_out += len(body)
         return self._send(message)

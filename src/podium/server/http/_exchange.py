@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...errors import InvalidInput, PayloadTooLarge, PodiumError
+from ...turn import running_loop
 from .._asgi import Message, Receive, Scope, Send
 from .._limits import LOST_HOOK
 
@@ -144,7 +145,7 @@ class Exchange:
         completes without ever yielding to the loop (a fast async model) never pays for a task
         it cannot use.
         """
-        loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = running_loop()  # (no getpid: see running_loop)
         self._task = asyncio.current_task(loop)  # (with the loop: no second look-up)
         hook = self.scope.get(LOST_HOOK)
         if hook is not None and self._body_done and self._watcher is None:

@@ -38,22 +38,40 @@ __all__ = ["INLINE", "Internals", "InternalsDiffer", "load", "unparsable"]
 logger = logging.getLogger("podium.grpc")
 
 
+def _finished() -> futures.Future[Any]:
+    future: futures.Future[Any] = futures.Future()
+    future.set_result(None)
+    return future
+
+
 class _Inline(futures.ThreadPoolExecutor):
     """Runs each submitted function at once, in the submitting thread (grpc's polling thread).
 
     grpc only accepts a ``ThreadPoolExecutor`` as a method's own pool, hence the base class; no
     thread is ever started. Only non-blocking handlers may be given it.
+
+    What grpc submits (its ``_stream_response_in_pool``, which runs the handler) returns None
+    and catches every exception itself, and grpc only adds a callback to the future it gets
+    back (run at once, the future being done). So a call that returns gets one future made
+    once, not one of its own (a future holds a ``threading.Condition``: three objects and a
+    dozen Python calls per call); one that raises gets its own, with the exception.
     """
 
     def __init__(self) -> None:
         super().__init__(max_workers=1, thread_name_prefix="podium-grpc-inline")
+        self._done = _finished()
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
-        future: futures.Future[Any] = futures.Future()
         try:
-            future.set_result(fn(*args, **kwargs))
+            result = fn(*args, **kwargs)
         except BaseException as exc:
+            future: futures.Future[Any] = futures.Future()
             future.set_exception(exc)
+            return future
+        if result is None:
+            return self._done
+        future = futures.Future()
+        future.set_result(result)
         return future
 
 
