@@ -53,6 +53,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..config import ConnectionLimits
+from ._cycle import scope_template, start_cycle
 from ._limits_setup import check_uvicorn, default_max_connections, raise_open_files_limit
 
 __all__ = [
@@ -252,6 +253,7 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._scope = scope_template(self)
         self._cork = _Cork(transport, self.loop)
         guard = self.guard
         if guard.open >= guard.max_connections:
@@ -271,6 +273,17 @@ class _GuardedProtocol(HttpToolsProtocol):
         guard.open += 1
         guard.accepted += 1
         self._wait(_Wait.HEAD, guard.limits.header_timeout)
+
+    def on_message_begin(self) -> None:
+        # uvicorn's, the scope copied from the connection's (see _cycle.scope_template)
+        self.url = b""
+        self.expect_100_continue = False
+        headers: list[tuple[bytes, bytes]] = []
+        self.headers = headers
+        self.scope = scope = self._scope.copy()  # type: ignore[assignment]
+        scope["asgi"] = {"version": self.asgi_version, "spec_version": "2.3"}
+        scope["headers"] = headers
+        scope["state"] = self.app_state.copy()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -355,13 +368,12 @@ class _GuardedProtocol(HttpToolsProtocol):
             self._refusal = self._head_refusal(self._head_size())
             raise _Refused  # httptools stops parsing; data_received answers
         self._head_split = False
-        before = self.cycle
         hook = LostHook()
         self.scope[LOST_HOOK] = hook  # type: ignore[literal-required]
-        HttpToolsProtocol.on_headers_complete(self)  # (no super() object per request)
+        before = self.cycle
+        start_cycle(self, self._cork)
         cycle = self.cycle
-        if cycle is not before and cycle is not None:
-            cycle.transport = self._cork  # type: ignore[assignment]
+        if cycle is not before:
             alone = before is None or before.response_complete  # (not pipelined)
             self._cork.armed = alone
             if alone:

@@ -5,6 +5,7 @@ connections each listener may hold within it.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import uvicorn
@@ -13,6 +14,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from ..config import GrpcLimits
+from ._cycle import Cycle
 
 __all__ = [
     "LISTENERS",
@@ -41,6 +43,9 @@ _NEEDED: tuple[tuple[Any, frozenset[str]], ...] = (
         frozenset(
             {"parser", "cycle", "scope", "headers", "transport", "flow", "loop", "server_state"}
             | {"timeout_keep_alive_task", "timeout_keep_alive", "client", "pipeline"}
+            # what the cycle is made of (_limits.py's _start_cycle)
+            | {"app", "root_path", "limit_concurrency", "connections", "tasks", "logger"}
+            | {"access_logger", "access_log", "expect_100_continue"}
         ),
     ),
     (HttpToolsProtocol.on_message_begin, frozenset({"url", "headers", "scope"})),
@@ -49,6 +54,9 @@ _NEEDED: tuple[tuple[Any, frozenset[str]], ...] = (
         frozenset(
             {"more_body", "body", "response_started", "response_complete", "disconnected"}
             | {"message_event", "waiting_for_100_continue", "transport"}
+            # what the cycle's response head reads and sets (_cycle.py)
+            | {"scope", "flow", "access_log", "access_logger", "default_headers", "keep_alive"}
+            | {"chunked_encoding", "expected_content_length"}
         ),
     ),
     (FlowControl.__init__, frozenset({"read_paused"})),
@@ -67,6 +75,7 @@ _METHODS = (
     "shutdown",
     "_unset_keepalive_if_required",
     "_start_asgi_task",
+    "_should_upgrade",
 )
 _TESTED = "0.54"
 
@@ -80,6 +89,10 @@ def check_uvicorn() -> None:
         missing += sorted(f"{function.__qualname__}: {n}" for n in names - found)
     if not hasattr(FlowControl, "resume_reading"):
         missing.append("FlowControl.resume_reading")
+    # _cycle.Cycle makes its state itself: every attribute uvicorn's cycle starts with
+    cycle_state = set(RequestResponseCycle.__init__.__code__.co_names) - set(dir(builtins))
+    made = set(Cycle.__init__.__code__.co_names) | set(vars(Cycle))
+    missing += sorted(f"RequestResponseCycle.{n}" for n in cycle_state - made)
     if missing:
         raise RuntimeError(
             f"uvicorn {uvicorn.__version__} lacks what Podium's connection limits rely on "

@@ -1,0 +1,152 @@
+"""The guarded protocol's request cycle in process (``server/_cycle.py``): its memory of response
+header pairs is bounded and never holds a refused pair, and its ``message_event`` keeps
+asyncio.Event's promises. What it sends is pinned against uvicorn by
+``test_cycle_differential.py``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from podium.server import _cycle
+from podium.server._cycle import MAX_PAIR_BYTES, MAX_PAIRS, Cycle, Signal
+from podium.server._limits_setup import check_uvicorn
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class _Flow:
+    write_paused = False
+    read_paused = False
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class _State:
+    default_headers: list[tuple[bytes, bytes]] = [(b"date", b"Sun, 29 Nov 2026 21:00:00 GMT")]
+
+
+class _Protocol:
+    """What a cycle takes from its protocol."""
+
+    flow = _Flow()
+    logger = access_logger = None
+    access_log = False
+    server_state = _State()
+    expect_100_continue = False
+
+    def on_response_complete(self) -> None:
+        pass
+
+
+def _cycle_for(transport: _Transport) -> Cycle:
+    return Cycle(_Protocol(), transport, {"method": "GET", "http_version": "1.1"}, True)
+
+
+async def _head(headers: list[Any]) -> bytes:
+    transport = _Transport()
+    cycle = _cycle_for(transport)
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
+    return transport.written[0]
+
+
+@pytest.fixture(autouse=True)
+def _empty_memory() -> None:
+    _cycle._known.clear()
+
+
+@pytest.mark.anyio
+async def test_the_memory_of_pairs_is_bounded() -> None:
+    for n in range(MAX_PAIRS * 3):
+        head = await _head([(b"x-id", str(n).encode()), (b"content-length", b"0")])
+        assert b"\r\nx-id: %d\r\n" % n in head
+        assert len(_cycle._known) <= MAX_PAIRS
+    long = b"v" * MAX_PAIR_BYTES
+    assert b"x-long: " + long in await _head([(b"x-long", long), (b"content-length", b"0")])
+    assert (b"x-long", long) not in _cycle._known
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        ((b"x (bad)", b"1"), "Invalid HTTP header name."),
+        ((b"x-bad", b"a\x01b"), "Invalid HTTP header value."),
+        ((b"x-bad", b"a\nb"), "Invalid HTTP header value."),
+    ],
+)
+async def test_a_refused_pair_is_refused_every_time_and_never_remembered(
+    pair: tuple[bytes, bytes], message: str
+) -> None:
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match=message):
+            await _head([pair])
+    assert pair not in _cycle._known
+
+
+@pytest.mark.anyio
+async def test_a_remembered_length_frames_the_body_as_uvicorn_reads_it() -> None:
+    headers = [(b"Content-Length", b"3")]
+    for _ in range(2):  # checked, then remembered
+        transport = _Transport()
+        cycle = _cycle_for(transport)
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
+        assert (cycle.chunked_encoding, cycle.expected_content_length) == (False, 3)
+        with pytest.raises(RuntimeError, match="shorter than Content-Length"):
+            await cycle.send({"type": "http.response.body", "body": b"ab"})
+    # a second length does not count, as in uvicorn; a chunked encoding first neither
+    head = await _head([(b"content-length", b"1"), (b"content-length", b"2")])
+    assert head.endswith(b"content-length: 1\r\ncontent-length: 2\r\n\r\n")
+    head = await _head([(b"transfer-encoding", b"chunked"), (b"content-length", b"x")])
+    assert head.endswith(b"transfer-encoding: chunked\r\ncontent-length: x\r\n\r\n")
+
+
+@pytest.mark.anyio
+async def test_a_signal_keeps_asyncio_events_promises() -> None:
+    signal = Signal()
+    assert not signal.is_set()
+    waiters = [asyncio.ensure_future(signal.wait()) for _ in range(3)]
+    await asyncio.sleep(0)
+    waiters[1].cancel()
+    await asyncio.sleep(0)
+    signal.set()
+    assert signal.is_set()
+    assert await waiters[0] is True and await waiters[2] is True
+    assert waiters[1].cancelled()
+    assert signal._waiters == []  # every waiter left, the cancelled one too
+    assert await signal.wait() is True  # set: at once
+    signal.clear()
+    waiter = asyncio.ensure_future(signal.wait())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    signal.set()
+    assert await waiter is True
+
+
+def test_a_uvicorn_cycle_with_state_the_cycle_does_not_make_fails_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def init(self: Any, scope: Any) -> None:
+        self.scope = scope
+        self.novel = True
+
+    check_uvicorn()  # the installed uvicorn's cycle: all made
+    monkeypatch.setattr(RequestResponseCycle, "__init__", init)
+    with pytest.raises(RuntimeError, match=r"RequestResponseCycle\.novel"):
+        check_uvicorn()
