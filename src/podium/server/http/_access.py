@@ -5,10 +5,11 @@ as the current request for everything below (the app, the data plane, the model,
 lines), answers it in the ``X-Request-ID`` response header, and when the request has ended (a
 stream at its end) hands it to the access log, which makes its line at the end of the event
 loop's turn: the route is found in the listener's route table then, only if a line is written
-(``RouteTable.names``), with the lines of the other requests that ended in the same turn. A request whose client left before any
-response started is logged with status 499 (nginx's "client closed request"). Responses that
-the connection layer answers itself (503 past ``--max-connections``, 408 past a timeout) never
-reach an app and have no line; ``server/_limits.py`` counts them.
+(``RouteTable.names``), with the lines of the other requests that ended in the same turn. A
+request whose client left before any response started is logged with status 499 (nginx's
+"client closed request"). Responses that the connection layer answers itself (503 past
+``--max-connections``, 408 past a timeout) never reach an app and have no line;
+``server/_limits.py`` counts them.
 
 With tracing on (``podium.tracing.hooks``), the request is a server span, a child of the
 ``traceparent`` the client sent.
