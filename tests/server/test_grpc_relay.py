@@ -296,6 +296,17 @@ def _fake_modules(**changes: Any) -> tuple[Any, Any]:
                 "_reset_per_message_state",
                 "_SEND_MESSAGE_TOKEN",
                 "_SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN",
+                "_process_event_and_continue",
+                "_request_call",
+                "_request_registered_call",
+                "_stop_serving",
+                "_begin_shutdown_once",
+                "_application_code",
+                "_REQUEST_CALL_TAG",
+                "_ServerStage",
+                "_ServerState",
+                "_Server",
+                "_DEALLOCATED_SERVER_CHECK_PERIOD_S",
             )
         }
     )
@@ -348,10 +359,12 @@ async def test_a_per_call_state_that_differs_turns_the_relay_off() -> None:
 
 
 class _StatusWithoutAnswer(bridge.Internals):
-    """Internals that end a unary call without its answer (as if grpc's _status changed)."""
+    """Internals that end a unary call with an empty answer (as if grpc's message operation
+    changed)."""
 
-    def send_status(self, context: Any, payload: bytes | None) -> None:
-        super().send_status(context, None)
+    def __init__(self, server_module: Any, cygrpc: Any) -> None:
+        super().__init__(server_module, cygrpc)
+        self.send_op = lambda payload, flags: cygrpc.SendMessageOperation(b"", flags)
 
 
 class _NeverReceives(bridge.Internals):
@@ -448,7 +461,7 @@ async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(
     real = loop.call_soon_threadsafe
 
     def closed_for_grpc(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name.endswith("(_serve)"):  # grpc's polling thread
+        if threading.current_thread().name == "podium-grpc-serve":  # the relay's polling thread
             raise RuntimeError("Event loop is closed")
         return real(*args, **kwargs)
 
