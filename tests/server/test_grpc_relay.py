@@ -246,6 +246,60 @@ async def test_the_sender_thread_ends_with_the_server() -> None:
     assert "podium-grpc-send" not in {t.name for t in threading.enumerate()} - before
 
 
+async def test_a_relayed_unary_call_is_served_below_grpcs_per_call_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The relay's own loop serves a unary call: grpc makes no per-call state for it (a stream
+    is still grpc's), and the loop remembers the methods it served, never a client's unknown
+    method names (grpc answers those, as without the relay)."""
+    import grpc._server as real
+
+    made = 0
+
+    class Counted(real._RPCState):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            nonlocal made
+            made += 1
+            super().__init__()
+
+    monkeypatch.setattr(real, "_RPCState", Counted)
+    handlers = StreamHandlers()
+    methods = {
+        "Echo": grpc.unary_unary_rpc_method_handler(
+            Handlers().echo,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=ModelInferResponse.SerializeToString,
+        ),
+        "ThreeThenAbort": grpc.unary_stream_rpc_method_handler(
+            handlers.three_then_abort,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=ModelInferResponse.SerializeToString,
+        ),
+    }
+    async with running(Service(NAME, methods), "relayed", handlers, grace=1) as it:
+        made = 0  # (the start-up check's own calls, when this test is the process's first)
+        for i in range(3):
+            reply = await rpc(it.channel, "Echo")(ModelInferRequest(model_name="m", id=str(i)))
+            assert reply.id == str(i)
+        assert made == 0
+        with pytest.raises(grpc.aio.AioRpcError):
+            async for _ in stream_rpc(it.channel, "ThreeThenAbort", requests=False)(
+                ModelInferRequest(model_name="m")
+            ):
+                pass
+        assert made == 1
+        for i in range(20):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await rpc(it.channel, f"Unknown{i}")(ModelInferRequest())
+            assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        bridged = it.server._bridge
+        assert bridged is not None and bridged.serving is not None
+        assert set(bridged.serving.methods) == {
+            f"/{NAME}/Echo".encode(),
+            f"/{NAME}/ThreeThenAbort".encode(),
+        }
+
+
 def test_the_inline_executor_runs_at_once_and_shares_one_finished_future() -> None:
     from podium.server.grpc.bridge._internals import INLINE
 

@@ -13,7 +13,7 @@ import grpc
 from ._context import Call, Status
 from ._internals import INLINE, Internals
 from ._relay import Inbox, Outbox, Relay, Sender
-from ._serving import UnaryMethod, start
+from ._serving import Serving, UnaryMethod, start
 
 __all__ = ["Bridge"]
 
@@ -32,11 +32,12 @@ class Bridge:
         self.internals = internals
         self.status = status
         self._sender: Sender | None = Sender(internals, status)
+        self.serving: Serving | None = None  # the serving loop, once started
 
     def start(self, server: grpc.Server) -> None:
         """Start ``server`` (a ``grpc.server`` with this bridge's handlers) served by the
         relay's own loop (:mod:`._serving`): a unary method's handler is served only there."""
-        start(server, self.internals)
+        self.serving = start(server, self.internals)
 
     def close(self) -> None:
         """Stop the sender thread (after the server has stopped: every call has ended)."""

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ._internals import Internals
     from ._relay import Relay
 
-__all__ = ["UnaryCall", "UnaryMethod", "start"]
+__all__ = ["Serving", "UnaryCall", "UnaryMethod", "start"]
 
 logger = logging.getLogger("podium.grpc")
 
@@ -237,7 +237,7 @@ class UnaryCall:
             self.due = 2
 
 
-class _Loop:
+class Serving:
     """The serving loop of one ``grpc.server`` (see the module's docstring)."""
 
     def __init__(self, server: grpc.Server, internals: Internals) -> None:
@@ -301,9 +301,10 @@ class _Loop:
             event = None
 
 
-def start(server: grpc.Server, internals: Internals) -> None:
+def start(server: grpc.Server, internals: Internals) -> Serving:
     """Start ``server`` (a ``grpc.server``) served by this module's loop, as grpc's ``start``
     would with its own: raises ``ValueError`` if it is started already."""
+    serving = Serving(server, internals)
     state = server._state
     with state.lock:
         if state.stage is not internals.stopped:
@@ -313,7 +314,6 @@ def start(server: grpc.Server, internals: Internals) -> None:
         for name in state.registered_method_handlers:
             internals.request_registered_call(state, name)
         internals.request_call(state)
-        thread = threading.Thread(
-            target=_Loop(server, internals).run, name="podium-grpc-serve", daemon=True
-        )
+        thread = threading.Thread(target=serving.run, name="podium-grpc-serve", daemon=True)
         thread.start()
+    return serving
