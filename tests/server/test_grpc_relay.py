@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
@@ -298,6 +299,33 @@ async def test_a_relayed_unary_call_is_served_below_grpcs_per_call_state(
             f"/{NAME}/Echo".encode(),
             f"/{NAME}/ThreeThenAbort".encode(),
         }
+
+
+async def test_a_relayed_unary_method_on_grpcs_own_loop_is_internal() -> None:
+    """A relayed unary method is served by the relay's loop alone (``Bridge.start``): on a
+    ``grpc.server`` started by grpc itself its calls end ``INTERNAL``, never hang."""
+    loop = asyncio.get_running_loop()
+    relay = bridge.Bridge(loop, internals=bridge.load(), status=unhandled_status)
+    pool = ThreadPoolExecutor(1)
+    server = grpc.server(pool, options=[("grpc.so_reuseport", 0)])
+    echo = relay.handler(grpc.unary_unary_rpc_method_handler(Handlers().echo))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(NAME, {"Echo": echo}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+
+    def call() -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            channel.unary_unary(f"/{NAME}/Echo")(b"", timeout=5)
+
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            await asyncio.to_thread(call)
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert "reached grpc's loop" in (caught.value.details() or "")
+    finally:
+        await asyncio.to_thread(server.stop(0).wait)
+        await asyncio.to_thread(relay.close)
+        pool.shutdown(wait=False)
 
 
 def test_the_inline_executor_runs_at_once_and_shares_one_finished_future() -> None:
