@@ -328,6 +328,22 @@ async def test_a_relayed_unary_method_on_grpcs_own_loop_is_internal() -> None:
         pool.shutdown(wait=False)
 
 
+async def test_the_relays_loop_refuses_a_server_with_a_concurrency_limit() -> None:
+    """grpc applies ``maximum_concurrent_rpcs`` (and interceptors) to every call it serves; the
+    relay's loop serves unary calls itself, so it refuses such a server rather than skip them."""
+    relay = bridge.Bridge(
+        asyncio.get_running_loop(), internals=bridge.load(), status=unhandled_status
+    )
+    pool = ThreadPoolExecutor(1)
+    server = grpc.server(pool, maximum_concurrent_rpcs=4)
+    try:
+        with pytest.raises(ValueError, match="concurrency limit"):
+            relay.start(server)
+    finally:
+        await asyncio.to_thread(relay.close)
+        pool.shutdown(wait=False)
+
+
 def test_the_inline_executor_runs_at_once_and_shares_one_finished_future() -> None:
     from podium.server.grpc.bridge._internals import INLINE
 

@@ -254,10 +254,7 @@ class Serving:
             return self.methods[name]
         except KeyError:
             pass
-        state = self.state
-        if state.interceptor_pipeline is not None or state.maximum_concurrent_rpcs is not None:
-            return None  # grpc's own handling (Podium's servers have neither)
-        found = self.internals.find_handler(state, rpc_event)
+        found = self.internals.find_handler(self.state, rpc_event)
         if found is None:
             return None  # unknown: grpc answers it, and nothing is remembered
         unary = getattr(found.stream_stream, "unary", None) if found.stream_stream else None
@@ -306,6 +303,9 @@ def start(server: grpc.Server, internals: Internals) -> Serving:
     would with its own: raises ``ValueError`` if it is started already."""
     serving = Serving(server, internals)
     state = server._state
+    if state.interceptor_pipeline is not None or state.maximum_concurrent_rpcs is not None:
+        # grpc would apply them to every call: a relayed unary call never reaches them
+        raise ValueError("the relay serves no server with interceptors or a concurrency limit")
     with state.lock:
         if state.stage is not internals.stopped:
             raise ValueError("Cannot start already-started server!")
