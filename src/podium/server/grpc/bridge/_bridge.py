@@ -88,6 +88,7 @@ class Bridge:
             assert relay is not None
 
             def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
+                # Only a server not started by Bridge.start gets here: end the call, never hang.
                 context.abort(grpc.StatusCode.INTERNAL, "a relayed unary call reached grpc's loop")
 
             serve.unary = UnaryMethod(loop, behavior, parse, relay)  # type: ignore[attr-defined]

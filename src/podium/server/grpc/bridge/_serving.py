@@ -121,9 +121,6 @@ class UnaryCall:
     def set_details(self, details: str) -> None:
         self.details = details.encode("utf8")
 
-    def code_of(self) -> grpc.StatusCode | None:
-        return self.code
-
     def send_initial_metadata(self, metadata: Any) -> None:
         """As grpc's: sent now, once, before the answer (raises once it can no longer be)."""
         internals = self.internals
