@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
@@ -246,6 +247,103 @@ async def test_the_sender_thread_ends_with_the_server() -> None:
     assert "podium-grpc-send" not in {t.name for t in threading.enumerate()} - before
 
 
+async def test_a_relayed_unary_call_is_served_below_grpcs_per_call_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The relay's own loop serves a unary call: grpc makes no per-call state for it (a stream
+    is still grpc's), and the loop remembers the methods it served, never a client's unknown
+    method names (grpc answers those, as without the relay)."""
+    import grpc._server as real
+
+    made = 0
+
+    class Counted(real._RPCState):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            nonlocal made
+            made += 1
+            super().__init__()
+
+    monkeypatch.setattr(real, "_RPCState", Counted)
+    handlers = StreamHandlers()
+    methods = {
+        "Echo": grpc.unary_unary_rpc_method_handler(
+            Handlers().echo,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=ModelInferResponse.SerializeToString,
+        ),
+        "ThreeThenAbort": grpc.unary_stream_rpc_method_handler(
+            handlers.three_then_abort,
+            request_deserializer=ModelInferRequest.FromString,
+            response_serializer=ModelInferResponse.SerializeToString,
+        ),
+    }
+    async with running(Service(NAME, methods), "relayed", handlers, grace=1) as it:
+        made = 0  # (the start-up check's own calls, when this test is the process's first)
+        for i in range(3):
+            reply = await rpc(it.channel, "Echo")(ModelInferRequest(model_name="m", id=str(i)))
+            assert reply.id == str(i)
+        assert made == 0
+        with pytest.raises(grpc.aio.AioRpcError):
+            async for _ in stream_rpc(it.channel, "ThreeThenAbort", requests=False)(
+                ModelInferRequest(model_name="m")
+            ):
+                pass
+        assert made == 1
+        for i in range(20):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await rpc(it.channel, f"Unknown{i}")(ModelInferRequest())
+            assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        bridged = it.server._bridge
+        assert bridged is not None and bridged.serving is not None
+        assert set(bridged.serving.methods) == {
+            f"/{NAME}/Echo".encode(),
+            f"/{NAME}/ThreeThenAbort".encode(),
+        }
+
+
+async def test_a_relayed_unary_method_on_grpcs_own_loop_is_internal() -> None:
+    """A relayed unary method is served by the relay's loop alone (``Bridge.start``): on a
+    ``grpc.server`` started by grpc itself its calls end ``INTERNAL``, never hang."""
+    loop = asyncio.get_running_loop()
+    relay = bridge.Bridge(loop, internals=bridge.load(), status=unhandled_status)
+    pool = ThreadPoolExecutor(1)
+    server = grpc.server(pool, options=[("grpc.so_reuseport", 0)])
+    echo = relay.handler(grpc.unary_unary_rpc_method_handler(Handlers().echo))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(NAME, {"Echo": echo}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+
+    def call() -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            channel.unary_unary(f"/{NAME}/Echo")(b"", timeout=5)
+
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            await asyncio.to_thread(call)
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert "reached grpc's loop" in (caught.value.details() or "")
+    finally:
+        await asyncio.to_thread(server.stop(0).wait)
+        await asyncio.to_thread(relay.close)
+        pool.shutdown(wait=False)
+
+
+async def test_the_relays_loop_refuses_a_server_with_a_concurrency_limit() -> None:
+    """grpc applies ``maximum_concurrent_rpcs`` (and interceptors) to every call it serves; the
+    relay's loop serves unary calls itself, so it refuses such a server rather than skip them."""
+    relay = bridge.Bridge(
+        asyncio.get_running_loop(), internals=bridge.load(), status=unhandled_status
+    )
+    pool = ThreadPoolExecutor(1)
+    server = grpc.server(pool, maximum_concurrent_rpcs=4)
+    try:
+        with pytest.raises(ValueError, match="concurrency limit"):
+            relay.start(server)
+    finally:
+        await asyncio.to_thread(relay.close)
+        pool.shutdown(wait=False)
+
+
 def test_the_inline_executor_runs_at_once_and_shares_one_finished_future() -> None:
     from podium.server.grpc.bridge._internals import INLINE
 
@@ -296,6 +394,17 @@ def _fake_modules(**changes: Any) -> tuple[Any, Any]:
                 "_reset_per_message_state",
                 "_SEND_MESSAGE_TOKEN",
                 "_SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN",
+                "_process_event_and_continue",
+                "_request_call",
+                "_request_registered_call",
+                "_stop_serving",
+                "_begin_shutdown_once",
+                "_application_code",
+                "_REQUEST_CALL_TAG",
+                "_ServerStage",
+                "_ServerState",
+                "_Server",
+                "_DEALLOCATED_SERVER_CHECK_PERIOD_S",
             )
         }
     )
@@ -348,10 +457,12 @@ async def test_a_per_call_state_that_differs_turns_the_relay_off() -> None:
 
 
 class _StatusWithoutAnswer(bridge.Internals):
-    """Internals that end a unary call without its answer (as if grpc's _status changed)."""
+    """Internals that end a unary call with an empty answer (as if grpc's message operation
+    changed)."""
 
-    def send_status(self, context: Any, payload: bytes | None) -> None:
-        super().send_status(context, None)
+    def __init__(self, server_module: Any, cygrpc: Any) -> None:
+        super().__init__(server_module, cygrpc)
+        self.send_op = lambda payload, flags: cygrpc.SendMessageOperation(b"", flags)
 
 
 class _NeverReceives(bridge.Internals):
@@ -448,7 +559,7 @@ async def test_a_request_the_loop_cannot_take_fails_and_grpc_goes_on(
     real = loop.call_soon_threadsafe
 
     def closed_for_grpc(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name.endswith("(_serve)"):  # grpc's polling thread
+        if threading.current_thread().name == "podium-grpc-serve":  # the relay's polling thread
             raise RuntimeError("Event loop is closed")
         return real(*args, **kwargs)
 

@@ -244,8 +244,8 @@ class GrpcServer:
             raise OSError(
                 errno.EADDRINUSE, f"cannot listen on {host}:{self.port} for gRPC: {reason}"
             ) from None
-        if self.relayed:
-            self._server.start()
+        if self._bridge is not None:
+            self._bridge.start(self._server)
         else:
             await self._server.start()
         self.address = f"{host}:{port}"

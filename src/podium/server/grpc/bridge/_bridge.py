@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import grpc
@@ -12,6 +13,7 @@ import grpc
 from ._context import Call, Status
 from ._internals import INLINE, Internals
 from ._relay import Inbox, Outbox, Relay, Sender
+from ._serving import Serving, UnaryMethod, start
 
 __all__ = ["Bridge"]
 
@@ -30,6 +32,12 @@ class Bridge:
         self.internals = internals
         self.status = status
         self._sender: Sender | None = Sender(internals, status)
+        self.serving: Serving | None = None  # the serving loop, once started
+
+    def start(self, server: grpc.Server) -> None:
+        """Start ``server`` (a ``grpc.server`` with this bridge's handlers) served by the
+        relay's own loop (:mod:`._serving`): a unary method's handler is served only there."""
+        self.serving = start(server, self.internals)
 
     def close(self) -> None:
         """Stop the sender thread (after the server has stopped: every call has ended)."""
@@ -76,24 +84,34 @@ class Bridge:
         assert sender is not None
         relay = None if stream else Relay(render, sender)
 
-        def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
-            # On grpc's polling thread, as the call arrives: nothing here may block.
-            call = Call(loop, context, relay)
-            if stream:
+        if not stream:  # served by the relay's own loop (._serving), never by grpc's
+            assert relay is not None
+
+            def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
+                # Only a server not started by Bridge.start gets here: end the call, never hang.
+                context.abort(grpc.StatusCode.INTERNAL, "a relayed unary call reached grpc's loop")
+
+            serve.unary = UnaryMethod(loop, behavior, parse, relay)  # type: ignore[attr-defined]
+        else:
+
+            def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
+                # On grpc's polling thread, as the call arrives: nothing here may block.
+                call = Call(loop, context, None)
                 call._outbox = Outbox(call, context, render, sender)
-            if not context.add_callback(call.on_rpc_end):
-                return  # it ended already
-            if requests:  # the handler starts now and reads the requests as they come
-                inbox = Inbox(loop, context, parse, sender)
-                loop.call_soon_threadsafe(call.start_with, behavior, inbox)
-                inbox.receive()
-                return
-
-            def deliver(request: Any) -> None:  # the polling thread again, with the request
-                loop.call_soon_threadsafe(call.start_with, behavior, request)
-
-            internals.receive(context, parse, deliver)
+                if not context.add_callback(call.on_rpc_end):
+                    return  # it ended already
+                if requests:  # the handler starts now and reads the requests as they come
+                    inbox = Inbox(loop, context, parse, sender)
+                    loop.call_soon_threadsafe(call.start_with, behavior, inbox)
+                    inbox.receive()
+                    return
+                internals.receive(context, parse, partial(_start, loop, call, behavior))
 
         serve.experimental_non_blocking = True  # type: ignore[attr-defined]
         serve.experimental_thread_pool = INLINE  # type: ignore[attr-defined]
         return serve
+
+
+def _start(loop: asyncio.AbstractEventLoop, call: Call, behavior: Any, request: Any) -> None:
+    """Hand a response stream's one request to the loop (grpc's polling thread)."""
+    loop.call_soon_threadsafe(call.start_with, behavior, request)

@@ -39,7 +39,8 @@ class LoopContext:
 
     __slots__ = ("_context", "_call", "_done_callbacks")
 
-    def __init__(self, context: grpc.ServicerContext, call: Call) -> None:
+    def __init__(self, context: Any, call: Call) -> None:
+        # grpc's servicer context (a stream), or the serving loop's UnaryCall (a unary call)
         self._context = context
         self._call = call
         self._done_callbacks: list[Callable[[Any], None]] | None = None
@@ -102,7 +103,7 @@ class Call:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        context: grpc.ServicerContext,
+        context: Any,
         relay: Relay | None,
     ) -> None:
         self.loop = loop

@@ -102,6 +102,38 @@ class Internals:
         self._reset_message = server_module._reset_per_message_state
         self._message_token = server_module._SEND_MESSAGE_TOKEN
         self._first_message_token = server_module._SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN
+        # for the serving loop (._serving): grpc's server state, driven one level lower
+        self.process = server_module._process_event_and_continue
+        self.request_call = server_module._request_call
+        self.request_registered_call = server_module._request_registered_call
+        self.stop_serving = server_module._stop_serving
+        self.begin_shutdown = server_module._begin_shutdown_once
+        self.request_tag = server_module._REQUEST_CALL_TAG
+        self.started = server_module._ServerStage.STARTED
+        self.stopped = server_module._ServerStage.STOPPED
+        self.idle = server_module._DEALLOCATED_SERVER_CHECK_PERIOD_S
+        self.status_code = server_module._application_code
+        self.queue_timeout = cygrpc.CompletionType.queue_timeout
+        self.ok = cygrpc.StatusCode.ok
+        self.flags = server_module._EMPTY_FLAGS
+        self.status_op = cygrpc.SendStatusFromServerOperation
+        self.metadata_op = cygrpc.SendInitialMetadataOperation
+        self.send_op = cygrpc.SendMessageOperation
+        self.close_op = cygrpc.ReceiveCloseOnServerOperation
+        self.receive_op = cygrpc.ReceiveMessageOperation
+
+    def find_handler(self, state: Any, rpc_event: Any) -> grpc.RpcMethodHandler | None:
+        """The method handler grpc's generic handlers give for a call (as grpc's
+        ``_GenericMethod`` looks it up), or None."""
+        details = _CallDetails(
+            rpc_event.call_details.method.decode("utf-8", "replace"),
+            rpc_event.invocation_metadata,
+        )
+        for generic in state.generic_handlers:
+            handler = generic.service(details)
+            if handler is not None:
+                return handler
+        return None
 
     def send_status(self, context: grpc.ServicerContext, payload: bytes | None) -> None:
         """End the call: ``payload`` (a serialized answer, or none) and the status set on
@@ -231,6 +263,16 @@ class Internals:
         self.send_status(context, None)
 
 
+class _CallDetails(grpc.HandlerCallDetails):
+    """What a generic handler is asked about a call: its method and metadata."""
+
+    __slots__ = ("method", "invocation_metadata")
+
+    def __init__(self, method: str, invocation_metadata: Any) -> None:
+        self.method = method
+        self.invocation_metadata = invocation_metadata
+
+
 def unparsable(exc: Exception) -> str:
     """What a client is told of a request message that does not parse."""
     return f"the request message does not parse: {exc}"
@@ -279,6 +321,13 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
         "_get_send_message_op_flags_from_state": ["state"],
         "_send_message": ["state", "token"],
         "_reset_per_message_state": ["state"],
+        # the serving loop's
+        "_process_event_and_continue": ["state", "event"],
+        "_request_call": ["state"],
+        "_request_registered_call": ["state", "method"],
+        "_stop_serving": ["state"],
+        "_begin_shutdown_once": ["state"],
+        "_application_code": ["code"],
     }
     for name, params in expected.items():
         _check_parameters(f"grpc._server.{name}", getattr(_server, name, None), params)
@@ -297,15 +346,73 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
         "_CLOSED",
         "_CANCELLED",
         "_RPCState",
+        "_REQUEST_CALL_TAG",
+        "_ServerStage",
+        "_DEALLOCATED_SERVER_CHECK_PERIOD_S",
     )
     for name in names:
         if not hasattr(_server, name):
             raise InternalsDiffer(f"grpc._server.{name} is missing")
-    for name in ("ReceiveMessageOperation", "SendMessageOperation"):
+    for name in (
+        "ReceiveMessageOperation",
+        "SendMessageOperation",
+        "SendStatusFromServerOperation",
+        "SendInitialMetadataOperation",
+        "ReceiveCloseOnServerOperation",
+        "CompletionType",
+        "StatusCode",
+    ):
         if not hasattr(cygrpc, name):
             raise InternalsDiffer(f"grpc._cython.cygrpc.{name} is missing")
     _check_call_state(_server, cygrpc)
+    _check_server_state(_server)
     return Internals(_server, cygrpc)
+
+
+#: Attributes of grpc's server state (``_ServerState``) that the serving loop reads or sets.
+_SERVER_STATE_ATTRIBUTES = (
+    "lock",
+    "completion_queue",
+    "server",
+    "stage",
+    "rpc_states",
+    "due",
+    "generic_handlers",
+    "registered_method_handlers",
+    "interceptor_pipeline",
+    "maximum_concurrent_rpcs",
+    "server_deallocated",
+)
+
+
+def _check_server_state(_server: Any) -> None:
+    """What the serving loop (:mod:`._serving`) reads of a server: its state, as grpc's
+    ``_Server`` makes it, and the stages it moves between."""
+    _check_parameters(
+        "grpc._server._ServerState",
+        getattr(getattr(_server, "_ServerState", None), "__init__", None),
+        [
+            "self",
+            "completion_queue",
+            "server",
+            "generic_handlers",
+            "interceptor_pipeline",
+            "thread_pool",
+            "maximum_concurrent_rpcs",
+        ],
+    )
+    try:
+        state = _server._ServerState(None, None, (), None, None, None)
+    except Exception as exc:
+        raise InternalsDiffer(f"grpc._server's server state cannot be made: {exc!r}") from None
+    missing = [name for name in _SERVER_STATE_ATTRIBUTES if not hasattr(state, name)]
+    if missing:
+        raise InternalsDiffer(f"grpc._server._ServerState has no {', '.join(missing)}")
+    for stage in ("STARTED", "STOPPED"):
+        if not hasattr(_server._ServerStage, stage):
+            raise InternalsDiffer(f"grpc._server._ServerStage.{stage} is missing")
+    if not hasattr(getattr(_server, "_Server", None), "start"):
+        raise InternalsDiffer("grpc._server._Server is missing")
 
 
 def _check_parameters(name: str, function: Any, params: list[str]) -> None:

@@ -133,7 +133,7 @@ async def self_test(
         methods = {name: bridge.handler(method) for name, method in _METHODS.items()}
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, methods),))
         address = _bind(server)
-        server.start()
+        bridge.start(server)
         await asyncio.wait_for(asyncio.to_thread(_calls, address, time_limit_s), time_limit_s + 1)
     finally:
         stopped = server.stop(0)

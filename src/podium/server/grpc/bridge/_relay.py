@@ -24,6 +24,7 @@ from ._internals import Internals, unparsable
 
 if TYPE_CHECKING:
     from ._context import Call, Status
+    from ._serving import UnaryCall
 
 __all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Sender"]
 
@@ -48,14 +49,16 @@ class Failed:
         self.final = final
 
 
-def _serialize_failed(context: grpc.ServicerContext) -> None:
+def _serialize_failed(context: grpc.ServicerContext | UnaryCall) -> None:
     # grpc's own words for an answer that does not serialize
     logger.exception("failed to serialize a gRPC response")
     context.set_code(grpc.StatusCode.INTERNAL)
     context.set_details("Failed to serialize response!")
 
 
-def _set_status(context: grpc.ServicerContext, status: Status, error: BaseException) -> None:
+def _set_status(
+    context: grpc.ServicerContext | UnaryCall, status: Status, error: BaseException
+) -> None:
     code, details = status(error)
     context.set_code(code)
     context.set_details(details)
@@ -72,13 +75,11 @@ class Relay:
         self.render = render
         self.sender = sender
 
-    def finish(
-        self, context: grpc.ServicerContext, result: Any, error: BaseException | None
-    ) -> None:
+    def finish(self, context: UnaryCall, result: Any, error: BaseException | None) -> None:
         """On the loop: the handler has ended."""
         self.sender.queue.put((self.end, context, result, error))
 
-    def end(self, context: grpc.ServicerContext, result: Any, error: BaseException | None) -> None:
+    def end(self, context: UnaryCall, result: Any, error: BaseException | None) -> None:
         """On the sender thread: end the call."""
         payload: bytes | None = None
         if error is None:
@@ -88,7 +89,7 @@ class Relay:
                 _serialize_failed(context)
         else:
             _set_status(context, self.sender.status, error)
-        self.sender.internals.send_status(context, payload)
+        context.send_status(payload)
 
 
 class Outbox:
