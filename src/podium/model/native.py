@@ -20,7 +20,7 @@ import enum
 import inspect
 import types
 import typing
-from collections.abc import AsyncGenerator, Coroutine, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -579,17 +579,26 @@ class NativeModel(Adapter):
             )
         return self.spec.predict
 
-    def predict(self, inputs: Any, request: Any) -> Coroutine[Any, Any, Any]:
-        # Not a coroutine of its own: it hands back the one that calls the model (``_call``'s,
-        # or the OpenAI call's), so that awaiting it is one level of await fewer on every
-        # request. Its callers await it at once, so an error raised here comes where it would
-        # have come from an ``async def``.
-        if openai_call(inputs):  # model/_openai.py
+    async def predict(self, inputs: Any, request: Any) -> Any:
+        # The one coroutine between the worker and the model's own: what :meth:`_call` does
+        # for predict, inline (each level of await, and each call, costs every request a
+        # frame), with the OpenAI calls' test (``openai_call``) inline for one request's.
+        kind = type(inputs)
+        if kind is MethodInputs or kind is EmbedInputs or (kind is list and openai_call(inputs)):
             run, executor = self._threads.run, self._executor
-            return run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
+            return await run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
         # (the spec's own attribute: _predict_spec, a call of its own, only to raise)
         spec = self.spec.predict or self._predict_spec()
-        return self._call(spec, self._predict, inputs, request)
+        if spec.takes_context or not spec.takes_inputs:
+            args = self._args(spec, inputs, request)
+        else:
+            args = (inputs, request) if spec.takes_request else (inputs,)
+        try:
+            if spec.flavor is _ASYNC:
+                return await self._predict(*args)
+            return await self._threads.run(self._predict, *args)
+        except Exception as exc:
+            raise model_error(self.name, "predict", exc) from exc
 
     async def _predict_list(self, inputs: list[Any]) -> Any:
         return await self._call(self._predict_spec(), self._predict, inputs, None)

@@ -84,11 +84,12 @@ class ThreadWorker:
         self._on_gpu = self._stats.on_device(device) if devices else None
         self._producers: dict[asyncio.Task[None], asyncio.Queue[Any]] = {}
         # response_timeout (:meth:`infer`): the callers' tasks the sweep watches, each with
-        # since when its predict runs (None: a sync call's start, asked of ``calls``); those it
-        # stopped, with the error their caller raises; those past their deadline that still
-        # run, since when; those whose slot the call's real end frees (a detached sync call)
+        # since when its predict runs (``perf_counter_ns``; None: a sync call's start, asked of
+        # ``calls``); those it stopped, with the error their caller raises; those past their
+        # deadline that still run, since when; those whose slot the call's real end frees (a
+        # detached sync call)
         self._calls = instance.calls
-        self._waiting: dict[asyncio.Task[Any], float | None] = {}
+        self._waiting: dict[asyncio.Task[Any], int | None] = {}
         self._stopped: dict[asyncio.Task[Any], Exception] = {}
         self._late: dict[asyncio.Task[Any], float] = {}
         self._held: set[asyncio.Task[Any]] = set()
@@ -141,7 +142,9 @@ class ThreadWorker:
             self._sweeper = None
             task = asyncio.current_task(loop)
             assert task is not None
-        self._waiting[task] = None if self._calls is not None else time.monotonic()
+        # since when it runs: an async predict's start (``start``); a sync one's, once a thread
+        # takes it, is asked of ``calls`` (None here)
+        self._waiting[task] = None if self._calls is not None else start
         if self._sweeper is None:
             self._sweeper = loop.call_later(_tick(self._timeout), self._sweep)
         try:
@@ -192,10 +195,16 @@ class ThreadWorker:
         loop = asyncio.get_running_loop()
         calls = self._calls
         now = time.monotonic()
+        # an async predict's start is its ``perf_counter_ns`` (:meth:`infer`'s ``start``), a
+        # sync call's start in a thread ``calls``' monotonic time: each is compared on its clock
+        deadline_ns = _now() - int(self._timeout * 1e9)
         for task, since in list(self._waiting.items()):
-            if since is None and calls is not None:
-                since = calls.started(task)
-            if since is None or since + self._timeout > now:
+            if since is not None:
+                if since > deadline_ns:
+                    continue
+            elif calls is None or (started := calls.started(task)) is None:
+                continue
+            elif started + self._timeout > now:
                 continue
             del self._waiting[task]
             self._late[task] = now
