@@ -211,14 +211,13 @@ class HttpApp:
             call.sequence = _sequences.from_headers(lambda h: ex.header(h.lower().encode()), name)
         return mv, call
 
-    def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
+    def _sender(self, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
-        response of a call to a sequence model, as the answer says them when the response
-        starts; ``send`` itself for any other model. A header the response has already (one a
-        TorchServe handler set, as TorchServe's stateful examples set the id) is not sent twice:
-        HTTP clients would join the two lines into ``"id, id"``."""
-        if not mv.config.sequence_batching:
-            return send
+        response of a call to a sequence model (the callers ask only for a model with
+        ``config.sequence_batching``: no call for any other), as the answer says them when the
+        response starts. A header the response has already (one a TorchServe handler set, as
+        TorchServe's stateful examples set the id) is not sent twice: HTTP clients would join
+        the two lines into ``"id, id"``."""
         name = self.sequence_header
 
         async def send_with_sequence(message: Message) -> None:
@@ -266,15 +265,17 @@ class HttpApp:
             else:
                 await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
             answer = await self.dataplane.infer(call, mv)
-            send = self._sender(mv, answer, send)
+            if mv.config.sequence_batching:
+                send = self._sender(answer, send)
             response = answer.value
             binary = _oip.binary_outputs(call.payload)
             if binary is None and header is None:
-                await send_body(send, 200, _json(answer), _oip.encode_response(response))
+                body = _oip.encode_response(response)
+                await send_body(send, 200, JSON, body, answer.headers)
                 return
             body, json_length = _oip.render_binary(response, binary)
             if json_length is None:
-                await send_body(send, 200, _json(answer), body)
+                await send_body(send, 200, JSON, body, answer.headers)
             else:
                 length = (_oip.BINARY_HEADER, str(json_length).encode())
                 extra = http_headers(answer.headers) if answer.headers else []
@@ -289,12 +290,13 @@ class HttpApp:
             await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
         if action == "generate":
             answer = await self.dataplane.infer(call, mv)
-            send = self._sender(mv, answer, send)
+            if mv.config.sequence_batching:
+                send = self._sender(answer, send)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
             caps = mv.instance.capabilities
             joined = form.triton and caps.streaming and not caps.predict_on_infer
             body = _oip.render(answer.value, form, join=joined)
-            await send_body(send, 200, _json(answer), body)
+            await send_body(send, 200, JSON, body, answer.headers)
             return
         await self._stream(
             ex,
@@ -338,7 +340,8 @@ class HttpApp:
             await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
-        send = self._sender(mv, answer, send)
+        if mv.config.sequence_batching:
+            send = self._sender(answer, send)
         result = answer.value
         if is_response(result):
             await result(ex.scope, ex.app_receive, send)
@@ -349,7 +352,7 @@ class HttpApp:
         elif isinstance(result, str):
             await send_body(send, 200, _responses.TEXT, result.encode())
         else:
-            await send_body(send, 200, _json(answer), _responses.encode_json(result))
+            await send_body(send, 200, JSON, _responses.encode_json(result), answer.headers)
 
     async def _stream(
         self,
@@ -363,7 +366,8 @@ class HttpApp:
         sse: bool,
     ) -> None:
         items = self.dataplane.stream(call, mv)
-        send = self._sender(mv, items, send)
+        if mv.config.sequence_batching:
+            send = self._sender(items, send)
 
         def failed(exc: Exception) -> bytes:
             if not isinstance(exc, PodiumError):
@@ -395,13 +399,6 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     if _openai.is_openai_path(scope["path"]):
         return await _openai.send_openai_error(send, exc, extra)
     await send_error(send, exc, extra, torchserve=scope["path"].startswith(_TS_PREFIXES))
-
-
-def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
-    """A JSON answer's headers, with those the model set (``Answer.headers``)."""
-    if not answer.headers:
-        return _responses.JSON
-    return [*_responses.JSON, *http_headers(answer.headers)]
 
 
 _OIP, _TRUSS, _TS = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST
