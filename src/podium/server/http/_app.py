@@ -199,17 +199,21 @@ class HttpApp:
         model: str,
         version: str | None,
         protocol: WireProtocol,
-    ) -> tuple[ModelVersion, Call]:
-        """Find the model (404/503 before the body is touched) and the call's pieces."""
+        header: bytes,
+    ) -> tuple[ModelVersion, Call, bytes | None]:
+        """Find the model (404/503 before the body is touched) and the call's pieces; and the
+        request's ``header`` (the handler's next question: OIP's binary header, the content
+        type), found on the length check's walk over the headers."""
         mv = self.dataplane.resolve(model, version, protocol)
-        ex.check_length()  # the limit holds for a model that reads the body itself too
+        # the limit holds for a model that reads the body itself too
+        found = ex.check_length(header)
         caps = mv.instance.capabilities
         request = ex.request() if caps.needs_request else None
         call = Call(model, version, protocol, None, request)
         if mv.config.sequence_batching:
             name = self.sequence_header
             call.sequence = _sequences.from_headers(lambda h: ex.header(h.lower().encode()), name)
-        return mv, call
+        return mv, call, found
 
     def _sender(self, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
@@ -254,11 +258,10 @@ class HttpApp:
     async def _oip(
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
-        mv, call = self._start(ex, model, version, _OIP_REST)
+        # The binary tensor extension costs a plain JSON request this one header lookup.
+        mv, call, header = self._start(ex, model, version, _OIP_REST, _oip.BINARY_HEADER)
         if action != "infer" and _openai.generates(mv):  # an OpenAI model (docs/openai.md)
             return await _openai.serve_generate(self.dataplane, ex, send, mv, action)
-        # The binary tensor extension costs a plain JSON request this one header lookup.
-        header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
             if header is None:
                 await self._read(ex, mv, call, _oip.parse_request)
@@ -330,8 +333,8 @@ class HttpApp:
             (b"url_path", url_path.encode()),
             (b"explain", b"True" if explain else b"False"),
         ]
-        mv, call = self._start(ex, model, version, _TORCHSERVE_REST)
-        content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
+        mv, call, found = self._start(ex, model, version, _TORCHSERVE_REST, b"content-type")
+        content_type = (found or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
         await self._read(ex, mv, call, _oip.decode_json if is_json else bytes)
         # Stream the items, or answer the result: an ASGI response the model made, a Reply

@@ -227,8 +227,8 @@ async def schema(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
 # -- predict -----------------------------------------------------------------------------------
 
 
-def _is_binary(ex: Exchange) -> bool:
-    content_type = ex.header(b"content-type")
+def _is_binary(content_type: bytes | None) -> bool:
+    """Whether the request's content type (its header) is MessagePack's, Truss's binary."""
     if content_type is None:
         return False
     return content_type.partition(b";")[0].strip().lower() == b"application/octet-stream"
@@ -245,10 +245,10 @@ async def predict(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     ex.errors = send_truss_error
     name = _target(self.dataplane, model)
     try:
-        mv, call = self._start(ex, name, None, _TRUSS)
+        mv, call, content_type = self._start(ex, name, None, _TRUSS, b"content-type")
     except ModelNotReady as exc:
         raise _not_ready(name, exc.message) from None
-    binary = _is_binary(ex)
+    binary = _is_binary(content_type)
     caps = mv.instance.capabilities
     await self._read(ex, mv, call, _parser(binary, caps.input_kind is _SCHEMA))
     if caps.streaming or caps.returns_streams:
@@ -281,8 +281,7 @@ async def endpoint(self: HttpApp, ex: Exchange, send: Send, method: str) -> None
     without the method."""
     ex.errors = send_truss_error
     plane = self.dataplane
-    ex.check_length()
-    binary = _is_binary(ex)
+    binary = _is_binary(ex.check_length(b"content-type"))
     body = await ex.body()
     payload = _parser(binary)(body)
     names = defining(plane, method)
