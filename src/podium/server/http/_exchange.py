@@ -75,9 +75,9 @@ class Exchange:
 
     def check_length(self, find: bytes = b"") -> bytes | None:
         """Refuse a declared ``Content-Length`` over the limit before reading anything. Answers
-        the header ``find`` as :meth:`header` would, found on the same walk over the headers:
-        a handler's next question (OIP's binary header, the content type) costs no second walk
-        and no second call."""
+        the header ``find`` (any but ``Content-Length`` itself) as :meth:`header` would, found
+        on the same walk over the headers: a handler's next question (OIP's binary header, the
+        content type) costs no second walk and no second call."""
         declared = found = None
         for key, value in self.scope["headers"]:  # (header()'s loop: no call per request)
             if key == b"content-length":
