@@ -258,7 +258,8 @@ class HttpApp:
     async def _oip(
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
-        # The binary tensor extension costs a plain JSON request this one header lookup.
+        # The binary tensor extension's header is found on the length check's walk (_start):
+        # a plain JSON request pays no look-up of its own for it.
         mv, call, header = self._start(ex, model, version, _OIP_REST, _oip.BINARY_HEADER)
         if action != "infer" and _openai.generates(mv):  # an OpenAI model (docs/openai.md)
             return await _openai.serve_generate(self.dataplane, ex, send, mv, action)
