@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from podium.errors import InvalidInput, PayloadTooLarge
 from podium.server._limits import LOST_HOOK, LostHook
 from podium.server.http._exchange import Exchange
 
@@ -68,3 +69,35 @@ async def test_without_a_hook_a_watcher_task_reads_the_disconnect() -> None:
         await asyncio.wait_for(task, 5)
     assert ex.disconnected
     ex.close()
+
+
+def test_the_length_check_answers_the_header_asked_for_on_the_same_walk() -> None:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"12"),
+        (b"inference-header-content-length", b"5"),
+        (b"inference-header-content-length", b"7"),  # the first one counts, as header()'s
+    ]
+    ex = Exchange({"type": "http", "headers": headers}, receiver([]), 1024)
+    assert ex.check_length(b"inference-header-content-length") == b"5"
+    assert ex.check_length(b"content-type") == b"application/json"
+    assert ex.check_length(b"accept") is None
+    assert ex.check_length() is None  # (nothing asked)
+
+
+@pytest.mark.parametrize(
+    ("headers", "error"),
+    [
+        ([(b"content-type", b"x"), (b"content-length", b"2048")], PayloadTooLarge),
+        ([(b"content-length", b"12a"), (b"content-type", b"x")], InvalidInput),
+        # the first Content-Length is the one checked, whatever header is asked for
+        ([(b"content-length", b"4096"), (b"content-length", b"1")], PayloadTooLarge),
+    ],
+)
+def test_the_length_check_still_refuses_whatever_header_it_answers(
+    headers: list[tuple[bytes, bytes]], error: type[Exception]
+) -> None:
+    ex = Exchange({"type": "http", "headers": headers}, receiver([]), 1024)
+    for asked in (b"", b"content-type", b"content-length"):
+        with pytest.raises(error):
+            ex.check_length(asked)

@@ -199,26 +199,29 @@ class HttpApp:
         model: str,
         version: str | None,
         protocol: WireProtocol,
-    ) -> tuple[ModelVersion, Call]:
-        """Find the model (404/503 before the body is touched) and the call's pieces."""
+        header: bytes,
+    ) -> tuple[ModelVersion, Call, bytes | None]:
+        """Find the model (404/503 before the body is touched) and the call's pieces; and the
+        request's ``header`` (the handler's next question: OIP's binary header, the content
+        type), found on the length check's walk over the headers."""
         mv = self.dataplane.resolve(model, version, protocol)
-        ex.check_length()  # the limit holds for a model that reads the body itself too
+        # the limit holds for a model that reads the body itself too
+        found = ex.check_length(header)
         caps = mv.instance.capabilities
         request = ex.request() if caps.needs_request else None
         call = Call(model, version, protocol, None, request)
         if mv.config.sequence_batching:
             name = self.sequence_header
             call.sequence = _sequences.from_headers(lambda h: ex.header(h.lower().encode()), name)
-        return mv, call
+        return mv, call, found
 
-    def _sender(self, mv: ModelVersion, answer: Answer | AnswerStream, send: Send) -> Send:
+    def _sender(self, answer: Answer | AnswerStream, send: Send) -> Send:
         """``send``, adding the sequence's headers (its id, its end, what the model set) to the
-        response of a call to a sequence model, as the answer says them when the response
-        starts; ``send`` itself for any other model. A header the response has already (one a
-        TorchServe handler set, as TorchServe's stateful examples set the id) is not sent twice:
-        HTTP clients would join the two lines into ``"id, id"``."""
-        if not mv.config.sequence_batching:
-            return send
+        response of a call to a sequence model (the callers ask only for a model with
+        ``config.sequence_batching``: no call for any other), as the answer says them when the
+        response starts. A header the response has already (one a TorchServe handler set, as
+        TorchServe's stateful examples set the id) is not sent twice: HTTP clients would join
+        the two lines into ``"id, id"``."""
         name = self.sequence_header
 
         async def send_with_sequence(message: Message) -> None:
@@ -255,26 +258,28 @@ class HttpApp:
     async def _oip(
         self, ex: Exchange, send: Send, model: str, version: str | None, action: str
     ) -> None:
-        mv, call = self._start(ex, model, version, _OIP_REST)
+        # The binary tensor extension's header is found on the length check's walk (_start):
+        # a plain JSON request pays no look-up of its own for it.
+        mv, call, header = self._start(ex, model, version, _OIP_REST, _oip.BINARY_HEADER)
         if action != "infer" and _openai.generates(mv):  # an OpenAI model (docs/openai.md)
             return await _openai.serve_generate(self.dataplane, ex, send, mv, action)
-        # The binary tensor extension costs a plain JSON request this one header lookup.
-        header = ex.header(_oip.BINARY_HEADER)
         if action == "infer":
             if header is None:
                 await self._read(ex, mv, call, _oip.parse_request)
             else:
                 await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
             answer = await self.dataplane.infer(call, mv)
-            send = self._sender(mv, answer, send)
+            if mv.config.sequence_batching:
+                send = self._sender(answer, send)
             response = answer.value
             binary = _oip.binary_outputs(call.payload)
             if binary is None and header is None:
-                await send_body(send, 200, _json(answer), _oip.encode_response(response))
+                body = _oip.encode_response(response)
+                await send_body(send, 200, JSON, body, answer.headers)
                 return
             body, json_length = _oip.render_binary(response, binary)
             if json_length is None:
-                await send_body(send, 200, _json(answer), body)
+                await send_body(send, 200, JSON, body, answer.headers)
             else:
                 length = (_oip.BINARY_HEADER, str(json_length).encode())
                 extra = http_headers(answer.headers) if answer.headers else []
@@ -289,12 +294,13 @@ class HttpApp:
             await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
         if action == "generate":
             answer = await self.dataplane.infer(call, mv)
-            send = self._sender(mv, answer, send)
+            if mv.config.sequence_batching:
+                send = self._sender(answer, send)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
             caps = mv.instance.capabilities
             joined = form.triton and caps.streaming and not caps.predict_on_infer
             body = _oip.render(answer.value, form, join=joined)
-            await send_body(send, 200, _json(answer), body)
+            await send_body(send, 200, JSON, body, answer.headers)
             return
         await self._stream(
             ex,
@@ -328,8 +334,8 @@ class HttpApp:
             (b"url_path", url_path.encode()),
             (b"explain", b"True" if explain else b"False"),
         ]
-        mv, call = self._start(ex, model, version, _TORCHSERVE_REST)
-        content_type = (ex.header(b"content-type") or b"").split(b";")[0].strip().lower()
+        mv, call, found = self._start(ex, model, version, _TORCHSERVE_REST, b"content-type")
+        content_type = (found or b"").split(b";")[0].strip().lower()
         is_json = content_type == b"application/json" or content_type.endswith(b"+json")
         await self._read(ex, mv, call, _oip.decode_json if is_json else bytes)
         # Stream the items, or answer the result: an ASGI response the model made, a Reply
@@ -338,7 +344,8 @@ class HttpApp:
             await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
         answer = await self.dataplane.infer(call, mv)
-        send = self._sender(mv, answer, send)
+        if mv.config.sequence_batching:
+            send = self._sender(answer, send)
         result = answer.value
         if is_response(result):
             await result(ex.scope, ex.app_receive, send)
@@ -349,7 +356,7 @@ class HttpApp:
         elif isinstance(result, str):
             await send_body(send, 200, _responses.TEXT, result.encode())
         else:
-            await send_body(send, 200, _json(answer), _responses.encode_json(result))
+            await send_body(send, 200, JSON, _responses.encode_json(result), answer.headers)
 
     async def _stream(
         self,
@@ -363,7 +370,8 @@ class HttpApp:
         sse: bool,
     ) -> None:
         items = self.dataplane.stream(call, mv)
-        send = self._sender(mv, items, send)
+        if mv.config.sequence_batching:
+            send = self._sender(items, send)
 
         def failed(exc: Exception) -> bytes:
             if not isinstance(exc, PodiumError):
@@ -395,13 +403,6 @@ async def _fail(ex: Exchange, send: Send, exc: PodiumError) -> None:
     if _openai.is_openai_path(scope["path"]):
         return await _openai.send_openai_error(send, exc, extra)
     await send_error(send, exc, extra, torchserve=scope["path"].startswith(_TS_PREFIXES))
-
-
-def _json(answer: Answer) -> list[tuple[bytes, bytes]]:
-    """A JSON answer's headers, with those the model set (``Answer.headers``)."""
-    if not answer.headers:
-        return _responses.JSON
-    return [*_responses.JSON, *http_headers(answer.headers)]
 
 
 _OIP, _TRUSS, _TS = Api.OIP_REST, Api.TRUSS, Api.TORCHSERVE_REST

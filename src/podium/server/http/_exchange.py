@@ -73,13 +73,18 @@ class Exchange:
                 return value
         return None
 
-    def check_length(self) -> None:
-        """Refuse a declared ``Content-Length`` over the limit before reading anything."""
-        declared = None
+    def check_length(self, find: bytes = b"") -> bytes | None:
+        """Refuse a declared ``Content-Length`` over the limit before reading anything. Answers
+        the header ``find`` (any but ``Content-Length`` itself) as :meth:`header` would, found
+        on the same walk over the headers: a handler's next question (OIP's binary header, the
+        content type) costs no second walk and no second call."""
+        declared = found = None
         for key, value in self.scope["headers"]:  # (header()'s loop: no call per request)
             if key == b"content-length":
-                declared = value
-                break
+                if declared is None:
+                    declared = value
+            elif key == find and found is None:
+                found = value
         if declared is not None:
             try:
                 size = int(declared)
@@ -90,6 +95,7 @@ class Exchange:
                     f"request body of {size} bytes exceeds the limit of {self._limit} bytes "
                     "(--max-request-size)"
                 )
+        return found
 
     def _add(self, chunk: bytes) -> None:
         self._size += len(chunk)

@@ -13,7 +13,7 @@ from ... import codecs
 from ...errors import PodiumError, ValidationFailed, http_status
 from ...types import Reply
 from .._asgi import Send
-from .._headers import http_headers
+from .._headers import Headers, http_headers
 from .._ts_errors import torchserve_error
 
 logger = logging.getLogger("podium.http")
@@ -42,10 +42,20 @@ def encode_json(value: Any) -> bytes:
 
 
 async def send_body(
-    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    send: Send,
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes,
+    model_headers: Headers | None = None,
 ) -> None:
-    """A whole response, with ``Content-Length`` (so the server need not chunk it)."""
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    """A whole response, with ``Content-Length`` (so the server need not chunk it); after
+    ``headers``, those a model set (``model_headers``: an answer's, ``Answer.headers``), which
+    ``http_headers`` checks."""
+    length = (b"content-length", str(len(body)).encode())
+    if model_headers:
+        headers = [*headers, *http_headers(model_headers), length]
+    else:
+        headers = [*headers, length]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

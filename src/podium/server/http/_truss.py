@@ -55,7 +55,7 @@ from ...types import (
     is_response,
 )
 from .._asgi import Message, Receive, Scope, Send
-from .._headers import http_headers
+from .._headers import Headers
 from . import _responses, _truss_wire
 from ._exchange import Exchange
 from ._responses import JSON, OCTETS, chunk_of, send_body
@@ -227,8 +227,8 @@ async def schema(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
 # -- predict -----------------------------------------------------------------------------------
 
 
-def _is_binary(ex: Exchange) -> bool:
-    content_type = ex.header(b"content-type")
+def _is_binary(content_type: bytes | None) -> bool:
+    """Whether the request's content type (its header) is MessagePack's, Truss's binary."""
     if content_type is None:
         return False
     return content_type.partition(b";")[0].strip().lower() == b"application/octet-stream"
@@ -245,19 +245,19 @@ async def predict(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     ex.errors = send_truss_error
     name = _target(self.dataplane, model)
     try:
-        mv, call = self._start(ex, name, None, _TRUSS)
+        mv, call, content_type = self._start(ex, name, None, _TRUSS, b"content-type")
     except ModelNotReady as exc:
         raise _not_ready(name, exc.message) from None
-    binary = _is_binary(ex)
+    binary = _is_binary(content_type)
     caps = mv.instance.capabilities
     await self._read(ex, mv, call, _parser(binary, caps.input_kind is _SCHEMA))
     if caps.streaming or caps.returns_streams:
         await _answer_items(self, ex, send, mv, self.dataplane.stream(call, mv), binary)
         return
     answer = await self.dataplane.infer(call, mv)
-    send = self._sender(mv, answer, send)
-    extra = http_headers(answer.headers) if answer.headers else []
-    await _answer_value(ex, send, answer.value, binary, extra)
+    if mv.config.sequence_batching:
+        send = self._sender(answer, send)
+    await _answer_value(ex, send, answer.value, binary, answer.headers)
 
 
 async def invocations(self: HttpApp, ex: Exchange, send: Send) -> None:
@@ -281,8 +281,7 @@ async def endpoint(self: HttpApp, ex: Exchange, send: Send, method: str) -> None
     without the method."""
     ex.errors = send_truss_error
     plane = self.dataplane
-    ex.check_length()
-    binary = _is_binary(ex)
+    binary = _is_binary(ex.check_length(b"content-type"))
     body = await ex.body()
     payload = _parser(binary)(body)
     names = defining(plane, method)
@@ -319,7 +318,7 @@ def _with_error_headers(send: Send) -> Send:
 
 
 async def _answer_value(
-    ex: Exchange, send: Send, value: Any, binary: bool, extra: list[tuple[bytes, bytes]]
+    ex: Exchange, send: Send, value: Any, binary: bool, extra: Headers | None
 ) -> None:
     """One whole answer: a ``Response`` as it is, a ``Reply`` as its handler set it, else
     Truss's JSON (or MessagePack, when the request was)."""
@@ -331,9 +330,9 @@ async def _answer_value(
         await _responses.send_reply(send, value)
     elif binary:
         body = value if isinstance(value, bytes) else _truss_wire.encode_msgpack(value)
-        await send_body(send, 200, [*OCTETS, *extra], body)
+        await send_body(send, 200, OCTETS, body, extra)
     else:
-        await send_body(send, 200, [*JSON, *extra], _truss_wire.encode_json(value))
+        await send_body(send, 200, JSON, _truss_wire.encode_json(value), extra)
 
 
 def _gathers(ex: Exchange) -> bool:
@@ -359,7 +358,8 @@ async def _answer_items(
     """The answer of a call that may stream: a :class:`Returned` value whole, a gathered
     stream as one JSON string, or the items as chunks (the first one's errors still have
     their status; later ones end the stream)."""
-    send = self._sender(mv, items, send)
+    if mv.config.sequence_batching:
+        send = self._sender(items, send)
     try:
         first = await anext(items, _responses.NOTHING)
         if type(first) is Returned:
