@@ -164,6 +164,8 @@ class LineThread:
         count = len(waiting)  # (what is added meanwhile waits for the next drain)
         if not count:
             return 0
+        # (two drains at once only at exit: flush(here=True) while the thread waits for the
+        # writer's lock; each counts its own lines until they are written)
         self._writing += count
         batch: list[Any] = []
         keep = batch.append
