@@ -47,8 +47,9 @@ def test_an_access_line_is_pinned_byte_for_byte(fmt: str) -> None:
         configure("INFO", fmt, stream=stream)
         assert configured() is not None
         log = AccessLog()
-        log.write(access())  # no loop runs here: written at once, by the writer's formatter
+        log.write(access())  # made by the writer's formatter, on the log's thread
         log.write(access())
+        log.flush()  # (which has written both now)
         written = stream.getvalue()
     finally:
         root.handlers[:], level = saved

@@ -166,3 +166,44 @@ def test_an_idle_thread_sleeps_until_lines_are_handed_over() -> None:
     assert written == ["a", "b"]
     lines.close()
     assert lines._thread is not None and not lines._thread.is_alive()
+
+
+def test_the_loop_hands_each_line_over_as_its_request_ends_with_no_turn_held() -> None:
+    """The log's thread gathers the lines itself: the loop's thread appends each ended request
+    to its queue (no buffer per turn of the loop, no callback at the turn's end)."""
+    with podium_logging() as stream:
+        log = AccessLog()
+        assert log.lines is not None
+
+        async def main() -> None:
+            for n in range(3):
+                log.write(ended(n))
+            assert log.lines is not None and log.lines.queued == 3  # handed over already
+            assert log._held._items == [] and log._held._handle is None  # nothing held
+
+        asyncio.run(main())
+        log.close()
+    assert len(stream.getvalue().splitlines()) == 3
+
+
+def test_a_queue_filling_past_half_wakes_the_thread_once() -> None:
+    written: list[str] = []
+    wakes: list[int] = []
+    lines = LineThread(written.extend, limit=8, interval=60.0)  # (no interval's wake-up here)
+    lines.add("a")  # starts the thread, which gathers for an interval
+    set_ = lines._wake.set
+
+    def counted_set() -> None:
+        wakes.append(1)
+        set_()
+
+    lines._wake.set = counted_set  # type: ignore[method-assign]
+    for item in "bcdefg":
+        lines.add(item)
+    assert len(wakes) == 1  # as the count crossed half of 8, not on each line past it
+    deadline = time.monotonic() + 5
+    while len(written) < 5 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert written[:5] == ["a", "b", "c", "d", "e"]  # written without a flush or an interval
+    lines.close()
+    assert written == list("abcdefg") and lines.dropped == 0

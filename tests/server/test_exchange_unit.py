@@ -11,6 +11,7 @@ import pytest
 
 from podium.errors import InvalidInput, PayloadTooLarge
 from podium.server._limits import LOST_HOOK, LostHook
+from podium.server.http._access import HttpAccess
 from podium.server.http._exchange import Exchange
 
 BODY = {"type": "http.request", "body": b"{}", "more_body": False}
@@ -101,3 +102,61 @@ def test_the_length_check_still_refuses_whatever_header_it_answers(
     for asked in (b"", b"content-type", b"content-length"):
         with pytest.raises(error):
             ex.check_length(asked)
+
+
+def counting_access(receive: Any) -> HttpAccess:
+    """A request's access as the access middleware makes it with the log on: its ``receive``
+    counts the body's bytes (``counting``) over the server's ``receive``."""
+    access = HttpAccess("id", False, 0)
+    access._receive, access._send, access.counting = receive, None, True
+    return access
+
+
+@pytest.mark.anyio
+async def test_the_body_read_under_the_access_middleware_is_counted_here_not_by_its_wrapper() -> (
+    None
+):
+    server = receiver(
+        [
+            {"type": "http.request", "body": b"12345", "more_body": True},
+            {"type": "http.request", "body": b"678", "more_body": False},
+        ]
+    )
+    access = counting_access(server)
+    ex = Exchange({"type": "http", "headers": []}, access.receive, 1024)
+    assert ex._receive is server  # the server's own, read with no coroutine between
+    assert await ex.body() == b"12345678"
+    assert access.bytes_in == 8
+    ex.close()
+
+
+@pytest.mark.anyio
+async def test_a_body_over_the_limit_is_counted_as_far_as_it_was_read() -> None:
+    access = counting_access(receiver([{"type": "http.request", "body": b"x" * 20}]))
+    ex = Exchange({"type": "http", "headers": []}, access.receive, 10)
+    with pytest.raises(PayloadTooLarge):
+        await ex.body()
+    assert access.bytes_in == 20  # what the client sent, as the access middleware counted it
+
+
+@pytest.mark.anyio
+async def test_a_body_the_models_request_reads_itself_is_counted() -> None:
+    access = counting_access(receiver([{"type": "http.request", "body": b"abc"}]))
+    ex = Exchange({"type": "http", "headers": []}, access.receive, 1024)
+    message = await ex.app_receive()  # (a model's starlette Request, Podium read nothing)
+    assert message["body"] == b"abc" and access.bytes_in == 3
+    ex.close()
+
+
+@pytest.mark.anyio
+async def test_a_receive_wrapped_again_above_the_access_middleware_is_read_through() -> None:
+    server = receiver([{"type": "http.request", "body": b"abc"}])
+    access = counting_access(server)
+
+    async def wrapped() -> dict[str, Any]:  # another middleware's, between the two
+        return await access.receive()
+
+    ex = Exchange({"type": "http", "headers": []}, wrapped, 1024)
+    assert ex._receive is wrapped
+    assert await ex.body() == b"abc"
+    assert access.bytes_in == 3  # counted once, by the access middleware's receive

@@ -275,6 +275,7 @@ def printable(text: str, limit: int = MAX_PATH) -> str:
 
 
 _now = time.perf_counter_ns
+_thread_id = threading.get_ident
 #: Durations shorter than this many nanoseconds (11.6 days) are rounded to the microsecond
 #: exactly as ``round(ns / 1e6, 3)`` rounds them, by integer arithmetic (a third of its cost):
 #: ``ns / 1e6`` is within 2**-53 of itself of ``ns``'s value in milliseconds, under 1e-6 ms
@@ -290,9 +291,10 @@ class AccessLog:
     """Writes each request's :class:`Access` as one ``podium.access`` line at INFO, when
     ``enabled`` and that logger lets INFO through.
 
-    A request only keeps its :class:`Access`: the lines of one turn of the event loop are made
-    at its end, together (a :class:`~podium.turn.TurnBuffer`), or at once off the loop's
-    thread. Where they go is chosen once, when the log is made, by how logging is configured:
+    A request only keeps its :class:`Access`: its line is made later, by the log's thread, or
+    with the lines of the same turn of the event loop at its end (a
+    :class:`~podium.turn.TurnBuffer`), or at once off the loop's thread. Where they go is
+    chosen once, when the log is made, by how logging is configured:
 
     - as ``podium serve`` configures it (:func:`podium.logs.configured`: Podium's one
       :class:`~podium.logs.LineWriter` on the root logger), each line is made by that writer's
@@ -309,9 +311,10 @@ class AccessLog:
     A handler added to the logger after the log is made is not seen by the first way.
 
     In the first way the lines are made and written off the event loop, by the log's own
-    :class:`~._access_thread.LineThread`: the loop hands each turn's ended requests over; at
-    most ``max_queued`` lines wait, and a line that finds no room is dropped and counted
-    (:attr:`dropped`), never waited for.
+    :class:`~._access_thread.LineThread`: the loop's thread (the one the log is made on) hands
+    each ended request over as it ends (the thread gathers them: no turn's buffer, no callback
+    per turn); at most ``max_queued`` lines wait, and a line that finds no room is dropped and
+    counted (:attr:`dropped`), never waited for.
     """
 
     def __init__(
@@ -329,11 +332,14 @@ class AccessLog:
         self._writer = configured()
         self.lines: LineThread | None = None
         self._emit: Callable[[list[Access]], None]
+        #: hands one ended request to the log's thread (from the loop's thread), if there is one
+        self._add: Callable[[Access], None] | None = None
         if self._writer is None:
             self._emit = self._records
         else:
             self.lines = LineThread(self._lines, max_queued)
             self._emit = self.lines.put
+            self._add = self.lines.add
         self._held: TurnBuffer[Access] = TurnBuffer(self._emit)
         self._hold = self._held.add
         flush_at_exit(self)
@@ -353,9 +359,13 @@ class AccessLog:
         return self.enabled and self.logger.isEnabledFor(logging.INFO)
 
     def write(self, access: Access) -> None:
-        """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`: at
-        the end of this turn of the event loop on its thread, else at once."""
+        """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`: by the
+        log's thread, else at the end of this turn of the event loop on its thread, else at
+        once."""
         if not self.enabled or not self.logger.isEnabledFor(logging.INFO):
+            return
+        if self._add is not None and _thread_id() == self._thread:
+            self._add(access)
             return
         try:
             self._hold(access)

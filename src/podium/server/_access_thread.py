@@ -1,18 +1,20 @@
 """The access log's own thread: access lines are made and written off the event loop.
 
-:class:`LineThread` takes the requests that ended in one turn of the event loop (a list of
-:class:`~._access.Access`) and hands them to a thread of its own, which makes their lines (the
-formatter's work: the route, the path, the text or JSON) and writes them. The loop pays one
-``deque.append`` per turn and never wakes the thread: the thread looks every
+:class:`LineThread` takes each request that ended (an :class:`~._access.Access`, handed over
+by :meth:`LineThread.add` as it ends) and hands them to a thread of its own, which makes their
+lines (the formatter's work: the route, the path, the text or JSON) and writes them. The loop
+pays one ``deque.append`` per request and never wakes the thread: the thread looks every
 :data:`INTERVAL` (50 ms) and writes everything that piled up in one write (a wake-up per
-turn, as a ``queue.Queue`` gives, cost the loop a system call and a switch of threads per turn:
-more than the line it saved). So a line appears up to 50 ms after its request ended. A thread
-that found nothing to write sleeps until the next list is handed over (the loop then wakes it,
-once: the thread then gathers for an interval again), so an idle server's log thread does not
-wake at all.
+request or turn, as a ``queue.Queue`` gives, cost the loop a system call and a switch of
+threads each: more than the line it saved). So a line appears up to 50 ms after its request
+ended. The thread gathers the lines of many turns of the loop itself, so the loop keeps no
+turn's buffer for them (a callback per turn, and a list handed over, cost more than the
+appends). A thread that found nothing to write sleeps until the next line is handed over (the
+loop then wakes it, once: the thread then gathers for an interval again), so an idle server's
+log thread does not wake at all.
 
-It is bounded: at most ``limit`` lines wait for the thread. A turn that finds no room drops
-the lines that do not fit and counts them (:attr:`LineThread.dropped`, the metric
+It is bounded: at most ``limit`` lines wait for the thread. A line that finds no room is
+dropped and counted (:attr:`LineThread.dropped`, the metric
 ``podium_access_log_dropped_lines``): a slow log (a full disk, a blocked pipe) never blocks a
 request nor grows the server's memory. :meth:`LineThread.flush` waits until every line handed
 over is written (at shutdown, and at exit through ``logging.shutdown``, which holds the
@@ -40,9 +42,25 @@ FLUSH_WAIT = 5.0
 
 
 class LineThread:
-    """Hands lists of ended requests to ``write`` (which makes and writes their lines) on a
-    thread of its own, started at the first list; at most ``limit`` requests wait. The thread
+    """Hands ended requests to ``write`` (lists of them: it makes and writes their lines) on a
+    thread of its own, started at the first; at most ``limit`` requests wait. The thread
     writes what waits every ``interval`` seconds (sooner past half of ``limit``)."""
+
+    __slots__ = (
+        "_write",
+        "limit",
+        "interval",
+        "_waiting",
+        "_wake",
+        "_thread",
+        "_lock",
+        "_stop",
+        "_idle",
+        "_writing",
+        "_half",
+        "dropped",
+        "closed",
+    )
 
     def __init__(
         self,
@@ -56,18 +74,19 @@ class LineThread:
         self.limit = limit
         self.interval = interval
         # appended by the loop's thread, taken from the left by the writer (both atomic)
-        self._waiting: collections.deque[list[Any]] = collections.deque()
+        self._waiting: collections.deque[Any] = collections.deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # starting the thread
         self._stop = False
-        # the thread found nothing to write and waits for the next put() to wake it
-        self._idle = False
-        # lines put (by the loop's thread) and done (by the writer's): each written by one
-        # thread only, so that their difference is exact without a lock
-        self._put = 0
-        self._done = 0
-        self._done_here = 0  # (by flush's caller)
+        # the thread is not started yet, or found nothing to write and waits for the next
+        # add() to wake it (add() starts or wakes it: _rouse)
+        self._idle = True
+        # lines a drain has taken and not written yet (still counted: they still wait), set
+        # before they are taken from the queue (so that a line is never counted in neither)
+        self._writing = 0
+        # the queue's length that wakes the thread before its interval is out: past half
+        self._half = (limit >> 1) + 1
         #: lines dropped because ``limit`` lines were waiting
         self.dropped = 0
         #: closed: lines are written at once, on the caller's thread
@@ -76,30 +95,41 @@ class LineThread:
     @property
     def queued(self) -> int:
         """Lines handed over and not written yet."""
-        return self._put - self._done - self._done_here
+        return len(self._waiting) + self._writing
 
-    def put(self, ended: list[Any]) -> None:
-        """Hand ``ended`` over (the loop's thread); what does not fit under ``limit`` is
-        dropped and counted."""
-        if self.closed:
-            self._write(ended)
+    def add(self, ended: Any) -> None:
+        """Hand one ended request over (from one thread: the loop's); dropped and counted if
+        ``limit`` lines wait already."""
+        waiting = self._waiting
+        if self.closed or len(waiting) + self._writing >= self.limit:
+            self._refuse(ended)
             return
-        queued = self._put - self._done - self._done_here
-        room = self.limit - queued
-        if len(ended) > room:
-            self.dropped += len(ended) - max(room, 0)
-            if room <= 0:
-                return
-            ended = ended[:room]
-        self._put += len(ended)
-        self._waiting.append(ended)
+        waiting.append(ended)
+        # (the flag read after appending: see _run)
+        if self._idle:
+            self._rouse()  # the thread gathers for an interval, then writes
+        elif len(waiting) == self._half:
+            self._wake.set()  # the queue fills up: written at once (woken as it crosses half)
+
+    def _refuse(self, ended: Any) -> None:
+        if self.closed:
+            self._write([ended])
+        else:
+            self.dropped += 1
+
+    def _rouse(self) -> None:
+        """Start the thread, or wake it from its sleep with nothing to write."""
+        self._idle = False
         if self._thread is None:
             self._start()
-        elif self._idle or queued + len(ended) > self.limit >> 1:
-            # the thread sleeps with nothing to write (it gathers for an interval, then
-            # writes), or the queue is filling up (it writes at once)
-            self._idle = False
+        else:
             self._wake.set()
+
+    def put(self, ended: list[Any]) -> None:
+        """Hand ``ended`` over, each as :meth:`add` does (what does not fit under ``limit`` is
+        dropped and counted)."""
+        for item in ended:
+            self.add(item)
 
     def _start(self) -> None:
         with self._lock:
@@ -114,13 +144,13 @@ class LineThread:
             wake.wait(self.interval)
             wake.clear()
             stop = self._stop
-            self._done += self._drain()
+            self._drain()
             if stop:
                 return
             if not self._waiting:
                 # Nothing waits: sleep until put() (or flush, close) wakes the thread. The flag
-                # is set before the queue is looked at again, so a list put in between is
-                # either seen here or wakes the thread (put reads the flag after appending).
+                # is set before the queue is looked at again, so a line added in between is
+                # either seen here or wakes the thread (add reads the flag after appending).
                 self._idle = True
                 if not self._waiting and not self._stop:
                     wake.wait()
@@ -129,19 +159,27 @@ class LineThread:
                     wake.clear()  # (a close: no interval to wait for)
 
     def _drain(self) -> int:
-        """Write every list waiting, in one call; how many lines that was."""
+        """Write every line waiting, in one call; how many lines that was."""
         waiting = self._waiting
+        count = len(waiting)  # (what is added meanwhile waits for the next drain)
+        if not count:
+            return 0
+        # (two drains at once only at exit: flush(here=True) while the thread waits for the
+        # writer's lock; each counts its own lines until they are written)
+        self._writing += count
         batch: list[Any] = []
-        while True:
-            try:
-                batch.extend(waiting.popleft())
-            except IndexError:
-                break
-        if batch:
-            try:
-                self._write(batch)
-            except Exception:  # noqa: S110 - a line that cannot be made is lost, as a handler's
-                pass
+        keep = batch.append
+        try:
+            for _ in range(count):
+                keep(waiting.popleft())
+        except IndexError:  # another drain took the rest (flush's, at exit)
+            pass
+        try:
+            self._write(batch)
+        except Exception:  # noqa: S110 - a line that cannot be made is lost, as a handler's
+            pass
+        finally:
+            self._writing -= count
         return len(batch)
 
     def flush(self, timeout: float = FLUSH_WAIT, *, here: bool = False) -> bool:
@@ -159,7 +197,7 @@ class LineThread:
                 time.sleep(0.001)
             if not self.queued:
                 return True
-        self._done_here += self._drain()
+        self._drain()
         return self.queued == 0
 
     def close(self, timeout: float = FLUSH_WAIT) -> None:

@@ -47,7 +47,7 @@ from .._asgi import ASGIApp, Message, Receive, Scope, Send
 from ._responses import send_error
 from ._routing import Route, RouteTable
 
-__all__ = ["AccessMiddleware"]
+__all__ = ["AccessMiddleware", "HttpAccess"]
 
 _now = time.perf_counter_ns
 
@@ -126,7 +126,7 @@ class AccessMiddleware:
         if forwarded and self._forwarded is not None:
             await self._forwarded(scope, receive, send)  # the client and scheme, from a proxy
         found = None if sent is None else client_id(sent)
-        access = _HttpAccess(self.ids.make() if found is None else found, found is not None, start)
+        access = HttpAccess(self.ids.make() if found is None else found, found is not None, start)
         access._receive = receive
         access._send = send
         access.counting = False
@@ -240,11 +240,15 @@ async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
     """The app under :attr:`AccessMiddleware._forwarded`: what it is for is done to the scope."""
 
 
-class _HttpAccess(Access):
+class HttpAccess(Access):
     """An HTTP request's :class:`Access`, which is also its ``receive`` and ``send`` as the app
     gets them: the request id added to the response's headers and its status noted, and
     (``counting``) the body's bytes each way. (The request's one object: its methods are the
-    wrappers, with no second object per request to make.)"""
+    wrappers, with no second object per request to make.)
+
+    An app that reads the body itself may take the server's ``receive`` from under this one
+    and count the bytes it reads into :attr:`bytes_in` (the HTTP app's ``Exchange`` does:
+    one coroutine less per ``receive()``); any other app is counted here."""
 
     __slots__ = ("counting", "_receive", "_send")
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from types import MethodType
 from typing import Any
 
 from ...errors import InvalidInput, PayloadTooLarge, PodiumError
 from ...turn import running_loop
 from .._asgi import Message, Receive, Scope, Send
 from .._limits import LOST_HOOK
+from ._access import HttpAccess
 
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
@@ -42,10 +44,21 @@ class Exchange:
         "_hook",
         "_request",
         "errors",
+        "_counted",
     )
 
     def __init__(self, scope: Scope, receive: Receive, limit: int) -> None:
         self.scope = scope
+        #: where the body's bytes are counted (the access line's ``in=``): given the access
+        #: middleware's counting ``receive``, the server's own is read from under it and the
+        #: bytes counted here, where they are read anyway (HttpAccess: no coroutine of its own
+        #: for each receive()); else None (nothing to count, or counted by another wrapper)
+        self._counted: HttpAccess | None = None
+        if type(receive) is MethodType:  # (a bound method: no failed look-up for a function)
+            counted = receive.__self__
+            if type(counted) is HttpAccess and counted._receive is not None:
+                self._counted = counted
+                receive = counted._receive
         self._receive = receive
         self._limit = limit
         self._body: bytes | None = None
@@ -98,7 +111,10 @@ class Exchange:
         return found
 
     def _add(self, chunk: bytes) -> None:
-        self._size += len(chunk)
+        size = len(chunk)
+        self._size += size
+        if self._counted is not None:
+            self._counted.bytes_in += size
         if self._size > self._limit:
             raise PayloadTooLarge(
                 f"request body exceeds the limit of {self._limit} bytes (--max-request-size)"
@@ -238,7 +254,10 @@ class Exchange:
                 self._replayed = self._body_done
                 return {"type": "http.request", "body": chunk, "more_body": not self._body_done}
         else:
-            return await self._receive()
+            message = await self._receive()
+            if self._counted is not None:
+                self._counted.bytes_in += len(message.get("body", b""))
+            return message
         if self._gone is None:
             self._gone = asyncio.Event()
         await self._gone.wait()
