@@ -54,7 +54,7 @@ def decode_input(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
     ragged data, an element count that disagrees with the shape, or an element that the datatype
     cannot hold (wrong type, non-integral or out of range).
     """
-    if _is_plain(inp):
+    if inp.datatype != "BYTES" and _is_plain(inp):  # (BYTES: never plain, and a call less)
         # Checked in full by that one pass: every element fits the datatype (integers exactly
         # within its range, and within 2**53 for a float datatype, where numpy's direct
         # conversion and the general path's int64 reading round alike), so numpy reads the
@@ -93,7 +93,7 @@ def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
     With ``text_length_shapes`` (an MLServer runtime's requests), a ``BYTES`` input whose shape
     counts the characters or bytes of its one element (``"shape": [5], "data": ["hello"]``, what
     MLServer's examples send) passes as that one element; the shape is left as it came."""
-    if _is_plain(inp):
+    if inp.datatype != "BYTES" and _is_plain(inp):  # (as in decode_input)
         return
     shape, count = _checked_head(inp)
     datatype = inp.datatype
