@@ -286,11 +286,12 @@ _INT_RANGES = {
 _FLOAT_MAX = {np.dtype(dt): float(np.finfo(dt).max) for dt in (np.float16, np.float32)}
 
 
-def _plain_type(datatype: str, dtype: np.dtype[Any]) -> type[msgspec.Struct] | None:
-    """The one-pass type of ``datatype``'s plain inputs (:data:`_PLAIN`), or None for BYTES."""
+def _plain_type(datatype: str, dtype: np.dtype[Any]) -> type[msgspec.Struct]:
+    """The one-pass type of the numeric ``datatype``'s plain inputs (:data:`_PLAIN`)."""
+    element: Any
+    data: Any
     if dtype.kind == "b":
-        element: Any = bool
-        data: Any = list[bool]
+        data = list[bool]
     else:
         if dtype.kind in "iu":
             # (msgspec's bounds are an int64's: UINT64's elements past it go the general way)
@@ -335,12 +336,7 @@ _PLAIN = msgspec.defstruct(
         (
             "input",
             Union[  # noqa: UP007 (a union built from a tuple of types)
-                tuple(
-                    plain
-                    for name, dtype in NUMPY_DTYPES.items()
-                    for plain in [_plain_type(name, dtype)]
-                    if plain is not None
-                )
+                tuple(_plain_type(name, dtype) for name, dtype in NUMPY_DTYPES.items())
             ],
         )
     ],
