@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -141,3 +142,50 @@ def test_a_request_is_checked_as_it_is_decoded() -> None:
         assert outcome(codecs.check_request, request) == outcome(codecs.decode_request, request)
     with pytest.raises(InvalidInput, match="input 'a' appears more than once"):
         codecs.check_request(InferenceRequest(inputs=[ok, ok]))
+
+
+# The one pass that checks a plain input (codecs/_inputs.py, _PLAIN) decodes it straight into
+# the datatype's dtype; the general path reads it with numpy, judges that, then casts. Both must
+# give the same array (dtype, shape and every element's bits) or the same error.
+_PLAIN_EDGES = [
+    ("FP32", [2**53, -(2**53)]),  # the largest ints the one pass takes for a float datatype
+    ("FP32", [2**53 + 1, 1]),  # past them: the general path's int64 reading, one rounding
+    ("FP32", [2**60 + 2**36 + 1]),  # where reading it through float64 would round twice
+    ("FP64", [2**53, 0.5]),
+    ("FP64", [1e308, -1e308]),
+    ("FP64", [float("inf")]),
+    ("FP16", [65504, 1.0]),
+    ("BF16", [3.4e38, 1]),
+    ("INT64", [2**63 - 1, -(2**63)]),
+    ("UINT64", [2**63 - 1]),
+    ("BOOL", [True] * 100),  # BOOL is plain at any length
+    ("INT8", list(range(-64, 64))),  # past _SMALL: the general path
+]
+
+
+def same_decoding(inp: RequestInput) -> None:
+    from podium.codecs._inputs import _decoded
+
+    verdict = outcome(codecs.decode_input, inp)
+    assert verdict == outcome(_decoded, inp)
+    if verdict is None:
+        plain, general = codecs.decode_input(inp), _decoded(inp)
+        assert isinstance(plain, np.ndarray) and isinstance(general, np.ndarray)
+        assert plain.dtype == general.dtype and plain.shape == general.shape
+        assert plain.tobytes() == general.tobytes()
+
+
+@pytest.mark.parametrize(("datatype", "data"), _FLAT_EDGES + _PLAIN_EDGES)
+def test_the_one_pass_decodes_as_the_general_path(datatype: str, data: list[Any]) -> None:
+    same_decoding(RequestInput(name="x", shape=[len(data)], datatype=datatype, data=data))
+    same_verdict(RequestInput(name="x", shape=[len(data)], datatype=datatype, data=data))
+
+
+@given(right_count(), st.sampled_from(FIXED))
+@example(([1, 2], [2**53, 1.5]), "FP16")
+@example(([2, 1], [-(2**53), 2**53]), "FP32")
+def test_any_flat_numbers_decode_as_the_general_path(
+    case: tuple[list[int], Any], datatype: str
+) -> None:
+    shape, data = case
+    same_decoding(RequestInput(name="x", shape=shape, datatype=datatype, data=data))

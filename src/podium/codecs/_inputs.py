@@ -4,7 +4,7 @@ JSON view of decoded inputs that a model's schema is checked against."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 import msgspec
 import numpy as np
@@ -54,6 +54,18 @@ def decode_input(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
     ragged data, an element count that disagrees with the shape, or an element that the datatype
     cannot hold (wrong type, non-integral or out of range).
     """
+    if inp.datatype != "BYTES" and _is_plain(inp):  # (BYTES: never plain, and a call less)
+        # Checked in full by that one pass: every element fits the datatype (integers exactly
+        # within its range, and within 2**53 for a float datatype, where numpy's direct
+        # conversion and the general path's int64 reading round alike), so numpy reads the
+        # list straight into the datatype's dtype.
+        return np.array(inp.data, dtype=NUMPY_DTYPES[inp.datatype]).reshape(inp.shape)
+    return _decoded(inp)
+
+
+def _decoded(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
+    """:func:`decode_input` for what :func:`_is_plain` does not pass: every datatype, shape and
+    form of data, each check in turn."""
     shape, count = _checked_head(inp)
     datatype = inp.datatype
     if datatype == "BYTES":
@@ -81,6 +93,8 @@ def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
     With ``text_length_shapes`` (an MLServer runtime's requests), a ``BYTES`` input whose shape
     counts the characters or bytes of its one element (``"shape": [5], "data": ["hello"]``, what
     MLServer's examples send) passes as that one element; the shape is left as it came."""
+    if inp.datatype != "BYTES" and _is_plain(inp):  # (as in decode_input)
+        return
     shape, count = _checked_head(inp)
     datatype = inp.datatype
     if datatype == "BYTES":
@@ -90,22 +104,6 @@ def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
         check_bytes(inp, shape, count)
         return
     data = inp.data
-    if type(data) is list and len(data) == count and count:
-        # A flat list of Python numbers (a JSON body's): told without numpy where that costs
-        # less (inline: a call would cost what it saves); anything else, or a verdict only
-        # numpy can give, goes on to _numeric. See _FLAT.
-        if datatype == "BOOL":
-            # (``issuperset`` of an iterator tests each element's type as it comes: no set made)
-            if _BOOL.issuperset(map(type, data)):
-                return
-        elif count <= _SMALL:
-            flat = _FLAT.get(datatype)
-            if flat is not None:
-                try:
-                    msgspec.convert((data,), flat)
-                    return
-                except msgspec.ValidationError:
-                    pass
     if isinstance(data, np.ndarray) and data.dtype == NUMPY_DTYPES[datatype] and data.size == count:
         return
     _numeric(inp.name, datatype, data, shape, count)
@@ -181,7 +179,7 @@ def _numeric(name: str, datatype: str, data: Any, shape: list[int], count: int) 
 
 # Up to this many elements, Python's min() and max() over a flat list (loops in C) beat numpy's
 # reductions, whose fixed cost is about a microsecond each; beyond it numpy is faster (and
-# check_input's flat lists are told without numpy up to this many, _FLAT).
+# _PLAIN passes flat lists up to this many without numpy).
 _SMALL = 64
 
 
@@ -288,42 +286,92 @@ _INT_RANGES = {
 _FLOAT_MAX = {np.dtype(dt): float(np.finfo(dt).max) for dt in (np.float16, np.float32)}
 
 
-_BOOL = frozenset({bool})
+def _plain_type(datatype: str, dtype: np.dtype[Any]) -> type[msgspec.Struct]:
+    """The one-pass type of the numeric ``datatype``'s plain inputs (:data:`_PLAIN`)."""
+    element: Any
+    data: Any
+    if dtype.kind == "b":
+        data = list[bool]
+    else:
+        if dtype.kind in "iu":
+            # (msgspec's bounds are an int64's: UINT64's elements past it go the general way)
+            least, greatest = _INT_RANGES[dtype]
+            element = Annotated[int, msgspec.Meta(ge=least, le=min(greatest, 2**63 - 1))]
+        else:
+            # ints within 2**53 (numpy reads them straight into the float dtype as the general
+            # path's int64 reading casts them: exactly, then one rounding), finite floats within
+            # the largest finite value
+            limit = _FLOAT_MAX.get(dtype, float(np.finfo(np.float64).max))
+            exact = min(_EXACT_IN_FLOAT64, int(limit))
+            element = (
+                Annotated[int, msgspec.Meta(ge=-exact, le=exact)]
+                | Annotated[float, msgspec.Meta(ge=-limit, le=limit)]
+            )
+        data = list[element]
+    return msgspec.defstruct(
+        f"_Plain{datatype}",
+        [("shape", list[Annotated[int, msgspec.Meta(ge=0)]]), ("data", data)],
+        array_like=True,
+        tag=datatype,
+        gc=False,
+    )
 
 
-def _flat(datatype: str, kind: type, least: float, greatest: float) -> type[msgspec.Struct]:
-    """A one-field msgspec type whose field is a list of ``kind`` in ``[least, greatest]``
-    (a tuple converts to it: ``array_like``); msgspec keeps what it compiled of a Struct type,
-    and would compile a bare ``list[...]`` anew on every call."""
-    element: Any = Annotated[kind, msgspec.Meta(ge=least, le=greatest)]
-    return msgspec.defstruct(f"_Flat{datatype}", [("data", list[element])], array_like=True)
+#: An input's ``(datatype, shape, data)`` in the form a JSON body's tensor nearly always has,
+#: checked by one ``msgspec.convert`` in C (``bench/input_checks.py``): a known numeric
+#: datatype (the tag of an array-like union), a shape of non-negative Python ints, and a flat
+#: list of that datatype's elements: ``bool`` for BOOL, at any length; else (up to ``_SMALL``
+#: of them: beyond it numpy's reading costs less, and :func:`_is_plain` sends longer ones on)
+#: ``int`` (not ``bool``, not ``float``) within an integer datatype's range (to an int64's
+#: greatest for UINT64), or ``int`` within 2**53 and finite ``float`` within the largest finite
+#: value for a float datatype. What it passes, the general path (:func:`_checked_head` and
+#: :func:`_numeric`) passes too; what it refuses goes there, which names what is wrong or passes
+#: what only it can judge (integral floats for an integer, floats that round to the largest
+#: finite value, infinities, NaN, nested lists, numpy data, BYTES), so every check and every
+#: message is kept. (msgspec keeps what it compiled of a Struct type, and would compile a bare
+#: union anew on every call: hence the one-field wrapper.)
+_PLAIN = msgspec.defstruct(
+    "_PlainInput",
+    [
+        (
+            "input",
+            Union[  # noqa: UP007 (a union built from a tuple of types)
+                tuple(_plain_type(name, dtype) for name, dtype in NUMPY_DTYPES.items())
+            ],
+        )
+    ],
+    array_like=True,
+    gc=False,
+)
 
 
-#: By numeric datatype: the flat lists of up to ``_SMALL`` elements that certainly pass its
-#: checks, as a type that ``msgspec.convert`` checks a list against in one pass in C, each
-#: element's type (``int``: not ``bool``, not ``float``; for a float datatype ``int`` or
-#: ``float``) and range (a float's: finite and within the largest finite value), for less than
-#: numpy's reading and reductions, or than Python's ``min`` and ``max``
-#: (``bench/input_checks.py``). A list that fails this goes through :func:`_numeric`, which says
-#: what is wrong or passes what only it can judge (integral floats for an integer, floats that
-#: round to the largest finite value, infinities, NaN), so every check is kept. Not for INT64
-#: and FP64: numpy reads Python ints into int64 and floats into float64, which then need no
-#: range test, and that reading costs less. BOOL is told by its elements' types alone, at any
-#: size.
-_FLAT: dict[str, type[msgspec.Struct]] = {
-    **{
-        # (msgspec's bounds are an int64's: UINT64's elements past it go on to _numeric)
-        name: _flat(name, int, least, min(greatest, _INT_RANGES[np.dtype(np.int64)][1]))
-        for name, dtype in NUMPY_DTYPES.items()
-        if dtype in _INT_RANGES and dtype != np.int64
-        for least, greatest in [_INT_RANGES[dtype]]
-    },
-    **{
-        name: _flat(name, float, -_FLOAT_MAX[dtype], _FLOAT_MAX[dtype])
-        for name, dtype in NUMPY_DTYPES.items()
-        if dtype in _FLOAT_MAX
-    },
+#: The datatypes :data:`_PLAIN` knows, and the longest list of each that it takes.
+_PLAIN_LENGTHS = {
+    name: math.inf if dtype.kind == "b" else _SMALL for name, dtype in NUMPY_DTYPES.items()
 }
+
+
+def _is_plain(inp: RequestInput) -> bool:
+    """True when ``inp`` is plain (:data:`_PLAIN`: checked in full in one pass) and its shape
+    counts its elements, so nothing else is left to check; False sends it the general way."""
+    datatype = inp.datatype
+    try:
+        longest = _PLAIN_LENGTHS.get(datatype, 0)
+    except TypeError:  # an unhashable datatype: the general path names what is wrong
+        return False
+    data = inp.data
+    # What the one pass would refuse for its form alone (BYTES or an unknown datatype, nested
+    # lists, long lists) is sent on before it: a refusal costs msgspec an exception, more than
+    # the pass itself.
+    if type(data) is not list or not 0 < len(data) <= longest or type(data[0]) is list:
+        return False
+    shape = inp.shape
+    try:
+        msgspec.convert(((datatype, shape, data),), _PLAIN)
+    except msgspec.ValidationError:
+        return False
+    # (non-zero, so the shape is one any array can have)
+    return len(data) == math.prod(shape)
 
 
 def _to_floats(
