@@ -61,8 +61,11 @@ from __future__ import annotations
 from ._datatypes import NUMPY_DTYPES
 from ._declared import check_declared
 from ._inputs import (
+    CheckedInput,
+    TypedRequest,
     check_input,
     check_request,
+    checked_request,
     decode_input,
     decode_request,
     inputs_as_json,
@@ -78,8 +81,11 @@ __all__ = [
     "NUMPY_DTYPES",
     "RaggedError",
     "check_declared",
+    "CheckedInput",
+    "TypedRequest",
     "check_input",
     "check_request",
+    "checked_request",
     "concat_outputs",
     "decode_input",
     "decode_raw",
