@@ -317,7 +317,7 @@ def _plain_type(datatype: str, dtype: np.dtype[Any]) -> type[msgspec.Struct]:
     """The one-pass type of the numeric ``datatype``'s plain inputs (:data:`_PLAIN`)."""
     return msgspec.defstruct(
         f"_Plain{datatype}",
-        [("shape", _PLAIN_SHAPE), ("data", list[_plain_element(dtype)])],
+        [("shape", _PLAIN_SHAPE), ("data", list[_plain_element(dtype)])],  # type: ignore[misc]
         array_like=True,
         tag=datatype,
         gc=False,
@@ -381,7 +381,6 @@ def _is_plain(inp: RequestInput) -> bool:
     return len(data) == math.prod(shape)
 
 
-
 class CheckedInput(RequestInput, kw_only=True, omit_defaults=True):
     """A plain input (:data:`_PLAIN`) that was checked in full while its JSON was decoded
     (:func:`checked_request`): :func:`check_input` has nothing left to check, and
@@ -391,10 +390,11 @@ class CheckedInput(RequestInput, kw_only=True, omit_defaults=True):
 
 def _typed_input(datatype: str, dtype: np.dtype[Any]) -> type[msgspec.Struct]:
     """A JSON input of the numeric ``datatype``, tagged by it: its shape and each element of a
-    flat list as a plain input has them (the same types as :data:`_PLAIN`'s); data of any other
-    JSON form (nested lists, a bare scalar, none) is taken as it comes, for the general path."""
-    element = _plain_element(dtype)
-    data = Union[list[element | list[Any]], dict[str, Any], str, int, float, None]  # noqa: UP007
+    flat list as a plain input has them (the same types as :data:`_PLAIN`'s); data of another
+    JSON form (a bare scalar, an object, none) is taken as it comes, for the general path. A
+    body with a nested list, or an element that a plain input's type refuses, is refused."""
+    element: Any = _plain_element(dtype)
+    data: Any = Union[list[element], dict[str, Any], str, int, float, None]  # noqa: UP007
     return msgspec.defstruct(
         f"_Typed{datatype}",
         [
@@ -426,14 +426,14 @@ _TYPED_DATATYPES: dict[type[msgspec.Struct], str] = {
 _TYPED_DATATYPES[_TypedBytes] = "BYTES"
 
 
-class TypedRequest(InferenceRequest, kw_only=True, omit_defaults=True, gc=False):
+class TypedRequest(InferenceRequest, kw_only=True, omit_defaults=True):
     """An inference request's JSON decoded with each input typed by its datatype, so that a
     plain numeric input is checked while it is decoded (what :func:`checked_request` takes). A
-    body that this refuses (an unknown datatype, a plain input's element that is wrong or only
-    the general path can judge, any malformed field) is decoded as an :class:`InferenceRequest`
+    body that this refuses (an unknown datatype, a nested list, a numeric element that is wrong
+    or that only the general path can judge, any malformed field) is decoded as an :class:`InferenceRequest`
     and checked the general way, which names what is wrong."""
 
-    inputs: list[Union[tuple(_TYPED_DATATYPES)]]  # type: ignore[assignment,valid-type]  # noqa: UP007
+    inputs: list[Union[tuple(_TYPED_DATATYPES)]]  # type: ignore[valid-type]  # noqa: UP007
 
 
 def checked_request(typed: TypedRequest) -> TypedRequest:
@@ -446,15 +446,22 @@ def checked_request(typed: TypedRequest) -> TypedRequest:
         if (
             datatype != "BYTES"
             and type(data) is list
-            and 0 < len(data) == math.prod(inp.shape)
-            and list not in map(type, data)  # (no list in it: flat, each element checked)
+            and 0 < len(data) == math.prod(inp.shape)  # (flat: its elements were checked)
         ):
             made: RequestInput = CheckedInput(
-                name=inp.name, shape=inp.shape, datatype=datatype, parameters=inp.parameters, data=data
+                name=inp.name,
+                shape=inp.shape,
+                datatype=datatype,
+                parameters=inp.parameters,
+                data=data,
             )
         else:
             made = RequestInput(
-                name=inp.name, shape=inp.shape, datatype=datatype, parameters=inp.parameters, data=data
+                name=inp.name,
+                shape=inp.shape,
+                datatype=datatype,
+                parameters=inp.parameters,
+                data=data,
             )
         inputs.append(made)
     typed.inputs = inputs
