@@ -3,6 +3,9 @@
 Checking without decoding: :func:`check_input` / :func:`check_request` raise exactly what decoding
 would, for a model that takes the request itself; :func:`check_declared` checks a request against
 the inputs a model declares (names, datatypes, shapes with ``-1`` wildcards, batch size).
+Checking while decoding JSON: a :class:`TypedRequest` (inputs typed by datatype) made into a
+request by :func:`checked_request` holds each plain numeric input as a :class:`CheckedInput`,
+which checking and decoding take as checked.
 
 Decoding (request side): :func:`decode_input` turns one ``RequestInput`` into a numpy array of
 the exact dtype its datatype names, or, for ``BYTES``, into a flat ``list[bytes]`` (or
@@ -40,7 +43,8 @@ Layout (private modules; import the names below from ``podium.codecs``)::
 
     _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json,
                    request_builtins;
-                   the same checks without decoding: check_input, check_request
+                   the same checks without decoding: check_input, check_request;
+                   checked while decoded: TypedRequest, checked_request, CheckedInput
     _declared.py   a request against the tensors its model declares: check_declared
     _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default,
                    texts;
@@ -79,10 +83,10 @@ from ._shape import RaggedError, flatten, output_elements
 __all__ = [
     "JSON_ERRORS",
     "NUMPY_DTYPES",
-    "RaggedError",
-    "check_declared",
     "CheckedInput",
+    "RaggedError",
     "TypedRequest",
+    "check_declared",
     "check_input",
     "check_request",
     "checked_request",
