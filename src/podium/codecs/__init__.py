@@ -3,6 +3,9 @@
 Checking without decoding: :func:`check_input` / :func:`check_request` raise exactly what decoding
 would, for a model that takes the request itself; :func:`check_declared` checks a request against
 the inputs a model declares (names, datatypes, shapes with ``-1`` wildcards, batch size).
+Checking while decoding JSON: a :class:`TypedRequest` (inputs typed by datatype) made into a
+request by :func:`checked_request` holds each plain numeric input as a :class:`CheckedInput`,
+which checking and decoding take as checked.
 
 Decoding (request side): :func:`decode_input` turns one ``RequestInput`` into a numpy array of
 the exact dtype its datatype names, or, for ``BYTES``, into a flat ``list[bytes]`` (or
@@ -40,7 +43,8 @@ Layout (private modules; import the names below from ``podium.codecs``)::
 
     _inputs.py     request tensors → values: decode_input, decode_request, inputs_as_json,
                    request_builtins;
-                   the same checks without decoding: check_input, check_request
+                   the same checks without decoding: check_input, check_request;
+                   checked while decoded: TypedRequest, checked_request, CheckedInput
     _declared.py   a request against the tensors its model declares: check_declared
     _outputs.py    results → response tensors: encode_output(s), concat_outputs, json_default,
                    texts;
@@ -61,8 +65,11 @@ from __future__ import annotations
 from ._datatypes import NUMPY_DTYPES
 from ._declared import check_declared
 from ._inputs import (
+    CheckedInput,
+    TypedRequest,
     check_input,
     check_request,
+    checked_request,
     decode_input,
     decode_request,
     inputs_as_json,
@@ -76,10 +83,13 @@ from ._shape import RaggedError, flatten, output_elements
 __all__ = [
     "JSON_ERRORS",
     "NUMPY_DTYPES",
+    "CheckedInput",
     "RaggedError",
+    "TypedRequest",
     "check_declared",
     "check_input",
     "check_request",
+    "checked_request",
     "concat_outputs",
     "decode_input",
     "decode_raw",

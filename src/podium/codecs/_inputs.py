@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 
 from podium.errors import InvalidInput, InvalidTensor
-from podium.types import DATATYPES, InferenceRequest, RequestInput
+from podium.types import DATATYPES, InferenceRequest, Parameters, RequestInput
 
 from ._bytes import check_bytes, counts_text, decode_bytes
 from ._datatypes import NUMPY_DTYPES
@@ -25,7 +25,10 @@ from ._shape import (
 )
 
 __all__ = [
+    "CheckedInput",
+    "TypedRequest",
     "check_input",
+    "checked_request",
     "check_request",
     "decode_input",
     "decode_request",
@@ -54,7 +57,8 @@ def decode_input(inp: RequestInput) -> np.ndarray | list[str] | list[bytes]:
     ragged data, an element count that disagrees with the shape, or an element that the datatype
     cannot hold (wrong type, non-integral or out of range).
     """
-    if inp.datatype != "BYTES" and _is_plain(inp):  # (BYTES: never plain, and a call less)
+    if type(inp) is CheckedInput or (inp.datatype != "BYTES" and _is_plain(inp)):
+        # (BYTES: never plain, and a call less)
         # Checked in full by that one pass: every element fits the datatype (integers exactly
         # within its range, and within 2**53 for a float datatype, where numpy's direct
         # conversion and the general path's int64 reading round alike), so numpy reads the
@@ -93,7 +97,7 @@ def check_input(inp: RequestInput, *, text_length_shapes: bool = False) -> None:
     With ``text_length_shapes`` (an MLServer runtime's requests), a ``BYTES`` input whose shape
     counts the characters or bytes of its one element (``"shape": [5], "data": ["hello"]``, what
     MLServer's examples send) passes as that one element; the shape is left as it came."""
-    if inp.datatype != "BYTES" and _is_plain(inp):  # (as in decode_input)
+    if type(inp) is CheckedInput or (inp.datatype != "BYTES" and _is_plain(inp)):
         return
     shape, count = _checked_head(inp)
     datatype = inp.datatype
@@ -286,31 +290,34 @@ _INT_RANGES = {
 _FLOAT_MAX = {np.dtype(dt): float(np.finfo(dt).max) for dt in (np.float16, np.float32)}
 
 
+def _plain_element(dtype: np.dtype[Any]) -> Any:
+    """The type of one element of a plain input of ``dtype`` (:data:`_PLAIN`)."""
+    if dtype.kind == "b":
+        return bool
+    if dtype.kind in "iu":
+        # (msgspec's bounds are an int64's: UINT64's elements past it go the general way)
+        least, greatest = _INT_RANGES[dtype]
+        return Annotated[int, msgspec.Meta(ge=least, le=min(greatest, 2**63 - 1))]
+    # ints within 2**53 (numpy reads them straight into the float dtype as the general path's
+    # int64 reading casts them: exactly, then one rounding), finite floats within the largest
+    # finite value
+    limit = _FLOAT_MAX.get(dtype, float(np.finfo(np.float64).max))
+    exact = min(_EXACT_IN_FLOAT64, int(limit))
+    return (
+        Annotated[int, msgspec.Meta(ge=-exact, le=exact)]
+        | Annotated[float, msgspec.Meta(ge=-limit, le=limit)]
+    )
+
+
+#: A shape as a plain input has it: non-negative Python ints.
+_PLAIN_SHAPE = list[Annotated[int, msgspec.Meta(ge=0)]]
+
+
 def _plain_type(datatype: str, dtype: np.dtype[Any]) -> type[msgspec.Struct]:
     """The one-pass type of the numeric ``datatype``'s plain inputs (:data:`_PLAIN`)."""
-    element: Any
-    data: Any
-    if dtype.kind == "b":
-        data = list[bool]
-    else:
-        if dtype.kind in "iu":
-            # (msgspec's bounds are an int64's: UINT64's elements past it go the general way)
-            least, greatest = _INT_RANGES[dtype]
-            element = Annotated[int, msgspec.Meta(ge=least, le=min(greatest, 2**63 - 1))]
-        else:
-            # ints within 2**53 (numpy reads them straight into the float dtype as the general
-            # path's int64 reading casts them: exactly, then one rounding), finite floats within
-            # the largest finite value
-            limit = _FLOAT_MAX.get(dtype, float(np.finfo(np.float64).max))
-            exact = min(_EXACT_IN_FLOAT64, int(limit))
-            element = (
-                Annotated[int, msgspec.Meta(ge=-exact, le=exact)]
-                | Annotated[float, msgspec.Meta(ge=-limit, le=limit)]
-            )
-        data = list[element]
     return msgspec.defstruct(
         f"_Plain{datatype}",
-        [("shape", list[Annotated[int, msgspec.Meta(ge=0)]]), ("data", data)],
+        [("shape", _PLAIN_SHAPE), ("data", list[_plain_element(dtype)])],  # type: ignore[misc]
         array_like=True,
         tag=datatype,
         gc=False,
@@ -372,6 +379,93 @@ def _is_plain(inp: RequestInput) -> bool:
         return False
     # (non-zero, so the shape is one any array can have)
     return len(data) == math.prod(shape)
+
+
+class CheckedInput(RequestInput, kw_only=True, omit_defaults=True):
+    """A plain input (:data:`_PLAIN`) that was checked in full while its JSON was decoded
+    (:func:`checked_request`): :func:`check_input` has nothing left to check, and
+    :func:`decode_input` reads its data straight into the datatype's dtype. Its data must not be
+    replaced (a model that takes the request gets it after the check)."""
+
+
+def _typed_input(datatype: str, dtype: np.dtype[Any]) -> type[msgspec.Struct]:
+    """A JSON input of the numeric ``datatype``, tagged by it: its shape and each element of a
+    flat list as a plain input has them (the same types as :data:`_PLAIN`'s); data of another
+    JSON form (a bare scalar, an object, none) is taken as it comes, for the general path. A
+    body with a nested list, or an element that a plain input's type refuses, is refused."""
+    element: Any = _plain_element(dtype)
+    data: Any = Union[list[element], dict[str, Any], str, int, float, None]  # noqa: UP007
+    return msgspec.defstruct(
+        f"_Typed{datatype}",
+        [
+            ("name", str),
+            ("shape", _PLAIN_SHAPE),
+            ("parameters", Union[Parameters, None], None),  # noqa: UP007
+            ("data", data, None),
+        ],
+        kw_only=True,
+        tag=datatype,
+        tag_field="datatype",
+        gc=False,
+    )
+
+
+class _TypedBytes(msgspec.Struct, kw_only=True, tag="BYTES", tag_field="datatype", gc=False):
+    """A JSON input of datatype BYTES, as :class:`RequestInput` takes it."""
+
+    name: str
+    shape: list[int]
+    parameters: Parameters | None = None
+    data: Any = None
+
+
+#: Each typed input's datatype.
+_TYPED_DATATYPES: dict[type[msgspec.Struct], str] = {
+    _typed_input(name, dtype): name for name, dtype in NUMPY_DTYPES.items()
+}
+_TYPED_DATATYPES[_TypedBytes] = "BYTES"
+
+
+class TypedRequest(InferenceRequest, kw_only=True, omit_defaults=True):
+    """An inference request's JSON decoded with each input typed by its datatype, so that a
+    plain numeric input is checked while it is decoded (what :func:`checked_request` takes). A
+    body that this refuses (an unknown datatype, a nested list, a numeric element that is wrong
+    or that only the general path can judge, any malformed field) is decoded as an :class:`InferenceRequest`
+    and checked the general way, which names what is wrong."""
+
+    inputs: list[Union[tuple(_TYPED_DATATYPES)]]  # type: ignore[valid-type]  # noqa: UP007
+
+
+def checked_request(typed: TypedRequest) -> TypedRequest:
+    """``typed`` with its inputs as :class:`RequestInput`: a :class:`CheckedInput` for each
+    plain one (a flat list whose length the shape counts), else as it came."""
+    inputs: list[RequestInput] = []
+    for inp in typed.inputs:
+        datatype = _TYPED_DATATYPES[type(inp)]
+        data = inp.data
+        if (
+            datatype != "BYTES"
+            and type(data) is list
+            and 0 < len(data) == math.prod(inp.shape)  # (flat: its elements were checked)
+        ):
+            made: RequestInput = CheckedInput(
+                name=inp.name,
+                shape=inp.shape,
+                datatype=datatype,
+                parameters=inp.parameters,
+                data=data,
+            )
+        else:
+            made = RequestInput(
+                name=inp.name,
+                shape=inp.shape,
+                datatype=datatype,
+                parameters=inp.parameters,
+                data=data,
+            )
+        inputs.append(made)
+    typed.inputs = inputs
+    return typed
 
 
 def _to_floats(

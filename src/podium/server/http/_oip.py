@@ -41,6 +41,7 @@ from ...types import (
 from ._responses import encoder
 
 _request_decoder = msgspec.json.Decoder(InferenceRequest)
+_typed_decoder = msgspec.json.Decoder(codecs.TypedRequest)
 _any_decoder = msgspec.json.Decoder()
 
 
@@ -117,7 +118,14 @@ def parse(
 
 
 def parse_request(body: bytes) -> InferenceRequest:
-    """An OIP inference request, decoded and checked in one pass (the ``infer`` hot path)."""
+    """An OIP inference request, decoded and checked in one pass (the ``infer`` hot path): each
+    plain numeric input is checked while it is decoded (``codecs.TypedRequest``); a body that
+    typed decode refuses is decoded again as it comes, and the general checks (or the decode)
+    name what is wrong, so every 400 is as before."""
+    try:
+        return codecs.checked_request(_typed_decoder.decode(body))
+    except (*codecs.JSON_ERRORS, RecursionError):
+        pass
     request: InferenceRequest = decode_as(_request_decoder, body, "inference request")
     return request
 
