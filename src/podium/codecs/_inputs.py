@@ -436,9 +436,10 @@ class TypedRequest(InferenceRequest, kw_only=True, omit_defaults=True):
     inputs: list[Union[tuple(_TYPED_DATATYPES)]]  # type: ignore[valid-type]  # noqa: UP007
 
 
-def checked_request(typed: TypedRequest) -> TypedRequest:
-    """``typed`` with its inputs as :class:`RequestInput`: a :class:`CheckedInput` for each
-    plain one (a flat list whose length the shape counts), else as it came."""
+def checked_request(typed: TypedRequest) -> InferenceRequest:
+    """The :class:`InferenceRequest` of ``typed``, its inputs as :class:`RequestInput`: a
+    :class:`CheckedInput` for each plain one (a flat list whose length the shape counts), else
+    as it came."""
     inputs: list[RequestInput] = []
     for inp in typed.inputs:
         datatype = _TYPED_DATATYPES[type(inp)]
@@ -464,8 +465,11 @@ def checked_request(typed: TypedRequest) -> TypedRequest:
                 data=data,
             )
         inputs.append(made)
-    typed.inputs = inputs
-    return typed
+    # an InferenceRequest as the generic decode makes it: a model that takes the request sees
+    # the type it is documented to get (a struct compares equal only to its own type)
+    return InferenceRequest(
+        inputs=inputs, id=typed.id, parameters=typed.parameters, outputs=typed.outputs
+    )
 
 
 def _to_floats(
