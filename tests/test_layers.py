@@ -115,6 +115,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "podium.metrics",
             "podium.tracing",
             "podium.devices",
+            # the OS scheduling policy of the threads Podium hands work to
+            "podium.sched",
         ),
     ),
 ]

@@ -386,13 +386,15 @@ class GrpcLimits(_Group):
 @dataclass(frozen=True, slots=True)
 class Serving(_Group):
     """The models given in the config file (``paths``, relative to it), where their secrets
-    are, the threads for sync model code, what a lone truss that cannot load does, and whether
-    models run from environments of their own with their requirements installed."""
+    are, the threads for sync model code and their scheduling policy, what a lone truss that
+    cannot load does, and whether models run from environments of their own with their
+    requirements installed."""
 
     GROUP = Group.SERVING
     paths: tuple[str, ...] = _setting("models")
     secrets_dir: Path | None = _setting("secrets_dir")
     threads: int = _setting("threads")
+    sched_batch: bool = _setting("sched_batch")
     keep_running: bool = _setting("keep_running")
     install_model_requirements: bool = _setting("install_model_requirements")
 

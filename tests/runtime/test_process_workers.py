@@ -489,6 +489,7 @@ def test_the_process_package_imports_nothing_above_the_execution_layer() -> None
         "podium.heap",  # foundations: a worker process settles its heap as the server does
         "podium.tracing",  # foundations: the span around a process worker's call
         "podium.turn",  # foundations: frames leave once per turn of the loop
+        "podium.sched",  # foundations: its model threads run under SCHED_BATCH as the server's
         "podium.model",
         "podium.model.discovery",
         "podium.runtime.workers",

@@ -41,6 +41,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .. import sched
+
 __all__ = ["CallThreads"]
 
 _STOP = None  # put once per thread on its queue: the thread returns
@@ -149,6 +151,7 @@ class _Inbox:
 def _serve(calls: queue.SimpleQueue[_Call | None]) -> None:
     """A thread's life: run calls until told to stop. It holds only the queue, so that the
     :class:`CallThreads` it serves can be collected (whose finalizer stops the threads)."""
+    sched.batch_this_thread()  # woken by the loop, which holds the GIL: no cutting in (sched.py)
     while True:
         call = calls.get()
         if call is None:

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import sched
+
 if TYPE_CHECKING:
     from ..dataplane import DataPlane
 
@@ -94,7 +96,9 @@ def model_plane(
     from ..config import Secrets
     from ..dataplane import DataPlane
 
-    executor = ThreadPoolExecutor(threads, thread_name_prefix="podium-model")
+    executor = ThreadPoolExecutor(
+        threads, thread_name_prefix="podium-model", initializer=sched.batch_this_thread
+    )
     secrets = Secrets(Path(secrets_dir) if secrets_dir else None)
     plane = DataPlane(secrets=secrets, executor=executor, codec=RequestSnapshots(), **options)
     return plane, executor

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import heap
+from .. import heap, sched
 from ..config import ServerConfig
 from ..dataplane import ControlPolicy, ModelControl, SystemSharedMemory
 from ..errors import DefinitionError
@@ -70,6 +70,8 @@ class Podium:
         ``--otel`` and the ``OTEL_*`` variables decide (``_otel.py``)."""
         self.config = config
         self.paths = paths
+        # before any thread of the models or the listeners starts (sched.py)
+        sched.configure(config.serving.sched_batch)
         #: TorchServe's metrics.yaml (``--metrics-config``; its own by default): read here, so
         #: that a wrong file stops the start (the CLI tells every start-up model where it is)
         self.ts_metrics = read_metrics_yaml(config.logs.metrics_config)

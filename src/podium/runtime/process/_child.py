@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from ... import heap, logs
+from ... import heap, logs, sched
 from ...config import Secrets
 from ...errors import ModelError, PodiumError
 from ...metrics import MetricStore, recording_to
@@ -216,7 +216,9 @@ class Child(Connection):
         secrets = init.secrets
         if isinstance(secrets, EnvSecrets):
             secrets = Secrets(secrets.directory)
-        executor = ThreadPoolExecutor(init.threads, thread_name_prefix="podium-model")
+        executor = ThreadPoolExecutor(
+            init.threads, thread_name_prefix="podium-model", initializer=sched.batch_this_thread
+        )
         try:
             with recording_to(self.metrics):
                 instance, runner = await init.host(init.source, secrets, executor)

@@ -27,6 +27,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from ... import sched
 from .._access import AccessLog, RequestIds
 from . import _channelz
 from ._access import Authorize, observed
@@ -248,6 +249,8 @@ class GrpcServer:
             self._bridge.start(self._server)
         else:
             await self._server.start()
+        # grpc's I/O threads wake the threads that relay calls to the loop (sched.py)
+        sched.batch_named_threads(sched.GRPC_THREADS)
         self.address = f"{host}:{port}"
         if self.decision is not None:
             logger.log(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from .... import sched
 from ....errors import InvalidInput
 from ._internals import Internals, unparsable
 
@@ -284,6 +285,7 @@ class Sender:
         self._thread.start()
 
     def _run(self) -> None:
+        sched.batch_this_thread()  # woken by the loop, which holds the GIL (sched.py)
         while True:
             item = self.queue.get()
             if item is None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from .... import sched
 from ._context import Call
 from ._internals import unparsable
 
@@ -277,14 +278,15 @@ class Serving:
         return True
 
     def run(self) -> None:
+        sched.batch_this_thread()  # woken by grpc's threads, it needs the GIL (sched.py)
         internals, state = self.internals, self.state
         queue, request_tag, timeout = state.completion_queue, internals.request_tag, internals.idle
         while True:
             event = queue.poll(time.time() + timeout)
             if state.server_deallocated:
                 internals.begin_shutdown(state)
-            if event.completion_type == internals.queue_timeout:
-                pass
+            if event.completion_type == internals.queue_timeout:  # idle for a second
+                sched.batch_named_threads(sched.GRPC_THREADS)  # any grpc started since
             elif event.tag is request_tag:
                 if not self.arrived(event):
                     return
