@@ -3,7 +3,7 @@
     .venv/bin/python bench/perf_analyzer.py [--quick] [--repeat N] [--concurrency 1,8,32]
                                             [--protocols http,grpc] [--window MS]
                                             [--stability PCT] [--elements N] [--only NAME,...]
-                                            [--json PATH]
+                                            [--json PATH] [--base-src DIR/src]
     .venv/bin/python bench/perf_analyzer.py --setup    # install only; print perf_analyzer's path
 
 **perf_analyzer.** PyPI's ``perf-analyzer`` 2.60 is not installable here (the mirror has a 0.1.0
@@ -25,7 +25,9 @@ those two libraries on ``LD_LIBRARY_PATH`` (links in ``pa-libs/``).
   ``tests/conformance/models/triton/scenarios``: python backend, ``max_batch_size: 0``, one
   ``KIND_CPU`` instance, ``OUTPUT0 = INPUT0``;
 - Podium from this checkout, serving its twin (``tests/conformance/models/podium/scenarios``): a
-  model that takes the request and passes the tensor through, one worker (the default).
+  model that takes the request and passes the tensor through, one worker (the default);
+- with ``--base-src``, "podium-base": the same, from another tree's sources (before and after
+  in one run).
 
 **Load.** perf_analyzer, pinned to CPU 1, with its defaults but for the windows
 (synchronous calls, one thread per concurrent request, random FP32 data in binary tensors):
@@ -196,7 +198,9 @@ class Running:
     ports: dict[str, int]
 
 
-def podium_server(workdir: Path) -> Running:
+def podium_server(workdir: Path, src: Path | None = None, name: str = "podium") -> Running:
+    """Podium serving the twin; ``src``: another tree's ``src`` (``--base-src``) in place of
+    this checkout's."""
     http, grpc = free_port(), free_port()
     help_text = podium_help()
     if not help_text:
@@ -207,9 +211,10 @@ def podium_server(workdir: Path) -> Running:
         if re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", help_text):
             argv += [option, str(free_port())]
     # Podium's own sources: the checkout this script is in, whatever podium's venv points at.
-    pythonpath = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
-    server = Server("podium", argv, http, cwd=workdir, env={"PYTHONPATH": pythonpath})
-    return Running("podium", server, {"http": http, "grpc": grpc})
+    source = str(src or ROOT / "src")
+    pythonpath = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
+    server = Server(name, argv, http, cwd=workdir, env={"PYTHONPATH": pythonpath})
+    return Running(name, server, {"http": http, "grpc": grpc})
 
 
 def triton_server(workdir: Path) -> Running:
@@ -248,6 +253,8 @@ class Measured:
     p99_us: float = float("nan")
     server_us: float | None = None  # queue + compute, from the statistics extension
     client_cpu: float = float("nan")
+    server_cpu: float = float("nan")  # the server's CPU time over the run's wall time
+    switches: float = float("nan")  # the server's thread switches per request (all threads)
     error: str = ""
     row: dict[str, str] = field(default_factory=dict)
 
@@ -266,7 +273,11 @@ def run_perf_analyzer(
     *,
     window: int | None = None,
     stability: int | None = None,
+    server: Server | None = None,
 ) -> Measured:
+    """One perf_analyzer run; ``server``: the one it loads, whose CPU time and thread switches
+    over the run are counted (its whole process tree: Triton's python backend runs the model in
+    a process of its own)."""
     with tempfile.TemporaryDirectory(prefix="bench-pa-") as tmp:
         report = Path(tmp) / "report.csv"
         argv = [
@@ -290,12 +301,14 @@ def run_perf_analyzer(
         argv = pinned(argv, CLIENT_CPU)
         limit = (window or args.window) / 1000 * 1.2 * 10 + 120
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server_before = None if server is None else server.tree_usage().usage
         start = time.monotonic()
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
         except subprocess.TimeoutExpired:
             return Measured(error=f"perf_analyzer ran past {limit:.0f} s")
         wall = time.monotonic() - start
+        server_after = None if server is None else server.tree_usage().usage
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         output = done.stdout + done.stderr
@@ -311,8 +324,17 @@ def run_perf_analyzer(
     server_us = None
     if all(part in row for part in server_parts):
         server_us = sum(float(row[p]) for p in (*server_parts, "Server Compute Output") if p in row)
+    throughput = float(row["Inferences/Second"])
+    server_cpu = switches = float("nan")
+    if server_before is not None and server_after is not None and wall > 0:
+        used = server_after - server_before
+        server_cpu = used.cpu_s / wall
+        if throughput > 0:  # requests over the whole run, at the windows' rate
+            switches = (used.voluntary + used.involuntary) / (throughput * wall)
     return Measured(
-        throughput=float(row["Inferences/Second"]),
+        throughput=throughput,
+        server_cpu=server_cpu,
+        switches=switches,
         p50_us=float(row["p50 latency"]),
         p99_us=float(row["p99 latency"]),
         server_us=server_us,
@@ -362,8 +384,8 @@ def report(
         + ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in stats.items()),
         "",
         "| server | protocol | concurrency | infer/s | p50 ms | p99 ms | server µs | "
-        "infer/s min–max | perf_analyzer CPU | rounds | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "server CPU | switches / request | infer/s min–max | perf_analyzer CPU | rounds | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     medians: dict[tuple[str, str, int], tuple[float, float, float]] = {}
     for protocol in args.protocols:
@@ -378,6 +400,8 @@ def report(
                 medians[(name, protocol, concurrency)] = (tput, p50, p99)
                 server_us = [m.server_us for m in good if m.server_us is not None]
                 cpu = median([m.client_cpu for m in good])
+                server_cpu = median([m.server_cpu for m in good])
+                switches = median([m.switches for m in good])
                 spread = (
                     f"{min(m.throughput for m in good):,.0f}–{max(m.throughput for m in good):,.0f}"
                     if good
@@ -388,12 +412,28 @@ def report(
                     flagged = True
                 lines.append(
                     f"| {name} | {protocol} | {concurrency} | {_num(tput)} | {_ms(p50)} | "
-                    f"{_ms(p99)} | {_num(median(server_us)) if server_us else '—'} | {spread} | "
+                    f"{_ms(p99)} | {_num(median(server_us)) if server_us else '—'} | "
+                    f"{'—' if server_cpu != server_cpu else f'{server_cpu:.0%}'} | "
+                    f"{'—' if switches != switches else f'{switches:.2f}'} | {spread} | "
                     f"{'—' if cpu != cpu else f'{cpu:.0%}'}{mark} | {len(good)}/{args.repeat} | "
                     + ("none" if not errors else "**FLAGGED** " + "; ".join(sorted(set(errors))))
                     + " |"
                 )
-    if set(args.only) == set(SERVERS):
+    if {"podium", "podium-base"} <= set(args.only):
+        lines += [
+            "",
+            f"| protocol | concurrency | this tree / base ({args.base_src}), infer/s | "
+            "p99: base / this tree |",
+            "|---|---:|---:|---:|",
+        ]
+        for protocol in args.protocols:
+            for concurrency in args.concurrency:
+                pt, _, p99p = medians[("podium", protocol, concurrency)]
+                bt, _, p99b = medians[("podium-base", protocol, concurrency)]
+                lines.append(
+                    f"| {protocol} | {concurrency} | {pt / bt:.2f}× | {p99b / p99p:.2f}× |"
+                )
+    if set(SERVERS) <= set(args.only):
         lines += [
             "",
             "| protocol | concurrency | Podium / Triton, infer/s | p50: Triton / Podium | "
@@ -411,8 +451,10 @@ def report(
     lines += [
         "",
         "server µs: the server's own time per request (queue + compute) from its statistics "
-        "extension, as perf_analyzer reports it; **†**: perf_analyzer used 90 % or more of its "
-        "core, so it may have set the figure.",
+        "extension, as perf_analyzer reports it; server CPU: the server's whole process tree's "
+        "CPU time over the run's wall time (100 %: its core saturated); switches / request: its "
+        "threads' context switches (voluntary and not) over the run, per request at the run's "
+        "rate; **†**: perf_analyzer used 90 % or more of its core, so it may have set the figure.",
     ]
     return "\n".join(lines) + "\n", flagged
 
@@ -443,6 +485,12 @@ def main() -> int:
     )
     parser.add_argument("--elements", type=int, default=16, help="INPUT0's FP32 elements")
     parser.add_argument("--only", default=",".join(SERVERS))
+    parser.add_argument(
+        "--base-src",
+        type=Path,
+        default=None,
+        help="another tree's src/ (e.g. main's): a podium-base server beside the others",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     exit_on_signals()
@@ -459,6 +507,8 @@ def main() -> int:
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.protocols = [p for p in args.protocols.split(",") if p]
     args.only = [s for s in args.only.split(",") if s]
+    if args.base_src is not None and "podium-base" not in args.only:
+        args.only.append("podium-base")
     if not can_pin():
         log("cannot pin (taskset missing or fewer than 2 CPUs): figures are not comparable")
 
@@ -470,7 +520,11 @@ def main() -> int:
     stats: dict[str, bool] = {}
     loads = [f"at start {_load_average()}"]
     results: dict[tuple[str, str, int], list[Measured]] = {}
-    starters = {"podium": podium_server, "triton": triton_server}
+    starters = {
+        "podium": podium_server,
+        "triton": triton_server,
+        "podium-base": lambda tmp: podium_server(tmp, args.base_src, "podium-base"),
+    }
     for round_no in range(args.repeat):
         order = args.only if round_no % 2 == 0 else list(reversed(args.only))
         for name in order:
@@ -498,7 +552,14 @@ def main() -> int:
                             if warm.error:
                                 log(f"{name} {protocol} warm-up: {warm.error}")
                             for concurrency in args.concurrency:
-                                m = run_perf_analyzer(wrapper, port, protocol, concurrency, args)
+                                m = run_perf_analyzer(
+                                    wrapper,
+                                    port,
+                                    protocol,
+                                    concurrency,
+                                    args,
+                                    server=running.server,
+                                )
                                 log(
                                     f"{name} {protocol} c={concurrency}: "
                                     + (
