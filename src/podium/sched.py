@@ -17,9 +17,10 @@ cutting in.
 
 It is on by default (``--sched-batch``, ``--no-sched-batch`` to leave every thread alone) and
 applies only to threads Podium hands work to: the model threads, the gRPC bridge's threads and
-grpc's own I/O threads, the access log's writer. The event loop's thread, and so every thread
-user code starts from it, keeps the default policy. The choice reaches worker processes through
-:data:`ENV`. Elsewhere than Linux (no ``SCHED_BATCH``) every function here does nothing.
+grpc's own I/O threads, the access log's writer. The event loop's thread keeps the default
+policy. A new thread takes its creator's: those a model starts while it loads or predicts (a
+framework's compute pool) run under ``SCHED_BATCH`` too, the policy meant for such threads; those
+started from the loop do not. The choice reaches worker processes through :data:`ENV`. Elsewhere than Linux (no ``SCHED_BATCH``) every function here does nothing.
 """
 
 from __future__ import annotations
