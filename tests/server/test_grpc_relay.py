@@ -640,6 +640,20 @@ class StreamHandlers:
     def __init__(self) -> None:
         self.cancelled = asyncio.Event()
         self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def metadata_both_ways(self, requests: Any, context: Any) -> Any:
+        asked = dict(context.invocation_metadata()).get("x-ask", "")
+        await context.send_initial_metadata((("x-initial", asked),))
+        async for request in requests:
+            yield ModelInferResponse(id=request.id)
+        context.set_trailing_metadata((("x-trailing", "bye"),))
+
+    async def slow_each(self, requests: Any, context: Any) -> Any:
+        async for request in requests:
+            self.started.set()
+            await self.release.wait()
+            yield ModelInferResponse(id=request.id)
 
     async def echo_each(self, requests: Any, context: Any) -> Any:
         async for request in requests:
@@ -684,6 +698,12 @@ async def streams(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespa
         "OneThenUnserializable": grpc.unary_stream_rpc_method_handler(
             handlers.one_then_unserializable, request_deserializer=parse, response_serializer=render
         ),
+        "MetadataBothWays": grpc.stream_stream_rpc_method_handler(
+            handlers.metadata_both_ways, request_deserializer=parse, response_serializer=render
+        ),
+        "SlowEach": grpc.stream_stream_rpc_method_handler(
+            handlers.slow_each, request_deserializer=parse, response_serializer=render
+        ),
     }
     async with running(Service(NAME, methods), request.param, handlers, grace=1) as it:
         yield it
@@ -727,6 +747,49 @@ async def test_a_client_that_leaves_a_stream_cancels_its_handler(streams: Any) -
             break
     call.cancel()
     await asyncio.wait_for(streams.handlers.cancelled.wait(), 5)
+
+
+async def test_a_streams_metadata_reaches_the_handler_and_comes_back(streams: Any) -> None:
+    async def requests() -> AsyncIterator[Any]:
+        for i in range(3):
+            yield ModelInferRequest(id=str(i))
+
+    call = stream_rpc(streams.channel, "MetadataBothWays", requests=True)(
+        requests(), metadata=(("x-ask", "hello"),)
+    )
+    assert [r.id async for r in call] == ["0", "1", "2"]
+    assert ("x-initial", "hello") in list(await call.initial_metadata())
+    assert ("x-trailing", "bye") in list(await call.trailing_metadata())
+    assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_deadline_cancels_a_streams_handler(streams: Any) -> None:
+    call = stream_rpc(streams.channel, "Endless", requests=False)(ModelInferRequest(), timeout=0.5)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in call:
+            pass
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await asyncio.wait_for(streams.handlers.cancelled.wait(), 5)
+
+
+async def test_a_graceful_stop_lets_a_stream_in_flight_finish(streams: Any) -> None:
+    async def requests() -> AsyncIterator[Any]:
+        yield ModelInferRequest(id="last")
+
+    call = stream_rpc(streams.channel, "SlowEach", requests=True)(requests())
+    got = asyncio.ensure_future(asyncio.wait_for(_ids(call), 10))
+    await asyncio.wait_for(streams.handlers.started.wait(), 5)
+    stopping = asyncio.ensure_future(streams.server.stop())
+    await asyncio.sleep(0.2)
+    assert not got.done()
+    streams.handlers.release.set()
+    assert await got == ["last"]
+    assert await call.code() == grpc.StatusCode.OK
+    await asyncio.wait_for(stopping, 10)
+
+
+async def _ids(call: Any) -> list[str]:
+    return [r.id async for r in call]
 
 
 async def test_a_streamed_request_that_does_not_parse_is_invalid_after_the_answers_before_it(
