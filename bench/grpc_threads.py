@@ -14,6 +14,9 @@ compare threads of the same role across trees. Each tree's server must relay (it
 self-test may time out under callgrind).
 
     python bench/grpc_threads.py --src src --src /tmp/BASE/src --requests 300
+
+``--stream``: the calls are the items of one ``ModelStreamInfer`` stream, as
+``bench/instructions.py --grpc --stream`` sends them (per streamed item).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from instructions import (  # noqa: E402 - the sibling script
     _free_port,
     _grpc_message,
     _GrpcClient,
+    _GrpcStreamClient,
     _podium_argv,
     _under_callgrind,
 )
@@ -72,12 +76,15 @@ def _kind(obj: str) -> str:
     return "other"
 
 
-def count(src: Path, model: Path, message: bytes, requests: int) -> dict[int, dict[str, float]]:
-    """Each busy thread's instructions per call, by kind, for the server of ``src``."""
+def count(
+    src: Path, model: Path, message: bytes, requests: int, stream: bool = False
+) -> dict[int, dict[str, float]]:
+    """Each busy thread's instructions per call (or streamed item), by kind, for the server of
+    ``src``."""
     ports = [_free_port() for _ in range(5)]
     argv = _podium_argv(model, ports)
     with _under_callgrind(src, argv, ["--separate-threads=yes"]) as (server, out, errors):
-        client = _GrpcClient(ports[1], message)
+        client = (_GrpcStreamClient if stream else _GrpcClient)(ports[1], message)
         try:
             client.wait(server, errors)
             errors.seek(0)
@@ -106,12 +113,15 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=ROOT / "examples" / "echo")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--raw", action="store_true", help="the tensor in raw_input_contents")
+    parser.add_argument(
+        "--stream", action="store_true", help="the calls as the items of one ModelStreamInfer"
+    )
     args = parser.parse_args()
     message = _grpc_message(args.model.name, args.raw)
     print("| tree | thread | per call | CPython | cygrpc | other |")
     print("|---|---:|---:|---:|---:|---:|")
     for src in args.src:
-        threads = count(src.resolve(), args.model.resolve(), message, args.requests)
+        threads = count(src.resolve(), args.model.resolve(), message, args.requests, args.stream)
         for number, kinds in sorted(threads.items()):
             total = sum(kinds.values())
             shares = " | ".join(f"{kinds.get(k, 0):,.0f}" for k in ("CPython", "cygrpc", "other"))

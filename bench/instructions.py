@@ -34,6 +34,11 @@ connection, keep-alive) on the server's gRPC port sends the same serialized
 it; else typed) one call after another, e.g.
 
     .venv/bin/python bench/instructions.py --grpc --other /tmp/base/src --requests 1000
+
+``--grpc --stream`` sends the same requests as the items of one ``ModelStreamInfer`` stream (a
+bidirectional stream on the same kind of channel, opened for the warm-up and again for the
+measured requests): each request is sent once the answer to the one before it has come, so the
+figure is per streamed item, the stream's own start and end spread over ``--requests``.
 """
 
 from __future__ import annotations
@@ -193,12 +198,48 @@ class _GrpcClient:
         self._channel.close()
 
 
-def _count_grpc(src: Path, model: Path, message: bytes, requests: int) -> tuple[float, float]:
-    """As :func:`_count`, for ``ModelInfer`` calls on the gRPC listener."""
+#: The OIP gRPC method ``--grpc --stream`` streams on.
+GRPC_STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+class _GrpcStreamClient(_GrpcClient):
+    """As :class:`_GrpcClient`, each :meth:`send` one ``ModelStreamInfer`` stream of ``count``
+    requests, one answered before the next is sent; an in-band error is raised."""
+
+    def send(self, count: int) -> None:
+        import queue
+
+        from tritonclient.grpc import service_pb2
+
+        requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+
+        def requested() -> Iterator[bytes]:
+            while (message := requests.get()) is not None:
+                yield message
+
+        stream = self._channel.stream_stream(GRPC_STREAM_METHOD)
+        answers = stream(requested(), timeout=600)
+        try:
+            for _ in range(count):
+                requests.put(self._message)
+                answer = service_pb2.ModelStreamInferResponse.FromString(next(answers))
+                if answer.error_message:
+                    raise RuntimeError(f"{GRPC_STREAM_METHOD}: {answer.error_message}")
+        finally:
+            requests.put(None)
+        if next(answers, None) is not None:
+            raise RuntimeError(f"{GRPC_STREAM_METHOD} answered more than it was asked")
+
+
+def _count_grpc(
+    src: Path, model: Path, message: bytes, requests: int, stream: bool = False
+) -> tuple[float, float]:
+    """As :func:`_count`, for ``ModelInfer`` calls (or, ``stream``, the items of a
+    ``ModelStreamInfer`` stream) on the gRPC listener."""
     ports = [_free_port() for _ in range(5)]
     with _under_callgrind(src, _podium_argv(model, ports)) as (server, out, errors):
         pid = str(server.pid)
-        client = _GrpcClient(ports[1], message)
+        client = (_GrpcStreamClient if stream else _GrpcClient)(ports[1], message)
         try:
             client.wait(server, errors)
             client.send(200)  # warm-up
@@ -414,6 +455,12 @@ def main() -> int:
         help="with --grpc: the tensor in raw_input_contents (as tritonclient sends it)",
     )
     parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="with --grpc: the requests as the items of one ModelStreamInfer stream, each sent "
+        "once the one before it is answered (per streamed item)",
+    )
+    parser.add_argument(
         "--other-args",
         default="",
         help="more `podium serve` options for the other tree only (e.g. --no-access-log, with "
@@ -422,6 +469,8 @@ def main() -> int:
     args = parser.parse_args()
     if (args.other is None) == (not args.floor):
         parser.error("one of --other and --floor")
+    if args.stream and not args.grpc:
+        parser.error("--stream streams on the gRPC listener: with --grpc")
     if args.grpc and (args.floor or args.guarded or args.connections != 1):
         parser.error("--grpc compares two trees: not with --floor, --guarded or --connections")
     mine = [GUARDED] if args.guarded else []
@@ -435,7 +484,9 @@ def main() -> int:
         for name, src in order if round_ % 2 == 0 else reversed(order):
             if args.grpc:
                 message = _grpc_message(models[name].name, args.raw)
-                request, per_second = _count_grpc(src, models[name], message, args.requests)
+                request, per_second = _count_grpc(
+                    src, models[name], message, args.requests, args.stream
+                )
                 fill = None
             else:
                 request, per_second, fill = _count(

@@ -250,9 +250,9 @@ async def test_the_sender_thread_ends_with_the_server() -> None:
 async def test_a_relayed_unary_call_is_served_below_grpcs_per_call_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The relay's own loop serves a unary call: grpc makes no per-call state for it (a stream
-    is still grpc's), and the loop remembers the methods it served, never a client's unknown
-    method names (grpc answers those, as without the relay)."""
+    """The relay's own loop serves a unary call and a stream: grpc makes no per-call state for
+    either, and the loop remembers the methods it served, never a client's unknown method names
+    (grpc answers those, as without the relay)."""
     import grpc._server as real
 
     made = 0
@@ -288,7 +288,7 @@ async def test_a_relayed_unary_call_is_served_below_grpcs_per_call_state(
                 ModelInferRequest(model_name="m")
             ):
                 pass
-        assert made == 1
+        assert made == 0
         for i in range(20):
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await rpc(it.channel, f"Unknown{i}")(ModelInferRequest())
@@ -417,14 +417,14 @@ def _fake_modules(**changes: Any) -> tuple[Any, Any]:
 
 
 async def test_internals_that_differ_turn_the_relay_off() -> None:
-    def other_status(rpc_event: Any, state: Any, payload: Any, flags: Any) -> None: ...
+    def other_request_call(state: Any, flags: Any) -> None: ...
 
     assert isinstance(bridge.load(*_fake_modules()), bridge.Internals)
     for changes, named in [
-        ({"_status": None}, "grpc._server._status is missing"),
-        ({"_status": other_status}, "_status takes (rpc_event, state, payload, flags)"),
-        ({"_CLOSED": None}, "grpc._server._CLOSED is missing"),
-        ({"_send_message": None}, "grpc._server._send_message is missing"),
+        ({"_request_call": None}, "grpc._server._request_call is missing"),
+        ({"_request_call": other_request_call}, "_request_call takes (state, flags)"),
+        ({"_EMPTY_FLAGS": None}, "grpc._server._EMPTY_FLAGS is missing"),
+        ({"_stop_serving": None}, "grpc._server._stop_serving is missing"),
     ]:
         with pytest.raises(InternalsDiffer) as caught:
             bridge.load(*_fake_modules(**changes))
@@ -433,23 +433,31 @@ async def test_internals_that_differ_turn_the_relay_off() -> None:
         bridge.load(_fake_modules()[0], SimpleNamespace())
 
 
-async def test_a_per_call_state_that_differs_turns_the_relay_off() -> None:
+async def test_a_server_state_or_call_that_differs_turns_the_relay_off() -> None:
     import grpc._server as real
 
-    class State(real._RPCState):  # type: ignore[name-defined,misc]
-        def __init__(self) -> None:
-            super().__init__()
-            del self.statused
+    class State(real._ServerState):  # type: ignore[name-defined,misc]
+        def __init__(
+            self,
+            completion_queue: Any,
+            server: Any,
+            generic_handlers: Any,
+            interceptor_pipeline: Any,
+            thread_pool: Any,
+            maximum_concurrent_rpcs: Any,
+        ) -> None:
+            super().__init__(
+                completion_queue,
+                server,
+                generic_handlers,
+                interceptor_pipeline,
+                thread_pool,
+                maximum_concurrent_rpcs,
+            )
+            del self.rpc_states
 
-    class Context(real._Context):  # type: ignore[name-defined,misc]
-        def __init__(self, rpc_event: Any, state: Any, request_deserializer: Any) -> None:
-            super().__init__(rpc_event, state, request_deserializer)
-            self._call_state, self._state = self._state, None
-
-    with pytest.raises(InternalsDiffer, match="_RPCState has no statused"):
-        bridge.load(*_fake_modules(_RPCState=State))
-    with pytest.raises(InternalsDiffer, match="keeps its call state elsewhere"):
-        bridge.load(*_fake_modules(_Context=Context))
+    with pytest.raises(InternalsDiffer, match="_ServerState has no rpc_states"):
+        bridge.load(*_fake_modules(_ServerState=State))
     cygrpc = SimpleNamespace(**vars(_fake_modules()[1]))
     cygrpc.Call = SimpleNamespace()
     with pytest.raises(InternalsDiffer, match="Call.start_server_batch is missing"):
@@ -466,10 +474,12 @@ class _StatusWithoutAnswer(bridge.Internals):
 
 
 class _NeverReceives(bridge.Internals):
-    """Internals whose request never arrives (as if grpc's batch completion changed)."""
+    """Internals that never ask grpc for a call (as if grpc's request for calls changed): no
+    call of the self-test is ever answered."""
 
-    def receive(self, context: Any, parse: Any, deliver: Any) -> None:
-        pass
+    def __init__(self, server_module: Any, cygrpc: Any) -> None:
+        super().__init__(server_module, cygrpc)
+        self.request_call = lambda state: None
 
 
 def _broken(kind: type[bridge.Internals]) -> bridge.Internals:
@@ -630,6 +640,20 @@ class StreamHandlers:
     def __init__(self) -> None:
         self.cancelled = asyncio.Event()
         self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def metadata_both_ways(self, requests: Any, context: Any) -> Any:
+        asked = dict(context.invocation_metadata()).get("x-ask", "")
+        await context.send_initial_metadata((("x-initial", asked),))
+        async for request in requests:
+            yield ModelInferResponse(id=request.id)
+        context.set_trailing_metadata((("x-trailing", "bye"),))
+
+    async def slow_each(self, requests: Any, context: Any) -> Any:
+        async for request in requests:
+            self.started.set()
+            await self.release.wait()
+            yield ModelInferResponse(id=request.id)
 
     async def echo_each(self, requests: Any, context: Any) -> Any:
         async for request in requests:
@@ -674,6 +698,12 @@ async def streams(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespa
         "OneThenUnserializable": grpc.unary_stream_rpc_method_handler(
             handlers.one_then_unserializable, request_deserializer=parse, response_serializer=render
         ),
+        "MetadataBothWays": grpc.stream_stream_rpc_method_handler(
+            handlers.metadata_both_ways, request_deserializer=parse, response_serializer=render
+        ),
+        "SlowEach": grpc.stream_stream_rpc_method_handler(
+            handlers.slow_each, request_deserializer=parse, response_serializer=render
+        ),
     }
     async with running(Service(NAME, methods), request.param, handlers, grace=1) as it:
         yield it
@@ -717,6 +747,49 @@ async def test_a_client_that_leaves_a_stream_cancels_its_handler(streams: Any) -
             break
     call.cancel()
     await asyncio.wait_for(streams.handlers.cancelled.wait(), 5)
+
+
+async def test_a_streams_metadata_reaches_the_handler_and_comes_back(streams: Any) -> None:
+    async def requests() -> AsyncIterator[Any]:
+        for i in range(3):
+            yield ModelInferRequest(id=str(i))
+
+    call = stream_rpc(streams.channel, "MetadataBothWays", requests=True)(
+        requests(), metadata=(("x-ask", "hello"),)
+    )
+    assert [r.id async for r in call] == ["0", "1", "2"]
+    assert ("x-initial", "hello") in list(await call.initial_metadata())
+    assert ("x-trailing", "bye") in list(await call.trailing_metadata())
+    assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_deadline_cancels_a_streams_handler(streams: Any) -> None:
+    call = stream_rpc(streams.channel, "Endless", requests=False)(ModelInferRequest(), timeout=0.5)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in call:
+            pass
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await asyncio.wait_for(streams.handlers.cancelled.wait(), 5)
+
+
+async def test_a_graceful_stop_lets_a_stream_in_flight_finish(streams: Any) -> None:
+    async def requests() -> AsyncIterator[Any]:
+        yield ModelInferRequest(id="last")
+
+    call = stream_rpc(streams.channel, "SlowEach", requests=True)(requests())
+    got = asyncio.ensure_future(asyncio.wait_for(_ids(call), 10))
+    await asyncio.wait_for(streams.handlers.started.wait(), 5)
+    stopping = asyncio.ensure_future(streams.server.stop())
+    await asyncio.sleep(0.2)
+    assert not got.done()
+    streams.handlers.release.set()
+    assert await got == ["last"]
+    assert await call.code() == grpc.StatusCode.OK
+    await asyncio.wait_for(stopping, 10)
+
+
+async def _ids(call: Any) -> list[str]:
+    return [r.id async for r in call]
 
 
 async def test_a_streamed_request_that_does_not_parse_is_invalid_after_the_answers_before_it(

@@ -7,25 +7,25 @@ handler is still written once, as a coroutine against a small context (:class:`L
 part of ``grpc.aio.ServicerContext`` Podium's handlers use), and :meth:`Bridge.handler` turns
 its ``grpc.aio``-style method handler into one that grpc's polling thread relays to the loop.
 
-A unary call goes through no pool thread, nor through grpc's ``_server.py``: the relay polls
-grpc's completion queue with a loop of its own (:mod:`._serving`, over grpc's server state, so
-that ports, stopping and its grace stay grpc's), which asks for the request message when the call
+No call goes through a pool thread, nor through grpc's ``_server.py``: the relay polls grpc's
+completion queue with a loop of its own (:mod:`._serving`, over grpc's server state, so that
+ports, stopping and its grace stay grpc's), which asks for the request message when a call
 arrives, parses it when it has, and hands it to the loop with one ``call_soon_threadsafe``; the
-loop runs the handler in a task and queues its outcome for one sender thread, which sends the
-answer and the status together in one batch, exactly as grpc does at the end of a unary call.
-Sending from a thread of its own keeps the loop from handing the GIL to grpc's polling thread on
-every call. Every other event goes through grpc's own processing: for grpc a streaming method is
-a non-blocking bidirectional one run by an inline executor.
-Streams are relayed the same way and hold no thread while open. A response stream leaves through
-an outbox: one send in flight at a time, the first started by the sender thread, each next one
-by grpc's polling thread as the previous completes, and the status after the last. A request
-stream arrives through an inbox, whose messages grpc's polling thread receives one after another.
-Both are bounded by a window of :data:`WINDOW` messages: the loop waits while that many have not
-left, and no more are read ahead of the handler (HTTP/2 flow control takes it back to the
-client).
+loop runs the handler in a task and queues a unary call's outcome for one sender thread, which
+sends the answer and the status together in one batch, exactly as grpc does at the end of a
+unary call. Sending from a thread of its own keeps the loop from handing the GIL to grpc's
+polling thread on every call. Every other event (unknown methods, the shutdown) goes through
+grpc's own processing.
+Streams are served by the same loop and hold no thread while open. A response stream leaves
+through an outbox: one send in flight at a time, the first started by the sender thread, each
+next one by grpc's polling thread as the previous completes, and the status after the last. A
+request stream arrives through an inbox, whose messages grpc's polling thread receives one after
+another. Both are bounded by a window of :data:`WINDOW` messages: the loop waits while that many
+have not left, and no more are read ahead of the handler (HTTP/2 flow control takes it back to
+the client).
 
 The relay uses grpcio internals. :func:`decide` chooses the mode once per process, when the first
-server that would relay starts: the internals' names, signatures and per-call state are checked,
+server that would relay starts: the internals' names, signatures and server state are checked,
 then a self-test serves real calls through the relay on a private loopback server; if either
 fails, the server is a ``grpc.aio`` server instead (:attr:`Mode.AIO`), serving the same
 coroutine handlers, and it logs why (:mod:`._mode`).
@@ -39,7 +39,7 @@ cancelled exactly as for an HTTP disconnect.
 Layout, each module importing only those above it: ``_internals`` (grpcio's private pieces and
 their check), ``_relay`` (the window, request streams as async iterators, the sender thread, the
 relayed unary ending, outbox and inbox), ``_context`` (one call: :class:`LoopContext` and the
-state shared with grpc's threads), ``_serving`` (the serving loop and a unary call's grpc side),
+state shared with grpc's threads), ``_serving`` (the serving loop and a relayed call's grpc side),
 ``_bridge`` (:class:`Bridge`), ``_mode`` (the decision and the self-test).
 """
 

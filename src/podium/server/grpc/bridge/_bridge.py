@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import grpc
 
-from ._context import Call, Status
+from ._context import Status
 from ._internals import INLINE, Internals
-from ._relay import Inbox, Outbox, Relay, Sender
-from ._serving import Serving, UnaryMethod, start
+from ._relay import Relay, Sender
+from ._serving import Method, Serving, start
 
 __all__ = ["Bridge"]
 
@@ -36,7 +35,7 @@ class Bridge:
 
     def start(self, server: grpc.Server) -> None:
         """Start ``server`` (a ``grpc.server`` with this bridge's handlers) served by the
-        relay's own loop (:mod:`._serving`): a unary method's handler is served only there."""
+        relay's own loop (:mod:`._serving`): a relayed method's handler is served only there."""
         self.serving = start(server, self.internals)
 
     def close(self) -> None:
@@ -48,10 +47,11 @@ class Bridge:
     def handler(self, method: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """The same RPC (its (de)serializers unchanged), relayed.
 
-        For grpc every method becomes a non-blocking bidirectional one on the inline executor:
-        grpc lets only streaming methods return before their call has ended, and reads no request
-        for a method whose requests stream. On the wire nothing changes (a unary call is one
-        message each way, then the status).
+        For grpc every method is a non-blocking bidirectional one on the inline executor, which
+        carries the relayed :class:`~._serving.Method`: the relay's serving loop finds it through
+        grpc's generic handlers and serves its calls itself (reading no request for a method
+        whose requests stream). On the wire nothing changes (a unary call is one message each
+        way, then the status).
         """
         if method.request_streaming and not method.response_streaming:
             raise ValueError("stream-unary methods are not bridged (Podium serves none)")
@@ -78,40 +78,28 @@ class Bridge:
         stream: bool,
         requests: bool,
     ) -> Callable[[Any, grpc.ServicerContext, Any], None]:
-        """A relayed method: unary, or with a response ``stream`` (and a request stream)."""
-        loop, internals = self.loop, self.internals
+        """A relayed method: unary, or with a response ``stream`` (and a request stream), served
+        by the relay's own loop (._serving), never by grpc's."""
         sender = self._sender
         assert sender is not None
-        relay = None if stream else Relay(render, sender)
 
-        if not stream:  # served by the relay's own loop (._serving), never by grpc's
-            assert relay is not None
+        def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
+            # Only a server not started by Bridge.start gets here: end the call, never hang.
+            context.abort(grpc.StatusCode.INTERNAL, "a relayed call reached grpc's loop")
 
-            def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
-                # Only a server not started by Bridge.start gets here: end the call, never hang.
-                context.abort(grpc.StatusCode.INTERNAL, "a relayed unary call reached grpc's loop")
-
-            serve.unary = UnaryMethod(loop, behavior, parse, relay)  # type: ignore[attr-defined]
+        if stream:
+            method = Method(
+                self.loop,
+                behavior,
+                parse,
+                relay=None,
+                render=render,
+                sender=sender,
+                requests=requests,
+            )
         else:
-
-            def serve(_requests: Any, context: grpc.ServicerContext, _send: Any) -> None:
-                # On grpc's polling thread, as the call arrives: nothing here may block.
-                call = Call(loop, context, None)
-                call._outbox = Outbox(call, context, render, sender)
-                if not context.add_callback(call.on_rpc_end):
-                    return  # it ended already
-                if requests:  # the handler starts now and reads the requests as they come
-                    inbox = Inbox(loop, context, parse, sender)
-                    loop.call_soon_threadsafe(call.start_with, behavior, inbox)
-                    inbox.receive()
-                    return
-                internals.receive(context, parse, partial(_start, loop, call, behavior))
-
+            method = Method(self.loop, behavior, parse, relay=Relay(render, sender))
+        serve.relayed = method  # type: ignore[attr-defined]
         serve.experimental_non_blocking = True  # type: ignore[attr-defined]
         serve.experimental_thread_pool = INLINE  # type: ignore[attr-defined]
         return serve
-
-
-def _start(loop: asyncio.AbstractEventLoop, call: Call, behavior: Any, request: Any) -> None:
-    """Hand a response stream's one request to the loop (grpc's polling thread)."""
-    loop.call_soon_threadsafe(call.start_with, behavior, request)

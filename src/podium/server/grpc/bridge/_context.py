@@ -33,14 +33,14 @@ class LoopContext:
     """What a coroutine handler sees of a relayed call.
 
     It offers the methods of ``grpc.aio.ServicerContext`` that Podium's handlers use, with the
-    same meaning; the ones that touch the call itself are thread-safe in grpcio and are called
-    directly.
+    same meaning; the ones that touch the call itself are thread-safe on the serving loop's side
+    of the call (:class:`~._serving.ServedCall`) and are called directly.
     """
 
     __slots__ = ("_context", "_call", "_done_callbacks")
 
     def __init__(self, context: Any, call: Call) -> None:
-        # grpc's servicer context (a stream), or the serving loop's UnaryCall (a unary call)
+        # the serving loop's side of the call (._serving.ServedCall)
         self._context = context
         self._call = call
         self._done_callbacks: list[Callable[[Any], None]] | None = None

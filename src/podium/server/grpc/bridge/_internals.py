@@ -1,41 +1,36 @@
-"""The few grpcio internals that let a call skip grpc's thread pool, checked when a server is built.
+"""The grpcio internals that let the relay serve a call below grpc's ``_server.py``, checked when
+a server is built.
 
 grpcio's synchronous server hands every call to a pool thread, which asks for the request
 message and blocks until it arrives, then runs the handler. Podium's handlers are coroutines on
 the event loop, so that pool thread would only wait: first for the request, then for the loop.
 Each wait is a thread woken on one core, and those wake-ups, not Python, were most of the cost of
-a call (bench/RESULTS.md, section 9).
+a call (bench/RESULTS.md, section 9); grpc's per-call Python around them was most of the rest
+(sections 52, 58 and 64).
 
-:class:`Internals` does what the pool thread would, without one:
-
-- :data:`INLINE` is an executor that runs what grpc submits at once, on grpc's polling thread.
-  A handler registered with it, as a non-blocking streaming method, is called there as soon as
-  the call arrives, and returns at once.
-- :meth:`Internals.receive` asks for the request message with a batch whose completion grpc's
-  polling thread delivers; the callback parses the message there and hands it on (to the loop).
-- :meth:`Internals.send_status` ends the call from any thread: the answer and the status in one
-  batch, exactly what grpc sends at the end of a unary call.
+:class:`Internals` holds what the relay's serving loop (:mod:`._serving`) drives grpc's server
+with: grpc's server-level functions (over its server state: requesting calls, processing the
+events of the calls it serves itself, stopping) and cygrpc's batch operations, with which the
+serving loop receives and sends the messages and the status of a relayed call itself.
+:data:`INLINE` is an executor that runs what grpc submits at once, on grpc's polling thread: the
+relayed methods are registered with it, so that a server not served by the relay's loop ends
+their calls at once rather than in a pool thread.
 
 None of these names is public API. :func:`load` checks each of them (names, parameters, and the
-attributes of the per-call state grpc makes for a call) and raises :class:`InternalsDiffer`,
-naming the difference, when this grpcio is not as expected; the server then serves every call
-with ``grpc.aio`` (:mod:`._mode` decides, once per process, and says so in the log).
+attributes of the server state grpc makes) and raises :class:`InternalsDiffer`, naming the
+difference, when this grpcio is not as expected; the server then serves every call with
+``grpc.aio`` (:mod:`._mode` decides, once per process, and says so in the log).
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import logging
-from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
 import grpc
 
 __all__ = ["INLINE", "Internals", "InternalsDiffer", "load", "unparsable"]
-
-logger = logging.getLogger("podium.grpc")
 
 
 def _finished() -> futures.Future[Any]:
@@ -78,30 +73,11 @@ class _Inline(futures.ThreadPoolExecutor):
 #: The executor of relayed unary methods (``experimental_thread_pool``).
 INLINE = _Inline()
 
-Parse = Callable[[bytes], Any]
-Deliver = Callable[[Any], None]
-
 
 class Internals:
     """grpc's private pieces, looked up once (see the module's docstring)."""
 
     def __init__(self, server_module: Any, cygrpc: Any) -> None:
-        self._status = server_module._status
-        self._receive_message = server_module._receive_message
-        self._token = server_module._RECEIVE_MESSAGE_TOKEN
-        self._flags = server_module._EMPTY_FLAGS
-        self._open = server_module._OPEN
-        self._closed = server_module._CLOSED
-        self._operation = cygrpc.ReceiveMessageOperation
-        # for streams
-        self._cancelled = server_module._CANCELLED
-        self._send_op = cygrpc.SendMessageOperation
-        self._initial_metadata_op = server_module._get_initial_metadata_operation
-        self._send_flags = server_module._get_send_message_op_flags_from_state
-        self._send_message = server_module._send_message
-        self._reset_message = server_module._reset_per_message_state
-        self._message_token = server_module._SEND_MESSAGE_TOKEN
-        self._first_message_token = server_module._SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN
         # for the serving loop (._serving): grpc's server state, driven one level lower
         self.process = server_module._process_event_and_continue
         self.request_call = server_module._request_call
@@ -135,133 +111,6 @@ class Internals:
                 return handler
         return None
 
-    def send_status(self, context: grpc.ServicerContext, payload: bytes | None) -> None:
-        """End the call: ``payload`` (a serialized answer, or none) and the status set on
-        ``context`` (``set_code`` / ``set_details``; OK if none), with its trailing metadata.
-        Nothing is sent to a client that is already gone, nor a second status. Thread-safe."""
-        state = context._state
-        with state.condition:
-            if not state.statused:
-                self._status(context._rpc_event, state, payload)
-
-    def send(
-        self, context: grpc.ServicerContext, payload: bytes, on_sent: Callable[[bool], None]
-    ) -> bool:
-        """Start sending one message of a stream (with the initial metadata, if not sent yet);
-        ``on_sent(still_open)`` runs on grpc's polling thread once it has gone. ``False``, and
-        nothing started, when the call is already over. One message at a time per call."""
-        rpc_event = context._rpc_event
-        state = context._state
-        with state.condition:
-            if state.client is self._cancelled or state.statused:
-                return False
-            flags = self._send_flags(state)
-            if state.initial_metadata_allowed:
-                operations: tuple[Any, ...] = (
-                    self._initial_metadata_op(state, None),
-                    self._send_op(payload, flags),
-                )
-                token = self._first_message_token
-                state.initial_metadata_allowed = False
-            else:
-                operations = (self._send_op(payload, flags),)
-                token = self._message_token
-            sent = self._send_message(state, token)
-
-            def on_event(event: Any) -> Any:
-                outcome = sent(event)
-                try:
-                    on_sent(state.client is not self._cancelled and not state.statused)
-                except Exception:  # never out of here: it would end grpc's polling thread
-                    logger.exception("failed to go on with a gRPC stream")
-                return outcome
-
-            rpc_event.call.start_server_batch(operations, on_event)
-            state.due.add(token)
-            self._reset_message(state)
-        return True
-
-    def receive_next(
-        self,
-        context: grpc.ServicerContext,
-        parse: Parse | None,
-        on_message: Deliver,
-        on_end: Callable[[BaseException | None], None],
-        on_unparsable: Callable[[Exception], None],
-    ) -> None:
-        """Ask for the next message of a request stream: ``on_message(parsed)`` when it comes,
-        ``on_unparsable(error)`` when it does not parse (the stream goes on), ``on_end(None)``
-        when the client has closed its side, ``on_end(asyncio.CancelledError())`` when the call
-        is over. They run on grpc's polling thread, or at once here."""
-        rpc_event = context._rpc_event
-        state = context._state
-        received = self._receive_message(state, rpc_event.call, None)
-
-        def on_event(event: Any) -> Any:
-            outcome = received(event)
-            with state.condition:
-                payload, state.request = state.request, None
-                client = state.client
-            try:
-                if payload is not None:
-                    try:
-                        message = payload if parse is None else parse(payload)
-                    except Exception as exc:
-                        on_unparsable(exc)
-                    else:
-                        on_message(message)
-                elif client is self._closed:
-                    on_end(None)
-                else:
-                    on_end(asyncio.CancelledError())
-            except Exception:  # never out of here: it would end grpc's polling thread
-                logger.exception("failed to go on with a gRPC request stream")
-            return outcome
-
-        with state.condition:
-            if state.client is self._open and not state.statused:
-                rpc_event.call.start_server_batch((self._operation(self._flags),), on_event)
-                state.due.add(self._token)
-                return
-            closed = state.client is self._closed
-        on_end(None if closed else asyncio.CancelledError())
-
-    def receive(self, context: grpc.ServicerContext, parse: Parse | None, deliver: Deliver) -> None:
-        """Ask for the call's one request message; when it has arrived, call ``deliver`` with it
-        parsed by ``parse`` (on grpc's polling thread). A message that does not parse ends the
-        call with ``INVALID_ARGUMENT``, a client that sent none with ``UNIMPLEMENTED`` (what grpc
-        says for a unary call without its request); a cancelled call delivers nothing."""
-
-        def on_message(request: Any) -> None:
-            try:
-                deliver(request)
-            except Exception as exc:  # the loop is gone (closed): the call cannot be served
-                logger.exception("could not hand a gRPC request on")
-                self._fail(
-                    context,
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"the server could not take the request: {exc}",
-                )
-
-        def on_end(error: BaseException | None) -> None:
-            if error is None:  # the client closed its side without a message
-                method = context._rpc_event.call_details.method.decode(errors="replace")
-                self._fail(
-                    context,
-                    grpc.StatusCode.UNIMPLEMENTED,
-                    f'"{method}" requires exactly one request message.',
-                )
-
-        def on_unparsable(exc: Exception) -> None:
-            self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, unparsable(exc))
-
-        self.receive_next(context, parse, on_message, on_end, on_unparsable)
-
-    def _fail(self, context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
-        context.set_code(code)
-        context.set_details(details)
-        self.send_status(context, None)
-
 
 class _CallDetails(grpc.HandlerCallDetails):
     """What a generic handler is asked about a call: its method and metadata."""
@@ -283,23 +132,12 @@ class InternalsDiffer(Exception):
     which one differs."""
 
 
-#: Attributes of grpc's per-call state (``_RPCState``) that :class:`Internals` reads or sets.
-_STATE_ATTRIBUTES = (
-    "condition",
-    "statused",
-    "client",
-    "request",
-    "due",
-    "initial_metadata_allowed",
-)
-
-
 def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
     """The internals of the installed grpcio (or of the modules given, for tests).
 
-    Checks every name :class:`Internals` uses and every function's parameters, then makes a
-    per-call state and a servicer context the way grpc does for a call, and checks the
-    attributes read from them on every call. Raises :class:`InternalsDiffer` naming the first
+    Checks every name :class:`Internals` uses and every function's parameters, the attributes
+    the serving loop reads of a call (cygrpc's request-call event and call), then makes a server
+    state the way grpc does and checks the attributes the serving loop uses. Raises :class:`InternalsDiffer` naming the first
     difference. It does not prove that they still behave the same: the bridge's self-test
     (:func:`~._mode.check`) does, with real calls.
     """
@@ -314,14 +152,7 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
         server_module, cygrpc = installed_server, installed_cygrpc
     _server = server_module
     expected: dict[str, list[str]] = {
-        "_status": ["rpc_event", "state", "serialized_response"],
-        "_receive_message": ["state", "call", "request_deserializer"],
         "_select_thread_pool_for_behavior": ["behavior", "default_thread_pool"],
-        "_get_initial_metadata_operation": ["state", "metadata"],
-        "_get_send_message_op_flags_from_state": ["state"],
-        "_send_message": ["state", "token"],
-        "_reset_per_message_state": ["state"],
-        # the serving loop's
         "_process_event_and_continue": ["state", "event"],
         "_request_call": ["state"],
         "_request_registered_call": ["state", "method"],
@@ -331,21 +162,8 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
     }
     for name, params in expected.items():
         _check_parameters(f"grpc._server.{name}", getattr(_server, name, None), params)
-    context_class = getattr(_server, "_Context", None)
-    _check_parameters(
-        "grpc._server._Context",
-        getattr(context_class, "__init__", None),
-        ["self", "rpc_event", "state", "request_deserializer"],
-    )
     names = (
-        "_RECEIVE_MESSAGE_TOKEN",
-        "_SEND_MESSAGE_TOKEN",
-        "_SEND_INITIAL_METADATA_AND_SEND_MESSAGE_TOKEN",
         "_EMPTY_FLAGS",
-        "_OPEN",
-        "_CLOSED",
-        "_CANCELLED",
-        "_RPCState",
         "_REQUEST_CALL_TAG",
         "_ServerStage",
         "_DEALLOCATED_SERVER_CHECK_PERIOD_S",
@@ -364,7 +182,7 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
     ):
         if not hasattr(cygrpc, name):
             raise InternalsDiffer(f"grpc._cython.cygrpc.{name} is missing")
-    _check_call_state(_server, cygrpc)
+    _check_call(cygrpc)
     _check_server_state(_server)
     return Internals(_server, cygrpc)
 
@@ -426,27 +244,17 @@ def _check_parameters(name: str, function: Any, params: list[str]) -> None:
         raise InternalsDiffer(f"{name} takes ({', '.join(found)}), not ({', '.join(params)})")
 
 
-def _check_call_state(_server: Any, cygrpc: Any) -> None:
-    """What :class:`Internals` reads on every call: the per-call state grpc makes for a call and
-    the servicer context over it, the request-call event and the call in it."""
-    try:
-        state = _server._RPCState()
-        rpc_event = object()
-        context = _server._Context(rpc_event, state, None)
-    except Exception as exc:
-        raise InternalsDiffer(f"grpc._server's per-call state cannot be made: {exc!r}") from None
-    missing = [name for name in _STATE_ATTRIBUTES if not hasattr(state, name)]
-    if missing:
-        raise InternalsDiffer(f"grpc._server._RPCState has no {', '.join(missing)}")
-    if getattr(context, "_state", None) is not state:
-        raise InternalsDiffer("grpc._server._Context keeps its call state elsewhere than _state")
-    if getattr(context, "_rpc_event", None) is not rpc_event:
-        raise InternalsDiffer("grpc._server._Context keeps its call elsewhere than _rpc_event")
+def _check_call(cygrpc: Any) -> None:
+    """What the serving loop reads of every call: the request-call event, its details and the
+    call in it."""
     for owner, attribute in (
         ("RequestCallEvent", "call"),
         ("RequestCallEvent", "call_details"),
+        ("RequestCallEvent", "invocation_metadata"),
         ("CallDetails", "method"),
+        ("CallDetails", "deadline"),
         ("Call", "start_server_batch"),
+        ("Call", "peer"),
     ):
         if not hasattr(getattr(cygrpc, owner, None), attribute):
             raise InternalsDiffer(f"grpc._cython.cygrpc.{owner}.{attribute} is missing")

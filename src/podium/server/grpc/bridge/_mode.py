@@ -8,7 +8,8 @@ checks stand between a grpcio upgrade and a broken or silently slower server:
    uses (microseconds);
 2. :func:`self_test` then serves a few real calls through the relay, on a private server on a
    loopback port with this loop behind it: a unary call with trailing metadata, an abort, a
-   response stream longer than the window, and a bidirectional stream. It proves that the
+   response stream longer than the window, and a bidirectional stream with trailing metadata
+   (every kind of call the relay's serving loop serves, :mod:`._serving`). It proves that the
    internals still behave as the relay expects, once, at start-up (tens of milliseconds); the
    calls the server then serves pay nothing for it.
 
@@ -172,6 +173,7 @@ async def _stream(request: bytes, context: Any) -> AsyncIterator[bytes]:
 async def _echo(requests: Any, context: Any) -> AsyncIterator[bytes]:
     async for request in requests:
         yield request
+    context.set_trailing_metadata((("x-self-test", "echo"),))
 
 
 _METHODS: dict[str, grpc.RpcMethodHandler] = {
@@ -210,8 +212,11 @@ def _calls(address: str, time_limit_s: float) -> None:
         items = list(channel.unary_stream(path + "Stream")(b"", timeout=left()))
         expect("Stream", items == [bytes([i]) for i in range(_STREAMED)], items)
         sent = [b"a", b"b", b"c"]
-        echoed = list(channel.stream_stream(path + "Echo")(iter(sent), timeout=left()))
+        echo = channel.stream_stream(path + "Echo")(iter(sent), timeout=left())
+        echoed = list(echo)
         expect("Echo", echoed == sent, echoed)
+        trailing = tuple(echo.trailing_metadata() or ())
+        expect("Echo", ("x-self-test", "echo") in trailing, trailing)
 
 
 def _said(exc: BaseException) -> str:

@@ -4,7 +4,8 @@ One sender thread (:class:`Sender`) ends relayed unary calls (:class:`Relay`) an
 sends of idle response streams (:class:`Outbox`); grpc's polling thread receives the messages of
 request streams (:class:`Inbox`, a buffer the handler reads with ``async for``)
 and starts each next send of a busy response stream. Both ways at most :data:`WINDOW` messages
-wait between the loop and grpc on one stream.
+wait between the loop and grpc on one stream. Each talks to grpc through the call's
+:class:`~._serving.ServedCall` (the serving loop's side of the call).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ._internals import Internals, unparsable
 
 if TYPE_CHECKING:
     from ._context import Call, Status
-    from ._serving import UnaryCall
+    from ._serving import ServedCall
 
 __all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Sender"]
 
@@ -50,16 +51,14 @@ class Failed:
         self.final = final
 
 
-def _serialize_failed(context: grpc.ServicerContext | UnaryCall) -> None:
+def _serialize_failed(context: ServedCall) -> None:
     # grpc's own words for an answer that does not serialize
     logger.exception("failed to serialize a gRPC response")
     context.set_code(grpc.StatusCode.INTERNAL)
     context.set_details("Failed to serialize response!")
 
 
-def _set_status(
-    context: grpc.ServicerContext | UnaryCall, status: Status, error: BaseException
-) -> None:
+def _set_status(context: ServedCall, status: Status, error: BaseException) -> None:
     code, details = status(error)
     context.set_code(code)
     context.set_details(details)
@@ -76,11 +75,11 @@ class Relay:
         self.render = render
         self.sender = sender
 
-    def finish(self, context: UnaryCall, result: Any, error: BaseException | None) -> None:
+    def finish(self, context: ServedCall, result: Any, error: BaseException | None) -> None:
         """On the loop: the handler has ended."""
         self.sender.queue.put((self.end, context, result, error))
 
-    def end(self, context: UnaryCall, result: Any, error: BaseException | None) -> None:
+    def end(self, context: ServedCall, result: Any, error: BaseException | None) -> None:
         """On the sender thread: end the call."""
         payload: bytes | None = None
         if error is None:
@@ -104,7 +103,7 @@ class Outbox:
     def __init__(
         self,
         call: Call,
-        context: grpc.ServicerContext,
+        context: ServedCall,
         render: Callable[[Any], bytes] | None,
         sender: Sender,
     ) -> None:
@@ -139,21 +138,21 @@ class Outbox:
                 self._busy = False
                 return
             item = self._queue.popleft()
-        internals = self.sender.internals
+        context = self.context
         if isinstance(item, _Ending):
             self._close()
             if item.error is not None:
-                _set_status(self.context, self.sender.status, item.error)
-            internals.send_status(self.context, None)
+                _set_status(context, self.sender.status, item.error)
+            context.send_status(None)
             return
         try:
             payload = item if self.render is None else self.render(item)
         except Exception:
             self._close()
-            _serialize_failed(self.context)
-            internals.send_status(self.context, None)
+            _serialize_failed(context)
+            context.send_status(None)
             return
-        if not internals.send(self.context, payload, self._sent):
+        if not context.send(payload, self._sent):
             self._close()  # the call is over: its handler is being cancelled
 
     def _sent(self, still_open: bool) -> None:
@@ -189,7 +188,7 @@ class Inbox:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        context: grpc.ServicerContext,
+        context: ServedCall,
         parse: Callable[[bytes], Any] | None,
         sender: Sender,
     ) -> None:
@@ -198,22 +197,22 @@ class Inbox:
         self._arrived: asyncio.Future[None] | None = None
         self._waiting = False
         self._context = context
-        self._parse = parse
+        self.parse = parse  # what the call parses each message with, before on_message
         self._sender = sender
         self._lock = threading.Lock()
         self._paused = False
 
     def receive(self) -> None:
         """Ask for the next message (grpc's polling thread, or the sender thread)."""
-        self._sender.internals.receive_next(
-            self._context, self._parse, self._on_message, self._on_end, self._on_unparsable
-        )
+        self._context.receive_next()
 
-    def _on_unparsable(self, exc: Exception) -> None:
+    # -- what the call hands over (grpc's polling thread, or at once in receive) -----------
+
+    def on_unparsable(self, exc: Exception) -> None:
         # The handler gets InvalidInput for this message, once, and may read on.
-        self._on_message(Failed(InvalidInput(unparsable(exc)), final=False))
+        self.on_message(Failed(InvalidInput(unparsable(exc)), final=False))
 
-    def _on_message(self, message: Any) -> None:
+    def on_message(self, message: Any) -> None:
         self._push(message)
         with self._lock:
             if len(self._buffer) >= WINDOW:
@@ -221,7 +220,7 @@ class Inbox:
                 return
         self.receive()
 
-    def _on_end(self, error: BaseException | None) -> None:
+    def on_end(self, error: BaseException | None) -> None:
         self._push(END if error is None else Failed(error, final=True))
 
     def _push(self, entry: Any) -> None:
