@@ -25,7 +25,7 @@ class _Log(AccessLog):
     def wants(self) -> bool:
         return True
 
-    def write(self, access: Access) -> None:
+    def write(self, access: Access, wanted: bool = False) -> None:
         self.lines_written.append(access)
 
 
