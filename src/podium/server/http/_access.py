@@ -272,7 +272,12 @@ class HttpAccess(Access):
         constant of the app's, so a new one is made)."""
         if message["type"] == "http.response.start":
             self.status = message["status"]
-            message["headers"] = _with_id(message.get("headers", ()), self.id, False)
+            headers: Any = message.get("headers", ())
+            for key, _ in headers:  # (a loop, not any() over a generator: cheaper)
+                if key.lower() == ID_HEADER:  # a model set one: ours only
+                    headers = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
+                    break
+            message["headers"] = [*headers, (ID_HEADER, self.id.encode())]
         elif self.counting:
             body = message.get("body")
             if body:
@@ -287,24 +292,9 @@ class HttpAccess(Access):
         self.status = status
         if self.counting and body:
             self.bytes_out += len(body)
-        _with_id(headers, self.id, True)
-        return self._send  # type: ignore[no-any-return]
-
-
-def _with_id(headers: Any, id: str, own: bool) -> list[tuple[bytes, bytes]]:
-    """A response's ``headers`` with the request's id as ``X-Request-ID`` (and no other: one a
-    model set is left out). ``own``: ``headers`` is a list of the caller's own, changed in
-    place; else a new list is made (it may be a constant of the app's)."""
-    for key, _ in headers:  # (a loop, not any() over a generator: cheaper)
-        if key.lower() == ID_HEADER:  # a model set one: ours only
-            kept = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
-            if own:
-                headers[:] = kept
-            else:
-                headers, own = kept, True
-            break
-    pair = (ID_HEADER, id.encode())
-    if not own:
-        return [*headers, pair]
-    headers.append(pair)
-    return headers  # type: ignore[no-any-return]
+        for key, _ in headers:  # (send's loop: the app's list is changed, not copied)
+            if key.lower() == ID_HEADER:
+                headers[:] = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
+                break
+        headers.append((ID_HEADER, self.id.encode()))
+        return self._send
