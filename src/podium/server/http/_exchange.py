@@ -116,14 +116,11 @@ class Exchange:
         if self._counted is not None:
             self._counted.bytes_in += size
         if self._size > self._limit:
-            raise self._too_large()
+            raise PayloadTooLarge(
+                f"request body exceeds the limit of {self._limit} bytes (--max-request-size)"
+            )
         if chunk:
             self._chunks.append(chunk)
-
-    def _too_large(self) -> PayloadTooLarge:
-        return PayloadTooLarge(
-            f"request body exceeds the limit of {self._limit} bytes (--max-request-size)"
-        )
 
     async def body(self) -> bytes:
         """The whole body, read once; ``PayloadTooLarge`` past the limit."""
@@ -137,16 +134,7 @@ class Exchange:
                 if message["type"] == "http.disconnect":
                     self._lost()
                     raise asyncio.CancelledError
-                chunk = message.get("body", b"")
-                # (_add's work, without its call: the one reader of nearly every body)
-                size = len(chunk)
-                self._size += size
-                if self._counted is not None:
-                    self._counted.bytes_in += size
-                if self._size > self._limit:
-                    raise self._too_large()
-                if chunk:
-                    self._chunks.append(chunk)
+                self._add(message.get("body", b""))
                 self._body_done = not message.get("more_body", False)
         else:
             while not self._body_done:
