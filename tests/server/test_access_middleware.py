@@ -25,7 +25,7 @@ class _Log(AccessLog):
     def wants(self) -> bool:
         return True
 
-    def write(self, access: Access) -> None:
+    def write(self, access: Access, wanted: bool = False) -> None:
         self.lines_written.append(access)
 
 
@@ -164,3 +164,62 @@ async def test_a_written_access_holds_nothing_of_the_requests_connection() -> No
         (200, 3, 2),
         (400, 0, 0),  # (refused before the app: its bytes are not counted)
     ]
+
+
+async def test_a_whole_response_sent_to_the_accesss_own_send_is_what_its_wrappers_would_send() -> (
+    None
+):
+    """``send_body`` given the access middleware's own ``send`` has the access do its part once
+    (``HttpAccess.whole``) and sends to the server's ``send``; through any other wrapper it goes
+    message by message through the access's ``send``. Both send the same messages, with one
+    ``X-Request-ID`` (ours: a model's is left out), and note the same status and bytes."""
+    from podium.server.http._responses import JSON, send_body
+
+    log = _Log(True)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] == "/wrapped":  # another wrapper between (as CORS or gzip would be)
+            inner = send
+
+            async def send(message: dict[str, Any]) -> None:
+                await inner(message)
+
+        model = {"X-Request-ID": "the-models", "x-custom": "1"} if scope["path"] != "/" else None
+        await send_body(send, 201, JSON, b"abcd", model)
+
+    middleware = AccessMiddleware(app, log=log, ids=RequestIds(), routes=INFERENCE_ROUTES)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    sent: dict[str, list[dict[str, Any]]] = {}
+    for path in ("/", "/own", "/wrapped"):
+        messages = sent[path] = []
+
+        async def send(message: dict[str, Any], messages: list[Any] = messages) -> None:
+            messages.append(message)
+
+        headers = [(b"x-request-id", b"client-1")]
+        scope = {"type": "http", "method": "POST", "path": path, "client": None}
+        await middleware({**scope, "headers": headers}, receive, send)
+    assert sent["/own"] == sent["/wrapped"]
+    assert sent["/own"] == [
+        {
+            "type": "http.response.start",
+            "status": 201,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"x-custom", b"1"),
+                (b"content-length", b"4"),
+                (b"x-request-id", b"client-1"),
+            ],
+        },
+        {"type": "http.response.body", "body": b"abcd"},
+    ]
+    assert sent["/"][0]["headers"] == [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"4"),
+        (b"x-request-id", b"client-1"),
+    ]
+    assert JSON == [(b"content-type", b"application/json")]  # the constant is left alone
+    assert [(line.status, line.bytes_out) for line in log.lines_written] == [(201, 4)] * 3

@@ -43,6 +43,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         HOOKED.append(hook)
         hook.callback = lambda: LEFT.append(scope["path"])
         await asyncio.Event().wait()
+    if scope["path"] == "/task":  # its LostHook names the task serving it
+        ours = scope[_limits.LOST_HOOK].task is asyncio.current_task()
+        await receive()
+        body = b"yes" if ours else b"no"
+        headers = [(b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
     if scope["path"] == "/late":
         await asyncio.sleep(1.5)
     elif scope["path"] == "/gated":
@@ -434,6 +442,17 @@ async def test_a_lost_connection_calls_its_requests_lost_hook_once() -> None:
         await shut(writer)
         await asyncio.sleep(0.1)
         assert LEFT == ["/hooked"]
+
+
+@pytest.mark.anyio
+async def test_a_requests_lost_hook_carries_the_task_serving_it() -> None:
+    """The task the protocol started for each request, pipelined ones too (started when the
+    response before them completes): what ``Exchange.watch`` cancels when the client leaves."""
+    async with serving() as (_, port):
+        reader, writer = await connect(port)
+        writer.write(b"GET /task HTTP/1.1\r\nHost: t\r\n\r\n" * 3)  # pipelined
+        assert [await response(reader) for _ in range(3)] == [(200, b"yes")] * 3
+        await shut(writer)
 
 
 @pytest.mark.anyio

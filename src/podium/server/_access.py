@@ -358,11 +358,12 @@ class AccessLog:
         """Whether a line would be written now (the switch and the logger's level)."""
         return self.enabled and self.logger.isEnabledFor(logging.INFO)
 
-    def write(self, access: Access) -> None:
+    def write(self, access: Access, wanted: bool = False) -> None:
         """The line of a request that has ended (:meth:`Access.ended`), if :meth:`wants`: by the
         log's thread, else at the end of this turn of the event loop on its thread, else at
-        once."""
-        if not self.enabled or not self.logger.isEnabledFor(logging.INFO):
+        once. ``wanted``: :meth:`wants` said yes as the request began (its front end asked
+        then, to count its bytes), and is not asked again."""
+        if not wanted and (not self.enabled or not self.logger.isEnabledFor(logging.INFO)):
             return
         if self._add is not None and _thread_id() == self._thread:
             self._add(access)

@@ -223,6 +223,10 @@ class LostHook:
     #: set on the instance while the application waits; a class default, so that making the
     #: hook of every request runs no ``__init__``
     callback: Callable[[], None] | None = None
+    #: the task the connection started to serve the request (``_start_asgi_task``), in which
+    #: the listener's app (pure ASGI, Podium's own) serves it: an application that waits for
+    #: the client to leave (``Exchange.watch``) need not look it up
+    task: asyncio.Task[None] | None = None
 
 
 class _GuardedProtocol(HttpToolsProtocol):
@@ -380,6 +384,18 @@ class _GuardedProtocol(HttpToolsProtocol):
                 self._hooks = [hook]
             else:
                 self._hooks.append(hook)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """uvicorn's, with the task noted on the request's ``LostHook`` (its ``task``)."""
+        if self.config.reset_contextvars:  # (uvicorn's opt-in empty context: its own way)
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        hook = cycle.scope.get(LOST_HOOK)
+        if hook is not None:
+            hook.task = task
 
     def on_response_complete(self) -> None:
         # uvicorn's, but for the keep-alive timer. uvicorn makes a timer at every response and

@@ -44,7 +44,6 @@ from .._access import (
     printable,
 )
 from .._asgi import ASGIApp, Message, Receive, Scope, Send
-from ._responses import send_error
 from ._routing import Route, RouteTable
 
 __all__ = ["AccessMiddleware", "HttpAccess"]
@@ -135,6 +134,8 @@ class AccessMiddleware:
                 for key, value in asks:
                     ask_of_queue(access, key, value)
             except InvalidInput as exc:
+                from ._responses import send_error  # (which imports this module: see send_body)
+
                 token = current_request.set(access)
                 try:
                     await send_error(access.send, exc)
@@ -166,12 +167,12 @@ class AccessMiddleware:
             if access.span is not None:
                 self._finish(scope, access)
             elif counting:
-                # the rest of the line (route, path, peer) is made with the line, at the end
-                # of the loop's turn (AccessLog.write)
-                access.ended()
+                # the rest of the line (route, path, peer) is made with the line, by the log's
+                # thread (AccessLog.write; wants() was asked as the request began)
+                access.end = _now()  # (Access.ended, without its call)
                 access.context = scope
                 access.describe = self._describe
-                self.log.write(access)
+                self.log.write(access, True)
 
     def _describe(self, access: Access) -> Route | None:
         """What the line says of the request (its scope is ``access.context``); its route."""
@@ -282,3 +283,18 @@ class HttpAccess(Access):
             if body:
                 self.bytes_out += len(body)
         return self._send(message)
+
+    def whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> Send:
+        """The server's ``send``, for a whole response the app is about to send in two messages
+        (``_responses.send_body``): what :meth:`send` does to them, done here at once, with no
+        call of :meth:`send` per message: the status noted, the body's bytes counted, and the
+        id added to ``headers`` (a list the app made for this response: changed in place)."""
+        self.status = status
+        if self.counting and body:
+            self.bytes_out += len(body)
+        for key, _ in headers:  # (send's loop: the app's list is changed, not copied)
+            if key.lower() == ID_HEADER:
+                headers[:] = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
+                break
+        headers.append((ID_HEADER, self.id.encode()))
+        return self._send

@@ -167,13 +167,16 @@ class Exchange:
         completes without ever yielding to the loop (a fast async model) never pays for a task
         it cannot use.
         """
-        loop = self._loop = running_loop()  # (no getpid: see running_loop)
-        self._task = asyncio.current_task(loop)  # (with the loop: no second look-up)
         hook = self.scope.get(LOST_HOOK)
         if hook is not None and self._body_done and self._watcher is None:
+            # the task serving the request, as the connection started it: no look-up
+            task = hook.task
+            self._task = task if task is not None else asyncio.current_task(running_loop())
             self._hook = hook
             hook.callback = self._lost
             return
+        loop = self._loop = running_loop()  # (no getpid: see running_loop)
+        self._task = asyncio.current_task(loop)  # (with the loop: no second look-up)
         self._pending = loop.call_soon(self._start_watcher)
 
     def _start_watcher(self) -> None:

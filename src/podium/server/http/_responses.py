@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
+from types import MethodType
 from typing import Any
 
 import msgspec
@@ -15,6 +16,7 @@ from ...types import Reply
 from .._asgi import Send
 from .._headers import Headers, http_headers
 from .._ts_errors import torchserve_error
+from ._access import HttpAccess
 
 logger = logging.getLogger("podium.http")
 
@@ -56,6 +58,10 @@ async def send_body(
         headers = [*headers, *http_headers(model_headers), length]
     else:
         headers = [*headers, length]
+    if type(send) is MethodType and type(send.__self__) is HttpAccess:
+        # the access middleware's own send (no other wrapper between): its part is done once
+        # for both messages, on the list just made, and they go to the server's send
+        send = send.__self__.whole(status, headers, body)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -31,7 +31,7 @@ when its status is 300 or more.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import (
@@ -317,22 +317,22 @@ def _with_error_headers(send: Send) -> Send:
     return sending
 
 
-async def _answer_value(
+def _answer_value(
     ex: Exchange, send: Send, value: Any, binary: bool, extra: Headers | None
-) -> None:
+) -> Awaitable[None]:
     """One whole answer: a ``Response`` as it is, a ``Reply`` as its handler set it, else
-    Truss's JSON (or MessagePack, when the request was)."""
+    Truss's JSON (or MessagePack, when the request was). What sends it, to be awaited (not a
+    coroutine of its own: one level fewer per answer)."""
     if is_response(value):
         if value.status_code >= 300:
             send = _with_error_headers(send)
-        await value(ex.scope, ex.app_receive, send)
-    elif isinstance(value, Reply):
-        await _responses.send_reply(send, value)
-    elif binary:
+        return value(ex.scope, ex.app_receive, send)
+    if isinstance(value, Reply):
+        return _responses.send_reply(send, value)
+    if binary:
         body = value if isinstance(value, bytes) else _truss_wire.encode_msgpack(value)
-        await send_body(send, 200, OCTETS, body, extra)
-    else:
-        await send_body(send, 200, JSON, _truss_wire.encode_json(value), extra)
+        return send_body(send, 200, OCTETS, body, extra)
+    return send_body(send, 200, JSON, _truss_wire.encode_json(value), extra)
 
 
 def _gathers(ex: Exchange) -> bool:
