@@ -20,6 +20,7 @@ from conftest import run_server
 
 from podium import sched
 from podium.model._threads import CallThreads
+from podium.server._access_thread import LineThread
 
 BATCH = getattr(os, "SCHED_BATCH", None)
 pytestmark = pytest.mark.skipif(
@@ -169,3 +170,14 @@ def test_podium_serve_runs_its_hand_off_threads_under_sched_batch(tmp_path: Path
     batched = sum(p == BATCH for _, p in threads.values())
     # on: the model's thread, the relay's serving and sender threads, grpc's, at least
     assert batched >= len(engine) + 3 if on else batched == 0
+
+
+def test_the_access_logs_writer_keeps_the_default_policy(sched_on: None) -> None:
+    """It wakes on its own clock to write many lines at once: under SCHED_BATCH it held the GIL
+    in longer runs and lengthened the requests' tail (bench/RESULTS.md §61)."""
+    policies: list[int] = []
+    lines = LineThread(lambda batch: policies.append(policy()))
+    lines.put(["a"])
+    assert lines.flush()
+    lines.close()
+    assert policies and BATCH not in policies

@@ -383,9 +383,9 @@ _TABLE = (
     Setting("threads", _I, 64, _SERVING, minimum=1,
             help="Threads for sync model code"),
     Setting("sched_batch", _F, True, _SERVING, negatable=True,
-            help="Run the threads Podium hands work to (sync model code, gRPC's I/O and relay, the "
-            "access log's writer) under Linux's SCHED_BATCH: woken, they wait for the event loop "
-            "to block instead of preempting it for the GIL it holds"),
+            help="Run the threads Podium hands calls to (sync model code, gRPC's I/O and relay) "
+            "under Linux's SCHED_BATCH: woken, they wait for the event loop to block instead of "
+            "preempting it for the GIL it holds"),
     Setting("keep_running", _F, False, _SERVING,
             help="Serving one truss whose model cannot load: stay up (not ready, the reason in "
             "readiness and the log) instead of exiting 1 as Truss's server does"),

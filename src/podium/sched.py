@@ -16,9 +16,11 @@ once. Only where the CPUs are all busy does a woken thread wait for a slice boun
 cutting in.
 
 It is on by default (``--sched-batch``, ``--no-sched-batch`` to leave every thread alone) and
-applies only to threads Podium hands work to: the model threads, the gRPC bridge's threads and
-grpc's own I/O threads, the access log's writer. The event loop's thread keeps the default
-policy. A new thread takes its creator's: those a model starts while it loads or predicts (a
+applies only to threads Podium hands calls to: the model threads, the gRPC bridge's threads and
+grpc's own I/O threads. The event loop's thread keeps the default policy, and so does the access
+log's writer: it wakes on its own clock to write many lines at once, and made to wait for a
+busy loop it took the GIL in longer runs, which lengthened the requests' tail (bench/RESULTS.md
+§61). A new thread takes its creator's: those a model starts while it loads or predicts (a
 framework's compute pool) run under ``SCHED_BATCH`` too, the policy meant for such threads; those
 started from the loop do not. The choice reaches worker processes through :data:`ENV`. Elsewhere than Linux (no ``SCHED_BATCH``) every function here does nothing.
 """

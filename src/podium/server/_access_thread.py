@@ -30,8 +30,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import sched
-
 __all__ = ["MAX_QUEUED_LINES", "LineThread"]
 
 #: The most access lines waiting for the thread; past it, lines are dropped and counted.
@@ -141,7 +139,6 @@ class LineThread:
                 self._thread = thread
 
     def _run(self) -> None:
-        sched.batch_this_thread()  # its writes can wait for the loop to block (sched.py)
         wake = self._wake
         while True:
             wake.wait(self.interval)
