@@ -354,6 +354,30 @@ def _num(value: float) -> str:
     return "—" if value != value else f"{value:,.0f}"
 
 
+def _ratios(
+    medians: dict[tuple[str, str, int], tuple[float, float, float]],
+    args: argparse.Namespace,
+    other: str,
+    title: str,
+) -> list[str]:
+    """The table of Podium's medians against ``other``'s, per protocol and concurrency."""
+    lines = [
+        "",
+        f"| protocol | concurrency | {title}, infer/s | p50: {other} / podium | "
+        f"p99: {other} / podium |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for protocol in args.protocols:
+        for concurrency in args.concurrency:
+            pt, p50p, p99p = medians[("podium", protocol, concurrency)]
+            ot, p50o, p99o = medians[(other, protocol, concurrency)]
+            lines.append(
+                f"| {protocol} | {concurrency} | {pt / ot:.2f}× | {p50o / p50p:.2f}× | "
+                f"{p99o / p99p:.2f}× |"
+            )
+    return lines
+
+
 def report(
     results: dict[tuple[str, str, int], list[Measured]],
     args: argparse.Namespace,
@@ -420,34 +444,9 @@ def report(
                     + " |"
                 )
     if {"podium", "podium-base"} <= set(args.only):
-        lines += [
-            "",
-            f"| protocol | concurrency | this tree / base ({args.base_src}), infer/s | "
-            "p99: base / this tree |",
-            "|---|---:|---:|---:|",
-        ]
-        for protocol in args.protocols:
-            for concurrency in args.concurrency:
-                pt, _, p99p = medians[("podium", protocol, concurrency)]
-                bt, _, p99b = medians[("podium-base", protocol, concurrency)]
-                lines.append(
-                    f"| {protocol} | {concurrency} | {pt / bt:.2f}× | {p99b / p99p:.2f}× |"
-                )
+        lines += _ratios(medians, args, "podium-base", f"this tree / base ({args.base_src})")
     if set(SERVERS) <= set(args.only):
-        lines += [
-            "",
-            "| protocol | concurrency | Podium / Triton, infer/s | p50: Triton / Podium | "
-            "p99: Triton / Podium |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for protocol in args.protocols:
-            for concurrency in args.concurrency:
-                pt, p50p, p99p = medians[("podium", protocol, concurrency)]
-                tt, p50t, p99t = medians[("triton", protocol, concurrency)]
-                lines.append(
-                    f"| {protocol} | {concurrency} | {pt / tt:.2f}× | {p50t / p50p:.2f}× | "
-                    f"{p99t / p99p:.2f}× |"
-                )
+        lines += _ratios(medians, args, "triton", "Podium / Triton")
     lines += [
         "",
         "server µs: the server's own time per request (queue + compute) from its statistics "
