@@ -48,8 +48,8 @@ GRPC_THREADS = ("event_engine", "lifeguard")
 
 _POLICY: int | None = getattr(os, "SCHED_BATCH", None)
 _enabled = os.environ.get(ENV, "1") != "0"
-#: threads of this process already moved by :func:`batch_named_threads` (by native id)
-_moved: set[int] = set()
+#: threads of this process :func:`batch_named_threads` has looked at (by native id), moved or not
+_seen: set[int] = set()
 _lock = threading.Lock()
 
 
@@ -86,28 +86,25 @@ def batch_this_thread() -> bool:
 def batch_named_threads(prefixes: tuple[str, ...]) -> int:
     """Put this process's threads whose OS names start with one of ``prefixes`` under
     ``SCHED_BATCH``: threads a library starts and names, which Podium cannot reach at their
-    start (grpc's ``event_engine`` threads). Each thread is looked at once; returns how many
-    were moved this time. Threads they start later take their policy from them."""
+    start (grpc's ``event_engine`` threads). Each thread's name is read once (a call that finds
+    no new thread costs one directory listing); returns how many were moved this time. Threads
+    they start later take their policy from them."""
     if not enabled():
         return 0
     try:
-        tids = os.listdir("/proc/self/task")
+        tids = {int(entry) for entry in os.listdir("/proc/self/task")}
     except OSError:
         return 0
     moved = 0
     with _lock:
-        for entry in tids:
-            tid = int(entry)
-            if tid in _moved:
-                continue
+        for tid in tids - _seen:
             try:
-                with open(f"/proc/self/task/{entry}/comm", encoding="utf-8") as file:
+                with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as file:
                     name = file.read()
             except OSError:  # it has just ended
                 continue
             if name.startswith(prefixes) and _set(tid):
-                _moved.add(tid)
                 moved += 1
-        # forget threads that have ended (a new thread may get an old id)
-        _moved.intersection_update(int(entry) for entry in tids)
+        _seen.clear()  # those that ended are forgotten: a new thread may get an old id
+        _seen.update(tids)
     return moved
