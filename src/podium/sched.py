@@ -22,7 +22,8 @@ log's writer: it wakes on its own clock to write many lines at once, and made to
 busy loop it took the GIL in longer runs, which lengthened the requests' tail (bench/RESULTS.md
 §61). A new thread takes its creator's: those a model starts while it loads or predicts (a
 framework's compute pool) run under ``SCHED_BATCH`` too, the policy meant for such threads; those
-started from the loop do not. The choice reaches worker processes through :data:`ENV`. Elsewhere than Linux (no ``SCHED_BATCH``) every function here does nothing.
+started from the loop do not. The choice reaches worker processes through :data:`ENV`.
+Elsewhere than Linux (no ``SCHED_BATCH``) every function here does nothing.
 """
 
 from __future__ import annotations

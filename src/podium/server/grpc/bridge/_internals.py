@@ -137,8 +137,8 @@ def load(server_module: Any = None, cygrpc: Any = None) -> Internals:
 
     Checks every name :class:`Internals` uses and every function's parameters, the attributes
     the serving loop reads of a call (cygrpc's request-call event and call), then makes a server
-    state the way grpc does and checks the attributes the serving loop uses. Raises :class:`InternalsDiffer` naming the first
-    difference. It does not prove that they still behave the same: the bridge's self-test
+    state the way grpc does and checks the attributes the serving loop uses. Raises
+    :class:`InternalsDiffer` naming the first difference. It does not prove that they still behave the same: the bridge's self-test
     (:func:`~._mode.check`) does, with real calls.
     """
     if server_module is None or cygrpc is None:
