@@ -676,7 +676,9 @@ class StreamHandlers:
                 yield ModelInferResponse(id=str(i))
                 i += 1
                 await asyncio.sleep(0.001)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # cancelled in its sleep, or closed at its yield: the call ended while its answer
+            # was being written (where grpc.aio's task was when cancelled), and nothing resumes it
             self.cancelled.set()
             raise
 
