@@ -356,16 +356,20 @@ def _count(
     with _under_callgrind(src, argv) as (server, out, errors):
         pid = str(server.pid)
         deadline = time.monotonic() + 600
-        while True:
-            _check_running(server, errors)
-            try:
-                sock = socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        with sock:
+
+        def connect() -> socket.socket:
+            while True:
+                _check_running(server, errors)
+                try:
+                    return socket.create_connection(("127.0.0.1", ports[0]), timeout=120)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+
+        sock = connect()
+        with contextlib.ExitStack() as closing:
+            closing.callback(lambda: sock.close())
             message = _request(path, body)
             pending = bytearray()
 
@@ -386,9 +390,13 @@ def _count(
                     return _batches(_read_response(own, bytearray())[1])
 
             while True:  # the model may still be loading: wait for the first 200
-                sock.sendall(message)
-                if _read_response(sock, pending)[0] == 200:
-                    break
+                try:
+                    sock.sendall(message)
+                    if _read_response(sock, pending)[0] == 200:
+                        break
+                except OSError:  # closed while it starts (an answer before it is ready)
+                    sock.close()
+                    sock, pending = connect(), bytearray()
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{path} never answered 200")
                 time.sleep(0.5)
