@@ -82,9 +82,7 @@ class InFlight:
 
     # -- per call ---------------------------------------------------------------------------
 
-    def enter(
-        self, call: Call, task: asyncio.Task[Any] | None = None
-    ) -> asyncio.Task[Any] | None:
+    def enter(self, call: Call, task: asyncio.Task[Any] | None = None) -> asyncio.Task[Any] | None:
         """Register ``call`` under the current task; the task (for :meth:`leave`), or None when
         that task already runs a call (the outer one stands for both). ``ShuttingDown`` once
         the grace is over. ``task``: the current task, where the caller knows it (the HTTP
