@@ -220,6 +220,35 @@ async def test_a_filling_batch_sets_one_timer_and_arrivals_do_not_wake_the_colle
 
 
 @pytest.mark.anyio
+async def test_arrivals_before_the_woken_collector_runs_wake_it_once() -> None:
+    # A server reads a tick's worth of requests, each to add(), before the collector it woke
+    # runs: the first one wakes it (an idle collector; then the one that fills the batch), the
+    # others find that wake-up pending and add nothing to it.
+    h = Harness(size=4)
+    try:
+        await h.settle()  # the collector waits for a first request
+        wakes = 0
+        arrived = h.collector._arrived
+        set_event = arrived.set
+
+        def counted_set() -> None:
+            nonlocal wakes
+            wakes += 1
+            set_event()
+
+        arrived.set = counted_set  # type: ignore[method-assign]
+        pending = h.add(1, 2, 3)  # in one tick: one wake-up
+        assert wakes == 1
+        await h.settle()  # it waits for the batch to fill (one timer)
+        pending += h.add(4, 5, 6, 7, 8)  # 4 fills it: one more; 5 to 8, the next batch, none
+        assert wakes == 2
+        assert await results(pending) == [2, 4, 6, 8, 10, 12, 14, 16]
+        assert h.batches == [[1, 2, 3, 4], [5, 6, 7, 8]] and wakes == 2
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
 async def test_a_request_joins_without_asking_for_the_running_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
