@@ -134,6 +134,20 @@ class Harness:
             await asyncio.sleep(0)
 
 
+def count_wakes(collector: BatchCollector[str]) -> list[int]:
+    """A one-item list that counts the collector's wake-ups (its event's ``set``) from now on."""
+    wakes = [0]
+    arrived = collector._arrived
+    set_event = arrived.set
+
+    def counted_set() -> None:
+        wakes[0] += 1
+        set_event()
+
+    arrived.set = counted_set  # type: ignore[method-assign]
+    return wakes
+
+
 async def results(pending: list[Pending]) -> list[Any]:
     async with asyncio.timeout(2):
         return list(await asyncio.gather(*(p.future for p in pending), return_exceptions=True))
@@ -198,23 +212,34 @@ async def test_a_filling_batch_sets_one_timer_and_arrivals_do_not_wake_the_colle
     try:
         pending = h.add(1)
         await h.settle()
-        wakes = 0
-        arrived = h.collector._arrived
-        set_event = arrived.set
-
-        def counted_set() -> None:
-            nonlocal wakes
-            wakes += 1
-            set_event()
-
-        arrived.set = counted_set  # type: ignore[method-assign]
+        wakes = count_wakes(h.collector)
         for x in (2, 3):
             pending += h.add(x)
             await h.settle()
-        assert h.batches == [] and wakes == 0 and h.clock.timers_set == 1
+        assert h.batches == [] and wakes == [0] and h.clock.timers_set == 1
         pending += h.add(4)  # the one that fills the batch wakes it, before the delay
         assert await results(pending) == [2, 4, 6, 8]
-        assert wakes == 1 and h.clock.timers_set == 1 and h.clock.pending == 0
+        assert wakes == [1] and h.clock.timers_set == 1 and h.clock.pending == 0
+    finally:
+        await h.tasks.cancel()
+
+
+@pytest.mark.anyio
+async def test_arrivals_before_the_woken_collector_runs_wake_it_once() -> None:
+    # A server reads a tick's worth of requests, each to add(), before the collector it woke
+    # runs: the first one wakes it (an idle collector; then the one that fills the batch), the
+    # others find that wake-up pending and add nothing to it.
+    h = Harness(size=4)
+    try:
+        await h.settle()  # the collector waits for a first request
+        wakes = count_wakes(h.collector)
+        pending = h.add(1, 2, 3)  # in one tick: one wake-up
+        assert wakes == [1]
+        await h.settle()  # it waits for the batch to fill (one timer)
+        pending += h.add(4, 5, 6, 7, 8)  # 4 fills it: one more; 5 to 8, the next batch, none
+        assert wakes == [2]
+        assert await results(pending) == [2, 4, 6, 8, 10, 12, 14, 16]
+        assert h.batches == [[1, 2, 3, 4], [5, 6, 7, 8]] and wakes == [2]
     finally:
         await h.tasks.cancel()
 

@@ -21,7 +21,8 @@ gets its own item, or every request the batch's error.
 
 What each request pays is kept to what it must: an arrival wakes the collector only when it
 completes what the collector waits for (the first request, or a full batch; the delay has one
-timer per batch), the queue is counted only when it may hold a full batch, a request's
+timer per batch), and once: the arrivals before the woken collector runs find that wake-up
+pending (a server reads several requests in one turn of its loop), the queue is counted only when it may hold a full batch, a request's
 deadline is looked at only once some request had one, and its future is made on the loop the
 collector learned when it started (no ``get_running_loop``, a system call on CPython 3.11).
 Whether a running batch's clients have all left is asked only when one leaves: the owner's
@@ -41,6 +42,8 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 from .. import tracing
 from ..errors import QueueFull, QueueTimeout
 from ..model import check_results
@@ -54,41 +57,34 @@ __all__ = ["BatchCollector", "Pending"]
 
 S = TypeVar("S")  # a slot: what ``acquire`` returns and ``run`` runs a batch on (a worker)
 
+#: ``_wake_at`` while no arrival is to wake the collector
+_NEVER = 1 << 62
 
-class Pending:
+
+class Pending(msgspec.Struct, eq=False):
     """One request in a batch queue: what it runs with, and its answer (``future``).
 
     ``tag`` is the owner's (a sequence's Context); ``task`` is the batch it runs in once its
     batch closed; ``slot`` is where it ran, once answered;
-    ``trace``: where its span was when it joined, while tracing is on (``podium.tracing``).
+    ``trace``: where its span was when it joined, while tracing is on (``podium.tracing``);
+    ``deadline``: when it must have left the queue, on the collector's clock (``max_wait``);
+    ``level``: its priority level (1 the highest), with ``priority`` levels.
+
+    A msgspec struct (fields in slots, compared by identity: ``eq=False``), not a class with
+    an ``__init__``: every request makes one, and a struct is made in C, with its defaults,
+    without a Python frame (bench/RESULTS.md §67).
     """
 
-    __slots__ = (
-        "inputs",
-        "request",
-        "tag",
-        "future",
-        "arrived",
-        "task",
-        "slot",
-        "trace",
-        "deadline",
-        "level",
-    )
-
-    def __init__(
-        self, inputs: Any, request: Any, tag: Any, future: asyncio.Future[Any], arrived: float
-    ) -> None:
-        self.inputs = inputs
-        self.request = request
-        self.tag = tag
-        self.future = future
-        self.arrived = arrived
-        self.task: asyncio.Task[None] | None = None
-        self.slot: Any = None
-        self.trace: Any = None
-        self.deadline: float | None = None  # on the collector's clock (max_wait)
-        self.level = 1  # its priority level (1 the highest), with ``priority`` levels
+    inputs: Any
+    request: Any
+    tag: Any
+    future: asyncio.Future[Any]
+    arrived: float
+    task: asyncio.Task[None] | None = None
+    slot: Any = None
+    trace: Any = None
+    deadline: float | None = None
+    level: int = 1
 
 
 def _fail(batch: Iterable[Pending], error: Callable[[Pending], BaseException]) -> None:
@@ -210,8 +206,10 @@ class BatchCollector(Generic[S]):
     def add(self, inputs: Any, request: Any, tag: Any = None) -> Pending:
         """Queue one request; its answer is ``.future``. ``QueueFull`` past ``limit``."""
         queue = self._queue
-        if self._limit is not None and self.queued >= self._limit:
-            raise QueueFull.of(self._model, self.queued, self._limit)
+        if self._limit is not None:
+            queued = len(queue) + len(self._ahead) + self._placed_n  # (``queued``, inline)
+            if queued >= self._limit:
+                raise QueueFull.of(self._model, queued, self._limit)
         loop = self._loop
         if loop is None:  # the first request starts the collector (if its owner did not)
             self.start()
@@ -232,6 +230,10 @@ class BatchCollector(Generic[S]):
             pending.trace = hooks.waiting()
         queue.append(pending)
         if len(queue) >= self._wake_at:
+            # One wake-up for the arrivals before the collector runs (a server reads a tick's
+            # worth of requests, each to this point, before the woken collector's turn): the
+            # collector sets ``_wake_at`` again before it waits again.
+            self._wake_at = _NEVER
             self._arrived.set()
         return pending
 
@@ -275,7 +277,6 @@ class BatchCollector(Generic[S]):
     async def _collect(self) -> None:
         clock = self._clock
         arrived = self._arrived
-        never = 1 << 62
         while True:
             while not self._waiting():
                 arrived.clear()
@@ -305,7 +306,7 @@ class BatchCollector(Generic[S]):
                     self._wake_at = self._size
                     await arrived.wait()
             finally:
-                self._wake_at = never
+                self._wake_at = _NEVER
                 if timer is not None:
                     timer.cancel()
             batch: list[Pending] = []

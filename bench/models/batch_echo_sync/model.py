@@ -1,0 +1,1 @@
+../echo_sync/model.py
