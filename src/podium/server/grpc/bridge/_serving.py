@@ -244,7 +244,8 @@ class ServedCall:
         """Ask for the next message of a request stream, for its inbox: its ``on_message``
         (parsed), ``on_unparsable``, or ``on_end`` (None when the client has closed its side,
         ``asyncio.CancelledError()`` when the call is over) runs when it comes, on grpc's
-        polling thread, or at once here (any thread but the loop's)."""
+        polling thread, or at once here (the sender's thread, the serving loop's, or, on one
+        CPU, the loop's while it is not waiting for a message)."""
         internals = self.internals
         with self.lock:
             inbox = self.inbox
@@ -362,9 +363,10 @@ class ServedCall:
 class Serving:
     """The serving loop of one ``grpc.server`` (see the module's docstring)."""
 
-    def __init__(self, server: grpc.Server, internals: Internals) -> None:
+    def __init__(self, server: grpc.Server, internals: Internals, sender: Sender) -> None:
         self.state = server._state
         self.internals = internals
+        self.sender = sender  # what the loop hands on runs here between polls, if it can
         #: Relayed methods by name, and names grpc serves itself (none of Podium's); only names
         #: a handler was found for are remembered, never a client's unknown ones.
         self.methods: dict[bytes, Method | None] = {}
@@ -403,28 +405,40 @@ class Serving:
 
     def run(self) -> None:
         sched.batch_this_thread()  # woken by grpc's threads, it needs the GIL (sched.py)
-        internals, state = self.internals, self.state
+        internals, state, sender = self.internals, self.state, self.sender
         queue, request_tag, timeout = state.completion_queue, internals.request_tag, internals.idle
-        while True:
-            event = queue.poll(time.time() + timeout)
-            if state.server_deallocated:
-                internals.begin_shutdown(state)
-            if event.completion_type == internals.queue_timeout:  # idle for a second
-                sched.batch_named_threads(sched.GRPC_THREADS)  # any grpc started since
-            elif event.tag is request_tag:
-                if not self.arrived(event):
+        try:
+            while True:
+                # What the loop handed on while this thread was awake is run now, with no
+                # thread woken for it. From here on, what it hands on wakes the sender's thread
+                # (or runs at once, on one CPU): Sender.put reads ``polling`` after queueing,
+                # so this run or that one sees each item.
+                sender.polling = True
+                sender.run_queued()
+                event = queue.poll(time.time() + timeout)
+                sender.polling = False
+                if state.server_deallocated:
+                    internals.begin_shutdown(state)
+                if event.completion_type == internals.queue_timeout:  # idle for a second
+                    sched.batch_named_threads(sched.GRPC_THREADS)  # any grpc started since
+                elif event.tag is request_tag:
+                    if not self.arrived(event):
+                        return
+                elif not internals.process(state, event):
                     return
-            elif not internals.process(state, event):
-                return
-            # Drop the event before polling again, as grpc does: one that holds a shut-down
-            # call would make the next poll spin.
-            event = None
+                # Drop the event before polling again, as grpc does: one that holds a
+                # shut-down call would make the next poll spin.
+                event = None
+        finally:
+            sender.polling = True  # no more polls: the sender's thread runs what comes
+            sender.run_queued()
 
 
-def start(server: grpc.Server, internals: Internals) -> Serving:
+def start(server: grpc.Server, internals: Internals, sender: Sender) -> Serving:
     """Start ``server`` (a ``grpc.server``) served by this module's loop, as grpc's ``start``
-    would with its own: raises ``ValueError`` if it is started already."""
-    serving = Serving(server, internals)
+    would with its own, running ``sender``'s work between its polls: raises ``ValueError`` if
+    it is started already."""
+    serving = Serving(server, internals, sender)
     state = server._state
     if state.interceptor_pipeline is not None or state.maximum_concurrent_rpcs is not None:
         # grpc would apply them to every call: a relayed call never reaches them
