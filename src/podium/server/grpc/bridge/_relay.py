@@ -301,7 +301,8 @@ class Sender:
         self.internals = internals
         self.status = status
         self.inline = one_cpu() if inline is None else inline
-        self._work: collections.deque[tuple[Any, ...]] = collections.deque()
+        #: What was handed on and has not run yet (oldest first).
+        self.queued: collections.deque[tuple[Any, ...]] = collections.deque()
         #: True while no serving loop is between two polls (it waits in one, or none runs):
         #: then what is put is run at once (``inline``) or wakes this sender's thread. Set by
         #: the serving loop's thread only.
@@ -321,7 +322,7 @@ class Sender:
         The serving loop sets :attr:`polling` before it looks at the queue a last time, and
         this reads it after adding to the queue, so one of the two always sees the item (the
         GIL orders the four steps)."""
-        self._work.append(item)
+        self.queued.append(item)
         if self.polling:
             if self.inline:
                 self.run_queued()
@@ -330,7 +331,7 @@ class Sender:
 
     def run_queued(self) -> None:
         """Run what is queued, in order (the serving loop's thread or the sender's own)."""
-        work = self._work
+        work = self.queued
         while work:
             try:
                 item = work.popleft()

@@ -407,6 +407,7 @@ class Serving:
         sched.batch_this_thread()  # woken by grpc's threads, it needs the GIL (sched.py)
         internals, state, sender = self.internals, self.state, self.sender
         queue, request_tag, timeout = state.completion_queue, internals.request_tag, internals.idle
+        handed_on = sender.queued
         try:
             while True:
                 # What the loop handed on while this thread was awake is run now, with no
@@ -414,7 +415,8 @@ class Serving:
                 # (or runs at once, on one CPU): Sender.put reads ``polling`` after queueing,
                 # so this run or that one sees each item.
                 sender.polling = True
-                sender.run_queued()
+                if handed_on:
+                    sender.run_queued()
                 event = queue.poll(time.time() + timeout)
                 sender.polling = False
                 if state.server_deallocated:
