@@ -1,9 +1,10 @@
 """The relay: calls served through grpcio's internals, holding no thread.
 
-One sender thread (:class:`Sender`) ends relayed unary calls (:class:`Relay`) and starts the
-sends of idle response streams (:class:`Outbox`); grpc's polling thread receives the messages of
-request streams (:class:`Inbox`, a buffer the handler reads with ``async for``)
-and starts each next send of a busy response stream. Both ways at most :data:`WINDOW` messages
+What the loop hands on to grpc (:class:`Sender`: on the serving loop's thread between two polls,
+else on a sender thread, or on the loop itself on one CPU) ends relayed unary calls
+(:class:`Relay`) and starts the sends of idle response streams (:class:`Outbox`); grpc's
+polling thread receives the messages of request streams (:class:`Inbox`, a buffer the handler
+reads with ``async for``) and starts each next send of a busy response stream. Both ways at most :data:`WINDOW` messages
 wait between the loop and grpc on one stream. Each talks to grpc through the call's
 :class:`~._serving.ServedCall` (the serving loop's side of the call).
 """

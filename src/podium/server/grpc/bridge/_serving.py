@@ -15,7 +15,8 @@ state held (the status, the trailing metadata, whether the client closed its sid
 events due, behind one plain lock). On arrival it asks for the close (which says whether the
 client cancelled) and the request: a unary call's or a response stream's one message, with which
 the handler starts; a request stream's handler starts at once and its inbox asks for each next
-message. A unary call ends with one batch from the sender thread (the answer and the status); a
+message. A unary call ends with one batch handed on by the loop (the answer and the status: run
+by this loop between two polls, or by the sender's thread, :class:`~._relay.Sender`); a
 stream's messages leave through its outbox, one send at a time, and the status after the last.
 Every other event (unknown methods, the shutdown, the completions of grpc's own calls) goes
 through grpc's ``_process_event_and_continue`` as in grpc's loop. A call is over, for grpc's
@@ -84,8 +85,9 @@ class ServedCall:
     """grpc's side of one relayed call served by this loop: what grpc's servicer context
     offers the relay (:class:`~._context.LoopContext` forwards to it), the status it ends with,
     the request messages it receives and the response messages it sends, and the events still
-    due. ``lock`` orders the sender thread (the status, a stream's idle send, an inbox asking
-    again) against grpc's polling thread (the completions, seeing the client go).
+    due. ``lock`` orders what the loop hands on (the status, a stream's idle send, an inbox asking
+    again: the sender's thread, this loop's, or the loop's on one CPU) against grpc's polling
+    thread's completions and the client going.
 
     A unary call or a response stream receives one request message (its handler starts with
     it); a request stream's messages go to its :class:`~._relay.Inbox` one receive at a time.
@@ -164,7 +166,7 @@ class ServedCall:
             self.metadata_sent = True
             self.due += 1
 
-    # -- the way out (the sender thread, or grpc's polling thread) ---------------------------
+    # -- the way out (what the loop handed on, or grpc's polling thread) ---------------------
 
     def send_status(self, payload: bytes | None) -> None:
         """End the call: ``payload`` (a serialized answer, or none) with the status set on it
