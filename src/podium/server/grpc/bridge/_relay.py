@@ -4,9 +4,9 @@ What the loop hands on to grpc (:class:`Sender`: on the serving loop's thread be
 else on a sender thread, or on the loop itself on one CPU) ends relayed unary calls
 (:class:`Relay`) and starts the sends of idle response streams (:class:`Outbox`); grpc's
 polling thread receives the messages of request streams (:class:`Inbox`, a buffer the handler
-reads with ``async for``) and starts each next send of a busy response stream. Both ways at most :data:`WINDOW` messages
-wait between the loop and grpc on one stream. Each talks to grpc through the call's
-:class:`~._serving.ServedCall` (the serving loop's side of the call).
+reads with ``async for``) and starts each next send of a busy response stream. Both ways at
+most :data:`WINDOW` messages wait between the loop and grpc on one stream. Each talks to grpc
+through the call's :class:`~._serving.ServedCall` (the serving loop's side of the call).
 """
 
 from __future__ import annotations
@@ -283,16 +283,16 @@ class Sender:
     Sending enters grpc's C core, which lets go of the GIL. With several CPUs, doing it on the
     loop would hand the GIL to grpc's polling thread on every call and wait to get it back, a
     thread switch per call on the loop's critical path (half the throughput, bench/RESULTS.md
-    section 9), and the C core's work would leave the loop's CPU no time for Python. So the
-    loop only queues the work, ``(function, *args)`` (:meth:`put`), and:
+    section 9), and the C core's work would take the loop's CPU from Python. So the loop only
+    queues the work, ``(function, *args)`` (:meth:`put`), and:
 
     - the relay's serving loop (:mod:`._serving`) runs what is queued after each event it takes
       and before it polls again: work handed on while it is awake wakes no thread;
     - while it waits in its poll, the work is run by this sender's own thread, woken for it;
       or, when the process may run on one CPU only (``inline``), at once by the thread that
-      handed it on. There no other thread could run beside the loop anyway, and no other
-      thread waits for the GIL it lets go of (the serving loop waits in its poll, the other
-      threads run under ``SCHED_BATCH`` after the loop, sched.py): waking a thread to do it
+      handed it on. There no other thread could run beside the loop anyway, and hardly one
+      waits for the GIL it lets go of (the serving loop waits in its poll, the other threads
+      run under ``SCHED_BATCH`` when the loop blocks, sched.py): waking a thread to do it
       would only cost two switches (section 66).
 
     A call whose handler raised ends with ``status(error)``.
@@ -331,7 +331,8 @@ class Sender:
                 self._wake.put(True)
 
     def run_queued(self) -> None:
-        """Run what is queued, in order (the serving loop's thread or the sender's own)."""
+        """Run what is queued, in order (the serving loop's thread, the sender's own, or, on one
+        CPU, the loop's)."""
         work = self.queued
         while work:
             try:
