@@ -37,6 +37,7 @@ from instructions import (  # noqa: E402 - the sibling script
     _GrpcStreamClient,
     _podium_argv,
     _under_callgrind,
+    must_relay,
 )
 
 #: Threads under this many instructions per call are left out of the table.
@@ -87,9 +88,7 @@ def count(
         client = (_GrpcStreamClient if stream else _GrpcClient)(ports[1], message)
         try:
             client.wait(server, errors)
-            errors.seek(0)
-            if b"calls relayed" not in errors.read():
-                raise RuntimeError(f"{src}: the server does not relay (see its log)")
+            must_relay(src, errors)
             client.send(200)  # warm-up
             _callgrind("--zero", str(server.pid))
             client.send(requests)

@@ -204,3 +204,25 @@ async def test_a_task_running_a_call_already_is_counted_once() -> None:
     assert flight.counts() == {"torchserve_grpc model 'm' version '2'": 1}
     flight.leave(version)
     assert not flight.running
+
+
+async def test_a_call_runs_in_flight_under_the_task_its_front_end_names() -> None:
+    # The HTTP front end hands over the task serving the request (its connection's): the call
+    # is registered, and cut, under it with no look-up of its own; nested calls count once.
+    held = Held()
+    dp = served(m=held, n=Held())
+    flight = dp.flight
+    flight.loop = None  # (a look-up notes the loop: none is made)
+
+    async def serve() -> Any:
+        return await dp.infer(Call("m", None, REST), None, asyncio.current_task())
+
+    call = asyncio.ensure_future(serve())
+    await until(lambda: held.started)
+    assert list(flight.running) == [call] and flight.loop is None
+    assert flight.enter(Call("n", None, REST), call) is None  # the outer one stands for both
+    assert flight.cut("did not finish within --graceful-timeout 1 s") == 1
+    with pytest.raises(ShuttingDown, match="the call to model 'm' did not finish"):
+        await call
+    assert flight.report.cut == {"truss model 'm'": 1} and not flight.running
+    assert flight.loop is None

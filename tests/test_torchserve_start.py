@@ -77,6 +77,23 @@ def test_config_properties_in_podiums_words(tmp_path: Path) -> None:
     assert any("'number_of_netty_threads' is not honoured" in n for n in found.notes)
 
 
+def test_cors_keys_set_podiums_cors_settings(tmp_path: Path) -> None:
+    """TorchServe's documented example (docs/configuration.md, "Configure CORS")."""
+    path = tmp_path / "c.properties"
+    path.write_text(
+        "cors_allowed_origin=https://yourdomain.com\n"
+        "cors_allowed_methods=GET, POST, PUT, OPTIONS\n"
+        "cors_allowed_headers=X-Custom-Header\n"
+    )
+    found = read_ts_config(path, environ={})
+    assert found.settings == {
+        "cors_allow_origins": ("https://yourdomain.com",),
+        "cors_allow_methods": ("GET", "POST", "PUT", "OPTIONS"),
+        "cors_allow_headers": ("X-Custom-Header",),
+    }
+    assert found.notes == []
+
+
 def test_envvars_config_and_refusals(tmp_path: Path) -> None:
     path = tmp_path / "c.properties"
     path.write_text("enable_envvars_config=true\ninference_address=http://0.0.0.0:8080\n")
@@ -111,7 +128,10 @@ def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None
                          '    "minWorkers": 1, "maxWorkers": 3, "responseTimeout": 60,\\\n'
                          # the archive named here too, as TorchServe's custom_metrics example
                          # does: one model, not two
-                         '    "marName": "sentiment.mar"}}}\n')  # fmt: skip
+                         '    "marName": "sentiment.mar"}}}\n'
+                         "cors_allowed_origin=https://yourdomain.com\n"
+                         "cors_allowed_methods=GET, POST, PUT, OPTIONS\n"
+                         "cors_allowed_headers=X-Custom-Header\n")  # fmt: skip
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [*PODIUM, "torchserve", "--start", "--ncs", "--model-store", str(store),
@@ -125,6 +145,19 @@ def test_torchserves_start_command_serves_and_stop_stops(tmp_path: Path) -> None
         _wait_ready(url, proc)
         r = httpx.post(url + "/predictions/sent", json={"text": "I love it"}, timeout=30)
         assert r.status_code == 200, r.text
+        # cors_allowed_*: a page of that origin may call the inference API, preflight included
+        page = {"origin": "https://yourdomain.com"}
+        r = httpx.post(url + "/predictions/sent", json={"text": "ok"}, headers=page, timeout=30)
+        assert r.headers["access-control-allow-origin"] == "https://yourdomain.com"
+        asks = {"access-control-request-method": "PUT",
+                "access-control-request-headers": "X-Custom-Header"}  # fmt: skip
+        r = httpx.options(url + "/predictions/sent", headers=page | asks, timeout=10)
+        assert r.status_code == 200, r.text
+        assert "PUT" in r.headers["access-control-allow-methods"]
+        assert "x-custom-header" in r.headers["access-control-allow-headers"].lower()
+        other = {"origin": "https://elsewhere.example"}
+        r = httpx.post(url + "/predictions/sent", json={"text": "ok"}, headers=other, timeout=30)
+        assert "access-control-allow-origin" not in r.headers
         # several models after one --models, as TorchServe's argparse (nargs="+") takes them
         r = httpx.post(url + "/predictions/again", json={"text": "I love it"}, timeout=30)
         assert r.status_code == 200, r.text

@@ -487,6 +487,7 @@ _TABLE = (
     # default; MLServer's settings.json names them as its cors_settings, gzip_enabled, root_path
     Setting("cors_allow_origins", Kind.LIST, (), _WEB, refine=_each(_cors_origin),
             attr="allow_origins", shown="none: no CORS", mlserver="cors_settings.allow_origins",
+            torchserve="cors_allowed_origin",
             help="A web origin (scheme://host[:port], or '*': any) whose pages may call the inference "
             "listener (repeatable): its answers get CORS headers and its preflight OPTIONS is "
             "answered; none (and no --cors-allow-origin-regex): no CORS at all"),
@@ -498,11 +499,11 @@ _TABLE = (
             help="CORS: let pages send cookies and Authorization (Access-Control-Allow-Credentials)"),
     Setting("cors_allow_methods", Kind.LIST, ("GET",), _WEB, attr="allow_methods", shown="GET",
             refine=_each(lambda name, v: _header_or_any(name, v).upper()),
-            mlserver="cors_settings.allow_methods",
+            mlserver="cors_settings.allow_methods", torchserve="cors_allowed_methods",
             help="CORS: a method a preflight admits (repeatable; '*': any)"),
     Setting("cors_allow_headers", Kind.LIST, (), _WEB, refine=_each(_header_or_any),
             attr="allow_headers", shown="the CORS-safelisted ones",
-            mlserver="cors_settings.allow_headers",
+            mlserver="cors_settings.allow_headers", torchserve="cors_allowed_headers",
             help="CORS: a request header a preflight admits (repeatable; '*': any)"),
     Setting("cors_expose_headers", Kind.LIST, (), _WEB, refine=_each(_header_or_any),
             attr="expose_headers", shown="none", mlserver="cors_settings.expose_headers",

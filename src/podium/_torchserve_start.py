@@ -36,9 +36,6 @@ NOT_HONOURED: Mapping[str, str] = {
     "disable_system_metrics": "TorchServe's system metric names are read when /metrics is "
     "scraped (--ts-metrics prometheus), never collected in the background",
     "async_logging": "Podium's logging writes once per event-loop turn",
-    "cors_allowed_origin": "the inference API sets no CORS headers",
-    "cors_allowed_methods": "the inference API sets no CORS headers",
-    "cors_allowed_headers": "the inference API sets no CORS headers",
     "keystore": "TLS is not served: put a TLS proxy in front",
     "keystore_pass": "TLS is not served: put a TLS proxy in front",
     "keystore_type": "TLS is not served: put a TLS proxy in front",

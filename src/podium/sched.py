@@ -49,8 +49,10 @@ GRPC_THREADS = ("event_engine", "lifeguard")
 
 _POLICY: int | None = getattr(os, "SCHED_BATCH", None)
 _enabled = os.environ.get(ENV, "1") != "0"
-#: threads of this process :func:`batch_named_threads` has looked at (by native id), moved or not
+#: threads of this process :func:`batch_named_threads` is done with (by native id), moved or not
 _seen: set[int] = set()
+#: those it has looked at once and found under another name: it looks again next time
+_once: set[int] = set()
 _lock = threading.Lock()
 
 
@@ -87,9 +89,14 @@ def batch_this_thread() -> bool:
 def batch_named_threads(prefixes: tuple[str, ...]) -> int:
     """Put this process's threads whose OS names start with one of ``prefixes`` under
     ``SCHED_BATCH``: threads a library starts and names, which Podium cannot reach at their
-    start (grpc's ``event_engine`` threads). Each thread's name is read once (a call that finds
-    no new thread costs one directory listing); returns how many were moved this time. Threads
-    they start later take their policy from them."""
+    start (grpc's ``event_engine`` threads). Returns how many were moved this time. Threads they
+    start later take their policy from them.
+
+    Each thread's name is read at most twice: a new thread bears its creator's name until it
+    names itself, so one caught in between (grpc starts its threads as the server starts, when
+    the first call runs) is looked at again on the next call. A call that finds no new thread
+    costs one directory listing."""
+    global _seen, _once
     if not enabled():
         return 0
     try:
@@ -98,14 +105,20 @@ def batch_named_threads(prefixes: tuple[str, ...]) -> int:
         return 0
     moved = 0
     with _lock:
+        settled, once = set(), set()
         for tid in tids - _seen:
             try:
                 with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as file:
                     name = file.read()
             except OSError:  # it has just ended
                 continue
-            if name.startswith(prefixes) and _set(tid):
-                moved += 1
-        _seen.clear()  # those that ended are forgotten: a new thread may get an old id
-        _seen.update(tids)
+            if name.startswith(prefixes):
+                moved += _set(tid)
+                settled.add(tid)
+            elif tid in _once:
+                settled.add(tid)
+            else:
+                once.add(tid)
+        # those that ended are forgotten: a new thread may get an old id
+        _seen, _once = (_seen & tids) | settled, once
     return moved

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -401,6 +402,33 @@ async def test_streaming_error_after_items_ends_the_stream_with_it(
         async for item in inst.predict_stream({"text": "a b c", "fail_after": "b"}, None):
             got.append(item)
     assert [i.body for i in got] == ["a "]
+
+
+@pytest.mark.anyio
+async def test_a_streaming_handle_runs_on_the_handlers_own_thread(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    """As TorchServe's backend worker, one thread runs every handle() call of the instance
+    (at predict_concurrency 1), streamed or not: never the shared pool's."""
+    model = handler_model(
+        tmp_path,
+        """
+        import threading
+        from ts.protocol.otf_message_handler import send_intermediate_predict_response
+        def handle(data, context):
+            if data is None:
+                return None
+            me = threading.get_ident()
+            if data[0].get("body") == b"stream":
+                send_intermediate_predict_response([me], context.request_ids, "", 200, context)
+            return [me]
+        """,
+    )
+    inst = await load(model, executor)
+    plain = await inst.predict(b"once", None)
+    streamed = [item async for item in inst.predict_stream(b"stream", None)]
+    pool = executor.submit(threading.get_ident).result()
+    assert streamed == [plain, plain] and plain != pool
 
 
 @pytest.mark.anyio

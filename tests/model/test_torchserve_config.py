@@ -60,6 +60,8 @@ def test_torchserves_own_defaults_where_the_file_is_silent() -> None:
     cfg = config({"batchSize": 8, "maxBatchDelay": 7, "sequenceBatching": True,
                      "maxNumSequence": 4})  # fmt: skip
     assert (cfg.max_batch_delay_ms, cfg.max_num_sequences) == (7.0, 4)
+    cfg = config({"sequenceBatching": True, "batchSize": 4, "podium": {"max_num_sequences": 3}})
+    assert cfg.max_num_sequences == 3  # set in the podium section: kept
     cfg = config({})  # not a sequence model: Podium's own sequence defaults stay
     assert cfg.max_num_sequences == 10_000
 

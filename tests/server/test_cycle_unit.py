@@ -1,5 +1,6 @@
 """The guarded protocol's request cycle in process (``server/_cycle.py``): its memory of response
-header pairs is bounded and never holds a refused pair, and its ``message_event`` keeps
+header pairs is bounded and never holds a refused pair, a pair its maker checked (the request
+id) is written as it is and not remembered, and its ``message_event`` keeps
 asyncio.Event's promises. What it sends is pinned against uvicorn by
 ``test_cycle_differential.py``."""
 
@@ -12,8 +13,10 @@ import pytest
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from podium.server import _cycle
-from podium.server._cycle import MAX_PAIR_BYTES, MAX_PAIRS, Cycle, Signal
+from podium.server._access import RequestIds, client_id
+from podium.server._cycle import MAX_PAIR_BYTES, MAX_PAIRS, CheckedPair, Cycle, Signal
 from podium.server._limits_setup import check_uvicorn
+from podium.server.http._access import HttpAccess
 
 
 class _Transport:
@@ -98,6 +101,42 @@ async def test_a_refused_pair_is_refused_every_time_and_never_remembered(
         with pytest.raises(RuntimeError, match=message):
             await _head([pair])
     assert pair not in _cycle._known
+
+
+@pytest.mark.anyio
+async def test_a_checked_pair_is_written_as_it_is_and_never_remembered() -> None:
+    # the access middleware's request id: a new value on every response, which would fill the
+    # memory and cost each response uvicorn's checks
+    for n in range(3):
+        pair = CheckedPair((b"x-request-id", b"3f9a2c71b0e4-%x" % n))
+        head = await _head([(b"content-type", b"application/json"), pair])
+        assert head.endswith(
+            b"content-type: application/json\r\nx-request-id: %s\r\n" % pair[1]
+            + b"transfer-encoding: chunked\r\n\r\n"
+        )
+    assert (b"content-type", b"application/json") in _cycle._known
+    assert not any(name == b"x-request-id" for name, _ in _cycle._known)
+
+
+def test_every_request_id_makes_a_pair_uvicorn_would_check_and_pass() -> None:
+    # the promise a CheckedPair rests on: the ids the middleware answers with (its own, or a
+    # client's it accepted) pass uvicorn's checks, and the pair is marked only then
+    from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE
+
+    ids = [RequestIds().make() for _ in range(3)]
+    ids += [client_id(b"0-9AZaz._:;=/+@-" * 8), client_id("a" * 128)]
+    assert client_id(b"a\r\nb") is None and client_id("a b") is None
+    for request_id in ids:
+        assert request_id is not None
+        access = HttpAccess(request_id, False, 0)
+        access.counting = False
+        access._send = None
+        headers: list[tuple[bytes, bytes]] = []
+        access.whole(200, headers, b"")
+        (pair,) = headers
+        assert type(pair) is CheckedPair and pair == (b"x-request-id", request_id.encode())
+        assert not HEADER_RE.search(pair[0]) and not HEADER_VALUE_RE.search(pair[1])
+        assert pair[0] == pair[0].lower()
 
 
 @pytest.mark.anyio

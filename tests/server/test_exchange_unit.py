@@ -56,6 +56,31 @@ async def test_with_a_lost_hook_no_task_watches_and_the_hook_cancels_the_request
 
 
 @pytest.mark.anyio
+async def test_the_task_serving_the_request_is_the_connections_or_looked_up_once() -> None:
+    # What the HTTP app hands the data plane (its calls in flight are kept by task): the task
+    # the connection noted on the hook, else (no hook, or a hook without one) the current one.
+    async def served(scope: dict[str, Any]) -> Any:
+        ex = Exchange(scope, receiver([BODY]), 1024)
+        await ex.body()
+        ex.watch()
+        task = ex.task
+        ex.close()
+        assert ex.task is None  # let go with the request
+        return task
+
+    noted = LostHook()
+    noted.task = asyncio.current_task()  # as _start_asgi_task notes it
+    inner = asyncio.create_task(served({"type": "http", "headers": [], LOST_HOOK: noted}))
+    assert await inner is noted.task  # the connection's, not the task it ran in
+    for scope in (
+        {"type": "http", "headers": [], LOST_HOOK: LostHook()},
+        {"type": "http", "headers": []},
+    ):
+        inner = asyncio.create_task(served(scope))
+        assert await inner is inner
+
+
+@pytest.mark.anyio
 async def test_without_a_hook_a_watcher_task_reads_the_disconnect() -> None:
     disconnect = {"type": "http.disconnect"}
     ex = Exchange({"type": "http", "headers": []}, receiver([BODY, disconnect]), 1024)

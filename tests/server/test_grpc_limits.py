@@ -28,6 +28,7 @@ import grpc
 import pytest
 from conftest import ROOT, run_server
 from e2e_helpers import SERVE_MODELS
+from helpers import wait_until
 
 from podium.server.grpc._tensors import ModelInferRequest, ModelInferResponse
 
@@ -400,8 +401,21 @@ async def test_connections_beyond_the_cap_are_closed_at_once() -> None:
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await peer(ch)
                 assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-        async with channel(server.address) as ch:  # the held ones are gone: served again
+        # the held ones are gone: served again, once the server has seen them close (it reads
+        # their ends on its own threads, so a new connection can come first and be refused)
+        await wait_until(lambda: served(server.address), SLACK, every=0.05, what="served again")
+
+
+async def served(address: str) -> bool:
+    """Whether a new connection's call is served (False: refused as ``UNAVAILABLE``)."""
+    async with channel(address) as ch:
+        try:
             await peer(ch)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            return False
+    return True
 
 
 async def test_metadata_over_the_limit_ends_the_call() -> None:

@@ -142,6 +142,8 @@ async def test_batch_queue_full_is_503(
         gates.open(gate)
     assert {i: a.json() for i, a in answers.items()} == {0: {"i": 0}, 1: {"i": 1}, 2: {"i": 2}}
     batches = [sorted(e["items"]) for e in events.of(tag) if e["event"] == "batch"]
-    assert batches == [[0], [1, 2]]
+    # 1 and 2 in one batch, or in two where the machine is slow enough that the 1 ms delay
+    # closes a batch between them: either way after the first, which ran alone
+    assert batches[0] == [0] and sorted(i for b in batches[1:] for i in b) == [1, 2]
     r = await client.post("/v1/models/batch-gated:predict", json={"tag": tag, "i": 4})
     assert (r.status_code, r.json()) == (200, {"i": 4})

@@ -12,9 +12,10 @@ import anyio
 import grpc
 import httpx
 import pytest
-from conftest import TEST_MODELS, run_server
+from conftest import TEST_MODELS, Server, run_server
 from e2e_helpers import PATIENCE, EventLog, Gates
 from grpc_helpers import Stubs, target
+from prometheus_client.parser import text_string_to_metric_families
 
 pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]
 
@@ -29,6 +30,16 @@ async def _until_status(client: httpx.AsyncClient, path: str, status: int, limit
             if r.status_code == status:
                 return r.json()
             await anyio.sleep(0.05)
+
+
+def model_ready_metric(server: Server, model: str = "stuck") -> float:
+    """``podium_model_ready`` for ``model``, from ``/metrics``."""
+    text = httpx.get(server.addresses["http-metrics"] + "/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "podium_model_ready" and sample.labels.get("model") == model:
+                return sample.value
+    raise AssertionError(f"no podium_model_ready for {model}")
 
 
 @pytest.mark.slow
@@ -79,12 +90,14 @@ async def test_a_worker_stuck_past_response_timeout_makes_its_model_not_ready(
                     assert (await stubs.ServerReady(pb.ServerReadyRequest(), timeout=5)).ready
                 assert (await client.get("/v2/health/ready")).status_code == 200
                 assert (await client.get("/v2/health/live")).status_code == 200
+                assert model_ready_metric(server) == 0  # as the readiness routes say
 
                 # Once the call returns, the model is ready again.
                 gates.open(gate)
                 await _until_status(client, "/v2/models/stuck/ready", 200, PATIENCE)
                 (described,) = (await management.get("/models/stuck")).json()
                 assert described["ready"] is True and "trouble" not in described
+                assert model_ready_metric(server) == 1
             assert [r.status_code for r in answered] == [200]
         finally:
             gates.open_all()

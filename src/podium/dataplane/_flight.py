@@ -15,8 +15,9 @@ end) is registered here by the task that runs it, so that a shutdown can:
 - say what it drained and what it cut, per protocol and model (:meth:`InFlight.report`).
 
 Registering costs a call two dictionary operations and a ``current_task(loop)`` (with the loop
-given: without it, Python 3.11 asks the OS for its pid on every call); the counting is done only
-once the server is stopping.
+given: without it, Python 3.11 asks the OS for its pid on every call), or none where the front
+end hands over the task it knows (the HTTP app's, as its connection started it); the counting
+is done only once the server is stopping.
 """
 
 from __future__ import annotations
@@ -81,13 +82,15 @@ class InFlight:
 
     # -- per call ---------------------------------------------------------------------------
 
-    def enter(self, call: Call) -> asyncio.Task[Any] | None:
+    def enter(self, call: Call, task: asyncio.Task[Any] | None = None) -> asyncio.Task[Any] | None:
         """Register ``call`` under the current task; the task (for :meth:`leave`), or None when
         that task already runs a call (the outer one stands for both). ``ShuttingDown`` once
-        the grace is over."""
+        the grace is over. ``task``: the current task, where the caller knows it (the HTTP
+        front end's, as the connection started it): not looked up again."""
         if self.closed:
             raise self.refusal(call)
-        task = self.current()
+        if task is None:
+            task = self.current()
         if task is None or self.running.setdefault(task, call) is not call:
             return None
         return task

@@ -280,11 +280,14 @@ class DataPlane:
             raise
         info = current_request.get()
         if info is not None:
-            info.model = mv.name
-            info.version = mv.version
+            config = mv.config  # (``mv.name`` and ``mv.version`` are calls: properties)
+            info.model = config.name
+            info.version = config.version
         return mv
 
-    async def infer(self, call: Call, mv: ModelVersion | None = None) -> Answer:
+    async def infer(
+        self, call: Call, mv: ModelVersion | None = None, task: asyncio.Task[Any] | None = None
+    ) -> Answer:
         """Run ``call`` to completion. A streaming model's items are gathered into one value.
 
         For a model with ``sequence_batching`` the call runs in the sequence it names (a new one
@@ -293,13 +296,14 @@ class DataPlane:
         is over fails with ``ShuttingDown`` (as does one that comes after).
 
         The call is counted in the version's :attr:`~ModelVersion.stats`, by outcome and code
-        (of its protocol), with its duration.
+        (of its protocol), with its duration. ``task``: the task running the call, where the
+        front end knows it (the one it cancels when the client leaves), else looked up.
         """
         # One coroutine for the whole call (no inner one: each level of await costs a frame
         # on every request). ``task`` is None when this task runs a call already: that one
         # counts in the flight.
         flight = self.flight
-        task = flight.enter(call)
+        task = flight.enter(call, task)
         try:
             if mv is None:
                 mv = self._registry.ready(call.model, call.version)

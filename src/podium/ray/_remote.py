@@ -67,7 +67,10 @@ class RemotePlane(DataPlane):
         mv = self.repository.add_remote(config, capabilities)
         self._remotes[id(mv)] = Remote(mv, handle)
 
-    async def infer(self, call: Call, mv: ModelVersion | None = None) -> Answer:
+    async def infer(
+        self, call: Call, mv: ModelVersion | None = None, task: asyncio.Task[Any] | None = None
+    ) -> Answer:
+        # (``task``, the front end's, is for the flight of a local call: a remote one has none)
         if mv is None:
             mv = self.resolve(call.model, call.version)
         return await self._remotes[id(mv)].infer(call)

@@ -338,7 +338,11 @@ class Registry:
 
     def ready(self, name: str, version: str | None = None) -> ModelVersion:
         """Like :meth:`get`, and ``ModelNotReady`` (503) unless that version is ready."""
-        mv = self.get(name, version)
+        # the default version's memory read here: every call that names no version (most of
+        # them) passes, and :meth:`get` and :meth:`default_version` are two calls more
+        mv = None if version else self._default_cache.get(name)
+        if mv is None:
+            mv = self.get(name, version)
         if mv.state is not _READY:
             mv.check_ready()
         return mv

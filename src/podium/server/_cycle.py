@@ -16,6 +16,11 @@ handles them. The memory is bounded (:data:`MAX_PAIRS` pairs, each line at most
 :data:`MAX_PAIR_BYTES` long); when it is full it is emptied and fills again with the pairs in
 use (a value that changes with each response, a request id, only makes that happen sooner).
 
+A pair whose maker guarantees it passes those checks and frames nothing (a :class:`CheckedPair`:
+the access middleware's request id, whose value changes with each response) is written as it is,
+neither checked nor remembered: checked, it would cost each response the checks, and fill the
+memory with pairs never seen again.
+
 A cycle is also cheaper to make than uvicorn's (its initial state is the class's, and its
 ``message_event`` a :class:`Signal` that makes nothing until something waits on it), and so is
 a request's scope: :func:`scope_template` holds what uvicorn puts in every scope of a
@@ -43,7 +48,15 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-__all__ = ["MAX_PAIR_BYTES", "MAX_PAIRS", "Cycle", "Signal", "scope_template", "start_cycle"]
+__all__ = [
+    "MAX_PAIR_BYTES",
+    "MAX_PAIRS",
+    "CheckedPair",
+    "Cycle",
+    "Signal",
+    "scope_template",
+    "start_cycle",
+]
 
 #: response header pairs remembered at most (all connections of the process together)
 MAX_PAIRS = 512
@@ -54,6 +67,16 @@ MAX_PAIR_BYTES = 256
 #: ``content-length`` pair, its length (None for the others); only pairs that passed uvicorn's
 #: checks, and no other pair that frames the body
 _known: dict[tuple[bytes, bytes], tuple[bytes, int | None]] = {}
+
+
+class CheckedPair(tuple[bytes, bytes]):
+    """A response header pair (``(name, value)``, a tuple to everything else) that its maker
+    guarantees would pass uvicorn's checks, with a lowercase name that frames nothing (not
+    ``content-length``, ``transfer-encoding`` nor ``connection``): a :class:`Cycle` writes its
+    line as it is, with no check and no memory of it. Only for values made of characters known
+    to be safe (the request id's: ``server/_access.py``'s ``ID_CHARACTERS``)."""
+
+    __slots__ = ()
 
 
 def _check(pair: Any) -> tuple[bytes, int | None] | None:
@@ -176,6 +199,9 @@ class Cycle(RequestResponseCycle):
             for pair in headers:
                 known = memory.get(pair) if type(pair) is tuple else None
                 if known is None:
+                    if type(pair) is CheckedPair:  # its maker checked it: written as it is
+                        content.append(b"%s: %s\r\n" % pair)
+                        continue
                     known = _check(pair)
                 if known is not None:
                     line, length = known

@@ -425,7 +425,8 @@ class PodiumCollector:
                 on.add_metric([*labels, str(info.id), info.device], 1)
             for state, n in by_state.items():
                 workers.add_metric([*labels, state.value], n)
-            ready.add_metric(labels, 1 if mv.state is ModelState.READY else 0)
+            # as the readiness routes say: loaded and not in trouble (DataPlane.model_ready)
+            ready.add_metric(labels, 1 if mv.state is ModelState.READY and not mv.trouble() else 0)
             if stats.load_ns:
                 load.add_metric(labels, stats.load_ns / 1e9)
         yield from (in_flight, queued, streams, slots, busy, running, sequences, workers, on)

@@ -120,10 +120,11 @@ def model_config(
             "cannot be set here: the model's name and version come from its MANIFEST.json"
         )
     data.update(podium_section(yaml_config.get("podium"), where, problems, refused))
+    sequences_set = "max_num_sequences" in data  # by maxNumSequence or the podium section
     for key, value in TORCHSERVE_DEFAULTS.items():  # TorchServe's, where the file is silent
         if key not in data and (key == "max_batch_delay" or data.get("sequence_batching")):
             data[key] = value
-    if data.get("sequence_batching") and "maxNumSequence" not in yaml_config:
+    if data.get("sequence_batching") and not sequences_set:
         # in effect max(1, batchSize × maxWorkers) sequences at once, as TorchServe's backend
         workers = data.get("max_workers", data.get("min_workers", 1))
         if _is_int(workers, 1) and _is_int(data.get("batch_size", 1), 1):

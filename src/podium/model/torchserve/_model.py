@@ -12,7 +12,6 @@ and runs behind :class:`TorchServeModel`, which gives it TorchServe's ``data`` l
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import threading
 import time
@@ -278,10 +277,11 @@ class TorchServeModel(Adapter):
             item = self._finish(processors[idx], value, protocol, final=False)
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        future = self._executor.submit(
-            contextvars.copy_context().run, self._handle, [inputs], [request], emit, contexts
+        # on the handler's own threads, as handle() without a stream: at predict_concurrency 1
+        # the one thread TorchServe's backend worker runs every call on
+        done = asyncio.ensure_future(
+            self._threads.run(self._handle, [inputs], [request], emit, contexts)
         )
-        done = asyncio.wrap_future(future)
         done.add_done_callback(lambda _: queue.put_nowait(END))
         try:
             while (item := await queue.get()) is not END:
@@ -295,9 +295,12 @@ class TorchServeModel(Adapter):
         finally:
             gone.set()
             room.release()  # a handler blocked on a full buffer wakes up and stops
-            if not done.done() and not future.cancel():
-                await asyncio.wait([done])  # the slot stays taken while the handler runs
-            if done.done() and not done.cancelled():
+            if not done.done():
+                # a handler not started never runs; a running one is waited for (it stops at
+                # its next send): the slot stays taken while it runs
+                done.cancel()
+                await asyncio.wait([done])
+            if not done.cancelled():
                 done.exception()  # retrieved: an abandoned stream's error is not news
 
     def _handle(

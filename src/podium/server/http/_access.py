@@ -44,6 +44,7 @@ from .._access import (
     printable,
 )
 from .._asgi import ASGIApp, Message, Receive, Scope, Send
+from .._cycle import CheckedPair
 from ._routing import Route, RouteTable
 
 __all__ = ["AccessMiddleware", "HttpAccess"]
@@ -243,7 +244,10 @@ async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
 
 class HttpAccess(Access):
     """An HTTP request's :class:`Access`, which is also its ``receive`` and ``send`` as the app
-    gets them: the request id added to the response's headers and its status noted, and
+    gets them: the request id added to the response's headers (a :class:`CheckedPair`, which
+    Podium's request cycle writes unchecked: an id is only ever made of ``ID_CHARACTERS``,
+    ``RequestIds``' and a client's only if it is, ``client_id``, which no header check
+    refuses) and its status noted, and
     (``counting``) the body's bytes each way. (The request's one object: its methods are the
     wrappers, with no second object per request to make.)
 
@@ -277,7 +281,7 @@ class HttpAccess(Access):
                 if key.lower() == ID_HEADER:  # a model set one: ours only
                     headers = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
                     break
-            message["headers"] = [*headers, (ID_HEADER, self.id.encode())]
+            message["headers"] = [*headers, CheckedPair((ID_HEADER, self.id.encode()))]
         elif self.counting:
             body = message.get("body")
             if body:
@@ -296,5 +300,5 @@ class HttpAccess(Access):
             if key.lower() == ID_HEADER:
                 headers[:] = [(k, value) for k, value in headers if k.lower() != ID_HEADER]
                 break
-        headers.append((ID_HEADER, self.id.encode()))
+        headers.append(CheckedPair((ID_HEADER, self.id.encode())))
         return self._send

@@ -268,7 +268,7 @@ class HttpApp:
                 await self._read(ex, mv, call, _oip.parse_request)
             else:
                 await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
-            answer = await self.dataplane.infer(call, mv)
+            answer = await self.dataplane.infer(call, mv, ex.task)
             if mv.config.sequence_batching:
                 send = self._sender(answer, send)
             response = answer.value
@@ -293,7 +293,7 @@ class HttpApp:
             form.binary = True  # binary inputs; these routes answer in JSON
             await self._read(ex, mv, call, lambda body: _oip.parse_binary(body, header))
         if action == "generate":
-            answer = await self.dataplane.infer(call, mv)
+            answer = await self.dataplane.infer(call, mv, ex.task)
             if mv.config.sequence_batching:
                 send = self._sender(answer, send)
             # Triton's generate joins a stream's text (unless the model answers infer itself).
@@ -343,7 +343,7 @@ class HttpApp:
         if mv.instance.capabilities.streaming:
             await self._stream(ex, send, call, mv, chunk_of, _responses.OCTETS, sse=False)
             return
-        answer = await self.dataplane.infer(call, mv)
+        answer = await self.dataplane.infer(call, mv, ex.task)
         if mv.config.sequence_batching:
             send = self._sender(answer, send)
         result = answer.value

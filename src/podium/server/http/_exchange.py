@@ -39,7 +39,7 @@ class Exchange:
         "_gone",
         "_watcher",
         "_pending",
-        "_task",
+        "task",
         "_loop",
         "_hook",
         "_request",
@@ -72,7 +72,9 @@ class Exchange:
         self._gone: asyncio.Event | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._pending: asyncio.Handle | None = None
-        self._task: asyncio.Task[Any] | None = None
+        #: the task serving the request, from watch() to close() (the data plane registers the
+        #: call in flight under it: no second look-up of the current task)
+        self.task: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set by watch()
         self._hook: Any = None  # the connection's LostHook we wait on (watch())
         self._request: Any = None
@@ -171,12 +173,12 @@ class Exchange:
         if hook is not None and self._body_done and self._watcher is None:
             # the task serving the request, as the connection started it: no look-up
             task = hook.task
-            self._task = task if task is not None else asyncio.current_task(running_loop())
+            self.task = task if task is not None else asyncio.current_task(running_loop())
             self._hook = hook
             hook.callback = self._lost
             return
         loop = self._loop = running_loop()  # (no getpid: see running_loop)
-        self._task = asyncio.current_task(loop)  # (with the loop: no second look-up)
+        self.task = asyncio.current_task(loop)  # (with the loop: no second look-up)
         self._pending = loop.call_soon(self._start_watcher)
 
     def _start_watcher(self) -> None:
@@ -205,7 +207,7 @@ class Exchange:
             self._watcher.cancel()
             self._watcher = None
         self._request = None
-        self._task = None
+        self.task = None
 
     async def _watch(self) -> None:
         try:
@@ -225,8 +227,8 @@ class Exchange:
             self.failure = exc
             if self._arrived is not None:
                 self._arrived.set()
-            if self._task is not None:
-                self._task.cancel()
+            if self.task is not None:
+                self.task.cancel()
 
     def _lost(self) -> None:
         self.disconnected = True
@@ -234,8 +236,8 @@ class Exchange:
             self._gone.set()
         if self._arrived is not None:
             self._arrived.set()
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
 
     # -- the model's view -------------------------------------------------------------------
 

@@ -254,7 +254,7 @@ async def predict(self: HttpApp, ex: Exchange, send: Send, model: str) -> None:
     if caps.streaming or caps.returns_streams:
         await _answer_items(self, ex, send, mv, self.dataplane.stream(call, mv), binary)
         return
-    answer = await self.dataplane.infer(call, mv)
+    answer = await self.dataplane.infer(call, mv, ex.task)
     if mv.config.sequence_batching:
         send = self._sender(answer, send)
     await _answer_value(ex, send, answer.value, binary, answer.headers)
