@@ -11,13 +11,14 @@ No call goes through a pool thread, nor through grpc's ``_server.py``: the relay
 completion queue with a loop of its own (:mod:`._serving`, over grpc's server state, so that
 ports, stopping and its grace stay grpc's), which asks for the request message when a call
 arrives, parses it when it has, and hands it to the loop with one ``call_soon_threadsafe``; the
-loop runs the handler in a task and queues a unary call's outcome for one sender thread, which
-sends the answer and the status together in one batch, exactly as grpc does at the end of a
-unary call. Sending from a thread of its own keeps the loop from handing the GIL to grpc's
-polling thread on every call. Every other event (unknown methods, the shutdown) goes through
-grpc's own processing.
+loop runs the handler in a task and hands a unary call's outcome on (:class:`._relay.Sender`):
+the answer and the status leave together in one batch, exactly as grpc does at the end of a
+unary call, sent by the serving loop between two polls, or, while it polls, by one sender thread
+woken for it (by the loop itself where the process may run on one CPU only). Sending from
+another thread keeps the loop from handing the GIL to grpc's polling thread on every call. Every
+other event (unknown methods, the shutdown) goes through grpc's own processing.
 Streams are served by the same loop and hold no thread while open. A response stream leaves
-through an outbox: one send in flight at a time, the first started by the sender thread, each
+through an outbox: one send in flight at a time, the first handed on as a unary answer is, each
 next one by grpc's polling thread as the previous completes, and the status after the last. A
 request stream arrives through an inbox, whose messages grpc's polling thread receives one after
 another. Both are bounded by a window of :data:`WINDOW` messages: the loop waits while that many

@@ -36,7 +36,8 @@ class Bridge:
     def start(self, server: grpc.Server) -> None:
         """Start ``server`` (a ``grpc.server`` with this bridge's handlers) served by the
         relay's own loop (:mod:`._serving`): a relayed method's handler is served only there."""
-        self.serving = start(server, self.internals)
+        assert self._sender is not None
+        self.serving = start(server, self.internals, self._sender)
 
     def close(self) -> None:
         """Stop the sender thread (after the server has stopped: every call has ended)."""

@@ -115,7 +115,7 @@ class Call:
         self._waiting = False  # the loop waits for room in the window
         self._space: asyncio.Future[None] | None = None
         self.context = LoopContext(context, self)
-        self._relay = relay  # a unary call: the sender thread ends it (see _finish)
+        self._relay = relay  # a unary call: it is handed on to end (see _finish)
         self._outbox: Outbox | None = None  # a stream's way out
 
     # -- grpc's threads --------------------------------------------------------------------
@@ -175,7 +175,7 @@ class Call:
             self._relay.finish(self.context._context, result, error)
         elif self._outbox is not None:
             self._outbox.finish(error)
-        self._forget()  # the sender thread, or the outbox, has what it needs
+        self._forget()  # what was handed on, or the outbox, has what it needs
 
     def _forget(self) -> None:
         """The call is over on every side: drop what it holds. It and its context refer to each

@@ -1,11 +1,12 @@
 """The relay: calls served through grpcio's internals, holding no thread.
 
-One sender thread (:class:`Sender`) ends relayed unary calls (:class:`Relay`) and starts the
-sends of idle response streams (:class:`Outbox`); grpc's polling thread receives the messages of
-request streams (:class:`Inbox`, a buffer the handler reads with ``async for``)
-and starts each next send of a busy response stream. Both ways at most :data:`WINDOW` messages
-wait between the loop and grpc on one stream. Each talks to grpc through the call's
-:class:`~._serving.ServedCall` (the serving loop's side of the call).
+What the loop hands on to grpc (:class:`Sender`: on the serving loop's thread between two polls,
+else on a sender thread, or on the loop itself on one CPU) ends relayed unary calls
+(:class:`Relay`) and starts the sends of idle response streams (:class:`Outbox`); grpc's
+polling thread receives the messages of request streams (:class:`Inbox`, a buffer the handler
+reads with ``async for``) and starts each next send of a busy response stream. Both ways at
+most :data:`WINDOW` messages wait between the loop and grpc on one stream. Each talks to grpc
+through the call's :class:`~._serving.ServedCall` (the serving loop's side of the call).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from ._context import Call, Status
     from ._serving import ServedCall
 
-__all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Sender"]
+__all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Sender", "one_cpu"]
 
 logger = logging.getLogger("podium.grpc")
 
@@ -77,7 +79,7 @@ class Relay:
 
     def finish(self, context: ServedCall, result: Any, error: BaseException | None) -> None:
         """On the loop: the handler has ended."""
-        self.sender.queue.put((self.end, context, result, error))
+        self.sender.put((self.end, context, result, error))
 
     def end(self, context: ServedCall, result: Any, error: BaseException | None) -> None:
         """On the sender thread: end the call."""
@@ -129,7 +131,7 @@ class Outbox:
             if self._busy:
                 return
             self._busy = True
-        self.sender.queue.put((self.pump,))
+        self.sender.put((self.pump,))
 
     def pump(self) -> None:
         """Send the next message, or the status (the sender thread or grpc's polling thread)."""
@@ -259,42 +261,98 @@ class Inbox:
             if resume:
                 self._paused = False
         if resume:
-            self._sender.queue.put((self.receive,))
+            self._sender.put((self.receive,))
         if isinstance(message, Failed):
             raise message.exc
         return message
 
 
-class Sender:
-    """The thread that ends relayed unary calls and starts the sends of idle relayed streams, in
-    the order they were handed to it.
+def one_cpu() -> bool:
+    """Whether this process may run on one CPU only (``taskset -c 0``, a one-CPU container)."""
+    try:
+        return len(os.sched_getaffinity(0)) == 1
+    except AttributeError:  # not Linux: no affinity to read
+        return os.cpu_count() == 1
 
-    Sending enters grpc's C core, which lets go of the GIL; done on the loop, every call would
-    hand the GIL to grpc's polling thread and wait to get it back, a thread switch per call on
-    the loop's critical path (half the throughput, bench/RESULTS.md section 9). The loop only
-    queues the work: ``(function, *args)``. A call whose handler raised ends with
-    ``status(error)``.
+
+class Sender:
+    """Runs what the loop hands on to grpc (ending relayed unary calls, starting the sends of idle
+    relayed streams, asking a paused inbox for more) on a thread that is already awake where it
+    can, or on a thread of its own.
+
+    Sending enters grpc's C core, which lets go of the GIL. With several CPUs, doing it on the
+    loop would hand the GIL to grpc's polling thread on every call and wait to get it back, a
+    thread switch per call on the loop's critical path (half the throughput, bench/RESULTS.md
+    section 9), and the C core's work would take the loop's CPU from Python. So the loop only
+    queues the work, ``(function, *args)`` (:meth:`put`), and:
+
+    - the relay's serving loop (:mod:`._serving`) runs what is queued after each event it takes
+      and before it polls again: work handed on while it is awake wakes no thread;
+    - while it waits in its poll, the work is run by this sender's own thread, woken for it;
+      or, when the process may run on one CPU only (``inline``), at once by the thread that
+      handed it on. There no other thread could run beside the loop anyway, and hardly one
+      waits for the GIL it lets go of (the serving loop waits in its poll, the other threads
+      run under ``SCHED_BATCH`` when the loop blocks, sched.py): waking a thread to do it
+      would only cost two switches (section 66).
+
+    A call whose handler raised ends with ``status(error)``.
     """
 
-    def __init__(self, internals: Internals, status: Status) -> None:
+    def __init__(self, internals: Internals, status: Status, *, inline: bool | None = None) -> None:
         self.internals = internals
         self.status = status
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.inline = one_cpu() if inline is None else inline
+        #: What was handed on and has not run yet (oldest first).
+        self.queued: collections.deque[tuple[Any, ...]] = collections.deque()
+        #: True while no serving loop is between two polls (it waits in one, or none runs):
+        #: then what is put is run at once (``inline``) or wakes this sender's thread. Set by
+        #: the serving loop's thread only.
+        self.polling = True
+        self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="podium-grpc-send", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        sched.batch_this_thread()  # woken by the loop, which holds the GIL (sched.py)
-        while True:
-            item = self.queue.get()
-            if item is None:
+    def put(self, item: tuple[Any, ...]) -> None:
+        """Hand ``(function, *args)`` on (any thread, the loop's above all): the serving loop
+        runs it before it polls again; if it is polling, it runs now or wakes the sender's
+        thread (see the class's docstring). Items run in the order they were put; two threads
+        may run two of them at once, never two for one thing (a unary call's ending, an outbox's
+        pump and an inbox's receive are each in the queue once at most, and take their call's
+        lock).
+
+        The serving loop sets :attr:`polling` before it looks at the queue a last time, and
+        this reads it after adding to the queue, so one of the two always sees the item (the
+        GIL orders the four steps)."""
+        self.queued.append(item)
+        if self.polling:
+            if self.inline:
+                self.run_queued()
+            else:
+                self._wake.put(True)
+
+    def run_queued(self) -> None:
+        """Run what is queued, in order (the serving loop's thread, the sender's own, or, on one
+        CPU, the loop's)."""
+        work = self.queued
+        while work:
+            try:
+                item = work.popleft()
+            except IndexError:  # the other thread took the last one
                 return
             try:
                 item[0](*item[1:])
             except Exception:  # that call is lost; the sender must go on for the others
                 logger.exception("failed to end a gRPC call")
 
+    def _run(self) -> None:
+        sched.batch_this_thread()  # woken by the loop, which holds the GIL (sched.py)
+        while True:
+            going_on = self._wake.get()
+            self.run_queued()
+            if not going_on:
+                return
+
     def close(self) -> None:
         """Stop once everything queued so far is done."""
-        self.queue.put(None)
+        self._wake.put(False)
         self._thread.join(timeout=5)

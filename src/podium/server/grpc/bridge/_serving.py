@@ -15,7 +15,8 @@ state held (the status, the trailing metadata, whether the client closed its sid
 events due, behind one plain lock). On arrival it asks for the close (which says whether the
 client cancelled) and the request: a unary call's or a response stream's one message, with which
 the handler starts; a request stream's handler starts at once and its inbox asks for each next
-message. A unary call ends with one batch from the sender thread (the answer and the status); a
+message. A unary call ends with one batch handed on by the loop (the answer and the status: run
+by this loop between two polls, or by the sender's thread, :class:`~._relay.Sender`); a
 stream's messages leave through its outbox, one send at a time, and the status after the last.
 Every other event (unknown methods, the shutdown, the completions of grpc's own calls) goes
 through grpc's ``_process_event_and_continue`` as in grpc's loop. A call is over, for grpc's
@@ -84,8 +85,9 @@ class ServedCall:
     """grpc's side of one relayed call served by this loop: what grpc's servicer context
     offers the relay (:class:`~._context.LoopContext` forwards to it), the status it ends with,
     the request messages it receives and the response messages it sends, and the events still
-    due. ``lock`` orders the sender thread (the status, a stream's idle send, an inbox asking
-    again) against grpc's polling thread (the completions, seeing the client go).
+    due. ``lock`` orders what the loop hands on (the status, a stream's idle send, an inbox asking
+    again: the sender's thread, this loop's, or the loop's on one CPU) against grpc's polling
+    thread's completions and the client going.
 
     A unary call or a response stream receives one request message (its handler starts with
     it); a request stream's messages go to its :class:`~._relay.Inbox` one receive at a time.
@@ -164,7 +166,7 @@ class ServedCall:
             self.metadata_sent = True
             self.due += 1
 
-    # -- the way out (the sender thread, or grpc's polling thread) ---------------------------
+    # -- the way out (what the loop handed on, or grpc's polling thread) ---------------------
 
     def send_status(self, payload: bytes | None) -> None:
         """End the call: ``payload`` (a serialized answer, or none) with the status set on it
@@ -244,7 +246,8 @@ class ServedCall:
         """Ask for the next message of a request stream, for its inbox: its ``on_message``
         (parsed), ``on_unparsable``, or ``on_end`` (None when the client has closed its side,
         ``asyncio.CancelledError()`` when the call is over) runs when it comes, on grpc's
-        polling thread, or at once here (any thread but the loop's)."""
+        polling thread, or at once here (the sender's thread, the serving loop's, or, on one
+        CPU, the loop's while it is not waiting for a message)."""
         internals = self.internals
         with self.lock:
             inbox = self.inbox
@@ -362,9 +365,10 @@ class ServedCall:
 class Serving:
     """The serving loop of one ``grpc.server`` (see the module's docstring)."""
 
-    def __init__(self, server: grpc.Server, internals: Internals) -> None:
+    def __init__(self, server: grpc.Server, internals: Internals, sender: Sender) -> None:
         self.state = server._state
         self.internals = internals
+        self.sender = sender  # what the loop hands on runs here between polls, if it can
         #: Relayed methods by name, and names grpc serves itself (none of Podium's); only names
         #: a handler was found for are remembered, never a client's unknown ones.
         self.methods: dict[bytes, Method | None] = {}
@@ -403,28 +407,42 @@ class Serving:
 
     def run(self) -> None:
         sched.batch_this_thread()  # woken by grpc's threads, it needs the GIL (sched.py)
-        internals, state = self.internals, self.state
+        internals, state, sender = self.internals, self.state, self.sender
         queue, request_tag, timeout = state.completion_queue, internals.request_tag, internals.idle
-        while True:
-            event = queue.poll(time.time() + timeout)
-            if state.server_deallocated:
-                internals.begin_shutdown(state)
-            if event.completion_type == internals.queue_timeout:  # idle for a second
-                sched.batch_named_threads(sched.GRPC_THREADS)  # any grpc started since
-            elif event.tag is request_tag:
-                if not self.arrived(event):
+        handed_on = sender.queued
+        try:
+            while True:
+                # What the loop handed on while this thread was awake is run now, with no
+                # thread woken for it. From here on, what it hands on wakes the sender's thread
+                # (or runs at once, on one CPU): Sender.put reads ``polling`` after queueing,
+                # so this run or that one sees each item.
+                sender.polling = True
+                if handed_on:
+                    sender.run_queued()
+                event = queue.poll(time.time() + timeout)
+                sender.polling = False
+                if state.server_deallocated:
+                    internals.begin_shutdown(state)
+                if event.completion_type == internals.queue_timeout:  # idle for a second
+                    sched.batch_named_threads(sched.GRPC_THREADS)  # any grpc started since
+                elif event.tag is request_tag:
+                    if not self.arrived(event):
+                        return
+                elif not internals.process(state, event):
                     return
-            elif not internals.process(state, event):
-                return
-            # Drop the event before polling again, as grpc does: one that holds a shut-down
-            # call would make the next poll spin.
-            event = None
+                # Drop the event before polling again, as grpc does: one that holds a
+                # shut-down call would make the next poll spin.
+                event = None
+        finally:
+            sender.polling = True  # no more polls: the sender's thread runs what comes
+            sender.run_queued()
 
 
-def start(server: grpc.Server, internals: Internals) -> Serving:
+def start(server: grpc.Server, internals: Internals, sender: Sender) -> Serving:
     """Start ``server`` (a ``grpc.server``) served by this module's loop, as grpc's ``start``
-    would with its own: raises ``ValueError`` if it is started already."""
-    serving = Serving(server, internals)
+    would with its own, running ``sender``'s work between its polls: raises ``ValueError`` if
+    it is started already."""
+    serving = Serving(server, internals, sender)
     state = server._state
     if state.interceptor_pipeline is not None or state.maximum_concurrent_rpcs is not None:
         # grpc would apply them to every call: a relayed call never reaches them
