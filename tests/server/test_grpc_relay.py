@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
-from unittest import mock
 
 import grpc
 import pytest
@@ -34,7 +33,7 @@ from podium.server.grpc import bridge
 from podium.server.grpc._errors import unhandled_status
 from podium.server.grpc._server import GrpcServer, Service
 from podium.server.grpc._tensors import ModelInferRequest, ModelInferResponse
-from podium.server.grpc.bridge import InternalsDiffer, Mode, _relay
+from podium.server.grpc.bridge import InternalsDiffer, Mode
 
 pytestmark = pytest.mark.anyio
 
@@ -104,11 +103,7 @@ def service(handlers: Handlers) -> Service:
 async def running(
     service: Service, mode: str, handlers: Any, grace: float, max_message_size: int = 1 << 20
 ) -> AsyncIterator[SimpleNamespace]:
-    """``service`` on an in-process server, relayed or on ``grpc.aio``, and a channel.
-    ``relayed-one-cpu``: relayed as in a process that may run on one CPU only, where the loop
-    sends what it hands on itself while the serving loop polls (``bridge._relay.Sender``)."""
-    one_cpu = mode == "relayed-one-cpu"
-    mode = "relayed" if one_cpu else mode
+    """``service`` on an in-process server, relayed or on ``grpc.aio``, and a channel."""
     server = GrpcServer(
         [service],
         host="127.0.0.1",
@@ -117,13 +112,11 @@ async def running(
         grace=grace,
         relay=mode == "relayed",
     )
-    with mock.patch.object(_relay, "one_cpu", lambda: one_cpu):
-        address = await server.start()
+    address = await server.start()
     assert server.relayed is (mode == "relayed")
     if mode == "relayed":
         assert server.decision is not None and server.decision.mode is Mode.RELAYED
         assert server._bridge is not None and server._bridge._sender is not None
-        assert server._bridge._sender.inline is one_cpu
     channel = grpc.aio.insecure_channel(address)
     try:
         yield SimpleNamespace(server=server, handlers=handlers, channel=channel, mode=mode)
@@ -132,7 +125,7 @@ async def running(
         await server.stop()
 
 
-@pytest.fixture(params=["relayed", "relayed-one-cpu", "aio"])
+@pytest.fixture(params=["relayed", "aio"])
 async def served(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
     handlers = Handlers()
     async with running(service(handlers), request.param, handlers, grace=5.0) as it:
@@ -691,7 +684,7 @@ class StreamHandlers:
             raise
 
 
-@pytest.fixture(params=["relayed", "relayed-one-cpu", "aio"])
+@pytest.fixture(params=["relayed", "aio"])
 async def streams(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
     handlers = StreamHandlers()
     parse, render = ModelInferRequest.FromString, ModelInferResponse.SerializeToString

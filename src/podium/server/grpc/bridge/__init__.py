@@ -14,7 +14,7 @@ arrives, parses it when it has, and hands it to the loop with one ``call_soon_th
 loop runs the handler in a task and hands a unary call's outcome on (:class:`._relay.Sender`):
 the answer and the status leave together in one batch, exactly as grpc does at the end of a
 unary call, sent by the serving loop between two polls, or, while it polls, by one sender thread
-woken for it (by the loop itself where the process may run on one CPU only). Sending from
+woken for it. Sending from
 another thread keeps the loop from handing the GIL to grpc's polling thread on every call. Every
 other event (unknown methods, the shutdown) goes through grpc's own processing.
 Streams are served by the same loop and hold no thread while open. A response stream leaves

@@ -1,7 +1,7 @@
 """The relay: calls served through grpcio's internals, holding no thread.
 
 What the loop hands on to grpc (:class:`Sender`: on the serving loop's thread between two polls,
-else on a sender thread, or on the loop itself on one CPU) ends relayed unary calls
+else on a sender thread) ends relayed unary calls
 (:class:`Relay`) and starts the sends of idle response streams (:class:`Outbox`); grpc's
 polling thread receives the messages of request streams (:class:`Inbox`, a buffer the handler
 reads with ``async for``) and starts each next send of a busy response stream. Both ways at
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
     from ._context import Call, Status
     from ._serving import ServedCall
 
-__all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Sender", "one_cpu"]
+__all__ = ["END", "WINDOW", "Failed", "Inbox", "Outbox", "Relay", "Sender"]
 
 logger = logging.getLogger("podium.grpc")
 
@@ -267,14 +266,6 @@ class Inbox:
         return message
 
 
-def one_cpu() -> bool:
-    """Whether this process may run on one CPU only (``taskset -c 0``, a one-CPU container)."""
-    try:
-        return len(os.sched_getaffinity(0)) == 1
-    except AttributeError:  # not Linux: no affinity to read
-        return os.cpu_count() == 1
-
-
 class Sender:
     """Runs what the loop hands on to grpc (ending relayed unary calls, starting the sends of idle
     relayed streams, asking a paused inbox for more) on a thread that is already awake where it
@@ -288,24 +279,22 @@ class Sender:
 
     - the relay's serving loop (:mod:`._serving`) runs what is queued after each event it takes
       and before it polls again: work handed on while it is awake wakes no thread;
-    - while it waits in its poll, the work is run by this sender's own thread, woken for it;
-      or, when the process may run on one CPU only (``inline``), at once by the thread that
-      handed it on. There no other thread could run beside the loop anyway, and hardly one
-      waits for the GIL it lets go of (the serving loop waits in its poll, the other threads
-      run under ``SCHED_BATCH`` when the loop blocks, sched.py): waking a thread to do it
-      would only cost two switches (section 66).
+    - while it waits in its poll, the work is run by this sender's own thread, woken for it.
+      Even where the process may run on one CPU only, the loop does not run it itself: it
+      saves switches, but the loop then pays each call's send alone where the sender,
+      under ``SCHED_BATCH``, sends several at once when the loop blocks (unary calls/s fell
+      by 40 %, section 66).
 
     A call whose handler raised ends with ``status(error)``.
     """
 
-    def __init__(self, internals: Internals, status: Status, *, inline: bool | None = None) -> None:
+    def __init__(self, internals: Internals, status: Status) -> None:
         self.internals = internals
         self.status = status
-        self.inline = one_cpu() if inline is None else inline
         #: What was handed on and has not run yet (oldest first).
         self.queued: collections.deque[tuple[Any, ...]] = collections.deque()
         #: True while no serving loop is between two polls (it waits in one, or none runs):
-        #: then what is put is run at once (``inline``) or wakes this sender's thread. Set by
+        #: then what is put wakes this sender's thread. Set by
         #: the serving loop's thread only.
         self.polling = True
         self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()
@@ -314,7 +303,7 @@ class Sender:
 
     def put(self, item: tuple[Any, ...]) -> None:
         """Hand ``(function, *args)`` on (any thread, the loop's above all): the serving loop
-        runs it before it polls again; if it is polling, it runs now or wakes the sender's
+        runs it before it polls again; if it is polling, it wakes the sender's
         thread (see the class's docstring). Items run in the order they were put; two threads
         may run two of them at once, never two for one thing (a unary call's ending, an outbox's
         pump and an inbox's receive are each in the queue once at most, and take their call's
@@ -325,14 +314,10 @@ class Sender:
         GIL orders the four steps)."""
         self.queued.append(item)
         if self.polling:
-            if self.inline:
-                self.run_queued()
-            else:
-                self._wake.put(True)
+            self._wake.put(True)
 
     def run_queued(self) -> None:
-        """Run what is queued, in order (the serving loop's thread, the sender's own, or, on one
-        CPU, the loop's)."""
+        """Run what is queued, in order (the serving loop's thread, or the sender's own)."""
         work = self.queued
         while work:
             try:

@@ -86,7 +86,7 @@ class ServedCall:
     offers the relay (:class:`~._context.LoopContext` forwards to it), the status it ends with,
     the request messages it receives and the response messages it sends, and the events still
     due. ``lock`` orders what the loop hands on (the status, a stream's idle send, an inbox asking
-    again: the sender's thread, this loop's, or the loop's on one CPU) against grpc's polling
+    again: the sender's thread, or this loop's) against grpc's polling
     thread's completions and the client going.
 
     A unary call or a response stream receives one request message (its handler starts with
@@ -413,9 +413,9 @@ class Serving:
         try:
             while True:
                 # What the loop handed on while this thread was awake is run now, with no
-                # thread woken for it. From here on, what it hands on wakes the sender's thread
-                # (or runs at once, on one CPU): Sender.put reads ``polling`` after queueing,
-                # so this run or that one sees each item.
+                # thread woken for it. From here on, what it hands on wakes the sender's
+                # thread: Sender.put reads ``polling`` after queueing, so this run or that one
+                # sees each item.
                 sender.polling = True
                 if handed_on:
                     sender.run_queued()
