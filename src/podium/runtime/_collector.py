@@ -22,9 +22,10 @@ gets its own item, or every request the batch's error.
 What each request pays is kept to what it must: an arrival wakes the collector only when it
 completes what the collector waits for (the first request, or a full batch; the delay has one
 timer per batch), and once: the arrivals before the woken collector runs find that wake-up
-pending (a server reads several requests in one turn of its loop), the queue is counted only when it may hold a full batch, a request's
-deadline is looked at only once some request had one, and its future is made on the loop the
-collector learned when it started (no ``get_running_loop``, a system call on CPython 3.11).
+pending (a server reads several requests in one turn of its loop). The queue is counted only
+when it may hold a full batch, a request's deadline is looked at only once some request had
+one, and its future is made on the loop the collector learned when it started (no
+``get_running_loop``, a system call on CPython 3.11).
 Whether a running batch's clients have all left is asked only when one leaves: the owner's
 callers say so themselves (:meth:`BatchCollector.left`, when their wait for a request's future
 is cancelled), so that no request pays a callback on its future.
