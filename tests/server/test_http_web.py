@@ -171,6 +171,18 @@ async def test_routes_answer_under_the_root_path_and_at_the_root(
 
 
 @pytest.mark.anyio
+async def test_the_openapi_document_names_the_root_path_as_its_server(
+    web: httpx.AsyncClient, plain: httpx.AsyncClient
+) -> None:
+    """As FastAPI's (MLServer's) under a root path: the operations are called under the prefix."""
+    for path in ("/ml/v2/docs/openapi.json", "/v2/docs/openapi.json", "/ml/api-description"):
+        document = (await web.get(path)).json()
+        assert document["servers"] == [{"url": "/ml"}], path
+        assert "/v2/models/{model}/infer" in document["paths"]
+    assert "servers" not in (await plain.get("/v2/docs/openapi.json")).json()
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("path", ["/mlx/v2/health/ready", "/ml/ml/v2/health/ready"])
 async def test_a_path_that_only_looks_like_the_root_path_is_not_found(
     web: httpx.AsyncClient, path: str

@@ -64,7 +64,10 @@ class HttpApp:
         self.max_request_size = max_request_size
         self.sequence_header = sequence_header
         self._router = INFERENCE_ROUTES.compile(self)
-        self._description = _responses.encoder.encode(description(INFERENCE_ROUTES))
+        self._document = description(INFERENCE_ROUTES)
+        self._description = _responses.encoder.encode(self._document)
+        #: the document as served under a root path (``--root-path``: one per server), and it
+        self._rooted: tuple[str, bytes] = ("", self._description)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # An HTTP request is served here, not in a method of its own: one coroutine less each
@@ -186,7 +189,19 @@ class HttpApp:
     # -- the API description -----------------------------------------------------------------
 
     async def _api_description(self, ex: Exchange, send: Send) -> None:
-        await send_body(send, 200, _responses.JSON, self._description)
+        await send_body(send, 200, _responses.JSON, self._described(ex.scope.get("root_path")))
+
+    def _described(self, root: str | None) -> bytes:
+        """The OpenAPI document; under a root path (a proxy's prefix, ``--root-path``) with
+        that path as its server, as FastAPI serves it (and so MLServer): a client that reads
+        the document calls the operations under the prefix."""
+        root = (root or "").rstrip("/")
+        if not root:
+            return self._description
+        if self._rooted[0] != root:  # made once: a server has one root path
+            document = {**self._document, "servers": [{"url": root}]}
+            self._rooted = (root, _responses.encoder.encode(document))
+        return self._rooted[1]
 
     async def _docs_page(self, ex: Exchange, send: Send) -> None:
         await send_body(send, 200, _responses.HTML, PAGE)
