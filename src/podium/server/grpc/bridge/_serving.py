@@ -246,8 +246,7 @@ class ServedCall:
         """Ask for the next message of a request stream, for its inbox: its ``on_message``
         (parsed), ``on_unparsable``, or ``on_end`` (None when the client has closed its side,
         ``asyncio.CancelledError()`` when the call is over) runs when it comes, on grpc's
-        polling thread, or at once here (the sender's thread, the serving loop's, or, on one
-        CPU, the loop's while it is not waiting for a message)."""
+        polling thread, or at once here (the sender's thread, or the serving loop's)."""
         internals = self.internals
         with self.lock:
             inbox = self.inbox
