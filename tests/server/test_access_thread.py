@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from podium.dataplane import DataPlane
 from podium.logs import configure
 from podium.server._access import Access, AccessLog
-from podium.server._access_thread import MAX_QUEUED_LINES, LineThread
+from podium.server._access_thread import INTERVAL, MAX_QUEUED_LINES, LineThread
 from podium.server._metrics import PodiumCollector
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -54,6 +54,12 @@ def ended(n: int, made_on: list[str] | None = None) -> Access:
 
 def test_the_default_queue_is_bounded() -> None:
     assert LineThread(lambda batch: None).limit == MAX_QUEUED_LINES == 10_000
+
+
+def test_the_thread_writes_an_interval_of_lines_at_once() -> None:
+    """The thread wakes every 10 ms (not 50): it holds the GIL for at most an interval's lines,
+    which under load made the requests of that moment wait (the p99; bench/RESULTS.md §70)."""
+    assert LineThread(lambda batch: None).interval == INTERVAL == 0.01
     with pytest.raises(ValueError, match="at least one line"):
         LineThread(lambda batch: None, 0)
 

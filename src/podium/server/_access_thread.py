@@ -4,10 +4,14 @@
 by :meth:`LineThread.add` as it ends) and hands them to a thread of its own, which makes their
 lines (the formatter's work: the route, the path, the text or JSON) and writes them. The loop
 pays one ``deque.append`` per request and never wakes the thread: the thread looks every
-:data:`INTERVAL` (50 ms) and writes everything that piled up in one write (a wake-up per
+:data:`INTERVAL` (10 ms) and writes everything that piled up in one write (a wake-up per
 request or turn, as a ``queue.Queue`` gives, cost the loop a system call and a switch of
-threads each: more than the line it saved). So a line appears up to 50 ms after its request
-ended. The thread gathers the lines of many turns of the loop itself, so the loop keeps no
+threads each: more than the line it saved). So a line appears up to 10 ms after its request
+ended. The interval also bounds how long the thread runs at once, holding the GIL and, where
+it shares a CPU with the loop's thread, the CPU: an interval's lines. At 50 ms, hundreds of
+lines under load, the loop waited milliseconds each time, and the requests of that moment made
+the server's p99 (at 8 in flight, 2.5 ms against 1.1 ms with no access log; at 10 ms, 1.1 ms,
+bench/RESULTS.md §70); at 5 ms the wake-ups cost more than they gave. The thread gathers the lines of many turns of the loop itself, so the loop keeps no
 turn's buffer for them (a callback per turn, and a list handed over, cost more than the
 appends). A thread that found nothing to write sleeps until the next line is handed over (the
 loop then wakes it, once: the thread then gathers for an interval again), so an idle server's
@@ -36,7 +40,8 @@ __all__ = ["MAX_QUEUED_LINES", "LineThread"]
 MAX_QUEUED_LINES = 10_000
 #: How often the thread looks for lines to write (seconds): the loop never wakes it (a wake-up
 #: per turn costs the loop a system call and a switch of threads), except past half the bound.
-INTERVAL = 0.05
+#: Short enough that an interval's lines hold the GIL briefly (see the module's docstring).
+INTERVAL = 0.01
 #: The longest a flush waits for the thread (seconds): a log that is stuck does not hold exit.
 FLUSH_WAIT = 5.0
 
