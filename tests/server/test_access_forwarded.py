@@ -15,7 +15,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from podium.server._access import AccessLog, RequestIds
 from podium.server._limits import ConnectionGuard, ConnectionLimits
 from podium.server._listener import Uvicorn, bind
-from podium.server.http import INFERENCE_ROUTES, AccessMiddleware
+from podium.server.http import INFERENCE_ROUTES, AccessMiddleware, RootPath
 
 pytestmark = pytest.mark.anyio
 
@@ -149,5 +149,11 @@ async def test_serve_runs_uvicorns_proxy_headers_only_where_podiums_do_not(
     await _serve(access, _scope("http", "192.0.2.9", [(XFF, b"203.0.113.7")]))
     await _serve(access, _scope("http", "127.0.0.1", [(XFF, b"203.0.113.7")]))  # not trusted now
     assert seen == [(("203.0.113.7", 0), "http"), (("127.0.0.1", 40000), "http")]
+    # under --root-path (RootPath around it) the access middleware still reads them itself
+    rooted = RootPath(access, "/ml")
+    assert _uvicorn(rooted).server.config.proxy_headers is False
+    await _serve(rooted, _scope("http", "192.0.2.9", [(XFF, b"203.0.113.7")]))
+    assert seen[-1] == (("203.0.113.7", 0), "http")
     # an app without Podium's access middleware (the metrics listener's) keeps uvicorn's
     assert _uvicorn(_record).server.config.proxy_headers is True
+    assert _uvicorn(RootPath(_record, "/ml")).server.config.proxy_headers is True

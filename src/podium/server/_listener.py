@@ -12,7 +12,7 @@ import socket
 from typing import Any
 
 from ._limits import ConnectionGuard
-from .http import AccessMiddleware
+from .http import AccessMiddleware, RootPath
 
 __all__ = ["DATE_EVERY", "Uvicorn", "bind", "url_of"]
 
@@ -68,8 +68,10 @@ class Uvicorn:
         import uvicorn
 
         # Podium's access middleware reads X-Forwarded-* itself, by uvicorn's own middleware
-        # and only for a request that carries them (http/_access.py); other apps get uvicorn's
-        forwarding = isinstance(app, AccessMiddleware)
+        # and only for a request that carries them (http/_access.py), under a root path too
+        # (which only moves the path); other apps get uvicorn's
+        inner = app.app if isinstance(app, RootPath) else app
+        forwarding = isinstance(inner, AccessMiddleware)
         config = uvicorn.Config(
             app,
             proxy_headers=not forwarding,
@@ -89,7 +91,7 @@ class Uvicorn:
             ws="websockets-sansio" if websockets else "none",
         )
         if forwarding:
-            app.forwarded_from(config.forwarded_allow_ips)  # FORWARDED_ALLOW_IPS, as uvicorn's
+            inner.forwarded_from(config.forwarded_allow_ips)  # FORWARDED_ALLOW_IPS, as uvicorn's
         self.guard = guard
 
         class Server(uvicorn.Server):
