@@ -86,6 +86,53 @@ async def test_the_memory_of_pairs_is_bounded() -> None:
 
 
 @pytest.mark.anyio
+async def test_answers_of_ever_new_lengths_keep_the_other_pairs_and_skip_the_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a model's answers vary in length: each length is a pair never seen before
+    checked: list[Any] = []
+    searched: list[bytes] = []
+    check = _cycle._check
+
+    def counted_check(pair: Any) -> Any:
+        checked.append(pair)
+        return check(pair)
+
+    class CountedSearch:
+        def __init__(self, pattern: Any) -> None:
+            self.pattern = pattern
+
+        def search(self, text: bytes) -> Any:
+            searched.append(text)
+            return self.pattern.search(text)
+
+    monkeypatch.setattr(_cycle, "_check", counted_check)
+    monkeypatch.setattr(_cycle, "HEADER_RE", CountedSearch(_cycle.HEADER_RE))
+    monkeypatch.setattr(_cycle, "HEADER_VALUE_RE", CountedSearch(_cycle.HEADER_VALUE_RE))
+    kind = (b"content-type", b"application/json")
+    for n in range(MAX_PAIRS * 3):
+        transport = _Transport()
+        cycle = _cycle_for(transport)
+        length = b"%d" % (1000 + n)
+        await cycle.send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [kind, (b"content-length", length)],
+            }
+        )
+        assert transport.written[0].endswith(b"content-length: %s\r\n\r\n" % length)
+        assert (cycle.chunked_encoding, cycle.expected_content_length) == (False, 1000 + n)
+        assert len(_cycle._known) <= MAX_PAIRS
+    # the content type and the date were checked once: no length emptied the memory
+    assert checked.count(kind) == 1 and sum(name == b"date" for name, _ in checked) == 1
+    assert not any(text.isdigit() or text == b"content-length" for text in searched)
+    assert sorted(searched) == sorted(
+        [b"content-type", b"application/json", b"date", _State.default_headers[0][1]]
+    )
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("pair", "message"),
     [

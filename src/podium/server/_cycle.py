@@ -15,6 +15,10 @@ that frame the body (``transfer-encoding``, ``connection``) are always handled a
 handles them. The memory is bounded (:data:`MAX_PAIRS` pairs, each line at most
 :data:`MAX_PAIR_BYTES` long); when it is full it is emptied and fills again with the pairs in
 use (a value that changes with each response, a request id, only makes that happen sooner).
+A ``content-length`` of ASCII digits (the length of a body, which varies with the answer:
+a model's outputs) needs no regular expression (digits are nothing uvicorn refuses), and is
+remembered only while the memory has room: answers of ever new lengths neither empty the
+memory of the other pairs nor pay uvicorn's checks.
 
 A pair whose maker guarantees it passes those checks and frames nothing (a :class:`CheckedPair`:
 the access middleware's request id, whose value changes with each response) is written as it is,
@@ -69,6 +73,11 @@ MAX_PAIR_BYTES = 256
 _known: dict[tuple[bytes, bytes], tuple[bytes, int | None]] = {}
 
 
+#: digits of a ``content-length`` that take the digits' way in ``_check`` (fewer: any length
+#: a body can have, and ``int`` reads them fast)
+_LONGEST_LENGTH = 19
+
+
 class CheckedPair(tuple[bytes, bytes]):
     """A response header pair (``(name, value)``, a tuple to everything else) that its maker
     guarantees would pass uvicorn's checks, with a lowercase name that frames nothing (not
@@ -85,6 +94,11 @@ def _check(pair: Any) -> tuple[bytes, int | None] | None:
     otherwise (``transfer-encoding``, ``connection``, a length ``int`` refuses); raises
     uvicorn's RuntimeError for a pair uvicorn refuses."""
     name, value = pair
+    if name == b"content-length" and value.isdigit() and len(value) < _LONGEST_LENGTH:
+        known: tuple[bytes, int | None] = (b"content-length: %s\r\n" % value, int(value))
+        if type(pair) is tuple and len(_known) < MAX_PAIRS:
+            _known[pair] = known
+        return known
     if HEADER_RE.search(name):
         raise RuntimeError("Invalid HTTP header name.")
     if HEADER_VALUE_RE.search(value):
