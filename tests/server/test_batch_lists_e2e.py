@@ -1,6 +1,7 @@
 """A batched ``predict`` annotated ``list[X]``, end to end on a real server: each element is what
 ``X`` asks for (the OIP request itself, a validated pydantic model), in a thread worker and in a
-worker process alike; without batching, ``list[X]`` still gets the body as it came.
+worker process alike, and in a truss batched by its podium.yaml; without batching, ``list[X]``
+still gets the body as it came.
 
 The batched models close a batch only when it holds 3 requests, so 3 concurrent requests are
 one batch, and each answer says the size of the batch it was in."""
@@ -56,7 +57,7 @@ async def test_batched_list_of_inference_requests(server: Server) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("model", ["orders", "orders-proc"])
+@pytest.mark.parametrize("model", ["orders", "orders-proc", "truss-orders"])
 async def test_batched_list_of_pydantic_models(server: Server, model: str) -> None:
     calls: list[tuple[str, object]] = [
         (f"/v1/models/{model}:predict", {"item": f"item-{i}", "qty": i}) for i in range(3)
@@ -69,7 +70,9 @@ async def test_batched_list_of_pydantic_models(server: Server, model: str) -> No
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("model", "good", "seen"), [("orders", 3, 3), ("orders-proc", 2, 2)])
+@pytest.mark.parametrize(
+    ("model", "good", "seen"), [("orders", 3, 3), ("orders-proc", 2, 2), ("truss-orders", 3, 3)]
+)
 async def test_batched_list_of_pydantic_models_validates_each(
     server: Server, model: str, good: int, seen: int
 ) -> None:

@@ -1,4 +1,5 @@
-"""A batched ``predict`` annotated ``list[X]`` gets each request's inputs as ``X`` asks.
+"""A batched ``predict`` annotated ``list[X]`` gets each request's inputs as ``X`` asks (a
+native model's, and a truss's: only a pydantic element counts there).
 
 Without batching, ``list[X]`` keeps meaning "the inputs as they are" (a JSON list body, say):
 those cases are here too, so that the batched rule cannot leak into them.
@@ -17,8 +18,11 @@ import pydantic
 import pytest
 
 from podium.config import ModelConfig
+from podium.errors import InvalidInput
+from podium.model import discover, truss
 from podium.model._forms import batched_predict, input_form
 from podium.model.native import NativeModel, inspect_class
+from podium.model.truss._model import TrussModel
 from podium.types import InferenceRequest, InputKind
 
 
@@ -147,3 +151,47 @@ def test_batched_plain_annotations_as_before(executor: ThreadPoolExecutor) -> No
 
     assert build(Requests, executor, batch_size=4).capabilities.input_kind is OIP
     assert build(Points, executor, batch_size=4).capabilities.input_schema is Point
+
+
+# -- a truss's model (batched by its podium.yaml) -----------------------------------------------
+
+TRUSS_MODEL = """
+from pydantic import BaseModel
+
+
+class Item(BaseModel):
+    name: str
+
+
+class Model:
+    def predict(self, items: list[Item]) -> list:
+        return items
+"""
+
+
+def truss_model(root: Path, executor: ThreadPoolExecutor, podium: str) -> TrussModel:
+    (root / "model").mkdir(parents=True)
+    (root / "config.yaml").write_text("{}\n")
+    (root / "podium.yaml").write_text(podium)
+    (root / "model" / "model.py").write_text(TRUSS_MODEL)
+    (source,) = discover(root)
+    instance = truss.build(source, truss.prepare(source), secrets={}, executor=executor)
+    assert isinstance(instance, TrussModel)
+    return instance
+
+
+def test_batched_truss_list_of_models_validates_each(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    model = truss_model(tmp_path / "t", executor, "batch_size: 4\n")
+    assert model.capabilities.input_kind is SCHEMA
+    assert type(model.validate({"name": "a"})).__name__ == "Item"
+    with pytest.raises(InvalidInput, match="name"):
+        model.validate({"other": 1})
+
+
+def test_unbatched_truss_list_annotation_unchanged(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    model = truss_model(tmp_path / "t", executor, "max_queue_size: 7\n")
+    assert (model.capabilities.input_kind, model.capabilities.input_schema) == (DEFAULT, None)
