@@ -50,6 +50,9 @@ BATCHED = [
     (list[list[InferenceRequest]], (DEFAULT, None)),
     (dict[str, InferenceRequest], (DEFAULT, None)),
     (tuple[InferenceRequest, ...], (DEFAULT, None)),
+    # optional forms are not unwrapped, as ``InferenceRequest | None`` is not
+    (list[InferenceRequest] | None, (DEFAULT, None)),
+    (InferenceRequest | None, (DEFAULT, None)),
     # the plain forms, as before batching named its list
     (InferenceRequest, (OIP, None)),
     (Point, (SCHEMA, Point)),
