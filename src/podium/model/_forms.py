@@ -23,7 +23,7 @@ _BATCHES = (list, collections.abc.Sequence)
 
 
 def mro_has(annotation: Any, module: str, qualname: str) -> bool:
-    """True if ``annotation`` is a class deriving from ``module.qualname`` (without importing it)."""
+    """Whether ``annotation`` is a class deriving from ``module.qualname`` (imports nothing)."""
     if not isinstance(annotation, type):
         return False
     return any(c.__module__ == module and c.__qualname__ == qualname for c in annotation.__mro__)
