@@ -33,7 +33,6 @@ from ..types import (
     Context,
     EmbedInputs,
     Generation,
-    InferenceRequest,
     InputKind,
     MethodInputs,
     OpenAIFace,
@@ -51,6 +50,7 @@ from ._calls import (
     validated,
     validation_failed,
 )
+from ._forms import batched_predict, input_form, mro_has
 from ._openai import METHODS, check_embed, openai_call, openai_face, run_openai
 
 __all__ = [
@@ -123,12 +123,14 @@ class ModelSpec:
     def methods(self) -> tuple[MethodSpec | None, ...]:
         return (self.preprocess, self.predict, self.postprocess)
 
-
-def _mro_has(annotation: Any, module: str, qualname: str) -> bool:
-    """True if ``annotation`` is a class deriving from ``module.qualname`` (without importing it)."""
-    if not isinstance(annotation, type):
-        return False
-    return any(c.__module__ == module and c.__qualname__ == qualname for c in annotation.__mro__)
+    def input_form(self, config: ModelConfig) -> tuple[InputKind, type | None]:
+        """What one request's payload becomes under ``config``: :attr:`input_kind` and
+        :attr:`input_schema`, but for a batched ``predict`` (nothing before it: a
+        ``preprocess`` takes one request) that names its list, as in ``list[InferenceRequest]``
+        or ``list[Order]``: then each request's is what the list's element asks for."""
+        if self.preprocess is None and self.predict is not None and batched_predict(config):
+            return input_form(self.predict.input_annotation, batched=True)
+        return self.input_kind, self.input_schema
 
 
 def is_request_annotation(annotation: Any) -> bool:
@@ -140,7 +142,7 @@ def is_request_annotation(annotation: Any) -> bool:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         return len(members) == 1 and is_request_annotation(members[0])
-    return _mro_has(annotation, "starlette.requests", "Request")
+    return mro_has(annotation, "starlette.requests", "Request")
 
 
 def context_annotation(annotation: Any) -> bool | None:
@@ -154,15 +156,10 @@ def context_annotation(annotation: Any) -> bool | None:
             return len(members) < len(args)
         return None
     if isinstance(annotation, type) and (
-        issubclass(annotation, Context) or _mro_has(annotation, "podium.types", "Context")
+        issubclass(annotation, Context) or mro_has(annotation, "podium.types", "Context")
     ):
         return False
     return None
-
-
-def is_schema_annotation(annotation: Any) -> bool:
-    """A pydantic ``BaseModel`` subclass (pydantic is optional and not imported here)."""
-    return _mro_has(annotation, "pydantic.main", "BaseModel")
 
 
 def _flavor(fn: Any) -> Flavor:
@@ -335,13 +332,7 @@ def inspect_class(cls: Any) -> ModelSpec:
     init_kwargs, init_any = _inspect_init(cls, problems)
     DefinitionError.check(problems)
     first = pre or predict
-    annotation = first.input_annotation if first is not None else None
-    if isinstance(annotation, type) and issubclass(annotation, InferenceRequest):
-        kind, schema = InputKind.OIP_REQUEST, None
-    elif is_schema_annotation(annotation):
-        kind, schema = InputKind.SCHEMA, annotation
-    else:
-        kind, schema = InputKind.DEFAULT, None
+    kind, schema = input_form(first.input_annotation if first is not None else None)
     return ModelSpec(cls, pre, predict, post, load is not None, init_kwargs, init_any, kind, schema)
 
 
@@ -475,6 +466,7 @@ class NativeModel(Adapter):
         check_config(spec, config)
         self.spec = spec
         self.name = config.name
+        kind, self._schema = spec.input_form(config)
         self._executor = executor
         available = {"config": config.raw, "data_dir": model_dir / "data", "secrets": secrets}
         wanted = INIT_KWARGS if spec.init_takes_any else spec.init_kwargs
@@ -496,8 +488,8 @@ class NativeModel(Adapter):
         self.capabilities = Capabilities(
             needs_inputs=spec.needs_inputs,
             needs_request=spec.needs_request,
-            input_kind=spec.input_kind,
-            input_schema=spec.input_schema,
+            input_kind=kind,
+            input_schema=self._schema,
             streaming=streaming,
             has_preprocess=spec.preprocess is not None,
             has_postprocess=spec.postprocess is not None,
@@ -560,7 +552,7 @@ class NativeModel(Adapter):
     def validate(self, value: Any) -> Any:
         """Validate JSON-like ``value`` into the model's pydantic schema (400 with locations)."""
         try:
-            return validated(self.spec.input_schema, value)
+            return validated(self._schema, value)
         except Exception as exc:
             failed = validation_failed(exc, f"model '{self.name}': input failed validation")
             if failed is None:

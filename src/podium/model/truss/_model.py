@@ -37,6 +37,7 @@ from .._calls import (
     run_sync,
     validated,
 )
+from .._forms import batched_predict, input_form
 from .._source import ModelSource
 from . import _environ
 from ._config import TrussSettings
@@ -117,11 +118,18 @@ class TrussModel(Adapter):
             with _environ.using(self._env):
                 self.obj = spec.cls(**kwargs)
         predict = spec.predict
+        #: what each request's input is validated into: a batched predict (with nothing before
+        #: it) annotated ``list[Item]`` gets a list of Items, as a native model does (a truss
+        #: has no OIP request form: only a pydantic element counts)
+        self._schema = spec.input_schema
+        if spec.preprocess is None and predict is not None and batched_predict(source.config):
+            kind, element = input_form(predict.input_annotation, batched=True)
+            self._schema = element if kind is InputKind.SCHEMA else None
         self.capabilities = Capabilities(
             needs_inputs=spec.needs_inputs,
             needs_request=spec.needs_request,
-            input_kind=InputKind.SCHEMA if spec.input_schema is not None else InputKind.DEFAULT,
-            input_schema=spec.input_schema,
+            input_kind=InputKind.SCHEMA if self._schema is not None else InputKind.DEFAULT,
+            input_schema=self._schema,
             has_preprocess=spec.preprocess is not None,
             has_postprocess=spec.postprocess is not None,
             predict_in_thread=predict is not None
@@ -190,7 +198,7 @@ class TrussModel(Adapter):
         """The input validated into the model's pydantic type, as Truss does; its failure is a
         400 with Truss's message (``Input Parsing Error: `loc`: msg.``)."""
         try:
-            return validated(self.spec.input_schema, value)
+            return validated(self._schema, value)
         except Exception as exc:
             errors = getattr(exc, "errors", None)
             if not callable(errors) or not callable(getattr(exc, "error_count", None)):

@@ -21,7 +21,8 @@ from typing import Any
 
 from ...errors import DefinitionError
 from ...types import ENDPOINT_METHODS
-from ..native import _hints, is_request_annotation, is_schema_annotation, method_parameters
+from .._forms import is_schema_annotation
+from ..native import _hints, is_request_annotation, method_parameters
 
 __all__ = ["INIT_KWARGS", "TrussMethod", "TrussSpec", "inspect_truss", "io_schema"]
 
