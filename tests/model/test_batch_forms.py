@@ -18,7 +18,7 @@ import pydantic
 import pytest
 
 from podium.config import ModelConfig
-from podium.errors import InvalidInput
+from podium.errors import DefinitionError, InvalidInput
 from podium.model import discover, truss
 from podium.model._forms import batched_predict, input_form
 from podium.model.native import NativeModel, inspect_class
@@ -125,8 +125,30 @@ def test_batched_list_of_models_validates_each(executor: ThreadPoolExecutor) -> 
 def test_unbatched_list_annotation_unchanged(cls: type, executor: ThreadPoolExecutor) -> None:
     spec = inspect_class(cls)
     assert (spec.input_kind, spec.input_schema) == (DEFAULT, None)
-    caps = build(cls, executor).capabilities
-    assert (caps.input_kind, caps.input_schema) == (DEFAULT, None)
+    if cls is BatchOfPoints:  # (a JSON list body, as it came)
+        caps = build(cls, executor).capabilities
+        assert (caps.input_kind, caps.input_schema) == (DEFAULT, None)
+
+
+@pytest.mark.parametrize(
+    "raw", [{}, {"batch_size": 1}, {"batch_size": 4, "continuous_batching": True}]
+)
+def test_a_list_of_requests_where_one_request_comes_is_refused_at_load(
+    raw: dict[str, Any], executor: ThreadPoolExecutor
+) -> None:
+    # it would get one request's decoded inputs: refused with what to change, not a 500 later
+    with pytest.raises(DefinitionError, match="BatchOfRequests.predict is annotated as a list"):
+        build(BatchOfRequests, executor, **raw)
+
+    class Preprocessed:
+        def preprocess(self, request: Sequence[InferenceRequest]) -> Any:
+            return request
+
+        def predict(self, batch: list[Any]) -> list[Any]:
+            return batch
+
+    with pytest.raises(DefinitionError, match="set batch_size above 1"):
+        build(Preprocessed, executor, batch_size=4)  # preprocess takes one request
 
 
 def test_batched_preprocess_decides_per_request(executor: ThreadPoolExecutor) -> None:

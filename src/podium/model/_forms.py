@@ -15,7 +15,13 @@ from typing import Any, get_args, get_origin
 from ..config import ModelConfig
 from ..types import InferenceRequest, InputKind
 
-__all__ = ["batched_predict", "input_form", "is_schema_annotation", "mro_has"]
+__all__ = [
+    "batched_predict",
+    "input_form",
+    "is_schema_annotation",
+    "mro_has",
+    "requests_batch",
+]
 
 #: What ``get_origin`` gives for ``list[X]``, ``typing.List[X]``, ``collections.abc.Sequence[X]``
 #: and ``typing.Sequence[X]``: the annotations that name a batch by its elements.
@@ -52,3 +58,12 @@ def input_form(annotation: Any, *, batched: bool = False) -> tuple[InputKind, ty
     if is_schema_annotation(annotation):
         return InputKind.SCHEMA, annotation
     return InputKind.DEFAULT, None
+
+
+def requests_batch(annotation: Any) -> bool:
+    """Whether ``annotation`` names a batch of OIP requests (``list[InferenceRequest]`` and the
+    other spellings of a batch): what only a batched ``predict`` can be given."""
+    if get_origin(annotation) not in _BATCHES or len(get_args(annotation)) != 1:
+        return False
+    (element,) = get_args(annotation)
+    return isinstance(element, type) and issubclass(element, InferenceRequest)

@@ -50,7 +50,7 @@ from ._calls import (
     validated,
     validation_failed,
 )
-from ._forms import batched_predict, input_form, mro_has
+from ._forms import batched_predict, input_form, mro_has, requests_batch
 from ._openai import METHODS, check_embed, openai_call, openai_face, run_openai
 
 __all__ = [
@@ -362,6 +362,14 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
             f"{spec.cls.__name__} has no predict method; predict is required (a step method "
             f"serves only with continuous_batching: true, which model '{config.name}' does not set)"
         )
+    first = spec.preprocess or spec.predict
+    if first is not None and requests_batch(first.input_annotation):
+        if spec.preprocess is not None or not batched_predict(config):
+            problems.append(
+                f"{spec.cls.__name__}.{first.name} is annotated as a list of InferenceRequest, "
+                f"which only a batched predict gets; model '{config.name}' gives it one request "
+                "(set batch_size above 1, or annotate it InferenceRequest)"
+            )
     if problems:
         if where:
             problems = [f"{where}: {p}" for p in problems]
