@@ -6,6 +6,7 @@ the models' event logs."""
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import textwrap
 import uuid
@@ -14,7 +15,7 @@ from typing import Any
 import anyio
 import grpc
 import pytest
-from conftest import ROOT, Server
+from conftest import Server
 from e2e_helpers import PATIENCE, EventLog, Gates
 from grpc_helpers import Stubs, infer_request, outputs, target
 
@@ -77,20 +78,16 @@ async def test_cancelled_call_cancels_the_predict_which_sees_the_disconnect(
     assert outputs(response)["completed"] == [True]
 
 
+#: A client that only imports grpc and sends the request it is given, serialized: a process that
+#: imports more (numpy, Podium, the test helpers) takes seconds to start on a busy machine, and
+#: all of that would count against the wait for the call to reach the model.
 _DROPPING_CLIENT = """
 import sys, time
 import grpc
-sys.path.insert(0, sys.argv[2])
-from grpc_helpers import infer_request, podium_messages
 
-pb = podium_messages()
 channel = grpc.insecure_channel(sys.argv[1])
-infer = channel.unary_unary(
-    "/inference.GRPCInferenceService/ModelInfer",
-    request_serializer=pb.ModelInferRequest.SerializeToString,
-    response_deserializer=pb.ModelInferResponse.FromString,
-)
-future = infer.future(infer_request(pb, "watcher", tag=sys.argv[3]))
+infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")  # bytes both ways
+future = infer.future(bytes.fromhex(sys.argv[2]))
 time.sleep(60)  # killed long before
 """
 
@@ -106,10 +103,8 @@ async def test_a_dropped_connection_cancels_the_predict(
             "-c",
             textwrap.dedent(_DROPPING_CLIENT),
             target(models_server),
-            str(ROOT / "tests" / "server"),
-            tag,
-        ],
-        cwd=ROOT / "tests",
+            infer_request(pb, "watcher", tag=tag).SerializeToString().hex(),
+        ]
     )
     try:
         await events.wait_for(tag, "start")
@@ -167,12 +162,30 @@ async def test_a_server_stopping_lets_calls_in_flight_finish(
             call = stubs.ModelInfer(infer_request(pb, "gated", tag=tag, gate=gate))
             await events.wait_for(tag, "predict-start")
             server.proc.terminate()  # SIGTERM: graceful shutdown begins
-            await anyio.sleep(0.2)
-            late = stubs.ModelInfer(infer_request(pb, "tensors", x=1))
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await late
-            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            # New calls are answered until the server has handled the signal, and refused from
+            # then on; one sent on the connection as the server stopped listening may be cut
+            # by grpc itself (CANCELLED) in either mode.
+            outcomes = await _calls_until_refused(stubs, pb)
+            assert re.fullmatch(r"(OK )*(CANCELLED )?UNAVAILABLE", " ".join(outcomes)), outcomes
             gates.open(gate)
             response = await call  # the call in flight still gets its answer
             assert outputs(response)["tag"] == [tag.encode()]
         assert server.proc.wait(PATIENCE) == 0
+
+
+async def _calls_until_refused(stubs: Stubs, pb: Any) -> list[str]:
+    """The outcomes of new calls made one after another from SIGTERM on, up to the first
+    refusal other than CANCELLED. When the server handles the signal depends on the machine's
+    load, so no fixed wait can tell when to make the one late call; PATIENCE is only a safety
+    net."""
+    outcomes: list[str] = []
+    with anyio.fail_after(PATIENCE):
+        while True:
+            try:
+                await stubs.ModelInfer(infer_request(pb, "tensors", x=1))
+                outcomes.append("OK")
+            except grpc.aio.AioRpcError as exc:
+                outcomes.append(exc.code().name)
+                if exc.code() != grpc.StatusCode.CANCELLED:
+                    return outcomes
+            await anyio.sleep(0.01)

@@ -272,9 +272,10 @@ async def test_thousands_of_streams_hold_neither_threads_nor_memory(mode: str) -
             await asyncio.sleep(1.0)
             during = proc_status(server.pid)
             held = int((await unary(other, "Held")(ModelInferRequest(), timeout=10)).id)
-            started = time.monotonic()
-            await peer(other)  # a normal call, during the flood
-            assert time.monotonic() - started < 2.0
+            # A normal call, during the flood: answered while every admitted stream is still
+            # held (they end only at Release, after it), so nothing waits behind them; how
+            # fast it is answered depends on the machine's load, so that is not asserted.
+            await peer(other)
             await unary(other, "Release")(ModelInferRequest(), timeout=10)
             results = await asyncio.gather(*flood)
             await peer(other)  # and after it

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -83,6 +84,19 @@ async def until(predicate: Any, what: str) -> None:
     while not predicate():
         if time.monotonic() > end:
             raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(0.01)
+
+
+async def queued(client: httpx.AsyncClient, server: Server, model: str, count: int) -> None:
+    """Wait (at most 10 s) until ``count`` requests wait in ``model``'s queue, as the metrics
+    listener's ``podium_requests_queued`` says: a request sent is in line only once the server
+    has read and queued it, which on a busy machine takes its time."""
+    metrics = server.addresses["http-metrics"] + "/metrics"
+    line = re.compile(rf'^podium_requests_queued\{{model="{model}",[^}}]*\}} {count}\.0$', re.M)
+    end = time.monotonic() + 10
+    while not line.search((await client.get(metrics)).text):
+        if time.monotonic() > end:
+            raise AssertionError(f"{model}'s queue never held {count} request(s)")
         await asyncio.sleep(0.01)
 
 
@@ -174,11 +188,14 @@ async def test_rest_higher_levels_are_served_first(server: Server, folder: Path)
         held = await holding(client, folder, "ranked", 3)
         waiting = []
         # arrival order: low (3), default (2), high by header (1), high by parameter (1)
-        for x, headers, parameters in (
-            (301, {"x-podium-priority": "3"}, {}),
-            (302, {}, {}),
-            (303, {"x-podium-priority": "1"}, {}),
-            (304, {}, {"priority": 1}),
+        for n, (x, headers, parameters) in enumerate(
+            (
+                (301, {"x-podium-priority": "3"}, {}),
+                (302, {}, {}),
+                (303, {"x-podium-priority": "1"}, {}),
+                (304, {}, {"priority": 1}),
+            ),
+            start=1,
         ):
             waiting.append(
                 asyncio.create_task(
@@ -187,7 +204,7 @@ async def test_rest_higher_levels_are_served_first(server: Server, folder: Path)
                     )
                 )
             )
-            await asyncio.sleep(0.05)  # in line in this order (order only; not a speed)
+            await queued(client, server, "ranked", n)  # in line in this order
         (folder / "gate3").touch()
         assert (await held).status_code == 200
         assert [(await task).status_code for task in waiting] == [200] * 4
@@ -225,11 +242,11 @@ async def test_grpc_refusal_is_unavailable_with_retry_after_and_metadata_sets_pr
         low = stubs.ModelInfer(
             infer_request(messages, "ranked", x=501), metadata=(("x-podium-priority", "3"),)
         )
-        await asyncio.sleep(0.05)
+        await queued(client, server, "ranked", 1)
         high = stubs.ModelInfer(
             infer_request(messages, "ranked", x=502), metadata=(("x-podium-priority", "1"),)
         )
-        await asyncio.sleep(0.05)
+        await queued(client, server, "ranked", 2)
         (folder / "gate5").touch()
         await held
         await low
