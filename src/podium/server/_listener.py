@@ -70,7 +70,7 @@ class Uvicorn:
         # Podium's access middleware reads X-Forwarded-* itself, by uvicorn's own middleware
         # and only for a request that carries them (http/_access.py), under a root path too
         # (which only moves the path); other apps get uvicorn's
-        inner = app.app if isinstance(app, RootPath) else app
+        inner: Any = app.app if isinstance(app, RootPath) else app
         forwarding = isinstance(inner, AccessMiddleware)
         config = uvicorn.Config(
             app,
