@@ -1,4 +1,6 @@
-"""A batched predict annotated list[Order]: each element is one request validated."""
+"""A batched predict annotated list[Order]: each element is one request validated. The same
+file serves in a worker process (orders-proc/model.py links here; a truss may not link out of
+itself, so truss-orders has its own copy)."""
 
 from pydantic import BaseModel
 
