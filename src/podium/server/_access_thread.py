@@ -8,10 +8,10 @@ pays one ``deque.append`` per request and never wakes the thread: the thread loo
 request or turn, as a ``queue.Queue`` gives, cost the loop a system call and a switch of
 threads each: more than the line it saved). So a line appears up to 10 ms after its request
 ended. The interval also bounds how long the thread runs at once, holding the GIL and, where
-it shares a CPU with the loop's thread, the CPU: an interval's lines. At 50 ms, hundreds of
-lines under load, the loop waited milliseconds each time, and the requests of that moment made
-the server's p99 (at 8 in flight, 2.5 ms against 1.1 ms with no access log; at 10 ms, 1.1 ms,
-bench/RESULTS.md §70); at 5 ms the wake-ups cost more than they gave. The thread gathers the lines of many turns of the loop itself, so the loop keeps no
+it shares a CPU with the loop's thread, the CPU: an interval's lines. At 50 ms (hundreds of
+lines under load) the loop waited milliseconds each time, and the requests of that moment made
+the server's p99; shorter than 10 ms, the wake-ups cost more than they gave (bench/RESULTS.md
+§70). The thread gathers the lines of many turns of the loop itself, so the loop keeps no
 turn's buffer for them (a callback per turn, and a list handed over, cost more than the
 appends). A thread that found nothing to write sleeps until the next line is handed over (the
 loop then wakes it, once: the thread then gathers for an interval again), so an idle server's
