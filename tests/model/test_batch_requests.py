@@ -136,6 +136,37 @@ def test_the_list_reaches_predict_as_it_is_handed_over(executor: ThreadPoolExecu
     assert got == [(1, requests[0]), (2, requests[1])]
 
 
+def test_a_batch_beside_embeddings_calls_gives_predict_its_own_requests(
+    executor: ThreadPoolExecutor,
+) -> None:
+    # a batch that mixes OpenAI embeddings calls (no request: None in their places) with
+    # predict calls: embed takes the former, predict the others, with their requests in order
+    import asyncio
+
+    from podium.types import EmbedInputs
+
+    class Model:
+        def embed(self, texts: list[str]) -> Any:
+            return [[1.0] for _ in texts]
+
+        def predict(self, batch: list, requests: list[Request]) -> list:
+            return [(x, r) for x, r in zip(batch, requests, strict=True)]
+
+    instance = NativeModel(
+        inspect_class(Model),
+        config({"batch_size": 4}),
+        model_dir=Path("/srv/m"),
+        secrets={},
+        executor=executor,
+    )
+    asyncio.run(instance.load())
+    first, second = object(), object()
+    batch = [EmbedInputs(["a"]), 1, EmbedInputs(["b"]), 2]
+    got = asyncio.run(instance.predict(batch, [None, first, None, second]))
+    assert got[1::2] == [(1, first), (2, second)]
+    assert [list(map(list, v)) for v in got[::2]] == [[[1.0]], [[1.0]]]
+
+
 # -- refused ------------------------------------------------------------------------------------
 
 

@@ -590,7 +590,9 @@ class NativeModel(Adapter):
         kind = type(inputs)
         if kind is MethodInputs or kind is EmbedInputs or (kind is list and openai_call(inputs)):
             run, executor = self._threads.run, self._executor
-            return await run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
+            return await run_openai(
+                self.obj, inputs, run, executor, self._predict_list, self.name, request
+            )
         # (the spec's own attribute: _predict_spec, a call of its own, only to raise)
         spec = self.spec.predict or self._predict_spec()
         if spec.takes_context or not spec.takes_inputs:
@@ -604,8 +606,8 @@ class NativeModel(Adapter):
         except Exception as exc:
             raise model_error(self.name, "predict", exc) from exc
 
-    async def _predict_list(self, inputs: list[Any]) -> Any:
-        return await self._call(self._predict_spec(), self._predict, inputs, None)
+    async def _predict_list(self, inputs: list[Any], requests: Any) -> Any:
+        return await self._call(self._predict_spec(), self._predict, inputs, requests)
 
     async def step(self, batch: list[Generation]) -> None:
         """Advance ``batch`` one step: an async ``step`` on the loop, a sync one in the pool.
