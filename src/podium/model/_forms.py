@@ -6,9 +6,9 @@ list of those, one per request, and says so the way a type checker wants it: ``l
 ``Sequence[X]``) asks for each element as ``X`` would. Without batching ``list[X]`` is "anything
 else", as it always was: a JSON list body, say, passed as it came.
 
-The raw request is asked for by its own annotation (starlette's ``Request``); a batched
-``predict`` may name the list of them it gets (``list[Request]``), where one request comes that
-list would be a lie, so the contract refuses it there.
+The raw request is asked for by its own annotation (starlette's ``Request``). A batched
+``predict`` gets the list of the requests and may annotate it so (``list[Request]``); where one
+request comes that annotation would be false, so the contract refuses it there.
 """
 
 from __future__ import annotations
