@@ -5,11 +5,18 @@ for a pydantic model, and the decoded inputs for anything else. A batched ``pred
 list of those, one per request, and says so the way a type checker wants it: ``list[X]`` (or
 ``Sequence[X]``) asks for each element as ``X`` would. Without batching ``list[X]`` is "anything
 else", as it always was: a JSON list body, say, passed as it came.
+
+The raw request is asked for by its own annotation (starlette's ``Request``). A batched
+``predict`` gets the list of the requests and may annotate it so (``list[Request]``); where one
+request comes that annotation would be false, so the contract refuses it there.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import types
+import typing
+from collections.abc import Iterable
 from typing import Any, get_args, get_origin
 
 from ..config import ModelConfig
@@ -18,8 +25,11 @@ from ..types import InferenceRequest, InputKind
 __all__ = [
     "batched_predict",
     "input_form",
+    "is_request_annotation",
     "is_schema_annotation",
     "mro_has",
+    "one_request_lists",
+    "raw_requests_batch",
     "requests_batch",
 ]
 
@@ -33,6 +43,18 @@ def mro_has(annotation: Any, module: str, qualname: str) -> bool:
     if not isinstance(annotation, type):
         return False
     return any(c.__module__ == module and c.__qualname__ == qualname for c in annotation.__mro__)
+
+
+def is_request_annotation(annotation: Any) -> bool:
+    """A parameter asks for the raw request when annotated with a starlette ``Request`` subclass.
+
+    Checked by name so that this layer imports no web library; ``fastapi.Request`` qualifies,
+    and so does ``Request | None`` (``Optional[Request]``).
+    """
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return len(members) == 1 and is_request_annotation(members[0])
+    return mro_has(annotation, "starlette.requests", "Request")
 
 
 def is_schema_annotation(annotation: Any) -> bool:
@@ -60,10 +82,46 @@ def input_form(annotation: Any, *, batched: bool = False) -> tuple[InputKind, ty
     return InputKind.DEFAULT, None
 
 
+def _element(annotation: Any) -> Any:
+    """``X`` of ``list[X]`` (or another spelling of a batch); None for anything else."""
+    if get_origin(annotation) not in _BATCHES or len(get_args(annotation)) != 1:
+        return None
+    return get_args(annotation)[0]
+
+
 def requests_batch(annotation: Any) -> bool:
     """Whether ``annotation`` names a batch of OIP requests (``list[InferenceRequest]`` and the
     other spellings of a batch): what only a batched ``predict`` can be given."""
-    if get_origin(annotation) not in _BATCHES or len(get_args(annotation)) != 1:
-        return False
-    (element,) = get_args(annotation)
+    element = _element(annotation)
     return isinstance(element, type) and issubclass(element, InferenceRequest)
+
+
+def raw_requests_batch(annotation: Any) -> bool:
+    """Whether ``annotation`` names a batch of raw requests (``list[Request]``, the other
+    spellings of a batch, each element as :func:`is_request_annotation` reads it): what a
+    batched ``predict`` that takes the request is given, and no other method."""
+    element = _element(annotation)
+    return element is not None and is_request_annotation(element)
+
+
+def one_request_lists(cls: type, methods: Iterable[Any], config: ModelConfig) -> list[str]:
+    """The problems of ``methods`` (a native model's or a truss's: each with its ``name`` and
+    ``request_list``, the name of a request parameter annotated as a list of requests) where
+    one request comes: every method but a batched ``predict`` (preprocess, postprocess and the
+    rest run once per request). Given one request where it declared a list, the model would
+    index it or loop over it and fail at request time: refused at load instead."""
+    batched = batched_predict(config)
+    problems = []
+    for m in methods:
+        if m is None or m.request_list is None or (m.name == "predict" and batched):
+            continue
+        why, fix = f"{m.name} runs once per request", ""
+        if m.name == "predict":
+            why = f"model '{config.name}' does not batch predict"
+            fix = " (or set batch_size above 1 to batch it)"
+        problems.append(
+            f"{cls.__name__}.{m.name}: its request parameter '{m.request_list}' is annotated "
+            f"as a list of requests, which only a batched predict gets; {why}, so it gets one "
+            f"request: annotate it starlette.requests.Request{fix}"
+        )
+    return problems

@@ -84,18 +84,21 @@ async def run_openai(
     inputs: Any,
     run: Callable[..., Awaitable[Any]],
     executor: Any,
-    predict: Callable[[Any], Awaitable[Any]],
+    predict: Callable[[Any, Any], Awaitable[Any]],
     model: str,
+    requests: Any = None,
 ) -> Any:
     """An OpenAI call of the model's own (:func:`openai_call`) in the predict slot: ``embed``
     (alone, or over a dynamic batch), ``chat`` or ``complete``; what the model raises becomes a
-    ``ModelError`` naming the method. ``run`` runs a sync method (in the instance's threads)."""
+    ``ModelError`` naming the method. ``run`` runs a sync method (in the instance's threads).
+    ``requests``: the raw requests of a dynamic batch, in its order (its other calls' go to
+    ``predict`` with them)."""
     method = inputs.method if type(inputs) is MethodInputs else "embed"
     call = functools.partial(call_method, executor=executor, threads=run)  # any method
     try:
         if method != "embed":
             return await _run_method(obj, inputs, call, executor, model)
-        return await _run_embed(obj.embed, call, predict, inputs, model)
+        return await _run_embed(obj.embed, call, predict, inputs, model, requests)
     except Exception as exc:
         raise model_error(model, method, exc) from exc
 
@@ -130,13 +133,15 @@ async def _run_method(
 async def _run_embed(
     embed: Callable[[list[str]], Any],
     run: Callable[..., Awaitable[Any]],
-    predict: Callable[[Any], Awaitable[Any]],
+    predict: Callable[[Any, Any], Awaitable[Any]],
     inputs: Any,
     model: str,
+    requests: Any = None,
 ) -> Any:
     """``inputs`` through the model's ``embed`` (called by ``run``): one call's vectors, or a
     batch's list of them. A batch that mixes embeddings calls with others sends the others to
-    ``predict`` (as one batch, in their order)."""
+    ``predict`` (as one batch, in their order, with their own raw requests from ``requests``,
+    so that a predict that takes the request gets the list of theirs)."""
     if type(inputs) is EmbedInputs:
         return await _vectors(embed, run, inputs.texts, model)
     calls = [i for i, item in enumerate(inputs) if type(item) is EmbedInputs]
@@ -150,7 +155,9 @@ async def _run_embed(
         start += n
     others = [i for i in range(len(inputs)) if type(inputs[i]) is not EmbedInputs]
     if others:
-        answered = await predict([inputs[i] for i in others])
+        if isinstance(requests, list):
+            requests = [requests[i] for i in others]
+        answered = await predict([inputs[i] for i in others], requests)
         for i, value in zip(others, answered, strict=True):
             results[i] = value
     return results

@@ -7,7 +7,9 @@ depend on the model's settings. ``NativeModel`` wraps an instance as a
 
 A method takes the inputs, the request, or both, in that order, and may take a
 :class:`podium.types.Context` last (a stateful sequence's context, read from
-``podium.types.current_context`` on the event loop when the method is called).
+``podium.types.current_context`` on the event loop when the method is called). A batched
+``predict`` gets the list of the requests, and may say so (``list[Request]``); where one
+request comes, that annotation is refused (``check_config``).
 
 A model with ``continuous_batching: true`` defines ``step(self, batch)`` (sync or async) over a
 list of :class:`podium.types.Generation` and may omit ``predict``, and has no ``postprocess``
@@ -50,7 +52,15 @@ from ._calls import (
     validated,
     validation_failed,
 )
-from ._forms import batched_predict, input_form, mro_has, requests_batch
+from ._forms import (
+    batched_predict,
+    input_form,
+    is_request_annotation,
+    mro_has,
+    one_request_lists,
+    raw_requests_batch,
+    requests_batch,
+)
 from ._openai import METHODS, check_embed, openai_call, openai_face, run_openai
 
 __all__ = [
@@ -91,6 +101,9 @@ class MethodSpec:
     takes_context: bool = False
     #: ... annotated ``Context | None``: the model also runs without ``sequence_batching``
     context_optional: bool = False
+    #: the request parameter's name where it is annotated as a list of requests
+    #: (``list[Request]``): right only for a batched predict (``check_config``)
+    request_list: str | None = None
 
     @property
     def streaming(self) -> bool:
@@ -131,18 +144,6 @@ class ModelSpec:
         if self.preprocess is None and self.predict is not None and batched_predict(config):
             return input_form(self.predict.input_annotation, batched=True)
         return self.input_kind, self.input_schema
-
-
-def is_request_annotation(annotation: Any) -> bool:
-    """A parameter asks for the raw request when annotated with a starlette ``Request`` subclass.
-
-    Checked by name so that this layer imports no web library; ``fastapi.Request`` qualifies,
-    and so does ``Request | None`` (``Optional[Request]``).
-    """
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return len(members) == 1 and is_request_annotation(members[0])
-    return mro_has(annotation, "starlette.requests", "Request")
 
 
 def context_annotation(annotation: Any) -> bool | None:
@@ -262,7 +263,8 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
                 f"{where} takes no parameters; it must take the inputs, the request, or both"
             )
         return None
-    is_req = [is_request_annotation(hints.get(p.name)) for p in core]
+    listed = [raw_requests_batch(hints.get(p.name)) for p in core]
+    is_req = [listed[i] or is_request_annotation(hints.get(p.name)) for i, p in enumerate(core)]
     takes_inputs, takes_request = True, False
     if len(core) == 1:
         if is_req[0]:
@@ -276,16 +278,17 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
         if not is_req[1]:
             problems.append(
                 f"{where}: its second parameter '{core[1].name}' must be the request, annotated "
-                "with starlette.requests.Request (or a subclass such as fastapi.Request), or the "
-                "sequence's context, annotated podium.Context"
+                "with starlette.requests.Request (or a subclass such as fastapi.Request; a "
+                "batched predict's list of them as list[Request]), or the sequence's context, "
+                "annotated podium.Context"
             )
             return None
         takes_request = True
     flavor = _flavor(fn)
     annotation = hints.get(core[0].name) if takes_inputs else None
-    return MethodSpec(
-        name, flavor, takes_inputs, takes_request, annotation, takes_context, context_optional
-    )
+    request_list = core[-1].name if takes_request and listed[-1] else None
+    shape = (name, flavor, takes_inputs, takes_request, annotation, takes_context)
+    return MethodSpec(*shape, context_optional, request_list)
 
 
 def inspect_class(cls: Any) -> ModelSpec:
@@ -370,6 +373,7 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
                 f"which only a batched predict gets; model '{config.name}' gives it one request "
                 "(set batch_size above 1, or annotate it InferenceRequest)"
             )
+    problems += one_request_lists(spec.cls, spec.methods(), config)
     if problems:
         if where:
             problems = [f"{where}: {p}" for p in problems]
@@ -586,7 +590,9 @@ class NativeModel(Adapter):
         kind = type(inputs)
         if kind is MethodInputs or kind is EmbedInputs or (kind is list and openai_call(inputs)):
             run, executor = self._threads.run, self._executor
-            return await run_openai(self.obj, inputs, run, executor, self._predict_list, self.name)
+            return await run_openai(
+                self.obj, inputs, run, executor, self._predict_list, self.name, request
+            )
         # (the spec's own attribute: _predict_spec, a call of its own, only to raise)
         spec = self.spec.predict or self._predict_spec()
         if spec.takes_context or not spec.takes_inputs:
@@ -600,8 +606,8 @@ class NativeModel(Adapter):
         except Exception as exc:
             raise model_error(self.name, "predict", exc) from exc
 
-    async def _predict_list(self, inputs: list[Any]) -> Any:
-        return await self._call(self._predict_spec(), self._predict, inputs, None)
+    async def _predict_list(self, inputs: list[Any], requests: Any) -> Any:
+        return await self._call(self._predict_spec(), self._predict, inputs, requests)
 
     async def step(self, batch: list[Generation]) -> None:
         """Advance ``batch`` one step: an async ``step`` on the loop, a sync one in the pool.

@@ -18,6 +18,7 @@ from typing import Any
 from ...errors import DefinitionError
 from ...types import ModelInstance
 from .._calls import defining
+from .._forms import one_request_lists
 from .._source import ModelSource
 from ._accelerator import accelerator_mismatch
 from ._config import TrussSettings, is_source, read_truss
@@ -86,7 +87,10 @@ def prepare(source: ModelSource) -> TrussSpec:
     with defining(f"{source.label}: importing the file", hint), using(settings.environment):
         cls = import_class(settings, source.label)
     try:
-        return inspect_truss(cls)
+        spec = inspect_truss(cls)
+        methods = [spec.preprocess, spec.predict, spec.postprocess, *spec.endpoints.values()]
+        DefinitionError.check(one_request_lists(cls, methods, source.config))
+        return spec
     except DefinitionError as exc:
         problems = [f"{source.label}: {p}" for p in exc.problems]
         raise DefinitionError.of(problems) from None

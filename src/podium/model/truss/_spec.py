@@ -5,7 +5,9 @@ and the OpenAI-style methods takes nothing, the inputs, the request (a parameter
 starlette's ``Request``), or the inputs then the request; ``is_healthy`` takes nothing;
 ``websocket`` is async, takes the WebSocket, and excludes predict, preprocess and postprocess;
 a model has ``predict`` or ``websocket``; ``preprocess`` excludes a ``predict`` that takes only
-the request, and ``postprocess`` must take the outputs. Whether ``predict`` streams is decided
+the request, and ``postprocess`` must take the outputs. Podium adds one: a ``predict`` batched by
+``podium.yaml`` may annotate its request as the list of requests it gets (``list[Request]``), and
+no other method may (``one_request_lists``). Whether ``predict`` streams is decided
 by the value it returns, not by its kind. The schema (``/schema``) follows Truss's
 ``TrussSchema``: pydantic annotations of the first method's input and of the last method's
 return value.
@@ -21,8 +23,8 @@ from typing import Any
 
 from ...errors import DefinitionError
 from ...types import ENDPOINT_METHODS
-from .._forms import is_schema_annotation
-from ..native import _hints, is_request_annotation, method_parameters
+from .._forms import is_request_annotation, is_schema_annotation, raw_requests_batch
+from ..native import _hints, method_parameters
 
 __all__ = ["INIT_KWARGS", "TrussMethod", "TrussSpec", "inspect_truss", "io_schema"]
 
@@ -40,6 +42,9 @@ class TrussMethod:
     is_async: bool  # a coroutine function: awaited
     is_generator: bool  # a (async) generator function: called, never awaited
     input_annotation: Any = None
+    #: the request parameter's name where it is annotated as a list of requests (Podium's own
+    #: rule: right only for a predict batched by podium.yaml; ``one_request_lists``)
+    request_list: str | None = None
 
     def args(self, inputs: Any, request: Any) -> tuple[Any, ...]:
         if self.takes_inputs:
@@ -87,26 +92,28 @@ def _method(cls: type, name: str, problems: list[str]) -> TrussMethod | None:
     is_generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
     if not params:
         return TrussMethod(name, False, False, is_async, is_generator)
+    last = params[-1].name
+    listed = last if raw_requests_batch(hints.get(last)) else None
     if len(params) == 1:
-        if is_request_annotation(hints.get(params[0].name)):
-            return TrussMethod(name, False, True, is_async, is_generator)
+        if listed or is_request_annotation(hints.get(last)):
+            return TrussMethod(name, False, True, is_async, is_generator, None, listed)
         annotation = hints.get(params[0].name)
         return TrussMethod(name, True, False, is_async, is_generator, annotation)
     if len(params) == 2:
         first, second = (hints.get(p.name) for p in params)
-        if is_request_annotation(first):
+        if is_request_annotation(first) or raw_requests_batch(first):
             problems.append(
                 f"`{name}` method with two arguments is not allowed to have request as first "
                 f"argument, request must be second ({where})"
             )
             return None
-        if not is_request_annotation(second):
+        if not (listed or is_request_annotation(second)):
             problems.append(
                 f"`{name}` method with two arguments must have request as second argument "
                 f"(type annotated with starlette.requests.Request) ({where})"
             )
             return None
-        return TrussMethod(name, True, True, is_async, is_generator, first)
+        return TrussMethod(name, True, True, is_async, is_generator, first, listed)
     problems.append(f"`{name}` method cannot have more than two arguments ({where})")
     return None
 

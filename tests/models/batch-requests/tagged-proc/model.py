@@ -1,0 +1,1 @@
+../tagged/model.py
