@@ -424,7 +424,9 @@ def report(
 ) -> tuple[str, bool]:
     flagged = False
     lines = [
-        f"### perf_analyzer: identity FP32 [{args.elements}], Podium vs Triton, "
+        f"### perf_analyzer: identity FP32 [{args.elements}], Podium vs Triton"
+        + (", with the floor" if FLOOR in args.only else "")
+        + ", "
         f"concurrency {', '.join(map(str, args.concurrency))}",
         "",
         *machine_lines(command_line()),
