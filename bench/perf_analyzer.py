@@ -30,14 +30,10 @@ those two libraries on ``LD_LIBRARY_PATH`` (links in ``pa-libs/``).
 - with ``--base-src``, "podium-base": the same, from another tree's sources (before and after
   in one run);
 - with ``--floor`` (or ``floor`` in ``--only``), "floor": the least any Python server on
-  Podium's stack can do per call, answering exactly what perf_analyzer asks of ``identity_fp32``
-  and no more: for HTTP a raw ASGI app (``bench/pa_floor_http.py``) on uvicorn with uvloop,
-  httptools and no access log; for gRPC a raw grpcio echo (``bench/pa_floor_grpc.py``, shaped as
-  ``--floor-grpc`` says, by default ``handoff``: grpc_echo.py's fastest, on the grpcio internals
-  Podium uses). Two processes, both pinned to CPU 0, each idle while the other protocol is
-  loaded (as each server's other listener is). Neither has the statistics extension, so its
-  ``server µs`` is blank. The report adds the ratios floor / Triton (the most any server on this
-  stack could lead Triton by) and Podium / floor (how much of that Podium keeps).
+  Podium's stack can do per call, answering only what perf_analyzer asks of ``identity_fp32``:
+  ``bench/pa_floor_http.py`` (raw ASGI on uvicorn, uvloop, httptools, no access log) and
+  ``bench/pa_floor_grpc.py`` (raw grpcio, ``--floor-grpc``'s shape), both pinned to CPU 0,
+  without statistics. The report adds floor / Triton and Podium / floor (bench/README.md).
 
 **Load.** perf_analyzer, pinned to CPU 1, with its defaults but for the windows
 (synchronous calls, one thread per concurrent request, random FP32 data in binary tensors):
@@ -442,15 +438,12 @@ def report(
         + "; one discarded warm-up run per server and protocol; "
         f"{args.repeat} round(s), servers alternating order; figures are medians over rounds",
         f"- versions: Triton {versions['triton']} (the `tritonserver` of nvidia-pytriton 0.7.0, "
-        f"python backend, one KIND_CPU instance), podium {versions['podium']} (one worker)",
-        *(
-            [
-                f"- floor: bench/pa_floor_http.py on uvicorn {versions['uvicorn']} (uvloop, "
-                f"httptools, no access log); bench/pa_floor_grpc.py `--server {args.floor_grpc}` "
-                f"on grpcio {versions['grpcio']}; answers only what perf_analyzer asks"
-            ]
+        f"python backend, one KIND_CPU instance), podium {versions['podium']} (one worker)"
+        + (
+            f"; floor: uvicorn {versions['uvicorn']}, grpcio {versions['grpcio']} "
+            f"(`--floor-grpc {args.floor_grpc}`)"
             if FLOOR in args.only
-            else []
+            else ""
         ),
         "- server-side statistics read by perf_analyzer: "
         + ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in stats.items()),
@@ -538,17 +531,8 @@ def main() -> int:
     parser.add_argument(
         "--only", default=",".join(SERVERS), help=f"servers: podium, triton, {FLOOR}, podium-base"
     )
-    parser.add_argument(
-        "--floor",
-        action="store_true",
-        help="add the floor: raw ASGI on uvicorn and a raw grpcio echo, answering perf_analyzer",
-    )
-    parser.add_argument(
-        "--floor-grpc",
-        choices=FLOOR_GRPC_SHAPES,
-        default=FLOOR_GRPC_SHAPES[0],
-        help="the gRPC floor's shape (bench/pa_floor_grpc.py --server)",
-    )
+    parser.add_argument("--floor", action="store_true", help="add the floor (see above)")
+    parser.add_argument("--floor-grpc", choices=FLOOR_GRPC_SHAPES, default=FLOOR_GRPC_SHAPES[0])
     parser.add_argument(
         "--base-src",
         type=Path,
