@@ -134,7 +134,7 @@ def _handlers(
             parse, bridge, coro_bytes if parse == "bytes" else coro_proto
         )
     if inline:
-        infer_handler = _inline_handler(
+        infer_handler = inline_handler(
             parse,
             bridge,
             infer_bytes_async if parse == "bytes" else infer_proto_async,
@@ -191,7 +191,7 @@ class _Inline(futures.ThreadPoolExecutor):
         return future
 
 
-def _inline_handler(
+def inline_handler(
     parse: str, loop: asyncio.AbstractEventLoop | None, coro: Any, direct: Any, handoff: bool
 ) -> MethodHandler:
     """ModelInfer served without grpc's thread pool, on grpcio internals (Podium's way since

@@ -3,6 +3,7 @@
     .venv/bin/python bench/perf_analyzer.py [--quick] [--repeat N] [--concurrency 1,8,32]
                                             [--protocols http,grpc] [--window MS]
                                             [--stability PCT] [--elements N] [--only NAME,...]
+                                            [--floor] [--floor-grpc handoff|sync|uvloop]
                                             [--json PATH] [--base-src DIR/src]
     .venv/bin/python bench/perf_analyzer.py --setup    # install only; print perf_analyzer's path
 
@@ -27,7 +28,12 @@ those two libraries on ``LD_LIBRARY_PATH`` (links in ``pa-libs/``).
 - Podium from this checkout, serving its twin (``tests/conformance/models/podium/scenarios``): a
   model that takes the request and passes the tensor through, one worker (the default);
 - with ``--base-src``, "podium-base": the same, from another tree's sources (before and after
-  in one run).
+  in one run);
+- with ``--floor`` (or ``floor`` in ``--only``), "floor": the least any Python server on
+  Podium's stack can do per call, answering only what perf_analyzer asks of ``identity_fp32``:
+  ``bench/pa_floor_http.py`` (raw ASGI on uvicorn, uvloop, httptools, no access log) and
+  ``bench/pa_floor_grpc.py`` (raw grpcio, ``--floor-grpc``'s shape), both pinned to CPU 0,
+  without statistics. The report adds floor / Triton and Podium / floor (bench/README.md).
 
 **Load.** perf_analyzer, pinned to CPU 1, with its defaults but for the windows
 (synchronous calls, one thread per concurrent request, random FP32 data in binary tensors):
@@ -38,8 +44,8 @@ with other work, so by default a run is a fixed three windows, as the other benc
 for a fixed time, and rounds and medians take care of the noise; ``--stability PCT`` restores
 the test (``-s PCT -r 10``; a run that does not stabilise is flagged). Any failed request flags
 the row. Each server first gets one discarded warm-up run per protocol. Rounds alternate the
-servers' order (Podium first in odd rounds, Triton first in even ones); every figure is the
-median over rounds.
+servers' order (as ``--only`` lists them in odd rounds, reversed in even ones); every figure
+is the median over rounds.
 """
 
 from __future__ import annotations
@@ -61,11 +67,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common import (
+    BENCH,
     CLIENT_CPU,
     ROOT,
     VENVS,
     BenchError,
     Server,
+    asgi_servers,
     can_pin,
     command_line,
     exit_on_signals,
@@ -94,6 +102,9 @@ MODEL = "identity_fp32"
 TRITON_REPOSITORY = ROOT / "tests" / "conformance" / "models" / "triton" / "scenarios"
 PODIUM_MODEL = ROOT / "tests" / "conformance" / "models" / "podium" / "scenarios" / MODEL
 SERVERS = ("podium", "triton")
+FLOOR = "floor"
+#: bench/pa_floor_grpc.py's shapes; the first is the default.
+FLOOR_GRPC_SHAPES = ("handoff", "sync", "uvloop")
 
 
 # --------------------------------------------------------------------------- set-up
@@ -196,6 +207,15 @@ class Running:
     name: str
     server: Server
     ports: dict[str, int]
+    #: The process serving a protocol where it is not ``server`` (the floor's gRPC echo).
+    by_protocol: dict[str, Server] = field(default_factory=dict)
+
+    def serving(self, protocol: str) -> Server:
+        """The process that answers ``protocol``: the one whose CPU time its runs count."""
+        return self.by_protocol.get(protocol, self.server)
+
+    def processes(self) -> list[Server]:
+        return [self.server, *self.by_protocol.values()]
 
 
 def podium_server(workdir: Path, src: Path | None = None, name: str = "podium") -> Running:
@@ -223,6 +243,18 @@ def triton_server(workdir: Path) -> Running:
     argv = triton_argv(install, [TRITON_REPOSITORY], http, grpc, load=MODEL)
     server = Server("triton", argv, http, cwd=workdir, env=install.env, ready_timeout=240)
     return Running("triton", server, {"http": http, "grpc": grpc})
+
+
+def floor_server(_workdir: Path, grpc_shape: str) -> Running:
+    """The floor: bench/pa_floor_http.py on uvicorn (uvloop, httptools, no access log) and
+    bench/pa_floor_grpc.py in ``grpc_shape``, two processes."""
+    from grpc_bench import GrpcServer  # imports grpc: only where a floor is asked for
+
+    (http,) = asgi_servers(["uvicorn"], app="pa_floor_http:app", prefix=FLOOR)
+    port = free_port()
+    argv = [sys.executable, str(BENCH / "pa_floor_grpc.py"), "--port", str(port)]
+    grpc = GrpcServer(f"{FLOOR}-grpc", [*argv, "--server", grpc_shape], port, cwd=BENCH)
+    return Running(FLOOR, http, {"http": http.port, "grpc": port}, {"grpc": grpc})
 
 
 def check_identity(running: Running) -> None:
@@ -359,17 +391,18 @@ def _ratios(
     args: argparse.Namespace,
     other: str,
     title: str,
+    mine: str = "podium",
 ) -> list[str]:
-    """The table of Podium's medians against ``other``'s, per protocol and concurrency."""
+    """The table of ``mine``'s medians against ``other``'s, per protocol and concurrency."""
     lines = [
         "",
-        f"| protocol | concurrency | {title}, infer/s | p50: {other} / podium | "
-        f"p99: {other} / podium |",
+        f"| protocol | concurrency | {title}, infer/s | p50: {other} / {mine} | "
+        f"p99: {other} / {mine} |",
         "|---|---:|---:|---:|---:|",
     ]
     for protocol in args.protocols:
         for concurrency in args.concurrency:
-            pt, p50p, p99p = medians[("podium", protocol, concurrency)]
+            pt, p50p, p99p = medians[(mine, protocol, concurrency)]
             ot, p50o, p99o = medians[(other, protocol, concurrency)]
             lines.append(
                 f"| {protocol} | {concurrency} | {pt / ot:.2f}× | {p50o / p50p:.2f}× | "
@@ -387,7 +420,9 @@ def report(
 ) -> tuple[str, bool]:
     flagged = False
     lines = [
-        f"### perf_analyzer: identity FP32 [{args.elements}], Podium vs Triton, "
+        f"### perf_analyzer: identity FP32 [{args.elements}], Podium vs Triton"
+        + (", with the floor" if FLOOR in args.only else "")
+        + ", "
         f"concurrency {', '.join(map(str, args.concurrency))}",
         "",
         *machine_lines(command_line()),
@@ -403,7 +438,13 @@ def report(
         + "; one discarded warm-up run per server and protocol; "
         f"{args.repeat} round(s), servers alternating order; figures are medians over rounds",
         f"- versions: Triton {versions['triton']} (the `tritonserver` of nvidia-pytriton 0.7.0, "
-        f"python backend, one KIND_CPU instance), podium {versions['podium']} (one worker)",
+        f"python backend, one KIND_CPU instance), podium {versions['podium']} (one worker)"
+        + (
+            f"; floor: uvicorn {versions['uvicorn']}, grpcio {versions['grpcio']} "
+            f"(`--floor-grpc {args.floor_grpc}`)"
+            if FLOOR in args.only
+            else ""
+        ),
         "- server-side statistics read by perf_analyzer: "
         + ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in stats.items()),
         "",
@@ -447,6 +488,10 @@ def report(
         lines += _ratios(medians, args, "podium-base", f"this tree / base ({args.base_src})")
     if set(SERVERS) <= set(args.only):
         lines += _ratios(medians, args, "triton", "Podium / Triton")
+    if {FLOOR, "triton"} <= set(args.only):
+        lines += _ratios(medians, args, "triton", "floor / Triton", mine=FLOOR)
+    if {"podium", FLOOR} <= set(args.only):
+        lines += _ratios(medians, args, FLOOR, "Podium / floor")
     lines += [
         "",
         "server µs: the server's own time per request (queue + compute) from its statistics "
@@ -483,7 +528,11 @@ def main() -> int:
         help="perf_analyzer's -s %% with up to 10 windows (default: a fixed three windows)",
     )
     parser.add_argument("--elements", type=int, default=16, help="INPUT0's FP32 elements")
-    parser.add_argument("--only", default=",".join(SERVERS))
+    parser.add_argument(
+        "--only", default=",".join(SERVERS), help=f"servers: podium, triton, {FLOOR}, podium-base"
+    )
+    parser.add_argument("--floor", action="store_true", help="add the floor (see above)")
+    parser.add_argument("--floor-grpc", choices=FLOOR_GRPC_SHAPES, default=FLOOR_GRPC_SHAPES[0])
     parser.add_argument(
         "--base-src",
         type=Path,
@@ -508,6 +557,11 @@ def main() -> int:
     args.only = [s for s in args.only.split(",") if s]
     if args.base_src is not None and "podium-base" not in args.only:
         args.only.append("podium-base")
+    if args.floor and FLOOR not in args.only:
+        args.only.append(FLOOR)
+    known = {*SERVERS, FLOOR, "podium-base"}
+    if unknown := [name for name in args.only if name not in known]:
+        parser.error(f"--only: unknown server(s) {', '.join(unknown)}; known: {sorted(known)}")
     if not can_pin():
         log("cannot pin (taskset missing or fewer than 2 CPUs): figures are not comparable")
 
@@ -515,6 +569,8 @@ def main() -> int:
         "perf_analyzer": perf_analyzer_version(),
         "podium": package_version("podium"),
         "triton": "?",
+        "uvicorn": package_version("uvicorn"),
+        "grpcio": package_version("grpcio"),
     }
     stats: dict[str, bool] = {}
     loads = [f"at start {_load_average()}"]
@@ -523,6 +579,7 @@ def main() -> int:
         "podium": podium_server,
         "triton": triton_server,
         "podium-base": lambda tmp: podium_server(tmp, args.base_src, "podium-base"),
+        FLOOR: lambda tmp: floor_server(tmp, args.floor_grpc),
     }
     for round_no in range(args.repeat):
         order = args.only if round_no % 2 == 0 else list(reversed(args.only))
@@ -531,7 +588,9 @@ def main() -> int:
                 log(f"round {round_no + 1}/{args.repeat}: {name}")
                 try:
                     running = starters[name](Path(tmp))
-                    with running.server:
+                    with contextlib.ExitStack() as stack:
+                        for process in running.processes():
+                            stack.enter_context(process)
                         check_identity(running)
                         extensions = server_extensions(running)
                         stats[name] = "statistics" in extensions
@@ -557,7 +616,7 @@ def main() -> int:
                                     protocol,
                                     concurrency,
                                     args,
-                                    server=running.server,
+                                    server=running.serving(protocol),
                                 )
                                 log(
                                     f"{name} {protocol} c={concurrency}: "
