@@ -65,7 +65,7 @@ def _refused(url_or_target: str) -> bool:
         host, _, port_text = url_or_target.rpartition(":")
         port = int(port_text)
     try:
-        with socket.create_connection((host, port), timeout=1):
+        with socket.create_connection((host, port), timeout=PATIENCE):  # a safety net
             return False
     except ConnectionRefusedError:
         return True

@@ -49,10 +49,10 @@ def plain(inputs: Any) -> dict[str, Any]:
     return {k: _scalar(v) for k, v in inputs.items()}
 
 
-def wait_gate(path: str, timeout: float = GATE_TIMEOUT) -> bool:
-    """Block until the file ``path`` exists (the test opens the gate); False after ``timeout``
+def wait_gate(path: str, within: float = GATE_TIMEOUT) -> bool:
+    """Block until the file ``path`` exists (the test opens the gate); False after ``within``
     seconds (a safety net: no model blocks for ever)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while not os.path.exists(path):  # noqa: ASYNC240 (one stat of a local file)
         if time.monotonic() > deadline:
             return False
@@ -60,8 +60,8 @@ def wait_gate(path: str, timeout: float = GATE_TIMEOUT) -> bool:
     return True
 
 
-async def await_gate(path: str, timeout: float = GATE_TIMEOUT) -> bool:
-    deadline = time.monotonic() + timeout
+async def await_gate(path: str, within: float = GATE_TIMEOUT) -> bool:
+    deadline = time.monotonic() + within
     while not os.path.exists(path):  # noqa: ASYNC240 (one stat of a local file)
         if time.monotonic() > deadline:
             return False
