@@ -8,8 +8,8 @@ serves until SIGTERM. Service ``podium.test.Limits`` (OIP messages as carriers):
 - ``Peer``: the caller's address as grpc sees it (``model_name``): a new one means a new
   connection.
 - ``Sleep``: sleeps ``float(id)`` seconds, then answers as ``Peer``.
-- ``Hold`` (response stream): sends one message at once, waits until ``Release`` was called, then
-  sends a second and ends.
+- ``Hold`` (response stream): sends one message at once (the caller's address as ``Peer``
+  gives it), waits until ``Release`` was called, then sends a second and ends.
 - ``Release``: lets every ``Hold`` (present and future) finish.
 - ``Held``: how many ``Hold`` streams have begun (``id``).
 """
@@ -44,7 +44,7 @@ class Handlers:
 
     async def hold(self, request: Any, context: Any) -> Any:
         self.held += 1
-        yield ModelInferResponse(id="0")
+        yield ModelInferResponse(id="0", model_name=context.peer())
         await self.release.wait()
         yield ModelInferResponse(id="1")
 

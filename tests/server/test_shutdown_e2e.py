@@ -8,6 +8,11 @@ then new connections are refused; calls that finish within ``--graceful-timeout`
 that outlive it are cut with "server shutting down" (503 / ``UNAVAILABLE`` / an SSE error
 event); the process exits 0, its worker processes gone, and its log says what was drained and
 what was cut. A second signal stops at once (exit 128 + the signal's number).
+
+Each step is judged by what happened, in order (a probe answered on a new connection was made
+before the listener closed; a cut call's model never saw its gate open), not by how soon. The
+delay and the grace are the only windows the machine's speed must fit: what the test does
+within each takes a small fraction of it.
 """
 
 from __future__ import annotations
@@ -43,9 +48,10 @@ from httpx_sse import aconnect_sse
 pytest_plugins = ["e2e_fixtures", "grpc_fixtures"]
 
 SHUTDOWN_MODELS = TEST_MODELS / "shutdown"
-#: --shutdown-delay and --graceful-timeout of these tests' servers (seconds).
-DELAY = 2.0
-GRACE = 3.0
+#: --shutdown-delay and --graceful-timeout of these tests' servers (seconds): the probes must be
+#: made within the delay, the calls let go must end within the grace.
+DELAY = 3.0
+GRACE = 4.0
 #: The calls the drain test starts, each twice: one finishes within the grace, one is cut.
 KINDS = ("oip", "truss", "ts", "proc", "sse", "grpc", "grpcstream", "tsgrpc", "tsstream")
 
@@ -59,7 +65,7 @@ def _refused(url_or_target: str) -> bool:
         host, _, port_text = url_or_target.rpartition(":")
         port = int(port_text)
     try:
-        with socket.create_connection((host, port), timeout=1):
+        with socket.create_connection((host, port), timeout=PATIENCE):  # a safety net
             return False
     except ConnectionRefusedError:
         return True
@@ -251,7 +257,7 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
                     )
 
                 async def idle() -> AsyncIterator[Any]:  # a stream open with nothing in flight
-                    await anyio.sleep(PATIENCE + GRACE)
+                    await anyio.sleep_forever()
                     yield infer_request(pb, "held", tag=tag("never"), gate=hold)
 
                 opened = anyio.Event()
@@ -266,34 +272,36 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
                         await first.wait()
                 proc_pid = events.of(tag("proc-ok"))[0]["pid"]
 
-                # SIGTERM: not ready at once, on every probe; alive; still taking connections.
+                # SIGTERM: not ready at once, on every probe; alive; still taking connections:
+                # each HTTP probe comes on a new connection, so an answer shows one was taken.
                 os.kill(server.proc.pid, signal.SIGTERM)
                 signalled = time.monotonic()
-                async with httpx.AsyncClient(base_url=server.url, timeout=5) as fresh:
+                one_each = httpx.Limits(max_keepalive_connections=0)
+                async with httpx.AsyncClient(
+                    base_url=server.url, timeout=PATIENCE, limits=one_each
+                ) as fresh:
                     with anyio.fail_after(PATIENCE):
-                        while True:
+                        while True:  # not ready before the listener closes: "at once"
                             if (await fresh.get("/v2/health/ready")).status_code == 503:
                                 break
                             await anyio.sleep(0.01)
-                    flipped = time.monotonic() - signalled
                     ping = await fresh.get("/ping")
                     assert (ping.status_code, ping.json()) == (500, {"status": "Unhealthy"})
                     live = await fresh.get("/v2/health/live")
                     assert (live.status_code, live.json()) == (200, {"live": True})
-                ready = await c.oip.ServerReady(pb.ServerReadyRequest(), timeout=5)
+                ready = await c.oip.ServerReady(pb.ServerReadyRequest(), timeout=PATIENCE)
                 assert ready.ready is False
-                assert (await c.oip.ServerLive(pb.ServerLiveRequest(), timeout=5)).live is True
-                health = await c.health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+                live = await c.oip.ServerLive(pb.ServerLiveRequest(), timeout=PATIENCE)
+                assert live.live is True
+                health = await c.health.Check(health_pb2.HealthCheckRequest(), timeout=PATIENCE)
                 assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
-                pinged = await c.ts.Ping(empty_pb2.Empty(), timeout=5)
+                pinged = await c.ts.Ping(empty_pb2.Empty(), timeout=PATIENCE)
                 assert json.loads(pinged.health) == {"status": "Unhealthy"}
-                assert time.monotonic() - signalled < DELAY, "the probes ran past the delay"
-                assert flipped < DELAY / 2
 
-                # After the delay: new connections are refused, on HTTP and gRPC.
+                # After the delay, not before: new connections are refused, on HTTP and gRPC.
                 await _until(lambda: _refused(server.url), DELAY + PATIENCE)
                 assert time.monotonic() - signalled >= DELAY * 0.9
-                assert _refused(target(server))
+                await _until(lambda: _refused(target(server)), PATIENCE)
                 async with grpc.aio.insecure_channel(target(server)) as late:
                     refused = await _grpc(
                         Stubs(late, pb).ServerLive(pb.ServerLiveRequest(), timeout=2)
@@ -327,7 +335,7 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
                     body = json.loads(text)  # TorchServe's error body under /predictions
                     message = body["message"] if name in ("ts", "proc") else body["error"]
                     assert "server shutting down" in message, text
-                    assert "--graceful-timeout 3 s" in text
+                    assert f"--graceful-timeout {GRACE:g} s" in text
                 sse = await calls.result("sse-cut")
                 assert outputs_by_name(sse[0])["item"]["data"] == [0]
                 assert len(sse) == 2 and "server shutting down" in sse[1]["error"], sse
@@ -346,14 +354,16 @@ async def test_sigterm_drains_what_finishes_in_time_and_cuts_the_rest(
                 assert code is grpc.StatusCode.UNAVAILABLE
                 assert "server shutting down" in details, details
                 assert "cancelled" in events.names(tag("oip-cut"))
+                for name in KINDS:  # cut while waiting: no model gave up on its gate first
+                    assert "finished" not in events.names(tag(f"{name}-cut")), name
+                    assert "gate-timeout" not in events.names(tag(f"{name}-cut")), name
                 # An open stream with nothing in flight is closed just after the cut.
                 responses, (code, _) = await calls.result("grpcstream-idle")
                 assert responses == [] and code is grpc.StatusCode.UNAVAILABLE
                 group.cancel_scope.cancel()
 
+            # gone with the cut calls' gate still shut: it waited for none of them
             assert await _exit_code(server, PATIENCE) == 0
-            stopped = time.monotonic() - signalled
-            assert stopped < DELAY + GRACE + 4, f"took {stopped:.1f} s"
             assert not _alive(proc_pid), "the worker process outlived the server"
         finally:
             gates.open_all()
@@ -395,9 +405,9 @@ async def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
                     os.kill(server.proc.pid, signal.SIGTERM)
                     await _until(lambda: _refused(server.url), PATIENCE)
                     os.kill(server.proc.pid, signal.SIGTERM)
-                    again = time.monotonic()
+                    # 143, not the graceful 0: the held calls (a minute's grace, their gate
+                    # shut) were not waited for
                     assert await _exit_code(server, PATIENCE) == 128 + signal.SIGTERM
-                    assert time.monotonic() - again < 3.5  # FORCE_LIMIT at most
                     for model in ("held", "held-proc"):
                         outcome = await calls.result(model)
                         if not isinstance(outcome, Exception):  # else: the connection closed

@@ -1,6 +1,10 @@
 """The shutdown sequence (``server._shutdown``) with fake listeners and a real data plane: the
 order of its steps and their timing, the cut, a forced stop, and ``--shutdown-delay``'s
-default; the settings' validation."""
+default; the settings' validation.
+
+The sequence's tests run on a :class:`JumpingClockLoop`: its delay, grace and margins fall due
+at their exact times on the loop's own clock, whatever the machine's load, and a step the test
+awaits cannot be overtaken by a timer while the test runs."""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import pytest
+from e2e_helpers import PATIENCE
+from helpers import JumpingClockLoop, wait_until
 
 from podium.config import ModelConfig, ServerConfig
 from podium.dataplane import DataPlane
@@ -20,10 +26,14 @@ from podium.runtime.registry import ModelVersion, Registry
 from podium.server import _shutdown
 from podium.server._limits import ConnectionGuard, ConnectionLimits
 from podium.server._listener import Uvicorn, bind
-from podium.server._shutdown import KUBERNETES_DELAY, Shutdown, delay_for
+from podium.server._shutdown import FORCE_LIMIT, KUBERNETES_DELAY, Shutdown, delay_for
 from podium.types import Call, Capabilities, ModelState, WireProtocol
 
 pytestmark = pytest.mark.anyio
+
+on_a_jumping_clock = pytest.mark.parametrize(
+    "anyio_backend", [pytest.param(("asyncio", {"loop_factory": JumpingClockLoop}), id="jumping")]
+)
 
 
 class Instance:
@@ -54,15 +64,17 @@ class Held:
 
 
 class Listener:
-    """Records what the shutdown asked of it, and when."""
+    """Records what the shutdown asked of it, and when (seconds on the loop's clock since
+    ``clock``)."""
 
-    def __init__(self, log: list[tuple[str, Any]], clock: float) -> None:
+    def __init__(self, log: list[tuple[str, Any, float]], clock: float) -> None:
         self.log = log
         self.clock = clock
         self.stopped = asyncio.Event()
 
     def _note(self, what: str, value: Any = None) -> None:
-        self.log.append((what, value, round(time.monotonic() - self.clock, 2)))  # type: ignore[arg-type]
+        now = asyncio.get_running_loop().time()
+        self.log.append((what, value, round(now - self.clock, 3)))
 
     def not_serving(self) -> None:
         self._note("not_serving")
@@ -88,21 +100,33 @@ def served(held: Held) -> DataPlane:
     return DataPlane(registry)
 
 
-async def until(condition: Any) -> None:
-    async with asyncio.timeout(5):
-        while not condition():  # noqa: ASYNC110 - plain state, polled
-            await asyncio.sleep(0.005)
+async def until(condition: Callable[[], object]) -> None:
+    await wait_until(condition, PATIENCE, every=0.005)
+
+
+class Watchdog:
+    """``threading.Timer`` as a forced stop arms it, never started: what it would run, when."""
+
+    armed: list[Watchdog] = []
+
+    def __init__(self, interval: float, function: Any, args: Any = (), kwargs: Any = None) -> None:
+        self.interval, self.function, self.args = interval, function, args
+        self.daemon = False
+        self.started = False
+        Watchdog.armed.append(self)
+
+    def start(self) -> None:
+        self.started = True
 
 
 @pytest.fixture(autouse=True)
-def quick(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A short CUT_MARGIN, and no real exit from the watchdog: what it would exit with."""
+def quick(monkeypatch: pytest.MonkeyPatch) -> list[Watchdog]:
+    """A short CUT_MARGIN, and a watchdog that never fires (the real one is a thread on the
+    real clock, which a loaded machine could let run out during a test): the ones armed."""
     monkeypatch.setattr(_shutdown, "CUT_MARGIN", 0.2)
-    exits: list[int] = []
-    monkeypatch.setattr(
-        _shutdown, "exit_now", lambda code, why, shut_logging=True: exits.append(code)
-    )
-    return exits
+    monkeypatch.setattr(_shutdown, "threading", type("threading", (), {"Timer": Watchdog}))
+    Watchdog.armed = []
+    return Watchdog.armed
 
 
 def test_the_default_delay_is_kubernetes_only() -> None:
@@ -125,11 +149,13 @@ def test_the_settings_are_seconds_at_least_zero() -> None:
             ServerConfig(shutdown_delay=bad)  # type: ignore[arg-type]
 
 
+@on_a_jumping_clock
 async def test_not_ready_then_delay_then_drain_then_cut(caplog: pytest.LogCaptureFixture) -> None:
+    loop = asyncio.get_running_loop()
     held = Held()
     dp = served(held)
     log: list[Any] = []
-    listener = Listener(log, time.monotonic())
+    listener = Listener(log, loop.time())
     closed: list[str] = []
 
     async def close() -> None:
@@ -142,21 +168,22 @@ async def test_not_ready_then_delay_then_drain_then_cut(caplog: pytest.LogCaptur
     outliving = asyncio.ensure_future(dp.infer(Call("m", None, WireProtocol.TRUSS)))
     await until(lambda: held.started == 2)
     caplog.set_level(logging.INFO, "podium")
+    listener.clock = began = loop.time()
     stopping = asyncio.ensure_future(shutdown.run(signal.SIGTERM))
     await until(lambda: log)
-    assert not dp.ready() and log[0][0] == "not_serving"  # at once
+    assert not dp.ready() and log == [("not_serving", None, 0.0)]  # at once
     await until(lambda: any(entry[0] == "stop" for entry in log))
-    (stop,) = [entry for entry in log if entry[0] == "stop"]
-    assert stop[1] == pytest.approx(0.3 + 0.2) and stop[2] >= 0.19  # after the delay
     # One call ends within the grace: drained. The task is the data plane's task, so end it.
     finishing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await finishing
     with pytest.raises(ShuttingDown, match="did not finish within --graceful-timeout 0.3 s"):
         await outliving
+    assert round(loop.time() - began, 3) == 0.2 + 0.3  # cut when the grace ran out
     assert await stopping == 0
     assert closed == ["models"]
-    assert ("grace over", None) in [(e[0], e[1]) for e in log]
+    # stopped after the delay, with the grace and CUT_MARGIN; closed by its own grace
+    assert log == [("not_serving", None, 0.0), ("stop", 0.3 + 0.2, 0.2), ("grace over", None, 0.7)]
     text = caplog.text
     assert "shutting down on SIGTERM: not ready from now on; 2 (truss model 'm': 2)" in text
     assert "still taking new connections for 0.2 s (--shutdown-delay)" in text
@@ -166,11 +193,16 @@ async def test_not_ready_then_delay_then_drain_then_cut(caplog: pytest.LogCaptur
     )
 
 
-async def test_a_second_signal_cuts_aborts_kills_and_exits_non_zero(quick: list[int]) -> None:
+@on_a_jumping_clock
+async def test_a_second_signal_cuts_aborts_kills_and_exits_non_zero(quick: list[Watchdog]) -> None:
+    """With an hour's delay and grace, a second signal stops at once: on the loop's clock it
+    takes less than FORCE_LIMIT (the longest wait a forced stop bounds itself by), and the
+    watchdog that would end the process after FORCE_LIMIT is armed with the exit code."""
+    loop = asyncio.get_running_loop()
     held = Held()
     dp = served(held)
     log: list[Any] = []
-    listener = Listener(log, time.monotonic())
+    listener = Listener(log, loop.time())
     killed: list[int] = []
 
     async def close() -> None:
@@ -180,19 +212,21 @@ async def test_a_second_signal_cuts_aborts_kills_and_exits_non_zero(quick: list[
         killed.append(1)
         return 1
 
-    shutdown = Shutdown(dp, [listener], delay=30, graceful=30, close=close, kill_workers=kill)
+    shutdown = Shutdown(dp, [listener], delay=3600, graceful=3600, close=close, kill_workers=kill)
     call = asyncio.ensure_future(dp.infer(Call("m", None, WireProtocol.OIP_GRPC)))
     await until(lambda: held.started)
     stopping = asyncio.ensure_future(shutdown.run(signal.SIGTERM))
     await until(lambda: log)
-    started = time.monotonic()
+    forced = loop.time()
     shutdown.force(signal.SIGINT)
     assert await stopping == 128 + signal.SIGINT == shutdown.exit_code
-    assert time.monotonic() - started < 2
+    assert loop.time() - forced < FORCE_LIMIT
     with pytest.raises(ShuttingDown, match="a second stop signal"):
         await call
     assert "abort" in [entry[0] for entry in log] and killed == [1]
-    assert quick == []  # it stopped in time: the watchdog has not fired
+    (watchdog,) = quick
+    assert watchdog.started and watchdog.interval == FORCE_LIMIT
+    assert watchdog.function is _shutdown.exit_now and watchdog.args[0] == 130
 
 
 async def test_the_http_listener_refuses_new_connections_and_closes_what_outlives_the_grace() -> (
@@ -225,13 +259,13 @@ async def test_the_http_listener_refuses_new_connections_and_closes_what_outlive
         await until(lambda: server.server.server_state.tasks)
         started = time.monotonic()
         stopping = asyncio.ensure_future(server.stop(0.3))
-        await asyncio.sleep(0.15)
+        await until(lambda: not any(s.is_serving() for s in server.server.servers))
         with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection("127.0.0.1", port)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(PATIENCE):  # a safety net: the grace is 0.3 s
             assert await reader.read() == b""  # closed, not answered
             await stopping
-        assert 0.3 <= time.monotonic() - started < 3
+        assert time.monotonic() - started >= 0.3  # not before the grace
         assert server.closed_connections == 1
         writer.close()
     finally:

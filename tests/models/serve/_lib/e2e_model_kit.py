@@ -49,9 +49,10 @@ def plain(inputs: Any) -> dict[str, Any]:
     return {k: _scalar(v) for k, v in inputs.items()}
 
 
-def wait_gate(path: str) -> bool:
-    """Block until the file ``path`` exists (the test opens the gate); False on time-out."""
-    deadline = time.monotonic() + GATE_TIMEOUT
+def wait_gate(path: str, within: float = GATE_TIMEOUT) -> bool:
+    """Block until the file ``path`` exists (the test opens the gate); False after ``within``
+    seconds (a safety net: no model blocks for ever)."""
+    deadline = time.monotonic() + within
     while not os.path.exists(path):  # noqa: ASYNC240 (one stat of a local file)
         if time.monotonic() > deadline:
             return False
@@ -59,8 +60,8 @@ def wait_gate(path: str) -> bool:
     return True
 
 
-async def await_gate(path: str) -> bool:
-    deadline = time.monotonic() + GATE_TIMEOUT
+async def await_gate(path: str, within: float = GATE_TIMEOUT) -> bool:
+    deadline = time.monotonic() + within
     while not os.path.exists(path):  # noqa: ASYNC240 (one stat of a local file)
         if time.monotonic() > deadline:
             return False

@@ -16,6 +16,6 @@ class Model:
         p = plain(inputs)
         tag = p["tag"]
         record(tag, "started", pid=os.getpid())
-        opened = wait_gate(p["gate"])
+        opened = wait_gate(p["gate"], within=60)
         record(tag, "finished" if opened else "gate-timeout")
         return {"tag": tag}

@@ -18,7 +18,7 @@ class Model:
         record(tag, "started")
         try:
             yield {"tag": tag, "item": 0}
-            opened = await await_gate(p["gate"])
+            opened = await await_gate(p["gate"], within=60)
             record(tag, "finished" if opened else "gate-timeout")
             yield {"tag": tag, "item": 1}
         except (asyncio.CancelledError, GeneratorExit) as exc:

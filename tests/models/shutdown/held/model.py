@@ -17,7 +17,7 @@ class Model:
         tag = p["tag"]
         record(tag, "started")
         try:
-            opened = await await_gate(p["gate"])
+            opened = await await_gate(p["gate"], within=60)
         except asyncio.CancelledError:
             record(tag, "cancelled")
             raise
