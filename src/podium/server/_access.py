@@ -239,7 +239,43 @@ class Access(RequestInfo):
             f"model={self.model or '-'} version={self.version or '-'}"
         )
 
+    #: The keys a JSON line adds for the request, in their order (podium.logs.JsonFormatter).
+    json_keys = (
+        "protocol",
+        "route",
+        "method",
+        "path",
+        "status",
+        "code",
+        "duration_ms",
+        "bytes_in",
+        "bytes_out",
+        "model",
+        "version",
+        "peer",
+    )
+
+    def json_values(self) -> tuple[Any, ...]:
+        """The values of :attr:`json_keys`, in their order: what a JSON line made on the log's
+        thread asks for (no dict: its formatter puts them straight into its line's struct)."""
+        return (
+            self.protocol,
+            self.route,
+            self.method,
+            self.path,
+            self.status,
+            self.code,
+            self.duration_ms,
+            self.bytes_in,
+            self.bytes_out,
+            self.model,
+            self.version,
+            self.peer,
+        )
+
     def fields(self) -> dict[str, Any]:
+        """:attr:`json_keys` and their values (a record's ``fields``, asked by the formatter);
+        a dict made at once (half the cost of one zipped from json_values)."""
         return {
             "protocol": self.protocol,
             "route": self.route,
