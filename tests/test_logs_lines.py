@@ -114,11 +114,18 @@ def test_json_keys_keep_their_order_and_static_and_standard_keys_win() -> None:
     assert line.endswith('"request_id":null,"worker":"1","a":1,"b":[2]}')
 
 
-@pytest.mark.parametrize(
-    "ns",
-    [0, 1, 499, 500, 501, 1_499, 1_500, 2_500, 1_000_500, 1_234_567, 999_999_999, 10**15 - 1]
-    + [10**15, 10**15 + 500, 2**62, 123_456_789_012_345],
-)
+DURATIONS = [0, 1, 499, 500, 501, 1_499, 1_500, 2_500, 1_000_500, 1_234_567, 999_999_999] + [
+    10**15 - 1,
+    10**15,
+    10**15 + 500,
+    2**62,
+    123_456_789_012_345,
+    -1,
+    -1_500,
+]
+
+
+@pytest.mark.parametrize("ns", DURATIONS)
 def test_a_duration_is_rounded_to_the_microsecond_as_round_rounds_it(ns: int) -> None:
     made = Access("r", False, 0)
     made.end = ns
@@ -131,6 +138,16 @@ def test_durations_at_random_round_as_round_rounds_them() -> None:
     for _ in range(20_000):
         made.end = rng.randrange(10 ** rng.randrange(1, 17))
         assert made.duration_ms == round(made.end / 1e6, 3)
+
+
+def test_a_json_lines_duration_is_the_one_duration_ms_rounds() -> None:
+    rng = random.Random(30)
+    made = Access("r", False, 0)
+    at = made.json_keys.index("duration_ms")
+    for ns in DURATIONS + [rng.randrange(10 ** rng.randrange(1, 17)) for _ in range(20_000)]:
+        made.end = ns
+        duration = made.json_values()[at]
+        assert repr(duration) == repr(made.duration_ms) == repr(round(ns / 1e6, 3))
 
 
 @pytest.mark.parametrize("formatter", [TextFormatter(), TextFormatter("worker 1"), JsonFormatter()])

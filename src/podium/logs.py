@@ -319,10 +319,12 @@ class JsonFormatter(logging.Formatter):
             names = (*_STANDARD_KEYS, *self._static, *keys)
             slots = [f"k{index}" for index in range(len(names))]
             try:
+                # (gc=False: a line's struct lives for one encoding and holds only its values)
                 line = msgspec.defstruct(
                     "JsonLine",
                     [(slot, Any) for slot in slots],
                     rename=dict(zip(slots, names, strict=True)),
+                    gc=False,
                 )
             except (TypeError, ValueError):
                 line = None

@@ -222,10 +222,8 @@ class Access(RequestInfo):
     def duration_ms(self) -> float:
         """From its arrival to its end (:meth:`ended`), in milliseconds (to the microsecond)."""
         ns = self.end - self.start
-        if 0 <= ns < _EXACT_NS:
-            microseconds, rest = divmod(ns, 1000)
-            if rest != 500:
-                return (microseconds + (rest > 500)) / 1000
+        if 0 <= ns < _EXACT_NS and ns % 1000 != 500:
+            return ((ns + 500) // 1000) / 1000  # (the nearest microsecond: no tie here)
         return round(ns / 1e6, 3)  # (a tie, or over 11 days)
 
     def __str__(self) -> str:
@@ -258,6 +256,11 @@ class Access(RequestInfo):
     def json_values(self) -> tuple[Any, ...]:
         """The values of :attr:`json_keys`, in their order: what a JSON line made on the log's
         thread asks for (no dict: its formatter puts them straight into its line's struct)."""
+        ns = self.end - self.start
+        if 0 <= ns < _EXACT_NS and ns % 1000 != 500:  # (duration_ms's, without its call)
+            milliseconds = ((ns + 500) // 1000) / 1000
+        else:
+            milliseconds = self.duration_ms
         return (
             self.protocol,
             self.route,
@@ -265,7 +268,7 @@ class Access(RequestInfo):
             self.path,
             self.status,
             self.code,
-            self.duration_ms,
+            milliseconds,
             self.bytes_in,
             self.bytes_out,
             self.model,
