@@ -10,7 +10,8 @@ the figure is instructions per call, less the loop's own:
 - `Access()`, `RequestIds.make`, `client_id`: what the access middleware pays per request for
   the request's record and id (with the log off too);
 - `describe`: the route, path and peer filled in when the line is made (server/http/_access.py);
-- `str`: the text message (`Access.__str__`); `fields`: the JSON keys (`Access.fields`);
+- `str`: the text message (`Access.__str__`); `fields`: what the JSON line asks of the request
+  for its keys (`Access.json_values`, or `Access.fields` in sources that have no such method);
 - `line of 64`: a whole line as `AccessLog` makes it on its thread (described, message,
   formatted, written), in batches of 64 (the lines of one turn of the event loop), per line.
 
@@ -75,7 +76,7 @@ def _child(requests: int, fmt: str) -> None:
         "client_id": (lambda: client_id(None), 1),
         "describe": (describe, 1),
         "str": (lambda: str(described), 1),
-        "fields": (described.fields, 1),
+        "fields": (getattr(described, "json_values", described.fields), 1),
         "line of 64": (batch_of_64, 64),
     }
     for index, (piece, _) in enumerate(runs.values()):

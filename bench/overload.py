@@ -18,9 +18,14 @@ Rows: ``podium`` (the model's queue bounded in length only, the default), ``podi
 (``max_queue_delay: --deadline-ms``), and, when their bench venvs exist or install
 (bench/.venvs, as bench/peers.py makes them), ``litserve`` and ``mlserver`` (1.7.1, its OIP
 route; its model holds a lock around the sleep, since MLServer runs every request's predict at
-once) on the same sleeping model. Servers
-run pinned to CPU 0 and the generator to CPU 1 where the machine allows (bench/common.py).
-Server CPU per answer (refusals included) is read from /proc.
+once) on the same sleeping model. Podium runs with its defaults, as every other benchmark does
+(access log, metrics, checks on); ``podium-no-access-log`` (``podium`` with
+``--no-access-log``, what the log costs under overload) is an extra row, only where ``--only``
+names it. Servers run pinned to CPU 0 and the generator to CPU 1 where the machine allows
+(bench/common.py). Server CPU per answer (refusals included) is read from /proc.
+
+A cell with no figure (a latency with no such answer, the CPU per refusal where nothing was
+refused, the share of a 1× row that was not run) is an em dash in the table, null in --json.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from common import (
 )
 
 BODY = b'{"x": [1, 2, 3, 4]}'
+#: The rows --only may name.
+ROWS = ("podium", "podium-deadline", "podium-no-access-log", "litserve", "mlserver")
 MAX_CONNECTIONS = 4000
 
 PODIUM_MODEL = """
@@ -128,20 +135,30 @@ class Row:
     lost: int
     errors: int
     goodput_rps: float
-    ok_p50_ms: float
-    ok_p99_ms: float
-    refuse_p50_ms: float
-    refuse_p99_ms: float
-    cpu_per_answer_us: float
+    ok_p50_ms: float | None
+    ok_p99_ms: float | None
+    refuse_p50_ms: float | None
+    refuse_p99_ms: float | None
+    cpu_per_answer_us: float | None
     cpu_s: float
     statuses: dict[str, int]
 
 
-def quantile(values: list[float], q: float) -> float:
+#: What the table shows where a row has no figure (NO_FIGURE: None in the row).
+NO_FIGURE = "—"
+
+
+def quantile(values: list[float], q: float, digits: int) -> float | None:
+    """The ``q`` quantile of ``values``, rounded to ``digits``; None where there are none."""
     if not values:
-        return float("nan")
+        return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], digits)
+
+
+def cell(value: float | None, spec: str = "") -> str:
+    """A figure as the table shows it: ``spec``'s format, or an em dash where there is none."""
+    return NO_FIGURE if value is None else format(value, spec)
 
 
 class Client:
@@ -279,17 +296,20 @@ def measure(
         lost=statuses.get("-1", 0),
         errors=statuses.get("0", 0),
         goodput_rps=round(in_time / args.duration, 1),
-        ok_p50_ms=round(quantile(ok, 0.5), 1),
-        ok_p99_ms=round(quantile(ok, 0.99), 1),
-        refuse_p50_ms=round(quantile(refused, 0.5), 2),
-        refuse_p99_ms=round(quantile(refused, 0.99), 2),
-        cpu_per_answer_us=round(used.cpu_s / answered * 1e6, 1) if answered else math.nan,
+        ok_p50_ms=quantile(ok, 0.5, 1),
+        ok_p99_ms=quantile(ok, 0.99, 1),
+        refuse_p50_ms=quantile(refused, 0.5, 2),
+        refuse_p99_ms=quantile(refused, 0.99, 2),
+        cpu_per_answer_us=round(used.cpu_s / answered * 1e6, 1) if answered else None,
         cpu_s=used.cpu_s,
         statuses=statuses,
     )
 
 
-def podium_server(folder: Path, deadline_ms: float | None, service: float) -> Server:
+def podium_server(
+    folder: Path, deadline_ms: float | None, service: float, access_log: bool = True
+) -> Server:
+    """Podium with its defaults (``access_log``: False adds ``--no-access-log``)."""
     model = folder / ("sleeper-deadline" if deadline_ms else "sleeper")
     model.mkdir(parents=True, exist_ok=True)
     (model / "model.py").write_text(PODIUM_MODEL.format(service=service))
@@ -298,8 +318,11 @@ def podium_server(folder: Path, deadline_ms: float | None, service: float) -> Se
         config += f"max_queue_delay: {deadline_ms}\n"
     (model / "config.yaml").write_text(config)
     port = free_port()
-    argv = [*podium_argv(model, port, None), "--no-access-log"]
+    argv = podium_argv(model, port, None)
     name = "podium-deadline" if deadline_ms else "podium"
+    if not access_log:
+        argv.append("--no-access-log")
+        name += "-no-access-log"
     return Server(name=name, argv=argv, port=port)
 
 
@@ -353,16 +376,17 @@ def report(rows: list[Row], capacities: dict[str, float], args: argparse.Namespa
         if row.load == 1:
             base[row.server] = row
         one = base.get(row.server)
-        share = row.goodput_rps / one.goodput_rps if one and one.goodput_rps else math.nan
-        per_refusal = math.nan
+        share = row.goodput_rps / one.goodput_rps if one and one.goodput_rps else None
+        per_refusal = None
         if one is not None and row.refused and one.ok:
             per_ok = one.cpu_s / one.ok
             per_refusal = max(0.0, (row.cpu_s - row.ok * per_ok) / row.refused * 1e6)
         out.append(
             f"| {row.server} | {row.load:g}× | {row.offered_rps:.0f} | {row.goodput_rps:.0f} | "
-            f"{share:.0%} | {row.ok_p50_ms} | {row.ok_p99_ms} | {row.refused / args.duration:.0f} "
-            f"| {row.refuse_p50_ms} | {row.refuse_p99_ms} | {row.lost + row.errors} | "
-            f"{row.cpu_per_answer_us} | {per_refusal:.0f} |"
+            f"{cell(share, '.0%')} | {cell(row.ok_p50_ms)} | {cell(row.ok_p99_ms)} | "
+            f"{row.refused / args.duration:.0f} | {cell(row.refuse_p50_ms)} | "
+            f"{cell(row.refuse_p99_ms)} | {row.lost + row.errors} | "
+            f"{cell(row.cpu_per_answer_us)} | {cell(per_refusal, '.0f')} |"
         )
     return "\n".join(out)
 
@@ -374,13 +398,20 @@ def main() -> int:
     parser.add_argument("--loads", default="1,2,4")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--only", default="podium,podium-deadline,litserve,mlserver")
+    parser.add_argument(
+        "--only",
+        default="podium,podium-deadline,litserve,mlserver",
+        help=f"rows, of: {', '.join(ROWS)} (podium-no-access-log only where named)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     exit_on_signals()
     pin_self(CLIENT_CPU)
     loads = [float(x) for x in args.loads.split(",")]
     only = args.only.split(",")
+    unknown = sorted(set(only) - set(ROWS))
+    if unknown:
+        parser.error(f"--only: no such rows: {', '.join(unknown)} (of {', '.join(ROWS)})")
     service = args.service_ms / 1000
     rows: list[Row] = []
     capacities: dict[str, float] = {}
@@ -391,6 +422,10 @@ def main() -> int:
             "podium-deadline": (
                 lambda: podium_server(folder, args.deadline_ms, service),
                 "/v1/models/sleeper-deadline:predict",
+            ),
+            "podium-no-access-log": (
+                lambda: podium_server(folder, None, service, access_log=False),
+                "/v1/models/sleeper:predict",
             ),
             "litserve": (lambda: litserve_server(folder, service), "/predict"),
             "mlserver": (lambda: mlserver(folder, service), "/v2/models/sleeper/infer"),

@@ -222,10 +222,8 @@ class Access(RequestInfo):
     def duration_ms(self) -> float:
         """From its arrival to its end (:meth:`ended`), in milliseconds (to the microsecond)."""
         ns = self.end - self.start
-        if 0 <= ns < _EXACT_NS:
-            microseconds, rest = divmod(ns, 1000)
-            if rest != 500:
-                return (microseconds + (rest > 500)) / 1000
+        if 0 <= ns < _EXACT_NS and ns % 1000 != 500:
+            return ((ns + 500) // 1000) / 1000  # (the nearest microsecond: no tie here)
         return round(ns / 1e6, 3)  # (a tie, or over 11 days)
 
     def __str__(self) -> str:
@@ -239,7 +237,48 @@ class Access(RequestInfo):
             f"model={self.model or '-'} version={self.version or '-'}"
         )
 
+    #: The keys a JSON line adds for the request, in their order (podium.logs.JsonFormatter).
+    json_keys = (
+        "protocol",
+        "route",
+        "method",
+        "path",
+        "status",
+        "code",
+        "duration_ms",
+        "bytes_in",
+        "bytes_out",
+        "model",
+        "version",
+        "peer",
+    )
+
+    def json_values(self) -> tuple[Any, ...]:
+        """The values of :attr:`json_keys`, in their order: what a JSON line made on the log's
+        thread asks for (no dict: its formatter puts them straight into its line's struct)."""
+        ns = self.end - self.start
+        if 0 <= ns < _EXACT_NS and ns % 1000 != 500:  # (duration_ms's, without its call)
+            milliseconds = ((ns + 500) // 1000) / 1000
+        else:
+            milliseconds = self.duration_ms
+        return (
+            self.protocol,
+            self.route,
+            self.method,
+            self.path,
+            self.status,
+            self.code,
+            milliseconds,
+            self.bytes_in,
+            self.bytes_out,
+            self.model,
+            self.version,
+            self.peer,
+        )
+
     def fields(self) -> dict[str, Any]:
+        """:attr:`json_keys` and their values (a record's ``fields``, asked by the formatter);
+        a dict made at once (half the cost of one zipped from json_values)."""
         return {
             "protocol": self.protocol,
             "route": self.route,
