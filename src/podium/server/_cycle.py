@@ -31,8 +31,10 @@ a request's scope: :func:`scope_template` holds what uvicorn puts in every scope
 connection, and the protocol copies it per request (uvicorn builds the whole dictionary).
 :func:`start_cycle` is uvicorn's ``on_headers_complete`` making a :class:`Cycle`.
 
-Everything else of ``send`` (the body, chunking, HEAD, the length's checks, flow control, a
-disconnected client, the order of messages) is uvicorn's behaviour, as
+A whole body after a head that gave its length (every answer Podium makes itself) is written as
+uvicorn writes it, without a second coroutine for uvicorn's ``send``. Everything else of
+``send`` (a body in parts, chunking, HEAD, a length that does not match, flow control, a
+disconnected client, the order of messages) is uvicorn's own, as
 ``tests/server/test_cycle_differential.py`` pins against uvicorn's own protocol.
 """
 
@@ -186,8 +188,29 @@ class Cycle(RequestResponseCycle):
         self.body = bytearray()
 
     async def send(self, message: Any) -> None:
-        if self.response_started or self.flow.write_paused or self.disconnected:
-            # a body, or a start uvicorn answers without writing a head: uvicorn's own
+        if self.response_started:
+            if (
+                message["type"] == "http.response.body"
+                and self.chunked_encoding is False
+                and not (self.response_complete or self.flow.write_paused or self.disconnected)
+                and not message.get("more_body", False)
+            ):
+                # a whole body after a head with its length (every answer of Podium's own): what
+                # uvicorn's send does for it, without its coroutine. A body of another length,
+                # and a HEAD request's (written as nothing), are uvicorn's to handle.
+                body = message.get("body", b"")
+                if len(body) == self.expected_content_length and self.scope["method"] != "HEAD":
+                    self.expected_content_length = 0
+                    self.transport.write(body)
+                    self.response_complete = True
+                    self.message_event.set()
+                    if not self.keep_alive:
+                        self.transport.close()
+                    self.on_response()
+                    return None
+            return await RequestResponseCycle.send(self, message)
+        if self.flow.write_paused or self.disconnected:
+            # a start uvicorn answers without writing a head: uvicorn's own
             return await RequestResponseCycle.send(self, message)
         if message["type"] != "http.response.start":
             raise RuntimeError(
