@@ -259,7 +259,13 @@ PREDICT = """
 
 
 @pytest.mark.parametrize(
-    "annotation", ["list[Request]", "typing.List[Request]", "typing.Sequence[Request]"]
+    "annotation",
+    [
+        "list[Request]",
+        "typing.List[Request]",
+        "typing.Sequence[Request]",
+        "typing.Optional[list[Request]]",
+    ],
 )
 def test_a_batched_truss_predict_takes_the_list_of_requests(
     tmp_path: Path, annotation: str

@@ -4,12 +4,17 @@ server: each request's own header and body reach its place in the list, in a thr
 worker process, in a stateful sequence model's batches, in a predict that takes only the
 requests, and in a truss batched by its podium.yaml.
 
-The models close a batch only when it holds 3 requests, so 3 concurrent requests are one batch,
-and each answer says the size of the batch it was in."""
+The same for a stateful sequence model's Contexts (``list[Context]``): each request of a batch
+of two sequences gets its own sequence's state.
+
+The models close a batch only when it is full (3 requests; 2 for contexts-seq), so that many
+concurrent requests are one batch, and each answer says the size of the batch it was in."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -65,4 +70,29 @@ async def test_batched_truss_predict_gets_the_list_of_requests(server: Server) -
     assert [a.status_code for a in answers] == [200] * 3, [a.text for a in answers]
     assert [a.json() for a in answers] == [
         {"tag": f"tag-{i}", "n": i, "batch": 3} for i in range(3)
+    ]
+
+
+@pytest.mark.anyio
+async def test_sequence_batch_predict_gets_the_list_of_contexts(server: Server) -> None:
+    # two sequences send one request each per round, at once: each round is one batch of 2
+    async with httpx.AsyncClient(base_url=server.url, timeout=PATIENCE) as client:
+
+        async def add(seq: str, n: int) -> Any:
+            r = await client.post(
+                "/v1/models/contexts-seq:predict",
+                json={"add": n},
+                headers={"ts_request_sequence_id": seq},
+            )
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        rounds = [await asyncio.gather(add("ctx-a", k), add("ctx-b", 10 * k)) for k in (1, 2, 3)]
+    totals = {1: (1, 10), 2: (3, 30), 3: (6, 60)}
+    assert rounds == [
+        [
+            {"sequence": "ctx-a", "total": totals[k][0], "first": k == 1, "batch": 2},
+            {"sequence": "ctx-b", "total": totals[k][1], "first": k == 1, "batch": 2},
+        ]
+        for k in (1, 2, 3)
     ]

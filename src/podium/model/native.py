@@ -8,8 +8,9 @@ depend on the model's settings. ``NativeModel`` wraps an instance as a
 A method takes the inputs, the request, or both, in that order, and may take a
 :class:`podium.types.Context` last (a stateful sequence's context, read from
 ``podium.types.current_context`` on the event loop when the method is called). A batched
-``predict`` gets the list of the requests, and may say so (``list[Request]``); where one
-request comes, that annotation is refused (``check_config``).
+``predict`` gets the list of the requests, and in a sequence model's batches the list of their
+Contexts, and may say so (``list[Request]``, ``list[Context]``); where one request comes, those
+annotations are refused (``check_config``).
 
 A model with ``continuous_batching: true`` defines ``step(self, batch)`` (sync or async) over a
 list of :class:`podium.types.Generation` and may omit ``predict``, and has no ``postprocess``
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import enum
 import inspect
-import types
 import typing
 from collections.abc import AsyncGenerator, Mapping
 from concurrent.futures import Executor
@@ -32,7 +32,6 @@ from ..config import ModelConfig
 from ..errors import DefinitionError
 from ..types import (
     Capabilities,
-    Context,
     EmbedInputs,
     Generation,
     InputKind,
@@ -54,9 +53,10 @@ from ._calls import (
 )
 from ._forms import (
     batched_predict,
+    context_form,
     input_form,
     is_request_annotation,
-    mro_has,
+    one_context_lists,
     one_request_lists,
     raw_requests_batch,
     requests_batch,
@@ -104,6 +104,9 @@ class MethodSpec:
     #: the request parameter's name where it is annotated as a list of requests
     #: (``list[Request]``): right only for a batched predict (``check_config``)
     request_list: str | None = None
+    #: the Context parameter's name where it is annotated as a list of Contexts
+    #: (``list[Context]``): right only for a batched predict (``check_config``)
+    context_list: str | None = None
 
     @property
     def streaming(self) -> bool:
@@ -144,23 +147,6 @@ class ModelSpec:
         if self.preprocess is None and self.predict is not None and batched_predict(config):
             return input_form(self.predict.input_annotation, batched=True)
         return self.input_kind, self.input_schema
-
-
-def context_annotation(annotation: Any) -> bool | None:
-    """None if ``annotation`` is not ``podium.Context``; else whether it is optional
-    (``Context | None``). A subclass counts, and so does the class from another import of
-    ``podium.types`` (recognised by its qualified name)."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        members = [a for a in args if a is not type(None)]
-        if len(members) == 1 and context_annotation(members[0]) is not None:
-            return len(members) < len(args)
-        return None
-    if isinstance(annotation, type) and (
-        issubclass(annotation, Context) or mro_has(annotation, "podium.types", "Context")
-    ):
-        return False
-    return None
 
 
 def _flavor(fn: Any) -> Flavor:
@@ -235,7 +221,7 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
             ok = False
     if not ok:
         return None
-    contexts = [context_annotation(hints.get(p.name)) for p in params]
+    contexts = [context_form(hints.get(p.name)) for p in params]
     for p, ctx in zip(params[:-1], contexts[:-1], strict=True):
         if ctx is not None:
             problems.append(
@@ -243,8 +229,9 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
                 "and/or the request"
             )
             return None
-    takes_context = bool(contexts) and contexts[-1] is not None
-    context_optional = bool(contexts[-1]) if takes_context else False
+    last = contexts[-1] if contexts else None
+    takes_context = last is not None
+    context_optional, listed_context = last if last is not None else (False, False)
     core = params[:-1] if takes_context else params
     if len(core) > 2:
         problems.append(
@@ -288,7 +275,8 @@ def _inspect_method(cls: type, name: str, problems: list[str]) -> MethodSpec | N
     annotation = hints.get(core[0].name) if takes_inputs else None
     request_list = core[-1].name if takes_request and listed[-1] else None
     shape = (name, flavor, takes_inputs, takes_request, annotation, takes_context)
-    return MethodSpec(*shape, context_optional, request_list)
+    context_list = params[-1].name if listed_context else None
+    return MethodSpec(*shape, context_optional, request_list, context_list)
 
 
 def inspect_class(cls: Any) -> ModelSpec:
@@ -344,8 +332,10 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
 
     A method that takes a ``Context`` needs ``sequence_batching: true``: without it there is no
     sequence, and the model would get None where it declared a Context. ``Context | None``
-    declares that the model also runs without sequences. ``continuous_batching: true`` needs a
-    ``step`` method (see :func:`_check_continuous`); without it, ``predict`` is required.
+    declares that the model also runs without sequences. A list of requests or of Contexts is
+    what a batched ``predict`` gets, and refused where one request comes (``_forms``).
+    ``continuous_batching: true`` needs a ``step`` method (see :func:`_check_continuous`);
+    without it, ``predict`` is required.
     """
     problems: list[str] = []
     if not config.sequence_batching:
@@ -374,6 +364,7 @@ def check_config(spec: ModelSpec, config: ModelConfig, where: str | None = None)
                 "(set batch_size above 1, or annotate it InferenceRequest)"
             )
     problems += one_request_lists(spec.cls, spec.methods(), config)
+    problems += one_context_lists(spec.cls, spec.methods(), config)
     if problems:
         if where:
             problems = [f"{where}: {p}" for p in problems]
