@@ -277,22 +277,9 @@ class Access(RequestInfo):
         )
 
     def fields(self) -> dict[str, Any]:
-        """:attr:`json_keys` and their values (a record's ``fields``, asked by the formatter);
-        a dict made at once (half the cost of one zipped from json_values)."""
-        return {
-            "protocol": self.protocol,
-            "route": self.route,
-            "method": self.method,
-            "path": self.path,
-            "status": self.status,
-            "code": self.code,
-            "duration_ms": self.duration_ms,
-            "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
-            "model": self.model,
-            "version": self.version,
-            "peer": self.peer,
-        }
+        """:attr:`json_keys` and their values (a record's ``fields``, asked by the formatter
+        where a line is made through a dict: a record logged on its own, or a fallback)."""
+        return dict(zip(self.json_keys, self.json_values(), strict=True))
 
 
 def access_head(protocol: str | None, route: str | None, method: str | None, path: str) -> str:
