@@ -167,6 +167,22 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected what it deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test's ``default`` run is left out where its ``deep`` run (a slow test) runs as well,
+    as under ``dev.py test`` and CI: the deep run asks the same questions with more examples
+    (tests/server/test_openapi_fuzz.py), and most of either run's time is what both make
+    first (the schema's strategies), so the default one would add time and no check."""
+    deep = {item.nodeid.removesuffix("[deep]") for item in items if item.nodeid.endswith("[deep]")}
+    left = [
+        i for i in items if i.nodeid.endswith("[default]") and i.nodeid[: -len("[default]")] in deep
+    ]
+    if left:
+        gone = set(map(id, left))
+        items[:] = [i for i in items if id(i) not in gone]
+        config.hook.pytest_deselected(items=left)
+
+
 #: Examples that need podium[examples] (scikit-learn, LightGBM, torch, MLServer's published
 #: runtimes) and files that their own scripts make: tests/examples/ serves them from a built copy.
 FRAMEWORK_EXAMPLES = ("sklearn-iris", "sklearn-iris-mlserver", "lightgbm-iris", "torchserve-mlp")
